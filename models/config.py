@@ -1,0 +1,241 @@
+"""YAML to frozen dataclasses, strictly.
+
+One loader for every config in the project (recipes, index, router, pipeline, server):
+
+* unknown keys are rejected with the closest valid key suggested;
+* types are checked (PyYAML reads ``2e-5`` as a string: the error says to write ``2.0e-5``);
+* every error in the file is reported at once, each with its dotted path;
+* ``key.sub=value`` overrides (the CLI form) are applied before validation.
+
+Example::
+
+    @dataclass(frozen=True)
+    class Optim:
+        lr: float = 3.0e-5
+
+    cfg = load_config(Recipe, "recipes/x.yaml", overrides=["optim.lr=1.0e-4"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from searchsmith.models.errors import ConfigError
+
+T = TypeVar("T")
+
+_MISSING = object()
+
+
+def closest_key(key: str, valid: Iterable[str]) -> str | None:
+    """The valid key most like ``key``, or None when nothing is close."""
+    matches = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return matches[0] if matches else None
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it converted, or _MISSING on error."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Union or origin is types.UnionType:
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        sub_errors: list[str] = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            out = _convert(arg, value, path, trial)
+            if not trial:
+                return out
+            sub_errors.extend(trial)
+        errors.append(sub_errors[0] if len(sub_errors) == 1 else
+                      f"{path}: expected {_type_name(tp)}, got {value!r}")
+        return _MISSING
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            hint = closest_key(str(value), [str(a) for a in allowed])
+            fix = f" (did you mean {hint!r}?)" if hint else ""
+            errors.append(f"{path}: expected one of {list(allowed)}, got {value!r}{fix}")
+            return _MISSING
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            errors.append(f"{path}: expected a mapping for {tp.__name__}, got {type(value).__name__}")
+            return _MISSING
+        return _build(tp, value, path, errors)
+    if origin in (list, tuple) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            errors.append(f"{path}: expected a list, got {type(value).__name__} {value!r}")
+            return _MISSING
+        args = get_args(tp)
+        item_tp = args[0] if args else Any
+        out = [_convert(item_tp, v, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+        return tuple(out) if (origin is tuple or tp is tuple) else out
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            errors.append(f"{path}: expected a mapping, got {type(value).__name__}")
+            return _MISSING
+        args = get_args(tp)
+        k_tp, v_tp = args if args else (Any, Any)
+        return {
+            _convert(k_tp, k, f"{path}.<key>", errors): _convert(v_tp, v, f"{path}.{k}", errors)
+            for k, v in value.items()
+        }
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        errors.append(f"{path}: expected true or false, got {value!r}")
+        return _MISSING
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        errors.append(f"{path}: expected an integer, got {type(value).__name__} {value!r}")
+        return _MISSING
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        hint = ""
+        if isinstance(value, str):
+            try:
+                float(value)
+                hint = (" (PyYAML reads numbers like 2e-5 as strings: write 2.0e-5)")
+            except ValueError:
+                pass
+        errors.append(f"{path}: expected a number, got {type(value).__name__} {value!r}{hint}")
+        return _MISSING
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        errors.append(f"{path}: expected a string, got {type(value).__name__} {value!r}")
+        return _MISSING
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        errors.append(f"{path}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+        return _MISSING
+    return value
+
+
+def _build(cls: type[T], data: Mapping[str, Any], path: str, errors: list[str]) -> T:
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            hint = closest_key(str(key), fields)
+            fix = f"; did you mean {hint!r}?" if hint else f"; valid keys: {sorted(fields)}"
+            errors.append(f"{where}: unknown key{fix}")
+            continue
+        out = _convert(hints[key], value, where, errors)
+        if out is not _MISSING:
+            kwargs[key] = out
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in data:
+            where = f"{path}.{name}" if path else name
+            errors.append(f"{where}: required key is missing")
+    if errors:
+        return _MISSING  # type: ignore[return-value]
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # __post_init__ checks
+        errors.append(f"{path or cls.__name__}: {exc}")
+        return _MISSING  # type: ignore[return-value]
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, source: str = "config") -> T:
+    """Build the frozen dataclass ``cls`` from ``data``; raise one ConfigError listing every problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    errors: list[str] = []
+    out = _build(cls, data, "", errors)
+    if errors:
+        lines = "\n  ".join(errors)
+        raise ConfigError(f"{source}: {len(errors)} error(s)\n  {lines}")
+    return out
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass (nested) as plain dicts and lists, ready for YAML or JSON."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, in place."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. optim.lr=3.0e-5")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"override {item!r}: empty key segment in {key!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; clear errors for a missing file, bad YAML or a non-mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist (check the path)")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None,
+                overrides: Iterable[str] = (), data: Mapping[str, Any] | None = None) -> T:
+    """Load ``cls`` from a YAML file (or ``data``) plus CLI overrides; defaults when neither."""
+    raw: dict[str, Any] = dict(read_yaml(path)) if path is not None else dict(data or {})
+    apply_overrides(raw, overrides)
+    return from_dict(cls, raw, source=str(path) if path is not None else cls.__name__)
+
+
+__all__ = ["apply_overrides", "closest_key", "from_dict", "load_config", "read_yaml", "to_dict"]
+

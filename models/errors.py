@@ -1,0 +1,35 @@
+"""The one exception module of searchsmith.
+
+Every error a user can cause is one of these, raised at the boundary with a message that
+says where, what was expected, what was received and the fix.
+"""
+
+from __future__ import annotations
+
+
+class SearchsmithError(Exception):
+    """Root of every searchsmith error (catch this to catch them all)."""
+
+
+class ConfigError(SearchsmithError, ValueError):
+    """A config file, recipe, override or setting is invalid."""
+
+
+class ValidationError(SearchsmithError, ValueError):
+    """User input (a query, a corpus line, a request field) is invalid."""
+
+
+class BundleError(SearchsmithError):
+    """A model bundle or an index on disk is missing, corrupt or mismatched."""
+
+
+class OverloadedError(SearchsmithError):
+    """A bounded queue is full; the caller should retry later (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RunnerError(SearchsmithError):
+    """Executing a model failed (HTTP 500)."""

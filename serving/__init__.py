@@ -1,0 +1,1 @@
+"""searchsmith.serving: embedder, chunker, index, router, pipeline, server and profiling."""

@@ -1,0 +1,1 @@
+"""searchsmith.training: the recipe runner, datasets, losses and metrics."""
