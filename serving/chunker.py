@@ -1,0 +1,154 @@
+"""Token-based, sentence-aware chunking with overlap.
+
+A document is split into sentences (keeping character offsets); sentences are packed into
+chunks of at most ``chunk_tokens`` tokens, and each chunk starts with the trailing
+sentences of the previous one up to ``overlap_ratio * chunk_tokens`` tokens. A sentence
+longer than a chunk is cut into token windows with the same overlap, using the
+tokenizer's offset mapping, so every chunk's ``text`` is exactly ``doc.text[start:end]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# A sentence ends at . ! ? (optionally followed by a closing quote/bracket) before
+# whitespace, or at a blank line.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
+
+
+@dataclass(frozen=True)
+class ChunkerConfig:
+    """Attributes:
+        chunk_tokens: tokens per chunk (Xinyu et al. use 350).
+        overlap_ratio: share of a chunk repeated at the start of the next (0.25 in the paper).
+    """
+
+    chunk_tokens: int = 350
+    overlap_ratio: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.chunk_tokens < 8:
+            raise ValueError(f"chunker.chunk_tokens must be >= 8, got {self.chunk_tokens}")
+        if not 0.0 <= self.overlap_ratio < 0.9:
+            raise ValueError(f"chunker.overlap_ratio must be in [0, 0.9), got {self.overlap_ratio}")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of one document; ``text == document_text[start:end]``."""
+
+    chunk_id: str
+    doc_id: str
+    source: str
+    text: str
+    start: int
+    end: int
+    n_tokens: int
+    title: str | None = None
+    date: str | None = None
+    url: str | None = None
+    images: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """Character spans of the sentences of ``text`` (whitespace between them excluded)."""
+    spans = []
+    pos = 0
+    for m in _SENTENCE_END.finditer(text):
+        end = m.start() if m.group(0).startswith("\n") else m.start() + len(m.group(0).rstrip())
+        if text[pos:end].strip():
+            spans.append((pos, end))
+        pos = m.end()
+    if text[pos:].strip():
+        spans.append((pos, len(text)))
+    # trim leading/trailing whitespace inside each span
+    out = []
+    for s, e in spans:
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        out.append((s, e))
+    return out
+
+
+class Chunker:
+    """Split documents into overlapping token-bounded chunks.
+
+    Args:
+        tokenizer: a Hugging Face *fast* tokenizer (offset mapping needed).
+        config: sizes.
+    """
+
+    def __init__(self, tokenizer: Any, config: ChunkerConfig | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.config = config or ChunkerConfig()
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError("Chunker needs a fast tokenizer (offset mapping); load it with use_fast=True")
+
+    def _offsets(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+        enc = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True,
+                             return_attention_mask=False, return_token_type_ids=False)
+        return [[tuple(o) for o in offs] for offs in enc["offset_mapping"]]
+
+    def spans(self, text: str) -> list[tuple[int, int, int]]:
+        """(start, end, n_tokens) of each chunk of ``text``."""
+        cfg = self.config
+        limit = cfg.chunk_tokens
+        overlap = int(cfg.overlap_ratio * limit)
+        sentences = split_sentences(text)
+        if not sentences:
+            return []
+        offsets = self._offsets([text[s:e] for s, e in sentences])
+        # Units: sentences, with over-long sentences cut into token windows.
+        units: list[tuple[int, int, int]] = []
+        for (s, e), offs in zip(sentences, offsets):
+            if len(offs) <= limit:
+                units.append((s, e, max(len(offs), 1)))
+                continue
+            step = max(limit - overlap, 1)
+            for w in range(0, len(offs), step):
+                window = offs[w: w + limit]
+                units.append((s + window[0][0], s + window[-1][1], len(window)))
+                if w + limit >= len(offs):
+                    break
+        chunks: list[tuple[int, int, int]] = []
+        i = 0
+        while i < len(units):
+            j, total = i, 0
+            while j < len(units) and (total + units[j][2] <= limit or j == i):
+                total += units[j][2]
+                j += 1
+            chunks.append((units[i][0], units[j - 1][1], total))
+            if j >= len(units):
+                break
+            # next chunk starts with trailing units of this one, up to `overlap` tokens
+            k, back = j, 0
+            while k - 1 > i and back + units[k - 1][2] <= overlap:
+                k -= 1
+                back += units[k][2]
+            i = k
+        return chunks
+
+    def chunk(self, doc: dict[str, Any]) -> list[Chunk]:
+        """Chunks of one corpus record (``id``, ``source``, ``text`` and optional metadata)."""
+        text = doc["text"]
+        out = []
+        for n, (s, e, n_tok) in enumerate(self.spans(text)):
+            out.append(Chunk(
+                chunk_id=f"{doc['id']}#{n}", doc_id=str(doc["id"]), source=str(doc["source"]),
+                text=text[s:e], start=s, end=e, n_tokens=n_tok, title=doc.get("title"),
+                date=doc.get("date"), url=doc.get("url"),
+                images=tuple(doc.get("images") or ()),
+            ))
+        return out
+
+    def chunk_all(self, docs: Sequence[dict[str, Any]],
+                  progress: Callable[[int], None] | None = None) -> Iterator[Chunk]:
+        for i, doc in enumerate(docs):
+            yield from self.chunk(doc)
+            if progress:
+                progress(i)

@@ -1,0 +1,150 @@
+"""Serving-side subcommands: ``index``, ``route``, ``quickstart``.
+
+Heavy imports (torch, transformers, faiss) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from searchsmith.models.errors import ValidationError
+
+
+# -- index -----------------------------------------------------------------------------------
+def configure_index(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("corpus", help="corpus JSONL: {id, source, text, title?, date?, url?, images?}")
+    parser.add_argument("--out", required=True, help="index folder to write (replaced atomically)")
+    parser.add_argument("--config", help="index config YAML (embedder, chunker, centroids, index_type)")
+    parser.add_argument("--add", action="store_true", help="add the documents to an existing index at --out")
+    parser.add_argument("overrides", nargs="*", help="config overrides KEY=VALUE, e.g. chunker.chunk_tokens=200")
+    parser.set_defaults(func=run_index)
+
+
+def run_index(args: argparse.Namespace) -> int:
+    from searchsmith.models.config import load_config
+    from searchsmith.serving.corpus import read_corpus
+    from searchsmith.serving.index import IndexConfig, add_documents, build_index
+
+    t0 = time.perf_counter()
+    records = read_corpus(args.corpus)
+    if args.add:
+        if args.config or args.overrides:
+            raise ValidationError("index --add uses the config the index was built with; drop --config/overrides")
+        manifest = add_documents(args.out, records)
+    else:
+        cfg = load_config(IndexConfig, args.config, args.overrides)
+        manifest = build_index(records, args.out, cfg)
+    summary = {"index": str(args.out), "documents": manifest["documents"], "chunks": manifest["chunks"],
+               "sources": {s: v["chunks"] for s, v in manifest["sources"].items()},
+               "embedding_model": manifest["embedding_model"], "seconds": round(time.perf_counter() - t0, 2)}
+    print(json.dumps(summary))
+    return 0
+
+
+# -- route -----------------------------------------------------------------------------------
+def read_history_file(path: str | None):
+    """A history file: a JSON list of {role, content}, or JSONL with one turn per line."""
+    if not path:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"--history {path!r} does not exist (expected JSON list of {{role, content}})")
+    text = p.read_text(encoding="utf-8").strip()
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"--history {path}: not JSON or JSONL ({exc.msg}, line {exc.lineno})") from None
+    if isinstance(data, dict) and "history" in data:
+        data = data["history"]
+    return data
+
+
+def load_router(index_dir: str, config_path: str | None = None, overrides=()):
+    """Embedder + index + router from an index folder and an optional router YAML."""
+    from searchsmith.models.config import load_config
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.embedder import Embedder, EmbedderConfig
+    from searchsmith.serving.index import Index, read_manifest
+    from searchsmith.serving.router import CentroidRouter, RouterConfig
+
+    manifest = read_manifest(index_dir)
+    embedder = Embedder(from_dict(EmbedderConfig, manifest["config"]["embedder"]))
+    index = Index.load(index_dir, embedder=embedder)
+    cfg = load_config(RouterConfig, config_path, overrides)
+    return CentroidRouter(index, embedder, cfg)
+
+
+def configure_route(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("query", help="the question (a follow-up needs --history)")
+    parser.add_argument("--index", required=True, help="index folder from 'searchsmith index'")
+    parser.add_argument("--history", help="JSON file: [{role, content}, ...]")
+    parser.add_argument("--mode", choices=["parallel", "serial", "auto"], help="default: the config's (auto)")
+    parser.add_argument("--top-k", type=int, help="sources to return")
+    parser.add_argument("--config", help="router config YAML (top_k, min_score, mixin, scale, ...)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run_route)
+
+
+def run_route(args: argparse.Namespace) -> int:
+    router = load_router(args.index, args.config)
+    res = router.route(args.query, read_history_file(args.history), mode=args.mode, top_k=args.top_k)
+    if args.json:
+        print(json.dumps(res.to_dict()))
+    else:
+        for w in res.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"mode: {res.mode}   routed: {res.routed_text!r}")
+        for name, score in res.sources:
+            print(f"  {score:7.4f}  {name}")
+    return 0
+
+
+# -- quickstart ------------------------------------------------------------------------------
+SAMPLE_HISTORY = [
+    {"role": "user", "content": "How do I configure the eviction policy of the Lumen cache?"},
+    {"role": "assistant", "content": "Set lumen.eviction.policy to lru or lfu in lumen.yaml."},
+]
+SAMPLE_QUERY = "Where can I find the code for it?"
+
+
+def configure_quickstart(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", default="searchsmith-work", help="where everything is written")
+    parser.add_argument("--profile", choices=["quick", "full"], default="quick")
+    parser.set_defaults(func=run_quickstart)
+
+
+def run_quickstart(args: argparse.Namespace) -> int:
+    from searchsmith.serving.corpus import read_corpus
+    from searchsmith.serving.demo import corpus_path
+    from searchsmith.serving.index import IndexConfig, build_index, read_manifest
+
+    work = Path(args.workdir)
+    index_dir = work / "index"
+    t0 = time.perf_counter()
+    if (index_dir / "manifest.json").is_file():
+        print(f"[1/2] index: reusing {index_dir}")
+    else:
+        print(f"[1/2] index: indexing the demo corpus {corpus_path()} -> {index_dir}")
+        build_index(read_corpus(corpus_path()), index_dir, IndexConfig())
+    m = read_manifest(index_dir)
+    print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
+    router = load_router(str(index_dir))
+    print("[2/2] route a follow-up question")
+    for turn in SAMPLE_HISTORY:
+        print(f"      {turn['role']}: {turn['content']}")
+    print(f"      user: {SAMPLE_QUERY}")
+    for mode in ("parallel", "serial"):
+        res = router.route(SAMPLE_QUERY, SAMPLE_HISTORY, mode=mode)
+        top = ", ".join(f"{s} ({sc:.3f})" for s, sc in res.sources)
+        print(f"      {mode:>8}: routed {res.routed_text!r}\n                -> {top}")
+    print(f"done in {time.perf_counter() - t0:.1f} s; index at {index_dir}")
+    return 0

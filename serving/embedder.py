@@ -1,0 +1,294 @@
+"""Batched sentence embedding over any sentence-transformers model folder.
+
+Why not ``SentenceTransformer.encode``? It batches a fixed number of texts (sorted by
+character length), so a batch of one long text and 31 short ones pads all 32 to the long
+one. Here texts are tokenized once per window, sorted by *token* length and packed under a
+token budget (``max_batch_tokens`` counts padding), so short texts travel in large batches
+and long ones in small batches. Output is L2-normalised float32, in input order.
+
+Memory stays bounded for millions of texts: input is consumed in windows of
+``window_texts`` and each window's vectors are yielded (or written to a ``.npy`` memmap)
+before the next is read.
+
+The pooling layer is read from the model folder's ``modules.json`` (mean or CLS; the
+transformer output is pooled and normalised by ``searchsmith.kernels.pool_normalize``,
+Triton on CUDA, torch on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.hub import model_display_name, resolve_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    """Settings of the embedder (YAML key = argument name).
+
+    Attributes:
+        model: ``default`` (bundled all-MiniLM-L6-v2), a local folder or a hub id.
+        max_batch_tokens: padded tokens per batch (batch size x longest sequence).
+        max_batch_size: texts per batch, whatever their length.
+        max_seq_length: tokens per text before truncation; None = the model's own limit.
+        window_texts: texts tokenized and length-sorted together; bounds host memory.
+        dtype: ``auto`` = fp16 on CUDA, fp32 on CPU.
+        device: ``auto`` = CUDA when available.
+        max_text_chars: texts longer than this are cut before tokenization (a 10 MB
+            string would otherwise cost seconds of tokenizer time for nothing: only the
+            first ``max_seq_length`` tokens are embedded anyway).
+    """
+
+    model: str = "default"
+    max_batch_tokens: int = 16384
+    max_batch_size: int = 256
+    max_seq_length: int | None = None
+    window_texts: int = 8192
+    dtype: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
+    device: str = "auto"
+    max_text_chars: int = 20000
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_tokens", "max_batch_size", "window_texts", "max_text_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"embedder.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_seq_length is not None and self.max_seq_length < 2:
+            raise ValueError(f"embedder.max_seq_length must be >= 2, got {self.max_seq_length}")
+
+
+def _read_st_layout(path: Path) -> tuple[str, int | None]:
+    """Pooling mode (``mean`` or ``cls``) and max_seq_length of a sentence-transformers folder."""
+    pooling, max_len = "mean", None
+    cfg = path / "sentence_bert_config.json"
+    if cfg.is_file():
+        max_len = json.loads(cfg.read_text()).get("max_seq_length")
+    modules = path / "modules.json"
+    if modules.is_file():
+        for mod in json.loads(modules.read_text()):
+            if mod.get("type", "").endswith("Pooling"):
+                pcfg = json.loads((path / mod.get("path", "") / "config.json").read_text())
+                mode = pcfg.get("pooling_mode")
+                if mode is None:
+                    mode = "cls" if pcfg.get("pooling_mode_cls_token") else (
+                        "mean" if pcfg.get("pooling_mode_mean_tokens", True) else "other")
+                pooling = mode
+    if pooling not in ("mean", "cls"):
+        raise ConfigError(
+            f"embedder.model {str(path)!r}: pooling {pooling!r} is not supported "
+            "(supported: mean, cls); use a model with mean or CLS pooling"
+        )
+    return pooling, max_len
+
+
+def pack_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
+    """Group item indices into batches, longest first, under a padded-token budget.
+
+    The cost of a batch is ``len(batch) * max(length)``: padding counts, since it is
+    computed. An item longer than the budget goes alone (it is never dropped).
+
+    Returns:
+        Lists of indices into ``lengths``; every index appears exactly once.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        n = lengths[i]
+        width = max(longest, n)
+        if current and ((len(current) + 1) * width > max_batch_tokens or len(current) >= max_batch_size):
+            batches.append(current)
+            current, width = [], n
+        current.append(i)
+        longest = width
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Embedder:
+    """Batched, length-sorted sentence embedding.
+
+    Example::
+
+        emb = Embedder()                       # bundled all-MiniLM-L6-v2, CPU or CUDA
+        vecs = emb.encode(["a question", "a passage"])   # (2, 384) float32, unit norm
+    """
+
+    def __init__(self, config: EmbedderConfig | str | None = None) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if config is None:
+            config = EmbedderConfig()
+        elif isinstance(config, str):
+            config = EmbedderConfig(model=config)
+        self.config = config
+        path = Path(resolve_model(config.model, field="embedder.model"))
+        if not path.is_dir():  # an online hub id: fetch a local snapshot once
+            from huggingface_hub import snapshot_download
+
+            path = Path(snapshot_download(str(path)))
+        self.model_path = path
+        self.model_name = model_display_name(config.model)
+        self.pooling, st_max_len = _read_st_layout(path)
+        if config.device == "auto":
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            self.device = torch.device(config.device)
+        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.get(config.dtype)
+        if dtype is None:  # auto
+            dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        if dtype != torch.float32 and self.device.type == "cpu":
+            raise ConfigError(f"embedder.dtype {config.dtype!r} needs a CUDA device; use fp32 on CPU")
+        self.dtype = dtype
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModel.from_pretrained(str(path), dtype=dtype)
+        self.model = model.to(self.device).eval()
+        model_max = getattr(model.config, "max_position_embeddings", 512)
+        self.max_seq_length = min(config.max_seq_length or st_max_len or model_max, model_max)
+        self.dim = int(model.config.hidden_size)
+        self._accepts_token_types = "token_type_ids" in self.model.forward.__code__.co_varnames
+        self.last_stats: dict[str, float] = {}
+
+    # -- tokens ---------------------------------------------------------------------------
+    def _clean(self, texts: Sequence[str], offset: int = 0) -> list[str]:
+        out = []
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise ValidationError(
+                    f"embed: text {offset + i} is {type(t).__name__}, expected a string"
+                )
+            out.append(t[: self.config.max_text_chars])
+        return out
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text, truncated to ``max_seq_length`` (special tokens included)."""
+        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length,
+                             padding=False, return_attention_mask=False,
+                             return_token_type_ids=False)
+        return enc["input_ids"]
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Untruncated token counts (without special tokens), for chunking decisions."""
+        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=False,
+                             return_attention_mask=False, return_token_type_ids=False)
+        return [len(ids) for ids in enc["input_ids"]]
+
+    # -- embedding ------------------------------------------------------------------------
+    def _embed_ids(self, ids: list[list[int]]):
+        """One padded batch of token ids -> (b, D) float32 unit vectors (torch, on CPU)."""
+        import torch
+
+        from searchsmith.kernels import pool_normalize
+
+        width = max(len(x) for x in ids)
+        pad = self.tokenizer.pad_token_id or 0
+        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for r, row in enumerate(ids):
+            input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[r, : len(row)] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        kwargs = {"input_ids": input_ids, "attention_mask": mask}
+        if self._accepts_token_types:
+            kwargs["token_type_ids"] = torch.zeros_like(input_ids)
+        hidden = self.model(**kwargs).last_hidden_state  # (b, T, D)
+        if self.pooling == "cls":
+            cls_mask = torch.zeros_like(mask)
+            cls_mask[:, 0] = 1
+            mask = cls_mask
+        return pool_normalize(hidden, mask).float().cpu()  # (b, D)
+
+    def encode_iter(self, texts: Iterable[str], *, show_progress: bool | None = None,
+                    total: int | None = None) -> Iterator[np.ndarray]:
+        """Embed a stream of texts; yields (w, D) float32 arrays, one per window, in order."""
+        import torch
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        if show_progress is None:
+            show_progress = bool(total and total > 4 * cfg.window_texts) or bool(
+                os.environ.get("SEARCHSMITH_PROGRESS"))
+        bar = tqdm(total=total, desc="embed", unit="text", disable=not show_progress)
+        stats = {"texts": 0, "batches": 0, "tokens": 0, "padded_tokens": 0, "truncated": 0}
+        offset = 0
+        window: list[str] = []
+        it = iter(texts)
+        with torch.inference_mode():
+            while True:
+                window.clear()
+                for t in it:
+                    window.append(t)
+                    if len(window) >= cfg.window_texts:
+                        break
+                if not window:
+                    break
+                clean = self._clean(window, offset)
+                ids = self.tokenize(clean)
+                lengths = [len(x) for x in ids]
+                stats["truncated"] += sum(1 for n in lengths if n >= self.max_seq_length)
+                out = np.empty((len(ids), self.dim), dtype=np.float32)
+                for batch in pack_batches(lengths, cfg.max_batch_tokens, cfg.max_batch_size):
+                    vecs = self._embed_ids([ids[i] for i in batch])
+                    out[batch] = vecs.numpy()
+                    stats["batches"] += 1
+                    stats["tokens"] += sum(lengths[i] for i in batch)
+                    stats["padded_tokens"] += len(batch) * max(lengths[i] for i in batch)
+                    bar.update(len(batch))
+                stats["texts"] += len(ids)
+                offset += len(ids)
+                yield out
+        bar.close()
+        stats["padding_efficiency"] = stats["tokens"] / max(stats["padded_tokens"], 1)
+        self.last_stats = stats
+
+    def encode(self, texts: Sequence[str], *, show_progress: bool | None = None) -> np.ndarray:
+        """Embed ``texts`` -> (N, D) float32, L2-normalised rows, in input order.
+
+        Raises:
+            ValidationError: ``texts`` is a bare string or holds a non-string.
+        """
+        if isinstance(texts, str):
+            raise ValidationError("embed: expected a list of strings, got one string (wrap it in a list)")
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = list(self.encode_iter(texts, show_progress=show_progress, total=len(texts)))
+        return np.concatenate(parts, axis=0)
+
+    def encode_to_file(self, texts: Iterable[str], path: str | os.PathLike, count: int) -> Path:
+        """Stream ``count`` texts into a ``.npy`` file of shape (count, D), window by window.
+
+        The file is written under a temporary name and renamed when complete.
+        """
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp.npy")
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, self.dim))
+        row = 0
+        for part in self.encode_iter(texts, total=count):
+            if row + len(part) > count:
+                del arr
+                tmp.unlink(missing_ok=True)
+                raise ValidationError(f"embed: got more than count={count} texts")
+            arr[row: row + len(part)] = part
+            row += len(part)
+        if row != count:
+            del arr
+            tmp.unlink(missing_ok=True)
+            raise ValidationError(f"embed: expected count={count} texts, got {row}")
+        arr.flush()
+        del arr
+        os.replace(tmp, path)
+        return path

@@ -1,0 +1,555 @@
+"""Per-source FAISS indexes, a chunk store and routing centroids, in one folder.
+
+Layout of an index folder (every file's sha256 is in the manifest)::
+
+    manifest.json            model, dimension, counts, config, sha256 of every file
+    chunks.sqlite            chunk text + metadata; row id = FAISS id
+    faiss/<source>.faiss     IndexIDMap2 over flat IP (default), IVF or HNSW
+    vectors/<source>.npy     (n, D) float32 unit vectors, same order as ...
+    vectors/<source>.ids.npy (n,) int64 chunk rows
+    centroids.npy            (C, D) k-means centroids of every source's chunks
+    centroids.json           the source of each centroid row
+
+Writes are atomic: a new or updated index is built in a temporary folder next to the
+target and swapped in by rename, so a crash leaves the old index intact.
+
+Search runs on FAISS on the CPU (or faiss-gpu where it has GPUs); on a CUDA machine
+without faiss-gpu, flat search runs through ``searchsmith.kernels.similarity_topk``
+(Triton), which is also selectable on the CPU (torch twin) with ``search_backend: kernel``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from searchsmith.models import __version__
+from searchsmith.models.config import from_dict, to_dict
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.serving.chunker import Chunk, Chunker, ChunkerConfig
+from searchsmith.serving.embedder import Embedder, EmbedderConfig
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = "searchsmith-index"
+INDEX_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CentroidConfig:
+    """k-means routing centroids per source (KIMAs): k = chunks / chunks_per_centroid, clamped."""
+
+    chunks_per_centroid: int = 40
+    min_centroids: int = 1
+    max_centroids: int = 16
+    kmeans_iters: int = 20
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.chunks_per_centroid < 1 or self.min_centroids < 1 or self.max_centroids < self.min_centroids:
+            raise ValueError("centroids: need chunks_per_centroid >= 1 and 1 <= min_centroids <= max_centroids")
+
+    def k_for(self, n_chunks: int) -> int:
+        k = round(n_chunks / self.chunks_per_centroid)
+        return max(1, min(n_chunks, max(self.min_centroids, min(self.max_centroids, k))))
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """Settings of ``searchsmith index`` (YAML: ``--config FILE``; overrides ``key=value``).
+
+    Attributes:
+        index_type: ``auto`` = flat below ``ann_min_vectors`` vectors per source, IVF above.
+        ivf_nlist: IVF lists; None = 4 * sqrt(n).
+        search_backend: ``auto`` = faiss-gpu if it has GPUs, the Triton kernel on CUDA
+            without it, faiss on the CPU.
+        max_documents: refuse corpora above this (a guard against the wrong file).
+    """
+
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
+    centroids: CentroidConfig = field(default_factory=CentroidConfig)
+    index_type: Literal["auto", "flat", "ivf", "hnsw"] = "auto"
+    ann_min_vectors: int = 50_000
+    ivf_nlist: int | None = None
+    ivf_nprobe: int = 16
+    hnsw_m: int = 32
+    hnsw_ef_search: int = 64
+    search_backend: Literal["auto", "faiss", "kernel"] = "auto"
+    max_documents: int = 10_000_000
+
+
+@dataclass
+class Hit:
+    """One retrieved chunk."""
+
+    score: float
+    row: int
+    chunk: Chunk
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.chunk
+        return {"score": round(self.score, 6), "chunk_id": c.chunk_id, "doc_id": c.doc_id,
+                "source": c.source, "title": c.title, "text": c.text, "date": c.date, "url": c.url}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _swap_in(tmp_dir: Path, out_dir: Path) -> None:
+    """Replace ``out_dir`` by ``tmp_dir`` with renames (the old one is removed after)."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}-{time.time_ns()}")
+        os.replace(out_dir, old)
+    os.replace(tmp_dir, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# -- chunk store -----------------------------------------------------------------------------
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    row INTEGER PRIMARY KEY, chunk_id TEXT UNIQUE NOT NULL, doc_id TEXT NOT NULL,
+    source TEXT NOT NULL, text TEXT NOT NULL, start INTEGER, end_ INTEGER, n_tokens INTEGER,
+    title TEXT, date TEXT, url TEXT, images TEXT);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
+"""
+
+
+class ChunkStore:
+    """SQLite table of chunks; the row id is the FAISS id. Safe to share across threads."""
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        uri = f"file:{path}?mode=ro" if readonly else str(path)
+        try:
+            self._db = sqlite3.connect(uri, uri=readonly, check_same_thread=False)
+            if not readonly:
+                self._db.executescript(_SCHEMA)
+            self._db.execute("SELECT count(*) FROM chunks").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise BundleError(f"chunk store {path} is not a valid SQLite file ({exc}); rebuild the index") from None
+        self._lock = threading.Lock()
+
+    def add(self, chunks: Sequence[Chunk], first_row: int) -> list[int]:
+        rows = list(range(first_row, first_row + len(chunks)))
+        with self._lock:
+            self._db.executemany(
+                "INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(r, c.chunk_id, c.doc_id, c.source, c.text, c.start, c.end, c.n_tokens, c.title,
+                  c.date, c.url, json.dumps(list(c.images)) if c.images else None)
+                 for r, c in zip(rows, chunks)])
+            self._db.commit()
+        return rows
+
+    def count(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+    def max_row(self) -> int:
+        with self._lock:
+            out = self._db.execute("SELECT max(row) FROM chunks").fetchone()[0]
+        return -1 if out is None else int(out)
+
+    def doc_ids(self) -> set[str]:
+        with self._lock:
+            return {r[0] for r in self._db.execute("SELECT DISTINCT doc_id FROM chunks")}
+
+    def get(self, rows: Sequence[int]) -> dict[int, Chunk]:
+        if not rows:
+            return {}
+        marks = ",".join("?" * len(rows))
+        with self._lock:
+            cur = self._db.execute(f"SELECT * FROM chunks WHERE row IN ({marks})", [int(r) for r in rows])
+            out = {}
+            for r in cur.fetchall():
+                out[r[0]] = Chunk(chunk_id=r[1], doc_id=r[2], source=r[3], text=r[4], start=r[5],
+                                  end=r[6], n_tokens=r[7], title=r[8], date=r[9], url=r[10],
+                                  images=tuple(json.loads(r[11])) if r[11] else ())
+        return out
+
+    def chunks_of_doc(self, doc_id: str) -> list[Chunk]:
+        with self._lock:
+            rows = [r[0] for r in self._db.execute("SELECT row FROM chunks WHERE doc_id=? ORDER BY row", (doc_id,))]
+        got = self.get(rows)
+        return [got[r] for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+# -- FAISS helpers --------------------------------------------------------------------------
+def _make_faiss_index(cfg: IndexConfig, vectors: np.ndarray, ids: np.ndarray):
+    import faiss
+
+    n, d = vectors.shape
+    kind = cfg.index_type
+    if kind == "auto":
+        kind = "flat" if n < cfg.ann_min_vectors else "ivf"
+    if kind == "ivf":
+        nlist = cfg.ivf_nlist or max(1, int(4 * np.sqrt(n)))
+        nlist = min(nlist, max(1, n // 39))  # faiss wants >= 39 points per list to train
+        quantizer = faiss.IndexFlatIP(d)
+        base = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        base.train(vectors)
+        base.nprobe = min(cfg.ivf_nprobe, nlist)
+    elif kind == "hnsw":
+        base = faiss.IndexHNSWFlat(d, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        base.hnsw.efSearch = cfg.hnsw_ef_search
+    else:
+        base = faiss.IndexFlatIP(d)
+    index = faiss.IndexIDMap2(base)
+    index.add_with_ids(vectors, ids.astype(np.int64))
+    return index, kind
+
+
+def compute_centroids(vectors: np.ndarray, cfg: CentroidConfig) -> np.ndarray:
+    """k-means centroids (``faiss.Kmeans``, spherical) of one source's chunk vectors -> (k, D)."""
+    import faiss
+
+    n, d = vectors.shape
+    k = cfg.k_for(n)
+    if k >= n:
+        cents = vectors.copy()
+    else:
+        km = faiss.Kmeans(d, k, niter=cfg.kmeans_iters, seed=cfg.seed, spherical=True,
+                          min_points_per_centroid=1, max_points_per_centroid=100_000)
+        km.train(np.ascontiguousarray(vectors, dtype=np.float32))
+        cents = km.centroids
+    norms = np.linalg.norm(cents, axis=1, keepdims=True)
+    return (cents / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+# -- building --------------------------------------------------------------------------------
+def _embed_chunks(embedder: Embedder, chunks: Sequence[Chunk]) -> np.ndarray:
+    texts = [f"{c.title}. {c.text}" if c.title else c.text for c in chunks]
+    return embedder.encode(texts)
+
+
+def _effective_chunker(cfg: IndexConfig, embedder: Embedder) -> ChunkerConfig:
+    """Chunks longer than the embedding window would be silently truncated: clamp and say so."""
+    window = embedder.max_seq_length - 2  # [CLS] ... [SEP]
+    if cfg.chunker.chunk_tokens > window:
+        log.warning("index: chunker.chunk_tokens=%d exceeds the embedding model's window of %d "
+                    "tokens; chunks are made %d tokens long (set chunker.chunk_tokens to silence this)",
+                    cfg.chunker.chunk_tokens, window, window)
+        return ChunkerConfig(chunk_tokens=window, overlap_ratio=cfg.chunker.overlap_ratio)
+    return cfg.chunker
+
+
+def _write_source(tmp: Path, cfg: IndexConfig, source: str, vectors: np.ndarray, ids: np.ndarray) -> dict[str, Any]:
+    import faiss
+
+    (tmp / "faiss").mkdir(exist_ok=True)
+    (tmp / "vectors").mkdir(exist_ok=True)
+    np.save(tmp / "vectors" / f"{source}.npy", vectors.astype(np.float32))
+    np.save(tmp / "vectors" / f"{source}.ids.npy", ids.astype(np.int64))
+    index, kind = _make_faiss_index(cfg, vectors, ids)
+    faiss.write_index(index, str(tmp / "faiss" / f"{source}.faiss"))
+    return {"chunks": int(len(ids)), "index_type": kind}
+
+
+def _write_centroids(tmp: Path, cfg: IndexConfig, sources: dict[str, Any]) -> None:
+    cents, owners = [], []
+    for name in sorted(sources):
+        vecs = np.load(tmp / "vectors" / f"{name}.npy")
+        c = compute_centroids(vecs, cfg.centroids)
+        cents.append(c)
+        owners.extend([name] * len(c))
+        sources[name]["centroids"] = int(len(c))
+    np.save(tmp / "centroids.npy", np.concatenate(cents, axis=0))
+    _write_json_atomic(tmp / "centroids.json", {"sources": owners})
+
+
+def _write_manifest(tmp: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg: ChunkerConfig,
+                    sources: dict[str, Any], n_docs: int, n_chunks: int, created: str | None = None) -> dict:
+    files = {}
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file() and p.name != "manifest.json":
+            files[str(p.relative_to(tmp))] = sha256_file(p)
+    manifest = {
+        "format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION,
+        "searchsmith_version": __version__,
+        "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "embedding_model": embedder.model_name, "embedding_dim": embedder.dim,
+        "max_seq_length": embedder.max_seq_length, "pooling": embedder.pooling, "normalized": True,
+        "chunker": to_dict(chunker_cfg), "documents": n_docs, "chunks": n_chunks,
+        "sources": sources, "config": to_dict(cfg), "files": files,
+    }
+    _write_json_atomic(tmp / "manifest.json", manifest)
+    return manifest
+
+
+def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: IndexConfig | None = None,
+                embedder: Embedder | None = None) -> dict[str, Any]:
+    """Chunk, embed and index validated corpus records into ``out_dir`` (atomically).
+
+    Returns:
+        The manifest written.
+    """
+    cfg = config or IndexConfig()
+    if not records:
+        raise ValidationError("index: the corpus is empty; nothing to index")
+    if len(records) > cfg.max_documents:
+        raise ValidationError(f"index: {len(records)} documents, the limit is {cfg.max_documents} (index.max_documents)")
+    embedder = embedder or Embedder(cfg.embedder)
+    chunker_cfg = _effective_chunker(cfg, embedder)
+    chunker = Chunker(embedder.tokenizer, chunker_cfg)
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{time.time_ns()}")
+    tmp.mkdir()
+    try:
+        store = ChunkStore(tmp / "chunks.sqlite")
+        by_source: dict[str, list[Chunk]] = {}
+        for c in chunker.chunk_all(records):
+            by_source.setdefault(c.source, []).append(c)
+        sources: dict[str, Any] = {}
+        row = 0
+        for name in sorted(by_source):
+            chunks = by_source[name]
+            ids = np.asarray(store.add(chunks, row), dtype=np.int64)
+            row += len(chunks)
+            vecs = _embed_chunks(embedder, chunks)
+            sources[name] = _write_source(tmp, cfg, name, vecs, ids)
+            sources[name]["documents"] = len({c.doc_id for c in chunks})
+        store.close()
+        _write_centroids(tmp, cfg, sources)
+        manifest = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources, len(records), row)
+        _swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
+                  embedder: Embedder | None = None) -> dict[str, Any]:
+    """Add documents to an existing index without rebuilding it (atomically).
+
+    New chunks are embedded and appended to their sources' FAISS indexes (a new source gets
+    a new index); the centroids of the touched sources are recomputed.
+    """
+    index_dir = Path(index_dir)
+    manifest = read_manifest(index_dir)
+    cfg = from_dict(IndexConfig, manifest["config"], source=f"{index_dir}/manifest.json:config")
+    embedder = embedder or Embedder(cfg.embedder)
+    check_model(manifest, embedder, index_dir)
+    if not records:
+        raise ValidationError("index --add: no documents to add")
+    chunker_cfg = from_dict(ChunkerConfig, manifest["chunker"])
+    tmp = index_dir.with_name(f".{index_dir.name}.tmp-{os.getpid()}-{time.time_ns()}")
+    shutil.copytree(index_dir, tmp)
+    try:
+        store = ChunkStore(tmp / "chunks.sqlite")
+        existing = store.doc_ids()
+        dup = sorted({r["id"] for r in records} & existing)
+        if dup:
+            raise ValidationError(f"index --add: {len(dup)} document id(s) already in the index, e.g. {dup[:3]}; "
+                                  "ids must be unique (remove them from the file or rebuild)")
+        chunker = Chunker(embedder.tokenizer, chunker_cfg)
+        by_source: dict[str, list[Chunk]] = {}
+        for c in chunker.chunk_all(records):
+            by_source.setdefault(c.source, []).append(c)
+        sources = dict(manifest["sources"])
+        row = store.max_row() + 1
+        for name in sorted(by_source):
+            chunks = by_source[name]
+            ids = np.asarray(store.add(chunks, row), dtype=np.int64)
+            row += len(chunks)
+            vecs = _embed_chunks(embedder, chunks)
+            vec_path = tmp / "vectors" / f"{name}.npy"
+            if vec_path.exists():
+                vecs = np.concatenate([np.load(vec_path), vecs])
+                ids = np.concatenate([np.load(tmp / "vectors" / f"{name}.ids.npy"), ids])
+            docs = sources.get(name, {}).get("documents", 0) + len({c.doc_id for c in chunks})
+            sources[name] = _write_source(tmp, cfg, name, vecs, ids)
+            sources[name]["documents"] = docs
+        store_count = store.count()
+        store.close()
+        _write_centroids(tmp, cfg, sources)
+        out = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources,
+                              manifest["documents"] + len(records), store_count, manifest["created"])
+        _swap_in(tmp, index_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+# -- loading and search ----------------------------------------------------------------------
+def read_manifest(index_dir: str | Path) -> dict[str, Any]:
+    d = Path(index_dir)
+    path = d / "manifest.json"
+    if not d.is_dir():
+        raise BundleError(f"index {str(d)!r} does not exist; build it with 'searchsmith index CORPUS.jsonl --out {d}'")
+    if not path.is_file():
+        raise BundleError(f"index {d}: manifest.json is missing (an interrupted build?); rebuild the index")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"index {d}: manifest.json is corrupt ({exc}); rebuild the index") from None
+    if manifest.get("format") != INDEX_FORMAT:
+        raise BundleError(f"index {d}: manifest.json is not a searchsmith index manifest")
+    if int(manifest.get("format_version", 0)) > INDEX_FORMAT_VERSION:
+        raise BundleError(f"index {d}: format version {manifest['format_version']} is newer than this "
+                          f"searchsmith ({INDEX_FORMAT_VERSION}); upgrade searchsmith")
+    return manifest
+
+
+def verify_files(manifest: dict[str, Any], index_dir: Path, *, checksums: bool = True) -> None:
+    """Every file of the manifest exists (and matches its sha256 when ``checksums``)."""
+    for rel, digest in manifest["files"].items():
+        p = index_dir / rel
+        if not p.is_file():
+            raise BundleError(f"index {index_dir}: file {rel} is missing; rebuild the index")
+        if checksums and sha256_file(p) != digest:
+            raise BundleError(f"index {index_dir}: file {rel} is corrupt (sha256 mismatch); rebuild the index")
+
+
+def check_model(manifest: dict[str, Any], embedder: Embedder, index_dir: Path) -> None:
+    if manifest["embedding_dim"] != embedder.dim or manifest["embedding_model"] != embedder.model_name:
+        raise BundleError(
+            f"index {index_dir} was built with {manifest['embedding_model']} (dim {manifest['embedding_dim']}), "
+            f"but the embedder is {embedder.model_name} (dim {embedder.dim}); use the same model "
+            "(embedder.model) or rebuild the index with this one"
+        )
+
+
+class Index:
+    """A loaded index: per-source search, chunk lookup and the routing centroids."""
+
+    def __init__(self, index_dir: Path, manifest: dict[str, Any], config: IndexConfig) -> None:
+        import faiss
+
+        self.dir = index_dir
+        self.manifest = manifest
+        self.config = config
+        self.dim = int(manifest["embedding_dim"])
+        self.sources = sorted(manifest["sources"])
+        self.store = ChunkStore(index_dir / "chunks.sqlite", readonly=True)
+        self._faiss = {}
+        for s in self.sources:
+            try:
+                self._faiss[s] = faiss.read_index(str(index_dir / "faiss" / f"{s}.faiss"))
+            except RuntimeError as exc:
+                raise BundleError(f"index {index_dir}: faiss/{s}.faiss cannot be read ({exc}); rebuild the index") from None
+        self.centroids = np.load(index_dir / "centroids.npy")
+        self.centroid_sources = json.loads((index_dir / "centroids.json").read_text())["sources"]
+        self.backend = self._pick_backend(config.search_backend)
+        self._kernel_mats: dict[str, tuple[Any, np.ndarray]] = {}
+        if self.backend == "kernel":
+            self._load_kernel_mats()
+
+    @classmethod
+    def load(cls, index_dir: str | Path, *, embedder: Embedder | None = None, verify: bool = True,
+             search_backend: str | None = None) -> Index:
+        """Open an index folder; validates the manifest, the files and (given one) the embedder."""
+        d = Path(index_dir)
+        manifest = read_manifest(d)
+        verify_files(manifest, d, checksums=verify)
+        cfg = from_dict(IndexConfig, manifest["config"], source=f"{d}/manifest.json:config")
+        if search_backend:
+            cfg = from_dict(IndexConfig, {**manifest["config"], "search_backend": search_backend})
+        if embedder is not None:
+            check_model(manifest, embedder, d)
+        return cls(d, manifest, cfg)
+
+    def _pick_backend(self, wanted: str) -> str:
+        if wanted != "auto":
+            return wanted
+        import faiss
+        import torch
+
+        if getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
+            import faiss as f
+
+            res = f.StandardGpuResources()
+            self._faiss = {s: f.index_cpu_to_gpu(res, 0, ix) for s, ix in self._faiss.items()}
+            return "faiss"
+        if torch.cuda.is_available():
+            return "kernel"
+        return "faiss"
+
+    def _load_kernel_mats(self) -> None:
+        import torch
+
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.float16 if dev.type == "cuda" else torch.float32
+        for s in self.sources:
+            vecs = np.load(self.dir / "vectors" / f"{s}.npy")
+            ids = np.load(self.dir / "vectors" / f"{s}.ids.npy")
+            self._kernel_mats[s] = (torch.from_numpy(vecs).to(dev, dtype), ids)
+
+    def _search_one(self, source: str, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.backend == "kernel":
+            import torch
+
+            from searchsmith.kernels import similarity_topk
+
+            mat, ids = self._kernel_mats[source]
+            scores, idx = similarity_topk(torch.from_numpy(q).to(mat.device, mat.dtype), mat, k)
+            return scores.float().cpu().numpy(), ids[idx.cpu().numpy()]
+        scores, rows = self._faiss[source].search(q, k)
+        return scores, rows
+
+    def search(self, query_vectors: np.ndarray, sources: Sequence[str] | None = None,
+               k: int = 10) -> list[list[Hit]]:
+        """Top-``k`` chunks per query over ``sources`` (all by default), merged by score.
+
+        Args:
+            query_vectors: (B, D) float32, unit norm (from the same embedder).
+            sources: source names; unknown names are an error.
+            k: results per query (>= 1).
+        """
+        q = np.ascontiguousarray(np.asarray(query_vectors, dtype=np.float32))
+        if q.ndim == 1:
+            q = q[None, :]
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise ValidationError(f"search: query vectors have shape {tuple(q.shape)}, expected (B, {self.dim})")
+        if k < 1:
+            raise ValidationError(f"search: k must be >= 1, got {k}")
+        names = list(self.sources if sources is None else sources)
+        unknown = [s for s in names if s not in self._faiss]
+        if unknown:
+            raise ValidationError(f"search: unknown source(s) {unknown}; this index has {self.sources}")
+        if not names:
+            raise ValidationError("search: no source to search (the router selected none)")
+        per_query: list[list[tuple[float, int]]] = [[] for _ in range(len(q))]
+        for s in names:
+            scores, rows = self._search_one(s, q, k)
+            for b in range(len(q)):
+                per_query[b].extend((float(sc), int(r)) for sc, r in zip(scores[b], rows[b]) if r >= 0)
+        merged = [sorted(hits, key=lambda t: (-t[0], t[1]))[:k] for hits in per_query]
+        chunks = self.store.get(sorted({r for hits in merged for _, r in hits}))
+        return [[Hit(sc, r, chunks[r]) for sc, r in hits] for hits in merged]
+
+    def close(self) -> None:
+        self.store.close()

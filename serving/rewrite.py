@@ -1,0 +1,127 @@
+"""Conversation rewrite: turn a follow-up into a standalone question.
+
+``Rewriter`` is the interface; ``HeuristicRewriter`` is the documented stand-in used until
+a decomposer bundle (whose ``rewrite:`` task replaces it) is configured.
+
+The heuristic: when there is history, append to the query the salient terms of the last
+``history_turns`` turns that the query does not already contain. A term is salient when
+it looks like a name (capitalised inside a sentence, or mixed case / digits / ``_`` / ``.``
+like ``lumen/evict.py``) or is a content word of the latest user turn. User turns weigh
+more than assistant turns, recent turns more than old ones. This is enough to carry the
+referent of "Where can I find the code for it?" into the routed query.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from searchsmith.models.errors import ValidationError
+
+ROLES = ("user", "assistant", "system")
+
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+would you your yours yourself yourselves tell please thanks thank also get got find know like
+want need use using used one two much many way something anything does say said show give
+""".split())
+
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./+#-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: str
+    content: str
+
+
+def parse_history(history: Any, *, max_turns: int = 50, max_chars: int = 20000,
+                  field: str = "history") -> list[Turn]:
+    """Validate a history list of ``{"role", "content"}`` objects (the DESIGN.md format)."""
+    if history is None:
+        return []
+    if not isinstance(history, (list, tuple)):
+        raise ValidationError(f"{field}: expected a list of {{role, content}} objects, got {type(history).__name__}")
+    if len(history) > max_turns:
+        history = list(history)[-max_turns:]
+    out = []
+    for i, t in enumerate(history):
+        if isinstance(t, Turn):
+            out.append(t)
+            continue
+        if not isinstance(t, dict) or "content" not in t:
+            raise ValidationError(f"{field}[{i}]: expected an object with 'role' and 'content', got {t!r:.80}")
+        role = t.get("role", "user")
+        if role not in ROLES:
+            raise ValidationError(f"{field}[{i}].role: expected one of {list(ROLES)}, got {role!r}")
+        if not isinstance(t["content"], str):
+            raise ValidationError(f"{field}[{i}].content: expected a string, got {type(t['content']).__name__}")
+        out.append(Turn(role, t["content"][:max_chars]))
+    return out
+
+
+class Rewriter(Protocol):
+    """Rewrites a follow-up query into a standalone one using the conversation history."""
+
+    def rewrite(self, history: Sequence[Turn], query: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class HeuristicRewriterConfig:
+    history_turns: int = 4
+    max_terms: int = 8
+    user_weight: float = 2.0
+    assistant_weight: float = 1.0
+    decay: float = 0.7
+
+
+class HeuristicRewriter:
+    """Query + salient terms of recent turns (see the module docstring)."""
+
+    def __init__(self, config: HeuristicRewriterConfig | None = None) -> None:
+        self.config = config or HeuristicRewriterConfig()
+
+    @staticmethod
+    def _is_name(tok: str, sentence_start: bool) -> bool:
+        if any(ch.isdigit() for ch in tok) or any(ch in "_./#+" for ch in tok):
+            return True
+        if tok[0].isupper() and not sentence_start:
+            return True
+        return tok[0].isupper() and tok.lower() not in STOPWORDS and len(tok) > 2
+
+    def salient_terms(self, history: Sequence[Turn], query: str) -> list[str]:
+        cfg = self.config
+        have = {t.lower() for t in _TOKEN.findall(query)}
+        scores: dict[str, float] = {}
+        surface: dict[str, str] = {}
+        recent = [t for t in history if t.role != "system"][-cfg.history_turns:]
+        for age, turn in enumerate(reversed(recent)):
+            weight = (cfg.user_weight if turn.role == "user" else cfg.assistant_weight) * cfg.decay ** age
+            prev_end = True
+            for m in _TOKEN.finditer(turn.content):
+                tok = m.group(0)
+                low = tok.lower()
+                start = prev_end
+                prev_end = turn.content[m.end(): m.end() + 1] in (".", "?", "!")
+                if low in STOPWORDS or low in have or len(tok) < 2:
+                    continue
+                name = self._is_name(tok, start)
+                if not name and turn.role != "user":
+                    continue
+                scores[low] = scores.get(low, 0.0) + weight * (3.0 if name else 1.0)
+                surface.setdefault(low, tok)
+        ranked = sorted(scores, key=lambda w: (-scores[w], w))[: cfg.max_terms]
+        return [surface[w] for w in ranked]
+
+    def rewrite(self, history: Sequence[Turn], query: str) -> str:
+        if not history:
+            return query
+        terms = self.salient_terms(history, query)
+        return f"{query} ({' '.join(terms)})" if terms else query

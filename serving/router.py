@@ -1,0 +1,192 @@
+"""Knowledge routing after KIMAs: pick the sources worth searching for a query.
+
+Each source is summarised by k-means centroids of its chunk embeddings (computed at index
+time), optionally joined by *mix-in* centroids: embedded texts that describe the source
+("API reference, function signatures, repository paths"), weighted by ``mixin_weight``.
+A source's score is its ``scale`` times the best weighted cosine between the query and its
+centroids; the top ``top_k`` sources are returned, and below ``min_score`` the configured
+``fallback_source`` is used instead.
+
+Modes (KIMAs routed the raw query in parallel with the rewrite, which misroutes
+"where is the code for it?"):
+
+* ``parallel``: route the raw query while the rewrite runs concurrently;
+* ``serial``: rewrite first, then route the rewritten query;
+* ``auto``: ``serial`` when there is history, else ``parallel``.
+
+The scoring runs through ``searchsmith.kernels.route_sources`` (Triton on CUDA).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from searchsmith.models.config import closest_key
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.serving.embedder import Embedder
+from searchsmith.serving.index import Index
+from searchsmith.serving.rewrite import HeuristicRewriter, Rewriter, Turn, parse_history
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["parallel", "serial", "auto"]
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """Attributes:
+        mode: see the module docstring.
+        top_k: sources returned per query.
+        min_score: below this best score, route to ``fallback_source`` (if set).
+        fallback_source: the source used when nothing scores ``min_score``.
+        mixin: source -> texts embedded as extra centroids of that source.
+        mixin_weight: multiplier of the mix-in centroids' cosine (1 = like a chunk centroid).
+        scale: source -> multiplier of its score (default 1).
+        max_query_chars: longer queries are truncated (with a warning in the result).
+    """
+
+    mode: Mode = "auto"
+    top_k: int = 3
+    min_score: float = 0.0
+    fallback_source: str | None = None
+    mixin: dict[str, list[str]] = field(default_factory=dict)
+    mixin_weight: float = 1.0
+    scale: dict[str, float] = field(default_factory=dict)
+    max_query_chars: int = 4000
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1:
+            raise ValueError(f"router.top_k must be >= 1, got {self.top_k}")
+        if self.max_query_chars < 1:
+            raise ValueError(f"router.max_query_chars must be >= 1, got {self.max_query_chars}")
+
+
+@dataclass
+class RouteResult:
+    """Sources chosen for one query, with what was routed and how long it took."""
+
+    sources: list[tuple[str, float]]
+    query: str
+    routed_text: str
+    rewrite: str
+    mode: str
+    fallback: bool = False
+    warnings: list[str] = field(default_factory=list)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [s for s, _ in self.sources]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sources": [{"source": s, "score": round(float(sc), 6)} for s, sc in self.sources],
+                "query": self.query, "routed_text": self.routed_text, "rewrite": self.rewrite,
+                "mode": self.mode, "fallback": self.fallback, "warnings": self.warnings,
+                "latency_ms": {k: round(v, 3) for k, v in self.latency_ms.items()}}
+
+
+def check_query(query: Any, max_chars: int, field_name: str = "query") -> tuple[str, list[str]]:
+    """Validate a query: a non-empty string; over-long ones are truncated with a warning."""
+    if not isinstance(query, str):
+        raise ValidationError(f"{field_name}: expected a string, got {type(query).__name__}")
+    if not query.strip():
+        raise ValidationError(f"{field_name}: is empty; send a question")
+    warnings = []
+    if len(query) > max_chars:
+        warnings.append(f"{field_name} truncated from {len(query)} to {max_chars} characters (router.max_query_chars)")
+        query = query[:max_chars]
+    return query.strip(), warnings
+
+
+class CentroidRouter:
+    """Route queries to the sources of an index by centroid similarity."""
+
+    def __init__(self, index: Index, embedder: Embedder, config: RouterConfig | None = None,
+                 rewriter: Rewriter | None = None) -> None:
+        import torch
+
+        self.index = index
+        self.embedder = embedder
+        self.config = cfg = config or RouterConfig()
+        self.rewriter = rewriter or HeuristicRewriter()
+        self.sources = list(index.sources)
+        for name, where in [*((s, "router.mixin") for s in cfg.mixin), *((s, "router.scale") for s in cfg.scale),
+                            *(((cfg.fallback_source, "router.fallback_source"),) if cfg.fallback_source else ())]:
+            if name not in self.sources:
+                hint = closest_key(name, self.sources)
+                fix = f"; did you mean {hint!r}?" if hint else ""
+                raise ConfigError(f"{where}: unknown source {name!r}{fix} (index sources: {self.sources})")
+        src_id = {s: i for i, s in enumerate(self.sources)}
+        cents = [index.centroids]
+        owners = [src_id[s] for s in index.centroid_sources]
+        weights = [1.0] * len(owners)
+        for s, texts in cfg.mixin.items():
+            if not texts:
+                continue
+            cents.append(embedder.encode(list(texts)))
+            owners.extend([src_id[s]] * len(texts))
+            weights.extend([cfg.mixin_weight] * len(texts))
+        self.centroids = torch.from_numpy(np.concatenate(cents).astype(np.float32))  # (C, D)
+        self.centroid_source = torch.tensor(owners, dtype=torch.long)  # (C,)
+        self.centroid_weight = torch.tensor(weights, dtype=torch.float32)  # (C,)
+        self.source_scale = torch.tensor([cfg.scale.get(s, 1.0) for s in self.sources],
+                                         dtype=torch.float32)  # (S,)
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="route")
+
+    def score(self, query_vectors: np.ndarray, top_k: int | None = None) -> list[list[tuple[str, float]]]:
+        """Top sources for each of (B, D) query vectors."""
+        import torch
+
+        from searchsmith.kernels import route_sources
+
+        k = min(top_k or self.config.top_k, len(self.sources))
+        q = torch.from_numpy(np.ascontiguousarray(query_vectors, dtype=np.float32))
+        scores, ids = route_sources(q, self.centroids, self.centroid_source, self.source_scale, k,
+                                    centroid_weight=self.centroid_weight)
+        return [[(self.sources[int(i)], float(s)) for s, i in zip(srow, irow)]
+                for srow, irow in zip(scores.tolist(), ids.tolist())]
+
+    def _finish(self, ranked: list[tuple[str, float]]) -> tuple[list[tuple[str, float]], bool]:
+        cfg = self.config
+        if cfg.fallback_source and (not ranked or ranked[0][1] < cfg.min_score):
+            return [(cfg.fallback_source, ranked[0][1] if ranked else 0.0)], True
+        return ranked, False
+
+    def route(self, query: str, history: Any = None, mode: Mode | None = None,
+              top_k: int | None = None) -> RouteResult:
+        """Route one (possibly follow-up) question."""
+        cfg = self.config
+        mode = mode or cfg.mode
+        if mode not in ("parallel", "serial", "auto"):
+            raise ValidationError(f"route: mode must be parallel, serial or auto, got {mode!r}")
+        query, warnings = check_query(query, cfg.max_query_chars)
+        turns: list[Turn] = parse_history(history)
+        effective = ("serial" if turns else "parallel") if mode == "auto" else mode
+        t0 = time.perf_counter()
+        lat: dict[str, float] = {}
+        if effective == "serial":
+            rewrite = self.rewriter.rewrite(turns, query)
+            lat["rewrite"] = (time.perf_counter() - t0) * 1e3
+            t1 = time.perf_counter()
+            ranked = self.score(self.embedder.encode([rewrite]), top_k)[0]
+            lat["route"] = (time.perf_counter() - t1) * 1e3
+            routed = rewrite
+        else:
+            fut = self._pool.submit(self.rewriter.rewrite, turns, query)
+            ranked = self.score(self.embedder.encode([query]), top_k)[0]
+            lat["route"] = (time.perf_counter() - t0) * 1e3
+            rewrite = fut.result()
+            routed = query
+        lat["total"] = (time.perf_counter() - t0) * 1e3
+        ranked, fell_back = self._finish(ranked)
+        return RouteResult(sources=ranked, query=query, routed_text=routed, rewrite=rewrite,
+                           mode=effective, fallback=fell_back, warnings=warnings, latency_ms=lat)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from searchsmith.models.errors import ValidationError
+from searchsmith.serving.embedder import pack_batches
+
+
+def test_pack_batches_respects_budget_and_covers_every_item() -> None:
+    lengths = [5, 100, 7, 50, 3, 3, 99, 8]
+    batches = pack_batches(lengths, max_batch_tokens=200, max_batch_size=3)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) * max(lengths[i] for i in b) <= 200
+    # longest first, and the two ~100-token items travel together
+    assert set(batches[0]) == {1, 6}
+
+
+def test_pack_batches_oversized_item_goes_alone() -> None:
+    assert pack_batches([500, 2, 2], max_batch_tokens=100, max_batch_size=8) == [[0], [1, 2]]
+
+
+def test_matches_sentence_transformers(embedder) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    texts = ["short", "a somewhat longer sentence about caches and eviction policies",
+             "Quarry " * 300, "", "Jupiter has moons."]
+    ours = embedder.encode(texts)
+    ref = SentenceTransformer(str(embedder.model_path), device="cpu").encode(texts, normalize_embeddings=True)
+    assert ours.shape == (5, 384) and ours.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(ours, ref, atol=2e-5)
+
+
+def test_order_is_input_order_across_windows() -> None:
+    from searchsmith.serving.embedder import Embedder, EmbedderConfig
+
+    small = Embedder(EmbedderConfig(window_texts=3, max_batch_tokens=64, max_batch_size=2))
+    texts = [f"sentence number {i} " * (1 + i % 4) for i in range(8)]
+    got = small.encode(texts)
+    for i, t in enumerate(texts):
+        np.testing.assert_allclose(got[i], small.encode([t])[0], atol=1e-5)
+    assert small.last_stats["texts"] == 1  # the last call embedded one text
+    assert 0 < small.last_stats["padding_efficiency"] <= 1
+
+
+def test_encode_to_file_streams_atomically(tmp_path, embedder) -> None:
+    texts = [f"text {i}" for i in range(10)]
+    out = embedder.encode_to_file(iter(texts), tmp_path / "v.npy", count=10)
+    arr = np.load(out)
+    assert arr.shape == (10, 384)
+    with pytest.raises(ValidationError, match="expected count=11"):
+        embedder.encode_to_file(iter(texts), tmp_path / "w.npy", count=11)
+    assert not (tmp_path / "w.npy").exists() and not list(tmp_path.glob("*.tmp*"))
+
+
+def test_rejects_bad_input(embedder) -> None:
+    with pytest.raises(ValidationError, match="one string"):
+        embedder.encode("not a list")
+    with pytest.raises(ValidationError, match="text 1 is int"):
+        embedder.encode(["ok", 3])
+    assert embedder.encode([]).shape == (0, 384)
+
+
+def test_huge_text_is_cut_not_crashing(embedder) -> None:
+    vec = embedder.encode(["word " * 200_000])
+    assert vec.shape == (1, 384) and np.isfinite(vec).all()
