@@ -1,1 +1,62 @@
-"""searchsmith.kernels: Triton kernels with torch twins, and the dispatch that picks between them."""
+"""searchsmith.kernels: Triton kernels with torch twins, and the dispatch that picks between them.
+
+Public entry points (see ``kernels/dispatch.py`` for the backend rules):
+
+* ``pool_normalize(hidden, mask)``: (B, T, D), (B, T) -> (B, D) masked mean, L2-normalised.
+* ``similarity_topk(queries, matrix, k)``: exact top-k inner products, (B, k') scores and ids.
+* ``route_sources(queries, centroids, centroid_source, source_scale, k)``: top-k sources.
+* ``dedup_mask(embeddings, threshold)``: greedy near-duplicate keep-mask.
+
+Each takes ``backend=None | "auto" | "torch" | "triton"``; ``$SEARCHSMITH_KERNEL_BACKEND``
+sets the default. Bad inputs raise ``KernelInputError`` (a ``ValueError``). This package
+imports nothing else from the project, and ``triton`` only when a Triton path runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from .dispatch import (
+    BACKENDS,
+    DEFAULT_DEDUP_THRESHOLD,
+    ENV_BACKEND,
+    TRITON_BY_DEFAULT,
+    KernelInputError,
+    dedup_mask,
+    pool_normalize,
+    resolve_backend,
+    route_sources,
+    similarity_topk,
+)
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_DEDUP_THRESHOLD",
+    "ENV_BACKEND",
+    "TRITON_BY_DEFAULT",
+    "KernelInputError",
+    "dedup_mask",
+    "pool_normalize",
+    "resolve_backend",
+    "route_sources",
+    "similarity_topk",
+]
+
+
+class _KernelsPackage(types.ModuleType):
+    """Keeps ``searchsmith.kernels.<op>`` the dispatch function after ``kernels/<op>.py`` loads.
+
+    Importing a submodule makes Python set the package attribute of the same name to the
+    module (``searchsmith.kernels.similarity_topk`` would become the file, not the
+    function). Op names are pinned to the functions; the modules stay in ``sys.modules``.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _PINNED and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_PINNED = frozenset({"pool_normalize", "similarity_topk", "route_sources", "dedup_mask"})
+sys.modules[__name__].__class__ = _KernelsPackage

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
-
 from searchsmith.models.errors import ConfigError
 
 T = TypeVar("T")

@@ -70,8 +70,7 @@ def read_history_file(path: str | None):
 
 def load_router(index_dir: str, config_path: str | None = None, overrides=()):
     """Embedder + index + router from an index folder and an optional router YAML."""
-    from searchsmith.models.config import load_config
-    from searchsmith.models.config import from_dict
+    from searchsmith.models.config import from_dict, load_config
     from searchsmith.serving.embedder import Embedder, EmbedderConfig
     from searchsmith.serving.index import Index, read_manifest
     from searchsmith.serving.router import CentroidRouter, RouterConfig

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 
@@ -190,7 +189,6 @@ class Embedder:
     def _embed_ids(self, ids: list[list[int]]):
         """One padded batch of token ids -> (b, D) float32 unit vectors (torch, on CPU)."""
         import torch
-
         from searchsmith.kernels import pool_normalize
 
         width = max(len(x) for x in ids)

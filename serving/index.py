@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-
 from searchsmith.models import __version__
 from searchsmith.models.config import from_dict, to_dict
-from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.serving.chunker import Chunk, Chunker, ChunkerConfig
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
 
@@ -511,7 +510,6 @@ class Index:
     def _search_one(self, source: str, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.backend == "kernel":
             import torch
-
             from searchsmith.kernels import similarity_topk
 
             mat, ids = self._kernel_mats[source]

@@ -3,13 +3,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import searchsmith.kernels
 import searchsmith.models
 import searchsmith.serving
 import searchsmith.training
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from searchsmith.serving.chunker import Chunker, ChunkerConfig, split_sentences
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from searchsmith.models.errors import ValidationError
 from searchsmith.serving.corpus import read_corpus
 

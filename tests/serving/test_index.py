@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.serving.corpus import read_corpus
 from searchsmith.serving.index import Index, IndexConfig, add_documents, build_index, read_manifest

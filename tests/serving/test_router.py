@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.serving.index import Index
 from searchsmith.serving.rewrite import HeuristicRewriter, parse_history

@@ -1,0 +1,108 @@
+"""``searchsmith profile embed``: the embedder against ``SentenceTransformer.encode``.
+
+Same texts (mixed lengths: the demo corpus's documents and short queries, shuffled), same
+model, same device, one run. Reports texts/s of both, their ratio, the cosine agreement of
+the vectors, and throughput against batch size for both (PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+import numpy as np
+from searchsmith.serving.profiling.common import ProfileContext, save_plot
+
+
+def mixed_texts(n: int, seed: int = 0) -> list[str]:
+    """``n`` texts of mixed length from the demo corpus: whole documents, sentences, titles."""
+    from searchsmith.serving.demo import corpus_path
+
+    docs = [json.loads(line) for line in corpus_path().read_text(encoding="utf-8").splitlines() if line.strip()]
+    pool: list[str] = []
+    for d in docs:
+        pool.append(d["text"])
+        pool.extend(s.strip() + "." for s in d["text"].split(". ")[:3] if s.strip())
+        if d.get("title"):
+            pool.append(d["title"])
+    rng = random.Random(seed)
+    return [rng.choice(pool) for _ in range(n)]
+
+
+def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    import torch
+    from searchsmith.serving.embedder import Embedder, EmbedderConfig
+    from sentence_transformers import SentenceTransformer
+
+    if getattr(args, "backend", "torch") not in ("torch", None):
+        ctx.emit({"suite": "embed", "skipped": f"backend {args.backend!r} needs the ONNX export (issue 4)"})
+        return
+    device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
+    n = 256 if ctx.quick else (4096 if device == "cuda" else 1024)
+    texts = mixed_texts(n)
+    dtype = "fp16" if device == "cuda" else "fp32"
+    ours = Embedder(EmbedderConfig(device=device, dtype=dtype))
+    st = SentenceTransformer(str(ours.model_path), device=device)
+    if device == "cuda":
+        st = st.half()
+    lengths = ours.count_tokens(texts)
+    workload = {"texts": n, "device": device, "dtype": dtype, "model": ours.model_name,
+                "tokens_p50": int(np.median(lengths)), "tokens_max": int(max(lengths)),
+                "max_seq_length": ours.max_seq_length}
+    sync = torch.cuda.synchronize if device == "cuda" else None
+
+    def timed(fn) -> float:
+        fn(texts[: min(64, n)])  # warm-up
+        if sync:
+            sync()
+        best = float("inf")
+        for _ in range(1 if ctx.quick else 3):
+            t0 = time.perf_counter()
+            fn(texts)
+            if sync:
+                sync()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    curve = {"searchsmith": [], "sentence-transformers": []}
+    budgets = [4096, 16384] if ctx.quick else [2048, 4096, 8192, 16384, 32768]
+    sizes = [32, 128] if ctx.quick else [16, 32, 64, 128, 256]
+    for b in budgets:
+        emb = Embedder(EmbedderConfig(device=device, dtype=dtype, max_batch_tokens=b, max_batch_size=1024))
+        emb.model, emb.tokenizer = ours.model, ours.tokenizer  # share weights: only packing differs
+        s = timed(emb.encode)
+        curve["searchsmith"].append((b, n / s))
+        ctx.emit({"suite": "embed", "impl": "searchsmith", "max_batch_tokens": b, "texts_per_s": n / s,
+                  "padding_efficiency": emb.last_stats.get("padding_efficiency"), **workload})
+    for bs in sizes:
+        s = timed(lambda t: st.encode(t, batch_size=bs, normalize_embeddings=True))
+        curve["sentence-transformers"].append((bs, n / s))
+        ctx.emit({"suite": "embed", "impl": "sentence-transformers", "batch_size": bs,
+                  "texts_per_s": n / s, **workload})
+    # headline: each at its default setting, plus agreement of the vectors
+    ours_s = timed(ours.encode)
+    st_s = timed(lambda t: st.encode(t, batch_size=32, normalize_embeddings=True))
+    a = ours.encode(texts)
+    b = st.encode(texts, batch_size=32, normalize_embeddings=True)
+    cos = np.sum(a * b, axis=1)
+    best_st = max(v for _, v in curve["sentence-transformers"])
+    ctx.emit({"suite": "embed", "summary": True, "searchsmith_texts_per_s": n / ours_s,
+              "st_default_texts_per_s": n / st_s, "ratio_vs_st_default": st_s / ours_s,
+              "st_best_texts_per_s": best_st, "ratio_vs_st_best": (n / ours_s) / best_st,
+              "min_cosine": float(cos.min()), "padding_efficiency": ours.last_stats.get("padding_efficiency"),
+              **workload})
+
+    def draw(fig, ax) -> None:
+        xs, ys = zip(*curve["searchsmith"])
+        ax.plot([x / 128 for x in xs], ys, marker="o", label="searchsmith (max_batch_tokens / 128)")
+        xs, ys = zip(*curve["sentence-transformers"])
+        ax.plot(xs, ys, marker="s", label="SentenceTransformer.encode (batch_size)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (texts; searchsmith: token budget / 128)")
+        ax.set_ylabel("texts / s")
+        ax.legend()
+
+    save_plot(ctx.out_dir / "embed_throughput.png", draw,
+              f"Embedding throughput vs batch size ({device}, {n} mixed-length texts)")

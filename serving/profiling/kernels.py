@@ -1,0 +1,305 @@
+"""``searchsmith profile kernels``: each kernel against its torch twin (and faiss for search).
+
+Three size plans, picked by where it runs:
+
+* ``gpu`` (CUDA present, not ``--quick``): the issue's grid. similarity_topk over
+  N in {1e5, 1e6, 4e6} x B in {1, 16, 256} x k in {10, 100}, D = 384, float16 (plus float32
+  at N = 1e6); route_sources over C in {1e3, 1e5} x B; dedup_mask over N in {1e3, 4e3};
+  pool_normalize over B. Budgeted to about 3 minutes on an H200: the largest matrix is
+  4e6 x 384 float16 = 3 GB on the GPU and 6 GB float32 for faiss on the CPU, and the slowest
+  faiss calls (B = 256 at N = 4e6) run once.
+* ``cpu`` (no CUDA, ``--device cpu`` or ``--quick``): small sizes, torch twin vs faiss
+  only (Triton runs on a CPU only in its interpreter); well under a minute.
+* ``tiny`` (``TRITON_INTERPRET=1`` or ``$SEARCHSMITH_PROFILE_KERNELS_TINY=1``): toy sizes so
+  the whole suite, Triton included, runs end to end in the test suite.
+
+Each workload emits one JSON line per implementation: time (p50 over repeats), ratio
+``torch_ms / impl_ms`` (above 1 is faster than the torch twin), achieved bandwidth as a
+fraction of the H200's ~4.3 TB/s and the matrix rate in TFLOP/s (as a fraction of ~790
+TFLOP/s for 16-bit dot products). One verdict line per op says whether Triton beat torch
+in most workloads of this run, which is what ``kernels.dispatch.TRITON_BY_DEFAULT`` should
+follow. A PNG of the ratios goes to ``<out>/kernels.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from searchsmith.models.errors import ValidationError
+from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot, time_call
+
+# Reference machine figures from ../shared/GPU.md, used only to express fractions.
+H200_BANDWIDTH_BPS = 4.3e12
+H200_DOT16_FLOPS = 790e12
+TINY_ENV = "SEARCHSMITH_PROFILE_KERNELS_TINY"
+D_MODEL = 384
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and repeat counts of one run."""
+
+    name: str
+    search: tuple[tuple[int, int, int, torch.dtype], ...]  # (N, B, k, dtype)
+    route: tuple[tuple[int, int, int, int], ...]  # (C, S, B, k)
+    dedup: tuple[int, ...]  # N
+    pool: tuple[tuple[int, int, torch.dtype], ...]  # (B, T, dtype)
+    dim: int
+    repeat: int
+    warmup: int
+    faiss_max_flops: float  # time faiss once (no warmup) above this many FLOPs
+
+
+def _grid(ns, bs, ks, dtype) -> tuple[tuple[int, int, int, torch.dtype], ...]:
+    return tuple((n, b, k, dtype) for n in ns for b in bs for k in ks)
+
+
+PLANS: dict[str, Plan] = {
+    "gpu": Plan(
+        name="gpu",
+        search=_grid((100_000, 1_000_000, 4_000_000), (1, 16, 256), (10, 100), torch.float16)
+        + _grid((1_000_000,), (1, 16, 256), (10,), torch.float32),
+        route=tuple((c, max(16, c // 100), b, 10) for c in (1_000, 100_000) for b in (1, 16, 256)),
+        dedup=(1_000, 4_000),
+        pool=((1, 256, torch.float16), (16, 256, torch.float16), (256, 256, torch.float16),
+              (256, 256, torch.float32)),
+        dim=D_MODEL, repeat=10, warmup=2, faiss_max_flops=5e10,
+    ),
+    "cpu": Plan(
+        name="cpu",
+        search=_grid((10_000, 100_000), (1, 16), (10,), torch.float32) + ((10_000, 16, 100, torch.float32),),
+        route=tuple((c, max(16, c // 100), b, 10) for c in (1_000, 10_000) for b in (1, 16)),
+        dedup=(1_000,),
+        pool=((16, 128, torch.float32),),
+        dim=D_MODEL, repeat=3, warmup=1, faiss_max_flops=float("inf"),
+    ),
+    "tiny": Plan(
+        name="tiny",
+        search=((150, 2, 5, torch.float32), (150, 2, 5, torch.float16)),
+        route=((100, 7, 2, 3),),
+        dedup=(70,),
+        pool=((2, 9, torch.float32),),
+        dim=24, repeat=1, warmup=0, faiss_max_flops=float("inf"),
+    ),
+}
+
+
+def _choose(ctx: ProfileContext) -> tuple[Plan, torch.device, bool]:
+    """(plan, device, whether Triton runs) from the context and the machine."""
+    from searchsmith.kernels.dispatch import interpreter_enabled, triton_available
+
+    if ctx.device not in ("auto", "cpu", "cuda"):
+        raise ValidationError(f"profile kernels: --device must be auto, cpu or cuda, got {ctx.device!r}")
+    if ctx.device == "cuda" and not torch.cuda.is_available():
+        raise ValidationError("profile kernels: --device cuda but torch sees no CUDA device; use --device cpu")
+    cuda = torch.cuda.is_available() and ctx.device != "cpu"
+    device = torch.device("cuda" if cuda else "cpu")
+    tiny = interpreter_enabled() or os.environ.get(TINY_ENV) == "1"
+    if tiny:
+        name = "tiny"
+    elif cuda and not ctx.quick:
+        name = "gpu"
+    else:
+        name = "cpu"
+    use_triton = triton_available() and (cuda or interpreter_enabled())
+    return PLANS[name], device, use_triton
+
+
+def _sync_for(device: torch.device) -> Callable[[], None] | None:
+    return torch.cuda.synchronize if device.type == "cuda" else None
+
+
+def _measure(fn: Callable[[], Any], plan: Plan, device: torch.device, *, once: bool = False) -> dict[str, float]:
+    samples = time_call(fn, warmup=0 if once else plan.warmup, repeat=1 if once else plan.repeat,
+                        sync=_sync_for(device))
+    return percentiles(samples)
+
+
+def _emit_impls(ctx: ProfileContext, base: dict[str, Any], timings: dict[str, dict[str, float]],
+                bytes_moved: float, flops: float, device: torch.device, dtype_bits: int) -> list[dict[str, Any]]:
+    """One record per implementation, ratios against the torch twin measured in the same run."""
+    torch_ms = timings["torch"]["p50_ms"]
+    out = []
+    for impl, stats in timings.items():
+        sec = stats["p50_ms"] / 1e3
+        rec = {
+            **base, "impl": impl, "device": device.type, **stats,
+            "torch_p50_ms": torch_ms,
+            "ratio_vs_torch": torch_ms / stats["p50_ms"] if stats["p50_ms"] > 0 else None,
+            "bytes_moved": bytes_moved, "gbytes_per_s": bytes_moved / sec / 1e9 if sec > 0 else None,
+            "tflops": flops / sec / 1e12 if sec > 0 else None,
+        }
+        on_gpu = device.type == "cuda" and impl != "faiss_cpu"
+        rec["bandwidth_fraction_h200"] = bytes_moved / sec / H200_BANDWIDTH_BPS if on_gpu and sec > 0 else None
+        rec["dot16_rate_fraction_h200"] = (flops / sec / H200_DOT16_FLOPS
+                                           if on_gpu and sec > 0 and dtype_bits == 16 else None)
+        out.append(ctx.emit(rec))
+    return out
+
+
+def _bench_search(ctx: ProfileContext, plan: Plan, device: torch.device, use_triton: bool) -> list[dict[str, Any]]:
+    from searchsmith.kernels import similarity_topk
+
+    try:
+        import faiss
+    except ImportError:  # faiss is a core dependency, but keep the suite usable without it
+        faiss = None
+    records: list[dict[str, Any]] = []
+    gen = torch.Generator(device=device).manual_seed(0)
+    by_matrix: dict[tuple[int, torch.dtype], list[tuple[int, int]]] = {}
+    for n, b, k, dtype in plan.search:
+        by_matrix.setdefault((n, dtype), []).append((b, k))
+    for (n, dtype), cases in by_matrix.items():
+        matrix = torch.randn(n, plan.dim, device=device, generator=gen, dtype=torch.float32).to(dtype)
+        index = None
+        if faiss is not None:
+            index = faiss.IndexFlatIP(plan.dim)
+            index.add(matrix.float().cpu().numpy())
+        for b, k in cases:
+            queries = torch.randn(b, plan.dim, device=device, generator=gen).to(dtype)
+            def call(backend: str, q=queries, m=matrix, k=k):
+                return similarity_topk(q, m, k, backend=backend)
+
+            timings = {"torch": _measure(lambda: call("torch"), plan, device)}
+            if device.type == "cuda":
+                # What a user would write: one (B, N) matmul in the input dtype, then topk.
+                timings["torch_mm_topk"] = _measure(lambda q=queries, m=matrix, k=k: torch.topk(q @ m.T, k, dim=1),
+                                                    plan, device)
+            if use_triton:
+                timings["triton"] = _measure(lambda: call("triton"), plan, device)
+            flops = 2.0 * b * n * plan.dim
+            if index is not None:
+                q_np = queries.float().cpu().numpy()
+                timings["faiss_cpu"] = _measure(lambda q_np=q_np, ix=index, k=k: ix.search(q_np, k), plan, device,
+                                                once=flops > plan.faiss_max_flops)
+            elem = torch.finfo(dtype).bits // 8
+            base = {"suite": "kernels", "op": "similarity_topk", "N": n, "B": b, "k": k, "D": plan.dim,
+                    "dtype": str(dtype).replace("torch.", ""), "plan": plan.name}
+            records += _emit_impls(ctx, base, timings, float(n * plan.dim * elem + b * plan.dim * elem),
+                                   flops, device, torch.finfo(dtype).bits)
+        matrix = index = None  # free the 3 GB (GPU) / 6 GB (faiss) before the next size
+    return records
+
+
+def _bench_route(ctx: ProfileContext, plan: Plan, device: torch.device, use_triton: bool) -> list[dict[str, Any]]:
+    from searchsmith.kernels import route_sources
+
+    records: list[dict[str, Any]] = []
+    gen = torch.Generator(device=device).manual_seed(1)
+    for c, s, b, k in plan.route:
+        centroids = torch.randn(c, plan.dim, device=device, generator=gen)
+        src = torch.randint(0, s, (c,), device=device, generator=gen)
+        scale = torch.rand(s, device=device, generator=gen) + 0.5
+        weight = torch.rand(c, device=device, generator=gen)
+        queries = torch.randn(b, plan.dim, device=device, generator=gen)
+
+        def call(backend: str, q=queries, cen=centroids, src=src, scale=scale, w=weight, k=k):
+            return route_sources(q, cen, src, scale, k, centroid_weight=w, backend=backend)
+
+        timings = {"torch": _measure(lambda: call("torch"), plan, device)}
+        if use_triton:
+            timings["triton"] = _measure(lambda: call("triton"), plan, device)
+        base = {"suite": "kernels", "op": "route_sources", "C": c, "S": s, "B": b, "k": k, "D": plan.dim,
+                "dtype": "float32", "plan": plan.name}
+        records += _emit_impls(ctx, base, timings, float((c + b) * plan.dim * 4 + c * 12),
+                               2.0 * b * c * plan.dim, device, 32)
+    return records
+
+
+def _bench_dedup(ctx: ProfileContext, plan: Plan, device: torch.device, use_triton: bool) -> list[dict[str, Any]]:
+    from searchsmith.kernels import dedup_mask
+
+    records: list[dict[str, Any]] = []
+    gen = torch.Generator(device=device).manual_seed(2)
+    for n in plan.dedup:
+        # Passages around n / 4 topics: a realistic share of near-duplicates to remove.
+        topics = torch.nn.functional.normalize(torch.randn(max(1, n // 4), plan.dim, device=device, generator=gen), dim=1)
+        pick = torch.randint(0, topics.shape[0], (n,), device=device, generator=gen)
+        emb = topics[pick] + 0.05 * torch.randn(n, plan.dim, device=device, generator=gen)
+        emb = torch.nn.functional.normalize(emb, dim=1)
+        timings = {"torch": _measure(lambda e=emb: dedup_mask(e, backend="torch"), plan, device)}
+        if use_triton:
+            timings["triton"] = _measure(lambda e=emb: dedup_mask(e, backend="triton"), plan, device)
+        base = {"suite": "kernels", "op": "dedup_mask", "N": n, "D": plan.dim, "dtype": "float32",
+                "plan": plan.name}
+        records += _emit_impls(ctx, base, timings, float(n * plan.dim * 4 + n * n / 8),
+                               1.0 * n * n * plan.dim, device, 32)
+    return records
+
+
+def _bench_pool(ctx: ProfileContext, plan: Plan, device: torch.device, use_triton: bool) -> list[dict[str, Any]]:
+    from searchsmith.kernels import pool_normalize
+
+    records: list[dict[str, Any]] = []
+    gen = torch.Generator(device=device).manual_seed(3)
+    for b, t, dtype in plan.pool:
+        hidden = torch.randn(b, t, plan.dim, device=device, generator=gen).to(dtype)
+        lengths = torch.randint(1, t + 1, (b,), device=device, generator=gen)
+        mask = (torch.arange(t, device=device)[None, :] < lengths[:, None]).to(torch.int64)  # right padding
+        timings = {"torch": _measure(lambda h=hidden, m=mask: pool_normalize(h, m, backend="torch"), plan, device)}
+        if use_triton:
+            timings["triton"] = _measure(lambda h=hidden, m=mask: pool_normalize(h, m, backend="triton"),
+                                         plan, device)
+        elem = torch.finfo(dtype).bits // 8
+        real_tokens = float(lengths.sum())
+        base = {"suite": "kernels", "op": "pool_normalize", "B": b, "T": t, "D": plan.dim,
+                "dtype": str(dtype).replace("torch.", ""), "plan": plan.name}
+        # Bytes the fused kernel must move: real tokens only, plus the mask and the output.
+        records += _emit_impls(ctx, base, timings, real_tokens * plan.dim * elem + b * t * 8 + b * plan.dim * 4,
+                               2.0 * real_tokens * plan.dim, device, torch.finfo(dtype).bits)
+    return records
+
+
+def _verdicts(ctx: ProfileContext, records: list[dict[str, Any]], use_triton: bool) -> None:
+    for op in ("similarity_topk", "route_sources", "dedup_mask", "pool_normalize"):
+        mine = [r for r in records if r["op"] == op and r["impl"] == "triton"]
+        if not use_triton or not mine:
+            ctx.emit({"suite": "kernels", "op": op, "verdict": "triton not measured (needs CUDA or TRITON_INTERPRET=1)"})
+            continue
+        wins = sum(1 for r in mine if (r["ratio_vs_torch"] or 0) > 1.0)
+        ctx.emit({"suite": "kernels", "op": op, "verdict": "triton faster" if wins * 2 > len(mine) else "torch faster",
+                  "triton_wins": wins, "workloads": len(mine),
+                  "note": "interpreter timings say nothing about GPU speed" if mine[0]["device"] == "cpu" else "",
+                  "recommend_triton_default": wins * 2 > len(mine) and mine[0]["device"] == "cuda"})
+
+
+def _plot(ctx: ProfileContext, records: list[dict[str, Any]]) -> None:
+    rows = [r for r in records if r["impl"] != "torch" and r.get("ratio_vs_torch")]
+    if not rows:
+        return
+
+    def label(r: dict[str, Any]) -> str:
+        keys = [f"{key}={r[key]}" for key in ("N", "C", "B", "T", "k") if key in r]
+        return f"{r['op']} {' '.join(keys)} {r['dtype']} [{r['impl']}]"
+
+    def draw(fig, ax) -> None:
+        ys = range(len(rows))
+        ax.barh(list(ys), [r["ratio_vs_torch"] for r in rows],
+                color=["tab:green" if r["ratio_vs_torch"] > 1 else "tab:red" for r in rows])
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_yticks(list(ys), [label(r) for r in rows], fontsize=5)
+        ax.set_xscale("log")
+        ax.set_xlabel("speed-up over the torch twin (p50; > 1 is faster)")
+        fig.set_size_inches(9, max(4.5, 0.14 * len(rows)))
+
+    save_plot(ctx.out_dir / "kernels.png", draw, f"kernels vs torch ({rows[0]['device']}, plan {rows[0]['plan']})")
+
+
+def run(ctx: ProfileContext, args: argparse.Namespace | None = None) -> list[dict[str, Any]]:
+    """Run the kernel suite; returns the records it emitted (also written by ``ctx.emit``)."""
+    plan, device, use_triton = _choose(ctx)
+    ctx.emit({"suite": "kernels", "plan": plan.name, "device": device.type, "triton": use_triton,
+              "torch_threads": torch.get_num_threads()})
+    records: list[dict[str, Any]] = []
+    records += _bench_search(ctx, plan, device, use_triton)
+    records += _bench_route(ctx, plan, device, use_triton)
+    records += _bench_dedup(ctx, plan, device, use_triton)
+    records += _bench_pool(ctx, plan, device, use_triton)
+    _verdicts(ctx, records, use_triton)
+    _plot(ctx, records)
+    return records

@@ -1,0 +1,37 @@
+"""Every YAML under recipes/ (found with rglob) loads and validates against its registered
+recipe config; every tiny twin is small enough for the test suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from searchsmith.models.config import read_yaml
+from searchsmith.models.errors import ConfigError
+from searchsmith.training.config import load_recipe_config, recipe_name
+from searchsmith.training.registry import get_recipe
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+FILES = sorted(RECIPES.rglob("*.yaml"))
+
+
+def test_recipes_are_found() -> None:
+    assert any(p.parent.name == "tiny" for p in FILES)
+    assert (RECIPES / "reranker" / "minilm_full.yaml") in FILES
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(RECIPES)))
+def test_recipe_validates(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("#"), f"{path}: must start with a header comment (what, data, command)"
+    assert "searchsmith train" in text.split("\nrecipe:")[0], f"{path}: header must give the command"
+    name = recipe_name(path)
+    try:
+        entry = get_recipe(name)
+    except ConfigError as exc:
+        pytest.fail(f"{path}: recipe {name!r} is not registered: {exc}")
+    cfg = load_recipe_config(path)
+    assert isinstance(cfg, entry.config_cls)
+    if path.parent.name == "tiny":
+        assert cfg.optim.max_steps <= 20, f"{path}: a tiny twin trains a few steps only"
+    assert read_yaml(path)["recipe"] == cfg.recipe

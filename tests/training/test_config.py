@@ -1,0 +1,95 @@
+"""Recipe config loading: strict keys, types, every error at once, overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from searchsmith.models.errors import ConfigError
+from searchsmith.training.config import OptimConfig, config_hash, load_recipe_config
+from searchsmith.training.registry import get_loss, get_recipe
+
+TINY = Path(__file__).resolve().parents[2] / "recipes" / "reranker" / "tiny" / "reranker_tiny.yaml"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "r.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_tiny_recipe_loads_typed() -> None:
+    cfg = load_recipe_config(TINY)
+    assert cfg.recipe == "reranker"
+    assert isinstance(cfg.optim, OptimConfig)
+    assert cfg.optim.lr == pytest.approx(1.0e-3)
+    assert cfg.model.config["hidden_size"] == 32
+
+
+def test_unknown_key_suggests_closest(tmp_path: Path) -> None:
+    p = _write(tmp_path, "recipe: reranker\noutput_dir: x\noptim:\n  learning_rte: 0.1\n")
+    with pytest.raises(ConfigError, match=r"optim.learning_rte: unknown key"):
+        load_recipe_config(p)
+    p = _write(tmp_path, "recipe: reranker\noutput_dir: x\noptim:\n  lrr: 0.1\n")
+    with pytest.raises(ConfigError, match=r"did you mean 'lr'"):
+        load_recipe_config(p)
+
+
+def test_lr_written_as_2e_minus_5_is_rejected_with_hint(tmp_path: Path) -> None:
+    p = _write(tmp_path, "recipe: reranker\noutput_dir: x\noptim:\n  lr: 2e-5\n")
+    with pytest.raises(ConfigError, match=r"write 2\.0e-5"):
+        load_recipe_config(p)
+
+
+def test_all_errors_reported_at_once(tmp_path: Path) -> None:
+    p = _write(tmp_path, "recipe: reranker\noutput_dir: x\nlos: bce\n"
+                         "optim:\n  max_steps: ten\ntrain:\n  mixed_precision: fp8\n")
+    with pytest.raises(ConfigError) as info:
+        load_recipe_config(p)
+    msg = str(info.value)
+    assert "3 error(s)" in msg
+    assert "los: unknown key; did you mean 'loss'" in msg
+    assert "optim.max_steps: expected an integer" in msg
+    assert "train.mixed_precision: expected one of" in msg
+
+
+def test_overrides_apply_by_dotted_path() -> None:
+    cfg = load_recipe_config(TINY, ["optim.lr=3.0e-5", "data.sources=[synthetic]", "train.seed=4"])
+    assert cfg.optim.lr == pytest.approx(3.0e-5)
+    assert cfg.train.seed == 4
+
+
+def test_override_with_bad_value_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="optim.batch_size: expected an integer"):
+        load_recipe_config(TINY, ["optim.batch_size=four"])
+
+
+def test_out_of_range_value_is_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"optim.lr must be > 0"):
+        load_recipe_config(TINY, ["optim.lr=-1.0"])
+
+
+def test_unknown_recipe_name_suggests(tmp_path: Path) -> None:
+    p = _write(tmp_path, "recipe: rerankr\noutput_dir: x\n")
+    with pytest.raises(ConfigError, match=r"unknown recipe 'rerankr'; did you mean 'reranker'"):
+        load_recipe_config(p)
+
+
+def test_missing_recipe_key(tmp_path: Path) -> None:
+    p = _write(tmp_path, "output_dir: x\n")
+    with pytest.raises(ConfigError, match="missing top-level 'recipe:' key"):
+        load_recipe_config(p)
+
+
+def test_unknown_loss_suggests() -> None:
+    assert get_recipe("reranker").name == "reranker"
+    with pytest.raises(ConfigError, match=r"did you mean 'listwise'"):
+        get_loss("listwize")
+
+
+def test_config_hash_ignores_output_dir_only() -> None:
+    a = load_recipe_config(TINY)
+    b = load_recipe_config(TINY, ["output_dir=/elsewhere"])
+    c = load_recipe_config(TINY, ["optim.lr=2.0e-3"])
+    assert config_hash(a) == config_hash(b)
+    assert config_hash(a) != config_hash(c)

@@ -1,0 +1,263 @@
+"""Reranker recipe: losses and metrics on known values, data checks, tiny twin end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.training.config import load_recipe_config
+from searchsmith.training.metrics import (
+    BM25,
+    mrr_at_k,
+    ndcg_at_k,
+    rank_by_scores,
+    ranking_metrics,
+    recall_at_k,
+    token_f1,
+)
+from searchsmith.training.reranker import (
+    QueryGroup,
+    RerankerData,
+    bce_loss,
+    build_model,
+    check_group,
+    listwise_loss,
+    load_groups,
+    synthetic_groups,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "recipes" / "reranker" / "tiny" / "reranker_tiny.yaml"
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def test_ndcg_known_values() -> None:
+    assert ndcg_at_k([1, 0, 0]) == pytest.approx(1.0)
+    # One relevant document at rank 2: DCG = 1/log2(3), ideal DCG = 1.
+    assert ndcg_at_k([0, 1, 0]) == pytest.approx(1 / math.log2(3))
+    # Two relevant, found at ranks 1 and 3: (1 + 1/2) / (1 + 1/log2(3)).
+    assert ndcg_at_k([1, 0, 1]) == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
+    # A relevant document outside the ranking still counts in the ideal DCG.
+    assert ndcg_at_k([1, 0], all_labels=[1, 0, 1]) == pytest.approx(1 / (1 + 1 / math.log2(3)))
+    assert ndcg_at_k([0, 0]) == 0.0
+    assert ndcg_at_k([0, 1], k=1) == 0.0
+
+
+def test_mrr_and_recall_known_values() -> None:
+    assert mrr_at_k([0, 0, 1, 1]) == pytest.approx(1 / 3)
+    assert mrr_at_k([0, 0, 1], k=2) == 0.0
+    assert recall_at_k([0, 1, 0, 1], k=2) == pytest.approx(0.5)
+
+
+def test_rank_by_scores_and_ranking_metrics() -> None:
+    assert rank_by_scores([0.1, 0.9, 0.5], [0, 1, 0]) == [1, 0, 0]
+    m = ranking_metrics([([0.1, 0.9], [0, 1]), ([0.9, 0.1], [0, 1])], k=10)
+    assert m["mrr@10"] == pytest.approx((1 + 0.5) / 2)
+    assert m["queries"] == 2
+
+
+def test_token_f1_known_values() -> None:
+    assert token_f1("the cat sat", "a cat sat down") == pytest.approx(2 * 1.0 * (2 / 3) / (1 + 2 / 3))
+    assert token_f1("dog", "cat") == 0.0
+
+
+def test_bm25_prefers_matching_document_and_rarer_terms() -> None:
+    bm = BM25(["the cat sat on the mat", "dogs chase cats", "a cat and a dog", "birds fly"])
+    assert bm.top_k("cat mat", 1)[0][0] == 0
+    assert bm.score("birds", 3) > bm.score("cat", 2) > 0
+    assert bm.score("zebra", 0) == 0.0
+
+
+# ------------------------------------------------------------------ losses
+
+
+def test_listwise_loss_known_value() -> None:
+    scores = torch.tensor([[2.0, 0.0, 0.0]])
+    labels = torch.tensor([[1.0, 0.0, 0.0]])
+    expected = -math.log(math.exp(2) / (math.exp(2) + 2))
+    assert float(listwise_loss(scores, labels)) == pytest.approx(expected, rel=1e-6)
+    # The positive need not be first.
+    assert float(listwise_loss(scores.flip(1), labels.flip(1))) == pytest.approx(expected, rel=1e-6)
+
+
+def test_bce_loss_known_value() -> None:
+    scores = torch.tensor([[0.0, 0.0]])
+    labels = torch.tensor([[1.0, 0.0]])
+    assert float(bce_loss(scores, labels)) == pytest.approx(math.log(2), rel=1e-6)
+    assert float(bce_loss(torch.tensor([[10.0, -10.0]]), labels)) < 1e-4
+
+
+# ------------------------------------------------------------------ data
+
+
+def test_labels_out_of_range_are_rejected() -> None:
+    g = QueryGroup("q1", "x", "query", ["a", "b"], [1, 5])
+    with pytest.raises(ValidationError, match=r"labels \[5\] out of range; expected integers in \[0, 3\]"):
+        check_group(g, "test")
+
+
+def test_labels_count_mismatch_is_rejected() -> None:
+    g = QueryGroup("q1", "x", "query", ["a", "b"], [1])
+    with pytest.raises(ValidationError, match="2 candidates but 1 labels"):
+        check_group(g, "test")
+
+
+def test_missing_data_file_names_field_and_fix(tmp_path: Path) -> None:
+    data = RerankerData(sources=["hotpotqa"], hotpotqa=str(tmp_path / "nope.jsonl"))
+    with pytest.raises(ConfigError, match=r"data.hotpotqa: data file .*nope.jsonl' not found.*synthetic"):
+        load_groups(data)
+
+
+def test_empty_dataset_is_rejected(tmp_path: Path) -> None:
+    p = tmp_path / "empty.jsonl"
+    p.write_text("\n", encoding="utf-8")
+    with pytest.raises(ValidationError, match="no records"):
+        load_groups(RerankerData(sources=["musique"], musique=str(p)))
+
+
+def test_bad_jsonl_line_names_file_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"id": "a", "question": "q", "paragraphs": []}\n{oops\n', encoding="utf-8")
+    with pytest.raises(ValidationError, match=r"bad.jsonl:2: not valid JSON"):
+        load_groups(RerankerData(sources=["musique"], musique=str(p)))
+
+
+def test_unknown_source_suggests() -> None:
+    with pytest.raises(ConfigError, match=r"unknown dataset 'scifakt'; did you mean 'scifact'"):
+        load_groups(RerankerData(sources=["scifakt"]))
+
+
+def test_synthetic_groups_have_one_positive_each() -> None:
+    groups = synthetic_groups(RerankerData(synthetic_queries=40))
+    assert len(groups) >= 20
+    assert all(sum(g.labels) == 1 and len(g.candidates) >= 2 for g in groups)
+    assert synthetic_groups(RerankerData(synthetic_queries=40))[0].query == groups[0].query
+
+
+def test_nonexistent_base_model_path() -> None:
+    cfg = load_recipe_config(TINY, ["model.config=null", "base_model=./no/such/model"])
+    with pytest.raises(ConfigError, match=r"base_model: local model path './no/such/model' does not exist"):
+        build_model(cfg)
+
+
+# ------------------------------------------------------------------ tiny twin end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The tiny twin trained 3 steps once for this module."""
+    from searchsmith.training.registry import get_recipe
+
+    run = tmp_path_factory.mktemp("tiny_run")
+    cfg = load_recipe_config(TINY, [f"output_dir={run}", "optim.max_steps=3"])
+    return run, get_recipe("reranker").fn(cfg, run_dir=run)
+
+
+def test_tiny_recipe_trains_saves_and_reloads(tiny_run: tuple[Path, dict]) -> None:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    run, final = tiny_run
+    assert 0.0 < final["ndcg@10"] <= 1.0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] == 3
+    assert set(metrics["baselines"]) >= {"bm25", "data"}
+    assert metrics["baselines"]["bm25"]["queries"] == final["queries"]
+    split = json.loads((run / "split.json").read_text())
+    assert split["eval"] and not set(split["eval"]) & set(split["train"])
+    info = json.loads((run / "run.json").read_text())
+    assert info["task"] == "rerank" and info["recipe"] == "reranker"
+    model = AutoModelForSequenceClassification.from_pretrained(run / "model")
+    tok = AutoTokenizer.from_pretrained(run / "model")
+    assert model.config.num_labels == 1 and model.config.hidden_size == 32
+    out = model(**tok(["a question"], ["a passage"], return_tensors="pt")).logits
+    assert out.shape == (1, 1)
+
+
+def _beir(tmp_path: Path) -> Path:
+    from searchsmith.training.data import write_jsonl_atomic
+
+    groups = synthetic_groups(RerankerData(synthetic_queries=12))
+    corpus, queries, qrels = {}, [], ["query-id\tcorpus-id\tscore"]
+    for g in groups:
+        for c, y in zip(g.candidates, g.labels, strict=True):
+            did = corpus.setdefault(c, f"d{len(corpus)}")
+            if y:
+                qrels.append(f"{g.qid}\t{did}\t1")
+        queries.append({"_id": g.qid, "text": g.query})
+    write_jsonl_atomic(tmp_path / "corpus.jsonl", [{"_id": i, "title": "", "text": t}
+                                                    for t, i in corpus.items()])
+    write_jsonl_atomic(tmp_path / "queries.jsonl", queries)
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
+    return tmp_path
+
+
+def test_eval_rerank_on_beir_folder(tiny_run: tuple[Path, dict], tmp_path: Path) -> None:
+    from argparse import Namespace
+
+    from searchsmith.training.evaluate import eval_rerank
+
+    data = _beir(tmp_path / "beir")
+    per_item = tmp_path / "items.jsonl"
+    out = eval_rerank(Namespace(data=str(data), checkpoint=str(tiny_run[0]), bundle=None, run=None,
+                                first_stage="bm25", per_item=str(per_item), limit=5, k=3, json=True))
+    assert out["queries"] == 5 and out["first_stage"] == "bm25"
+    assert 0.0 <= out["ndcg@10"] <= 1.0 and 0.0 <= out["first_stage/ndcg@10"] <= 1.0
+    assert len(per_item.read_text().splitlines()) == 5
+
+
+def test_eval_rerank_bundle_is_a_clear_error(tmp_path: Path) -> None:
+    from argparse import Namespace
+
+    from searchsmith.training.evaluate import eval_rerank
+
+    data = _beir(tmp_path / "beir")
+    with pytest.raises(ConfigError, match="--bundle: ONNX bundles are not supported.*--checkpoint"):
+        eval_rerank(Namespace(data=str(data), checkpoint=None, bundle="b", run=None,
+                              first_stage="bm25", per_item=None, limit=0, k=3, json=True))
+
+
+def test_eval_rerank_missing_qrels(tmp_path: Path) -> None:
+    from argparse import Namespace
+
+    from searchsmith.training.evaluate import eval_rerank
+
+    data = _beir(tmp_path / "beir")
+    (data / "qrels" / "test.tsv").unlink()
+    with pytest.raises(ConfigError, match=r"qrels/test.tsv is missing"):
+        eval_rerank(Namespace(data=str(data), checkpoint="x", bundle=None, run=None,
+                              first_stage="bm25", per_item=None, limit=0, k=3, json=True))
+
+
+@pytest.mark.shared_data
+def test_scifact_groups_from_shared_data(shared_data: Path) -> None:
+    data = RerankerData(sources=["scifact"],
+                        scifact_claims=str(shared_data / "scifact/claims_dev.jsonl"),
+                        scifact_corpus=str(shared_data / "scifact/corpus_subset.jsonl"))
+    groups = load_groups(data)
+    assert len(groups) > 50
+    assert all(sum(g.labels) >= 1 and len(g.candidates) >= 10 for g in groups)
+
+
+def test_mining_keeps_the_negatives_closest_to_the_query() -> None:
+    from searchsmith.training.reranker import mine_hard_negatives
+
+    vecs = {"q": [1.0, 0.0], "pos": [1.0, 0.0], "near": [0.9, 0.1], "mid": [0.5, 0.5],
+            "far": [0.0, 1.0]}
+
+    def embed(texts):
+        import numpy as np
+
+        return np.array([vecs[t] for t in texts], dtype=np.float32)
+
+    big = QueryGroup("a", "x", "q", ["far", "pos", "mid", "near"], [0, 1, 0, 0])
+    small = QueryGroup("b", "x", "q", ["far", "pos"], [0, 1])
+    mine_hard_negatives([big, small], embed, pool_size=2)
+    assert big.hard_negatives == ["near", "mid"]
+    assert small.hard_negatives == ["far"]

@@ -1,0 +1,152 @@
+"""The training loop: trains, saves a plain HF model, resumes exactly, refuses changed
+configs, stops on NaN keeping the last good checkpoint."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from searchsmith.models.errors import ConfigError, RunnerError, ValidationError
+from searchsmith.training.config import OptimConfig, TrainConfig
+from searchsmith.training.trainer import latest_checkpoint, train
+
+
+@dataclass(frozen=True)
+class _Cfg:
+    output_dir: str = "unused"
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def _cfg(max_steps: int = 6, lr: float = 1.0e-2) -> _Cfg:
+    return _Cfg(optim=OptimConfig(lr=lr, max_steps=max_steps, batch_size=4, warmup_ratio=0.2),
+                train=TrainConfig(seed=0, mixed_precision="no", save_every_steps=2,
+                                  keep_checkpoints=5, log_every_steps=1, eval_every_steps=3))
+
+
+def _model() -> torch.nn.Module:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    conf = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32, max_position_embeddings=16, num_labels=1)
+    return BertForSequenceClassification(conf)
+
+
+def _batches(epoch: int):
+    # 5 batches per epoch, deterministic per epoch (as train() requires for resuming).
+    rng = random.Random(epoch)
+    for _ in range(5):
+        ids = torch.tensor([[rng.randrange(1, 50) for _ in range(8)] for _ in range(4)])
+        yield {"input_ids": ids, "y": torch.tensor([rng.random() for _ in range(4)])}
+
+
+def _loss(model, batch):
+    out = model(input_ids=batch["input_ids"]).logits.view(-1)
+    return torch.nn.functional.mse_loss(out, batch["y"])
+
+
+def _eval(model):
+    ids = torch.arange(1, 9).view(1, 8)
+    with torch.no_grad():
+        return {"score": float(model(input_ids=ids).logits[0, 0])}
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def _stop_at(n: int):
+    def cb(step, model):
+        if step == n:
+            raise _Interrupt
+    return cb
+
+
+def test_train_saves_plain_model_metrics_and_curve(tmp_path: Path) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    res = train(_model(), _loss, _batches, _cfg(), tmp_path, _eval,
+                run_info={"task": "t", "recipe": "r", "base_model": "b"}, baselines={"x": 1})
+    assert res.step == 6
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["steps"] == 6 and metrics["baselines"] == {"x": 1}
+    assert [h["step"] for h in metrics["history"]] == [1, 2, 3, 4, 5, 6]
+    assert [e["step"] for e in metrics["eval_history"]] == [3, 6]
+    assert (tmp_path / "training_curve.png").stat().st_size > 1000
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["recipe"] == "r" and run["config"]["optim"]["max_steps"] == 6
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "model").eval()
+    ids = torch.arange(1, 9).view(1, 8)
+    with torch.no_grad():
+        assert float(reloaded(input_ids=ids).logits[0, 0]) == pytest.approx(
+            metrics["final"]["score"], abs=1e-5)
+    # Only the newest checkpoints are kept, and leftover temporary folders are absent.
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step-2", "step-4", "step-6"]
+
+
+def test_resume_after_interrupt_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    full = train(_model(), _loss, _batches, _cfg(), tmp_path / "full")
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path / "cut", on_step=_stop_at(4))
+    assert latest_checkpoint(tmp_path / "cut").name == "step-4"
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    opt4 = torch.load(tmp_path / "cut/checkpoints/step-4/optimizer.pt")
+    assert all(int(s["step"]) == 4 for s in opt4["state"].values())
+
+    resumed = train(_model(), _loss, _batches, _cfg(), tmp_path / "cut")
+    assert resumed.resumed_from_step == 4 and resumed.step == 6
+    assert [h["step"] for h in resumed.history] == [1, 2, 3, 4, 5, 6]
+    opt6 = torch.load(tmp_path / "cut/checkpoints/step-6/optimizer.pt")
+    assert all(int(s["step"]) == 6 for s in opt6["state"].values())
+    # Same weights as the run that was never interrupted: optimizer moments, scheduler,
+    # RNG (dropout) and data position were all restored.
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items(),
+                                 strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_resume_with_changed_config_is_refused_unless_forced(tmp_path: Path) -> None:
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(2))
+    with pytest.raises(ConfigError, match="different config.*--force"):
+        train(_model(), _loss, _batches, _cfg(lr=5.0e-2), tmp_path)
+    res = train(_model(), _loss, _batches, _cfg(lr=5.0e-2), tmp_path, force=True)
+    assert res.resumed_from_step == 2 and res.step == 6
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
+    calls = {"n": 0}
+
+    def nan_after_3(model, batch):
+        calls["n"] += 1
+        loss = _loss(model, batch)
+        return loss * float("nan") if calls["n"] == 3 else loss
+
+    with pytest.raises(RunnerError, match=r"step 3: training loss is nan.*step-2"):
+        train(_model(), nan_after_3, _batches, _cfg(), tmp_path)
+    assert latest_checkpoint(tmp_path).name == "step-2"
+    assert not (tmp_path / "model").exists()
+
+
+def test_empty_training_data_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="training data is empty"):
+        train(_model(), _loss, lambda epoch: iter(()), _cfg(), tmp_path)
+
+
+def test_lora_is_merged_into_a_plain_model_at_save(tmp_path: Path) -> None:
+    from searchsmith.training.config import LoraConfig
+    from searchsmith.training.trainer import apply_lora
+    from transformers import AutoModelForSequenceClassification
+
+    lora = LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["query", "value"])
+    model = apply_lora(_model(), lora, "SEQ_CLS", modules_to_save=["classifier"])
+    res = train(model, _loss, _batches, _cfg(max_steps=2), tmp_path, _eval)
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "model").eval()
+    assert not any("lora" in k for k in reloaded.state_dict())
+    assert _eval(reloaded)["score"] == pytest.approx(res.final_metrics["score"], abs=1e-5)

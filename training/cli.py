@@ -1,0 +1,43 @@
+"""``searchsmith train RECIPE.yaml [key=value ...] [--force] [--output-dir DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from searchsmith.models.errors import ConfigError
+
+
+def configure_train(parser: argparse.ArgumentParser) -> None:
+    """Add the ``train`` options to ``parser``."""
+    parser.add_argument("recipe", help="recipe YAML, e.g. recipes/reranker/minilm_full.yaml")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="config overrides by dotted path, e.g. optim.lr=3.0e-5")
+    parser.add_argument("--output-dir", help="run folder (default: the recipe's output_dir)")
+    parser.add_argument("--force", action="store_true",
+                        help="resume a checkpoint even though the config changed")
+    parser.set_defaults(func=run_train)
+    # Let KEY=VALUE overrides come before or after the options (argparse's plain parse_args
+    # stops collecting positionals at the first option).
+    parser.parse_args = parser.parse_intermixed_args  # type: ignore[method-assign]
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Load the recipe, run it, print where the run is and its final metrics."""
+    from searchsmith.training.config import load_recipe_config
+    from searchsmith.training.registry import get_recipe
+
+    overrides = list(args.overrides)
+    if args.output_dir:
+        overrides.append(f"output_dir={json.dumps(str(args.output_dir))}")
+    cfg = load_recipe_config(args.recipe, overrides)
+    entry = get_recipe(cfg.recipe)
+    run_dir = Path(cfg.output_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"output_dir: {str(run_dir)!r} is a file; expected a folder")
+    print(f"searchsmith train: recipe {entry.name!r} -> {run_dir}", flush=True)
+    final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))
+    print(f"run: {run_dir}  (model: {run_dir / 'model'}, metrics: {run_dir / 'metrics.json'})")
+    print(json.dumps(final, indent=2, sort_keys=True))
+    return 0

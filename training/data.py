@@ -1,0 +1,148 @@
+"""Data utilities shared by the recipes: JSONL reading, path resolution, seeded splits.
+
+Every error names the file and line, what was expected and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from searchsmith.models.errors import ConfigError, ValidationError
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True) -> Path:
+    """Resolve a recipe data path: as given (relative to the current folder), else relative
+    to the repository root (so ``../shared/data/...`` works from the repo and from elsewhere).
+
+    Raises:
+        ConfigError: the path does not exist (``must_exist``), naming the field and the fix.
+    """
+    p = Path(path).expanduser()
+    candidates = [p] if p.is_absolute() else [p, REPO_ROOT / p]
+    for c in candidates:
+        if c.exists():
+            return c.resolve()
+    if not must_exist:
+        return candidates[-1]
+    tried = " or ".join(repr(str(c)) for c in candidates)
+    raise ConfigError(
+        f"{field}: data file {str(path)!r} not found (tried {tried}). The real sets live in "
+        "../shared/data beside the repository; without them, set data.sources to the "
+        "synthetic set only (e.g. data.sources=[synthetic])"
+    )
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` for each non-blank line of a JSONL file.
+
+    Raises:
+        ConfigError: the file is missing.
+        ValidationError: a line is not JSON or not an object (``file:line: ...``).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: file not found (check the path)")
+    with open(p, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValidationError(f"{p}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(rec, dict):
+                raise ValidationError(f"{p}:{n}: expected a JSON object, got {type(rec).__name__}")
+            yield n, rec
+
+
+def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """All records of a JSONL file, each checked to have the ``required`` fields.
+
+    Raises:
+        ValidationError: a record lacks a required field, or the file has no record.
+    """
+    out = []
+    for n, rec in iter_jsonl(path):
+        missing = [k for k in required if k not in rec]
+        if missing:
+            raise ValidationError(f"{path}:{n}: missing field(s) {missing}; required: {list(required)}")
+        out.append(rec)
+    if not out:
+        raise ValidationError(f"{path}: no records (empty file); expected JSON lines with {list(required)}")
+    return out
+
+
+def split_by_key(keys: Sequence[T], eval_ratio: float, seed: int) -> tuple[set[T], set[T]]:
+    """Seeded split of distinct ``keys`` (query ids) into (train, held-out) sets.
+
+    The held-out set has ``round(eval_ratio * n)`` keys, at least one when ``n >= 2``.
+    """
+    if not 0 < eval_ratio < 1:
+        raise ConfigError(f"data.eval_ratio must be in (0, 1), got {eval_ratio}")
+    uniq = sorted(set(keys), key=str)
+    rng = random.Random(seed)
+    rng.shuffle(uniq)
+    n_eval = max(1, round(eval_ratio * len(uniq))) if len(uniq) >= 2 else 0
+    return set(uniq[n_eval:]), set(uniq[:n_eval])
+
+
+def write_jsonl_atomic(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
+    """Write records as JSON lines through a temporary file."""
+    import os
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, p)
+    return p
+
+
+# ------------------------------------------------------------------ synthetic text helpers
+
+ANIMALS = ["otter", "falcon", "lynx", "heron", "badger", "gecko", "walrus", "marmot", "ibis",
+           "tapir", "osprey", "newt", "bison", "mink", "wren", "yak", "salamander", "jackal",
+           "puffin", "okapi", "ferret", "condor", "beaver", "stoat"]
+HABITATS = ["river banks", "mountain cliffs", "pine forests", "salt marshes", "open grassland",
+            "desert dunes", "arctic ice", "alpine meadows", "rainforest canopy", "rocky coasts"]
+FOODS = ["fish", "insects", "seeds", "small rodents", "berries", "leaves", "crabs", "worms",
+         "grass", "eggs"]
+TRAITS = ["nocturnal", "migratory", "solitary", "social", "territorial", "burrowing",
+          "diving", "gliding"]
+COLOURS = ["brown", "grey", "black", "white", "red", "spotted", "striped", "golden"]
+
+
+def synthetic_facts(n_entities: int, seed: int) -> list[dict[str, str]]:
+    """Made-up animal fact sheets: ``{name, habitat, food, trait, colour}``; deterministic.
+
+    Names beyond the base list get a numbered suffix ("otter 2") so there can be many.
+    """
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_entities):
+        base = ANIMALS[i % len(ANIMALS)]
+        name = base if i < len(ANIMALS) else f"{rng.choice(COLOURS)} {base} {i // len(ANIMALS) + 1}"
+        out.append({"name": name, "habitat": rng.choice(HABITATS), "food": rng.choice(FOODS),
+                    "trait": rng.choice(TRAITS), "colour": rng.choice(COLOURS)})
+    return out
+
+
+__all__ = [
+    "REPO_ROOT",
+    "iter_jsonl",
+    "read_jsonl",
+    "resolve_data_path",
+    "split_by_key",
+    "synthetic_facts",
+    "write_jsonl_atomic",
+]

@@ -1,0 +1,173 @@
+"""Ranking and text metrics shared by recipes and ``searchsmith eval``, plus a small BM25.
+
+Ranking metrics take the relevance labels in the order the system ranked the documents
+(``ranked_labels[0]`` is the top document) and, for nDCG, all relevance labels of the query
+so that relevant documents missing from the ranking still count in the ideal DCG.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from searchsmith.models.errors import ValidationError
+
+_TOKEN_RE = re.compile(r"[a-z0-9]+")
+# A small English stop-word list (the one described in shared/data/README.md's BM25 note).
+STOP_WORDS = frozenset(
+    "a an and are as at be by for from has have in is it its of on or that the this to was "
+    "were which with".split()
+)
+
+
+def dcg(gains: Sequence[float]) -> float:
+    """Discounted cumulative gain: sum_i (2^g_i - 1) / log2(i + 2)."""
+    return sum((2.0 ** g - 1.0) / math.log2(i + 2) for i, g in enumerate(gains))
+
+
+def ndcg_at_k(ranked_labels: Sequence[float], k: int = 10,
+              all_labels: Sequence[float] | None = None) -> float:
+    """nDCG@k of one ranking; 0.0 when the query has no relevant document.
+
+    Args:
+        ranked_labels: relevance of the documents in ranked order.
+        all_labels: every relevance label of the query (defaults to ``ranked_labels``).
+    """
+    if k < 1:
+        raise ValidationError(f"ndcg_at_k: k must be >= 1, got {k}")
+    pool = list(all_labels if all_labels is not None else ranked_labels)
+    ideal = dcg(sorted(pool, reverse=True)[:k])
+    if ideal <= 0:
+        return 0.0
+    return dcg(list(ranked_labels)[:k]) / ideal
+
+
+def mrr_at_k(ranked_labels: Sequence[float], k: int = 10) -> float:
+    """Reciprocal rank of the first relevant (label > 0) document within the top k, else 0."""
+    for i, g in enumerate(list(ranked_labels)[:k]):
+        if g > 0:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def recall_at_k(ranked_labels: Sequence[float], k: int, n_relevant: int | None = None) -> float:
+    """Share of the relevant documents found in the top k (0 when none is relevant)."""
+    total = n_relevant if n_relevant is not None else sum(1 for g in ranked_labels if g > 0)
+    if total <= 0:
+        return 0.0
+    return sum(1 for g in list(ranked_labels)[:k] if g > 0) / total
+
+
+def rank_by_scores(scores: Sequence[float], labels: Sequence[float]) -> list[float]:
+    """Labels sorted by descending score (ties keep the input order: a stable sort)."""
+    if len(scores) != len(labels):
+        raise ValidationError(f"rank_by_scores: {len(scores)} scores for {len(labels)} labels")
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [labels[i] for i in order]
+
+
+def ranking_metrics(groups: Iterable[tuple[Sequence[float], Sequence[float]]],
+                    k: int = 10) -> dict[str, float]:
+    """Mean nDCG@k, MRR@k and recall@k over ``(scores, labels)`` groups."""
+    nd, mr, rc, n = 0.0, 0.0, 0.0, 0
+    for scores, labels in groups:
+        ranked = rank_by_scores(scores, labels)
+        nd += ndcg_at_k(ranked, k, labels)
+        mr += mrr_at_k(ranked, k)
+        rc += recall_at_k(ranked, k)
+        n += 1
+    if n == 0:
+        raise ValidationError("ranking_metrics: no query to evaluate")
+    return {f"ndcg@{k}": nd / n, f"mrr@{k}": mr / n, f"recall@{k}": rc / n, "queries": n}
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD-style normalisation: lower case, no punctuation or articles, single spaces."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """SQuAD token F1 between two strings after :func:`normalize_answer` (1.0 if both empty)."""
+    p, r = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    if not p and not r:
+        return 1.0
+    common = Counter(p) & Counter(r)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p), same / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    """1.0 when the normalised strings are equal, else 0.0."""
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Lower-cased alphanumeric tokens without stop words (BM25's analyser)."""
+    return [t for t in _TOKEN_RE.findall(text.lower()) if t not in STOP_WORDS]
+
+
+class BM25:
+    """Okapi BM25 over a fixed list of documents (k1=0.9, b=0.4 as in Anserini/BEIR).
+
+    Args:
+        documents: the texts (title + text joined by the caller).
+    """
+
+    def __init__(self, documents: Sequence[str], k1: float = 0.9, b: float = 0.4) -> None:
+        if not documents:
+            raise ValidationError("BM25: no documents to index")
+        self.k1, self.b = k1, b
+        self.docs = [Counter(bm25_tokens(d)) for d in documents]
+        self.lengths = [sum(c.values()) for c in self.docs]
+        self.avg_len = sum(self.lengths) / len(self.lengths) or 1.0
+        df: Counter[str] = Counter()
+        for c in self.docs:
+            df.update(c.keys())
+        n = len(self.docs)
+        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+
+    def score(self, query: str, index: int) -> float:
+        """BM25 score of document ``index`` for ``query``."""
+        c, length = self.docs[index], self.lengths[index]
+        norm = self.k1 * (1 - self.b + self.b * length / self.avg_len)
+        s = 0.0
+        for t in bm25_tokens(query):
+            tf = c.get(t, 0)
+            if tf:
+                s += self.idf[t] * tf * (self.k1 + 1) / (tf + norm)
+        return s
+
+    def scores(self, query: str, indices: Iterable[int] | None = None) -> list[float]:
+        """Scores of the given documents (all by default) for ``query``."""
+        idx = range(len(self.docs)) if indices is None else indices
+        return [self.score(query, i) for i in idx]
+
+    def top_k(self, query: str, k: int) -> list[tuple[int, float]]:
+        """The ``k`` best ``(index, score)`` pairs, best first (documents scoring 0 excluded)."""
+        all_scores = self.scores(query)
+        order = sorted(range(len(all_scores)), key=lambda i: -all_scores[i])
+        return [(i, all_scores[i]) for i in order[:k] if all_scores[i] > 0]
+
+
+__all__ = [
+    "BM25",
+    "bm25_tokens",
+    "dcg",
+    "exact_match",
+    "mrr_at_k",
+    "ndcg_at_k",
+    "normalize_answer",
+    "rank_by_scores",
+    "ranking_metrics",
+    "recall_at_k",
+    "token_f1",
+]

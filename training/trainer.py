@@ -1,0 +1,479 @@
+"""The training loop every recipe shares: small, readable, resumable.
+
+What :func:`train` does, in order:
+
+1. seeds Python, NumPy and torch from ``train.seed``;
+2. resumes from the newest complete checkpoint in ``run_dir/checkpoints/`` when there is one
+   (model, optimizer, scheduler, RNG states, step and data position), refusing when the
+   stored config hash differs from this config unless ``force=True`` (``--force``), in which
+   case the checkpoint is continued under the new config;
+3. runs AdamW with linear warmup then linear decay, gradient accumulation, autocast mixed
+   precision on CUDA (fp32 on CPU), gradient clipping, a tqdm progress bar;
+4. every ``train.eval_every_steps`` calls ``eval_fn(model) -> {metric: value}``;
+5. every ``train.save_every_steps`` writes ``checkpoints/step-N/`` atomically (a temporary
+   folder, then ``os.replace``) and keeps the newest ``train.keep_checkpoints``;
+6. stops with :class:`RunnerError` on a NaN/inf loss, naming the last good checkpoint
+   (rerunning resumes from it);
+7. at the end writes ``metrics.json`` (final metrics, loss and eval history, baselines),
+   ``training_curve.png``, the final model in ``model/`` (LoRA merged into the base with
+   peft's ``merge_and_unload``, so plain transformers / sentence-transformers load it) with
+   its tokenizer, and ``run.json`` (task, recipe, base model, config).
+
+Multi-GPU: the loop runs through ``accelerate.Accelerator``, so
+``accelerate launch -m searchsmith.models.cli train R.yaml`` (or ``accelerate launch
+$(which searchsmith) train R.yaml``) runs data-parallel unchanged: each process takes every
+``num_processes``-th micro-batch, gradients are all-reduced by DDP, and only the main
+process writes checkpoints and outputs. Only the single-process path is tested here.
+
+The loss is a function of the model and a batch, so a recipe keeps its forward pass::
+
+    def loss_fn(model, batch):  # batch: dict of tensors, already on the device
+        scores = model(**batch["inputs"]).logits.view(-1, batch["group_size"])  # (B, N)
+        return listwise_loss(scores, batch["labels"])
+
+    result = train(model, loss_fn, lambda epoch: make_batches(epoch), cfg, run_dir,
+                   eval_fn=evaluate, tokenizer=tok, run_info={"task": "rerank", ...})
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from searchsmith.models.config import to_dict
+from searchsmith.models.errors import ConfigError, RunnerError, ValidationError
+from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` hands back (the same figures are in ``run_dir/metrics.json``)."""
+
+    run_dir: Path
+    model: Any
+    step: int
+    final_metrics: dict[str, float]
+    history: list[dict[str, float]] = field(default_factory=list)
+    eval_history: list[dict[str, float]] = field(default_factory=list)
+    resumed_from_step: int | None = None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_mixed_precision(mode: str) -> str:
+    """``no`` on CPU whatever was asked (autocast is a no-op there); ``auto`` picks bf16/fp16."""
+    if not torch.cuda.is_available():
+        return "no"
+    if mode == "auto":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return mode
+
+
+def apply_lora(model: Any, lora: LoraConfig, task_type: str,
+               modules_to_save: list[str] | None = None) -> Any:
+    """Wrap ``model`` with peft LoRA when ``lora.enabled``; return it unchanged otherwise.
+
+    Args:
+        task_type: a ``peft.TaskType`` name, e.g. ``"SEQ_CLS"`` or ``"SEQ_2_SEQ_LM"``.
+        modules_to_save: new heads that must train fully (e.g. ``["classifier"]``).
+    """
+    if not lora.enabled:
+        return model
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import TaskType, get_peft_model
+
+    peft_cfg = PeftLoraConfig(
+        task_type=getattr(TaskType, task_type), r=lora.r, lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout, target_modules=lora.target_modules,
+        modules_to_save=modules_to_save,
+    )
+    try:
+        return get_peft_model(model, peft_cfg)
+    except ValueError as exc:  # target modules not in the model
+        raise ConfigError(f"lora.target_modules: {exc}") from None
+
+
+def merged_model(model: Any) -> Any:
+    """The plain transformers model: LoRA merged into the base when ``model`` is a PeftModel."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return model
+    if isinstance(model, PeftModel):
+        return model.merge_and_unload()
+    return model
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Move the finished folder ``tmp`` to ``final``, replacing an old one (near-atomically)."""
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and ``os.replace``."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
+    """Save the merged model (and tokenizer) to ``out_dir`` atomically; return ``out_dir``."""
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain = merged_model(model)
+    plain.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    _replace_dir(tmp, out_dir)
+    return out_dir
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete ``checkpoints/step-N`` folder (temporary folders are ignored)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    found = []
+    for p in root.iterdir():
+        m = CHECKPOINT_RE.match(p.name)
+        if m and (p / "state.json").is_file():
+            found.append((int(m.group(1)), p))
+    return max(found)[1] if found else None
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _lr_lambda(optim: OptimConfig) -> Callable[[int], float]:
+    warmup = int(optim.warmup_ratio * optim.max_steps)
+
+    def fn(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (optim.max_steps - step) / max(1, optim.max_steps - warmup))
+
+    return fn
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    # No decay on biases and LayerNorm weights (1-D tensors), as in BERT fine-tuning.
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def save_training_curve(path: Path, history: list[dict[str, float]],
+                        eval_history: list[dict[str, float]], title: str) -> Path:
+    """Plot training loss (and eval metrics) against the step into a PNG (matplotlib Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = 2 if eval_history else 1
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 3.5), squeeze=False)
+    ax = axes[0][0]
+    if history:
+        ax.plot([h["step"] for h in history], [h["loss"] for h in history], marker=".")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    ax.grid(alpha=0.3)
+    if eval_history:
+        ax2 = axes[0][1]
+        keys = sorted({k for e in eval_history for k in e if k != "step"})
+        for k in keys:
+            pts = [(e["step"], e[k]) for e in eval_history if k in e]
+            ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k)
+        ax2.set_xlabel("optimizer step")
+        ax2.set_ylabel("held-out metric")
+        ax2.legend(fontsize=8)
+        ax2.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def train(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    train_batches: Callable[[int], Iterable[Any]],
+    cfg: Any,
+    run_dir: str | Path,
+    eval_fn: Callable[[torch.nn.Module], Mapping[str, float]] | None = None,
+    *,
+    tokenizer: Any = None,
+    run_info: Mapping[str, Any] | None = None,
+    baselines: Mapping[str, Any] | None = None,
+    force: bool = False,
+    on_step: Callable[[int, torch.nn.Module], None] | None = None,
+) -> TrainResult:
+    """Train ``model`` for ``cfg.optim.max_steps`` optimizer steps; resume when possible.
+
+    Args:
+        model: a torch module (a peft model when LoRA is on; see :func:`apply_lora`).
+        loss_fn: ``(model, batch) -> scalar loss``; the batch is already on the device.
+        train_batches: ``epoch -> iterable of micro-batches``; must give the same batches for
+            the same epoch (seed your own ``random.Random(seed + epoch)``), so that resuming
+            can skip to the stored position.
+        cfg: a recipe config with ``.optim`` (:class:`OptimConfig`) and ``.train``
+            (:class:`TrainConfig`); its hash guards resuming.
+        run_dir: output folder (created).
+        eval_fn: ``model -> {metric: float}`` on held-out data, called in eval mode without
+            gradients every ``train.eval_every_steps`` and once at the end.
+        tokenizer: saved beside the final model.
+        run_info: written to ``run.json`` with the config (task, recipe, base_model, ...).
+        baselines: untrained reference figures written to ``metrics.json`` under ``baselines``.
+        force: resume a checkpoint even though the config changed.
+        on_step: called as ``on_step(step, model)`` after each optimizer step (after saving).
+
+    Returns:
+        TrainResult with the final metrics and the (merged) model.
+
+    Raises:
+        ConfigError: resuming with a changed config without ``force``.
+        ValidationError: the training data yields no batch.
+        RunnerError: a NaN/inf loss (the last good checkpoint is kept).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import send_to_device
+    from tqdm.auto import tqdm
+
+    optim: OptimConfig = cfg.optim
+    tcfg: TrainConfig = cfg.train
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_root = run_dir / "checkpoints"
+    cfg_hash = config_hash(cfg)
+
+    # 1. Seeds and devices.
+    seed_everything(tcfg.seed)
+    accelerator = Accelerator(mixed_precision=resolve_mixed_precision(tcfg.mixed_precision))
+    is_main = accelerator.is_main_process
+
+    optimizer = torch.optim.AdamW(_param_groups(model, optim.weight_decay), lr=optim.lr)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # The scheduler is stepped once per optimizer step in every process (not prepared, so
+    # accelerate does not multiply its steps by the number of processes).
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        getattr(optimizer, "optimizer", optimizer), _lr_lambda(optim))
+
+    # 2. Resume.
+    step, epoch, pos = 0, 0, 0
+    history: list[dict[str, float]] = []
+    eval_history: list[dict[str, float]] = []
+    resumed_from = None
+    rng_to_restore = None
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None:
+        state = json.loads((ckpt / "state.json").read_text(encoding="utf-8"))
+        if state.get("config_hash") != cfg_hash and not force:
+            raise ConfigError(
+                f"{run_dir}: a checkpoint ({ckpt.name}) from a different config is here; "
+                "refusing to resume. Rerun with the same config, pass --force to continue it "
+                "under the new config, or choose another --output-dir"
+            )
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.load_state_dict(torch.load(ckpt / "model.pt", map_location="cpu"))
+        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu"))
+        scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", map_location="cpu"))
+        rng_to_restore = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=False)
+        step, epoch, pos = state["step"], state["epoch"], state["batch_in_epoch"]
+        history, eval_history = state.get("history", []), state.get("eval_history", [])
+        resumed_from = step
+        if is_main:
+            print(f"resuming {run_dir} from {ckpt.name} (step {step})", flush=True)
+
+    def save_checkpoint() -> Path | None:
+        if not is_main:
+            return None
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        final = ckpt_root / f"step-{step}"
+        tmp = ckpt_root / f".step-{step}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        torch.save(accelerator.unwrap_model(model).state_dict(), tmp / "model.pt")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save(_rng_state(), tmp / "rng.pt")
+        # state.json last: its presence marks a complete checkpoint.
+        write_json_atomic(tmp / "state.json", {
+            "step": step, "epoch": epoch, "batch_in_epoch": pos, "config_hash": cfg_hash,
+            "history": history, "eval_history": eval_history,
+        })
+        _replace_dir(tmp, final)
+        done = sorted((int(CHECKPOINT_RE.match(p.name).group(1)), p) for p in ckpt_root.iterdir()
+                      if CHECKPOINT_RE.match(p.name))
+        for _, old in done[:-tcfg.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def run_eval() -> dict[str, float]:
+        if eval_fn is None:
+            return {}
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.eval()
+        with torch.no_grad():
+            metrics = {k: float(v) for k, v in eval_fn(unwrapped).items()}
+        unwrapped.train()
+        return metrics
+
+    def micro_batches() -> Iterable[Any]:
+        """Endless stream of micro-batches from the stored position; advances epoch/pos."""
+        nonlocal epoch, pos, rng_to_restore
+        while True:
+            it = islice(iter(train_batches(epoch)), pos, None)
+            if rng_to_restore is not None:  # after skipping, so skipping cannot disturb it
+                _set_rng_state(rng_to_restore)
+                rng_to_restore = None
+            got = False
+            for i, batch in enumerate(it, start=pos):
+                got = True
+                pos = i + 1
+                if i % accelerator.num_processes == accelerator.process_index:
+                    yield batch
+            if not got and pos == 0:
+                raise ValidationError(
+                    "training data is empty: the recipe's data yields no batch (check the "
+                    "data paths and filters; see the recipe header for the data contract)")
+            epoch, pos = epoch + 1, 0
+
+    # 3. Loop.
+    model.train()
+    start = time.perf_counter()
+    stream = iter(micro_batches())
+    bar = tqdm(total=optim.max_steps, initial=step, desc="train", disable=not is_main,
+               dynamic_ncols=True)
+    running: list[float] = []
+    last_good = latest_checkpoint(run_dir)
+    while step < optim.max_steps:
+        loss_sum = 0.0
+        for micro in range(optim.grad_accum_steps):
+            batch = send_to_device(next(stream), accelerator.device)
+            sync = micro == optim.grad_accum_steps - 1
+            ctx = accelerator.no_sync(model) if not sync else nullcontext()
+            with ctx, accelerator.autocast():
+                loss = loss_fn(model, batch)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                bar.close()
+                where = (f"the last good checkpoint is {last_good} (rerun the same command "
+                         "to resume from it)") if last_good else "no checkpoint was written yet"
+                raise RunnerError(
+                    f"step {step + 1}: training loss is {value}; stopped. {where}. Lower "
+                    "optim.lr, set train.mixed_precision=no, or check the data for empty texts")
+            accelerator.backward(loss / optim.grad_accum_steps)
+            loss_sum += value / optim.grad_accum_steps
+        accelerator.clip_grad_norm_(model.parameters(), optim.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        running.append(loss_sum)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_sum:.4f}")
+        if tcfg.log_every_steps and (step % tcfg.log_every_steps == 0 or step == optim.max_steps):
+            history.append({"step": step, "loss": sum(running) / len(running),
+                            "lr": scheduler.get_last_lr()[0]})
+            running = []
+        if (eval_fn is not None and tcfg.eval_every_steps and step % tcfg.eval_every_steps == 0
+                and step < optim.max_steps):
+            eval_history.append({"step": step, **run_eval()})
+            bar.write(f"step {step}: {eval_history[-1]}")
+        if tcfg.save_every_steps and step % tcfg.save_every_steps == 0:
+            last_good = save_checkpoint() or last_good
+        if on_step is not None:
+            on_step(step, model)
+    bar.close()
+    train_time_s = time.perf_counter() - start
+
+    # 4. Final evaluation, outputs.
+    final = run_eval()
+    if final:
+        eval_history.append({"step": step, **final})
+    if not is_main:
+        return TrainResult(run_dir, model, step, final, history, eval_history, resumed_from)
+    if tcfg.save_every_steps and (step % tcfg.save_every_steps != 0):
+        save_checkpoint()  # so that a rerun of a finished run is a no-op resume
+    metrics = {
+        "final": final, "steps": step, "history": history, "eval_history": eval_history,
+        "baselines": dict(baselines or {}), "train_time_s_this_invocation": round(train_time_s, 2),
+        "resumed_from_step": resumed_from,
+    }
+    write_json_atomic(run_dir / "metrics.json", metrics)
+    title = f"{(run_info or {}).get('recipe', 'run')}: {run_dir.name}"
+    save_training_curve(run_dir / "training_curve.png", history, eval_history, title)
+    plain = merged_model(accelerator.unwrap_model(model))
+    save_model(plain, tokenizer, run_dir / "model")
+    write_json_atomic(run_dir / "run.json", {**dict(run_info or {}), "config": to_dict(cfg),
+                                             "config_hash": cfg_hash, "steps": step})
+    return TrainResult(run_dir, plain, step, final, history, eval_history, resumed_from)
+
+
+__all__ = [
+    "TrainResult",
+    "apply_lora",
+    "latest_checkpoint",
+    "merged_model",
+    "resolve_mixed_precision",
+    "save_model",
+    "save_training_curve",
+    "seed_everything",
+    "train",
+    "write_json_atomic",
+]
