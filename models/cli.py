@@ -123,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"searchsmith {command}", description=help_text)
     try:
         _load(target)(parser)
-        args = parser.parse_args(argv[1:])
+        # intermixed: KEY=VALUE overrides may come after options (index C --out D a.b=1)
+        args = parser.parse_intermixed_args(argv[1:])
         return int(args.func(args) or 0)
     except SearchsmithError as exc:
         print(f"searchsmith {command}: error: {exc}", file=sys.stderr)

@@ -47,6 +47,8 @@ class EmbedderConfig:
         max_text_chars: texts longer than this are cut before tokenization (a 10 MB
             string would otherwise cost seconds of tokenizer time for nothing: only the
             first ``max_seq_length`` tokens are embedded anyway).
+        min_padding_efficiency: a batch is closed before its real tokens fall below this
+            share of its padded tokens (padding is computed, then thrown away).
     """
 
     model: str = "default"
@@ -57,8 +59,11 @@ class EmbedderConfig:
     dtype: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     device: str = "auto"
     max_text_chars: int = 20000
+    min_padding_efficiency: float = 0.75
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.min_padding_efficiency <= 1.0:
+            raise ValueError(f"embedder.min_padding_efficiency must be in [0, 1], got {self.min_padding_efficiency}")
         for name in ("max_batch_tokens", "max_batch_size", "window_texts", "max_text_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"embedder.{name} must be >= 1, got {getattr(self, name)}")
@@ -90,11 +95,14 @@ def _read_st_layout(path: Path) -> tuple[str, int | None]:
     return pooling, max_len
 
 
-def pack_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
+def pack_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int,
+                 min_padding_efficiency: float = 0.0) -> list[list[int]]:
     """Group item indices into batches, longest first, under a padded-token budget.
 
     The cost of a batch is ``len(batch) * max(length)``: padding counts, since it is
-    computed. An item longer than the budget goes alone (it is never dropped).
+    computed. A batch is also closed before its real tokens would fall below
+    ``min_padding_efficiency`` of its padded tokens. An item longer than the budget goes
+    alone (it is never dropped).
 
     Returns:
         Lists of indices into ``lengths``; every index appears exactly once.
@@ -102,15 +110,18 @@ def pack_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: 
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
-    longest = 0
+    width = real = 0
     for i in order:
         n = lengths[i]
-        width = max(longest, n)
-        if current and ((len(current) + 1) * width > max_batch_tokens or len(current) >= max_batch_size):
-            batches.append(current)
-            current, width = [], n
+        if current:
+            w = max(width, n)
+            padded = (len(current) + 1) * w
+            if (padded > max_batch_tokens or len(current) >= max_batch_size
+                    or real + n < min_padding_efficiency * padded):
+                batches.append(current)
+                current, width, real = [], 0, 0
         current.append(i)
-        longest = width
+        width, real = max(width, n), real + n
     if current:
         batches.append(current)
     return batches
@@ -238,7 +249,8 @@ class Embedder:
                 lengths = [len(x) for x in ids]
                 stats["truncated"] += sum(1 for n in lengths if n >= self.max_seq_length)
                 out = np.empty((len(ids), self.dim), dtype=np.float32)
-                for batch in pack_batches(lengths, cfg.max_batch_tokens, cfg.max_batch_size):
+                for batch in pack_batches(lengths, cfg.max_batch_tokens, cfg.max_batch_size,
+                                          cfg.min_padding_efficiency):
                     vecs = self._embed_ids([ids[i] for i in batch])
                     out[batch] = vecs.numpy()
                     stats["batches"] += 1

@@ -18,9 +18,6 @@ def configure_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="resume a checkpoint even though the config changed")
     parser.set_defaults(func=run_train)
-    # Let KEY=VALUE overrides come before or after the options (argparse's plain parse_args
-    # stops collecting positionals at the first option).
-    parser.parse_args = parser.parse_intermixed_args  # type: ignore[method-assign]
 
 
 def run_train(args: argparse.Namespace) -> int:

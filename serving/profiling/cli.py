@@ -36,6 +36,9 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--backend", default="torch", help="embed: torch or onnx")
     parser.add_argument("--index", help="route/pipeline: an index directory to use")
+    parser.add_argument("--record", action="store_true",
+                        help="append the headline figures to serving/profiling/performance.jsonl "
+                             "and regenerate the README's Performance table")
     parser.set_defaults(func=run_profile)
 
 
@@ -58,4 +61,9 @@ def run_profile(args: argparse.Namespace) -> int:
                 continue
             raise
         module.run(ctx, args)
+    if args.record:
+        from searchsmith.serving.profiling.readme import append_rows, headline_rows, update_readme
+
+        append_rows(headline_rows(ctx.records))
+        update_readme()
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 
@@ -40,7 +41,8 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         ctx.emit({"suite": "embed", "skipped": f"backend {args.backend!r} needs the ONNX export (issue 4)"})
         return
     device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
-    n = 256 if ctx.quick else (4096 if device == "cuda" else 1024)
+    tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the test's end-to-end run
+    n = 24 if tiny else 256 if ctx.quick else (4096 if device == "cuda" else 1024)
     texts = mixed_texts(n)
     dtype = "fp16" if device == "cuda" else "fp32"
     ours = Embedder(EmbedderConfig(device=device, dtype=dtype))
@@ -67,8 +69,8 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         return best
 
     curve = {"searchsmith": [], "sentence-transformers": []}
-    budgets = [4096, 16384] if ctx.quick else [2048, 4096, 8192, 16384, 32768]
-    sizes = [32, 128] if ctx.quick else [16, 32, 64, 128, 256]
+    budgets = [2048] if tiny else [4096, 16384] if ctx.quick else [2048, 4096, 8192, 16384, 32768]
+    sizes = [16] if tiny else [32, 128] if ctx.quick else [16, 32, 64, 128, 256]
     for b in budgets:
         emb = Embedder(EmbedderConfig(device=device, dtype=dtype, max_batch_tokens=b, max_batch_size=1024))
         emb.model, emb.tokenizer = ours.model, ours.tokenizer  # share weights: only packing differs

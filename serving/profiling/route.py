@@ -10,6 +10,7 @@ times the whole ``CentroidRouter.route`` (embedding included) on that index.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -29,9 +30,10 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
     rng = np.random.default_rng(0)
     d, per_source, k = 384, 16, 3
-    repeat = 50 if ctx.quick else 300
+    tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the test's end-to-end run
+    repeat = 8 if tiny else 50 if ctx.quick else 300
     rows = []
-    for n_sources in (10, 100, 1000):
+    for n_sources in ((3, 10) if tiny else (10, 100, 1000)):
         cents = _unit(rng, n_sources * per_source, d)
         owner = np.repeat(np.arange(n_sources), per_source)
         queries = _unit(rng, repeat, d)

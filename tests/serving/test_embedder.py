@@ -18,6 +18,16 @@ def test_pack_batches_respects_budget_and_covers_every_item() -> None:
     assert set(batches[0]) == {1, 6}
 
 
+def test_pack_batches_closes_a_batch_before_padding_dominates() -> None:
+    lengths = [100, 90, 20, 18, 17, 5]
+    # without the floor, everything fits the budget in one batch (6 x 100 = 600 padded tokens)
+    assert pack_batches(lengths, 1000, 64) == [[0, 1, 2, 3, 4, 5]]
+    batches = pack_batches(lengths, 1000, 64, min_padding_efficiency=0.75)
+    assert batches == [[0, 1], [2, 3, 4, 5]]  # 60 real of 80 padded tokens: exactly 0.75
+    for b in batches:
+        assert sum(lengths[i] for i in b) >= 0.75 * len(b) * max(lengths[i] for i in b)
+
+
 def test_pack_batches_oversized_item_goes_alone() -> None:
     assert pack_batches([500, 2, 2], max_batch_tokens=100, max_batch_size=8) == [[0], [1, 2]]
 

@@ -1,0 +1,84 @@
+"""The README's Performance table, generated from a results file.
+
+``serving/profiling/performance.jsonl`` holds one row per measured figure: date, machine,
+command, workload, the figure, the baseline's figure and their ratio. ``searchsmith
+profile SUITE --record`` appends the headline rows of that run and regenerates the table
+between the ``<!-- performance:start -->`` and ``<!-- performance:end -->`` markers of
+README.md, so every number shown there is one that a run produced. A test checks that the
+README matches the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).with_name("performance.jsonl")
+README = Path(__file__).resolve().parents[2] / "README.md"
+START, END = "<!-- performance:start -->", "<!-- performance:end -->"
+
+
+def _machine(rec: dict[str, Any]) -> str:
+    gpu = rec.get("gpu")
+    return f"{gpu}" if gpu else f"{rec.get('cpu', '?')}, {rec.get('cores', '?')} cores"
+
+
+def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows worth keeping from one profile run's records."""
+    records = list(records)
+    machine = next((r for r in records if r.get("suite") == "machine"), {})
+    rows = []
+    for r in records:
+        base = {"date": r.get("date"), "machine": _machine(machine), "command": r.get("command")}
+        if r.get("suite") == "embed" and r.get("summary"):
+            rows.append({**base, "what": f"embed {r['texts']} mixed-length texts ({r['device']}, {r['dtype']})",
+                         "figure": f"{r['searchsmith_texts_per_s']:.1f} texts/s",
+                         "baseline": f"SentenceTransformer.encode batch 32: {r['st_default_texts_per_s']:.1f} texts/s",
+                         "ratio": round(r["ratio_vs_st_default"], 2)})
+        elif r.get("suite") == "route" and "sources" in r:
+            rows.append({**base, "what": f"route 1 query, {r['sources']} sources x {r['centroids_per_source']} centroids ({r['device']})",
+                         "figure": f"p50 {r['searchsmith']['p50_ms']:.3f} ms, p99 {r['searchsmith']['p99_ms']:.3f} ms",
+                         "baseline": f"faiss CPU + numpy max: p50 {r['faiss_cpu']['p50_ms']:.3f} ms, p99 {r['faiss_cpu']['p99_ms']:.3f} ms",
+                         "ratio": round(r["ratio_p50"], 2)})
+        elif r.get("suite") == "route" and r.get("end_to_end"):
+            rows.append({**base, "what": f"router.route end to end ({r['mode']}, embedding included)",
+                         "figure": f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms",
+                         "baseline": "-", "ratio": None})
+    return rows
+
+
+def append_rows(rows: list[dict[str, Any]], path: Path = RESULTS) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def render_table(path: Path = RESULTS) -> str:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] \
+        if path.is_file() else []
+    out = ["| what | searchsmith | baseline (same run) | ratio | date | machine | command |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+        out.append(f"| {r['what']} | {r['figure']} | {r['baseline']} | {ratio} | {r['date']} | "
+                   f"{r['machine']} | `{r['command']}` |")
+    return "\n".join(out)
+
+
+def update_readme(readme: Path = README, path: Path = RESULTS) -> bool:
+    """Rewrite the table between the markers; True when the README changed."""
+    text = readme.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        raise ValueError(f"{readme}: markers {START} / {END} not found")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{START}\n{render_table(path)}\n{END}{tail}"
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print("updated" if update_readme() else "unchanged")

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from searchsmith.models.cli import main
+from searchsmith.models.errors import ConfigError
+from searchsmith.models.hub import DEFAULT_MODEL_NAME, default_model_dir, model_display_name, resolve_model
+
+
+def test_default_resolves_to_the_bundled_model() -> None:
+    path = resolve_model("default")
+    assert path == str(default_model_dir()) == resolve_model(None)
+    assert (default_model_dir() / "config.json").is_file()
+    assert model_display_name("default") == DEFAULT_MODEL_NAME
+
+
+def test_local_path_and_errors(tmp_path, monkeypatch) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    assert resolve_model(str(tmp_path / "m")) == str(tmp_path / "m")
+    with pytest.raises(ConfigError, match="local model path .* does not exist"):
+        resolve_model(str(tmp_path / "missing" / "model"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="has no config.json"):
+        resolve_model(str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(ConfigError, match="hub is offline"):
+        resolve_model("someone/not-cached-model", field="recipe.base_model")
+
+
+def test_index_and_route_commands(tmp_path, capsys, write_corpus) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    assert main(["index", str(corpus), "--out", str(tmp_path / "ix"), "centroids.chunks_per_centroid=3"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["documents"] == 18 and summary["sources"] == {"astronomy": 6, "code": 6, "cooking": 6}
+    hist = tmp_path / "h.json"
+    hist.write_text(json.dumps([{"role": "user", "content": "How do I configure the Lumen cache eviction?"}]))
+    assert main(["route", "Where can I find the code for it?", "--index", str(tmp_path / "ix"),
+                 "--history", str(hist), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == "serial" and out["sources"][0]["source"] == "code"
+    # bad input: an unknown config key names the closest one; empty query is a clean error
+    assert main(["index", str(corpus), "--out", str(tmp_path / "ix2"), "chunker.chunk_tokns=100"]) == 1
+    assert "did you mean 'chunk_tokens'" in capsys.readouterr().err
+    assert main(["route", " ", "--index", str(tmp_path / "ix")]) == 1
+    assert "query: is empty" in capsys.readouterr().err
+    assert main(["route", "q", "--index", str(tmp_path / "nowhere")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_eval_route_command(tmp_path, capsys, write_corpus) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    assert main(["index", str(corpus), "--out", str(tmp_path / "ix"), "centroids.chunks_per_centroid=3"]) == 0
+    capsys.readouterr()
+    data = tmp_path / "r.jsonl"
+    rows = [{"history": [], "query": "how to bake bread", "sources": ["cooking"]},
+            {"history": [{"role": "user", "content": "Tell me about the Lumen cache eviction code."}],
+             "query": "which file is it in?", "sources": ["code"]}]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    per_item = tmp_path / "items.jsonl"
+    assert main(["eval", "route", "--data", str(data), "--index", str(tmp_path / "ix"), "--json",
+                 "--per-item", str(per_item)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res["modes"]) == {"parallel", "serial", "auto"}
+    assert res["modes"]["serial"]["all"]["recall@1"] == 1.0
+    assert res["modes"]["serial"]["followups"]["n"] == 1
+    assert len(per_item.read_text().splitlines()) == 6
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"query": "x", "sources": ["nope"]}))
+    assert main(["eval", "route", "--data", str(bad), "--index", str(tmp_path / "ix")]) == 1
+    assert "not in the index" in capsys.readouterr().err
