@@ -14,9 +14,6 @@ imports nothing else from the project, and ``triton`` only when a Triton path ru
 
 from __future__ import annotations
 
-import sys
-import types
-
 from .dispatch import (
     BACKENDS,
     DEFAULT_DEDUP_THRESHOLD,
@@ -43,20 +40,3 @@ __all__ = [
     "similarity_topk",
 ]
 
-
-class _KernelsPackage(types.ModuleType):
-    """Keeps ``searchsmith.kernels.<op>`` the dispatch function after ``kernels/<op>.py`` loads.
-
-    Importing a submodule makes Python set the package attribute of the same name to the
-    module (``searchsmith.kernels.similarity_topk`` would become the file, not the
-    function). Op names are pinned to the functions; the modules stay in ``sys.modules``.
-    """
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _PINNED and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_PINNED = frozenset({"pool_normalize", "similarity_topk", "route_sources", "dedup_mask"})
-sys.modules[__name__].__class__ = _KernelsPackage

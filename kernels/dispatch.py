@@ -253,7 +253,7 @@ def pool_normalize(hidden: torch.Tensor, mask: torch.Tensor, *, backend: str | N
     check_pool_normalize(hidden, mask)
     if resolve_backend("pool_normalize", backend, hidden, mask) == "triton":
         if hidden.shape[2] <= MAX_TRITON_POOL_D or backend == "triton":
-            from .pool_normalize import _pool_normalize_launch
+            from .pool_normalize_kernel import _pool_normalize_launch
 
             return _pool_normalize_launch(hidden, mask)
     return reference.pool_normalize_ref(hidden, mask)
@@ -277,7 +277,7 @@ def similarity_topk(
     k_eff = check_similarity_topk(queries, matrix, k)
     if resolve_backend("similarity_topk", backend, queries, matrix) == "triton":
         if k_eff <= MAX_TRITON_K or backend == "triton":
-            from .similarity_topk import _similarity_topk_launch
+            from .similarity_topk_kernel import _similarity_topk_launch
 
             return _similarity_topk_launch(queries, matrix, k_eff)
     return reference.similarity_topk_ref(queries, matrix, k_eff)
@@ -314,7 +314,7 @@ def route_sources(
     k_eff = check_route_sources(queries, centroids, centroid_source, source_scale, k, centroid_weight)
     extra = (centroid_weight,) if centroid_weight is not None else ()
     if resolve_backend("route_sources", backend, queries, centroids, centroid_source, source_scale, *extra) == "triton":
-        from .route_sources import _route_sources_launch
+        from .route_sources_kernel import _route_sources_launch
 
         return _route_sources_launch(queries, centroids, centroid_source, source_scale, k_eff, centroid_weight)
     return reference.route_sources_ref(queries, centroids, centroid_source, source_scale, k_eff,
@@ -340,7 +340,7 @@ def dedup_mask(
     """
     t = check_dedup_mask(embeddings, threshold)
     if resolve_backend("dedup_mask", backend, embeddings) == "triton":
-        from .dedup_mask import _dedup_mask_launch
+        from .dedup_mask_kernel import _dedup_mask_launch
 
         return _dedup_mask_launch(embeddings, t)
     return reference.dedup_mask_ref(embeddings, t)

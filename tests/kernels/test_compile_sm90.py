@@ -22,7 +22,7 @@ def _compile(op: str, kernel: str, signature: dict[str, str], constexprs: dict[s
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fn = getattr(importlib.import_module(f"searchsmith.kernels.{op}"), kernel)
+    fn = getattr(importlib.import_module(f"searchsmith.kernels.{op}_kernel"), kernel)
     names = fn.arg_names
     full = {n: signature.get(n, "constexpr") for n in names}
     src = ASTSource(fn=fn, signature=full, constexprs={(names.index(k),): v for k, v in constexprs.items()})

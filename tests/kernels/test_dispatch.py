@@ -253,6 +253,6 @@ def test_op_names_stay_functions_after_kernel_modules_load() -> None:
     import importlib
 
     for op in ("pool_normalize", "similarity_topk", "route_sources", "dedup_mask"):
-        module = importlib.import_module(f"searchsmith.kernels.{op}")
+        module = importlib.import_module(f"searchsmith.kernels.{op}_kernel")
         assert callable(getattr(kernels, op)) and getattr(kernels, op) is getattr(dispatch, op)
         assert hasattr(module, f"_{op}_kernel")
