@@ -72,3 +72,16 @@ def test_eval_route_command(tmp_path, capsys, write_corpus) -> None:
     bad.write_text(json.dumps({"query": "x", "sources": ["nope"]}))
     assert main(["eval", "route", "--data", str(bad), "--index", str(tmp_path / "ix")]) == 1
     assert "not in the index" in capsys.readouterr().err
+
+
+def test_quickstart_indexes_and_routes_then_reuses(tmp_path, capsys, monkeypatch, write_corpus) -> None:
+    import searchsmith.serving.demo as demo
+
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    monkeypatch.setattr(demo, "corpus_path", lambda: corpus)  # the full demo corpus takes minutes
+    assert main(["quickstart", "--workdir", str(tmp_path / "w")]) == 0
+    out = capsys.readouterr().out
+    assert "18 documents" in out and "serial: routed 'Where can I find the code for it? (" in out
+    assert (tmp_path / "w" / "index" / "manifest.json").is_file()
+    assert main(["quickstart", "--workdir", str(tmp_path / "w")]) == 0
+    assert "reusing" in capsys.readouterr().out

@@ -109,3 +109,22 @@ def test_empty_corpus_file(tmp_path) -> None:
     (tmp_path / "c.jsonl").write_text("\n")
     with pytest.raises(ValidationError, match="empty"):
         read_corpus(tmp_path / "c.jsonl")
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_ann_index_types(tmp_path, embedder, write_corpus, kind) -> None:
+    from searchsmith.serving.corpus import read_corpus
+
+    recs = read_corpus(write_corpus(tmp_path / "c.jsonl"))
+    m = build_index(recs, tmp_path / "ix", IndexConfig(index_type=kind), embedder=embedder)
+    assert {v["index_type"] for v in m["sources"].values()} == {kind}
+    idx = Index.load(tmp_path / "ix", embedder=embedder)
+    assert idx.search(embedder.encode(["Saturn rings ice"]), k=1)[0][0].chunk.doc_id == "astronomy-4"
+
+
+def test_auto_switches_to_ivf_above_the_threshold(tmp_path, embedder, write_corpus) -> None:
+    from searchsmith.serving.corpus import read_corpus
+
+    recs = read_corpus(write_corpus(tmp_path / "c.jsonl"))
+    m = build_index(recs, tmp_path / "ix", IndexConfig(ann_min_vectors=5), embedder=embedder)
+    assert {v["index_type"] for v in m["sources"].values()} == {"ivf"}
