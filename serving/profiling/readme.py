@@ -42,6 +42,12 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "figure": f"p50 {r['searchsmith']['p50_ms']:.3f} ms, p99 {r['searchsmith']['p99_ms']:.3f} ms",
                          "baseline": f"faiss CPU + numpy max: p50 {r['faiss_cpu']['p50_ms']:.3f} ms, p99 {r['faiss_cpu']['p99_ms']:.3f} ms",
                          "ratio": round(r["ratio_p50"], 2)})
+        elif r.get("suite") == "kernels" and r.get("op") and r.get("impl") not in (None, "torch"):
+            shape = ", ".join(f"{k}={r[k]}" for k in ("N", "C", "S", "B", "T", "k", "D") if k in r)
+            rows.append({**base, "what": f"kernel {r['op']} ({shape}, {r.get('dtype', '')}, {r['device']})",
+                         "figure": f"{r['impl']}: p50 {r['p50_ms']:.3f} ms",
+                         "baseline": f"torch twin: p50 {r['torch_p50_ms']:.3f} ms",
+                         "ratio": round(r["ratio_vs_torch"], 2) if r.get("ratio_vs_torch") else None})
         elif r.get("suite") == "route" and r.get("end_to_end"):
             rows.append({**base, "what": f"router.route end to end ({r['mode']}, embedding included)",
                          "figure": f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms",
