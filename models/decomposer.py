@@ -1,0 +1,376 @@
+"""The decomposer: one seq2seq model, two prefixed tasks (``rewrite:`` and ``decompose:``).
+
+* ``decompose(question) -> QDG``: the model writes the compact linearisation of
+  :mod:`searchsmith.models.qdg`, which is parsed, validated and repaired; a bad generation
+  becomes ``terminal`` with the original question, never an exception.
+* ``rewrite(history, query) -> str``: a follow-up made standalone; an empty generation (or
+  any failure) falls back to the query as it is.
+
+Architectures (``arch`` in ``decomposer.json`` beside the weights):
+
+* ``encoder-decoder`` (default): a bert2bert ``EncoderDecoderModel`` warm-started from
+  all-MiniLM-L6-v2 for both halves (cross-attention and LM-head transform start random).
+  Its tokenizer is uncased WordPiece, hence the compact linearisation instead of JSON.
+* ``seq2seq``: any ``AutoModelForSeq2SeqLM`` (e.g. google/flan-t5-base).
+* ``causal``: any ``AutoModelForCausalLM``; the prompt is ``<source> => `` and the loss is
+  taken on the continuation only.
+
+A model is only loadable for serving when a training run wrote ``decomposer.json`` with
+``trained_steps > 0`` and no weight was MISSING at load: an untrained bert2bert generates
+noise, and it must never be served as if it were fine-tuned (DESIGN.md, "The models").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, parse_linear, terminal
+
+log = logging.getLogger(__name__)
+
+Arch = Literal["encoder-decoder", "seq2seq", "causal"]
+META_FILE = "decomposer.json"
+CAUSAL_SEP = " => "
+DECOMPOSE_PREFIX = "decompose: "
+REWRITE_PREFIX = "rewrite: "
+HISTORY_SEP = " || "
+
+
+def decompose_source(question: str) -> str:
+    """Model input for decomposition: ``decompose: <question>``."""
+    return DECOMPOSE_PREFIX + " ".join(question.split())
+
+
+def rewrite_source(history: Sequence[str], query: str, max_history_turns: int = 3) -> str:
+    """Model input for rewriting: ``rewrite: <turns joined with ' || '> || <query>``.
+
+    Only the first turn (it usually names the topic, as in TREC CAsT) and the last
+    ``max_history_turns - 1`` turns are kept, so a long conversation does not push the
+    query out of the encoder's window.
+    """
+    turns = [" ".join(t.split()) for t in history if t and t.strip()]
+    if max_history_turns <= 0:
+        turns = []
+    elif len(turns) > max_history_turns:
+        turns = turns[:1] + turns[len(turns) - (max_history_turns - 1):] if max_history_turns > 1 else turns[:1]
+    return REWRITE_PREFIX + HISTORY_SEP.join([*turns, " ".join(query.split())])
+
+
+def _set_special_tokens(model: Any, tokenizer: Any) -> None:
+    """bert2bert needs these set by hand: generation starts at [CLS] and stops at [SEP]."""
+    start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    eos = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    for cfg in (model.config, model.generation_config):
+        cfg.decoder_start_token_id = start
+        cfg.pad_token_id = tokenizer.pad_token_id
+        cfg.eos_token_id = eos
+    model.config.vocab_size = model.config.decoder.vocab_size
+
+
+def build_bert2bert(base: str | None = "default", decoder_layers: int = 0,
+                    init_cross_from_self: bool = False) -> tuple[Any, Any]:
+    """A bert2bert model warm-started from ``base`` for encoder and decoder, and its tokenizer.
+
+    Args:
+        base: ``default`` (all-MiniLM-L6-v2, offline), a local BERT folder or a hub id.
+        decoder_layers: keep only the first N decoder layers (0 = all). Fewer layers trade
+            some quality for a faster step on CPU.
+        init_cross_from_self: start each decoder layer's (new, random) cross-attention as a
+            copy of its pretrained self-attention instead of random weights.
+    """
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoTokenizer, EncoderDecoderModel
+
+    path = resolve_model(base)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    kwargs = {"decoder_num_hidden_layers": decoder_layers} if decoder_layers > 0 else {}
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(path, path, **kwargs)
+    if init_cross_from_self:
+        for layer in model.decoder.bert.encoder.layer:
+            missing, unexpected = layer.crossattention.load_state_dict(
+                layer.attention.state_dict(), strict=False)
+            if missing or unexpected:
+                raise ConfigError(f"model.init_cross_from_self: {base!r} layers do not match "
+                                  f"(missing {missing}, unexpected {unexpected}); set it false")
+    _set_special_tokens(model, tokenizer)
+    return model, tokenizer
+
+
+def build_tiny(tokenizer_base: str | None = "default", hidden: int = 32, layers: int = 1) -> tuple[Any, Any]:
+    """A random-init tiny bert2bert (seconds on CPU) with the MiniLM tokenizer: the tests' twin."""
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoTokenizer, BertConfig, EncoderDecoderConfig, EncoderDecoderModel
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer_base))
+    common = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                  num_attention_heads=2, intermediate_size=hidden * 2, max_position_embeddings=512)
+    enc = BertConfig(**common)
+    dec = BertConfig(**common, is_decoder=True, add_cross_attention=True)
+    model = EncoderDecoderModel(EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec))
+    _set_special_tokens(model, tokenizer)
+    return model, tokenizer
+
+
+def build_hub(base: str, arch: Arch) -> tuple[Any, Any]:
+    """Any hub seq2seq (``arch=seq2seq``) or causal LM (``arch=causal``) and its tokenizer."""
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    path = resolve_model(base)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if arch == "seq2seq":
+        return AutoModelForSeq2SeqLM.from_pretrained(path), tokenizer
+    if arch == "causal":
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"  # generation continues from the right end
+        return AutoModelForCausalLM.from_pretrained(path), tokenizer
+    raise ConfigError(f"model.arch: expected 'seq2seq' or 'causal' for a hub model, got {arch!r}")
+
+
+class Decomposer:
+    """Batched rewrite + decomposition around a seq2seq (or causal) model.
+
+    Args:
+        model: a ``transformers`` model of kind ``arch``.
+        tokenizer: its tokenizer.
+        arch: ``encoder-decoder``, ``seq2seq`` or ``causal``.
+        max_source_tokens: encoder input cut-off (tokens).
+        max_target_tokens: generation cut-off (new tokens).
+        max_nodes: cap on graph nodes (repair drops the rest).
+        batch_size: sequences per ``generate`` call.
+        num_beams: beam width (1 = greedy).
+        max_history_turns: history turns kept by :func:`rewrite_source`.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
+                 max_source_tokens: int = 128, max_target_tokens: int = 64,
+                 max_nodes: int = DEFAULT_MAX_NODES, batch_size: int = 16, num_beams: int = 1,
+                 max_history_turns: int = 3) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.arch = arch
+        self.max_source_tokens = max_source_tokens
+        self.max_target_tokens = max_target_tokens
+        self.max_nodes = max_nodes
+        self.batch_size = batch_size
+        self.num_beams = num_beams
+        self.max_history_turns = max_history_turns
+
+    # ----------------------------------------------------------------- training helpers
+
+    def prepare_batch(self, sources: Sequence[str], targets: Sequence[str]) -> dict[str, Any]:
+        """Tensors for ``model(**batch).loss``: inputs padded to the longest, labels -100 on padding.
+
+        Returns:
+            ``input_ids``/``attention_mask`` (B, T_src) and ``labels`` (B, T_tgt); for
+            ``causal`` all three are (B, T_src + T_tgt) with the prompt masked out of the labels.
+        """
+        import torch
+
+        tok = self.tokenizer
+        if self.arch == "causal":
+            prompts = [s + CAUSAL_SEP for s in sources]
+            full = [p + t + (tok.eos_token or "") for p, t in zip(prompts, targets, strict=True)]
+            enc = tok(full, padding=True, truncation=True, return_tensors="pt",
+                      max_length=self.max_source_tokens + self.max_target_tokens)
+            labels = enc["input_ids"].clone()
+            labels[enc["attention_mask"] == 0] = -100
+            n_special = len(tok("")["input_ids"])  # a BOS some tokenizers prepend
+            for i, p in enumerate(prompts):
+                n_prompt = n_special + len(tok(p, add_special_tokens=False)["input_ids"])
+                pad = int((enc["attention_mask"][i] == 0).sum()) if tok.padding_side == "left" else 0
+                labels[i, : pad + n_prompt] = -100
+            return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                    "labels": labels}
+        enc = tok(list(sources), padding=True, truncation=True, max_length=self.max_source_tokens,
+                  return_tensors="pt")
+        tgt = tok(list(targets), padding=True, truncation=True,
+                  max_length=self.max_target_tokens + 1, return_tensors="pt")
+        labels = tgt["input_ids"]
+        mask = tgt["attention_mask"]
+        if self.arch == "encoder-decoder" and tok.cls_token_id is not None:
+            # BERT wraps text in [CLS] ... [SEP]; [CLS] is the decoder start token, so the
+            # labels are the rest (ending in [SEP] = eos).
+            labels, mask = labels[:, 1:], mask[:, 1:]
+        labels = labels.masked_fill(mask == 0, -100)
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                "labels": torch.as_tensor(labels)}
+
+    # ----------------------------------------------------------------- generation
+
+    def generate(self, sources: Sequence[str]) -> list[str]:
+        """Decoded generations for prefixed sources, in input order (batched)."""
+        import torch
+
+        out: list[str] = []
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(sources), self.batch_size):
+                chunk = list(sources[start:start + self.batch_size])
+                if self.arch == "causal":
+                    chunk = [s + CAUSAL_SEP for s in chunk]
+                enc = self.tokenizer(chunk, padding=True, truncation=True,
+                                     max_length=self.max_source_tokens, return_tensors="pt")
+                enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                with torch.no_grad():
+                    ids = self.model.generate(**enc, max_new_tokens=self.max_target_tokens,
+                                              num_beams=self.num_beams, do_sample=False)
+                if self.arch == "causal":
+                    ids = ids[:, enc["input_ids"].shape[1]:]
+                out.extend(self.tokenizer.batch_decode(ids, skip_special_tokens=True,
+                                                       clean_up_tokenization_spaces=True))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def decompose_batch(self, questions: Sequence[str],
+                        max_nodes: int | None = None) -> list[tuple[QDG, bool, str]]:
+        """(graph, well-formed as generated, raw generation) per question; never raises."""
+        cap = max_nodes or self.max_nodes
+        try:
+            texts = self.generate([decompose_source(q) for q in questions])
+        except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
+            log.warning("decomposer: generation failed (%s); answering terminal graphs", exc)
+            return [(terminal(q), False, "") for q in questions]
+        out = []
+        for q, text in zip(questions, texts, strict=True):
+            graph, valid = parse_linear(text, q, max_nodes=cap)
+            out.append((graph, valid, text))
+        return out
+
+    def decompose(self, question: str, max_nodes: int | None = None) -> QDG:
+        """The QDG for ``question`` (``terminal`` with the question when the output is unusable)."""
+        return self.decompose_batch([question], max_nodes)[0][0]
+
+    def rewrite_batch(self, items: Sequence[tuple[Sequence[Any], str]]) -> list[str]:
+        """Standalone rewrites of ``(history, query)`` pairs; the query itself on failure.
+
+        A query without (user) history is returned as it is: there is nothing to resolve
+        against, and the model can only make it worse.
+        """
+        out = [q for _, q in items]
+        todo = [i for i, (h, _) in enumerate(items) if _user_turns(h)]
+        sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns)
+                   for i in todo]
+        try:
+            texts = self.generate(sources) if sources else []
+        except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
+            log.warning("decomposer: rewrite failed (%s); keeping the queries", exc)
+            return out
+        for i, text in zip(todo, texts, strict=True):
+            out[i] = " ".join(text.split()) or out[i]
+        return out
+
+    def rewrite(self, history: Sequence[Any], query: str) -> str:
+        """``query`` made standalone given the conversation ``history`` (list of {role, content})."""
+        return self.rewrite_batch([(history, query)])[0]
+
+    # ----------------------------------------------------------------- save / load
+
+    def save(self, path: str | Path, trained_steps: int, extra: dict[str, Any] | None = None) -> Path:
+        """Write weights, tokenizer and ``decomposer.json`` atomically (temp folder, then rename)."""
+        dest = Path(path)
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        meta = {"arch": self.arch, "trained_steps": int(trained_steps),
+                "max_source_tokens": self.max_source_tokens,
+                "max_target_tokens": self.max_target_tokens, "max_nodes": self.max_nodes,
+                "num_beams": self.num_beams, "max_history_turns": self.max_history_turns,
+                **(extra or {})}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        old = dest.with_name(f".{dest.name}.old")
+        if dest.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+        return dest
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | None = None, **overrides: Any) -> Decomposer:
+        """Load a fine-tuned decomposer; refuse an untrained one or one with MISSING weights.
+
+        Raises:
+            BundleError: no ``decomposer.json``, ``trained_steps`` 0, or weights missing.
+        """
+        p = Path(path)
+        if not (p / META_FILE).is_file() and (p / "model" / META_FILE).is_file():
+            p = p / "model"  # a training run folder: its final model is in model/
+        meta_path = p / META_FILE
+        if not meta_path.is_file():
+            raise BundleError(
+                f"decomposer: {str(p)!r} has no {META_FILE}; it is not a trained decomposer "
+                "(train one with: searchsmith train recipes/decomposer/minilm_bert2bert.yaml)")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BundleError(f"decomposer: {meta_path} is not valid JSON ({exc})") from None
+        if int(meta.get("trained_steps", 0)) <= 0:
+            raise BundleError(
+                f"decomposer: {str(p)!r} was never fine-tuned (trained_steps=0 in {META_FILE}); "
+                "an untrained model generates noise. Train it first")
+        arch = meta.get("arch", "encoder-decoder")
+        from transformers import (
+            AutoModelForCausalLM,
+            AutoModelForSeq2SeqLM,
+            AutoTokenizer,
+            EncoderDecoderModel,
+        )
+
+        loader = {"encoder-decoder": EncoderDecoderModel, "seq2seq": AutoModelForSeq2SeqLM,
+                  "causal": AutoModelForCausalLM}.get(arch)
+        if loader is None:
+            raise BundleError(f"decomposer: {META_FILE} arch {arch!r} is not one of "
+                              "['encoder-decoder', 'seq2seq', 'causal']")
+        try:
+            model, info = loader.from_pretrained(p, output_loading_info=True)
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"decomposer: cannot load weights from {str(p)!r}: {exc}") from None
+        missing = list(info.get("missing_keys", []))
+        if missing:
+            raise BundleError(
+                f"decomposer: {str(p)!r} loads with MISSING weights ({len(missing)}, e.g. "
+                f"{missing[0]!r}); the checkpoint is incomplete. Re-save it from a training run")
+        tokenizer = AutoTokenizer.from_pretrained(p)
+        if arch == "causal":
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            tokenizer.padding_side = "left"
+        if device:
+            model.to(device)
+        kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
+                                       "num_beams", "max_history_turns") if k in meta}
+        kwargs.update(overrides)
+        return cls(model, tokenizer, arch, **kwargs)
+
+
+def _user_turns(history: Sequence[Any]) -> list[str]:
+    """User turns' text from dicts, strings or objects with ``role``/``content`` (such as
+    serving's ``Turn``): the model was trained on user turns only (TREC CAsT has no replies)."""
+    turns = []
+    for h in history:
+        if isinstance(h, str):
+            turns.append(h)
+        elif isinstance(h, dict):
+            if h.get("role", "user") == "user" and isinstance(h.get("content"), str):
+                turns.append(h["content"])
+        elif getattr(h, "role", "user") == "user" and isinstance(getattr(h, "content", None), str):
+            turns.append(h.content)  # serving.rewrite.Turn and the like
+    return turns
+
+
+__all__ = ["DECOMPOSE_PREFIX", "Decomposer", "HISTORY_SEP", "META_FILE", "REWRITE_PREFIX",
+           "decompose_source", "rewrite_source", "build_bert2bert", "build_hub", "build_tiny"]

@@ -1,0 +1,342 @@
+"""Decomposer: data loaders, recipe config, metrics, the tiny recipe (train, reload, resume,
+eval) and a Decomposer that never raises on nonsense generations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from searchsmith.models.decomposer import Decomposer, build_tiny, rewrite_source
+from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.qdg import QDG, QDGNode, parse_linear, terminal, validate
+from searchsmith.training.config import load_recipe_config
+from searchsmith.training.decompose_data import (
+    export_eval_sets,
+    load_break,
+    load_hotpotqa,
+    load_musique,
+    load_real,
+    load_strategyqa,
+    load_trec_cast,
+    read_decomposition_eval,
+    split_examples,
+    synthetic,
+)
+from searchsmith.training.decomposer import (
+    decompose_metrics,
+    eval_decompose,
+    eval_rewrite,
+    node_f1,
+    rewrite_metrics,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "recipes" / "decomposer" / "tiny" / "decomposer_tiny.yaml"
+Q = "When was the founder of Lumen born?"
+
+# ----------------------------------------------------------------------------- loaders
+
+BREAK_ROW = {"question_id": "HOTPOT_dev_x", "source_dataset": "HOTPOT",
+             "question_text": "Which is older, Lumen or Varok?",
+             "steps": ["when was Lumen founded", "when was Varok founded",
+                       "which is older of #1 and #2"],
+             "step_dependencies": [[], [], [1, 2]]}
+MUSIQUE_ROW = {"id": "2hop__1_2", "question": "Who is the sibling of the actress in Lumen?",
+               "question_decomposition": [{"id": 1, "question": "who acted in Lumen"},
+                                          {"id": 2, "question": "#1 >> sibling"}]}
+SQA_ROW = {"qid": "q1", "question": "Is Lumen older than Varok?",
+           "decomposition": ["How old is Lumen?", "How old is Varok?", "Is #1 more than #2?"]}
+HOTPOT_ROWS = [{"_id": "a", "question": "Who founded the band Lumen?", "qdmr_high_level": {
+    "steps": ["the band Lumen", "who founded #1"], "step_dependencies": [[], [1]]}},
+    {"_id": "b", "question": "No QDMR here", "qdmr_high_level": None}]
+CAST_ROWS = [
+    {"id": "c_1_1", "year": 2019, "topic_id": "1", "raw_utterance": "What is throat cancer?",
+     "manual_rewritten_utterance": "What is throat cancer?", "history_utterances": []},
+    {"id": "c_1_2", "year": 2019, "topic_id": "1", "raw_utterance": "Is it treatable?",
+     "manual_rewritten_utterance": "Is throat cancer treatable?",
+     "history_utterances": ["What is throat cancer?"]},
+]
+
+
+def test_break_loader_maps_steps_to_graph() -> None:
+    (ex,) = load_break([BREAK_ROW])
+    assert ex["task"] == "decompose"
+    assert ex["source"] == "decompose: Which is older, Lumen or Varok?"
+    assert ex["target"] == ("split || 1 : when was Lumen founded || 2 : when was Varok founded "
+                            "|| 3 : which is older of # 1 and # 2")
+    assert ex["graph"]["nodes"][2]["depends_on"] == ["1", "2"]
+
+
+def test_musique_strategyqa_hotpot_loaders() -> None:
+    (m,) = load_musique([MUSIQUE_ROW])
+    assert m["graph"]["type"] == "chain" and m["graph"]["nodes"][1]["text"] == "#1 >> sibling"
+    (s,) = load_strategyqa([SQA_ROW])
+    assert s["graph"]["type"] == "split"
+    hot = load_hotpotqa(HOTPOT_ROWS)
+    assert len(hot) == 1 and hot[0]["target"] == "chain || 1 : the band Lumen || 2 : who founded # 1"
+
+
+def test_trec_cast_loader_formats_history() -> None:
+    first, second = load_trec_cast(CAST_ROWS)
+    assert first["source"] == "rewrite: What is throat cancer?"
+    assert second["source"] == "rewrite: What is throat cancer? || Is it treatable?"
+    assert second["target"] == "Is throat cancer treatable?"
+    assert first["group"] == second["group"] == "cast:2019_1"
+
+
+def test_rewrite_source_keeps_first_and_last_turns() -> None:
+    turns = ["t1", "t2", "t3", "t4", "t5"]
+    assert rewrite_source(turns, "q", max_history_turns=3) == "rewrite: t1 || t4 || t5 || q"
+    assert rewrite_source(turns, "q", max_history_turns=0) == "rewrite: q"
+
+
+def test_split_is_seeded_by_group_and_disjoint() -> None:
+    ex = synthetic(200, 100, seed=3)
+    train, held = split_examples(ex, seed=0, heldout_ratio=0.2)
+    assert {e["group"] for e in train}.isdisjoint({e["group"] for e in held})
+    assert 0.1 < len(held) / (len(train) + len(held)) < 0.3
+    again, held2 = split_examples(ex, seed=0, heldout_ratio=0.2)
+    assert [e["source"] for e in held2] == [e["source"] for e in held]
+
+
+def test_synthetic_covers_every_type_and_both_tasks() -> None:
+    ex = synthetic(60, 20, seed=0)
+    types = {e["graph"]["type"] for e in ex if e["task"] == "decompose"}
+    assert types == {"terminal", "chain", "split"}
+    assert sum(e["task"] == "rewrite" for e in ex) == 20
+    for e in ex:
+        if e["task"] == "decompose":
+            assert parse_linear(e["target"], e["query"]) == (QDG.from_json(e["graph"]), True)
+
+
+def test_export_writes_design_formats(tmp_path: Path) -> None:
+    counts = export_eval_sets(load_break([BREAK_ROW]) + load_trec_cast(CAST_ROWS), tmp_path)
+    assert counts == {"decompose.jsonl": 1, "rewrite.jsonl": 2}
+    rec = json.loads((tmp_path / "decompose.jsonl").read_text())
+    assert rec["query"] == BREAK_ROW["question_text"] and rec["type"] == "split"
+    rw = [json.loads(x) for x in (tmp_path / "rewrite.jsonl").read_text().splitlines()]
+    assert rw[1] == {"history": [{"role": "user", "content": "What is throat cancer?"}],
+                     "query": "Is it treatable?", "rewrite": "Is throat cancer treatable?"}
+    assert len(read_decomposition_eval(tmp_path / "decompose.jsonl")) == 1
+
+
+def test_missing_data_file_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data.sources break_qdmr: file .* does not exist"):
+        load_real("break_qdmr", tmp_path)
+
+
+def test_unknown_source_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown source 'brake'"):
+        load_real("brake", tmp_path)
+
+
+def test_bad_eval_record_names_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "d.jsonl"
+    bad.write_text(json.dumps({"query": "q", "type": "chain", "nodes": [
+        {"id": "1", "text": "a", "depends_on": ["2"]}, {"id": "2", "text": "b", "depends_on": ["1"]}]}) + "\n")
+    with pytest.raises(ConfigError, match=r"d.jsonl:1: qdg: .*cycle"):
+        read_decomposition_eval(bad)
+
+
+@pytest.mark.shared_data
+def test_real_loaders_on_shared_data(shared_data: Path) -> None:
+    counts = {name: load_real(name, shared_data) for name in
+              ("break_qdmr", "musique", "strategyqa", "hotpotqa", "trec_cast")}
+    assert len(counts["break_qdmr"]) == 2445 and len(counts["trec_cast"]) == 680
+    for name, exs in counts.items():
+        assert exs, name
+        for e in exs:
+            if e["task"] == "decompose":
+                assert validate(QDG.from_json(e["graph"])) == []
+
+
+# ----------------------------------------------------------------------------- config, metrics
+
+
+def test_recipe_config_rejects_unknown_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data.sources: unknown \['wiki'\]"):
+        load_recipe_config(TINY, ["data.sources=[wiki]"])
+
+
+def test_recipe_config_rejects_string_lr() -> None:
+    with pytest.raises(ConfigError, match="write 2.0e-5"):
+        load_recipe_config(TINY, ["optim.lr='2e-5'"])
+
+
+def test_metrics_values() -> None:
+    gold = QDG("chain", (QDGNode("1", "who founded lumen"), QDGNode("2", "when was #1 born", ("1",))))
+    half = QDG("terminal", (QDGNode("1", "who founded lumen"),))
+    assert node_f1(gold, gold) == 1.0
+    assert node_f1(half, gold) == 0.5
+    m = decompose_metrics([(gold, True), (half, False)], [gold, gold])
+    assert m["decompose_validity"] == 0.5 and m["decompose_type_acc"] == 0.5
+    assert m["decompose_node_count_acc"] == 0.5 and m["decompose_node_f1"] == 0.75
+    r = rewrite_metrics(["Is throat cancer treatable?", "Is it treatable?"],
+                        ["is throat cancer treatable", "Is throat cancer treatable?"])
+    assert r["rewrite_em"] == 0.5 and 0.5 < r["rewrite_f1"] < 1.0
+
+
+# ----------------------------------------------------------------------------- Decomposer
+
+
+class _Nonsense:
+    """A tokenizer/model pair stand-in: generate returns whatever we planted."""
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Decomposer:
+    model, tok = build_tiny()
+    return Decomposer(model, tok, max_source_tokens=32, max_target_tokens=12, batch_size=4)
+
+
+@pytest.mark.parametrize("generated", [
+    "", "[SEP] [SEP]", "{ \" type \" : \" chain", "chain || 1 : a # 1 || 2 : b # 7 # 2",
+    "split", "|| || :: ## 9999999999999999999", "terminal || 1 :",
+])
+def test_decompose_never_raises_on_nonsense(tiny: Decomposer, monkeypatch: pytest.MonkeyPatch,
+                                            generated: str) -> None:
+    monkeypatch.setattr(tiny, "generate", lambda sources: [generated] * len(sources))
+    graph = tiny.decompose(Q)
+    assert validate(graph) == []
+    assert graph.nodes  # terminal(Q) at worst
+
+
+def test_decompose_falls_back_when_generation_fails(tiny: Decomposer,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(sources: list[str]) -> list[str]:
+        raise RuntimeError("CUDA error")
+
+    monkeypatch.setattr(tiny, "generate", boom)
+    assert tiny.decompose(Q) == terminal(Q)
+    assert tiny.rewrite([{"role": "user", "content": "Tell me about Lumen"}], "who founded it?") \
+        == "who founded it?"
+
+
+def test_rewrite_empty_generation_keeps_query(tiny: Decomposer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tiny, "generate", lambda sources: ["   "] * len(sources))
+    assert tiny.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?") == "who founded it?"
+
+
+def test_random_tiny_model_output_is_still_a_graph(tiny: Decomposer) -> None:
+    # Real generation from a random model: noise, never an exception.
+    graphs = tiny.decompose_batch([Q, "x"])
+    assert all(validate(g) == [] for g, _, _ in graphs)
+
+
+def test_load_refuses_untrained(tiny: Decomposer, tmp_path: Path) -> None:
+    tiny.save(tmp_path / "m", trained_steps=0)
+    with pytest.raises(BundleError, match="never fine-tuned"):
+        Decomposer.load(tmp_path / "m")
+
+
+def test_load_refuses_folder_without_marker(tiny: Decomposer, tmp_path: Path) -> None:
+    tiny.model.save_pretrained(tmp_path / "plain")
+    with pytest.raises(BundleError, match="has no decomposer.json"):
+        Decomposer.load(tmp_path / "plain")
+
+
+def test_load_refuses_missing_weights(tiny: Decomposer, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    out = tiny.save(tmp_path / "m", trained_steps=5)
+    weights = load_file(out / "model.safetensors")
+    dropped = [k for k in weights if "crossattention" in k]
+    save_file({k: v for k, v in weights.items() if k not in dropped}, out / "model.safetensors",
+              metadata={"format": "pt"})
+    with pytest.raises(BundleError, match="MISSING weights"):
+        Decomposer.load(out)
+
+
+# ----------------------------------------------------------------------------- the tiny recipe
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    from searchsmith.training.registry import get_recipe
+
+    run_dir = tmp_path_factory.mktemp("decomposer_tiny")
+    cfg = load_recipe_config(TINY, ["optim.max_steps=2", "train.eval_every_steps=0",
+                                    "train.save_every_steps=1", f"output_dir={run_dir}"])
+    final = get_recipe("decomposer").fn(cfg, run_dir=run_dir)
+    return run_dir, final
+
+
+def test_tiny_recipe_trains_and_writes_metrics(tiny_run: tuple[Path, dict]) -> None:
+    run_dir, final = tiny_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 2
+    for key in ("decompose_validity", "decompose_type_acc", "decompose_node_count_acc",
+                "decompose_node_f1", "rewrite_em", "rewrite_f1"):
+        assert 0.0 <= metrics["final"][key] <= 1.0 and key in final
+    for key in ("decompose_type_acc_majority", "rewrite_f1_copy_query"):
+        assert 0.0 <= metrics["baselines"][key] <= 1.0
+    assert (run_dir / "training_curve.png").stat().st_size > 0
+
+
+def test_tiny_recipe_reloads_and_decomposes(tiny_run: tuple[Path, dict]) -> None:
+    run_dir, _ = tiny_run
+    dec = Decomposer.load(run_dir)
+    assert json.loads((run_dir / "model" / "decomposer.json").read_text())["trained_steps"] == 2
+    assert validate(dec.decompose(Q)) == []
+    assert isinstance(dec.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?"), str)
+
+
+def test_tiny_recipe_resumes_and_refuses_changed_config(tiny_run: tuple[Path, dict]) -> None:
+    from searchsmith.training.registry import get_recipe
+
+    run_dir, _ = tiny_run
+    base = ["optim.max_steps=2", "train.eval_every_steps=0", "train.save_every_steps=1",
+            f"output_dir={run_dir}"]
+    get_recipe("decomposer").fn(load_recipe_config(TINY, base), run_dir=run_dir)
+    assert json.loads((run_dir / "metrics.json").read_text())["resumed_from_step"] == 2
+    with pytest.raises(ConfigError, match="refusing to resume"):
+        get_recipe("decomposer").fn(load_recipe_config(TINY, [*base, "optim.lr=5.0e-4"]),
+                                    run_dir=run_dir)
+
+
+def test_eval_commands_on_exported_sets(tiny_run: tuple[Path, dict], tmp_path: Path) -> None:
+    run_dir, _ = tiny_run
+    export_eval_sets(load_break([BREAK_ROW]) + load_trec_cast(CAST_ROWS), tmp_path)
+    per_item = tmp_path / "items.jsonl"
+    args = argparse.Namespace(data=str(tmp_path / "decompose.jsonl"), checkpoint=str(run_dir),
+                              bundle=None, per_item=str(per_item), limit=0, json=True)
+    m = eval_decompose(args)
+    assert m["decompose_items"] == 1.0 and 0.0 <= m["decompose_node_f1"] <= 1.0
+    assert json.loads(per_item.read_text().splitlines()[0])["gold"]["type"] == "split"
+    args.data = str(tmp_path / "rewrite.jsonl")
+    r = eval_rewrite(args)
+    assert r["rewrite_items"] == 2.0 and r["rewrite_em_copy_query"] == 0.5
+
+
+def test_eval_without_model_names_the_flags(tmp_path: Path) -> None:
+    export_eval_sets(load_break([BREAK_ROW]), tmp_path)
+    args = argparse.Namespace(data=str(tmp_path / "decompose.jsonl"), checkpoint=None,
+                              bundle=None, per_item=None, limit=0, json=True)
+    with pytest.raises(ConfigError, match="pass --checkpoint RUN_DIR"):
+        eval_decompose(args)
+
+
+def test_searchsmith_eval_decompose_cli(tiny_run: tuple[Path, dict], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from searchsmith.models.cli import main
+
+    run_dir, _ = tiny_run
+    export_eval_sets(load_break([BREAK_ROW]), tmp_path)
+    rc = main(["eval", "decompose", "--data", str(tmp_path / "decompose.jsonl"),
+               "--checkpoint", str(run_dir), "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["decompose_items"] == 1.0 and set(out) >= {"decompose_validity", "decompose_type_acc"}
+
+
+def test_rewrite_reads_user_turns_from_dicts_strings_and_objects(
+        tiny: Decomposer, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(tiny, "generate", lambda sources: seen.extend(sources) or ["x"] * len(sources))
+    turns = [argparse.Namespace(role="user", content="Lumen"), {"role": "assistant", "content": "no"},
+             {"role": "user", "content": "Varok"}]
+    assert tiny.rewrite(turns, "who founded it?") == "x"
+    assert seen == ["rewrite: Lumen || Varok || who founded it?"]
+    assert tiny.rewrite([{"role": "assistant", "content": "hi"}], "who?") == "who?"  # no user turn

@@ -1,0 +1,427 @@
+"""Recipe ``decomposer``: one seq2seq model for ``rewrite:`` and ``decompose:`` (issue 3, 2b).
+
+Data contract: ``data.sources`` names real sets under ``data.data_dir`` (../shared/data
+layout: break_qdmr, musique, strategyqa, hotpotqa, trec_cast) and/or ``synthetic``; see
+:mod:`searchsmith.training.decompose_data`. Examples are split by source question
+(conversation for rewrites) with ``data.split_seed``; the held-out side is never trained on.
+
+Metrics on the held-out split (``metrics.json`` -> ``final``), beside ``baselines``:
+
+* ``decompose_validity``: share of generations that parse as a well-formed graph as written
+  (no repair needed);
+* ``decompose_type_acc`` (baseline: majority type of the training split),
+  ``decompose_node_count_acc`` (baseline: majority node count);
+* ``decompose_node_f1``: SQuAD token F1 of node texts aligned by position, averaged over
+  ``max(#predicted, #gold)`` nodes per question (missing or extra nodes score 0); baseline:
+  the ``terminal`` graph holding the question itself;
+* ``rewrite_em`` / ``rewrite_f1`` against the human rewrite; baseline: copy the query.
+
+When real sources are present, only their held-out items are scored (synthetic ones would
+flatter the figures); the same items are exported by ``python -m
+searchsmith.training.decompose_data --out DIR`` for ``searchsmith eval decompose|rewrite``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from searchsmith.models.decomposer import Decomposer, build_bert2bert, build_hub, build_tiny
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDGNode
+from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
+from searchsmith.training.decompose_data import (
+    REAL_SOURCES,
+    load_real,
+    split_examples,
+    synthetic,
+)
+from searchsmith.training.metrics import exact_match, token_f1
+from searchsmith.training.registry import register_recipe
+
+ALL_SOURCES = (*REAL_SOURCES, "synthetic")
+
+
+@dataclass(frozen=True)
+class DecomposerModelConfig:
+    """Which model: ``arch`` encoder-decoder (bert2bert from ``base_model``), tiny (random,
+    tests), seq2seq (any hub seq2seq, e.g. google/flan-t5-base) or causal (any causal LM)."""
+
+    base_model: str = "default"
+    arch: Literal["encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
+    decoder_layers: int = 0  # bert2bert: keep the first N decoder layers (0 = all 6)
+    init_cross_from_self: bool = False  # bert2bert: cross-attention starts as a self-attention copy
+    freeze_encoder: bool = False
+    tiny_hidden: int = 32
+    max_source_tokens: int = 96
+    max_target_tokens: int = 64
+    max_nodes: int = DEFAULT_MAX_NODES
+    num_beams: int = 1
+    eval_batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("max_source_tokens", "max_target_tokens", "max_nodes", "num_beams",
+                     "eval_batch_size", "tiny_hidden"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.decoder_layers < 0:
+            raise ValueError(f"model.decoder_layers must be >= 0 (0 = all), got {self.decoder_layers}")
+
+
+@dataclass(frozen=True)
+class DecomposerDataConfig:
+    """Where examples come from and how they are split."""
+
+    data_dir: str = "../shared/data"
+    sources: list[str] = field(default_factory=lambda: list(ALL_SOURCES))
+    synthetic_decompose: int = 300
+    synthetic_rewrite: int = 150
+    heldout_ratio: float = 0.1
+    split_seed: int = 0
+    max_history_turns: int = 3
+    # Rewrite pairs are ~700 against ~2,800 decompositions: repeat them so both tasks are seen.
+    rewrite_repeat: int = 2
+    # Held-out items generated at each intermediate eval (0 = all); the final eval uses all.
+    eval_limit: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError(f"data.sources must name at least one of {list(ALL_SOURCES)}")
+        bad = [s for s in self.sources if s not in ALL_SOURCES]
+        if bad:
+            raise ValueError(f"data.sources: unknown {bad}; expected some of {list(ALL_SOURCES)}")
+        if not 0 < self.heldout_ratio < 1:
+            raise ValueError(f"data.heldout_ratio must be in (0, 1), got {self.heldout_ratio}")
+        for name in ("synthetic_decompose", "synthetic_rewrite", "eval_limit", "max_history_turns"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)}")
+        if self.rewrite_repeat < 1:
+            raise ValueError(f"data.rewrite_repeat must be >= 1, got {self.rewrite_repeat}")
+
+
+@dataclass(frozen=True)
+class DecomposerRecipe:
+    """The ``decomposer`` recipe config (YAML key = field name = override path)."""
+
+    recipe: str = "decomposer"
+    output_dir: str = "runs/decomposer"
+    model: DecomposerModelConfig = field(default_factory=DecomposerModelConfig)
+    data: DecomposerDataConfig = field(default_factory=DecomposerDataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def load_examples(data: DecomposerDataConfig, seed: int = 0) -> list[dict[str, Any]]:
+    """All examples of ``data.sources`` (real ones read from ``data.data_dir``)."""
+    from searchsmith.training.data import resolve_data_path
+
+    out: list[dict[str, Any]] = []
+    real = [s for s in data.sources if s != "synthetic"]
+    if real:
+        root = resolve_data_path(data.data_dir, "data.data_dir")
+        for name in real:
+            out += load_real(name, root, data.max_history_turns)
+    if "synthetic" in data.sources:
+        out += synthetic(data.synthetic_decompose, data.synthetic_rewrite, seed=seed,
+                         max_history_turns=data.max_history_turns)
+    return out
+
+
+def make_splits(cfg: DecomposerRecipe) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(train, held-out, dropped): graphs over ``model.max_nodes`` nodes are dropped from both."""
+    examples = load_examples(cfg.data, seed=cfg.data.split_seed)
+    keep = [e for e in examples if e["task"] != "decompose"
+            or len(e["graph"]["nodes"]) <= cfg.model.max_nodes]
+    train, heldout = split_examples(keep, cfg.data.split_seed, cfg.data.heldout_ratio)
+    if not train:
+        raise ValidationError(
+            f"decomposer: no training examples from data.sources={cfg.data.sources} (check "
+            "data.data_dir, or add 'synthetic' to data.sources)")
+    if not heldout:
+        raise ValidationError(
+            f"decomposer: the held-out split is empty ({len(train)} training examples, "
+            f"data.heldout_ratio={cfg.data.heldout_ratio}); raise the ratio or add data")
+    return train, heldout, len(examples) - len(keep)
+
+
+def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int, seed: int,
+            epoch: int, rewrite_repeat: int = 1) -> Iterator[dict[str, Any]]:
+    """Seeded micro-batches for one epoch: shuffled, then length-bucketed to cut padding.
+
+    Same ``(seed, epoch)`` -> same batches, which resuming relies on.
+    """
+    pool = [e for e in examples for _ in range(rewrite_repeat if e["task"] == "rewrite" else 1)]
+    rng = random.Random(seed * 1_000_003 + epoch)
+    rng.shuffle(pool)
+    window = batch_size * 32
+    chunks = []
+    for start in range(0, len(pool), window):
+        block = sorted(pool[start:start + window], key=lambda e: len(e["source"]) + len(e["target"]))
+        chunks += [block[i:i + batch_size] for i in range(0, len(block), batch_size)]
+    rng.shuffle(chunks)
+    for chunk in chunks:
+        yield dec.prepare_batch([e["source"] for e in chunk], [e["target"] for e in chunk])
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def node_f1(pred: QDG, gold: QDG) -> float:
+    """Position-aligned token F1 of node texts over ``max(len(pred), len(gold))`` nodes."""
+    n = max(len(pred.nodes), len(gold.nodes))
+    total = sum(token_f1(p.text, g.text) for p, g in zip(pred.nodes, gold.nodes, strict=False))
+    return total / n if n else 0.0
+
+
+def decompose_metrics(preds: Sequence[tuple[QDG, bool]], golds: Sequence[QDG]) -> dict[str, float]:
+    """validity, type accuracy, node-count accuracy and node F1 of predictions vs gold graphs."""
+    if not golds:
+        return {}
+    n = len(golds)
+    return {
+        "decompose_validity": sum(v for _, v in preds) / n,
+        "decompose_type_acc": sum(p.type == g.type for (p, _), g in zip(preds, golds, strict=True)) / n,
+        "decompose_node_count_acc": sum(len(p.nodes) == len(g.nodes)
+                                        for (p, _), g in zip(preds, golds, strict=True)) / n,
+        "decompose_node_f1": sum(node_f1(p, g) for (p, _), g in zip(preds, golds, strict=True)) / n,
+        "decompose_items": float(n),
+    }
+
+
+def rewrite_metrics(preds: Sequence[str], golds: Sequence[str]) -> dict[str, float]:
+    """Exact match and token F1 of rewrites against the human rewrites."""
+    if not golds:
+        return {}
+    n = len(golds)
+    return {
+        "rewrite_em": sum(exact_match(p, g) for p, g in zip(preds, golds, strict=True)) / n,
+        "rewrite_f1": sum(token_f1(p, g) for p, g in zip(preds, golds, strict=True)) / n,
+        "rewrite_items": float(n),
+    }
+
+
+def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Untrained references on the held-out split (see the module docstring)."""
+    out: dict[str, float] = {}
+    dec_train = [e for e in train if e["task"] == "decompose"]
+    dec_held = [e for e in heldout if e["task"] == "decompose"]
+    if dec_train and dec_held:
+        major_type = Counter(e["graph"]["type"] for e in dec_train).most_common(1)[0][0]
+        major_n = Counter(len(e["graph"]["nodes"]) for e in dec_train).most_common(1)[0][0]
+        golds = [QDG.from_json(e["graph"]) for e in dec_held]
+        out["decompose_type_acc_majority"] = sum(g.type == major_type for g in golds) / len(golds)
+        out["decompose_node_count_acc_majority"] = sum(len(g.nodes) == major_n for g in golds) / len(golds)
+        out["decompose_node_f1_question_as_terminal"] = sum(
+            node_f1(QDG("terminal", (QDGNode("1", e["query"], ()),)), g)
+            for e, g in zip(dec_held, golds, strict=True)) / len(golds)
+    rw_held = [e for e in heldout if e["task"] == "rewrite"]
+    if rw_held:
+        copy = rewrite_metrics([e["query"] for e in rw_held], [e["target"] for e in rw_held])
+        out["rewrite_em_copy_query"] = copy["rewrite_em"]
+        out["rewrite_f1_copy_query"] = copy["rewrite_f1"]
+    return out
+
+
+def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
+             per_item: list[dict[str, Any]] | None = None) -> dict[str, float]:
+    """Generate for held-out examples (the first ``limit`` of each task when > 0) and score them."""
+    dec_items = [e for e in heldout if e["task"] == "decompose"]
+    rw_items = [e for e in heldout if e["task"] == "rewrite"]
+    if limit > 0:
+        dec_items, rw_items = dec_items[:limit], rw_items[:limit]
+    preds = dec.decompose_batch([e["query"] for e in dec_items])
+    golds = [QDG.from_json(e["graph"]) for e in dec_items]
+    rewrites = dec.rewrite_batch([(e["history"], e["query"]) for e in rw_items])
+    if per_item is not None:
+        for e, (g, valid, raw), gold in zip(dec_items, preds, golds, strict=True):
+            per_item.append({"task": "decompose", "query": e["query"], "valid": valid, "raw": raw,
+                             "pred": g.to_json(), "gold": gold.to_json(),
+                             "type_ok": g.type == gold.type, "node_f1": node_f1(g, gold)})
+        for e, r in zip(rw_items, rewrites, strict=True):
+            per_item.append({"task": "rewrite", "query": e["query"], "pred": r, "gold": e["target"],
+                             "em": exact_match(r, e["target"]), "f1": token_f1(r, e["target"])})
+    return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
+            **rewrite_metrics(rewrites, [e["target"] for e in rw_items])}
+
+
+# --------------------------------------------------------------------------- recipe
+
+
+def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
+    """The untrained model of ``m`` wrapped in a :class:`Decomposer`."""
+    if m.arch == "tiny":
+        model, tok = build_tiny(m.base_model, hidden=m.tiny_hidden)
+        arch = "encoder-decoder"
+    elif m.arch == "encoder-decoder":
+        model, tok = build_bert2bert(m.base_model, decoder_layers=m.decoder_layers,
+                                     init_cross_from_self=m.init_cross_from_self)
+        arch = "encoder-decoder"
+    else:
+        model, tok = build_hub(m.base_model, m.arch)
+        arch = m.arch
+    if m.freeze_encoder and hasattr(model, "get_encoder"):
+        for p in model.get_encoder().parameters():
+            p.requires_grad_(False)
+    return Decomposer(model, tok, arch, max_source_tokens=m.max_source_tokens,
+                      max_target_tokens=m.max_target_tokens, max_nodes=m.max_nodes,
+                      batch_size=m.eval_batch_size, num_beams=m.num_beams)
+
+
+@register_recipe("decomposer", DecomposerRecipe)
+def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dict[str, float]:
+    """Train the decomposer; write ``run_dir/model`` (with ``decomposer.json``) and metrics.json."""
+    from searchsmith.training.trainer import apply_lora, train, write_json_atomic
+
+    if cfg.recipe != "decomposer":
+        raise ConfigError(f"recipe: expected 'decomposer', got {cfg.recipe!r}")
+    run_dir = Path(run_dir)
+
+    # 1. Model
+    dec = build_decomposer(cfg.model)
+    task_type = "CAUSAL_LM" if cfg.model.arch == "causal" else "SEQ_2_SEQ_LM"
+    model = apply_lora(dec.model, cfg.lora, task_type)
+
+    # 2. Data
+    train_ex, heldout, dropped = make_splits(cfg)
+    counts = Counter(e["task"] for e in train_ex)
+    print(f"decomposer: {counts['decompose']} decompose + {counts['rewrite']} rewrite training "
+          f"examples, {len(heldout)} held out, {dropped} graphs over model.max_nodes dropped",
+          flush=True)
+
+    # Scored on the real held-out items when there are any: synthetic templates are there so
+    # the recipe runs without ../shared, and scoring them would flatter the figures.
+    eval_items = [e for e in heldout if e["origin"] != "synthetic"] or heldout
+
+    def train_batches(epoch: int) -> Iterator[dict[str, Any]]:
+        return batches(train_ex, dec, cfg.optim.batch_size, cfg.train.seed, epoch,
+                       cfg.data.rewrite_repeat)
+
+    # 3. Loss: token cross-entropy of the target (the model's own loss; padding is -100).
+    def loss_fn(m: Any, batch: dict[str, Any]) -> Any:
+        return m(**batch).loss
+
+    # 4. Train (evaluating on the held-out split; the last eval covers all of it)
+    # eval_fn must know whether it is the final eval (all held-out items) or an intermediate
+    # one (data.eval_limit items); a resumed run starts counting at its checkpoint's step.
+    from searchsmith.training.trainer import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    progress = {"step": int(ckpt.name.split("-")[1]) if ckpt is not None else 0}
+
+    def on_step(step: int, _m: Any) -> None:
+        progress["step"] = step
+
+    def eval_fn(m: Any) -> dict[str, float]:
+        final = progress["step"] >= cfg.optim.max_steps
+        view = Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
+                          max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
+                          batch_size=dec.batch_size, num_beams=dec.num_beams,
+                          max_history_turns=cfg.data.max_history_turns)
+        return evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit)
+
+    result = train(model, loss_fn, train_batches, cfg, run_dir, eval_fn, tokenizer=dec.tokenizer,
+                   run_info={"task": "decompose+rewrite", "recipe": "decomposer",
+                             "base_model": cfg.model.base_model, "arch": cfg.model.arch},
+                   baselines=baselines(train_ex, eval_items), force=force, on_step=on_step)
+
+    # 5. Save: the trainer wrote run_dir/model; mark it trained so Decomposer.load accepts it.
+    write_json_atomic(run_dir / "model" / "decomposer.json", {
+        "arch": dec.arch, "trained_steps": result.step,
+        "max_source_tokens": dec.max_source_tokens, "max_target_tokens": dec.max_target_tokens,
+        "max_nodes": dec.max_nodes, "num_beams": dec.num_beams,
+        "max_history_turns": cfg.data.max_history_turns, "base_model": cfg.model.base_model,
+    })
+    return result.final_metrics
+
+
+__all__ = [
+    "DecomposerDataConfig",
+    "DecomposerModelConfig",
+    "DecomposerRecipe",
+    "baselines",
+    "batches",
+    "build_decomposer",
+    "decompose_metrics",
+    "decomposer",
+    "eval_decompose",
+    "eval_rewrite",
+    "evaluate",
+    "load_examples",
+    "make_splits",
+    "node_f1",
+    "rewrite_metrics",
+]
+
+
+# --------------------------------------------------------------------------- searchsmith eval
+
+
+def _load_for_eval(args: Any) -> Decomposer:
+    path = getattr(args, "checkpoint", None) or getattr(args, "bundle", None)
+    if not path:
+        raise ConfigError("eval: pass --checkpoint RUN_DIR (a decomposer training run) or "
+                          "--bundle DIR (a folder holding decomposer.json and the weights)")
+    if not Path(path).is_dir():
+        flag = "--checkpoint" if getattr(args, "checkpoint", None) else "--bundle"
+        raise ConfigError(f"eval: {flag} {str(path)!r} is not a folder (check the path)")
+    return Decomposer.load(path)
+
+
+def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:
+    if path:
+        from searchsmith.training.data import write_jsonl_atomic
+
+        write_jsonl_atomic(path, rows)
+
+
+def eval_decompose(args: Any) -> dict[str, float]:
+    """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
+
+    ``--data`` is "Decomposition, JSONL" (DESIGN.md); export one from the held-out split with
+    ``python -m searchsmith.training.decompose_data --out DIR``.
+    """
+    from searchsmith.training.decompose_data import read_decomposition_eval
+
+    rows = read_decomposition_eval(args.data)
+    if getattr(args, "limit", 0):
+        rows = rows[: args.limit]
+    dec = _load_for_eval(args)
+    items = [{"task": "decompose", "query": r["query"],
+              "graph": QDG.from_json({"type": r["type"], "nodes": r["nodes"]}).to_json()}
+             for r in rows]
+    per_item: list[dict[str, Any]] = []
+    metrics = evaluate(dec, items, per_item=per_item)
+    _write_per_item(getattr(args, "per_item", None), per_item)
+    return metrics
+
+
+def eval_rewrite(args: Any) -> dict[str, float]:
+    """``searchsmith eval rewrite --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
+
+    ``--data`` is "Rewrite eval, JSONL" (DESIGN.md). The copy-the-query baseline is reported
+    beside the model's figures.
+    """
+    from searchsmith.training.decompose_data import read_rewrite_eval
+
+    rows = read_rewrite_eval(args.data)
+    if getattr(args, "limit", 0):
+        rows = rows[: args.limit]
+    dec = _load_for_eval(args)
+    items = [{"task": "rewrite", "query": r["query"], "target": r["rewrite"],
+              "history": [h["content"] for h in r.get("history", []) if h.get("role", "user") == "user"]}
+             for r in rows]
+    per_item: list[dict[str, Any]] = []
+    metrics = evaluate(dec, items, per_item=per_item)
+    copy = rewrite_metrics([r["query"] for r in rows], [r["rewrite"] for r in rows])
+    metrics["rewrite_em_copy_query"] = copy["rewrite_em"]
+    metrics["rewrite_f1_copy_query"] = copy["rewrite_f1"]
+    _write_per_item(getattr(args, "per_item", None), per_item)
+    return metrics
