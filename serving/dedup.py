@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
-
 from searchsmith.models.errors import ValidationError
 
 T = TypeVar("T")
@@ -22,7 +21,6 @@ DEFAULT_THRESHOLD = 0.8
 def dedup_keep_mask(embeddings: np.ndarray, threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:
     """Keep-mask (N,) bool of greedy near-duplicate removal over (N, D) unit vectors in rank order."""
     import torch
-
     from searchsmith.kernels import KernelInputError, dedup_mask
 
     emb = np.asarray(embeddings, dtype=np.float32)

@@ -3,10 +3,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from searchsmith.models.cli import main
 from searchsmith.models.errors import ConfigError
-from searchsmith.models.hub import DEFAULT_MODEL_NAME, default_model_dir, model_display_name, resolve_model
+from searchsmith.models.hub import (
+    DEFAULT_MODEL_NAME,
+    default_model_dir,
+    model_display_name,
+    resolve_model,
+)
 
 
 def test_default_resolves_to_the_bundled_model() -> None:

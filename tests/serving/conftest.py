@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+
 @pytest.fixture(scope="session")
 def embedder():
     from searchsmith.serving.embedder import Embedder, EmbedderConfig

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from searchsmith.models.errors import ValidationError
 from searchsmith.serving.dedup import dedup, dedup_keep_mask
 
