@@ -27,13 +27,15 @@ ENV_BACKEND = "SEARCHSMITH_KERNEL_BACKEND"
 
 # Ops whose Triton kernel is the "auto" choice on CUDA. STYLE.md: a kernel is the default
 # only where it beats torch in a measured run of ``searchsmith profile kernels``. None of
-# them has been measured on a GPU yet (no GPU in the session that wrote them), so they
-# start on; flip an entry to False when the benchmark shows the kernel losing.
+# them has run on a real GPU yet (they are tested under the interpreter and compiled for
+# sm_90, but no GPU was available), so "auto" keeps the torch path on CUDA until the
+# benchmark's verdict lines say a kernel wins; then flip its entry to True.
+# ``backend="triton"`` or SEARCHSMITH_KERNEL_BACKEND=triton selects them explicitly.
 TRITON_BY_DEFAULT: dict[str, bool] = {
-    "pool_normalize": True,
-    "similarity_topk": True,
-    "route_sources": True,
-    "dedup_mask": True,
+    "pool_normalize": False,
+    "similarity_topk": False,
+    "route_sources": False,
+    "dedup_mask": False,
 }
 
 # Greedy near-duplicate threshold from the Xinyu paper (cosine 0.8). This is only the

@@ -20,14 +20,11 @@ without faiss-gpu, flat search runs through ``searchsmith.kernels.similarity_top
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import shutil
 import sqlite3
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -38,6 +35,7 @@ import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.config import from_dict, to_dict
 from searchsmith.models.errors import BundleError, ValidationError
+from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
 from searchsmith.serving.chunker import Chunk, Chunker, ChunkerConfig
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
 
@@ -103,31 +101,6 @@ class Hit:
         c = self.chunk
         return {"score": round(self.score, 6), "chunk_id": c.chunk_id, "doc_id": c.doc_id,
                 "source": c.source, "title": c.title, "text": c.text, "date": c.date, "url": c.url}
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _swap_in(tmp_dir: Path, out_dir: Path) -> None:
-    """Replace ``out_dir`` by ``tmp_dir`` with renames (the old one is removed after)."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}-{time.time_ns()}")
-        os.replace(out_dir, old)
-    os.replace(tmp_dir, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # -- chunk store -----------------------------------------------------------------------------
@@ -283,7 +256,7 @@ def _write_centroids(tmp: Path, cfg: IndexConfig, sources: dict[str, Any]) -> No
         owners.extend([name] * len(c))
         sources[name]["centroids"] = int(len(c))
     np.save(tmp / "centroids.npy", np.concatenate(cents, axis=0))
-    _write_json_atomic(tmp / "centroids.json", {"sources": owners})
+    write_json_atomic(tmp / "centroids.json", {"sources": owners})
 
 
 def _write_manifest(tmp: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg: ChunkerConfig,
@@ -302,7 +275,7 @@ def _write_manifest(tmp: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg
         "chunker": to_dict(chunker_cfg), "documents": n_docs, "chunks": n_chunks,
         "sources": sources, "config": to_dict(cfg), "files": files,
     }
-    _write_json_atomic(tmp / "manifest.json", manifest)
+    write_json_atomic(tmp / "manifest.json", manifest)
     return manifest
 
 
@@ -322,9 +295,7 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
     chunker_cfg = _effective_chunker(cfg, embedder)
     chunker = Chunker(embedder.tokenizer, chunker_cfg)
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{time.time_ns()}")
-    tmp.mkdir()
+    tmp = temp_dir_beside(out)
     try:
         store = ChunkStore(tmp / "chunks.sqlite")
         by_source: dict[str, list[Chunk]] = {}
@@ -342,7 +313,7 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
         store.close()
         _write_centroids(tmp, cfg, sources)
         manifest = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources, len(records), row)
-        _swap_in(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -364,8 +335,8 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
     if not records:
         raise ValidationError("index --add: no documents to add")
     chunker_cfg = from_dict(ChunkerConfig, manifest["chunker"])
-    tmp = index_dir.with_name(f".{index_dir.name}.tmp-{os.getpid()}-{time.time_ns()}")
-    shutil.copytree(index_dir, tmp)
+    tmp = temp_dir_beside(index_dir)
+    shutil.copytree(index_dir, tmp, dirs_exist_ok=True)
     try:
         store = ChunkStore(tmp / "chunks.sqlite")
         existing = store.doc_ids()
@@ -396,7 +367,7 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
         _write_centroids(tmp, cfg, sources)
         out = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources,
                               manifest["documents"] + len(records), store_count, manifest["created"])
-        _swap_in(tmp, index_dir)
+        replace_dir(tmp, index_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

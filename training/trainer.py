@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from searchsmith.models.config import to_dict
 from searchsmith.models.errors import ConfigError, RunnerError, ValidationError
+from searchsmith.models.io import replace_dir, write_json_atomic
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 
 log = logging.getLogger(__name__)
@@ -130,24 +131,6 @@ def merged_model(model: Any) -> Any:
     return model
 
 
-def _replace_dir(tmp: Path, final: Path) -> None:
-    """Move the finished folder ``tmp`` to ``final``, replacing an old one (near-atomically)."""
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
     """Save the merged model (and tokenizer) to ``out_dir`` atomically; return ``out_dir``."""
     out_dir = Path(out_dir)
@@ -157,7 +140,7 @@ def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
     plain.save_pretrained(tmp)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
-    _replace_dir(tmp, out_dir)
+    replace_dir(tmp, out_dir)
     return out_dir
 
 
@@ -356,7 +339,7 @@ def train(
             "step": step, "epoch": epoch, "batch_in_epoch": pos, "config_hash": cfg_hash,
             "history": history, "eval_history": eval_history,
         })
-        _replace_dir(tmp, final)
+        replace_dir(tmp, final)
         done = sorted((int(CHECKPOINT_RE.match(p.name).group(1)), p) for p in ckpt_root.iterdir()
                       if CHECKPOINT_RE.match(p.name))
         for _, old in done[:-tcfg.keep_checkpoints]:
