@@ -39,7 +39,7 @@ class EmbedderConfig:
     Attributes:
         model: ``default`` (bundled all-MiniLM-L6-v2), a local folder or a hub id.
         max_batch_tokens: padded tokens per batch (batch size x longest sequence); None =
-            2048 on a CPU (``searchsmith profile embed`` on 2 cores: 88 texts/s at 2048 vs 50
+            2048 on a CPU (``searchsmith profile embed`` on 2 cores: 96 texts/s at 2048 vs 66
             at 16384, smaller batches stay in cache) and 16384 on CUDA.
         max_batch_size: texts per batch, whatever their length.
         max_seq_length: tokens per text before truncation; None = the model's own limit.

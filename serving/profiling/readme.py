@@ -35,7 +35,9 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if r.get("suite") == "embed" and r.get("summary"):
             rows.append({**base, "what": f"embed {r['texts']} mixed-length texts ({r['device']}, {r['dtype']})",
                          "figure": f"{r['searchsmith_texts_per_s']:.1f} texts/s",
-                         "baseline": f"SentenceTransformer.encode batch 32: {r['st_default_texts_per_s']:.1f} texts/s",
+                         "baseline": (f"SentenceTransformer.encode batch 32: {r['st_default_texts_per_s']:.1f} texts/s "
+                                      f"(its best batch size: {r['st_best_texts_per_s']:.1f} texts/s, "
+                                      f"{r['ratio_vs_st_best']:.2f}x)"),
                          "ratio": round(r["ratio_vs_st_default"], 2)})
         elif r.get("suite") == "route" and "sources" in r:
             rows.append({**base, "what": f"route 1 query, {r['sources']} sources x {r['centroids_per_source']} centroids ({r['device']})",
