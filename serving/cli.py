@@ -108,11 +108,16 @@ def run_route(args: argparse.Namespace) -> int:
 
 
 # -- quickstart ------------------------------------------------------------------------------
-SAMPLE_HISTORY = [
-    {"role": "user", "content": "How do I configure the eviction policy of the Lumen cache?"},
-    {"role": "assistant", "content": "Set lumen.eviction.policy to lru or lfu in lumen.yaml."},
+# Two-turn samples: the follow-up's referent is only in the history. In the second, the
+# raw follow-up says nothing about where to look, so only the rewrite can route it.
+SAMPLES = [
+    ([{"role": "user", "content": "How do I configure the eviction policy of the Lumen cache?"},
+      {"role": "assistant", "content": "Set lumen.eviction.policy to lru or lfu in lumen.yaml."}],
+     "Where can I find the code for it?"),
+    ([{"role": "user", "content": "What are the limits of Kestrel?"},
+      {"role": "assistant", "content": "There are a few, on request size and rate."}],
+     "Can you give me more details on that?"),
 ]
-SAMPLE_QUERY = "Where can I find the code for it?"
 
 
 def configure_quickstart(parser: argparse.ArgumentParser) -> None:
@@ -137,13 +142,14 @@ def run_quickstart(args: argparse.Namespace) -> int:
     m = read_manifest(index_dir)
     print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
     router = load_router(str(index_dir))
-    print("[2/2] route a follow-up question")
-    for turn in SAMPLE_HISTORY:
-        print(f"      {turn['role']}: {turn['content']}")
-    print(f"      user: {SAMPLE_QUERY}")
-    for mode in ("parallel", "serial"):
-        res = router.route(SAMPLE_QUERY, SAMPLE_HISTORY, mode=mode)
-        top = ", ".join(f"{s} ({sc:.3f})" for s, sc in res.sources)
-        print(f"      {mode:>8}: routed {res.routed_text!r}\n                -> {top}")
+    print("[2/2] route follow-up questions (parallel: the raw query; serial: the rewrite)")
+    for history, query in SAMPLES:
+        for turn in history:
+            print(f"      {turn['role']}: {turn['content']}")
+        print(f"      user: {query}")
+        for mode in ("parallel", "serial"):
+            res = router.route(query, history, mode=mode)
+            top = ", ".join(f"{s} ({sc:.3f})" for s, sc in res.sources)
+            print(f"      {mode:>8}: routed {res.routed_text!r}\n                -> {top}")
     print(f"done in {time.perf_counter() - t0:.1f} s; index at {index_dir}")
     return 0

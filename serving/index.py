@@ -453,16 +453,15 @@ class Index:
         return cls(d, manifest, cfg)
 
     def _pick_backend(self, wanted: str) -> str:
+        """faiss-gpu when it sees GPUs, else the similarity_topk kernel on CUDA, else faiss CPU."""
         if wanted != "auto":
             return wanted
         import faiss
         import torch
 
         if getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
-            import faiss as f
-
-            res = f.StandardGpuResources()
-            self._faiss = {s: f.index_cpu_to_gpu(res, 0, ix) for s, ix in self._faiss.items()}
+            res = faiss.StandardGpuResources()
+            self._faiss = {s: faiss.index_cpu_to_gpu(res, 0, ix) for s, ix in self._faiss.items()}
             return "faiss"
         if torch.cuda.is_available():
             return "kernel"
