@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("searchsmith.serving.cli:configure_index", "chunk, embed and index a corpus (JSONL)"),
     "route": ("searchsmith.serving.cli:configure_route", "route a (follow-up) question to sources"),
     "ask": ("searchsmith.serving.cli:configure_ask", "answer a question with the pipeline"),
-    "serve": ("searchsmith.serving.cli:configure_serve", "run the batched inference server"),
+    "serve": ("searchsmith.serving.serve_cli:configure_serve", "run the batched inference server"),
     "profile": ("searchsmith.serving.profiling.cli:configure_profile", "latency/throughput benchmarks"),
     "eval": ("searchsmith.models.cli:configure_eval", "evaluate a task and print JSON metrics"),
     "quickstart": ("searchsmith.serving.cli:configure_quickstart", "train, export, index and ask on demo data"),

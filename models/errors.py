@@ -19,6 +19,22 @@ class ValidationError(SearchsmithError, ValueError):
     """User input (a query, a corpus line, a request field) is invalid."""
 
 
+class EmptyInputError(ValidationError):
+    """A required input is empty (HTTP 400)."""
+
+
+class PayloadTooLargeError(ValidationError):
+    """A body, a list or a text is over its limit (HTTP 413)."""
+
+
+class UnauthorizedError(SearchsmithError):
+    """Missing or wrong API key (HTTP 401)."""
+
+
+class NotReadyError(SearchsmithError, RuntimeError):
+    """A model is not loaded yet, or the server or a batcher is shutting down (HTTP 503)."""
+
+
 class BundleError(SearchsmithError):
     """A model bundle or an index on disk is missing, corrupt or mismatched."""
 

@@ -21,7 +21,7 @@ the anchor (low padding). A worker starts a batch when the oldest item has waite
 
 Errors reach the caller through the Future: RunnerError (HTTP 500) when the runner fails,
 TimeoutError (504) after ``timeout_s`` in the queue; ``submit`` itself raises OverloadedError
-(429) when the queue is full and RuntimeError once the batcher is closed (the server answers
+(429) when the queue is full and NotReadyError (a RuntimeError) once the batcher is closed (the server answers
 503 while shutting down).
 
 Usage from asyncio (tokenize off the event loop, then await the Future)::
@@ -43,7 +43,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from searchsmith.models.errors import ConfigError, OverloadedError, RunnerError, ValidationError
+from searchsmith.models.errors import (
+    ConfigError,
+    NotReadyError,
+    OverloadedError,
+    RunnerError,
+    ValidationError,
+)
 
 __all__ = ["BatcherConfig", "DynamicBatcher", "select_batch"]
 
@@ -427,7 +433,7 @@ class DynamicBatcher(Generic[T, R]):
         """
         with self._cond:
             if self._closed:
-                raise RuntimeError(f"batcher[{self.name}]: start() after close()")
+                raise NotReadyError(f"batcher[{self.name}]: start() after close()")
             if self._started:
                 return
             self._started = True
@@ -474,7 +480,7 @@ class DynamicBatcher(Generic[T, R]):
         try:
             with self._cond:
                 if self._closed:
-                    raise RuntimeError(
+                    raise NotReadyError(
                         f"batcher[{self.name}]: submit() after close(); the model is shutting "
                         "down, send the request to another replica or retry after restart"
                     )
@@ -716,7 +722,7 @@ class DynamicBatcher(Generic[T, R]):
         cancelled = 0
         for entry in dropped:
             if entry.future.set_running_or_notify_cancel():
-                entry.future.set_exception(RuntimeError(
+                entry.future.set_exception(NotReadyError(
                     f"batcher[{self.name}]: closed before this item ran (close(drain=False)); "
                     "the model is shutting down, retry on another replica"
                 ))

@@ -200,7 +200,7 @@ class Embedder:
         return [len(ids) for ids in enc["input_ids"]]
 
     # -- embedding ------------------------------------------------------------------------
-    def _embed_ids(self, ids: list[list[int]]):
+    def embed_ids(self, ids: list[list[int]]):
         """One padded batch of token ids -> (b, D) float32 unit vectors (torch, on CPU)."""
         import torch
         from searchsmith.kernels import pool_normalize
@@ -254,7 +254,7 @@ class Embedder:
                 out = np.empty((len(ids), self.dim), dtype=np.float32)
                 for batch in pack_batches(lengths, self.max_batch_tokens, cfg.max_batch_size,
                                           cfg.min_padding_efficiency):
-                    vecs = self._embed_ids([ids[i] for i in batch])
+                    vecs = self.embed_ids([ids[i] for i in batch])
                     out[batch] = vecs.numpy()
                     stats["batches"] += 1
                     stats["tokens"] += sum(lengths[i] for i in batch)

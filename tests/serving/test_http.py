@@ -1,0 +1,358 @@
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from searchsmith.serving.batcher import BatcherConfig
+from searchsmith.serving.http import ERROR_TABLE, ServerConfig, create_app
+from searchsmith.serving.index import Index
+from searchsmith.serving.router import CentroidRouter, RouterConfig
+from searchsmith.serving.runner import EmbeddingRunner
+
+TEXTS = ["Knead the dough for ten minutes.", "Saturn has rings of ice.", "def f(x): return x"]
+
+
+@pytest.fixture(scope="module")
+def router(small_index, embedder):
+    return CentroidRouter(Index.load(small_index), embedder, RouterConfig(top_k=3))
+
+
+@pytest.fixture(scope="module")
+def client(embedder, router):
+    cfg = ServerConfig(max_texts_per_request=8, max_input_chars=500, max_body_bytes=20000)
+    with TestClient(create_app(cfg, embedder=embedder, router=router)) as c:
+        yield c
+
+
+def _error(resp, status: int, kind: str) -> str:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error", "type"} and body["type"] == kind
+    return body["error"]
+
+
+class Blocking:
+    """A runner that blocks until released (to fill the queue)."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, batch):
+        self.started.set()
+        self.release.wait(10)
+        return np.eye(384, dtype=np.float32)[: len(batch)]
+
+
+# ---- runner --------------------------------------------------------------------------------
+
+
+def test_runner_matches_encode(embedder) -> None:
+    runner = EmbeddingRunner(embedder)
+    out = runner.run(embedder.tokenize(TEXTS))
+    assert out.shape == (3, 384) and out.dtype == np.float32
+    np.testing.assert_allclose(out, embedder.encode(TEXTS), atol=1e-5)
+    with pytest.raises(ValueError, match="max_seq_length"):
+        runner.run([list(range(1, embedder.max_seq_length + 5))])
+
+
+# ---- /v1/embeddings -------------------------------------------------------------------------
+
+
+def test_embeddings_happy_path(client, embedder) -> None:
+    resp = client.post("/v1/embeddings", json={"input": TEXTS, "model": embedder.model_name})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["object"] == "list" and body["model"] == embedder.model_name
+    assert [d["index"] for d in body["data"]] == [0, 1, 2]
+    vecs = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+    assert vecs.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(vecs, embedder.encode(TEXTS), atol=1e-5)  # order kept
+    tokens = sum(len(x) for x in embedder.tokenize(TEXTS))
+    assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def test_string_input_equals_list_of_one(client) -> None:
+    one = client.post("/v1/embeddings", json={"input": TEXTS[1]}).json()
+    listed = client.post("/v1/embeddings", json={"input": [TEXTS[1]]}).json()
+    assert len(one["data"]) == 1
+    assert one["data"][0]["embedding"] == pytest.approx(listed["data"][0]["embedding"], abs=1e-6)
+
+
+def test_base64_encoding(client) -> None:
+    import base64
+
+    f = client.post("/v1/embeddings", json={"input": "hi"}).json()["data"][0]["embedding"]
+    b = client.post("/v1/embeddings", json={"input": "hi", "encoding_format": "base64"}).json()
+    decoded = np.frombuffer(base64.b64decode(b["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(decoded, f, atol=1e-6)
+
+
+def test_empty_list_is_400(client) -> None:
+    assert "empty" in _error(client.post("/v1/embeddings", json={"input": []}), 400, "empty_input")
+
+
+def test_blank_text_is_400(client) -> None:
+    msg = _error(client.post("/v1/embeddings", json={"input": ["ok", "  "]}), 400, "empty_input")
+    assert "input[1]" in msg
+
+
+def test_too_many_texts_is_413(client) -> None:
+    msg = _error(client.post("/v1/embeddings", json={"input": ["x"] * 9}), 413, "too_large")
+    assert "9 texts" in msg and "max_texts_per_request" in msg
+
+
+def test_wrong_type_is_422(client) -> None:
+    msg = _error(client.post("/v1/embeddings", json={"input": 5}), 422, "validation_error")
+    assert "input" in msg
+
+
+def test_list_of_ints_is_422(client) -> None:
+    _error(client.post("/v1/embeddings", json={"input": [1, 2]}), 422, "validation_error")
+
+
+def test_unknown_field_is_422(client) -> None:
+    msg = _error(client.post("/v1/embeddings", json={"input": "a", "path": "/etc/passwd"}),
+                 422, "validation_error")
+    assert "path" in msg
+
+
+def test_unknown_model_is_422(client) -> None:
+    msg = _error(client.post("/v1/embeddings", json={"input": "a", "model": "gpt-x"}), 422,
+                 "validation_error")
+    assert "gpt-x" in msg
+
+
+def test_invalid_json_is_422(client) -> None:
+    resp = client.post("/v1/embeddings", content=b"{not json",
+                       headers={"content-type": "application/json"})
+    _error(resp, 422, "validation_error")
+
+
+def test_body_too_large_is_413(client) -> None:
+    resp = client.post("/v1/embeddings", json={"input": ["y" * 400] * 60})
+    assert "max_body_bytes" in _error(resp, 413, "too_large")
+
+
+def test_long_input_is_truncated(client, embedder) -> None:
+    text = "the moon " * 60  # 540 chars > max_input_chars=500
+    got = client.post("/v1/embeddings", json={"input": text}).json()["data"][0]["embedding"]
+    np.testing.assert_allclose(got, embedder.encode([text[:500]])[0], atol=1e-5)
+
+
+def test_long_input_413_without_truncate(embedder) -> None:
+    app = create_app(ServerConfig(max_input_chars=100, truncate=False), embedder=embedder)
+    with TestClient(app) as c:
+        msg = _error(c.post("/v1/embeddings", json={"input": "a" * 101}), 413, "too_large")
+        assert "max_input_chars" in msg
+        too_many_tokens = "word " * 300  # 1500 chars (under 5000) but ~300 tokens
+        app2 = create_app(ServerConfig(max_input_chars=5000, truncate=False), embedder=embedder)
+        with TestClient(app2) as c2:
+            msg = _error(c2.post("/v1/embeddings", json={"input": too_many_tokens}), 413, "too_large")
+            assert "max_seq_length" in msg
+
+
+def test_auth(embedder) -> None:
+    with TestClient(create_app(ServerConfig(api_keys=["s3cret"]), embedder=embedder)) as c:
+        assert c.get("/health").status_code == 200  # probes need no key
+        resp = c.post("/v1/embeddings", json={"input": "a"})
+        assert "Bearer" in _error(resp, 401, "unauthorized")
+        assert resp.headers["www-authenticate"] == "Bearer"
+        wrong = c.post("/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer nope"})
+        _error(wrong, 401, "unauthorized")
+        ok = c.post("/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and len(ok.json()["data"][0]["embedding"]) == 384
+
+
+def test_overload_is_429_with_retry_after(embedder) -> None:
+    runner = Blocking()
+    cfg = ServerConfig(batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
+    with TestClient(create_app(cfg, embedder=embedder, run_batch=runner)) as c:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(c.post, "/v1/embeddings", json={"input": "a"})
+            assert runner.started.wait(5)  # "a" is running; the queue is empty
+            # "b" takes the one queue place, "c" overflows.
+            resp = c.post("/v1/embeddings", json={"input": ["b", "c"]})
+            assert "max_queue" in _error(resp, 429, "overloaded")
+            assert resp.headers["retry-after"] == "1"
+            runner.release.set()
+            assert first.result(10).status_code == 200
+        stats = c.app.state.serving.batcher.stats()
+        assert stats["items_rejected"] == 1 and stats["items_run"] == 1  # "b" was dropped
+
+
+def test_timeout_is_504(embedder) -> None:
+    runner = Blocking()
+    with TestClient(create_app(ServerConfig(request_timeout_s=0.3), embedder=embedder,
+                               run_batch=runner)) as c:
+        try:
+            msg = _error(c.post("/v1/embeddings", json={"input": "a"}), 504, "timeout")
+            assert "request_timeout_s" in msg
+        finally:
+            runner.release.set()
+
+
+def test_runner_failure_is_500(embedder) -> None:
+    def broken(batch):
+        raise RuntimeError("device lost")
+
+    with TestClient(create_app(ServerConfig(), embedder=embedder, run_batch=broken)) as c:
+        msg = _error(c.post("/v1/embeddings", json={"input": "a"}), 500, "runner_error")
+        assert "device lost" in msg
+
+
+# ---- /v1/route ------------------------------------------------------------------------------
+
+
+def test_route_happy_path(client) -> None:
+    body = client.post("/v1/route", json={"query": "how long should I knead bread dough?",
+                                          "top_k": 2}).json()
+    assert body["sources"][0]["source"] == "cooking" and len(body["sources"]) == 2
+    assert body["sources"][0]["score"] >= body["sources"][1]["score"]
+    history = [{"role": "user", "content": "How do I configure the Lumen cache eviction policy?"},
+               {"role": "assistant", "content": "Set lumen.eviction.policy in lumen.yaml."}]
+    serial = client.post("/v1/route", json={"query": "Where can I find it?", "history": history}).json()
+    assert serial["mode"] == "serial" and serial["sources"][0]["source"] == "code"
+
+
+def test_route_empty_query_is_400(client) -> None:
+    _error(client.post("/v1/route", json={"query": "   "}), 400, "empty_input")
+
+
+def test_route_bad_mode_is_422(client) -> None:
+    assert "mode" in _error(client.post("/v1/route", json={"query": "q", "mode": "x"}), 422,
+                            "validation_error")
+
+
+def test_route_internal_error_is_500_and_server_survives(embedder) -> None:
+    class Broken:
+        def route(self, *a):
+            raise KeyError("boom")
+
+        def close(self):
+            pass
+
+    app = create_app(ServerConfig(), embedder=embedder, router=Broken())
+    with TestClient(app, raise_server_exceptions=False) as c:
+        _error(c.post("/v1/route", json={"query": "q"}), 500, "internal_error")
+        assert c.get("/health").status_code == 200
+
+
+# ---- probes, shutdown, misc ----------------------------------------------------------------
+
+
+def test_health_ready_and_attach(embedder) -> None:
+    app = create_app(ServerConfig())
+    with TestClient(app) as c:
+        assert c.get("/health").json() == {"status": "ok"}
+        _error(c.get("/ready"), 503, "not_ready")
+        _error(c.post("/v1/embeddings", json={"input": "a"}), 503, "not_ready")
+        app.state.serving.attach(embedder=embedder)
+        assert c.get("/ready").json()["models"]["embeddings"] == embedder.model_name
+        _error(c.post("/v1/route", json={"query": "q"}), 503, "not_ready")  # no router
+    assert app.state.serving.batcher.closed and app.state.serving.shutting_down
+
+
+def test_unknown_path_uses_error_body(client) -> None:
+    _error(client.get("/nope"), 404, "http_error")
+    _error(client.get("/v1/embeddings"), 405, "http_error")
+
+
+def test_error_table_order() -> None:
+    # A subclass listed after its parent would never be reached.
+    classes = [cls for cls, _, _ in ERROR_TABLE]
+    for i, cls in enumerate(classes):
+        assert not any(issubclass(cls, earlier) for earlier in classes[:i]), cls
+
+
+def test_config_rejects_bad_values() -> None:
+    from searchsmith.models.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_texts_per_request"):
+        ServerConfig(max_texts_per_request=0)
+
+
+def test_concurrent_requests_get_their_own_answers(client, embedder) -> None:
+    texts = [f"request number {i} about {'bread' if i % 2 else 'stars'} " + "x" * (i % 7)
+             for i in range(64)]
+    expected = embedder.encode(texts)
+
+    def call(i: int) -> np.ndarray:
+        resp = client.post("/v1/embeddings", json={"input": texts[i]})
+        assert resp.status_code == 200, resp.text
+        return np.array(resp.json()["data"][0]["embedding"], dtype=np.float32)
+
+    with ThreadPoolExecutor(8) as pool:
+        got = np.stack(list(pool.map(call, range(64))))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert max(client.app.state.serving.batcher.stats()["last_batch_sizes"]) > 1  # batched
+
+
+class _FakeEmbedder:
+    """Just what the HTTP layer needs from an embedder (no model: fast, deterministic)."""
+
+    model_name, dim, max_seq_length = "fake", 384, 16
+
+    def tokenize(self, texts):
+        return [[1] * min(len(t), 16) for t in texts]
+
+
+def test_chunked_body_over_limit_is_413() -> None:
+    app = create_app(ServerConfig(max_body_bytes=100), embedder=_FakeEmbedder(), run_batch=Blocking())
+
+    def chunks():  # no Content-Length: the limit counts the bytes received
+        yield b'{"input": "'
+        yield b"a" * 200
+        yield b'"}'
+
+    with TestClient(app) as c:
+        resp = c.post("/v1/embeddings", content=chunks(), headers={"content-type": "application/json"})
+        assert "max_body_bytes" in _error(resp, 413, "too_large")
+
+
+def test_shutdown_answers_requests_in_flight() -> None:
+    # The lifespan's exit calls state.close() (checked in test_health_ready_and_attach); call
+    # it directly here so the test client's event loop stays up to deliver the answers (uvicorn
+    # also waits for open connections before the lifespan exit).
+    runner = Blocking()
+    app = create_app(ServerConfig(batcher=BatcherConfig(max_batch_size=1)),
+                     embedder=_FakeEmbedder(), run_batch=runner)
+    state = app.state.serving
+    with TestClient(app) as c, ThreadPoolExecutor(3) as pool:
+        pending = [pool.submit(c.post, "/v1/embeddings", json={"input": t}) for t in ("a", "b")]
+        assert runner.started.wait(5)
+        for _ in range(500):  # until the second item is queued behind the running one
+            if state.batcher.stats()["queue_depth"] == 1:
+                break
+            threading.Event().wait(0.01)
+        closing = pool.submit(state.close)
+        threading.Event().wait(0.1)
+        assert not state.ready and not closing.done()  # draining: waits for the runner
+        _error(c.post("/v1/embeddings", json={"input": "late"}), 503, "not_ready")
+        runner.release.set()
+        closing.result(5)
+        assert [f.result(5).status_code for f in pending] == [200, 200]
+    assert state.batcher.stats()["items_run"] == 2
+
+
+def test_serve_command_builds_an_app_from_yaml_and_overrides(tmp_path, small_index) -> None:
+    import argparse
+
+    from fastapi.testclient import TestClient
+    from searchsmith.serving.serve_cli import build_app, configure_serve
+
+    cfg_file = tmp_path / "serve.yaml"
+    cfg_file.write_text("max_texts_per_request: 2\nbatcher:\n  max_batch_size: 4\n")
+    parser = argparse.ArgumentParser()
+    configure_serve(parser)
+    args = parser.parse_intermixed_args(["--config", str(cfg_file), "--index", str(small_index),
+                                         "batcher.max_wait_ms=1.0"])
+    cfg, app = build_app(args)
+    assert cfg.batcher.max_batch_size == 4 and cfg.batcher.max_wait_ms == 1.0
+    with TestClient(app) as client:
+        assert client.post("/v1/embeddings", json={"input": ["a", "b", "c"]}).status_code == 413
+        r = client.post("/v1/route", json={"query": "bread dough"})
+        assert r.status_code == 200 and r.json()["sources"][0]["source"] == "cooking"
