@@ -28,6 +28,7 @@ import base64
 import hmac
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from searchsmith.models.errors import (
     ConfigError,
@@ -51,6 +52,8 @@ from searchsmith.models.errors import (
     ValidationError,
 )
 from searchsmith.serving.batcher import BatcherConfig, DynamicBatcher
+from searchsmith.serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from searchsmith.serving.metrics import ServerMetrics
 from searchsmith.serving.runner import EmbeddingRunner
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -215,6 +218,7 @@ class ServingState:
         self.router: CentroidRouter | None = None
         self.batcher: DynamicBatcher | None = None
         self.shutting_down = False
+        self.metrics = ServerMetrics()
 
     def attach(self, embedder: Embedder | None = None, router: CentroidRouter | None = None,
                run_batch: Callable[[list[list[int]]], Sequence[Any]] | None = None) -> None:
@@ -229,8 +233,11 @@ class ServingState:
             run = run_batch or EmbeddingRunner(embedder).run
             if run_batch is None:
                 run(embedder.tokenize(["warm up"]))  # first forward pass allocates; pay it now
-            self.batcher = DynamicBatcher(run, config=self.config.batcher,
-                                          name=str(embedder.model_name))
+            name = str(embedder.model_name)
+            self.batcher = DynamicBatcher(run, config=self.config.batcher, name=name,
+                                          on_batch=self.metrics.batch_hook(name))
+            batcher = self.batcher
+            self.metrics.track_queue(name, lambda: batcher.stats()["queue_depth"])
             self.embedder = embedder
         if router is not None:
             self.router = router
@@ -361,6 +368,23 @@ def create_app(config: ServerConfig | None = None, *, embedder: Embedder | None 
                 "Authorization: missing or wrong API key; send 'Authorization: Bearer <key>' "
                 "with a key from server.api_keys"
             )
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        start = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            state.metrics.observe_request(endpoint, status, time.perf_counter() - start)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

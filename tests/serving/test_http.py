@@ -356,3 +356,19 @@ def test_serve_command_builds_an_app_from_yaml_and_overrides(tmp_path, small_ind
         assert client.post("/v1/embeddings", json={"input": ["a", "b", "c"]}).status_code == 413
         r = client.post("/v1/route", json={"query": "bread dough"})
         assert r.status_code == 200 and r.json()["sources"][0]["source"] == "cooking"
+
+
+def test_metrics_count_requests_batches_and_padding(embedder) -> None:
+    from fastapi.testclient import TestClient
+    from searchsmith.serving.http import ServerConfig, create_app
+
+    with TestClient(create_app(ServerConfig(), embedder=embedder)) as client:
+        assert client.post("/v1/embeddings", json={"input": ["one text", "and a second, longer text"]}).status_code == 200
+        assert client.post("/v1/embeddings", json={"input": []}).status_code == 400
+        body = client.get("/metrics").text
+    assert 'searchsmith_requests_total{endpoint="/v1/embeddings",status="200"} 1.0' in body
+    assert 'searchsmith_requests_total{endpoint="/v1/embeddings",status="400"} 1.0' in body
+    assert 'searchsmith_request_seconds_count{endpoint="/v1/embeddings"} 2.0' in body
+    assert "searchsmith_batch_size_count" in body and "searchsmith_queue_depth" in body
+    eff = [line for line in body.splitlines() if line.startswith("searchsmith_padding_efficiency{")]
+    assert eff and 0.0 < float(eff[0].rsplit(" ", 1)[1]) <= 1.0
