@@ -36,6 +36,7 @@ from searchsmith.models.decomposer import (
 )
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, from_qdmr, linearize, repair, terminal
+from searchsmith.training.data import iter_jsonl
 
 # Relative paths under the data directory, as in ../shared/data/README.md.
 REAL_SOURCES: dict[str, str] = {
@@ -77,24 +78,13 @@ def _rewrite_example(history: list[str], query: str, rewrite: str, group: str, o
 
 
 def read_jsonl(path: str | Path, name: str = "data") -> list[dict[str, Any]]:
-    """Read JSON lines; ConfigError naming the file and line on a bad one."""
+    """Read JSON lines (``training.data.iter_jsonl``: errors name the file and line); a
+    missing file is a ConfigError that says how to run without ../shared/data."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{name}: file {str(p)!r} does not exist (check data.data_dir, or "
                           "use data.sources: [synthetic] where ../shared/data is absent)")
-    rows = []
-    with p.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{p}:{i}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{p}:{i}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
+    return [rec for _, rec in iter_jsonl(p)]
 
 
 def _deps_from_refs(texts: Sequence[str]) -> list[list[int]]:
