@@ -89,3 +89,25 @@ def test_quickstart_indexes_and_routes_then_reuses(tmp_path, capsys, monkeypatch
     assert (tmp_path / "w" / "index" / "manifest.json").is_file()
     assert main(["quickstart", "--workdir", str(tmp_path / "w")]) == 0
     assert "reusing" in capsys.readouterr().out
+
+
+def test_eval_and_history_files_reject_malformed_input(tmp_path, capsys) -> None:
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.cli import read_history_file
+    from searchsmith.serving.evaluate import read_jsonl
+
+    bad = tmp_path / "r.jsonl"
+    bad.write_text('{"query": "q", "sources": ["a"]}\n{oops\n{"query": "only"}\n')
+    with pytest.raises(ValidationError) as err:
+        read_jsonl(bad, ("query", "sources"), "routing")
+    msg = str(err.value)
+    assert "r.jsonl:2: not valid JSON" in msg and "r.jsonl:3: missing field(s) ['sources']" in msg
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValidationError, match="is empty"):
+        read_jsonl(tmp_path / "empty.jsonl", ("query",), "routing")
+    hist = tmp_path / "h.json"
+    hist.write_text("[{not json")
+    with pytest.raises(ValidationError, match="not JSON or JSONL"):
+        read_history_file(str(hist))
+    with pytest.raises(ValidationError, match="does not exist"):
+        read_history_file(str(tmp_path / "missing.json"))
