@@ -293,3 +293,19 @@ def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
     from searchsmith.training.decomposer import eval_rewrite as run
 
     return run(args)
+
+
+def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
+    """``searchsmith eval cite --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: attribution
+    precision / recall / F1 / ROC AUC and entity F1 (format: DESIGN.md "Citation, JSONL")."""
+    from searchsmith.training.citation import eval_cite as run
+
+    return run(args)
+
+
+def eval_images(args: argparse.Namespace) -> dict[str, Any]:
+    """``searchsmith eval images --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: placement
+    accuracy and image/text recall@1/@5 (format: DESIGN.md "Image relevance, JSONL")."""
+    from searchsmith.training.images import eval_images as run
+
+    return run(args)
