@@ -148,12 +148,17 @@ class Decomposer:
         batch_size: sequences per ``generate`` call.
         num_beams: beam width (1 = greedy).
         max_history_turns: history turns kept by :func:`rewrite_source`.
+        constrained: decode under :mod:`searchsmith.models.constrained` (the graph grammar for
+            ``decompose:``, copy-from-the-conversation for ``rewrite:``); WordPiece models only.
+        decompose_vocab: token ids node text may add to the question's own tokens.
+        rewrite_vocab: token ids a rewrite may add to the conversation's tokens.
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
                  max_source_tokens: int = 128, max_target_tokens: int = 64,
                  max_nodes: int = DEFAULT_MAX_NODES, batch_size: int = 16, num_beams: int = 1,
-                 max_history_turns: int = 3) -> None:
+                 max_history_turns: int = 3, constrained: bool = False,
+                 decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = ()) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.arch = arch
@@ -163,6 +168,30 @@ class Decomposer:
         self.batch_size = batch_size
         self.num_beams = num_beams
         self.max_history_turns = max_history_turns
+        self.decompose_vocab = [int(t) for t in decompose_vocab]
+        self.rewrite_vocab = [int(t) for t in rewrite_vocab]
+        self.constrained = False
+        self._grammar: Any = None
+        self._copy: Any = None
+        if constrained:
+            self.set_constrained(True)
+
+    def set_constrained(self, on: bool) -> None:
+        """Switch constrained decoding on or off (ConfigError when the tokenizer cannot)."""
+        if not on:
+            self.constrained, self._grammar, self._copy = False, None, None
+            return
+        from searchsmith.models.constrained import CopyConstraint, GraphGrammar
+
+        if self.arch == "causal":
+            raise ConfigError("model.constrained: not available for arch 'causal'; set it false")
+        try:
+            self._grammar = GraphGrammar(self.tokenizer, min(self.max_nodes, 9),
+                                         self.decompose_vocab, DECOMPOSE_PREFIX.strip())
+            self._copy = CopyConstraint(self.tokenizer, self.rewrite_vocab, REWRITE_PREFIX.strip())
+        except ValueError as exc:
+            raise ConfigError(f"model.constrained: {exc}; set it false for this tokenizer") from None
+        self.constrained = True
 
     # ----------------------------------------------------------------- training helpers
 
@@ -206,8 +235,14 @@ class Decomposer:
 
     # ----------------------------------------------------------------- generation
 
-    def generate(self, sources: Sequence[str]) -> list[str]:
-        """Decoded generations for prefixed sources, in input order (batched)."""
+    def generate(self, sources: Sequence[str], constraint: Any = None) -> list[str]:
+        """Decoded generations for prefixed sources, in input order (batched).
+
+        Args:
+            sources: prefixed model inputs.
+            constraint: a :mod:`searchsmith.models.constrained` object applied to every
+                source (None: free decoding).
+        """
         import torch
 
         out: list[str] = []
@@ -222,9 +257,17 @@ class Decomposer:
                 enc = self.tokenizer(chunk, padding=True, truncation=True,
                                      max_length=self.max_source_tokens, return_tensors="pt")
                 enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                extra: dict[str, Any] = {}
+                if constraint is not None:
+                    rows = [[int(t) for t, m in zip(r, a, strict=True) if m]
+                            for r, a in zip(enc["input_ids"].tolist(),
+                                            enc["attention_mask"].tolist(), strict=True)]
+                    extra["prefix_allowed_tokens_fn"] = constraint.prefix_fn(rows)
+                    extra["num_beams"] = 1  # the constraint's batch_id is the row
                 with torch.no_grad():
                     ids = self.model.generate(**enc, max_new_tokens=self.max_target_tokens,
-                                              num_beams=self.num_beams, do_sample=False)
+                                              num_beams=extra.pop("num_beams", self.num_beams),
+                                              do_sample=False, **extra)
                 if self.arch == "causal":
                     ids = ids[:, enc["input_ids"].shape[1]:]
                 out.extend(self.tokenizer.batch_decode(ids, skip_special_tokens=True,
@@ -238,7 +281,7 @@ class Decomposer:
         """(graph, well-formed as generated, raw generation) per question; never raises."""
         cap = max_nodes or self.max_nodes
         try:
-            texts = self.generate([decompose_source(q) for q in questions])
+            texts = self.generate([decompose_source(q) for q in questions], self._grammar)
         except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
             log.warning("decomposer: generation failed (%s); answering terminal graphs", exc)
             return [(terminal(q), False, "") for q in questions]
@@ -263,7 +306,7 @@ class Decomposer:
         sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns)
                    for i in todo]
         try:
-            texts = self.generate(sources) if sources else []
+            texts = self.generate(sources, self._copy) if sources else []
         except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
             log.warning("decomposer: rewrite failed (%s); keeping the queries", exc)
             return out
@@ -289,7 +332,8 @@ class Decomposer:
                 "max_source_tokens": self.max_source_tokens,
                 "max_target_tokens": self.max_target_tokens, "max_nodes": self.max_nodes,
                 "num_beams": self.num_beams, "max_history_turns": self.max_history_turns,
-                **(extra or {})}
+                "constrained": self.constrained, "decompose_vocab": self.decompose_vocab,
+                "rewrite_vocab": self.rewrite_vocab, **(extra or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         old = dest.with_name(f".{dest.name}.old")
         if dest.exists():
@@ -352,7 +396,8 @@ class Decomposer:
         if device:
             model.to(device)
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
-                                       "num_beams", "max_history_turns") if k in meta}
+                                       "num_beams", "max_history_turns", "constrained",
+                                       "decompose_vocab", "rewrite_vocab") if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)
 

@@ -62,8 +62,16 @@ class DecomposerModelConfig:
     max_nodes: int = DEFAULT_MAX_NODES
     num_beams: int = 1
     eval_batch_size: int = 32
+    # Decode under the graph grammar / copy constraint of searchsmith.models.constrained
+    # (WordPiece tokenizers: the bert2bert default and the tiny twin).
+    constrained: bool = True
+    # Words a target may add to its source: the most frequent such tokens of the training
+    # targets, per task (0 = copy only).
+    output_vocab_size: int = 300
 
     def __post_init__(self) -> None:
+        if self.output_vocab_size < 0:
+            raise ValueError(f"model.output_vocab_size must be >= 0, got {self.output_vocab_size}")
         for name in ("max_source_tokens", "max_target_tokens", "max_nodes", "num_beams",
                      "eval_batch_size", "tiny_hidden"):
             if getattr(self, name) < 1:
@@ -275,6 +283,18 @@ def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
                       batch_size=m.eval_batch_size, num_beams=m.num_beams)
 
 
+def output_vocabs(dec: Decomposer, train_ex: Sequence[dict[str, Any]], size: int) -> dict[str, list[int]]:
+    """Per task, the ``size`` token ids targets add most often to their sources."""
+    from searchsmith.models.constrained import learn_output_vocab
+
+    out = {}
+    for task in ("decompose", "rewrite"):
+        items = [e for e in train_ex if e["task"] == task]
+        out[task] = learn_output_vocab(dec.tokenizer, [e["target"] for e in items],
+                                       [e["source"] for e in items], size) if size else []
+    return out
+
+
 @register_recipe("decomposer", DecomposerRecipe)
 def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dict[str, float]:
     """Train the decomposer; write ``run_dir/model`` (with ``decomposer.json``) and metrics.json."""
@@ -299,6 +319,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     # Scored on the real held-out items when there are any: synthetic templates are there so
     # the recipe runs without ../shared, and scoring them would flatter the figures.
     eval_items = [e for e in heldout if e["origin"] != "synthetic"] or heldout
+    vocabs = output_vocabs(dec, train_ex, cfg.model.output_vocab_size)
+    constrained = cfg.model.constrained and dec.arch == "encoder-decoder"  # WordPiece grammar
 
     def train_batches(epoch: int) -> Iterator[dict[str, Any]]:
         return batches(train_ex, dec, cfg.optim.batch_size, cfg.train.seed, epoch,
@@ -324,7 +346,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         view = Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
-                          max_history_turns=cfg.data.max_history_turns)
+                          max_history_turns=cfg.data.max_history_turns, constrained=constrained,
+                          decompose_vocab=vocabs["decompose"], rewrite_vocab=vocabs["rewrite"])
         return evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit)
 
     result = train(model, loss_fn, train_batches, cfg, run_dir, eval_fn, tokenizer=dec.tokenizer,
@@ -338,6 +361,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         "max_source_tokens": dec.max_source_tokens, "max_target_tokens": dec.max_target_tokens,
         "max_nodes": dec.max_nodes, "num_beams": dec.num_beams,
         "max_history_turns": cfg.data.max_history_turns, "base_model": cfg.model.base_model,
+        "constrained": constrained, "decompose_vocab": vocabs["decompose"],
+        "rewrite_vocab": vocabs["rewrite"],
     })
     return result.final_metrics
 

@@ -334,7 +334,7 @@ def test_searchsmith_eval_decompose_cli(tiny_run: tuple[Path, dict], tmp_path: P
 def test_rewrite_reads_user_turns_from_dicts_strings_and_objects(
         tiny: Decomposer, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
-    monkeypatch.setattr(tiny, "generate", lambda sources: seen.extend(sources) or ["x"] * len(sources))
+    monkeypatch.setattr(tiny, "generate", lambda sources, constraint=None: seen.extend(sources) or ["x"] * len(sources))
     turns = [argparse.Namespace(role="user", content="Lumen"), {"role": "assistant", "content": "no"},
              {"role": "user", "content": "Varok"}]
     assert tiny.rewrite(turns, "who founded it?") == "x"
