@@ -1,0 +1,565 @@
+"""Image relevance: a dual encoder (text tower + vision tower) and image placement.
+
+The model scores how well a picture fits a piece of text as the cosine of two unit vectors
+in one shared space of ``embed_dim`` dimensions:
+
+* text tower: a Hugging Face encoder (all-MiniLM-L6-v2 by default; frozen, LoRA or fully
+  trained) -> mean pooling over real tokens -> linear projection -> L2 normalisation;
+* vision tower: a small CNN trained from scratch in plain torch (stride-2 conv stages on
+  ``image_size`` px RGB, the last feature map flattened so that positions survive) ->
+  linear projection -> L2 normalisation;
+* a learnable temperature (``logit_scale = log(1 / T)``) used by the contrastive loss.
+
+Saved layout (``ImageRelevanceModel.save``; shared contract, the exporter reads it)::
+
+    model/text/                  HF AutoModel + tokenizer (the text tower's encoder, LoRA merged)
+    model/vision.pt              {"vision": CNN state dict, "text_projection": Linear state
+                                  dict, "logit_scale": tensor}
+    model/image_relevance.json   architecture config, image_size, embed_dim, mean/std,
+                                  text projection shape, temperature, trained_steps, version
+
+Placement (the Xinyu design): :func:`combined_scores` mixes image-paragraph,
+caption-paragraph and image-query relevance into a (P, I) matrix; :func:`assign_images`
+solves the assignment with the Hungarian method (each paragraph gets at most one image) and
+drops assignments under ``PlacementConfig.threshold`` (0.3 in the paper).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from searchsmith.models.config import from_dict
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.io import replace_dir, write_json_atomic
+from torch import nn
+
+META_FILE = "image_relevance.json"
+VISION_FILE = "vision.pt"
+TEXT_DIR = "text"
+FORMAT_VERSION = 1
+# logit_scale is clamped here (as in CLIP) so the temperature cannot collapse to 0.
+MAX_LOGIT_SCALE = math.log(100.0)
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """The vision tower. ``kind: cnn`` is trained from scratch; ``kind: clip`` names a hub
+    CLIP (``clip_model``) and is not available in this build (see ``build_vision``)."""
+
+    kind: Literal["cnn", "clip"] = "cnn"
+    image_size: int = 64
+    # One stage per entry: ``extra_convs`` x (conv3x3 -> BN -> ReLU), then conv3x3 stride 2
+    # -> BN -> ReLU. Each stride-1 conv roughly doubles a stage's cost (CPU time matters).
+    channels: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
+    extra_convs: int = 0
+    # Per-channel normalisation applied after scaling pixels to [0, 1].
+    mean: list[float] = field(default_factory=lambda: [0.5, 0.5, 0.5])
+    std: list[float] = field(default_factory=lambda: [0.5, 0.5, 0.5])
+    clip_model: str = "openai/clip-vit-base-patch32"
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.image_size <= 512:
+            raise ValueError(f"vision.image_size must be in [16, 512] px, got {self.image_size}")
+        if not self.channels or any(c < 1 for c in self.channels):
+            raise ValueError(f"vision.channels must be a non-empty list of positive ints, got {self.channels}")
+        if not 0 <= self.extra_convs <= 4:
+            raise ValueError(f"vision.extra_convs must be in [0, 4], got {self.extra_convs}")
+        if self.image_size % (2 ** len(self.channels)) != 0:
+            raise ValueError(f"vision.image_size ({self.image_size}) must be divisible by "
+                             f"2**len(vision.channels) = {2 ** len(self.channels)} (one halving per stage)")
+        if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
+            raise ValueError(f"vision.mean/std need 3 values each (RGB), std > 0; got {self.mean} / {self.std}")
+
+
+@dataclass(frozen=True)
+class ImageRelevanceConfig:
+    """Architecture of the dual encoder (stored in ``image_relevance.json``)."""
+
+    embed_dim: int = 256
+    max_length: int = 64
+    init_temperature: float = 0.07
+    vision: VisionConfig = field(default_factory=VisionConfig)
+
+    def __post_init__(self) -> None:
+        if not 8 <= self.embed_dim <= 4096:
+            raise ValueError(f"model.embed_dim must be in [8, 4096], got {self.embed_dim}")
+        if not 8 <= self.max_length <= 512:
+            raise ValueError(f"model.max_length must be in [8, 512] tokens, got {self.max_length}")
+        if not 0 < self.init_temperature < 1:
+            raise ValueError(f"model.init_temperature must be in (0, 1), got {self.init_temperature}")
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """Image placement: signal weights and the assignment threshold.
+
+    The three signals are cosines in [-1, 1]; the combined score is their weighted mean over
+    the signals that are present (weights renormalised), so ``threshold`` keeps its meaning
+    whether or not captions or a query are available.
+    """
+
+    # The paper drops image-paragraph assignments scoring under 0.3.
+    threshold: float = 0.3
+    image_paragraph_weight: float = 0.5
+    caption_paragraph_weight: float = 0.3
+    image_query_weight: float = 0.2
+
+    def __post_init__(self) -> None:
+        ws = (self.image_paragraph_weight, self.caption_paragraph_weight, self.image_query_weight)
+        if any(w < 0 for w in ws) or self.image_paragraph_weight <= 0:
+            raise ValueError(f"placement weights must be >= 0 and image_paragraph_weight > 0, got {ws}")
+        if not -1 <= self.threshold <= 1:
+            raise ValueError(f"placement.threshold must be in [-1, 1] (a cosine), got {self.threshold}")
+
+
+# ----------------------------------------------------------------------------- towers
+
+
+class SmallCNN(nn.Module):
+    """Conv stages each halving the side, flattened last map (keeps where things are), linear projection.
+
+    Input (M, 3, S, S) normalised pixels; output (M, embed_dim), not normalised.
+    """
+
+    def __init__(self, cfg: VisionConfig, embed_dim: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for c in cfg.channels:
+            for _ in range(cfg.extra_convs):
+                layers += [nn.Conv2d(c_in, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True)]
+                c_in = c
+            layers += [nn.Conv2d(c_in, c, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c),
+                       nn.ReLU(inplace=True)]
+            c_in = c
+        self.features = nn.Sequential(*layers)
+        side = cfg.image_size // (2 ** len(cfg.channels))
+        self.proj = nn.Linear(c_in * side * side, embed_dim)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        x = self.features(pixel_values)  # (M, C, s, s)
+        return self.proj(x.flatten(1))  # (M, D)
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the hidden states over real tokens. hidden (N, T, H), mask (N, T) -> (N, H)."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (N, T, 1)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+class TextTower(nn.Module):
+    """Encoder -> mean pooling -> projection -> L2 norm; ``forward(input_ids, attention_mask)``."""
+
+    def __init__(self, encoder: nn.Module, proj: nn.Linear) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.proj = proj
+
+    def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(N, T) ids and mask -> (N, H) mean-pooled encoder states (before the projection)."""
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
+        return mean_pool(out[0], attention_mask)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.proj(self.pooled(input_ids, attention_mask)), dim=-1)  # (N, D)
+
+
+class VisionTower(nn.Module):
+    """CNN -> L2 norm; ``forward(pixel_values (M, 3, S, S) float32) -> (M, D)``."""
+
+    def __init__(self, cnn: SmallCNN) -> None:
+        super().__init__()
+        self.cnn = cnn
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.cnn(pixel_values), dim=-1)
+
+
+def build_vision(cfg: ImageRelevanceConfig) -> SmallCNN:
+    """The from-scratch vision tower; ConfigError for ``kind: clip`` (not in this build)."""
+    if cfg.vision.kind == "clip":
+        raise ConfigError(
+            f"model.vision.kind: 'clip' ({cfg.vision.clip_model}) is not implemented in this build: "
+            "the hub-CLIP towers (CLIPVisionModelWithProjection / CLIPTextModelWithProjection) need "
+            "their own save layout and ONNX export, which do not exist yet. Use "
+            "model.vision.kind=cnn (the small CNN trained from scratch; see recipes/images/minilm_cnn.yaml)")
+    return SmallCNN(cfg.vision, cfg.embed_dim)
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+def images_to_uint8(images: Sequence[Any], image_size: int) -> np.ndarray:
+    """PIL images -> (M, 3, S, S) uint8: RGB, resized (squashed, bilinear) to S x S.
+
+    Raises:
+        ValidationError: an item is not a PIL image, or the list is empty.
+    """
+    from PIL import Image
+
+    if len(images) == 0:
+        raise ValidationError("images: got an empty list; pass at least one PIL image")
+    out = np.empty((len(images), 3, image_size, image_size), dtype=np.uint8)
+    for i, im in enumerate(images):
+        if not isinstance(im, Image.Image):
+            raise ValidationError(f"images[{i}]: expected a PIL.Image.Image, got {type(im).__name__}")
+        rgb = im.convert("RGB").resize((image_size, image_size), Image.BILINEAR)
+        out[i] = np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1)
+    return out
+
+
+def normalise_pixels(pixels: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """uint8 (M, 3, S, S) -> float32, scaled to [0, 1], then (x - mean) / std per channel."""
+    m = torch.tensor(mean, dtype=torch.float32, device=pixels.device).view(1, 3, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=pixels.device).view(1, 3, 1, 1)
+    return (pixels.float() / 255.0 - m) / s
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+class ImageRelevanceModel(nn.Module):
+    """The dual encoder (training and inference).
+
+    Attributes:
+        text_tower: :class:`TextTower` (encoder + projection).
+        vision_tower: :class:`VisionTower`.
+        logit_scale: scalar parameter, ``exp(logit_scale) = 1 / temperature``.
+        tokenizer, max_length, image_size, config.
+        trained_steps: buffer; the training loop sets it after each optimizer step, and
+            :meth:`load` refuses a model whose value is 0.
+    """
+
+    def __init__(self, encoder: nn.Module, tokenizer: Any, cfg: ImageRelevanceConfig) -> None:
+        super().__init__()
+        hidden = int(encoder.config.hidden_size)
+        self.config = cfg
+        self.tokenizer = tokenizer
+        self.max_length = cfg.max_length
+        self.image_size = cfg.vision.image_size
+        self.text_tower = TextTower(encoder, nn.Linear(hidden, cfg.embed_dim))
+        self.vision_tower = VisionTower(build_vision(cfg))
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1.0 / cfg.init_temperature)))
+        self.register_buffer("trained_steps", torch.zeros((), dtype=torch.long))
+
+    # -- building
+
+    @classmethod
+    def build(cls, cfg: ImageRelevanceConfig, text_model: str = "default",
+              text_config: dict[str, Any] | None = None, tokenizer: str = "default") -> ImageRelevanceModel:
+        """A fresh model: pretrained text encoder ``text_model`` (or random-init from the HF
+        config dict ``text_config``, which needs ``model_type``), new vision tower."""
+        from searchsmith.models.hub import resolve_model
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        build_vision(cfg)  # fail on an unavailable vision kind before loading anything
+        if text_config is not None:
+            conf = dict(text_config)
+            model_type = conf.pop("model_type", None)
+            if not model_type:
+                raise ConfigError("text.config: needs 'model_type' (e.g. bert) to build a text encoder")
+            try:
+                encoder = AutoModel.from_config(AutoConfig.for_model(model_type, **conf),
+                                                add_pooling_layer=False)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"text.config: {exc}") from None
+            tok_path = resolve_model(tokenizer, field="text.tokenizer")
+        else:
+            path = resolve_model(text_model, field="base_model")
+            encoder = AutoModel.from_pretrained(path, add_pooling_layer=False)
+            tok_path = path if tokenizer == "default" else resolve_model(tokenizer, field="text.tokenizer")
+        tok = AutoTokenizer.from_pretrained(tok_path)
+        if encoder.config.vocab_size < len(tok):
+            raise ConfigError(f"text.config: vocab_size {encoder.config.vocab_size} is smaller than "
+                              f"the tokenizer's {len(tok)} tokens; raise text.config.vocab_size")
+        return cls(encoder, tok, cfg)
+
+    # -- forward pieces (tensors)
+
+    def temperature_scale(self) -> torch.Tensor:
+        """exp(logit_scale), clamped to at most 100."""
+        return self.logit_scale.clamp(max=MAX_LOGIT_SCALE).exp()
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Padded, truncated ids and mask, (N, T) each."""
+        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt")
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+    def preprocess(self, images: Sequence[Any]) -> np.ndarray:
+        """PIL images -> (M, 3, S, S) float32 normalised pixels (what ``vision_module`` takes)."""
+        u8 = torch.from_numpy(images_to_uint8(images, self.image_size))
+        v = self.config.vision
+        return normalise_pixels(u8, v.mean, v.std).numpy()
+
+    def text_module(self) -> nn.Module:
+        """Plain torch module: ``forward(input_ids, attention_mask) -> (N, D)`` unit vectors."""
+        return self.text_tower
+
+    def vision_module(self) -> nn.Module:
+        """Plain torch module: ``forward(pixel_values (M, 3, S, S) float32) -> (M, D)`` unit vectors."""
+        return self.vision_tower
+
+    # -- inference (numpy)
+
+    def _device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Texts -> (N, D) float32 L2-normalised embeddings."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise ValidationError("encode_text: expected a list of strings")
+        if len(texts) == 0:
+            raise ValidationError("encode_text: got an empty list; pass at least one text")
+        was = self.training
+        self.eval()
+        out = []
+        for s in range(0, len(texts), batch_size):
+            enc = {k: v.to(self._device()) for k, v in self.tokenize(texts[s:s + batch_size]).items()}
+            out.append(self.text_tower(**enc).float().cpu())
+        self.train(was)
+        return torch.cat(out).numpy().astype(np.float32)
+
+    @torch.no_grad()
+    def encode_images(self, images: Sequence[Any], batch_size: int = 64) -> np.ndarray:
+        """PIL images -> (M, D) float32 L2-normalised embeddings."""
+        pixels = torch.from_numpy(self.preprocess(images))
+        was = self.training
+        self.eval()
+        out = [self.vision_tower(pixels[s:s + batch_size].to(self._device())).float().cpu()
+               for s in range(0, len(pixels), batch_size)]
+        self.train(was)
+        return torch.cat(out).numpy().astype(np.float32)
+
+    # -- save / load
+
+    def _text_encoder_plain(self) -> nn.Module:
+        enc = self.text_tower.encoder
+        try:
+            from peft import PeftModel
+        except ImportError:  # pragma: no cover - peft is a dependency
+            return enc
+        if isinstance(enc, PeftModel):
+            # Merge into a copy so that training (and later checkpoints) keep the adapters.
+            import copy
+
+            return copy.deepcopy(enc).merge_and_unload()
+        return enc
+
+    def save(self, path: str | Path, trained_steps: int | None = None) -> Path:
+        """Write the contract layout to ``path`` atomically (temporary folder, then rename)."""
+        final = Path(path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        self.save_pretrained(tmp, trained_steps)
+        replace_dir(tmp, final)
+        return final
+
+    def save_pretrained(self, path: str | Path, trained_steps: int | None = None) -> None:
+        """Write the layout into an existing or new folder ``path`` (the trainer's
+        ``save_model`` calls this, then renames the folder into place)."""
+        p = Path(path)
+        p.mkdir(parents=True, exist_ok=True)
+        steps = int(self.trained_steps) if trained_steps is None else int(trained_steps)
+        self._text_encoder_plain().save_pretrained(p / TEXT_DIR)
+        self.tokenizer.save_pretrained(p / TEXT_DIR)
+        torch.save({"vision": self.vision_tower.cnn.state_dict(),
+                    "text_projection": self.text_tower.proj.state_dict(),
+                    "logit_scale": self.logit_scale.detach().cpu()}, p / VISION_FILE)
+        proj = self.text_tower.proj
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "task": "images",
+            "architecture": asdict(self.config),
+            "image_size": self.image_size,
+            "embed_dim": self.config.embed_dim,
+            "max_length": self.max_length,
+            "mean": list(self.config.vision.mean),
+            "std": list(self.config.vision.std),
+            "text_pooling": "mean",
+            "text_projection": {"in_features": proj.in_features, "out_features": proj.out_features,
+                                "stored_in": VISION_FILE},
+            "temperature": float(1.0 / self.temperature_scale().detach()),
+            "trained_steps": steps,
+        }
+        write_json_atomic(p / META_FILE, meta)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: str | None = None) -> ImageRelevanceModel:
+        """Load a trained model from ``model_dir`` (a run's ``model/`` or the run folder).
+
+        Raises:
+            BundleError: missing files, a newer format, an untrained model (trained_steps 0),
+                or weights that do not match the stored architecture.
+        """
+        from transformers import AutoModel, AutoTokenizer
+
+        p = Path(model_dir)
+        if not (p / META_FILE).is_file() and (p / "model" / META_FILE).is_file():
+            p = p / "model"
+        meta_path = p / META_FILE
+        if not meta_path.is_file():
+            raise BundleError(f"image relevance: {str(p)!r} has no {META_FILE}; pass the model/ folder "
+                              "of a run written by 'searchsmith train recipes/images/...'")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BundleError(f"image relevance: {meta_path} is not valid JSON ({exc})") from None
+        if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+            raise BundleError(f"image relevance: {meta_path} has format_version {meta['format_version']}, "
+                              f"newer than this build reads ({FORMAT_VERSION}); upgrade searchsmith")
+        if int(meta.get("trained_steps", 0)) <= 0:
+            raise BundleError(f"image relevance: {str(p)!r} was never trained (trained_steps=0 in "
+                              f"{META_FILE}); an untrained dual encoder scores at random. Train it first")
+        try:
+            cfg = from_dict(ImageRelevanceConfig, meta.get("architecture"), source=str(meta_path))
+        except ConfigError as exc:
+            raise BundleError(f"image relevance: architecture in {meta_path} is invalid: {exc}") from None
+        for key, want in (("image_size", cfg.vision.image_size), ("embed_dim", cfg.embed_dim),
+                          ("max_length", cfg.max_length)):
+            if meta.get(key) != want:
+                raise BundleError(f"image relevance: {meta_path} says {key}={meta.get(key)!r} but its "
+                                  f"architecture says {want}; the folder was edited or mixed up, re-save it")
+        if not (p / TEXT_DIR / "config.json").is_file():
+            raise BundleError(f"image relevance: {p / TEXT_DIR} has no config.json (the text encoder)")
+        if not (p / VISION_FILE).is_file():
+            raise BundleError(f"image relevance: {p / VISION_FILE} is missing (the vision tower)")
+        try:
+            encoder = AutoModel.from_pretrained(p / TEXT_DIR, add_pooling_layer=False)
+            tokenizer = AutoTokenizer.from_pretrained(p / TEXT_DIR)
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"image relevance: cannot load the text tower from {p / TEXT_DIR}: {exc}") from None
+        model = cls(encoder, tokenizer, cfg)
+        want_in = meta.get("text_projection", {}).get("in_features")
+        if want_in is not None and want_in != encoder.config.hidden_size:
+            raise BundleError(f"image relevance: text projection expects {want_in} features but "
+                              f"{p / TEXT_DIR} has hidden_size {encoder.config.hidden_size}")
+        try:
+            state = torch.load(p / VISION_FILE, map_location="cpu", weights_only=True)
+            model.vision_tower.cnn.load_state_dict(state["vision"])
+            model.text_tower.proj.load_state_dict(state["text_projection"])
+            model.logit_scale.data.copy_(state["logit_scale"])
+        except (RuntimeError, KeyError, TypeError, EOFError, OSError) as exc:
+            raise BundleError(f"image relevance: {p / VISION_FILE} does not match the architecture in "
+                              f"{META_FILE} ({str(exc).splitlines()[0][:300]})") from None
+        model.trained_steps.fill_(int(meta["trained_steps"]))
+        if device is not None:
+            model.to(device)
+        return model.eval()
+
+
+# ----------------------------------------------------------------------------- placement
+
+
+def _check_matrix(name: str, m: np.ndarray, shape: tuple[int, int] | None = None) -> np.ndarray:
+    a = np.asarray(m, dtype=np.float64)
+    if a.ndim != 2:
+        raise ValidationError(f"{name}: expected a 2-D (paragraphs, images) matrix, got shape {a.shape}")
+    if shape is not None and a.shape != shape:
+        raise ValidationError(f"{name}: shape {a.shape} does not match image_paragraph {shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValidationError(f"{name}: contains NaN or inf")
+    return a
+
+
+def combined_scores(image_paragraph: np.ndarray, caption_paragraph: np.ndarray | None = None,
+                    image_query: np.ndarray | None = None,
+                    config: PlacementConfig | None = None) -> np.ndarray:
+    """Three-way relevance of each image to each paragraph, as a (P, I) matrix.
+
+    Args:
+        image_paragraph: (P, I) cosine of image embedding and paragraph embedding.
+        caption_paragraph: (P, I) cosine of caption and paragraph (text tower), or None when
+            no image has a caption; a NaN entry marks one image without a caption and takes
+            that image's weight out of the mean.
+        image_query: (I,) cosine of image and the user's query (the same for every paragraph),
+            or None.
+        config: the weights (:class:`PlacementConfig` defaults when None).
+
+    Returns:
+        (P, I) float64: the weighted mean of the present signals.
+    """
+    cfg = config or PlacementConfig()
+    ip = _check_matrix("image_paragraph", image_paragraph)
+    total = cfg.image_paragraph_weight * ip
+    weight = np.full(ip.shape, cfg.image_paragraph_weight)
+    if caption_paragraph is not None and cfg.caption_paragraph_weight > 0:
+        cp = np.asarray(caption_paragraph, dtype=np.float64)
+        if cp.shape != ip.shape:
+            raise ValidationError(f"caption_paragraph: shape {cp.shape} does not match image_paragraph {ip.shape}")
+        has = np.isfinite(cp)
+        total = total + np.where(has, cfg.caption_paragraph_weight * np.nan_to_num(cp), 0.0)
+        weight = weight + np.where(has, cfg.caption_paragraph_weight, 0.0)
+    if image_query is not None and cfg.image_query_weight > 0:
+        iq = np.asarray(image_query, dtype=np.float64).reshape(-1)
+        if iq.shape != (ip.shape[1],) or not np.all(np.isfinite(iq)):
+            raise ValidationError(f"image_query: expected {ip.shape[1]} finite scores (one per image), "
+                                  f"got shape {iq.shape}")
+        total = total + cfg.image_query_weight * iq[None, :]
+        weight = weight + cfg.image_query_weight
+    return total / weight
+
+
+def assign_images(scores: np.ndarray, threshold: float) -> list[int | None]:
+    """Place images next to paragraphs: Hungarian assignment, then drop weak pairs.
+
+    Each paragraph gets at most one image and each image at most one paragraph (scipy
+    ``linear_sum_assignment``; with more images than paragraphs some images stay unplaced).
+    The solver maximises the summed score of the pairs that clear ``threshold`` (a pair
+    under it counts as unplaced, worth nothing), so a weak pair can never push another
+    image off a paragraph it fits; pairs under the threshold are then dropped. When every
+    score clears the threshold this is the plain maximum-total-score assignment.
+
+    Args:
+        scores: (P, I) relevance of image i to paragraph p (e.g. :func:`combined_scores`).
+        threshold: minimum score of a kept assignment (``PlacementConfig.threshold``).
+
+    Returns:
+        For each image, the paragraph index it is placed at, or None.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    s = _check_matrix("scores", scores)
+    n_par, n_img = s.shape
+    out: list[int | None] = [None] * n_img
+    if n_par == 0 or n_img == 0:
+        return out
+    # Kept pairs must be worth more than "unplaced" (0): shift only for a negative threshold.
+    gain = np.where(s >= threshold, s - min(threshold, 0.0), 0.0)  # (P, I)
+    rows, cols = linear_sum_assignment(gain, maximize=True)
+    for p, i in zip(rows.tolist(), cols.tolist(), strict=True):
+        if s[p, i] >= threshold:
+            out[i] = p
+    return out
+
+
+__all__ = [
+    "ImageRelevanceConfig",
+    "ImageRelevanceModel",
+    "PlacementConfig",
+    "SmallCNN",
+    "TextTower",
+    "VisionConfig",
+    "VisionTower",
+    "assign_images",
+    "combined_scores",
+    "images_to_uint8",
+    "mean_pool",
+    "normalise_pixels",
+]

@@ -1,0 +1,314 @@
+"""Image-caption data for the image relevance recipe: a seeded PIL generator and COCO.
+
+The generator draws pictures whose content a caption states exactly, so that a small
+vision tower trained from scratch has something learnable beyond 100 photos:
+
+* ``shapes``: one or two shapes (circle, square, triangle, cross, ring, diamond) in one of
+  ten colours, small or large, at one of nine positions, on a plain background;
+* ``bars``: a bar chart (2-6 bars, one colour) rising, falling or peaking in the middle;
+* ``line``: a line chart going up, going down, flat or zigzag;
+* ``pie``: a pie chart with 2-5 slices;
+* ``text``: a word rendered in one colour on another;
+* ``stripes``: horizontal or vertical stripes of two colours.
+
+Each record has two phrasings of its caption. Pictures are described by a small spec dict
+and rendered on demand (:func:`render`), so thousands of records cost no memory until used.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.training.data import read_jsonl
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 70, 220), "yellow": (240, 220, 30),
+    "orange": (250, 140, 20), "purple": (140, 40, 180), "pink": (250, 120, 190),
+    "black": (15, 15, 15), "white": (250, 250, 250), "grey": (128, 128, 128),
+}
+SHAPES = ["circle", "square", "triangle", "cross", "ring", "diamond"]
+POSITIONS = {  # name -> centre as a fraction of the side
+    "top left": (0.25, 0.25), "top": (0.5, 0.25), "top right": (0.75, 0.25),
+    "left": (0.25, 0.5), "centre": (0.5, 0.5), "right": (0.75, 0.5),
+    "bottom left": (0.25, 0.75), "bottom": (0.5, 0.75), "bottom right": (0.75, 0.75),
+}
+WORDS = ["river", "music", "garden", "rocket", "coffee", "winter", "harbor", "planet", "forest",
+         "bridge", "castle", "desert", "island", "market", "school", "tiger"]
+KINDS = ["shapes", "bars", "line", "pie", "text", "stripes"]
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """One picture with its captions. ``spec`` (generated) or ``path`` (a file) says how to
+    get the pixels; ``source`` names the data set (per-source metrics)."""
+
+    id: str
+    source: str
+    captions: tuple[str, ...]
+    spec: dict[str, Any] | None = None
+    path: str | None = None
+
+
+# ----------------------------------------------------------------------------- specs
+
+
+def _position_phrase(pos: str) -> str:
+    if pos == "centre":
+        return "in the centre"
+    if pos in ("left", "right"):
+        return f"on the {pos}"
+    return f"at the {pos}" if " " not in pos else f"in the {pos}"
+
+
+def _spec(rng: random.Random, kind: str) -> tuple[dict[str, Any], tuple[str, str]]:
+    colours = list(COLOURS)
+    if kind == "shapes":
+        bg = rng.choice(["white", "black", "grey"])
+        fg = [c for c in colours if c != bg]
+        n = 1 if rng.random() < 0.6 else 2
+        pos = rng.sample(list(POSITIONS), n)
+        items = [{"shape": rng.choice(SHAPES), "colour": rng.choice(fg), "pos": p,
+                  "size": rng.choice(["small", "large"]) if n == 1 else "small"} for p in pos]
+        parts = [f"a {'large ' if it['size'] == 'large' else 'small ' if n == 1 else ''}{it['colour']} "
+                 f"{it['shape']} {_position_phrase(it['pos'])}" for it in items]
+        cap1 = " and ".join(parts) + f" on a {bg} background"
+        cap2 = f"{bg} background with " + ", ".join(f"{it['colour']} {it['shape']} ({it['pos']})"
+                                                    for it in items)
+        return {"kind": kind, "bg": bg, "items": items}, (cap1, cap2)
+    if kind == "bars":
+        n = rng.randint(2, 6)
+        colour = rng.choice([c for c in colours if c != "white"])
+        trend = rng.choice(["rising", "falling", "peaking"])
+        cap1 = f"a bar chart with {n} {colour} bars {'rising' if trend == 'rising' else 'falling' if trend == 'falling' else 'peaking in the middle'}"
+        cap2 = f"{colour} bar graph, {n} bars, values {'increase' if trend == 'rising' else 'decrease' if trend == 'falling' else 'go up then down'}"
+        return {"kind": kind, "n": n, "colour": colour, "trend": trend}, (cap1, cap2)
+    if kind == "line":
+        colour = rng.choice([c for c in colours if c != "white"])
+        trend = rng.choice(["up", "down", "flat", "zigzag"])
+        words = {"up": "going up", "down": "going down", "flat": "staying flat", "zigzag": "zigzagging"}
+        cap1 = f"a {colour} line chart {words[trend]}"
+        cap2 = f"line graph in {colour} with a {'rising' if trend == 'up' else 'falling' if trend == 'down' else trend} trend"
+        return {"kind": kind, "colour": colour, "trend": trend}, (cap1, cap2)
+    if kind == "pie":
+        n = rng.randint(2, 5)
+        cap1 = f"a pie chart with {n} slices"
+        cap2 = f"circular chart divided into {n} coloured segments"
+        return {"kind": kind, "n": n, "start": rng.randrange(len(colours))}, (cap1, cap2)
+    if kind == "text":
+        word = rng.choice(WORDS)
+        bg, fg = rng.sample(["white", "black", "blue", "red", "yellow", "green"], 2)
+        cap1 = f"the word {word} written in {fg} on a {bg} background"
+        cap2 = f"{fg} text saying {word} on {bg}"
+        return {"kind": kind, "word": word, "fg": fg, "bg": bg}, (cap1, cap2)
+    if kind == "stripes":
+        a, b = rng.sample(colours, 2)
+        orient = rng.choice(["horizontal", "vertical"])
+        cap1 = f"{orient} {a} and {b} stripes"
+        cap2 = f"a pattern of {a} and {b} {orient} bands"
+        return {"kind": kind, "a": a, "b": b, "orient": orient}, (cap1, cap2)
+    raise ConfigError(f"synthetic image kind {kind!r} is unknown; expected one of {KINDS}")
+
+
+def synthetic_records(n: int, seed: int, kinds: Sequence[str] = tuple(KINDS),
+                      prefix: str = "syn") -> list[ImageRecord]:
+    """``n`` generated image records (deterministic in ``seed``), kinds drawn uniformly."""
+    if n < 1:
+        raise ConfigError(f"data.synthetic_images must be >= 1, got {n}")
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise ConfigError(f"data.synthetic_kinds: unknown {bad}; expected a non-empty subset of {KINDS}")
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        spec, caps = _spec(rng, rng.choice(list(kinds)))
+        spec["seed"] = rng.randrange(1 << 30)  # jitter of sizes and values when rendering
+        out.append(ImageRecord(f"{prefix}-{seed}-{i:06d}", "synthetic", caps, spec=spec))
+    return out
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _draw_shape(draw: Any, shape: str, cx: float, cy: float, r: float, colour: tuple[int, int, int],
+                bg: tuple[int, int, int]) -> None:
+    box = [cx - r, cy - r, cx + r, cy + r]
+    if shape == "circle":
+        draw.ellipse(box, fill=colour)
+    elif shape == "square":
+        draw.rectangle(box, fill=colour)
+    elif shape == "triangle":
+        draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=colour)
+    elif shape == "diamond":
+        draw.polygon([(cx, cy - r), (cx + r, cy), (cx, cy + r), (cx - r, cy)], fill=colour)
+    elif shape == "cross":
+        w = r / 3
+        draw.rectangle([cx - w, cy - r, cx + w, cy + r], fill=colour)
+        draw.rectangle([cx - r, cy - w, cx + r, cy + w], fill=colour)
+    elif shape == "ring":
+        draw.ellipse(box, fill=colour)
+        q = r * 0.55
+        draw.ellipse([cx - q, cy - q, cx + q, cy + q], fill=bg)
+
+
+def render(spec: dict[str, Any], size: int = 128) -> Any:
+    """Draw a generated picture (``size`` x ``size`` RGB PIL image) from its spec."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = random.Random(spec.get("seed", 0))
+    kind = spec["kind"]
+    s = float(size)
+    if kind == "shapes":
+        bg = COLOURS[spec["bg"]]
+        im = Image.new("RGB", (size, size), bg)
+        d = ImageDraw.Draw(im)
+        for it in spec["items"]:
+            fx, fy = POSITIONS[it["pos"]]
+            jit = 0.04 * s
+            r = (0.2 if it["size"] == "large" else 0.1) * s * rng.uniform(0.85, 1.15)
+            _draw_shape(d, it["shape"], fx * s + rng.uniform(-jit, jit), fy * s + rng.uniform(-jit, jit),
+                        r, COLOURS[it["colour"]], bg)
+        return im
+    im = Image.new("RGB", (size, size), COLOURS["white"])
+    d = ImageDraw.Draw(im)
+    if kind == "bars":
+        n, colour = spec["n"], COLOURS[spec["colour"]]
+        base = [rng.uniform(0.3, 0.9) for _ in range(n)]
+        vals = sorted(base) if spec["trend"] == "rising" else sorted(base, reverse=True) \
+            if spec["trend"] == "falling" else _peak(sorted(base))
+        d.line([(0.08 * s, 0.92 * s), (0.95 * s, 0.92 * s)], fill=COLOURS["black"], width=max(1, size // 64))
+        w = 0.84 * s / n
+        for i, v in enumerate(vals):
+            x0 = 0.1 * s + i * w
+            d.rectangle([x0 + 0.12 * w, 0.92 * s - v * 0.82 * s, x0 + 0.88 * w, 0.92 * s], fill=colour)
+        return im
+    if kind == "line":
+        colour, trend = COLOURS[spec["colour"]], spec["trend"]
+        k = 8
+        pts = []
+        for i in range(k):
+            t = i / (k - 1)
+            y = {"up": 0.2 + 0.6 * t, "down": 0.8 - 0.6 * t, "flat": 0.5,
+                 "zigzag": 0.3 + 0.4 * (i % 2)}[trend] + rng.uniform(-0.04, 0.04)
+            pts.append((0.1 * s + t * 0.8 * s, (1 - y) * s))
+        d.line([(0.08 * s, 0.92 * s), (0.95 * s, 0.92 * s)], fill=COLOURS["black"], width=max(1, size // 64))
+        d.line([(0.08 * s, 0.05 * s), (0.08 * s, 0.92 * s)], fill=COLOURS["black"], width=max(1, size // 64))
+        d.line(pts, fill=colour, width=max(2, size // 24))
+        return im
+    if kind == "pie":
+        n = spec["n"]
+        names = list(COLOURS)
+        cols = [COLOURS[names[(spec["start"] + j) % len(names)]] for j in range(n)]
+        weights = [rng.uniform(0.6, 1.4) for _ in range(n)]
+        total, angle = sum(weights), rng.uniform(0, 360)
+        for w, c in zip(weights, cols, strict=True):
+            sweep = 360 * w / total
+            d.pieslice([0.1 * s, 0.1 * s, 0.9 * s, 0.9 * s], angle, angle + sweep, fill=c,
+                       outline=COLOURS["black"] if c == COLOURS["white"] else None)
+            angle += sweep
+        return im
+    if kind == "text":
+        im = Image.new("RGB", (size, size), COLOURS[spec["bg"]])
+        d = ImageDraw.Draw(im)
+        font = ImageFont.load_default(size=max(8, int(s * rng.uniform(0.17, 0.22))))
+        left, top, right, bottom = d.textbbox((0, 0), spec["word"], font=font)
+        x = (s - (right - left)) / 2 + rng.uniform(-0.05, 0.05) * s
+        y = (s - (bottom - top)) / 2 + rng.uniform(-0.1, 0.1) * s
+        d.text((x - left, y - top), spec["word"], fill=COLOURS[spec["fg"]], font=font)
+        return im
+    if kind == "stripes":
+        n = rng.randint(3, 6)
+        band = s / (2 * n)
+        for i in range(2 * n):
+            c = COLOURS[spec["a"] if i % 2 == 0 else spec["b"]]
+            box = [0, i * band, s, (i + 1) * band] if spec["orient"] == "horizontal" else \
+                [i * band, 0, (i + 1) * band, s]
+            d.rectangle(box, fill=c)
+        return im
+    raise ValidationError(f"render: unknown synthetic image kind {kind!r}")
+
+
+def _peak(vals: list[float]) -> list[float]:
+    """Ascending values rearranged to rise then fall (largest in the middle)."""
+    left, right = vals[0::2], vals[1::2][::-1]
+    return left + right
+
+
+# ----------------------------------------------------------------------------- COCO
+
+
+def coco_records(coco_dir: str | Path, field: str = "data.coco_dir") -> list[ImageRecord]:
+    """The COCO open part: ``captions.jsonl`` + ``images/``; one record per image, 5 captions.
+
+    Raises:
+        ConfigError: the folder or its captions file is missing (names ``field`` and the fix).
+        ValidationError: a record without captions or naming a missing image file.
+    """
+    root = Path(coco_dir)
+    if not root.is_dir():
+        from searchsmith.training.data import REPO_ROOT
+
+        alt = REPO_ROOT / coco_dir
+        if not Path(coco_dir).is_absolute() and alt.is_dir():
+            root = alt
+        else:
+            raise ConfigError(
+                f"{field}: COCO folder {str(coco_dir)!r} not found (expected captions.jsonl and images/ "
+                "from ../shared/data/coco_captions). Point it at that folder, or train on generated "
+                "pictures only: data.sources=[synthetic_images]")
+    captions = root / "captions.jsonl"
+    if not captions.is_file():
+        raise ConfigError(f"{field}: {captions} is missing; the folder must hold captions.jsonl and images/")
+    out = []
+    for rec in read_jsonl(captions, required=("image_id", "file_name", "captions")):
+        caps = tuple(c.strip() for c in rec["captions"] if isinstance(c, str) and c.strip())
+        if not caps:
+            raise ValidationError(f"{captions}: image {rec['image_id']} has no caption")
+        path = root / rec["file_name"]
+        if not path.is_file():
+            raise ValidationError(f"{captions}: image {rec['image_id']} names {path}, which does not exist")
+        out.append(ImageRecord(f"coco-{rec['image_id']}", "coco", caps, path=str(path)))
+    return out
+
+
+def load_image(path: str | Path, where: str = "image") -> Any:
+    """Open an image file fully (so a truncated or corrupt file fails here, not later).
+
+    Raises:
+        ValidationError: missing file, or not a readable image.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"{where}: image file {str(p)!r} does not exist (paths are relative to "
+                              "the JSONL file)")
+    try:
+        with Image.open(p) as im:
+            im.load()
+            return im.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ValidationError(f"{where}: {str(p)!r} is not a readable image ({exc}); replace or remove it") from None
+
+
+def record_image(rec: ImageRecord, render_size: int = 128) -> Any:
+    """The PIL image of a record (rendered from its spec or read from its file)."""
+    if rec.spec is not None:
+        return render(rec.spec, render_size)
+    return load_image(rec.path or "", where=f"record {rec.id}")
+
+
+__all__ = [
+    "COLOURS",
+    "KINDS",
+    "ImageRecord",
+    "coco_records",
+    "load_image",
+    "record_image",
+    "render",
+    "synthetic_records",
+]
