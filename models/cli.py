@@ -24,11 +24,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("searchsmith.models.export:configure_export", "export a trained run to an ONNX bundle"),
     "index": ("searchsmith.serving.cli:configure_index", "chunk, embed and index a corpus (JSONL)"),
     "route": ("searchsmith.serving.cli:configure_route", "route a (follow-up) question to sources"),
-    "ask": ("searchsmith.serving.cli:configure_ask", "answer a question with the pipeline"),
+    "ask": ("searchsmith.serving.pipeline.cli:configure_ask", "answer a question with the pipeline"),
     "serve": ("searchsmith.serving.serve_cli:configure_serve", "run the batched inference server"),
     "profile": ("searchsmith.serving.profiling.cli:configure_profile", "latency/throughput benchmarks"),
     "eval": ("searchsmith.models.cli:configure_eval", "evaluate a task and print JSON metrics"),
-    "quickstart": ("searchsmith.serving.cli:configure_quickstart", "train, export, index and ask on demo data"),
+    "quickstart": ("searchsmith.serving.quickstart:configure_quickstart", "train, export, index and ask on demo data"),
     "make-routing-set": ("searchsmith.serving.routing_sets:configure_make_routing_set",
                          "build a routing corpus + eval set from ../shared/data"),
 }

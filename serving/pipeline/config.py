@@ -1,0 +1,317 @@
+"""The pipeline's YAML config: one frozen dataclass per stage, loaded strictly.
+
+Every paper threshold is a default here, never a literal in a stage:
+
+* de-duplication at cosine >= 0.8 and keep the best 70 % of passages (Xinyu et al.);
+* citation: embedding-cosine fallback at 0.6;
+* timeline: near-duplicate events merged at cosine 0.9;
+* images: Hungarian assignment kept at relevance >= 0.3;
+* chunks of 350 tokens with 25 % overlap are the index's (``searchsmith index``).
+
+Every model bundle is optional (``bundles.*: null``): without one the stage uses its
+offline fallback, so the pipeline runs with an index alone. Load with
+:func:`load_pipeline_config` (``searchsmith ask --config FILE key.sub=value``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from searchsmith.models.config import load_config
+from searchsmith.serving.router import RouterConfig
+
+Strategy = Literal["auto", "direct", "parallel", "planning"]
+STRATEGIES = ("direct", "parallel", "planning")
+
+
+@dataclass(frozen=True)
+class BundlesConfig:
+    """Model bundles from ``searchsmith export`` (loaded with ``models.runtime.load_bundle``).
+
+    Attributes:
+        decomposer: ``decompose`` bundle: conversation rewrite and the QDG.
+        reranker: ``rerank`` bundle; without one the retrieval order is kept.
+        citation: ``cite`` bundle; without one, embedding cosine attributes sentences.
+        images: ``images`` bundle; without one, captions are compared with paragraphs.
+        device: ``auto`` = CUDA when available.
+        backend: ``auto`` = ONNX when the bundle has it.
+        threads: intra-op threads per bundle (None = the runtime's default).
+    """
+
+    decomposer: str | None = None
+    reranker: str | None = None
+    citation: str | None = None
+    images: str | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["auto", "onnx", "torch"] = "auto"
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """Attributes:
+        enabled: False searches every source of the index.
+        router: the centroid router's settings (mode serial / parallel / auto, top_k, ...).
+    """
+
+    enabled: bool = True
+    router: RouterConfig = field(default_factory=RouterConfig)
+
+
+@dataclass(frozen=True)
+class DecompositionConfig:
+    """Attributes:
+        strategy: ``auto`` = from the graph's type (terminal -> direct, split -> parallel,
+            chain -> planning, after SRSA); any other value forces that strategy.
+        max_nodes: cap on sub-questions (each one costs a retrieval).
+        max_rounds: cap on planning rounds (dependency levels); deeper nodes are dropped.
+        parallel_workers: threads retrieving independent nodes concurrently.
+    """
+
+    strategy: Strategy = "auto"
+    max_nodes: int = 4
+    max_rounds: int = 3
+    parallel_workers: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("max_nodes", "max_rounds", "parallel_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"decomposition.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Attributes:
+        retrieve_k: chunks retrieved per node (over all routed sources, merged by score).
+        dedup_threshold: drop a chunk whose cosine with a better-ranked kept one is >= this.
+        keep_ratio: share of the de-duplicated chunks kept (the best by retrieval score).
+        min_keep: never keep fewer than this many chunks (when there are that many).
+        compress_sentences: planning: after each round an accumulated passage is cut to
+            its this-many sentences most similar to the question and the answers so far.
+    """
+
+    retrieve_k: int = 10
+    dedup_threshold: float = 0.8
+    keep_ratio: float = 0.7
+    min_keep: int = 2
+    compress_sentences: int = 4
+
+    def __post_init__(self) -> None:
+        if self.retrieve_k < 1:
+            raise ValueError(f"retrieval.retrieve_k must be >= 1, got {self.retrieve_k}")
+        if not 0.0 < self.dedup_threshold <= 1.0:
+            raise ValueError(f"retrieval.dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
+        if not 0.0 < self.keep_ratio <= 1.0:
+            raise ValueError(f"retrieval.keep_ratio must be in (0, 1], got {self.keep_ratio}")
+        if self.min_keep < 1 or self.compress_sentences < 1:
+            raise ValueError("retrieval.min_keep and retrieval.compress_sentences must be >= 1")
+
+
+@dataclass(frozen=True)
+class ExtractiveConfig:
+    """Attributes:
+        sentences_per_node: sentences selected per sub-question.
+        min_support: a sentence below this support score is not selected (unless it is the
+            best one: the answer is never empty while there is a passage).
+        lexical_weight: weight of the query-term overlap next to the embedding cosine.
+        max_sentences: sentences considered per node (the best passages' first).
+    """
+
+    sentences_per_node: int = 2
+    min_support: float = 0.35
+    lexical_weight: float = 0.5
+    max_sentences: int = 40
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    """Any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, llama.cpp, TGI, hosted).
+
+    Attributes:
+        base_url: e.g. ``http://localhost:8000/v1``.
+        model: the model name the server expects.
+        api_key_env: environment variable holding the key (never the key itself).
+        timeout_s: per request.
+    """
+
+    base_url: str = "http://localhost:8000/v1"
+    model: str = "default"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 60.0
+    max_tokens: int = 512
+    temperature: float = 0.0
+    stream: bool = True
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    """A local transformers causal LM (folder or hub id; offline on our machines)."""
+
+    model: str = ""
+    max_new_tokens: int = 256
+    device: str = "auto"
+    max_input_tokens: int = 2048
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Attributes:
+        backend: ``extractive`` (offline, no LLM), ``openai`` or ``hf``.
+        prompt: file name under ``serving/pipeline/prompts/`` or a path.
+        fallback_extractive: when an LLM backend fails, answer extractively (noted in the trace).
+        max_context_chars: passage text given to an LLM per answer.
+    """
+
+    backend: Literal["extractive", "openai", "hf"] = "extractive"
+    prompt: str = "answer.txt"
+    node_prompt: str = "node_answer.txt"
+    fallback_extractive: bool = True
+    max_context_chars: int = 12000
+    extractive: ExtractiveConfig = field(default_factory=ExtractiveConfig)
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)
+    hf: HFConfig = field(default_factory=HFConfig)
+
+
+@dataclass(frozen=True)
+class CitationConfig:
+    """Attributes:
+        cosine_threshold: the embedding fallback cites a passage only at cosine >= this.
+        support_threshold: the citation bundle's P(supports) cut; None = the bundle's own.
+        max_per_sentence: citations attached to one sentence.
+    """
+
+    cosine_threshold: float = 0.6
+    support_threshold: float | None = None
+    max_per_sentence: int = 2
+
+
+@dataclass(frozen=True)
+class TimelineConfig:
+    """Attributes:
+        merge_threshold: events with compatible dates and cosine >= this are merged.
+        max_events: events kept (the earliest first after sorting).
+        use_document_dates: a dated document with no date in its text yields one event.
+    """
+
+    merge_threshold: float = 0.9
+    max_events: int = 50
+    use_document_dates: bool = True
+
+
+@dataclass(frozen=True)
+class ImagesConfig:
+    """Attributes:
+        threshold: an assignment is kept only at relevance >= this.
+        max_candidates: images considered per answer.
+        min_side_px: smaller images (icons, spacers) are filtered out.
+        *_weight: the three-way mix (``models.image_relevance.combined_scores``) used with
+            an images bundle; without one, caption-paragraph cosine alone scores.
+    """
+
+    threshold: float = 0.3
+    max_candidates: int = 16
+    min_side_px: int = 32
+    image_paragraph_weight: float = 0.5
+    caption_paragraph_weight: float = 0.3
+    image_query_weight: float = 0.2
+
+
+@dataclass(frozen=True)
+class Preset:
+    """What one deployment preset runs (KIMAs turbo / small / large)."""
+
+    rewrite: bool = True
+    decompose: bool = True
+    rerank: bool = True
+    citation: bool = True
+    timeline: bool = True
+    images: bool = True
+    retrieve_k: int | None = None
+
+
+def _default_presets() -> dict[str, Preset]:
+    return {
+        "turbo": Preset(rewrite=False, decompose=False, rerank=False, timeline=False, images=False,
+                        retrieve_k=5),
+        "small": Preset(decompose=False, rerank=True, timeline=False, images=False),
+        "large": Preset(),
+    }
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """cost = per_second * latency_s + per_1k_tokens * tokens / 1000 + per_model_call * calls."""
+
+    per_second: float = 1.0
+    per_1k_tokens: float = 0.0
+    per_model_call: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """The IMACS protocol router (LinUCB over presets).
+
+    Attributes:
+        enabled: False always uses ``default_preset``.
+        alpha: exploration width of the upper confidence bound.
+        ridge: the prior A = ridge * I of every arm.
+        cost_lambda: reward = quality - cost_lambda * cost.
+        state_path: JSON file the bandit is saved to after each feedback (atomic); None = memory.
+        max_pending: choices remembered for feedback (the oldest are forgotten).
+    """
+
+    enabled: bool = False
+    default_preset: str = "large"
+    alpha: float = 1.0
+    ridge: float = 1.0
+    cost_lambda: float = 0.1
+    state_path: str | None = None
+    max_pending: int = 10000
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.ridge <= 0 or self.cost_lambda < 0 or self.max_pending < 1:
+            raise ValueError("protocol: need alpha >= 0, ridge > 0, cost_lambda >= 0, max_pending >= 1")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The whole pipeline (YAML top level).
+
+    Attributes:
+        index: index folder (``searchsmith index``); ``--index`` overrides it.
+        stages: the stages in order; each one's reads must be written by an earlier one.
+        max_query_chars: longer questions are rejected (413-style ValidationError).
+    """
+
+    index: str | None = None
+    stages: tuple[str, ...] = ("context", "routing", "decomposition", "retrieval", "generation",
+                               "citation", "timeline", "images")
+    max_query_chars: int = 4000
+    bundles: BundlesConfig = field(default_factory=BundlesConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    decomposition: DecompositionConfig = field(default_factory=DecompositionConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    citation: CitationConfig = field(default_factory=CitationConfig)
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    images: ImagesConfig = field(default_factory=ImagesConfig)
+    presets: dict[str, Preset] = field(default_factory=_default_presets)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
+
+    def __post_init__(self) -> None:
+        if not self.presets:
+            raise ValueError("presets: at least one preset is needed (e.g. large: {})")
+        if self.protocol.default_preset not in self.presets:
+            raise ValueError(f"protocol.default_preset {self.protocol.default_preset!r} is not a "
+                             f"preset (presets: {sorted(self.presets)})")
+        if self.max_query_chars < 1:
+            raise ValueError(f"max_query_chars must be >= 1, got {self.max_query_chars}")
+
+
+def load_pipeline_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()
+                         ) -> PipelineConfig:
+    """Strictly load a pipeline YAML (unknown keys fail with the closest key suggested)."""
+    return load_config(PipelineConfig, path, overrides)

@@ -1,0 +1,55 @@
+"""Stage ``decomposition``: the query-decomposition graph and the SRSA strategy.
+
+The decomposer bundle's ``decompose(question, max_nodes)`` gives a QDG (repaired, never
+trusted raw); without a bundle, or under a preset that skips decomposition, the question
+is one ``terminal`` node. Strategies after SRSA map onto the graph's type:
+``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` -> ``planning``; a config
+or request may force one (the router ablation of ``searchsmith eval pipeline``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from searchsmith.models.qdg import QDG, repair, terminal
+from searchsmith.serving.pipeline.config import DecompositionConfig, Preset
+from searchsmith.serving.pipeline.state import PipelineState, estimate_tokens
+
+log = logging.getLogger(__name__)
+
+STRATEGY_OF_TYPE = {"terminal": "direct", "split": "parallel", "chain": "planning"}
+
+
+class DecompositionStage:
+    """Reads the standalone question; writes ``graph`` and ``strategy``."""
+
+    name = "decomposition"
+    reads = ("query", "rewrite")
+    writes = ("graph", "strategy")
+
+    def __init__(self, bundle: Any | None, config: DecompositionConfig) -> None:
+        self.bundle = bundle
+        self.config = config
+
+    def run(self, state: PipelineState, preset: Preset, strategy: str | None = None) -> None:
+        question = state.question()
+        with state.trace.stage(self.name) as st:
+            graph: QDG = terminal(question)
+            if not preset.decompose:
+                st.skipped, st.note = True, f"preset {state.preset_name!r} does not decompose"
+            elif self.bundle is None:
+                st.skipped, st.note = True, "no decomposer bundle: the question is one terminal node"
+            else:
+                try:
+                    raw = self.bundle.decompose(question, max_nodes=self.config.max_nodes)
+                    graph = repair(raw, question, max_nodes=self.config.max_nodes)
+                    state.trace.count(self.name, 1, estimate_tokens(question),
+                                      sum(estimate_tokens(n.text) for n in graph.nodes))
+                except Exception as exc:  # noqa: BLE001 - degrade to one terminal node
+                    log.warning("decomposition failed (%s); searching the question as it is", exc)
+                    st.note = f"decomposition failed ({type(exc).__name__}: {exc}); used a terminal graph"
+                    state.trace.note(f"decomposition: {st.note}")
+            state.graph = graph
+            forced = strategy or (self.config.strategy if self.config.strategy != "auto" else None)
+            state.strategy = forced or STRATEGY_OF_TYPE[graph.type]

@@ -1,0 +1,279 @@
+"""The inference pipeline, assembled from a config: question (+ history) -> answer + trace.
+
+::
+
+    pipe = load_pipeline(load_pipeline_config("pipeline.yaml"), index_dir="indexes/demo")
+    ans = pipe.ask("Which port does it listen on?", history=[...])
+    ans["answer"], ans["references"], ans["timeline"], ans["images"], ans["trace"]
+    pipe.feedback(ans["query_id"], quality=0.8)   # the protocol router learns (when enabled)
+
+Stages run in the configured order; each declares the state fields it reads and writes,
+and assembly fails when a stage reads a field that neither the request nor an earlier stage
+writes. ``context`` directly followed by ``routing`` run as one step so that, in parallel
+mode, the rewrite and the routing really run at once. A failing optional stage is skipped
+with a note in the trace; retrieval from no source at all is an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from searchsmith.models.config import closest_key
+from searchsmith.models.errors import ConfigError, PayloadTooLargeError, ValidationError
+from searchsmith.serving.pipeline.citation import CitationStage
+from searchsmith.serving.pipeline.common import load_optional_bundle
+from searchsmith.serving.pipeline.config import STRATEGIES, PipelineConfig, Preset
+from searchsmith.serving.pipeline.context import BundleRewriter, ContextStage
+from searchsmith.serving.pipeline.decomposition import DecompositionStage
+from searchsmith.serving.pipeline.generation import (
+    ExtractiveGenerator,
+    GenerationStage,
+    Generator,
+    build_generator,
+)
+from searchsmith.serving.pipeline.images import ImagesStage
+from searchsmith.serving.pipeline.protocol import LinUCBRouter, task_features
+from searchsmith.serving.pipeline.retrieval import RetrievalStage, Retriever
+from searchsmith.serving.pipeline.routing import ContextRoutingStage, RoutingStage
+from searchsmith.serving.pipeline.state import INPUT_FIELDS, STATE_FIELDS, PipelineState, Stage
+from searchsmith.serving.pipeline.timeline import TimelineStage
+from searchsmith.serving.rewrite import parse_history
+from searchsmith.serving.router import CentroidRouter
+
+log = logging.getLogger(__name__)
+
+STAGE_NAMES = ("context", "routing", "decomposition", "retrieval", "generation", "citation",
+               "timeline", "images")
+REQUIRED_STAGES = ("retrieval", "generation")
+# A failure here fails the answer; any other stage degrades (skipped, noted in the trace).
+CRITICAL_STAGES = ("retrieval", "generation")
+BUNDLE_TASKS = {"decomposer": "decompose", "reranker": "rerank", "citation": "cite", "images": "images"}
+
+
+def check_stage_order(stages: list[Any]) -> None:
+    """Every stage reads only fields written by the request or an earlier stage."""
+    available = set(INPUT_FIELDS)
+    for st in stages:
+        for f in (*st.reads, *st.writes):
+            if f not in STATE_FIELDS:
+                raise ConfigError(f"stage {st.name!r} declares unknown state field {f!r}")
+        missing = [f for f in st.reads if f not in available]
+        if missing:
+            raise ConfigError(f"stages: {st.name!r} reads {missing}, which no earlier stage writes; "
+                              "reorder 'stages' (default order: " + ", ".join(STAGE_NAMES) + ")")
+        available.update(st.writes)
+
+
+class Pipeline:
+    """Rewrite, route, decompose, retrieve, generate, cite, timeline, images: one call.
+
+    Args:
+        config: the pipeline config.
+        index: a loaded :class:`searchsmith.serving.index.Index`.
+        embedder: the index's embedder (queries, sentences, captions).
+        bundles: ``{"decomposer"|"reranker"|"citation"|"images": bundle}`` objects with the
+            runtime API of ``models.runtime`` (None or missing = the offline fallback).
+        generator: an LLM backend overriding ``generation.backend`` (tests, servers).
+    """
+
+    def __init__(self, config: PipelineConfig, index: Any, embedder: Any,
+                 bundles: dict[str, Any] | None = None, generator: Generator | None = None) -> None:
+        self.config = cfg = config
+        self.index = index
+        self.embedder = embedder
+        self.bundles = {k: v for k, v in (bundles or {}).items() if v is not None}
+        unknown = set(self.bundles) - set(BUNDLE_TASKS)
+        if unknown:
+            raise ConfigError(f"bundles: unknown bundle role(s) {sorted(unknown)}; roles are {sorted(BUNDLE_TASKS)}")
+        for name in cfg.stages:
+            if name not in STAGE_NAMES:
+                hint = closest_key(name, STAGE_NAMES)
+                raise ConfigError(f"stages: unknown stage {name!r}" + (f"; did you mean {hint!r}?" if hint else
+                                                                      f"; stages are {list(STAGE_NAMES)}"))
+        if len(set(cfg.stages)) != len(cfg.stages):
+            raise ConfigError(f"stages: a stage is listed twice in {list(cfg.stages)}")
+        for name in REQUIRED_STAGES:
+            if name not in cfg.stages:
+                raise ConfigError(f"stages: {name!r} is required (got {list(cfg.stages)})")
+        dec = self.bundles.get("decomposer")
+        self.router = (CentroidRouter(index, embedder, cfg.routing.router)
+                       if cfg.routing.enabled and "routing" in cfg.stages else None)
+        llm = generator if generator is not None else build_generator(cfg.generation)
+        self.generation = GenerationStage(ExtractiveGenerator(embedder, cfg.generation.extractive), llm,
+                                          cfg.generation)
+        self.context = ContextStage(BundleRewriter(dec) if dec is not None else None, uses_model=dec is not None)
+        self.routing = RoutingStage(self.router, list(index.sources), enabled=cfg.routing.enabled)
+        built: dict[str, Any] = {
+            "context": self.context,
+            "routing": self.routing,
+            "decomposition": DecompositionStage(dec, cfg.decomposition),
+            "retrieval": RetrievalStage(Retriever(index, embedder, cfg.retrieval, self.bundles.get("reranker")),
+                                        cfg.decomposition, self.generation.answer_node),
+            "generation": self.generation,
+            "citation": CitationStage(embedder, cfg.citation, self.bundles.get("citation")),
+            "timeline": TimelineStage(embedder, cfg.timeline),
+            "images": ImagesStage(embedder, cfg.images, self.bundles.get("images")),
+        }
+        stages: list[Stage] = []
+        names = list(cfg.stages)
+        i = 0
+        while i < len(names):
+            if names[i] == "context" and i + 1 < len(names) and names[i + 1] == "routing":
+                stages.append(ContextRoutingStage(self.context, self.routing))
+                i += 2
+                continue
+            stages.append(built[names[i]])
+            i += 1
+        check_stage_order(stages)
+        self.stages = stages
+        self.protocol = (LinUCBRouter(list(cfg.presets), cfg.protocol) if cfg.protocol.enabled else None)
+
+    # -- one question ------------------------------------------------------------------------
+    def _check(self, query: Any, history: Any) -> tuple[str, list]:
+        if not isinstance(query, str):
+            raise ValidationError(f"query: expected a string, got {type(query).__name__}")
+        if not query.strip():
+            raise ValidationError("query: is empty; send a question")
+        if len(query) > self.config.max_query_chars:
+            raise PayloadTooLargeError(f"query: {len(query)} characters, the limit is "
+                                       f"{self.config.max_query_chars} (max_query_chars)")
+        return query.strip(), parse_history(history)
+
+    def _preset(self, name: str | None, features: Any) -> tuple[str, Preset]:
+        presets = self.config.presets
+        if name is None:
+            name = self.protocol.choose(features) if self.protocol else self.config.protocol.default_preset
+        if name not in presets:
+            raise ValidationError(f"preset: unknown preset {name!r}; presets are {sorted(presets)}")
+        return name, presets[name]
+
+    def ask(self, query: str, history: Any = None, *, query_id: str | None = None,
+            preset: str | None = None, strategy: str | None = None,
+            routing_mode: str | None = None) -> dict[str, Any]:
+        """Answer one (possibly follow-up) question.
+
+        Args:
+            query: the question.
+            history: ``[{"role", "content"}, ...]`` earlier turns, oldest first.
+            query_id: an id for ``feedback`` (a fresh one when None).
+            preset: force a preset (else the protocol router's choice, or the default).
+            strategy: force ``direct``/``parallel``/``planning`` (the SRSA ablation).
+            routing_mode: force ``serial``/``parallel``/``auto``.
+
+        Returns:
+            The answer as a JSON-ready dict (:meth:`answer_dict`).
+        """
+        t0 = time.perf_counter()
+        query, turns = self._check(query, history)
+        if strategy is not None and strategy not in STRATEGIES:
+            raise ValidationError(f"strategy: expected one of {list(STRATEGIES)}, got {strategy!r}")
+        if routing_mode is not None and routing_mode not in ("serial", "parallel", "auto"):
+            raise ValidationError(f"routing_mode: expected serial, parallel or auto, got {routing_mode!r}")
+        features = task_features(query, turns)
+        name, chosen = self._preset(preset, features)
+        state = PipelineState(query=query, history=turns, query_id=query_id or uuid.uuid4().hex, preset_name=name)
+        for stage in self.stages:
+            try:
+                if isinstance(stage, (ContextRoutingStage, RoutingStage)):
+                    stage.run(state, chosen, mode=routing_mode)
+                elif isinstance(stage, DecompositionStage):
+                    stage.run(state, chosen, strategy=strategy)
+                else:
+                    stage.run(state, chosen)
+            except Exception as exc:
+                if stage.name in CRITICAL_STAGES:
+                    raise
+                log.warning("stage %s failed (%s); skipped", stage.name, exc)
+                st = state.trace.get(stage.name)
+                st.skipped, st.note = True, f"failed ({type(exc).__name__}: {exc}); skipped"
+                state.trace.note(f"{stage.name}: {st.note}")
+                if "sources" in stage.writes and not state.sources:
+                    state.sources = list(self.index.sources)  # routing lost: search everything
+        if not state.rewrite:
+            state.rewrite = state.query
+        if not state.cited_answer:
+            state.cited_answer = state.answer
+        tr = state.trace
+        tr.total_ms = (time.perf_counter() - t0) * 1e3
+        c = self.config.cost
+        tr.cost = (c.per_second * tr.total_ms / 1e3 + c.per_1k_tokens * (tr.tokens_in + tr.tokens_out) / 1e3
+                   + c.per_model_call * tr.model_calls)
+        if self.protocol is not None:
+            self.protocol.remember(state.query_id, name, features, tr.cost)
+        return self.answer_dict(state, features)
+
+    def feedback(self, query_id: str, quality: float) -> dict[str, Any]:
+        """Reward the protocol router for an answer (``quality`` in [0, 1])."""
+        if self.protocol is None:
+            raise ValidationError("feedback: the protocol router is switched off (protocol.enabled: false)")
+        return self.protocol.feedback(query_id, quality)
+
+    @staticmethod
+    def answer_dict(state: PipelineState, features: Any = None) -> dict[str, Any]:
+        tr = state.trace
+        return {
+            "query_id": state.query_id,
+            "query": state.query,
+            "rewrite": state.rewrite,
+            "answer": state.cited_answer,
+            "answer_text": state.answer,
+            "references": state.references,
+            "sentences": state.sentences,
+            "timeline": state.timeline,
+            "images": state.images,
+            "passages": [p.to_dict() for p in state.passages],
+            "nodes": [{"id": n.id, "text": n.text, "depends_on": list(n.depends_on), "round": n.round,
+                       "answer": n.answer, "passages": [p.chunk_id for p in n.passages]} for n in state.nodes],
+            "trace": {
+                "preset": state.preset_name,
+                "strategy": state.strategy,
+                "graph_type": state.graph.type if state.graph is not None else None,
+                "routing": state.route,
+                "sources": state.sources,
+                "stages": {k: v.to_dict() for k, v in tr.stages.items()},
+                "total_ms": round(tr.total_ms, 3),
+                "model_calls": tr.model_calls,
+                "tokens_in": tr.tokens_in,
+                "tokens_out": tr.tokens_out,
+                "cost": round(tr.cost, 6),
+                "features": [round(float(v), 4) for v in features] if features is not None else None,
+                "notes": list(tr.notes),
+            },
+        }
+
+    def close(self) -> None:
+        for st in self.stages:
+            if hasattr(st, "close"):
+                st.close()
+        if self.router is not None:
+            self.router.close()
+        self.index.close()
+
+
+def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embedder: Any = None,
+                  verify: bool = True) -> Pipeline:
+    """Open the index (and its embedder) and the configured bundles; build the pipeline.
+
+    Raises:
+        ConfigError: no index given, or a bundle of the wrong task.
+        BundleError: a missing or corrupt index or bundle.
+    """
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.embedder import Embedder, EmbedderConfig
+    from searchsmith.serving.index import Index, read_manifest
+
+    index_dir = index_dir or config.index
+    if not index_dir:
+        raise ConfigError("index: no index folder; pass --index DIR or set 'index:' in the pipeline config "
+                          "(build one with 'searchsmith index CORPUS.jsonl --out DIR')")
+    manifest = read_manifest(index_dir)
+    if embedder is None:
+        embedder = Embedder(from_dict(EmbedderConfig, manifest["config"]["embedder"]))
+    index = Index.load(index_dir, embedder=embedder, verify=verify)
+    b = config.bundles
+    bundles = {role: load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads)
+               for role, task in BUNDLE_TASKS.items()}
+    return Pipeline(config, index, embedder, bundles)

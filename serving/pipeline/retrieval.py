@@ -1,0 +1,257 @@
+"""Stage ``retrieval``: run the strategy over the graph, retrieving per node.
+
+Per node (Xinyu et al.): search the routed sources for the top ``retrieve_k`` chunks;
+drop near-duplicates (cosine >= ``dedup_threshold``, the ``dedup_mask`` kernel); keep the
+best ``keep_ratio`` of the rest; rerank with the reranker bundle (else keep the retrieval
+order); order the context "lost in the middle": the strongest passages at both ends.
+
+Strategies (SRSA):
+
+* ``direct``: the whole question, searched once;
+* ``parallel``: the graph's nodes level by level, the nodes of a level retrieved
+  concurrently (a split graph's roots are independent);
+* ``planning``: the nodes one by one, parents first; a child's ``#k`` is filled with its
+  parents' answers (:func:`searchsmith.models.qdg.fill_references`); after each round the
+  accumulated passages are filtered (the best ``keep_ratio`` by similarity to the question
+  and the answers so far) and compressed (each to its ``compress_sentences`` best
+  sentences).
+
+Both are bounded by ``max_nodes`` (the decomposer's cap) and ``max_rounds`` (levels).
+Retrieval from no source at all is an error, not a degradation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from searchsmith.models.errors import ValidationError
+from searchsmith.models.qdg import QDG, QDGNode, fill_references
+from searchsmith.serving.dedup import dedup_keep_mask
+from searchsmith.serving.pipeline.common import embed, sentences
+from searchsmith.serving.pipeline.config import DecompositionConfig, Preset, RetrievalConfig
+from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
+
+log = logging.getLogger(__name__)
+
+# (question, passages, state) -> the node's answer (used to fill its children's #k)
+NodeAnswerer = Callable[[str, list[Passage], PipelineState], str]
+
+
+def lost_in_the_middle(ranked: Sequence[Passage]) -> list[Passage]:
+    """Best first, second best last, third second, ...: the weakest end up in the middle.
+
+    ``[p1, p2, p3, p4, p5] -> [p1, p3, p5, p4, p2]`` (Liu et al.: models use the edges of
+    a long context best).
+    """
+    front = list(ranked[0::2])
+    back = list(ranked[1::2])
+    return front + back[::-1]
+
+
+def levels(graph: QDG) -> list[list[QDGNode]]:
+    """The nodes grouped by dependency depth (parents always in an earlier level)."""
+    depth: dict[str, int] = {}
+    for n in graph.nodes:  # parents come first in a repaired graph
+        depth[n.id] = 1 + max((depth.get(d, 0) for d in n.depends_on), default=-1)
+    out: list[list[QDGNode]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for n in graph.nodes:
+        out[depth[n.id]].append(n)
+    return out
+
+
+class VectorLookup:
+    """Chunk vectors by index row, read from the index's ``vectors/`` (memory-mapped).
+
+    Dedup needs each candidate's vector; reading it back is free next to re-embedding
+    ``retrieve_k`` chunks of up to 350 tokens per node.
+    """
+
+    def __init__(self, index: Any) -> None:
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for s in index.sources:
+            vecs = np.load(index.dir / "vectors" / f"{s}.npy", mmap_mode="r")
+            ids = np.load(index.dir / "vectors" / f"{s}.ids.npy")
+            order = np.argsort(ids, kind="stable")
+            self._parts.append((ids[order], order, vecs))
+
+    def get(self, rows: Sequence[int]) -> np.ndarray | None:
+        """(N, D) float32 vectors of ``rows``, or None when one is not found."""
+        out = []
+        for r in rows:
+            for ids, order, vecs in self._parts:
+                i = int(np.searchsorted(ids, r))
+                if i < len(ids) and ids[i] == r:
+                    out.append(np.asarray(vecs[order[i]], dtype=np.float32))
+                    break
+            else:
+                return None
+        return np.stack(out) if out else None
+
+
+class Retriever:
+    """Search, de-duplicate, select, rerank and order the passages of one sub-question."""
+
+    def __init__(self, index: Any, embedder: Any, config: RetrievalConfig, reranker: Any | None = None) -> None:
+        self.index = index
+        self.embedder = embedder
+        self.config = config
+        self.reranker = reranker
+        try:
+            self.vectors: VectorLookup | None = VectorLookup(index)
+        except (OSError, ValueError) as exc:  # an index without vectors/: re-embed instead
+            log.warning("retrieval: chunk vectors unreadable (%s); dedup re-embeds passages", exc)
+            self.vectors = None
+
+    def search(self, text: str, sources: Sequence[str], k: int, node_id: str,
+               state: PipelineState) -> list[Passage]:
+        """Top-``k`` chunks for ``text`` over ``sources``, best first."""
+        if not sources:
+            raise ValidationError("retrieval: no source to search (routing selected none and the "
+                                  "index has none); check the index and routing.router.fallback_source")
+        q = embed(state, self.embedder, [text])
+        hits = self.index.search(q, list(sources), k=k)[0]
+        return [Passage(chunk_id=h.chunk.chunk_id, doc_id=h.chunk.doc_id, source=h.chunk.source,
+                        text=h.chunk.text, score=float(h.score), node_id=node_id, title=h.chunk.title,
+                        date=h.chunk.date, url=h.chunk.url, images=tuple(h.chunk.images), row=h.row)
+                for h in hits]
+
+    def dedup(self, passages: list[Passage], state: PipelineState) -> list[Passage]:
+        """Greedy near-duplicate removal in rank order (cosine >= ``dedup_threshold``)."""
+        if len(passages) < 2:
+            return passages
+        vecs = self.vectors.get([p.row for p in passages]) if self.vectors else None
+        if vecs is None:
+            vecs = embed(state, self.embedder, [p.text for p in passages])
+        keep = dedup_keep_mask(vecs, self.config.dedup_threshold)
+        return [p for p, k in zip(passages, keep) if k]
+
+    def select(self, passages: list[Passage]) -> list[Passage]:
+        """The best ``keep_ratio`` (never fewer than ``min_keep``) by score."""
+        n = len(passages)
+        keep = min(n, max(self.config.min_keep, math.ceil(n * self.config.keep_ratio)))
+        return sorted(passages, key=lambda p: -p.score)[:keep]
+
+    def rerank(self, question: str, passages: list[Passage], state: PipelineState) -> list[Passage]:
+        """Reorder by the reranker bundle's scores (the retrieval order without one)."""
+        if self.reranker is None or len(passages) < 2:
+            return passages
+        try:
+            scores = np.asarray(self.reranker.score(question, [p.text for p in passages]), dtype=np.float32)
+        except Exception as exc:  # noqa: BLE001 - keep the retrieval order
+            state.trace.note(f"retrieval: rerank failed ({type(exc).__name__}: {exc}); kept the retrieval order")
+            return passages
+        state.trace.count("rerank", 1, sum(estimate_tokens(question) + estimate_tokens(p.text) for p in passages))
+        rescored = [replace(p, score=float(s)) for p, s in zip(passages, scores)]
+        return sorted(rescored, key=lambda p: -p.score)
+
+    def retrieve(self, text: str, sources: Sequence[str], node_id: str, state: PipelineState,
+                 preset: Preset) -> list[Passage]:
+        """Search -> dedup -> keep best ``keep_ratio`` -> rerank -> lost-in-the-middle order."""
+        k = preset.retrieve_k or self.config.retrieve_k
+        with state.trace.stage("retrieval.search"):
+            found = self.search(text, sources, k, node_id, state)
+        with state.trace.stage("retrieval.select"):
+            kept = self.select(self.dedup(found, state))
+        with state.trace.stage("rerank") as st:
+            if preset.rerank and self.reranker is not None:
+                kept = self.rerank(text, kept, state)
+            else:
+                st.skipped = True
+        return lost_in_the_middle(kept)
+
+    def compress(self, passages: list[Passage], anchors: Sequence[str], state: PipelineState) -> list[Passage]:
+        """Planning, after a round: keep the passages and sentences closest to ``anchors``.
+
+        Args:
+            passages: accumulated so far.
+            anchors: the question and the answers found so far.
+        """
+        if not passages:
+            return passages
+        anchor_vecs = embed(state, self.embedder, list(anchors))  # (A, D)
+        scored = []
+        for p in passages:
+            sents = sentences(p.text) or [p.text]
+            sims = embed(state, self.embedder, sents) @ anchor_vecs.T  # (S, A)
+            best = sims.max(axis=1)  # (S,)
+            top = sorted(np.argsort(-best)[: self.config.compress_sentences].tolist())
+            text = " ".join(sents[i] for i in top)
+            scored.append((float(best.max()), replace(p, text=text)))
+        n = len(scored)
+        keep = min(n, max(self.config.min_keep, math.ceil(n * self.config.keep_ratio)))
+        scored.sort(key=lambda t: -t[0])
+        return [p for _, p in scored[:keep]]
+
+
+class RetrievalStage:
+    """Reads the graph, strategy and sources; writes ``nodes``, ``passages``, ``node_answers``."""
+
+    name = "retrieval"
+    reads = ("query", "rewrite", "graph", "strategy", "sources")
+    writes = ("nodes", "passages", "node_answers")
+
+    def __init__(self, retriever: Retriever, config: DecompositionConfig,
+                 answer_node: NodeAnswerer) -> None:
+        self.retriever = retriever
+        self.config = config
+        self.answer_node = answer_node
+        self._pool = ThreadPoolExecutor(max_workers=config.parallel_workers, thread_name_prefix="node")
+
+    def _run_node(self, node: NodeResult, state: PipelineState, preset: Preset) -> NodeResult:
+        node.passages = self.retriever.retrieve(node.text, state.sources, node.id, state, preset)
+        return node
+
+    def run(self, state: PipelineState, preset: Preset) -> None:
+        question = state.question()
+        graph = state.graph if state.graph is not None else QDG("terminal", (QDGNode("1", question),))
+        with state.trace.stage(self.name) as st:
+            if state.strategy == "direct" or len(graph.nodes) == 1:
+                rounds = [[QDGNode("1", question)]]
+            else:
+                rounds = levels(graph)
+            if len(rounds) > self.config.max_rounds:
+                dropped = sum(len(r) for r in rounds[self.config.max_rounds:])
+                rounds = rounds[: self.config.max_rounds]
+                st.note = f"max_rounds={self.config.max_rounds}: {dropped} deeper node(s) dropped"
+                state.trace.note(f"retrieval: {st.note}")
+            answers: dict[str, str] = {}
+            done: list[NodeResult] = []
+            accumulated: list[Passage] = []
+            has_children = {d for n in graph.nodes for d in n.depends_on}
+            for r, level in enumerate(rounds):
+                todo = [NodeResult(n.id, fill_references(n.text, answers), n.depends_on, round=r)
+                        for n in level]
+                if state.strategy == "parallel" and len(todo) > 1:
+                    results = list(self._pool.map(lambda nr: self._run_node(nr, state, preset), todo))
+                else:
+                    results = [self._run_node(nr, state, preset) for nr in todo]
+                for nr in results:
+                    if nr.id in has_children and r + 1 < len(rounds):
+                        nr.answer = self.answer_node(nr.text, nr.passages, state)
+                        answers[nr.id] = nr.answer
+                    done.append(nr)
+                    accumulated.extend(nr.passages)
+                if state.strategy == "planning":
+                    with state.trace.stage("retrieval.compress"):
+                        accumulated = self.retriever.compress(
+                            accumulated, [question, *answers.values()], state)
+            state.nodes = done
+            state.node_answers = answers
+            state.passages = lost_in_the_middle(_merge(accumulated))
+            if not state.passages:
+                st.note = "no passage found"
+
+
+def _merge(passages: list[Passage]) -> list[Passage]:
+    """One passage per chunk (its best score), best first."""
+    best: dict[str, Passage] = {}
+    for p in passages:
+        if p.chunk_id not in best or p.score > best[p.chunk_id].score:
+            best[p.chunk_id] = p
+    return sorted(best.values(), key=lambda p: -p.score)

@@ -1,0 +1,145 @@
+"""Stage ``timeline``: dated events from the passages used (Xinyu et al.).
+
+Dates are read in several formats: ``2024-03-12``, ``2024/03/12``, ``12 March 2024``,
+``March 12, 2024``, ``Mar. 12 2024``, ``March 2024`` and a year after a preposition
+(``in 1970``, ``since 2019``). Each event is the sentence carrying the date; a dated
+document whose text has no date gives one event (its title) at the document's date.
+Events whose dates are compatible (one is a prefix of the other: ``2024-03`` and
+``2024-03-12``) and whose texts have cosine >= ``merge_threshold`` (0.9) are merged
+(their sources joined): outlets reporting the same outage become one event. Events are
+sorted by date and grouped by year.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+from searchsmith.serving.pipeline.common import embed, sentences
+from searchsmith.serving.pipeline.config import Preset, TimelineConfig
+from searchsmith.serving.pipeline.state import PipelineState
+
+MONTHS = {m: i + 1 for i, m in enumerate(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
+     "october", "november", "december"])}
+MONTHS.update({m[:3]: i for m, i in list(MONTHS.items())})
+_MON = r"(Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+
+# (pattern, how to read its groups) in priority order: longer, more precise formats first.
+_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"), "ymd"),
+    (re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b"), "ymd"),
+    (re.compile(r"\b(\d{1,2})\s+" + _MON + r",?\s+(\d{4})\b", re.I), "dmy"),
+    (re.compile(r"\b" + _MON + r"\s+(\d{1,2}),?\s+(\d{4})\b", re.I), "mdy"),
+    (re.compile(r"\b" + _MON + r"\s+(\d{4})\b", re.I), "my"),
+    (re.compile(r"\b(?:in|since|by|from|until|during|of)\s+(1[0-9]{3}|20[0-9]{2})\b(?![-/])", re.I), "y"),
+]
+
+
+def _month(name: str) -> int:
+    return MONTHS[name.lower().rstrip(".")[:3]]
+
+
+def parse_dates(text: str) -> list[tuple[str, str, int, int]]:
+    """Dates in ``text`` as ``(iso, precision, start, end)``, non-overlapping, in text order.
+
+    ``iso`` is ``YYYY-MM-DD``, ``YYYY-MM`` or ``YYYY``; ``precision`` is day, month or year.
+    Impossible dates (month 13, day 32) are ignored.
+    """
+    taken: list[tuple[int, int]] = []
+    found = []
+    for pattern, kind in _PATTERNS:
+        for m in pattern.finditer(text):
+            s, e = m.span()
+            if any(s < te and ts < e for ts, te in taken):
+                continue
+            g = m.groups()
+            try:
+                if kind == "ymd":
+                    y, mo, d = int(g[0]), int(g[1]), int(g[2])
+                elif kind == "dmy":
+                    d, mo, y = int(g[0]), _month(g[1]), int(g[2])
+                elif kind == "mdy":
+                    mo, d, y = _month(g[0]), int(g[1]), int(g[2])
+                elif kind == "my":
+                    mo, d, y = _month(g[0]), 0, int(g[1])
+                else:
+                    mo, d, y = 0, 0, int(g[0])
+            except (KeyError, ValueError):
+                continue
+            if not (1 <= mo <= 12 or mo == 0) or not (0 <= d <= 31) or (mo == 0 and d):
+                continue
+            if d and mo:
+                iso, prec = f"{y:04d}-{mo:02d}-{d:02d}", "day"
+            elif mo:
+                iso, prec = f"{y:04d}-{mo:02d}", "month"
+            else:
+                iso, prec = f"{y:04d}", "year"
+            taken.append((s, e))
+            found.append((iso, prec, s, e))
+    return sorted(found, key=lambda t: t[2])
+
+
+def _compatible(a: str, b: str) -> bool:
+    return a.startswith(b) or b.startswith(a)
+
+
+class TimelineStage:
+    """Reads the passages; writes ``timeline`` (``[{year, events: [{date, precision, text, sources}]}]``)."""
+
+    name = "timeline"
+    reads = ("passages",)
+    writes = ("timeline",)
+
+    def __init__(self, embedder: Any, config: TimelineConfig) -> None:
+        self.embedder = embedder
+        self.config = config
+
+    def events(self, state: PipelineState) -> list[dict[str, Any]]:
+        """Raw events, one per (dated sentence, date), in passage order."""
+        out = []
+        for p in state.passages:
+            found = False
+            for sent in sentences(p.text):
+                sent = " ".join(sent.split())
+                for iso, prec, _, _ in parse_dates(sent):
+                    out.append({"date": iso, "precision": prec, "text": sent, "sources": [p.doc_id]})
+                    found = True
+            if not found and p.date and self.config.use_document_dates:
+                dates = parse_dates(p.date)
+                if dates:
+                    out.append({"date": dates[0][0], "precision": dates[0][1],
+                                "text": p.title or (sentences(p.text) or [p.text])[0], "sources": [p.doc_id]})
+        return out
+
+    def merge(self, events: list[dict[str, Any]], state: PipelineState) -> list[dict[str, Any]]:
+        """Near-duplicates (compatible dates, cosine >= ``merge_threshold``) become one event."""
+        if not events:
+            return []
+        vecs = embed(state, self.embedder, [e["text"] for e in events])  # (E, D)
+        merged: list[tuple[dict[str, Any], np.ndarray]] = []
+        for ev, v in zip(events, vecs):
+            for kept, kv in merged:
+                if _compatible(kept["date"], ev["date"]) and float(kv @ v) >= self.config.merge_threshold:
+                    if len(ev["date"]) > len(kept["date"]):  # keep the more precise date
+                        kept["date"], kept["precision"] = ev["date"], ev["precision"]
+                    kept["sources"] = list(dict.fromkeys(kept["sources"] + ev["sources"]))
+                    break
+            else:
+                merged.append((dict(ev), v))
+        return [e for e, _ in merged]
+
+    def run(self, state: PipelineState, preset: Preset) -> None:
+        with state.trace.stage(self.name) as st:
+            state.timeline = []
+            if not preset.timeline:
+                st.skipped, st.note = True, f"preset {state.preset_name!r} has no timeline"
+                return
+            events = self.merge(self.events(state), state)
+            events.sort(key=lambda e: (e["date"], e["text"]))
+            events = events[: self.config.max_events]
+            groups: dict[str, list[dict[str, Any]]] = {}
+            for e in events:
+                groups.setdefault(e["date"][:4], []).append(e)
+            state.timeline = [{"year": y, "events": evs} for y, evs in sorted(groups.items())]

@@ -1,0 +1,273 @@
+"""Generation backends, citation, timeline and images."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+from searchsmith.serving.pipeline.citation import CitationStage, pattern_entities
+from searchsmith.serving.pipeline.config import (
+    CitationConfig,
+    ExtractiveConfig,
+    GenerationConfig,
+    HFConfig,
+    ImagesConfig,
+    OpenAIConfig,
+    Preset,
+    TimelineConfig,
+)
+from searchsmith.serving.pipeline.generation import (
+    ExtractiveGenerator,
+    GenerationStage,
+    HFGenerator,
+    OpenAIGenerator,
+    load_prompt,
+)
+from searchsmith.serving.pipeline.images import ImagesStage
+from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
+from searchsmith.serving.pipeline.timeline import TimelineStage, parse_dates
+
+PASSAGES = [
+    Passage("a#0", "a", "docs", "Quarry is a vector database. By default the server listens on port 7420. "
+            "It is written in Rust.", 0.9, title="Quarry overview"),
+    Passage("b#0", "b", "recipes", "Knead the bread dough for ten minutes until it is smooth.", 0.5,
+            title="Bread"),
+]
+
+
+def _state(answer="", query="Which port does Quarry listen on?"):
+    st = PipelineState(query=query, rewrite=query)
+    st.passages = list(PASSAGES)
+    st.nodes = [NodeResult("1", query, passages=list(PASSAGES))]
+    st.answer = answer
+    return st
+
+
+# -- generation -------------------------------------------------------------------------------
+def test_extractive_selects_the_supported_sentence(embedder):
+    gen = ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1))
+    assert gen.answer(_state().nodes, _state()) == "By default the server listens on port 7420."
+
+
+def test_prompts_are_files_with_both_sections():
+    system, user = load_prompt("answer.txt")
+    assert "passages" in system.lower() and "{question}" in user and "{context}" in user
+
+
+def test_missing_prompt_is_a_config_error():
+    from searchsmith.models.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="generation.prompt: 'nope.txt' is neither a file nor one of"):
+        load_prompt("nope.txt")
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    requests: list = []
+    status = 200
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        if type(self).status != 200:
+            self.send_response(type(self).status)
+            self.end_headers()
+            self.wfile.write(b'{"error": "down"}')
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for piece in ["Quarry listens ", "on port 7420 [9]."]:
+            chunk = {"choices": [{"delta": {"content": piece}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        usage = {"choices": [], "usage": {"prompt_tokens": 123, "completion_tokens": 7}}
+        self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_openai():
+    _FakeOpenAI.requests, _FakeOpenAI.status = [], 200
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_backend_streams(fake_openai, embedder):
+    llm = OpenAIGenerator(OpenAIConfig(base_url=fake_openai, model="m"))
+    stage = GenerationStage(ExtractiveGenerator(embedder), llm, GenerationConfig(backend="openai"))
+    st = _state()
+    stage.run(st, Preset())
+    assert st.answer == "Quarry listens on port 7420."  # the invented [9] marker is stripped
+    req = _FakeOpenAI.requests[0]
+    assert req["stream"] is True and req["model"] == "m"
+    assert "Which port does Quarry listen on?" in req["messages"][1]["content"]
+    assert "[1] Quarry overview:" in req["messages"][1]["content"]
+    g = st.trace.stages["generation"]
+    assert (g.model_calls, g.tokens_in, g.tokens_out) == (1, 123, 7)
+
+
+def test_openai_failure_falls_back_to_extractive(fake_openai, embedder):
+    _FakeOpenAI.status = 500
+    llm = OpenAIGenerator(OpenAIConfig(base_url=fake_openai))
+    stage = GenerationStage(ExtractiveGenerator(embedder), llm, GenerationConfig(backend="openai"))
+    st = _state()
+    stage.run(st, Preset())
+    assert "7420" in st.answer
+    assert any("openai failed (RunnerError" in n and "answered 500" in n for n in st.trace.notes)
+
+
+def test_hf_backend_with_a_tiny_random_gpt2(tmp_path, embedder):
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_embd=16, n_layer=1, n_head=2, n_positions=512))
+    model.save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    gen = HFGenerator(HFConfig(model=str(tmp_path / "lm"), max_new_tokens=5, max_input_tokens=256, device="cpu"))
+    stage = GenerationStage(ExtractiveGenerator(embedder), gen, GenerationConfig(backend="hf"))
+    st = _state()
+    stage.run(st, Preset())
+    g = st.trace.stages["generation"]
+    assert g.model_calls == 1 and 0 < g.tokens_in <= 256 and g.tokens_out == 5
+    assert isinstance(st.answer, str)
+
+
+def test_hf_backend_needs_a_model():
+    from searchsmith.models.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="generation.hf.model: empty"):
+        HFGenerator(HFConfig())
+
+
+# -- citation ---------------------------------------------------------------------------------
+def _markers(text):
+    return [int(n) for n in re.findall(r"\[(\d+)\]", text)]
+
+
+def test_citation_markers_match_the_references(embedder):
+    st = _state("By default the server listens on port 7420 [5]. Knead the bread dough for ten minutes. "
+                "The moon is made of cheese.")
+    CitationStage(embedder, CitationConfig()).run(st, Preset())
+    marks = _markers(st.cited_answer)
+    assert sorted(set(marks)) == [r["n"] for r in st.references] == [1, 2]
+    assert [r["doc_id"] for r in st.references] == ["a", "b"]
+    assert st.cited_answer.startswith("By default the server listens on port 7420 [1].")
+    assert st.sentences[2]["citations"] == []  # no citation rather than a wrong one
+    assert "7420" in st.sentences[0]["entities"]
+
+
+def test_citation_bundle_and_threshold(embedder):
+    class FakeCite:
+        task = "cite"
+        support_threshold = 0.5
+
+        def entities(self, sents):
+            return [[(0, 5, "ENT")] for _ in sents]
+
+        def attribute(self, pairs):
+            return np.array([0.9 if "7420" in p and "7420" in s else 0.2 for s, p in pairs], dtype=np.float32)
+
+    st = _state("By default it listens on port 7420. Knead the dough.")
+    CitationStage(embedder, CitationConfig(), FakeCite()).run(st, Preset())
+    assert st.cited_answer == "By default it listens on port 7420 [1]. Knead the dough."
+    assert st.sentences[0]["entities"] == ["By de"]
+    assert st.trace.stages["citation"].model_calls == 3  # entities once + one attribute per sentence
+
+
+def test_pattern_entities():
+    ents = pattern_entities("Harbor & Finch bought Brightline Systems on 12 March for $19 via quarry.yaml.")
+    assert "Harbor & Finch" in ents and "Brightline Systems" in ents and "quarry.yaml" in ents and "$19" in ents
+
+
+# -- timeline ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,iso,prec", [
+    ("released on 2024-03-12.", "2024-03-12", "day"),
+    ("released on 2024/3/12.", "2024-03-12", "day"),
+    ("released on 12 March 2024.", "2024-03-12", "day"),
+    ("released on March 12, 2024.", "2024-03-12", "day"),
+    ("released on Sept. 9 2023.", "2023-09-09", "day"),
+    ("released in March 2024.", "2024-03", "month"),
+    ("completed in 1970.", "1970", "year"),
+])
+def test_date_formats(text, iso, prec):
+    assert [(d, p) for d, p, _, _ in parse_dates(text)] == [(iso, prec)]
+
+
+def test_impossible_dates_are_ignored():
+    assert parse_dates("build 2024-13-45 and version 3.0") == []
+
+
+def test_timeline_merges_sorts_and_groups(embedder):
+    st = PipelineState(query="q")
+    st.passages = [
+        Passage("n1", "n1", "news", "Lumen Cloud was down for three hours on 18 July 2024.", 1.0),
+        Passage("n2", "n2", "news", "Lumen Cloud was down for three hours on July 18, 2024.", 0.9),
+        Passage("n3", "n3", "news", "Quarry 1.0 was released on 2021-04-20.", 0.8),
+        Passage("n4", "n4", "news", "A text without any date.", 0.7, title="Dated doc", date="2022-01-05"),
+    ]
+    TimelineStage(embedder, TimelineConfig()).run(st, Preset())
+    assert [g["year"] for g in st.timeline] == ["2021", "2022", "2024"]
+    lumen = st.timeline[2]["events"]
+    assert len(lumen) == 1 and lumen[0]["sources"] == ["n1", "n2"] and lumen[0]["date"] == "2024-07-18"
+    assert st.timeline[1]["events"][0]["text"] == "Dated doc"
+
+
+def test_timeline_keeps_distinct_events_apart(embedder):
+    st = PipelineState(query="q")
+    st.passages = [Passage("n1", "n1", "news", "Lumen Cloud was down on 18 July 2024.", 1.0),
+                   Passage("n2", "n2", "news", "Brightline was acquired on 18 July 2024.", 0.9)]
+    TimelineStage(embedder, TimelineConfig()).run(st, Preset())
+    assert len(st.timeline[0]["events"]) == 2
+
+
+# -- images -----------------------------------------------------------------------------------
+def _png(path, size=64):
+    from PIL import Image
+
+    Image.new("RGB", (size, size), (200, 30, 30)).save(path)
+    return str(path)
+
+
+def test_images_placed_by_caption_cosine(tmp_path, embedder):
+    st = _state("Quarry is a vector database written in Rust.\n\nKnead the bread dough for ten minutes.")
+    st.passages = [
+        Passage("a#0", "a", "docs", "Quarry is a vector database.", 0.9,
+                images=({"id": "arch", "path": _png(tmp_path / "a.png"), "caption": "Quarry vector database architecture"},
+                        {"id": "gone", "path": str(tmp_path / "missing.png"), "caption": "Quarry"},
+                        {"id": "icon", "path": _png(tmp_path / "i.png", 8), "caption": "Quarry icon"})),
+        Passage("b#0", "b", "recipes", "Knead the dough.", 0.5,
+                images=({"id": "moon", "path": _png(tmp_path / "m.png"), "caption": "A map of lunar craters"},)),
+    ]
+    ImagesStage(embedder, ImagesConfig()).run(st, Preset())
+    assert [(im["image_id"], im["paragraph"]) for im in st.images] == [("arch", 0)]
+    assert st.images[0]["score"] >= 0.3
+    assert any("missing.png is missing or unreadable" in n for n in st.trace.notes)
+
+
+def test_images_bundle_uses_three_way_scores(tmp_path, embedder):
+    class FakeImages:
+        task = "images"
+
+        def encode_text(self, texts):
+            return np.array([[1.0, 0.0] if "Quarry" in t else [0.0, 1.0] for t in texts], dtype=np.float32)
+
+        def encode_images(self, images):
+            return np.array([[1.0, 0.0]] * len(images), dtype=np.float32)
+
+    st = _state("Quarry is a vector database.\n\nKnead the dough.")
+    st.passages[0] = Passage("a#0", "a", "docs", "Quarry.", 0.9,
+                             images=({"id": "arch", "path": _png(tmp_path / "a.png"), "caption": "Quarry diagram"},))
+    ImagesStage(embedder, ImagesConfig(), FakeImages()).run(st, Preset())
+    assert [(im["image_id"], im["paragraph"], im["score"]) for im in st.images] == [("arch", 0, 1.0)]
+    assert st.trace.stages["images"].model_calls == 2

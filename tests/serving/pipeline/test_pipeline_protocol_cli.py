@@ -1,0 +1,167 @@
+"""The LinUCB protocol router, the ask CLI and eval pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+from searchsmith.models.errors import BundleError, ValidationError
+from searchsmith.serving.pipeline.config import ProtocolConfig
+from searchsmith.serving.pipeline.protocol import DIM, LinUCBRouter, sherman_morrison, task_features
+
+
+def test_task_features():
+    x = task_features("When was the company that makes it acquired?", [{"role": "user", "content": "x"}] * 2)
+    assert x.shape == (DIM,) == (7,)
+    assert x[0] == 1 and x[2] == 0.5 and x[3] == 1 and x[5] == 1 and x[4] > 0
+    y = task_features("default of index.ef_construction in quarry 3.0")
+    assert y[3] == 0 and y[5] == 0 and y[6] == pytest.approx(2 / 6)
+
+
+def test_sherman_morrison_matches_a_direct_inverse():
+    rng = np.random.default_rng(0)
+    router = LinUCBRouter(["turbo", "large"], ProtocolConfig(ridge=2.0))
+    xs, rewards = rng.random((12, DIM)), rng.random(12)
+    for x, r in zip(xs, rewards):
+        router.update("large", x, float(r))
+    direct = np.linalg.inv(2.0 * np.eye(DIM) + xs.T @ xs)
+    np.testing.assert_allclose(router.a_inv["large"], direct, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(router.b["large"], (rewards[:, None] * xs).sum(0))
+    np.testing.assert_allclose(router.a_inv["turbo"], np.eye(DIM) / 2.0)
+    a = np.eye(3)
+    np.testing.assert_allclose(sherman_morrison(a, np.ones(3)), np.linalg.inv(a + np.ones((3, 3))))
+
+
+def test_linucb_learns_the_better_arm():
+    router = LinUCBRouter(["turbo", "small", "large"], ProtocolConfig(alpha=0.1, cost_lambda=0.0))
+    x = task_features("Which planet is the largest?")
+    for i in range(30):
+        arm = router.choose(x)
+        router.remember(str(i), arm, x, cost=0.0)
+        out = router.feedback(str(i), 1.0 if arm == "small" else 0.0)
+        assert out["preset"] == arm
+    assert router.choose(x) == "small"
+    assert router.n["small"] > router.n["turbo"]
+
+
+def test_feedback_reward_is_quality_minus_lambda_cost():
+    router = LinUCBRouter(["a"], ProtocolConfig(cost_lambda=0.5))
+    x = np.ones(DIM)
+    router.remember("q", "a", x, cost=0.4)
+    assert router.feedback("q", 0.9)["reward"] == pytest.approx(0.7)
+    np.testing.assert_allclose(router.b["a"], 0.7 * x)
+
+
+def test_feedback_errors():
+    router = LinUCBRouter(["a"], ProtocolConfig())
+    with pytest.raises(ValidationError, match="'nope' is unknown or already rewarded"):
+        router.feedback("nope", 0.5)
+    router.remember("q", "a", np.ones(DIM), 0.0)
+    with pytest.raises(ValidationError, match=r"quality: expected a number in \[0, 1\], got 2"):
+        router.feedback("q", 2)
+
+
+def test_pending_is_bounded():
+    router = LinUCBRouter(["a"], ProtocolConfig(max_pending=2))
+    for q in ("q1", "q2", "q3"):
+        router.remember(q, "a", np.ones(DIM), 0.0)
+    with pytest.raises(ValidationError, match="q1"):
+        router.feedback("q1", 0.5)
+
+
+def test_state_saved_atomically_and_reloaded(tmp_path):
+    path = tmp_path / "bandit.json"
+    cfg = ProtocolConfig(state_path=str(path))
+    router = LinUCBRouter(["turbo", "large"], cfg)
+    router.remember("q", "large", np.arange(DIM) / DIM, 0.1)
+    router.feedback("q", 1.0)
+    assert path.is_file() and [p.name for p in tmp_path.iterdir()] == ["bandit.json"]
+    again = LinUCBRouter(["turbo", "large", "new"], cfg)
+    np.testing.assert_allclose(again.a_inv["large"], router.a_inv["large"])
+    np.testing.assert_allclose(again.b["large"], router.b["large"])
+    assert again.n == {"turbo": 0, "large": 1, "new": 0}
+
+
+def test_corrupt_state_is_a_clear_error(tmp_path):
+    path = tmp_path / "bandit.json"
+    path.write_text("{not json")
+    with pytest.raises(BundleError, match="bandit.json: unreadable .*delete it to restart"):
+        LinUCBRouter(["a"], ProtocolConfig(state_path=str(path)))
+
+
+def test_pipeline_protocol_chooses_and_learns(make_pipeline, tmp_path):
+    pipe = make_pipeline(protocol={"enabled": True, "state_path": str(tmp_path / "b.json")})
+    ans = pipe.ask("Which planet is the largest?", query_id="q7")
+    assert ans["trace"]["preset"] in ("turbo", "small", "large")
+    out = pipe.feedback("q7", 0.8)
+    assert out["preset"] == ans["trace"]["preset"] and out["cost"] == pytest.approx(ans["trace"]["cost"], abs=1e-6)
+    assert (tmp_path / "b.json").is_file()
+
+
+def test_protocol_switched_off(make_pipeline):
+    pipe = make_pipeline()
+    ans = pipe.ask("Which planet is the largest?", query_id="q")
+    assert ans["trace"]["preset"] == "large"
+    with pytest.raises(ValidationError, match="protocol router is switched off"):
+        pipe.feedback("q", 0.5)
+
+
+# -- CLI and eval -----------------------------------------------------------------------------
+def test_ask_cli_json(small_index, tmp_path, capsys):
+    from searchsmith.models.cli import main
+
+    hist = tmp_path / "h.json"
+    hist.write_text(json.dumps([{"role": "user", "content": "Tell me about the Lumen cache eviction."}]))
+    rc = main(["ask", "Where are the tests for it?", "--index", str(small_index), "--history", str(hist),
+               "--json", "timeline.merge_threshold=0.95"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and "Lumen" in out["rewrite"]
+    assert out["trace"]["sources"][0] == "code"
+    assert "tests/test_evict.py" in out["answer"]
+    assert sorted(set(int(n) for n in __import__("re").findall(r"\[(\d+)\]", out["answer"]))) == \
+        [r["n"] for r in out["references"]]
+
+
+def test_ask_cli_text_and_errors(small_index, capsys):
+    from searchsmith.models.cli import main
+
+    assert main(["ask", "Which planet is the largest?", "--index", str(small_index)]) == 0
+    text = capsys.readouterr().out
+    assert "Jupiter" in text and "References:" in text and "[preset large, strategy direct" in text
+    assert main(["ask", "q?", "--index", str(small_index), "retrieval.keep_ratoi=1"]) == 1
+    assert "did you mean 'keep_ratio'" in capsys.readouterr().err
+
+
+def test_eval_pipeline(small_index, tmp_path):
+    from searchsmith.serving.evaluate import eval_pipeline, token_f1
+
+    data = tmp_path / "qa.jsonl"
+    rows = [{"id": "a", "query": "Which planet is the largest?", "answer": "Jupiter", "supporting": ["astronomy-0"]},
+            {"id": "b", "query": "Where are they?", "answer": "tests/test_evict.py", "supporting": ["code-4"],
+             "history": [{"role": "user", "content": "Are there unit tests for the Lumen eviction code?"}]}]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    per = tmp_path / "per.jsonl"
+    args = argparse.Namespace(data=str(data), index=str(small_index), config=None, limit=0, per_item=str(per))
+    out = eval_pipeline(args)
+    assert out["n"] == 2 and out["followups"] == 1
+    assert out["retrieval_recall"] == 1.0 and 0 < out["f1"] <= 1 and out["contains"] == 1.0
+    assert 0 < out["citation_precision"] <= 1 and out["citation_recall"] == 1.0
+    assert set(out["strategy_ablation"]) == {"routed", "forced_direct", "forced_parallel", "forced_planning"}
+    assert set(out["routing_followups"]) == {"routing_serial_followups", "routing_parallel_followups"}
+    assert out["latency_per_stage"]["total"]["p95_ms"] >= out["latency_per_stage"]["total"]["p50_ms"] > 0
+    lines = per.read_text().splitlines()
+    assert len(lines) == 2 * 4 + 2 and json.loads(lines[0])["variant"] == "routed"
+    # "the" is an article (dropped): 1 of 3 tokens right, recall 1 -> F1 = 2 * (1/3) / (4/3)
+    assert token_f1("The answer is Jupiter [1].", "Jupiter") == pytest.approx(0.5)
+
+
+def test_eval_pipeline_bad_data(small_index, tmp_path):
+    from searchsmith.serving.evaluate import eval_pipeline
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"query": "q"}\n')
+    args = argparse.Namespace(data=str(data), index=str(small_index), config=None, limit=0, per_item=None)
+    with pytest.raises(ValidationError, match=r"missing field\(s\) \['answer', 'supporting'\]"):
+        eval_pipeline(args)

@@ -1,0 +1,239 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from searchsmith.models.errors import ValidationError
+from searchsmith.serving.pipeline.config import Preset
+from searchsmith.serving.pipeline.retrieval import levels, lost_in_the_middle
+from searchsmith.serving.pipeline.state import Passage, PipelineState
+
+HISTORY = [{"role": "user", "content": "How does the Lumen cache evict keys?"},
+           {"role": "assistant", "content": "The Evictor class drops cold keys."}]
+
+
+def _p(i, text="x", score=None, doc=None):
+    return Passage(chunk_id=f"c{i}", doc_id=doc or f"d{i}", source="s", text=text,
+                   score=float(score if score is not None else -i))
+
+
+# -- context / routing ------------------------------------------------------------------------
+def test_heuristic_rewrite_carries_the_referent(make_pipeline):
+    ans = make_pipeline().ask("Where is the code for it?", HISTORY)
+    assert "Lumen" in ans["rewrite"] and ans["rewrite"].startswith("Where is the code for it?")
+    assert ans["trace"]["routing"]["mode"] == "serial"
+    assert ans["trace"]["routing"]["routed_text"] == ans["rewrite"]
+    assert ans["trace"]["sources"][0] == "code"
+
+
+def test_bundle_rewrite_is_used_and_counted(make_pipeline, fakes):
+    dec = fakes["decomposer"](graph={"type": "terminal", "nodes": [{"id": "1", "text": "q"}]},
+                              rewrite_to="Where is the Lumen eviction code?")
+    ans = make_pipeline(bundles={"decomposer": dec}).ask("Where is the code for it?", HISTORY)
+    assert ans["rewrite"] == "Where is the Lumen eviction code?"
+    assert ans["trace"]["stages"]["context"]["model_calls"] == 1
+    assert ("rewrite", "Where is the code for it?") in dec.calls
+
+
+def test_failing_rewrite_degrades(make_pipeline, fakes):
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](fail=True)}).ask("Where is it?", HISTORY)
+    assert ans["rewrite"] == "Where is it?"
+    assert any("rewrite failed" in n for n in ans["trace"]["notes"])
+    assert any("decomposition failed" in n for n in ans["trace"]["notes"])
+    assert ans["answer"]
+
+
+def test_turbo_skips_rewrite_and_decomposition(make_pipeline):
+    ans = make_pipeline().ask("Where is the code for it?", HISTORY, preset="turbo")
+    assert ans["rewrite"] == "Where is the code for it?"
+    assert ans["trace"]["stages"]["context"]["skipped"]
+    assert ans["trace"]["stages"]["decomposition"]["skipped"]
+    assert ans["trace"]["preset"] == "turbo"
+
+
+def test_parallel_routing_runs_concurrently_with_the_rewrite(make_pipeline):
+    pipe = make_pipeline()
+    seen = {}
+
+    class WaitingRewriter:
+        """Returns only once routing has written the sources (or gives up after 5 s)."""
+
+        def rewrite(self, history, query):
+            t0 = time.perf_counter()
+            while not state_box["state"].sources and time.perf_counter() - t0 < 5:
+                time.sleep(0.005)
+            seen["routed_first"] = bool(state_box["state"].sources)
+            seen["thread"] = threading.current_thread().name
+            return query + " rewritten"
+
+    pipe.context.rewriter = WaitingRewriter()
+    state_box = {}
+    from searchsmith.serving.rewrite import parse_history
+
+    state = PipelineState(query="Where is it?", history=parse_history(HISTORY))
+    state_box["state"] = state
+    pipe.stages[0].run(state, Preset(), mode="parallel")
+    assert seen["routed_first"] and seen["thread"] != threading.current_thread().name
+    assert state.route["mode"] == "parallel" and state.route["routed_text"] == "Where is it?"
+    assert state.rewrite == "Where is it? rewritten"
+
+
+def test_routing_disabled_searches_every_source(make_pipeline):
+    ans = make_pipeline(routing={"enabled": False}).ask("How long do I knead bread dough?")
+    assert sorted(ans["trace"]["sources"]) == ["astronomy", "code", "cooking"]
+    assert ans["trace"]["stages"]["routing"]["skipped"]
+
+
+# -- decomposition / strategies ---------------------------------------------------------------
+SPLIT = {"type": "split", "nodes": [{"id": "1", "text": "Which planet is the largest?"},
+                                    {"id": "2", "text": "How long should bread dough be kneaded?"}]}
+CHAIN = {"type": "chain", "nodes": [{"id": "1", "text": "Which class implements Lumen eviction?"},
+                                    {"id": "2", "text": "Where are the tests of #1?", "depends_on": ["1"]}]}
+
+
+def test_split_graph_runs_parallel_nodes_concurrently(make_pipeline, fakes):
+    pipe = make_pipeline(bundles={"decomposer": fakes["decomposer"](SPLIT)})
+    retr = pipe.stages[2].retriever  # context+routing, decomposition, retrieval
+    threads = set()
+    search = retr.search
+
+    def spy(*a, **kw):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.05)
+        return search(*a, **kw)
+
+    retr.search = spy
+    ans = pipe.ask("Which planet is the largest, and how long do I knead dough?")
+    assert ans["trace"]["strategy"] == "parallel" and ans["trace"]["graph_type"] == "split"
+    assert len(threads) == 2 and all(t.startswith("node") for t in threads)
+    assert {n["id"] for n in ans["nodes"]} == {"1", "2"}
+    text = ans["answer_text"]
+    assert "Jupiter" in text and "dough" in text
+
+
+def test_chain_graph_plans_and_fills_references(make_pipeline, fakes):
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(
+        "Where are the tests of the class that implements Lumen eviction?")
+    assert ans["trace"]["strategy"] == "planning"
+    first, second = ans["nodes"]
+    assert first["answer"] and "Evictor" in first["answer"]
+    assert "#1" not in second["text"] and first["answer"] in second["text"]
+    assert second["round"] == 1
+    assert "retrieval.compress" in ans["trace"]["stages"]
+
+
+def test_max_rounds_drops_deeper_nodes(make_pipeline, fakes):
+    pipe = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}, decomposition={"max_rounds": 1})
+    ans = pipe.ask("Where are the tests of the Lumen eviction class?")
+    assert [n["id"] for n in ans["nodes"]] == ["1"]
+    assert any("max_rounds=1" in n for n in ans["trace"]["notes"])
+
+
+def test_forced_strategy(make_pipeline, fakes):
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](SPLIT)}).ask(
+        "Which planet is the largest?", strategy="direct")
+    assert ans["trace"]["strategy"] == "direct" and len(ans["nodes"]) == 1
+
+
+def test_levels_of_a_graph():
+    from searchsmith.models.qdg import QDG
+
+    g = QDG.from_json({"type": "split", "nodes": [{"id": "1", "text": "a"}, {"id": "2", "text": "b"},
+                                                  {"id": "3", "text": "#1 #2", "depends_on": ["1", "2"]}]})
+    assert [[n.id for n in lv] for lv in levels(g)] == [["1", "2"], ["3"]]
+
+
+# -- retrieval --------------------------------------------------------------------------------
+def test_lost_in_the_middle_puts_the_best_at_both_ends():
+    out = lost_in_the_middle([_p(i) for i in range(1, 6)])
+    assert [p.chunk_id for p in out] == ["c1", "c3", "c5", "c4", "c2"]
+
+
+def test_select_keeps_seventy_percent(make_pipeline):
+    retr = make_pipeline().stages[2].retriever
+    kept = retr.select([_p(i) for i in range(10)])
+    assert [p.chunk_id for p in kept] == [f"c{i}" for i in range(7)]
+    assert len(retr.select([_p(0), _p(1)])) == 2  # min_keep
+
+
+def test_dedup_drops_near_duplicates(make_pipeline):
+    retr = make_pipeline().stages[2].retriever
+    st = PipelineState(query="q")
+    ps = [_p(0, "Jupiter is the largest planet of the solar system."),
+          _p(1, "Jupiter is the largest planet in the solar system."),
+          _p(2, "Knead the dough for ten minutes.")]
+    for p in ps:
+        p.row = 10_000  # not in the index: vectors are re-embedded
+    assert [p.chunk_id for p in retr.dedup(ps, st)] == ["c0", "c2"]
+
+
+def test_rerank_reorders_and_failure_keeps_order(make_pipeline, fakes):
+    retr = make_pipeline(bundles={"reranker": fakes["reranker"]("dough")}).stages[2].retriever
+    st = PipelineState(query="q")
+    ps = [_p(0, "planets"), _p(1, "dough")]
+    assert [p.chunk_id for p in retr.rerank("q", ps, st)] == ["c1", "c0"]
+    assert st.trace.stages["rerank"].model_calls == 1
+    retr.reranker = fakes["reranker"]("dough", fail=True)
+    assert [p.chunk_id for p in retr.rerank("q", ps, st)] == ["c0", "c1"]
+    assert any("rerank failed" in n for n in st.trace.notes)
+
+
+def test_retrieval_from_no_source_is_an_error(make_pipeline):
+    retr = make_pipeline().stages[2].retriever
+    with pytest.raises(ValidationError, match="no source to search"):
+        retr.search("q", [], 5, "1", PipelineState(query="q"))
+
+
+def test_failing_optional_stage_degrades(make_pipeline):
+    pipe = make_pipeline()
+    timeline = next(s for s in pipe.stages if s.name == "timeline")
+    timeline.events = lambda state: (_ for _ in ()).throw(RuntimeError("boom"))
+    ans = pipe.ask("Which planet is the largest?")
+    assert ans["answer"] and ans["timeline"] == []
+    assert ans["trace"]["stages"]["timeline"]["skipped"]
+    assert any("timeline: failed (RuntimeError: boom)" in n for n in ans["trace"]["notes"])
+
+
+# -- trace ------------------------------------------------------------------------------------
+def test_every_answer_carries_a_trace(make_pipeline):
+    ans = make_pipeline().ask("Which planet is the largest?", query_id="q1")
+    tr = ans["trace"]
+    assert ans["query_id"] == "q1"
+    for stage in ("context", "routing", "decomposition", "retrieval", "generation", "citation", "timeline", "images"):
+        assert tr["stages"][stage]["latency_ms"] >= 0
+    assert tr["sources"][0] == "astronomy" and tr["strategy"] == "direct" and tr["preset"] == "large"
+    assert tr["total_ms"] > 0 and tr["cost"] == pytest.approx(tr["total_ms"] / 1e3, rel=1e-3)
+    assert len(tr["features"]) == 7
+    assert "Jupiter" in ans["answer_text"]
+
+
+@pytest.mark.parametrize("query,match", [("", "query: is empty"), ("x" * 5000, "the limit is 4000"),
+                                         (3, "expected a string")])
+def test_bad_queries(make_pipeline, query, match):
+    with pytest.raises(ValidationError, match=match):
+        make_pipeline().ask(query)
+
+
+def test_unknown_preset_and_strategy(make_pipeline):
+    pipe = make_pipeline()
+    with pytest.raises(ValidationError, match="unknown preset 'huge'"):
+        pipe.ask("q?", preset="huge")
+    with pytest.raises(ValidationError, match="strategy: expected one of"):
+        pipe.ask("q?", strategy="fast")
+
+
+def test_bad_history(make_pipeline):
+    with pytest.raises(ValidationError, match=r"history\[0\].role"):
+        make_pipeline().ask("q?", [{"role": "bot", "content": "x"}])
+
+
+def test_embeddings_are_unit_norm_in_state(make_pipeline):
+    ans_pipe = make_pipeline()
+    from searchsmith.serving.pipeline.common import embed
+
+    st = PipelineState(query="q")
+    v = embed(st, ans_pipe.embedder, ["a", "b", "a"])
+    assert v.shape == (3, ans_pipe.embedder.dim) and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-4)
+    assert len(st.embeddings) == 2
