@@ -1,0 +1,237 @@
+"""Inference for the citation models trained by the ``citation`` recipe.
+
+A trained model folder (``RUN_DIR/model``, contract.md)::
+
+    tagger/          HF AutoModelForTokenClassification + tokenizer, id2label = BIO labels
+    scorer/          HF AutoModelForSequenceClassification (1 logit = supports)
+    citation.json    {"labels", "max_length", "tagger_max_length", "support_threshold",
+                      "trained_steps": {"tagger": n, "scorer": m}, ...}
+
+Example::
+
+    m = CitationModel.load("runs/citation_minilm/model")
+    m.entities(["Quarry 2.0 shipped on 12 March 2024."])  # [[(0, 6, 'ENT'), (7, 10, 'NUM'), ...]]
+    m.attribute([("Quarry is written in Rust.", "Quarry is a vector database written in Rust.")])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from searchsmith.models.errors import BundleError, ValidationError
+
+# BIO labels of the entity tagger (training/citation.py documents what each type covers).
+LABELS: tuple[str, ...] = ("O", "B-ENT", "I-ENT", "B-NUM", "I-NUM", "B-DATE", "I-DATE")
+ENTITY_TYPES: tuple[str, ...] = ("ENT", "NUM", "DATE")
+
+
+def decode_spans(offsets: Sequence[tuple[int, int]], label_ids: Sequence[int],
+                 labels: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Character spans from per-token BIO predictions (an I- without its B- starts a span)."""
+    spans: list[tuple[int, int, str]] = []
+    cur: list[Any] | None = None
+    for (a, b), li in zip(offsets, label_ids, strict=True):
+        if b <= a:
+            continue
+        lab = labels[li]
+        if lab == "O":
+            cur = None
+            continue
+        kind, typ = lab.split("-", 1)
+        if kind == "I" and cur is not None and cur[2] == typ:
+            cur[1] = b
+            spans[-1] = (cur[0], cur[1], typ)
+            continue
+        cur = [a, b, typ]
+        spans.append((a, b, typ))
+    return spans
+
+
+def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int,
+                batch_size: int = 64) -> np.ndarray:
+    """P(supports) = sigmoid(logit) of (sentence, passage) pairs, (N,) float32, input order."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        probs = np.zeros(len(pairs), dtype=np.float32)
+        # Sorted by length so batches pad little; written back by index.
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            enc = tokenizer([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padding=True,
+                            truncation="only_second", max_length=max_length, return_tensors="pt")
+            logits = model(**enc.to(device)).logits.view(-1).float()  # (B,)
+            probs[idx] = torch.sigmoid(logits).cpu().numpy()
+    if was_training:
+        model.train()
+    return probs
+
+
+def tag_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], max_length: int,
+                  labels: Sequence[str] = LABELS, batch_size: int = 64
+                  ) -> list[list[tuple[int, int, str]]]:
+    """Predicted entity spans ``(start, end, type)`` in character offsets, per sentence."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out: list[list[tuple[int, int, str]]] = []
+        for s in range(0, len(sentences), batch_size):
+            batch = list(sentences[s:s + batch_size])
+            enc = tokenizer(batch, padding=True, truncation=True, max_length=max_length,
+                            return_offsets_mapping=True, return_special_tokens_mask=True,
+                            return_tensors="pt")
+            offsets = enc.pop("offset_mapping").tolist()
+            special = enc.pop("special_tokens_mask").tolist()
+            pred = model(**enc.to(device)).logits.argmax(-1).cpu().tolist()  # (B, T)
+            for off, sp, pr in zip(offsets, special, pred, strict=True):
+                keep = [(tuple(o), p) for o, m, p in zip(off, sp, pr, strict=True) if not m]
+                out.append(decode_spans([k[0] for k in keep], [k[1] for k in keep], labels))
+    if was_training:
+        model.train()
+    return out
+
+
+def _check_texts(texts: Any, what: str) -> list[str]:
+    if not isinstance(texts, (list, tuple)):
+        raise ValidationError(f"{what}: expected a list of strings, got {type(texts).__name__}")
+    if not texts:
+        raise ValidationError(f"{what}: the list is empty; pass at least one")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ValidationError(f"{what}[{i}]: expected a string, got {type(t).__name__}")
+    return list(texts)
+
+
+class CitationModel:
+    """Entity tagger and attribution scorer loaded from a trained citation model folder.
+
+    Attributes:
+        tagger: the token-classification model (eval mode).
+        scorer: the sequence-classification model, one logit (eval mode).
+        tokenizer: the shared (fast) tokenizer.
+        labels: BIO labels, index = class id of the tagger.
+        max_length: token limit of a (sentence, passage) pair.
+        tagger_max_length: token limit of a tagged sentence.
+        support_threshold: P(supports) at or above which a passage counts as supporting.
+    """
+
+    def __init__(self, tagger: Any, scorer: Any, tokenizer: Any, meta: dict[str, Any],
+                 device: str) -> None:
+        self.tagger, self.scorer, self.tokenizer = tagger, scorer, tokenizer
+        self.meta = meta
+        self.labels: list[str] = list(meta["labels"])
+        self.max_length = int(meta["max_length"])
+        self.tagger_max_length = int(meta.get("tagger_max_length", self.max_length))
+        self.support_threshold = float(meta["support_threshold"])
+        self.device = device
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: str | None = None) -> CitationModel:
+        """Load ``model_dir`` (``RUN_DIR/model``; a run folder ``RUN_DIR`` also works).
+
+        Raises:
+            BundleError: missing files, a folder whose models were never trained, or a tagger
+                whose labels differ from ``citation.json``.
+        """
+        import torch
+        from transformers import (
+            AutoModelForSequenceClassification,
+            AutoModelForTokenClassification,
+            AutoTokenizer,
+        )
+
+        root = Path(model_dir)
+        if (root / "model" / "citation.json").is_file():
+            root = root / "model"
+        meta_path = root / "citation.json"
+        if not meta_path.is_file():
+            raise BundleError(f"{root}: no citation.json; expected a citation model folder "
+                              "(RUN_DIR/model written by 'searchsmith train recipes/citation/...')")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise BundleError(f"{meta_path}: not valid JSON ({exc.msg})") from None
+        missing = [k for k in ("labels", "max_length", "support_threshold") if k not in meta]
+        if missing:
+            raise BundleError(f"{meta_path}: missing keys {missing}")
+        steps = meta.get("trained_steps") or {}
+        untrained = [n for n in ("tagger", "scorer") if int(steps.get(n, 0) or 0) < 1]
+        if untrained:
+            raise BundleError(f"{root}: the {' and '.join(untrained)} model(s) were never trained "
+                              f"(citation.json trained_steps={steps}); train with "
+                              "'searchsmith train recipes/citation/minilm.yaml' and load its "
+                              "RUN_DIR/model")
+        for sub in ("tagger", "scorer"):
+            if not (root / sub / "config.json").is_file():
+                raise BundleError(f"{root / sub}: missing config.json; the folder is incomplete "
+                                  "(rerun the training command to rewrite it)")
+        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(root / "tagger")
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"{root / 'tagger'}: cannot load the tokenizer ({exc})") from None
+        tagger = AutoModelForTokenClassification.from_pretrained(root / "tagger").to(dev).eval()
+        scorer = AutoModelForSequenceClassification.from_pretrained(root / "scorer").to(dev).eval()
+        id2label = [tagger.config.id2label[i] for i in range(tagger.config.num_labels)]
+        if id2label != list(meta["labels"]):
+            raise BundleError(f"{root / 'tagger'}: its labels {id2label} differ from "
+                              f"citation.json {meta['labels']}; the tagger was not trained by "
+                              "the citation recipe")
+        if scorer.config.num_labels != 1:
+            raise BundleError(f"{root / 'scorer'}: {scorer.config.num_labels} labels; the "
+                              "attribution scorer has 1 logit")
+        return cls(tagger, scorer, tokenizer, meta, dev)
+
+    def entities(self, sentences: Sequence[str], return_meta: bool = False
+                 ) -> list[list[tuple[int, int, str]]] | tuple[list[list[tuple[int, int, str]]], dict]:
+        """Entity spans ``(start, end, type)`` in character offsets of each sentence.
+
+        Args:
+            sentences: (N,) strings.
+            return_meta: also return ``{"truncated": [indices cut to max_length], "max_length"}``.
+        """
+        texts = _check_texts(sentences, "entities")
+        spans = tag_sentences(self.tagger, self.tokenizer, texts, self.tagger_max_length,
+                              self.labels)
+        if not return_meta:
+            return spans
+        lengths = [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
+        meta = {"truncated": [i for i, n in enumerate(lengths) if n > self.tagger_max_length],
+                "max_length": self.tagger_max_length}
+        return spans, meta
+
+    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False
+                  ) -> np.ndarray | tuple[np.ndarray, dict]:
+        """P(the passage supports the sentence) for each ``(sentence, passage)`` pair.
+
+        Returns:
+            (N,) float32 probabilities (and the meta dict when ``return_meta``).
+        """
+        if not isinstance(pairs, (list, tuple)) or not pairs:
+            raise ValidationError("attribute: expected a non-empty list of (sentence, passage) pairs")
+        for i, p in enumerate(pairs):
+            if (not isinstance(p, (list, tuple)) or len(p) != 2
+                    or not all(isinstance(x, str) for x in p)):
+                raise ValidationError(f"attribute[{i}]: expected a (sentence, passage) pair of "
+                                      f"strings, got {str(p)[:80]}")
+        probs = score_pairs(self.scorer, self.tokenizer, [tuple(p) for p in pairs],
+                            self.max_length)
+        if not return_meta:
+            return probs
+        enc = self.tokenizer([p[0] for p in pairs], [p[1] for p in pairs])["input_ids"]
+        meta = {"truncated": [i for i, ids in enumerate(enc) if len(ids) > self.max_length],
+                "max_length": self.max_length}
+        return probs, meta
+
+
+__all__ = ["ENTITY_TYPES", "LABELS", "CitationModel", "decode_spans", "score_pairs", "tag_sentences"]

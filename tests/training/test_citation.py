@@ -1,0 +1,306 @@
+"""Citation recipe: weak labels and metrics on known values, data and eval-file checks, the
+tiny twin end to end (train, layout, reload through CitationModel, interrupt and resume)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from searchsmith.models.citation import CitationModel, decode_spans
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.training import citation as cit
+from searchsmith.training.config import load_recipe_config
+from searchsmith.training.data import write_jsonl_atomic
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "recipes" / "citation" / "tiny" / "citation_tiny.yaml"
+
+
+# ------------------------------------------------------------------ labels and metrics
+
+
+def test_weak_entities_dates_numbers_names() -> None:
+    s = "On 12 March 2024, Northwind Labs sold 60 items for $10 each."
+    got = [(s[a:b], t) for a, b, t in cit.weak_entities(s)]
+    assert got == [("12 March 2024", "DATE"), ("Northwind Labs", "ENT"), ("60", "NUM"),
+                   ("$10", "NUM")]
+    # A sentence-initial function word is not part of an entity; years and decades are dates.
+    s2 = "The Kingsmen played in 1986 and in the 1960s."
+    assert [(s2[a:b], t) for a, b, t in cit.weak_entities(s2)] == [
+        ("Kingsmen", "ENT"), ("1986", "DATE"), ("1960s", "DATE")]
+
+
+def test_token_labels_and_decode_round_trip() -> None:
+    offsets = [(0, 0), (0, 4), (5, 9), (10, 12), (13, 17), (0, 0)]  # [CLS] Lake Tana in 1990 [SEP]
+    special = [True, False, False, False, False, True]
+    spans = [(0, 9, "ENT"), (13, 17, "DATE")]
+    ids = cit.token_labels(offsets, spans, special)
+    assert [cit.LABELS[i] if i >= 0 else None for i in ids] == [
+        None, "B-ENT", "I-ENT", "O", "B-DATE", None]
+    assert decode_spans(offsets[1:-1], ids[1:-1], cit.LABELS) == spans
+
+
+def test_roc_auc_known_values() -> None:
+    assert cit.roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == pytest.approx(0.75)
+    assert cit.roc_auc([0, 1], [0.5, 0.5]) == pytest.approx(0.5)  # ties count half
+    assert cit.roc_auc([1, 0], [0.9, 0.1]) == pytest.approx(1.0)
+    assert cit.roc_auc([1, 1], [0.2, 0.3]) is None
+
+
+def test_prf_known_values() -> None:
+    m = cit.attribution_metrics([1, 1, 0, 0], [0.9, 0.2, 0.6, 0.1], threshold=0.5)
+    assert m["precision"] == pytest.approx(0.5) and m["recall"] == pytest.approx(0.5)
+    assert m["f1"] == pytest.approx(0.5) and m["roc_auc"] == pytest.approx(0.75)
+    e = cit.span_prf([[(0, 3, "ENT"), (5, 7, "NUM")]], [[(0, 3, "ENT"), (5, 7, "DATE")]])
+    assert e == {"precision": 0.5, "recall": 0.5, "f1": 0.5}
+
+
+# ------------------------------------------------------------------ data
+
+
+def test_synthetic_pairs_split_by_claim() -> None:
+    data = cit.CitationData(sources=["synthetic"], synthetic_claims=60)
+    pairs = cit.load_pairs(data)
+    assert {p.label for p in pairs} == {0, 1}
+    assert all(p.sentence in p.passage for p in pairs if p.label == 1)
+    train_p, eval_p = cit.split_pairs(pairs, data)
+    assert not {p.key for p in train_p} & {p.key for p in eval_p}
+    assert len(train_p) + len(eval_p) == len(pairs)
+
+
+def test_real_sources_from_shared_data(shared_data: Path) -> None:
+    data = cit.CitationData(
+        sources=["wice", "scifact"], wice=str(shared_data / "wice/wice_claim_dev.jsonl"),
+        scifact_claims=str(shared_data / "scifact/claims_dev.jsonl"),
+        scifact_corpus=str(shared_data / "scifact/corpus_subset.jsonl"))
+    pairs = cit.load_pairs(data)
+    for src in ("wice", "scifact"):
+        labels = [p.label for p in pairs if p.source == src]
+        # One positive set and negatives_per_positive=2 same-size negatives per claim.
+        assert labels.count(0) >= labels.count(1) > 10
+
+
+def test_unknown_recipe_key_suggests_closest() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'support_threshold'"):
+        load_recipe_config(TINY, ["suport_threshold=0.4"])
+
+
+def test_missing_data_file_names_field_and_fix(tmp_path: Path) -> None:
+    data = cit.CitationData(sources=["wice"], wice=str(tmp_path / "nope.jsonl"))
+    with pytest.raises(ConfigError, match=r"data\.wice: data file .*nope\.jsonl.*not found.*synthetic"):
+        cit.load_pairs(data)
+
+
+def test_empty_dataset_is_rejected(tmp_path: Path) -> None:
+    p = tmp_path / "empty.jsonl"
+    p.write_text("\n")
+    with pytest.raises(ValidationError, match="no records"):
+        cit.load_pairs(cit.CitationData(sources=["wice"], wice=str(p)))
+
+
+def test_unknown_source_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="unknown dataset 'citation/wicee'.*citation/wice"):
+        cit.load_pairs(cit.CitationData(sources=["wicee"]))
+
+
+def test_stage_hashes_ignore_the_other_stage_optimizer() -> None:
+    from searchsmith.training.config import config_hash
+
+    base = load_recipe_config(TINY)
+    other_scorer = load_recipe_config(TINY, ["optim.lr=5.0e-4"])
+    other_tagger = load_recipe_config(TINY, ["tagger.optim.max_steps=9"])
+
+    def h(cfg: object, stage: str) -> str:
+        return config_hash(cit._stage_config(cfg, stage))
+
+    # A finished tagger survives a change of the scorer's optimizer, and the other way round.
+    assert h(base, "tagger") == h(other_scorer, "tagger") != h(other_tagger, "tagger")
+    assert h(base, "scorer") == h(other_tagger, "scorer") != h(other_scorer, "scorer")
+    assert h(base, "scorer") != h(load_recipe_config(TINY, ["max_length=48"]), "scorer")
+
+
+# ------------------------------------------------------------------ tiny twin end to end
+
+
+class _Interrupt(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+    """Run the tiny recipe, interrupted in the scorer stage at step 2, then rerun it."""
+    run = tmp_path_factory.mktemp("cite_tiny")
+    cfg = load_recipe_config(TINY, [f"output_dir={run}"])
+    real_train = cit.train
+
+    def interrupted(*args, **kwargs):
+        if kwargs.get("run_info", {}).get("stage") == "scorer":
+            def stop(step: int, model: object) -> None:
+                if step == 2:
+                    raise _Interrupt
+            kwargs["on_step"] = stop
+        return real_train(*args, **kwargs)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(cit, "train", interrupted)
+    with pytest.raises(_Interrupt):
+        cit.citation(cfg, run)
+    mp.undo()
+    partial = {"tagger_done": (run / "stages/tagger/model/config.json").is_file(),
+               "final_model": (run / "model").exists(),
+               "scorer_ckpt": sorted(p.name for p in (run / "stages/scorer/checkpoints").iterdir())}
+    final = cit.citation(cfg, run)
+    return run, final, partial
+
+
+def test_interrupted_run_resumes_each_stage(tiny_run: tuple[Path, dict, dict]) -> None:
+    run, _, partial = tiny_run
+    assert partial == {"tagger_done": True, "final_model": False, "scorer_ckpt": ["step-2"]}
+    stages = json.loads((run / "metrics.json").read_text())["stages"]
+    assert stages["tagger"]["reused"] is True
+    assert stages["scorer"]["resumed_from_step"] == 2 and stages["scorer"]["steps"] == 6
+
+
+def test_tiny_layout_and_metrics_keys(tiny_run: tuple[Path, dict, dict]) -> None:
+    run, final, _ = tiny_run
+    for f in ("model/tagger/config.json", "model/scorer/config.json", "model/citation.json",
+              "model/tagger/tokenizer.json", "run.json", "training_curve.png", "split.json",
+              "heldout.cite.jsonl"):
+        assert (run / f).is_file(), f
+    meta = json.loads((run / "model/citation.json").read_text())
+    assert meta["labels"] == list(cit.LABELS) and meta["trained_steps"] == {"tagger": 4, "scorer": 6}
+    assert meta["max_length"] == 64 and meta["support_threshold"] == 0.5
+    metrics = json.loads((run / "metrics.json").read_text())
+    for k in ("attribution/precision", "attribution/recall", "attribution/f1",
+              "attribution/roc_auc", "entity/f1"):
+        assert 0.0 <= metrics["final"][k] <= 1.0, k
+        assert final[k] == metrics["final"][k]
+    assert {"always_support", "untrained_scorer", "untrained_tagger", "data"} <= set(metrics["baselines"])
+    assert metrics["baselines"]["always_support"]["attribution/recall"] == 1.0
+    assert json.loads((run / "run.json").read_text())["task"] == "cite"
+
+
+def test_reload_through_citation_model(tiny_run: tuple[Path, dict, dict]) -> None:
+    run, _, _ = tiny_run
+    m = CitationModel.load(run)  # the run folder works as well as run/model
+    sents = ["Northwind Labs shipped Quarry 2.0 on 12 March 2024.", "nothing here"]
+    spans = m.entities(sents)
+    assert len(spans) == 2
+    for s, sp in zip(sents, spans, strict=True):
+        assert all(0 <= a < b <= len(s) and t in cit.ENTITY_TYPES for a, b, t in sp)
+    probs, meta = m.attribute([("a b", "a b c"), ("x", "y " * 200)], return_meta=True)
+    assert probs.shape == (2,) and probs.dtype == np.float32
+    assert ((probs > 0) & (probs < 1)).all() and meta == {"truncated": [1], "max_length": 64}
+    with pytest.raises(ValidationError, match=r"attribute\[0\]"):
+        m.attribute([("only one",)])
+
+
+def _cite_file(path: Path, entities: list | None = None, cited: list | None = None) -> Path:
+    rec = {"sentence": "Quarry is written in Rust.",
+           "documents": [{"id": "a", "text": "Quarry is a vector database written in Rust."},
+                         {"id": "b", "text": "Mix the flour with two eggs."}],
+           "cited": ["a"] if cited is None else cited}
+    if entities is not None:
+        rec["entities"] = entities
+    rec2 = {"sentence": "Mix the flour with 2 eggs.", "documents": rec["documents"], "cited": ["b"]}
+    write_jsonl_atomic(path, [rec, rec2])
+    return path
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {"data": None, "checkpoint": None, "bundle": None, "limit": 0, "per_item": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_eval_cite_matches_the_model(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
+    run, _, _ = tiny_run
+    data = _cite_file(tmp_path / "c.jsonl", entities=[[0, 6, "ENT"]])
+    per_item = tmp_path / "items.jsonl"
+    out = cit.eval_cite(_args(data=str(data), checkpoint=str(run), per_item=str(per_item)))
+    m = CitationModel.load(run / "model")
+    docs = ["Quarry is a vector database written in Rust.", "Mix the flour with two eggs."]
+    pairs = [("Quarry is written in Rust.", d) for d in docs] + \
+            [("Mix the flour with 2 eggs.", d) for d in docs]
+    probs = m.attribute(pairs)
+    assert out["pairs"] == 4 and out["positive_pairs"] == 2 and out["items"] == 2
+    assert out["attribution/roc_auc"] == pytest.approx(cit.roc_auc([1, 0, 0, 1], probs.tolist()))
+    assert out["entity_items"] == 1 and "entity/f1" in out
+    rows = [json.loads(x) for x in per_item.read_text().splitlines()]
+    assert rows[0]["scores"]["a"] == pytest.approx(float(probs[0])) and rows[1]["cited"] == ["b"]
+    assert "entities" in rows[0] and "entities" not in rows[1]
+    assert cit.eval_cite(_args(data=str(data), checkpoint=str(run), limit=1))["pairs"] == 2
+
+
+def test_eval_cite_on_the_heldout_file(tiny_run: tuple[Path, dict, dict]) -> None:
+    run, final, _ = tiny_run
+    out = cit.eval_cite(_args(data=str(run / "heldout.cite.jsonl"), checkpoint=str(run)))
+    # The same held-out pairs and weak entities as the recipe's own final evaluation.
+    assert out["attribution/roc_auc"] == pytest.approx(final["attribution/roc_auc"], abs=1e-6)
+    assert out["entity/f1"] == pytest.approx(final["entity/f1"], abs=1e-6)
+
+
+def test_eval_entity_span_out_of_range(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
+    data = _cite_file(tmp_path / "c.jsonl", entities=[[3, 99, "ENT"]])
+    with pytest.raises(ValidationError, match=r"c\.jsonl:1: entity span \[3, 99, 'ENT'\] is out of "
+                                              r"range; expected 0 <= start < end <= 26"):
+        cit.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
+
+
+def test_eval_entity_label_out_of_range(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
+    data = _cite_file(tmp_path / "c.jsonl", entities=[[0, 6, "PERSON"]])
+    with pytest.raises(ValidationError, match="entity label 'PERSON' is out of range.*DATE"):
+        cit.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
+
+
+def test_eval_cited_id_not_in_documents(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
+    data = _cite_file(tmp_path / "c.jsonl", cited=["zz"])
+    with pytest.raises(ValidationError, match=r"'cited' names \['zz'\]"):
+        cit.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
+
+
+def test_eval_missing_and_empty_files(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--data: .*not found.*--write-eval"):
+        cit.eval_cite(_args(data=str(tmp_path / "none.jsonl"), checkpoint=str(tiny_run[0])))
+    (tmp_path / "e.jsonl").write_text("")
+    with pytest.raises(ValidationError, match="no records"):
+        cit.eval_cite(_args(data=str(tmp_path / "e.jsonl"), checkpoint=str(tiny_run[0])))
+
+
+def test_eval_bundle_without_runtime_is_a_clear_error(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "searchsmith.models.runtime", None)  # import fails
+    data = _cite_file(tmp_path / "c.jsonl")
+    with pytest.raises(ConfigError, match="--bundle: this build has no bundle runtime"):
+        cit.eval_cite(_args(data=str(data), bundle=str(tmp_path)))
+    with pytest.raises(ConfigError, match="exactly one of --checkpoint"):
+        cit.eval_cite(_args(data=str(data)))
+
+
+def test_untrained_model_folder_is_refused(tmp_path: Path) -> None:
+    cfg = load_recipe_config(TINY, [f"output_dir={tmp_path}"])
+    tagger, scorer, tok = cit.build_models(cfg)
+    root = tmp_path / "model"
+    for name, m in (("tagger", tagger), ("scorer", scorer)):
+        m.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    meta = {"labels": list(cit.LABELS), "max_length": 64, "support_threshold": 0.5,
+            "trained_steps": {"tagger": 0, "scorer": 0}}
+    (root / "citation.json").write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match="tagger and scorer model.* never trained"):
+        CitationModel.load(root)
+    (root / "citation.json").unlink()
+    with pytest.raises(BundleError, match="no citation.json"):
+        CitationModel.load(root)
+
+
+def test_write_eval_file_holds_only_heldout_claims(tmp_path: Path) -> None:
+    out = cit.write_eval_file(tmp_path / "h.jsonl", TINY)
+    items = [json.loads(x) for x in out.read_text().splitlines()]
+    cfg = load_recipe_config(TINY)
+    train_p, eval_p = cit.split_pairs(cit.load_pairs(cfg.data), cfg.data)
+    assert {i["id"] for i in items} == {p.key for p in eval_p}
+    assert all(set(i["cited"]) <= {d["id"] for d in i["documents"]} for i in items)
