@@ -137,12 +137,10 @@ def _load_cross_encoder(args: argparse.Namespace) -> tuple[Any, Any, int]:
     if not (model_dir / "config.json").is_file():
         raise ConfigError(f"--checkpoint: {str(root)!r} has neither model/config.json nor "
                           "config.json; pass the run folder written by 'searchsmith train'")
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from searchsmith.models.reranker import load_reranker
+    from transformers import AutoTokenizer
 
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
-    if model.config.num_labels != 1:
-        raise ConfigError(f"--checkpoint: {model_dir} has {model.config.num_labels} labels; a "
-                          "reranker has 1 (train it with a reranker recipe)")
+    model = load_reranker(model_dir)  # either head (models/reranker.py); BundleError if unusable
     tok = AutoTokenizer.from_pretrained(model_dir)
     max_length = 256
     run_json = root / "run.json"

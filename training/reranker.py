@@ -22,13 +22,14 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
+from searchsmith.models.reranker import SegmentCosineReranker
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import (
     read_jsonl,
@@ -95,6 +96,10 @@ class RerankerModel:
 
     config: dict[str, Any] | None = None
     tokenizer: str = "default"
+    # "cls": linear head on [CLS] (a usual cross-encoder); "segment_cosine": cosine of the
+    # query's and passage's mean token states after joint encoding (models/reranker.py),
+    # which starts from a mean-pooling bi-encoder's similarity instead of a random head.
+    head: Literal["cls", "segment_cosine"] = "cls"
 
 
 @dataclass(frozen=True)
@@ -376,8 +381,17 @@ def listwise_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def build_model(cfg: RerankerRecipe) -> tuple[Any, Any]:
     """The cross-encoder (sequence classification, one logit) and its tokenizer."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
 
+    segment = cfg.model.head == "segment_cosine"
+    if segment and cfg.lora.enabled:
+        raise ConfigError("lora.enabled: LoRA is wired for model.head 'cls' only; use "
+                          "model.head: cls (hub cross-encoders) or full fine-tuning")
     tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
     if cfg.model.config is not None:
         conf = dict(cfg.model.config)
@@ -388,13 +402,18 @@ def build_model(cfg: RerankerRecipe) -> tuple[Any, Any]:
             hf_cfg = AutoConfig.for_model(model_type, num_labels=1, **conf)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"model.config: {exc}") from None
-        model = AutoModelForSequenceClassification.from_config(hf_cfg)
+        model = (SegmentCosineReranker(AutoModel.from_config(hf_cfg)) if segment
+                 else AutoModelForSequenceClassification.from_config(hf_cfg))
     else:
         path = resolve_model(cfg.base_model)
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+        model = (SegmentCosineReranker(AutoModel.from_pretrained(path)) if segment
+                 else AutoModelForSequenceClassification.from_pretrained(path, num_labels=1))
         if cfg.model.tokenizer == "default" and cfg.base_model != "default":
             tok_path = path  # a hub model brings its own tokenizer
     tokenizer = AutoTokenizer.from_pretrained(tok_path)
+    if segment and "token_type_ids" not in tokenizer.model_input_names:
+        raise ConfigError(f"model.head: segment_cosine needs a tokenizer with token_type_ids "
+                          f"({tok_path!r} has {tokenizer.model_input_names}); use model.head: cls")
     if model.config.vocab_size < len(tokenizer):
         raise ConfigError(f"model: vocab_size {model.config.vocab_size} is smaller than the "
                           f"tokenizer's {len(tokenizer)} tokens; raise model.config.vocab_size")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.training.config import load_recipe_config
 from searchsmith.training.metrics import (
     BM25,
@@ -177,6 +177,47 @@ def test_tiny_recipe_trains_saves_and_reloads(tiny_run: tuple[Path, dict]) -> No
     assert model.config.num_labels == 1 and model.config.hidden_size == 32
     out = model(**tok(["a question"], ["a passage"], return_tensors="pt")).logits
     assert out.shape == (1, 1)
+
+
+def test_segment_cosine_head_trains_saves_and_reloads_with_the_same_scores(tmp_path: Path) -> None:
+    """model.head=segment_cosine: saved as a plain encoder + reranker_head.json; load_reranker
+    rebuilds it with the learnt scale/bias and scores exactly as the trained module did."""
+    import torch
+    from searchsmith.models.reranker import HEAD_FILE, SegmentCosineReranker, load_reranker
+    from searchsmith.training.registry import get_recipe
+    from transformers import AutoTokenizer
+
+    run = tmp_path / "seg"
+    cfg = load_recipe_config(TINY, [f"output_dir={run}", "optim.max_steps=2", "model.head=segment_cosine"])
+    final = get_recipe("reranker").fn(cfg, run_dir=run)
+    assert 0.0 < final["ndcg@10"] <= 1.0
+    head = json.loads((run / "model" / HEAD_FILE).read_text())
+    assert head["head"] == "segment_cosine" and head["scale"] != 20.0  # the scale was trained
+    model = load_reranker(run / "model")
+    assert isinstance(model, SegmentCosineReranker)
+    tok = AutoTokenizer.from_pretrained(run / "model")
+    enc = tok(["a question", "another one"], ["a passage", "one more passage here"],
+              padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    assert logits.shape == (2, 1)
+    q_only = tok(["a question"], ["a question"], return_tensors="pt")  # same text both sides
+    with torch.no_grad():
+        hidden = model.encoder(**q_only).last_hidden_state
+    assert hidden.shape[-1] == 32
+    with pytest.raises(ValueError, match="token_type_ids"):
+        model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+    (run / "model" / HEAD_FILE).write_text('{"head": "nope"}')
+    with pytest.raises(BundleError, match="expected one of"):
+        load_reranker(run / "model")
+
+
+def test_segment_cosine_with_lora_is_refused() -> None:
+    from searchsmith.training.reranker import build_model
+
+    cfg = load_recipe_config(TINY, ["model.head=segment_cosine", "lora.enabled=true"])
+    with pytest.raises(ConfigError, match="LoRA is wired for model.head 'cls' only"):
+        build_model(cfg)
 
 
 def _beir(tmp_path: Path) -> Path:
