@@ -138,7 +138,7 @@ def load_reranker(path: str | os.PathLike) -> Any:
         raise BundleError(f"reranker: cannot load a model from {str(path)!r}: {exc}") from None
     if info.get("missing_keys"):
         raise BundleError(f"reranker: {str(path)!r} loads with MISSING weights "
-                          f"({info['missing_keys'][:3]}): the classification head was never trained")
+                          f"({sorted(info['missing_keys'])[:3]}): the classification head was never trained")
     if model.config.num_labels != 1:
         raise BundleError(f"reranker: {str(path)!r} has num_labels={model.config.num_labels}; a "
                           "reranker has 1 logit (train it with the reranker recipe)")

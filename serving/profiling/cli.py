@@ -1,4 +1,22 @@
-"""``searchsmith profile SUITE``: each suite compares against a baseline in the same run."""
+"""``searchsmith profile SUITE``: each suite compares against a baseline in the same run.
+
+Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``; groups:
+``all`` (every suite; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
+
+The GPU check (the one command of ``../shared/GPU.md``, sized for about 5 minutes on one H200)::
+
+    searchsmith profile --suite gpu --out gpu-results
+
+runs kernels (Triton vs torch vs faiss CPU), embed (torch fp16 vs sentence-transformers),
+embed ``--backend onnx`` (only when onnxruntime has the CUDA provider, else a ``skipped``
+line), rerank and pipeline, and writes ``gpu-results/results.jsonl`` plus one PNG per suite.
+Under the Triton interpreter it runs end to end at toy sizes (the test)::
+
+    SEARCHSMITH_PROFILE_TINY=1 TRITON_INTERPRET=1 searchsmith profile --suite gpu --out /tmp/g
+
+Every PNG a suite writes is recorded as a ``{"plot": FILE, "title": ...}`` line (with its
+axis labels and legend, read back from the PNG) right after that suite's records.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +24,15 @@ import argparse
 import importlib
 import shlex
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from searchsmith.models.errors import SearchsmithError
+
+if TYPE_CHECKING:
+    from searchsmith.serving.profiling.common import ProfileContext
 
 # suite -> module with ``run(ctx: ProfileContext, args: argparse.Namespace) -> None``
 SUITES: dict[str, str] = {
@@ -19,10 +43,28 @@ SUITES: dict[str, str] = {
     "pipeline": "searchsmith.serving.profiling.pipeline",
     "server": "searchsmith.serving.profiling.server",
 }
-# ``all`` and ``gpu`` are sequences of the suites above.
+# ``all`` and ``gpu`` are sequences of steps: a suite name, or ``suite:backend`` to run a
+# suite with ``--backend`` set (``embed:onnx``).
 GROUPS: dict[str, list[str]] = {
     "all": ["embed", "rerank", "route", "kernels", "pipeline", "server"],
-    "gpu": ["kernels", "embed"],
+    "gpu": ["kernels", "embed", "embed:onnx", "rerank", "pipeline"],
+}
+
+
+def _onnx_cuda_missing() -> str | None:
+    try:
+        import onnxruntime
+    except ImportError:
+        return "onnxruntime is not installed"
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return ("onnxruntime has no CUDAExecutionProvider (the CPU build); install onnxruntime-gpu "
+                "to measure the ONNX embedder on the GPU")
+    return None
+
+
+# (group, step) -> a check returning why the step cannot run here, or None to run it.
+STEP_REQUIRES: dict[tuple[str, str], Callable[[], str | None]] = {
+    ("gpu", "embed:onnx"): _onnx_cuda_missing,
 }
 
 
@@ -36,6 +78,8 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--backend", default="torch", help="embed: torch or onnx")
     parser.add_argument("--index", help="route/pipeline: an index directory to use")
+    parser.add_argument("--run", help="rerank: a trained reranker run (default: untrained MiniLM cross-encoder)")
+    parser.add_argument("--config", help="pipeline: a pipeline config YAML (bundles, presets, thresholds)")
     parser.add_argument("--record", action="store_true",
                         help="append the headline figures to serving/profiling/performance.jsonl "
                              "and regenerate the README's Performance table")
@@ -48,11 +92,17 @@ def run_profile(args: argparse.Namespace) -> int:
     suite = args.suite_opt or args.suite
     if suite is None:
         raise SearchsmithError(f"profile: name a suite, one of {sorted([*SUITES, *GROUPS])}")
-    names = GROUPS.get(suite, [suite])
+    steps = GROUPS.get(suite, [suite])
     ctx = ProfileContext(out_dir=Path(args.out), quick=args.quick, trace=args.trace, device=args.device,
-                         command="searchsmith profile " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
-    ctx.emit({"suite": "machine", **machine_info()})
-    for name in names:
+                         group=suite if suite in GROUPS else "", command="searchsmith profile " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+    ctx.emit({"suite": "machine", **machine_info(), **({"group": suite} if suite in GROUPS else {})})
+    failed: list[str] = []
+    for step in steps:
+        name, _, backend = step.partition(":")
+        why = STEP_REQUIRES.get((suite, step), lambda: None)()
+        if why:
+            ctx.emit({"suite": name, "step": step, "skipped": why})
+            continue
         try:
             module = importlib.import_module(SUITES[name])
         except ModuleNotFoundError as exc:
@@ -60,10 +110,49 @@ def run_profile(args: argparse.Namespace) -> int:
                 ctx.emit({"suite": name, "skipped": "not part of this build yet"})
                 continue
             raise
-        module.run(ctx, args)
+        step_args = argparse.Namespace(**{**vars(args), **({"backend": backend} if backend else {})})
+        before = _pngs(ctx.out_dir)
+        t0 = time.perf_counter()
+        if suite not in GROUPS:
+            module.run(ctx, step_args)
+        else:
+            # A group is one scarce run (the GPU machine is lent for minutes): a failing step
+            # is recorded and the next one still runs; the exit status says that one failed.
+            try:
+                module.run(ctx, step_args)
+            except Exception as exc:  # noqa: BLE001 - recorded, reported in the exit status
+                failed.append(step)
+                ctx.emit({"suite": name, "step": step, "error": f"{type(exc).__name__}: {exc}"})
+        wall = time.perf_counter() - t0
+        _record_plots(ctx, name, before)
+        if suite in GROUPS:
+            ctx.emit({"suite": name, "step": step, "step_wall_s": wall})
     if args.record:
         from searchsmith.serving.profiling.readme import append_rows, headline_rows, update_readme
 
         append_rows(headline_rows(ctx.records))
         update_readme()
+    if failed:
+        print(f"searchsmith profile {suite}: step(s) {failed} failed; see the 'error' lines in "
+              f"{ctx.out_dir / 'results.jsonl'}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _pngs(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.png")} if folder.is_dir() else {}
+
+
+def _record_plots(ctx: ProfileContext, suite: str, before: dict[str, int]) -> None:
+    """One ``plot`` line per PNG the suite wrote (new or rewritten), with what it shows."""
+    from searchsmith.serving.profiling.common import plot_info
+
+    for name, mtime in sorted(_pngs(ctx.out_dir).items()):
+        if before.get(name) == mtime:
+            continue
+        try:
+            info = plot_info(ctx.out_dir / name)
+        except ValueError as exc:  # a PNG not written by save_plot: say so, do not guess
+            ctx.emit({"suite": suite, "plot": name, "title": None, "error": str(exc)})
+            continue
+        ctx.emit({"suite": suite, "plot": name, **info})

@@ -3,6 +3,10 @@
 Same texts (mixed lengths: the demo corpus's documents and short queries, shuffled), same
 model, same device, one run. Reports texts/s of both, their ratio, the cosine agreement of
 the vectors, and throughput against batch size for both (PNG).
+
+``--backend onnx``: the exported embedder bundles (int8 and fp32, ONNX Runtime on the CPU,
+pooling and normalisation inside the graph) against ``SentenceTransformer.encode`` (torch
+fp32) on the same texts: texts/s, ratio, and cosine agreement per text.
 """
 
 from __future__ import annotations
@@ -37,9 +41,14 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     from searchsmith.serving.embedder import Embedder, EmbedderConfig
     from sentence_transformers import SentenceTransformer
 
-    if getattr(args, "backend", "torch") not in ("torch", None):
-        ctx.emit({"suite": "embed", "skipped": f"backend {args.backend!r} needs the ONNX export (issue 4)"})
+    backend = getattr(args, "backend", "torch") or "torch"
+    if backend == "onnx":
+        run_onnx(ctx, args)
         return
+    if backend != "torch":
+        from searchsmith.models.errors import ConfigError
+
+        raise ConfigError(f"profile embed --backend: {backend!r} is not one of ['torch', 'onnx']")
     device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the test's end-to-end run
     n = 24 if tiny else 256 if ctx.quick else (4096 if device == "cuda" else 1024)
@@ -84,8 +93,9 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         ctx.emit({"suite": "embed", "impl": "sentence-transformers", "batch_size": bs,
                   "texts_per_s": n / s, **workload})
     # headline: each at its default setting, plus agreement of the vectors
-    ours_s = timed(ours.encode)
-    st_s = timed(lambda t: st.encode(t, batch_size=32, normalize_embeddings=True))
+    with ctx.profiled("embed"):
+        ours_s = timed(ours.encode)
+        st_s = timed(lambda t: st.encode(t, batch_size=32, normalize_embeddings=True))
     a = ours.encode(texts)
     b = st.encode(texts, batch_size=32, normalize_embeddings=True)
     cos = np.sum(a * b, axis=1)
@@ -108,3 +118,72 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
 
     save_plot(ctx.out_dir / "embed_throughput.png", draw,
               f"Embedding throughput vs batch size ({device}, {n} mixed-length texts)")
+
+
+def run_onnx(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    """int8 / fp32 ONNX bundles of the embedder against ``SentenceTransformer.encode`` (CPU)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from searchsmith.models.export import ExportOptions, embedder_source, export_bundle
+    from searchsmith.models.runtime import load_bundle
+    from sentence_transformers import SentenceTransformer
+
+    tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
+    n = 24 if tiny else 256 if ctx.quick else 1024
+    texts = mixed_texts(n)
+    work = Path(tempfile.mkdtemp(prefix="searchsmith-profile-embed-"))
+    try:
+        if tiny:  # a tiny random BERT keeps the test's export to seconds
+            import torch
+            from searchsmith.models.hub import resolve_model
+            from transformers import AutoModel, AutoTokenizer, BertConfig
+
+            torch.manual_seed(0)
+            tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+            AutoModel.from_config(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=64)).save_pretrained(work / "m")
+            tok.save_pretrained(work / "m")
+            src = embedder_source(str(work / "m"))
+        else:
+            src = embedder_source("default")
+        bundles = {}
+        for dtype in ("int8", "fp32"):
+            export_bundle(src, work / dtype, ExportOptions(dtype=dtype, allow_drift=True))
+            bundles[dtype] = load_bundle(work / dtype, device="cpu")
+        st = SentenceTransformer(str(src.model_dir), device="cpu")
+        st.max_seq_length = src.max_length
+        lengths = [len(x) for x in bundles["fp32"].tokenizer(texts, truncation=True, max_length=src.max_length)["input_ids"]]
+        workload = {"texts": n, "device": "cpu", "model": src.base_model, "backend": "onnx",
+                    "tokens_p50": int(np.median(lengths)), "tokens_max": int(max(lengths)),
+                    "max_seq_length": src.max_length}
+
+        # Interleaved rounds, best of each (the load of a shared machine drifts).
+        fns = {"st": lambda: st.encode(texts, batch_size=32, normalize_embeddings=True),
+               **{d: (lambda b=b: b.encode(texts)) for d, b in bundles.items()}}
+        results = {k: fn() for k, fn in fns.items()}  # warm-up, and the vectors
+        best = dict.fromkeys(fns, float("inf"))
+        for _ in range(2 if (ctx.quick or tiny) else 3):
+            for k, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                best[k] = min(best[k], time.perf_counter() - t0)
+        st_s, ref = best["st"], results["st"]
+        ctx.emit({"suite": "embed", "impl": "sentence-transformers", "dtype": "fp32", "texts_per_s": n / st_s,
+                  **workload})
+        figures = {}
+        for dtype in bundles:
+            s = best[dtype]
+            cos = np.sum(results[dtype] * ref, axis=1)
+            figures[dtype] = {"texts_per_s": n / s, "ratio_vs_st": st_s / s, "min_cosine": float(cos.min()),
+                              "mean_cosine": float(cos.mean())}
+            ctx.emit({"suite": "embed", "impl": f"onnx-{dtype}", "dtype": dtype, **figures[dtype], **workload})
+        ctx.emit({"suite": "embed", "summary": True, "onnx_int8_texts_per_s": figures["int8"]["texts_per_s"],
+                  "onnx_fp32_texts_per_s": figures["fp32"]["texts_per_s"], "st_texts_per_s": n / st_s,
+                  "ratio_int8_vs_st": figures["int8"]["ratio_vs_st"],
+                  "ratio_fp32_vs_st": figures["fp32"]["ratio_vs_st"],
+                  "min_cosine": figures["int8"]["min_cosine"], "mean_cosine": figures["int8"]["mean_cosine"],
+                  "target": ">= 2x with cosine agreement >= 0.95", **workload})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -296,10 +296,11 @@ def run(ctx: ProfileContext, args: argparse.Namespace | None = None) -> list[dic
     ctx.emit({"suite": "kernels", "plan": plan.name, "device": device.type, "triton": use_triton,
               "torch_threads": torch.get_num_threads()})
     records: list[dict[str, Any]] = []
-    records += _bench_search(ctx, plan, device, use_triton)
-    records += _bench_route(ctx, plan, device, use_triton)
-    records += _bench_dedup(ctx, plan, device, use_triton)
-    records += _bench_pool(ctx, plan, device, use_triton)
+    with ctx.profiled("kernels"):
+        records += _bench_search(ctx, plan, device, use_triton)
+        records += _bench_route(ctx, plan, device, use_triton)
+        records += _bench_dedup(ctx, plan, device, use_triton)
+        records += _bench_pool(ctx, plan, device, use_triton)
     _verdicts(ctx, records, use_triton)
     _plot(ctx, records)
     return records

@@ -62,10 +62,11 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
             for q in queries[:5]:
                 fn(q)
             samples = []
-            for q in queries:
-                t0 = time.perf_counter()
-                fn(q)
-                samples.append(time.perf_counter() - t0)
+            with ctx.profiled(f"route-{n_sources}-sources-{name}"):
+                for q in queries:
+                    t0 = time.perf_counter()
+                    fn(q)
+                    samples.append(time.perf_counter() - t0)
             stats[name] = percentiles(samples)
         rec = {"suite": "route", "sources": n_sources, "centroids_per_source": per_source, "dim": d,
                "k": k, "device": device, "searchsmith": stats["searchsmith"], "faiss_cpu": stats["faiss_cpu"],

@@ -1,0 +1,777 @@
+"""``searchsmith export``: trained runs (and the base embedder) to verified ONNX bundles.
+
+::
+
+    searchsmith export runs/reranker --out bundles/reranker --dtype int8
+    searchsmith export runs/ --out bundles/ --embedder default     # every run in runs/, + embedder
+    searchsmith export embedder --out bundles/embedder [--model default]
+
+A bundle is a folder::
+
+    manifest.json        format version, task, base model, opset, dtype, graphs (inputs and
+                         outputs with shapes and dtypes), labels, thresholds, max_length,
+                         sha256 of every file, searchsmith version, allow_drift, parity verdict
+    parity_report.json   every parity figure measured by the export
+    <graph>.onnx         model.onnx | tagger.onnx + scorer.onnx | encoder.onnx + decoder.onnx |
+                         text.onnx + vision.onnx
+    tokenizer/           the tokenizer files
+    torch/               (only with --torch-weights) the original HF/torch model, for backend="torch"
+
+How a graph is made: ``torch.onnx.export(..., dynamo=True)`` (the default exporter of
+torch 2.9+: ``torch.export`` traces the module and onnxscript translates it) with dynamic
+batch and sequence axes. The TorchScript exporter (``dynamo=False``) is ~10x faster to run
+but traced transformers 5's attention-mask construction with the example's shapes baked in:
+a tiny BERT cross-encoder differed from torch by up to 8e-3 on other shapes, failing parity,
+while the dynamo graph stayed within 1e-8. The graph is then optimised (ONNX Runtime's
+transformer fusions, :func:`optimize_graph`; machine-specific fusions are left to load time)
+and converted: ``int8`` = dynamic int8 quantisation of the weights
+(``onnxruntime.quantization.quantize_dynamic``, for CPUs), ``fp16`` = float16 weights and
+activations with fp32 inputs and outputs (for GPUs).
+
+Parity is checked on held-out inputs from the demo data (never seen in training) against the
+torch model; thresholds are :class:`ParityThresholds`. A failed check raises BundleError and
+writes nothing, unless ``--allow-drift``, which is recorded in the manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import hashlib
+import inspect
+import json
+import logging
+import math
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from searchsmith.models import __version__
+from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
+from searchsmith.models.runtime import (
+    BUNDLE_CLASSES,
+    FORMAT_VERSION,
+    MANIFEST,
+    TOKENIZER_DIR,
+    TORCH_DIR,
+    Bundle,
+    OrtGraph,
+    TorchGraph,
+)
+
+log = logging.getLogger(__name__)
+
+Dtype = Literal["fp32", "fp16", "int8"]
+RUN_TASKS = {"rerank": "rerank", "cite": "cite", "images": "images", "decompose": "decompose",
+             "decompose+rewrite": "decompose"}
+_ORT_TO_NP = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32",
+              "tensor(float16)": "float16"}
+
+
+@dataclass(frozen=True)
+class ParityThresholds:
+    """What the export accepts as "the same model" (issue 4).
+
+    Attributes:
+        fp32_max_abs: max |torch - ONNX| on logits and embeddings of the fp32 graphs.
+        fp16_min_cosine: min per-row cosine of fp16 embeddings against torch fp32.
+        int8_min_cosine: the same for int8.
+        rerank_min_kendall_tau: a query's ranking passes when its top-10 is identical or its
+            Kendall tau against torch is at least this.
+        decompose_min_identical: share of held-out inputs whose generated text is identical.
+        cite_min_agreement: share of tagger labels and of scorer decisions (at the support
+            threshold) that agree with torch (fp16/int8).
+        heldout_texts: held-out texts (and rerank queries x 4, decomposer inputs) used.
+    """
+
+    fp32_max_abs: float = 1e-4
+    fp16_min_cosine: float = 0.999
+    int8_min_cosine: float = 0.99
+    rerank_min_kendall_tau: float = 0.95
+    decompose_min_identical: float = 0.98
+    cite_min_agreement: float = 0.98
+    heldout_texts: int = 32
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Settings of one export (the CLI flags).
+
+    Attributes:
+        dtype: ``fp32``, ``fp16`` (GPU) or ``int8`` (dynamic quantisation, CPU).
+        opset: ONNX opset (the dynamo exporter's default is 18).
+        allow_drift: keep a bundle that fails parity (recorded in the manifest).
+        torch_weights: also copy the original HF/torch model into ``torch/``.
+        allow_untrained: export a model that was never fine-tuned (benchmarks only; the
+            manifest says ``"trained": false`` and ``load_bundle`` refuses it by default).
+        thresholds: parity thresholds.
+    """
+
+    dtype: Dtype = "fp32"
+    opset: int = 18
+    allow_drift: bool = False
+    torch_weights: bool = False
+    allow_untrained: bool = False
+    thresholds: ParityThresholds = field(default_factory=ParityThresholds)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("fp32", "fp16", "int8"):
+            raise ConfigError(f"export --dtype: {self.dtype!r} is not one of ['fp32', 'fp16', 'int8']")
+        if not 14 <= self.opset <= 23:
+            raise ConfigError(f"export --opset: {self.opset} is outside 14..23 (18 is the default)")
+
+
+# ----------------------------------------------------------------------------- held-out inputs
+
+
+def _demo() -> tuple[list[dict[str, Any]], list[str]]:
+    from searchsmith.serving.demo import corpus_path, qa_path
+
+    docs = [json.loads(x) for x in corpus_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    queries = [json.loads(x)["query"] for x in qa_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    return docs, queries
+
+
+def heldout_texts(n: int, seed: int = 0) -> list[str]:
+    """``n`` texts of mixed length (documents, sentences, titles, questions) from the demo data."""
+    docs, queries = _demo()
+    pool = [d["text"] for d in docs] + [d["title"] for d in docs if d.get("title")] + queries
+    pool += [s.strip() + "." for d in docs for s in d["text"].split(". ")[:2] if s.strip()]
+    return random.Random(seed).sample(pool, min(n, len(pool)))
+
+
+def heldout_groups(n_queries: int, per_query: int = 12, seed: int = 0) -> list[tuple[str, list[str]]]:
+    """(question, candidate passages) groups: the supporting passage plus random others."""
+    from searchsmith.serving.demo import qa_path
+
+    docs, _ = _demo()
+    by_id = {d["id"]: d["text"] for d in docs}
+    rng = random.Random(seed)
+    items = [json.loads(x) for x in qa_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    out = []
+    for item in rng.sample(items, min(n_queries, len(items))):
+        gold = [by_id[i] for i in item.get("supporting", []) if i in by_id][:1]
+        others = rng.sample([d["text"] for d in docs if d["text"] not in gold], per_query - len(gold))
+        out.append((item["query"], gold + others))
+    return out
+
+
+# ----------------------------------------------------------------------------- graph files
+
+
+def export_graph(spec: Any, path: Path, opset: int) -> Path:
+    """Trace ``spec.module`` with the dynamo exporter into one self-contained ``.onnx`` file."""
+    import torch
+
+    dims: dict[str, Any] = {}
+    shapes = {}
+    for name, axes in spec.dynamic.items():
+        shapes[name] = {}
+        for axis, dim_name in axes.items():
+            dims.setdefault(dim_name, torch.export.Dim(dim_name))
+            shapes[name][axis] = dims[dim_name]
+    # A forward(*tensors) (the HF wrappers) takes its shapes under the varargs name; named
+    # forwards (encoder, decoder, the image towers) take them by argument name.
+    varargs = bool(spec.module.forward.__code__.co_flags & inspect.CO_VARARGS)
+    dynamic_shapes: Any = {"tensors": tuple(shapes.get(n) for n in spec.inputs)} if varargs else shapes
+    try:
+        with torch.no_grad():
+            torch.onnx.export(spec.module, spec.example, str(path), input_names=spec.inputs,
+                              output_names=spec.outputs, opset_version=opset, dynamo=True,
+                              dynamic_shapes=dynamic_shapes, external_data=False, verbose=False)
+    except Exception as exc:  # noqa: BLE001 - the exporter raises many kinds; say which graph
+        raise BundleError(f"export: tracing graph {path.stem!r} failed: {type(exc).__name__}: {exc}") from exc
+    return path
+
+
+_TRACE_CACHE: dict[tuple[str, ...], Path] = {}
+
+
+def _folder_digest(folder: Path) -> str:
+    """sha256 over the names and contents of a model folder (the trace cache key)."""
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(folder)).encode())
+            h.update(sha256_file(p).encode())
+    return h.hexdigest()
+
+
+def _traced(spec: Any, name: str, model_key: str, task: str, opset: int, work: Path) -> Path:
+    """The optimised fp32 graph of ``spec``, traced once per process for the same weights.
+
+    Tracing is the slow step of an export (seconds per graph even for a tiny model); exporting
+    the same run to several dtypes (fp32 for GPUs, int8 for CPUs) reuses the trace.
+    """
+    key = (task, name, model_key, str(opset))
+    cached = _TRACE_CACHE.get(key)
+    if cached is not None and cached.is_file():
+        return cached
+    raw = export_graph(spec, work / f"{name}.raw.onnx", opset)
+    cache_dir = Path(tempfile.mkdtemp(prefix="searchsmith-trace-"))
+    atexit.register(shutil.rmtree, cache_dir, True)
+    opt = optimize_graph(raw, cache_dir / f"{name}.fp32.onnx")
+    _TRACE_CACHE[key] = opt
+    return opt
+
+
+def optimize_graph(src: Path, dst: Path) -> Path:
+    """Fuse the transformer blocks (ONNX Runtime's transformer optimizer), else basic passes.
+
+    The transformer optimizer rewrites Add + LayerNormalization into SkipLayerNormalization
+    and MatMul + Add + Gelu into BiasGelu (contrib ops of both the CPU and CUDA providers);
+    on the MiniLM cross-encoder (2 cores, batch 32 x 138 tokens) that took ONNX Runtime fp32
+    from 10.4 s to 7.5 s and int8 from 6.3 s to 3.4 s per batch, against 15.1 s in torch
+    (a heavily shared machine: compare the ratios, not the times). A graph it cannot handle
+    gets ONNX Runtime's portable basic level (constant folding, redundant nodes removed);
+    either way the parity check runs on the result.
+    """
+    import onnxruntime as ort
+
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        optimize_model(str(src), model_type="bert", num_heads=0, hidden_size=0).save_model_to_file(str(dst))
+        return dst
+    except Exception as exc:  # noqa: BLE001 - the optimizer raises anything on unknown graphs
+        log.info("export: transformer optimizer skipped %s (%s); basic optimisation only", src.name, exc)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts.optimized_model_filepath = str(dst)
+    opts.log_severity_level = 3
+    ort.InferenceSession(str(src), sess_options=opts, providers=["CPUExecutionProvider"])
+    return dst
+
+
+def convert_graph(src: Path, dst: Path, dtype: Dtype) -> Path:
+    """fp32 graph -> ``dtype`` (int8 dynamic quantisation or fp16 with fp32 I/O)."""
+    if dtype == "fp32":
+        shutil.copyfile(src, dst)
+    elif dtype == "int8":
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # Weights of MatMul/Gemm only, per output channel, and not the products fed by a GELU
+        # (the feed-forward down-projections): BERT's activation outliers live there. On the
+        # MiniLM embedder (64 held-out texts) per-tensor int8 of every MatMul gave a minimum
+        # cosine of 0.939 against fp32, per-channel 0.987, per-channel without those 6 of 48
+        # MatMuls 0.992 (the issue asks >= 0.99).
+        graph = onnx.load(str(src)).graph
+        producer = {out: node for node in graph.node for out in node.output}
+        after_gelu = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.input
+                      and producer.get(n.input[0]) is not None
+                      and producer[n.input[0]].op_type in ("Gelu", "BiasGelu", "FastGelu")]
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=after_gelu)
+    else:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        onnx.save(model, str(dst))
+    return dst
+
+
+def graph_signature(path: Path) -> dict[str, Any]:
+    """Inputs and outputs (name, dtype, shape with axis names) as ONNX Runtime sees them."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def rows(xs: Any) -> list[dict[str, Any]]:
+        return [{"name": x.name, "dtype": _ORT_TO_NP.get(x.type, x.type),
+                 "shape": [d if isinstance(d, int) else str(d) for d in x.shape]} for x in xs]
+
+    return {"inputs": rows(sess.get_inputs()), "outputs": rows(sess.get_outputs())}
+
+
+# ----------------------------------------------------------------------------- parity
+
+
+def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall tau-b of two score vectors (1 = same order)."""
+    n = len(a)
+    conc = disc = ties_a = ties_b = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            da, db = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ties_a += 1
+            elif db == 0:
+                ties_b += 1
+            elif da == db:
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + ties_a) * (conc + disc + ties_b))
+    return (conc - disc) / denom if denom else 1.0
+
+
+def _raw_feeds(bundle: Bundle, graph: str, texts: list[str], second: list[str] | None = None,
+               max_length: int | None = None) -> list[dict[str, np.ndarray]]:
+    names = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
+    return [{k: v for k, v in feeds.items() if k in names}
+            for _, feeds in bundle._encode_text(texts, second, max_length)]
+
+
+def _max_abs(ref: Callable, got: Callable, feeds: list[dict[str, np.ndarray]]) -> float:
+    worst = 0.0
+    for f in feeds:
+        worst = max(worst, float(np.abs(ref(f) - got(f)).max()))
+    return worst
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    return np.sum(a * b, axis=1)
+
+
+def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dtype, th: ParityThresholds,
+                 reference_generate: Callable[[list[str]], list[str]] | None = None,
+                 images: list[Any] | None = None) -> dict[str, Any]:
+    """Compare the ONNX bundles (fp32 and the final dtype) with the torch reference.
+
+    Returns:
+        The parity report: figures, thresholds and ``passed`` (all checks) per check.
+    """
+    n = th.heldout_texts
+    texts = heldout_texts(n)
+    checks: dict[str, dict[str, Any]] = {}
+
+    def check(name: str, value: float, limit: float, higher_is_better: bool) -> None:
+        ok = value >= limit if higher_is_better else value <= limit
+        checks[name] = {"value": float(value), "limit": float(limit), "passed": bool(ok)}
+
+    if task == "embed" or task == "images":
+        graph = "model" if task == "embed" else "text"
+        check(f"{graph}_fp32_max_abs", _max_abs(ref.graphs[graph], fp32.graphs[graph],
+                                                _raw_feeds(ref, graph, texts)), th.fp32_max_abs, False)
+        encode = "encode" if task == "embed" else "encode_text"
+        a, b = getattr(ref, encode)(texts), getattr(final, encode)(texts)
+        if task == "images" and images:
+            pix = ref.preprocess(images)
+            check("vision_fp32_max_abs", float(np.abs(ref.graphs["vision"]({"pixel_values": pix})
+                                                      - fp32.graphs["vision"]({"pixel_values": pix})).max()),
+                  th.fp32_max_abs, False)
+            a = np.concatenate([a, ref.encode_images(images)])
+            b = np.concatenate([b, final.encode_images(images)])
+        if dtype != "fp32":
+            limit = th.fp16_min_cosine if dtype == "fp16" else th.int8_min_cosine
+            check(f"{dtype}_min_cosine", float(_cosines(a, b).min()), limit, True)
+    elif task == "rerank":
+        groups = heldout_groups(max(2, n // 4))
+        qs = [q for q, ps in groups for _ in ps]
+        ps = [p for _, group in groups for p in group]
+        check("logits_fp32_max_abs", _max_abs(ref.graphs["model"], fp32.graphs["model"],
+                                              _raw_feeds(ref, "model", qs, ps)), th.fp32_max_abs, False)
+        if dtype != "fp32":
+            taus, top_same, passed = [], [], []
+            for q, group in groups:
+                a, b = ref.score(q, group), final.score(q, group)
+                tau = kendall_tau(a, b)
+                same = list(np.argsort(-a, kind="stable")[:10]) == list(np.argsort(-b, kind="stable")[:10])
+                taus.append(tau)
+                top_same.append(same)
+                passed.append(same or tau >= th.rerank_min_kendall_tau)
+            check(f"{dtype}_queries_passing", float(np.mean(passed)), 1.0, True)
+            checks[f"{dtype}_queries_passing"].update(
+                {"min_kendall_tau": float(min(taus)), "mean_kendall_tau": float(np.mean(taus)),
+                 "top10_identical": float(np.mean(top_same)), "queries": len(groups)})
+    elif task == "cite":
+        pairs_a = [t for t in texts]
+        pairs_b = [texts[(i + 1) % len(texts)] for i in range(len(texts))]
+        tag_feeds = _raw_feeds(ref, "tagger", texts, max_length=ref.tagger_max_length)
+        check("tagger_fp32_max_abs", _max_abs(ref.graphs["tagger"], fp32.graphs["tagger"], tag_feeds),
+              th.fp32_max_abs, False)
+        check("scorer_fp32_max_abs", _max_abs(ref.graphs["scorer"], fp32.graphs["scorer"],
+                                              _raw_feeds(ref, "scorer", pairs_a, pairs_b)), th.fp32_max_abs, False)
+        if dtype != "fp32":
+            agree, total = 0, 0
+            for fa in tag_feeds:
+                la, lb = ref.graphs["tagger"](fa).argmax(-1), final.graphs["tagger"](fa).argmax(-1)
+                mask = fa["attention_mask"] == 1
+                agree += int((la == lb)[mask].sum())
+                total += int(mask.sum())
+            check(f"{dtype}_tagger_label_agreement", agree / max(total, 1), th.cite_min_agreement, True)
+            thr = ref.support_threshold
+            pa = ref.attribute(list(zip(pairs_a, pairs_b, strict=True)))
+            pb = final.attribute(list(zip(pairs_a, pairs_b, strict=True)))
+            check(f"{dtype}_scorer_decision_agreement", float(np.mean((pa >= thr) == (pb >= thr))),
+                  th.cite_min_agreement, True)
+    elif task == "decompose":
+        from searchsmith.models.decomposer import decompose_source, rewrite_source
+
+        _, queries = _demo()
+        rng = random.Random(0)
+        qs = rng.sample(queries, min(n, len(queries)))
+        sources = [decompose_source(q) for q in qs]
+        sources += [rewrite_source([queries[i - 1]], q) for i, q in enumerate(qs[: max(1, n // 4)])]
+        feeds = _raw_feeds(ref, "encoder", sources)
+        check("encoder_fp32_max_abs", _max_abs(ref.graphs["encoder"], fp32.graphs["encoder"], feeds),
+              th.fp32_max_abs, False)
+        worst = 0.0
+        for f in feeds:
+            hidden = ref.graphs["encoder"](f)
+            b = len(hidden)
+            dec = {"decoder_input_ids": np.full((b, 3), fp32.start_id, dtype=np.int64),
+                   "encoder_hidden_states": hidden, "encoder_attention_mask": f["attention_mask"]}
+            worst = max(worst, float(np.abs(ref.graphs["decoder"](dec) - fp32.graphs["decoder"](dec)).max()))
+        check("decoder_fp32_max_abs", worst, th.fp32_max_abs, False)
+        want = reference_generate(sources) if reference_generate else ref.generate(sources)
+        got = final.generate(sources)
+        same = [a == b for a, b in zip(want, got, strict=True)]
+        check(f"{dtype}_identical_generations", float(np.mean(same)), th.decompose_min_identical, True)
+        checks[f"{dtype}_identical_generations"]["differing"] = [
+            {"source": s, "torch": a, "onnx": b} for s, a, b, ok in zip(sources, want, got, same, strict=True)
+            if not ok][:5]
+    passed = all(c["passed"] for c in checks.values())
+    return {"task": task, "dtype": dtype, "passed": passed, "checks": checks,
+            "thresholds": asdict(th), "heldout": "searchsmith.serving.demo (corpus.jsonl, qa.jsonl)"}
+
+
+# ----------------------------------------------------------------------------- one bundle
+
+
+@dataclass
+class ModelSource:
+    """What a task export needs from its model folder."""
+
+    task: str
+    model_dir: Path
+    tokenizer_dir: Path
+    base_model: str
+    trained: bool
+    trained_steps: int
+    max_length: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _model_max(model_dir: Path) -> int:
+    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    if "max_position_embeddings" not in cfg and "encoder" in cfg:
+        cfg = cfg["encoder"]
+    return int(cfg.get("max_position_embeddings", 512))
+
+
+def _copy_torch(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("onnx", "openvino", "*.onnx", ".*", "README.md"))
+
+
+def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str, Any]:
+    """Export one model folder to ``out`` (atomic: built beside it, then swapped in).
+
+    Returns:
+        The manifest written.
+
+    Raises:
+        BundleError: tracing failed, or parity failed without ``allow_drift``.
+    """
+    import torch
+    from searchsmith.models import onnx_graphs as og
+    from transformers import AutoTokenizer
+
+    t0 = time.perf_counter()
+    tmp = temp_dir_beside(out)
+    work = Path(tempfile.mkdtemp(prefix="searchsmith-export-"))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(src.tokenizer_dir))
+        tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
+        manifest: dict[str, Any] = {
+            "format_version": FORMAT_VERSION, "searchsmith_version": __version__, "task": src.task,
+            "base_model": src.base_model, "opset": opts.opset, "dtype": opts.dtype,
+            "exporter": "torch.onnx.export(dynamo=True) + onnxruntime basic optimisation",
+            "trained": src.trained, "trained_steps": src.trained_steps, "max_length": src.max_length,
+            "allow_drift": opts.allow_drift, "labels": None, "thresholds": {}, **src.extra,
+        }
+        reference_generate = None
+        images = None
+        if src.task == "embed":
+            specs = og.embedder_graphs(src.model_dir, tokenizer, manifest.get("pooling", "mean"))
+        elif src.task == "rerank":
+            specs = og.rerank_graphs(src.model_dir, tokenizer)
+        elif src.task == "cite":
+            specs = og.cite_graphs(src.model_dir, tokenizer)
+        elif src.task == "decompose":
+            from searchsmith.models.decomposer import Decomposer
+
+            model, meta = og.load_decomposer_model(src.model_dir)
+            specs = og.decompose_graphs(src.model_dir, tokenizer, model)
+            dec = Decomposer(model, tokenizer, max_source_tokens=src.max_length,
+                             max_target_tokens=manifest["generation"]["max_target_tokens"], num_beams=1)
+            reference_generate = dec.generate
+        else:
+            specs, img_model = og.image_graphs(src.model_dir)
+            manifest["preprocess"] = _probe_preprocess(img_model)
+            images = _demo_images(4)
+        emb = next((s for s in specs.values() if s.outputs == ["embeddings"]), None)
+        if emb is not None:
+            with torch.no_grad():
+                manifest["embedding_dim"] = int(emb.module(*emb.example).shape[-1])
+        graphs_meta: dict[str, Any] = {}
+        fp32_graphs, final_graphs = {}, {}
+        model_key = _folder_digest(src.model_dir)
+        for name, spec in specs.items():
+            opt = _traced(spec, name, model_key, src.task, opts.opset, work)
+            final = convert_graph(opt, tmp / f"{name}.onnx", opts.dtype)
+            graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(final)}
+            fp32_graphs[name] = OrtGraph(opt, ["CPUExecutionProvider"], None)
+            final_graphs[name] = OrtGraph(final, ["CPUExecutionProvider"], None)
+        manifest["graphs"] = graphs_meta
+        cls = BUNDLE_CLASSES[src.task]
+        ref = cls(tmp, {**manifest, "files": {}}, tokenizer,
+                  {n: TorchGraph(s.module, s.inputs) for n, s in specs.items()}, "torch")
+        b32 = cls(tmp, {**manifest, "files": {}}, tokenizer, fp32_graphs, "onnx-cpu")
+        bfinal = cls(tmp, {**manifest, "files": {}}, tokenizer, final_graphs, "onnx-cpu")
+        report = parity_check(src.task, ref, b32, bfinal, opts.dtype, opts.thresholds,
+                              reference_generate=reference_generate, images=images)
+        report["export_time_s"] = round(time.perf_counter() - t0, 2)
+        if not report["passed"] and not opts.allow_drift:
+            failed = {k: v for k, v in report["checks"].items() if not v["passed"]}
+            raise BundleError(
+                f"export {src.task}: parity failed on held-out inputs ({opts.dtype}): "
+                + "; ".join(f"{k} = {v['value']:.6g} (limit {v['limit']})" for k, v in failed.items())
+                + ". Nothing was written. Try another --dtype, or keep it with --allow-drift "
+                "(recorded in the manifest)")
+        write_json_atomic(tmp / "parity_report.json", report)
+        manifest["parity"] = {"passed": report["passed"], "report": "parity_report.json",
+                              "checks": {k: v["value"] for k, v in report["checks"].items()}}
+        if opts.torch_weights:
+            _copy_torch(src.model_dir, tmp / TORCH_DIR)
+            manifest["torch_weights"] = TORCH_DIR + "/"
+        manifest["files"] = {str(p.relative_to(tmp)): sha256_file(p)
+                             for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST}
+        write_json_atomic(tmp / MANIFEST, manifest)
+        replace_dir(tmp, Path(out))
+        log.info("export %s: %s in %.1f s", src.task, out, time.perf_counter() - t0)
+        return manifest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _demo_images(n: int) -> list[Any]:
+    from PIL import Image
+    from searchsmith.serving.demo import demo_dir
+
+    paths = sorted((demo_dir() / "images").glob("*.png"))[:n]
+    return [Image.open(p).convert("RGB") for p in paths]
+
+
+def _probe_preprocess(model: Any) -> dict[str, Any]:
+    """Recover ``model.preprocess``'s resize and normalisation, so the runtime needs no torch.
+
+    A black and a white image give ``(0 - mean) / std`` and ``(1 - mean) / std`` per channel;
+    the resampling filter is the PIL filter whose output matches ``preprocess`` on demo images.
+
+    Raises:
+        BundleError: ``preprocess`` is not resize + scale to [0, 1] + per-channel normalisation.
+    """
+    from PIL import Image
+
+    size = int(model.image_size)
+    black = np.asarray(model.preprocess([Image.new("RGB", (8, 8), (0, 0, 0))]), dtype=np.float64)[0]
+    white = np.asarray(model.preprocess([Image.new("RGB", (8, 8), (255, 255, 255))]), dtype=np.float64)[0]
+    std = 1.0 / (white - black).reshape(3, -1).mean(1)
+    mean = -black.reshape(3, -1).mean(1) * std
+    images = _demo_images(2)
+    want = np.asarray(model.preprocess(images), dtype=np.float32)
+    for resample in ("BILINEAR", "BICUBIC", "LANCZOS", "NEAREST", "BOX", "HAMMING"):
+        filt = getattr(Image.Resampling, resample)
+        got = np.stack([((np.asarray(im.resize((size, size), filt), dtype=np.float32) / 255.0).transpose(2, 0, 1)
+                         - mean.reshape(3, 1, 1).astype(np.float32)) / std.reshape(3, 1, 1).astype(np.float32)
+                        for im in images])
+        if got.shape == want.shape and float(np.abs(got - want).max()) <= 1e-3:
+            return {"image_size": size, "mean": mean.tolist(), "std": std.tolist(), "resample": resample}
+    raise BundleError("export images: ImageRelevanceModel.preprocess is not a PIL resize + [0, 1] scaling + "
+                      "per-channel normalisation that the runtime can reproduce; extend _probe_preprocess")
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def embedder_source(model: str = "default") -> ModelSource:
+    """The base sentence-transformers embedder (pretrained: no fine-tuning needed)."""
+    from searchsmith.models.hub import model_display_name, resolve_model
+    from searchsmith.serving.embedder import _read_st_layout
+
+    path = Path(resolve_model(model, field="--model"))
+    if not path.is_dir():
+        raise ConfigError(f"export embedder --model: {model!r} is not a local folder; download it first")
+    pooling, st_max = _read_st_layout(path)
+    max_len = min(st_max or _model_max(path), _model_max(path))
+    return ModelSource("embed", path, path, model_display_name(model), True, 0, max_len, {"pooling": pooling})
+
+
+def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
+    """Read ``run.json`` (and the task's model metadata) of a training run.
+
+    Raises:
+        BundleError: not a run, unknown task, untrained model.
+    """
+    run_dir = Path(run_dir)
+    info_path = run_dir / "run.json"
+    if not info_path.is_file():
+        raise BundleError(f"export: {str(run_dir)!r} has no run.json; pass a training run folder "
+                          "(searchsmith train RECIPE.yaml writes one) or a folder of runs")
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"export: {info_path} is not valid JSON ({exc})") from None
+    task = RUN_TASKS.get(str(info.get("task")))
+    if task is None:
+        raise BundleError(f"export: run.json task {info.get('task')!r} in {str(run_dir)!r} is not one of "
+                          f"{sorted(RUN_TASKS)}")
+    model_dir = run_dir / "model"
+    if not model_dir.is_dir():
+        raise BundleError(f"export: {str(run_dir)!r} has no model/ folder; the run did not finish "
+                          "(rerun searchsmith train to resume it)")
+    steps = int(info.get("steps", 0) or 0)
+    base = str(info.get("base_model", "unknown"))
+    extra: dict[str, Any] = {"run": {"recipe": info.get("recipe"), "path": str(run_dir.resolve())}}
+    tok_dir = model_dir
+    if task == "rerank":
+        max_len = int(info.get("max_length") or min(_model_max(model_dir), 512))
+    elif task == "decompose":
+        meta = json.loads((model_dir / "decomposer.json").read_text(encoding="utf-8")) \
+            if (model_dir / "decomposer.json").is_file() else {}
+        steps = int(meta.get("trained_steps", steps))
+        max_len = int(meta.get("max_source_tokens", 128))
+        extra["generation"] = _generation(model_dir, meta)
+    elif task == "cite":
+        cpath = model_dir / "citation.json"
+        if not cpath.is_file():
+            raise BundleError(f"export cite: {str(model_dir)!r} has no citation.json (labels, max_length, "
+                              "support_threshold); rerun the citation recipe")
+        cmeta = json.loads(cpath.read_text(encoding="utf-8"))
+        max_len = int(cmeta.get("max_length") or 128)
+        extra["tagger_max_length"] = int(cmeta.get("tagger_max_length") or max_len)
+        per_model = cmeta.get("trained_steps")
+        if isinstance(per_model, dict):  # {"tagger": n, "scorer": m}: both must be trained
+            steps = min(int(per_model.get("tagger", 0) or 0), int(per_model.get("scorer", 0) or 0))
+        extra["labels"] = list(cmeta["labels"])
+        extra["thresholds"] = {k: v for k, v in cmeta.items() if "threshold" in k}
+        extra["thresholds"].setdefault("support_threshold", 0.5)
+        tok_dir = model_dir / "tagger"
+    else:
+        meta_path = model_dir / "image_relevance.json"
+        if not meta_path.is_file():
+            raise BundleError(f"export images: {str(model_dir)!r} has no image_relevance.json; rerun the recipe")
+        imeta = json.loads(meta_path.read_text(encoding="utf-8"))
+        max_len = int(imeta.get("max_length") or 64)
+        steps = int(imeta.get("trained_steps", steps) or 0)
+        extra["thresholds"] = {k: v for k, v in imeta.items() if "threshold" in k or k == "temperature"}
+        tok_dir = model_dir / "text"
+    if steps <= 0 and not allow_untrained:
+        raise BundleError(f"export: the run {str(run_dir)!r} records {steps} training steps; an untrained "
+                          "model would serve noise. Train it (searchsmith train RECIPE.yaml) first")
+    return ModelSource(task, model_dir, tok_dir, base, steps > 0, steps, max_len, extra)
+
+
+def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    gen_path = model_dir / "generation_config.json"
+    gen = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
+
+    def pick(key: str) -> int:
+        value = gen.get(key, cfg.get(key))
+        if value is None:
+            raise BundleError(f"export decompose: {key} is not set in {model_dir}/config.json; re-save the model")
+        return int(value[0] if isinstance(value, list) else value)
+
+    return {"decoder_start_token_id": pick("decoder_start_token_id"), "eos_token_id": pick("eos_token_id"),
+            "pad_token_id": pick("pad_token_id"), "max_target_tokens": int(meta.get("max_target_tokens", 64)),
+            "max_nodes": int(meta.get("max_nodes", 8)), "max_history_turns": int(meta.get("max_history_turns", 3)),
+            "search": "greedy",
+            # constrained decoding (models/constrained.py): the runtime's loop applies the same
+            # token-level grammar / copy constraint as Decomposer.generate
+            "constrained": bool(meta.get("constrained", False)),
+            "decompose_vocab": [int(t) for t in meta.get("decompose_vocab", [])],
+            "rewrite_vocab": [int(t) for t in meta.get("rewrite_vocab", [])]}
+
+
+def export_run(run_dir: str | Path, out: str | Path, opts: ExportOptions | None = None) -> dict[str, Any]:
+    """Export one training run to a bundle folder; return its manifest."""
+    opts = opts or ExportOptions()
+    return export_bundle(run_source(Path(run_dir), opts.allow_untrained), Path(out), opts)
+
+
+def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions | None = None) -> dict[str, Any]:
+    """Export the base embedder (mean pooling and L2 normalisation inside the graph)."""
+    return export_bundle(embedder_source(model), Path(out), opts or ExportOptions())
+
+
+def find_runs(folder: Path) -> list[Path]:
+    """The run folders (holding ``run.json``) directly inside ``folder``, sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and (p / "run.json").is_file())
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def configure_export(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Export trained runs to ONNX bundles (manifest.json with sha256, parity_report.json). "
+        "RUN_DIR is a training run (run.json names the task: rerank, decompose, cite, images), a "
+        "folder of runs (each exported to BUNDLE_DIR/<run name>), or the word 'embedder' for the base "
+        "embedder (--model, mean pooling + L2 normalisation inside the graph). With a folder of runs, "
+        "--embedder MODEL also writes BUNDLE_DIR/embedder.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="training run, folder of runs, or 'embedder'")
+    parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write (replaced)")
+    parser.add_argument("--dtype", choices=["fp32", "fp16", "int8"], default="fp32",
+                        help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default fp32)")
+    parser.add_argument("--allow-drift", action="store_true",
+                        help="keep a bundle that fails parity (recorded in the manifest)")
+    parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
+    parser.add_argument("--torch-weights", action="store_true",
+                        help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
+    parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
+    parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
+    parser.set_defaults(func=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    opts = ExportOptions(dtype=args.dtype, opset=args.opset, allow_drift=args.allow_drift,
+                         torch_weights=args.torch_weights)
+    out = Path(args.out)
+    done: list[tuple[str, dict[str, Any]]] = []
+    if args.run_dir == "embedder":
+        done.append((str(out), export_embedder(out, args.model, opts)))
+    else:
+        run_dir = Path(args.run_dir)
+        if not run_dir.is_dir():
+            raise ConfigError(f"export RUN_DIR: {str(run_dir)!r} is not a folder")
+        if (run_dir / "run.json").is_file():
+            if args.embedder:
+                raise ConfigError("export --embedder: only with a folder of runs; export the embedder on its "
+                                  "own with: searchsmith export embedder --out DIR")
+            done.append((str(out), export_run(run_dir, out, opts)))
+        else:
+            runs = find_runs(run_dir)
+            if not runs and not args.embedder:
+                raise BundleError(f"export: {str(run_dir)!r} holds no run.json and no run folders; pass a "
+                                  "training run folder")
+            for run in runs:
+                done.append((str(out / run.name), export_run(run, out / run.name, opts)))
+            if args.embedder:
+                done.append((str(out / "embedder"), export_embedder(out / "embedder", args.embedder, opts)))
+    for path, manifest in done:
+        print(json.dumps({"bundle": path, "task": manifest["task"], "dtype": manifest["dtype"],
+                          "parity_passed": manifest["parity"]["passed"], "parity": manifest["parity"]["checks"],
+                          "allow_drift": manifest["allow_drift"]}, sort_keys=True))
+    return 0
+
+
+__all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "configure_export", "convert_graph", "embedder_source",
+           "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs", "graph_signature",
+           "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_source"]

@@ -1,0 +1,679 @@
+"""Load a model bundle and run it: ONNX Runtime (CUDA or CPU) or torch, one call signature.
+
+``load_bundle(path)`` checks the bundle before anything runs:
+
+1. ``manifest.json`` parses and its ``format_version`` is one this searchsmith reads
+   (a newer bundle is refused with the fix: upgrade searchsmith);
+2. every file listed in ``manifest["files"]`` exists with the recorded sha256 (a corrupt or
+   truncated ``.onnx`` is refused naming the file);
+3. the tokenizer folder is there and loads;
+4. the model was trained (``"trained": true``: a fine-tuned run, or the pretrained embedder): an untrained head must never be served as
+   if it were fine-tuned (DESIGN.md). ``allow_untrained=True`` is for benchmarks and tests.
+
+Then it picks a backend. ``backend="auto"``: ONNX Runtime's CUDA provider when onnxruntime-gpu
+and a GPU are present (with I/O binding: outputs are bound on the device and copied once),
+else its CPU provider, else torch when ONNX Runtime is not installed. ``backend="torch"``
+runs the original HF/torch weights, which a bundle holds only when exported with
+``--torch-weights`` (folder ``torch/``); without them it is refused with that fix. The torch
+graphs are the same modules the exporter traced (:mod:`searchsmith.models.onnx_graphs`), so
+every backend runs the same pre- and post-processing (tokenization, batching, pooling,
+greedy decoding, BIO decoding) written once here.
+
+Every task method takes ``return_meta``; with it the result comes back as ``(result, meta)``,
+``meta = {"truncated": [indices of inputs cut to max_length], "max_length": int}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from searchsmith.models import __version__
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.io import sha256_file
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TOKENIZER_DIR = "tokenizer"
+TORCH_DIR = "torch"
+TASKS = ("embed", "rerank", "decompose", "cite", "images")
+_NP_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
+              "tensor(float16)": np.float16}
+
+
+# ----------------------------------------------------------------------------- graphs
+
+
+class OrtGraph:
+    """One ONNX Runtime session; ``__call__(feeds) -> first output`` as a NumPy array.
+
+    On CUDA the inputs are bound from host memory and the output is bound on the device
+    (I/O binding), so ONNX Runtime does not allocate a fresh host output per call.
+    """
+
+    def __init__(self, path: Path, providers: list[Any], threads: int | None, arena: bool = True) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        # Full optimisation at load: the file holds only the portable (basic) level,
+        # since extended/layout fusions are specific to the machine and provider.
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads:
+            opts.intra_op_num_threads = int(threads)
+            opts.inter_op_num_threads = 1
+        opts.enable_cpu_mem_arena = arena
+        # No busy-waiting between ops: on a shared CPU spinning threads steal cores. MiniLM
+        # cross-encoder, batch 32 x 138, 2 busy cores, spinning vs not: fused int8 3.9 vs
+        # 3.4 s, fused fp32 8.4 vs 7.5 s, fp32 12.8 vs 10.4 s (unfused int8 went the other
+        # way, 6.3 vs 7.6 s; the exporter always writes the fused graph).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception classes
+            raise BundleError(f"bundle: {path.name} does not load in ONNX Runtime ({exc}); "
+                              "re-export the bundle") from None
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.on_cuda = self.session.get_providers()[0] == "CUDAExecutionProvider"
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        if not self.on_cuda:
+            return self.session.run(None, feeds)[0]
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        binding.bind_output(self.session.get_outputs()[0].name, "cuda")
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+
+class TorchGraph:
+    """A torch module with the graph's signature: NumPy feeds in, NumPy output out."""
+
+    def __init__(self, module: Any, input_names: list[str], device: str = "cpu", fp16: bool = False) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.module = module.to(self.device).eval()
+        self.fp16 = fp16 and self.device.type == "cuda"
+        if self.fp16:
+            self.module = self.module.half()
+        self.input_names = input_names
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        torch = self.torch
+        args = []
+        for name in self.input_names:
+            t = torch.from_numpy(np.ascontiguousarray(feeds[name])).to(self.device)
+            if self.fp16 and t.is_floating_point():
+                t = t.half()
+            args.append(t)
+        with torch.inference_mode():
+            out = self.module(*args)
+        return out.float().cpu().numpy()
+
+
+# ----------------------------------------------------------------------------- bundles
+
+
+def _check_texts(texts: Any, what: str) -> list[str]:
+    if isinstance(texts, str):
+        raise ValidationError(f"{what}: expected a list of strings, got one string (wrap it in a list)")
+    if not isinstance(texts, (list, tuple)):
+        raise ValidationError(f"{what}: expected a list of strings, got {type(texts).__name__}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ValidationError(f"{what}: item {i} is {type(t).__name__}, expected a string")
+    return list(texts)
+
+
+def _check_pairs(pairs: Any, what: str) -> list[tuple[str, str]]:
+    if not isinstance(pairs, (list, tuple)):
+        raise ValidationError(f"{what}: expected a list of (str, str) pairs, got {type(pairs).__name__}")
+    out = []
+    for i, p in enumerate(pairs):
+        if (not isinstance(p, (list, tuple)) or len(p) != 2
+                or not isinstance(p[0], str) or not isinstance(p[1], str)):
+            raise ValidationError(f"{what}: pair {i} is {p!r:.60}, expected a (str, str) tuple")
+        out.append((p[0], p[1]))
+    return out
+
+
+class Bundle:
+    """What every task bundle shares: manifest, tokenizer, graphs, batching, truncation.
+
+    Attributes:
+        task: ``embed``, ``rerank``, ``decompose``, ``cite`` or ``images``.
+        manifest: the parsed ``manifest.json``.
+        backend: ``onnx-cpu``, ``onnx-cuda`` or ``torch``.
+        max_length: tokens per input (longer inputs are truncated and reported in the meta).
+        batch_size: inputs per graph call.
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any], tokenizer: Any,
+                 graphs: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]], backend: str,
+                 batch_size: int = 32) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.task: str = manifest["task"]
+        self.tokenizer = tokenizer
+        self.graphs = graphs
+        self.backend = backend
+        self.batch_size = batch_size
+        self.max_length = int(manifest["max_length"])
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} task={self.task} backend={self.backend} path={str(self.path)!r}>"
+
+    # -- low level -----------------------------------------------------------------------
+    def run_graph(self, name: str, feeds: dict[str, Any]) -> np.ndarray:
+        """Run one graph on raw arrays, checked against the manifest's inputs.
+
+        Args:
+            name: a graph of ``manifest["graphs"]`` (e.g. ``model``, ``encoder``).
+            feeds: input name -> array with the manifest's dtype and rank.
+
+        Raises:
+            ValidationError: unknown graph or input, missing input, wrong type, dtype or shape.
+        """
+        graphs = self.manifest["graphs"]
+        if name not in graphs:
+            raise ValidationError(f"run_graph: unknown graph {name!r}; this bundle has {sorted(graphs)}")
+        if not isinstance(feeds, dict):
+            raise ValidationError(f"run_graph {name}: feeds must be a dict of arrays, got {type(feeds).__name__}")
+        specs = {i["name"]: i for i in graphs[name]["inputs"]}
+        unknown = sorted(set(feeds) - set(specs))
+        if unknown:
+            raise ValidationError(f"run_graph {name}: unknown inputs {unknown}; expected {sorted(specs)}")
+        out = {}
+        for iname, spec in specs.items():
+            if iname not in feeds:
+                raise ValidationError(f"run_graph {name}: input {iname!r} is missing; expected {sorted(specs)}")
+            value = feeds[iname]
+            if not isinstance(value, np.ndarray):
+                raise ValidationError(f"run_graph {name}.{iname}: expected a numpy array, got {type(value).__name__}")
+            if value.dtype != np.dtype(spec["dtype"]):
+                raise ValidationError(f"run_graph {name}.{iname}: dtype {value.dtype}, expected {spec['dtype']} "
+                                      f"(cast with .astype(np.{spec['dtype']}))")
+            shape = spec["shape"]
+            if value.ndim != len(shape):
+                raise ValidationError(f"run_graph {name}.{iname}: shape {tuple(value.shape)} has {value.ndim} "
+                                      f"dims, expected {len(shape)} ({shape})")
+            for axis, (got, want) in enumerate(zip(value.shape, shape, strict=True)):
+                if isinstance(want, int) and got != want:
+                    raise ValidationError(f"run_graph {name}.{iname}: axis {axis} is {got}, expected {want} ({shape})")
+                if got == 0:
+                    raise ValidationError(f"run_graph {name}.{iname}: axis {axis} is empty; expected >= 1")
+            out[iname] = value
+        seq = [v.shape[1] for k, v in out.items() if k in ("input_ids", "decoder_input_ids") and v.ndim == 2]
+        if seq and name != "decoder" and seq[0] > self.max_length:
+            raise ValidationError(f"run_graph {name}: sequence length {seq[0]} is over max_length "
+                                  f"{self.max_length}; truncate the inputs")
+        return self.graphs[name](out)
+
+    def _encode_text(self, first: list[str], second: list[str] | None = None,
+                     max_length: int | None = None) -> list[tuple[list[int], dict[str, np.ndarray]]]:
+        """Tokenize (truncating), sort by length and pad per batch.
+
+        Returns:
+            ``(indices, feeds)`` per batch; ``feeds`` hold int64 (b, T) arrays.
+        """
+        limit = max_length or self.max_length
+        kwargs: dict[str, Any] = {"truncation": True, "max_length": limit, "padding": False}
+        if second is None:
+            enc = self.tokenizer(first, **kwargs)
+        else:
+            try:  # cut the passage, as in training; a first text over the limit alone cuts both
+                enc = self.tokenizer(first, second, **{**kwargs, "truncation": "only_second"})
+            except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception here
+                enc = self.tokenizer(first, second, **{**kwargs, "truncation": "longest_first"})
+        ids = enc["input_ids"]
+        types = enc.get("token_type_ids")
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        pad = self.tokenizer.pad_token_id or 0
+        batches = []
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s:s + self.batch_size]
+            width = max(len(ids[i]) for i in idx)
+            input_ids = np.full((len(idx), width), pad, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            token_types = np.zeros((len(idx), width), dtype=np.int64)
+            for r, i in enumerate(idx):
+                n = len(ids[i])
+                input_ids[r, :n] = ids[i]
+                mask[r, :n] = 1
+                if types is not None:
+                    token_types[r, :n] = types[i]
+            batches.append((idx, {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": token_types}))
+        return batches
+
+    def _run_text(self, graph: str, batches: list[tuple[list[int], dict[str, np.ndarray]]], n: int,
+                  ) -> np.ndarray:
+        """Run ``graph`` over padded batches; rows back in input order."""
+        names = {i["name"] for i in self.manifest["graphs"][graph]["inputs"]}
+        out: np.ndarray | None = None
+        for idx, feeds in batches:
+            res = self.graphs[graph]({k: v for k, v in feeds.items() if k in names})
+            if out is None:
+                out = np.zeros((n, *res.shape[1:]), dtype=np.float32)
+            out[idx] = res
+        return out if out is not None else np.zeros((0,), dtype=np.float32)
+
+    def _truncated(self, first: list[str], second: list[str] | None = None,
+                   max_length: int | None = None) -> list[int]:
+        """Indices of inputs longer than ``max_length`` tokens (special tokens included)."""
+        limit = max_length or self.max_length
+        if second is None:
+            enc = self.tokenizer(first, truncation=False, return_attention_mask=False,
+                                 return_token_type_ids=False)
+        else:
+            enc = self.tokenizer(first, second, truncation=False, return_attention_mask=False,
+                                 return_token_type_ids=False)
+        return [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > limit]
+
+    def _meta(self, result: Any, return_meta: bool, first: list[str], second: list[str] | None = None,
+              max_length: int | None = None) -> Any:
+        if not return_meta:
+            return result
+        limit = max_length or self.max_length
+        return result, {"truncated": self._truncated(first, second, limit), "max_length": limit}
+
+
+class EmbedBundle(Bundle):
+    """Sentence embeddings: mean pooling and L2 normalisation happen inside the graph."""
+
+    def encode(self, texts: Sequence[str], return_meta: bool = False) -> Any:
+        """Embed ``texts`` -> (n, D) float32, unit rows, in input order."""
+        texts = _check_texts(texts, "encode")
+        dim = int(self.manifest["embedding_dim"])
+        vecs = self._run_text("model", self._encode_text(texts), len(texts)) if texts else np.zeros((0, dim), np.float32)
+        return self._meta(vecs.reshape(len(texts), dim), return_meta, texts)
+
+
+class RerankBundle(Bundle):
+    """Cross-encoder relevance: one logit per (query, passage) pair, higher = more relevant."""
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> Any:
+        """Logits (n,) float32 of (query, passage) pairs, in input order."""
+        pairs = _check_pairs(pairs, "score_pairs")
+        qs, ps = [q for q, _ in pairs], [p for _, p in pairs]
+        if not pairs:
+            return self._meta(np.zeros((0,), np.float32), return_meta, qs, ps)
+        logits = self._run_text("model", self._encode_text(qs, ps), len(pairs)).reshape(-1)
+        return self._meta(logits, return_meta, qs, ps)
+
+    def score(self, query: str, passages: Sequence[str], return_meta: bool = False) -> Any:
+        """Logits (n,) of ``passages`` against ``query``."""
+        if not isinstance(query, str):
+            raise ValidationError(f"score: query is {type(query).__name__}, expected a string")
+        passages = _check_texts(passages, "score")
+        return self.score_pairs([(query, p) for p in passages], return_meta=return_meta)
+
+
+class CiteBundle(Bundle):
+    """Entity tagging (BIO) and source attribution (P(supports) per pair), post-processed as
+    :class:`searchsmith.models.citation.CitationModel` does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.labels: list[str] = list(self.manifest["labels"])
+        self.support_threshold = float(self.manifest["thresholds"]["support_threshold"])
+        self.tagger_max_length = int(self.manifest.get("tagger_max_length", self.max_length))
+
+    def entities(self, sentences: Sequence[str], return_meta: bool = False) -> Any:
+        """Character spans ``(start, end, type)`` of the entities in each sentence."""
+        from searchsmith.models.citation import decode_spans
+
+        sentences = _check_texts(sentences, "entities")
+        limit = self.tagger_max_length
+        out: list[list[tuple[int, int, str]]] = []
+        if sentences:
+            enc = self.tokenizer(sentences, truncation=True, max_length=limit, return_offsets_mapping=True,
+                                 return_special_tokens_mask=True)
+            logits = self._run_text("tagger", self._encode_text(sentences, max_length=limit),
+                                    len(sentences))  # (n, T, L)
+            for i in range(len(sentences)):
+                pred = logits[i, : len(enc["input_ids"][i])].argmax(-1).tolist()
+                keep = [(tuple(o), p) for o, m, p in zip(enc["offset_mapping"][i], enc["special_tokens_mask"][i],
+                                                          pred, strict=True) if not m]
+                out.append(decode_spans([k[0] for k in keep], [k[1] for k in keep], self.labels))
+        return self._meta(out, return_meta, sentences, max_length=limit)
+
+    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> Any:
+        """P(supports) (n,) float32 for (sentence, source text) pairs."""
+        pairs = _check_pairs(pairs, "attribute")
+        a, b = [x for x, _ in pairs], [y for _, y in pairs]
+        probs = np.zeros((0,), np.float32)
+        if pairs:
+            logits = self._run_text("scorer", self._encode_text(a, b), len(pairs)).reshape(-1)
+            probs = (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+        return self._meta(probs, return_meta, a, b)
+
+
+class DecomposeBundle(Bundle):
+    """Greedy decoding over the encoder and decoder graphs, parsed like ``Decomposer``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        gen = self.manifest["generation"]
+        self.start_id = int(gen["decoder_start_token_id"])
+        self.eos_id = int(gen["eos_token_id"])
+        self.pad_id = int(gen["pad_token_id"])
+        self.max_new_tokens = int(gen["max_target_tokens"])
+        self.max_nodes = int(gen["max_nodes"])
+        self.max_history_turns = int(gen["max_history_turns"])
+        self.grammar: Any = None
+        self.copy: Any = None
+        if gen.get("constrained"):
+            from searchsmith.models.constrained import CopyConstraint, GraphGrammar
+            from searchsmith.models.decomposer import DECOMPOSE_PREFIX, REWRITE_PREFIX
+
+            try:
+                self.grammar = GraphGrammar(self.tokenizer, min(self.max_nodes, 9),
+                                            gen.get("decompose_vocab", []), DECOMPOSE_PREFIX.strip())
+                self.copy = CopyConstraint(self.tokenizer, gen.get("rewrite_vocab", []),
+                                           REWRITE_PREFIX.strip())
+            except ValueError as exc:
+                raise BundleError(f"bundle {self.path}: constrained decoding does not fit its "
+                                  f"tokenizer ({exc}); re-export it") from None
+
+    def generate(self, sources: Sequence[str], return_meta: bool = False, constraint: Any = None) -> Any:
+        """Greedy generations for prefixed sources (``decompose: ...``), in input order.
+
+        Same loop as ``transformers`` greedy ``generate``: start from the decoder start token,
+        append the argmax, pad rows that have emitted eos, stop when all have or after
+        ``max_target_tokens`` new tokens. With ``constraint`` (models/constrained.py), each
+        row's argmax is taken over the tokens the constraint allows, as in
+        ``Decomposer.generate``.
+        """
+        sources = _check_texts(sources, "generate")
+        texts = [""] * len(sources)
+        for idx, feeds in self._encode_text(sources):
+            mask = feeds["attention_mask"]
+            hidden = self.graphs["encoder"]({"input_ids": feeds["input_ids"], "attention_mask": mask})
+            dec = np.full((len(idx), 1), self.start_id, dtype=np.int64)
+            done = np.zeros(len(idx), dtype=bool)
+            states = ([constraint.state_for([int(t) for t, m in zip(r, a, strict=True) if m])
+                       for r, a in zip(feeds["input_ids"].tolist(), mask.tolist(), strict=True)]
+                      if constraint is not None else None)
+            for _ in range(self.max_new_tokens):
+                logits = self.graphs["decoder"]({"decoder_input_ids": dec, "encoder_hidden_states": hidden,
+                                                 "encoder_attention_mask": mask})  # (b, V)
+                if states is not None:
+                    masked = np.full_like(logits, -np.inf)
+                    for r in range(len(idx)):
+                        if not done[r]:
+                            ok = constraint.allowed(states[r], [int(t) for t in dec[r, 1:]])
+                            masked[r, ok] = logits[r, ok]
+                    logits = masked
+                nxt = np.where(done, self.pad_id, logits.argmax(-1)).astype(np.int64)
+                dec = np.concatenate([dec, nxt[:, None]], axis=1)
+                done |= nxt == self.eos_id
+                if done.all():
+                    break
+            decoded = self.tokenizer.batch_decode(dec, skip_special_tokens=True,
+                                                  clean_up_tokenization_spaces=True)
+            for i, text in zip(idx, decoded, strict=True):
+                texts[i] = text
+        return self._meta(texts, return_meta, sources)
+
+    def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> Any:
+        """The QDG of ``question`` (``terminal`` with the question when the output is unusable)."""
+        from searchsmith.models.decomposer import decompose_source
+        from searchsmith.models.qdg import parse_linear
+
+        if not isinstance(question, str):
+            raise ValidationError(f"decompose: question is {type(question).__name__}, expected a string")
+        if not question.strip():
+            raise ValidationError("decompose: question is empty; send a non-empty question")
+        if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
+            raise ValidationError(f"decompose: max_nodes must be an int >= 1, got {max_nodes!r}")
+        source = decompose_source(question)
+        text, meta = self.generate([source], return_meta=True, constraint=self.grammar)
+        graph, _ = parse_linear(text[0], question, max_nodes=max_nodes or self.max_nodes)
+        return (graph, meta) if return_meta else graph
+
+    def rewrite(self, history: Sequence[Any], query: str, return_meta: bool = False) -> Any:
+        """``query`` made standalone given ``history`` (dicts with role/content, or strings).
+
+        Without user history the query is returned as it is, as ``Decomposer.rewrite`` does.
+        """
+        from searchsmith.models.decomposer import _user_turns, rewrite_source
+
+        if not isinstance(query, str):
+            raise ValidationError(f"rewrite: query is {type(query).__name__}, expected a string")
+        if not isinstance(history, (list, tuple)):
+            raise ValidationError(f"rewrite: history is {type(history).__name__}, expected a list of turns")
+        turns = _user_turns(history)
+        if not turns:
+            return (query, {"truncated": [], "max_length": self.max_length}) if return_meta else query
+        source = rewrite_source(turns, query, self.max_history_turns)
+        text, meta = self.generate([source], return_meta=True, constraint=self.copy)
+        out = " ".join(text[0].split()) or query
+        return (out, meta) if return_meta else out
+
+
+class ImagesBundle(Bundle):
+    """Dual encoder: texts and images to the same normalised space."""
+
+    def encode_text(self, texts: Sequence[str], return_meta: bool = False) -> Any:
+        """(n, d) float32 unit rows."""
+        texts = _check_texts(texts, "encode_text")
+        dim = int(self.manifest["embedding_dim"])
+        vecs = self._run_text("text", self._encode_text(texts), len(texts)) if texts else np.zeros((0, dim), np.float32)
+        return self._meta(vecs.reshape(len(texts), dim), return_meta, texts)
+
+    def preprocess(self, images: Sequence[Any]) -> np.ndarray:
+        """PIL images -> (m, 3, H, W) float32: RGB, resized, scaled to [0, 1], normalised."""
+        from PIL import Image
+
+        pre = self.manifest["preprocess"]
+        size = int(pre["image_size"])
+        mean = np.asarray(pre["mean"], dtype=np.float32).reshape(3, 1, 1)
+        std = np.asarray(pre["std"], dtype=np.float32).reshape(3, 1, 1)
+        resample = getattr(Image.Resampling, pre.get("resample", "BILINEAR"))
+        out = np.zeros((len(images), 3, size, size), dtype=np.float32)
+        for i, im in enumerate(images):
+            arr = np.asarray(im.convert("RGB").resize((size, size), resample), dtype=np.float32) / 255.0
+            out[i] = (arr.transpose(2, 0, 1) - mean) / std
+        return out
+
+    def encode_images(self, images: Sequence[Any], return_meta: bool = False) -> Any:
+        """(m, d) float32 unit rows of PIL images."""
+        from PIL import Image
+
+        if not isinstance(images, (list, tuple)):
+            raise ValidationError(f"encode_images: expected a list of PIL images, got {type(images).__name__}")
+        for i, im in enumerate(images):
+            if not isinstance(im, Image.Image):
+                raise ValidationError(f"encode_images: item {i} is {type(im).__name__}, expected a PIL.Image.Image")
+        dim = int(self.manifest["embedding_dim"])
+        out = np.zeros((len(images), dim), dtype=np.float32)
+        for s in range(0, len(images), self.batch_size):
+            pixels = self.preprocess(images[s:s + self.batch_size])
+            out[s:s + len(pixels)] = self.graphs["vision"]({"pixel_values": pixels})
+        meta = {"truncated": [], "max_length": self.max_length}
+        return (out, meta) if return_meta else out
+
+
+BUNDLE_CLASSES: dict[str, type[Bundle]] = {"embed": EmbedBundle, "rerank": RerankBundle, "cite": CiteBundle,
+                                           "decompose": DecomposeBundle, "images": ImagesBundle}
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """Parse and check ``manifest.json`` (format version, task, required keys).
+
+    Raises:
+        BundleError: missing, not JSON, newer format, unknown task, missing keys.
+    """
+    mpath = path / MANIFEST
+    if not path.is_dir():
+        raise BundleError(f"bundle: {str(path)!r} is not a folder; export one with: searchsmith export RUN_DIR --out DIR")
+    if not mpath.is_file():
+        raise BundleError(f"bundle: {str(path)!r} has no {MANIFEST}; it is not a searchsmith bundle "
+                          "(export one with: searchsmith export RUN_DIR --out DIR)")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"bundle: {mpath} is not valid JSON ({exc}); re-export the bundle") from None
+    if not isinstance(manifest, dict):
+        raise BundleError(f"bundle: {mpath} must hold a JSON object")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise BundleError(f"bundle: {mpath} format_version is {version!r}, expected an int >= 1")
+    if version > FORMAT_VERSION:
+        raise BundleError(
+            f"bundle: {str(path)!r} has format_version {version} (written by searchsmith "
+            f"{manifest.get('searchsmith_version', '?')}); this searchsmith {__version__} reads up to "
+            f"{FORMAT_VERSION}. Upgrade searchsmith (pip install -U searchsmith) or re-export with this version")
+    for key in ("task", "graphs", "files", "max_length", "trained"):
+        if key not in manifest:
+            raise BundleError(f"bundle: {mpath} has no {key!r}; re-export the bundle")
+    if manifest["task"] not in TASKS:
+        raise BundleError(f"bundle: task {manifest['task']!r} in {mpath} is not one of {list(TASKS)}")
+    return manifest
+
+
+def verify_files(path: Path, manifest: dict[str, Any]) -> None:
+    """Check every file of ``manifest["files"]`` against its sha256.
+
+    Raises:
+        BundleError: a file is missing or its sha256 differs (names the file).
+    """
+    files = manifest["files"]
+    if not isinstance(files, dict) or not files:
+        raise BundleError(f"bundle: {path / MANIFEST} lists no files; re-export the bundle")
+    for graph in manifest["graphs"].values():
+        if graph.get("file") not in files:
+            raise BundleError(f"bundle: graph file {graph.get('file')!r} is not in the manifest's sha256 list")
+    if not (path / TOKENIZER_DIR).is_dir() or not any(f.startswith(TOKENIZER_DIR + "/") for f in files):
+        raise BundleError(f"bundle: {str(path)!r} has no tokenizer (folder {TOKENIZER_DIR}/); re-export the "
+                          "bundle, or copy the tokenizer files of the trained model there")
+    for rel, digest in sorted(files.items()):
+        f = path / rel
+        if not f.is_file():
+            what = "tokenizer file" if rel.startswith(TOKENIZER_DIR + "/") else "file"
+            raise BundleError(f"bundle: {what} {rel!r} listed in the manifest is missing from {str(path)!r}; "
+                              "the copy is incomplete: copy the whole bundle folder again or re-export")
+        if sha256_file(f) != digest:
+            raise BundleError(f"bundle: {rel!r} is corrupt or truncated (sha256 differs from the manifest); "
+                              "copy the bundle again or re-export it")
+
+
+def _pick_backend(backend: str, device: str, path: Path, manifest: dict[str, Any]) -> str:
+    if backend not in ("auto", "onnx", "torch"):
+        raise ConfigError(f"load_bundle: backend {backend!r} is not one of ['auto', 'onnx', 'torch']")
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"load_bundle: device {device!r} is not one of ['auto', 'cpu', 'cuda']")
+    has_torch = (path / TORCH_DIR).is_dir()
+    if backend == "torch":
+        if not has_torch:
+            raise BundleError(f"bundle: {str(path)!r} holds no torch weights (folder {TORCH_DIR}/); use "
+                              "backend='onnx', or re-export with --torch-weights")
+        return "torch"
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        if backend == "onnx" or not has_torch:
+            raise BundleError("load_bundle: onnxruntime is not installed (pip install onnxruntime, or "
+                              "onnxruntime-gpu for CUDA)") from None
+        return "torch"
+    cuda_ep = "CUDAExecutionProvider" in ort.get_available_providers()
+    if device == "cuda" and not cuda_ep:
+        if backend == "auto" and has_torch:
+            return "torch"
+        raise BundleError("load_bundle: device='cuda' needs onnxruntime-gpu with a GPU (CUDAExecutionProvider "
+                          "is not available); install onnxruntime-gpu, use device='cpu', or export with "
+                          "--torch-weights and use backend='torch'")
+    if cuda_ep and device in ("auto", "cuda"):
+        return "onnx-cuda"
+    return "onnx-cpu"
+
+
+def _torch_graphs(path: Path, manifest: dict[str, Any], tokenizer: Any, device: str) -> dict[str, TorchGraph]:
+    from searchsmith.models import onnx_graphs as og
+
+    root = path / TORCH_DIR
+    task = manifest["task"]
+    if task == "embed":
+        specs = og.embedder_graphs(root, tokenizer, manifest.get("pooling", "mean"))
+    elif task == "rerank":
+        specs = og.rerank_graphs(root, tokenizer)
+    elif task == "cite":
+        specs = og.cite_graphs(root, tokenizer)
+    elif task == "decompose":
+        specs = og.decompose_graphs(root, tokenizer)
+    else:
+        specs, _ = og.image_graphs(root)
+    fp16 = manifest.get("dtype") == "fp16"
+    return {name: TorchGraph(s.module, s.inputs, device, fp16) for name, s in specs.items()}
+
+
+def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "auto",
+                threads: int | None = None, *, allow_untrained: bool = False, batch_size: int = 32,
+                memory_arena: bool = True) -> Bundle:
+    """Verify a bundle and load it for inference.
+
+    Args:
+        path: the bundle folder (``searchsmith export ... --out``).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        backend: ``auto`` (ONNX Runtime, torch only without onnxruntime), ``onnx`` or ``torch``.
+        threads: intra-op threads (None = ONNX Runtime's / torch's default).
+        allow_untrained: load a bundle whose model was never fine-tuned (benchmarks, tests).
+        batch_size: inputs per graph call.
+        memory_arena: ONNX Runtime's CPU memory arena (off trades speed for a lower peak).
+
+    Returns:
+        A task bundle (``b.task`` says which): EmbedBundle, RerankBundle, DecomposeBundle,
+        CiteBundle or ImagesBundle.
+
+    Raises:
+        BundleError: corrupt, incomplete, newer, untrained or unloadable bundle.
+        ConfigError: unknown device or backend.
+    """
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    manifest = read_manifest(path)
+    verify_files(path, manifest)
+    if manifest["trained"] is not True and not allow_untrained:
+        raise BundleError(f"bundle: {str(path)!r} holds a model that was never fine-tuned (trained_steps="
+                          f"{manifest.get('trained_steps')}); it would serve noise. Train it (searchsmith train "
+                          "RECIPE.yaml), export the run, and load that bundle")
+    chosen = _pick_backend(backend, device, path, manifest)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path / TOKENIZER_DIR))
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"bundle: the tokenizer in {str(path / TOKENIZER_DIR)!r} does not load ({exc}); "
+                          "re-export the bundle") from None
+    if chosen == "torch":
+        import torch
+
+        dev = "cuda" if device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+        if threads:
+            torch.set_num_threads(int(threads))
+        graphs: dict[str, Any] = _torch_graphs(path, manifest, tokenizer, dev)
+    else:
+        providers: list[Any] = ["CPUExecutionProvider"]
+        if chosen == "onnx-cuda":
+            providers = [("CUDAExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"}),
+                         "CPUExecutionProvider"]
+        graphs = {name: OrtGraph(path / g["file"], providers, threads, memory_arena)
+                  for name, g in manifest["graphs"].items()}
+    return BUNDLE_CLASSES[manifest["task"]](path, manifest, tokenizer, graphs, chosen, batch_size)
+
+
+__all__ = ["BUNDLE_CLASSES", "Bundle", "CiteBundle", "DecomposeBundle", "EmbedBundle", "FORMAT_VERSION",
+           "ImagesBundle", "OrtGraph", "RerankBundle", "TorchGraph", "load_bundle", "read_manifest",
+           "verify_files"]

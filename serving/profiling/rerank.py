@@ -1,0 +1,142 @@
+"""``searchsmith profile rerank``: the int8 ONNX reranker against ``CrossEncoder.predict``.
+
+Same model, same (query, candidates) groups from the demo data, same CPU, one run:
+
+* ``onnx-int8``: the bundle exported with ``--dtype int8`` and loaded by ``load_bundle``
+  (ONNX Runtime, CPU provider), one ``score(query, passages)`` call per query;
+* ``onnx-fp32``: the fp32 bundle, for the share of the gain that is quantisation;
+* ``sentence-transformers``: ``CrossEncoder.predict`` on the torch fp32 model (batch 32).
+
+Reported: pairs/s of each, the ratio int8 / CrossEncoder, and agreement of the int8 ranking
+with the torch ranking per query (Kendall tau, top-10 identical, top-10 overlap).
+
+The model: ``--run DIR`` (a trained reranker run) or, without one, a cross-encoder built from
+the default all-MiniLM-L6-v2 with a fresh (untrained) one-logit head: speed does not depend
+on training, and the output says ``"trained": false``. ``SEARCHSMITH_PROFILE_TINY=1`` (the
+test) uses a tiny random BERT instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from searchsmith.serving.profiling.common import ProfileContext
+
+
+def _untrained_cross_encoder(folder: Path, tiny: bool) -> str:
+    """Save a cross-encoder (random one-logit head) to ``folder``; return its description."""
+    import torch
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig
+
+    torch.manual_seed(0)
+    base = resolve_model("default")
+    tok = AutoTokenizer.from_pretrained(base)
+    if tiny:
+        cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, num_labels=1)
+        model = AutoModelForSequenceClassification.from_config(cfg)
+        name = "tiny random BERT (hidden 32, 1 layer)"
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+        name = "sentence-transformers/all-MiniLM-L6-v2 + untrained 1-logit head"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return name
+
+
+def agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> dict[str, float]:
+    """Ranking agreement of ``got`` with ``ref``, one score vector per query."""
+    from searchsmith.models.export import kendall_tau
+
+    taus, same, overlap = [], [], []
+    for a, b in zip(ref, got, strict=True):
+        ta, tb = np.argsort(-a, kind="stable")[:10], np.argsort(-b, kind="stable")[:10]
+        taus.append(kendall_tau(a, b))
+        same.append(list(ta) == list(tb))
+        overlap.append(len(set(ta) & set(tb)) / len(ta))
+    return {"kendall_tau_mean": float(np.mean(taus)), "kendall_tau_min": float(np.min(taus)),
+            "top10_identical": float(np.mean(same)), "top10_overlap": float(np.mean(overlap))}
+
+
+def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    from searchsmith.models.export import (
+        ExportOptions,
+        ModelSource,
+        export_bundle,
+        heldout_groups,
+        run_source,
+    )
+    from searchsmith.models.runtime import load_bundle
+    from sentence_transformers import CrossEncoder
+
+    tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
+    n_queries, per_query = (2, 12) if tiny else (8, 20) if ctx.quick else (32, 30)
+    groups = heldout_groups(n_queries, per_query)
+    work = Path(tempfile.mkdtemp(prefix="searchsmith-profile-rerank-"))
+    try:
+        run_dir = getattr(args, "run", None)
+        if run_dir:
+            src = run_source(Path(run_dir))
+            model_name, trained = f"{src.base_model} ({run_dir})", True
+        else:
+            folder = work / "cross-encoder"
+            model_name = _untrained_cross_encoder(folder, tiny)
+            src = ModelSource("rerank", folder, folder, model_name, False, 0, 256 if not tiny else 64)
+            trained = False
+        bundles: dict[str, Any] = {}
+        for dtype in ("int8", "fp32"):
+            # allow_drift: the profile measures agreement itself and reports it below
+            opts = ExportOptions(dtype=dtype, allow_drift=True, allow_untrained=not trained)
+            export_bundle(src, work / dtype, opts)
+            bundles[dtype] = load_bundle(work / dtype, device="cpu", allow_untrained=not trained)
+        st = CrossEncoder(str(src.model_dir), device="cpu", max_length=src.max_length)
+        n_pairs = sum(len(p) for _, p in groups)
+        pairs = [(q, p) for q, ps in groups for p in ps]
+
+        def st_scores() -> list[np.ndarray]:
+            flat = np.asarray(st.predict(pairs, batch_size=32, show_progress_bar=False), dtype=np.float32)
+            out, i = [], 0
+            for _, ps in groups:
+                out.append(flat[i:i + len(ps)])
+                i += len(ps)
+            return out
+
+        # Interleaved rounds, best of each: on a shared machine the load drifts, and timing
+        # one implementation after the other would hand the drift to one of them.
+        fns = {"st": st_scores, **{d: (lambda b=b: [b.score(q, ps) for q, ps in groups])
+                                   for d, b in bundles.items()}}
+        results = {k: fn() for k, fn in fns.items()}  # warm-up, and the scores
+        best = dict.fromkeys(fns, float("inf"))
+        for _ in range(2 if (ctx.quick or tiny) else 3):
+            for k, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                best[k] = min(best[k], time.perf_counter() - t0)
+        st_s, ref = best["st"], results["st"]
+        workload = {"queries": len(groups), "pairs": n_pairs, "device": "cpu", "model": model_name,
+                    "trained": trained, "max_length": src.max_length}
+        ctx.emit({"suite": "rerank", "impl": "sentence-transformers", "dtype": "fp32",
+                  "pairs_per_s": n_pairs / st_s, **workload})
+        figures = {}
+        for dtype in bundles:
+            s = best[dtype]
+            figures[dtype] = (s, agreement(ref, results[dtype]))
+            ctx.emit({"suite": "rerank", "impl": f"onnx-{dtype}", "dtype": dtype, "pairs_per_s": n_pairs / s,
+                      "ratio_vs_st": st_s / s, **figures[dtype][1], **workload})
+        s8, agree8 = figures["int8"]
+        ctx.emit({"suite": "rerank", "summary": True, "onnx_int8_pairs_per_s": n_pairs / s8,
+                  "onnx_fp32_pairs_per_s": n_pairs / figures["fp32"][0], "st_pairs_per_s": n_pairs / st_s,
+                  "ratio_int8_vs_st": st_s / s8, "ratio_fp32_vs_st": st_s / figures["fp32"][0],
+                  "target": ">= 2x with top-10 agreement >= 0.95", **agree8,
+                  "note": None if trained else "untrained head: speed is what is measured; agreement "
+                  "of an untrained head understates a trained model's", **workload})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,172 @@
+"""searchsmith export: tiny random models exported to ONNX, parity checked against torch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from export_fixtures import LABELS, bundle, decompose_run, rerank_run
+from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.export import ExportOptions, ParityThresholds, export_run, kendall_tau
+from searchsmith.models.io import sha256_file
+
+
+def _manifest(path):
+    return json.loads((path / "manifest.json").read_text())
+
+
+def test_embedder_fp32_and_int8_pass_parity() -> None:
+    for dtype in ("fp32", "int8"):
+        path = bundle("embed", dtype)
+        m = _manifest(path)
+        assert m["task"] == "embed" and m["dtype"] == dtype and m["trained"] is True
+        assert m["parity"]["passed"] and not m["allow_drift"]
+        assert m["parity"]["checks"]["model_fp32_max_abs"] <= 1e-4
+        assert m["graphs"]["model"]["outputs"] == [{"name": "embeddings", "dtype": "float32",
+                                                    "shape": ["batch", 32]}]
+        report = json.loads((path / "parity_report.json").read_text())
+        assert report["thresholds"]["fp32_max_abs"] == 1e-4 and report["passed"]
+    assert _manifest(bundle("embed", "int8"))["parity"]["checks"]["int8_min_cosine"] >= 0.99
+    # int8: the weight matrix products became integer products (the tiny model's size is its
+    # embedding table, which stays fp32, so the file size says little here)
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(bundle("embed", "int8") / "model.onnx")).graph.node]
+    # 6 weight products in the 1-layer model; the FFN down-projection (fed by GELU) stays fp32
+    assert ops.count("MatMulInteger") == 5 and ops.count("MatMul") >= 1 and "MatMulInteger" not in [
+        n.op_type for n in onnx.load(str(bundle("embed", "fp32") / "model.onnx")).graph.node]
+
+
+def test_embedder_fp16_passes_parity() -> None:
+    # fp16 is meant for GPUs; ONNX Runtime's CPU provider runs it too, so parity is checked here
+    m = _manifest(bundle("embed", "fp16"))
+    assert m["dtype"] == "fp16" and m["parity"]["passed"]
+    assert m["parity"]["checks"]["fp16_min_cosine"] >= 0.999
+    assert m["graphs"]["model"]["inputs"][0]["dtype"] == "int64"  # fp32/int64 I/O kept
+
+
+def test_manifest_lists_every_file_with_its_sha256() -> None:
+    path = bundle("rerank")
+    m = _manifest(path)
+    files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != "manifest.json")
+    assert sorted(m["files"]) == files
+    assert "model.onnx" in files and "parity_report.json" in files and "tokenizer/tokenizer.json" in files
+    for rel, digest in m["files"].items():
+        assert sha256_file(path / rel) == digest
+    assert m["format_version"] == 1 and m["opset"] == 18 and m["max_length"] == 48
+    assert m["base_model"] == "tiny-bert" and m["trained_steps"] == 3
+    inputs = {i["name"]: i for i in m["graphs"]["model"]["inputs"]}
+    assert set(inputs) == {"input_ids", "attention_mask", "token_type_ids"}
+    assert inputs["input_ids"] == {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"]}
+    assert m["parity"]["checks"]["logits_fp32_max_abs"] <= 1e-4
+
+
+def test_cite_exports_tagger_and_scorer() -> None:
+    path = bundle("cite")
+    m = _manifest(path)
+    assert sorted(m["graphs"]) == ["scorer", "tagger"]
+    assert m["labels"] == LABELS and m["thresholds"]["support_threshold"] == 0.5 and m["max_length"] == 40
+    assert m["tagger_max_length"] == 24 and m["trained_steps"] == 2
+    assert m["graphs"]["tagger"]["outputs"][0]["shape"] == ["batch", "seq", 3]
+    assert m["parity"]["checks"]["tagger_fp32_max_abs"] <= 1e-4
+    assert m["parity"]["checks"]["scorer_fp32_max_abs"] <= 1e-4
+
+
+def test_images_exports_text_and_vision_towers() -> None:
+    m = _manifest(bundle("images"))
+    assert sorted(m["graphs"]) == ["text", "vision"] and m["embedding_dim"] == 16
+    assert m["graphs"]["vision"]["inputs"] == [{"name": "pixel_values", "dtype": "float32",
+                                                "shape": ["batch", 3, 16, 16]}]
+    pre = m["preprocess"]
+    assert pre["image_size"] == 16 and pre["resample"] == "BILINEAR"
+    np.testing.assert_allclose(pre["mean"], [0.5] * 3, atol=1e-6)
+    np.testing.assert_allclose(pre["std"], [0.5] * 3, atol=1e-6)
+    assert m["parity"]["checks"]["text_fp32_max_abs"] <= 1e-4
+    assert m["parity"]["checks"]["vision_fp32_max_abs"] <= 1e-4
+
+
+def test_decomposer_onnx_greedy_loop_matches_torch_generate() -> None:
+    m = _manifest(bundle("decompose"))
+    assert sorted(m["graphs"]) == ["decoder", "encoder"]
+    checks = m["parity"]["checks"]
+    assert checks["fp32_identical_generations"] == 1.0
+    assert checks["encoder_fp32_max_abs"] <= 1e-4 and checks["decoder_fp32_max_abs"] <= 1e-4
+    assert m["generation"]["max_target_tokens"] == 10 and m["generation"]["search"] == "greedy"
+
+
+def test_failed_parity_raises_and_keeps_the_old_bundle(tmp_path) -> None:
+    # A random tiny decoder has near-flat next-token distributions: int8 changes its greedy path.
+    out = tmp_path / "b"
+    shutil.copytree(bundle("decompose"), out)
+    with pytest.raises(BundleError, match=r"parity failed .*int8_identical_generations = 0(\.\d+)? "
+                                          r"\(limit 0\.98\).*--allow-drift"):
+        export_run(decompose_run(), out, ExportOptions(dtype="int8"))
+    assert _manifest(out)["dtype"] == "fp32"  # untouched
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left
+
+
+def test_allow_drift_is_recorded(tmp_path) -> None:
+    m = export_run(decompose_run(), tmp_path / "b", ExportOptions(dtype="int8", allow_drift=True))
+    assert m["allow_drift"] is True and m["parity"]["passed"] is False
+    report = json.loads((tmp_path / "b" / "parity_report.json").read_text())
+    assert report["checks"]["int8_identical_generations"]["differing"]
+    assert report["checks"]["int8_identical_generations"]["value"] < 0.98
+
+
+def test_thresholds_are_settings(tmp_path) -> None:
+    lenient = ParityThresholds(decompose_min_identical=0.0)
+    m = export_run(decompose_run(), tmp_path / "b", ExportOptions(dtype="int8", thresholds=lenient))
+    assert m["parity"]["passed"] is True and m["allow_drift"] is False
+
+
+def test_untrained_run_is_refused(tmp_path) -> None:
+    with pytest.raises(BundleError, match="records 0 training steps"):
+        export_run(rerank_run(steps=0), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_missing_head_weights_are_refused(tmp_path) -> None:
+    from transformers import AutoModel
+
+    run = tmp_path / "run"
+    shutil.copytree(rerank_run(), run)
+    # an encoder without a classifier: loading it as a cross-encoder reports MISSING weights
+    AutoModel.from_pretrained(run / "model").save_pretrained(run / "model")
+    with pytest.raises(BundleError, match="MISSING weights"):
+        export_run(run, tmp_path / "b")
+
+
+def test_cli_exports_a_folder_of_runs(tmp_path, capsys) -> None:
+    from searchsmith.models.cli import main
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copytree(rerank_run(), runs / "reranker")
+    (runs / "notes").mkdir()  # not a run: skipped
+    assert main(["export", str(runs), "--out", str(tmp_path / "bundles")]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["task"] == "rerank" and line["parity_passed"] and line["bundle"].endswith("reranker")
+    assert _manifest(tmp_path / "bundles" / "reranker")["task"] == "rerank"
+
+
+def test_cli_rejects_a_folder_without_runs(tmp_path, capsys) -> None:
+    from searchsmith.models.cli import main
+
+    assert main(["export", str(tmp_path), "--out", str(tmp_path / "b")]) == 1
+    assert "holds no run.json and no run folders" in capsys.readouterr().err
+
+
+def test_bad_options_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="--dtype: 'bf16'"):
+        ExportOptions(dtype="bf16")
+    with pytest.raises(ConfigError, match="--opset: 9 is outside 14..23"):
+        ExportOptions(opset=9)
+
+
+def test_kendall_tau() -> None:
+    a = np.array([3.0, 2.0, 1.0, 0.0])
+    assert kendall_tau(a, a) == 1.0
+    assert kendall_tau(a, -a) == -1.0
+    assert kendall_tau(a, np.array([3.0, 1.0, 2.0, 0.0])) == pytest.approx(4 / 6)

@@ -1,0 +1,236 @@
+"""load_bundle: round trips of every exported task against torch, and every rejected bundle/input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from export_fixtures import (
+    bundle,
+    cite_run,
+    decompose_run,
+    embedder_dir,
+    images_run,
+    rerank_run,
+    tokenizer,
+)
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.runtime import load_bundle
+
+TEXTS = ["Quarry is a vector database.", "What is the default value of index.ef_construction?",
+         "Lumen snapshots every 300 seconds by default, and the interval can be changed."]
+
+
+def _copy(task: str, tmp_path, **kw):
+    out = tmp_path / task
+    shutil.copytree(bundle(task, **kw), out)
+    return out
+
+
+def _torch_embed(texts):
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(embedder_dir()).eval()
+    enc = tokenizer()(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**enc).last_hidden_state
+    mask = enc["attention_mask"].unsqueeze(-1).float()
+    return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+
+
+def test_embed_round_trip_matches_torch() -> None:
+    b = load_bundle(bundle("embed"), device="cpu")
+    assert b.task == "embed" and b.backend == "onnx-cpu" and b.manifest["dtype"] == "fp32"
+    vecs = b.encode(TEXTS)
+    assert vecs.shape == (3, 32) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(vecs, _torch_embed(TEXTS), atol=1e-4)
+    int8 = load_bundle(bundle("embed", "int8"), device="cpu", threads=1).encode(TEXTS)
+    assert np.sum(int8 * vecs, axis=1).min() >= 0.99
+    assert b.encode([]).shape == (0, 32)
+
+
+def test_rerank_round_trip_matches_torch() -> None:
+    from searchsmith.training.reranker import score_pairs
+    from transformers import AutoModelForSequenceClassification
+
+    b = load_bundle(bundle("rerank"), device="cpu")
+    got = b.score(TEXTS[1], TEXTS)
+    model = AutoModelForSequenceClassification.from_pretrained(rerank_run() / "model")
+    want = score_pairs(model, tokenizer(), [(TEXTS[1], t) for t in TEXTS], max_length=48)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    np.testing.assert_array_equal(b.score_pairs([(TEXTS[1], t) for t in TEXTS]), got)
+
+
+def test_cite_round_trip_matches_citation_model() -> None:
+    from searchsmith.models.citation import CitationModel
+
+    b = load_bundle(bundle("cite"), device="cpu")
+    ref = CitationModel.load(cite_run() / "model", device="cpu")
+    sentences = TEXTS + ["Northwind Labs released Quarry 2.0 on 12 March 2024 in Berlin."]
+    assert b.entities(sentences) == ref.entities(sentences)
+    pairs = [(TEXTS[0], TEXTS[2]), (TEXTS[1], TEXTS[0]), (sentences[3], "x " * 200)]
+    np.testing.assert_allclose(b.attribute(pairs), ref.attribute(pairs), atol=1e-5)
+    _, meta = b.entities(["word " * 100], return_meta=True)
+    assert meta == {"truncated": [0], "max_length": 24}  # the tagger's own limit
+
+
+def test_cite_bio_decoding_joins_tokens_into_spans() -> None:
+    b = load_bundle(bundle("cite"), device="cpu")
+    sentence = "Northwind Labs builds Quarry"
+    words = b.tokenizer([sentence]).word_ids(0)
+    first = {w: words.index(w) for w in set(words) if w is not None}
+    logits = np.full((1, len(words), 3), -5.0, dtype=np.float32)
+    for t, w in enumerate(words):  # B-ENT on a word's first token, I-ENT after: words 0-1 and 3
+        label = 0 if w is None or w == 2 else (1 if t == first[w] and w in (0, 3) else 2)
+        logits[0, t, label] = 5.0
+    b.graphs["tagger"] = lambda feeds: logits
+    assert b.entities([sentence]) == [[(0, 14, "ENT"), (22, 28, "ENT")]]
+
+
+def test_images_round_trip_matches_the_torch_model() -> None:
+    from PIL import Image
+    from searchsmith.models.image_relevance import ImageRelevanceModel
+    from searchsmith.serving.demo import demo_dir
+
+    b = load_bundle(bundle("images"), device="cpu")
+    ref = ImageRelevanceModel.load(images_run() / "model", device="cpu")
+    np.testing.assert_allclose(b.encode_text(TEXTS), ref.encode_text(TEXTS), atol=1e-4)
+    images = [Image.open(p) for p in sorted((demo_dir() / "images").glob("*.png"))[:3]]
+    np.testing.assert_allclose(b.preprocess(images), ref.preprocess(images), atol=1e-5)
+    np.testing.assert_allclose(b.encode_images(images), ref.encode_images(images), atol=1e-4)
+    with pytest.raises(ValidationError, match="item 1 is str, expected a PIL.Image.Image"):
+        b.encode_images([images[0], "cat.png"])
+
+
+def test_decompose_and_rewrite_match_the_torch_decomposer() -> None:
+    from searchsmith.models.decomposer import Decomposer
+
+    b = load_bundle(bundle("decompose"), device="cpu")
+    ref = Decomposer.load(decompose_run())
+    for q in ["Who founded Northwind Labs and where is it based?", "What is Quarry written in?"]:
+        assert b.decompose(q) == ref.decompose(q)
+        assert b.decompose(q, max_nodes=1) == ref.decompose(q, max_nodes=1)
+    history = [{"role": "user", "content": "Tell me about Quarry"}, {"role": "assistant", "content": "ok"}]
+    assert b.rewrite(history, "who wrote it?") == ref.rewrite(history, "who wrote it?")
+    assert b.rewrite([], "who wrote it?") == "who wrote it?"
+    # both decode under the graph grammar: every output starts with a type word
+    assert b.grammar is not None and ref.constrained
+    raw = b.generate(["decompose: who founded northwind labs"], constraint=b.grammar)[0]
+    assert raw.split()[0] in ("terminal", "chain", "split")
+
+
+def test_torch_backend_has_the_same_signature_and_results() -> None:
+    onnx = load_bundle(bundle("rerank", torch_weights=True), backend="onnx", device="cpu")
+    pt = load_bundle(bundle("rerank", torch_weights=True), backend="torch", device="cpu")
+    assert pt.backend == "torch" and onnx.backend == "onnx-cpu"
+    np.testing.assert_allclose(pt.score(TEXTS[0], TEXTS), onnx.score(TEXTS[0], TEXTS), atol=1e-4)
+
+
+def test_torch_backend_without_torch_weights_is_refused() -> None:
+    with pytest.raises(BundleError, match="holds no torch weights.*--torch-weights"):
+        load_bundle(bundle("rerank"), backend="torch")
+
+
+def test_unknown_backend_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="backend 'tensorrt' is not one of"):
+        load_bundle(bundle("rerank"), backend="tensorrt")
+
+
+# ----------------------------------------------------------------------------- bad bundles
+
+
+def test_truncated_onnx_is_refused_naming_the_file(tmp_path) -> None:
+    path = _copy("rerank", tmp_path)
+    data = (path / "model.onnx").read_bytes()
+    (path / "model.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(BundleError, match=r"'model\.onnx' is corrupt or truncated"):
+        load_bundle(path)
+
+
+def test_corrupt_onnx_with_matching_size_is_refused(tmp_path) -> None:
+    path = _copy("decompose", tmp_path)
+    data = bytearray((path / "decoder.onnx").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (path / "decoder.onnx").write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"'decoder\.onnx' is corrupt"):
+        load_bundle(path)
+
+
+def test_newer_manifest_is_refused(tmp_path) -> None:
+    path = _copy("rerank", tmp_path)
+    m = json.loads((path / "manifest.json").read_text())
+    m["format_version"] = 99
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="format_version 99.*reads up to 1. Upgrade searchsmith"):
+        load_bundle(path)
+
+
+def test_missing_tokenizer_is_refused(tmp_path) -> None:
+    path = _copy("rerank", tmp_path)
+    shutil.rmtree(path / "tokenizer")
+    with pytest.raises(BundleError, match="has no tokenizer"):
+        load_bundle(path)
+
+
+def test_missing_manifest_is_refused(tmp_path) -> None:
+    with pytest.raises(BundleError, match="has no manifest.json"):
+        load_bundle(tmp_path)
+
+
+def test_untrained_bundle_is_refused_unless_allowed(tmp_path) -> None:
+    from searchsmith.models.export import ExportOptions, export_run
+
+    export_run(rerank_run(steps=0), tmp_path / "b", ExportOptions(allow_untrained=True))
+    with pytest.raises(BundleError, match="never fine-tuned"):
+        load_bundle(tmp_path / "b")
+    b = load_bundle(tmp_path / "b", allow_untrained=True)
+    assert b.manifest["trained"] is False and b.score("q", ["p"]).shape == (1,)
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+def test_over_long_input_is_truncated_and_reported() -> None:
+    b = load_bundle(bundle("embed"), device="cpu")
+    long = "quarry " * 2000
+    vecs, meta = b.encode(["short", long], return_meta=True)
+    assert meta == {"truncated": [1], "max_length": 128}
+    cut = b.tokenizer.decode(b.tokenizer(long, truncation=True, max_length=128)["input_ids"][1:-1])
+    np.testing.assert_allclose(vecs[1], b.encode([cut])[0], atol=1e-5)
+    r = load_bundle(bundle("rerank"), device="cpu")
+    scores, meta = r.score("query", ["short passage", long], return_meta=True)
+    assert scores.shape == (2,) and meta == {"truncated": [1], "max_length": 48}
+
+
+def test_wrong_input_types_are_validation_errors() -> None:
+    b = load_bundle(bundle("embed"), device="cpu")
+    with pytest.raises(ValidationError, match="got one string"):
+        b.encode("one text")
+    with pytest.raises(ValidationError, match="item 1 is int, expected a string"):
+        b.encode(["a", 3])
+    r = load_bundle(bundle("rerank"), device="cpu")
+    with pytest.raises(ValidationError, match=r"pair 0 is .*expected a \(str, str\) tuple"):
+        r.score_pairs([("only one",)])
+    with pytest.raises(ValidationError, match="query is NoneType"):
+        r.score(None, ["p"])
+
+
+def test_wrong_dtype_is_a_validation_error() -> None:
+    b = load_bundle(bundle("rerank"), device="cpu")
+    feeds = {k: np.ones((1, 4), dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    assert b.run_graph("model", feeds).shape == (1, 1)
+    with pytest.raises(ValidationError, match="input_ids: dtype float32, expected int64"):
+        b.run_graph("model", {**feeds, "input_ids": feeds["input_ids"].astype(np.float32)})
+
+
+def test_wrong_shape_is_a_validation_error() -> None:
+    b = load_bundle(bundle("rerank"), device="cpu")
+    feeds = {k: np.ones((1, 4), dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    with pytest.raises(ValidationError, match=r"attention_mask: shape \(4,\) has 1 dims, expected 2"):
+        b.run_graph("model", {**feeds, "attention_mask": np.ones(4, dtype=np.int64)})
+    with pytest.raises(ValidationError, match="sequence length 60 is over max_length 48"):
+        b.run_graph("model", {k: np.ones((1, 60), dtype=np.int64) for k in feeds})
