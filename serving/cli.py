@@ -1,4 +1,4 @@
-"""Serving-side subcommands: ``index``, ``route``, ``quickstart``.
+"""Serving-side subcommands: ``index`` and ``route`` (``quickstart`` lives in serving/quickstart.py).
 
 Heavy imports (torch, transformers, faiss) happen inside the commands.
 """
@@ -104,52 +104,4 @@ def run_route(args: argparse.Namespace) -> int:
         print(f"mode: {res.mode}   routed: {res.routed_text!r}")
         for name, score in res.sources:
             print(f"  {score:7.4f}  {name}")
-    return 0
-
-
-# -- quickstart ------------------------------------------------------------------------------
-# Two-turn samples: the follow-up's referent is only in the history. In the second, the
-# raw follow-up says nothing about where to look, so only the rewrite can route it.
-SAMPLES = [
-    ([{"role": "user", "content": "How do I configure the eviction policy of the Lumen cache?"},
-      {"role": "assistant", "content": "Set lumen.eviction.policy to lru or lfu in lumen.yaml."}],
-     "Where can I find the code for it?"),
-    ([{"role": "user", "content": "What are the limits of Kestrel?"},
-      {"role": "assistant", "content": "There are a few, on request size and rate."}],
-     "Can you give me more details on that?"),
-]
-
-
-def configure_quickstart(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workdir", default="searchsmith-work", help="where everything is written")
-    parser.add_argument("--profile", choices=["quick", "full"], default="quick")
-    parser.set_defaults(func=run_quickstart)
-
-
-def run_quickstart(args: argparse.Namespace) -> int:
-    from searchsmith.serving.corpus import read_corpus
-    from searchsmith.serving.demo import corpus_path
-    from searchsmith.serving.index import IndexConfig, build_index, read_manifest
-
-    work = Path(args.workdir)
-    index_dir = work / "index"
-    t0 = time.perf_counter()
-    if (index_dir / "manifest.json").is_file():
-        print(f"[1/2] index: reusing {index_dir}")
-    else:
-        print(f"[1/2] index: indexing the demo corpus {corpus_path()} -> {index_dir}")
-        build_index(read_corpus(corpus_path()), index_dir, IndexConfig())
-    m = read_manifest(index_dir)
-    print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
-    router = load_router(str(index_dir))
-    print("[2/2] route follow-up questions (parallel: the raw query; serial: the rewrite)")
-    for history, query in SAMPLES:
-        for turn in history:
-            print(f"      {turn['role']}: {turn['content']}")
-        print(f"      user: {query}")
-        for mode in ("parallel", "serial"):
-            res = router.route(query, history, mode=mode)
-            top = ", ".join(f"{s} ({sc:.3f})" for s, sc in res.sources)
-            print(f"      {mode:>8}: routed {res.routed_text!r}\n                -> {top}")
-    print(f"done in {time.perf_counter() - t0:.1f} s; index at {index_dir}")
     return 0

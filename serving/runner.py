@@ -8,13 +8,24 @@ batcher's ``run_batch``::
     runner = EmbeddingRunner(embedder)
     batcher = DynamicBatcher(runner.run, config=BatcherConfig(...))
     vector = batcher.submit(token_ids, length=len(token_ids)).result()   # (D,) float32
+
+Runners here:
+
+* ``EmbeddingRunner``: token ids -> vectors with the torch ``Embedder`` (the index's model);
+* ``BundleEmbedder``: texts -> vectors with an ``embed`` bundle (``models.runtime``);
+* ``RerankRunner``: (query, passage) pairs -> scores with a ``rerank`` bundle;
+* ``call_each``: zero-argument calls run one by one (decompose, cite, images, search: models
+  that do not batch across requests still get the batcher's bounded queue and timeout).
+
+Bundles tokenize inside ``encode`` / ``score_pairs``; the HTTP layer counts tokens first (in a
+worker thread, ``count_tokens``) for the batcher's packing and the length limits.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from searchsmith.models.errors import RunnerError, ValidationError
@@ -22,7 +33,8 @@ from searchsmith.models.errors import RunnerError, ValidationError
 if TYPE_CHECKING:
     from searchsmith.serving.embedder import Embedder
 
-__all__ = ["EmbeddingRunner"]
+__all__ = ["BundleEmbedder", "CallOutcome", "EmbeddingRunner", "RerankRunner", "call_each",
+           "count_tokens"]
 
 
 class EmbeddingRunner:
@@ -89,3 +101,145 @@ class EmbeddingRunner:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     __call__ = run
+
+
+# ---- bundles -------------------------------------------------------------------------------
+
+
+def count_tokens(tokenizer: Any, first: Sequence[str], second: Sequence[str] | None = None) -> list[int]:
+    """Token count of each text (or text pair), special tokens included, without truncation.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (a bundle's ``.tokenizer``), or None: then the
+            count is estimated as words + 2 (a bundle without a tokenizer, e.g. a test fake;
+            the count only steers packing and the length limit, never the model's input).
+        first: N texts.
+        second: N second texts of pairs (rerank, attribution), or None.
+
+    Returns:
+        N counts.
+    """
+    if tokenizer is None:
+        if second is None:
+            return [len(t.split()) + 2 for t in first]
+        return [len(a.split()) + len(b.split()) + 3 for a, b in zip(first, second, strict=True)]
+    kwargs = {"truncation": False, "return_attention_mask": False, "return_token_type_ids": False}
+    enc = tokenizer(list(first), **kwargs) if second is None else tokenizer(list(first), list(second), **kwargs)
+    return [len(ids) for ids in enc["input_ids"]]
+
+
+def bundle_max_length(bundle: Any, default: int = 512) -> int:
+    """Tokens per input of a bundle (``max_length``, else the manifest's, else ``default``)."""
+    value = getattr(bundle, "max_length", None)
+    if value is None:
+        value = (getattr(bundle, "manifest", None) or {}).get("max_length", default)
+    return int(value)
+
+
+class BundleEmbedder:
+    """An ``embed`` bundle with what the HTTP layer needs: name, dim, limits, token counts.
+
+    Items are texts (the bundle tokenizes them itself, truncating to ``max_seq_length``).
+
+    Args:
+        bundle: a loaded ``embed`` bundle (``encode(texts) -> (n, D)``).
+        name: the model name reported by /v1/embeddings.
+    """
+
+    def __init__(self, bundle: Any, name: str = "embedder") -> None:
+        if getattr(bundle, "task", "embed") != "embed":
+            raise ValidationError(f"BundleEmbedder: got a {bundle.task!r} bundle, expected an 'embed' bundle")
+        self.bundle = bundle
+        self.model_name = name
+        self.tokenizer = getattr(bundle, "tokenizer", None)
+        self.max_seq_length = bundle_max_length(bundle)
+        manifest = getattr(bundle, "manifest", None) or {}
+        dim = manifest.get("embedding_dim")
+        self.dim = int(dim) if dim is not None else int(np.asarray(bundle.encode(["dimension probe"])).shape[1])
+
+    def lengths(self, texts: Sequence[str]) -> list[int]:
+        """Untruncated token counts of ``texts``."""
+        return count_tokens(self.tokenizer, texts)
+
+    def run(self, batch: Sequence[str]) -> np.ndarray:
+        """Embed one batch of texts -> (B, D) float32 unit rows, in batch order.
+
+        Raises:
+            RunnerError: the bundle failed.
+        """
+        try:
+            vectors = np.asarray(self.bundle.encode(list(batch)), dtype=np.float32)  # (B, D)
+        except Exception as exc:
+            raise RunnerError(f"runner[{self.model_name}]: encode failed on a batch of {len(batch)} texts: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        return vectors
+
+    __call__ = run
+
+
+class RerankRunner:
+    """Scores batches of (query, passage) pairs with a ``rerank`` bundle (one logit each).
+
+    Pairs from many requests share one call: the batcher packs them by token length.
+
+    Args:
+        bundle: a loaded ``rerank`` bundle (``score_pairs(pairs) -> (n,)``).
+        name: used in error messages.
+    """
+
+    def __init__(self, bundle: Any, name: str = "reranker") -> None:
+        if getattr(bundle, "task", "rerank") != "rerank":
+            raise ValidationError(f"RerankRunner: got a {bundle.task!r} bundle, expected a 'rerank' bundle")
+        self.bundle = bundle
+        self.name = name
+        self.tokenizer = getattr(bundle, "tokenizer", None)
+        self.max_length = bundle_max_length(bundle)
+
+    def lengths(self, query: str, documents: Sequence[str]) -> list[int]:
+        """Untruncated token counts of the pairs (query, document_i)."""
+        return count_tokens(self.tokenizer, [query] * len(documents), documents)
+
+    def run(self, batch: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Score one batch -> (B,) float32 logits (higher = more relevant), in batch order.
+
+        Raises:
+            RunnerError: the bundle failed.
+        """
+        try:
+            scores = np.asarray(self.bundle.score_pairs(list(batch)), dtype=np.float32).reshape(-1)  # (B,)
+        except Exception as exc:
+            raise RunnerError(f"runner[{self.name}]: score_pairs failed on a batch of {len(batch)} pairs: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        return scores
+
+    __call__ = run
+
+
+# ---- unbatched calls -------------------------------------------------------------------------
+
+
+class CallOutcome:
+    """What one call returned or raised (so one failing request does not fail its batch-mates,
+    and a ValidationError keeps its class on the way back to the HTTP layer)."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value = value
+        self.error = error
+
+    def unwrap(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def call_each(batch: Sequence[Callable[[], Any]]) -> list[CallOutcome]:
+    """Run zero-argument calls one after the other; the ``run_batch`` of unbatched models."""
+    out = []
+    for fn in batch:
+        try:
+            out.append(CallOutcome(fn()))
+        except Exception as exc:  # returned, re-raised in the request that made the call
+            out.append(CallOutcome(error=exc))
+    return out

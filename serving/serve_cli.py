@@ -1,42 +1,135 @@
-"""``searchsmith serve``: the batched inference server (embeddings, routing, health).
+"""``searchsmith serve``: the batched inference server (every model of serve.yaml, one process).
 
-Heavy imports (torch, fastapi, uvicorn) happen inside the command.
+::
+
+    searchsmith serve --config searchsmith-work/serve.yaml        # the quickstart's models
+    searchsmith serve --index indexes/demo server.batcher.max_batch_size=64
+    searchsmith serve --config serve.yaml --ray --replicas 4      # Ray Serve, N replicas
+
+Without ``--config``, ``./searchsmith-work/serve.yaml`` is used when it exists (the quickstart
+writes it); otherwise only what ``--index`` gives (or the default embedder) is served.
+The port opens at once: ``/health`` answers 200 while the models load and warm up in the
+background, ``/ready`` 503 until they are ready. On SIGTERM / Ctrl-C, uvicorn stops accepting
+connections, requests in flight are answered (up to ``server.request_timeout_s``), then the
+batchers drain and close.
+
+Heavy imports (torch, fastapi, uvicorn, ray) happen inside the command.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import logging
+import time
+from typing import Any
+
+from searchsmith.models.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+RAY_MISSING = ("--ray: Ray Serve is not installed; install it with pip install 'searchsmith[ray]' "
+               "(or pip install 'ray[serve]'), or serve without --ray")
 
 
 def configure_serve(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="server config YAML (limits, api_keys, batcher)")
-    parser.add_argument("--index", help="index folder: also serve /v1/route over it")
-    parser.add_argument("--router-config", help="router config YAML")
+    parser.add_argument("--config", help="serve.yaml: index, bundles, server limits, pipeline "
+                                         "(default: ./searchsmith-work/serve.yaml when it exists)")
+    parser.add_argument("--index", help="index folder (overrides the config's 'index'): /v1/route and /v1/search")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("overrides", nargs="*", help="server config overrides KEY=VALUE, e.g. batcher.max_batch_size=64")
+    parser.add_argument("--ray", action="store_true", help="serve through Ray Serve (pip install 'searchsmith[ray]')")
+    parser.add_argument("--replicas", type=int, default=1, help="--ray: number of replicas (each loads every model)")
+    parser.add_argument("overrides", nargs="*",
+                        help="config overrides KEY=VALUE, e.g. server.batcher.max_batch_size=64")
     parser.set_defaults(func=run_serve)
 
 
-def build_app(args: argparse.Namespace):
-    """The FastAPI app for these arguments (models loaded and warmed up)."""
-    from searchsmith.models.config import load_config
-    from searchsmith.serving.http import ServerConfig, create_app
+def load_config(args: argparse.Namespace):
+    """The ServeConfig for these arguments (paths checked, nothing loaded yet)."""
+    from searchsmith.serving.serve_config import (
+        check_paths,
+        default_serve_config,
+        load_serve_config,
+    )
 
-    cfg = load_config(ServerConfig, args.config, args.overrides)
-    if args.index:
-        from searchsmith.serving.cli import load_router
+    path = args.config or default_serve_config()
+    if path and not args.config:
+        log.info("serve: using %s", path)
+    cfg = load_serve_config(path, args.overrides, index=args.index)
+    check_paths(cfg)
+    return cfg
 
-        router = load_router(args.index, args.router_config)
-        return cfg, create_app(cfg, embedder=router.embedder, router=router)
-    from searchsmith.serving.embedder import Embedder
 
-    return cfg, create_app(cfg, embedder=Embedder())
+def build_app(args: argparse.Namespace, *, background: bool = False):
+    """The FastAPI app for these arguments.
+
+    Args:
+        args: the parsed ``serve`` arguments.
+        background: load the models in a thread started with the app (``searchsmith serve``:
+            the port opens at once, /ready says when they are warm); False loads them here.
+
+    Returns:
+        (ServeConfig, app).
+    """
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.serve_config import load_models
+
+    cfg = load_config(args)
+    if background:
+        return cfg, create_app(cfg.server, loader=functools.partial(load_models, cfg))
+    app = create_app(cfg.server)
+    load_models(cfg, app.state.serving)
+    return cfg, app
+
+
+def _replica_app(config: str | None, overrides: list[str], index: str | None):
+    """The app of one Ray Serve replica (built on the replica: models load there, once each)."""
+    args = argparse.Namespace(config=config, overrides=overrides, index=index)
+    return build_app(args, background=False)[1]
+
+
+def run_ray(args: argparse.Namespace, cfg: Any) -> int:
+    """Serve the same FastAPI app through Ray Serve with ``--replicas`` replicas.
+
+    Raises:
+        ConfigError: Ray Serve is not installed, or ``--replicas`` < 1.
+    """
+    if args.replicas < 1:
+        raise ConfigError(f"--replicas: expected an int >= 1, got {args.replicas}")
+    try:
+        from ray import serve
+    except ImportError:
+        raise ConfigError(RAY_MISSING) from None
+    config, overrides, index = args.config, list(args.overrides), args.index
+
+    def builder():  # a plain function: Ray Serve calls it on each replica (a partial is taken for an app)
+        return _replica_app(config, overrides, index)
+
+    deployment = serve.deployment(
+        name="searchsmith", num_replicas=args.replicas,
+        # Ray waits this long for requests in flight when a replica stops (graceful shutdown).
+        graceful_shutdown_timeout_s=float(cfg.server.request_timeout_s),
+    )(serve.ingress(builder)())
+    serve.start(http_options={"host": args.host, "port": args.port})
+    serve.run(deployment.bind(), name="searchsmith", route_prefix="/")
+    print(f"searchsmith: {args.replicas} Ray Serve replica(s) at http://{args.host}:{args.port} (Ctrl-C stops)",
+          flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+    return 0
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    if args.ray:
+        return run_ray(args, load_config(args))
+    if args.replicas != 1:
+        raise ConfigError("--replicas: only with --ray (one uvicorn process serves one replica)")
     import uvicorn
 
-    cfg, app = build_app(args)
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=int(cfg.request_timeout_s))
+    cfg, app = build_app(args, background=True)
+    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=int(cfg.server.request_timeout_s))
     return 0

@@ -78,17 +78,31 @@ def test_eval_route_command(tmp_path, capsys, write_corpus) -> None:
     assert "not in the index" in capsys.readouterr().err
 
 
-def test_quickstart_indexes_and_routes_then_reuses(tmp_path, capsys, monkeypatch, write_corpus) -> None:
+def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, monkeypatch,
+                                                           write_corpus) -> None:
+    """The whole chain on the tiny recipes (the real ones take minutes): train, export,
+    index, write configs, ask; a second run reuses every step."""
     import searchsmith.serving.demo as demo
+    import searchsmith.serving.quickstart as qs
 
     corpus = write_corpus(tmp_path / "c.jsonl")
     monkeypatch.setattr(demo, "corpus_path", lambda: corpus)  # the full demo corpus takes minutes
-    assert main(["quickstart", "--workdir", str(tmp_path / "w")]) == 0
+    tiny = tuple(qs.ModelStep(m.name, t, t, ()) for m, t in zip(qs.MODELS, (
+        "reranker/tiny/reranker_tiny.yaml", "decomposer/tiny/decomposer_tiny.yaml",
+        "citation/tiny/citation_tiny.yaml", "images/tiny/images_tiny.yaml"), strict=True))
+    monkeypatch.setattr(qs, "MODELS", tiny)
+    monkeypatch.setattr(qs, "_exported", lambda bundle, source: (bundle / "manifest.json").is_file())
+    work = tmp_path / "w"
+    assert main(["quickstart", "--workdir", str(work)]) == 0
     out = capsys.readouterr().out
-    assert "18 documents" in out and "serial: routed 'Where can I find the code for it? (" in out
-    assert (tmp_path / "w" / "index" / "manifest.json").is_file()
-    assert main(["quickstart", "--workdir", str(tmp_path / "w")]) == 0
-    assert "reusing" in capsys.readouterr().out
+    assert "18 documents" in out and "user: Where can I find the code for it?" in out
+    for name in ("reranker", "decomposer", "citation", "images", "embedder"):
+        assert (work / "bundles" / name / "manifest.json").is_file(), name
+    assert (work / "indexes" / "demo" / "manifest.json").is_file()
+    assert "bundles:" in (work / "pipeline.yaml").read_text()
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("reusing") >= 5 and "train reranker (quick)" not in out
 
 
 def test_eval_and_history_files_reject_malformed_input(tmp_path, capsys) -> None:

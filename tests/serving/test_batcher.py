@@ -640,3 +640,116 @@ def test_batcher_imports_neither_torch_nor_a_web_framework() -> None:
             "print(sorted(m for m in ('torch', 'fastapi', 'starlette', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- the batchers of the model endpoints (runner.py adapters on a DynamicBatcher) -------------
+
+
+class _PairBundle:
+    """A rerank bundle: logit = len(passage) - len(query); records its batch sizes."""
+
+    task, tokenizer, max_length = "rerank", None, 64
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def score_pairs(self, pairs):
+        import numpy as np
+
+        self.sizes.append(len(pairs))
+        return np.array([len(p) - len(q) for q, p in pairs], dtype=np.float32)
+
+
+def test_rerank_pairs_of_many_submitters_share_batches_and_come_back_matched() -> None:
+    from searchsmith.serving.runner import RerankRunner
+
+    bundle = _PairBundle()
+    runner = RerankRunner(bundle)
+    b = DynamicBatcher(runner.run, config=BatcherConfig(max_batch_size=8, max_wait_ms=5.0), start=False)
+    pairs = [(f"q{i}", "p" * (i % 5 + 1)) for i in range(24)]
+    lengths = runner.lengths("q", [p for _, p in pairs])
+    assert lengths == [1 + 1 + 3] * 24  # words + 3 (no tokenizer: the estimate)
+    futures = [b.submit(pair, length=n) for pair, n in zip(pairs, lengths)]
+    b.start()
+    got = [f.result(5) for f in futures]
+    b.close()
+    assert got == [len(p) - len(q) for q, p in pairs]
+    assert bundle.sizes == [8, 8, 8]  # all queued before start: full batches
+
+
+def test_rerank_runner_failure_reaches_every_future_as_runner_error() -> None:
+    from searchsmith.serving.runner import RerankRunner
+
+    class Broken(_PairBundle):
+        def score_pairs(self, pairs):
+            raise MemoryError("arena exhausted")
+
+    b = DynamicBatcher(RerankRunner(Broken()).run, config=BatcherConfig(max_wait_ms=0.0), start=False)
+    futures = [b.submit(("q", "p"), length=3) for _ in range(3)]
+    b.start()
+    for f in futures:
+        with pytest.raises(RunnerError, match="score_pairs failed on a batch of 3 pairs: MemoryError"):
+            f.result(5)
+    b.close()
+
+
+def test_call_each_keeps_each_calls_own_error_class() -> None:
+    from searchsmith.serving.runner import call_each
+
+    def bad():
+        raise ValidationError("query: is empty")
+
+    out = call_each([lambda: 1, bad, lambda: "x"])
+    assert out[0].unwrap() == 1 and out[2].unwrap() == "x"
+    with pytest.raises(ValidationError, match="query: is empty"):
+        out[1].unwrap()
+
+
+def test_call_queue_is_bounded_and_runs_one_at_a_time() -> None:
+    from searchsmith.serving.runner import call_each
+
+    release = threading.Event()
+    running = []
+
+    def slow(i):
+        def fn():
+            running.append(i)
+            release.wait(5)
+            return i
+        return fn
+
+    cfg = BatcherConfig(max_batch_size=1, max_wait_ms=0.0, max_queue=2)
+    with DynamicBatcher(call_each, config=cfg) as b:
+        first = b.submit(slow(0), length=1)
+        deadline = time.monotonic() + 5
+        while not running and time.monotonic() < deadline:
+            time.sleep(0.005)
+        queued = [b.submit(slow(i), length=1) for i in (1, 2)]
+        with pytest.raises(OverloadedError, match="max_queue"):
+            b.submit(slow(3), length=1)
+        release.set()
+        assert [f.result(5).unwrap() for f in (first, *queued)] == [0, 1, 2]
+    assert b.stats()["last_batch_sizes"] == [1, 1, 1]
+
+
+def test_bundle_embedder_counts_tokens_with_the_bundles_tokenizer() -> None:
+    import numpy as np
+    from searchsmith.models.hub import resolve_model
+    from searchsmith.serving.runner import BundleEmbedder, count_tokens
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+
+    class Bundle:
+        task, tokenizer, manifest = "embed", tok, {"embedding_dim": 2, "max_length": 16}
+
+        def encode(self, texts):
+            return np.tile(np.array([[0.6, 0.8]], dtype=np.float32), (len(texts), 1))
+
+    emb = BundleEmbedder(Bundle(), "b")
+    assert emb.dim == 2 and emb.max_seq_length == 16
+    assert emb.lengths(["hello world", "a"]) == [4, 3]  # [CLS] hello world [SEP]
+    assert count_tokens(tok, ["q"], ["the passage"]) == [6]  # [CLS] q [SEP] the passage [SEP]
+    assert emb.run(["x", "y"]).shape == (2, 2)
+    with pytest.raises(ValidationError, match="expected an 'embed' bundle"):
+        BundleEmbedder(_PairBundle())

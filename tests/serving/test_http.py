@@ -345,17 +345,18 @@ def test_serve_command_builds_an_app_from_yaml_and_overrides(tmp_path, small_ind
     from searchsmith.serving.serve_cli import build_app, configure_serve
 
     cfg_file = tmp_path / "serve.yaml"
-    cfg_file.write_text("max_texts_per_request: 2\nbatcher:\n  max_batch_size: 4\n")
+    cfg_file.write_text("server:\n  max_texts_per_request: 2\n  batcher:\n    max_batch_size: 4\nsearch: false\n")
     parser = argparse.ArgumentParser()
     configure_serve(parser)
     args = parser.parse_intermixed_args(["--config", str(cfg_file), "--index", str(small_index),
-                                         "batcher.max_wait_ms=1.0"])
+                                         "server.batcher.max_wait_ms=1.0"])
     cfg, app = build_app(args)
-    assert cfg.batcher.max_batch_size == 4 and cfg.batcher.max_wait_ms == 1.0
+    assert cfg.server.batcher.max_batch_size == 4 and cfg.server.batcher.max_wait_ms == 1.0
     with TestClient(app) as client:
         assert client.post("/v1/embeddings", json={"input": ["a", "b", "c"]}).status_code == 413
         r = client.post("/v1/route", json={"query": "bread dough"})
         assert r.status_code == 200 and r.json()["sources"][0]["source"] == "cooking"
+        assert client.get("/ready").json()["models"]["search"] is False
 
 
 def test_metrics_count_requests_batches_and_padding(embedder) -> None:

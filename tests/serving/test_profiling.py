@@ -58,3 +58,182 @@ def test_readme_table_is_generated_from_the_results_file(tmp_path) -> None:
     new = doc.read_text()
     assert "| route 1 query, 10 sources x 16 centroids (cpu) | p50 0.100 ms, p99 0.200 ms |" in new
     assert "3.00x" in new and "TestCPU, 2 cores" in new and new.endswith("tail\n") and "old" not in new
+
+
+def test_profile_rerank_int8_onnx_against_cross_encoder(tmp_path, tiny_profile) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", "rerank", "--quick", "--out", str(out)]) == 0
+    recs = _records(out)
+    impls = {r["impl"]: r for r in recs if r.get("impl")}
+    assert set(impls) == {"sentence-transformers", "onnx-int8", "onnx-fp32"}
+    summary = [r for r in recs if r.get("summary")][0]
+    assert summary["suite"] == "rerank" and summary["pairs"] == 24 and summary["trained"] is False
+    assert "untrained" in summary["note"]
+    assert summary["ratio_int8_vs_st"] == pytest.approx(
+        summary["onnx_int8_pairs_per_s"] / summary["st_pairs_per_s"], rel=1e-6)
+    # fp32 ONNX ranks exactly as torch does
+    assert impls["onnx-fp32"]["top10_identical"] == 1.0 and impls["onnx-fp32"]["kendall_tau_min"] == 1.0
+    assert -1.0 <= summary["kendall_tau_mean"] <= 1.0 and 0.0 <= summary["top10_overlap"] <= 1.0
+
+
+def test_profile_embed_onnx_backend(tmp_path, tiny_profile) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", "embed", "--backend", "onnx", "--quick", "--out", str(out)]) == 0
+    summary = [r for r in _records(out) if r.get("summary")][0]
+    assert summary["backend"] == "onnx" and summary["texts"] == 24
+    assert summary["ratio_int8_vs_st"] == pytest.approx(
+        summary["onnx_int8_texts_per_s"] / summary["st_texts_per_s"], rel=1e-6)
+    assert summary["min_cosine"] > 0.99  # int8 vs SentenceTransformer.encode fp32
+    fp32 = [r for r in _records(out) if r.get("impl") == "onnx-fp32"][0]
+    assert fp32["min_cosine"] > 0.9999
+
+
+def test_profile_server_batching_on_and_off(tmp_path, tiny_profile) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", "server", "--quick", "--out", str(out)]) == 0
+    recs = [r for r in _records(out) if r["suite"] == "server" and "endpoint" in r]  # not the plot's record
+    points = [r for r in recs if not r.get("summary")]
+    assert {(r["endpoint"], r["batching"], r["concurrency"]) for r in points} == {
+        (e, m, c) for e in ("/v1/embeddings", "/v1/rerank") for m in ("on", "off") for c in (1, 8)}
+    for r in points:
+        assert r["errors"] == 0 and r["requests"] == 8 and r["throughput_rps"] > 0
+        assert r["p99_ms"] >= r["p50_ms"] > 0
+    # batching off runs one item per batch; on, 8 clients share batches
+    assert all(r["mean_batch_size"] == 1.0 for r in points if r["batching"] == "off")
+    on8 = [r for r in points if r["batching"] == "on" and r["concurrency"] == 8]
+    assert all(r["mean_batch_size"] > 1.0 for r in on8)
+    summaries = {r["endpoint"]: r for r in recs if r.get("summary")}
+    assert set(summaries) == {"/v1/embeddings", "/v1/rerank"}
+    s = summaries["/v1/rerank"]
+    assert s["ratio_on_vs_off"] == pytest.approx(s["on_rps"] / s["off_rps"]) and s["concurrency"] == 8
+    assert (out / "server_latency.png").stat().st_size > 1000
+
+
+# -- pipeline, --trace, the gpu group and the plots (issue 8) ---------------------------------
+PIPELINE_YAML = """\
+retrieval: {retrieve_k: 4}
+presets:
+  turbo: {rewrite: false, decompose: false, rerank: false, timeline: false, images: false, retrieve_k: 3}
+  large: {}
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory, small_index):
+    """One tiny ``profile --suite gpu`` under the Triton interpreter, with a pipeline config."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SEARCHSMITH_PROFILE_TINY", "1")
+    mp.setenv("TRITON_INTERPRET", "1")
+    d = tmp_path_factory.mktemp("gpu")
+    (d / "pipe.yaml").write_text(PIPELINE_YAML)
+    out = d / "out"
+    try:
+        rc = main(["profile", "--suite", "gpu", "--out", str(out), "--config", str(d / "pipe.yaml"),
+                   "--index", str(small_index)])
+    finally:
+        mp.undo()
+    return rc, out
+
+
+def test_gpu_group_runs_every_step_under_the_interpreter(gpu_run) -> None:
+    rc, out = gpu_run
+    recs = _records(out)
+    assert rc == 0 and not [r for r in recs if r.get("error")]
+    assert recs[0]["suite"] == "machine" and recs[0]["group"] == "gpu"
+    steps = [r["step"] for r in recs if "step_wall_s" in r]
+    skipped = [r["step"] for r in recs if r.get("skipped")]
+    # embed:onnx needs onnxruntime's CUDA provider, which this CPU machine lacks
+    assert steps == ["kernels", "embed", "rerank", "pipeline"] and skipped == ["embed:onnx"]
+    assert "CUDAExecutionProvider" in [r for r in recs if r.get("skipped")][0]["skipped"]
+    assert {r["plan"] for r in recs if r["suite"] == "kernels" and r.get("impl")} == {"tiny"}
+    assert {r["impl"] for r in recs if r["suite"] == "kernels" and r.get("impl")} >= {"torch", "triton"}
+    assert [r for r in recs if r.get("summary") and r["suite"] == "embed"][0]["texts"] == 24
+    assert [r for r in recs if r.get("summary") and r["suite"] == "rerank"][0]["pairs"] == 24
+
+
+def test_pipeline_stages_per_preset_with_config(gpu_run, small_index) -> None:
+    _, out = gpu_run
+    recs = [r for r in _records(out) if r["suite"] == "pipeline"]
+    rows = {r["preset"]: r for r in recs if r.get("preset")}
+    assert list(rows) == ["turbo", "large"]  # the config's presets, turbo (the baseline) first
+    for r in rows.values():
+        assert r["index"] == str(small_index) and r["config"].endswith("pipe.yaml") and r["asks"] == 2
+        assert r["questions"] == 2 and r["follow_ups"] == 1 and r["baseline"] == "turbo"
+        e2e = r["end_to_end"]
+        assert e2e["p99_ms"] >= e2e["p95_ms"] >= e2e["p50_ms"] > 0 and e2e["n"] == 2
+        assert {"routing", "retrieval", "generation", "citation"} <= set(r["stages"])
+        assert r["top_level_stages"][-1] == "images" and "retrieval.search" not in r["top_level_stages"]
+        # the stages run inside ask: their p50s cannot exceed the end-to-end maximum
+        assert sum(r["stages"][s]["p50_ms"] for s in r["top_level_stages"]) <= e2e["p99_ms"] * 2.5
+    assert rows["turbo"]["skipped_share"]["images"] == 1.0 and rows["large"]["skipped_share"]["images"] == 0.0
+    assert rows["turbo"]["settings"]["retrieve_k"] == 3 and rows["large"]["settings"]["decompose"] is True
+    summary = [r for r in recs if r.get("summary")][0]
+    assert summary["ratio_p50_vs_turbo"]["turbo"] == 1.0
+    assert summary["ratio_p50_vs_turbo"]["large"] == pytest.approx(
+        rows["large"]["end_to_end"]["p50_ms"] / rows["turbo"]["end_to_end"]["p50_ms"])
+
+
+def test_every_plot_opens_and_shows_its_title(gpu_run) -> None:
+    from PIL import Image
+
+    _, out = gpu_run
+    plots = {r["plot"]: r for r in _records(out) if r.get("plot")}
+    assert set(plots) == {p.name for p in out.glob("*.png")} == {
+        "kernels.png", "embed_throughput.png", "pipeline_stages.png"}
+    for name, rec in plots.items():
+        with Image.open(out / name) as im:
+            im.load()
+            assert im.format == "PNG" and im.size[0] > 0 and im.size[1] > 0
+            assert im.text["Title"] == rec["title"]  # the title recorded is the one drawn
+        assert (rec["width"], rec["height"]) == im.size
+    pipe = plots["pipeline_stages.png"]
+    assert pipe["title"].startswith("Pipeline per-stage latency p50 by preset")
+    assert pipe["ylabel"] == "latency p50 (ms)" and pipe["series"][0] == "end to end p50"
+    assert {"routing", "retrieval", "generation", "citation"} <= set(pipe["series"])
+    assert pipe["bars"] == 2 * (len(pipe["series"]) - 1) and pipe["points"] == 2  # 2 presets stacked
+    emb = plots["embed_throughput.png"]
+    assert "throughput" in emb["title"] and emb["ylabel"] == "texts / s" and len(emb["series"]) == 2
+    ker = plots["kernels.png"]
+    assert ker["title"].startswith("kernels vs torch") and "speed-up" in ker["xlabel"] and ker["bars"] > 0
+
+
+def test_trace_writes_a_chrome_trace_per_block(tmp_path) -> None:
+    import torch
+    from searchsmith.serving.profiling.common import ProfileContext
+
+    ctx = ProfileContext(out_dir=tmp_path, trace=True)
+    for _ in range(2):
+        with ctx.profiled("kernels"):
+            torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+    names = sorted(p.name for p in tmp_path.glob("trace_*.json"))
+    assert names == ["trace_kernels-2.json", "trace_kernels.json"]
+    events = json.loads((tmp_path / "trace_kernels.json").read_text())["traceEvents"]
+    assert any("aten::mm" in e.get("name", "") for e in events)
+    assert [r["trace"] for r in ctx.records] == ["trace_kernels.json", "trace_kernels-2.json"]
+    off = ProfileContext(out_dir=tmp_path / "off")
+    with off.profiled("kernels"):
+        pass
+    assert not (tmp_path / "off").exists() and off.records == []
+
+
+def test_profile_pipeline_rejects_a_missing_config(tmp_path, tiny_profile, capsys) -> None:
+    assert main(["profile", "pipeline", "--out", str(tmp_path / "p"), "--config", str(tmp_path / "nope.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "profile pipeline --config:" in err and "nope.yaml" in err and "is not a file" in err
+
+
+def test_profile_pipeline_rejects_an_unknown_device(tmp_path, tiny_profile, capsys) -> None:
+    assert main(["profile", "pipeline", "--out", str(tmp_path / "p"), "--device", "tpu"]) == 1
+    assert "--device must be auto, cpu or cuda, got 'tpu'" in capsys.readouterr().err
+
+
+def test_gpu_group_records_a_failing_step_and_goes_on(tmp_path, monkeypatch, capsys) -> None:
+    from searchsmith.serving.profiling import cli
+
+    monkeypatch.setitem(cli.GROUPS, "gpu", ["pipeline", "kernels"])
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # --device tpu: pipeline rejects it; kernels (the next step) rejects it too, but runs
+    assert main(["profile", "--suite", "gpu", "--out", str(tmp_path / "p"), "--device", "tpu"]) == 1
+    errors = [(r["step"], r["error"]) for r in _records(tmp_path / "p") if r.get("error")]
+    assert [s for s, _ in errors] == ["pipeline", "kernels"] and "got 'tpu'" in errors[0][1]
+    assert "step(s) ['pipeline', 'kernels'] failed" in capsys.readouterr().err

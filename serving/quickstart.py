@@ -1,0 +1,203 @@
+"""``searchsmith quickstart``: train the four models, export them, index the demo data, ask.
+
+::
+
+    searchsmith quickstart [--workdir DIR] [--profile quick|full]
+
+Everything goes under the work folder (default ``./searchsmith-work``)::
+
+    runs/<model>/        training runs (model/, metrics.json, training_curve.png)
+    bundles/<model>/     ONNX bundles (manifest.json with sha256, parity_report.json)
+    bundles/embedder/    the base embedder as a bundle
+    indexes/demo/        the demo knowledge base, indexed
+    pipeline.yaml        the pipeline config the sample question was answered with
+    serve.yaml           a server config serving the same models (searchsmith serve --config)
+
+``--profile quick`` (default) trains the ``recipes/quickstart/`` recipes: small budgets on the
+project's own synthetic data, about 5 minutes on 2 cores, and weaker models than the CPU
+defaults. ``--profile full`` trains the CPU default recipes (``recipes/<task>/...``) on the
+real data of ``../shared/data`` where present, falling back to their synthetic sources
+where it is not. Re-running reuses every step whose output is already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searchsmith.models.errors import ConfigError
+
+# Two-turn samples: the follow-up's referent is only in the history.
+SAMPLES = [
+    ([{"role": "user", "content": "How do I configure the eviction policy of the Lumen cache?"},
+      {"role": "assistant", "content": "Set lumen.eviction.policy to lru or lfu in lumen.yaml."}],
+     "Where can I find the code for it?"),
+    ([{"role": "user", "content": "What are the limits of Kestrel?"},
+      {"role": "assistant", "content": "There are a few, on request size and rate."}],
+     "Can you give me more details on that?"),
+]
+
+
+@dataclass(frozen=True)
+class ModelStep:
+    """One model of the quickstart: its pipeline role and its recipe per profile."""
+
+    name: str                 # run / bundle folder name and pipeline bundle role
+    quick: str                # recipe path under recipes/ (profile quick)
+    full: str                 # recipe path under recipes/ (profile full)
+    offline: tuple[str, ...]  # overrides for the full recipe when ../shared/data is absent
+
+
+MODELS: tuple[ModelStep, ...] = (
+    ModelStep("reranker", "quickstart/reranker.yaml", "reranker/minilm_full.yaml",
+              ("data.sources=[synthetic]",)),
+    ModelStep("decomposer", "quickstart/decomposer.yaml", "decomposer/minilm_bert2bert.yaml",
+              ("data.sources=[synthetic]",)),
+    ModelStep("citation", "quickstart/citation.yaml", "citation/minilm.yaml",
+              ("data.sources=[synthetic]",)),
+    ModelStep("images", "quickstart/images.yaml", "images/minilm_cnn.yaml",
+              ("data.sources=[synthetic_images]",)),
+)
+
+
+def recipes_dir() -> Path:
+    """The repository's ``recipes/`` folder (the project is installed editable)."""
+    import searchsmith.models as pkg
+
+    root = Path(pkg.__file__).resolve().parents[1] / "recipes"
+    if not root.is_dir():
+        raise ConfigError(f"quickstart: no recipes folder at {root}; run it from a clone of the "
+                          "repository installed with pip install -e .")
+    return root
+
+
+def _train(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> dict[str, Any]:
+    from searchsmith.training.config import load_recipe_config
+    from searchsmith.training.registry import get_recipe
+
+    recipe = recipes_dir() / (step.quick if profile == "quick" else step.full)
+    overrides = [f"output_dir={json.dumps(str(run_dir))}"]
+    if profile == "full" and not shared_data.is_dir():
+        overrides += list(step.offline)
+    cfg = load_recipe_config(recipe, overrides)
+    return get_recipe(cfg.recipe).fn(cfg, run_dir=run_dir, force=False)
+
+
+def _trained(run_dir: Path) -> bool:
+    return (run_dir / "metrics.json").is_file() and (run_dir / "model").is_dir()
+
+
+def _exported(bundle: Path, source: Path | None) -> bool:
+    manifest = bundle / "manifest.json"
+    if not manifest.is_file():
+        return False
+    return source is None or manifest.stat().st_mtime >= (source / "metrics.json").stat().st_mtime
+
+
+def write_configs(work: Path, index_dir: Path, bundles: dict[str, Path]) -> tuple[Path, Path]:
+    """Write ``pipeline.yaml`` (absolute paths) and ``serve.yaml`` (the server's quickstart
+    layout, :func:`searchsmith.serving.serve_config.write_serve_config`) into ``work``."""
+    import yaml
+    from searchsmith.models.io import write_text_atomic
+    from searchsmith.serving.serve_config import write_serve_config
+
+    pipeline = {"index": str(index_dir.resolve()),
+                "bundles": {name: str(path.resolve()) for name, path in bundles.items()
+                            if name != "embedder"}}
+    pipe_path = work / "pipeline.yaml"
+    write_text_atomic(pipe_path, "# written by searchsmith quickstart; run: searchsmith ask \"...\" "
+                      f"--config {pipe_path}\n" + yaml.safe_dump(pipeline, sort_keys=False))
+    return pipe_path, write_serve_config(work)
+
+
+def configure_quickstart(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", default="searchsmith-work", help="where everything is written "
+                        "(default ./searchsmith-work)")
+    parser.add_argument("--profile", choices=["quick", "full"], default="quick",
+                        help="quick: small budgets on synthetic data (~5 min, weaker models); full: the "
+                        "CPU default recipes")
+    parser.add_argument("--shared-data", default="../shared/data",
+                        help="real data folder for --profile full (synthetic data where absent)")
+    parser.set_defaults(func=run_quickstart)
+
+
+def run_quickstart(args: argparse.Namespace) -> int:
+    from searchsmith.models.export import ExportOptions, export_embedder, export_run
+    from searchsmith.serving.corpus import read_corpus
+    from searchsmith.serving.demo import corpus_path
+    from searchsmith.serving.index import IndexConfig, build_index, read_manifest
+    from searchsmith.serving.pipeline.cli import format_answer
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+    from searchsmith.serving.pipeline.pipeline import load_pipeline
+
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    n = len(MODELS) + 4
+    if args.profile == "quick":
+        print("quickstart (profile quick): small training budgets on synthetic data; these models are "
+              "weaker than the CPU default recipes (use --profile full for those)", flush=True)
+
+    # 1. Train
+    runs: dict[str, Path] = {}
+    for i, step in enumerate(MODELS, 1):
+        run_dir = work / "runs" / step.name
+        runs[step.name] = run_dir
+        if _trained(run_dir):
+            print(f"[{i}/{n}] train {step.name}: reusing {run_dir}", flush=True)
+            continue
+        t = time.perf_counter()
+        print(f"[{i}/{n}] train {step.name} ({args.profile}) -> {run_dir}", flush=True)
+        _train(step, args.profile, run_dir, Path(args.shared_data))
+        print(f"      {step.name} trained in {time.perf_counter() - t:.0f} s", flush=True)
+
+    # 2. Export
+    i = len(MODELS) + 1
+    bundles: dict[str, Path] = {}
+    opts = ExportOptions()
+    t = time.perf_counter()
+    for name, run_dir in runs.items():
+        bundle = work / "bundles" / name
+        bundles[name] = bundle
+        if not _exported(bundle, run_dir):
+            export_run(run_dir, bundle, opts)
+    bundles["embedder"] = work / "bundles" / "embedder"
+    if not _exported(bundles["embedder"], None):
+        export_embedder(bundles["embedder"], "default", opts)
+    print(f"[{i}/{n}] export: {len(bundles)} bundles in {work / 'bundles'} ({time.perf_counter() - t:.0f} s)",
+          flush=True)
+
+    # 3. Index
+    index_dir = work / "indexes" / "demo"
+    if (index_dir / "manifest.json").is_file():
+        print(f"[{i + 1}/{n}] index: reusing {index_dir}", flush=True)
+    else:
+        print(f"[{i + 1}/{n}] index: the demo corpus {corpus_path()} -> {index_dir}", flush=True)
+        build_index(read_corpus(corpus_path()), index_dir, IndexConfig())
+    m = read_manifest(index_dir)
+    print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
+
+    # 4. Configs
+    pipe_path, serve_path = write_configs(work, index_dir, bundles)
+    print(f"[{i + 2}/{n}] configs: {pipe_path}, {serve_path}", flush=True)
+
+    # 5. Ask a two-turn question
+    pipeline = load_pipeline(load_pipeline_config(pipe_path))
+    history, query = SAMPLES[0]
+    print(f"[{i + 3}/{n}] ask (two turns):")
+    for turn in history:
+        print(f"      {turn['role']}: {turn['content']}")
+    print(f"      user: {query}\n")
+    try:
+        print(format_answer(pipeline.ask(query, history)))
+    finally:
+        pipeline.close()
+    print(f"\ndone in {time.perf_counter() - t0:.0f} s. Work folder: {work}\n"
+          f"  ask again:  searchsmith ask \"...\" --config {pipe_path}\n"
+          f"  serve:      searchsmith serve --config {serve_path}\n"
+          f"  metrics:    {work / 'runs' / '<model>' / 'metrics.json'}")
+    return 0

@@ -1,0 +1,229 @@
+"""serve.yaml: every model of one server, from one file, and how they are loaded.
+
+One file lists the index, the model bundles (each loaded with
+``searchsmith.models.runtime.load_bundle``), the server's limits and the pipeline::
+
+    # searchsmith serve --config searchsmith-work/serve.yaml
+    index: indexes/demo            # /v1/route and /v1/search (the pipeline) over it
+    bundles:                       # any may be null: the endpoint answers 503 (or falls back)
+      embedder: bundles/embedder   # /v1/embeddings (null: the index's own embedder)
+      reranker: bundles/reranker   # /v1/rerank, and the pipeline's rerank stage
+      decomposer: bundles/decomposer
+      citation: bundles/citation
+      images: bundles/images
+    server:                        # ServerConfig: limits, api_keys, cors_origins, batchers
+      max_texts_per_request: 256
+    pipeline: {}                   # PipelineConfig (its 'bundles' are the ones above)
+
+Relative paths are relative to the folder of the YAML file, so the quickstart's
+``searchsmith-work/serve.yaml`` works from anywhere. The quickstart's layout is
+``WORKDIR/bundles/<role>/`` (roles: ``BUNDLE_ROLES``) and ``WORKDIR/indexes/demo/``;
+:func:`write_serve_config` writes the matching serve.yaml (the bundles that exist).
+Overrides use the YAML paths: ``server.batcher.max_batch_size=64``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_dict
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving.http import ServerConfig
+from searchsmith.serving.pipeline.config import BundlesConfig, PipelineConfig
+
+if TYPE_CHECKING:
+    from searchsmith.serving.http import ServingState
+
+__all__ = ["BUNDLE_ROLES", "DEFAULT_WORKDIR", "ServeBundles", "ServeConfig", "check_paths", "default_serve_config",
+           "load_models", "load_serve_config", "write_serve_config"]
+
+# role in serve.yaml -> the bundle's task (manifest "task")
+BUNDLE_ROLES: dict[str, str] = {"embedder": "embed", "reranker": "rerank", "decomposer": "decompose",
+                                "citation": "cite", "images": "images"}
+DEFAULT_WORKDIR = "searchsmith-work"
+QUICKSTART_INDEX = "indexes/demo"
+
+
+@dataclass(frozen=True)
+class ServeBundles:
+    """The bundle folders of the server (``searchsmith export ... --out``); null = not served.
+
+    Attributes:
+        embedder: ``embed`` bundle behind /v1/embeddings (null: the index's torch embedder,
+            or the default all-MiniLM-L6-v2 without an index).
+        reranker: ``rerank`` bundle: /v1/rerank (batched) and the pipeline's rerank stage.
+        decomposer: ``decompose`` bundle: /v1/decompose and the pipeline's rewrite + QDG.
+        citation: ``cite`` bundle: /v1/cite and the pipeline's citation (fallback: cosine).
+        images: ``images`` bundle: /v1/images/place and the pipeline's placement.
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        backend: ``auto`` (ONNX Runtime), ``onnx`` or ``torch``.
+        threads: intra-op threads per bundle (None: the runtime's default).
+    """
+
+    embedder: str | None = None
+    reranker: str | None = None
+    decomposer: str | None = None
+    citation: str | None = None
+    images: str | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["auto", "onnx", "torch"] = "auto"
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The whole server (serve.yaml top level).
+
+    Attributes:
+        index: index folder (``searchsmith index``): /v1/route, and /v1/search when ``search``.
+        search: serve the pipeline (/v1/search, /v1/feedback) over the index.
+        bundles: the model bundles.
+        server: limits, security and batchers.
+        pipeline: the pipeline's stages and thresholds (also the cite / images thresholds).
+    """
+
+    index: str | None = None
+    search: bool = True
+    bundles: ServeBundles = field(default_factory=ServeBundles)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+
+
+def _resolve(path: str | None, base: Path) -> str | None:
+    if path is None:
+        return None
+    p = Path(os.path.expanduser(path))
+    return str(p if p.is_absolute() else base / p)
+
+
+def load_serve_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = (),
+                      *, index: str | None = None) -> ServeConfig:
+    """Strictly load serve.yaml (unknown keys fail, naming the closest) and resolve its paths.
+
+    Args:
+        path: the YAML file; None = all defaults.
+        overrides: ``a.b=value`` strings (value parsed as YAML).
+        index: overrides ``index`` (``--index``; relative to the working directory).
+
+    Returns:
+        The config, with bundle and index paths made absolute (relative to the YAML's folder).
+
+    Raises:
+        ConfigError: unknown keys, wrong types, a server key at the top level, or bundles
+            set under ``pipeline.bundles``.
+    """
+    raw: dict[str, Any] = dict(read_yaml(path)) if path is not None else {}
+    server_keys = {f.name for f in dataclasses.fields(ServerConfig)}
+    misplaced = sorted(k for k in raw if k in server_keys and k not in {f.name for f in dataclasses.fields(ServeConfig)})
+    if misplaced:
+        raise ConfigError(f"{path}: {', '.join(misplaced)} belong under 'server:' (serve.yaml lists index, "
+                          f"bundles, server and pipeline); move them there")
+    apply_overrides(raw, list(overrides))
+    cfg = from_dict(ServeConfig, raw, source=str(path) if path is not None else "serve config")
+    if to_dict(cfg.pipeline.bundles) != to_dict(BundlesConfig()):
+        raise ConfigError(f"{path}: pipeline.bundles is not read by the server; list the bundles once under the "
+                          "top-level 'bundles:' (the endpoints and the pipeline share them)")
+    base = Path(path).resolve().parent if path is not None else Path.cwd()
+    b = cfg.bundles
+    bundles = dataclasses.replace(b, **{role: _resolve(getattr(b, role), base) for role in BUNDLE_ROLES})
+    idx = str(Path(index).resolve()) if index else _resolve(cfg.index or cfg.pipeline.index, base)
+    return dataclasses.replace(cfg, bundles=bundles, index=idx)
+
+
+def check_paths(cfg: ServeConfig) -> None:
+    """Fail before anything loads when a configured folder is missing (names the key and the fix)."""
+    problems = []
+    for role in BUNDLE_ROLES:
+        path = getattr(cfg.bundles, role)
+        if path is not None and not (Path(path) / "manifest.json").is_file():
+            problems.append(f"bundles.{role}: {path} is not a bundle folder (no manifest.json); export one with "
+                            f"'searchsmith export RUN_DIR --out {path}' or set bundles.{role}: null")
+    if cfg.index is not None and not (Path(cfg.index) / "manifest.json").is_file():
+        problems.append(f"index: {cfg.index} is not an index folder (no manifest.json); build one with "
+                        "'searchsmith index CORPUS.jsonl --out DIR' or set index: null")
+    if problems:
+        raise ConfigError("serve config: " + "; ".join(problems))
+
+
+def write_serve_config(workdir: str | os.PathLike, *, only_existing: bool = True) -> Path:
+    """Write ``WORKDIR/serve.yaml`` for the quickstart layout (atomic: temp file, then rename).
+
+    Args:
+        workdir: the quickstart's folder (``bundles/<role>/``, ``indexes/demo/``).
+        only_existing: list only the bundles and index that exist (the others are null).
+
+    Returns:
+        The file written.
+    """
+    import yaml
+
+    work = Path(workdir)
+    bundles = {}
+    for role in BUNDLE_ROLES:
+        rel = f"bundles/{role}"
+        bundles[role] = rel if not only_existing or (work / rel / "manifest.json").is_file() else None
+    index = QUICKSTART_INDEX if not only_existing or (work / QUICKSTART_INDEX / "manifest.json").is_file() else None
+    body = {"index": index, "search": True, "bundles": bundles, "server": {}, "pipeline": {}}
+    text = ("# The quickstart's models behind one server: searchsmith serve --config "
+            f"{work / 'serve.yaml'}\n# Paths are relative to this file's folder; see searchsmith.serving.serve_config.\n"
+            + yaml.safe_dump(body, sort_keys=False))
+    work.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".serve.yaml.", dir=work)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, work / "serve.yaml")
+    return work / "serve.yaml"
+
+
+def default_serve_config(cwd: str | os.PathLike = ".") -> str | None:
+    """The serve.yaml ``searchsmith serve`` uses without --config: the quickstart's, if any."""
+    path = Path(cwd) / DEFAULT_WORKDIR / "serve.yaml"
+    return str(path) if path.is_file() else None
+
+
+def load_models(cfg: ServeConfig, state: ServingState, *, warm: bool = True) -> None:
+    """Load every configured model and attach it to ``state`` (the server's loader).
+
+    Bundles are loaded once and shared by the endpoints and the pipeline.
+
+    Raises:
+        BundleError: a missing, corrupt or untrained bundle (from ``load_bundle``).
+        ConfigError: a bundle of the wrong task under a role.
+    """
+    from searchsmith.serving.pipeline.common import load_optional_bundle
+    from searchsmith.serving.runner import BundleEmbedder
+
+    b = cfg.bundles
+    loaded = {role: load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads)
+              for role, task in BUNDLE_ROLES.items()}
+    embedder: Any = None
+    router = pipeline = None
+    if cfg.index is not None:
+        from searchsmith.serving.embedder import Embedder, EmbedderConfig
+        from searchsmith.serving.index import Index, read_manifest
+        from searchsmith.serving.pipeline.pipeline import Pipeline
+        from searchsmith.serving.router import CentroidRouter
+
+        manifest = read_manifest(cfg.index)
+        index_embedder = Embedder(from_dict(EmbedderConfig, manifest["config"]["embedder"]))
+        index = Index.load(cfg.index, embedder=index_embedder)
+        if cfg.search:
+            pipeline = Pipeline(cfg.pipeline, index, index_embedder,
+                                {role: loaded[role] for role in ("reranker", "decomposer", "citation", "images")})
+        router = (pipeline.router if pipeline is not None and pipeline.router is not None
+                  else CentroidRouter(index, index_embedder, cfg.pipeline.routing.router))
+        embedder = index_embedder
+    if loaded["embedder"] is not None:
+        embedder = BundleEmbedder(loaded["embedder"], name=Path(b.embedder).name)
+    elif embedder is None:
+        from searchsmith.serving.embedder import Embedder
+
+        embedder = Embedder()
+    state.attach(embedder=embedder, router=router, reranker=loaded["reranker"], decomposer=loaded["decomposer"],
+                 citation=loaded["citation"], images=loaded["images"], pipeline=pipeline,
+                 pipeline_config=cfg.pipeline, warm=warm)

@@ -1,0 +1,651 @@
+"""In-process HTTP tests of the model endpoints: rerank, decompose, cite, images, search, feedback,
+with fake bundles implementing the runtime contract (models.runtime), and the limits."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from searchsmith.serving.batcher import BatcherConfig
+from searchsmith.serving.http import ServerConfig, create_app
+
+# ---- fake bundles (the runtime API of contract.md, no model) --------------------------------
+
+
+class FakeReranker:
+    """Logit = occurrences of the query's first word in the passage (ties: shorter first)."""
+
+    task, max_length, tokenizer, manifest = "rerank", 64, None, {"max_length": 64}
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def score_pairs(self, pairs):
+        self.batches.append(len(pairs))
+        return np.array([p.lower().split().count(q.lower().split()[0]) - len(p) * 1e-3 for q, p in pairs],
+                        dtype=np.float32)
+
+    def score(self, query, passages):
+        return self.score_pairs([(query, p) for p in passages])
+
+
+class FakeDecomposer:
+    task = "decompose"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def rewrite(self, history, query):
+        self.calls.append(("rewrite", query))
+        return f"{query} about {history[-1]['content'].split()[-1]}"
+
+    def decompose(self, question, max_nodes=None):
+        from searchsmith.models.qdg import QDG
+
+        self.calls.append(("decompose", question, max_nodes))
+        return QDG.from_json({"type": "split", "nodes": [{"id": "1", "text": f"first part of {question}"},
+                                                         {"id": "2", "text": "second part"}]})
+
+
+class FakeCiter:
+    """Entities: capitalised words; P(supports) 0.9 when the document shares a capitalised word."""
+
+    task, support_threshold = "cite", 0.5
+
+    def entities(self, sentences):
+        out = []
+        for s in sentences:
+            spans, pos = [], 0
+            for w in s.split():
+                at = s.index(w, pos)
+                pos = at + len(w)
+                word = w.strip(".,")
+                if word[:1].isupper():
+                    spans.append((at, at + len(word), "ENT"))
+            out.append(spans)
+        return out
+
+    def attribute(self, pairs):
+        def caps(t):
+            return {w.strip(".,") for w in t.split() if w[:1].isupper()}
+
+        return np.array([0.9 if caps(a) & caps(b) else 0.1 for a, b in pairs], dtype=np.float32)
+
+
+KEYWORDS = ("cat", "dog", "car")
+COLOURS = {(255, 0, 0): "cat", (0, 255, 0): "dog", (0, 0, 255): "car"}
+
+
+def _onehot(word):
+    v = np.zeros(3, dtype=np.float32)
+    if word in KEYWORDS:
+        v[KEYWORDS.index(word)] = 1.0
+    return v
+
+
+class FakeImages:
+    """Texts: one-hot of the keyword they mention; images: one-hot of their colour's keyword."""
+
+    task = "images"
+
+    def encode_text(self, texts):
+        return np.stack([_onehot(next((k for k in KEYWORDS if k in t.lower()), "")) for t in texts])
+
+    def encode_images(self, images):
+        return np.stack([_onehot(COLOURS.get(im.convert("RGB").getpixel((0, 0)), "")) for im in images])
+
+
+class FakeEmbedBundle:
+    task, tokenizer, manifest, max_length = "embed", None, {"embedding_dim": 3, "max_length": 8}, 8
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def encode(self, texts):
+        self.batches.append(len(texts))
+        vecs = np.stack([_onehot(next((k for k in KEYWORDS if k in t), "")) + 0.1 for t in texts])
+        return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+class FakeRouter:
+    def route(self, query, history=None, mode=None, top_k=None):
+        class Result:
+            def to_dict(self):
+                return {"mode": mode or "auto", "sources": [{"source": "a", "score": 1.0}][: top_k or 1]}
+
+        return Result()
+
+    def close(self):
+        pass
+
+
+class FakePipeline:
+    """``ask`` echoes the query; ``feedback`` knows the ids it answered (as the LinUCB router)."""
+
+    def __init__(self) -> None:
+        self.answered: set[str] = set()
+
+    def ask(self, query, history=None, *, query_id=None, preset=None, strategy=None, routing_mode=None):
+        from searchsmith.models.errors import ValidationError
+        from searchsmith.serving.rewrite import parse_history
+
+        parse_history(history)
+        if preset not in (None, "large"):
+            raise ValidationError(f"preset: unknown preset {preset!r}")
+        qid = query_id or "generated"
+        self.answered.add(qid)
+        return {"query_id": qid, "query": query, "answer": f"{query} [1]", "answer_text": query,
+                "references": [], "sentences": [], "timeline": [], "images": [], "trace": {}}
+
+    def feedback(self, query_id, quality):
+        from searchsmith.models.errors import ValidationError
+
+        if query_id not in self.answered:
+            raise ValidationError(f"feedback.query_id: {query_id!r} is unknown")
+        self.answered.discard(query_id)
+        return {"query_id": query_id, "reward": quality}
+
+    def close(self):
+        pass
+
+
+def png(colour, size=(40, 40)) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, colour).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _error(resp, status: int, kind: str) -> str:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error", "type"} and body["type"] == kind
+    return body["error"]
+
+
+def models(**extra):
+    return {"reranker": FakeReranker(), "decomposer": FakeDecomposer(), "citation": FakeCiter(),
+            "images": FakeImages(), **extra}
+
+
+@pytest.fixture(scope="module")
+def client():
+    cfg = ServerConfig(max_documents_per_request=5, max_texts_per_request=4, max_input_chars=200,
+                       max_body_bytes=20000, max_images_per_request=3, max_image_bytes=3000,
+                       max_image_pixels=100 * 100, max_pairs_per_request=12,
+                       rerank_batcher=BatcherConfig(max_batch_size=16, max_wait_ms=20.0))
+    from searchsmith.serving.runner import BundleEmbedder
+
+    with TestClient(create_app(cfg, embedder=BundleEmbedder(FakeEmbedBundle(), "fake-embed"), **models())) as c:
+        yield c
+
+
+# ---- /v1/rerank -----------------------------------------------------------------------------------
+
+
+def test_rerank_sorted_with_scores_and_documents(client) -> None:
+    docs = ["stars and planets", {"text": "bread bread and more bread"}, "bread rolls"]
+    body = client.post("/v1/rerank", json={"query": "bread please", "documents": docs,
+                                           "return_documents": True}).json()
+    assert [r["index"] for r in body["results"]] == [1, 2, 0]
+    assert body["results"][0]["document"] == {"text": "bread bread and more bread"}
+    logit = 3 - len("bread bread and more bread") * 1e-3
+    assert body["results"][0]["relevance_score"] == pytest.approx(1 / (1 + np.exp(-logit)), rel=1e-5)
+    assert body["usage"]["total_tokens"] == sum(len("bread please".split()) + len(
+        (d if isinstance(d, str) else d["text"]).split()) + 3 for d in docs)
+    raw = client.post("/v1/rerank", json={"query": "bread", "documents": docs, "top_n": 1,
+                                          "raw_scores": True}).json()["results"]
+    assert len(raw) == 1 and "document" not in raw[0]
+    assert raw[0]["relevance_score"] == pytest.approx(logit, rel=1e-5)
+
+
+def test_rerank_pairs_are_batched_across_requests_and_matched(client) -> None:
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+    reranker = client.app.state.serving.reranker.bundle
+    before = len(reranker.batches)
+
+    def call(w):
+        docs = ["nothing here", f"{w} {w}", f"{w}"]
+        r = client.post("/v1/rerank", json={"query": w, "documents": docs})
+        assert r.status_code == 200, r.text
+        return [x["index"] for x in r.json()["results"]]
+
+    with ThreadPoolExecutor(8) as pool:
+        orders = list(pool.map(call, words))
+    assert orders == [[1, 2, 0]] * len(words)  # each request got its own scores back
+    assert max(reranker.batches[before:]) > 3  # pairs of several requests shared a batch
+
+
+def test_rerank_without_reranker_is_503() -> None:
+    with TestClient(create_app(ServerConfig())) as c:
+        assert "bundles.reranker" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}),
+                                            503, "not_ready")
+
+
+def test_rerank_empty_documents_is_400(client) -> None:
+    assert "documents" in _error(client.post("/v1/rerank", json={"query": "q", "documents": []}), 400,
+                                 "empty_input")
+
+
+def test_rerank_blank_query_is_400(client) -> None:
+    assert "query" in _error(client.post("/v1/rerank", json={"query": " ", "documents": ["d"]}), 400,
+                             "empty_input")
+
+
+def test_rerank_too_many_documents_is_413(client) -> None:
+    msg = _error(client.post("/v1/rerank", json={"query": "q", "documents": ["d"] * 6}), 413, "too_large")
+    assert "6 documents" in msg and "max_documents_per_request" in msg
+
+
+def test_rerank_document_of_wrong_type_is_422(client) -> None:
+    assert "documents" in _error(client.post("/v1/rerank", json={"query": "q", "documents": [3]}), 422,
+                                 "validation_error")
+
+
+def test_rerank_top_n_zero_is_422(client) -> None:
+    assert "top_n" in _error(client.post("/v1/rerank", json={"query": "q", "documents": ["d"], "top_n": 0}),
+                             422, "validation_error")
+
+
+def test_rerank_unknown_model_is_422(client) -> None:
+    assert "gpt" in _error(client.post("/v1/rerank", json={"query": "q", "documents": ["d"], "model": "gpt"}),
+                           422, "validation_error")
+
+
+def test_rerank_long_document_is_cut_or_413() -> None:
+    reranker = FakeReranker()
+    with TestClient(create_app(ServerConfig(max_input_chars=20), reranker=reranker)) as c:
+        long = "bread " * 10  # 60 characters, cut to 20 (3 "bread"s + "br")
+        r = c.post("/v1/rerank", json={"query": "bread", "documents": [long], "raw_scores": True}).json()
+        assert r["results"][0]["relevance_score"] == pytest.approx(3 - 20e-3, rel=1e-5)
+    with TestClient(create_app(ServerConfig(max_input_chars=20, truncate=False), reranker=reranker)) as c:
+        msg = _error(c.post("/v1/rerank", json={"query": "q", "documents": ["x" * 21]}), 413, "too_large")
+        assert "documents[0]" in msg and "max_input_chars" in msg
+    with TestClient(create_app(ServerConfig(truncate=False), reranker=reranker)) as c:
+        msg = _error(c.post("/v1/rerank", json={"query": "q", "documents": ["w " * 70]}), 413, "too_large")
+        assert "74 tokens" in msg and "max_length" in msg
+
+
+class Blocking:
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, batch):
+        self.started.set()
+        self.release.wait(10)
+        return np.zeros(len(batch), dtype=np.float32)
+
+
+def test_rerank_overload_is_429_with_retry_after() -> None:
+    runner = Blocking()
+    cfg = ServerConfig(rerank_batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
+    with TestClient(create_app(cfg, reranker=FakeReranker(), run_rerank=runner)) as c, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(c.post, "/v1/rerank", json={"query": "q", "documents": ["a"]})
+        assert runner.started.wait(5)
+        resp = c.post("/v1/rerank", json={"query": "q", "documents": ["b", "c"]})
+        assert "max_queue" in _error(resp, 429, "overloaded") and resp.headers["retry-after"] == "1"
+        runner.release.set()
+        assert first.result(10).status_code == 200
+
+
+def test_rerank_timeout_is_504() -> None:
+    runner = Blocking()
+    with TestClient(create_app(ServerConfig(request_timeout_s=0.3), reranker=FakeReranker(),
+                               run_rerank=runner)) as c:
+        try:
+            assert "request_timeout_s" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["a"]}),
+                                                 504, "timeout")
+        finally:
+            runner.release.set()
+
+
+# ---- /v1/embeddings through an embed bundle ------------------------------------------------------
+
+
+def test_embeddings_from_an_embed_bundle_are_batched(client) -> None:
+    texts = ["a cat", "a dog", "a car", "nothing"]
+    body = client.post("/v1/embeddings", json={"input": texts}).json()
+    got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, FakeEmbedBundle().encode(texts), atol=1e-6)
+    assert body["model"] == "fake-embed" and body["usage"]["prompt_tokens"] == 3 * (2 + 2) + (1 + 2)  # words + 2
+
+
+# ---- /v1/decompose --------------------------------------------------------------------------------
+
+
+def test_decompose_returns_the_graph_and_the_rewrite(client) -> None:
+    history = [{"role": "user", "content": "tell me about Kestrel"}, {"role": "assistant", "content": "It is a server"}]
+    body = client.post("/v1/decompose", json={"query": "what are its limits?", "history": history,
+                                              "max_nodes": 3}).json()
+    assert body["rewrite"] == "what are its limits? about server"
+    assert body["type"] == "split" and [n["id"] for n in body["nodes"]] == ["1", "2"]
+    assert body["nodes"][0]["text"] == "first part of what are its limits? about server"
+    assert client.app.state.serving.decomposer.calls[-1] == ("decompose", body["rewrite"], 3)
+    plain = client.post("/v1/decompose", json={"query": "why?"}).json()
+    assert plain["rewrite"] == "why?"
+
+
+def test_decompose_bad_history_is_422(client) -> None:
+    msg = _error(client.post("/v1/decompose", json={"query": "q", "history": [{"role": "robot", "content": "x"}]}),
+                 422, "validation_error")
+    assert "history[0].role" in msg
+
+
+def test_decompose_without_bundle_is_503() -> None:
+    with TestClient(create_app(ServerConfig(), reranker=FakeReranker())) as c:
+        assert "bundles.decomposer" in _error(c.post("/v1/decompose", json={"query": "q"}), 503, "not_ready")
+
+
+# ---- /v1/cite -------------------------------------------------------------------------------------
+
+
+DOCS = [{"id": "k", "text": "Kestrel listens on port 8080."}, {"id": "l", "text": "Lumen caches pages."}]
+
+
+def test_cite_with_bundle_splits_the_answer_and_cites(client) -> None:
+    body = client.post("/v1/cite", json={"answer": "Kestrel uses port 8080. Lumen is fast. it rains.",
+                                         "documents": DOCS}).json()
+    assert body["method"] == "bundle" and body["threshold"] == 0.5
+    sents = body["sentences"]
+    assert [s["text"] for s in sents] == ["Kestrel uses port 8080.", "Lumen is fast.", "it rains."]
+    assert sents[0]["entities"] == [{"start": 0, "end": 7, "label": "ENT", "text": "Kestrel"}]
+    assert [[c["id"] for c in s["citations"]] for s in sents] == [["k"], ["l"], []]
+    assert sents[0]["citations"][0]["score"] == pytest.approx(0.9)
+
+
+def test_cite_sentences_and_answer_together_is_422(client) -> None:
+    assert "exactly one" in _error(client.post("/v1/cite", json={"sentences": ["a"], "answer": "b", "documents": DOCS}),
+                                   422, "validation_error")
+
+
+def test_cite_duplicate_document_ids_is_422(client) -> None:
+    assert "used twice" in _error(client.post("/v1/cite", json={"sentences": ["a"], "documents": [DOCS[0]] * 2}),
+                                  422, "validation_error")
+
+
+def test_cite_no_documents_is_400(client) -> None:
+    _error(client.post("/v1/cite", json={"sentences": ["a"], "documents": []}), 400, "empty_input")
+
+
+def test_cite_too_many_pairs_is_413(client) -> None:
+    docs = [{"id": str(i), "text": "x"} for i in range(4)]
+    msg = _error(client.post("/v1/cite", json={"sentences": ["a", "b", "c", "d"], "documents": docs}), 413,
+                 "too_large")
+    assert "16 pairs" in msg and "max_pairs_per_request" in msg
+
+
+def test_cite_fallback_uses_the_embedder_at_the_cosine_threshold(embedder) -> None:
+    with TestClient(create_app(ServerConfig(), embedder=embedder)) as c:
+        body = c.post("/v1/cite", json={"sentences": ["Knead the bread dough for ten minutes.",
+                                                      "Quantum chromodynamics of gluons."],
+                                        "documents": [{"id": "bake", "text": "Knead the dough for ten minutes. "
+                                                       "Then let it rise."},
+                                                      {"id": "space", "text": "Saturn has rings of ice."}]}).json()
+    assert body["method"] == "embedding" and body["threshold"] == 0.6
+    assert [c["id"] for c in body["sentences"][0]["citations"]] == ["bake"]
+    assert body["sentences"][1]["citations"] == []
+
+
+# ---- /v1/images/place ------------------------------------------------------------------------------
+
+
+PARAS = ["A cat sleeps on the sofa.", "The dog runs in the park.", "Taxes are due in April."]
+
+
+def test_images_are_placed_by_the_bundle(client) -> None:
+    images = [{"id": "red", "data": png((255, 0, 0)), "url": "https://x/red.png"},
+              {"id": "green", "data": png((0, 255, 0))},
+              {"id": "blue", "data": png((0, 0, 255))}]
+    body = client.post("/v1/images/place", json={"paragraphs": PARAS, "images": images}).json()
+    assert body["method"] == "bundle" and body["threshold"] == 0.3
+    assert [(p["id"], p["paragraph"]) for p in body["placements"]] == [("red", 0), ("green", 1)]
+    assert body["placements"][0]["url"] == "https://x/red.png"
+    assert [u["id"] for u in body["unplaced"]] == ["blue"]  # no paragraph mentions a car
+
+
+def test_caption_only_image_is_placed_by_caption(client) -> None:
+    body = client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "c", "caption": "my dog"}]}).json()
+    assert body["placements"] == [{"id": "c", "paragraph": 1, "score": 1.0}]
+
+
+def test_images_fallback_uses_captions(embedder) -> None:
+    with TestClient(create_app(ServerConfig(), embedder=embedder)) as c:
+        body = c.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+            {"id": "a", "caption": "a dog running on grass in a park"},
+            {"id": "b", "data": png((255, 0, 0))}]}).json()
+    assert body["method"] == "captions"
+    assert [(p["id"], p["paragraph"]) for p in body["placements"]] == [("a", 1)]
+    assert body["unplaced"] == [{"id": "b", "best_score": -1.0}]  # no caption, no images bundle
+
+
+def test_image_path_field_is_422(client) -> None:
+    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "x", "path": "/etc/passwd"}]}), 422, "validation_error")
+    assert "path" in msg
+
+
+def test_image_without_data_or_caption_is_422(client) -> None:
+    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "x", "url": "https://example.com/a.png"}]}), 422, "validation_error")
+    assert "never fetched" in msg
+
+
+def test_image_bad_base64_is_422(client) -> None:
+    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "x", "data": "not base64!"}]}), 422, "validation_error")
+    assert "images[0].data" in msg and "base64" in msg
+
+
+def test_image_not_an_image_is_422(client) -> None:
+    data = base64.b64encode(b"hello, not a png").decode()
+    assert "PNG" in _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "x", "data": data}]}), 422, "validation_error")
+
+
+def test_image_too_many_bytes_is_413(client) -> None:
+    data = base64.b64encode(b"\0" * 4000).decode()
+    assert "max_image_bytes" in _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "x", "data": data}]}), 413, "too_large")
+
+
+def test_image_too_many_pixels_is_413(client) -> None:
+    big = png((255, 0, 0), size=(200, 60))  # compresses to a few hundred bytes, 12000 pixels
+    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "x", "data": big}]}), 413, "too_large")
+    assert "200x60" in msg and "max_image_pixels" in msg
+
+
+def test_too_many_images_is_413(client) -> None:
+    ims = [{"id": str(i), "caption": "cat"} for i in range(4)]
+    assert "max_images_per_request" in _error(client.post("/v1/images/place", json={
+        "paragraphs": PARAS, "images": ims}), 413, "too_large")
+
+
+# ---- /v1/search and /v1/feedback --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def search_client(small_index, embedder):
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.index import Index
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    cfg = from_dict(PipelineConfig, {"protocol": {"enabled": True}})
+    pipe = Pipeline(cfg, Index.load(small_index, embedder=embedder), embedder)
+    with TestClient(create_app(ServerConfig(stream_chunk_chars=16), pipeline=pipe)) as c:
+        yield c
+
+
+def _events(text: str) -> list[tuple[str, object]]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        data = lines["data"]
+        out.append((lines.get("event", "message"), data if data == "[DONE]" else json.loads(data)))
+    return out
+
+
+def test_search_json_and_stream_carry_the_same_answer(search_client) -> None:
+    q = {"query": "How long should I knead bread dough?", "query_id": "q1"}
+    ans = search_client.post("/v1/search", json=q).json()
+    assert ans["query_id"] == "q1" and ans["answer"] and ans["trace"]["total_ms"] > 0
+    assert ans["references"] and ans["references"][0]["source"] == "cooking"
+    resp = search_client.post("/v1/search", json={**q, "query_id": "q2", "stream": True})
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+    events = _events(resp.text)
+    names = [e for e, _ in events]
+    n_text = len([e for e in names if e == "answer"])
+    assert n_text >= 2 and names[:n_text] == ["answer"] * n_text
+    assert names[n_text:] == ["citations", "timeline", "images", "trace", "message"] and events[-1][1] == "[DONE]"
+    assert "".join(d["delta"] for e, d in events if e == "answer") == ans["answer_text"]
+    cites = dict(events)["citations"]
+    assert cites["answer"] == ans["answer"] and cites["references"] == ans["references"]
+    assert dict(events)["trace"]["query_id"] == "q2"
+
+
+def test_search_blank_query_is_400(search_client) -> None:
+    _error(search_client.post("/v1/search", json={"query": "  "}), 400, "empty_input")
+
+
+def test_search_bad_strategy_is_422(search_client) -> None:
+    assert "strategy" in _error(search_client.post("/v1/search", json={"query": "q", "strategy": "magic"}), 422,
+                                "validation_error")
+
+
+def test_search_without_pipeline_is_503(client) -> None:
+    assert "index" in _error(client.post("/v1/search", json={"query": "q"}), 503, "not_ready")
+
+
+def test_feedback_rewards_an_answer_once(search_client) -> None:
+    search_client.post("/v1/search", json={"query": "What are the rings of Saturn made of?", "query_id": "fb"})
+    body = search_client.post("/v1/feedback", json={"query_id": "fb", "quality": 0.8}).json()
+    assert body["query_id"] == "fb" and body["preset"] and body["reward"] <= 0.8
+    again = search_client.post("/v1/feedback", json={"query_id": "fb", "quality": 0.8})
+    assert "unknown or already rewarded" in _error(again, 422, "validation_error")
+
+
+def test_feedback_quality_out_of_range_is_422(search_client) -> None:
+    assert "quality" in _error(search_client.post("/v1/feedback", json={"query_id": "x", "quality": 2}), 422,
+                               "validation_error")
+
+
+# ---- limits, CORS, auth, readiness ------------------------------------------------------------------
+
+
+def test_cors_is_off_by_default(client) -> None:
+    pre = client.options("/v1/rerank", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in pre.headers
+    r = client.post("/v1/rerank", json={"query": "q", "documents": ["d"]}, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+
+
+def test_cors_allows_configured_origins() -> None:
+    app = create_app(ServerConfig(cors_origins=["https://app.example"]), reranker=FakeReranker())
+    with TestClient(app) as c:
+        ok = c.options("/v1/rerank", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
+        other = c.options("/v1/rerank", headers={"Origin": "https://evil.example",
+                                                 "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_api_key_protects_model_endpoints() -> None:
+    with TestClient(create_app(ServerConfig(api_keys=["k1"]), **models())) as c:
+        for path, body in (("/v1/rerank", {"query": "q", "documents": ["d"]}), ("/v1/decompose", {"query": "q"}),
+                           ("/v1/cite", {"sentences": ["A b."], "documents": DOCS})):
+            _error(c.post(path, json=body), 401, "unauthorized")
+            assert c.post(path, json=body, headers={"Authorization": "Bearer k1"}).status_code == 200
+
+
+def test_body_over_limit_is_413_on_model_endpoints(client) -> None:
+    resp = client.post("/v1/rerank", json={"query": "q", "documents": ["y" * 150] * 200})
+    assert "max_body_bytes" in _error(resp, 413, "too_large")
+
+
+def test_ready_waits_for_the_loader_and_reports_its_failure() -> None:
+    gate = threading.Event()
+
+    def loader(state):
+        gate.wait(10)
+        state.attach(reranker=FakeReranker())
+
+    with TestClient(create_app(ServerConfig(), loader=loader)) as c:
+        assert c.get("/health").status_code == 200
+        assert "loading" in _error(c.get("/ready"), 503, "not_ready")
+        gate.set()
+        for _ in range(200):
+            if c.get("/ready").status_code == 200:
+                break
+            threading.Event().wait(0.02)
+        assert c.get("/ready").json()["models"]["rerank"] is True
+
+    def broken(state):
+        raise FileNotFoundError("bundles/reranker/manifest.json")
+
+    with TestClient(create_app(ServerConfig(), loader=broken)) as c:
+        for _ in range(200):
+            if "failed" in c.get("/ready").text:
+                break
+            threading.Event().wait(0.02)
+        assert "bundles/reranker/manifest.json" in _error(c.get("/ready"), 503, "not_ready")
+
+
+def test_model_queues_are_closed_with_drain_on_shutdown() -> None:
+    app = create_app(ServerConfig(), **models())
+    with TestClient(app) as c:
+        assert c.post("/v1/decompose", json={"query": "q"}).status_code == 200
+    state = app.state.serving
+    assert state.rerank_batcher.closed and all(g.closed for g in state.gates.values())
+    assert state.gates["decompose"].stats()["items_run"] == 1
+
+
+def test_metrics_cover_the_new_batchers(client) -> None:
+    client.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]})
+    body = client.get("/metrics").text
+    assert 'searchsmith_batch_size_count{model="reranker"}' in body
+    assert 'searchsmith_queue_depth{model="decompose"}' in body
+    assert 'searchsmith_requests_total{endpoint="/v1/rerank",status="200"}' in body
+
+
+# ---- the OpenAPI contract: schemathesis ---------------------------------------------------------------
+
+
+def test_openapi_fuzz_has_no_5xx() -> None:
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+    from searchsmith.serving.runner import BundleEmbedder
+
+    app = create_app(ServerConfig(max_documents_per_request=8, max_texts_per_request=8, max_input_chars=200),
+                     embedder=BundleEmbedder(FakeEmbedBundle(), "fake"), router=FakeRouter(),
+                     pipeline=FakePipeline(), **models())
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    failures: list[tuple] = []
+    calls = 0
+
+    def fuzz(strategy) -> None:
+        @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(strategy)
+        def check(case) -> None:
+            nonlocal calls
+            calls += 1
+            response = case.call()
+            if response.status_code >= 500:
+                failures.append((case.method, case.path, case.body, response.status_code, response.text))
+
+        check()
+
+    with TestClient(app):
+        operations = [op.ok() for op in schema.get_all_operations()]
+        assert {o.path for o in operations} >= {"/v1/rerank", "/v1/cite", "/v1/images/place", "/v1/search"}
+        for operation in operations:
+            fuzz(operation.as_strategy())
+    assert calls >= len(operations) and not failures, failures[:3]

@@ -1,0 +1,175 @@
+"""serve.yaml: loading, path resolution, the quickstart layout, `searchsmith serve` options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving.serve_config import (
+    BUNDLE_ROLES,
+    ServeConfig,
+    check_paths,
+    default_serve_config,
+    load_serve_config,
+    write_serve_config,
+)
+
+
+def _fake_bundle(folder, task="rerank"):
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"task": task}))
+    return folder
+
+
+def test_paths_are_relative_to_the_yaml_folder(tmp_path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "serve.yaml").write_text("index: indexes/demo\nbundles:\n  reranker: bundles/reranker\n"
+                                     "server:\n  max_documents_per_request: 7\npipeline:\n  retrieval:\n"
+                                     "    retrieve_k: 3\n")
+    cfg = load_serve_config(work / "serve.yaml", ["server.cors_origins=[https://a.example]"])
+    assert isinstance(cfg, ServeConfig)
+    assert cfg.index == str(work / "indexes/demo") and cfg.bundles.reranker == str(work / "bundles/reranker")
+    assert cfg.bundles.embedder is None and cfg.server.max_documents_per_request == 7
+    assert cfg.pipeline.retrieval.retrieve_k == 3 and cfg.server.cors_origins == ["https://a.example"]
+    from pathlib import Path
+
+    assert load_serve_config(work / "serve.yaml", index="elsewhere").index == str(Path.cwd() / "elsewhere")
+
+
+def test_unknown_key_names_the_closest(tmp_path) -> None:
+    (tmp_path / "s.yaml").write_text("bundles:\n  rerankr: x\n")
+    with pytest.raises(ConfigError, match="reranker"):
+        load_serve_config(tmp_path / "s.yaml")
+
+
+def test_server_key_at_top_level_is_refused_with_the_fix(tmp_path) -> None:
+    (tmp_path / "s.yaml").write_text("max_texts_per_request: 2\n")
+    with pytest.raises(ConfigError, match="max_texts_per_request belong under 'server:'"):
+        load_serve_config(tmp_path / "s.yaml")
+
+
+def test_pipeline_bundles_are_refused(tmp_path) -> None:
+    (tmp_path / "s.yaml").write_text("pipeline:\n  bundles:\n    reranker: x\n")
+    with pytest.raises(ConfigError, match="top-level 'bundles:'"):
+        load_serve_config(tmp_path / "s.yaml")
+
+
+def test_calls_must_not_batch(tmp_path) -> None:
+    (tmp_path / "s.yaml").write_text("server:\n  calls:\n    max_batch_size: 4\n")
+    with pytest.raises(ConfigError, match="calls.max_batch_size: must be 1"):
+        load_serve_config(tmp_path / "s.yaml")
+
+
+def test_missing_bundle_folder_names_the_key(tmp_path) -> None:
+    (tmp_path / "s.yaml").write_text("bundles:\n  citation: bundles/citation\n")
+    with pytest.raises(ConfigError, match=r"bundles.citation: .*bundles/citation is not a bundle folder"):
+        check_paths(load_serve_config(tmp_path / "s.yaml"))
+
+
+def test_quickstart_layout_round_trip(tmp_path, monkeypatch) -> None:
+    work = tmp_path / "searchsmith-work"
+    _fake_bundle(work / "bundles" / "reranker")
+    _fake_bundle(work / "indexes" / "demo")
+    path = write_serve_config(work)
+    assert path == work / "serve.yaml" and not list(work.glob(".serve.yaml.*"))  # atomic, no temp left
+    cfg = load_serve_config(path)
+    check_paths(cfg)  # only what exists is listed
+    assert cfg.bundles.reranker == str(work / "bundles/reranker") and cfg.bundles.images is None
+    assert cfg.index == str(work / "indexes/demo")
+    full = load_serve_config(write_serve_config(work, only_existing=False))
+    assert {r: getattr(full.bundles, r) for r in BUNDLE_ROLES} == {r: str(work / "bundles" / r) for r in BUNDLE_ROLES}
+    monkeypatch.chdir(tmp_path)
+    assert default_serve_config() == "searchsmith-work/serve.yaml"
+    monkeypatch.chdir(work)
+    assert default_serve_config() is None
+
+
+def _args(*argv):
+    from searchsmith.serving.serve_cli import configure_serve
+
+    parser = argparse.ArgumentParser()
+    configure_serve(parser)
+    return parser.parse_intermixed_args(list(argv))
+
+
+def test_ray_missing_is_a_clear_error(tmp_path, monkeypatch) -> None:
+    import sys
+
+    from searchsmith.serving.serve_cli import run_serve
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed, even where it is
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"pip install 'searchsmith\[ray\]'"):
+        run_serve(_args("--ray", "--replicas", "2"))
+
+
+def test_replicas_without_ray_is_refused(tmp_path, monkeypatch) -> None:
+    from searchsmith.serving.serve_cli import run_serve
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="only with --ray"):
+        run_serve(_args("--replicas", "3"))
+
+
+def test_zero_replicas_is_refused(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("ray")
+    from searchsmith.serving.serve_cli import run_serve
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="--replicas"):
+        run_serve(_args("--ray", "--replicas", "0"))
+
+
+def test_background_loading_serves_the_index_after_ready(tmp_path, small_index) -> None:
+    import time
+
+    from searchsmith.serving.serve_cli import build_app
+
+    (tmp_path / "serve.yaml").write_text(f"index: {small_index}\n")
+    cfg, app = build_app(_args("--config", str(tmp_path / "serve.yaml")), background=True)
+    with TestClient(app) as c:
+        deadline = time.monotonic() + 60
+        while c.get("/ready").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        models = c.get("/ready").json()["models"]
+        assert models["search"] is True and models["route"] is True and models["rerank"] is False
+        ans = c.post("/v1/search", json={"query": "How long should I knead bread dough?"}).json()
+        assert ans["references"][0]["source"] == "cooking"
+        # the pipeline's router serves /v1/route too (one router per index)
+        assert app.state.serving.router is app.state.serving.pipeline.router
+
+
+@pytest.mark.slow
+def test_ray_serve_replicas_answer(tmp_path, small_index) -> None:
+    """Ray Serve with 2 replicas on loopback (run once and reported: needs `pip install 'ray[serve]'`)."""
+    pytest.importorskip("ray.serve")
+    import socket
+    import threading
+    import time
+
+    import httpx
+    from searchsmith.serving.serve_cli import run_serve
+
+    (tmp_path / "serve.yaml").write_text(f"index: {small_index}\nsearch: false\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = _args("--config", str(tmp_path / "serve.yaml"), "--ray", "--replicas", "2", "--port", str(port))
+    threading.Thread(target=run_serve, args=(args,), daemon=True).start()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/route", json={"query": "bread dough"}, timeout=60)
+    assert r.status_code == 200 and r.json()["sources"][0]["source"] == "cooking"
+    from ray import serve
+
+    serve.shutdown()
