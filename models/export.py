@@ -636,7 +636,10 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
     if not model_dir.is_dir():
         raise BundleError(f"export: {str(run_dir)!r} has no model/ folder; the run did not finish "
                           "(rerun searchsmith train to resume it)")
-    steps = int(info.get("steps", 0) or 0)
+    raw_steps = info.get("steps", 0) or 0
+    # a multi-model run (citation: {"tagger": n, "scorer": m}) counts as trained when all are
+    steps = (min(int(v or 0) for v in raw_steps.values()) if isinstance(raw_steps, dict) and raw_steps
+             else int(raw_steps) if not isinstance(raw_steps, dict) else 0)
     base = str(info.get("base_model", "unknown"))
     extra: dict[str, Any] = {"run": {"recipe": info.get("recipe"), "path": str(run_dir.resolve())}}
     tok_dir = model_dir

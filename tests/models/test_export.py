@@ -170,3 +170,25 @@ def test_kendall_tau() -> None:
     assert kendall_tau(a, a) == 1.0
     assert kendall_tau(a, -a) == -1.0
     assert kendall_tau(a, np.array([3.0, 1.0, 2.0, 0.0])) == pytest.approx(4 / 6)
+
+
+def test_a_multi_model_run_counts_its_least_trained_model(tmp_path) -> None:
+    """The citation recipe records steps per model ({"tagger": n, "scorer": m}) in run.json
+    and citation.json; export reads both without tripping on the dict."""
+    from export_fixtures import cite_run
+    from searchsmith.models.export import run_source
+
+    run = tmp_path / "cite"
+    shutil.copytree(cite_run(), run)
+
+    def steps(tagger: int, scorer: int) -> None:
+        for path, key in ((run / "run.json", "steps"), (run / "model" / "citation.json", "trained_steps")):
+            data = json.loads(path.read_text())
+            data[key] = {"tagger": tagger, "scorer": scorer}
+            path.write_text(json.dumps(data))
+
+    steps(16, 20)
+    assert run_source(run).trained_steps == 16
+    steps(0, 20)
+    with pytest.raises(BundleError, match="0 training steps"):
+        run_source(run)
