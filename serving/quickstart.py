@@ -64,6 +64,13 @@ MODELS: tuple[ModelStep, ...] = (
 )
 
 
+def demo_corpus() -> Path:
+    """The bundled demo corpus the quickstart indexes."""
+    from searchsmith.serving.demo import corpus_path
+
+    return Path(corpus_path())
+
+
 def recipes_dir() -> Path:
     """The repository's ``recipes/`` folder (the project is installed editable)."""
     import searchsmith.models as pkg
@@ -128,7 +135,6 @@ def configure_quickstart(parser: argparse.ArgumentParser) -> None:
 def run_quickstart(args: argparse.Namespace) -> int:
     from searchsmith.models.export import ExportOptions, export_embedder, export_run
     from searchsmith.serving.corpus import read_corpus
-    from searchsmith.serving.demo import corpus_path
     from searchsmith.serving.index import IndexConfig, build_index, read_manifest
     from searchsmith.serving.pipeline.cli import format_answer
     from searchsmith.serving.pipeline.config import load_pipeline_config
@@ -176,8 +182,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
     if (index_dir / "manifest.json").is_file():
         print(f"[{i + 1}/{n}] index: reusing {index_dir}", flush=True)
     else:
-        print(f"[{i + 1}/{n}] index: the demo corpus {corpus_path()} -> {index_dir}", flush=True)
-        build_index(read_corpus(corpus_path()), index_dir, IndexConfig())
+        print(f"[{i + 1}/{n}] index: the demo corpus {demo_corpus()} -> {index_dir}", flush=True)
+        build_index(read_corpus(demo_corpus()), index_dir, IndexConfig())
     m = read_manifest(index_dir)
     print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
 

@@ -82,11 +82,10 @@ def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, mo
                                                            write_corpus) -> None:
     """The whole chain on the tiny recipes (the real ones take minutes): train, export,
     index, write configs, ask; a second run reuses every step."""
-    import searchsmith.serving.demo as demo
     import searchsmith.serving.quickstart as qs
 
     corpus = write_corpus(tmp_path / "c.jsonl")
-    monkeypatch.setattr(demo, "corpus_path", lambda: corpus)  # the full demo corpus takes minutes
+    monkeypatch.setattr(qs, "demo_corpus", lambda: corpus)  # indexing the full demo corpus takes minutes
     tiny = tuple(qs.ModelStep(m.name, t, t, ()) for m, t in zip(qs.MODELS, (
         "reranker/tiny/reranker_tiny.yaml", "decomposer/tiny/decomposer_tiny.yaml",
         "citation/tiny/citation_tiny.yaml", "images/tiny/images_tiny.yaml"), strict=True))
