@@ -133,8 +133,11 @@ class GraphGrammar(_Base):
     """
 
     def __init__(self, tokenizer: Any, max_nodes: int, output_vocab: Sequence[int] = (),
-                 prefix: str = "decompose:") -> None:
+                 prefix: str = "decompose:", max_tokens: int | None = None) -> None:
         super().__init__(tokenizer, output_vocab)
+        # Generation budget: near it the grammar steers to the shortest well-formed ending, so
+        # a model that would ramble past the cut-off still closes its graph.
+        self.max_tokens = max_tokens
         if not 1 <= max_nodes <= 9:
             raise ValueError(f"constrained decoding: max_nodes must be in 1..9 (one digit token "
                              f"per id), got {max_nodes}")
@@ -152,7 +155,13 @@ class GraphGrammar(_Base):
     def allowed(self, state: list[int], generated: Sequence[int]) -> list[int]:
         """Token ids that may come next after ``generated`` (decoder start token excluded)."""
         if not generated:
-            return list(self.types)
+            if self.max_tokens is None:
+                return list(self.types)
+            # shortest well-formed graphs, end token included: terminal 7, split 12, chain 13
+            shortest = {"terminal": 7, "split": 12, "chain": 13}
+            return [t for t, k in self.types.items() if shortest[k] <= self.max_tokens
+                    and (k == "terminal" or self.max_nodes >= 2)] or [
+                t for t, k in self.types.items() if k == "terminal"]
         kind = self.types.get(generated[0])
         if kind is None:  # cannot happen under the grammar; end the sequence
             return [self.eos]
@@ -201,7 +210,43 @@ class GraphGrammar(_Base):
                       or (kind == "split" and n >= 2 and roots_now >= 2))
             if end_ok:
                 out.append(self.eos)
+        if self.max_tokens is not None:
+            out = self._within_budget(out, kind, n, text_len, has_ref, roots, len(generated))
         return out or [self.eos]
+
+    def _cost(self, kind: str, n: int, text_len: int, has_ref: bool, roots: int) -> float:
+        """Fewest tokens (end token included) that finish a graph from inside node ``n``'s text."""
+        need_text = 0 if text_len >= 1 else 1
+        if kind == "terminal":
+            return need_text + 1
+        if kind == "chain":
+            if n >= 2:
+                return 1 if has_ref else 3          # "# k" end
+            return need_text + 7                    # "|| 2 : # 1" end
+        roots_now = roots + (0 if has_ref else 1)
+        if roots_now >= 2:
+            return need_text + 1
+        return need_text + 6 if n < self.max_nodes else float("inf")  # "|| k : word" end
+
+    def _within_budget(self, out: list[int], kind: str, n: int, text_len: int, has_ref: bool,
+                       roots: int, used: int) -> list[int]:
+        """Keep the options after which a well-formed ending still fits in ``max_tokens``."""
+        left = self.max_tokens - used  # tokens that may still be generated, end included
+        root_inc = 0 if has_ref else 1
+        fits_text = 1 + self._cost(kind, n, text_len + 1, has_ref, roots) <= left
+        keep = []
+        for t in out:
+            if t == self.eos:
+                ok = True
+            elif t == self.hash:
+                ok = 2 + self._cost(kind, n, text_len + 1, True, roots) <= left
+            elif t == self.bar:
+                ok = 4 + self._cost(kind, n + 1, 0, False, roots + root_inc) <= left
+            else:
+                ok = fits_text
+            if ok:
+                keep.append(t)
+        return keep
 
 
 __all__ = ["CopyConstraint", "GraphGrammar", "learn_output_vocab"]

@@ -187,7 +187,8 @@ class Decomposer:
             raise ConfigError("model.constrained: not available for arch 'causal'; set it false")
         try:
             self._grammar = GraphGrammar(self.tokenizer, min(self.max_nodes, 9),
-                                         self.decompose_vocab, DECOMPOSE_PREFIX.strip())
+                                         self.decompose_vocab, DECOMPOSE_PREFIX.strip(),
+                                         max_tokens=self.max_target_tokens)
             self._copy = CopyConstraint(self.tokenizer, self.rewrite_vocab, REWRITE_PREFIX.strip())
         except ValueError as exc:
             raise ConfigError(f"model.constrained: {exc}; set it false for this tokenizer") from None

@@ -378,7 +378,8 @@ class DecomposeBundle(Bundle):
 
             try:
                 self.grammar = GraphGrammar(self.tokenizer, min(self.max_nodes, 9),
-                                            gen.get("decompose_vocab", []), DECOMPOSE_PREFIX.strip())
+                                            gen.get("decompose_vocab", []), DECOMPOSE_PREFIX.strip(),
+                                            max_tokens=self.max_new_tokens)
                 self.copy = CopyConstraint(self.tokenizer, gen.get("rewrite_vocab", []),
                                            REWRITE_PREFIX.strip())
             except ValueError as exc:

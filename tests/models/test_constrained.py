@@ -93,3 +93,27 @@ def test_decomposer_generates_valid_graphs_under_the_grammar():
         assert raw.split()[0] in ("terminal", "chain", "split")
         assert graph.nodes
     assert dec.rewrite([{"role": "user", "content": "tell me about mars"}], "how far is it")
+
+
+@pytest.mark.parametrize("budget", [12, 20, 40])
+def test_a_rambling_model_still_closes_a_valid_graph_within_the_budget(tokenizer, budget):
+    """A walk that never ends by itself (eos only when forced) is steered to a well-formed
+    ending inside ``max_tokens``: what a barely trained model needs."""
+    grammar = GraphGrammar(tokenizer, max_nodes=4, max_tokens=budget)
+    question = "who directed the film that won the award the year the tower opened"
+    state = grammar.state_for(tokenizer("decompose: " + question)["input_ids"])
+    rng = random.Random(budget)
+    kinds = set()
+    for _ in range(120):
+        toks = []
+        while True:
+            allowed = grammar.allowed(state, toks)
+            choice = [t for t in allowed if t != grammar.eos]
+            if not choice:  # only the end is left
+                break
+            toks.append(rng.choice(choice))
+            assert len(toks) < budget, tokenizer.decode(toks)
+        graph, valid = parse_linear(tokenizer.decode(toks), question, max_nodes=4)
+        assert valid, tokenizer.decode(toks)
+        kinds.add(graph.type)
+    assert kinds == ({"terminal", "split"} if budget < 13 else {"terminal", "chain", "split"})
