@@ -675,10 +675,30 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
         steps = int(imeta.get("trained_steps", steps) or 0)
         extra["thresholds"] = {k: v for k, v in imeta.items() if "threshold" in k or k == "temperature"}
         tok_dir = model_dir / "text"
+    extra["heldout_metrics"] = heldout_metrics(run_dir)
     if steps <= 0 and not allow_untrained:
         raise BundleError(f"export: the run {str(run_dir)!r} records {steps} training steps; an untrained "
                           "model would serve noise. Train it (searchsmith train RECIPE.yaml) first")
     return ModelSource(task, model_dir, tok_dir, base, steps > 0, steps, max_len, extra)
+
+
+def heldout_metrics(run_dir: Path) -> dict[str, float]:
+    """The run's final held-out figures and its untrained baselines (``metrics.json``), flat:
+    ``{"rewrite_f1": .., "baselines/rewrite_f1_copy_query": ..}``; {} when absent. Serving
+    reads them to decide whether a model beat its baseline (e.g. the pipeline's rewrite gate)."""
+    path = Path(run_dir) / "metrics.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    out: dict[str, float] = {}
+    for key, value in (data.get("final") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[str(key)] = float(value)
+    for key, value in (data.get("baselines") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[f"baselines/{key}"] = float(value)
+    return out
 
 
 def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:

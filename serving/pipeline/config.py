@@ -38,6 +38,8 @@ class BundlesConfig:
         device: ``auto`` = CUDA when available.
         backend: ``auto`` = ONNX when the bundle has it.
         threads: intra-op threads per bundle (None = the runtime's default).
+        gate_rewrite: skip the decomposer's rewrites when its recorded held-out rewrite F1 is
+            below the copy-the-query baseline (the heuristic rewrite is used instead).
     """
 
     decomposer: str | None = None
@@ -47,6 +49,9 @@ class BundlesConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     backend: Literal["auto", "onnx", "torch"] = "auto"
     threads: int | None = None
+    # Use the decomposer's rewrite only when its recorded held-out rewrite F1 beats copying the
+    # query (serving/pipeline/context.py: rewrite_gate).
+    gate_rewrite: bool = True
 
 
 @dataclass(frozen=True)

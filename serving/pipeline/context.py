@@ -31,6 +31,23 @@ class BundleRewriter:
         return out.strip() if isinstance(out, str) and out.strip() else query
 
 
+def rewrite_gate(bundle: Any) -> str | None:
+    """Why a decomposer bundle's rewrites should not be used, or None when they may be.
+
+    The export records the run's held-out figures (``manifest["heldout_metrics"]``): a model
+    whose rewrite token F1 is below simply copying the query makes follow-ups worse than the
+    heuristic rewrite does, so it is not served for rewriting. A bundle without the figures
+    passes (nothing measured against it).
+    """
+    metrics = (getattr(bundle, "manifest", None) or {}).get("heldout_metrics") or {}
+    f1, copy = metrics.get("rewrite_f1"), metrics.get("baselines/rewrite_f1_copy_query")
+    if isinstance(f1, (int, float)) and isinstance(copy, (int, float)) and f1 < copy:
+        return (f"the decomposer's held-out rewrite F1 {f1:.3f} is below copying the query "
+                f"({copy:.3f}); the heuristic rewrite is used (bundles.gate_rewrite: false to "
+                "use the model anyway)")
+    return None
+
+
 class ContextStage:
     """Reads the query and history; writes the standalone ``rewrite``."""
 

@@ -26,7 +26,7 @@ from searchsmith.models.errors import ConfigError, PayloadTooLargeError, Validat
 from searchsmith.serving.pipeline.citation import CitationStage
 from searchsmith.serving.pipeline.common import load_optional_bundle
 from searchsmith.serving.pipeline.config import STRATEGIES, PipelineConfig, Preset
-from searchsmith.serving.pipeline.context import BundleRewriter, ContextStage
+from searchsmith.serving.pipeline.context import BundleRewriter, ContextStage, rewrite_gate
 from searchsmith.serving.pipeline.decomposition import DecompositionStage
 from searchsmith.serving.pipeline.generation import (
     ExtractiveGenerator,
@@ -104,7 +104,12 @@ class Pipeline:
         llm = generator if generator is not None else build_generator(cfg.generation)
         self.generation = GenerationStage(ExtractiveGenerator(embedder, cfg.generation.extractive), llm,
                                           cfg.generation)
-        self.context = ContextStage(BundleRewriter(dec) if dec is not None else None, uses_model=dec is not None)
+        gate = rewrite_gate(dec) if dec is not None and cfg.bundles.gate_rewrite else None
+        if gate:
+            log.warning("context: %s", gate)
+        use_dec = dec is not None and gate is None
+        self.rewrite_note = gate
+        self.context = ContextStage(BundleRewriter(dec) if use_dec else None, uses_model=use_dec)
         self.routing = RoutingStage(self.router, list(index.sources), enabled=cfg.routing.enabled)
         built: dict[str, Any] = {
             "context": self.context,

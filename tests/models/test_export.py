@@ -192,3 +192,15 @@ def test_a_multi_model_run_counts_its_least_trained_model(tmp_path) -> None:
     steps(0, 20)
     with pytest.raises(BundleError, match="0 training steps"):
         run_source(run)
+
+
+def test_heldout_metrics_are_flattened_for_the_manifest(tmp_path) -> None:
+    from searchsmith.models.export import heldout_metrics
+
+    (tmp_path / "metrics.json").write_text(json.dumps({
+        "final": {"rewrite_f1": 0.2, "note": "x", "ok": True},
+        "baselines": {"rewrite_f1_copy_query": 0.7, "bm25": {"ndcg@10": 0.5}}}))
+    assert heldout_metrics(tmp_path) == {"rewrite_f1": 0.2, "baselines/rewrite_f1_copy_query": 0.7}
+    (tmp_path / "metrics.json").write_text("{oops")
+    assert heldout_metrics(tmp_path) == {}
+    assert heldout_metrics(tmp_path / "none") == {}

@@ -37,6 +37,29 @@ def test_bundle_rewrite_is_used_and_counted(make_pipeline, fakes):
     assert ("rewrite", "Where is the code for it?") in dec.calls
 
 
+def test_rewrite_model_measured_below_copying_the_query_is_not_used(make_pipeline, fakes,
+                                                                    loaded_index, embedder):
+    """The export records held-out metrics; a rewrite F1 under the copy baseline is gated."""
+    dec = fakes["decomposer"](graph={"type": "terminal", "nodes": [{"id": "1", "text": "q"}]},
+                              rewrite_to="how")
+    dec.manifest = {"heldout_metrics": {"rewrite_f1": 0.225, "baselines/rewrite_f1_copy_query": 0.764}}
+    pipe = make_pipeline(bundles={"decomposer": dec})
+    assert "0.225 is below copying the query (0.764)" in pipe.rewrite_note
+    ans = pipe.ask("Where is the code for it?", HISTORY)
+    assert ans["rewrite"] != "how" and "Where is the code for it?" in ans["rewrite"]  # heuristic
+    assert ("rewrite", "Where is the code for it?") not in dec.calls
+    # switched off, or a model that beat the baseline: the model rewrites
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    pipe = Pipeline(from_dict(PipelineConfig, {"bundles": {"gate_rewrite": False}}), loaded_index,
+                    embedder, {"decomposer": dec})
+    assert pipe.rewrite_note is None and pipe.ask("Where is the code for it?", HISTORY)["rewrite"] == "how"
+    dec.manifest["heldout_metrics"]["rewrite_f1"] = 0.8
+    assert make_pipeline(bundles={"decomposer": dec}).rewrite_note is None
+
+
 def test_failing_rewrite_degrades(make_pipeline, fakes):
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](fail=True)}).ask("Where is it?", HISTORY)
     assert ans["rewrite"] == "Where is it?"
