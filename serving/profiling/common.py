@@ -222,3 +222,23 @@ def plot_info(path: Path) -> dict[str, Any]:
     if meta is None:
         raise ValueError(f"{path}: no {PLOT_META_KEY!r} text chunk; write plots with save_plot")
     return {**json.loads(meta), "width": size[0], "height": size[1]}
+
+
+def interleaved_best(fns: dict[str, Any], rounds: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run each of ``fns`` once (warm-up; its result is kept), then ``rounds`` interleaved rounds.
+
+    Interleaving matters on a shared machine: the load drifts, and timing one implementation
+    after the other would hand the drift to one of them.
+
+    Returns:
+        ``(results, best)``: each function's warm-up result and its best time in seconds.
+    """
+    results = {k: fn() for k, fn in fns.items()}
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return results, best
+

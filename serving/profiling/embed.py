@@ -18,7 +18,7 @@ import random
 import time
 
 import numpy as np
-from searchsmith.serving.profiling.common import ProfileContext, save_plot
+from searchsmith.serving.profiling.common import ProfileContext, interleaved_best, save_plot
 
 
 def mixed_texts(n: int, seed: int = 0) -> list[str]:
@@ -162,13 +162,7 @@ def run_onnx(ctx: ProfileContext, args: argparse.Namespace) -> None:
         # Interleaved rounds, best of each (the load of a shared machine drifts).
         fns = {"st": lambda: st.encode(texts, batch_size=32, normalize_embeddings=True),
                **{d: (lambda b=b: b.encode(texts)) for d, b in bundles.items()}}
-        results = {k: fn() for k, fn in fns.items()}  # warm-up, and the vectors
-        best = dict.fromkeys(fns, float("inf"))
-        for _ in range(2 if (ctx.quick or tiny) else 3):
-            for k, fn in fns.items():
-                t0 = time.perf_counter()
-                fn()
-                best[k] = min(best[k], time.perf_counter() - t0)
+        results, best = interleaved_best(fns, 2 if (ctx.quick or tiny) else 3)  # warm-up + timed
         st_s, ref = best["st"], results["st"]
         ctx.emit({"suite": "embed", "impl": "sentence-transformers", "dtype": "fp32", "texts_per_s": n / st_s,
                   **workload})

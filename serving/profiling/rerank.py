@@ -22,12 +22,11 @@ import argparse
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from searchsmith.serving.profiling.common import ProfileContext
+from searchsmith.serving.profiling.common import ProfileContext, interleaved_best
 
 
 def _untrained_cross_encoder(folder: Path, tiny: bool) -> str:
@@ -113,13 +112,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         # one implementation after the other would hand the drift to one of them.
         fns = {"st": st_scores, **{d: (lambda b=b: [b.score(q, ps) for q, ps in groups])
                                    for d, b in bundles.items()}}
-        results = {k: fn() for k, fn in fns.items()}  # warm-up, and the scores
-        best = dict.fromkeys(fns, float("inf"))
-        for _ in range(2 if (ctx.quick or tiny) else 3):
-            for k, fn in fns.items():
-                t0 = time.perf_counter()
-                fn()
-                best[k] = min(best[k], time.perf_counter() - t0)
+        results, best = interleaved_best(fns, 2 if (ctx.quick or tiny) else 3)  # warm-up + timed
         st_s, ref = best["st"], results["st"]
         workload = {"queries": len(groups), "pairs": n_pairs, "device": "cpu", "model": model_name,
                     "trained": trained, "max_length": src.max_length}
