@@ -7,9 +7,9 @@ The GPU check (the one command of ``../shared/GPU.md``, sized for about 5 minute
 
     searchsmith profile --suite gpu --out gpu-results
 
-runs kernels (Triton vs torch vs faiss CPU), embed (torch fp16 vs sentence-transformers),
-embed ``--backend onnx`` (only when onnxruntime has the CUDA provider, else a ``skipped``
-line), rerank and pipeline, and writes ``gpu-results/results.jsonl`` plus one PNG per suite.
+runs embed (torch fp16 vs sentence-transformers), embed ``--backend onnx`` (only when
+onnxruntime has the CUDA provider, else a ``skipped`` line), rerank (fp16 bundle vs
+CrossEncoder fp32/fp16 on the GPU), pipeline and, last, kernels (Triton vs torch vs faiss CPU), and writes ``gpu-results/results.jsonl`` plus one PNG per suite.
 Under the Triton interpreter it runs end to end at toy sizes (the test)::
 
     SEARCHSMITH_PROFILE_TINY=1 TRITON_INTERPRET=1 searchsmith profile --suite gpu --out /tmp/g
@@ -47,7 +47,9 @@ SUITES: dict[str, str] = {
 # suite with ``--backend`` set (``embed:onnx``).
 GROUPS: dict[str, list[str]] = {
     "all": ["embed", "rerank", "route", "kernels", "pipeline", "server"],
-    "gpu": ["kernels", "embed", "embed:onnx", "rerank", "pipeline"],
+    # Kernels last: a fault in a Triton kernel can poison the CUDA context for the rest of
+    # the process, and the other steps' figures should survive it.
+    "gpu": ["embed", "embed:onnx", "rerank", "pipeline", "kernels"],
 }
 
 

@@ -50,6 +50,18 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "figure": f"{r['impl']}: p50 {r['p50_ms']:.3f} ms",
                          "baseline": f"torch twin: p50 {r['torch_p50_ms']:.3f} ms",
                          "ratio": round(r["ratio_vs_torch"], 2) if r.get("ratio_vs_torch") else None})
+        elif r.get("suite") == "rerank" and r.get("summary") and "onnx_int8_pairs_per_s" in r:
+            rows.append({**base, "what": f"rerank {r['pairs']} pairs / {r['queries']} queries, int8 ONNX (cpu)",
+                         "figure": f"{r['onnx_int8_pairs_per_s']:.1f} pairs/s, top-10 identical "
+                                   f"{r['top10_identical']:.2f}, Kendall tau {r['kendall_tau_mean']:.3f}",
+                         "baseline": f"CrossEncoder.predict fp32 torch: {r['st_pairs_per_s']:.1f} pairs/s",
+                         "ratio": round(r["ratio_int8_vs_st"], 2)})
+        elif r.get("suite") == "rerank" and r.get("summary") and "st_fp16_pairs_per_s" in r:
+            rows.append({**base, "what": f"rerank {r['pairs']} pairs / {r['queries']} queries, {r['impl']} ({r['device']})",
+                         "figure": f"{r['pairs_per_s']:.0f} pairs/s, top-10 identical {r['top10_identical']:.2f}",
+                         "baseline": (f"CrossEncoder.predict fp16: {r['st_fp16_pairs_per_s']:.0f} pairs/s "
+                                      f"(fp32: {r['st_fp32_pairs_per_s']:.0f})"),
+                         "ratio": round(r["ratio_vs_st_fp16"], 2)})
         elif r.get("suite") == "route" and r.get("end_to_end"):
             rows.append({**base, "what": f"router.route end to end ({r['mode']}, embedding included)",
                          "figure": f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms",

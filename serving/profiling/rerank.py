@@ -14,6 +14,13 @@ The model: ``--run DIR`` (a trained reranker run) or, without one, a cross-encod
 the default all-MiniLM-L6-v2 with a fresh (untrained) one-logit head: speed does not depend
 on training, and the output says ``"trained": false``. ``SEARCHSMITH_PROFILE_TINY=1`` (the
 test) uses a tiny random BERT instead.
+
+On a CUDA device (``--device auto|cuda`` with a GPU, not ``--quick``; the ``gpu`` group) the
+comparison is the GPU one of the export issue instead: the fp16 bundle (exported with its
+torch weights) loaded by ``load_bundle(..., device="cuda", backend="torch")``, and the fp16
+ONNX bundle on ONNX Runtime's CUDA provider where onnxruntime-gpu is installed (a
+``skipped`` line where not), against ``CrossEncoder.predict`` on the same GPU in fp32 and
+in fp16 (``.half()``), on a larger workload (64 queries x 100 candidates).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from searchsmith.serving.profiling.common import ProfileContext, interleaved_best
+from searchsmith.serving.profiling.common import ProfileContext, interleaved_best, save_plot
 
 
 def _untrained_cross_encoder(folder: Path, tiny: bool) -> str:
@@ -76,8 +83,15 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     from searchsmith.models.runtime import load_bundle
     from sentence_transformers import CrossEncoder
 
+    import torch
+
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
-    n_queries, per_query = (2, 12) if tiny else (8, 20) if ctx.quick else (32, 30)
+    if ctx.device == "cuda" and not torch.cuda.is_available():
+        from searchsmith.models.errors import ValidationError
+
+        raise ValidationError("profile rerank: --device cuda but torch sees no CUDA device; use --device cpu")
+    gpu = ctx.device in ("auto", "cuda") and torch.cuda.is_available() and not ctx.quick
+    n_queries, per_query = (2, 12) if tiny else (8, 20) if ctx.quick else (64, 100) if gpu else (32, 30)
     groups = heldout_groups(n_queries, per_query)
     work = Path(tempfile.mkdtemp(prefix="searchsmith-profile-rerank-"))
     try:
@@ -90,6 +104,9 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
             model_name = _untrained_cross_encoder(folder, tiny)
             src = ModelSource("rerank", folder, folder, model_name, False, 0, 256 if not tiny else 64)
             trained = False
+        if gpu:
+            _run_gpu(ctx, src, groups, work, model_name, trained, "cuda")
+            return
         bundles: dict[str, Any] = {}
         for dtype in ("int8", "fp32"):
             # allow_drift: the profile measures agreement itself and reports it below
@@ -133,3 +150,82 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
                   "of an untrained head understates a trained model's", **workload})
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _split(flat: np.ndarray, groups: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+    out, i = [], 0
+    for _, ps in groups:
+        out.append(flat[i:i + len(ps)])
+        i += len(ps)
+    return out
+
+
+def _run_gpu(ctx: ProfileContext, src: Any, groups: list[tuple[str, list[str]]], work: Path,
+             model_name: str, trained: bool, device: str) -> None:
+    """fp16 bundle (torch backend; ONNX CUDA provider where present) vs CrossEncoder on CUDA.
+
+    ``device`` is ``cuda`` in a real run; the test runs the same code with ``cpu`` (where
+    the torch backend stays fp32 and there is no CUDA provider).
+    """
+    import torch
+    from searchsmith.models.export import ExportOptions, export_bundle
+    from searchsmith.models.runtime import load_bundle
+    from searchsmith.serving.profiling.cli import _onnx_cuda_missing
+    from sentence_transformers import CrossEncoder
+
+    opts = ExportOptions(dtype="fp16", allow_drift=True, torch_weights=True, allow_untrained=not trained)
+    export_bundle(src, work / "fp16", opts)
+    bundles = {"torch-fp16": load_bundle(work / "fp16", device=device, backend="torch",
+                                         allow_untrained=not trained)}
+    why = _onnx_cuda_missing() if device == "cuda" else "not a CUDA run"
+    if why is None:
+        bundles["onnx-cuda-fp16"] = load_bundle(work / "fp16", device="cuda", backend="onnx",
+                                                allow_untrained=not trained)
+    else:
+        ctx.emit({"suite": "rerank", "impl": "onnx-cuda-fp16", "skipped": why})
+    st32 = CrossEncoder(str(src.model_dir), device=device, max_length=src.max_length)
+    st16 = CrossEncoder(str(src.model_dir), device=device, max_length=src.max_length)
+    st16.model.half()
+    pairs = [(q, p) for q, ps in groups for p in ps]
+    n_pairs = len(pairs)
+
+    def synced(fn: Any) -> Any:
+        def call() -> Any:
+            out = fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            return out
+        return call
+
+    fns = {
+        "st-fp32": synced(lambda: _split(np.asarray(st32.predict(pairs, batch_size=32, show_progress_bar=False),
+                                                    dtype=np.float32), groups)),
+        "st-fp16": synced(lambda: _split(np.asarray(st16.predict(pairs, batch_size=32, show_progress_bar=False),
+                                                    dtype=np.float32), groups)),
+        **{k: synced(lambda b=b: [b.score(q, ps) for q, ps in groups]) for k, b in bundles.items()},
+    }
+    with ctx.profiled("rerank"):
+        results, best = interleaved_best(fns, 3)
+    ref = results["st-fp32"]
+    workload = {"queries": len(groups), "pairs": n_pairs, "device": device, "model": model_name,
+                "trained": trained, "max_length": src.max_length,
+                "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
+    for k, s in best.items():
+        ctx.emit({"suite": "rerank", "impl": "sentence-transformers" if k.startswith("st-") else k,
+                  "dtype": "fp16" if "16" in k else "fp32", "pairs_per_s": n_pairs / s,
+                  "ratio_vs_st_fp32": best["st-fp32"] / s, "ratio_vs_st_fp16": best["st-fp16"] / s,
+                  **agreement(ref, results[k]), **workload})
+    ours = "onnx-cuda-fp16" if "onnx-cuda-fp16" in best else "torch-fp16"
+    ctx.emit({"suite": "rerank", "summary": True, "impl": ours, "pairs_per_s": n_pairs / best[ours],
+              "st_fp32_pairs_per_s": n_pairs / best["st-fp32"], "st_fp16_pairs_per_s": n_pairs / best["st-fp16"],
+              "ratio_vs_st_fp32": best["st-fp32"] / best[ours], "ratio_vs_st_fp16": best["st-fp16"] / best[ours],
+              **agreement(ref, results[ours]), **workload})
+
+    def draw(fig: Any, ax: Any) -> None:
+        names = list(best)
+        ax.bar(names, [n_pairs / best[k] for k in names])
+        ax.set_xlabel("implementation")
+        ax.set_ylabel("pairs / s")
+
+    save_plot(ctx.out_dir / "rerank_gpu.png", draw,
+              f"Reranker throughput on {workload['gpu'] or device} ({n_pairs} pairs, {len(groups)} queries)")

@@ -76,6 +76,33 @@ def test_profile_rerank_int8_onnx_against_cross_encoder(tmp_path, tiny_profile) 
     assert -1.0 <= summary["kendall_tau_mean"] <= 1.0 and 0.0 <= summary["top10_overlap"] <= 1.0
 
 
+def test_rerank_gpu_comparison_runs_on_cpu(tmp_path, tiny_profile) -> None:
+    """The GPU comparison (fp16 bundle on the torch backend vs CrossEncoder fp32 / fp16) is the
+    same code on any device; here on the CPU, where the torch backend stays fp32."""
+    from searchsmith.models.export import ModelSource, heldout_groups
+    from searchsmith.serving.profiling import readme, rerank
+    from searchsmith.serving.profiling.common import ProfileContext
+
+    folder = tmp_path / "ce"
+    name = rerank._untrained_cross_encoder(folder, tiny=True)
+    src = ModelSource("rerank", folder, folder, name, False, 0, 64)
+    ctx = ProfileContext(out_dir=tmp_path / "p", quick=False, trace=False, device="cpu", group="gpu",
+                         command="test")
+    rerank._run_gpu(ctx, src, heldout_groups(2, 12), tmp_path / "w", name, False, "cpu")
+    recs = _records(tmp_path / "p")
+    assert [r for r in recs if r.get("skipped")][0]["impl"] == "onnx-cuda-fp16"
+    rows = {r["impl"]: r for r in recs if r.get("pairs_per_s") and not r.get("summary")}
+    assert set(rows) == {"sentence-transformers", "torch-fp16"}
+    summary = [r for r in recs if r.get("summary")][0]
+    assert summary["impl"] == "torch-fp16" and summary["pairs"] == 24
+    # the torch backend runs the exported model's own weights: same ranking as CrossEncoder fp32
+    assert summary["top10_identical"] == 1.0
+    assert summary["ratio_vs_st_fp32"] == pytest.approx(summary["pairs_per_s"] / summary["st_fp32_pairs_per_s"])
+    row = readme.headline_rows([{"suite": "machine", "cpu": "X", "cores": 2}, summary])[0]
+    assert "torch-fp16" in row["what"] and "CrossEncoder.predict fp16" in row["baseline"]
+    assert (tmp_path / "p" / "rerank_gpu.png").stat().st_size > 1000
+
+
 def test_profile_embed_onnx_backend(tmp_path, tiny_profile) -> None:
     out = tmp_path / "p"
     assert main(["profile", "embed", "--backend", "onnx", "--quick", "--out", str(out)]) == 0
@@ -143,7 +170,7 @@ def test_gpu_group_runs_every_step_under_the_interpreter(gpu_run) -> None:
     steps = [r["step"] for r in recs if "step_wall_s" in r]
     skipped = [r["step"] for r in recs if r.get("skipped")]
     # embed:onnx needs onnxruntime's CUDA provider, which this CPU machine lacks
-    assert steps == ["kernels", "embed", "rerank", "pipeline"] and skipped == ["embed:onnx"]
+    assert steps == ["embed", "rerank", "pipeline", "kernels"] and skipped == ["embed:onnx"]
     assert "CUDAExecutionProvider" in [r for r in recs if r.get("skipped")][0]["skipped"]
     assert {r["plan"] for r in recs if r["suite"] == "kernels" and r.get("impl")} == {"tiny"}
     assert {r["impl"] for r in recs if r["suite"] == "kernels" and r.get("impl")} >= {"torch", "triton"}
