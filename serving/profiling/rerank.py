@@ -73,6 +73,7 @@ def agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> dict[str, float]:
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    import torch
     from searchsmith.models.export import (
         ExportOptions,
         ModelSource,
@@ -82,8 +83,6 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     )
     from searchsmith.models.runtime import load_bundle
     from sentence_transformers import CrossEncoder
-
-    import torch
 
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
     if ctx.device == "cuda" and not torch.cuda.is_available():
