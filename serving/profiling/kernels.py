@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from searchsmith.models.errors import ValidationError
 from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot, time_call
@@ -256,16 +257,32 @@ def _bench_pool(ctx: ProfileContext, plan: Plan, device: torch.device, use_trito
 
 
 def _verdicts(ctx: ProfileContext, records: list[dict[str, Any]], use_triton: bool) -> None:
+    """One line per op: does Triton beat the torch twin (what ``auto`` runs otherwise) in most
+    workloads? Also says when another implementation of the same run (a plain matmul + topk,
+    faiss) beat both, so the table never hides a faster option."""
     for op in ("similarity_topk", "route_sources", "dedup_mask", "pool_normalize"):
         mine = [r for r in records if r["op"] == op and r["impl"] == "triton"]
         if not use_triton or not mine:
             ctx.emit({"suite": "kernels", "op": op, "verdict": "triton not measured (needs CUDA or TRITON_INTERPRET=1)"})
             continue
-        wins = sum(1 for r in mine if (r["ratio_vs_torch"] or 0) > 1.0)
+        ratios = [r["ratio_vs_torch"] or 0.0 for r in mine]
+        wins = sum(1 for x in ratios if x > 1.0)
+        others: dict[str, list[float]] = {}  # impl -> its time / triton's time, per workload
+        for r in mine:
+            same = [o for o in records if o["op"] == op and o["impl"] not in ("triton", "torch")
+                    and all(o.get(key) == r.get(key) for key in ("N", "C", "S", "B", "T", "k", "dtype"))]
+            for o in same:
+                others.setdefault(o["impl"], []).append(o["p50_ms"] / r["p50_ms"])
+        faster_than_triton = {impl: {"workloads_faster": sum(1 for x in xs if x < 1.0), "workloads": len(xs),
+                                     "median_speedup_over_triton": float(1.0 / np.median(xs))}
+                              for impl, xs in others.items() if xs}
+        on_cuda = mine[0]["device"] == "cuda"
         ctx.emit({"suite": "kernels", "op": op, "verdict": "triton faster" if wins * 2 > len(mine) else "torch faster",
-                  "triton_wins": wins, "workloads": len(mine),
-                  "note": "interpreter timings say nothing about GPU speed" if mine[0]["device"] == "cpu" else "",
-                  "recommend_triton_default": wins * 2 > len(mine) and mine[0]["device"] == "cuda"})
+                  "triton_wins": wins, "workloads": len(mine), "device": mine[0]["device"], "plan": mine[0]["plan"],
+                  "median_ratio_vs_torch": float(np.median(ratios)), "min_ratio_vs_torch": float(min(ratios)),
+                  "max_ratio_vs_torch": float(max(ratios)), "other_impls": faster_than_triton,
+                  "note": "interpreter timings say nothing about GPU speed" if not on_cuda else "",
+                  "recommend_triton_default": wins * 2 > len(mine) and on_cuda})
 
 
 def _plot(ctx: ProfileContext, records: list[dict[str, Any]]) -> None:

@@ -44,7 +44,18 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "figure": f"p50 {r['searchsmith']['p50_ms']:.3f} ms, p99 {r['searchsmith']['p99_ms']:.3f} ms",
                          "baseline": f"faiss CPU + numpy max: p50 {r['faiss_cpu']['p50_ms']:.3f} ms, p99 {r['faiss_cpu']['p99_ms']:.3f} ms",
                          "ratio": round(r["ratio_p50"], 2)})
-        elif r.get("suite") == "kernels" and r.get("op") and r.get("impl") not in (None, "torch"):
+        elif r.get("suite") == "kernels" and r.get("verdict") and r.get("plan") == "gpu":
+            # the GPU grid is dozens of workloads: one row per op, the per-workload lines stay in results.jsonl
+            others = "; ".join(f"{impl} faster than triton in {o['workloads_faster']}/{o['workloads']} "
+                               f"(median {o['median_speedup_over_triton']:.2f}x triton's speed)"
+                               for impl, o in sorted(r.get("other_impls", {}).items()))
+            rows.append({**base, "what": f"kernel {r['op']}, {r['workloads']} workloads of the GPU grid ({r['device']})",
+                         "figure": (f"triton faster than the torch twin in {r['triton_wins']}/{r['workloads']}; "
+                                    f"ratio range {r['min_ratio_vs_torch']:.2f}-{r['max_ratio_vs_torch']:.2f}x"),
+                         "baseline": "torch twin (kernels/reference.py)" + (f"; {others}" if others else ""),
+                         "ratio": round(r["median_ratio_vs_torch"], 2)})
+        elif r.get("suite") == "kernels" and r.get("op") and r.get("impl") not in (None, "torch") \
+                and r.get("plan") != "gpu":
             shape = ", ".join(f"{k}={r[k]}" for k in ("N", "C", "S", "B", "T", "k", "D") if k in r)
             rows.append({**base, "what": f"kernel {r['op']} ({shape}, {r.get('dtype', '')}, {r['device']})",
                          "figure": f"{r['impl']}: p50 {r['p50_ms']:.3f} ms",
@@ -62,6 +73,12 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "baseline": (f"CrossEncoder.predict fp16: {r['st_fp16_pairs_per_s']:.0f} pairs/s "
                                       f"(fp32: {r['st_fp32_pairs_per_s']:.0f})"),
                          "ratio": round(r["ratio_vs_st_fp16"], 2)})
+        elif r.get("suite") == "pipeline" and r.get("summary"):
+            presets = ", ".join(f"{k} {v:.0f} ms" for k, v in r["p50_ms"].items())
+            rows.append({**base, "what": (f"pipeline ask p50 per preset, {r['questions']} demo questions "
+                                          f"({r['device']}, {r['generation']}, bundles: {len(r['bundles'])})"),
+                         "figure": presets, "baseline": f"preset {r['baseline']} (no rewrite, no decomposition)",
+                         "ratio": None})
         elif r.get("suite") == "route" and r.get("end_to_end"):
             rows.append({**base, "what": f"router.route end to end ({r['mode']}, embedding included)",
                          "figure": f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms",

@@ -174,8 +174,11 @@ def _run_gpu(ctx: ProfileContext, src: Any, groups: list[tuple[str, list[str]]],
 
     opts = ExportOptions(dtype="fp16", allow_drift=True, torch_weights=True, allow_untrained=not trained)
     export_bundle(src, work / "fp16", opts)
-    bundles = {"torch-fp16": load_bundle(work / "fp16", device=device, backend="torch",
-                                         allow_untrained=not trained)}
+    # batch 32 is CrossEncoder.predict's default too (the headline compares those); batch 128
+    # shows what a larger GPU batch buys
+    bundles = {f"torch-fp16{suffix}": load_bundle(work / "fp16", device=device, backend="torch",
+                                                  allow_untrained=not trained, batch_size=bs)
+               for suffix, bs in (("", 32), ("-b128", 128))}
     why = _onnx_cuda_missing() if device == "cuda" else "not a CUDA run"
     if why is None:
         bundles["onnx-cuda-fp16"] = load_bundle(work / "fp16", device="cuda", backend="onnx",

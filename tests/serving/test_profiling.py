@@ -92,7 +92,7 @@ def test_rerank_gpu_comparison_runs_on_cpu(tmp_path, tiny_profile) -> None:
     recs = _records(tmp_path / "p")
     assert [r for r in recs if r.get("skipped")][0]["impl"] == "onnx-cuda-fp16"
     rows = {r["impl"]: r for r in recs if r.get("pairs_per_s") and not r.get("summary")}
-    assert set(rows) == {"sentence-transformers", "torch-fp16"}
+    assert set(rows) == {"sentence-transformers", "torch-fp16", "torch-fp16-b128"}
     summary = [r for r in recs if r.get("summary")][0]
     assert summary["impl"] == "torch-fp16" and summary["pairs"] == 24
     # the torch backend runs the exported model's own weights: same ranking as CrossEncoder fp32
