@@ -54,6 +54,14 @@ class GraphSpec:
     dynamic: dict[str, dict[int, str]]
 
 
+# Attention implementation traced into the encoder-only graphs. transformers' default (sdpa)
+# traces to a graph with NaN guards and mask arithmetic around each softmax; the eager one
+# to plain MatMul/Softmax/MatMul. Same function (max |difference| 5e-8 on the MiniLM
+# cross-encoder), but ONNX Runtime ran the eager graph 17 % faster in fp32 and 27 % faster
+# in int8 (160 demo pairs, 2 idle cores, 2026-11-30).
+EXPORT_ATTN_IMPLEMENTATION = "eager"
+
+
 def load_hf(cls: Any, path: Path, what: str, **kwargs: Any) -> Any:
     """``cls.from_pretrained(path)`` in eval mode, refusing MISSING weights.
 
@@ -136,7 +144,7 @@ def embedder_graphs(model_dir: Path, tokenizer: Any, pooling: str = "mean") -> d
     """The base embedder: one ``model`` graph with pooling and normalisation inside."""
     from transformers import AutoModel
 
-    model = load_hf(AutoModel, model_dir, "export embedder")
+    model = load_hf(AutoModel, model_dir, "export embedder", attn_implementation=EXPORT_ATTN_IMPLEMENTATION)
     names = text_inputs(model, tokenizer)
     example, dynamic = _text_example(names, len(tokenizer))
     return {"model": GraphSpec(MeanPoolNormalize(model, names, pooling).eval(), names, ["embeddings"],
@@ -148,7 +156,7 @@ def rerank_graphs(model_dir: Path, tokenizer: Any) -> dict[str, GraphSpec]:
     from searchsmith.models.reranker import load_reranker
 
     # Either head of models/reranker.py: the [CLS] cross-encoder or the segment-cosine one.
-    model = load_reranker(model_dir)
+    model = load_reranker(model_dir, attn_implementation=EXPORT_ATTN_IMPLEMENTATION)
     names = text_inputs(model, tokenizer)
     example, dynamic = _text_example(names, len(tokenizer))
     return {"model": GraphSpec(_Kwargs(model, names, "logits").eval(), names, ["logits"], example, dynamic)}
@@ -158,8 +166,11 @@ def cite_graphs(model_dir: Path, tokenizer: Any) -> dict[str, GraphSpec]:
     """The citation models: ``tagger`` (token classes, (B, T, L)) and ``scorer`` ((B, 1))."""
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    tagger = load_hf(AutoModelForTokenClassification, model_dir / "tagger", "export cite tagger")
-    scorer = load_hf(AutoModelForSequenceClassification, model_dir / "scorer", "export cite scorer")
+    attn = EXPORT_ATTN_IMPLEMENTATION
+    tagger = load_hf(AutoModelForTokenClassification, model_dir / "tagger", "export cite tagger",
+                     attn_implementation=attn)
+    scorer = load_hf(AutoModelForSequenceClassification, model_dir / "scorer", "export cite scorer",
+                     attn_implementation=attn)
     out = {}
     for name, model in (("tagger", tagger), ("scorer", scorer)):
         names = text_inputs(model, tokenizer)

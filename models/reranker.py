@@ -89,13 +89,14 @@ class SegmentCosineReranker(torch.nn.Module):
             encoding="utf-8")
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> SegmentCosineReranker:
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> SegmentCosineReranker:
+        """Load a saved segment-cosine reranker; ``kwargs`` go to ``AutoModel.from_pretrained``."""
         from transformers import AutoModel
 
         path = Path(path)
         head = read_head(path)
         try:
-            encoder, info = AutoModel.from_pretrained(path, output_loading_info=True)
+            encoder, info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
         except (OSError, ValueError) as exc:
             raise BundleError(f"reranker: cannot load a model from {str(path)!r}: {exc}") from None
         missing = [k for k in info.get("missing_keys", []) if "pooler" not in k]
@@ -120,8 +121,10 @@ def read_head(path: str | os.PathLike) -> dict[str, Any]:
     return head
 
 
-def load_reranker(path: str | os.PathLike) -> Any:
+def load_reranker(path: str | os.PathLike, **kwargs: Any) -> Any:
     """The reranker saved in ``path`` (either head), in eval mode.
+
+    ``kwargs`` go to ``from_pretrained`` (the export passes ``attn_implementation``).
 
     Raises:
         BundleError: unreadable head file, missing weights, or a ``cls`` model without exactly
@@ -129,11 +132,11 @@ def load_reranker(path: str | os.PathLike) -> Any:
     """
     head = read_head(path)
     if head.get("head") == "segment_cosine":
-        return SegmentCosineReranker.from_pretrained(path).eval()
+        return SegmentCosineReranker.from_pretrained(path, **kwargs).eval()
     from transformers import AutoModelForSequenceClassification
 
     try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(path, output_loading_info=True)
+        model, info = AutoModelForSequenceClassification.from_pretrained(path, output_loading_info=True, **kwargs)
     except (OSError, ValueError) as exc:
         raise BundleError(f"reranker: cannot load a model from {str(path)!r}: {exc}") from None
     if info.get("missing_keys"):

@@ -26,6 +26,7 @@ in fp16 (``.half()``), on a larger workload (64 queries x 100 candidates).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shutil
 import tempfile
@@ -34,6 +35,41 @@ from typing import Any
 
 import numpy as np
 from searchsmith.serving.profiling.common import ProfileContext, interleaved_best, save_plot
+
+# One untrained cross-encoder and its exported bundles per process: ``profile all`` runs the
+# rerank and server suites, which would otherwise each build and export the same model.
+_SHARED: dict[str, Any] = {}
+
+
+def untrained_source(tiny: bool) -> Any:
+    """The untrained MiniLM cross-encoder (tiny: a random tiny BERT) as a ModelSource, built once."""
+    from searchsmith.models.export import ModelSource
+
+    key = f"src-{tiny}"
+    if key not in _SHARED:
+        if "dir" not in _SHARED:
+            _SHARED["dir"] = Path(tempfile.mkdtemp(prefix="searchsmith-profile-models-"))
+            atexit.register(shutil.rmtree, _SHARED["dir"], True)
+        folder = _SHARED["dir"] / f"cross-encoder-{'tiny' if tiny else 'minilm'}"
+        name = _untrained_cross_encoder(folder, tiny)
+        _SHARED[key] = ModelSource("rerank", folder, folder, name, False, 0, 64 if tiny else 256)
+    return _SHARED[key]
+
+
+def exported(src: Any, dtype: str, trained: bool) -> Path:
+    """``src`` exported to a ``dtype`` bundle (once per process; drift allowed: the profiles
+    measure agreement themselves)."""
+    from searchsmith.models.export import ExportOptions, export_bundle
+
+    key = f"bundle-{src.model_dir}-{dtype}"
+    if key not in _SHARED:
+        if "dir" not in _SHARED:
+            _SHARED["dir"] = Path(tempfile.mkdtemp(prefix="searchsmith-profile-models-"))
+            atexit.register(shutil.rmtree, _SHARED["dir"], True)
+        out = _SHARED["dir"] / f"bundle-{len(_SHARED)}-{dtype}"
+        export_bundle(src, out, ExportOptions(dtype=dtype, allow_drift=True, allow_untrained=not trained))
+        _SHARED[key] = out
+    return _SHARED[key]
 
 
 def _untrained_cross_encoder(folder: Path, tiny: bool) -> str:
@@ -75,9 +111,6 @@ def agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> dict[str, float]:
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     import torch
     from searchsmith.models.export import (
-        ExportOptions,
-        ModelSource,
-        export_bundle,
         heldout_groups,
         run_source,
     )
@@ -99,19 +132,14 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
             src = run_source(Path(run_dir))
             model_name, trained = f"{src.base_model} ({run_dir})", True
         else:
-            folder = work / "cross-encoder"
-            model_name = _untrained_cross_encoder(folder, tiny)
-            src = ModelSource("rerank", folder, folder, model_name, False, 0, 256 if not tiny else 64)
-            trained = False
+            src = untrained_source(tiny)
+            model_name, trained = src.base_model, False
         if gpu:
             _run_gpu(ctx, src, groups, work, model_name, trained, "cuda")
             return
         bundles: dict[str, Any] = {}
         for dtype in ("int8", "fp32"):
-            # allow_drift: the profile measures agreement itself and reports it below
-            opts = ExportOptions(dtype=dtype, allow_drift=True, allow_untrained=not trained)
-            export_bundle(src, work / dtype, opts)
-            bundles[dtype] = load_bundle(work / dtype, device="cpu", allow_untrained=not trained)
+            bundles[dtype] = load_bundle(exported(src, dtype, trained), device="cpu", allow_untrained=not trained)
         st = CrossEncoder(str(src.model_dir), device="cpu", max_length=src.max_length)
         n_pairs = sum(len(p) for _, p in groups)
         pairs = [(q, p) for q, ps in groups for p in ps]

@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -133,20 +131,18 @@ def _bodies(texts: list[str], endpoint: str, n: int, offset: int) -> list[dict[s
     return out
 
 
-def _reranker(work: Path, tiny: bool) -> tuple[Any, str]:
-    """The rerank model served: (bundle-like object, description)."""
-    from searchsmith.serving.profiling.rerank import _untrained_cross_encoder
+def _reranker(tiny: bool) -> tuple[Any, str]:
+    """The rerank model served: (bundle-like object, description). The int8 bundle is the
+    one ``profile rerank`` exported earlier in the same process, when it ran."""
+    from searchsmith.serving.profiling.rerank import exported, untrained_source
 
-    folder = work / "cross-encoder"
-    name = _untrained_cross_encoder(folder, tiny)
+    src = untrained_source(tiny)
     if tiny:
-        return TorchReranker(folder), f"{name}, torch"
-    from searchsmith.models.export import ExportOptions, ModelSource, export_bundle
+        return TorchReranker(src.model_dir), f"{src.base_model}, torch"
     from searchsmith.models.runtime import load_bundle
 
-    src = ModelSource("rerank", folder, folder, name, False, 0, 256)
-    export_bundle(src, work / "bundle", ExportOptions(dtype="int8", allow_drift=True, allow_untrained=True))
-    return load_bundle(work / "bundle", device="cpu", allow_untrained=True), f"{name}, ONNX int8 bundle"
+    bundle = load_bundle(exported(src, "int8", False), device="cpu", allow_untrained=True)
+    return bundle, f"{src.base_model}, ONNX int8 bundle"
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
@@ -161,82 +157,78 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     # lengths (whole documents to titles), where the forward pass, not the server, dominates.
     short = tiny or ctx.quick
     texts = [t[:80] for t in mixed_texts(512)] if short else mixed_texts(512)
-    work = Path(tempfile.mkdtemp(prefix="searchsmith-profile-server-"))
+    embedder = Embedder()
+    reranker, rerank_name = _reranker(tiny)
+    # A CPU-sized token budget (the Embedder's own CPU default): with mixed lengths, a batch
+    # bounded only by count pads short texts to the longest and runs slower than singles.
+    modes = {"on": BatcherConfig(max_batch_size=64, max_batch_tokens=CPU_BATCH_TOKENS, max_wait_ms=2.0,
+                                 max_queue=8192, timeout_s=600.0),
+             "off": BatcherConfig(max_batch_size=1, max_wait_ms=0.0, max_queue=8192, timeout_s=600.0)}
+    # Both servers run at once and each point alternates on / off for ``rounds`` rounds, so
+    # a change in the machine's load (shared cores) hits both modes alike.
+    rounds = 1 if tiny else 2
+    apps = {mode: create_app(ServerConfig(batcher=b, rerank_batcher=b, request_timeout_s=600.0),
+                             embedder=embedder, reranker=reranker) for mode, b in modes.items()}
+    servers = {mode: LoopbackServer(app).__enter__() for mode, app in apps.items()}
+    results: list[dict[str, Any]] = []
     try:
-        embedder = Embedder()
-        reranker, rerank_name = _reranker(work, tiny)
-        # A CPU-sized token budget (the Embedder's own CPU default): with mixed lengths, a batch
-        # bounded only by count pads short texts to the longest and runs slower than singles.
-        modes = {"on": BatcherConfig(max_batch_size=64, max_batch_tokens=CPU_BATCH_TOKENS, max_wait_ms=2.0,
-                                     max_queue=8192, timeout_s=600.0),
-                 "off": BatcherConfig(max_batch_size=1, max_wait_ms=0.0, max_queue=8192, timeout_s=600.0)}
-        # Both servers run at once and each point alternates on / off for ``rounds`` rounds, so
-        # a change in the machine's load (shared cores) hits both modes alike.
-        rounds = 1 if tiny else 2
-        apps = {mode: create_app(ServerConfig(batcher=b, rerank_batcher=b, request_timeout_s=600.0),
-                                 embedder=embedder, reranker=reranker) for mode, b in modes.items()}
-        servers = {mode: LoopbackServer(app).__enter__() for mode, app in apps.items()}
-        results: list[dict[str, Any]] = []
-        try:
-            for endpoint in ("/v1/embeddings", "/v1/rerank"):
-                for srv in servers.values():  # warm-up: connections, first batches
-                    asyncio.run(_load(srv.port, endpoint, _bodies(texts, endpoint, 8, 0), 8))
-                for c in levels:
-                    n = 8 if tiny else int(min(256, max(32, 2 * c)))
-                    acc = {mode: {"lat": [], "errors": 0, "wall": 0.0, "items": 0, "batches": 0} for mode in modes}
-                    for r in range(rounds):
-                        for mode, srv in servers.items():
-                            state = apps[mode].state.serving
-                            batcher = state.batcher if endpoint == "/v1/embeddings" else state.rerank_batcher
-                            before = batcher.stats()
-                            lat, errors, wall = asyncio.run(
-                                _load(srv.port, endpoint, _bodies(texts, endpoint, n, c + r * n), c))
-                            after = batcher.stats()
-                            a = acc[mode]
-                            a["lat"] += lat
-                            a["errors"] += errors
-                            a["wall"] += wall
-                            a["items"] += after["items_run"] - before["items_run"]
-                            a["batches"] += after["batches_run"] - before["batches_run"]
-                    for mode, a in acc.items():
-                        rec = {"suite": "server", "endpoint": endpoint, "batching": mode, "concurrency": c,
-                               "requests": n * rounds, "rounds": rounds, "errors": a["errors"],
-                               "throughput_rps": n * rounds / a["wall"],
-                               "mean_batch_size": a["items"] / max(a["batches"], 1),
-                               "max_batch_size": modes[mode].max_batch_size, **percentiles(a["lat"]),
-                               "embed_model": embedder.model_name, "rerank_model": rerank_name,
-                               "docs_per_rerank": DOCS_PER_RERANK, "texts": "short" if short else "mixed",
-                               "tiny": tiny}
-                        results.append(ctx.emit(rec))
-        finally:
-            for srv in servers.values():
-                srv.__exit__(None, None, None)
         for endpoint in ("/v1/embeddings", "/v1/rerank"):
-            at = {r["batching"]: r for r in results if r["endpoint"] == endpoint and r["concurrency"] == max(
-                c for c in levels if c <= 32)}
-            ratio = at["on"]["throughput_rps"] / at["off"]["throughput_rps"]
-            ctx.emit({"suite": "server", "summary": True, "endpoint": endpoint, "concurrency": at["on"]["concurrency"],
-                      "on_rps": at["on"]["throughput_rps"], "off_rps": at["off"]["throughput_rps"],
-                      "ratio_on_vs_off": ratio, "target": ">= 3x throughput at 32 concurrent (CPU)",
-                      "errors": sum(r["errors"] for r in results if r["endpoint"] == endpoint),
-                      "note": "clients and server share the machine (in-process threads)", "tiny": tiny})
-
-        def draw(fig: Any, ax: Any) -> None:
-            for endpoint, colour in (("/v1/embeddings", "tab:blue"), ("/v1/rerank", "tab:orange")):
-                for mode, style in (("on", "-"), ("off", ":")):
-                    pts = sorted((r["concurrency"], r["p50_ms"], r["p99_ms"]) for r in results
-                                 if r["endpoint"] == endpoint and r["batching"] == mode)
-                    xs = [p[0] for p in pts]
-                    ax.plot(xs, [p[1] for p in pts], style, color=colour, marker="o",
-                            label=f"{endpoint} batching {mode} p50")
-                    ax.plot(xs, [p[2] for p in pts], style, color=colour, marker="x", alpha=0.5,
-                            label=f"{endpoint} batching {mode} p99")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("concurrent clients")
-            ax.set_ylabel("latency (ms)")
-            ax.legend(fontsize=7)
-
-        save_plot(ctx.out_dir / "server_latency.png", draw, "searchsmith serve: latency vs concurrency (CPU)")
+            for srv in servers.values():  # warm-up: connections, first batches
+                asyncio.run(_load(srv.port, endpoint, _bodies(texts, endpoint, 8, 0), 8))
+            for c in levels:
+                n = 8 if tiny else int(min(256, max(32, 2 * c)))
+                acc = {mode: {"lat": [], "errors": 0, "wall": 0.0, "items": 0, "batches": 0} for mode in modes}
+                for r in range(rounds):
+                    for mode, srv in servers.items():
+                        state = apps[mode].state.serving
+                        batcher = state.batcher if endpoint == "/v1/embeddings" else state.rerank_batcher
+                        before = batcher.stats()
+                        lat, errors, wall = asyncio.run(
+                            _load(srv.port, endpoint, _bodies(texts, endpoint, n, c + r * n), c))
+                        after = batcher.stats()
+                        a = acc[mode]
+                        a["lat"] += lat
+                        a["errors"] += errors
+                        a["wall"] += wall
+                        a["items"] += after["items_run"] - before["items_run"]
+                        a["batches"] += after["batches_run"] - before["batches_run"]
+                for mode, a in acc.items():
+                    rec = {"suite": "server", "endpoint": endpoint, "batching": mode, "concurrency": c,
+                           "requests": n * rounds, "rounds": rounds, "errors": a["errors"],
+                           "throughput_rps": n * rounds / a["wall"],
+                           "mean_batch_size": a["items"] / max(a["batches"], 1),
+                           "max_batch_size": modes[mode].max_batch_size, **percentiles(a["lat"]),
+                           "embed_model": embedder.model_name, "rerank_model": rerank_name,
+                           "docs_per_rerank": DOCS_PER_RERANK, "texts": "short" if short else "mixed",
+                           "tiny": tiny}
+                    results.append(ctx.emit(rec))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for srv in servers.values():
+            srv.__exit__(None, None, None)
+    for endpoint in ("/v1/embeddings", "/v1/rerank"):
+        at = {r["batching"]: r for r in results if r["endpoint"] == endpoint and r["concurrency"] == max(
+            c for c in levels if c <= 32)}
+        ratio = at["on"]["throughput_rps"] / at["off"]["throughput_rps"]
+        ctx.emit({"suite": "server", "summary": True, "endpoint": endpoint, "concurrency": at["on"]["concurrency"],
+                  "on_rps": at["on"]["throughput_rps"], "off_rps": at["off"]["throughput_rps"],
+                  "ratio_on_vs_off": ratio, "target": ">= 3x throughput at 32 concurrent (CPU)",
+                  "errors": sum(r["errors"] for r in results if r["endpoint"] == endpoint),
+                  "note": "clients and server share the machine (in-process threads)", "tiny": tiny})
+
+    def draw(fig: Any, ax: Any) -> None:
+        for endpoint, colour in (("/v1/embeddings", "tab:blue"), ("/v1/rerank", "tab:orange")):
+            for mode, style in (("on", "-"), ("off", ":")):
+                pts = sorted((r["concurrency"], r["p50_ms"], r["p99_ms"]) for r in results
+                             if r["endpoint"] == endpoint and r["batching"] == mode)
+                xs = [p[0] for p in pts]
+                ax.plot(xs, [p[1] for p in pts], style, color=colour, marker="o",
+                        label=f"{endpoint} batching {mode} p50")
+                ax.plot(xs, [p[2] for p in pts], style, color=colour, marker="x", alpha=0.5,
+                        label=f"{endpoint} batching {mode} p99")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel("latency (ms)")
+        ax.legend(fontsize=7)
+
+    save_plot(ctx.out_dir / "server_latency.png", draw, "searchsmith serve: latency vs concurrency (CPU)")
