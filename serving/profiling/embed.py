@@ -51,7 +51,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         raise ConfigError(f"profile embed --backend: {backend!r} is not one of ['torch', 'onnx']")
     device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the test's end-to-end run
-    n = 24 if tiny else 256 if ctx.quick else (4096 if device == "cuda" else 1024)
+    n = 24 if tiny else 128 if ctx.quick else (4096 if device == "cuda" else 1024)
     texts = mixed_texts(n)
     dtype = "fp16" if device == "cuda" else "fp32"
     ours = Embedder(EmbedderConfig(device=device, dtype=dtype))

@@ -65,7 +65,7 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append({**base, "what": f"rerank {r['pairs']} pairs / {r['queries']} queries, int8 ONNX (cpu)",
                          "figure": f"{r['onnx_int8_pairs_per_s']:.1f} pairs/s, top-10 identical "
                                    f"{r['top10_identical']:.2f}, Kendall tau {r['kendall_tau_mean']:.3f}",
-                         "baseline": f"CrossEncoder.predict fp32 torch: {r['st_pairs_per_s']:.1f} pairs/s",
+                         "baseline": f"{r.get('baseline', 'CrossEncoder.predict fp32 torch')}: {r['st_pairs_per_s']:.1f} pairs/s",
                          "ratio": round(r["ratio_int8_vs_st"], 2)})
         elif r.get("suite") == "rerank" and r.get("summary") and "st_fp16_pairs_per_s" in r:
             rows.append({**base, "what": f"rerank {r['pairs']} pairs / {r['queries']} queries, {r['impl']} ({r['device']})",

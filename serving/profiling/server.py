@@ -175,7 +175,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
              "off": BatcherConfig(max_batch_size=1, max_wait_ms=0.0, max_queue=8192, timeout_s=600.0)}
     # Both servers run at once and each point alternates on / off for ``rounds`` rounds, so
     # a change in the machine's load (shared cores) hits both modes alike.
-    rounds = 1 if tiny else 2
+    rounds = 1 if (tiny or ctx.quick) else 2
     apps = {mode: create_app(ServerConfig(batcher=b, rerank_batcher=b, request_timeout_s=600.0),
                              embedder=embedder, reranker=reranker) for mode, b in modes.items()}
     servers = {mode: LoopbackServer(app).__enter__() for mode, app in apps.items()}

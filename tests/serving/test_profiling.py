@@ -62,7 +62,7 @@ def test_readme_table_is_generated_from_the_results_file(tmp_path) -> None:
 
 def test_profile_rerank_int8_onnx_against_cross_encoder(tmp_path, tiny_profile) -> None:
     out = tmp_path / "p"
-    assert main(["profile", "rerank", "--quick", "--out", str(out)]) == 0
+    assert main(["profile", "rerank", "--out", str(out)]) == 0  # tiny sizes, full plan: both dtypes
     recs = _records(out)
     impls = {r["impl"]: r for r in recs if r.get("impl")}
     assert set(impls) == {"sentence-transformers", "onnx-int8", "onnx-fp32"}
@@ -74,6 +74,15 @@ def test_profile_rerank_int8_onnx_against_cross_encoder(tmp_path, tiny_profile) 
     # fp32 ONNX ranks exactly as torch does
     assert impls["onnx-fp32"]["top10_identical"] == 1.0 and impls["onnx-fp32"]["kendall_tau_min"] == 1.0
     assert -1.0 <= summary["kendall_tau_mean"] <= 1.0 and 0.0 <= summary["top10_overlap"] <= 1.0
+
+
+def test_profile_rerank_quick_leaves_out_the_fp32_bundle(tmp_path, tiny_profile) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", "rerank", "--quick", "--out", str(out)]) == 0
+    recs = _records(out)
+    assert {r["impl"] for r in recs if r.get("impl")} == {"sentence-transformers", "onnx-int8"}
+    summary = [r for r in recs if r.get("summary")][0]
+    assert summary["onnx_fp32_pairs_per_s"] is None and summary["ratio_int8_vs_st"] > 0
 
 
 def test_rerank_gpu_comparison_runs_on_cpu(tmp_path, tiny_profile) -> None:
