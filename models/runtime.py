@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models import __version__
+from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import sha256_file
 
@@ -42,6 +43,11 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TOKENIZER_DIR = "tokenizer"
+# Padded-token budget per graph call when load_bundle is given none (the torch embedder's
+# defaults: larger budgets ran slower on the 2-core CPU, see serving/embedder.py).
+DEFAULT_BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
+# A batch is closed before its real tokens fall below this share of its padded tokens.
+PACK_MIN_PADDING_EFFICIENCY = 0.75
 TORCH_DIR = "torch"
 TASKS = ("embed", "rerank", "decompose", "cite", "images")
 _NP_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
@@ -155,12 +161,15 @@ class Bundle:
         manifest: the parsed ``manifest.json``.
         backend: ``onnx-cpu``, ``onnx-cuda`` or ``torch``.
         max_length: tokens per input (longer inputs are truncated and reported in the meta).
-        batch_size: inputs per graph call.
+        batch_size: most inputs per graph call.
+        max_batch_tokens: padded tokens per graph call (inputs x longest input): inputs are
+            sorted by length and packed under it, as the torch embedder does, so short inputs
+            travel in large batches and long ones in small ones. None = no token budget.
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any], tokenizer: Any,
                  graphs: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]], backend: str,
-                 batch_size: int = 32) -> None:
+                 batch_size: int = 32, max_batch_tokens: int | None = None) -> None:
         self.path = path
         self.manifest = manifest
         self.task: str = manifest["task"]
@@ -168,6 +177,7 @@ class Bundle:
         self.graphs = graphs
         self.backend = backend
         self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.max_length = int(manifest["max_length"])
 
     def __repr__(self) -> str:
@@ -237,11 +247,11 @@ class Bundle:
                 enc = self.tokenizer(first, second, **{**kwargs, "truncation": "longest_first"})
         ids = enc["input_ids"]
         types = enc.get("token_type_ids")
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        budget = self.max_batch_tokens or self.batch_size * limit  # no budget: batch_size alone
+        groups = pack_batches([len(x) for x in ids], budget, self.batch_size, PACK_MIN_PADDING_EFFICIENCY)
         pad = self.tokenizer.pad_token_id or 0
         batches = []
-        for s in range(0, len(order), self.batch_size):
-            idx = order[s:s + self.batch_size]
+        for idx in groups:
             width = max(len(ids[i]) for i in idx)
             input_ids = np.full((len(idx), width), pad, dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -623,7 +633,7 @@ def _torch_graphs(path: Path, manifest: dict[str, Any], tokenizer: Any, device: 
 
 def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "auto",
                 threads: int | None = None, *, allow_untrained: bool = False, batch_size: int = 32,
-                memory_arena: bool = True) -> Bundle:
+                max_batch_tokens: int | None = None, memory_arena: bool = True) -> Bundle:
     """Verify a bundle and load it for inference.
 
     Args:
@@ -632,7 +642,9 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         backend: ``auto`` (ONNX Runtime, torch only without onnxruntime), ``onnx`` or ``torch``.
         threads: intra-op threads (None = ONNX Runtime's / torch's default).
         allow_untrained: load a bundle whose model was never fine-tuned (benchmarks, tests).
-        batch_size: inputs per graph call.
+        batch_size: most inputs per graph call.
+        max_batch_tokens: padded tokens per graph call; None = the default for the device
+            (``DEFAULT_BATCH_TOKENS``: 2048 on the CPU, as the torch embedder, 16384 on CUDA).
         memory_arena: ONNX Runtime's CPU memory arena (off trades speed for a lower peak).
 
     Returns:
@@ -672,7 +684,15 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
                          "CPUExecutionProvider"]
         graphs = {name: OrtGraph(path / g["file"], providers, threads, memory_arena)
                   for name, g in manifest["graphs"].items()}
-    return BUNDLE_CLASSES[manifest["task"]](path, manifest, tokenizer, graphs, chosen, batch_size)
+    if max_batch_tokens is None:
+        on_gpu = chosen == "onnx-cuda" or (chosen == "torch" and graphs_on_cuda(graphs))
+        max_batch_tokens = DEFAULT_BATCH_TOKENS["cuda" if on_gpu else "cpu"]
+    return BUNDLE_CLASSES[manifest["task"]](path, manifest, tokenizer, graphs, chosen, batch_size, max_batch_tokens)
+
+
+def graphs_on_cuda(graphs: dict[str, Any]) -> bool:
+    """Whether torch graphs run on CUDA."""
+    return any(getattr(getattr(g, "device", None), "type", None) == "cuda" for g in graphs.values())
 
 
 __all__ = ["BUNDLE_CLASSES", "Bundle", "CiteBundle", "DecomposeBundle", "EmbedBundle", "FORMAT_VERSION",

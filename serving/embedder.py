@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 
@@ -95,38 +96,6 @@ def _read_st_layout(path: Path) -> tuple[str, int | None]:
             "(supported: mean, cls); use a model with mean or CLS pooling"
         )
     return pooling, max_len
-
-
-def pack_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int,
-                 min_padding_efficiency: float = 0.0) -> list[list[int]]:
-    """Group item indices into batches, longest first, under a padded-token budget.
-
-    The cost of a batch is ``len(batch) * max(length)``: padding counts, since it is
-    computed. A batch is also closed before its real tokens would fall below
-    ``min_padding_efficiency`` of its padded tokens. An item longer than the budget goes
-    alone (it is never dropped).
-
-    Returns:
-        Lists of indices into ``lengths``; every index appears exactly once.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    width = real = 0
-    for i in order:
-        n = lengths[i]
-        if current:
-            w = max(width, n)
-            padded = (len(current) + 1) * w
-            if (padded > max_batch_tokens or len(current) >= max_batch_size
-                    or real + n < min_padding_efficiency * padded):
-                batches.append(current)
-                current, width, real = [], 0, 0
-        current.append(i)
-        width, real = max(width, n), real + n
-    if current:
-        batches.append(current)
-    return batches
 
 
 class Embedder:

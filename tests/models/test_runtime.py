@@ -53,6 +53,21 @@ def test_embed_round_trip_matches_torch() -> None:
     assert b.encode([]).shape == (0, 32)
 
 
+def test_token_budget_packs_batches_without_changing_results() -> None:
+    texts = ["a", "one two three four five six seven", "a b", "x " * 30, "word"] * 3
+    whole = load_bundle(bundle("embed"), device="cpu", batch_size=64, max_batch_tokens=10_000)
+    tight = load_bundle(bundle("embed"), device="cpu", batch_size=64, max_batch_tokens=40)
+    assert whole.max_batch_tokens == 10_000
+    assert load_bundle(bundle("embed"), device="cpu").max_batch_tokens == 2048  # the CPU default
+    batches = tight._encode_text(texts)
+    assert sorted(i for idx, _ in batches for i in idx) == list(range(len(texts)))
+    for idx, feeds in batches:  # under the budget, unless one input alone is over it
+        width = feeds["input_ids"].shape[1]
+        assert len(idx) * width <= 40 or len(idx) == 1
+    assert len(batches) > len(whole._encode_text(texts))
+    np.testing.assert_allclose(tight.encode(texts), whole.encode(texts), atol=1e-5)
+
+
 def test_rerank_round_trip_matches_torch() -> None:
     from searchsmith.training.reranker import score_pairs
     from transformers import AutoModelForSequenceClassification
