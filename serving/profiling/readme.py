@@ -32,7 +32,13 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in records:
         base = {"date": r.get("date"), "machine": _machine(machine), "command": r.get("command")}
-        if r.get("suite") == "embed" and r.get("summary"):
+        if r.get("suite") == "embed" and r.get("summary") and r.get("backend") == "onnx":
+            rows.append({**base, "what": f"embed {r['texts']} mixed-length texts, int8 ONNX ({r['device']})",
+                         "figure": f"{r['onnx_int8_texts_per_s']:.1f} texts/s, min cosine {r['min_cosine']:.3f}",
+                         "baseline": (f"SentenceTransformer.encode fp32: {r['st_texts_per_s']:.1f} texts/s "
+                                      f"(fp32 ONNX: {r['onnx_fp32_texts_per_s']:.1f})"),
+                         "ratio": round(r["ratio_int8_vs_st"], 2)})
+        elif r.get("suite") == "embed" and r.get("summary"):
             rows.append({**base, "what": f"embed {r['texts']} mixed-length texts ({r['device']}, {r['dtype']})",
                          "figure": f"{r['searchsmith_texts_per_s']:.1f} texts/s",
                          "baseline": (f"SentenceTransformer.encode batch 32: {r['st_default_texts_per_s']:.1f} texts/s "
@@ -79,6 +85,11 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                                           f"({r['device']}, {r['generation']}, bundles: {len(r['bundles'])})"),
                          "figure": presets, "baseline": f"preset {r['baseline']} (no rewrite, no decomposition)",
                          "ratio": None})
+        elif r.get("suite") == "server" and r.get("summary"):
+            rows.append({**base, "what": f"server {r['endpoint']}, {r['concurrency']} clients, batching on vs off",
+                         "figure": f"{r['on_rps']:.1f} req/s, {r['errors']} errors",
+                         "baseline": f"batching off (max_batch_size 1): {r['off_rps']:.1f} req/s",
+                         "ratio": round(r["ratio_on_vs_off"], 2)})
         elif r.get("suite") == "route" and r.get("end_to_end"):
             rows.append({**base, "what": f"router.route end to end ({r['mode']}, embedding included)",
                          "figure": f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms",

@@ -122,6 +122,10 @@ def test_profile_embed_onnx_backend(tmp_path, tiny_profile) -> None:
     assert summary["min_cosine"] > 0.99  # int8 vs SentenceTransformer.encode fp32
     fp32 = [r for r in _records(out) if r.get("impl") == "onnx-fp32"][0]
     assert fp32["min_cosine"] > 0.9999
+    from searchsmith.serving.profiling import readme
+
+    row = readme.headline_rows(_records(out))[0]
+    assert "int8 ONNX" in row["what"] and row["ratio"] == round(summary["ratio_int8_vs_st"], 2)
 
 
 def test_profile_server_batching_on_and_off(tmp_path, tiny_profile) -> None:
@@ -143,6 +147,10 @@ def test_profile_server_batching_on_and_off(tmp_path, tiny_profile) -> None:
     s = summaries["/v1/rerank"]
     assert s["ratio_on_vs_off"] == pytest.approx(s["on_rps"] / s["off_rps"]) and s["concurrency"] == 8
     assert (out / "server_latency.png").stat().st_size > 1000
+    from searchsmith.serving.profiling import readme
+
+    rows = [r for r in readme.headline_rows(recs) if r["what"].startswith("server")]
+    assert len(rows) == 2 and "batching off" in rows[0]["baseline"]
 
 
 # -- pipeline, --trace, the gpu group and the plots (issue 8) ---------------------------------
