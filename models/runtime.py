@@ -267,15 +267,25 @@ class Bundle:
 
     def _run_text(self, graph: str, batches: list[tuple[list[int], dict[str, np.ndarray]]], n: int,
                   ) -> np.ndarray:
-        """Run ``graph`` over padded batches; rows back in input order."""
+        """Run ``graph`` over padded batches; rows back in input order.
+
+        Per-token outputs ((b, T, ...), e.g. the citation tagger) have each batch's own width
+        T; they are zero-padded to the widest batch, so row i is valid up to its own length.
+        """
         names = {i["name"] for i in self.manifest["graphs"][graph]["inputs"]}
-        out: np.ndarray | None = None
-        for idx, feeds in batches:
-            res = self.graphs[graph]({k: v for k, v in feeds.items() if k in names})
-            if out is None:
-                out = np.zeros((n, *res.shape[1:]), dtype=np.float32)
-            out[idx] = res
-        return out if out is not None else np.zeros((0,), dtype=np.float32)
+        results = [(idx, self.graphs[graph]({k: v for k, v in feeds.items() if k in names})) for idx, feeds in batches]
+        if not results:
+            return np.zeros((0,), dtype=np.float32)
+        shape = list(results[0][1].shape[1:])
+        if len(shape) >= 2:  # (T, ...): the widest batch
+            shape[0] = max(res.shape[1] for _, res in results)
+        out = np.zeros((n, *shape), dtype=np.float32)
+        for idx, res in results:
+            if len(shape) >= 2:
+                out[idx, : res.shape[1]] = res
+            else:
+                out[idx] = res
+        return out
 
     def _truncated(self, first: list[str], second: list[str] | None = None,
                    max_length: int | None = None) -> list[int]:

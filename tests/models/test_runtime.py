@@ -87,6 +87,10 @@ def test_cite_round_trip_matches_citation_model() -> None:
     ref = CitationModel.load(cite_run() / "model", device="cpu")
     sentences = TEXTS + ["Northwind Labs released Quarry 2.0 on 12 March 2024 in Berlin."]
     assert b.entities(sentences) == ref.entities(sentences)
+    # several batches of different widths (per-token outputs padded to the widest)
+    split = load_bundle(bundle("cite"), device="cpu", batch_size=2, max_batch_tokens=16)
+    assert len(split._encode_text(sentences, max_length=24)) > 1
+    assert split.entities(sentences) == ref.entities(sentences)
     pairs = [(TEXTS[0], TEXTS[2]), (TEXTS[1], TEXTS[0]), (sentences[3], "x " * 200)]
     np.testing.assert_allclose(b.attribute(pairs), ref.attribute(pairs), atol=1e-5)
     _, meta = b.entities(["word " * 100], return_meta=True)
