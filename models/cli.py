@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("searchsmith.serving.quickstart:configure_quickstart", "train, export, index and ask on demo data"),
     "make-routing-set": ("searchsmith.serving.routing_sets:configure_make_routing_set",
                          "build a routing corpus + eval set from ../shared/data"),
+    "make-pipeline-set": ("searchsmith.serving.routing_sets:configure_make_pipeline_set",
+                          "build a multi-hop corpus + pipeline eval set from ../shared/data"),
 }
 
 # eval task -> "module:function(args) -> dict of metrics"

@@ -1,4 +1,4 @@
-"""Routing corpora and evaluation sets built from the public data in ``../shared/data``.
+"""Routing and pipeline evaluation sets built from the public data in ``../shared/data``.
 
 ``searchsmith make-routing-set expertqa|cast --data-dir ../shared/data --out DIR`` writes
 ``DIR/corpus.jsonl`` (the corpus format) and ``DIR/routing.jsonl`` (the routing format),
@@ -15,11 +15,21 @@ lies and never copied into the repository.
   with its earlier turns (and their canonical responses) as history, so most queries are
   follow-ups ("Is it treatable?"). Source: daltonj/treccastweb, MIT (passages: CAsT
   collections, research-use terms).
+
+``searchsmith make-pipeline-set multihop --data-dir ../shared/data --out DIR`` writes
+``DIR/corpus.jsonl`` and ``DIR/qa.jsonl`` (the pipeline evaluation format: ``{id, query,
+answer, supporting}``) for ``searchsmith eval pipeline``: the MuSiQue-Ans and HotpotQA
+(distractor) open parts, every question with its own candidate paragraphs (20 and 10, gold
+and distractors), all pooled into one corpus with one source per dataset, so a question's
+supporting paragraphs must be found among every other question's paragraphs too.
+Paragraphs that recur are kept once. Sources: StonyBrookNLP/musique (CC BY 4.0), hotpotqa
+(CC BY-SA 4.0), as ``../shared/data/README.md`` records.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -36,7 +46,8 @@ def _slug(text: str) -> str:
 
 def _read(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
-        raise ValidationError(f"make-routing-set: {path} not found; pass --data-dir pointing at shared/data")
+        raise ValidationError(f"make-routing-set / make-pipeline-set: {path} not found; pass --data-dir "
+                              "pointing at shared/data")
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -94,6 +105,39 @@ def cast_routing(data_dir: Path, *, min_docs: int = 4) -> tuple[list[dict], list
 BUILDERS = {"expertqa": expertqa_routing, "cast": cast_routing}
 
 
+def _paragraph_id(prefix: str, title: str, text: str) -> str:
+    digest = hashlib.sha1((title + "\n" + text).encode("utf-8")).hexdigest()[:12]
+    return f"{prefix}-{digest}"
+
+
+def multihop_pipeline(data_dir: Path) -> tuple[list[dict], list[dict]]:
+    """MuSiQue + HotpotQA: (corpus, qa items); see the module docstring."""
+    corpus: dict[str, dict] = {}
+    by_set: dict[str, list[dict]] = {"musique": [], "hotpotqa": []}
+
+    def add(source: str, title: str, text: str) -> str:
+        doc_id = _paragraph_id(source, title, text)
+        corpus.setdefault(doc_id, {"id": doc_id, "source": source, "title": title, "text": text})
+        return doc_id
+
+    for r in _read(data_dir / "musique" / "musique_ans_200.jsonl"):
+        ids = [(add("musique", p["title"], p["paragraph_text"]), bool(p["is_supporting"])) for p in r["paragraphs"]]
+        by_set["musique"].append({"id": f"musique-{r['id']}", "query": r["question"], "answer": r["answer"],
+                                  "supporting": [d for d, gold in ids if gold]})
+    for r in _read(data_dir / "hotpotqa" / "hotpotqa_dev_distractor.jsonl"):
+        gold = set(r["supporting_titles"])
+        ids = [(add("hotpotqa", t, "".join(s) if not isinstance(s, str) else s), t in gold) for t, s in r["context"]]
+        by_set["hotpotqa"].append({"id": f"hotpotqa-{r['_id']}", "query": r["question"], "answer": r["answer"],
+                                   "supporting": [d for d, g in ids if g]})
+    # Alternate the two sets, so that ``eval pipeline --limit N`` takes some of each.
+    mq, hp = by_set["musique"], by_set["hotpotqa"]
+    items = [x for pair in zip(mq, hp, strict=False) for x in pair] + mq[len(hp):] + hp[len(mq):]
+    return list(corpus.values()), items
+
+
+PIPELINE_BUILDERS = {"multihop": multihop_pipeline}
+
+
 def configure_make_routing_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(BUILDERS))
     parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
@@ -101,15 +145,31 @@ def configure_make_routing_set(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_make_routing_set)
 
 
-def run_make_routing_set(args: argparse.Namespace) -> int:
-    corpus, queries = BUILDERS[args.name](Path(args.data_dir))
-    out = Path(args.out)
+def _write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("corpus.jsonl", corpus), ("routing.jsonl", queries)):
+    for name, rows in (("corpus.jsonl", corpus), (items_file, items)):
         tmp = out / (name + ".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(out / name)
-    print(json.dumps({"out": str(out), "documents": len(corpus), "queries": len(queries),
-                      "followups": sum(1 for q in queries if q["history"]),
-                      "sources": len({r["source"] for r in corpus})}))
+    return {"out": str(out), "documents": len(corpus), "sources": len({r["source"] for r in corpus})}
+
+
+def run_make_routing_set(args: argparse.Namespace) -> int:
+    corpus, queries = BUILDERS[args.name](Path(args.data_dir))
+    summary = _write_set(Path(args.out), corpus, queries, "routing.jsonl")
+    print(json.dumps({**summary, "queries": len(queries), "followups": sum(1 for q in queries if q["history"])}))
+    return 0
+
+
+def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=sorted(PIPELINE_BUILDERS))
+    parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
+    parser.add_argument("--out", required=True, help="folder for corpus.jsonl and qa.jsonl")
+    parser.set_defaults(func=run_make_pipeline_set)
+
+
+def run_make_pipeline_set(args: argparse.Namespace) -> int:
+    corpus, items = PIPELINE_BUILDERS[args.name](Path(args.data_dir))
+    summary = _write_set(Path(args.out), corpus, items, "qa.jsonl")
+    print(json.dumps({**summary, "questions": len(items)}))
     return 0

@@ -1,0 +1,55 @@
+"""``searchsmith make-pipeline-set multihop``: MuSiQue + HotpotQA into a corpus and QA items."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from searchsmith.models.cli import main
+from searchsmith.models.errors import ValidationError
+from searchsmith.serving.routing_sets import multihop_pipeline
+
+
+def _write(path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    shared = {"title": "Shared", "paragraph_text": "A paragraph two questions share.", "is_supporting": False}
+    _write(tmp_path / "musique" / "musique_ans_200.jsonl", [
+        {"id": f"m{i}", "question": f"musique question {i}?", "answer": f"a{i}",
+         "paragraphs": [{"title": f"Gold {i}", "paragraph_text": f"gold text {i}", "is_supporting": True},
+                        {"title": f"Other {i}", "paragraph_text": f"distractor {i}", "is_supporting": False},
+                        shared]}
+        for i in range(3)])
+    _write(tmp_path / "hotpotqa" / "hotpotqa_dev_distractor.jsonl", [
+        {"_id": "h0", "question": "hotpot question?", "answer": "yes", "supporting_titles": ["T1", "T2"],
+         "context": [["T1", ["First. ", "Second."]], ["T2", ["Third."]], ["T3", ["Noise."]]]}])
+    return tmp_path
+
+
+def test_multihop_set_pools_paragraphs_and_keeps_gold_ids(data_dir) -> None:
+    corpus, items = multihop_pipeline(data_dir)
+    assert len(corpus) == 3 * 2 + 1 + 3  # the shared paragraph kept once
+    assert {d["source"] for d in corpus} == {"musique", "hotpotqa"}
+    assert [i["id"] for i in items] == ["musique-m0", "hotpotqa-h0", "musique-m1", "musique-m2"]  # alternating
+    by_id = {d["id"]: d for d in corpus}
+    m0, h0 = items[0], items[1]
+    assert [by_id[d]["title"] for d in m0["supporting"]] == ["Gold 0"] and m0["answer"] == "a0"
+    assert [by_id[d]["text"] for d in h0["supporting"]] == ["First. Second.", "Third."]
+
+
+def test_make_pipeline_set_command_writes_both_files(data_dir, tmp_path, capsys) -> None:
+    out = tmp_path / "set"
+    assert main(["make-pipeline-set", "multihop", "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary == {"out": str(out), "documents": 10, "sources": 2, "questions": 4}
+    qa = [json.loads(x) for x in (out / "qa.jsonl").read_text().splitlines()]
+    assert set(qa[0]) == {"id", "query", "answer", "supporting"}
+
+
+def test_missing_data_names_the_file(tmp_path) -> None:
+    with pytest.raises(ValidationError, match=r"musique_ans_200.jsonl not found; pass --data-dir"):
+        multihop_pipeline(tmp_path)
