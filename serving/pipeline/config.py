@@ -40,6 +40,8 @@ class BundlesConfig:
         threads: intra-op threads per bundle (None = the runtime's default).
         gate_rewrite: skip the decomposer's rewrites when its recorded held-out rewrite F1 is
             below the copy-the-query baseline (the heuristic rewrite is used instead).
+        gate_decompose: skip the decomposer's graphs when its recorded held-out node-text F1
+            is below keeping the question as one terminal node (the question is used as is).
     """
 
     decomposer: str | None = None
@@ -52,6 +54,8 @@ class BundlesConfig:
     # Use the decomposer's rewrite only when its recorded held-out rewrite F1 beats copying the
     # query (serving/pipeline/context.py: rewrite_gate).
     gate_rewrite: bool = True
+    # Likewise its graphs, against the question as one node (context.py: decompose_gate).
+    gate_decompose: bool = True
 
 
 @dataclass(frozen=True)

@@ -31,21 +31,36 @@ class BundleRewriter:
         return out.strip() if isinstance(out, str) and out.strip() else query
 
 
-def rewrite_gate(bundle: Any) -> str | None:
-    """Why a decomposer bundle's rewrites should not be used, or None when they may be.
+def measured_gate(bundle: Any, metric: str, baseline: str, what: str, instead: str, setting: str) -> str | None:
+    """Why a bundle's ``what`` should not be used, or None when it may be.
 
-    The export records the run's held-out figures (``manifest["heldout_metrics"]``): a model
-    whose rewrite token F1 is below simply copying the query makes follow-ups worse than the
-    heuristic rewrite does, so it is not served for rewriting. A bundle without the figures
-    passes (nothing measured against it).
+    The export records the run's held-out figures (``manifest["heldout_metrics"]``). A model
+    whose ``metric`` is below its trivial ``baseline`` of the same run does worse than the
+    fallback the pipeline has anyway, so that fallback (``instead``) is used. A bundle
+    without the figures passes (nothing was measured against it).
     """
     metrics = (getattr(bundle, "manifest", None) or {}).get("heldout_metrics") or {}
-    f1, copy = metrics.get("rewrite_f1"), metrics.get("baselines/rewrite_f1_copy_query")
-    if isinstance(f1, (int, float)) and isinstance(copy, (int, float)) and f1 < copy:
-        return (f"the decomposer's held-out rewrite F1 {f1:.3f} is below copying the query "
-                f"({copy:.3f}); the heuristic rewrite is used (bundles.gate_rewrite: false to "
-                "use the model anyway)")
+    got, base = metrics.get(metric), metrics.get(baseline)
+    if isinstance(got, (int, float)) and isinstance(base, (int, float)) and got < base:
+        return (f"the decomposer's held-out {what} {got:.3f} is below {instead[0]} ({base:.3f}); "
+                f"{instead[1]} is used (bundles.{setting}: false to use the model anyway)")
     return None
+
+
+def rewrite_gate(bundle: Any) -> str | None:
+    """The rewrite gate: rewrite token F1 against copying the query (the heuristic rewrite is
+    used instead)."""
+    return measured_gate(bundle, "rewrite_f1", "baselines/rewrite_f1_copy_query", "rewrite F1",
+                         ("copying the query", "the heuristic rewrite"), "gate_rewrite")
+
+
+def decompose_gate(bundle: Any) -> str | None:
+    """The decomposition gate: node-text token F1 against answering the question as one
+    terminal node (its graphs would replace a good query by worse sub-questions; the
+    question is retrieved as it is instead)."""
+    return measured_gate(bundle, "decompose_node_f1", "baselines/decompose_node_f1_question_as_terminal",
+                         "node-text F1", ("keeping the question as one node", "the question as one node"),
+                         "gate_decompose")
 
 
 class ContextStage:

@@ -26,7 +26,12 @@ from searchsmith.models.errors import ConfigError, PayloadTooLargeError, Validat
 from searchsmith.serving.pipeline.citation import CitationStage
 from searchsmith.serving.pipeline.common import load_optional_bundle
 from searchsmith.serving.pipeline.config import STRATEGIES, PipelineConfig, Preset
-from searchsmith.serving.pipeline.context import BundleRewriter, ContextStage, rewrite_gate
+from searchsmith.serving.pipeline.context import (
+    BundleRewriter,
+    ContextStage,
+    decompose_gate,
+    rewrite_gate,
+)
 from searchsmith.serving.pipeline.decomposition import DecompositionStage
 from searchsmith.serving.pipeline.generation import (
     ExtractiveGenerator,
@@ -110,11 +115,14 @@ class Pipeline:
         use_dec = dec is not None and gate is None
         self.rewrite_note = gate
         self.context = ContextStage(BundleRewriter(dec) if use_dec else None, uses_model=use_dec)
+        self.decompose_note = decompose_gate(dec) if dec is not None and cfg.bundles.gate_decompose else None
+        if self.decompose_note:
+            log.warning("decomposition: %s", self.decompose_note)
         self.routing = RoutingStage(self.router, list(index.sources), enabled=cfg.routing.enabled)
         built: dict[str, Any] = {
             "context": self.context,
             "routing": self.routing,
-            "decomposition": DecompositionStage(dec, cfg.decomposition),
+            "decomposition": DecompositionStage(None if self.decompose_note else dec, cfg.decomposition),
             "retrieval": RetrievalStage(Retriever(index, embedder, cfg.retrieval, self.bundles.get("reranker")),
                                         cfg.decomposition, self.generation.answer_node),
             "generation": self.generation,

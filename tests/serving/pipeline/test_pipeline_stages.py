@@ -109,6 +109,28 @@ def test_routing_disabled_searches_every_source(make_pipeline):
     assert ans["trace"]["stages"]["routing"]["skipped"]
 
 
+
+def test_decomposer_measured_below_one_node_is_not_used(make_pipeline, fakes, loaded_index, embedder):
+    """Graphs whose held-out node-text F1 is under keeping the question as one node are gated:
+    the question is retrieved as it is (direct), and the decomposer is not called."""
+    split = {"type": "split", "nodes": [{"id": "1", "text": "who founded?"}, {"id": "2", "text": "when?"}]}
+    dec = fakes["decomposer"](graph=split)
+    dec.manifest = {"heldout_metrics": {"decompose_node_f1": 0.135,
+                                        "baselines/decompose_node_f1_question_as_terminal": 0.263}}
+    pipe = make_pipeline(bundles={"decomposer": dec})
+    assert "node-text F1 0.135 is below keeping the question as one node (0.263)" in pipe.decompose_note
+    ans = pipe.ask("Which planet is the largest and when was it named?")
+    assert ans["trace"]["strategy"] == "direct" and len(ans["nodes"]) == 1
+    assert not [c for c in dec.calls if c[0] == "decompose"]
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    pipe = Pipeline(from_dict(PipelineConfig, {"bundles": {"gate_decompose": False}}), loaded_index,
+                    embedder, {"decomposer": dec})
+    assert pipe.decompose_note is None
+    assert pipe.ask("Which planet is the largest and when was it named?")["trace"]["strategy"] == "parallel"
+
 # -- decomposition / strategies ---------------------------------------------------------------
 SPLIT = {"type": "split", "nodes": [{"id": "1", "text": "Which planet is the largest?"},
                                     {"id": "2", "text": "How long should bread dough be kneaded?"}]}
