@@ -42,16 +42,21 @@ from searchsmith.serving.profiling.common import ProfileContext, interleaved_bes
 _SHARED: dict[str, Any] = {}
 
 
+def _shared_dir() -> Path:
+    """The process's folder for the shared models (removed at exit)."""
+    if "dir" not in _SHARED:
+        _SHARED["dir"] = Path(tempfile.mkdtemp(prefix="searchsmith-profile-models-"))
+        atexit.register(shutil.rmtree, _SHARED["dir"], True)
+    return _SHARED["dir"]
+
+
 def untrained_source(tiny: bool) -> Any:
     """The untrained MiniLM cross-encoder (tiny: a random tiny BERT) as a ModelSource, built once."""
     from searchsmith.models.export import ModelSource
 
     key = f"src-{tiny}"
     if key not in _SHARED:
-        if "dir" not in _SHARED:
-            _SHARED["dir"] = Path(tempfile.mkdtemp(prefix="searchsmith-profile-models-"))
-            atexit.register(shutil.rmtree, _SHARED["dir"], True)
-        folder = _SHARED["dir"] / f"cross-encoder-{'tiny' if tiny else 'minilm'}"
+        folder = _shared_dir() / f"cross-encoder-{'tiny' if tiny else 'minilm'}"
         name = _untrained_cross_encoder(folder, tiny)
         _SHARED[key] = ModelSource("rerank", folder, folder, name, False, 0, 64 if tiny else 256)
     return _SHARED[key]
@@ -64,10 +69,7 @@ def exported(src: Any, dtype: str, trained: bool) -> Path:
 
     key = f"bundle-{src.model_dir}-{dtype}"
     if key not in _SHARED:
-        if "dir" not in _SHARED:
-            _SHARED["dir"] = Path(tempfile.mkdtemp(prefix="searchsmith-profile-models-"))
-            atexit.register(shutil.rmtree, _SHARED["dir"], True)
-        out = _SHARED["dir"] / f"bundle-{len(_SHARED)}-{dtype}"
+        out = _shared_dir() / f"bundle-{len(_SHARED)}-{dtype}"
         export_bundle(src, out, ExportOptions(dtype=dtype, allow_drift=True, allow_untrained=not trained))
         _SHARED[key] = out
     return _SHARED[key]
