@@ -12,9 +12,13 @@ ONNX Runtime greedy loop of the exported bundle, which therefore decode identica
   ``chain``: one root, every later node refers to an earlier one; ``split``: two or more
   roots). Node text is drawn from the question's own tokens plus an output vocabulary
   learnt from the training targets (QDMR adds words such as "return", "number", "of").
-* :class:`CopyConstraint` (the ``rewrite:`` task) admits the tokens of the history and the
-  query plus the same kind of output vocabulary: a standalone rewrite resolves references
-  with words that are already in the conversation.
+* :class:`EditConstraint` (the ``rewrite:`` task, edit targets of
+  :mod:`searchsmith.models.rewrite_edit`) admits ``old => new ; ...`` where ``old`` is made
+  of the query's tokens and ``new`` of the conversation's tokens plus an output vocabulary;
+  an immediate end token means "keep the query".
+* :class:`CopyConstraint` (the ``rewrite:`` task, full-rewrite targets) admits the tokens of
+  the history and the query plus the same kind of output vocabulary: a standalone rewrite
+  resolves references with words that are already in the conversation.
 
 Both need only the tokenizer's vocabulary; they import neither torch nor transformers.
 """
@@ -22,6 +26,7 @@ Both need only the tokenizer's vocabulary; they import neither torch nor transfo
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -80,20 +85,25 @@ class _Base:
         keep.update(dict.fromkeys(self.output_vocab))
         return [t for t in keep if t not in self.special and t not in self.structural]
 
-    def prefix_fn(self, sources_ids: Sequence[Sequence[int]],
+    def prefix_fn(self, sources_ids: Sequence[Sequence[int]], graph_types: Sequence[str] | None = None,
                   start_tokens: int = 1) -> Callable[[int, Any], list[int]]:
-        """A ``prefix_allowed_tokens_fn`` for ``generate`` (greedy: batch_id = row)."""
+        """A ``prefix_allowed_tokens_fn`` for ``generate`` (greedy: batch_id = row).
+
+        ``graph_types`` (one per row, or None) fixes each row's graph type where the
+        constraint has one (:class:`GraphGrammar`); others ignore it.
+        """
         cache: dict[int, Any] = {}
 
         def fn(batch_id: int, input_ids: Any) -> list[int]:
             if batch_id not in cache:
-                cache[batch_id] = self.state_for(sources_ids[batch_id])
+                kind = graph_types[batch_id] if graph_types is not None else None
+                cache[batch_id] = self.state_for(sources_ids[batch_id], kind)
             generated = [int(t) for t in input_ids.tolist()[start_tokens:]]
             return self.allowed(cache[batch_id], generated)
 
         return fn
 
-    def state_for(self, source_ids: Sequence[int]) -> Any:  # pragma: no cover - overridden
+    def state_for(self, source_ids: Sequence[int], graph_type: str | None = None) -> Any:  # pragma: no cover
         raise NotImplementedError
 
     def allowed(self, state: Any, generated: Sequence[int]) -> list[int]:  # pragma: no cover
@@ -113,13 +123,76 @@ class CopyConstraint(_Base):
         super().__init__(tokenizer, output_vocab)
         self.skip = len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
 
-    def state_for(self, source_ids: Sequence[int]) -> list[int]:
+    def state_for(self, source_ids: Sequence[int], graph_type: str | None = None) -> list[int]:
         # source_ids come with [CLS] first when tokenized with special tokens.
         body = [t for t in source_ids if t not in self.special]
         return [*self._text_vocab(body, self.skip), self.eos]
 
     def allowed(self, state: list[int], generated: Sequence[int]) -> list[int]:
         return state if generated else state[:-1] or state
+
+
+class EditConstraint(_Base):
+    """Edit outputs ``old => new ; old => new`` (see :mod:`searchsmith.models.rewrite_edit`).
+
+    ``old`` draws on the query's tokens (the source's last ``||`` segment), ``new`` on the
+    conversation's tokens plus ``output_vocab``; ``=``, ``>`` and ``;`` are structure only.
+
+    Args:
+        tokenizer: the decomposer's tokenizer (``=``, ``>``, ``;`` and ``|`` one token each).
+        output_vocab: ids ``new`` may add (see :func:`learn_output_vocab`).
+        prefix: the task prefix of the source (its tokens are not copied).
+    """
+
+    def __init__(self, tokenizer: Any, output_vocab: Sequence[int] = (), prefix: str = "rewrite:") -> None:
+        super().__init__(tokenizer, output_vocab)
+        self.skip = len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+        self.eq, self.gt, self.semi, self.bar = _ids(tokenizer, ["=", ">", ";", "|"])
+        self.marks = {self.eq, self.gt, self.semi}
+        # WordPiece continuations ("##s") may not start a span
+        self.cont = {i for t, i in tokenizer.get_vocab().items() if t.startswith("##")}
+
+    def state_for(self, source_ids: Sequence[int],
+                  graph_type: str | None = None) -> tuple[list[int], list[int]]:
+        """(the query's token ids in order, conversation token ids + output vocabulary)."""
+        body = [t for t in source_ids if t not in self.special][self.skip:]
+        cut = 0  # the query is what follows the last "| |" (HISTORY_SEP)
+        for i in range(len(body) - 1):
+            if body[i] == self.bar and body[i + 1] == self.bar:
+                cut = i + 2
+        query = [t for t in body[cut:] if t not in self.structural and t not in self.marks]
+        new = [t for t in self._text_vocab(body, 0) if t not in self.marks]
+        return query, new
+
+    def allowed(self, state: tuple[list[int], list[int]], generated: Sequence[int]) -> list[int]:
+        """``old``: a contiguous run of the query starting at a word; ``new``: conversation
+        words (not starting with a continuation piece, no token twice in a row)."""
+        query, new = state
+        last = next((i for i in range(len(generated) - 1, -1, -1)
+                     if generated[i] in self.marks), -1)
+        mark = generated[last] if last >= 0 else None
+        run = list(generated[last + 1:])  # tokens since the last mark
+        if mark is None or mark == self.semi:  # in ``old``
+            if not run:
+                starts = list(dict.fromkeys(t for t in query if t not in self.cont))
+                if not starts:
+                    return [self.eos]
+                return starts + ([self.eos] if mark is None else [])
+            k = len(run)
+            nxt = [query[i + k] for i in range(len(query) - k) if query[i:i + k] == run]
+            return [*dict.fromkeys(nxt), self.eq]
+        if mark == self.eq:
+            return [self.gt]
+        # in ``new`` (possibly empty: a deletion)
+        words = [t for t in new if t != (run[-1] if run else None)
+                 and (run or t not in self.cont)]
+        return [*words, self.semi, self.eos]
+
+
+@dataclass(frozen=True)
+class _GraphState:
+    vocab: list[int]
+    graph_type: str | None = None
 
 
 class GraphGrammar(_Base):
@@ -148,13 +221,21 @@ class GraphGrammar(_Base):
         self.digit = _ids(tokenizer, [str(i) for i in range(1, max_nodes + 1)])
         self.digit_value = {t: i + 1 for i, t in enumerate(self.digit)}
 
-    def state_for(self, source_ids: Sequence[int]) -> list[int]:
+    def state_for(self, source_ids: Sequence[int], graph_type: str | None = None) -> _GraphState:
+        """The node-text vocabulary of a source, and the graph type to force (None: free)."""
+        if graph_type is not None and graph_type not in self.types.values():
+            raise ValueError(f"constrained decoding: graph type {graph_type!r} is not one of {list(QDG_TYPES)}")
         body = [t for t in source_ids if t not in self.special]
-        return self._text_vocab(body, self.skip)
+        return _GraphState(self._text_vocab(body, self.skip), graph_type)
 
-    def allowed(self, state: list[int], generated: Sequence[int]) -> list[int]:
+    def allowed(self, state: _GraphState | list[int], generated: Sequence[int]) -> list[int]:
         """Token ids that may come next after ``generated`` (decoder start token excluded)."""
+        forced = None
+        if isinstance(state, _GraphState):
+            state, forced = state.vocab, state.graph_type
         if not generated:
+            if forced is not None and (forced == "terminal" or self.max_nodes >= 2):
+                return [t for t, k in self.types.items() if k == forced]
             if self.max_tokens is None:
                 return list(self.types)
             # shortest well-formed graphs, end token included: terminal 7, split 12, chain 13
@@ -249,4 +330,4 @@ class GraphGrammar(_Base):
         return keep
 
 
-__all__ = ["CopyConstraint", "GraphGrammar", "learn_output_vocab"]
+__all__ = ["CopyConstraint", "EditConstraint", "GraphGrammar", "learn_output_vocab"]

@@ -4,7 +4,14 @@
   :mod:`searchsmith.models.qdg`, which is parsed, validated and repaired; a bad generation
   becomes ``terminal`` with the original question, never an exception.
 * ``rewrite(history, query) -> str``: a follow-up made standalone; an empty generation (or
-  any failure) falls back to the query as it is.
+  any failure) falls back to the query as it is. By default (``rewrite_target="edit"``) the
+  model writes only the edit (``it => throat cancer``, :mod:`searchsmith.models.rewrite_edit`)
+  and the rewrite is the query with it applied; ``"full"`` has it write the whole question.
+* A **type head** (optional, ``type_head`` in ``decomposer.json``): a softmax-regression layer
+  over the mean-pooled encoder states that picks the graph type; under constrained decoding
+  the first generated token is forced to it. The decoder learns the type slowly (a single
+  token among ~30 per target), while a linear layer over the encoder's sentence states is
+  fit in seconds after training (:meth:`Decomposer.fit_type_head`).
 
 Architectures (``arch`` in ``decomposer.json`` beside the weights):
 
@@ -30,8 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from searchsmith.models.errors import BundleError, ConfigError
-from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, parse_linear, terminal
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDG_TYPES, parse_linear, terminal
+from searchsmith.models.rewrite_edit import REWRITE_TARGETS, apply_edits, edit_target
 
 log = logging.getLogger(__name__)
 
@@ -152,13 +160,19 @@ class Decomposer:
             ``decompose:``, copy-from-the-conversation for ``rewrite:``); WordPiece models only.
         decompose_vocab: token ids node text may add to the question's own tokens.
         rewrite_vocab: token ids a rewrite may add to the conversation's tokens.
+        rewrite_target: ``edit`` (the model writes ``old => new`` ops) or ``full`` (the whole
+            standalone question).
+        type_head: ``{"types", "weight" (T x H), "bias" (T)}`` from :meth:`fit_type_head`.
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
                  max_source_tokens: int = 128, max_target_tokens: int = 64,
                  max_nodes: int = DEFAULT_MAX_NODES, batch_size: int = 16, num_beams: int = 1,
                  max_history_turns: int = 3, constrained: bool = False,
-                 decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = ()) -> None:
+                 decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = (),
+                 rewrite_target: str = "full", type_head: dict[str, Any] | None = None) -> None:
+        if rewrite_target not in REWRITE_TARGETS:
+            raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.arch = arch
@@ -170,6 +184,8 @@ class Decomposer:
         self.max_history_turns = max_history_turns
         self.decompose_vocab = [int(t) for t in decompose_vocab]
         self.rewrite_vocab = [int(t) for t in rewrite_vocab]
+        self.rewrite_target = rewrite_target
+        self.type_head = check_type_head(type_head) if type_head else None
         self.constrained = False
         self._grammar: Any = None
         self._copy: Any = None
@@ -181,7 +197,7 @@ class Decomposer:
         if not on:
             self.constrained, self._grammar, self._copy = False, None, None
             return
-        from searchsmith.models.constrained import CopyConstraint, GraphGrammar
+        from searchsmith.models.constrained import CopyConstraint, EditConstraint, GraphGrammar
 
         if self.arch == "causal":
             raise ConfigError("model.constrained: not available for arch 'causal'; set it false")
@@ -189,12 +205,20 @@ class Decomposer:
             self._grammar = GraphGrammar(self.tokenizer, min(self.max_nodes, 9),
                                          self.decompose_vocab, DECOMPOSE_PREFIX.strip(),
                                          max_tokens=self.max_target_tokens)
-            self._copy = CopyConstraint(self.tokenizer, self.rewrite_vocab, REWRITE_PREFIX.strip())
+            rewrite_cls = EditConstraint if self.rewrite_target == "edit" else CopyConstraint
+            self._copy = rewrite_cls(self.tokenizer, self.rewrite_vocab, REWRITE_PREFIX.strip())
         except ValueError as exc:
             raise ConfigError(f"model.constrained: {exc}; set it false for this tokenizer") from None
         self.constrained = True
 
     # ----------------------------------------------------------------- training helpers
+
+    def target_for(self, example: dict[str, Any]) -> str:
+        """What the model is trained to write for a training example (``task``, ``query``,
+        ``target``): the edit of the gold rewrite when ``rewrite_target`` is ``edit``."""
+        if example["task"] == "rewrite" and self.rewrite_target == "edit":
+            return edit_target(example["query"], example["target"])
+        return example["target"]
 
     def prepare_batch(self, sources: Sequence[str], targets: Sequence[str]) -> dict[str, Any]:
         """Tensors for ``model(**batch).loss``: inputs padded to the longest, labels -100 on padding.
@@ -236,15 +260,19 @@ class Decomposer:
 
     # ----------------------------------------------------------------- generation
 
-    def generate(self, sources: Sequence[str], constraint: Any = None) -> list[str]:
+    def generate(self, sources: Sequence[str], constraint: Any = None,
+                 use_type_head: bool = False) -> list[str]:
         """Decoded generations for prefixed sources, in input order (batched).
 
         Args:
             sources: prefixed model inputs.
             constraint: a :mod:`searchsmith.models.constrained` object applied to every
                 source (None: free decoding).
+            use_type_head: force each row's first token to the type head's choice (needs
+                the graph grammar as ``constraint`` and a fitted head).
         """
         import torch
+        from transformers.modeling_outputs import BaseModelOutput
 
         out: list[str] = []
         device = next(self.model.parameters()).device
@@ -259,30 +287,107 @@ class Decomposer:
                                      max_length=self.max_source_tokens, return_tensors="pt")
                 enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
                 extra: dict[str, Any] = {}
+                rows = [[int(t) for t, m in zip(r, a, strict=True) if m]
+                        for r, a in zip(enc["input_ids"].tolist(),
+                                        enc["attention_mask"].tolist(), strict=True)]
+                types = None
+                if use_type_head and self.type_head and constraint is not None and self.arch != "causal":
+                    with torch.no_grad():
+                        hidden = self.model.get_encoder()(**enc).last_hidden_state
+                    types = self.predict_types(hidden.float().cpu().numpy(),
+                                               enc["attention_mask"].cpu().numpy())
+                    extra["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden)
+                    enc = {"attention_mask": enc["attention_mask"]}
                 if constraint is not None:
-                    rows = [[int(t) for t, m in zip(r, a, strict=True) if m]
-                            for r, a in zip(enc["input_ids"].tolist(),
-                                            enc["attention_mask"].tolist(), strict=True)]
-                    extra["prefix_allowed_tokens_fn"] = constraint.prefix_fn(rows)
+                    extra["prefix_allowed_tokens_fn"] = constraint.prefix_fn(rows, types)
                     extra["num_beams"] = 1  # the constraint's batch_id is the row
                 with torch.no_grad():
                     ids = self.model.generate(**enc, max_new_tokens=self.max_target_tokens,
                                               num_beams=extra.pop("num_beams", self.num_beams),
                                               do_sample=False, **extra)
                 if self.arch == "causal":
-                    ids = ids[:, enc["input_ids"].shape[1]:]
+                    ids = ids[:, enc["attention_mask"].shape[1]:]
                 out.extend(self.tokenizer.batch_decode(ids, skip_special_tokens=True,
                                                        clean_up_tokenization_spaces=True))
         finally:
             self.model.train(was_training)
         return out
 
+    # ----------------------------------------------------------------- type head
+
+    def pooled_states(self, sources: Sequence[str]) -> Any:
+        """(n, H) float32 mean-pooled encoder states of prefixed sources (batched, no grad)."""
+        import numpy as np
+        import torch
+
+        if self.arch == "causal":
+            raise ConfigError("type head: arch 'causal' has no encoder")
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        rows = []
+        try:
+            for start in range(0, len(sources), self.batch_size):
+                enc = self.tokenizer(list(sources[start:start + self.batch_size]), padding=True,
+                                     truncation=True, max_length=self.max_source_tokens,
+                                     return_tensors="pt")
+                enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                with torch.no_grad():
+                    hidden = self.model.get_encoder()(**enc).last_hidden_state
+                rows.append(_mean_pool(hidden.float().cpu().numpy(), enc["attention_mask"].cpu().numpy()))
+        finally:
+            self.model.train(was_training)
+        width = self.model.get_encoder().config.hidden_size
+        return np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
+
+    def fit_type_head(self, questions: Sequence[str], types: Sequence[str], l2: float = 1e-3,
+                      max_iter: int = 200) -> dict[str, Any]:
+        """Fit (and set) the type head on training questions and their gold graph types.
+
+        Softmax regression on the standardised pooled encoder states, L2 penalty ``l2`` on
+        the weights, solved with L-BFGS; the standardisation is folded into the saved
+        weight and bias, so applying it is one affine map.
+        """
+        import numpy as np
+        import torch
+
+        if len(questions) != len(types) or not questions:
+            raise ValidationError(f"type head: need as many types as questions (>0), got "
+                                  f"{len(questions)} questions and {len(types)} types")
+        bad = sorted(set(types) - set(QDG_TYPES))
+        if bad:
+            raise ValidationError(f"type head: unknown graph types {bad}; expected {list(QDG_TYPES)}")
+        x = self.pooled_states([decompose_source(q) for q in questions]).astype(np.float64)
+        mean, std = x.mean(0), x.std(0) + 1e-6
+        xs = torch.as_tensor((x - mean) / std)
+        y = torch.as_tensor([QDG_TYPES.index(t) for t in types])
+        w = torch.zeros(len(QDG_TYPES), x.shape[1], dtype=torch.float64, requires_grad=True)
+        b = torch.zeros(len(QDG_TYPES), dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.LBFGS([w, b], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+        def closure() -> Any:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(xs @ w.T + b, y) + l2 * (w * w).sum()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        wt = w.detach().numpy() / std  # fold the standardisation in
+        bias = b.detach().numpy() - wt @ mean
+        self.type_head = check_type_head({"types": list(QDG_TYPES), "weight": wt, "bias": bias})
+        return self.type_head
+
+    def predict_types(self, hidden: Any, mask: Any) -> list[str]:
+        """Graph type per row from (B, T, H) encoder states and their (B, T) mask."""
+        return predict_types(self.type_head, hidden, mask)
+
     def decompose_batch(self, questions: Sequence[str],
                         max_nodes: int | None = None) -> list[tuple[QDG, bool, str]]:
         """(graph, well-formed as generated, raw generation) per question; never raises."""
         cap = max_nodes or self.max_nodes
         try:
-            texts = self.generate([decompose_source(q) for q in questions], self._grammar)
+            texts = self.generate([decompose_source(q) for q in questions], self._grammar,
+                                  use_type_head=True)
         except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
             log.warning("decomposer: generation failed (%s); answering terminal graphs", exc)
             return [(terminal(q), False, "") for q in questions]
@@ -312,7 +417,10 @@ class Decomposer:
             log.warning("decomposer: rewrite failed (%s); keeping the queries", exc)
             return out
         for i, text in zip(todo, texts, strict=True):
-            out[i] = " ".join(text.split()) or out[i]
+            if self.rewrite_target == "edit":
+                out[i] = apply_edits(items[i][1], text, _user_turns(items[i][0]))
+            else:
+                out[i] = " ".join(text.split()) or out[i]
         return out
 
     def rewrite(self, history: Sequence[Any], query: str) -> str:
@@ -334,7 +442,8 @@ class Decomposer:
                 "max_target_tokens": self.max_target_tokens, "max_nodes": self.max_nodes,
                 "num_beams": self.num_beams, "max_history_turns": self.max_history_turns,
                 "constrained": self.constrained, "decompose_vocab": self.decompose_vocab,
-                "rewrite_vocab": self.rewrite_vocab, **(extra or {})}
+                "rewrite_vocab": self.rewrite_vocab, "rewrite_target": self.rewrite_target,
+                "type_head": type_head_json(self.type_head), **(extra or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         old = dest.with_name(f".{dest.name}.old")
         if dest.exists():
@@ -398,9 +507,52 @@ class Decomposer:
             model.to(device)
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
                                        "num_beams", "max_history_turns", "constrained",
-                                       "decompose_vocab", "rewrite_vocab") if k in meta}
+                                       "decompose_vocab", "rewrite_vocab", "rewrite_target",
+                                       "type_head") if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)
+
+
+def _mean_pool(hidden: Any, mask: Any) -> Any:
+    import numpy as np
+
+    m = mask[..., None].astype(np.float32)
+    return (hidden * m).sum(1) / np.maximum(m.sum(1), 1.0)
+
+
+def type_head_json(head: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A checked head as JSON-ready lists (None stays None)."""
+    if not head:
+        return None
+    return {"types": list(head["types"]), "weight": [[float(v) for v in r] for r in head["weight"]],
+            "bias": [float(v) for v in head["bias"]]}
+
+
+def check_type_head(head: Any) -> dict[str, Any]:
+    """``head`` as saved in ``decomposer.json`` / a bundle manifest, checked (BundleError)."""
+    import numpy as np
+
+    if not isinstance(head, dict) or not {"types", "weight", "bias"} <= set(head):
+        raise BundleError("type_head: expected an object with 'types', 'weight' and 'bias'; "
+                          "re-save the model (or drop the key to decode without it)")
+    types = list(head["types"])
+    w, b = np.asarray(head["weight"], dtype=np.float32), np.asarray(head["bias"], dtype=np.float32)
+    if set(types) - set(QDG_TYPES) or w.ndim != 2 or w.shape[0] != len(types) or b.shape != (len(types),):
+        raise BundleError(f"type_head: types {types} must be among {list(QDG_TYPES)} with weight "
+                          f"(types x hidden) and bias (types); got weight {w.shape}, bias {b.shape}")
+    return {"types": types, "weight": w, "bias": b}
+
+
+def predict_types(head: dict[str, Any], hidden: Any, mask: Any) -> list[str]:
+    """Graph types from a checked head, (B, T, H) encoder states and the (B, T) mask."""
+    import numpy as np
+
+    pooled = _mean_pool(np.asarray(hidden, dtype=np.float32), np.asarray(mask))
+    if pooled.shape[1] != head["weight"].shape[1]:
+        raise BundleError(f"type_head: weight has {head['weight'].shape[1]} inputs but the encoder "
+                          f"states have {pooled.shape[1]}; the head belongs to another model")
+    scores = pooled @ head["weight"].T + head["bias"]
+    return [head["types"][i] for i in scores.argmax(1)]
 
 
 def _user_turns(history: Sequence[Any]) -> list[str]:
@@ -418,5 +570,5 @@ def _user_turns(history: Sequence[Any]) -> list[str]:
     return turns
 
 
-__all__ = ["DECOMPOSE_PREFIX", "Decomposer", "HISTORY_SEP", "META_FILE", "REWRITE_PREFIX",
+__all__ = ["check_type_head", "predict_types", "type_head_json", "DECOMPOSE_PREFIX", "Decomposer", "HISTORY_SEP", "META_FILE", "REWRITE_PREFIX",
            "decompose_source", "rewrite_source", "build_bert2bert", "build_hub", "build_tiny"]

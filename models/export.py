@@ -720,7 +720,11 @@ def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
             # token-level grammar / copy constraint as Decomposer.generate
             "constrained": bool(meta.get("constrained", False)),
             "decompose_vocab": [int(t) for t in meta.get("decompose_vocab", [])],
-            "rewrite_vocab": [int(t) for t in meta.get("rewrite_vocab", [])]}
+            "rewrite_vocab": [int(t) for t in meta.get("rewrite_vocab", [])],
+            # rewrites as edits (models/rewrite_edit.py) and the graph-type head, as in
+            # decomposer.json; older runs have neither (full rewrites, no head)
+            "rewrite_target": str(meta.get("rewrite_target", "full")),
+            "type_head": meta.get("type_head")}
 
 
 def export_run(run_dir: str | Path, out: str | Path, opts: ExportOptions | None = None) -> dict[str, Any]:

@@ -392,29 +392,42 @@ class DecomposeBundle(Bundle):
         self.max_history_turns = int(gen["max_history_turns"])
         self.grammar: Any = None
         self.copy: Any = None
+        from searchsmith.models.decomposer import check_type_head
+        from searchsmith.models.rewrite_edit import REWRITE_TARGETS
+
+        self.rewrite_target = gen.get("rewrite_target", "full")
+        if self.rewrite_target not in REWRITE_TARGETS:
+            raise BundleError(f"bundle {self.path}: manifest generation.rewrite_target is "
+                              f"{self.rewrite_target!r}, expected one of {list(REWRITE_TARGETS)}; re-export it")
+        self.type_head = check_type_head(gen["type_head"]) if gen.get("type_head") else None
         if gen.get("constrained"):
-            from searchsmith.models.constrained import CopyConstraint, GraphGrammar
+            from searchsmith.models.constrained import CopyConstraint, EditConstraint, GraphGrammar
             from searchsmith.models.decomposer import DECOMPOSE_PREFIX, REWRITE_PREFIX
 
             try:
                 self.grammar = GraphGrammar(self.tokenizer, min(self.max_nodes, 9),
                                             gen.get("decompose_vocab", []), DECOMPOSE_PREFIX.strip(),
                                             max_tokens=self.max_new_tokens)
-                self.copy = CopyConstraint(self.tokenizer, gen.get("rewrite_vocab", []),
-                                           REWRITE_PREFIX.strip())
+                rewrite_cls = EditConstraint if self.rewrite_target == "edit" else CopyConstraint
+                self.copy = rewrite_cls(self.tokenizer, gen.get("rewrite_vocab", []),
+                                        REWRITE_PREFIX.strip())
             except ValueError as exc:
                 raise BundleError(f"bundle {self.path}: constrained decoding does not fit its "
                                   f"tokenizer ({exc}); re-export it") from None
 
-    def generate(self, sources: Sequence[str], return_meta: bool = False, constraint: Any = None) -> Any:
+    def generate(self, sources: Sequence[str], return_meta: bool = False, constraint: Any = None,
+                 use_type_head: bool = False) -> Any:
         """Greedy generations for prefixed sources (``decompose: ...``), in input order.
 
         Same loop as ``transformers`` greedy ``generate``: start from the decoder start token,
         append the argmax, pad rows that have emitted eos, stop when all have or after
         ``max_target_tokens`` new tokens. With ``constraint`` (models/constrained.py), each
         row's argmax is taken over the tokens the constraint allows, as in
-        ``Decomposer.generate``.
+        ``Decomposer.generate``; with ``use_type_head`` (and a head in the manifest) the graph
+        type is the head's choice over the encoder states.
         """
+        from searchsmith.models.decomposer import predict_types
+
         sources = _check_texts(sources, "generate")
         texts = [""] * len(sources)
         for idx, feeds in self._encode_text(sources):
@@ -422,8 +435,11 @@ class DecomposeBundle(Bundle):
             hidden = self.graphs["encoder"]({"input_ids": feeds["input_ids"], "attention_mask": mask})
             dec = np.full((len(idx), 1), self.start_id, dtype=np.int64)
             done = np.zeros(len(idx), dtype=bool)
-            states = ([constraint.state_for([int(t) for t, m in zip(r, a, strict=True) if m])
-                       for r, a in zip(feeds["input_ids"].tolist(), mask.tolist(), strict=True)]
+            types: list[Any] = [None] * len(idx)
+            if use_type_head and self.type_head is not None and constraint is not None:
+                types = predict_types(self.type_head, hidden, mask)
+            states = ([constraint.state_for([int(t) for t, m in zip(r, a, strict=True) if m], k)
+                       for r, a, k in zip(feeds["input_ids"].tolist(), mask.tolist(), types, strict=True)]
                       if constraint is not None else None)
             for _ in range(self.max_new_tokens):
                 logits = self.graphs["decoder"]({"decoder_input_ids": dec, "encoder_hidden_states": hidden,
@@ -458,7 +474,8 @@ class DecomposeBundle(Bundle):
         if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
             raise ValidationError(f"decompose: max_nodes must be an int >= 1, got {max_nodes!r}")
         source = decompose_source(question)
-        text, meta = self.generate([source], return_meta=True, constraint=self.grammar)
+        text, meta = self.generate([source], return_meta=True, constraint=self.grammar,
+                                   use_type_head=True)
         graph, _ = parse_linear(text[0], question, max_nodes=max_nodes or self.max_nodes)
         return (graph, meta) if return_meta else graph
 
@@ -478,7 +495,12 @@ class DecomposeBundle(Bundle):
             return (query, {"truncated": [], "max_length": self.max_length}) if return_meta else query
         source = rewrite_source(turns, query, self.max_history_turns)
         text, meta = self.generate([source], return_meta=True, constraint=self.copy)
-        out = " ".join(text[0].split()) or query
+        if self.rewrite_target == "edit":
+            from searchsmith.models.rewrite_edit import apply_edits
+
+            out = apply_edits(query, text[0], turns)
+        else:
+            out = " ".join(text[0].split()) or query
         return (out, meta) if return_meta else out
 
 

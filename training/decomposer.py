@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from searchsmith.models.decomposer import Decomposer, build_bert2bert, build_hub, build_tiny
+from searchsmith.models.decomposer import Decomposer, type_head_json, build_bert2bert, build_hub, build_tiny
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDGNode
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
@@ -68,8 +68,17 @@ class DecomposerModelConfig:
     # Words a target may add to its source: the most frequent such tokens of the training
     # targets, per task (0 = copy only).
     output_vocab_size: int = 300
+    # What the model writes for rewrite:, "edit" (only the changed words: "it => mars", see
+    # searchsmith.models.rewrite_edit) or "full" (the whole standalone question).
+    rewrite_target: Literal["edit", "full"] = "edit"
+    # Fit a softmax-regression type head on the encoder's pooled states at each evaluation
+    # and force the decoded graph type to it (constrained decoding only); its L2 penalty.
+    type_head: bool = True
+    type_head_l2: float = 1.0e-3
 
     def __post_init__(self) -> None:
+        if self.type_head_l2 < 0:
+            raise ValueError(f"model.type_head_l2 must be >= 0, got {self.type_head_l2}")
         if self.output_vocab_size < 0:
             raise ValueError(f"model.output_vocab_size must be >= 0, got {self.output_vocab_size}")
         for name in ("max_source_tokens", "max_target_tokens", "max_nodes", "num_beams",
@@ -167,6 +176,7 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
     Same ``(seed, epoch)`` -> same batches, which resuming relies on.
     """
     pool = [e for e in examples for _ in range(rewrite_repeat if e["task"] == "rewrite" else 1)]
+    pool = [{**e, "target": dec.target_for(e)} for e in pool]
     rng = random.Random(seed * 1_000_003 + epoch)
     rng.shuffle(pool)
     window = batch_size * 32
@@ -280,7 +290,8 @@ def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
             p.requires_grad_(False)
     return Decomposer(model, tok, arch, max_source_tokens=m.max_source_tokens,
                       max_target_tokens=m.max_target_tokens, max_nodes=m.max_nodes,
-                      batch_size=m.eval_batch_size, num_beams=m.num_beams)
+                      batch_size=m.eval_batch_size, num_beams=m.num_beams,
+                      rewrite_target=m.rewrite_target)
 
 
 def output_vocabs(dec: Decomposer, train_ex: Sequence[dict[str, Any]], size: int) -> dict[str, list[int]]:
@@ -290,7 +301,7 @@ def output_vocabs(dec: Decomposer, train_ex: Sequence[dict[str, Any]], size: int
     out = {}
     for task in ("decompose", "rewrite"):
         items = [e for e in train_ex if e["task"] == task]
-        out[task] = learn_output_vocab(dec.tokenizer, [e["target"] for e in items],
+        out[task] = learn_output_vocab(dec.tokenizer, [dec.target_for(e) for e in items],
                                        [e["source"] for e in items], size) if size else []
     return out
 
@@ -321,6 +332,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     eval_items = [e for e in heldout if e["origin"] != "synthetic"] or heldout
     vocabs = output_vocabs(dec, train_ex, cfg.model.output_vocab_size)
     constrained = cfg.model.constrained and dec.arch == "encoder-decoder"  # WordPiece grammar
+    use_head = cfg.model.type_head and constrained and any(e["task"] == "decompose" for e in train_ex)
 
     def train_batches(epoch: int) -> Iterator[dict[str, Any]]:
         return batches(train_ex, dec, cfg.optim.batch_size, cfg.train.seed, epoch,
@@ -341,13 +353,21 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     def on_step(step: int, _m: Any) -> None:
         progress["step"] = step
 
-    def eval_fn(m: Any) -> dict[str, float]:
-        final = progress["step"] >= cfg.optim.max_steps
-        view = Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
+    def view_of(m: Any) -> Decomposer:
+        return Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
                           max_history_turns=cfg.data.max_history_turns, constrained=constrained,
-                          decompose_vocab=vocabs["decompose"], rewrite_vocab=vocabs["rewrite"])
+                          decompose_vocab=vocabs["decompose"], rewrite_vocab=vocabs["rewrite"],
+                          rewrite_target=dec.rewrite_target)
+
+    heads: dict[str, Any] = {}
+
+    def eval_fn(m: Any) -> dict[str, float]:
+        final = progress["step"] >= cfg.optim.max_steps
+        view = view_of(m)
+        if use_head:
+            heads["last"] = fit_type_head(view, train_ex, cfg.model.type_head_l2)
         return evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit)
 
     result = train(model, loss_fn, train_batches, cfg, run_dir, eval_fn, tokenizer=dec.tokenizer,
@@ -356,15 +376,25 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
                    baselines=baselines(train_ex, eval_items), force=force, on_step=on_step)
 
     # 5. Save: the trainer wrote run_dir/model; mark it trained so Decomposer.load accepts it.
+    head = heads.get("last")  # the final eval (always run, also on a finished run) fit it
+    if use_head and head is None:
+        head = fit_type_head(view_of(result.model), train_ex, cfg.model.type_head_l2)
     write_json_atomic(run_dir / "model" / "decomposer.json", {
         "arch": dec.arch, "trained_steps": result.step,
         "max_source_tokens": dec.max_source_tokens, "max_target_tokens": dec.max_target_tokens,
         "max_nodes": dec.max_nodes, "num_beams": dec.num_beams,
         "max_history_turns": cfg.data.max_history_turns, "base_model": cfg.model.base_model,
         "constrained": constrained, "decompose_vocab": vocabs["decompose"],
-        "rewrite_vocab": vocabs["rewrite"],
+        "rewrite_vocab": vocabs["rewrite"], "rewrite_target": dec.rewrite_target,
+        "type_head": type_head_json(head) if use_head else None,
     })
     return result.final_metrics
+
+
+def fit_type_head(dec: Decomposer, train_ex: Sequence[dict[str, Any]], l2: float) -> dict[str, Any]:
+    """Fit ``dec``'s type head on the training decompositions (question -> gold type)."""
+    items = [e for e in train_ex if e["task"] == "decompose"]
+    return dec.fit_type_head([e["query"] for e in items], [e["graph"]["type"] for e in items], l2=l2)
 
 
 __all__ = [

@@ -92,9 +92,14 @@ def decompose_run() -> Path:
     # Random weights marked as trained: the tests check that ONNX reproduces torch, not quality.
     # Constrained decoding on (models/constrained.py): the runtime's ONNX loop must apply the
     # same grammar / copy constraint as Decomposer.generate.
+    # Rewrites as edits and a fitted type head: the runtime must apply both as torch does.
     vocab = tok.convert_tokens_to_ids(["the", "of", "return"])
-    Decomposer(model, tok, max_source_tokens=32, max_target_tokens=10, constrained=True,
-               decompose_vocab=vocab, rewrite_vocab=vocab).save(run / "model", trained_steps=2)
+    dec = Decomposer(model, tok, max_source_tokens=32, max_target_tokens=10, constrained=True,
+                     decompose_vocab=vocab, rewrite_vocab=vocab, rewrite_target="edit")
+    dec.fit_type_head(["Who founded Northwind Labs?", "What is Quarry written in and who wrote it?",
+                       "When was the founder of Lumen born?", "Which is older, Quarry or Lumen?"],
+                      ["terminal", "split", "chain", "split"])
+    dec.save(run / "model", trained_steps=2)
     _run_json(run, "decompose+rewrite", 2)
     return run
 

@@ -53,7 +53,7 @@ def test_text_comes_from_the_question_or_the_output_vocab(tokenizer):
     vocab = tokenizer.convert_tokens_to_ids(["return"])
     grammar = GraphGrammar(tokenizer, max_nodes=3, output_vocab=vocab)
     state = grammar.state_for(tokenizer("decompose: who wrote dune")["input_ids"])
-    words = set(tokenizer.convert_ids_to_tokens(state))
+    words = set(tokenizer.convert_ids_to_tokens(state.vocab))
     assert words == {"who", "wrote", "dune", "return"}
     # first token: a type word; after "terminal || 1 : who", "||" is not allowed (one node)
     first = grammar.allowed(state, [])
@@ -117,3 +117,37 @@ def test_a_rambling_model_still_closes_a_valid_graph_within_the_budget(tokenizer
         assert valid, tokenizer.decode(toks)
         kinds.add(graph.type)
     assert kinds == ({"terminal", "split"} if budget < 13 else {"terminal", "chain", "split"})
+
+
+def test_a_forced_graph_type_is_the_only_first_token(tokenizer):
+    grammar = GraphGrammar(tokenizer, max_nodes=3, max_tokens=40)
+    src = tokenizer("decompose: who wrote dune")["input_ids"]
+    for kind in ("terminal", "chain", "split"):
+        first = grammar.allowed(grammar.state_for(src, kind), [])
+        assert tokenizer.convert_ids_to_tokens(first) == [kind]
+    # one node allowed: only terminal can be forced (a chain could never close)
+    one = GraphGrammar(tokenizer, max_nodes=1)
+    assert tokenizer.convert_ids_to_tokens(one.allowed(one.state_for(src, "chain"), [])) == \
+        ["terminal", "chain", "split"]
+    with pytest.raises(ValueError, match="graph type 'tree'"):
+        grammar.state_for(src, "tree")
+
+
+def test_type_head_fits_and_rejects_bad_input():
+    from searchsmith.models.decomposer import Decomposer, build_tiny, check_type_head
+    from searchsmith.models.errors import BundleError, ValidationError
+
+    model, tok = build_tiny()
+    dec = Decomposer(model, tok, max_target_tokens=40, constrained=True)
+    qs = ["who wrote dune", "who wrote emma", "which is older, mars or venus?",
+          "which is larger, paris or rome?"]
+    head = dec.fit_type_head(qs, ["terminal", "terminal", "split", "split"], l2=1e-4)
+    assert head["weight"].shape == (3, 32)
+    graphs = dec.decompose_batch(qs)
+    assert [g.type for g, _, _ in graphs] == ["terminal", "terminal", "split", "split"]  # fits its data
+    with pytest.raises(ValidationError, match="unknown graph types"):
+        dec.fit_type_head(qs, ["terminal", "tree", "split", "split"])
+    with pytest.raises(ValidationError, match="as many types as questions"):
+        dec.fit_type_head(qs, ["terminal"])
+    with pytest.raises(BundleError, match="type_head"):
+        check_type_head({"types": ["chain"], "weight": [[1.0, 2.0]], "bias": [0.0, 1.0]})

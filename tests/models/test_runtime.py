@@ -138,6 +138,10 @@ def test_decompose_and_rewrite_match_the_torch_decomposer() -> None:
     assert b.rewrite([], "who wrote it?") == "who wrote it?"
     # both decode under the graph grammar: every output starts with a type word
     assert b.grammar is not None and ref.constrained
+    # the type head and the edit form of rewrites travel in the manifest
+    assert b.type_head is not None and b.rewrite_target == "edit" == ref.rewrite_target
+    qs = ["Which is older, Quarry or Lumen?", "Who founded Northwind Labs?"]
+    assert [b.decompose(q).type for q in qs] == [g.type for g, _, _ in ref.decompose_batch(qs)]
     raw = b.generate(["decompose: who founded northwind labs"], constraint=b.grammar)[0]
     assert raw.split()[0] in ("terminal", "chain", "split")
 

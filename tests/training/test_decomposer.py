@@ -197,7 +197,7 @@ def tiny() -> Decomposer:
 ])
 def test_decompose_never_raises_on_nonsense(tiny: Decomposer, monkeypatch: pytest.MonkeyPatch,
                                             generated: str) -> None:
-    monkeypatch.setattr(tiny, "generate", lambda sources: [generated] * len(sources))
+    monkeypatch.setattr(tiny, "generate", lambda sources, *a, **k: [generated] * len(sources))
     graph = tiny.decompose(Q)
     assert validate(graph) == []
     assert graph.nodes  # terminal(Q) at worst
@@ -205,7 +205,7 @@ def test_decompose_never_raises_on_nonsense(tiny: Decomposer, monkeypatch: pytes
 
 def test_decompose_falls_back_when_generation_fails(tiny: Decomposer,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(sources: list[str]) -> list[str]:
+    def boom(sources: list[str], *a: object, **k: object) -> list[str]:
         raise RuntimeError("CUDA error")
 
     monkeypatch.setattr(tiny, "generate", boom)
@@ -215,7 +215,7 @@ def test_decompose_falls_back_when_generation_fails(tiny: Decomposer,
 
 
 def test_rewrite_empty_generation_keeps_query(tiny: Decomposer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tiny, "generate", lambda sources: ["   "] * len(sources))
+    monkeypatch.setattr(tiny, "generate", lambda sources, *a, **k: ["   "] * len(sources))
     assert tiny.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?") == "who founded it?"
 
 
@@ -275,12 +275,32 @@ def test_tiny_recipe_trains_and_writes_metrics(tiny_run: tuple[Path, dict]) -> N
     assert (run_dir / "training_curve.png").stat().st_size > 0
 
 
-def test_tiny_recipe_reloads_and_decomposes(tiny_run: tuple[Path, dict]) -> None:
+def test_tiny_recipe_reloads_and_decomposes(tiny_run: tuple[Path, dict],
+                                            caplog: pytest.LogCaptureFixture) -> None:
     run_dir, _ = tiny_run
     dec = Decomposer.load(run_dir)
-    assert json.loads((run_dir / "model" / "decomposer.json").read_text())["trained_steps"] == 2
+    meta = json.loads((run_dir / "model" / "decomposer.json").read_text())
+    assert meta["trained_steps"] == 2 and meta["rewrite_target"] == "edit"
+    assert dec.rewrite_target == "edit" and dec.type_head is not None  # both travel with the model
+    assert meta["type_head"]["types"] == ["terminal", "chain", "split"]
+    with caplog.at_level("WARNING"):
+        graphs = dec.decompose_batch([Q, "Which is taller, the Eiffel Tower or Big Ben?"])
+    assert "generation failed" not in caplog.text  # the head path generates, not the fallback
+    types = dec.predict_types(*_encoded(dec, [Q, "Which is taller, the Eiffel Tower or Big Ben?"]))
+    assert [g.type for g, _, _ in graphs] == types  # the graph type is the head's choice
     assert validate(dec.decompose(Q)) == []
     assert isinstance(dec.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?"), str)
+
+
+def _encoded(dec: Decomposer, questions: list[str]) -> tuple:
+    import torch
+    from searchsmith.models.decomposer import decompose_source
+
+    enc = dec.tokenizer([decompose_source(q) for q in questions], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = dec.model.get_encoder()(input_ids=enc["input_ids"],
+                                         attention_mask=enc["attention_mask"]).last_hidden_state
+    return hidden.numpy(), enc["attention_mask"].numpy()
 
 
 def test_tiny_recipe_resumes_and_refuses_changed_config(tiny_run: tuple[Path, dict]) -> None:

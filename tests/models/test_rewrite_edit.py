@@ -1,0 +1,105 @@
+"""Rewrites as edits: targets derived from human rewrites apply back exactly, generated edits
+are applied robustly (never an exception, unknown spans skipped), and the edit constraint
+admits only edits whose ``old`` span is in the query."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from searchsmith.models.constrained import EditConstraint
+from searchsmith.models.rewrite_edit import apply_edits, edit_target, parse_edits
+from searchsmith.training.metrics import exact_match
+
+PAIRS = [
+    # (history, query, human rewrite)
+    (["What is throat cancer?"], "Is it treatable?", "Is throat cancer treatable?"),
+    (["Tell me about the Neverending Story film."], "What are the main themes?",
+     "What are the main themes of the Neverending Story film?"),
+    (["Tell me about lung cancer."], "What are its symptoms?", "What are lung cancer's symptoms?"),
+    (["Why is the drinking age 21?"], "What causes it?", "What causes it?"),
+    (["Tell me about Netflix."], "Describe the 321 method.", "Describe the 321 method of cooking pork ribs"),
+    (["Tell me about DNA-based testing."], "How could Co-Extra improve it?",
+     "How could Co-Extra improve DNA-based testing?"),
+    (["Vegan diets"], "What about its health effects versus being vegetarian?",
+     "What about the health effects of being vegan versus being vegetarian?"),
+    (["the cat and the hat"], "is the hat the same as the cap?", "is the hat the same as the red cap?"),
+]
+
+
+@pytest.mark.parametrize("history,query,rewrite", PAIRS)
+def test_edit_target_applies_back_to_the_rewrite(history, query, rewrite):
+    edit = edit_target(query, rewrite)
+    assert exact_match(apply_edits(query, edit, history), rewrite) == 1.0, edit
+    if query == rewrite:
+        assert edit == ""
+
+
+def test_casing_and_spacing_come_from_the_conversation():
+    history = ["Tell me about the Neverending Story film."]
+    out = apply_edits("What is it about?", "it = > the neverending story film", history)
+    assert out == "What is the Neverending Story film about?"
+    assert apply_edits("Is it treatable?", "it => dna - based testing", []) == "Is dna-based testing treatable?"
+    assert apply_edits("Describe it.", "it => netflix ' s growth", ["Netflix"]) == "Describe Netflix's growth."
+
+
+@pytest.mark.parametrize("edit", [
+    "", "   ", "=>", "= >", "nothing here", "mars => ; => venus", "it", ";;;;", "it => ", "[SEP] => x",
+    "it => a ; it => b ; it => c", "# 1 => ( ) ; ) => (", "x" * 5000,
+])
+def test_any_generation_applies_without_raising(edit):
+    out = apply_edits("How far is it?", edit, ["Tell me about Mars"])
+    assert isinstance(out, str) and out.strip()
+
+
+def test_unknown_old_span_is_skipped_and_deletion_works():
+    assert apply_edits("How far is it?", "venus => mars", []) == "How far is it?"
+    assert apply_edits("How far is it really?", "really =>", []) == "How far is it?"
+    assert parse_edits("a b => c ; junk ; d =>") == [(["a", "b"], "c"), (["d"], "")]
+
+
+def test_edit_target_fuzz_round_trips():
+    rng = random.Random(0)
+    words = "the a it of cat hat mars far how is what red big".split()
+    for _ in range(300):
+        q = " ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
+        r = " ".join(rng.choice(words) for _ in range(rng.randint(1, 10)))
+        assert exact_match(apply_edits(q, edit_target(q, r)), r) == 1.0, (q, r, edit_target(q, r))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model("default"))
+
+
+def test_edit_constraint_walks_only_to_applicable_edits(tokenizer):
+    cons = EditConstraint(tokenizer, output_vocab=tokenizer.convert_tokens_to_ids(["of", "the"]))
+    source = tokenizer("rewrite: tell me about esophageal cancer || is it the same as throat cancer")["input_ids"]
+    state = cons.state_for(source)
+    query_words = set(tokenizer.convert_ids_to_tokens(state[0]))
+    assert "is" in query_words and "esophageal" not in query_words  # old: the query only
+    assert cons.eos in cons.allowed(state, [])  # an empty edit: keep the query
+    assert not any(tokenizer.convert_ids_to_tokens(t).startswith("##") for t in cons.allowed(state, []))
+    rng = random.Random(0)
+    applied = 0
+    for _ in range(200):
+        toks: list[int] = []
+        while len(toks) < 30:
+            allowed = cons.allowed(state, toks)
+            assert allowed
+            tok = rng.choice(allowed)
+            if tok == cons.eos:
+                break
+            toks.append(tok)
+            prev = toks[-2] if len(toks) > 1 else None
+            assert not (tok == prev and tok not in cons.marks)  # no token twice in a row
+        text = tokenizer.decode(toks)
+        query = "is it the same as throat cancer"
+        for old, _new in parse_edits(text):
+            assert " ".join(old) in " ".join(tokenizer.tokenize(query)).replace(" ##", ""), text
+        out = apply_edits(query, text, ["tell me about esophageal cancer"])
+        applied += out != query
+    assert applied > 50  # walks do reach edits that change the query
