@@ -111,6 +111,8 @@ class ExportOptions:
         torch_weights: also copy the original HF/torch model into ``torch/``.
         allow_untrained: export a model that was never fine-tuned (benchmarks only; the
             manifest says ``"trained": false`` and ``load_bundle`` refuses it by default).
+        int8_fp32_blocks: int8 only: how many transformer blocks, from the first, keep fp32
+            weights (see :func:`convert_graph`).
         thresholds: parity thresholds.
     """
 
@@ -119,9 +121,12 @@ class ExportOptions:
     allow_drift: bool = False
     torch_weights: bool = False
     allow_untrained: bool = False
+    int8_fp32_blocks: int = 1
     thresholds: ParityThresholds = field(default_factory=ParityThresholds)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.int8_fp32_blocks, int) or self.int8_fp32_blocks < 0:
+            raise ConfigError(f"export --int8-fp32-blocks: expected an int >= 0, got {self.int8_fp32_blocks!r}")
         if self.dtype not in ("fp32", "fp16", "int8"):
             raise ConfigError(f"export --dtype: {self.dtype!r} is not one of ['fp32', 'fp16', 'int8']")
         if not 14 <= self.opset <= 23:
@@ -250,8 +255,38 @@ def optimize_graph(src: Path, dst: Path) -> Path:
     return dst
 
 
-def convert_graph(src: Path, dst: Path, dtype: Dtype) -> Path:
-    """fp32 graph -> ``dtype`` (int8 dynamic quantisation or fp16 with fp32 I/O)."""
+_LAYER_NORMS = ("LayerNormalization", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
+
+
+def first_blocks_matmuls(graph: Any, blocks: int) -> list[str]:
+    """Names of the weight MatMul/Gemm nodes of the first ``blocks`` transformer blocks.
+
+    BERT layout, in graph (topological) order: the embeddings' layer norm, then two per block,
+    so the first ``blocks`` blocks are what comes before layer norm number ``1 + 2 * blocks``.
+    A graph without a block after those (a 1-block model, or not a BERT-style encoder) gives
+    ``[]``: quantising nothing would make the int8 graph an fp32 one.
+    """
+    total = sum(n.op_type in _LAYER_NORMS for n in graph.node)
+    if blocks <= 0 or total < 1 + 2 * (blocks + 1):
+        return []
+    inits = {i.name for i in graph.initializer}
+    names, norms = [], 0
+    for node in graph.node:
+        if node.op_type in _LAYER_NORMS:
+            norms += 1
+            if norms == 1 + 2 * blocks:
+                return names
+        elif node.op_type in ("MatMul", "Gemm") and any(x in inits for x in node.input[:2]):
+            names.append(node.name)
+    return []
+
+
+def convert_graph(src: Path, dst: Path, dtype: Dtype, int8_fp32_blocks: int = 1) -> Path:
+    """fp32 graph -> ``dtype`` (int8 dynamic quantisation or fp16 with fp32 I/O).
+
+    ``int8_fp32_blocks``: transformer blocks, from the first, whose weights stay fp32 in an
+    int8 graph (:func:`first_blocks_matmuls`).
+    """
     if dtype == "fp32":
         shutil.copyfile(src, dst)
     elif dtype == "int8":
@@ -268,8 +303,12 @@ def convert_graph(src: Path, dst: Path, dtype: Dtype) -> Path:
         after_gelu = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.input
                       and producer.get(n.input[0]) is not None
                       and producer[n.input[0]].op_type in ("Gelu", "BiasGelu", "FastGelu")]
+        # The first block in fp32 as well: on the trained MiniLM reranker (32 held-out queries
+        # x 30 candidates, against fp32 ONNX) it took top-10 overlap from 0.928 to 0.953 and
+        # Kendall tau from 0.929 to 0.937 for about 1 % of the int8 speed.
+        keep = sorted(set(after_gelu) | set(first_blocks_matmuls(graph, int8_fp32_blocks)))
         quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=after_gelu)
+                         op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=keep)
     else:
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -489,6 +528,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         manifest: dict[str, Any] = {
             "format_version": FORMAT_VERSION, "searchsmith_version": __version__, "task": src.task,
             "base_model": src.base_model, "opset": opts.opset, "dtype": opts.dtype,
+            **({"int8_fp32_blocks": opts.int8_fp32_blocks} if opts.dtype == "int8" else {}),
             "exporter": "torch.onnx.export(dynamo=True) + onnxruntime basic optimisation",
             "trained": src.trained, "trained_steps": src.trained_steps, "max_length": src.max_length,
             "allow_drift": opts.allow_drift, "labels": None, "thresholds": {}, **src.extra,
@@ -522,7 +562,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         model_key = _folder_digest(src.model_dir)
         for name, spec in specs.items():
             opt = _traced(spec, name, model_key, src.task, opts.opset, work)
-            final = convert_graph(opt, tmp / f"{name}.onnx", opts.dtype)
+            final = convert_graph(opt, tmp / f"{name}.onnx", opts.dtype, opts.int8_fp32_blocks)
             graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(final)}
             fp32_graphs[name] = OrtGraph(opt, ["CPUExecutionProvider"], None)
             final_graphs[name] = OrtGraph(final, ["CPUExecutionProvider"], None)
@@ -762,6 +802,9 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
     parser.add_argument("--torch-weights", action="store_true",
                         help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
+    parser.add_argument("--int8-fp32-blocks", type=int, default=1, metavar="N",
+                        help="with --dtype int8: keep the first N transformer blocks in fp32 (default 1; "
+                             "0 quantises every block: faster, less agreement)")
     parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
     parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
     parser.set_defaults(func=_run_export)
@@ -769,7 +812,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 def _run_export(args: argparse.Namespace) -> int:
     opts = ExportOptions(dtype=args.dtype, opset=args.opset, allow_drift=args.allow_drift,
-                         torch_weights=args.torch_weights)
+                         torch_weights=args.torch_weights, int8_fp32_blocks=args.int8_fp32_blocks)
     out = Path(args.out)
     done: list[tuple[str, dict[str, Any]]] = []
     if args.run_dir == "embedder":
@@ -800,5 +843,6 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 __all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "configure_export", "convert_graph", "embedder_source",
-           "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs", "graph_signature",
+           "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs", "first_blocks_matmuls",
+           "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_source"]

@@ -204,3 +204,38 @@ def test_heldout_metrics_are_flattened_for_the_manifest(tmp_path) -> None:
     (tmp_path / "metrics.json").write_text("{oops")
     assert heldout_metrics(tmp_path) == {}
     assert heldout_metrics(tmp_path / "none") == {}
+
+
+def _block_graph(blocks: int):
+    """embeddings LN, then per block: W-MatMul, LN, W-MatMul, activation MatMul, LN."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes, inits, x = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["h0"], name="ln_emb")], [], "h0"
+    for k in range(blocks):
+        for j, kind in enumerate(("w", "ln", "w", "act", "ln")):
+            out = f"h{k}_{j}"
+            if kind == "w":
+                inits.append(helper.make_tensor(f"W{k}_{j}", TensorProto.FLOAT, [4, 4], [0.1] * 16))
+                nodes.append(helper.make_node("MatMul", [x, f"W{k}_{j}"], [out], name=f"mm{k}_{j}"))
+            elif kind == "act":
+                nodes.append(helper.make_node("MatMul", [x, x], [out], name=f"act{k}_{j}"))
+            else:
+                nodes.append(helper.make_node("LayerNormalization", [x, "g", "b"], [out], name=f"ln{k}_{j}"))
+            x = out
+    inits += [helper.make_tensor("g", TensorProto.FLOAT, [4], [1.0] * 4),
+              helper.make_tensor("b", TensorProto.FLOAT, [4], [0.0] * 4)]
+    return helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                             [helper.make_tensor_value_info(x, TensorProto.FLOAT, [4, 4])], inits)
+
+
+def test_first_blocks_kept_fp32_are_the_first_blocks_weight_products() -> None:
+    from searchsmith.models.export import first_blocks_matmuls
+
+    g = _block_graph(3)
+    assert first_blocks_matmuls(g, 1) == ["mm0_0", "mm0_2"]  # weights only, not act0_3
+    assert first_blocks_matmuls(g, 2) == ["mm0_0", "mm0_2", "mm1_0", "mm1_2"]
+    assert first_blocks_matmuls(g, 3) == [] and first_blocks_matmuls(g, 0) == []  # never all blocks
+    assert first_blocks_matmuls(_block_graph(1), 1) == []
+    with pytest.raises(ConfigError, match="int8-fp32-blocks"):
+        ExportOptions(dtype="int8", int8_fp32_blocks=-1)
