@@ -69,8 +69,9 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "ratio": round(r["ratio_vs_torch"], 2) if r.get("ratio_vs_torch") else None})
         elif r.get("suite") == "rerank" and r.get("summary") and "onnx_int8_pairs_per_s" in r:
             rows.append({**base, "what": f"rerank {r['pairs']} pairs / {r['queries']} queries, int8 ONNX (cpu)",
-                         "figure": f"{r['onnx_int8_pairs_per_s']:.1f} pairs/s, top-10 identical "
-                                   f"{r['top10_identical']:.2f}, Kendall tau {r['kendall_tau_mean']:.3f}",
+                         "figure": f"{r['onnx_int8_pairs_per_s']:.1f} pairs/s, top-10 overlap "
+                                   f"{r['top10_overlap']:.3f}, top-10 identical {r['top10_identical']:.2f}, "
+                                   f"Kendall tau {r['kendall_tau_mean']:.3f}",
                          "baseline": f"{r.get('baseline', 'CrossEncoder.predict fp32 torch')}: {r['st_pairs_per_s']:.1f} pairs/s",
                          "ratio": round(r["ratio_int8_vs_st"], 2)})
         elif r.get("suite") == "rerank" and r.get("summary") and "st_fp16_pairs_per_s" in r:
@@ -86,8 +87,11 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "figure": presets, "baseline": f"preset {r['baseline']} (no rewrite, no decomposition)",
                          "ratio": None})
         elif r.get("suite") == "server" and r.get("summary"):
-            rows.append({**base, "what": f"server {r['endpoint']}, {r['concurrency']} clients, batching on vs off",
-                         "figure": f"{r['on_rps']:.1f} req/s, {r['errors']} errors",
+            texts = f", {r['texts']}" if r.get("texts") else ""
+            ceiling = (f"; model alone at batch {r['model_ceiling']['batch']}: "
+                       f"{r['model_ceiling']['ceiling_ratio']:.2f}x") if r.get("model_ceiling") else ""
+            rows.append({**base, "what": f"server {r['endpoint']}, {r['concurrency']} clients{texts}, batching on vs off",
+                         "figure": f"{r['on_rps']:.1f} req/s, {r['errors']} errors{ceiling}",
                          "baseline": f"batching off (max_batch_size 1): {r['off_rps']:.1f} req/s",
                          "ratio": round(r["ratio_on_vs_off"], 2)})
         elif r.get("suite") == "route" and r.get("end_to_end"):

@@ -3,11 +3,15 @@
 One run, one machine: two real uvicorn servers on loopback serve ``/v1/embeddings`` (the
 default all-MiniLM-L6-v2 ``Embedder``, torch) and ``/v1/rerank`` (a cross-encoder bundle,
 see below), one with the dynamic batchers on (``max_batch_size`` 64, ``max_batch_tokens`` 2048,
-``max_wait_ms`` 2) and one off (``max_batch_size: 1``, the baseline); every point alternates between them. Closed-loop clients (httpx, one
-connection each) send single-text embedding requests and 4-document rerank requests at
-concurrency 1, 8, 32 and 128 (``--quick``: 1, 8, 32 with short, query-like texts). Reported per point: requests/s, p50/p99 latency, errors, mean
-batch size; per endpoint the throughput ratio on/off at 32 clients (target >= 3x on CPU);
-a PNG of latency against concurrency.
+``max_wait_ms`` 2) and one off (``max_batch_size: 1``, the baseline); every point alternates
+between them. Closed-loop clients (raw asyncio HTTP/1.1 over one kept-alive send single-text embedding requests and 4-document rerank requests at concurrency 1, 8, 32
+and 128 (``--quick``: 1, 8, 32 with short texts: the demo's questions for embeddings, what
+one-text requests carry, and <= 80-character documents for rerank). Reported per point:
+requests/s, p50/p99 latency, errors, mean batch size; per endpoint the throughput ratio on/off
+at 32 clients (target >= 3x on CPU) beside the **model-only ceiling**: the model's time for
+single items against one batch of the size the server formed, on the same texts, with no
+HTTP at all; no batcher can gain more than that (the server can, a little, because batching
+also shares the per-request overhead). A PNG of latency against concurrency.
 
 The reranker: the all-MiniLM-L6-v2 cross-encoder with an untrained one-logit head (speed does
 not depend on training), exported to an int8 ONNX bundle and loaded with ``load_bundle``.
@@ -98,46 +102,127 @@ class LoopbackServer:
         self.thread.join(timeout=60)
 
 
+async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes) -> int:
+    """Send one pre-encoded HTTP/1.1 request on a kept-alive connection; the status code.
+
+    The response is read to its end (``Content-Length``; uvicorn sends it for JSON bodies),
+    so the next request on the connection starts clean.
+    """
+    writer.write(raw)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    length = next((int(v) for k, _, v in (ln.partition(":") for ln in lines[1:])
+                   if k.strip().lower() == "content-length"), None)
+    if length is None:
+        raise RuntimeError(f"profile client: response without Content-Length ({lines[0]})")
+    await reader.readexactly(length)
+    return status
+
+
+def _encode(port: int, path: str, body: dict[str, Any]) -> bytes:
+    import json
+
+    data = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+
 async def _load(port: int, path: str, bodies: list[dict[str, Any]], concurrency: int
                 ) -> tuple[list[float], int, float]:
-    """Closed loop: ``concurrency`` clients send ``bodies`` in turn; (latencies s, errors, wall s)."""
-    import httpx
+    """Closed loop: ``concurrency`` clients send ``bodies`` in turn; (latencies s, errors, wall s).
 
+    Each client holds one kept-alive connection and writes pre-encoded requests over plain
+    asyncio streams (what wrk or oha do): an HTTP library's per-request CPU (httpx: about a
+    millisecond) would be taken from the server on a 2-core machine and hide its speed.
+    """
     latencies: list[float] = []
     errors = 0
-    queue = list(reversed(bodies))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=120) as client:
-        async def worker() -> None:
-            nonlocal errors
+    queue = [_encode(port, path, b) for b in reversed(bodies)]
+
+    async def worker() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**24)
+        try:
             while queue:
-                body = queue.pop()
+                raw = queue.pop()
                 t0 = time.perf_counter()
-                r = await client.post(path, json=body)
+                try:
+                    status = await _request(reader, writer, raw)
+                except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError):
+                    errors += 1
+                    writer.close()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**24)
+                    continue
                 latencies.append(time.perf_counter() - t0)
-                errors += r.status_code != 200
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - start
-    return latencies, errors, wall
+                errors += status != 200
+        finally:
+            writer.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, errors, time.perf_counter() - start
 
 
 def load_in_process(port: int, path: str, bodies: list[dict[str, Any]], concurrency: int
                     ) -> tuple[list[float], int, float]:
-    """:func:`_load` run to completion (the entry point of the client process)."""
-    return asyncio.run(_load(port, path, bodies, concurrency))
+    """:func:`_load` run to completion (the entry point of the client process), on uvloop
+    when it is installed (as the server's uvicorn uses it)."""
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    if factory is None or not hasattr(asyncio, "Runner"):  # asyncio.Runner: Python 3.11+
+        return asyncio.run(_load(port, path, bodies, concurrency))
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(_load(port, path, bodies, concurrency))
 
 
-def _bodies(texts: list[str], endpoint: str, n: int, offset: int) -> list[dict[str, Any]]:
+def _bodies(texts: list[str], endpoint: str, n: int, offset: int,
+            queries: list[str] | None = None) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         j = (offset + i) % len(texts)
         if endpoint == "/v1/embeddings":
-            out.append({"input": texts[j]})
+            pool = queries or texts
+            out.append({"input": pool[(offset + i) % len(pool)]})
         else:
             docs = [texts[(j + k + 1) % len(texts)] for k in range(DOCS_PER_RERANK)]
             out.append({"query": texts[j][:200], "documents": docs})
     return out
+
+
+def query_texts() -> list[str]:
+    """The demo's questions (qa.jsonl and routing.jsonl): what single-text embedding requests
+    of a search system carry (about 14 WordPiece tokens on average)."""
+    import json
+
+    from searchsmith.serving.demo import qa_path, routing_path
+
+    out = []
+    for path in (qa_path(), routing_path()):
+        out += [json.loads(line)["query"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return out
+
+
+def model_ceiling(run: Any, items: list[Any], size: int, reps: int = 3) -> dict[str, float]:
+    """What batching can gain at most, with the model alone (no HTTP): the time of ``size``
+    single-item calls over one call of ``size`` items, on the same items (best of ``reps``)."""
+    size = max(1, min(size, len(items)))
+    batch = items[:size]
+    run(batch)  # warm
+    single = min(_timed(lambda: [run([x]) for x in batch]) for _ in range(reps))
+    together = min(_timed(lambda: run(batch)) for _ in range(reps))
+    return {"batch": size, "single_ms_per_item": 1e3 * single / size,
+            "batched_ms_per_item": 1e3 * together / size, "ceiling_ratio": single / together}
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def _reranker(tiny: bool) -> tuple[Any, str]:
@@ -162,10 +247,12 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
 
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
     levels = TINY_CONCURRENCY if tiny else QUICK_CONCURRENCY if ctx.quick else CONCURRENCY
-    # --quick and tiny: short texts (query-like, <= 80 characters); else the demo corpus's mixed
+    # --quick and tiny: short texts, the demo's questions for /v1/embeddings (what one-text
+    # requests carry) and <= 80 characters for rerank documents; else the demo corpus's mixed
     # lengths (whole documents to titles), where the forward pass, not the server, dominates.
     short = tiny or ctx.quick
     texts = [t[:80] for t in mixed_texts(512)] if short else mixed_texts(512)
+    embed_texts = query_texts() if short else texts
     embedder = Embedder()
     reranker, rerank_name = _reranker(tiny)
     # A CPU-sized token budget (the Embedder's own CPU default): with mixed lengths, a batch
@@ -186,7 +273,8 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     try:
         for endpoint in ("/v1/embeddings", "/v1/rerank"):
             for srv in servers.values():  # warm-up: connections, first batches
-                clients.submit(load_in_process, srv.port, endpoint, _bodies(texts, endpoint, 8, 0), 8).result()
+                clients.submit(load_in_process, srv.port, endpoint,
+                               _bodies(texts, endpoint, 8, 0, embed_texts), 8).result()
             for c in levels:
                 n = 8 if tiny else int(min(256, max(32, 2 * c)))
                 acc = {mode: {"lat": [], "errors": 0, "wall": 0.0, "items": 0, "batches": 0} for mode in modes}
@@ -196,7 +284,8 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
                         batcher = state.batcher if endpoint == "/v1/embeddings" else state.rerank_batcher
                         before = batcher.stats()
                         lat, errors, wall = clients.submit(
-                            load_in_process, srv.port, endpoint, _bodies(texts, endpoint, n, c + r * n), c).result()
+                            load_in_process, srv.port, endpoint,
+                            _bodies(texts, endpoint, n, c + r * n, embed_texts), c).result()
                         after = batcher.stats()
                         a = acc[mode]
                         a["lat"] += lat
@@ -211,20 +300,35 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
                            "mean_batch_size": a["items"] / max(a["batches"], 1),
                            "max_batch_size": modes[mode].max_batch_size, **percentiles(a["lat"]),
                            "embed_model": embedder.model_name, "rerank_model": rerank_name,
-                           "docs_per_rerank": DOCS_PER_RERANK, "texts": "short" if short else "mixed",
+                           "docs_per_rerank": DOCS_PER_RERANK,
+                           "texts": ("demo questions" if endpoint == "/v1/embeddings" else "<= 80 characters")
+                           if short else "mixed lengths",
                            "tiny": tiny}
                     results.append(ctx.emit(rec))
     finally:
         clients.shutdown()
         for srv in servers.values():
             srv.__exit__(None, None, None)
+    # The ceiling: the model alone, single items against one batch of the size the server
+    # formed at that concurrency, on the same texts: the most any batcher could gain here.
+    from searchsmith.serving.runner import EmbeddingRunner, RerankRunner
+
+    embed_items = embedder.tokenize(embed_texts[:64])
+    pair_items = [(b["query"], d) for b in _bodies(texts, "/v1/rerank", 16, 0) for d in b["documents"]]
+    runners = {"/v1/embeddings": (EmbeddingRunner(embedder).run, embed_items),
+               "/v1/rerank": (RerankRunner(reranker).run, pair_items)}
     for endpoint in ("/v1/embeddings", "/v1/rerank"):
         at = {r["batching"]: r for r in results if r["endpoint"] == endpoint and r["concurrency"] == max(
             c for c in levels if c <= 32)}
         ratio = at["on"]["throughput_rps"] / at["off"]["throughput_rps"]
+        run_fn, items = runners[endpoint]
+        ceiling = model_ceiling(run_fn, items, round(at["on"]["mean_batch_size"]), 1 if tiny else 3)
         ctx.emit({"suite": "server", "summary": True, "endpoint": endpoint, "concurrency": at["on"]["concurrency"],
                   "on_rps": at["on"]["throughput_rps"], "off_rps": at["off"]["throughput_rps"],
                   "ratio_on_vs_off": ratio, "target": ">= 3x throughput at 32 concurrent (CPU)",
+                  "model_ceiling": ceiling, "share_of_ceiling": ratio / ceiling["ceiling_ratio"],
+                  "texts": ("demo questions" if endpoint == "/v1/embeddings" else "<= 80 characters")
+                  if short else "mixed lengths",
                   "errors": sum(r["errors"] for r in results if r["endpoint"] == endpoint),
                   "note": "clients (one separate process) and server share the machine", "tiny": tiny})
 

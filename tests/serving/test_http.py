@@ -58,6 +58,23 @@ def test_runner_matches_encode(embedder) -> None:
         runner.run([list(range(1, embedder.max_seq_length + 5))])
 
 
+def test_runner_packs_mixed_lengths_by_padding_and_keeps_order(embedder, monkeypatch) -> None:
+    texts = ["Saturn.", "rings " * 120, "Knead the dough.", "ice " * 90, "x"]
+    ids = embedder.tokenize(texts)
+    calls = []
+    real = embedder.embed_ids
+
+    def spy(batch):
+        calls.append(sorted(len(x) for x in batch))
+        return real(batch)
+
+    monkeypatch.setattr(embedder, "embed_ids", spy)
+    out = EmbeddingRunner(embedder).run(ids)
+    assert len(calls) >= 2  # the long texts are not padded together with the short ones
+    assert all(len(c) == 1 or min(c) * 2 >= max(c) for c in calls) and sum(map(len, calls)) == len(texts)
+    np.testing.assert_allclose(out, embedder.encode(texts), atol=1e-5)  # row i is text i
+
+
 # ---- /v1/embeddings -------------------------------------------------------------------------
 
 

@@ -146,11 +146,18 @@ def test_profile_server_batching_on_and_off(tmp_path, tiny_profile) -> None:
     assert set(summaries) == {"/v1/embeddings", "/v1/rerank"}
     s = summaries["/v1/rerank"]
     assert s["ratio_on_vs_off"] == pytest.approx(s["on_rps"] / s["off_rps"]) and s["concurrency"] == 8
+    # beside each ratio: what the model alone gains at the batch size the server formed
+    for s in summaries.values():
+        c = s["model_ceiling"]
+        assert c["batch"] >= 1 and c["single_ms_per_item"] > 0 and c["batched_ms_per_item"] > 0
+        assert c["ceiling_ratio"] == pytest.approx(c["single_ms_per_item"] / c["batched_ms_per_item"])
+        assert s["share_of_ceiling"] == pytest.approx(s["ratio_on_vs_off"] / c["ceiling_ratio"])
+    assert summaries["/v1/embeddings"]["texts"] == "demo questions"
     assert (out / "server_latency.png").stat().st_size > 1000
     from searchsmith.serving.profiling import readme
 
     rows = [r for r in readme.headline_rows(recs) if r["what"].startswith("server")]
-    assert len(rows) == 2 and "batching off" in rows[0]["baseline"]
+    assert len(rows) == 2 and "batching off" in rows[0]["baseline"] and "model alone at batch" in rows[0]["figure"]
 
 
 # -- pipeline, --trace, the gpu group and the plots (issue 8) ---------------------------------
