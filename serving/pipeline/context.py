@@ -35,14 +35,17 @@ def measured_gate(bundle: Any, metric: str, baseline: str, what: str, instead: s
     """Why a bundle's ``what`` should not be used, or None when it may be.
 
     The export records the run's held-out figures (``manifest["heldout_metrics"]``). A model
-    whose ``metric`` is below its trivial ``baseline`` of the same run does worse than the
-    fallback the pipeline has anyway, so that fallback (``instead``) is used. A bundle
-    without the figures passes (nothing was measured against it).
+    whose ``metric`` does not beat its trivial ``baseline`` of the same run does no better
+    than the fallback the pipeline has anyway, so that fallback (``instead``) is used: a
+    rewriter that ties with copying the query (one that has learnt to keep it) would only
+    displace the heuristic rewrite, which does resolve references. A bundle without the
+    figures passes (nothing was measured against it).
     """
     metrics = (getattr(bundle, "manifest", None) or {}).get("heldout_metrics") or {}
     got, base = metrics.get(metric), metrics.get(baseline)
-    if isinstance(got, (int, float)) and isinstance(base, (int, float)) and got < base:
-        return (f"the decomposer's held-out {what} {got:.3f} is below {instead[0]} ({base:.3f}); "
+    if isinstance(got, (int, float)) and isinstance(base, (int, float)) and got <= base:
+        relation = "is below" if got < base else "only ties with"
+        return (f"the decomposer's held-out {what} {got:.3f} {relation} {instead[0]} ({base:.3f}); "
                 f"{instead[1]} is used (bundles.{setting}: false to use the model anyway)")
     return None
 

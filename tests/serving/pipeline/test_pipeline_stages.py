@@ -58,6 +58,9 @@ def test_rewrite_model_measured_below_copying_the_query_is_not_used(make_pipelin
     assert pipe.rewrite_note is None and pipe.ask("Where is the code for it?", HISTORY)["rewrite"] == "how"
     dec.manifest["heldout_metrics"]["rewrite_f1"] = 0.8
     assert make_pipeline(bundles={"decomposer": dec}).rewrite_note is None
+    # a tie is not a win: a model that learnt to keep the query would displace the heuristic
+    dec.manifest["heldout_metrics"]["rewrite_f1"] = 0.764
+    assert "0.764 only ties with copying the query (0.764)" in make_pipeline(bundles={"decomposer": dec}).rewrite_note
 
 
 def test_failing_rewrite_degrades(make_pipeline, fakes):
