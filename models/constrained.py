@@ -26,8 +26,8 @@ Both need only the tokenizer's vocabulary; they import neither torch nor transfo
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from searchsmith.models.qdg import QDG_TYPES

@@ -7,6 +7,12 @@
   any failure) falls back to the query as it is. By default (``rewrite_target="edit"``) the
   model writes only the edit (``it => throat cancer``, :mod:`searchsmith.models.rewrite_edit`)
   and the rewrite is the query with it applied; ``"full"`` has it write the whole question.
+* A **rewrite tagger** (optional, ``rewrite_head`` in ``decomposer.json``): softmax
+  regression over the encoder's token states that marks the history words a follow-up
+  refers to (REF) and the query words they replace (TGT); when present, rewrites come from it
+  (:func:`searchsmith.models.rewrite_edit.tag_rewrite`) instead of the decoder, which in a
+  CPU budget learns where to edit but not to copy the referent. Fit after training
+  (:meth:`Decomposer.fit_rewrite_head`).
 * A **type head** (optional, ``type_head`` in ``decomposer.json``): a softmax-regression layer
   over the mean-pooled encoder states that picks the graph type; under constrained decoding
   the first generated token is forced to it. The decoder learns the type slowly (a single
@@ -163,6 +169,8 @@ class Decomposer:
         rewrite_target: ``edit`` (the model writes ``old => new`` ops) or ``full`` (the whole
             standalone question).
         type_head: ``{"types", "weight" (T x H), "bias" (T)}`` from :meth:`fit_type_head`.
+        rewrite_head: the rewrite tagger from :meth:`fit_rewrite_head`; when set, rewrites
+            come from it instead of the decoder.
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
@@ -170,7 +178,8 @@ class Decomposer:
                  max_nodes: int = DEFAULT_MAX_NODES, batch_size: int = 16, num_beams: int = 1,
                  max_history_turns: int = 3, constrained: bool = False,
                  decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = (),
-                 rewrite_target: str = "full", type_head: dict[str, Any] | None = None) -> None:
+                 rewrite_target: str = "full", type_head: dict[str, Any] | None = None,
+                 rewrite_head: dict[str, Any] | None = None) -> None:
         if rewrite_target not in REWRITE_TARGETS:
             raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
@@ -186,6 +195,7 @@ class Decomposer:
         self.rewrite_vocab = [int(t) for t in rewrite_vocab]
         self.rewrite_target = rewrite_target
         self.type_head = check_type_head(type_head) if type_head else None
+        self.rewrite_head = check_rewrite_head(rewrite_head) if rewrite_head else None
         self.constrained = False
         self._grammar: Any = None
         self._copy: Any = None
@@ -348,34 +358,77 @@ class Decomposer:
         the weights, solved with L-BFGS; the standardisation is folded into the saved
         weight and bias, so applying it is one affine map.
         """
-        import numpy as np
-        import torch
-
         if len(questions) != len(types) or not questions:
             raise ValidationError(f"type head: need as many types as questions (>0), got "
                                   f"{len(questions)} questions and {len(types)} types")
         bad = sorted(set(types) - set(QDG_TYPES))
         if bad:
             raise ValidationError(f"type head: unknown graph types {bad}; expected {list(QDG_TYPES)}")
-        x = self.pooled_states([decompose_source(q) for q in questions]).astype(np.float64)
-        mean, std = x.mean(0), x.std(0) + 1e-6
-        xs = torch.as_tensor((x - mean) / std)
-        y = torch.as_tensor([QDG_TYPES.index(t) for t in types])
-        w = torch.zeros(len(QDG_TYPES), x.shape[1], dtype=torch.float64, requires_grad=True)
-        b = torch.zeros(len(QDG_TYPES), dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.LBFGS([w, b], max_iter=max_iter, line_search_fn="strong_wolfe")
-
-        def closure() -> Any:
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(xs @ w.T + b, y) + l2 * (w * w).sum()
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        wt = w.detach().numpy() / std  # fold the standardisation in
-        bias = b.detach().numpy() - wt @ mean
+        x = self.pooled_states([decompose_source(q) for q in questions])
+        wt, bias = fit_softmax(x, [QDG_TYPES.index(t) for t in types], len(QDG_TYPES), l2, max_iter)
         self.type_head = check_type_head({"types": list(QDG_TYPES), "weight": wt, "bias": bias})
         return self.type_head
+
+    def token_states(self, sources: Sequence[str]) -> list[tuple[Any, list[tuple[int, int]]]]:
+        """Per source: its (T, H) float32 encoder token states and the tokens' character offsets."""
+        import torch
+
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        out = []
+        try:
+            for start in range(0, len(sources), self.batch_size):
+                chunk = list(sources[start:start + self.batch_size])
+                enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_source_tokens,
+                                     return_tensors="pt", return_offsets_mapping=True)
+                offsets = enc.pop("offset_mapping").tolist()
+                feeds = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                with torch.no_grad():
+                    hidden = self.model.get_encoder()(**feeds).last_hidden_state.float().cpu().numpy()
+                for i, n in enumerate(enc["attention_mask"].sum(1).tolist()):
+                    out.append((hidden[i, :n], [tuple(o) for o in offsets[i][:n]]))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def fit_rewrite_head(self, items: Sequence[tuple[Sequence[Any], str, str]], l2: float = 1e-3,
+                         threshold: float = 0.3, extend: float = 0.15, max_iter: int = 200) -> dict[str, Any]:
+        """Fit (and set) the rewrite tagger on ``(history, query, gold rewrite)`` items.
+
+        Token labels come from :func:`searchsmith.models.rewrite_edit.tag_labels`; the head is
+        softmax regression over the encoder's token states (as the type head over pooled
+        ones). ``threshold`` and ``extend`` are :func:`tag_rewrite`'s.
+        """
+        import numpy as np
+        from searchsmith.models.rewrite_edit import TAGS, tag_labels
+
+        items = [it for it in items if _user_turns(it[0])]
+        if not items:
+            raise ValidationError("rewrite head: no item has user history to learn from")
+        sources = [rewrite_source(_user_turns(h), q, self.max_history_turns) for h, q, _ in items]
+        xs, ys = [], []
+        for (_h, q, gold), src, (states, offs) in zip(items, sources, self.token_states(sources), strict=True):
+            xs.append(states)
+            ys += tag_labels(src, offs, q, gold)
+        wt, bias = fit_softmax(np.concatenate(xs), ys, len(TAGS), l2, max_iter)
+        self.rewrite_head = check_rewrite_head({"tags": list(TAGS), "weight": wt, "bias": bias,
+                                                "threshold": threshold, "extend": extend})
+        return self.rewrite_head
+
+    def tag_rewrites(self, items: Sequence[tuple[Sequence[Any], str]]) -> list[str]:
+        """Rewrites of ``(history, query)`` pairs by the rewrite tagger (the query when it has
+        no user history)."""
+        from searchsmith.models.rewrite_edit import tag_rewrite
+
+        out = [q for _, q in items]
+        todo = [i for i, (h, _) in enumerate(items) if _user_turns(h)]
+        sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns) for i in todo]
+        for i, src, (states, offs) in zip(todo, sources, self.token_states(sources), strict=True):
+            head = self.rewrite_head
+            out[i] = tag_rewrite(items[i][1], _user_turns(items[i][0]), src, offs,
+                                 head_probs(head, states), head["threshold"], head["extend"])
+        return out
 
     def predict_types(self, hidden: Any, mask: Any) -> list[str]:
         """Graph type per row from (B, T, H) encoder states and their (B, T) mask."""
@@ -408,6 +461,12 @@ class Decomposer:
         against, and the model can only make it worse.
         """
         out = [q for _, q in items]
+        if self.rewrite_head:
+            try:
+                return self.tag_rewrites(items)
+            except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
+                log.warning("decomposer: rewrite tagging failed (%s); keeping the queries", exc)
+                return out
         todo = [i for i, (h, _) in enumerate(items) if _user_turns(h)]
         sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns)
                    for i in todo]
@@ -443,7 +502,8 @@ class Decomposer:
                 "num_beams": self.num_beams, "max_history_turns": self.max_history_turns,
                 "constrained": self.constrained, "decompose_vocab": self.decompose_vocab,
                 "rewrite_vocab": self.rewrite_vocab, "rewrite_target": self.rewrite_target,
-                "type_head": type_head_json(self.type_head), **(extra or {})}
+                "type_head": type_head_json(self.type_head),
+                "rewrite_head": type_head_json(self.rewrite_head), **(extra or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         old = dest.with_name(f".{dest.name}.old")
         if dest.exists():
@@ -508,7 +568,7 @@ class Decomposer:
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
                                        "num_beams", "max_history_turns", "constrained",
                                        "decompose_vocab", "rewrite_vocab", "rewrite_target",
-                                       "type_head") if k in meta}
+                                       "type_head", "rewrite_head") if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)
 
@@ -521,11 +581,66 @@ def _mean_pool(hidden: Any, mask: Any) -> Any:
 
 
 def type_head_json(head: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A checked head as JSON-ready lists (None stays None)."""
+    """A checked head (type or rewrite) as JSON-ready values (None stays None)."""
     if not head:
         return None
-    return {"types": list(head["types"]), "weight": [[float(v) for v in r] for r in head["weight"]],
+    out = {k: v for k, v in head.items() if k not in ("weight", "bias")}
+    return {**out, "weight": [[float(v) for v in r] for r in head["weight"]],
             "bias": [float(v) for v in head["bias"]]}
+
+
+def fit_softmax(x: Any, y: Sequence[int], n_classes: int, l2: float, max_iter: int = 200) -> tuple[Any, Any]:
+    """Softmax regression on standardised ``x`` (L2 penalty ``l2``, L-BFGS); the weight and
+    bias returned apply to raw ``x`` (the standardisation folded in)."""
+    import numpy as np
+    import torch
+
+    x = np.asarray(x, dtype=np.float64)
+    mean, std = x.mean(0), x.std(0) + 1e-6
+    xs = torch.as_tensor((x - mean) / std)
+    yt = torch.as_tensor(list(y))
+    w = torch.zeros(n_classes, x.shape[1], dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+    def closure() -> Any:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(xs @ w.T + b, yt) + l2 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    wt = w.detach().numpy() / std
+    return wt, b.detach().numpy() - wt @ mean
+
+
+def check_rewrite_head(head: Any) -> dict[str, Any]:
+    """The rewrite tagger as saved in ``decomposer.json`` / a manifest, checked (BundleError)."""
+    import numpy as np
+    from searchsmith.models.rewrite_edit import TAGS
+
+    if not isinstance(head, dict) or not {"tags", "weight", "bias", "threshold", "extend"} <= set(head):
+        raise BundleError("rewrite_head: expected an object with 'tags', 'weight', 'bias', 'threshold' "
+                          "and 'extend'; re-save the model (or drop the key to rewrite with the decoder)")
+    w, b = np.asarray(head["weight"], dtype=np.float32), np.asarray(head["bias"], dtype=np.float32)
+    if list(head["tags"]) != list(TAGS) or w.ndim != 2 or w.shape[0] != len(TAGS) or b.shape != (len(TAGS),):
+        raise BundleError(f"rewrite_head: tags must be {list(TAGS)} with weight (3 x hidden) and bias (3); "
+                          f"got {head['tags']}, weight {w.shape}, bias {b.shape}")
+    return {"tags": list(TAGS), "weight": w, "bias": b, "threshold": float(head["threshold"]),
+            "extend": float(head["extend"])}
+
+
+def head_probs(head: dict[str, Any], states: Any) -> Any:
+    """Softmax of a checked head over (T, H) token states: (T, classes)."""
+    import numpy as np
+
+    states = np.asarray(states, dtype=np.float32)
+    if states.shape[-1] != head["weight"].shape[1]:
+        raise BundleError(f"head: weight has {head['weight'].shape[1]} inputs but the encoder states have "
+                          f"{states.shape[-1]}; the head belongs to another model")
+    z = states @ head["weight"].T + head["bias"]
+    z = np.exp(z - z.max(-1, keepdims=True))
+    return z / z.sum(-1, keepdims=True)
 
 
 def check_type_head(head: Any) -> dict[str, Any]:
@@ -570,5 +685,5 @@ def _user_turns(history: Sequence[Any]) -> list[str]:
     return turns
 
 
-__all__ = ["check_type_head", "predict_types", "type_head_json", "DECOMPOSE_PREFIX", "Decomposer", "HISTORY_SEP", "META_FILE", "REWRITE_PREFIX",
+__all__ = ["check_rewrite_head", "check_type_head", "fit_softmax", "head_probs", "predict_types", "type_head_json", "DECOMPOSE_PREFIX", "Decomposer", "HISTORY_SEP", "META_FILE", "REWRITE_PREFIX",
            "decompose_source", "rewrite_source", "build_bert2bert", "build_hub", "build_tiny"]

@@ -764,7 +764,7 @@ def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
             # rewrites as edits (models/rewrite_edit.py) and the graph-type head, as in
             # decomposer.json; older runs have neither (full rewrites, no head)
             "rewrite_target": str(meta.get("rewrite_target", "full")),
-            "type_head": meta.get("type_head")}
+            "type_head": meta.get("type_head"), "rewrite_head": meta.get("rewrite_head")}
 
 
 def export_run(run_dir: str | Path, out: str | Path, opts: ExportOptions | None = None) -> dict[str, Any]:

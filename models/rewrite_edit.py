@@ -177,4 +177,100 @@ def apply_edits(query: str, edits: str, history: Sequence[str] = ()) -> str:
     return " ".join(text.split()) or query
 
 
-__all__ = ["ARROW", "OP_SEP", "REWRITE_TARGETS", "apply_edits", "edit_target", "parse_edits"]
+
+
+# --------------------------------------------------------------------------- the rewrite tagger
+#
+# The decoder of a small decomposer trained for minutes learns WHERE a follow-up needs an edit
+# ("it", "its", "them") but not to copy the referent out of the history. A token tagger over
+# the encoder's states does that part: each source token gets REF (a word of the referent, in
+# the history) or TGT (a query word the referent replaces) or O, by a softmax-regression head
+# fit after training (Decomposer.fit_rewrite_head). tag_rewrite turns the tags into a rewrite.
+
+TAGS = ("O", "REF", "TGT")
+
+
+def query_start(source: str) -> int:
+    """Character offset of the query in a ``rewrite:`` source (after the last `` || ``)."""
+    cut = source.rfind(" || ")
+    return cut + 4 if cut >= 0 else source.find(":") + 1
+
+
+def tag_labels(source: str, offsets: Sequence[tuple[int, int]], query: str, rewrite: str) -> list[int]:
+    """Per source token: 1 (REF) for history words the gold rewrite brings in, 2 (TGT) for
+    query words it drops, else 0; from the ops of :func:`edit_target`."""
+    start = query_start(source)
+    out = [0] * len(offsets)
+    for old, new in parse_edits(edit_target(query, rewrite)):
+        old_w = set(old)
+        new_w = {w.lower() for w in _WORD.findall(new)}
+        for i, (a, b) in enumerate(offsets):
+            if a == b:
+                continue
+            w = source[a:b].lower()
+            if a < start and w in new_w and w not in old_w:
+                out[i] = 1
+            elif a >= start and w in old_w and w not in new_w:
+                out[i] = 2
+    return out
+
+
+def _run(scores: Sequence[float], seed: int, ok: Sequence[bool], low: float,
+         alnum: Sequence[bool]) -> tuple[int, int]:
+    """The run around ``seed`` over neighbours scoring ``low`` or more, without punctuation
+    at its ends."""
+    lo = hi = seed
+    while lo - 1 >= 0 and ok[lo - 1] and scores[lo - 1] >= low:
+        lo -= 1
+    while hi + 1 < len(scores) and ok[hi + 1] and scores[hi + 1] >= low:
+        hi += 1
+    while lo < seed and not alnum[lo]:
+        lo += 1
+    while hi > seed and not alnum[hi]:
+        hi -= 1
+    return lo, hi
+
+
+def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequence[tuple[int, int]],
+                probs: Sequence[Sequence[float]], threshold: float, extend: float) -> str:
+    """The rewrite that a tagging says: the best REF run of the history replaces the best TGT
+    run of the query (or, without one, is added at the query's end); the query when no
+    history token reaches ``threshold``. Runs grow over neighbours at ``extend`` or more.
+
+    Args:
+        query, history: the follow-up and the conversation's texts (for casing).
+        source: the ``rewrite:`` model input the tagging is of.
+        offsets: (start, end) characters of each source token ((0, 0) for special tokens).
+        probs: (tokens, 3) probabilities of O, REF, TGT.
+        threshold: least REF (TGT) probability of a run's best token.
+        extend: least probability of the tokens a run grows over.
+    """
+    start = query_start(source)
+    words = [a != b and source[a:b].strip() not in ("|", "") for a, b in offsets]
+    in_hist = [w and a < start for w, (a, _) in zip(words, offsets, strict=True)]
+    in_query = [w and a >= start for w, (a, _) in zip(words, offsets, strict=True)]
+    alnum = [any(ch.isalnum() for ch in source[a:b]) for a, b in offsets]
+    ref = [float(p[1]) if h and w else 0.0 for p, h, w in zip(probs, in_hist, alnum, strict=True)]
+    tgt = [float(p[2]) if q and w else 0.0 for p, q, w in zip(probs, in_query, alnum, strict=True)]
+    if not ref or max(ref) < threshold:
+        return query
+    lo, hi = _run(ref, max(range(len(ref)), key=ref.__getitem__), in_hist, extend, alnum)
+    # whole words: a run may not start or end inside one
+    while lo > 0 and in_hist[lo - 1] and alnum[lo - 1] and offsets[lo - 1][1] == offsets[lo][0]:
+        lo -= 1
+    while hi + 1 < len(offsets) and in_hist[hi + 1] and alnum[hi + 1] and offsets[hi + 1][0] == offsets[hi][1]:
+        hi += 1
+    new = source[offsets[lo][0]:offsets[hi][1]]
+    if tgt and max(tgt) >= threshold:
+        tlo, thi = _run(tgt, max(range(len(tgt)), key=tgt.__getitem__), in_query, extend, alnum)
+        old = source[offsets[tlo][0]:offsets[thi][1]]
+        out = apply_edits(query, f"{old} {ARROW} {new}", history)
+        if out != query:
+            return out
+    body = query.rstrip()
+    end = body[-1] if body and body[-1] in "?.!" else ""
+    return apply_edits(f"{body[:len(body) - len(end)]} {new}{end}", "", [*history, query])
+
+
+__all__ = ["ARROW", "OP_SEP", "REWRITE_TARGETS", "TAGS", "apply_edits", "edit_target", "parse_edits",
+           "query_start", "tag_labels", "tag_rewrite"]

@@ -392,7 +392,7 @@ class DecomposeBundle(Bundle):
         self.max_history_turns = int(gen["max_history_turns"])
         self.grammar: Any = None
         self.copy: Any = None
-        from searchsmith.models.decomposer import check_type_head
+        from searchsmith.models.decomposer import check_rewrite_head, check_type_head
         from searchsmith.models.rewrite_edit import REWRITE_TARGETS
 
         self.rewrite_target = gen.get("rewrite_target", "full")
@@ -400,6 +400,7 @@ class DecomposeBundle(Bundle):
             raise BundleError(f"bundle {self.path}: manifest generation.rewrite_target is "
                               f"{self.rewrite_target!r}, expected one of {list(REWRITE_TARGETS)}; re-export it")
         self.type_head = check_type_head(gen["type_head"]) if gen.get("type_head") else None
+        self.rewrite_head = check_rewrite_head(gen["rewrite_head"]) if gen.get("rewrite_head") else None
         if gen.get("constrained"):
             from searchsmith.models.constrained import CopyConstraint, EditConstraint, GraphGrammar
             from searchsmith.models.decomposer import DECOMPOSE_PREFIX, REWRITE_PREFIX
@@ -494,6 +495,19 @@ class DecomposeBundle(Bundle):
         if not turns:
             return (query, {"truncated": [], "max_length": self.max_length}) if return_meta else query
         source = rewrite_source(turns, query, self.max_history_turns)
+        if self.rewrite_head is not None:  # the rewrite tagger over the encoder's token states
+            from searchsmith.models.decomposer import head_probs
+            from searchsmith.models.rewrite_edit import tag_rewrite
+
+            enc = self.tokenizer([source], truncation=True, max_length=self.max_length,
+                                 return_offsets_mapping=True, return_tensors="np")
+            hidden = self.graphs["encoder"]({"input_ids": enc["input_ids"].astype(np.int64),
+                                             "attention_mask": enc["attention_mask"].astype(np.int64)})
+            offsets = [tuple(int(v) for v in o) for o in enc["offset_mapping"][0]]
+            head = self.rewrite_head
+            out = tag_rewrite(query, turns, source, offsets, head_probs(head, hidden[0]),
+                              head["threshold"], head["extend"])
+            return self._meta(out, return_meta, [source])
         text, meta = self.generate([source], return_meta=True, constraint=self.copy)
         if self.rewrite_target == "edit":
             from searchsmith.models.rewrite_edit import apply_edits
@@ -685,10 +699,18 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
 
     Raises:
         BundleError: corrupt, incomplete, newer, untrained or unloadable bundle.
-        ConfigError: unknown device or backend.
+        ConfigError: unknown device or backend; a batch_size, max_batch_tokens or threads
+            that is not a positive int.
     """
     from transformers import AutoTokenizer
 
+    for name, value, optional in (("batch_size", batch_size, False), ("max_batch_tokens", max_batch_tokens, True),
+                                  ("threads", threads, True)):
+        if optional and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"load_bundle: {name} must be an int >= 1{' or None' if optional else ''}, "
+                              f"got {value!r}")
     path = Path(path)
     manifest = read_manifest(path)
     verify_files(path, manifest)

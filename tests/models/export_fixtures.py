@@ -99,6 +99,8 @@ def decompose_run() -> Path:
     dec.fit_type_head(["Who founded Northwind Labs?", "What is Quarry written in and who wrote it?",
                        "When was the founder of Lumen born?", "Which is older, Quarry or Lumen?"],
                       ["terminal", "split", "chain", "split"])
+    dec.fit_rewrite_head([(["Tell me about Quarry"], "who wrote it?", "who wrote Quarry?"),
+                          (["Tell me about Lumen"], "where is it based?", "where is Lumen based?")])
     dec.save(run / "model", trained_steps=2)
     _run_json(run, "decompose+rewrite", 2)
     return run

@@ -208,7 +208,6 @@ def test_heldout_metrics_are_flattened_for_the_manifest(tmp_path) -> None:
 
 def _block_graph(blocks: int):
     """embeddings LN, then per block: W-MatMul, LN, W-MatMul, activation MatMul, LN."""
-    import onnx
     from onnx import TensorProto, helper
 
     nodes, inits, x = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["h0"], name="ln_emb")], [], "h0"

@@ -103,3 +103,49 @@ def test_edit_constraint_walks_only_to_applicable_edits(tokenizer):
         out = apply_edits(query, text, ["tell me about esophageal cancer"])
         applied += out != query
     assert applied > 50  # walks do reach edits that change the query
+
+
+# ----------------------------------------------------------------------------- the rewrite tagger
+
+
+def _tokens(tokenizer, source):
+    enc = tokenizer(source, return_offsets_mapping=True)
+    return [tuple(o) for o in enc["offset_mapping"]]
+
+
+def test_tag_labels_mark_the_referent_and_the_reference(tokenizer):
+    from searchsmith.models.rewrite_edit import tag_labels
+
+    source = "rewrite: tell me about throat cancer || is it treatable?"
+    offs = _tokens(tokenizer, source)
+    labels = tag_labels(source, offs, "Is it treatable?", "Is throat cancer treatable?")
+    words = {source[a:b]: y for (a, b), y in zip(offs, labels, strict=True) if a != b}
+    assert words["throat"] == 1 and words["cancer"] == 1 and words["it"] == 2
+    assert words["tell"] == 0 and words["about"] == 0 and words["is"] == 0
+    assert set(tag_labels(source, offs, "Is it treatable?", "Is it treatable?")) == {0}  # nothing to do
+
+
+def test_tag_rewrite_replaces_the_reference_with_the_referent(tokenizer):
+    from searchsmith.models.rewrite_edit import tag_rewrite
+
+    source = "rewrite: Tell me about Throat Cancer. || Is it treatable?"
+    offs = _tokens(tokenizer, source)
+
+    def probs(ref=(), tgt=(), level=0.9):
+        out = []
+        for a, b in offs:
+            w = source[a:b]
+            p = [1.0, 0.0, 0.0]
+            if w in ref:
+                p = [1 - level, level, 0.0]
+            if w in tgt and a > source.index("||"):
+                p = [1 - level, 0.0, level]
+            out.append(p)
+        return out
+
+    q, hist = "Is it treatable?", ["Tell me about Throat Cancer."]
+    assert tag_rewrite(q, hist, source, offs, probs(("Throat", "Cancer", "."), ("it",)), 0.3, 0.15) \
+        == "Is Throat Cancer treatable?"  # casing from the conversation, no trailing "."
+    assert tag_rewrite(q, hist, source, offs, probs(("Cancer",)), 0.3, 0.15) == "Is it treatable Cancer?"
+    assert tag_rewrite(q, hist, source, offs, probs(("Cancer",), level=0.2), 0.3, 0.15) == q  # unsure
+    assert tag_rewrite(q, [], source, offs, probs(), 0.3, 0.15) == q

@@ -140,6 +140,9 @@ def test_decompose_and_rewrite_match_the_torch_decomposer() -> None:
     assert b.grammar is not None and ref.constrained
     # the type head and the edit form of rewrites travel in the manifest
     assert b.type_head is not None and b.rewrite_target == "edit" == ref.rewrite_target
+    assert b.rewrite_head is not None and ref.rewrite_head is not None  # rewrites by the tagger
+    for q in ["who wrote it?", "Where is it based?", "Is Quarry fast?"]:
+        assert b.rewrite(history, q) == ref.rewrite(history, q)
     qs = ["Which is older, Quarry or Lumen?", "Who founded Northwind Labs?"]
     assert [b.decompose(q).type for q in qs] == [g.type for g, _, _ in ref.decompose_batch(qs)]
     raw = b.generate(["decompose: who founded northwind labs"], constraint=b.grammar)[0]
@@ -161,6 +164,15 @@ def test_torch_backend_without_torch_weights_is_refused() -> None:
 def test_unknown_backend_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="backend 'tensorrt' is not one of"):
         load_bundle(bundle("rerank"), backend="tensorrt")
+
+
+@pytest.mark.parametrize("kwargs,field", [({"max_batch_tokens": 0}, "max_batch_tokens"),
+                                          ({"max_batch_tokens": -5}, "max_batch_tokens"),
+                                          ({"batch_size": 0}, "batch_size"), ({"batch_size": "8"}, "batch_size"),
+                                          ({"threads": 0}, "threads"), ({"max_batch_tokens": True}, "max_batch_tokens")])
+def test_bad_batch_settings_are_config_errors(kwargs, field) -> None:
+    with pytest.raises(ConfigError, match=f"load_bundle: {field} must be an int >= 1"):
+        load_bundle(bundle("rerank"), device="cpu", **kwargs)
 
 
 # ----------------------------------------------------------------------------- bad bundles

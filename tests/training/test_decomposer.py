@@ -283,6 +283,8 @@ def test_tiny_recipe_reloads_and_decomposes(tiny_run: tuple[Path, dict],
     assert meta["trained_steps"] == 2 and meta["rewrite_target"] == "edit"
     assert dec.rewrite_target == "edit" and dec.type_head is not None  # both travel with the model
     assert meta["type_head"]["types"] == ["terminal", "chain", "split"]
+    assert meta["rewrite_head"]["tags"] == ["O", "REF", "TGT"] and dec.rewrite_head is not None
+    assert meta["rewrite_head"]["threshold"] == 0.3 and meta["rewrite_head"]["extend"] == 0.15
     with caplog.at_level("WARNING"):
         graphs = dec.decompose_batch([Q, "Which is taller, the Eiffel Tower or Big Ben?"])
     assert "generation failed" not in caplog.text  # the head path generates, not the fallback
@@ -290,6 +292,23 @@ def test_tiny_recipe_reloads_and_decomposes(tiny_run: tuple[Path, dict],
     assert [g.type for g, _, _ in graphs] == types  # the graph type is the head's choice
     assert validate(dec.decompose(Q)) == []
     assert isinstance(dec.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?"), str)
+
+
+def test_rewrite_head_needs_history_and_checks_its_shape(tiny: Decomposer) -> None:
+    from searchsmith.models.decomposer import check_rewrite_head
+    from searchsmith.models.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="no item has user history"):
+        tiny.fit_rewrite_head([([], "who founded it?", "who founded Lumen?")])
+    head = tiny.fit_rewrite_head([(["Tell me about Lumen"], "who founded it?", "who founded Lumen?"),
+                                  (["Tell me about Quarry"], "where is it?", "where is Quarry?")], l2=1e-4)
+    assert head["weight"].shape == (3, 32)
+    out = tiny.rewrite([{"role": "user", "content": "Tell me about Lumen"}], "who founded it?")
+    assert isinstance(out, str) and out
+    with pytest.raises(BundleError, match="rewrite_head"):
+        check_rewrite_head({"tags": ["O", "REF"], "weight": [[0.0]], "bias": [0.0], "threshold": 0.3,
+                            "extend": 0.1})
+    tiny.rewrite_head = None
 
 
 def _encoded(dec: Decomposer, questions: list[str]) -> tuple:
