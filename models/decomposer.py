@@ -328,27 +328,10 @@ class Decomposer:
     def pooled_states(self, sources: Sequence[str]) -> Any:
         """(n, H) float32 mean-pooled encoder states of prefixed sources (batched, no grad)."""
         import numpy as np
-        import torch
 
-        if self.arch == "causal":
-            raise ConfigError("type head: arch 'causal' has no encoder")
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
-        rows = []
-        try:
-            for start in range(0, len(sources), self.batch_size):
-                enc = self.tokenizer(list(sources[start:start + self.batch_size]), padding=True,
-                                     truncation=True, max_length=self.max_source_tokens,
-                                     return_tensors="pt")
-                enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-                with torch.no_grad():
-                    hidden = self.model.get_encoder()(**enc).last_hidden_state
-                rows.append(_mean_pool(hidden.float().cpu().numpy(), enc["attention_mask"].cpu().numpy()))
-        finally:
-            self.model.train(was_training)
+        rows = [states.mean(0) for states, _ in self.token_states(sources)]
         width = self.model.get_encoder().config.hidden_size
-        return np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
+        return np.stack(rows).astype(np.float32) if rows else np.zeros((0, width), np.float32)
 
     def fit_type_head(self, questions: Sequence[str], types: Sequence[str], l2: float = 1e-3,
                       max_iter: int = 200) -> dict[str, Any]:
@@ -370,9 +353,12 @@ class Decomposer:
         return self.type_head
 
     def token_states(self, sources: Sequence[str]) -> list[tuple[Any, list[tuple[int, int]]]]:
-        """Per source: its (T, H) float32 encoder token states and the tokens' character offsets."""
+        """Per source: its (T, H) float32 encoder token states (padding cut off) and the
+        tokens' character offsets."""
         import torch
 
+        if self.arch == "causal":
+            raise ConfigError("decomposer heads: arch 'causal' has no encoder")
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
