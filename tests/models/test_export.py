@@ -34,8 +34,10 @@ def test_embedder_fp32_and_int8_pass_parity() -> None:
     import onnx
 
     ops = [n.op_type for n in onnx.load(str(bundle("embed", "int8") / "model.onnx")).graph.node]
-    # 6 weight products in the 1-layer model; the FFN down-projection (fed by GELU) stays fp32
-    assert ops.count("MatMulInteger") == 5 and ops.count("MatMul") >= 1 and "MatMulInteger" not in [
+    # 6 weight products in the 1-layer model: Q, K and V fused into one QAttention, the output
+    # and up-projections integer products, the FFN down-projection (fed by GELU) kept fp32
+    assert ops.count("QAttention") == 1 and "Attention" not in ops and "Softmax" not in ops
+    assert ops.count("MatMulInteger") == 2 and ops.count("MatMul") >= 1 and "MatMulInteger" not in [
         n.op_type for n in onnx.load(str(bundle("embed", "fp32") / "model.onnx")).graph.node]
 
 
