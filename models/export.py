@@ -47,7 +47,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +55,12 @@ import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
+from searchsmith.models.onnx_quant import (
+    DOWN_PROJECTION_MODES,
+    INT8_DEFAULTS,
+    Int8Scheme,
+    quantize_int8,
+)
 from searchsmith.models.runtime import (
     BUNDLE_CLASSES,
     FORMAT_VERSION,
@@ -111,8 +117,9 @@ class ExportOptions:
         torch_weights: also copy the original HF/torch model into ``torch/``.
         allow_untrained: export a model that was never fine-tuned (benchmarks only; the
             manifest says ``"trained": false`` and ``load_bundle`` refuses it by default).
-        int8_fp32_blocks: int8 only: how many transformer blocks, from the first, keep fp32
-            weights (see :func:`convert_graph`).
+        int8_fp32_blocks, int8_fuse_attention, int8_down_projections, int8_smooth_alpha: int8
+            only: override the task's :data:`~searchsmith.models.onnx_quant.INT8_DEFAULTS`
+            (``None`` keeps the default; see :class:`~searchsmith.models.onnx_quant.Int8Scheme`).
         thresholds: parity thresholds.
     """
 
@@ -121,16 +128,26 @@ class ExportOptions:
     allow_drift: bool = False
     torch_weights: bool = False
     allow_untrained: bool = False
-    int8_fp32_blocks: int = 1
+    int8_fp32_blocks: int | None = None
+    int8_fuse_attention: bool | None = None
+    int8_down_projections: str | None = None
+    int8_smooth_alpha: float | None = None
     thresholds: ParityThresholds = field(default_factory=ParityThresholds)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.int8_fp32_blocks, int) or self.int8_fp32_blocks < 0:
-            raise ConfigError(f"export --int8-fp32-blocks: expected an int >= 0, got {self.int8_fp32_blocks!r}")
+        if self.int8_fuse_attention is not None and not isinstance(self.int8_fuse_attention, bool):
+            raise ConfigError(f"export --int8-attention: expected fused or unfused, got {self.int8_fuse_attention!r}")
+        self.int8_scheme("embed")  # the overrides are checked here, whatever the task
         if self.dtype not in ("fp32", "fp16", "int8"):
             raise ConfigError(f"export --dtype: {self.dtype!r} is not one of ['fp32', 'fp16', 'int8']")
         if not 14 <= self.opset <= 23:
             raise ConfigError(f"export --opset: {self.opset} is outside 14..23 (18 is the default)")
+
+    def int8_scheme(self, task: str) -> Int8Scheme:
+        """The task's int8 defaults with this export's overrides."""
+        overrides = {"fp32_blocks": self.int8_fp32_blocks, "fuse_attention": self.int8_fuse_attention,
+                     "down_projections": self.int8_down_projections, "smooth_alpha": self.int8_smooth_alpha}
+        return replace(INT8_DEFAULTS.get(task, Int8Scheme()), **{k: v for k, v in overrides.items() if v is not None})
 
 
 # ----------------------------------------------------------------------------- held-out inputs
@@ -166,6 +183,32 @@ def heldout_groups(n_queries: int, per_query: int = 12, seed: int = 0) -> list[t
         others = rng.sample([d["text"] for d in docs if d["text"] not in gold], per_query - len(gold))
         out.append((item["query"], gold + others))
     return out
+
+
+def calibration_feeds(task: str, bundle: Bundle, graph: str, n: int,
+                      th: ParityThresholds) -> list[dict[str, np.ndarray]] | None:
+    """Feeds of ``graph`` for int8 calibration: ``n`` demo inputs none of which parity uses.
+
+    Texts for the embedder, the image model's text tower and the citation tagger; (question,
+    passage) pairs for the reranker and (text, text) pairs for the citation scorer. ``None``
+    for graphs that take no text (vision, the decomposer's).
+    """
+    inputs = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
+    if not inputs <= {"input_ids", "attention_mask", "token_type_ids"}:
+        return None
+    parity = set(heldout_texts(th.heldout_texts))
+    pool = [t for t in heldout_texts(10 ** 6, seed=1) if t not in parity]
+    if task == "rerank":
+        parity_queries = {q for q, _ in heldout_groups(max(2, th.heldout_texts // 4))}
+        groups = [g for g in heldout_groups(10 ** 6, per_query=4, seed=1) if g[0] not in parity_queries]
+        pairs = [(q, p) for q, ps in groups for p in ps][:n]
+        return _raw_feeds(bundle, graph, [q for q, _ in pairs], [p for _, p in pairs])
+    texts = pool[:n]
+    if task == "cite" and graph == "scorer":
+        return _raw_feeds(bundle, graph, texts, texts[1:] + texts[:1])
+    if task == "cite":
+        return _raw_feeds(bundle, graph, texts, max_length=getattr(bundle, "tagger_max_length", None))
+    return _raw_feeds(bundle, graph, texts)
 
 
 # ----------------------------------------------------------------------------- graph files
@@ -255,84 +298,27 @@ def optimize_graph(src: Path, dst: Path) -> Path:
     return dst
 
 
-_LAYER_NORMS = ("LayerNormalization", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
-#: Nodes whose weights int8 quantises: products, and fused attention (Q, K, V in one weight).
-_WEIGHT_PRODUCTS = ("MatMul", "Gemm", "Attention")
-
-
-def first_blocks_matmuls(graph: Any, blocks: int) -> list[str]:
-    """Names of the weight products (MatMul, Gemm, fused Attention) of the first ``blocks`` blocks.
-
-    BERT layout, in graph (topological) order: the embeddings' layer norm, then two per block,
-    so the first ``blocks`` blocks are what comes before layer norm number ``1 + 2 * blocks``.
-    A graph without a block after those (a 1-block model, or not a BERT-style encoder) gives
-    ``[]``: quantising nothing would make the int8 graph an fp32 one.
-    """
-    total = sum(n.op_type in _LAYER_NORMS for n in graph.node)
-    if blocks <= 0 or total < 1 + 2 * (blocks + 1):
-        return []
-    inits = {i.name for i in graph.initializer}
-    names, norms = [], 0
-    for node in graph.node:
-        if node.op_type in _LAYER_NORMS:
-            norms += 1
-            if norms == 1 + 2 * blocks:
-                return names
-        elif node.op_type in _WEIGHT_PRODUCTS and any(x in inits for x in node.input[:2]):
-            names.append(node.name)
-    return []
-
-
-def _quantize_int8(src: Path, dst: Path, fused: Path, int8_fp32_blocks: int) -> None:
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from searchsmith.models.onnx_fusion import fuse_attention_checked
-
-    # Self-attention fused into one Attention node first (QAttention once quantised, see
-    # models/onnx_fusion.py); a graph it does not match, or whose fused form differs on a
-    # padded probe, is quantised as it is.
-    if fuse_attention_checked(src, fused):
-        src = fused
-    # Weights of MatMul/Gemm/Attention only, per output channel, and not the products fed by
-    # a GELU (the feed-forward down-projections): BERT's activation outliers live there. On the
-    # MiniLM embedder (64 held-out texts) per-tensor int8 of every MatMul gave a minimum
-    # cosine of 0.939 against fp32, per-channel 0.987, per-channel without those 6 of 48
-    # MatMuls 0.992 (the issue asks >= 0.99). With fused attention (512 mixed texts): all
-    # blocks' down-projections int8 0.988, these kept fp32 0.993.
-    graph = onnx.load(str(src)).graph
-    producer = {out: node for node in graph.node for out in node.output}
-    after_gelu = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.input
-                  and producer.get(n.input[0]) is not None
-                  and producer[n.input[0]].op_type in ("Gelu", "BiasGelu", "FastGelu")]
-    # The first block in fp32 as well: on the trained MiniLM reranker (32 held-out queries
-    # x 30 candidates, against fp32 ONNX) it took top-10 overlap from 0.928 to 0.953 and
-    # Kendall tau from 0.929 to 0.937 for about 1 % of the int8 speed.
-    keep = sorted(set(after_gelu) | set(first_blocks_matmuls(graph, int8_fp32_blocks)))
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=list(_WEIGHT_PRODUCTS), nodes_to_exclude=keep)
-
-
-def convert_graph(src: Path, dst: Path, dtype: Dtype, int8_fp32_blocks: int = 1) -> Path:
+def convert_graph(src: Path, dst: Path, dtype: Dtype, int8: Int8Scheme | None = None,
+                  calibration: list[dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
     """fp32 graph -> ``dtype`` (int8 dynamic quantisation or fp16 with fp32 I/O).
 
-    ``int8_fp32_blocks``: transformer blocks, from the first, whose weights stay fp32 in an
-    int8 graph (:func:`first_blocks_matmuls`).
+    ``int8``: how to quantise (:mod:`searchsmith.models.onnx_quant`; default
+    :class:`Int8Scheme`'s defaults); ``calibration``: feeds of the fp32 graph for SmoothQuant.
+
+    Returns:
+        What the conversion did (for int8: fused attention blocks, smoothed and fp32 products).
     """
     if dtype == "fp32":
         shutil.copyfile(src, dst)
-    elif dtype == "int8":
-        fused = dst.with_name(dst.stem + ".fused.onnx")
-        try:
-            _quantize_int8(src, dst, fused, int8_fp32_blocks)
-        finally:
-            fused.unlink(missing_ok=True)
-    else:
-        import onnx
-        from onnxruntime.transformers.float16 import convert_float_to_float16
+        return {}
+    if dtype == "int8":
+        return quantize_int8(src, dst, int8 or Int8Scheme(), calibration)
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
 
-        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
-        onnx.save(model, str(dst))
-    return dst
+    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    onnx.save(model, str(dst))
+    return {}
 
 
 def graph_signature(path: Path) -> dict[str, Any]:
@@ -545,7 +531,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         manifest: dict[str, Any] = {
             "format_version": FORMAT_VERSION, "searchsmith_version": __version__, "task": src.task,
             "base_model": src.base_model, "opset": opts.opset, "dtype": opts.dtype,
-            **({"int8_fp32_blocks": opts.int8_fp32_blocks} if opts.dtype == "int8" else {}),
+            **({"int8": opts.int8_scheme(src.task).to_json()} if opts.dtype == "int8" else {}),
             "exporter": "torch.onnx.export(dynamo=True) + onnxruntime basic optimisation",
             "trained": src.trained, "trained_steps": src.trained_steps, "max_length": src.max_length,
             "allow_drift": opts.allow_drift, "labels": None, "thresholds": {}, **src.extra,
@@ -577,17 +563,23 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         graphs_meta: dict[str, Any] = {}
         fp32_graphs, final_graphs = {}, {}
         model_key = _folder_digest(src.model_dir)
-        for name, spec in specs.items():
-            opt = _traced(spec, name, model_key, src.task, opts.opset, work)
-            final = convert_graph(opt, tmp / f"{name}.onnx", opts.dtype, opts.int8_fp32_blocks)
-            graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(final)}
+        traced = {name: _traced(spec, name, model_key, src.task, opts.opset, work) for name, spec in specs.items()}
+        for name, opt in traced.items():
             fp32_graphs[name] = OrtGraph(opt, ["CPUExecutionProvider"], None)
+            graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(opt)}
+        cls = BUNDLE_CLASSES[src.task]
+        b32 = cls(tmp, {**manifest, "graphs": graphs_meta, "files": {}}, tokenizer, fp32_graphs, "onnx-cpu")
+        scheme = opts.int8_scheme(src.task)
+        for name, opt in traced.items():
+            final = tmp / f"{name}.onnx"
+            calibration = (calibration_feeds(src.task, b32, name, scheme.calibration_inputs, opts.thresholds)
+                           if opts.dtype == "int8" and scheme.down_projections == "smooth" else None)
+            done = convert_graph(opt, final, opts.dtype, scheme, calibration)
+            graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(final), **({"int8": done} if done else {})}
             final_graphs[name] = OrtGraph(final, ["CPUExecutionProvider"], None)
         manifest["graphs"] = graphs_meta
-        cls = BUNDLE_CLASSES[src.task]
         ref = cls(tmp, {**manifest, "files": {}}, tokenizer,
                   {n: TorchGraph(s.module, s.inputs) for n, s in specs.items()}, "torch")
-        b32 = cls(tmp, {**manifest, "files": {}}, tokenizer, fp32_graphs, "onnx-cpu")
         bfinal = cls(tmp, {**manifest, "files": {}}, tokenizer, final_graphs, "onnx-cpu")
         report = parity_check(src.task, ref, b32, bfinal, opts.dtype, opts.thresholds,
                               reference_generate=reference_generate, images=images)
@@ -819,9 +811,18 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
     parser.add_argument("--torch-weights", action="store_true",
                         help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
-    parser.add_argument("--int8-fp32-blocks", type=int, default=1, metavar="N",
+    parser.add_argument("--int8-fp32-blocks", type=int, default=None, metavar="N",
                         help="with --dtype int8: keep the first N transformer blocks in fp32 (default 1; "
                              "0 quantises every block: faster, less agreement)")
+    parser.add_argument("--int8-attention", choices=["fused", "unfused"], default=None,
+                        help="with --dtype int8: fuse self-attention into QAttention before quantising "
+                             "(default: fused, except rerank and decompose)")
+    parser.add_argument("--int8-down-projections", choices=list(DOWN_PROJECTION_MODES), default=None,
+                        help="with --dtype int8: the feed-forward down-projections: keep fp32, SmoothQuant "
+                             "then int8 (calibrated on demo inputs), or int8 as they are (default: smooth "
+                             "for the embedder, fp32 otherwise)")
+    parser.add_argument("--int8-smooth-alpha", type=float, default=None, metavar="A",
+                        help="with --int8-down-projections smooth: migration strength in [0, 1] (default 0.8)")
     parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
     parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
     parser.set_defaults(func=_run_export)
@@ -829,7 +830,9 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 def _run_export(args: argparse.Namespace) -> int:
     opts = ExportOptions(dtype=args.dtype, opset=args.opset, allow_drift=args.allow_drift,
-                         torch_weights=args.torch_weights, int8_fp32_blocks=args.int8_fp32_blocks)
+                         torch_weights=args.torch_weights, int8_fp32_blocks=args.int8_fp32_blocks,
+                         int8_fuse_attention=None if args.int8_attention is None else args.int8_attention == "fused",
+                         int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha)
     out = Path(args.out)
     done: list[tuple[str, dict[str, Any]]] = []
     if args.run_dir == "embedder":
@@ -860,6 +863,6 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 __all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "configure_export", "convert_graph", "embedder_source",
-           "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs", "first_blocks_matmuls",
+           "calibration_feeds", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_source"]

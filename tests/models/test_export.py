@@ -34,11 +34,15 @@ def test_embedder_fp32_and_int8_pass_parity() -> None:
     import onnx
 
     ops = [n.op_type for n in onnx.load(str(bundle("embed", "int8") / "model.onnx")).graph.node]
-    # 6 weight products in the 1-layer model: Q, K and V fused into one QAttention, the output
-    # and up-projections integer products, the FFN down-projection (fed by GELU) kept fp32
+    # 6 weight products in the 1-layer model: Q, K and V fused into one QAttention, the output,
+    # up- and (smoothed, the embedder's default) down-projections integer products
     assert ops.count("QAttention") == 1 and "Attention" not in ops and "Softmax" not in ops
-    assert ops.count("MatMulInteger") == 2 and ops.count("MatMul") >= 1 and "MatMulInteger" not in [
+    assert ops.count("MatMulInteger") == 3 and "MatMulInteger" not in [
         n.op_type for n in onnx.load(str(bundle("embed", "fp32") / "model.onnx")).graph.node]
+    m = _manifest(bundle("embed", "int8"))
+    assert m["int8"]["down_projections"] == "smooth" and m["int8"]["fuse_attention"] is True
+    assert m["graphs"]["model"]["int8"] == {"fused_attention": 1, "smoothed_products": 1, "fp32_products": 0,
+                                            "down_projections": "smooth"}
 
 
 def test_embedder_fp16_passes_parity() -> None:
@@ -231,7 +235,7 @@ def _block_graph(blocks: int):
 
 
 def test_first_blocks_kept_fp32_are_the_first_blocks_weight_products() -> None:
-    from searchsmith.models.export import first_blocks_matmuls
+    from searchsmith.models.onnx_quant import first_blocks_matmuls
 
     g = _block_graph(3)
     assert first_blocks_matmuls(g, 1) == ["mm0_0", "mm0_2"]  # weights only, not act0_3

@@ -72,11 +72,14 @@ def test_a_fusion_that_changes_the_output_is_discarded(tmp_path) -> None:
 
 def test_int8_conversion_quantises_the_fused_attention(tmp_path) -> None:
     from searchsmith.models.export import convert_graph
+    from searchsmith.models.onnx_quant import Int8Scheme
 
     graphs = [("rerank", "model"), ("cite", "scorer"), ("cite", "tagger")]
     for task, graph in graphs:
-        dst = convert_graph(bundle(task, "fp32") / f"{graph}.onnx", tmp_path / f"{task}-{graph}.onnx", "int8",
-                            int8_fp32_blocks=0)
+        done = convert_graph(bundle(task, "fp32") / f"{graph}.onnx", tmp_path / f"{task}-{graph}.onnx", "int8",
+                             Int8Scheme(fuse_attention=True, fp32_blocks=0))
+        assert done["fused_attention"] == 1 and done["down_projections"] == "fp32"
+        dst = tmp_path / f"{task}-{graph}.onnx"
         ops = _ops(dst)
         assert ops.count("QAttention") == 1 and "Softmax" not in ops, (task, graph)
     # the fused fp32 graph made on the way is not left beside the result

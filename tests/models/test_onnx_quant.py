@@ -1,0 +1,140 @@
+"""int8 quantisation choices (models/onnx_quant.py): SmoothQuant, per-task schemes, CLI flags."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from export_fixtures import bundle, rerank_run
+from searchsmith.models.errors import ConfigError
+from searchsmith.models.export import (
+    ExportOptions,
+    calibration_feeds,
+    heldout_groups,
+    heldout_texts,
+)
+from searchsmith.models.onnx_fusion import fused_max_abs, probe_feeds
+from searchsmith.models.onnx_quant import (
+    INT8_DEFAULTS,
+    Int8Scheme,
+    activation_max,
+    down_projections,
+    quantize_int8,
+    smooth_products,
+)
+from searchsmith.models.runtime import load_bundle
+
+
+def _ops(path) -> list[str]:
+    return [n.op_type for n in onnx.load(str(path)).graph.node]
+
+
+def _calibration(graph_path, n=3):
+    model = onnx.load(str(graph_path))
+    return [probe_feeds(model, batch=3, seq=7 + 4 * k) for k in range(n)]
+
+
+def test_smoothing_leaves_the_fp32_product_unchanged(tmp_path) -> None:
+    src = bundle("embed", "fp32") / "model.onnx"
+    model = onnx.load(str(src))
+    downs = down_projections(model.graph)
+    assert len(downs) == 1  # the tiny model's one block
+    amax = activation_max(model, [downs[0].input[0]], _calibration(src), tmp_path)
+    assert amax[downs[0].input[0]].shape == (64,) and (amax[downs[0].input[0]] > 0).all()
+    assert not list(tmp_path.iterdir())  # the calibration graph is not left behind
+    before = {i.name: onnx.numpy_helper.to_array(i).copy() for i in model.graph.initializer}
+    assert smooth_products(model, downs, amax, alpha=0.8) == 1
+    weight = downs[0].input[1]
+    changed = onnx.numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == weight))
+    assert not np.allclose(changed, before[weight])  # the weight rows were rescaled ...
+    assert "Mul" in [n.op_type for n in model.graph.node if n.name.startswith("searchsmith_smooth")]
+    onnx.save(model, str(tmp_path / "smoothed.onnx"))
+    for seq in (1, 9, 30):  # ... and the function is the same
+        assert fused_max_abs(src, tmp_path / "smoothed.onnx", probe_feeds(model, batch=4, seq=seq)) <= 1e-5
+
+
+def test_quantize_int8_down_projection_modes(tmp_path) -> None:
+    src = bundle("embed", "fp32") / "model.onnx"
+    cal = _calibration(src)
+    counts = {}
+    for mode in ("fp32", "smooth", "int8"):
+        dst = tmp_path / f"{mode}.onnx"
+        done = quantize_int8(src, dst, Int8Scheme(down_projections=mode), cal)
+        assert done["down_projections"] == mode and done["fused_attention"] == 1
+        assert done["smoothed_products"] == (1 if mode == "smooth" else 0)
+        assert done["fp32_products"] == (1 if mode == "fp32" else 0)
+        counts[mode] = _ops(dst).count("MatMulInteger")
+        assert fused_max_abs(src, dst, probe_feeds(onnx.load(str(src)), batch=3, seq=12)) < 0.1
+    assert counts == {"fp32": 2, "smooth": 3, "int8": 3}
+    # smooth without calibration inputs (a graph that takes no text) keeps them fp32, and says so
+    done = quantize_int8(src, tmp_path / "nocal.onnx", Int8Scheme(down_projections="smooth"), None)
+    assert done["down_projections"] == "fp32" and done["smoothed_products"] == 0
+    # an unfused scheme leaves the softmax in place
+    done = quantize_int8(src, tmp_path / "unfused.onnx", Int8Scheme(fuse_attention=False), None)
+    assert done["fused_attention"] == 0 and "Softmax" in _ops(tmp_path / "unfused.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["fp32.onnx", "smooth.onnx", "int8.onnx", "nocal.onnx", "unfused.onnx"])  # no work files left
+
+
+def test_int8_schemes_validate_and_resolve_per_task() -> None:
+    assert INT8_DEFAULTS["rerank"].fuse_attention is False and INT8_DEFAULTS["embed"].down_projections == "smooth"
+    opts = ExportOptions(dtype="int8")
+    assert opts.int8_scheme("rerank") == INT8_DEFAULTS["rerank"]
+    assert opts.int8_scheme("unknown-task") == Int8Scheme()
+    over = ExportOptions(dtype="int8", int8_fuse_attention=True, int8_smooth_alpha=0.5, int8_fp32_blocks=0)
+    s = over.int8_scheme("rerank")
+    assert (s.fuse_attention, s.smooth_alpha, s.fp32_blocks, s.down_projections) == (True, 0.5, 0, "fp32")
+    with pytest.raises(ConfigError, match=r"--int8-smooth-alpha.*\[0, 1\]"):
+        ExportOptions(dtype="int8", int8_smooth_alpha=1.5)
+    with pytest.raises(ConfigError, match="--int8-down-projections"):
+        ExportOptions(dtype="int8", int8_down_projections="int4")
+    with pytest.raises(ConfigError, match="--int8-attention"):
+        ExportOptions(dtype="int8", int8_fuse_attention="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="--int8-fp32-blocks"):
+        Int8Scheme(fp32_blocks=True)  # type: ignore[arg-type]
+
+
+def test_calibration_inputs_are_disjoint_from_the_parity_inputs() -> None:
+    th = ExportOptions().thresholds
+    b = load_bundle(bundle("embed", "fp32"), device="cpu")
+    feeds = calibration_feeds("embed", b, "model", 40, th)
+    assert sum(f["input_ids"].shape[0] for f in feeds) == 40
+    tok = b.tokenizer
+    parity = {tok.decode(tok(t, truncation=True, max_length=b.max_length)["input_ids"], skip_special_tokens=True)
+              for t in heldout_texts(th.heldout_texts)}
+    seen = {tok.decode([int(x) for x, m in zip(row, mask, strict=True) if m], skip_special_tokens=True)
+            for f in feeds for row, mask in zip(f["input_ids"], f["attention_mask"], strict=True)}
+    assert len(seen) > 20 and not seen & parity
+    rb = load_bundle(bundle("rerank", "fp32"), device="cpu")
+    rfeeds = calibration_feeds("rerank", rb, "model", 16, th)
+    assert sum(f["input_ids"].shape[0] for f in rfeeds) == 16 and "token_type_ids" in rfeeds[0]
+    parity_q = {q for q, _ in heldout_groups(max(2, th.heldout_texts // 4))}
+    starts = {tok.decode([int(x) for x, t in zip(row, types, strict=True) if t == 0], skip_special_tokens=True)
+              for f in rfeeds for row, types in zip(f["input_ids"], f["token_type_ids"], strict=True)}
+    assert not any(s.lower() == q.lower() for s in starts for q in parity_q)
+    # graphs that take something other than text get none
+    ib = load_bundle(bundle("images", "fp32"), device="cpu")
+    assert calibration_feeds("images", ib, "vision", 8, th) is None
+
+
+def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
+    from searchsmith.models.cli import main
+
+    out = tmp_path / "rr"
+    assert main(["export", str(rerank_run()), "--out", str(out), "--dtype", "int8", "--allow-drift",
+                 "--int8-attention", "fused", "--int8-down-projections", "smooth",
+                 "--int8-smooth-alpha", "0.6", "--int8-fp32-blocks", "0"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["int8"] == {"fuse_attention": True, "fp32_blocks": 0, "down_projections": "smooth",
+                         "smooth_alpha": 0.6, "calibration_inputs": 128}
+    assert m["graphs"]["model"]["int8"]["smoothed_products"] == 1
+    assert "QAttention" in _ops(out / "model.onnx")
+    # the defaults for a reranker: unfused, down-projections fp32
+    assert main(["export", str(rerank_run()), "--out", str(tmp_path / "rr2"), "--dtype", "int8",
+                 "--allow-drift"]) == 0
+    m2 = json.loads((tmp_path / "rr2" / "manifest.json").read_text())
+    assert m2["int8"]["fuse_attention"] is False and m2["graphs"]["model"]["int8"]["down_projections"] == "fp32"
+    assert "Softmax" in _ops(tmp_path / "rr2" / "model.onnx")
+    capsys.readouterr()
