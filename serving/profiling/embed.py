@@ -36,6 +36,27 @@ def mixed_texts(n: int, seed: int = 0) -> list[str]:
     return [rng.choice(pool) for _ in range(n)]
 
 
+def neighbour_overlap(ref: np.ndarray, got: np.ndarray, k: int = 10, queries: int = 256) -> float:
+    """Mean share of each query's ``k`` nearest texts (cosine, itself excluded) that ``got``
+    finds as ``ref`` does, the first ``queries`` texts as queries; duplicates of a query's text
+    count once. Embeddings are L2-normalised rows.
+    """
+    # texts may repeat (mixed_texts samples with replacement): neighbours are distinct texts
+    _, first = np.unique(ref.round(5), axis=0, return_index=True)
+    keep = np.sort(first)
+    ref, got = ref[keep], got[keep]
+    q = min(queries, len(ref))
+    k = min(k, len(ref) - 1)
+    if k < 1:
+        return 1.0
+    sa, sb = ref[:q] @ ref.T, got[:q] @ got.T
+    sa[np.arange(q), np.arange(q)] = -np.inf
+    sb[np.arange(q), np.arange(q)] = -np.inf
+    ta = np.argpartition(-sa, k, axis=1)[:, :k]
+    tb = np.argpartition(-sb, k, axis=1)[:, :k]
+    return float(np.mean([len(set(x.tolist()) & set(y.tolist())) / k for x, y in zip(ta, tb, strict=True)]))
+
+
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     import torch
     from searchsmith.serving.embedder import Embedder, EmbedderConfig
@@ -171,13 +192,15 @@ def run_onnx(ctx: ProfileContext, args: argparse.Namespace) -> None:
             s = best[dtype]
             cos = np.sum(results[dtype] * ref, axis=1)
             figures[dtype] = {"texts_per_s": n / s, "ratio_vs_st": st_s / s, "min_cosine": float(cos.min()),
-                              "mean_cosine": float(cos.mean())}
+                              "mean_cosine": float(cos.mean()),
+                              "top10_neighbour_overlap": neighbour_overlap(ref, results[dtype])}
             ctx.emit({"suite": "embed", "impl": f"onnx-{dtype}", "dtype": dtype, **figures[dtype], **workload})
         ctx.emit({"suite": "embed", "summary": True, "onnx_int8_texts_per_s": figures["int8"]["texts_per_s"],
                   "onnx_fp32_texts_per_s": figures["fp32"]["texts_per_s"], "st_texts_per_s": n / st_s,
                   "ratio_int8_vs_st": figures["int8"]["ratio_vs_st"],
                   "ratio_fp32_vs_st": figures["fp32"]["ratio_vs_st"],
                   "min_cosine": figures["int8"]["min_cosine"], "mean_cosine": figures["int8"]["mean_cosine"],
-                  "target": ">= 2x with cosine agreement >= 0.95", **workload})
+                  "top10_neighbour_overlap": figures["int8"]["top10_neighbour_overlap"],
+                  "target": ">= 2x; export parity asks int8 min cosine >= 0.99", **workload})
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -34,7 +34,9 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         base = {"date": r.get("date"), "machine": _machine(machine), "command": r.get("command")}
         if r.get("suite") == "embed" and r.get("summary") and r.get("backend") == "onnx":
             rows.append({**base, "what": f"embed {r['texts']} mixed-length texts, int8 ONNX ({r['device']})",
-                         "figure": f"{r['onnx_int8_texts_per_s']:.1f} texts/s, min cosine {r['min_cosine']:.3f}",
+                         "figure": (f"{r['onnx_int8_texts_per_s']:.1f} texts/s, min cosine {r['min_cosine']:.3f}"
+                                    + (f", top-10 neighbour overlap {r['top10_neighbour_overlap']:.3f}"
+                                       if "top10_neighbour_overlap" in r else "")),
                          "baseline": (f"SentenceTransformer.encode fp32: {r['st_texts_per_s']:.1f} texts/s "
                                       f"(fp32 ONNX: {r['onnx_fp32_texts_per_s']:.1f})"),
                          "ratio": round(r["ratio_int8_vs_st"], 2)})

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from searchsmith.models.cli import main
 
@@ -121,11 +122,28 @@ def test_profile_embed_onnx_backend(tmp_path, tiny_profile) -> None:
         summary["onnx_int8_texts_per_s"] / summary["st_texts_per_s"], rel=1e-6)
     assert summary["min_cosine"] > 0.99  # int8 vs SentenceTransformer.encode fp32
     fp32 = [r for r in _records(out) if r.get("impl") == "onnx-fp32"][0]
-    assert fp32["min_cosine"] > 0.9999
+    assert fp32["min_cosine"] > 0.9999 and fp32["top10_neighbour_overlap"] == 1.0
+    assert 0.0 <= summary["top10_neighbour_overlap"] <= 1.0
     from searchsmith.serving.profiling import readme
 
     row = readme.headline_rows(_records(out))[0]
     assert "int8 ONNX" in row["what"] and row["ratio"] == round(summary["ratio_int8_vs_st"], 2)
+    assert "top-10 neighbour overlap" in row["figure"]
+
+
+def test_neighbour_overlap_counts_shared_nearest_texts() -> None:
+    from searchsmith.serving.profiling.embed import neighbour_overlap
+
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(60, 8))
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    assert neighbour_overlap(ref, ref.copy()) == 1.0
+    assert neighbour_overlap(np.concatenate([ref, ref[:5]]), np.concatenate([ref, ref[:5]])) == 1.0  # repeats
+    noisy = ref + rng.normal(scale=0.3, size=ref.shape)
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    assert 0.0 < neighbour_overlap(ref, noisy) < 1.0
+    shuffled = ref[rng.permutation(60)]  # unrelated embeddings agree about as often as chance
+    assert neighbour_overlap(ref, shuffled) < 0.5
 
 
 def test_profile_server_batching_on_and_off(tmp_path, tiny_profile) -> None:
