@@ -812,7 +812,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-weights", action="store_true",
                         help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
     parser.add_argument("--int8-fp32-blocks", type=int, default=None, metavar="N",
-                        help="with --dtype int8: keep the first N transformer blocks in fp32 (default 1; "
+                        help="with --dtype int8: keep the first N transformer blocks in fp32 (default 2 for rerank, 1 otherwise; "
                              "0 quantises every block: faster, less agreement)")
     parser.add_argument("--int8-attention", choices=["fused", "unfused"], default=None,
                         help="with --dtype int8: fuse self-attention into QAttention before quantising "

@@ -58,7 +58,7 @@ def test_token_budget_packs_batches_without_changing_results() -> None:
     whole = load_bundle(bundle("embed"), device="cpu", batch_size=64, max_batch_tokens=10_000)
     tight = load_bundle(bundle("embed"), device="cpu", batch_size=64, max_batch_tokens=40)
     assert whole.max_batch_tokens == 10_000
-    assert load_bundle(bundle("embed"), device="cpu").max_batch_tokens == 1024  # ONNX Runtime's CPU default
+    assert load_bundle(bundle("embed"), device="cpu").max_batch_tokens == 512  # ONNX Runtime's CPU default
     torch_b = load_bundle(bundle("embed", torch_weights=True), device="cpu", backend="torch")
     assert torch_b.max_batch_tokens == 2048  # torch's, as the torch embedder
     batches = tight._encode_text(texts)
