@@ -816,11 +816,11 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                              "0 quantises every block: faster, less agreement)")
     parser.add_argument("--int8-attention", choices=["fused", "unfused"], default=None,
                         help="with --dtype int8: fuse self-attention into QAttention before quantising "
-                             "(default: fused, except rerank and decompose)")
+                             "(default: fused; the decomposer's graphs do not match it)")
     parser.add_argument("--int8-down-projections", choices=list(DOWN_PROJECTION_MODES), default=None,
                         help="with --dtype int8: the feed-forward down-projections: keep fp32, SmoothQuant "
                              "then int8 (calibrated on demo inputs), or int8 as they are (default: smooth "
-                             "for the embedder, fp32 otherwise)")
+                             "for the embedder and the reranker, fp32 otherwise)")
     parser.add_argument("--int8-smooth-alpha", type=float, default=None, metavar="A",
                         help="with --int8-down-projections smooth: migration strength in [0, 1] (default 0.8)")
     parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")

@@ -79,13 +79,14 @@ def test_quantize_int8_down_projection_modes(tmp_path) -> None:
 
 
 def test_int8_schemes_validate_and_resolve_per_task() -> None:
-    assert INT8_DEFAULTS["rerank"].fuse_attention is False and INT8_DEFAULTS["embed"].down_projections == "smooth"
+    assert INT8_DEFAULTS["rerank"].fp32_blocks == 2 and INT8_DEFAULTS["embed"].down_projections == "smooth"
+    assert INT8_DEFAULTS["decompose"].fuse_attention is False
     opts = ExportOptions(dtype="int8")
     assert opts.int8_scheme("rerank") == INT8_DEFAULTS["rerank"]
     assert opts.int8_scheme("unknown-task") == Int8Scheme()
-    over = ExportOptions(dtype="int8", int8_fuse_attention=True, int8_smooth_alpha=0.5, int8_fp32_blocks=0)
-    s = over.int8_scheme("rerank")
-    assert (s.fuse_attention, s.smooth_alpha, s.fp32_blocks, s.down_projections) == (True, 0.5, 0, "fp32")
+    over = ExportOptions(dtype="int8", int8_fuse_attention=False, int8_smooth_alpha=0.5, int8_fp32_blocks=0)
+    s = over.int8_scheme("cite")
+    assert (s.fuse_attention, s.smooth_alpha, s.fp32_blocks, s.down_projections) == (False, 0.5, 0, "fp32")
     with pytest.raises(ConfigError, match=r"--int8-smooth-alpha.*\[0, 1\]"):
         ExportOptions(dtype="int8", int8_smooth_alpha=1.5)
     with pytest.raises(ConfigError, match="--int8-down-projections"):
@@ -124,17 +125,18 @@ def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
 
     out = tmp_path / "rr"
     assert main(["export", str(rerank_run()), "--out", str(out), "--dtype", "int8", "--allow-drift",
-                 "--int8-attention", "fused", "--int8-down-projections", "smooth",
+                 "--int8-attention", "unfused", "--int8-down-projections", "fp32",
                  "--int8-smooth-alpha", "0.6", "--int8-fp32-blocks", "0"]) == 0
     m = json.loads((out / "manifest.json").read_text())
-    assert m["int8"] == {"fuse_attention": True, "fp32_blocks": 0, "down_projections": "smooth",
+    assert m["int8"] == {"fuse_attention": False, "fp32_blocks": 0, "down_projections": "fp32",
                          "smooth_alpha": 0.6, "calibration_inputs": 128}
-    assert m["graphs"]["model"]["int8"]["smoothed_products"] == 1
-    assert "QAttention" in _ops(out / "model.onnx")
-    # the defaults for a reranker: unfused, down-projections fp32
+    assert m["graphs"]["model"]["int8"]["smoothed_products"] == 0
+    assert "Softmax" in _ops(out / "model.onnx") and "QAttention" not in _ops(out / "model.onnx")
+    # the defaults for a reranker: fused, two fp32 blocks (the tiny model has one), smoothed
     assert main(["export", str(rerank_run()), "--out", str(tmp_path / "rr2"), "--dtype", "int8",
                  "--allow-drift"]) == 0
     m2 = json.loads((tmp_path / "rr2" / "manifest.json").read_text())
-    assert m2["int8"]["fuse_attention"] is False and m2["graphs"]["model"]["int8"]["down_projections"] == "fp32"
-    assert "Softmax" in _ops(tmp_path / "rr2" / "model.onnx")
+    assert m2["int8"]["fuse_attention"] is True and m2["int8"]["fp32_blocks"] == 2
+    assert m2["graphs"]["model"]["int8"]["smoothed_products"] == 1
+    assert "QAttention" in _ops(tmp_path / "rr2" / "model.onnx")
     capsys.readouterr()
