@@ -22,7 +22,10 @@ START, END = "<!-- performance:start -->", "<!-- performance:end -->"
 
 def _machine(rec: dict[str, Any]) -> str:
     gpu = rec.get("gpu")
-    return f"{gpu}" if gpu else f"{rec.get('cpu', '?')}, {rec.get('cores', '?')} cores"
+    if gpu:
+        return f"{gpu}"
+    isa = f", {rec['cpu_int8']}" if rec.get("cpu_int8") else ""
+    return f"{rec.get('cpu', '?')}, {rec.get('cores', '?')} cores{isa}"
 
 
 def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -131,6 +131,25 @@ def test_profile_embed_onnx_backend(tmp_path, tiny_profile) -> None:
     assert "top-10 neighbour overlap" in row["figure"]
 
 
+def test_machine_column_names_the_cpus_int8_instructions() -> None:
+    from searchsmith.serving.profiling import readme
+    from searchsmith.serving.profiling.common import cpu_int8_isa, machine_info
+
+    assert cpu_int8_isa("fpu avx avx2 fma") == "AVX2"
+    assert cpu_int8_isa("avx2 avx512f avx512bw avx512_vnni avx_vnni") == "AVX-512 VNNI"
+    assert cpu_int8_isa("avx2 avx_vnni") == "AVX-VNNI"
+    assert cpu_int8_isa("fp asimd asimddp") == "NEON"
+    assert cpu_int8_isa("fpu sse sse2") is None
+    assert "cpu_int8" in machine_info()
+    summary = {"suite": "embed", "summary": True, "backend": "onnx", "texts": 8, "device": "cpu",
+               "onnx_int8_texts_per_s": 2.0, "min_cosine": 0.995, "st_texts_per_s": 1.0,
+               "onnx_fp32_texts_per_s": 1.5, "ratio_int8_vs_st": 2.0}
+    row = readme.headline_rows([{"suite": "machine", "cpu": "X", "cores": 2, "cpu_int8": "AVX2"}, summary])[0]
+    assert row["machine"] == "X, 2 cores, AVX2"
+    row = readme.headline_rows([{"suite": "machine", "cpu": "X", "cores": 2}, summary])[0]
+    assert row["machine"] == "X, 2 cores"  # records from before the field
+
+
 def test_neighbour_overlap_counts_shared_nearest_texts() -> None:
     from searchsmith.serving.profiling.embed import neighbour_overlap
 
