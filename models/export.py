@@ -42,7 +42,6 @@ import inspect
 import json
 import logging
 import math
-import random
 import shutil
 import tempfile
 import time
@@ -60,6 +59,12 @@ from searchsmith.models.onnx_quant import (
     INT8_DEFAULTS,
     Int8Scheme,
     quantize_int8,
+)
+from searchsmith.models.parity_inputs import (
+    ParityInputs,
+    heldout_groups,
+    heldout_texts,
+    parity_inputs,
 )
 from searchsmith.models.runtime import (
     BUNDLE_CLASSES,
@@ -94,7 +99,8 @@ class ParityThresholds:
         decompose_min_identical: share of held-out inputs whose generated text is identical.
         cite_min_agreement: share of tagger labels and of scorer decisions (at the support
             threshold) that agree with torch (fp16/int8).
-        heldout_texts: held-out texts (and rerank queries x 4, decomposer inputs) used.
+        heldout_texts: held-out texts (and decomposer inputs; rerank groups: a quarter as
+            many) that parity runs on (``--parity-inputs``, 2..4096).
     """
 
     fp32_max_abs: float = 1e-4
@@ -104,6 +110,11 @@ class ParityThresholds:
     decompose_min_identical: float = 0.98
     cite_min_agreement: float = 0.98
     heldout_texts: int = 32
+
+    def __post_init__(self) -> None:
+        n = self.heldout_texts
+        if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= 4096:
+            raise ConfigError(f"export --parity-inputs: expected an int in 2..4096, got {n!r} (32 is the default)")
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,9 @@ class ExportOptions:
         int8_fp32_blocks, int8_fuse_attention, int8_down_projections, int8_smooth_alpha: int8
             only: override the task's :data:`~searchsmith.models.onnx_quant.INT8_DEFAULTS`
             (``None`` keeps the default; see :class:`~searchsmith.models.onnx_quant.Int8Scheme`).
-        thresholds: parity thresholds.
+        thresholds: parity thresholds (and how many held-out inputs).
+        parity_data: a ``.txt`` / ``.jsonl`` file whose inputs parity and int8 calibration run
+            on instead of the demo data (:mod:`~searchsmith.models.parity_inputs`).
     """
 
     dtype: Dtype = "fp32"
@@ -133,6 +146,7 @@ class ExportOptions:
     int8_down_projections: str | None = None
     int8_smooth_alpha: float | None = None
     thresholds: ParityThresholds = field(default_factory=ParityThresholds)
+    parity_data: str | None = None
 
     def __post_init__(self) -> None:
         if self.int8_fuse_attention is not None and not isinstance(self.int8_fuse_attention, bool):
@@ -153,57 +167,24 @@ class ExportOptions:
 # ----------------------------------------------------------------------------- held-out inputs
 
 
-def _demo() -> tuple[list[dict[str, Any]], list[str]]:
-    from searchsmith.serving.demo import corpus_path, qa_path
-
-    docs = [json.loads(x) for x in corpus_path().read_text(encoding="utf-8").splitlines() if x.strip()]
-    queries = [json.loads(x)["query"] for x in qa_path().read_text(encoding="utf-8").splitlines() if x.strip()]
-    return docs, queries
-
-
-def heldout_texts(n: int, seed: int = 0) -> list[str]:
-    """``n`` texts of mixed length (documents, sentences, titles, questions) from the demo data."""
-    docs, queries = _demo()
-    pool = [d["text"] for d in docs] + [d["title"] for d in docs if d.get("title")] + queries
-    pool += [s.strip() + "." for d in docs for s in d["text"].split(". ")[:2] if s.strip()]
-    return random.Random(seed).sample(pool, min(n, len(pool)))
-
-
-def heldout_groups(n_queries: int, per_query: int = 12, seed: int = 0) -> list[tuple[str, list[str]]]:
-    """(question, candidate passages) groups: the supporting passage plus random others."""
-    from searchsmith.serving.demo import qa_path
-
-    docs, _ = _demo()
-    by_id = {d["id"]: d["text"] for d in docs}
-    rng = random.Random(seed)
-    items = [json.loads(x) for x in qa_path().read_text(encoding="utf-8").splitlines() if x.strip()]
-    out = []
-    for item in rng.sample(items, min(n_queries, len(items))):
-        gold = [by_id[i] for i in item.get("supporting", []) if i in by_id][:1]
-        others = rng.sample([d["text"] for d in docs if d["text"] not in gold], per_query - len(gold))
-        out.append((item["query"], gold + others))
-    return out
-
-
 def calibration_feeds(task: str, bundle: Bundle, graph: str, n: int,
-                      th: ParityThresholds) -> list[dict[str, np.ndarray]] | None:
-    """Feeds of ``graph`` for int8 calibration: ``n`` demo inputs none of which parity uses.
+                      inputs: ParityInputs) -> list[dict[str, np.ndarray]] | None:
+    """Feeds of ``graph`` for int8 calibration: ``n`` held-out inputs none of which parity uses
+    (``inputs.calibration_texts`` / ``calibration_groups``: the demo data or ``--parity-data``).
 
     Texts for the embedder, the image model's text tower and the citation tagger; (question,
     passage) pairs for the reranker and (text, text) pairs for the citation scorer. ``None``
-    for graphs that take no text (vision, the decomposer's).
+    for graphs that take no text (vision, the decomposer's) or when there are no inputs left.
     """
-    inputs = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
-    if not inputs <= {"input_ids", "attention_mask", "token_type_ids"}:
+    names = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
+    if not names <= {"input_ids", "attention_mask", "token_type_ids"}:
         return None
-    parity = set(heldout_texts(th.heldout_texts))
-    pool = [t for t in heldout_texts(10 ** 6, seed=1) if t not in parity]
     if task == "rerank":
-        parity_queries = {q for q, _ in heldout_groups(max(2, th.heldout_texts // 4))}
-        groups = [g for g in heldout_groups(10 ** 6, per_query=4, seed=1) if g[0] not in parity_queries]
-        pairs = [(q, p) for q, ps in groups for p in ps][:n]
-        return _raw_feeds(bundle, graph, [q for q, _ in pairs], [p for _, p in pairs])
-    texts = pool[:n]
+        pairs = [(q, p) for q, ps in inputs.calibration_groups for p in ps][:n]
+        return _raw_feeds(bundle, graph, [q for q, _ in pairs], [p for _, p in pairs]) if pairs else None
+    texts = inputs.calibration_texts[:n]
+    if not texts:
+        return None
     if task == "cite" and graph == "scorer":
         return _raw_feeds(bundle, graph, texts, texts[1:] + texts[:1])
     if task == "cite":
@@ -380,14 +361,16 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dtype, th: ParityThresholds,
                  reference_generate: Callable[[list[str]], list[str]] | None = None,
-                 images: list[Any] | None = None) -> dict[str, Any]:
-    """Compare the ONNX bundles (fp32 and the final dtype) with the torch reference.
+                 images: list[Any] | None = None, inputs: ParityInputs | None = None) -> dict[str, Any]:
+    """Compare the ONNX bundles (fp32 and the final dtype) with the torch reference on the
+    held-out ``inputs`` (default: the demo inputs, :func:`~searchsmith.models.parity_inputs.demo_inputs`).
 
     Returns:
         The parity report: figures, thresholds and ``passed`` (all checks) per check.
     """
     n = th.heldout_texts
-    texts = heldout_texts(n)
+    inputs = inputs or parity_inputs(task, n)
+    texts = inputs.texts
     checks: dict[str, dict[str, Any]] = {}
 
     def check(name: str, value: float, limit: float, higher_is_better: bool) -> None:
@@ -411,7 +394,7 @@ def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dty
             limit = th.fp16_min_cosine if dtype == "fp16" else th.int8_min_cosine
             check(f"{dtype}_min_cosine", float(_cosines(a, b).min()), limit, True)
     elif task == "rerank":
-        groups = heldout_groups(max(2, n // 4))
+        groups = inputs.groups
         qs = [q for q, ps in groups for _ in ps]
         ps = [p for _, group in groups for p in group]
         check("logits_fp32_max_abs", _max_abs(ref.graphs["model"], fp32.graphs["model"],
@@ -453,11 +436,10 @@ def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dty
     elif task == "decompose":
         from searchsmith.models.decomposer import decompose_source, rewrite_source
 
-        _, queries = _demo()
-        rng = random.Random(0)
-        qs = rng.sample(queries, min(n, len(queries)))
+        qs = inputs.questions
         sources = [decompose_source(q) for q in qs]
-        sources += [rewrite_source([queries[i - 1]], q) for i, q in enumerate(qs[: max(1, n // 4)])]
+        # a quarter also as conversation rewrites, the previous question as the history
+        sources += [rewrite_source([qs[i - 1]], q) for i, q in enumerate(qs[: max(1, n // 4)])]
         feeds = _raw_feeds(ref, "encoder", sources)
         check("encoder_fp32_max_abs", _max_abs(ref.graphs["encoder"], fp32.graphs["encoder"], feeds),
               th.fp32_max_abs, False)
@@ -478,7 +460,7 @@ def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dty
             if not ok][:5]
     passed = all(c["passed"] for c in checks.values())
     return {"task": task, "dtype": dtype, "passed": passed, "checks": checks,
-            "thresholds": asdict(th), "heldout": "searchsmith.serving.demo (corpus.jsonl, qa.jsonl)"}
+            "thresholds": asdict(th), "heldout": inputs.source}
 
 
 # ----------------------------------------------------------------------------- one bundle
@@ -523,6 +505,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
     from transformers import AutoTokenizer
 
     t0 = time.perf_counter()
+    scheme = opts.int8_scheme(src.task)
+    # read (and check) the held-out inputs before any work: a bad --parity-data file fails here
+    inputs = parity_inputs(src.task, opts.thresholds.heldout_texts, scheme.calibration_inputs, opts.parity_data)
     tmp = temp_dir_beside(out)
     work = Path(tempfile.mkdtemp(prefix="searchsmith-export-"))
     try:
@@ -569,10 +554,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
             graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(opt)}
         cls = BUNDLE_CLASSES[src.task]
         b32 = cls(tmp, {**manifest, "graphs": graphs_meta, "files": {}}, tokenizer, fp32_graphs, "onnx-cpu")
-        scheme = opts.int8_scheme(src.task)
         for name, opt in traced.items():
             final = tmp / f"{name}.onnx"
-            calibration = (calibration_feeds(src.task, b32, name, scheme.calibration_inputs, opts.thresholds)
+            calibration = (calibration_feeds(src.task, b32, name, scheme.calibration_inputs, inputs)
                            if opts.dtype == "int8" and scheme.down_projections == "smooth" else None)
             done = convert_graph(opt, final, opts.dtype, scheme, calibration)
             graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(final), **({"int8": done} if done else {})}
@@ -582,17 +566,17 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
                   {n: TorchGraph(s.module, s.inputs) for n, s in specs.items()}, "torch")
         bfinal = cls(tmp, {**manifest, "files": {}}, tokenizer, final_graphs, "onnx-cpu")
         report = parity_check(src.task, ref, b32, bfinal, opts.dtype, opts.thresholds,
-                              reference_generate=reference_generate, images=images)
+                              reference_generate=reference_generate, images=images, inputs=inputs)
         report["export_time_s"] = round(time.perf_counter() - t0, 2)
         if not report["passed"] and not opts.allow_drift:
             failed = {k: v for k, v in report["checks"].items() if not v["passed"]}
             raise BundleError(
-                f"export {src.task}: parity failed on held-out inputs ({opts.dtype}): "
+                f"export {src.task}: parity failed on held-out inputs ({opts.dtype}, {inputs.source}): "
                 + "; ".join(f"{k} = {v['value']:.6g} (limit {v['limit']})" for k, v in failed.items())
                 + ". Nothing was written. Try another --dtype, or keep it with --allow-drift "
                 "(recorded in the manifest)")
         write_json_atomic(tmp / "parity_report.json", report)
-        manifest["parity"] = {"passed": report["passed"], "report": "parity_report.json",
+        manifest["parity"] = {"passed": report["passed"], "report": "parity_report.json", "inputs": inputs.source,
                               "checks": {k: v["value"] for k, v in report["checks"].items()}}
         if opts.torch_weights:
             _copy_torch(src.model_dir, tmp / TORCH_DIR)
@@ -823,6 +807,12 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                              "for the embedder and the reranker, fp32 otherwise)")
     parser.add_argument("--int8-smooth-alpha", type=float, default=None, metavar="A",
                         help="with --int8-down-projections smooth: migration strength in [0, 1] (default 0.8)")
+    parser.add_argument("--parity-data", default=None, metavar="FILE",
+                        help="check parity (and calibrate int8) on your inputs instead of the demo data: a .txt "
+                             "file (one text per line) or .jsonl ({\"text\": ...} or {\"query\": ..., "
+                             "\"passages\": [...]} per line; the reranker needs the latter)")
+    parser.add_argument("--parity-inputs", type=int, default=ParityThresholds.heldout_texts, metavar="N",
+                        help="held-out texts parity runs on (rerank: N/4 groups; default 32)")
     parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
     parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
     parser.set_defaults(func=_run_export)
@@ -832,7 +822,8 @@ def _run_export(args: argparse.Namespace) -> int:
     opts = ExportOptions(dtype=args.dtype, opset=args.opset, allow_drift=args.allow_drift,
                          torch_weights=args.torch_weights, int8_fp32_blocks=args.int8_fp32_blocks,
                          int8_fuse_attention=None if args.int8_attention is None else args.int8_attention == "fused",
-                         int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha)
+                         int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha,
+                         thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data)
     out = Path(args.out)
     done: list[tuple[str, dict[str, Any]]] = []
     if args.run_dir == "embedder":

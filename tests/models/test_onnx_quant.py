@@ -9,12 +9,8 @@ import onnx
 import pytest
 from export_fixtures import bundle, rerank_run
 from searchsmith.models.errors import ConfigError
-from searchsmith.models.export import (
-    ExportOptions,
-    calibration_feeds,
-    heldout_groups,
-    heldout_texts,
-)
+from searchsmith.models.export import ExportOptions, calibration_feeds
+from searchsmith.models.parity_inputs import demo_inputs, heldout_groups, heldout_texts
 from searchsmith.models.onnx_fusion import fused_max_abs, probe_feeds
 from searchsmith.models.onnx_quant import (
     INT8_DEFAULTS,
@@ -99,8 +95,11 @@ def test_int8_schemes_validate_and_resolve_per_task() -> None:
 
 def test_calibration_inputs_are_disjoint_from_the_parity_inputs() -> None:
     th = ExportOptions().thresholds
+    inputs = demo_inputs(th.heldout_texts)
+    assert inputs.texts == heldout_texts(th.heldout_texts)
+    assert inputs.groups == heldout_groups(max(2, th.heldout_texts // 4))
     b = load_bundle(bundle("embed", "fp32"), device="cpu")
-    feeds = calibration_feeds("embed", b, "model", 40, th)
+    feeds = calibration_feeds("embed", b, "model", 40, inputs)
     assert sum(f["input_ids"].shape[0] for f in feeds) == 40
     tok = b.tokenizer
     parity = {tok.decode(tok(t, truncation=True, max_length=b.max_length)["input_ids"], skip_special_tokens=True)
@@ -109,7 +108,7 @@ def test_calibration_inputs_are_disjoint_from_the_parity_inputs() -> None:
             for f in feeds for row, mask in zip(f["input_ids"], f["attention_mask"], strict=True)}
     assert len(seen) > 20 and not seen & parity
     rb = load_bundle(bundle("rerank", "fp32"), device="cpu")
-    rfeeds = calibration_feeds("rerank", rb, "model", 16, th)
+    rfeeds = calibration_feeds("rerank", rb, "model", 16, inputs)
     assert sum(f["input_ids"].shape[0] for f in rfeeds) == 16 and "token_type_ids" in rfeeds[0]
     parity_q = {q for q, _ in heldout_groups(max(2, th.heldout_texts // 4))}
     starts = {tok.decode([int(x) for x, t in zip(row, types, strict=True) if t == 0], skip_special_tokens=True)
@@ -117,7 +116,7 @@ def test_calibration_inputs_are_disjoint_from_the_parity_inputs() -> None:
     assert not any(s.lower() == q.lower() for s in starts for q in parity_q)
     # graphs that take something other than text get none
     ib = load_bundle(bundle("images", "fp32"), device="cpu")
-    assert calibration_feeds("images", ib, "vision", 8, th) is None
+    assert calibration_feeds("images", ib, "vision", 8, inputs) is None
 
 
 def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
