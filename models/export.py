@@ -55,6 +55,7 @@ from searchsmith.models import __version__
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
 from searchsmith.models.onnx_quant import (
+    ACTIVATION_MODES,
     DOWN_PROJECTION_MODES,
     INT8_DEFAULTS,
     Int8Scheme,
@@ -128,7 +129,8 @@ class ExportOptions:
         torch_weights: also copy the original HF/torch model into ``torch/``.
         allow_untrained: export a model that was never fine-tuned (benchmarks only; the
             manifest says ``"trained": false`` and ``load_bundle`` refuses it by default).
-        int8_fp32_blocks, int8_fuse_attention, int8_down_projections, int8_smooth_alpha: int8
+        int8_fp32_blocks, int8_fuse_attention, int8_down_projections, int8_smooth_alpha,
+            int8_activations: int8
             only: override the task's :data:`~searchsmith.models.onnx_quant.INT8_DEFAULTS`
             (``None`` keeps the default; see :class:`~searchsmith.models.onnx_quant.Int8Scheme`).
         thresholds: parity thresholds (and how many held-out inputs).
@@ -145,6 +147,7 @@ class ExportOptions:
     int8_fuse_attention: bool | None = None
     int8_down_projections: str | None = None
     int8_smooth_alpha: float | None = None
+    int8_activations: str | None = None
     thresholds: ParityThresholds = field(default_factory=ParityThresholds)
     parity_data: str | None = None
 
@@ -160,7 +163,10 @@ class ExportOptions:
     def int8_scheme(self, task: str) -> Int8Scheme:
         """The task's int8 defaults with this export's overrides."""
         overrides = {"fp32_blocks": self.int8_fp32_blocks, "fuse_attention": self.int8_fuse_attention,
-                     "down_projections": self.int8_down_projections, "smooth_alpha": self.int8_smooth_alpha}
+                     "down_projections": self.int8_down_projections, "smooth_alpha": self.int8_smooth_alpha,
+                     "activations": self.int8_activations}
+        if self.int8_activations == "token" and self.int8_fuse_attention is None:
+            overrides["fuse_attention"] = False  # per-token products need the attention unfused
         return replace(INT8_DEFAULTS.get(task, Int8Scheme()), **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -813,6 +819,10 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                              "\"passages\": [...]} per line; the reranker needs the latter)")
     parser.add_argument("--parity-inputs", type=int, default=ParityThresholds.heldout_texts, metavar="N",
                         help="held-out texts parity runs on (rerank: N/4 groups; default 32)")
+    parser.add_argument("--int8-activations", choices=list(ACTIVATION_MODES), default=None,
+                        help="with --dtype int8: one activation scale per call (tensor: ONNX Runtime's dynamic "
+                             "quantisation) or one per token (token: about half the error, slower; attention unfused) "
+                             "(default: tensor)")
     parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
     parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
     parser.set_defaults(func=_run_export)
@@ -823,6 +833,7 @@ def _run_export(args: argparse.Namespace) -> int:
                          torch_weights=args.torch_weights, int8_fp32_blocks=args.int8_fp32_blocks,
                          int8_fuse_attention=None if args.int8_attention is None else args.int8_attention == "fused",
                          int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha,
+                         int8_activations=args.int8_activations,
                          thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data)
     out = Path(args.out)
     done: list[tuple[str, dict[str, Any]]] = []

@@ -34,15 +34,16 @@ def test_embedder_fp32_and_int8_pass_parity() -> None:
     import onnx
 
     ops = [n.op_type for n in onnx.load(str(bundle("embed", "int8") / "model.onnx")).graph.node]
-    # 6 weight products in the 1-layer model: Q, K and V fused into one QAttention, the output,
-    # up- and (smoothed, the embedder's default) down-projections integer products
-    assert ops.count("QAttention") == 1 and "Attention" not in ops and "Softmax" not in ops
-    assert ops.count("MatMulInteger") == 3 and "MatMulInteger" not in [
+    # 6 weight products in the 1-layer model (Q, K, V, the output, up and down), each one per-token
+    # int8 product (the embedder's default); the attention itself stays fp32 (Softmax)
+    assert ops.count("MatMulIntegerToFloat") == 6 and ops.count("QuantizeLinear") == 6 and "Softmax" in ops
+    assert "QAttention" not in ops and "DynamicQuantizeLinear" not in ops and "MatMulIntegerToFloat" not in [
         n.op_type for n in onnx.load(str(bundle("embed", "fp32") / "model.onnx")).graph.node]
     m = _manifest(bundle("embed", "int8"))
-    assert m["int8"]["down_projections"] == "smooth" and m["int8"]["fuse_attention"] is True
-    assert m["graphs"]["model"]["int8"] == {"fused_attention": 1, "smoothed_products": 1, "fp32_products": 0,
-                                            "down_projections": "smooth"}
+    assert m["int8"]["activations"] == "token" and m["int8"]["fuse_attention"] is False
+    assert m["graphs"]["model"]["int8"] == {"fused_attention": 0, "smoothed_products": 0, "fp32_products": 0,
+                                            "down_projections": "int8", "activations": "token",
+                                            "per_token_products": 6}
 
 
 def test_embedder_fp16_passes_parity() -> None:

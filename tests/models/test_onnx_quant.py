@@ -19,6 +19,8 @@ from searchsmith.models.onnx_quant import (
     down_projections,
     quantize_int8,
     smooth_products,
+    token_products,
+    weight_products,
 )
 from searchsmith.models.runtime import load_bundle
 
@@ -74,8 +76,47 @@ def test_quantize_int8_down_projection_modes(tmp_path) -> None:
         ["fp32.onnx", "smooth.onnx", "int8.onnx", "nocal.onnx", "unfused.onnx"])  # no work files left
 
 
+@pytest.mark.parametrize(("shape", "opset"), [((1, 1, 16, 8), 18), ((3, 7, 37, 11), 18), ((2, 13, 64, 33), 17)])
+def test_token_products_match_their_numpy_twin(shape, opset) -> None:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    b, t, k, n = shape
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(k, n)).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y0"], name="mm"), helper.make_node("Add", ["y0", "b"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    assert token_products(model, weight_products(model.graph)) == 1
+    assert "MatMul" not in _model_ops(model) and "w" not in {i.name for i in model.graph.initializer}
+    x = (rng.normal(size=(b, t, k)) * 3 + rng.normal(size=k) * 5).astype(np.float32)
+    x[0, 0] *= 40  # an outlier token costs the others no precision
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # numpy twin: symmetric int8 per token (row of x), int8 per output column of w
+    rows = x.reshape(-1, k).astype(np.float64)
+    s = np.abs(rows).max(1, keepdims=True) / 127
+    ws = np.abs(w).max(0) / 127
+    want = ((np.round(rows / s) @ np.round(w / ws)) * ws * s).reshape(b, t, n) + bias
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    exact = x @ w + bias
+    err = np.linalg.norm(got[:, 1:] - exact[:, 1:]) / np.linalg.norm(exact[:, 1:]) if t > 1 else 0.0
+    assert err < 0.02
+
+
+def _model_ops(model) -> list[str]:
+    return [nd.op_type for nd in model.graph.node]
+
+
 def test_int8_schemes_validate_and_resolve_per_task() -> None:
-    assert INT8_DEFAULTS["rerank"].fp32_blocks == 2 and INT8_DEFAULTS["embed"].down_projections == "smooth"
+    for task in ("embed", "rerank"):
+        d = INT8_DEFAULTS[task]
+        assert (d.activations, d.fuse_attention, d.fp32_blocks, d.down_projections) == ("token", False, 0, "int8")
+    assert INT8_DEFAULTS["cite"].activations == "tensor" and INT8_DEFAULTS["cite"].fuse_attention is True
     assert INT8_DEFAULTS["decompose"].fuse_attention is False
     opts = ExportOptions(dtype="int8")
     assert opts.int8_scheme("rerank") == INT8_DEFAULTS["rerank"]
@@ -91,6 +132,14 @@ def test_int8_schemes_validate_and_resolve_per_task() -> None:
         ExportOptions(dtype="int8", int8_fuse_attention="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="--int8-fp32-blocks"):
         Int8Scheme(fp32_blocks=True)  # type: ignore[arg-type]
+    # per-token activations unfuse the attention unless told otherwise, and refuse fused
+    assert ExportOptions(dtype="int8", int8_activations="token").int8_scheme("cite").fuse_attention is False
+    with pytest.raises(ConfigError, match="does not go with --int8-attention fused"):
+        ExportOptions(dtype="int8", int8_activations="token", int8_fuse_attention=True)
+    with pytest.raises(ConfigError, match=r"--int8-activations: 'channel' is not one of \['tensor', 'token'\]"):
+        ExportOptions(dtype="int8", int8_activations="channel")
+    tensor = ExportOptions(dtype="int8", int8_activations="tensor", int8_fuse_attention=True).int8_scheme("embed")
+    assert (tensor.activations, tensor.fuse_attention) == ("tensor", True)
 
 
 def test_calibration_inputs_are_disjoint_from_the_parity_inputs() -> None:
@@ -128,14 +177,22 @@ def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
                  "--int8-smooth-alpha", "0.6", "--int8-fp32-blocks", "0"]) == 0
     m = json.loads((out / "manifest.json").read_text())
     assert m["int8"] == {"fuse_attention": False, "fp32_blocks": 0, "down_projections": "fp32",
-                         "smooth_alpha": 0.6, "calibration_inputs": 128}
+                         "smooth_alpha": 0.6, "calibration_inputs": 128, "activations": "token"}
     assert m["graphs"]["model"]["int8"]["smoothed_products"] == 0
     assert "Softmax" in _ops(out / "model.onnx") and "QAttention" not in _ops(out / "model.onnx")
-    # the defaults for a reranker: fused, two fp32 blocks (the tiny model has one), smoothed
+    # the defaults for a reranker: per-token activations, every block int8, attention unfused
     assert main(["export", str(rerank_run()), "--out", str(tmp_path / "rr2"), "--dtype", "int8",
                  "--allow-drift"]) == 0
     m2 = json.loads((tmp_path / "rr2" / "manifest.json").read_text())
-    assert m2["int8"]["fuse_attention"] is True and m2["int8"]["fp32_blocks"] == 2
-    assert m2["graphs"]["model"]["int8"]["smoothed_products"] == 1
-    assert "QAttention" in _ops(tmp_path / "rr2" / "model.onnx")
+    assert m2["int8"]["activations"] == "token" and m2["int8"]["fp32_blocks"] == 0
+    done = m2["graphs"]["model"]["int8"]
+    ops = _ops(tmp_path / "rr2" / "model.onnx")
+    assert done["per_token_products"] == ops.count("MatMulIntegerToFloat") >= 6  # q, k, v, out, up, down
+    # what is left to ONNX Runtime's dynamic int8: the [CLS] head's two Gemms (pooler, classifier)
+    assert "QAttention" not in ops and ops.count("DynamicQuantizeLinear") == 2
+    # the tensor scheme by flags: ONNX Runtime's dynamic quantisation, fused attention
+    assert main(["export", str(rerank_run()), "--out", str(tmp_path / "rr3"), "--dtype", "int8", "--allow-drift",
+                 "--int8-activations", "tensor", "--int8-attention", "fused"]) == 0
+    assert "QAttention" in _ops(tmp_path / "rr3" / "model.onnx")
+    assert "MatMulIntegerToFloat" not in _ops(tmp_path / "rr3" / "model.onnx")
     capsys.readouterr()

@@ -90,8 +90,9 @@ def test_export_checks_parity_and_calibrates_on_the_file(tmp_path, capsys) -> No
     data = tmp_path / "domain.txt"
     data.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "emb"
+    smooth = ["--int8-down-projections", "smooth"]  # the products that calibrate
     assert main(["export", "embedder", "--model", str(embedder_dir()), "--out", str(out), "--dtype", "int8",
-                 "--allow-drift", "--parity-data", str(data), "--parity-inputs", "8"]) == 0
+                 "--allow-drift", "--parity-data", str(data), "--parity-inputs", "8", *smooth]) == 0
     m = json.loads((out / "manifest.json").read_text())
     report = json.loads((out / "parity_report.json").read_text())
     assert m["parity"]["inputs"].startswith("domain.txt (sha256 ") and report["heldout"] == m["parity"]["inputs"]
@@ -100,7 +101,7 @@ def test_export_checks_parity_and_calibrates_on_the_file(tmp_path, capsys) -> No
     # a file with no texts left after the parity ones: nothing to calibrate on, fp32 down-projections
     data.write_text("\n".join(texts[:8]) + "\n", encoding="utf-8")
     assert main(["export", "embedder", "--model", str(embedder_dir()), "--out", str(tmp_path / "e2"),
-                 "--dtype", "int8", "--allow-drift", "--parity-data", str(data), "--parity-inputs", "8"]) == 0
+                 "--dtype", "int8", "--allow-drift", "--parity-data", str(data), "--parity-inputs", "8", *smooth]) == 0
     m2 = json.loads((tmp_path / "e2" / "manifest.json").read_text())
     assert m2["graphs"]["model"]["int8"]["down_projections"] == "fp32"
     # the default is the demo data
