@@ -10,7 +10,6 @@ import pytest
 from export_fixtures import bundle, rerank_run
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.export import ExportOptions, calibration_feeds
-from searchsmith.models.parity_inputs import demo_inputs, heldout_groups, heldout_texts
 from searchsmith.models.onnx_fusion import fused_max_abs, probe_feeds
 from searchsmith.models.onnx_quant import (
     INT8_DEFAULTS,
@@ -22,6 +21,7 @@ from searchsmith.models.onnx_quant import (
     token_products,
     weight_products,
 )
+from searchsmith.models.parity_inputs import demo_inputs, heldout_groups, heldout_texts
 from searchsmith.models.runtime import load_bundle
 
 
