@@ -262,7 +262,8 @@ def token_products(model: Any, nodes: list[Any]) -> int:
     Each token's row of ``x`` (..., K) gets its own scale ``s = max|x| / 127`` and is stored as
     uint8 with zero point 128 (symmetric); ``W`` (K, N) is int8 per output column (scales
     ``w_s``). Then ``x @ W = s * ((q - 128) @ W_q) * w_s``: one ``QuantizeLinear`` (per axis),
-    one ``MatMulIntegerToFloat`` (com.microsoft) and a ``Mul`` by ``s``. ONNX Runtime's
+    one ``MatMulIntegerToFloat`` (com.microsoft) and a ``Mul`` by ``s``; products that share
+    an input (Q, K and V) share its quantisation. ONNX Runtime's
     dynamic quantisation gives every token of a call one scale, so a token with large
     activations ([SEP], punctuation, outlier channels) costs the others precision: on the
     MiniLM embedder's 36 products (demo texts, int8 weights both ways) the relative error of
@@ -293,6 +294,9 @@ def token_products(model: Any, nodes: list[Any]) -> int:
                                     name=name, **attrs)
         return helper.make_node(op, inputs, [output], name=name, axes=axes, **attrs)
 
+    zero = const("searchsmith_tok_zp", np.array(128, np.uint8))
+    one = const("searchsmith_tok_one", np.array(1.0, np.float32))
+    quantised: dict[str, str] = {}  # product input -> prefix of its quantisation nodes
     new_nodes, done = [], 0
     for node in graph.node:
         if id(node) not in targets:
@@ -305,31 +309,35 @@ def token_products(model: Any, nodes: list[Any]) -> int:
         w_scale = np.where(w_scale > 0, w_scale, 1.0).astype(np.float32)
         w_q = np.clip(np.round(weight / w_scale), -127, 127).astype(np.int8)
         x, out = node.input[0], node.output[0]
-        zero = const(f"{tag}_zp", np.array(128, np.uint8))
+        if x not in quantised:  # products that share an input (Q, K, V) share its quantisation
+            qt = f"searchsmith_tokq_{len(quantised)}"
+            new_nodes += [
+                helper.make_node("Reshape", [x, const(f"{qt}_rows", np.array([-1, k], np.int64))], [f"{qt}_x2"],
+                                 name=f"{qt}_rows"),  # (M, K), M = tokens of the call
+                helper.make_node("Abs", [f"{qt}_x2"], [f"{qt}_abs"], name=f"{qt}_abs"),
+                axes_node("ReduceMax", [f"{qt}_abs"], f"{qt}_max", f"{qt}_max", [1], keepdims=0),  # (M,)
+                helper.make_node("Mul", [f"{qt}_max", const(f"{qt}_inv127", np.array(1.0 / 127.0, np.float32))],
+                                 [f"{qt}_s0"], name=f"{qt}_s0"),
+                helper.make_node("Max", [f"{qt}_s0", const(f"{qt}_eps", np.array(1e-12, np.float32))], [f"{qt}_s"],
+                                 name=f"{qt}_s"),
+                helper.make_node("Shape", [f"{qt}_s"], [f"{qt}_m"], name=f"{qt}_m"),
+                helper.make_node("Expand", [zero, f"{qt}_m"], [f"{qt}_zps"], name=f"{qt}_zps"),
+                helper.make_node("QuantizeLinear", [f"{qt}_x2", f"{qt}_s", f"{qt}_zps"], [f"{qt}_q"],
+                                 name=f"{qt}_q", axis=0),
+                axes_node("Unsqueeze", [f"{qt}_s"], f"{qt}_s1", f"{qt}_s1", [1]),  # (M, 1)
+                helper.make_node("Shape", [x], [f"{qt}_xshape"], name=f"{qt}_xshape"),
+                helper.make_node("Slice", [f"{qt}_xshape", const(f"{qt}_b0", np.array([0], np.int64)),
+                                           const(f"{qt}_b1", np.array([-1], np.int64))], [f"{qt}_lead"],
+                                 name=f"{qt}_lead"),
+            ]
+            quantised[x] = qt
+        qt = quantised[x]
         new_nodes += [
-            helper.make_node("Reshape", [x, const(f"{tag}_rows", np.array([-1, k], np.int64))], [f"{tag}_x2"],
-                             name=f"{tag}_rows"),  # (M, K), M = tokens of the call
-            helper.make_node("Abs", [f"{tag}_x2"], [f"{tag}_abs"], name=f"{tag}_abs"),
-            axes_node("ReduceMax", [f"{tag}_abs"], f"{tag}_max", f"{tag}_max", [1], keepdims=0),  # (M,)
-            helper.make_node("Mul", [f"{tag}_max", const(f"{tag}_inv127", np.array(1.0 / 127.0, np.float32))],
-                             [f"{tag}_s0"], name=f"{tag}_s0"),
-            helper.make_node("Max", [f"{tag}_s0", const(f"{tag}_eps", np.array(1e-12, np.float32))], [f"{tag}_s"],
-                             name=f"{tag}_s"),
-            helper.make_node("Shape", [f"{tag}_s"], [f"{tag}_m"], name=f"{tag}_m"),
-            helper.make_node("Expand", [zero, f"{tag}_m"], [f"{tag}_zps"], name=f"{tag}_zps"),
-            helper.make_node("QuantizeLinear", [f"{tag}_x2", f"{tag}_s", f"{tag}_zps"], [f"{tag}_q"],
-                             name=f"{tag}_q", axis=0),
             helper.make_node("MatMulIntegerToFloat",
-                             [f"{tag}_q", const(f"{tag}_wq", w_q), const(f"{tag}_one", np.array(1.0, np.float32)),
-                              const(f"{tag}_ws", w_scale), zero], [f"{tag}_y0"], name=f"{tag}_matmul",
-                             domain="com.microsoft"),  # (M, N)
-            axes_node("Unsqueeze", [f"{tag}_s"], f"{tag}_s1", f"{tag}_s1", [1]),
-            helper.make_node("Mul", [f"{tag}_y0", f"{tag}_s1"], [f"{tag}_y1"], name=f"{tag}_scale"),
-            helper.make_node("Shape", [x], [f"{tag}_xshape"], name=f"{tag}_xshape"),
-            helper.make_node("Slice", [f"{tag}_xshape", const(f"{tag}_b0", np.array([0], np.int64)),
-                                       const(f"{tag}_b1", np.array([-1], np.int64))], [f"{tag}_lead"],
-                             name=f"{tag}_lead"),
-            helper.make_node("Concat", [f"{tag}_lead", const(f"{tag}_n", np.array([n], np.int64))], [f"{tag}_oshape"],
+                             [f"{qt}_q", const(f"{tag}_wq", w_q), one, const(f"{tag}_ws", w_scale), zero],
+                             [f"{tag}_y0"], name=f"{tag}_matmul", domain="com.microsoft"),  # (M, N)
+            helper.make_node("Mul", [f"{tag}_y0", f"{qt}_s1"], [f"{tag}_y1"], name=f"{tag}_scale"),
+            helper.make_node("Concat", [f"{qt}_lead", const(f"{tag}_n", np.array([n], np.int64))], [f"{tag}_oshape"],
                              name=f"{tag}_oshape", axis=0),
             helper.make_node("Reshape", [f"{tag}_y1", f"{tag}_oshape"], [out], name=f"{tag}_out"),
         ]

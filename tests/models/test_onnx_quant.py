@@ -86,23 +86,27 @@ def test_token_products_match_their_numpy_twin(shape, opset) -> None:
     w = rng.normal(size=(k, n)).astype(np.float32)
     bias = rng.normal(size=n).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y0"], name="mm"), helper.make_node("Add", ["y0", "b"], ["y"])],
+        [helper.make_node("MatMul", ["x", "w"], ["y0"], name="mm"), helper.make_node("Add", ["y0", "b"], ["y"]),
+         helper.make_node("MatMul", ["x", "w2"], ["y2"], name="mm2")],  # a second product of the same x
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b"), numpy_helper.from_array(-2 * w, "w2")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
-    assert token_products(model, weight_products(model.graph)) == 1
+    assert token_products(model, weight_products(model.graph)) == 2
+    assert _model_ops(model).count("QuantizeLinear") == 1  # x is quantised once for both
     assert "MatMul" not in _model_ops(model) and "w" not in {i.name for i in model.graph.initializer}
     x = (rng.normal(size=(b, t, k)) * 3 + rng.normal(size=k) * 5).astype(np.float32)
     x[0, 0] *= 40  # an outlier token costs the others no precision
-    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got, got2 = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     # numpy twin: symmetric int8 per token (row of x), int8 per output column of w
     rows = x.reshape(-1, k).astype(np.float64)
     s = np.abs(rows).max(1, keepdims=True) / 127
     ws = np.abs(w).max(0) / 127
     want = ((np.round(rows / s) @ np.round(w / ws)) * ws * s).reshape(b, t, n) + bias
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got2, -2 * (want - bias), rtol=1e-4, atol=2e-3)
     exact = x @ w + bias
     err = np.linalg.norm(got[:, 1:] - exact[:, 1:]) / np.linalg.norm(exact[:, 1:]) if t > 1 else 0.0
     assert err < 0.02
