@@ -154,20 +154,27 @@ class ExportOptions:
     def __post_init__(self) -> None:
         if self.int8_fuse_attention is not None and not isinstance(self.int8_fuse_attention, bool):
             raise ConfigError(f"export --int8-attention: expected fused or unfused, got {self.int8_fuse_attention!r}")
-        self.int8_scheme("embed")  # the overrides are checked here, whatever the task
+        replace(Int8Scheme(), **self._int8_overrides())  # the overrides are checked here, whatever the task
         if self.dtype not in ("fp32", "fp16", "int8"):
             raise ConfigError(f"export --dtype: {self.dtype!r} is not one of ['fp32', 'fp16', 'int8']")
         if not 14 <= self.opset <= 23:
             raise ConfigError(f"export --opset: {self.opset} is outside 14..23 (18 is the default)")
 
-    def int8_scheme(self, task: str) -> Int8Scheme:
-        """The task's int8 defaults with this export's overrides."""
+    def _int8_overrides(self) -> dict[str, Any]:
         overrides = {"fp32_blocks": self.int8_fp32_blocks, "fuse_attention": self.int8_fuse_attention,
                      "down_projections": self.int8_down_projections, "smooth_alpha": self.int8_smooth_alpha,
                      "activations": self.int8_activations}
+        # per-token products need the attention unfused, and a fused one takes one scale per call:
+        # asking for one without naming the other implies it
         if self.int8_activations == "token" and self.int8_fuse_attention is None:
-            overrides["fuse_attention"] = False  # per-token products need the attention unfused
-        return replace(INT8_DEFAULTS.get(task, Int8Scheme()), **{k: v for k, v in overrides.items() if v is not None})
+            overrides["fuse_attention"] = False
+        if self.int8_fuse_attention is True and self.int8_activations is None:
+            overrides["activations"] = "tensor"
+        return {k: v for k, v in overrides.items() if v is not None}
+
+    def int8_scheme(self, task: str) -> Int8Scheme:
+        """The task's int8 defaults with this export's overrides."""
+        return replace(INT8_DEFAULTS.get(task, Int8Scheme()), **self._int8_overrides())
 
 
 # ----------------------------------------------------------------------------- held-out inputs

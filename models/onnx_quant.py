@@ -373,14 +373,13 @@ def quantize_int8(src: Path, dst: Path, scheme: Int8Scheme,
         if mode == "smooth" and not calibration:
             log.info("export int8: %s has no calibration inputs; its down-projections stay fp32", src.name)
             mode = "fp32"
-        activations = scheme.activations
         smoothed = 0
         if mode == "smooth":
             amax = activation_max(model, sorted({n.input[0] for n in downs}), calibration or [], work)
             smoothed = smooth_products(model, downs, amax, scheme.smooth_alpha)
         keep = sorted(first | ({n.name for n in downs} if mode == "fp32" else set()))
         per_token = 0
-        if activations == "token":
+        if scheme.activations == "token":
             per_token = token_products(model, [n for n in weight_products(graph) if n.name not in keep])
         staged = work / "staged.onnx"
         onnx.save(model, str(staged))
@@ -388,7 +387,7 @@ def quantize_int8(src: Path, dst: Path, scheme: Int8Scheme,
         quantize_dynamic(str(staged), str(dst), weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=list(WEIGHT_PRODUCTS), nodes_to_exclude=keep)
     return {"fused_attention": int(fused), "smoothed_products": smoothed, "fp32_products": len(keep),
-            "down_projections": mode, "activations": activations, "per_token_products": per_token}
+            "down_projections": mode, "activations": scheme.activations, "per_token_products": per_token}
 
 
 __all__ = ["ACTIVATION_MODES", "DOWN_PROJECTION_MODES", "INT8_DEFAULTS", "WEIGHT_PRODUCTS", "Int8Scheme",

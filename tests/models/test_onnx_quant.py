@@ -25,8 +25,9 @@ from searchsmith.models.parity_inputs import demo_inputs, heldout_groups, heldou
 from searchsmith.models.runtime import load_bundle
 
 
-def _ops(path) -> list[str]:
-    return [n.op_type for n in onnx.load(str(path)).graph.node]
+def _ops(path_or_model) -> list[str]:
+    model = path_or_model if isinstance(path_or_model, onnx.ModelProto) else onnx.load(str(path_or_model))
+    return [n.op_type for n in model.graph.node]
 
 
 def _calibration(graph_path, n=3):
@@ -95,8 +96,8 @@ def test_token_products_match_their_numpy_twin(shape, opset) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     assert token_products(model, weight_products(model.graph)) == 2
-    assert _model_ops(model).count("QuantizeLinear") == 1  # x is quantised once for both
-    assert "MatMul" not in _model_ops(model) and "w" not in {i.name for i in model.graph.initializer}
+    assert _ops(model).count("QuantizeLinear") == 1  # x is quantised once for both
+    assert "MatMul" not in _ops(model) and "w" not in {i.name for i in model.graph.initializer}
     x = (rng.normal(size=(b, t, k)) * 3 + rng.normal(size=k) * 5).astype(np.float32)
     x[0, 0] *= 40  # an outlier token costs the others no precision
     got, got2 = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
@@ -110,10 +111,6 @@ def test_token_products_match_their_numpy_twin(shape, opset) -> None:
     exact = x @ w + bias
     err = np.linalg.norm(got[:, 1:] - exact[:, 1:]) / np.linalg.norm(exact[:, 1:]) if t > 1 else 0.0
     assert err < 0.02
-
-
-def _model_ops(model) -> list[str]:
-    return [nd.op_type for nd in model.graph.node]
 
 
 def test_int8_schemes_validate_and_resolve_per_task() -> None:
@@ -144,6 +141,10 @@ def test_int8_schemes_validate_and_resolve_per_task() -> None:
         ExportOptions(dtype="int8", int8_activations="channel")
     tensor = ExportOptions(dtype="int8", int8_activations="tensor", int8_fuse_attention=True).int8_scheme("embed")
     assert (tensor.activations, tensor.fuse_attention) == ("tensor", True)
+    # ... and fused attention alone implies one scale per call, for every task
+    for task in ("embed", "rerank", "cite"):
+        fused = ExportOptions(dtype="int8", int8_fuse_attention=True).int8_scheme(task)
+        assert (fused.activations, fused.fuse_attention) == ("tensor", True)
 
 
 def test_calibration_inputs_are_disjoint_from_the_parity_inputs() -> None:
