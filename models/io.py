@@ -8,8 +8,11 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from searchsmith.models.errors import ConfigError
 
 
 def sha256_file(path: Path) -> str:
@@ -55,3 +58,74 @@ def replace_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# -- files a user may have edited -------------------------------------------------------------
+WRITTEN_RECORD = ".searchsmith-written.json"
+
+
+@dataclass(frozen=True)
+class Written:
+    """Where :func:`write_text_if_ours` put the text.
+
+    Attributes:
+        path: the file that now holds the text.
+        kept: the file left untouched because it was not ours (edited, or written by
+            someone else); ``path`` is then a ``.new`` file beside it. None otherwise.
+    """
+
+    path: Path
+    kept: Path | None = None
+
+
+def _read_record(record: Path) -> dict[str, str]:
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # missing or unreadable: nothing counts as ours, so nothing is overwritten
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def write_text_if_ours(path: str | os.PathLike, text: str, *, record: str | os.PathLike | None = None) -> Written:
+    """Write ``text`` to ``path`` only if what is there now is what we last wrote there.
+
+    A file the project wrote may be edited by its user (a serve.yaml gains ``api_keys``);
+    regenerating it must not silently undo that. The sha256 of every file written here is
+    kept in ``record`` (default: ``WRITTEN_RECORD`` beside ``path``). ``path`` is
+    (re)written when it is absent, unchanged since we wrote it, or already holds ``text``;
+    otherwise it is kept and the text goes to ``PATH.new`` (``PATH.new.2``, ... when a
+    ``.new`` file is itself not ours).
+
+    Returns:
+        Where the text went, and the file kept if any.
+    """
+    path = Path(path)
+    record = Path(record) if record is not None else path.parent / WRITTEN_RECORD
+    ours = _read_record(record)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def key(p: Path) -> str:
+        try:
+            return str(p.resolve().relative_to(record.resolve().parent))
+        except ValueError:
+            return str(p.resolve())
+
+    def writable(p: Path) -> bool:
+        if not p.exists() and not p.is_symlink():
+            return True
+        return p.is_file() and not p.is_symlink() and sha256_file(p) in (ours.get(key(p)), digest)
+
+    target, kept = path, None
+    if not writable(path):
+        kept = path
+        candidates = [path.with_name(f"{path.name}.new")] + [path.with_name(f"{path.name}.new.{i}") for i in range(2, 100)]
+        target = next((c for c in candidates if writable(c)), None)
+        if target is None:
+            raise ConfigError(f"{path}: it was edited, and {path.name}.new ... {path.name}.new.99 are all "
+                              "files searchsmith did not write; remove some of them")
+    if not target.is_file() or sha256_file(target) != digest:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(target, text)
+    ours[key(target)] = digest
+    write_json_atomic(record, ours)
+    return Written(target, kept)

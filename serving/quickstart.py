@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ConfigError
+from searchsmith.models.io import Written
 
 # Two-turn samples: the follow-up's referent is only in the history.
 SAMPLES = [
@@ -105,20 +106,36 @@ def _exported(bundle: Path, source: Path | None) -> bool:
     return source is None or manifest.stat().st_mtime >= (source / "metrics.json").stat().st_mtime
 
 
-def write_configs(work: Path, index_dir: Path, bundles: dict[str, Path]) -> tuple[Path, Path]:
+def write_configs(work: Path, index_dir: Path, bundles: dict[str, Path]) -> list[Written]:
     """Write ``pipeline.yaml`` (absolute paths) and ``serve.yaml`` (the server's quickstart
-    layout, :func:`searchsmith.serving.serve_config.write_serve_config`) into ``work``."""
+    layout, :func:`searchsmith.serving.serve_config.serve_config_text`) into ``work``.
+
+    A config its user edited since the quickstart wrote it (an added ``server.api_keys``)
+    is kept: the fresh one is written beside it as ``*.new``
+    (:func:`searchsmith.models.io.write_text_if_ours`; hashes in ``work/WRITTEN_RECORD``).
+
+    Returns:
+        pipeline.yaml's and serve.yaml's :class:`Written`, in that order.
+    """
     import yaml
-    from searchsmith.models.io import write_text_atomic
-    from searchsmith.serving.serve_config import write_serve_config
+    from searchsmith.models.io import write_text_if_ours
+    from searchsmith.serving.serve_config import serve_config_text
 
     pipeline = {"index": str(index_dir.resolve()),
                 "bundles": {name: str(path.resolve()) for name, path in bundles.items()
                             if name != "embedder"}}
     pipe_path = work / "pipeline.yaml"
-    write_text_atomic(pipe_path, "# written by searchsmith quickstart; run: searchsmith ask \"...\" "
-                      f"--config {pipe_path}\n" + yaml.safe_dump(pipeline, sort_keys=False))
-    return pipe_path, write_serve_config(work)
+    pipe_text = ("# written by searchsmith quickstart; run: searchsmith ask \"...\" "
+                 f"--config {pipe_path}\n" + yaml.safe_dump(pipeline, sort_keys=False))
+    return [write_text_if_ours(pipe_path, pipe_text), write_text_if_ours(work / "serve.yaml", serve_config_text(work))]
+
+
+def describe_written(w: Written) -> str:
+    """One line for the user: which file holds the new config, and which edit was kept."""
+    if w.kept is None:
+        return str(w.path)
+    return (f"{w.path} ({w.kept.name} was edited since the quickstart wrote it, or not written by it: "
+            f"kept as it is; compare with: diff {w.kept} {w.path})")
 
 
 def configure_quickstart(parser: argparse.ArgumentParser) -> None:
@@ -188,8 +205,13 @@ def run_quickstart(args: argparse.Namespace) -> int:
     print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
 
     # 4. Configs
-    pipe_path, serve_path = write_configs(work, index_dir, bundles)
-    print(f"[{i + 2}/{n}] configs: {pipe_path}, {serve_path}", flush=True)
+    pipe_w, serve_w = write_configs(work, index_dir, bundles)
+    print(f"[{i + 2}/{n}] configs:", flush=True)
+    for w in (pipe_w, serve_w):
+        print(f"      {describe_written(w)}", flush=True)
+    # The sample question uses the config just written (a kept one may point elsewhere);
+    # the hints at the end name the user's own files, so that 'serve' keeps their api_keys.
+    pipe_path = pipe_w.path
 
     # 5. Ask a two-turn question
     pipeline = load_pipeline(load_pipeline_config(pipe_path))
@@ -203,7 +225,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
     finally:
         pipeline.close()
     print(f"\ndone in {time.perf_counter() - t0:.0f} s. Work folder: {work}\n"
-          f"  ask again:  searchsmith ask \"...\" --config {pipe_path}\n"
-          f"  serve:      searchsmith serve --config {serve_path}\n"
+          f"  ask again:  searchsmith ask \"...\" --config {pipe_w.kept or pipe_w.path}\n"
+          f"  serve:      searchsmith serve --config {serve_w.kept or serve_w.path}\n"
           f"  metrics:    {work / 'runs' / '<model>' / 'metrics.json'}")
     return 0

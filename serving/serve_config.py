@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from searchsmith.serving.http import ServingState
 
 __all__ = ["BUNDLE_ROLES", "DEFAULT_WORKDIR", "ServeBundles", "ServeConfig", "check_paths", "default_serve_config",
-           "load_models", "load_serve_config", "write_serve_config"]
+           "load_models", "load_serve_config", "serve_config_text", "write_serve_config"]
 
 # role in serve.yaml -> the bundle's task (manifest "task")
 BUNDLE_ROLES: dict[str, str] = {"embedder": "embed", "reranker": "rerank", "decomposer": "decompose",
@@ -150,15 +149,12 @@ def check_paths(cfg: ServeConfig) -> None:
         raise ConfigError("serve config: " + "; ".join(problems))
 
 
-def write_serve_config(workdir: str | os.PathLike, *, only_existing: bool = True) -> Path:
-    """Write ``WORKDIR/serve.yaml`` for the quickstart layout (atomic: temp file, then rename).
+def serve_config_text(workdir: str | os.PathLike, *, only_existing: bool = True) -> str:
+    """The text of ``WORKDIR/serve.yaml`` for the quickstart layout.
 
     Args:
         workdir: the quickstart's folder (``bundles/<role>/``, ``indexes/demo/``).
         only_existing: list only the bundles and index that exist (the others are null).
-
-    Returns:
-        The file written.
     """
     import yaml
 
@@ -169,15 +165,24 @@ def write_serve_config(workdir: str | os.PathLike, *, only_existing: bool = True
         bundles[role] = rel if not only_existing or (work / rel / "manifest.json").is_file() else None
     index = QUICKSTART_INDEX if not only_existing or (work / QUICKSTART_INDEX / "manifest.json").is_file() else None
     body = {"index": index, "search": True, "bundles": bundles, "server": {}, "pipeline": {}}
-    text = ("# The quickstart's models behind one server: searchsmith serve --config "
+    return ("# The quickstart's models behind one server: searchsmith serve --config "
             f"{work / 'serve.yaml'}\n# Paths are relative to this file's folder; see searchsmith.serving.serve_config.\n"
             + yaml.safe_dump(body, sort_keys=False))
-    work.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".serve.yaml.", dir=work)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, work / "serve.yaml")
-    return work / "serve.yaml"
+
+
+def write_serve_config(workdir: str | os.PathLike, *, only_existing: bool = True) -> Path:
+    """Write ``WORKDIR/serve.yaml`` for the quickstart layout (atomic: temp file, then rename).
+
+    A serve.yaml its user edited (``server.api_keys``...) is never overwritten: the new
+    text then goes to ``serve.yaml.new`` (:func:`searchsmith.models.io.write_text_if_ours`).
+
+    Returns:
+        The file written.
+    """
+    from searchsmith.models.io import write_text_if_ours
+
+    work = Path(workdir)
+    return write_text_if_ours(work / "serve.yaml", serve_config_text(work, only_existing=only_existing)).path
 
 
 def default_serve_config(cwd: str | os.PathLike = ".") -> str | None:

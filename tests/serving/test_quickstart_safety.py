@@ -1,0 +1,141 @@
+"""The quickstart never overwrites a config its user edited (issue 23, item 4).
+
+Re-running ``searchsmith quickstart`` used to rewrite ``serve.yaml`` and drop the
+``server.api_keys`` a user had added, so the next ``serve`` ran without authentication.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from searchsmith.models.io import WRITTEN_RECORD, write_text_if_ours
+from searchsmith.serving.quickstart import describe_written, write_configs
+from searchsmith.serving.serve_config import load_serve_config
+
+
+def _fake_bundle(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "manifest.json").write_text("{}")
+    return path
+
+
+def _work(tmp_path: Path) -> tuple[Path, Path, dict[str, Path]]:
+    work = tmp_path / "searchsmith-work"
+    index = _fake_bundle(work / "indexes" / "demo")
+    bundles = {"reranker": _fake_bundle(work / "bundles" / "reranker"),
+               "embedder": _fake_bundle(work / "bundles" / "embedder")}
+    return work, index, bundles
+
+
+def test_edited_serve_yaml_keeps_its_api_keys(tmp_path) -> None:
+    work, index, bundles = _work(tmp_path)
+    pipe_w, serve_w = write_configs(work, index, bundles)
+    assert (pipe_w.path, serve_w.path) == (work / "pipeline.yaml", work / "serve.yaml")
+    assert pipe_w.kept is None and serve_w.kept is None
+    serve = work / "serve.yaml"
+    data = yaml.safe_load(serve.read_text())
+    data["server"] = {"api_keys": ["sk-secret"]}
+    serve.write_text("# mine\n" + yaml.safe_dump(data))
+    edited = serve.read_bytes()
+
+    _, serve_w = write_configs(work, index, bundles)
+    assert serve.read_bytes() == edited  # the old code rewrote it without api_keys
+    assert load_serve_config(serve).server.api_keys == ["sk-secret"]
+    assert serve_w.kept == serve and serve_w.path == work / "serve.yaml.new"
+    assert load_serve_config(serve_w.path).server.api_keys != ["sk-secret"]
+    assert "was edited" in describe_written(serve_w) and "serve.yaml.new" in describe_written(serve_w)
+
+
+def test_edited_pipeline_yaml_is_kept(tmp_path) -> None:
+    work, index, bundles = _work(tmp_path)
+    write_configs(work, index, bundles)
+    pipe = work / "pipeline.yaml"
+    pipe.write_text(pipe.read_text() + "retrieval:\n  retrieve_k: 5\n")
+    edited = pipe.read_bytes()
+    pipe_w, serve_w = write_configs(work, index, bundles)
+    assert pipe.read_bytes() == edited and pipe_w.kept == pipe and pipe_w.path == work / "pipeline.yaml.new"
+    assert serve_w.kept is None  # serve.yaml was not edited: rewritten in place, no .new
+    assert not (work / "serve.yaml.new").exists()
+
+
+def test_unedited_configs_are_updated_in_place(tmp_path) -> None:
+    work, index, bundles = _work(tmp_path)
+    write_configs(work, index, bundles)
+    assert load_serve_config(work / "serve.yaml").bundles.citation is None
+    bundles["citation"] = _fake_bundle(work / "bundles" / "citation")
+    pipe_w, serve_w = write_configs(work, index, bundles)
+    assert pipe_w.kept is None and serve_w.kept is None
+    assert load_serve_config(work / "serve.yaml").bundles.citation == str(work / "bundles" / "citation")
+    assert "citation" in yaml.safe_load((work / "pipeline.yaml").read_text())["bundles"]
+    assert not list(work.glob("*.new"))
+    record = json.loads((work / WRITTEN_RECORD).read_text())
+    assert set(record) == {"pipeline.yaml", "serve.yaml"}
+
+
+def test_a_config_the_quickstart_did_not_write_is_kept(tmp_path) -> None:
+    # e.g. written by hand, or by a quickstart from before the record existed
+    work, index, bundles = _work(tmp_path)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "serve.yaml").write_text("server:\n  api_keys: [k]\n")
+    _, serve_w = write_configs(work, index, bundles)
+    assert (work / "serve.yaml").read_text() == "server:\n  api_keys: [k]\n"
+    assert serve_w.kept == work / "serve.yaml" and serve_w.path.name == "serve.yaml.new"
+
+
+def test_write_text_if_ours_never_overwrites_what_it_did_not_write(tmp_path) -> None:
+    p = tmp_path / "c.yaml"
+    assert write_text_if_ours(p, "a: 1\n").path == p
+    assert write_text_if_ours(p, "a: 2\n").path == p and p.read_text() == "a: 2\n"  # ours: updated
+    p.write_text("a: 3  # edited\n")
+    w = write_text_if_ours(p, "a: 4\n")
+    assert (w.path.name, w.kept) == ("c.yaml.new", p) and p.read_text() == "a: 3  # edited\n"
+    assert write_text_if_ours(p, "a: 5\n").path.name == "c.yaml.new"  # an unedited .new is ours to update
+    w.path.write_text("edited .new too\n")
+    w2 = write_text_if_ours(p, "a: 6\n")
+    assert w2.path.name == "c.yaml.new.2" and w.path.read_text() == "edited .new too\n"
+    # the user copies the new text over their file: it is the same text, so ours again
+    shutil.copy(w2.path, p)
+    assert write_text_if_ours(p, "a: 6\n").kept is None
+    # a corrupt record makes nothing ours: the edit-safe answer
+    (tmp_path / WRITTEN_RECORD).write_text("{broken")
+    assert write_text_if_ours(p, "a: 7\n").kept == p and p.read_text() == "a: 6\n"
+    # a folder where the file should be is never touched
+    d = tmp_path / "d.yaml"
+    d.mkdir()
+    assert write_text_if_ours(d, "x: 1\n").path.name == "d.yaml.new" and d.is_dir()
+
+
+def test_quickstart_cli_rerun_keeps_an_edited_serve_yaml(tmp_path, monkeypatch, small_index, capsys) -> None:
+    """Through ``searchsmith quickstart``: every step's output exists, so it only rewrites the
+    configs and asks (no training); an edit made between two runs survives the second."""
+    from searchsmith.models.cli import main
+    from searchsmith.serving import quickstart
+
+    monkeypatch.setattr(quickstart, "MODELS", ())
+    work = tmp_path / "w"
+    _fake_bundle(work / "bundles" / "embedder")
+    shutil.copytree(small_index, work / "indexes" / "demo")
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    serve = work / "serve.yaml"
+    serve.write_text(serve.read_text().replace("server: {}", "server:\n  api_keys: [sk-1]"))
+    edited = serve.read_bytes()
+    capsys.readouterr()
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert serve.read_bytes() == edited
+    assert "serve.yaml.new" in out and "was edited" in out
+    assert f"searchsmith serve --config {serve}\n" in out  # the hint keeps the user's api_keys
+
+
+@pytest.mark.parametrize("name", ["pipeline.yaml", "serve.yaml"])
+def test_record_is_per_file(tmp_path, name) -> None:
+    work, index, bundles = _work(tmp_path)
+    write_configs(work, index, bundles)
+    (work / name).write_text("# edited\n")
+    written = {w.path.name: w.kept for w in write_configs(work, index, bundles)}
+    assert written[f"{name}.new"] == work / name
+    assert len(written) == 2
