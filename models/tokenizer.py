@@ -1,0 +1,64 @@
+"""Loading a saved tokenizer without the cost of ``transformers.AutoTokenizer``.
+
+``AutoTokenizer`` imports the model registry of transformers (about 1.5 s on 2 cores), which is
+most of a cold ``searchsmith ask`` once the models run in ONNX Runtime. A folder saved by
+``save_pretrained`` holds a ``tokenizer.json``: ``TokenizersBackend`` (transformers' generic
+fast tokenizer) loads it with the same special tokens and settings, and only imports
+``transformers.utils``. Tokenizer classes whose behaviour is not fully described by
+``tokenizer.json`` go through ``AutoTokenizer`` as before.
+
+``tests/models/test_tokenizer.py`` ties the fast path to ``AutoTokenizer`` on the project's
+tokenizers (encodings, pairs, offsets, decoding, special ids).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# Classes whose fast tokenizer is fully described by tokenizer.json (the WordPiece / BPE
+# families the recipes' bases use), with the inputs their models take: the class attribute
+# ``model_input_names`` is not saved in the folder, and the ONNX graphs are fed by it.
+# Other classes (sentencepiece-only, custom code) go through AutoTokenizer.
+_WITH_SEGMENTS = ("input_ids", "token_type_ids", "attention_mask")
+_WITHOUT_SEGMENTS = ("input_ids", "attention_mask")
+FAST_CLASSES: dict[str, tuple[str, ...]] = {
+    "BertTokenizer": _WITH_SEGMENTS, "BertTokenizerFast": _WITH_SEGMENTS,
+    "ElectraTokenizer": _WITH_SEGMENTS, "ElectraTokenizerFast": _WITH_SEGMENTS,
+    "DistilBertTokenizer": _WITHOUT_SEGMENTS, "DistilBertTokenizerFast": _WITHOUT_SEGMENTS,
+    "MPNetTokenizer": _WITHOUT_SEGMENTS, "MPNetTokenizerFast": _WITHOUT_SEGMENTS,
+    "RobertaTokenizer": _WITHOUT_SEGMENTS, "RobertaTokenizerFast": _WITHOUT_SEGMENTS,
+}
+
+
+def load_tokenizer(folder: str | Path) -> Any:
+    """A Hugging Face tokenizer from a saved folder, fast to import where possible.
+
+    Args:
+        folder: a folder written by ``tokenizer.save_pretrained``.
+
+    Returns:
+        A tokenizer with the usual call API (``tok(texts, pairs, truncation=..., ...)``).
+
+    Raises:
+        OSError, ValueError: the folder does not hold a loadable tokenizer (as ``AutoTokenizer``).
+    """
+    folder = Path(folder)
+    config_path = folder / "tokenizer_config.json"
+    cls_name = None
+    if config_path.is_file() and (folder / "tokenizer.json").is_file():
+        try:
+            cls_name = json.loads(config_path.read_text(encoding="utf-8")).get("tokenizer_class")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            cls_name = None
+    if cls_name in FAST_CLASSES:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(str(folder), model_input_names=list(FAST_CLASSES[cls_name]))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+__all__ = ["FAST_CLASSES", "load_tokenizer"]
