@@ -14,18 +14,17 @@ imports nothing else from the project, and ``triton`` only when a Triton path ru
 
 from __future__ import annotations
 
-from .dispatch import (
-    BACKENDS,
-    DEFAULT_DEDUP_THRESHOLD,
-    ENV_BACKEND,
-    TRITON_BY_DEFAULT,
-    KernelInputError,
-    dedup_mask,
-    pool_normalize,
-    resolve_backend,
-    route_sources,
-    similarity_topk,
-)
+# The ops are loaded on first use (PEP 562): importing the package, or its torch-free
+# ``host`` module, does not import torch.
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import dispatch
+
+        return getattr(dispatch, name)
+    raise AttributeError(f"module 'searchsmith.kernels' has no attribute {name!r}")
+
 
 __all__ = [
     "BACKENDS",

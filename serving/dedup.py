@@ -20,12 +20,19 @@ DEFAULT_THRESHOLD = 0.8
 
 def dedup_keep_mask(embeddings: np.ndarray, threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:
     """Keep-mask (N,) bool of greedy near-duplicate removal over (N, D) unit vectors in rank order."""
-    import torch
-    from searchsmith.kernels import KernelInputError, dedup_mask
+    from searchsmith.kernels.host import dedup_mask_host, host_only
 
     emb = np.asarray(embeddings, dtype=np.float32)
     if emb.ndim != 2:
         raise ValidationError(f"dedup: embeddings must be (N, D), got shape {emb.shape}")
+    if host_only():  # a cold CPU process that has not loaded torch: the NumPy twin, same result
+        try:
+            return dedup_mask_host(emb, threshold)
+        except ValueError as exc:
+            raise ValidationError(f"dedup: {exc}") from None
+    import torch
+    from searchsmith.kernels import KernelInputError, dedup_mask
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         keep = dedup_mask(torch.from_numpy(np.ascontiguousarray(emb)).to(device), threshold)

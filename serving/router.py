@@ -116,8 +116,6 @@ class CentroidRouter:
 
     def __init__(self, index: Index, embedder: Embedder, config: RouterConfig | None = None,
                  rewriter: Rewriter | None = None) -> None:
-        import torch
-
         self.index = index
         self.embedder = embedder
         self.config = cfg = config or RouterConfig()
@@ -139,22 +137,29 @@ class CentroidRouter:
             cents.append(embedder.encode(list(texts)))
             owners.extend([src_id[s]] * len(texts))
             weights.extend([cfg.mixin_weight] * len(texts))
-        self.centroids = torch.from_numpy(np.concatenate(cents).astype(np.float32))  # (C, D)
-        self.centroid_source = torch.tensor(owners, dtype=torch.long)  # (C,)
-        self.centroid_weight = torch.tensor(weights, dtype=torch.float32)  # (C,)
-        self.source_scale = torch.tensor([cfg.scale.get(s, 1.0) for s in self.sources],
-                                         dtype=torch.float32)  # (S,)
+        # host arrays; torch views of them are made only when the torch path runs (score)
+        self.centroids = np.ascontiguousarray(np.concatenate(cents), dtype=np.float32)  # (C, D)
+        self.centroid_source = np.asarray(owners, dtype=np.int64)  # (C,)
+        self.centroid_weight = np.asarray(weights, dtype=np.float32)  # (C,)
+        self.source_scale = np.asarray([cfg.scale.get(s, 1.0) for s in self.sources], dtype=np.float32)  # (S,)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="route")
 
     def score(self, query_vectors: np.ndarray, top_k: int | None = None) -> list[list[tuple[str, float]]]:
         """Top sources for each of (B, D) query vectors."""
-        import torch
-        from searchsmith.kernels import route_sources
+        from searchsmith.kernels.host import host_only, route_sources_host
 
         k = min(top_k or self.config.top_k, len(self.sources))
-        q = torch.from_numpy(np.ascontiguousarray(query_vectors, dtype=np.float32))
-        scores, ids = route_sources(q, self.centroids, self.centroid_source, self.source_scale, k,
-                                    centroid_weight=self.centroid_weight)
+        q = np.ascontiguousarray(query_vectors, dtype=np.float32)  # (B, D)
+        if host_only():  # a cold CPU process without torch: the NumPy twin, same result
+            scores, ids = route_sources_host(q, self.centroids, self.centroid_source, self.source_scale, k,
+                                             centroid_weight=self.centroid_weight)
+        else:
+            import torch
+            from searchsmith.kernels import route_sources
+
+            scores, ids = route_sources(torch.from_numpy(q), torch.from_numpy(self.centroids),
+                                        torch.from_numpy(self.centroid_source), torch.from_numpy(self.source_scale),
+                                        k, centroid_weight=torch.from_numpy(self.centroid_weight))
         return [[(self.sources[int(i)], float(s)) for s, i in zip(srow, irow)]
                 for srow, irow in zip(scores.tolist(), ids.tolist())]
 

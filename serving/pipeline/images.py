@@ -78,7 +78,7 @@ class ImagesStage:
     def scores(self, units: list[str], cands: list[dict[str, Any]], pil: list[Any],
                state: PipelineState) -> np.ndarray:
         """(P, I) relevance of each image to each unit."""
-        from searchsmith.models.image_relevance import PlacementConfig, combined_scores
+        from searchsmith.models.placement import PlacementConfig, combined_scores
 
         captions = [c["caption"] or "" for c in cands]
         if self.bundle is None:
@@ -103,7 +103,7 @@ class ImagesStage:
         return combined_scores(ip, cp, iq, placement)
 
     def run(self, state: PipelineState, preset: Preset) -> None:
-        from searchsmith.models.image_relevance import assign_images
+        from searchsmith.models.placement import assign_images
 
         with state.trace.stage(self.name) as st:
             state.images = []
