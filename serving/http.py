@@ -5,8 +5,10 @@ framework. Requests are validated into schema objects here, texts are tokenized 
 worker thread (never on the event loop), and each text goes to the one ``DynamicBatcher``
 as ``(token ids, length)``. Batching lives in ``batcher.py``, execution in ``runner.py``.
 
-Endpoints:
-    POST /v1/embeddings  OpenAI-compatible: ``{"input": str | [str], "model"?, "encoding_format"?}``
+Endpoints (request and response examples: ``/docs``, from the schemas below):
+    POST /v1/embeddings  OpenAI-compatible: ``{"input": str | [str], "model"?, "encoding_format"?
+                         ("float" | "base64"), "dimensions"?}``
+    GET  /v1/models      the served models (OpenAI's list), each with its accepted aliases
     POST /v1/rerank      TEI / Cohere / Jina: ``{"query", "documents": [str | {"text"}], "top_n"?,
                          "return_documents"?, "raw_scores"?}`` -> ``{"results": [{"index",
                          "relevance_score", "document"?}]}`` best first; pairs batched across requests
@@ -17,7 +19,9 @@ Endpoints:
     POST /v1/images/place  ``{"paragraphs", "images": [{"id", "caption"?, "url"?, "data"?}]}`` ->
                          one paragraph per image (Hungarian assignment) or unplaced
     POST /v1/search      the pipeline: JSON, or Server-Sent Events with ``"stream": true``
-    POST /v1/feedback    ``{"query_id", "quality"}``: the protocol router's reward
+    POST /v1/feedback    ``{"query_id", "quality"}``: the protocol router's reward (accepted and
+                         ``"recorded": false`` while the router is off)
+    GET  /docs           Swagger UI from ``serving/static`` (no CDN: works offline); /openapi.json
     GET  /health         200 while the process serves HTTP (liveness)
     GET  /ready          200 once the models are loaded and warm, else 503 (readiness)
     GET  /metrics        Prometheus
@@ -26,7 +30,10 @@ Embeddings and rerank pairs go through a ``DynamicBatcher`` each (batched across
 decompose, cite, images and search go through one with batches of one (``server.calls``):
 the same bounded queue (429 with Retry-After), queue timeout and metrics, no batching.
 
-Every error body is ``{"error": str, "type": str}``; status codes come from ``ERROR_TABLE``.
+Every error body is OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (so OpenAI SDKs
+show the message): ``type`` is the kind of ``ERROR_TABLE``, which also gives the status code;
+``param`` the JSON path of the field at fault (``input[3]``, ``documents[0].text``). Every request
+body is a ``RequestBody``: text that is not Unicode (a lone surrogate) is refused there, once.
 CORS is off unless ``server.cors_origins`` lists origins, and no request field is ever used
 as a file path: images arrive as base64 ``data`` (a ``url`` is echoed back, never fetched).
 
@@ -44,18 +51,23 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import ValidationError as PydanticValidationError
 from searchsmith.models.errors import (
     ConfigError,
     EmptyInputError,
@@ -100,6 +112,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+E = TypeVar("E", bound=BaseException)
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 # ---- errors ------------------------------------------------------------------------------
@@ -119,22 +133,70 @@ ERROR_TABLE: tuple[tuple[type[BaseException], int, str], ...] = (
 )
 
 
+# A message starts with the JSON path of the field it is about ("input[3]: ...",
+# "documents[0].text: ..."); that path is the error's ``param`` unless the exception sets one.
+_PARAM_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\]|\.[a-z_][a-z0-9_]*)*): ")
+
+
+# What pydantic adds to a location for the member of a union that failed (``input.str``,
+# ``documents[0].RerankDocument``); not part of the JSON path.
+_UNION_TAG = re.compile(r"^(str|int|float|bool|list|dict|none)$|[\[(]|^[A-Z]")
+
+
+def json_path(loc: Sequence[Any]) -> str:
+    """A pydantic error location as a JSON path: ``("documents", 0, "text")`` -> ``documents[0].text``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not _UNION_TAG.search(str(part)):
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def _body_loc(err: dict[str, Any]) -> tuple[Any, ...]:
+    loc = tuple(err.get("loc", ()))
+    return loc[1:] if loc[:1] == ("body",) else loc
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+        parts.append(f"{json_path(_body_loc(err))}: {err.get('msg', 'invalid')}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
+def _utf8_safe(text: str) -> str:
+    """``text`` with any lone surrogate written as ``\\udXXX`` (a body must encode as UTF-8)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def error_body(message: str, kind: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The one error body: OpenAI's shape, so OpenAI SDKs show ``message`` in their exceptions.
+
+    ``type`` is the kind of ERROR_TABLE (``validation_error``, ``overloaded``, ...), ``param``
+    the JSON path of the field at fault (or None), ``code`` a machine-readable reason (or None).
+    """
+    return {"error": {"message": _utf8_safe(message), "type": kind,
+                      "param": _utf8_safe(param) if param is not None else None, "code": code}}
+
+
+def with_param(exc: E, param: str, code: str | None = None) -> E:
+    """Name the field an error is about (``error.param``) and its code, when the message does not."""
+    exc.param, exc.code = param, code  # type: ignore[attr-defined]
+    return exc
+
+
 def error_response(exc: BaseException) -> JSONResponse:
-    """The HTTP answer to an exception: status from ERROR_TABLE, body ``{"error", "type"}``.
+    """The HTTP answer to an exception: status from ERROR_TABLE, body :func:`error_body`.
 
     Unknown exceptions become 500 ``internal_error`` with a generic message (the traceback
     goes to the log, not to the client).
     """
     headers: dict[str, str] = {}
+    param: str | None = getattr(exc, "param", None)
+    code: str | None = getattr(exc, "code", None)
     if isinstance(exc, StarletteHTTPException):  # 404 / 405 from routing
         status, kind, message = exc.status_code, "http_error", str(exc.detail)
         headers.update(exc.headers or {})
@@ -142,26 +204,62 @@ def error_response(exc: BaseException) -> JSONResponse:
         match = next(((s, k) for cls, s, k in ERROR_TABLE if isinstance(exc, cls)), None)
         if match is not None:
             status, kind = match
-            message = (_validation_message(exc) if isinstance(exc, RequestValidationError)
-                       else str(exc) or kind)
+            if isinstance(exc, RequestValidationError):
+                message = _validation_message(exc)
+                first = exc.errors()[0] if exc.errors() else {}
+                param, code = json_path(_body_loc(first)), first.get("type")
+            else:
+                message = str(exc) or kind
         else:
             log.error("unhandled error while serving a request", exc_info=exc)
-            status, kind = 500, "internal_error"
+            status, kind, param, code = 500, "internal_error", None, None
             message = f"internal error ({type(exc).__name__}); see the server log"
+    if param is None and isinstance(exc, ValidationError):
+        found = _PARAM_PREFIX.match(message)
+        param = found.group(1) if found else None
     if isinstance(exc, OverloadedError):
         # Retry-After is whole seconds (RFC 9110); round up so clients never come back early.
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     if isinstance(exc, UnauthorizedError):
         headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": message, "type": kind}, status_code=status, headers=headers)
+    return JSONResponse(error_body(message, kind, param=param, code=code), status_code=status, headers=headers)
 
 
 # ---- config ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
+class ServedModel:
+    """The name a model is served under (``server.embeddings_model`` / ``server.rerank_model``).
+
+    A request's ``model`` must be ``name``, one of ``aliases``, or the model's own name (the
+    bundle folder's, e.g. ``embedder``, or the Hugging Face id and its last part); anything
+    else is refused with 422 listing the accepted names. ``GET /v1/models`` lists ``name``.
+
+    Attributes:
+        name: the served name (None: the model's own name).
+        aliases: more names accepted in ``model``, e.g. ``[text-embedding-3-small]`` for
+            clients that hard-code an OpenAI model name.
+    """
+
+    name: str | None = None
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Limits and security of the server (``server`` in serve.yaml).
+
+    Example (serve.yaml)::
+
+        server:
+          api_keys: [change-me]          # clients send 'Authorization: Bearer change-me'
+          embeddings_model: {name: minilm, aliases: [text-embedding-3-small]}
+          max_texts_per_request: 256
+          batcher: {max_batch_size: 64, max_wait_ms: 2.0}
+
+    The log level is the environment variable ``SEARCHSMITH_LOG`` (``debug``, ``info``,
+    ``warning`` (the default), ``error``), e.g. ``SEARCHSMITH_LOG=info searchsmith serve``.
 
     Attributes:
         max_body_bytes: largest request body; larger ones get 413 before they are parsed.
@@ -170,7 +268,9 @@ class ServerConfig:
             answered 413. Texts are also cut to the model's max_seq_length tokens when
             ``truncate`` is on (413 when off).
         truncate: cut over-long inputs (True) or reject them with 413 (False).
-        api_keys: accepted ``Authorization: Bearer`` keys; empty turns authentication off.
+        api_keys: accepted ``Authorization: Bearer <key>`` keys on every /v1 endpoint (the
+            OpenAI SDK sends its ``api_key`` so); empty (the default) turns authentication off.
+            /health, /ready, /metrics and /docs never need a key. Keep the file private.
         batcher: limits of the embedding batcher.
         request_timeout_s: longest time one request may take end to end (504 past it).
         max_documents_per_request: most documents in one /v1/rerank or /v1/cite request.
@@ -183,6 +283,8 @@ class ServerConfig:
         calls: the queue of each unbatched model (decompose, cite, images, search);
             ``max_batch_size`` is 1 there, ``workers`` calls run at once per model.
         stream_chunk_chars: characters of answer text per Server-Sent Event of /v1/search.
+        embeddings_model: the name and aliases of the /v1/embeddings model (``model``).
+        rerank_model: the name and aliases of the /v1/rerank model.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -202,6 +304,8 @@ class ServerConfig:
     calls: BatcherConfig = field(
         default_factory=lambda: BatcherConfig(max_batch_size=1, max_wait_ms=0.0, max_queue=64))
     stream_chunk_chars: int = 64
+    embeddings_model: ServedModel = field(default_factory=ServedModel)
+    rerank_model: ServedModel = field(default_factory=ServedModel)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -226,6 +330,15 @@ class ServerConfig:
                 isinstance(o, str) and o.strip() for o in self.cors_origins):
             problems.append("cors_origins: expected a list of origins such as https://app.example.com "
                             "(empty list = CORS off)")
+        for name in ("embeddings_model", "rerank_model"):
+            served = getattr(self, name)
+            if not isinstance(served, ServedModel):
+                problems.append(f"{name}: expected a mapping {{name, aliases}}, got {type(served).__name__}")
+            elif (served.name is not None and not (isinstance(served.name, str) and served.name.strip())) or (
+                    not isinstance(served.aliases, (list, tuple))
+                    or not all(isinstance(a, str) and a.strip() for a in served.aliases)):
+                problems.append(f"{name}: name must be a non-empty string or null and aliases a list of "
+                                f"non-empty strings, got name={served.name!r}, aliases={served.aliases!r}")
         t = self.request_timeout_s
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             problems.append(f"request_timeout_s: expected a finite number > 0, got {t!r}")
@@ -234,23 +347,122 @@ class ServerConfig:
 
 
 # ---- request schemas -----------------------------------------------------------------------
+# Every request body is a ``RequestBody``: strict types, unknown fields refused, and every
+# string in it (values and keys, at any depth) checked once here, before any handler runs,
+# to be encodable as UTF-8. JSON lets a body carry a lone surrogate ("\ud800"), which Python
+# decodes into a str that tokenizers and the response encoder then fail on (a 500).
 
 
-class EmbeddingsRequest(BaseModel):
-    """OpenAI ``POST /v1/embeddings`` body (token-array inputs are not supported)."""
+def _unencodable_in(text: str) -> str | None:
+    """What is wrong with ``text`` as UTF-8 (its first lone surrogate), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"character {exc.start} is a lone surrogate (U+{ord(text[exc.start]):04X}), which is not "
+                "Unicode text; send valid UTF-8 (a \\ud800-\\udbff escape must be followed by a "
+                "\\udc00-\\udfff one)")
+    return None
+
+
+def find_unencodable(value: Any) -> tuple[tuple[Any, ...], str] | None:
+    """The first string in a JSON value that UTF-8 cannot encode (a lone surrogate), or None.
+
+    Walks with an explicit stack, not recursion: a deeply nested body cannot overflow it.
+
+    Args:
+        value: a parsed JSON value (dicts, lists, strings, numbers).
+
+    Returns:
+        (location in ``value``, what is wrong) of the first such string or field name, in
+        document order; None when every string encodes.
+    """
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack:
+        loc, item = stack.pop()
+        if isinstance(item, str):
+            what = _unencodable_in(item)
+            if what is not None:
+                return loc, what
+        elif isinstance(item, dict):
+            if any(isinstance(k, str) and _unencodable_in(k) is not None for k in item):
+                return loc, "a field name contains a lone surrogate, which is not Unicode text; send valid UTF-8"
+            stack.extend(((*loc, k), v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def undecodable_body(body: bytes) -> ValidationError | None:
+    """A 422 naming the field whose bytes are not UTF-8, or None when ``body`` decodes.
+
+    Only called once parsing failed, so valid requests never pay for it.
+    """
+    try:
+        body.decode("utf-8")
+        return None
+    except UnicodeDecodeError as exc:
+        at = exc.start
+    fix = "send the body as UTF-8 encoded JSON"
+    try:  # undecodable bytes become lone surrogates (U+DC80..U+DCFF): find_unencodable locates them
+        found = find_unencodable(json.loads(body.decode("utf-8", "surrogateescape")))
+    except ValueError:
+        found = None
+    path = json_path(found[0]) if found is not None else "body"
+    return with_param(ValidationError(f"{path}: byte {at} of the body is not valid UTF-8; {fix}"), path,
+                      "unencodable_text")
+
+
+class RequestBody(BaseModel):
+    """Base of every request schema: strict, no unknown fields, all text encodable (422 otherwise)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_is_unicode(cls, data: Any) -> Any:
+        found = find_unencodable(data)
+        if found is not None:
+            loc, what = found  # the message gets "<path>: " in front from _validation_message
+            raise PydanticValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                type=PydanticCustomError("unencodable_text", "{message}", {"message": what}),
+                loc=loc, input=None)])
+        return data
+
+
+def _examples(*bodies: dict[str, Any]) -> ConfigDict:
+    """A request schema's config with ``examples`` (shown by /docs, checked by the tests)."""
+    return ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": list(bodies)})
+
+
+class EmbeddingsRequest(RequestBody):
+    """OpenAI ``POST /v1/embeddings`` body (token-array inputs are not supported).
+
+    ``dimensions`` must be the model's dimension, or one of the truncations the bundle was
+    trained for (``matryoshka_dims`` in its manifest); ``encoding_format: base64`` returns
+    each vector as base64 of little-endian float32, as OpenAI does.
+    """
+
+    model_config = _examples(
+        {"input": ["How long should I knead bread dough?", "Saturn's rings are made of ice."],
+         "model": "embedder", "encoding_format": "float"},
+        {"input": "one text", "encoding_format": "base64"})
 
     input: str | list[str]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
     user: str | None = None  # accepted for OpenAI compatibility, unused
 
 
-class RouteRequest(BaseModel):
+class RouteRequest(RequestBody):
     """``POST /v1/route`` body."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _examples(
+        {"query": "Where can I find it?", "mode": "auto", "top_k": 2,
+         "history": [{"role": "user", "content": "How do I configure the Lumen cache?"},
+                     {"role": "assistant", "content": "Set lumen.eviction.policy in lumen.yaml."}]})
 
     query: str
     history: list[dict[str, Any]] | None = None
@@ -266,10 +478,13 @@ class RerankDocument(BaseModel):
     text: str
 
 
-class RerankRequest(BaseModel):
+class RerankRequest(RequestBody):
     """``POST /v1/rerank`` body (the TEI / Cohere / Jina shape)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _examples(
+        {"query": "Which planet has the Great Red Spot?",
+         "documents": ["Bananas are yellow.", {"text": "Jupiter's Great Red Spot is a giant storm."}],
+         "top_n": 1, "return_documents": True})
 
     query: str
     documents: list[str | RerankDocument]
@@ -279,10 +494,14 @@ class RerankRequest(BaseModel):
     model: str | None = None
 
 
-class DecomposeRequest(BaseModel):
+class DecomposeRequest(RequestBody):
     """``POST /v1/decompose`` body."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _examples(
+        {"query": "Compare the populations of Paris and Berlin", "max_nodes": 4},
+        {"query": "and what about its rings?", "history": [
+            {"role": "user", "content": "Tell me about Saturn"},
+            {"role": "assistant", "content": "Saturn is the sixth planet."}]})
 
     query: str
     history: list[dict[str, Any]] | None = None
@@ -296,10 +515,15 @@ class CiteDocument(BaseModel):
     text: str
 
 
-class CiteRequest(BaseModel):
+class CiteRequest(RequestBody):
     """``POST /v1/cite`` body: ``sentences`` or an ``answer`` (split into sentences here)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _examples(
+        {"answer": "Kestrel listens on port 8080. Lumen caches pages.",
+         "documents": [{"id": "doc-1", "text": "Kestrel listens on port 8080 by default."},
+                       {"id": "doc-2", "text": "Lumen caches rendered pages."}]},
+        {"sentences": ["Kestrel listens on port 8080."],
+         "documents": [{"id": "doc-1", "text": "Kestrel listens on port 8080 by default."}], "threshold": 0.5})
 
     sentences: list[str] | None = None
     answer: str | None = None
@@ -319,10 +543,14 @@ class PlaceImage(BaseModel):
     data: str | None = None  # base64 PNG / JPEG / ... bytes
 
 
-class PlaceRequest(BaseModel):
+class PlaceRequest(RequestBody):
     """``POST /v1/images/place`` body."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _examples(
+        {"paragraphs": ["A cat sleeps on the sofa.", "The dog runs in the park."],
+         "images": [{"id": "fig-1", "caption": "a dog running on grass", "url": "https://example.com/dog.png"},
+                    {"id": "fig-2", "caption": "a cat asleep on a sofa"}],
+         "query": "pets at home"})
 
     paragraphs: list[str]
     images: list[PlaceImage]
@@ -330,10 +558,14 @@ class PlaceRequest(BaseModel):
     threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
 
 
-class SearchRequest(BaseModel):
-    """``POST /v1/search`` body."""
+class SearchRequest(RequestBody):
+    """``POST /v1/search`` body (``stream: true``: Server-Sent Events)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _examples(
+        {"query": "How long should I knead bread dough?", "query_id": "q-0001"},
+        {"query": "And at what temperature do I bake it?", "stream": True, "history": [
+            {"role": "user", "content": "How long should I knead bread dough?"},
+            {"role": "assistant", "content": "About ten minutes."}]})
 
     query: str
     history: list[dict[str, Any]] | None = None
@@ -344,18 +576,102 @@ class SearchRequest(BaseModel):
     stream: bool = False
 
 
-class FeedbackRequest(BaseModel):
-    """``POST /v1/feedback`` body: the quality of an answer in [0, 1]."""
+class FeedbackRequest(RequestBody):
+    """``POST /v1/feedback`` body: the quality of an answer in [0, 1] (its ``query_id``)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _examples({"query_id": "q-0001", "quality": 0.8})
 
     query_id: str = Field(min_length=1, max_length=128)
     quality: float = Field(ge=0.0, le=1.0)
 
 
+# ---- what /docs shows beside the request schemas -----------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error: OpenAI's shape; ``type`` is the kind of ERROR_TABLE, ``param`` the field at fault."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"error": {
+        "message": "model: 'gpt-4' is not served here; use one of ['embedder'] or omit model (more names: "
+                   "server.embeddings_model.aliases in serve.yaml)", "type": "validation_error",
+        "param": "model", "code": "model_not_found"}}]})
+
+    error: ErrorDetail
+
+
+# One answer per endpoint, as the server sends it (shortened lists); tests compare their keys
+# with real answers, so the docs cannot drift from the code.
+RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "/v1/embeddings": {"object": "list", "model": "embedder",
+                       "data": [{"object": "embedding", "index": 0, "embedding": [0.0213, -0.0442, 0.0871]}],
+                       "usage": {"prompt_tokens": 12, "total_tokens": 12}},
+    "/v1/route": {"sources": [{"source": "code", "score": 0.61}, {"source": "cooking", "score": 0.12}],
+                  "query": "Where can I find it?", "routed_text": "Where can I find the Lumen cache?",
+                  "rewrite": "Where can I find the Lumen cache?", "mode": "serial", "fallback": False, "warnings": [],
+                  "latency_ms": {"embed": 6.1, "search": 0.4}},
+    "/v1/rerank": {"object": "list", "model": "reranker",
+                   "results": [{"index": 1, "relevance_score": 0.97,
+                                "document": {"text": "Jupiter's Great Red Spot is a giant storm."}}],
+                   "usage": {"total_tokens": 31}},
+    "/v1/decompose": {"query": "Compare the populations of Paris and Berlin",
+                      "rewrite": "Compare the populations of Paris and Berlin", "type": "split",
+                      "nodes": [{"id": "1", "text": "What is the population of Paris?", "depends_on": []},
+                                {"id": "2", "text": "What is the population of Berlin?", "depends_on": []}]},
+    "/v1/cite": {"method": "bundle", "threshold": 0.5, "sentences": [
+        {"text": "Kestrel listens on port 8080.", "entities": [{"start": 0, "end": 7, "label": "ENT", "text": "Kestrel"}],
+         "citations": [{"id": "doc-1", "score": 0.93}]}]},
+    "/v1/images/place": {"placements": [{"id": "fig-1", "paragraph": 1, "score": 0.71,
+                                         "url": "https://example.com/dog.png"}],
+                         "unplaced": [{"id": "fig-2", "best_score": 0.12}], "method": "captions", "threshold": 0.3},
+    "/v1/search": {"query_id": "q-0001", "query": "How long should I knead bread dough?",
+                   "rewrite": "How long should I knead bread dough?",
+                   "answer": "Knead the dough for about ten minutes [1].",
+                   "answer_text": "Knead the dough for about ten minutes.",
+                   "references": [{"n": 1, "doc_id": "bread-101", "chunk_id": "bread-101#0", "title": "Bread basics",
+                                   "source": "cooking", "url": "https://example.com/bread"}],
+                   "sentences": [{"text": "Knead the dough for about ten minutes.", "entities": [],
+                                  "citations": [{"n": 1, "score": 0.81}]}],
+                   "timeline": [{"date": "2024-05-01", "precision": "day", "text": "The recipe was updated on "
+                                 "1 May 2024.", "sources": ["bread-101"]}], "images": [],
+                   "passages": [{"chunk_id": "bread-101#0", "doc_id": "bread-101", "source": "cooking",
+                                 "title": "Bread basics", "score": 0.83, "node_id": "1", "date": "2024-05-01",
+                                 "url": "https://example.com/bread"}],
+                   "nodes": [], "trace": {"preset": "large", "strategy": "direct", "total_ms": 812.4, "stages": {}}},
+    "/v1/feedback": {"query_id": "q-0001", "preset": "large", "reward": 0.71, "cost": 0.9, "recorded": True},
+    "/v1/models": {"object": "list", "data": [{"id": "embedder", "object": "model", "created": 0,
+                                               "owned_by": "searchsmith", "endpoint": "/v1/embeddings",
+                                               "aliases": ["text-embedding-3-small"]}]},
+}
+
+
+def _responses(path: str, *extra: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route for /docs: its 200 example and the error body of each status."""
+    out: dict[int | str, dict[str, Any]] = {}
+    if path in RESPONSE_EXAMPLES:
+        out[200] = {"content": {"application/json": {"example": RESPONSE_EXAMPLES[path]}}}
+    if path == "/v1/search":
+        out[200]["content"]["text/event-stream"] = {"example": (
+            'event: answer\ndata: {"delta": "Knead the dough for about"}\n\n'
+            'event: citations\ndata: {"answer": "...", "references": [...], "sentences": [...]}\n\n'
+            "event: timeline\n...\nevent: images\n...\nevent: trace\n...\ndata: [DONE]\n\n")}
+    for status in (400, 401, 413, 422, 429, 503, 504, *extra):
+        out[status] = {"model": ErrorBody}
+    return out
+
+
 # ---- state ---------------------------------------------------------------------------------
 
 CALL_MODELS = ("decompose", "cite", "images", "search")
+FEEDBACK_OFF = ("feedback is accepted but not used: the protocol router is off, so every answer uses "
+                "pipeline.protocol.default_preset; to learn from feedback set pipeline.protocol.enabled: true "
+                "(and pipeline.protocol.state_path to keep what it learns) in serve.yaml and restart")
 
 
 class ServingState:
@@ -444,8 +760,8 @@ class ServingState:
             setattr(self, role, bundle)
         if pipeline is not None:
             self.pipeline = pipeline
-        if pipeline_config is not None:
-            self.pipeline_config = getattr(pipeline, "config", None)
+        if pipeline_config is not None:  # serve.yaml's, which also holds the cite / images thresholds
+            self.pipeline_config = pipeline_config
         elif pipeline is not None:
             self.pipeline_config = getattr(pipeline, "config", None)
         for name in CALL_MODELS:
@@ -495,9 +811,69 @@ def _warm(task: str, bundle: Any) -> None:
         bundle.encode_text(["warm up"])
 
 
-def _model_names(embedder: Embedder) -> set[str]:
-    name = str(embedder.model_name)
-    return {"default", name, name.rsplit("/", 1)[-1]}
+def _served_models(state: ServingState) -> list[dict[str, Any]]:
+    """``GET /v1/models`` rows: each served model under its served name, with its aliases."""
+    rows = []
+    for own, served, endpoint in (
+            (str(state.embedder.model_name) if state.embedder is not None else None,
+             state.config.embeddings_model, "/v1/embeddings"),
+            (state.reranker.name if state.reranker is not None else None, state.config.rerank_model, "/v1/rerank")):
+        if own is not None:
+            name, accepted = served_names(own, served)
+            rows.append({"id": name, "object": "model", "created": 0, "owned_by": "searchsmith",
+                         "endpoint": endpoint, "aliases": accepted[1:]})
+    return rows
+
+
+def served_names(own_name: str, served: ServedModel) -> tuple[str, list[str]]:
+    """(the name a model is served under, every name a request's ``model`` may use, that one first).
+
+    The model's own name (a bundle folder's name, or a Hugging Face id and its last part) stays
+    accepted beside the configured name and aliases, so renaming it breaks no client.
+    """
+    name = served.name or own_name
+    accepted = [name, *served.aliases, own_name, own_name.rsplit("/", 1)[-1]]
+    return name, list(dict.fromkeys(accepted))
+
+
+def check_model(requested: str | None, own_name: str, served: ServedModel, setting: str) -> str:
+    """The served name, or a 422 naming ``model`` and listing the accepted names.
+
+    Args:
+        requested: the request's ``model`` (None: the served one).
+        own_name: the model's own name.
+        served: its ``ServedModel`` config.
+        setting: that config's key (``embeddings_model``), named in the message.
+    """
+    name, accepted = served_names(own_name, served)
+    if requested is not None and requested not in accepted:
+        raise with_param(ValidationError(
+            f"model: {requested!r} is not served here; use one of {accepted} or omit model (more names: "
+            f"server.{setting}.aliases in serve.yaml)"), "model", "model_not_found")
+    return name
+
+
+def matryoshka_dims(embedder: Any) -> list[int]:
+    """The truncated dimensions an embed bundle was trained for (``matryoshka_dims`` in its
+    manifest, e.g. a MatryoshkaLoss run); empty when none (only the full dimension is served)."""
+    manifest = getattr(getattr(embedder, "bundle", None), "manifest", None) or {}
+    dims = manifest.get("matryoshka_dims") or []
+    return sorted({int(d) for d in dims if isinstance(d, int) and not isinstance(d, bool) and d >= 1})
+
+
+def check_dimensions(requested: int | None, embedder: Any) -> int | None:
+    """None (the full vector) or the truncation to serve; 422 when the model was not trained for it."""
+    if requested is None or requested == int(embedder.dim):
+        return None
+    trained = [d for d in matryoshka_dims(embedder) if d < int(embedder.dim)]
+    if requested in trained:
+        return requested
+    why = (f"it was trained for {trained + [int(embedder.dim)]} (Matryoshka)" if trained else
+           "it was not trained for shorter vectors (no matryoshka_dims in its bundle manifest), and a "
+           "truncated vector of such a model loses accuracy")
+    raise with_param(ValidationError(
+        f"dimensions: {requested} is not served by this model; its dimension is {int(embedder.dim)} and {why}; "
+        f"send dimensions={int(embedder.dim)} or omit it"), "dimensions", "invalid_dimensions")
 
 
 # ---- the body limit ------------------------------------------------------------------------
@@ -586,6 +962,34 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
 
+# ---- /docs ---------------------------------------------------------------------------------
+
+API_DESCRIPTION = (
+    "searchsmith's models behind one server. Errors are OpenAI-shaped: "
+    '`{"error": {"message", "type", "param", "code"}}`; statuses: validation 422, empty 400, too large 413, '
+    "overloaded 429 (Retry-After), timeout 504, runner 500, not ready 503, wrong or missing key 401. "
+    "With `server.api_keys` set, send `Authorization: Bearer <key>` (the Authorize button).")
+SWAGGER_DIR = STATIC_DIR / "swagger-ui"
+DOCS_ASSETS = "/docs/assets"
+
+
+def _add_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs from the assets shipped in ``serving/static/swagger-ui`` (no CDN)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from starlette.staticfiles import StaticFiles
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=SWAGGER_DIR), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json", title="searchsmith - API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js", swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png", oauth2_redirect_url=None,
+            # validatorUrl: Swagger UI would otherwise send the schema to validator.swagger.io
+            swagger_ui_parameters={"validatorUrl": None, "tryItOutEnabled": True})
+
+
 # ---- the app -------------------------------------------------------------------------------
 
 
@@ -637,24 +1041,32 @@ def create_app(config: ServerConfig | None = None, *, embedder: Embedder | Bundl
         yield
         await asyncio.to_thread(state.close)
 
-    app = FastAPI(title="searchsmith", lifespan=lifespan)
+    # /docs is served from the package (serving/static), never from a CDN: it works offline.
+    app = FastAPI(title="searchsmith", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description=API_DESCRIPTION)
     app.state.serving = state
+    _add_docs(app)
 
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, StarletteHTTPException) and exc.status_code == 400:
+            # FastAPI's "error parsing the body": say which field holds bytes that are not UTF-8.
+            exc = undecodable_body(await request.body()) or exc
         return error_response(exc)
 
     for exc_type in (RequestValidationError, StarletteHTTPException, SearchsmithError,
                      TimeoutError, Exception):
         app.add_exception_handler(exc_type, on_error)
 
-    def check_auth(request: Request) -> None:
+    # HTTPBearer (without its own errors) declares the scheme in the OpenAPI schema, so /docs
+    # has an "Authorize" button; the check and its 401 stay here.
+    bearer = Security(HTTPBearer(auto_error=False, description="a key from server.api_keys (when set)"))
+
+    def check_auth(credentials: HTTPAuthorizationCredentials | None = bearer) -> None:
         if not keys:
             return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
+        token = credentials.credentials.strip().encode() if credentials is not None else b""
         # compare_digest against every key: the time taken does not reveal a matching prefix.
-        if scheme.lower() != "bearer" or not any(
-                hmac.compare_digest(token.strip().encode(), k) for k in keys):
+        if not token or not any(hmac.compare_digest(token, k) for k in keys):
             raise UnauthorizedError(
                 "Authorization: missing or wrong API key; send 'Authorization: Bearer <key>' "
                 "with a key from server.api_keys"
@@ -684,16 +1096,26 @@ def create_app(config: ServerConfig | None = None, *, embedder: Embedder | Bundl
             return error_response(NotReadyError(f"not ready: {why}"))
         return JSONResponse({"status": "ready", "models": state.models()})
 
-    @app.post("/v1/embeddings", dependencies=[Depends(check_auth)])
+    @app.get("/v1/models", dependencies=[Depends(check_auth)], responses=_responses("/v1/models"))
+    async def list_models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": _served_models(state)})
+
+    @app.get("/v1/models/{model}", dependencies=[Depends(check_auth)], responses=_responses("", 404))
+    async def get_model(model: str) -> JSONResponse:
+        served = _served_models(state)
+        for row in served:
+            if model == row["id"] or model in row["aliases"]:
+                return JSONResponse(row)
+        raise with_param(StarletteHTTPException(404, f"model: {model!r} is not served here; served: "
+                                                     f"{[row['id'] for row in served]}"), "model", "model_not_found")
+
+    @app.post("/v1/embeddings", dependencies=[Depends(check_auth)], responses=_responses("/v1/embeddings"))
     async def embeddings(req: EmbeddingsRequest) -> JSONResponse:
         embedder_, batcher = state.embedder, state.batcher
         if embedder_ is None or batcher is None or state.shutting_down:
             raise NotReadyError("/v1/embeddings: the embedding model is not loaded yet; retry shortly")
-        if req.model is not None and req.model not in _model_names(embedder_):
-            raise ValidationError(
-                f"model: {req.model!r} is not served here; use {embedder_.model_name!r} "
-                "(or omit model)"
-            )
+        served = check_model(req.model, str(embedder_.model_name), config.embeddings_model, "embeddings_model")
+        dims = check_dimensions(req.dimensions, embedder_)
         texts = [req.input] if isinstance(req.input, str) else req.input
         if not texts:
             raise EmptyInputError("input: the list is empty; send at least one string")
@@ -714,16 +1136,19 @@ def create_app(config: ServerConfig | None = None, *, embedder: Embedder | Bundl
         vectors = await _gather(batcher, ids, lengths, config.request_timeout_s, "/v1/embeddings")
         data = []
         for i, vec in enumerate(vectors):
+            if dims is not None:  # a Matryoshka prefix, unit length again (as OpenAI's dimensions)
+                vec = np.asarray(vec, dtype=np.float32)[:dims]
+                vec = vec / max(float(np.linalg.norm(vec)), 1e-12)
             if req.encoding_format == "base64":
                 emb: Any = base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode()
             else:
                 emb = np.asarray(vec, dtype=np.float32).tolist()
             data.append({"object": "embedding", "index": i, "embedding": emb})
         tokens = sum(lengths)
-        return JSONResponse({"object": "list", "data": data, "model": str(embedder_.model_name),
+        return JSONResponse({"object": "list", "data": data, "model": served,
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
-    @app.post("/v1/route", dependencies=[Depends(check_auth)])
+    @app.post("/v1/route", dependencies=[Depends(check_auth)], responses=_responses("/v1/route"))
     async def route(req: RouteRequest) -> JSONResponse:
         router_ = state.router
         if router_ is None or state.shutting_down:
@@ -1035,13 +1460,12 @@ def _add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[R
     config = state.config
     auth = [Depends(check_auth)]
 
-    @app.post("/v1/rerank", dependencies=auth)
+    @app.post("/v1/rerank", dependencies=auth, responses=_responses("/v1/rerank", 500))
     async def rerank(req: RerankRequest) -> JSONResponse:
         runner, batcher = state.reranker, state.rerank_batcher
         if runner is None or batcher is None or state.shutting_down:
             raise NotReadyError("/v1/rerank: no reranker is loaded; add bundles.reranker to serve.yaml")
-        if req.model is not None and req.model not in ("default", runner.name):
-            raise ValidationError(f"model: {req.model!r} is not served here; use {runner.name!r} (or omit model)")
+        served = check_model(req.model, runner.name, config.rerank_model, "rerank_model")
         query = _check_text(req.query, "query", config)
         _check_count(len(req.documents), config.max_documents_per_request, "documents", "documents",
                      "max_documents_per_request")
@@ -1068,10 +1492,10 @@ def _add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[R
             if req.return_documents:
                 row["document"] = {"text": originals[i]}
             results.append(row)
-        return JSONResponse({"object": "list", "model": runner.name, "results": results,
+        return JSONResponse({"object": "list", "model": served, "results": results,
                              "usage": {"total_tokens": sum(lengths)}})
 
-    @app.post("/v1/decompose", dependencies=auth)
+    @app.post("/v1/decompose", dependencies=auth, responses=_responses("/v1/decompose", 500))
     async def decompose(req: DecomposeRequest) -> JSONResponse:
         from searchsmith.serving.rewrite import parse_history
 
@@ -1090,7 +1514,7 @@ def _add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[R
         body = graph.to_json() if hasattr(graph, "to_json") else dict(graph)
         return JSONResponse({"query": query, "rewrite": rewrite, **body})
 
-    @app.post("/v1/cite", dependencies=auth)
+    @app.post("/v1/cite", dependencies=auth, responses=_responses("/v1/cite", 500))
     async def cite(req: CiteRequest) -> JSONResponse:
         from searchsmith.serving.chunker import split_sentences
 
@@ -1139,7 +1563,7 @@ def _add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[R
         return JSONResponse({"sentences": out, "method": "bundle" if bundle is not None else "embedding",
                              "threshold": float(threshold)})
 
-    @app.post("/v1/images/place", dependencies=auth)
+    @app.post("/v1/images/place", dependencies=auth, responses=_responses("/v1/images/place", 500))
     async def images_place(req: PlaceRequest) -> JSONResponse:
         from searchsmith.models.image_relevance import PlacementConfig
 
@@ -1187,7 +1611,7 @@ def _add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[R
         return JSONResponse({"placements": placements, "unplaced": unplaced, "method": method,
                              "threshold": threshold})
 
-    @app.post("/v1/search", dependencies=auth)
+    @app.post("/v1/search", dependencies=auth, responses=_responses("/v1/search", 500))
     async def search(req: SearchRequest) -> Response:
         pipe = state.pipeline
         if pipe is None or state.shutting_down:
@@ -1208,10 +1632,17 @@ def _add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[R
         return StreamingResponse(_search_events(ans, config.stream_chunk_chars), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    @app.post("/v1/feedback", dependencies=auth)
+    @app.post("/v1/feedback", dependencies=auth, responses=_responses("/v1/feedback", 500))
     async def feedback(req: FeedbackRequest) -> JSONResponse:
         pipe = state.pipeline
         if pipe is None or state.shutting_down:
             raise NotReadyError("/v1/feedback: no pipeline is loaded; start the server with an index")
+        if getattr(pipe, "protocol", True) is None:
+            # The protocol router is off (the default, and the quickstart's): answers always use
+            # protocol.default_preset, so there is nothing to learn. The rating is accepted, not an
+            # error a client must handle, and the answer says how to make it count.
+            return JSONResponse({"query_id": req.query_id, "quality": req.quality, "recorded": False,
+                                 "message": FEEDBACK_OFF})
         call = asyncio.to_thread(pipe.feedback, req.query_id, req.quality)
-        return JSONResponse(await asyncio.wait_for(call, timeout=config.request_timeout_s))
+        result = await asyncio.wait_for(call, timeout=config.request_timeout_s)
+        return JSONResponse({**result, "recorded": True})

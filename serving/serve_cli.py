@@ -32,7 +32,28 @@ RAY_MISSING = ("--ray: Ray Serve is not installed; install it with pip install '
                "(or pip install 'ray[serve]'), or serve without --ray")
 
 
+def serve_epilog() -> str:
+    """The end of ``searchsmith serve --help``: authentication, the docs, environment variables."""
+    from searchsmith.models.cli import COMMANDS
+    from searchsmith.serving.serve_config import ENVIRONMENT
+
+    keys = ("every serve.yaml key with its default: searchsmith config serve" if "config" in COMMANDS
+            else "every serve.yaml key: the docstrings of searchsmith.serving.serve_config")
+    lines = [
+        f"{keys}.",
+        "authentication: server.api_keys: [KEY] in serve.yaml; clients send 'Authorization: Bearer KEY'",
+        "  (the OpenAI SDK: OpenAI(base_url='http://HOST:PORT/v1', api_key=KEY)); /health, /ready, /metrics",
+        "  and /docs need no key.",
+        "API docs: http://HOST:PORT/docs (Swagger UI, works offline); models served: GET /v1/models.",
+        "environment:",
+        *(f"  {name}: {text}" for name, text in ENVIRONMENT.items()),
+    ]
+    return "\n".join(lines)
+
+
 def configure_serve(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = serve_epilog()
     parser.add_argument("--config", help="serve.yaml: index, bundles, server limits, pipeline "
                                          "(default: ./searchsmith-work/serve.yaml when it exists)")
     parser.add_argument("--index", help="index folder (overrides the config's 'index'): /v1/route and /v1/search")

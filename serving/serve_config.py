@@ -15,6 +15,14 @@ One file lists the index, the model bundles (each loaded with
       max_texts_per_request: 256
     pipeline: {}                   # PipelineConfig (its 'bundles' are the ones above)
 
+Every key with its default and meaning is in the docstrings below (``ServeBundles``,
+``searchsmith.serving.http.ServerConfig``, ``PipelineConfig``). Authentication:
+``server.api_keys: [KEY, ...]``, then clients send ``Authorization: Bearer KEY`` (the OpenAI
+SDK: ``api_key=KEY``). The log level is the environment variable ``SEARCHSMITH_LOG``
+(``debug``, ``info``, ``warning`` (default), ``error``). ``/v1/feedback`` teaches the protocol
+router only with ``pipeline.protocol.enabled: true``; while it is off (the default) feedback is
+accepted and answered ``"recorded": false``.
+
 Relative paths are relative to the folder of the YAML file, so the quickstart's
 ``searchsmith-work/serve.yaml`` works from anywhere. The quickstart's layout is
 ``WORKDIR/bundles/<role>/`` (roles: ``BUNDLE_ROLES``) and ``WORKDIR/indexes/demo/``;
@@ -91,6 +99,13 @@ class ServeConfig:
     bundles: ServeBundles = field(default_factory=ServeBundles)
     server: ServerConfig = field(default_factory=ServerConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+
+
+# The environment variables ``searchsmith serve`` reads (listed by its --help).
+ENVIRONMENT: dict[str, str] = {
+    "SEARCHSMITH_LOG": "log level: debug, info, warning (default) or error; e.g. SEARCHSMITH_LOG=info",
+    "HF_HUB_OFFLINE": "1 (set by searchsmith unless already set): models load from local files only",
+}
 
 
 def _resolve(path: str | None, base: Path) -> str | None:

@@ -28,10 +28,12 @@ def client(embedder, router):
 
 
 def _error(resp, status: int, kind: str) -> str:
+    """The message of an OpenAI-shaped error body, after checking its status and type."""
     assert resp.status_code == status, resp.text
     body = resp.json()
-    assert set(body) == {"error", "type"} and body["type"] == kind
-    return body["error"]
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert body["error"]["type"] == kind, body
+    return body["error"]["message"]
 
 
 class Blocking:
@@ -390,3 +392,36 @@ def test_metrics_count_requests_batches_and_padding(embedder) -> None:
     assert "searchsmith_batch_size_count" in body and "searchsmith_queue_depth" in body
     eff = [line for line in body.splitlines() if line.startswith("searchsmith_padding_efficiency{")]
     assert eff and 0.0 < float(eff[0].rsplit(" ", 1)[1]) <= 1.0
+
+
+# ---- /docs works offline ------------------------------------------------------------------------
+
+
+def test_docs_load_swagger_ui_from_this_server_only(client) -> None:
+    import re
+
+    from searchsmith.serving.http import SWAGGER_DIR
+
+    page = client.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    urls = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text) + re.findall(r"url: '([^']+)'", page.text)
+    assert len(urls) >= 4 and not re.search(r"https?://", page.text), page.text  # no CDN, nothing remote
+    for url in urls:
+        assert url.startswith("/"), url
+        resp = client.get(url)
+        assert resp.status_code == 200 and len(resp.content) > 100, url
+    assert client.get("/docs/assets/swagger-ui-bundle.js").content == (SWAGGER_DIR / "swagger-ui-bundle.js").read_bytes()
+    for name in ("LICENSE", "NOTICE"):  # the vendored assets carry their licence
+        assert (SWAGGER_DIR / name).is_file()
+    assert client.get("/redoc").status_code == 404  # not vendored: no page that would stay blank offline
+    spec = client.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"  # the Authorize button
+
+
+def test_docs_need_no_key_but_the_api_does(embedder) -> None:
+    with TestClient(create_app(ServerConfig(api_keys=["k"]), embedder=embedder)) as c:
+        assert c.get("/docs").status_code == 200 and c.get("/openapi.json").status_code == 200
+        assert c.get("/docs/assets/swagger-ui.css").status_code == 200
+        _error(c.get("/v1/models"), 401, "unauthorized")
+        listed = c.get("/v1/models", headers={"Authorization": "Bearer k"}).json()
+        assert [m["id"] for m in listed["data"]] == [embedder.model_name]

@@ -164,10 +164,12 @@ def png(colour, size=(40, 40)) -> str:
 
 
 def _error(resp, status: int, kind: str) -> str:
+    """The message of an OpenAI-shaped error body, after checking its status and type."""
     assert resp.status_code == status, resp.text
     body = resp.json()
-    assert set(body) == {"error", "type"} and body["type"] == kind
-    return body["error"]
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert body["error"]["type"] == kind, body
+    return body["error"]["message"]
 
 
 def models(**extra):
@@ -649,3 +651,254 @@ def test_openapi_fuzz_has_no_5xx() -> None:
         for operation in operations:
             fuzz(operation.as_strategy())
     assert calls >= len(operations) and not failures, failures[:3]
+
+
+# ---- every endpoint: documented examples, unencodable text, the error shape -------------------------
+
+
+def _post_routes(app) -> list:
+    """Every POST route of the app (found from the app, so a new endpoint is covered at once)."""
+    from fastapi.routing import APIRoute
+
+    return [r for r in app.routes if isinstance(r, APIRoute) and "POST" in r.methods]
+
+
+def _request_examples(app, path: str) -> list[dict]:
+    """The request examples /docs shows for ``path`` (from the OpenAPI schema, as Swagger UI reads them)."""
+    spec = json.loads(json.dumps(app.openapi()))  # as /openapi.json serves it
+    ref = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    return spec["components"]["schemas"][ref.rsplit("/", 1)[-1]].get("examples", [])
+
+
+@pytest.fixture(scope="module")
+def full_app(small_index, embedder):
+    """Every endpoint served: fake bundles, and a real pipeline (protocol router on) over the small index."""
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.index import Index
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+    from searchsmith.serving.runner import BundleEmbedder
+
+    pipe = Pipeline(from_dict(PipelineConfig, {"protocol": {"enabled": True}}),
+                    Index.load(small_index, embedder=embedder), embedder)
+    return create_app(ServerConfig(), embedder=BundleEmbedder(FakeEmbedBundle(), "embedder"), router=pipe.router,
+                      pipeline=pipe, **models())
+
+
+@pytest.fixture(scope="module")
+def full_client(full_app):
+    with TestClient(full_app) as c:
+        yield c
+
+
+def test_every_post_route_has_an_example_that_is_answered_as_documented(full_app, full_client) -> None:
+    from searchsmith.serving.http import RESPONSE_EXAMPLES, RequestBody
+
+    routes = _post_routes(full_app)
+    assert {r.path for r in routes} >= {"/v1/embeddings", "/v1/rerank", "/v1/route", "/v1/decompose", "/v1/cite",
+                                        "/v1/images/place", "/v1/search", "/v1/feedback"}
+    spec = full_client.get("/openapi.json").json()
+    for route in routes:  # in definition order: /v1/search answers q-0001 before /v1/feedback rewards it
+        model = route.body_field.field_info.annotation
+        assert issubclass(model, RequestBody), f"{route.path}: its body must be a RequestBody (text checks)"
+        examples = _request_examples(full_app, route.path)
+        assert examples, f"{route.path}: add json_schema_extra examples to {model.__name__}"
+        documented = spec["paths"][route.path]["post"]["responses"]["200"]["content"]["application/json"]["example"]
+        assert documented == RESPONSE_EXAMPLES[route.path]
+        for example in examples:
+            model.model_validate_json(json.dumps(example))
+            resp = full_client.post(route.path, json=example)
+            assert resp.status_code == 200, (route.path, example, resp.text)
+            if resp.headers["content-type"].startswith("application/json"):
+                assert set(resp.json()) == set(documented), (route.path, sorted(resp.json()), sorted(documented))
+            else:
+                assert example.get("stream") and resp.text.endswith("data: [DONE]\n\n")
+        assert set(spec["paths"][route.path]["post"]["responses"]) >= {"200", "400", "413", "422", "429", "503"}
+
+
+def _string_leaves(value, loc=()):
+    """(location, string) of every string value in a JSON value."""
+    if isinstance(value, str):
+        yield loc, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _string_leaves(v, (*loc, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _string_leaves(v, (*loc, i))
+
+
+def _replace(value, loc, new):
+    if not loc:
+        return new
+    out = json.loads(json.dumps(value))
+    node = out
+    for part in loc[:-1]:
+        node = node[part]
+    node[loc[-1]] = new
+    return out
+
+
+def _path(loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _surrogate_cases(app):
+    """(route, body, expected param): a lone surrogate in each string of each endpoint's examples,
+    and in a field name."""
+    for route in _post_routes(app):
+        for example in _request_examples(app, route.path):
+            for loc, text in _string_leaves(example):
+                yield route.path, _replace(example, loc, text[:3] + "\ud800" + text[3:]), _path(loc)
+        yield route.path, {**_request_examples(app, route.path)[0], "bad\udfffkey": 1}, "body"
+
+
+def test_lone_surrogates_are_422_naming_the_field_on_every_endpoint(full_app, full_client) -> None:
+    calls = 0
+    for path, body, param in _surrogate_cases(full_app):
+        raw = json.dumps(body).encode()  # ensure_ascii: the surrogate travels as a "\ud800" escape
+        assert b"\\ud800" in raw or b"\\udfff" in raw
+        resp = full_client.post(path, content=raw, headers={"content-type": "application/json"})
+        assert resp.status_code == 422, (path, param, resp.text)
+        err = resp.json()["error"]
+        assert err["code"] == "unencodable_text" and err["param"] == param, (path, err)
+        assert err["message"].startswith(f"{param}: ") and "surrogate" in err["message"], err
+        calls += 1
+    assert calls >= 30  # every string of every example, on every endpoint
+    # the same text as raw bytes that are not UTF-8 (an encoded surrogate): the field is named too
+    resp = full_client.post("/v1/rerank", content=b'{"query": "q", "documents": ["ok", "a\xed\xa0\x80"]}',
+                            headers={"content-type": "application/json"})
+    assert resp.json()["error"]["param"] == "documents[1]", resp.text
+    bad_bytes = full_client.post("/v1/rerank", content=b'{"query": "q\xff", "documents": ["ok"]}',
+                                 headers={"content-type": "application/json"})
+    assert bad_bytes.status_code == 422 and bad_bytes.json()["error"]["param"] == "query", bad_bytes.text
+    assert "not valid UTF-8" in bad_bytes.json()["error"]["message"]
+
+
+def test_bad_text_keeps_the_connection_and_logs_no_traceback(full_app, caplog) -> None:
+    """Over a real socket: every bad request is answered 422 on the same keep-alive connection,
+    a good request still works on it afterwards, and nothing is logged as an error."""
+    import http.client
+    import logging
+    import socket
+    import time
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # log_config=None: uvicorn's records reach caplog (its default config does not propagate them)
+    server = uvicorn.Server(uvicorn.Config(full_app, host="127.0.0.1", port=port, log_config=None,
+                                           timeout_keep_alive=60, lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    caplog.set_level(logging.INFO)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.started
+        cases = list(_surrogate_cases(full_app))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        headers = {"content-type": "application/json"}
+
+        def post(path: str, raw: bytes) -> tuple[int, dict]:
+            conn.request("POST", path, body=raw, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+
+        post("/v1/embeddings", b'{"input": "open the connection"}')
+        sock = conn.sock
+        for path, body, param in cases:
+            status, answer = post(path, json.dumps(body).encode())
+            assert status == 422 and answer["error"]["param"] == param, (path, answer)
+            assert conn.sock is sock, f"{path}: the server closed the connection after a bad request"
+        status, answer = post("/v1/rerank", b'{"query": "bread", "documents": ["bread bread", "stars"]}')
+        assert status == 200 and answer["results"][0]["index"] == 0
+        assert conn.sock is sock
+        conn.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert errors == [], [r.getMessage() for r in errors]
+
+
+def test_error_body_is_openai_shaped_with_param_and_code(client) -> None:
+    resp = client.post("/v1/rerank", json={"query": "q", "documents": ["ok", " "]})
+    assert resp.json() == {"error": {"message": "documents[1]: is empty; send non-blank text", "type": "empty_input",
+                                     "param": "documents[1]", "code": None}}
+    missing = client.post("/v1/cite", json={"sentences": ["a"]}).json()["error"]
+    assert missing["type"] == "validation_error" and missing["param"] == "documents" and missing["code"] == "missing"
+    nested = client.post("/v1/cite", json={"sentences": ["a"], "documents": [{"id": "x", "text": 3}]}).json()["error"]
+    assert nested["param"] == "documents[0].text" and nested["message"].startswith("documents[0].text: ")
+    over = client.post("/v1/rerank", json={"query": "q", "documents": ["d"] * 6}).json()["error"]
+    assert over["type"] == "too_large" and over["param"] == "documents"
+    history = client.post("/v1/decompose", json={"query": "q", "history": [{"role": "robot", "content": "x"}]})
+    assert history.json()["error"]["param"] == "history[0].role"
+    not_found = client.get("/nope").json()["error"]
+    assert not_found["type"] == "http_error" and not_found["param"] is None
+
+
+def test_feedback_with_the_router_off_is_accepted_and_says_how_to_turn_it_on(small_index, embedder) -> None:
+    from searchsmith.serving.index import Index
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    pipe = Pipeline(PipelineConfig(), Index.load(small_index, embedder=embedder), embedder)  # protocol off
+    with TestClient(create_app(ServerConfig(), pipeline=pipe)) as c:
+        qid = c.post("/v1/search", json={"query": "How long should I knead bread dough?"}).json()["query_id"]
+        body = c.post("/v1/feedback", json={"query_id": qid, "quality": 0.9}).json()
+        assert body["recorded"] is False and body["query_id"] == qid and body["quality"] == 0.9
+        assert "pipeline.protocol.enabled: true" in body["message"]
+        assert "quality" in _error(c.post("/v1/feedback", json={"query_id": qid, "quality": 7}), 422,
+                                   "validation_error")
+
+
+def test_feedback_with_the_router_on_says_it_was_recorded(full_client) -> None:
+    qid = full_client.post("/v1/search", json={"query": "What are the rings of Saturn made of?"}).json()["query_id"]
+    body = full_client.post("/v1/feedback", json={"query_id": qid, "quality": 0.5}).json()
+    assert body["recorded"] is True and body["query_id"] == qid and body["preset"]
+
+
+def test_serve_yaml_thresholds_reach_cite_without_a_pipeline() -> None:
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.pipeline.config import PipelineConfig
+
+    cfg = from_dict(PipelineConfig, {"citation": {"support_threshold": 0.95}})
+    with TestClient(create_app(ServerConfig(), citation=FakeCiter(), pipeline_config=cfg)) as c:
+        body = c.post("/v1/cite", json={"sentences": ["Kestrel uses port 8080."], "documents": DOCS}).json()
+    assert body["threshold"] == 0.95 and body["sentences"][0]["citations"] == []  # 0.9 < 0.95
+
+
+def test_model_names_aliases_and_v1_models() -> None:
+    from searchsmith.serving.http import ServedModel
+
+    cfg = ServerConfig(rerank_model=ServedModel(name="acme-rerank", aliases=["rerank-english-v3.0"]))
+    with TestClient(create_app(cfg, reranker=FakeReranker())) as c:
+        listed = c.get("/v1/models").json()
+        assert listed["object"] == "list" and [m["id"] for m in listed["data"]] == ["acme-rerank"]
+        assert listed["data"][0]["aliases"] == ["rerank-english-v3.0", "reranker"]
+        for name in ("acme-rerank", "rerank-english-v3.0", "reranker", None):
+            body = {"query": "q", "documents": ["d"], **({"model": name} if name else {})}
+            resp = c.post("/v1/rerank", json=body)
+            assert resp.status_code == 200 and resp.json()["model"] == "acme-rerank", resp.text
+        err = c.post("/v1/rerank", json={"query": "q", "documents": ["d"], "model": "gpt-4"}).json()["error"]
+        assert err["param"] == "model" and err["code"] == "model_not_found"
+        assert "'acme-rerank'" in err["message"] and "rerank_model.aliases" in err["message"]
+        assert c.get("/v1/models/rerank-english-v3.0").json()["id"] == "acme-rerank"
+        assert _error(c.get("/v1/models/gpt-4"), 404, "http_error").startswith("model: 'gpt-4'")
+
+
+def test_served_model_config_is_checked() -> None:
+    from searchsmith.models.errors import ConfigError
+    from searchsmith.serving.http import ServedModel
+
+    with pytest.raises(ConfigError, match="embeddings_model: name must be"):
+        ServerConfig(embeddings_model=ServedModel(name="", aliases=[]))
+    with pytest.raises(ConfigError, match="rerank_model: name must be"):
+        ServerConfig(rerank_model=ServedModel(aliases=[3]))

@@ -173,3 +173,44 @@ def test_ray_serve_replicas_answer(tmp_path, small_index) -> None:
     from ray import serve
 
     serve.shutdown()
+
+
+def test_feedback_works_with_the_quickstart_serve_yaml(tmp_path, small_index) -> None:
+    """The serve.yaml the quickstart writes (protocol router off) accepts feedback and says how
+    to make it count (it answered 422 before)."""
+    import shutil
+
+    from searchsmith.serving.serve_cli import build_app
+
+    work = tmp_path / "searchsmith-work"
+    shutil.copytree(small_index, work / "indexes" / "demo")
+    path = write_serve_config(work)
+    cfg, app = build_app(_args("--config", str(path)))
+    assert cfg.pipeline.protocol.enabled is False
+    with TestClient(app) as c:
+        qid = c.post("/v1/search", json={"query": "How long should I knead bread dough?"}).json()["query_id"]
+        resp = c.post("/v1/feedback", json={"query_id": qid, "quality": 1.0})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["recorded"] is False and "pipeline.protocol.enabled" in resp.json()["message"]
+
+
+def test_serve_help_documents_keys_auth_and_the_log_variable(capsys) -> None:
+    from searchsmith.models.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "server.api_keys" in out and "Authorization: Bearer" in out and "SEARCHSMITH_LOG" in out
+    assert "/docs" in out
+
+
+def test_model_names_load_from_serve_yaml(tmp_path) -> None:
+    (tmp_path / "s.yaml").write_text("server:\n  embeddings_model:\n    name: minilm\n"
+                                     "    aliases: [text-embedding-3-small]\n")
+    cfg = load_serve_config(tmp_path / "s.yaml", ["server.rerank_model.name=acme"])
+    assert cfg.server.embeddings_model.name == "minilm"
+    assert cfg.server.embeddings_model.aliases == ["text-embedding-3-small"]
+    assert cfg.server.rerank_model.name == "acme" and cfg.server.rerank_model.aliases == []
+    (tmp_path / "bad.yaml").write_text("server:\n  embeddings_model:\n    nmae: x\n")
+    with pytest.raises(ConfigError, match="name"):
+        load_serve_config(tmp_path / "bad.yaml")
