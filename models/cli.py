@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from searchsmith.models import __version__
+from searchsmith.models.console import VERBOSE_ENV, quiet_third_party, verbose
 from searchsmith.models.errors import SearchsmithError
 
 # command -> ("module:function that configures its argparse parser", one-line help)
@@ -119,12 +120,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         fix = f" (did you mean {hint!r}?)" if hint else ""
         print(f"searchsmith: unknown command {command!r}{fix}\n\n{_top_help()}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=os.environ.get("SEARCHSMITH_LOG", "WARNING"),
+    # --verbose (any command) = SEARCHSMITH_LOG=debug: third-party bars and warnings too.
+    # Decided before the command's module is imported: transformers reads it at import.
+    if "--verbose" in argv[1:]:
+        os.environ[VERBOSE_ENV] = "1"
+    quiet_third_party()
+    logging.basicConfig(level="DEBUG" if verbose() else os.environ.get("SEARCHSMITH_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     target, help_text = COMMANDS[command]
     parser = argparse.ArgumentParser(prog=f"searchsmith {command}", description=help_text)
     try:
         _load(target)(parser)
+        if not any("--verbose" in a.option_strings for a in parser._actions):
+            parser.add_argument("--verbose", action="store_true", help="show third-party progress bars, "
+                                "warnings and debug logs (also: SEARCHSMITH_LOG=debug)")
         # intermixed: KEY=VALUE overrides may come after options (index C --out D a.b=1)
         args = parser.parse_intermixed_args(argv[1:])
         return int(args.func(args) or 0)

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+# Xinyu et al. chunk at 350 tokens; a model with a shorter window gets its window instead
+# (all-MiniLM-L6-v2 embeds 256 tokens, [CLS] and [SEP] included: 254 of text).
+DEFAULT_CHUNK_TOKENS = 350
 
 # A sentence ends at . ! ? (optionally followed by a closing quote/bracket) before
 # whitespace, or at a blank line.
@@ -22,18 +26,27 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
 @dataclass(frozen=True)
 class ChunkerConfig:
     """Attributes:
-        chunk_tokens: tokens per chunk (Xinyu et al. use 350).
+        chunk_tokens: tokens per chunk; None = ``DEFAULT_CHUNK_TOKENS`` (350, as Xinyu et
+            al.) or the embedding model's window when that is shorter (:meth:`fitted`).
         overlap_ratio: share of a chunk repeated at the start of the next (0.25 in the paper).
     """
 
-    chunk_tokens: int = 350
+    chunk_tokens: int | None = None
     overlap_ratio: float = 0.25
 
     def __post_init__(self) -> None:
-        if self.chunk_tokens < 8:
+        if self.chunk_tokens is not None and self.chunk_tokens < 8:
             raise ValueError(f"chunker.chunk_tokens must be >= 8, got {self.chunk_tokens}")
         if not 0.0 <= self.overlap_ratio < 0.9:
             raise ValueError(f"chunker.overlap_ratio must be in [0, 0.9), got {self.overlap_ratio}")
+
+    def fitted(self, window: int | None) -> ChunkerConfig:
+        """This config with ``chunk_tokens`` decided: as set, or the default capped at
+        ``window`` (text tokens the embedding model sees; None = no known limit)."""
+        if self.chunk_tokens is not None:
+            return self
+        tokens = DEFAULT_CHUNK_TOKENS if window is None else max(8, min(DEFAULT_CHUNK_TOKENS, window))
+        return replace(self, chunk_tokens=tokens)
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,10 @@ class Chunker:
 
     def __init__(self, tokenizer: Any, config: ChunkerConfig | None = None) -> None:
         self.tokenizer = tokenizer
-        self.config = config or ChunkerConfig()
+        window = getattr(tokenizer, "model_max_length", None)
+        # tokenizers without a limit report a huge sentinel (int(1e30))
+        window = window - 2 if isinstance(window, int) and 8 < window < 1_000_000 else None
+        self.config = (config or ChunkerConfig()).fitted(window)
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError("Chunker needs a fast tokenizer (offset mapping); load it with use_fast=True")
 

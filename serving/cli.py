@@ -17,9 +17,13 @@ from searchsmith.models.errors import ValidationError
 # -- index -----------------------------------------------------------------------------------
 def configure_index(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("corpus", help="corpus JSONL: {id, source, text, title?, date?, url?, images?}")
-    parser.add_argument("--out", required=True, help="index folder to write (replaced atomically)")
+    parser.add_argument("--out", required=True, help="index folder to write: a new or empty folder (an existing "
+                        "index only with --force; anything else is refused, never replaced)")
     parser.add_argument("--config", help="index config YAML (embedder, chunker, centroids, index_type)")
-    parser.add_argument("--add", action="store_true", help="add the documents to an existing index at --out")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--add", action="store_true", help="add the documents to the existing index at --out")
+    mode.add_argument("--force", action="store_true", help="rebuild the existing index at --out (replaced "
+                      "atomically; refused if the folder holds files the index did not write)")
     parser.add_argument("overrides", nargs="*", help="config overrides KEY=VALUE, e.g. chunker.chunk_tokens=200")
     parser.set_defaults(func=run_index)
 
@@ -27,20 +31,30 @@ def configure_index(parser: argparse.ArgumentParser) -> None:
 def run_index(args: argparse.Namespace) -> int:
     from searchsmith.models.config import load_config
     from searchsmith.serving.corpus import read_corpus
-    from searchsmith.serving.index import IndexConfig, add_documents, build_index
+    from searchsmith.serving.index import IndexConfig, add_documents, build_index, check_out_path
+
+    def say(line: str) -> None:  # step lines on stderr: stdout is the JSON summary
+        print(line, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    records = read_corpus(args.corpus)
     if args.add:
         if args.config or args.overrides:
             raise ValidationError("index --add uses the config the index was built with; drop --config/overrides")
-        manifest = add_documents(args.out, records)
     else:
         cfg = load_config(IndexConfig, args.config, args.overrides)
-        manifest = build_index(records, args.out, cfg)
+        check_out_path(args.out, overwrite=args.force)  # before reading a large corpus
+    say(f"index: reading {args.corpus}")
+    records = read_corpus(args.corpus)
+    if args.add:
+        manifest = add_documents(args.out, records, report=say, show_progress=True)
+    else:
+        manifest = build_index(records, args.out, cfg, overwrite=args.force, report=say, show_progress=True)
+    seconds = round(time.perf_counter() - t0, 2)
+    say(f"index: wrote {args.out} in {seconds:.1f} s")
     summary = {"index": str(args.out), "documents": manifest["documents"], "chunks": manifest["chunks"],
                "sources": {s: v["chunks"] for s, v in manifest["sources"].items()},
-               "embedding_model": manifest["embedding_model"], "seconds": round(time.perf_counter() - t0, 2)}
+               "chunk_tokens": manifest["chunker"]["chunk_tokens"],
+               "embedding_model": manifest["embedding_model"], "seconds": seconds}
     print(json.dumps(summary))
     return 0
 

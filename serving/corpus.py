@@ -9,14 +9,69 @@ problems of a file are reported together (up to ``max_errors``).
 from __future__ import annotations
 
 import json
-import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
 
-_SOURCE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_SOURCE_CHARS = 200
 _OPTIONAL_STR = ("title", "date", "url")
+# Direction marks and overrides: a label holding them can print as another label.
+_BIDI_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def source_label_problem(label: Any, max_chars: int = MAX_SOURCE_CHARS) -> str | None:
+    """Why ``label`` cannot name a source, or None when it can.
+
+    A source label is any text a person would write ("Climate Science", "Healthcare /
+    Medicine", "Médecine"): up to ``max_chars`` characters, not blank, without control
+    characters, line breaks, direction overrides or lone surrogates (not UTF-8 encodable).
+    It is never used as a file name as such (see ``searchsmith.serving.index.source_stem``).
+    """
+    if not isinstance(label, str):
+        return f"must be a string, got {type(label).__name__}"
+    if not label.strip():
+        return "is empty; name the source, e.g. \"Climate Science\""
+    if len(label) > max_chars:
+        return f"has {len(label)} characters, the limit is {max_chars}; shorten it"
+    if label != label.strip():
+        return f"{label!r} starts or ends with whitespace; remove it"
+    for i, ch in enumerate(label):
+        cat = unicodedata.category(ch)
+        if cat == "Cs":
+            return f"{label!r} holds a lone surrogate at character {i} (not encodable as UTF-8); fix the text"
+        if cat == "Cc" or cat in ("Zl", "Zp") or ch in _BIDI_CONTROLS:
+            return (f"{label!r} holds the control character U+{ord(ch):04X} at character {i}; "
+                    "use printable text")
+    return None
+
+
+def source_key(label: str) -> str:
+    """What two labels must not share: NFKC form, case-folded, whitespace collapsed.
+
+    "Climate Science", "climate  science" and "Climate\u00a0Science" have one key: people
+    read them as one source, and file systems that ignore case would store them as one.
+    """
+    return " ".join(unicodedata.normalize("NFKC", label).casefold().split())
+
+
+def check_source_labels(labels: dict[str, str]) -> None:
+    """Refuse distinct labels that share a :func:`source_key`.
+
+    Args:
+        labels: label -> where it was first seen (``file:line``), for the message.
+    """
+    seen: dict[str, str] = {}
+    clashes = []
+    for label in labels:
+        other = seen.setdefault(source_key(label), label)
+        if other != label:
+            clashes.append(f"{other!r} ({labels[other]}) and {label!r} ({labels[label]})")
+    if clashes:
+        raise ValidationError(
+            "source labels that differ only in case, spacing or Unicode form name one source: "
+            + "; ".join(clashes) + ". Spell each source one way in the corpus")
 
 
 def _check_record(rec: Any, where: str) -> list[str]:
@@ -29,9 +84,9 @@ def _check_record(rec: Any, where: str) -> list[str]:
     if "id" in rec and not isinstance(rec["id"], (str, int)):
         errs.append(f"{where}: field 'id' must be a string, got {type(rec['id']).__name__}")
     if "source" in rec:
-        src = rec["source"]
-        if not isinstance(src, str) or not _SOURCE_NAME.match(src):
-            errs.append(f"{where}: field 'source' must be 1-64 characters of letters, digits, '_', '-', '.'; got {src!r}")
+        problem = source_label_problem(rec["source"])
+        if problem:
+            errs.append(f"{where}: field 'source' {problem}")
     if "text" in rec:
         if not isinstance(rec["text"], str):
             errs.append(f"{where}: field 'text' must be a string, got {type(rec['text']).__name__}")
@@ -71,6 +126,7 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     seen: dict[str, int] = {}
+    labels: dict[str, str] = {}
     with open(p, encoding="utf-8", errors="strict") as fh:
         try:
             lines = list(fh)
@@ -100,12 +156,14 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
             errors.append(f"{where}: duplicate id {rec['id']!r} (first on line {seen[rec['id']]}); ids must be unique")
             continue
         seen[rec["id"]] = lineno
+        labels.setdefault(rec["source"], where)
         for im in rec.get("images") or []:
             im_path = Path(im["path"])
             im["path"] = str(im_path if im_path.is_absolute() else (p.parent / im_path).resolve())
         records.append(rec)
     if errors:
         raise ValidationError(f"corpus {p}: {len(errors)} problem(s)\n  " + "\n  ".join(errors))
+    check_source_labels(labels)
     if not records:
         raise ValidationError(f"corpus {p} is empty: expected at least one JSON line with id, source and text")
     return records

@@ -4,14 +4,20 @@ Layout of an index folder (every file's sha256 is in the manifest)::
 
     manifest.json            model, dimension, counts, config, sha256 of every file
     chunks.sqlite            chunk text + metadata; row id = FAISS id
-    faiss/<source>.faiss     IndexIDMap2 over flat IP (default), IVF or HNSW
-    vectors/<source>.npy     (n, D) float32 unit vectors, same order as ...
-    vectors/<source>.ids.npy (n,) int64 chunk rows
+    faiss/<stem>.faiss       IndexIDMap2 over flat IP (default), IVF or HNSW
+    vectors/<stem>.npy       (n, D) float32 unit vectors, same order as ...
+    vectors/<stem>.ids.npy   (n,) int64 chunk rows
     centroids.npy            (C, D) k-means centroids of every source's chunks
-    centroids.json           the source of each centroid row
+    centroids.json           the source (label) of each centroid row
+
+A source's label is any text ("Healthcare / Medicine"); its files use a stem derived
+from it (:func:`source_stem`), kept in the manifest as ``sources[label].file``. Indexes
+written before the stems existed name their files by label and still load.
 
 Writes are atomic: a new or updated index is built in a temporary folder next to the
-target and swapped in by rename, so a crash leaves the old index intact.
+target and swapped in by rename, so a crash leaves the old index intact. Nothing else is
+replaced: ``--out`` must be new, an empty folder, or (with ``overwrite``) an index holding
+only the files its manifest lists (:func:`check_out_path`).
 
 Search runs on FAISS on the CPU (or faiss-gpu where it has GPUs); on a CUDA machine
 without faiss-gpu, flat search runs through ``searchsmith.kernels.similarity_topk``
@@ -20,12 +26,14 @@ without faiss-gpu, flat search runs through ``searchsmith.kernels.similarity_top
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import shutil
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,13 +44,18 @@ from searchsmith.models import __version__
 from searchsmith.models.config import from_dict, to_dict
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
-from searchsmith.serving.chunker import Chunk, Chunker, ChunkerConfig
+from searchsmith.serving.chunker import DEFAULT_CHUNK_TOKENS, Chunk, Chunker, ChunkerConfig
+from searchsmith.serving.corpus import source_key
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
 
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = "searchsmith-index"
-INDEX_FORMAT_VERSION = 1
+# 2: some source files are named by a derived stem (``sources[label].file``), which
+# version 1 readers would not find; an index whose stems are all its labels stays 1.
+INDEX_FORMAT_VERSION = 2
+
+Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -218,39 +231,181 @@ def compute_centroids(vectors: np.ndarray, cfg: CentroidConfig) -> np.ndarray:
     return (cents / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
+# -- source labels and their file stems ------------------------------------------------------
+_PLAIN_STEM = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# Names Windows reserves whatever the extension: a label "con" must not become con.faiss.
+_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+
+
+def source_stem(label: str) -> str:
+    """The file stem of a source (``faiss/<stem>.faiss``, ``vectors/<stem>.npy``).
+
+    A plain lower-case label ("cooking", "product_docs") is its own stem, as in indexes
+    before labels were free text. Any other label gets an ASCII slug of its
+    :func:`~searchsmith.serving.corpus.source_key` plus 10 hex digits of that key's sha256
+    ("Healthcare / Medicine" -> ``healthcare-medicine-3f1c...``): safe on every file
+    system, case-insensitive ones included, and stable across runs.
+    """
+    if _PLAIN_STEM.match(label) and label not in _RESERVED:
+        return label
+    import unicodedata
+
+    key = source_key(label)
+    ascii_key = unicodedata.normalize("NFKD", key).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_key).strip("-")[:40].strip("-") or "source"
+    return f"{slug}-{hashlib.sha256(key.encode('utf-8')).hexdigest()[:10]}"
+
+
+def assign_stems(labels: Sequence[str], existing: dict[str, str] | None = None) -> dict[str, str]:
+    """Stems for ``labels`` beside the ``existing`` label -> stem of an index.
+
+    Raises:
+        ValidationError: two labels share a key (differ only in case, spacing or Unicode
+            form) or, vanishingly rarely, a stem.
+    """
+    existing = dict(existing or {})
+    by_key = {source_key(lab): lab for lab in existing}
+    by_stem = {stem.casefold(): lab for lab, stem in existing.items()}
+    out = dict(existing)
+    for label in labels:
+        if label in out:
+            continue
+        key, stem = source_key(label), source_stem(label)
+        other = by_key.get(key) or by_stem.get(stem.casefold())
+        if other is not None:
+            raise ValidationError(
+                f"index: source {label!r} collides with source {other!r}: labels that differ only in case, "
+                "spacing or Unicode form name one source (and one set of files); spell the source "
+                f"{other!r} in the corpus, or rename one of them")
+        out[label] = stem
+        by_key[key], by_stem[stem.casefold()] = label, label
+    return out
+
+
+def _stems_of(manifest: dict[str, Any]) -> dict[str, str]:
+    """label -> file stem; manifests before stems existed named the files by label."""
+    return {label: info.get("file", label) for label, info in manifest["sources"].items()}
+
+
+# -- where an index may be written -----------------------------------------------------------
+def _looks_like_corpus(path: Path) -> bool:
+    """A JSONL file whose first non-blank line is an object with 'text' (or named *.jsonl)."""
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return True
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    rec = json.loads(line)
+                    return isinstance(rec, dict) and "text" in rec
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def suggest_index_dir(path: Path) -> str:
+    """Where an index of the corpus file ``path`` could go: ``indexes/<stem>``."""
+    return str(Path("indexes") / (re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip("-.") or "index"))
+
+
+def check_out_path(out: str | Path, *, overwrite: bool = False) -> None:
+    """Refuse an ``--out`` that would replace something searchsmith did not write.
+
+    Accepted: a path that does not exist, an empty folder, and (only with ``overwrite``)
+    a searchsmith index whose folder holds nothing but the files its manifest lists.
+
+    Raises:
+        ValidationError: naming what is there and the fix; nothing is touched.
+    """
+    out = Path(out)
+    if out.is_symlink():
+        raise ValidationError(f"index --out {out}: is a symbolic link; nothing was replaced. Give the folder "
+                              f"it points to ({out.resolve()}) or a new folder")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        what = "a corpus file" if _looks_like_corpus(out) else "a file"
+        raise ValidationError(
+            f"index --out {out}: is {what}, not an index folder; nothing was replaced. An index is a folder: "
+            f"use a new one, e.g. --out {suggest_index_dir(out)}")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    try:
+        manifest = read_manifest(out)
+    except BundleError:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise ValidationError(
+            f"index --out {out}: is a folder that is not a searchsmith index (no valid manifest.json; it holds "
+            f"{shown}); nothing was replaced. Use a new or empty folder, e.g. --out {out / 'index'}") from None
+    if not overwrite:
+        raise ValidationError(
+            f"index --out {out}: already holds a searchsmith index ({manifest.get('documents')} documents, "
+            f"updated {manifest.get('updated', '?')}); nothing was replaced. Pass --force to rebuild it, or "
+            "--add to add the corpus's documents to it")
+    ours = {Path(rel) for rel in manifest.get("files", {})} | {Path("manifest.json")}
+    foreign = sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                     if (p.is_file() or p.is_symlink()) and p.relative_to(out) not in ours)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ValidationError(
+            f"index --out {out}: holds {len(foreign)} file(s) the index did not write ({shown}); --force "
+            "replaces the whole folder, so nothing was replaced. Move them out first")
+
+
 # -- building --------------------------------------------------------------------------------
-def _embed_chunks(embedder: Embedder, chunks: Sequence[Chunk]) -> np.ndarray:
+EMBED_SLICE = 256  # chunks per embedding call: the progress bar moves every few seconds on 2 cores
+
+
+def _embed_chunks(embedder: Embedder, chunks: Sequence[Chunk], bar: Any = None) -> np.ndarray:
     texts = [f"{c.title}. {c.text}" if c.title else c.text for c in chunks]
-    return embedder.encode(texts)
+    if bar is None:
+        return embedder.encode(texts)
+    parts = []
+    for i in range(0, len(texts), EMBED_SLICE):
+        parts.append(embedder.encode(texts[i: i + EMBED_SLICE], show_progress=False))
+        bar.update(len(parts[-1]))
+    return np.concatenate(parts, axis=0)
 
 
 def _effective_chunker(cfg: IndexConfig, embedder: Embedder) -> ChunkerConfig:
-    """Chunks longer than the embedding window would be silently truncated: clamp and say so."""
+    """Chunks longer than the embedding window would be silently truncated: fit them to it.
+
+    The default (``chunk_tokens`` unset) is 350 tokens or the window if shorter, said once
+    at INFO; an explicit size above the window is clamped with a warning.
+    """
     window = embedder.max_seq_length - 2  # [CLS] ... [SEP]
-    if cfg.chunker.chunk_tokens > window:
+    asked = cfg.chunker.chunk_tokens
+    if asked is None:
+        fitted = cfg.chunker.fitted(window)
+        if fitted.chunk_tokens < DEFAULT_CHUNK_TOKENS:
+            log.info("index: chunks of %d tokens, the window of %s (%d tokens are used where a model allows them)",
+                     fitted.chunk_tokens, embedder.model_name, DEFAULT_CHUNK_TOKENS)
+        return fitted
+    if asked > window:
         log.warning("index: chunker.chunk_tokens=%d exceeds the embedding model's window of %d "
-                    "tokens; chunks are made %d tokens long (set chunker.chunk_tokens to silence this)",
-                    cfg.chunker.chunk_tokens, window, window)
+                    "tokens; chunks are made %d tokens long (leave chunker.chunk_tokens unset to fit "
+                    "the window)", asked, window, window)
         return ChunkerConfig(chunk_tokens=window, overlap_ratio=cfg.chunker.overlap_ratio)
     return cfg.chunker
 
 
-def _write_source(tmp: Path, cfg: IndexConfig, source: str, vectors: np.ndarray, ids: np.ndarray) -> dict[str, Any]:
+def _write_source(tmp: Path, cfg: IndexConfig, stem: str, vectors: np.ndarray, ids: np.ndarray) -> dict[str, Any]:
     import faiss
 
     (tmp / "faiss").mkdir(exist_ok=True)
     (tmp / "vectors").mkdir(exist_ok=True)
-    np.save(tmp / "vectors" / f"{source}.npy", vectors.astype(np.float32))
-    np.save(tmp / "vectors" / f"{source}.ids.npy", ids.astype(np.int64))
+    np.save(tmp / "vectors" / f"{stem}.npy", vectors.astype(np.float32))
+    np.save(tmp / "vectors" / f"{stem}.ids.npy", ids.astype(np.int64))
     index, kind = _make_faiss_index(cfg, vectors, ids)
-    faiss.write_index(index, str(tmp / "faiss" / f"{source}.faiss"))
-    return {"chunks": int(len(ids)), "index_type": kind}
+    faiss.write_index(index, str(tmp / "faiss" / f"{stem}.faiss"))
+    return {"chunks": int(len(ids)), "index_type": kind, "file": stem}
 
 
 def _write_centroids(tmp: Path, cfg: IndexConfig, sources: dict[str, Any]) -> None:
     cents, owners = [], []
     for name in sorted(sources):
-        vecs = np.load(tmp / "vectors" / f"{name}.npy")
+        vecs = np.load(tmp / "vectors" / f"{sources[name].get('file', name)}.npy")
         c = compute_centroids(vecs, cfg.centroids)
         cents.append(c)
         owners.extend([name] * len(c))
@@ -265,8 +420,9 @@ def _write_manifest(tmp: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg
     for p in sorted(tmp.rglob("*")):
         if p.is_file() and p.name != "manifest.json":
             files[str(p.relative_to(tmp))] = sha256_file(p)
+    derived = any(info.get("file", label) != label for label, info in sources.items())
     manifest = {
-        "format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION,
+        "format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION if derived else 1,
         "searchsmith_version": __version__,
         "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -279,9 +435,23 @@ def _write_manifest(tmp: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg
     return manifest
 
 
+def _by_source(chunker: Chunker, records: Sequence[dict[str, Any]]) -> dict[str, list[Chunk]]:
+    by_source: dict[str, list[Chunk]] = {}
+    for c in chunker.chunk_all(records):
+        by_source.setdefault(c.source, []).append(c)
+    return by_source
+
+
 def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: IndexConfig | None = None,
-                embedder: Embedder | None = None) -> dict[str, Any]:
+                embedder: Embedder | None = None, *, overwrite: bool = False, report: Report | None = None,
+                show_progress: bool = False) -> dict[str, Any]:
     """Chunk, embed and index validated corpus records into ``out_dir`` (atomically).
+
+    Args:
+        overwrite: replace an existing index at ``out_dir`` (never anything else, see
+            :func:`check_out_path`, checked before any work and again before the swap).
+        report: called with one line per step (the CLI prints them).
+        show_progress: a progress bar over the chunks embedded (on a terminal).
 
     Returns:
         The manifest written.
@@ -291,37 +461,54 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
         raise ValidationError("index: the corpus is empty; nothing to index")
     if len(records) > cfg.max_documents:
         raise ValidationError(f"index: {len(records)} documents, the limit is {cfg.max_documents} (index.max_documents)")
-    embedder = embedder or Embedder(cfg.embedder)
+    out = Path(out_dir)
+    check_out_path(out, overwrite=overwrite)
+    stems = assign_stems(sorted({str(r["source"]) for r in records}))
+    say = report or (lambda line: None)
+    if embedder is None:
+        say(f"index: loading the embedding model ({cfg.embedder.model})")
+        embedder = Embedder(cfg.embedder)
     chunker_cfg = _effective_chunker(cfg, embedder)
     chunker = Chunker(embedder.tokenizer, chunker_cfg)
-    out = Path(out_dir)
+    by_source = _by_source(chunker, records)
+    n_chunks = sum(len(v) for v in by_source.values())
+    say(f"index: {len(records)} documents -> {n_chunks} chunks of <= {chunker_cfg.chunk_tokens} tokens "
+        f"in {len(by_source)} source(s); embedding with {embedder.model_name}")
     tmp = temp_dir_beside(out)
+    bar = None
     try:
+        if show_progress:
+            from searchsmith.models.console import progress
+
+            bar = progress(total=n_chunks, desc="embed", unit="chunk")
         store = ChunkStore(tmp / "chunks.sqlite")
-        by_source: dict[str, list[Chunk]] = {}
-        for c in chunker.chunk_all(records):
-            by_source.setdefault(c.source, []).append(c)
         sources: dict[str, Any] = {}
         row = 0
         for name in sorted(by_source):
             chunks = by_source[name]
             ids = np.asarray(store.add(chunks, row), dtype=np.int64)
             row += len(chunks)
-            vecs = _embed_chunks(embedder, chunks)
-            sources[name] = _write_source(tmp, cfg, name, vecs, ids)
+            vecs = _embed_chunks(embedder, chunks, bar)
+            sources[name] = _write_source(tmp, cfg, stems[name], vecs, ids)
             sources[name]["documents"] = len({c.doc_id for c in chunks})
         store.close()
+        if bar is not None:
+            bar.close()
         _write_centroids(tmp, cfg, sources)
         manifest = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources, len(records), row)
+        check_out_path(out, overwrite=overwrite)  # something may have appeared there meanwhile
         replace_dir(tmp, out)
     except BaseException:
+        if bar is not None:
+            bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
 
 
 def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
-                  embedder: Embedder | None = None) -> dict[str, Any]:
+                  embedder: Embedder | None = None, *, report: Report | None = None,
+                  show_progress: bool = False) -> dict[str, Any]:
     """Add documents to an existing index without rebuilding it (atomically).
 
     New chunks are embedded and appended to their sources' FAISS indexes (a new source gets
@@ -330,13 +517,18 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
     index_dir = Path(index_dir)
     manifest = read_manifest(index_dir)
     cfg = from_dict(IndexConfig, manifest["config"], source=f"{index_dir}/manifest.json:config")
-    embedder = embedder or Embedder(cfg.embedder)
+    say = report or (lambda line: None)
+    if embedder is None:
+        say(f"index --add: loading the embedding model ({cfg.embedder.model})")
+        embedder = Embedder(cfg.embedder)
     check_model(manifest, embedder, index_dir)
     if not records:
         raise ValidationError("index --add: no documents to add")
+    stems = assign_stems(sorted({str(r["source"]) for r in records}), _stems_of(manifest))
     chunker_cfg = from_dict(ChunkerConfig, manifest["chunker"])
     tmp = temp_dir_beside(index_dir)
     shutil.copytree(index_dir, tmp, dirs_exist_ok=True)
+    bar = None
     try:
         store = ChunkStore(tmp / "chunks.sqlite")
         existing = store.doc_ids()
@@ -345,30 +537,39 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
             raise ValidationError(f"index --add: {len(dup)} document id(s) already in the index, e.g. {dup[:3]}; "
                                   "ids must be unique (remove them from the file or rebuild)")
         chunker = Chunker(embedder.tokenizer, chunker_cfg)
-        by_source: dict[str, list[Chunk]] = {}
-        for c in chunker.chunk_all(records):
-            by_source.setdefault(c.source, []).append(c)
-        sources = dict(manifest["sources"])
+        by_source = _by_source(chunker, records)
+        n_chunks = sum(len(v) for v in by_source.values())
+        say(f"index --add: {len(records)} documents -> {n_chunks} chunks in {len(by_source)} source(s)")
+        if show_progress:
+            from searchsmith.models.console import progress
+
+            bar = progress(total=n_chunks, desc="embed", unit="chunk")
+        sources = {name: {**info, "file": stems[name]} for name, info in manifest["sources"].items()}
         row = store.max_row() + 1
         for name in sorted(by_source):
             chunks = by_source[name]
+            stem = stems[name]
             ids = np.asarray(store.add(chunks, row), dtype=np.int64)
             row += len(chunks)
-            vecs = _embed_chunks(embedder, chunks)
-            vec_path = tmp / "vectors" / f"{name}.npy"
+            vecs = _embed_chunks(embedder, chunks, bar)
+            vec_path = tmp / "vectors" / f"{stem}.npy"
             if vec_path.exists():
                 vecs = np.concatenate([np.load(vec_path), vecs])
-                ids = np.concatenate([np.load(tmp / "vectors" / f"{name}.ids.npy"), ids])
+                ids = np.concatenate([np.load(tmp / "vectors" / f"{stem}.ids.npy"), ids])
             docs = sources.get(name, {}).get("documents", 0) + len({c.doc_id for c in chunks})
-            sources[name] = _write_source(tmp, cfg, name, vecs, ids)
+            sources[name] = _write_source(tmp, cfg, stem, vecs, ids)
             sources[name]["documents"] = docs
         store_count = store.count()
         store.close()
+        if bar is not None:
+            bar.close()
         _write_centroids(tmp, cfg, sources)
         out = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources,
                               manifest["documents"] + len(records), store_count, manifest["created"])
         replace_dir(tmp, index_dir)
     except BaseException:
+        if bar is not None:
+            bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
@@ -378,8 +579,18 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
 def read_manifest(index_dir: str | Path) -> dict[str, Any]:
     d = Path(index_dir)
     path = d / "manifest.json"
+    if d.is_file():
+        if _looks_like_corpus(d):
+            raise BundleError(
+                f"index {str(d)!r} is a corpus file, not an index folder; index it first with "
+                f"'searchsmith index {d} --out {suggest_index_dir(d)}', then pass --index {suggest_index_dir(d)}")
+        raise BundleError(f"index {str(d)!r} is a file, not an index folder (one written by 'searchsmith index "
+                          "CORPUS.jsonl --out DIR')")
     if not d.is_dir():
-        raise BundleError(f"index {str(d)!r} does not exist; build it with 'searchsmith index CORPUS.jsonl --out {d}'")
+        # a missing path named like a corpus file is no place for an index either
+        target = suggest_index_dir(d) if d.suffix.lower() in (".jsonl", ".ndjson", ".json") else str(d)
+        raise BundleError(f"index {str(d)!r} does not exist; build it with "
+                          f"'searchsmith index CORPUS.jsonl --out {target}'")
     if not path.is_file():
         raise BundleError(f"index {d}: manifest.json is missing (an interrupted build?); rebuild the index")
     try:
@@ -423,20 +634,28 @@ class Index:
         self.manifest = manifest
         self.config = config
         self.dim = int(manifest["embedding_dim"])
-        self.sources = sorted(manifest["sources"])
+        self.sources = sorted(manifest["sources"])  # labels: what every user-facing output names
+        self._stems = _stems_of(manifest)
         self.store = ChunkStore(index_dir / "chunks.sqlite", readonly=True)
         self._faiss = {}
         for s in self.sources:
+            rel = f"faiss/{self._stems[s]}.faiss"
             try:
-                self._faiss[s] = faiss.read_index(str(index_dir / "faiss" / f"{s}.faiss"))
+                self._faiss[s] = faiss.read_index(str(index_dir / rel))
             except RuntimeError as exc:
-                raise BundleError(f"index {index_dir}: faiss/{s}.faiss cannot be read ({exc}); rebuild the index") from None
+                raise BundleError(f"index {index_dir}: {rel} (source {s!r}) cannot be read ({exc}); "
+                                  "rebuild the index") from None
         self.centroids = np.load(index_dir / "centroids.npy")
         self.centroid_sources = json.loads((index_dir / "centroids.json").read_text())["sources"]
         self.backend = self._pick_backend(config.search_backend)
         self._kernel_mats: dict[str, tuple[Any, np.ndarray]] = {}
         if self.backend == "kernel":
             self._load_kernel_mats()
+
+    def vector_files(self, source: str) -> tuple[Path, Path]:
+        """``(vectors.npy, ids.npy)`` of a source label: (n, D) float32 and (n,) int64 rows."""
+        stem = self._stems[source]
+        return self.dir / "vectors" / f"{stem}.npy", self.dir / "vectors" / f"{stem}.ids.npy"
 
     @classmethod
     def load(cls, index_dir: str | Path, *, embedder: Embedder | None = None, verify: bool = True,
@@ -457,6 +676,10 @@ class Index:
         if wanted != "auto":
             return wanted
         import faiss
+        from searchsmith.kernels.host import host_only
+
+        if host_only() and getattr(faiss, "get_num_gpus", lambda: 0)() == 0:
+            return "faiss"  # no GPU to use: do not import torch to find that out (cold start)
         import torch
 
         if getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
@@ -473,8 +696,9 @@ class Index:
         dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.float16 if dev.type == "cuda" else torch.float32
         for s in self.sources:
-            vecs = np.load(self.dir / "vectors" / f"{s}.npy")
-            ids = np.load(self.dir / "vectors" / f"{s}.ids.npy")
+            vec_path, ids_path = self.vector_files(s)
+            vecs = np.load(vec_path)
+            ids = np.load(ids_path)
             self._kernel_mats[s] = (torch.from_numpy(vecs).to(dev, dtype), ids)
 
     def _search_one(self, source: str, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

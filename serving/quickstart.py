@@ -150,12 +150,14 @@ def configure_quickstart(parser: argparse.ArgumentParser) -> None:
 
 
 def run_quickstart(args: argparse.Namespace) -> int:
+    from searchsmith.models.console import progress, quiet_stdout
     from searchsmith.models.export import ExportOptions, export_embedder, export_run
     from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.index import IndexConfig, build_index, read_manifest
     from searchsmith.serving.pipeline.cli import format_answer
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
+    from searchsmith.serving.pipeline.gates import gate_report
 
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -178,21 +180,30 @@ def run_quickstart(args: argparse.Namespace) -> int:
         _train(step, args.profile, run_dir, Path(args.shared_data))
         print(f"      {step.name} trained in {time.perf_counter() - t:.0f} s", flush=True)
 
-    # 2. Export
+    # 2. Export (ONNX Runtime's optimizer prints to stdout: held back unless --verbose)
     i = len(MODELS) + 1
-    bundles: dict[str, Path] = {}
+    bundles: dict[str, Path] = {name: work / "bundles" / name for name in runs}
+    bundles["embedder"] = work / "bundles" / "embedder"
+    todo = [name for name in bundles if not _exported(bundles[name], runs.get(name))]
     opts = ExportOptions()
     t = time.perf_counter()
-    for name, run_dir in runs.items():
-        bundle = work / "bundles" / name
-        bundles[name] = bundle
-        if not _exported(bundle, run_dir):
-            export_run(run_dir, bundle, opts)
-    bundles["embedder"] = work / "bundles" / "embedder"
-    if not _exported(bundles["embedder"], None):
-        export_embedder(bundles["embedder"], "default", opts)
-    print(f"[{i}/{n}] export: {len(bundles)} bundles in {work / 'bundles'} ({time.perf_counter() - t:.0f} s)",
-          flush=True)
+    if todo:
+        print(f"[{i}/{n}] export: {', '.join(todo)} -> {work / 'bundles'}", flush=True)
+        bar = progress(total=len(todo), desc="export", unit="bundle")
+        try:
+            for name in todo:
+                bar.set_postfix_str(name)
+                with quiet_stdout():
+                    if name == "embedder":
+                        export_embedder(bundles[name], "default", opts)
+                    else:
+                        export_run(runs[name], bundles[name], opts)
+                bar.update(1)
+        finally:
+            bar.close()
+        print(f"      {len(todo)} bundle(s) exported in {time.perf_counter() - t:.0f} s", flush=True)
+    else:
+        print(f"[{i}/{n}] export: reusing {len(bundles)} bundles in {work / 'bundles'}", flush=True)
 
     # 3. Index
     index_dir = work / "indexes" / "demo"
@@ -200,7 +211,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
         print(f"[{i + 1}/{n}] index: reusing {index_dir}", flush=True)
     else:
         print(f"[{i + 1}/{n}] index: the demo corpus {demo_corpus()} -> {index_dir}", flush=True)
-        build_index(read_corpus(demo_corpus()), index_dir, IndexConfig())
+        build_index(read_corpus(demo_corpus()), index_dir, IndexConfig(), show_progress=True,
+                    report=lambda line: print(f"      {line}", flush=True))
     m = read_manifest(index_dir)
     print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
 
@@ -215,6 +227,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
 
     # 5. Ask a two-turn question
     pipeline = load_pipeline(load_pipeline_config(pipe_path))
+    print("\n".join(f"      {line}" for line in gate_report(pipeline.gates)), flush=True)
     history, query = SAMPLES[0]
     print(f"[{i + 3}/{n}] ask (two turns):")
     for turn in history:

@@ -75,8 +75,9 @@ class VectorLookup:
     def __init__(self, index: Any) -> None:
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for s in index.sources:
-            vecs = np.load(index.dir / "vectors" / f"{s}.npy", mmap_mode="r")
-            ids = np.load(index.dir / "vectors" / f"{s}.ids.npy")
+            vec_path, ids_path = index.vector_files(s)  # file stems differ from free-text labels
+            vecs = np.load(vec_path, mmap_mode="r")
+            ids = np.load(ids_path)
             order = np.argsort(ids, kind="stable")
             self._parts.append((ids[order], order, vecs))
 

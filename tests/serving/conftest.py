@@ -20,3 +20,21 @@ def small_index(tmp_path_factory, embedder, write_corpus):
     cfg = IndexConfig(centroids=CentroidConfig(chunks_per_centroid=3))
     build_index(read_corpus(corpus), d / "index", cfg, embedder=embedder)
     return d / "index"
+
+
+# The small corpus's sources under free-text labels (issue 23, item 9).
+LABELS = {"cooking": "Cooking & Baking", "astronomy": "Astronomie · Espace", "code": "Code / Repos"}
+
+
+@pytest.fixture(scope="session")
+def labelled_index(tmp_path_factory, embedder, write_corpus):
+    from searchsmith.serving.corpus import read_corpus
+    from searchsmith.serving.index import CentroidConfig, IndexConfig, build_index
+
+    d = tmp_path_factory.mktemp("labelled")
+    records = read_corpus(write_corpus(d / "corpus.jsonl"))
+    for r in records:
+        r["source"] = LABELS[r["source"]]
+    cfg = IndexConfig(centroids=CentroidConfig(chunks_per_centroid=3))
+    build_index(records, d / "index", cfg, embedder=embedder)
+    return d / "index"

@@ -4,7 +4,12 @@ import json
 
 import pytest
 from searchsmith.models.errors import ValidationError
-from searchsmith.serving.corpus import read_corpus
+from searchsmith.serving.corpus import (
+    MAX_SOURCE_CHARS,
+    read_corpus,
+    source_key,
+    source_label_problem,
+)
 
 
 def _write(tmp_path, lines):
@@ -44,7 +49,7 @@ def test_duplicate_ids(tmp_path) -> None:
 
 
 def test_all_problems_reported_at_once(tmp_path) -> None:
-    p = _write(tmp_path, ["[1]", json.dumps({"id": "a", "source": "bad source!", "text": ""})])
+    p = _write(tmp_path, ["[1]", json.dumps({"id": "a", "source": "bad\tsource", "text": ""})])
     with pytest.raises(ValidationError) as err:
         read_corpus(p)
     msg = str(err.value)
@@ -54,3 +59,43 @@ def test_all_problems_reported_at_once(tmp_path) -> None:
 def test_missing_file(tmp_path) -> None:
     with pytest.raises(ValidationError, match="does not exist"):
         read_corpus(tmp_path / "nope.jsonl")
+
+
+# -- source labels (issue 23, item 9) ----------------------------------------------------------
+@pytest.mark.parametrize("label", ["Climate Science", "Healthcare / Medicine", "Médecine ☤", "R&D: \"v2\" (draft)",
+                                   "東京の天気", "x" * MAX_SOURCE_CHARS, "cooking"])
+def test_free_text_source_labels_are_read_as_written(tmp_path, label) -> None:
+    p = _write(tmp_path, [json.dumps({"id": "a", "source": label, "text": "hello"}, ensure_ascii=False)])
+    assert read_corpus(p)[0]["source"] == label  # the old reader refused all but the last
+
+
+@pytest.mark.parametrize("line, msg", [
+    ('{"id": "a", "source": "a\\ud800b", "text": "x"}', "lone surrogate"),
+    ('{"id": "a", "source": "a\\nb", "text": "x"}', "control character U\\+000A"),
+    ('{"id": "a", "source": "a\\u202eb", "text": "x"}', "control character U\\+202E"),
+    ('{"id": "a", "source": " Climate", "text": "x"}', "starts or ends with whitespace"),
+    ('{"id": "a", "source": "   ", "text": "x"}', "is empty"),
+    ('{"id": "a", "source": 7, "text": "x"}', "must be a string, got int"),
+    (json.dumps({"id": "a", "source": "x" * (MAX_SOURCE_CHARS + 1), "text": "x"}),
+     f"has {MAX_SOURCE_CHARS + 1} characters, the limit is {MAX_SOURCE_CHARS}"),
+])
+def test_bad_source_labels_name_the_line_and_the_fix(tmp_path, line, msg) -> None:
+    with pytest.raises(ValidationError, match=r"c\.jsonl:1: field 'source' .*" + msg):
+        read_corpus(_write(tmp_path, [line]))
+
+
+def test_labels_that_read_as_one_source_are_refused(tmp_path) -> None:
+    rows = [{"id": "a", "source": "Climate Science", "text": "x"}, {"id": "b", "source": "cooking", "text": "y"},
+            {"id": "c", "source": "climate  science", "text": "z"}]
+    with pytest.raises(ValidationError) as err:
+        read_corpus(_write(tmp_path, [json.dumps(r) for r in rows]))
+    msg = str(err.value)
+    assert "'Climate Science' (" in msg and "c.jsonl:1)" in msg and "'climate  science' (" in msg and "c.jsonl:3)" in msg
+    assert "Spell each source one way" in msg
+
+
+def test_source_key_folds_case_spacing_and_unicode_form() -> None:
+    assert source_key("Climate Science") == source_key("climate\u00a0 SCIENCE") == "climate science"
+    assert source_key("Caf\u00e9") == source_key("Cafe\u0301")  # NFC vs NFD
+    assert source_key("Climate") != source_key("Climate Science")
+    assert source_label_problem("Healthcare / Medicine") is None

@@ -6,7 +6,24 @@ import numpy as np
 import pytest
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.serving.corpus import read_corpus
-from searchsmith.serving.index import Index, IndexConfig, add_documents, build_index, read_manifest
+from searchsmith.serving.index import (
+    Index,
+    IndexConfig,
+    add_documents,
+    assign_stems,
+    build_index,
+    read_manifest,
+    source_stem,
+)
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    from searchsmith.models.cli import main
+
+    capsys.readouterr()
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
 
 
 def test_manifest_and_files(small_index) -> None:
@@ -16,8 +33,10 @@ def test_manifest_and_files(small_index) -> None:
     assert m["embedding_model"] == "sentence-transformers/all-MiniLM-L6-v2" and m["embedding_dim"] == 384
     assert all(len(d) == 64 for d in m["files"].values())
     assert {"chunks.sqlite", "centroids.npy", "faiss/code.faiss"} <= set(m["files"])
-    # chunk_tokens clamped to the model window (256 - 2)
+    # the default chunk size fits the model window (256 - 2), not the paper's 350
     assert m["chunker"]["chunk_tokens"] == 254
+    assert {v["file"] for v in m["sources"].values()} == {"cooking", "astronomy", "code"}
+    assert m["format_version"] == 1  # plain labels: readable by searchsmith versions before labels
     assert m["sources"]["code"]["centroids"] == 2
 
 
@@ -128,3 +147,194 @@ def test_auto_switches_to_ivf_above_the_threshold(tmp_path, embedder, write_corp
     recs = read_corpus(write_corpus(tmp_path / "c.jsonl"))
     m = build_index(recs, tmp_path / "ix", IndexConfig(ann_min_vectors=5), embedder=embedder)
     assert {v["index_type"] for v in m["sources"].values()} == {"ivf"}
+
+
+# -- never replace what searchsmith did not write (issue 23, item 2) ---------------------------
+def test_out_refuses_a_file_and_keeps_it(tmp_path, capsys, write_corpus, embedder) -> None:
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    before = corpus.read_bytes()
+    rc, _, err = _run(capsys, "index", str(corpus), "--out", str(corpus))
+    assert rc == 1 and "is a corpus file, not an index folder; nothing was replaced" in err
+    assert "--out indexes/corpus" in err
+    assert corpus.read_bytes() == before  # the old code turned the corpus into an index folder
+    for force in (False, True):  # --force replaces indexes only
+        with pytest.raises(ValidationError, match="nothing was replaced"):
+            build_index(read_corpus(corpus), corpus, embedder=embedder, overwrite=force)
+    assert corpus.read_bytes() == before
+
+
+def test_out_refuses_a_user_folder_and_keeps_its_files(tmp_path, capsys, write_corpus, embedder) -> None:
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("do not lose me")
+    for extra in ([], ["--force"]):
+        rc, _, err = _run(capsys, "index", str(corpus), "--out", str(folder), *extra)
+        assert rc == 1 and "is a folder that is not a searchsmith index" in err and "notes.txt" in err
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+    assert (folder / "notes.txt").read_text() == "do not lose me"  # the old code deleted it
+    with pytest.raises(ValidationError, match="not a searchsmith index"):
+        build_index(read_corpus(corpus), folder, embedder=embedder, overwrite=True)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+def test_existing_index_is_replaced_only_with_force(tmp_path, capsys, small_index, write_corpus, embedder) -> None:
+    import shutil
+
+    d = tmp_path / "index"
+    shutil.copytree(small_index, d)
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    before = (d / "manifest.json").read_bytes()
+    rc, _, err = _run(capsys, "index", str(corpus), "--out", str(d))
+    assert rc == 1 and "already holds a searchsmith index (18 documents" in err
+    assert "Pass --force to rebuild it, or --add" in err
+    assert (d / "manifest.json").read_bytes() == before
+    records = read_corpus(corpus)[:5]
+    with pytest.raises(ValidationError, match="already holds a searchsmith index"):
+        build_index(records, d, embedder=embedder)
+    m = build_index(records, d, embedder=embedder, overwrite=True)
+    assert m["documents"] == 5 and read_manifest(d)["documents"] == 5
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".index.")]  # no temp or old folder left
+    # an index folder holding a file the index did not write is not replaced, even with --force
+    (d / "faiss" / "my-notes.md").write_text("mine")
+    with pytest.raises(ValidationError, match=r"holds 1 file\(s\) the index did not write \(faiss/my-notes.md\)"):
+        build_index(records, d, embedder=embedder, overwrite=True)
+    assert (d / "faiss" / "my-notes.md").read_text() == "mine"
+
+
+def test_out_may_be_an_empty_folder(tmp_path, write_corpus, embedder) -> None:
+    d = tmp_path / "empty"
+    d.mkdir()
+    m = build_index(read_corpus(write_corpus(tmp_path / "c.jsonl"))[:3], d, embedder=embedder)
+    assert m["documents"] == 3 and (d / "manifest.json").is_file()
+
+
+def test_add_and_force_through_the_cli(tmp_path, capsys, small_index) -> None:
+    import shutil
+
+    d = tmp_path / "index"
+    shutil.copytree(small_index, d)
+    extra = tmp_path / "more.jsonl"
+    extra.write_text(json.dumps({"id": "geo-1", "source": "Geography / Rivers",
+                                 "text": "The Danube flows through ten countries into the Black Sea."}) + "\n")
+    rc, out, err = _run(capsys, "index", str(extra), "--out", str(d), "--add")
+    assert rc == 0, err
+    summary = json.loads(out)
+    assert summary["documents"] == 19 and summary["sources"]["Geography / Rivers"] == 1
+    assert "index --add: 1 documents -> 1 chunks in 1 source(s)" in err and "Loading weights" not in err
+    with pytest.raises(SystemExit):  # one or the other
+        _run(capsys, "index", str(extra), "--out", str(d), "--add", "--force")
+
+
+def test_ask_hint_never_suggests_writing_over_the_corpus(tmp_path, capsys, write_corpus) -> None:
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    rc, _, err = _run(capsys, "ask", "what is Saturn made of?", "--index", str(corpus))
+    assert rc == 1 and "is a corpus file, not an index folder" in err
+    assert f"searchsmith index {corpus} --out indexes/corpus" in err
+    assert f"--out {corpus}" not in err  # the old hint, which would have destroyed the corpus
+    binary = tmp_path / "notes.bin"
+    binary.write_bytes(b"\0\1")
+    with pytest.raises(BundleError, match="is a file, not an index folder"):
+        read_manifest(binary)
+    with pytest.raises(BundleError, match="--out indexes/missing'"):
+        read_manifest(tmp_path / "missing.jsonl")
+    with pytest.raises(BundleError, match=f"--out {tmp_path / 'nowhere'}'"):
+        read_manifest(tmp_path / "nowhere")
+
+
+# -- default chunk size and noise (issue 23, item 7) -------------------------------------------
+def test_default_chunk_size_fits_the_window_without_a_warning(tmp_path, write_corpus, embedder, caplog) -> None:
+    import logging
+
+    from searchsmith.serving.chunker import ChunkerConfig
+
+    recs = read_corpus(write_corpus(tmp_path / "c.jsonl"))[:2]
+    with caplog.at_level(logging.INFO, logger="searchsmith.serving.index"):
+        m = build_index(recs, tmp_path / "a", embedder=embedder)
+    assert m["chunker"]["chunk_tokens"] == 254
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # the old default warned every time
+    assert any("chunks of 254 tokens" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="searchsmith.serving.index"):
+        m = build_index(recs, tmp_path / "b", IndexConfig(chunker=ChunkerConfig(chunk_tokens=400)), embedder=embedder)
+    assert m["chunker"]["chunk_tokens"] == 254  # an explicit size over the window is clamped, with a warning
+    assert any("chunk_tokens=400 exceeds" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert ChunkerConfig().fitted(510).chunk_tokens == 350 and ChunkerConfig().fitted(100).chunk_tokens == 100
+    assert ChunkerConfig(chunk_tokens=50).fitted(20).chunk_tokens == 50
+
+
+def test_index_cli_is_quiet_and_says_each_step(tmp_path, capsys, write_corpus) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    rc, out, err = _run(capsys, "index", str(corpus), "--out", str(tmp_path / "ix"))
+    assert rc == 0, err
+    assert json.loads(out)["chunk_tokens"] == 254
+    lines = err.strip().splitlines()
+    assert lines[0] == f"index: reading {corpus}" and lines[-1].startswith(f"index: wrote {tmp_path / 'ix'} in ")
+    assert any("18 documents -> 18 chunks of <= 254 tokens in 3 source(s)" in line for line in lines)
+    assert "Loading weights" not in err and "WARNING" not in err and "exceeds" not in err
+
+
+# -- free-text source labels (issue 23, item 9) ------------------------------------------------
+def test_source_stems() -> None:
+    assert source_stem("cooking") == "cooking" and source_stem("product_docs") == "product_docs"
+    stem = source_stem("Healthcare / Medicine")
+    assert stem.startswith("healthcare-medicine-") and len(stem) == len("healthcare-medicine-") + 10
+    assert stem == source_stem("Healthcare / Medicine")  # stable
+    assert source_stem("Code") != "Code" and source_stem("con") != "con"  # case-insensitive FS, Windows names
+    assert source_stem("東京").startswith("source-") and source_stem("東京") != source_stem("大阪")
+    assert len(source_stem("x" * 200)) <= 51
+    with pytest.raises(ValidationError, match="'code' collides with source 'Code'"):
+        assign_stems(["code"], {"Code": "Code"})
+    with pytest.raises(ValidationError, match="collides"):
+        assign_stems(["Climate Science", "climate science"])
+    assert assign_stems(["A b", "cooking"], {"cooking": "cooking"})["cooking"] == "cooking"
+
+
+def test_free_text_labels_are_stored_under_derived_names(labelled_index, embedder) -> None:
+    from tests.serving.conftest import LABELS
+
+    m = read_manifest(labelled_index)
+    assert set(m["sources"]) == set(LABELS.values()) and m["format_version"] == 2
+    for label, info in m["sources"].items():
+        assert info["file"] == source_stem(label) and f"faiss/{info['file']}.faiss" in m["files"]
+    assert all("/" not in rel.split("/", 1)[1] for rel in m["files"] if "/" in rel)  # no label-made folders
+    idx = Index.load(labelled_index, embedder=embedder)
+    assert idx.sources == sorted(LABELS.values())
+    hits = idx.search(embedder.encode(["Saturn rings ice"]), sources=["Astronomie · Espace"], k=2)[0]
+    assert {h.chunk.source for h in hits} == {"Astronomie · Espace"} and hits[0].to_dict()["source"] == "Astronomie · Espace"
+    kernel = Index.load(labelled_index, search_backend="kernel")  # reads vectors/ through the stems
+    assert [h.row for h in kernel.search(embedder.encode(["Saturn rings ice"]), k=3)[0]] == \
+        [h.row for h in idx.search(embedder.encode(["Saturn rings ice"]), k=3)[0]]
+
+
+def test_add_to_a_labelled_index_and_collisions(tmp_path, labelled_index, embedder) -> None:
+    import shutil
+
+    d = tmp_path / "index"
+    shutil.copytree(labelled_index, d)
+    with pytest.raises(ValidationError, match="'code / repos' collides with source 'Code / Repos'"):
+        add_documents(d, [{"id": "x", "source": "code / repos", "text": "The router lives in router.py."}],
+                      embedder=embedder)
+    m = add_documents(d, [{"id": "x", "source": "Code / Repos", "text": "The router lives in router.py."},
+                          {"id": "y", "source": "Healthcare / Medicine", "text": "Aspirin thins the blood."}],
+                      embedder=embedder)
+    assert m["sources"]["Code / Repos"]["chunks"] == 7 and m["sources"]["Healthcare / Medicine"]["chunks"] == 1
+    idx = Index.load(d, embedder=embedder)
+    assert idx.search(embedder.encode(["blood thinner"]), k=1)[0][0].chunk.source == "Healthcare / Medicine"
+
+
+def test_indexes_from_before_labels_still_load(tmp_path, small_index, embedder) -> None:
+    import shutil
+
+    d = tmp_path / "index"
+    shutil.copytree(small_index, d)
+    m = json.loads((d / "manifest.json").read_text())
+    for info in m["sources"].values():
+        del info["file"]  # how every index was written before
+    m["format_version"] = 1
+    (d / "manifest.json").write_text(json.dumps(m))
+    idx = Index.load(d, embedder=embedder)
+    assert idx.search(embedder.encode(["bread dough"]), sources=["cooking"], k=1)[0][0].chunk.source == "cooking"
+    assert idx.vector_files("code")[0] == d / "vectors" / "code.npy"
+    m2 = add_documents(d, [{"id": "z", "source": "Space / Planets", "text": "Mars has two moons."}], embedder=embedder)
+    assert m2["sources"]["cooking"]["file"] == "cooking" and m2["sources"]["Space / Planets"]["file"] != "Space / Planets"

@@ -76,3 +76,63 @@ def test_heuristic_rewriter_keeps_query_without_history() -> None:
     assert rw.rewrite([], "what is it?") == "what is it?"
     out = rw.rewrite(parse_history(HISTORY), "Where can I find the code for it?")
     assert out.startswith("Where can I find the code for it? (") and "Lumen" in out
+
+
+# -- free-text source labels (issue 23, item 9) ------------------------------------------------
+def test_labels_in_route_output_and_router_config(labelled_index, embedder, tmp_path) -> None:
+    import yaml
+    from searchsmith.serving.cli import load_router
+
+    idx = Index.load(labelled_index)
+    base = CentroidRouter(idx, embedder, RouterConfig())
+    res = base.route("how long should I knead bread dough?")
+    assert res.names[0] == "Cooking & Baking" and res.to_dict()["sources"][0]["source"] == "Cooking & Baking"
+    # scale / mixin / fallback keys are the labels, from YAML as a user writes them
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text(yaml.safe_dump({"scale": {"Cooking & Baking": 0.1},
+                                   "mixin": {"Code / Repos": ["a recipe for dinner"]},
+                                   "fallback_source": "Astronomie · Espace"}, allow_unicode=True), encoding="utf-8")
+    r = load_router(str(labelled_index), str(cfg))
+    assert r.route("a recipe for dinner").names[0] == "Code / Repos"
+    with pytest.raises(ConfigError, match="router.scale: unknown source 'Cooking and Baking'; did you mean "
+                                          "'Cooking & Baking'"):
+        CentroidRouter(idx, embedder, RouterConfig(scale={"Cooking and Baking": 2.0}))
+
+
+def test_eval_route_with_gold_labels(labelled_index, tmp_path) -> None:
+    import argparse
+    import json
+
+    from searchsmith.serving.evaluate import eval_route
+
+    data = tmp_path / "routing.jsonl"
+    rows = [{"query": "knead the dough", "sources": ["Cooking & Baking"]},
+            {"query": "the rings of Saturn", "sources": ["Astronomie · Espace"]},
+            {"query": "where is the eviction code?", "sources": ["Code / Repos"]}]
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    args = argparse.Namespace(index=str(labelled_index), data=str(data), config=None, limit=0, k=1, per_item=None)
+    out = eval_route(args)
+    assert out["n"] == 3 and out["modes"]["parallel"]["all"]["recall@1"] == 1.0
+
+
+def test_pipeline_trace_names_labels(labelled_index, embedder) -> None:
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+    from searchsmith.serving.pipeline.pipeline import load_pipeline
+
+    pipe = load_pipeline(load_pipeline_config(None), str(labelled_index), embedder=embedder)
+    try:
+        ans = pipe.ask("How far does light travel in a year?")
+    finally:
+        pipe.close()
+    assert "Astronomie · Espace" in ans["trace"]["sources"]
+    assert {r["source"] for r in ans["references"]} <= set(read_labels(labelled_index))
+    # dedup reads chunk vectors back through the derived file names (else it re-embeds)
+    from searchsmith.serving.pipeline.retrieval import VectorLookup
+
+    assert VectorLookup(pipe.index).get([0, 17]).shape == (2, 384)
+
+
+def read_labels(index_dir) -> list[str]:
+    from searchsmith.serving.index import read_manifest
+
+    return list(read_manifest(index_dir)["sources"])

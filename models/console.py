@@ -1,0 +1,83 @@
+"""What the command line shows: our step lines and progress bars, not third-party noise.
+
+By default a command prints one line per step and a progress bar (tqdm, on a terminal)
+for work that takes more than a few seconds. Weight-loading bars, advisory warnings and
+ONNX Runtime's optimizer prints ("failed in shape inference") are hidden; ``--verbose``
+or ``SEARCHSMITH_LOG=debug`` shows them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+VERBOSE_ENV = "SEARCHSMITH_VERBOSE"
+# Loggers of libraries that chat at INFO/WARNING about things a user cannot act on.
+THIRD_PARTY_LOGGERS = ("transformers", "huggingface_hub", "onnxruntime", "onnxscript", "torch.onnx",
+                       "torch._dynamo", "torch.export", "faiss", "sentence_transformers", "httpx")
+
+
+def verbose() -> bool:
+    """True when the user asked for everything: ``--verbose`` or ``SEARCHSMITH_LOG=debug``."""
+    return (os.environ.get(VERBOSE_ENV) == "1"
+            or os.environ.get("SEARCHSMITH_LOG", "").strip().lower() == "debug")
+
+
+def quiet_third_party(be_verbose: bool | None = None) -> None:
+    """Silence third-party progress bars and warnings unless verbose.
+
+    Call it before transformers is imported: its progress-bar switch is read at import
+    time (``HF_HUB_DISABLE_PROGRESS_BARS``). Already imported, it is switched off directly.
+    A user's own setting of those variables wins (``setdefault``).
+    """
+    if be_verbose is None:
+        be_verbose = verbose()
+    if be_verbose:
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def quiet_stdout(enabled: bool | None = None) -> Iterator[None]:
+    """Hold back what third-party code prints to stdout (ONNX Runtime's optimizer prints
+    "failed in shape inference" with ``print``) unless verbose.
+
+    Nothing is lost: if the block raises, what it printed is written to stderr first.
+    Only stdout is captured, so progress bars (stderr) keep drawing.
+    """
+    if enabled is None:
+        enabled = not verbose()
+    if not enabled:
+        yield
+        return
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            yield
+    except BaseException:
+        sys.stderr.write(buf.getvalue())
+        raise
+
+
+def progress(total: int | None = None, desc: str = "", unit: str = "it", **kwargs: Any):
+    """A tqdm bar on stderr, drawn only on a terminal (``SEARCHSMITH_PROGRESS=1`` forces it,
+    ``=0`` hides it), so logs and tests get the step lines alone."""
+    from tqdm.auto import tqdm
+
+    forced = os.environ.get("SEARCHSMITH_PROGRESS", "").strip()
+    disable = {"1": False, "0": True}.get(forced)  # None: tqdm hides itself off a terminal
+    return tqdm(total=total, desc=desc, unit=unit, disable=disable, leave=False, dynamic_ncols=True, **kwargs)
