@@ -64,6 +64,7 @@ import numpy as np
 from fastapi import Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -962,6 +963,34 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
 
+async def on_error(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to any exception of a request (the app's exception handlers and routes)."""
+    if isinstance(exc, StarletteHTTPException) and exc.status_code == 400:
+        # FastAPI's "error parsing the body": say which field holds bytes that are not UTF-8.
+        exc = undecodable_body(await request.body()) or exc
+    return error_response(exc)
+
+
+class _AnswerErrors(APIRoute):
+    """A route that answers its own errors, unexpected ones included.
+
+    Starlette hands an exception that is not an HTTP one to its ServerErrorMiddleware, which
+    sends the 500 and re-raises it: uvicorn then logs a second traceback and closes the
+    keep-alive connection. Answering here logs once (``error_response``) and keeps it open.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                return await on_error(request, exc)
+
+        return answer
+
+
 # ---- /docs ---------------------------------------------------------------------------------
 
 API_DESCRIPTION = (
@@ -1045,13 +1074,8 @@ def create_app(config: ServerConfig | None = None, *, embedder: Embedder | Bundl
     app = FastAPI(title="searchsmith", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description=API_DESCRIPTION)
     app.state.serving = state
+    app.router.route_class = _AnswerErrors  # before any route is added
     _add_docs(app)
-
-    async def on_error(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, StarletteHTTPException) and exc.status_code == 400:
-            # FastAPI's "error parsing the body": say which field holds bytes that are not UTF-8.
-            exc = undecodable_body(await request.body()) or exc
-        return error_response(exc)
 
     for exc_type in (RequestValidationError, StarletteHTTPException, SearchsmithError,
                      TimeoutError, Exception):

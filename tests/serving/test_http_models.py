@@ -902,3 +902,48 @@ def test_served_model_config_is_checked() -> None:
         ServerConfig(embeddings_model=ServedModel(name="", aliases=[]))
     with pytest.raises(ConfigError, match="rerank_model: name must be"):
         ServerConfig(rerank_model=ServedModel(aliases=[3]))
+
+
+def test_an_unexpected_error_is_one_500_and_keeps_the_connection(caplog) -> None:
+    """A bug in a model (here a router that raises KeyError) is answered 500 on a real socket,
+    logged once with its traceback, and the keep-alive connection serves the next request."""
+    import http.client
+    import logging
+    import socket
+    import time
+
+    import uvicorn
+
+    class BrokenRouter(FakeRouter):
+        def route(self, *args, **kwargs):
+            raise KeyError("boom")
+
+    app = create_app(ServerConfig(), router=BrokenRouter(), reranker=FakeReranker())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    caplog.set_level(logging.INFO)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/v1/route", body=b'{"query": "q"}', headers={"content-type": "application/json"})
+        resp = conn.getresponse()
+        body = json.loads(resp.read())
+        sock = conn.sock
+        assert resp.status == 500 and body["error"]["type"] == "internal_error" and sock is not None
+        conn.request("POST", "/v1/rerank", body=b'{"query": "bread", "documents": ["bread"]}',
+                     headers={"content-type": "application/json"})
+        again = conn.getresponse()
+        assert again.status == 200 and json.loads(again.read())["results"][0]["index"] == 0
+        assert conn.sock is sock  # the same connection
+        conn.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "KeyError" in repr(tracebacks[0].exc_info[1]), [r.getMessage() for r in tracebacks]
