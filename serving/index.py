@@ -43,6 +43,7 @@ import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.config import from_dict, to_dict
 from searchsmith.models.errors import BundleError, ValidationError
+from searchsmith.models.hub import model_display_name
 from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
 from searchsmith.serving.chunker import DEFAULT_CHUNK_TOKENS, Chunk, Chunker, ChunkerConfig
 from searchsmith.serving.corpus import source_key
@@ -466,7 +467,7 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
     stems = assign_stems(sorted({str(r["source"]) for r in records}))
     say = report or (lambda line: None)
     if embedder is None:
-        say(f"index: loading the embedding model ({cfg.embedder.model})")
+        say(f"index: loading the embedding model {model_display_name(cfg.embedder.model)}")
         embedder = Embedder(cfg.embedder)
     chunker_cfg = _effective_chunker(cfg, embedder)
     chunker = Chunker(embedder.tokenizer, chunker_cfg)
@@ -519,7 +520,7 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
     cfg = from_dict(IndexConfig, manifest["config"], source=f"{index_dir}/manifest.json:config")
     say = report or (lambda line: None)
     if embedder is None:
-        say(f"index --add: loading the embedding model ({cfg.embedder.model})")
+        say(f"index --add: loading the embedding model {model_display_name(cfg.embedder.model)}")
         embedder = Embedder(cfg.embedder)
     check_model(manifest, embedder, index_dir)
     if not records:
