@@ -61,7 +61,16 @@ Report = Callable[[str], None]
 
 @dataclass(frozen=True)
 class CentroidConfig:
-    """k-means routing centroids per source (KIMAs): k = chunks / chunks_per_centroid, clamped."""
+    """k-means routing centroids per source (KIMAs): k = chunks / chunks_per_centroid, clamped.
+
+    Attributes:
+        chunks_per_centroid: one centroid per this many chunks of a source (more centroids
+            route finer, cost more per query).
+        min_centroids: at least this many centroids per source (never more than its chunks).
+        max_centroids: at most this many centroids per source.
+        kmeans_iters: k-means iterations (faiss) per source.
+        seed: k-means seed, so a rebuild gives the same centroids.
+    """
 
     chunks_per_centroid: int = 40
     min_centroids: int = 1
@@ -84,7 +93,11 @@ class IndexConfig:
 
     Attributes:
         index_type: ``auto`` = flat below ``ann_min_vectors`` vectors per source, IVF above.
+        ann_min_vectors: a source with fewer vectors stays a flat (exact) index under ``auto``.
         ivf_nlist: IVF lists; None = 4 * sqrt(n).
+        ivf_nprobe: IVF lists searched per query (recall against speed).
+        hnsw_m: HNSW graph degree (``index_type: hnsw``).
+        hnsw_ef_search: HNSW search breadth per query (recall against speed).
         search_backend: ``auto`` = faiss-gpu if it has GPUs, the Triton kernel on CUDA
             without it, faiss on the CPU.
         max_documents: refuse corpora above this (a guard against the wrong file).

@@ -44,7 +44,9 @@ Mode = Literal["parallel", "serial", "auto"]
 @dataclass(frozen=True)
 class RouterConfig:
     """Attributes:
-        mode: see the module docstring.
+        mode: ``parallel`` routes the raw query while the rewrite runs; ``serial`` routes the
+            rewrite (fused with the raw query by ``serial_raw_weight``); ``auto`` is serial when
+            there is history.
         top_k: sources returned per query.
         min_score: below this best score, route to ``fallback_source`` (if set).
         fallback_source: the source used when nothing scores ``min_score``.
