@@ -53,12 +53,14 @@ from typing import Any, Literal
 import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.int8_cpu import WEIGHT_RANGES, int8_cpu_report, int8_isa
 from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
 from searchsmith.models.onnx_quant import (
     ACTIVATION_MODES,
     DOWN_PROJECTION_MODES,
     INT8_DEFAULTS,
     Int8Scheme,
+    int8_default_text,
     quantize_int8,
 )
 from searchsmith.models.parity_inputs import (
@@ -130,7 +132,7 @@ class ExportOptions:
         allow_untrained: export a model that was never fine-tuned (benchmarks only; the
             manifest says ``"trained": false`` and ``load_bundle`` refuses it by default).
         int8_fp32_blocks, int8_fuse_attention, int8_down_projections, int8_smooth_alpha,
-            int8_activations: int8
+            int8_activations, int8_weight_range: int8
             only: override the task's :data:`~searchsmith.models.onnx_quant.INT8_DEFAULTS`
             (``None`` keeps the default; see :class:`~searchsmith.models.onnx_quant.Int8Scheme`).
         thresholds: parity thresholds (and how many held-out inputs).
@@ -148,6 +150,7 @@ class ExportOptions:
     int8_down_projections: str | None = None
     int8_smooth_alpha: float | None = None
     int8_activations: str | None = None
+    int8_weight_range: str | None = None
     thresholds: ParityThresholds = field(default_factory=ParityThresholds)
     parity_data: str | None = None
 
@@ -163,7 +166,7 @@ class ExportOptions:
     def _int8_overrides(self) -> dict[str, Any]:
         overrides = {"fp32_blocks": self.int8_fp32_blocks, "fuse_attention": self.int8_fuse_attention,
                      "down_projections": self.int8_down_projections, "smooth_alpha": self.int8_smooth_alpha,
-                     "activations": self.int8_activations}
+                     "activations": self.int8_activations, "weight_range": self.int8_weight_range}
         # per-token products need the attention unfused, and a fused one takes one scale per call:
         # asking for one without naming the other implies it
         if self.int8_activations == "token" and self.int8_fuse_attention is None:
@@ -519,6 +522,8 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
 
     t0 = time.perf_counter()
     scheme = opts.int8_scheme(src.task)
+    if opts.dtype == "int8":  # weight range "auto" -> s8 with VNNI, s7 without (models/int8_cpu.py)
+        scheme = scheme.resolved()
     # read (and check) the held-out inputs before any work: a bad --parity-data file fails here
     inputs = parity_inputs(src.task, opts.thresholds.heldout_texts, scheme.calibration_inputs, opts.parity_data)
     tmp = temp_dir_beside(out)
@@ -529,7 +534,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         manifest: dict[str, Any] = {
             "format_version": FORMAT_VERSION, "searchsmith_version": __version__, "task": src.task,
             "base_model": src.base_model, "opset": opts.opset, "dtype": opts.dtype,
-            **({"int8": opts.int8_scheme(src.task).to_json()} if opts.dtype == "int8" else {}),
+            **({"int8": {**scheme.to_json(), "exported_on": int8_isa()}} if opts.dtype == "int8" else {}),
             "exporter": "torch.onnx.export(dynamo=True) + onnxruntime basic optimisation",
             "trained": src.trained, "trained_steps": src.trained_steps, "max_length": src.max_length,
             "allow_drift": opts.allow_drift, "labels": None, "thresholds": {}, **src.extra,
@@ -573,7 +578,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
                            if opts.dtype == "int8" and scheme.down_projections == "smooth" else None)
             done = convert_graph(opt, final, opts.dtype, scheme, calibration)
             graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(final), **({"int8": done} if done else {})}
-            final_graphs[name] = OrtGraph(final, ["CPUExecutionProvider"], None)
+            # loaded as load_bundle will (7-bit weights on a CPU without VNNI), so parity checks that
+            final_graphs[name] = OrtGraph(final, ["CPUExecutionProvider"], None,
+                                          int8_weights=scheme.weight_range if opts.dtype == "int8" else None)
         manifest["graphs"] = graphs_meta
         ref = cls(tmp, {**manifest, "files": {}}, tokenizer,
                   {n: TorchGraph(s.module, s.inputs) for n, s in specs.items()}, "torch")
@@ -581,6 +588,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         report = parity_check(src.task, ref, b32, bfinal, opts.dtype, opts.thresholds,
                               reference_generate=reference_generate, images=images, inputs=inputs)
         report["export_time_s"] = round(time.perf_counter() - t0, 2)
+        if opts.dtype == "int8":  # which int8 instructions parity ran on, and with which weights
+            report["cpu_int8"] = {**int8_cpu_report(), "weight_range": scheme.weight_range,
+                                  "requantised_at_load": sum(g.requantised for g in final_graphs.values())}
         if not report["passed"] and not opts.allow_drift:
             failed = {k: v for k, v in report["checks"].items() if not v["passed"]}
             raise BundleError(
@@ -808,18 +818,28 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
     parser.add_argument("--torch-weights", action="store_true",
                         help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
+    # every int8 default below is read from INT8_DEFAULTS / Int8Scheme, never restated by hand
     parser.add_argument("--int8-fp32-blocks", type=int, default=None, metavar="N",
-                        help="with --dtype int8: keep the first N transformer blocks in fp32 (default 2 for rerank, 1 otherwise; "
-                             "0 quantises every block: faster, less agreement)")
+                        help="with --dtype int8: keep the first N transformer blocks in fp32 (0 quantises every "
+                             "block: faster, less agreement) (default: "
+                             f"{int8_default_text('fp32_blocks')})")
     parser.add_argument("--int8-attention", choices=["fused", "unfused"], default=None,
-                        help="with --dtype int8: fuse self-attention into QAttention before quantising "
-                             "(default: fused; the decomposer's graphs do not match it)")
+                        help="with --dtype int8: fuse self-attention into QAttention before quantising; the "
+                             "decomposer's graphs do not match it (default: "
+                             f"{int8_default_text('fuse_attention')})")
     parser.add_argument("--int8-down-projections", choices=list(DOWN_PROJECTION_MODES), default=None,
                         help="with --dtype int8: the feed-forward down-projections: keep fp32, SmoothQuant "
-                             "then int8 (calibrated on demo inputs), or int8 as they are (default: smooth "
-                             "for the embedder and the reranker, fp32 otherwise)")
+                             "then int8 (calibrated on demo inputs), or int8 as they are (default: "
+                             f"{int8_default_text('down_projections')})")
     parser.add_argument("--int8-smooth-alpha", type=float, default=None, metavar="A",
-                        help="with --int8-down-projections smooth: migration strength in [0, 1] (default 0.8)")
+                        help="with --int8-down-projections smooth: migration strength in [0, 1] (default: "
+                             f"{int8_default_text('smooth_alpha')})")
+    parser.add_argument("--int8-weight-range", choices=list(WEIGHT_RANGES), default=None,
+                        help="with --dtype int8: s8 = 8-bit weights; s7 = 7-bit weights, whose u8 x s8 products "
+                             "cannot saturate on CPUs without VNNI (AVX2); auto = s8 on a CPU with VNNI, s7 "
+                             "otherwise (SEARCHSMITH_CPU_INT8 overrides the detected CPU). A bundle with s8 "
+                             "weights loaded on a CPU without VNNI is re-quantised to 7 bits in memory (default: "
+                             f"{int8_default_text('weight_range')})")
     parser.add_argument("--parity-data", default=None, metavar="FILE",
                         help="check parity (and calibrate int8) on your inputs instead of the demo data: a .txt "
                              "file (one text per line) or .jsonl ({\"text\": ...} or {\"query\": ..., "
@@ -829,7 +849,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--int8-activations", choices=list(ACTIVATION_MODES), default=None,
                         help="with --dtype int8: one activation scale per call (tensor: ONNX Runtime's dynamic "
                              "quantisation) or one per token (token: about half the error, slower; attention unfused) "
-                             "(default: tensor)")
+                             f"(default: {int8_default_text('activations')})")
     parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
     parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
     parser.set_defaults(func=_run_export)
@@ -840,7 +860,7 @@ def _run_export(args: argparse.Namespace) -> int:
                          torch_weights=args.torch_weights, int8_fp32_blocks=args.int8_fp32_blocks,
                          int8_fuse_attention=None if args.int8_attention is None else args.int8_attention == "fused",
                          int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha,
-                         int8_activations=args.int8_activations,
+                         int8_activations=args.int8_activations, int8_weight_range=args.int8_weight_range,
                          thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data)
     out = Path(args.out)
     done: list[tuple[str, dict[str, Any]]] = []

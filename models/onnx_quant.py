@@ -20,6 +20,11 @@ Weights are int8 per output column; four choices on top:
   outliers into the weights, which are quantised per channel. ``max|x_j|`` comes from a few
   calibration inputs run through the fp32 graph.
 
+Weights are 8-bit (``s8``) on CPUs with VNNI and 7-bit (``s7``, |w| <= 64) on CPUs without it,
+whose u8 x s8 products add pairs in int16 and saturate with 8-bit weights
+(:mod:`searchsmith.models.int8_cpu`; ``weight_range``, resolved at export, recorded in the
+manifest, and re-checked at load).
+
 What each task gets by default (:data:`INT8_DEFAULTS`) was measured on 2 CPU cores against the
 fp32 graph (export parity and the ``searchsmith profile`` figures are the checks).
 
@@ -60,12 +65,19 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from searchsmith.models.errors import ConfigError
+from searchsmith.models.int8_cpu import (
+    WEIGHT_QMAX,
+    WEIGHT_RANGES,
+    WeightRange,
+    int8_isa,
+    resolve_weight_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +108,9 @@ class Int8Scheme:
         activations: how a weight product's input is quantised: ``tensor`` = ONNX Runtime's
             dynamic quantisation (one scale per call, ``DynamicQuantizeMatMul``); ``token`` =
             one symmetric scale per token (:func:`token_products`; attention unfused).
+        weight_range: ``s8`` (|w| <= 127), ``s7`` (|w| <= 64: u8 x s8 products cannot saturate
+            on CPUs without VNNI, :mod:`searchsmith.models.int8_cpu`) or ``auto`` (``s8`` on a
+            CPU with VNNI, ``s7`` otherwise; resolved at export and recorded in the manifest).
     """
 
     fuse_attention: bool = True
@@ -104,6 +119,7 @@ class Int8Scheme:
     smooth_alpha: float = 0.8
     calibration_inputs: int = 128
     activations: Activations = "tensor"
+    weight_range: WeightRange = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.fp32_blocks, int) or isinstance(self.fp32_blocks, bool) or self.fp32_blocks < 0:
@@ -120,12 +136,22 @@ class Int8Scheme:
             raise ConfigError("export --int8-activations token quantises the attention projections one by one: "
                               "it does not go with --int8-attention fused (use unfused, or --int8-activations "
                               "tensor)")
+        if self.weight_range not in WEIGHT_RANGES:
+            raise ConfigError(f"export --int8-weight-range: {self.weight_range!r} is not one of "
+                              f"{list(WEIGHT_RANGES)}")
         if not isinstance(self.calibration_inputs, int) or not 1 <= self.calibration_inputs <= 4096:
             raise ConfigError(f"export int8 calibration_inputs: expected an int in 1..4096, got "
                               f"{self.calibration_inputs!r}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def resolved(self) -> Int8Scheme:
+        """This scheme with ``weight_range`` ``auto`` made concrete for the instruction set of
+        :func:`~searchsmith.models.int8_cpu.int8_isa` (the CPU's, or ``SEARCHSMITH_CPU_INT8``)."""
+        if self.weight_range != "auto":
+            return self
+        return replace(self, weight_range=resolve_weight_range("auto", int8_isa()))
 
 
 #: Per-task defaults (see the module docstring for the measurements behind them).
@@ -136,6 +162,27 @@ INT8_DEFAULTS: dict[str, Int8Scheme] = {
     "images": Int8Scheme(fuse_attention=True),
     "decompose": Int8Scheme(fuse_attention=False),
 }
+
+
+def _shown(name: str, value: Any) -> str:
+    if name == "fuse_attention":  # the CLI says --int8-attention fused|unfused
+        return "fused" if value else "unfused"
+    return str(value)
+
+
+def int8_default_text(name: str, defaults: dict[str, Int8Scheme] | None = None) -> str:
+    """The per-task defaults of the :class:`Int8Scheme` field ``name`` as the CLI help states
+    them, from :data:`INT8_DEFAULTS` (so the help cannot contradict the code):
+    ``"token for embed, rerank; tensor for cite, images, decompose"``, or one value for all."""
+    if name not in {f.name for f in fields(Int8Scheme)}:
+        raise KeyError(f"Int8Scheme has no field {name!r}")
+    defaults = INT8_DEFAULTS if defaults is None else defaults
+    by_value: dict[str, list[str]] = {}
+    for task, scheme in defaults.items():
+        by_value.setdefault(_shown(name, getattr(scheme, name)), []).append(task)
+    if len(by_value) == 1:
+        return f"{next(iter(by_value))} for every task"
+    return "; ".join(f"{value} for {', '.join(tasks)}" for value, tasks in by_value.items())
 
 
 def first_blocks_matmuls(graph: Any, blocks: int) -> list[str]:
@@ -256,12 +303,13 @@ def _opset(model: Any) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
 
 
-def token_products(model: Any, nodes: list[Any]) -> int:
+def token_products(model: Any, nodes: list[Any], weight_range: Literal["s8", "s7"] = "s8") -> int:
     """Per-token int8 for the products ``nodes`` (``y = x @ W``), in place.
 
     Each token's row of ``x`` (..., K) gets its own scale ``s = max|x| / 127`` and is stored as
     uint8 with zero point 128 (symmetric); ``W`` (K, N) is int8 per output column (scales
-    ``w_s``). Then ``x @ W = s * ((q - 128) @ W_q) * w_s``: one ``QuantizeLinear`` (per axis),
+    ``w_s = max|W| / q``, ``q`` = 127 for ``s8`` weights, 64 for ``s7`` ones, which CPUs without
+    VNNI need: :mod:`searchsmith.models.int8_cpu`). Then ``x @ W = s * ((q - 128) @ W_q) * w_s``: one ``QuantizeLinear`` (per axis),
     one ``MatMulIntegerToFloat`` (com.microsoft) and a ``Mul`` by ``s``; products that share
     an input (Q, K and V) share its quantisation. ONNX Runtime's
     dynamic quantisation gives every token of a call one scale, so a token with large
@@ -275,6 +323,9 @@ def token_products(model: Any, nodes: list[Any]) -> int:
     """
     from onnx import helper, numpy_helper
 
+    if weight_range not in WEIGHT_QMAX:
+        raise ConfigError(f"token_products: weight_range {weight_range!r} is not one of {sorted(WEIGHT_QMAX)}")
+    qmax = WEIGHT_QMAX[weight_range]
     graph = model.graph
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
@@ -305,9 +356,9 @@ def token_products(model: Any, nodes: list[Any]) -> int:
         tag = f"searchsmith_tok_{done}"
         weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)  # (K, N)
         k, n = weight.shape
-        w_scale = np.abs(weight).max(axis=0) / 127.0
+        w_scale = np.abs(weight).max(axis=0) / qmax
         w_scale = np.where(w_scale > 0, w_scale, 1.0).astype(np.float32)
-        w_q = np.clip(np.round(weight / w_scale), -127, 127).astype(np.int8)
+        w_q = np.clip(np.round(weight / w_scale), -qmax, qmax).astype(np.int8)
         x, out = node.input[0], node.output[0]
         if x not in quantised:  # products that share an input (Q, K, V) share its quantisation
             qt = f"searchsmith_tokq_{len(quantised)}"
@@ -353,15 +404,18 @@ def token_products(model: Any, nodes: list[Any]) -> int:
 
 def quantize_int8(src: Path, dst: Path, scheme: Int8Scheme,
                   calibration: list[dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
-    """Quantise the fp32 graph ``src`` to ``dst`` following ``scheme``.
+    """Quantise the fp32 graph ``src`` to ``dst`` following ``scheme`` (a ``weight_range`` of
+    ``auto`` is resolved for this CPU: :meth:`Int8Scheme.resolved`).
 
     Returns:
-        What was done: fused attention blocks, smoothed and fp32-kept products.
+        What was done: fused attention blocks, smoothed and fp32-kept products (the weight range
+        is the manifest's ``int8.weight_range``).
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from searchsmith.models.onnx_fusion import fuse_attention_checked
 
+    scheme = scheme.resolved()
     with tempfile.TemporaryDirectory(prefix=".int8-", dir=dst.parent) as tmp:
         work = Path(tmp)
         fused = fuse_attention_checked(src, work / "fused.onnx") if scheme.fuse_attention else 0
@@ -380,16 +434,19 @@ def quantize_int8(src: Path, dst: Path, scheme: Int8Scheme,
         keep = sorted(first | ({n.name for n in downs} if mode == "fp32" else set()))
         per_token = 0
         if scheme.activations == "token":
-            per_token = token_products(model, [n for n in weight_products(graph) if n.name not in keep])
+            per_token = token_products(model, [n for n in weight_products(graph) if n.name not in keep],
+                                       scheme.weight_range)
         staged = work / "staged.onnx"
         onnx.save(model, str(staged))
-        # what token_products left (attention's activation products, Gemm) gets dynamic int8
+        # what token_products left (attention's activation products, Gemm) gets dynamic int8;
+        # reduce_range = weights in [-64, 64], ONNX Runtime's name for the s7 range
         quantize_dynamic(str(staged), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                         reduce_range=scheme.weight_range == "s7",
                          op_types_to_quantize=list(WEIGHT_PRODUCTS), nodes_to_exclude=keep)
     return {"fused_attention": int(fused), "smoothed_products": smoothed, "fp32_products": len(keep),
             "down_projections": mode, "activations": scheme.activations, "per_token_products": per_token}
 
 
 __all__ = ["ACTIVATION_MODES", "DOWN_PROJECTION_MODES", "INT8_DEFAULTS", "WEIGHT_PRODUCTS", "Int8Scheme",
-           "activation_max", "activation_range", "token_products", "weight_products",
+           "activation_max", "activation_range", "int8_default_text", "token_products", "weight_products",
            "down_projections", "first_blocks_matmuls", "quantize_int8", "smooth_products"]

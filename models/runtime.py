@@ -67,10 +67,17 @@ class OrtGraph:
 
     On CUDA the inputs are bound from host memory and the output is bound on the device
     (I/O binding), so ONNX Runtime does not allocate a fresh host output per call.
+
+    ``int8_weights``: the weight range of an int8 graph (``s8``/``s7``, the manifest's
+    ``int8.weight_range``; None for other graphs). On a CPU whose u8 x s8 products saturate (no
+    VNNI, :mod:`searchsmith.models.int8_cpu`), ``s8`` weights are re-quantised to 7 bits in
+    memory before the session is made (``self.requantised`` says how many products).
     """
 
-    def __init__(self, path: Path, providers: list[Any], threads: int | None, arena: bool = True) -> None:
+    def __init__(self, path: Path, providers: list[Any], threads: int | None, arena: bool = True,
+                 int8_weights: str | None = None) -> None:
         import onnxruntime as ort
+        from searchsmith.models.int8_cpu import exact_u8s8, int8_isa
 
         opts = ort.SessionOptions()
         # Full optimisation at load: the file holds only the portable (basic) level,
@@ -86,8 +93,21 @@ class OrtGraph:
         # way, 6.3 vs 7.6 s; the exporter always writes the fused graph).
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
+        source: str | bytes = str(path)
+        self.requantised = 0
+        if int8_weights is not None and not exact_u8s8(int8_isa()):
+            # no VNNI: 8-bit weights can saturate u8 x s8 products, so they get 7 bits here, and
+            # ONNX Runtime's exact u8 x u8 kernel takes any weight beyond 7 bits left over
+            opts.add_session_config_entry("session.x64quantprecision", "1")
+            if int8_weights != "s7":
+                import onnx
+                from searchsmith.models.int8_cpu import requantize_s7
+
+                model = onnx.load(str(path))
+                self.requantised = requantize_s7(model)
+                source = model.SerializeToString() if self.requantised else source
         try:
-            self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+            self.session = ort.InferenceSession(source, sess_options=opts, providers=providers)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception classes
             raise BundleError(f"bundle: {path.name} does not load in ONNX Runtime ({exc}); "
                               "re-export the bundle") from None
@@ -742,12 +762,29 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         if chosen == "onnx-cuda":
             providers = [("CUDAExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"}),
                          "CPUExecutionProvider"]
-        graphs = {name: OrtGraph(path / g["file"], providers, threads, memory_arena)
+        # int8 bundles from before the weight range was recorded have 8-bit weights
+        int8_weights = ((manifest.get("int8") or {}).get("weight_range", "s8")
+                        if manifest.get("dtype") == "int8" else None)
+        graphs = {name: OrtGraph(path / g["file"], providers, threads, memory_arena, int8_weights)
                   for name, g in manifest["graphs"].items()}
+        _say_int8_requantised(path, manifest, graphs)
     if max_batch_tokens is None:
         on_gpu = chosen == "onnx-cuda" or (chosen == "torch" and graphs_on_cuda(graphs))
         max_batch_tokens = DEFAULT_BATCH_TOKENS["cuda" if on_gpu else "torch-cpu" if chosen == "torch" else "onnx-cpu"]
     return BUNDLE_CLASSES[manifest["task"]](path, manifest, tokenizer, graphs, chosen, batch_size, max_batch_tokens)
+
+
+def _say_int8_requantised(path: Path, manifest: dict[str, Any], graphs: dict[str, OrtGraph]) -> None:
+    """One log line when loading re-quantised an int8 bundle's weights for this CPU."""
+    done = sum(g.requantised for g in graphs.values())
+    if done:
+        from searchsmith.models.int8_cpu import int8_isa
+
+        log.info("bundle %s: int8 weights exported full range (s8) on %s; this CPU (%s) has no VNNI, so %d "
+                 "products were re-quantised to 7 bits in memory (their u8 x s8 sums would saturate). "
+                 "Re-export the bundle on this machine for 7-bit weights quantised from fp32",
+                 path.name, (manifest.get("int8") or {}).get("exported_on", "an unrecorded CPU"),
+                 int8_isa() or "unknown", done)
 
 
 def graphs_on_cuda(graphs: dict[str, Any]) -> bool:

@@ -20,6 +20,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from searchsmith.models.int8_cpu import cpu_int8_isa  # one detector for export, load and profiles
+
 # PNG text chunk that carries what a plot shows (see save_plot and plot_info).
 PLOT_META_KEY = "searchsmith-plot"
 
@@ -148,25 +150,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-#: The widest int8 dot-product instructions a CPU flag names, best first: int8 ONNX speed
-#: depends on them (VNNI multiplies and adds u8 x s8 in one instruction; AVX2 needs three).
-_INT8_ISAS = (("amx_int8", "AMX"), ("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"),
-              ("avx512bw", "AVX-512"), ("avx2", "AVX2"), ("neon", "NEON"), ("asimd", "NEON"))
-
-
-def cpu_int8_isa(flags: str | None = None) -> str | None:
-    """The CPU's best int8 instruction set (``"AVX-512 VNNI"``, ``"AVX2"``, ...), from the
-    ``flags`` (x86) or ``Features`` (Arm) line of ``/proc/cpuinfo``; ``None`` when unknown."""
-    if flags is None:
-        try:
-            lines = Path("/proc/cpuinfo").read_text().splitlines()
-        except OSError:
-            return None
-        flags = next((ln.split(":", 1)[1] for ln in lines if ln.split(":", 1)[0].strip() in ("flags", "Features")), "")
-    have = set(flags.split())
-    return next((name for flag, name in _INT8_ISAS if flag in have), None)
 
 
 def machine_info() -> dict[str, Any]:

@@ -10,6 +10,14 @@ import pytest
 from export_fixtures import bundle, rerank_run
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.export import ExportOptions, calibration_feeds
+from searchsmith.models.int8_cpu import (
+    INT8_ISA_ENV,
+    WEIGHT_QMAX,
+    exact_u8s8,
+    int8_isa,
+    max_abs_int8_weight,
+    resolve_weight_range,
+)
 from searchsmith.models.onnx_fusion import fused_max_abs, probe_feeds
 from searchsmith.models.onnx_quant import (
     INT8_DEFAULTS,
@@ -22,7 +30,7 @@ from searchsmith.models.onnx_quant import (
     weight_products,
 )
 from searchsmith.models.parity_inputs import demo_inputs, heldout_groups, heldout_texts
-from searchsmith.models.runtime import load_bundle
+from searchsmith.models.runtime import OrtGraph, load_bundle
 
 
 def _ops(path_or_model) -> list[str]:
@@ -77,11 +85,37 @@ def test_quantize_int8_down_projection_modes(tmp_path) -> None:
         ["fp32.onnx", "smooth.onnx", "int8.onnx", "nocal.onnx", "unfused.onnx"])  # no work files left
 
 
+def token_twin(x: np.ndarray, w: np.ndarray, weight_range: str, requantised: bool) -> np.ndarray:
+    """Numpy twin of :func:`token_products` (``x @ w``, no bias): symmetric int8 per token (row
+    of ``x``), int8 per output column of ``w`` with |w_q| <= 127 (s8) or 64 (s7); ``requantised``:
+    s8 weights then halved to 7 bits at load (``round(w_q / 2)``, twice the scale), as
+    ``load_bundle`` does on a CPU without VNNI. The products are exact integers (what VNNI
+    computes, and what AVX2 computes for 7-bit weights: tests/models/test_int8_cpu.py)."""
+    k = w.shape[0]
+    rows = x.reshape(-1, k).astype(np.float64)
+    s = np.abs(rows).max(1, keepdims=True) / 127
+    qmax = WEIGHT_QMAX[weight_range]
+    ws = np.abs(w).max(0) / qmax
+    wq = np.clip(np.round(w / ws), -qmax, qmax)
+    if requantised:
+        wq, ws = np.clip(np.round(wq / 2), -64, 64), ws * 2
+    return ((np.round(rows / s) @ wq) * ws * s).reshape(*x.shape[:-1], w.shape[1])
+
+
+@pytest.mark.parametrize("cpu", ["this", "avx2"])
+@pytest.mark.parametrize("weight_range", ["s8", "s7"])
 @pytest.mark.parametrize(("shape", "opset"), [((1, 1, 16, 8), 18), ((3, 7, 37, 11), 18), ((2, 13, 64, 33), 17)])
-def test_token_products_match_their_numpy_twin(shape, opset) -> None:
-    import onnxruntime as ort
+def test_token_products_match_their_numpy_twin(shape, opset, weight_range, cpu, tmp_path, monkeypatch) -> None:
+    """The per-token graph, loaded as load_bundle loads it (OrtGraph), equals its twin on this CPU
+    and with the AVX2 path forced: 8-bit weights are exact with VNNI and re-quantised to 7 bits
+    without it (issue 23: on an AVX2 CPU the 8-bit products saturated, 1486.28 for 1803.07)."""
     from onnx import TensorProto, helper, numpy_helper
 
+    if cpu == "avx2":
+        monkeypatch.setenv(INT8_ISA_ENV, "avx2")
+    else:
+        monkeypatch.delenv(INT8_ISA_ENV, raising=False)
+    requantised = weight_range == "s8" and not exact_u8s8(int8_isa())
     b, t, k, n = shape
     rng = np.random.default_rng(0)
     w = rng.normal(size=(k, n)).astype(np.float32)
@@ -95,22 +129,22 @@ def test_token_products_match_their_numpy_twin(shape, opset) -> None:
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b"), numpy_helper.from_array(-2 * w, "w2")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
-    assert token_products(model, weight_products(model.graph)) == 2
+    assert token_products(model, weight_products(model.graph), weight_range) == 2
     assert _ops(model).count("QuantizeLinear") == 1  # x is quantised once for both
     assert "MatMul" not in _ops(model) and "w" not in {i.name for i in model.graph.initializer}
+    assert max_abs_int8_weight(model) == WEIGHT_QMAX[weight_range]
+    onnx.save(model, str(tmp_path / "tok.onnx"))
     x = (rng.normal(size=(b, t, k)) * 3 + rng.normal(size=k) * 5).astype(np.float32)
     x[0, 0] *= 40  # an outlier token costs the others no precision
-    got, got2 = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    # numpy twin: symmetric int8 per token (row of x), int8 per output column of w
-    rows = x.reshape(-1, k).astype(np.float64)
-    s = np.abs(rows).max(1, keepdims=True) / 127
-    ws = np.abs(w).max(0) / 127
-    want = ((np.round(rows / s) @ np.round(w / ws)) * ws * s).reshape(b, t, n) + bias
+    g = OrtGraph(tmp_path / "tok.onnx", ["CPUExecutionProvider"], None, int8_weights=weight_range)
+    assert g.requantised == (2 if requantised else 0)
+    got, got2 = g.session.run(None, {"x": x})
+    want = token_twin(x, w, weight_range, requantised) + bias
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got2, -2 * (want - bias), rtol=1e-4, atol=2e-3)
     exact = x @ w + bias
     err = np.linalg.norm(got[:, 1:] - exact[:, 1:]) / np.linalg.norm(exact[:, 1:]) if t > 1 else 0.0
-    assert err < 0.02
+    assert err < (0.02 if weight_range == "s8" and not requantised else 0.04)  # 7 bits: twice the step
 
 
 def test_int8_schemes_validate_and_resolve_per_task() -> None:
@@ -139,6 +173,10 @@ def test_int8_schemes_validate_and_resolve_per_task() -> None:
         ExportOptions(dtype="int8", int8_activations="token", int8_fuse_attention=True)
     with pytest.raises(ConfigError, match=r"--int8-activations: 'channel' is not one of \['tensor', 'token'\]"):
         ExportOptions(dtype="int8", int8_activations="channel")
+    with pytest.raises(ConfigError, match=r"--int8-weight-range: 's6' is not one of \['auto', 's8', 's7'\]"):
+        ExportOptions(dtype="int8", int8_weight_range="s6")
+    assert ExportOptions(dtype="int8", int8_weight_range="s7").int8_scheme("embed").weight_range == "s7"
+    assert all(d.weight_range == "auto" for d in INT8_DEFAULTS.values())  # made concrete per CPU at export
     tensor = ExportOptions(dtype="int8", int8_activations="tensor", int8_fuse_attention=True).int8_scheme("embed")
     assert (tensor.activations, tensor.fuse_attention) == ("tensor", True)
     # ... and fused attention alone implies one scale per call, for every task
@@ -181,8 +219,12 @@ def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
                  "--int8-attention", "unfused", "--int8-down-projections", "fp32",
                  "--int8-smooth-alpha", "0.6", "--int8-fp32-blocks", "0"]) == 0
     m = json.loads((out / "manifest.json").read_text())
+    isa = int8_isa()  # the weight range "auto" resolves to, and the CPU it was exported on, are recorded
     assert m["int8"] == {"fuse_attention": False, "fp32_blocks": 0, "down_projections": "fp32",
-                         "smooth_alpha": 0.6, "calibration_inputs": 128, "activations": "token"}
+                         "smooth_alpha": 0.6, "calibration_inputs": 128, "activations": "token",
+                         "weight_range": resolve_weight_range("auto", isa), "exported_on": isa}
+    report = json.loads((out / "parity_report.json").read_text())
+    assert report["cpu_int8"]["isa"] == isa and report["cpu_int8"]["weight_range"] == m["int8"]["weight_range"]
     assert m["graphs"]["model"]["int8"]["smoothed_products"] == 0
     assert "Softmax" in _ops(out / "model.onnx") and "QAttention" not in _ops(out / "model.onnx")
     # the defaults for a reranker: per-token activations, every block int8, attention unfused
@@ -201,3 +243,44 @@ def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
     assert "QAttention" in _ops(tmp_path / "rr3" / "model.onnx")
     assert "MatMulIntegerToFloat" not in _ops(tmp_path / "rr3" / "model.onnx")
     capsys.readouterr()
+
+
+def _help_defaults(parser, flag: str) -> dict[str, str]:
+    """``{task: value}`` from the ``(default: V for t1, t2; W for t3)`` of ``flag``'s help."""
+    import re
+
+    action = next(a for a in parser._actions if flag in a.option_strings)
+    body = re.search(r"\(default: ([^)]*)\)$", action.help).group(1)
+    out = {}
+    for part in body.split("; "):
+        value, tasks = part.split(" for ", 1)
+        for task in (INT8_DEFAULTS if tasks == "every task" else tasks.split(", ")):
+            out[task] = value
+    return out
+
+
+def test_export_help_states_the_int8_defaults_the_code_uses(monkeypatch) -> None:
+    """`export --help` once said fp32 blocks "2 for rerank", attention "fused", activations
+    "tensor" and down-projections "smooth" for the embedder: none was the code's default."""
+    import argparse
+
+    from searchsmith.models import onnx_quant
+    from searchsmith.models.export import configure_export
+
+    def parser() -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(prog="searchsmith export")
+        configure_export(p)
+        p.format_help()  # every help string formats
+        return p
+
+    shown = {"fuse_attention": lambda v: "fused" if v else "unfused"}
+    flags = {"fp32_blocks": "--int8-fp32-blocks", "fuse_attention": "--int8-attention",
+             "down_projections": "--int8-down-projections", "smooth_alpha": "--int8-smooth-alpha",
+             "activations": "--int8-activations", "weight_range": "--int8-weight-range"}
+    p = parser()
+    for name, flag in flags.items():
+        want = {task: shown.get(name, str)(getattr(s, name)) for task, s in INT8_DEFAULTS.items()}
+        assert _help_defaults(p, flag) == want, flag
+    # the help is read from the table: change a default and the help follows
+    monkeypatch.setitem(onnx_quant.INT8_DEFAULTS, "cite", Int8Scheme(fp32_blocks=3))
+    assert _help_defaults(parser(), "--int8-fp32-blocks")["cite"] == "3"
