@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # eval task -> "module:function(args) -> dict of metrics"
 EVAL_TASKS: dict[str, str] = {
     "route": "searchsmith.serving.evaluate:eval_route",
-    "retrieve": "searchsmith.serving.evaluate:eval_retrieve",
+    "retrieve": "searchsmith.training.evaluate:eval_retrieve",
     "rerank": "searchsmith.training.evaluate:eval_rerank",
     "rewrite": "searchsmith.training.evaluate:eval_rewrite",
     "decompose": "searchsmith.training.evaluate:eval_decompose",
@@ -65,15 +65,53 @@ def _load(target: str):
         raise SearchsmithError(f"{target!r} is not part of this searchsmith build yet") from None
 
 
+EVAL_HELP = """\
+Evaluate one task and print its metrics as JSON. The model is an exported bundle
+(--bundle DIR: fp32, fp16 or int8 ONNX, what 'serve' and 'ask' run) or a training run
+(--checkpoint RUN_DIR: the torch model); both are scored by the same code.
+
+tasks, their --data and their model:
+  route      JSONL {"history": [{"role","content"}], "query", "sources": [gold source names]}
+             + --index DIR; optional --bundle (an 'embed' bundle: query vectors, or a
+             'decompose' bundle: follow-up rewrites) or --checkpoint (embedder / decomposer)
+  retrieve   BEIR folder: corpus.jsonl {"_id","title","text"}, queries.jsonl {"_id","text"},
+             qrels/test.tsv "query-id corpus-id score"; optional --bundle ('embed') or
+             --checkpoint (a sentence-transformers folder); default: the default embedder
+  rerank     BEIR folder (as retrieve); candidates from --run FILE (TREC "qid Q0 docid rank
+             score tag") or --first-stage bm25|dense; --bundle ('rerank') or --checkpoint
+  rewrite    JSONL {"history": [{"role","content"}], "query", "rewrite"}; a 'decompose' model
+  decompose  JSONL {"query", "type": "terminal|chain|split", "nodes": [{"id","text",
+             "depends_on": [ids]}]}; a 'decompose' model
+  cite       JSONL {"sentence", "documents": [{"id","text"}], "cited": [ids],
+             "entities"?: [[start, end, label]]}; a 'cite' model
+  images     JSONL {"paragraphs": [str], "images": [{"id","path","caption"?}], "gold":
+             {image_id: paragraph index or null}} (paths relative to the file); 'images'
+  pipeline   JSONL {"id", "query", "history"?, "answer", "supporting": [corpus ids]} + --index
+             DIR and --config FILE; --bundle DIR (a bundle, or a folder of bundles) replaces
+             the config's bundles of the same tasks
+
+Write held-out files with: python -m searchsmith.training.decompose_data --out DIR;
+python -m searchsmith.training.cite_data --write-eval F; python -m searchsmith.training.images
+write-eval F; python -m searchsmith.training.evaluate scifact-beir DIR.
+"""
+
+
 def configure_eval(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("task", choices=sorted(EVAL_TASKS), help="what to evaluate")
-    parser.add_argument("--data", required=True, help="evaluation data (format: DESIGN.md)")
-    parser.add_argument("--index", help="index directory (route, retrieve, pipeline)")
-    parser.add_argument("--bundle", help="exported model bundle directory")
-    parser.add_argument("--checkpoint", help="training run / checkpoint directory")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = EVAL_HELP
+    parser.add_argument("task", choices=sorted(EVAL_TASKS), help="what to evaluate (see above)")
+    parser.add_argument("--data", required=True, help="evaluation data (formats above)")
+    parser.add_argument("--index", help="index directory (route, pipeline)")
+    parser.add_argument("--bundle", metavar="DIR",
+                        help="an exported bundle ('searchsmith export'; fp32, fp16 or int8) of the task's model")
+    parser.add_argument("--checkpoint", metavar="RUN_DIR",
+                        help="a training run folder ('searchsmith train'); for the embedder, a model folder")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where a --bundle runs (default auto: CUDA when ONNX Runtime has it)")
     parser.add_argument("--config", help="pipeline or router config YAML")
     parser.add_argument("--run", help="TREC run file of rerank candidates")
-    parser.add_argument("--first-stage", choices=["bm25", "dense"], default="bm25")
+    parser.add_argument("--first-stage", choices=["bm25", "dense"], default="bm25",
+                        help="rerank candidates without --run (default bm25)")
     parser.add_argument("--k", type=int, default=3, help="cut-off K for recall@K (default 3)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N items")
     parser.add_argument("--per-item", help="also write one JSON line per item to this file")

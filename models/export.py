@@ -138,6 +138,10 @@ class ExportOptions:
         thresholds: parity thresholds (and how many held-out inputs).
         parity_data: a ``.txt`` / ``.jsonl`` file whose inputs parity and int8 calibration run
             on instead of the demo data (:mod:`~searchsmith.models.parity_inputs`).
+        heldout_limit: the exported model is scored on the run's held-out split and the figures
+            recorded in the manifest (``heldout_metrics``); this scores only the first N items
+            (queries, decompositions and rewrites each, sentences, images) of a large split.
+            None = all; 0 = skip it and record the run's own (torch) figures.
     """
 
     dtype: Dtype = "fp32"
@@ -153,6 +157,7 @@ class ExportOptions:
     int8_weight_range: str | None = None
     thresholds: ParityThresholds = field(default_factory=ParityThresholds)
     parity_data: str | None = None
+    heldout_limit: int | None = None
 
     def __post_init__(self) -> None:
         if self.int8_fuse_attention is not None and not isinstance(self.int8_fuse_attention, bool):
@@ -162,6 +167,10 @@ class ExportOptions:
             raise ConfigError(f"export --dtype: {self.dtype!r} is not one of ['fp32', 'fp16', 'int8']")
         if not 14 <= self.opset <= 23:
             raise ConfigError(f"export --opset: {self.opset} is outside 14..23 (18 is the default)")
+        n = self.heldout_limit
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise ConfigError(f"export --heldout-limit: expected an int >= 0 (0 skips the bundle's held-out "
+                              f"evaluation; leave it out for all items), got {n!r}")
 
     def _int8_overrides(self) -> dict[str, Any]:
         overrides = {"fp32_blocks": self.int8_fp32_blocks, "fuse_attention": self.int8_fuse_attention,
@@ -601,6 +610,8 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         write_json_atomic(tmp / "parity_report.json", report)
         manifest["parity"] = {"passed": report["passed"], "report": "parity_report.json", "inputs": inputs.source,
                               "checks": {k: v["value"] for k, v in report["checks"].items()}}
+        # the figures the serving gates read: this bundle's own (its dtype), not the torch run's
+        manifest["heldout_metrics"], manifest["heldout_source"] = bundle_heldout(src, bfinal, opts)
         if opts.torch_weights:
             _copy_torch(src.model_dir, tmp / TORCH_DIR)
             manifest["torch_weights"] = TORCH_DIR + "/"
@@ -740,21 +751,60 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
 
 def heldout_metrics(run_dir: Path) -> dict[str, float]:
     """The run's final held-out figures and its untrained baselines (``metrics.json``), flat:
-    ``{"rewrite_f1": .., "baselines/rewrite_f1_copy_query": ..}``; {} when absent. Serving
-    reads them to decide whether a model beat its baseline (e.g. the pipeline's rewrite gate)."""
+    ``{"ndcg@10": .., "baselines/rewrite_f1_copy_query": .., "baselines/bi_encoder/ndcg@10": ..}``
+    (a nested baseline group joins its name and key with "/"; the ``data`` group of counts is
+    left out); {} when absent. The serving gates read these names to decide whether a model beat
+    its baseline (e.g. the pipeline's rewrite gate)."""
     path = Path(run_dir) / "metrics.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}
-    out: dict[str, float] = {}
-    for key, value in (data.get("final") or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[str(key)] = float(value)
-    for key, value in (data.get("baselines") or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[f"baselines/{key}"] = float(value)
+    out = _flat_numbers(data.get("final") or {}, "")
+    baselines = {k: v for k, v in (data.get("baselines") or {}).items() if k != "data"}
+    out.update(_flat_numbers(baselines, "baselines/"))
     return out
+
+
+def _flat_numbers(values: Any, prefix: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if not isinstance(values, dict):
+        return out
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update(_flat_numbers(value, f"{prefix}{key}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[f"{prefix}{key}"] = float(value)
+    return out
+
+
+def bundle_heldout(src: ModelSource, bundle: Bundle, opts: ExportOptions) -> tuple[dict[str, float], str]:
+    """``(manifest["heldout_metrics"], manifest["heldout_source"])`` of an export.
+
+    The exported model (``bundle``: its dtype, loaded as ``load_bundle`` will) is scored on the
+    run's held-out split (:func:`searchsmith.training.evaluate.heldout_figures`; the reranker
+    falls back to the demo held-out data). Where that cannot be done, the run's own
+    ``metrics.json`` figures (its torch model) are recorded, and the source says why.
+    """
+    run = src.extra.get("run") or {}
+    if not run.get("path"):
+        return {}, "none: a pretrained model has no held-out split"
+    run_dir = Path(run["path"])
+    fallback = heldout_metrics(run_dir)
+    if opts.heldout_limit == 0:
+        return fallback, "run metrics.json (the torch run's figures; export --heldout-limit 0 skipped the bundle's own)"
+    from searchsmith.models.errors import SearchsmithError
+    from searchsmith.training.evaluate import heldout_figures
+
+    t0 = time.perf_counter()
+    try:
+        figures, where = heldout_figures(src.task, run_dir, bundle, opts.heldout_limit)
+    except (SearchsmithError, OSError) as exc:
+        log.warning("export %s: the bundle's held-out figures could not be measured (%s); recording the run's",
+                    src.task, exc)
+        return fallback, f"run metrics.json (the torch run's figures; the bundle's could not be measured: {exc})"
+    log.info("export %s: held-out figures of the %s bundle in %.1f s", src.task, opts.dtype, time.perf_counter() - t0)
+    return figures, f"bundle:{opts.dtype} on {where}"
 
 
 def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
@@ -850,6 +900,11 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                         help="with --dtype int8: one activation scale per call (tensor: ONNX Runtime's dynamic "
                              "quantisation) or one per token (token: about half the error, slower; attention unfused) "
                              f"(default: {int8_default_text('activations')})")
+    parser.add_argument("--heldout-limit", type=int, default=None, metavar="N",
+                        help="the manifest records the exported model's own held-out figures (heldout_metrics, read "
+                             "by the pipeline's gates), measured on the run's held-out split; score only its first N "
+                             "items (faster on a large split; the baselines stay the run's), or 0 to skip and record "
+                             "the torch run's figures (default: all)")
     parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
     parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
     parser.set_defaults(func=_run_export)
@@ -861,7 +916,8 @@ def _run_export(args: argparse.Namespace) -> int:
                          int8_fuse_attention=None if args.int8_attention is None else args.int8_attention == "fused",
                          int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha,
                          int8_activations=args.int8_activations, int8_weight_range=args.int8_weight_range,
-                         thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data)
+                         thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data,
+                         heldout_limit=args.heldout_limit)
     out = Path(args.out)
     done: list[tuple[str, dict[str, Any]]] = []
     if args.run_dir == "embedder":
@@ -887,11 +943,13 @@ def _run_export(args: argparse.Namespace) -> int:
     for path, manifest in done:
         print(json.dumps({"bundle": path, "task": manifest["task"], "dtype": manifest["dtype"],
                           "parity_passed": manifest["parity"]["passed"], "parity": manifest["parity"]["checks"],
-                          "allow_drift": manifest["allow_drift"]}, sort_keys=True))
+                          "allow_drift": manifest["allow_drift"], "heldout_source": manifest.get("heldout_source"),
+                          "heldout_metrics": manifest.get("heldout_metrics")}, sort_keys=True))
     return 0
 
 
-__all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "configure_export", "convert_graph", "embedder_source",
+__all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "configure_export", "convert_graph",
+           "embedder_source", "heldout_metrics",
            "calibration_feeds", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_source"]

@@ -71,16 +71,55 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def eval_route(args: argparse.Namespace) -> dict[str, Any]:
-    """Routing recall@1 / recall@K / MRR per mode, on all items, follow-ups and single turns."""
+class _ModelRewriter:
+    """A decomposer (bundle or torch) as the router's rewriter: ``rewrite(turns, query)``."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def rewrite(self, history: Any, query: str) -> str:
+        turns = [{"role": t.role, "content": t.content} for t in history]
+        out = self.model.rewrite(turns, query)
+        return out.strip() if isinstance(out, str) and out.strip() else query
+
+
+def _router_for_eval(args: argparse.Namespace) -> tuple[Any, str]:
+    """The index's router; with --bundle / --checkpoint, an embedder (query vectors) or a
+    decomposer (follow-up rewrites) of that model instead of the index's own."""
+    import numpy as np
     from searchsmith.serving.cli import load_router
+    from searchsmith.training.evaluate import load_eval_model
+
+    em = load_eval_model("route", args, required=False)
+    router = load_router(args.index, args.config)
+    if em is None:
+        return router, "index embedder, heuristic rewrite"
+    if em.task == "decompose":
+        router.rewriter = _ModelRewriter(em.model)
+        return router, f"index embedder, rewrites by {em.origin}"
+    dim = int(router.centroids.shape[1])
+    got = int(np.asarray(em.model.encode(["dimension probe"])).shape[1])
+    if got != dim:
+        raise ValidationError(f"eval route: {em.origin} embeds into {got} dimensions, the index {args.index} into "
+                              f"{dim}; use the embedder the index was built with (its bundle or folder)")
+    router.embedder = em.model
+    return router, f"queries embedded by {em.origin}"
+
+
+def eval_route(args: argparse.Namespace) -> dict[str, Any]:
+    """Routing recall@1 / recall@K / MRR per mode, on all items, follow-ups and single turns.
+
+    ``args.bundle`` / ``args.checkpoint`` (optional): an ``embed`` model embeds the queries
+    (the index's centroids stay), a ``decompose`` model rewrites the follow-ups.
+    """
+    from searchsmith.training.evaluate import progress_bar
 
     if not args.index:
         raise ValidationError("eval route needs --index DIR (built with 'searchsmith index')")
     items = read_jsonl(args.data, ("query", "sources"), "routing")
     if args.limit:
         items = items[: args.limit]
-    router = load_router(args.index, args.config)
+    router, model = _router_for_eval(args)
     unknown = sorted({s for it in items for s in it["sources"]} - set(router.sources))
     if unknown:
         raise ValidationError(f"routing data {args.data}: gold source(s) {unknown} are not in the index "
@@ -88,18 +127,20 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
     k = max(1, min(args.k, len(router.sources)))
     per_item = []
     summary: dict[str, Any] = {"task": "route", "data": str(args.data), "index": str(args.index),
-                               "k": k, "n": len(items),
+                               "model": model, "k": k, "n": len(items),
                                "followups": sum(1 for it in items if it.get("history")), "modes": {}}
-    for mode in MODES:
-        rows: dict[str, list[dict[str, float]]] = {"all": [], "followups": [], "single": []}
-        for i, it in enumerate(items):
-            res = router.route(it["query"], it.get("history"), mode=mode, top_k=k)
-            m = route_metrics(res.names, list(it["sources"]), k)
-            rows["all"].append(m)
-            rows["followups" if it.get("history") else "single"].append(m)
-            per_item.append({"i": i, "mode": mode, "query": it["query"], "gold": it["sources"],
-                             "ranked": res.names, "routed_text": res.routed_text, **m})
-        summary["modes"][mode] = {part: _mean(r) for part, r in rows.items() if r}
+    with progress_bar("eval route", len(MODES) * len(items), "query") as bar:
+        for mode in MODES:
+            rows: dict[str, list[dict[str, float]]] = {"all": [], "followups": [], "single": []}
+            for i, it in enumerate(items):
+                res = router.route(it["query"], it.get("history"), mode=mode, top_k=k)
+                m = route_metrics(res.names, list(it["sources"]), k)
+                rows["all"].append(m)
+                rows["followups" if it.get("history") else "single"].append(m)
+                per_item.append({"i": i, "mode": mode, "query": it["query"], "gold": it["sources"],
+                                 "ranked": res.names, "routed_text": res.routed_text, **m})
+                bar.update(1)
+            summary["modes"][mode] = {part: _mean(r) for part, r in rows.items() if r}
     if args.per_item:
         with open(args.per_item, "w", encoding="utf-8") as fh:
             for row in per_item:
@@ -186,17 +227,61 @@ def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, floa
     return out
 
 
+#: bundle task -> the pipeline config key (``bundles.<key>``) that loads it
+PIPELINE_BUNDLE_KEYS = {"decompose": "decomposer", "rerank": "reranker", "cite": "citation", "images": "images"}
+
+
+def with_eval_bundles(cfg: Any, args: argparse.Namespace) -> Any:
+    """``cfg`` with ``args.bundle`` (one bundle, or a folder of bundles as ``searchsmith export
+    RUNS/ --out DIR`` writes) in place of the config's bundles of the same tasks.
+
+    Raises:
+        ConfigError: ``--checkpoint`` (the pipeline runs exported bundles), a folder without a
+            bundle, two bundles of one task.
+        BundleError: a bundle's manifest is missing or corrupt.
+    """
+    from dataclasses import replace
+
+    from searchsmith.models.errors import ConfigError
+    from searchsmith.models.runtime import MANIFEST, read_manifest
+
+    if getattr(args, "checkpoint", None):
+        raise ConfigError("eval pipeline: --checkpoint is not supported; the pipeline runs exported bundles. "
+                          f"Export the run first (searchsmith export {args.checkpoint} --out DIR) and pass "
+                          "--bundle DIR")
+    if not getattr(args, "bundle", None):
+        return cfg
+    root = Path(args.bundle)
+    folders = [root] if (root / MANIFEST).is_file() else (
+        sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()) if root.is_dir() else [])
+    if not folders:
+        raise ConfigError(f"--bundle {root}: neither a bundle nor a folder of bundles (no {MANIFEST}); export "
+                          "them with: searchsmith export RUN_DIR --out DIR")
+    chosen: dict[str, str] = {}
+    for folder in folders:
+        key = PIPELINE_BUNDLE_KEYS.get(read_manifest(folder)["task"])
+        if key is None:  # the embedder: the index's own embeds the queries
+            continue
+        if key in chosen:
+            raise ConfigError(f"--bundle {root}: two {key} bundles ({chosen[key]} and {folder}); keep one")
+        chosen[key] = str(folder)
+    if not chosen:
+        raise ConfigError(f"--bundle {root}: no decompose, rerank, cite or images bundle in it")
+    return replace(cfg, bundles=replace(cfg.bundles, **chosen))
+
+
 def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """Answer quality, citations and latency of the pipeline on ``{"id", "query", "history"?,
     "answer", "supporting"}`` items, with the SRSA strategy ablation (routed vs each strategy
     forced) and serial vs parallel routing on the follow-ups, all in the same run."""
     from searchsmith.serving.pipeline.config import STRATEGIES, load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
+    from searchsmith.training.evaluate import progress_bar
 
     items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline")
     if args.limit:
         items = items[: args.limit]
-    cfg = load_pipeline_config(args.config)
+    cfg = with_eval_bundles(load_pipeline_config(args.config), args)
     if not (args.index or cfg.index):
         raise ValidationError("eval pipeline needs --index DIR (built with 'searchsmith index') or 'index:' "
                               "in the --config file")
@@ -209,17 +294,19 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     variants += [(f"forced_{s}", {"strategy": s}, items) for s in STRATEGIES]
     variants += [(f"routing_{m}_followups", {"routing_mode": m}, followups) for m in ("serial", "parallel")]
     try:
-        for name, kwargs, subset in variants:
-            for i, it in enumerate(subset):
-                ans = pipe.ask(it["query"], it.get("history"), query_id=str(it.get("id", i)), **kwargs)
-                m = pipeline_item_metrics(ans, it)
-                runs.setdefault(name, []).append(m)
-                if name == "routed":
-                    traces.append(ans["trace"])
-                per_item.append({"id": it.get("id", i), "variant": name, "query": it["query"],
-                                 "gold": it["answer"], "answer": ans["answer"], "rewrite": ans["rewrite"],
-                                 "strategy": ans["trace"]["strategy"], "sources": ans["trace"]["sources"],
-                                 "cited": [r["doc_id"] for r in ans["references"]], **m})
+        with progress_bar("eval pipeline", sum(len(s) for _, _, s in variants), "question") as bar:
+            for name, kwargs, subset in variants:
+                for i, it in enumerate(subset):
+                    ans = pipe.ask(it["query"], it.get("history"), query_id=str(it.get("id", i)), **kwargs)
+                    m = pipeline_item_metrics(ans, it)
+                    runs.setdefault(name, []).append(m)
+                    if name == "routed":
+                        traces.append(ans["trace"])
+                    per_item.append({"id": it.get("id", i), "variant": name, "query": it["query"],
+                                     "gold": it["answer"], "answer": ans["answer"], "rewrite": ans["rewrite"],
+                                     "strategy": ans["trace"]["strategy"], "sources": ans["trace"]["sources"],
+                                     "cited": [r["doc_id"] for r in ans["references"]], **m})
+                    bar.update(1)
     finally:
         pipe.close()
     routed = _summary(runs["routed"])

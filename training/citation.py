@@ -967,7 +967,7 @@ def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[di
                 if e[2] not in types:
                     raise ValidationError(f"{where}: entity label {e[2]!r} is out of range; the "
                                           f"model tags {types}")
-        items.append({"sentence": sent, "documents": docs, "ids": ids,
+        items.append({"sentence": sent, "documents": docs, "ids": ids, "source": rec.get("source"),
                       "cited": {str(c) for c in cited},
                       "entities": None if ents is None else [tuple(e) for e in ents]})
     if not items:
@@ -975,25 +975,50 @@ def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[di
     return items
 
 
-def _load_for_eval(args: argparse.Namespace) -> tuple[Any, str]:
-    bundle, ckpt = getattr(args, "bundle", None), getattr(args, "checkpoint", None)
-    if bool(bundle) == bool(ckpt):
-        raise ConfigError("eval cite: give exactly one of --checkpoint RUN_DIR (a 'searchsmith "
-                          "train' citation run) or --bundle DIR (an exported bundle)")
-    if ckpt:
-        from searchsmith.models.citation import CitationModel
+def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Attribution and entity figures of ``model`` (a citation bundle or ``CitationModel``: their
+    ``attribute`` and ``entities``) on items of :func:`read_cite_items`.
 
-        return CitationModel.load(ckpt), f"checkpoint:{ckpt}"
-    try:
-        from searchsmith.models.runtime import load_bundle
-    except ImportError:
-        raise ConfigError("--bundle: this build has no bundle runtime (searchsmith.models.runtime "
-                          "is missing); evaluate the run folder with --checkpoint RUN_DIR") from None
-    b = load_bundle(bundle)
-    if getattr(b, "task", None) != "cite":
-        raise ConfigError(f"--bundle: {bundle} is a {getattr(b, 'task', '?')!r} bundle; "
-                          "'eval cite' needs a citation bundle (task 'cite')")
-    return b, f"bundle:{bundle}"
+    Returns:
+        ``(metrics, rows)``: the keys of the recipe's ``metrics.json`` (``attribution/f1``,
+        ``attribution/<source>/roc_auc`` for items that name a source, ``entity/f1``, ...) and
+        one row per item (its scores, predictions and entities).
+    """
+    pairs, y, src = [], [], []
+    for it in items:
+        for d, i in zip(it["documents"], it["ids"], strict=True):
+            pairs.append((it["sentence"], d["text"]))
+            y.append(int(i in it["cited"]))
+            src.append(it.get("source"))
+    probs = np.asarray(model.attribute(pairs), dtype=np.float32)
+    out: dict[str, Any] = {"items": len(items), "pairs": len(pairs), "positive_pairs": sum(y),
+                           "support_threshold": threshold}
+    out.update({f"attribution/{k}": v for k, v in attribution_metrics(y, probs.tolist(), threshold).items()})
+    for name in sorted({s for s in src if s}):
+        idx = [j for j, s in enumerate(src) if s == name]
+        auc = roc_auc([y[j] for j in idx], [float(probs[j]) for j in idx])
+        if auc is not None:
+            out[f"attribution/{name}/roc_auc"] = auc
+    with_ents = [i for i, it in enumerate(items) if it["entities"] is not None]
+    pred_ents: dict[int, list[tuple[int, int, str]]] = {}
+    if with_ents:
+        got = model.entities([items[i]["sentence"] for i in with_ents])
+        pred_ents = {i: [tuple(s) for s in g] for i, g in zip(with_ents, got, strict=True)}
+        ent = span_prf([items[i]["entities"] for i in with_ents], [pred_ents[i] for i in with_ents])
+        out.update({f"entity/{k}": v for k, v in ent.items()})
+        out["entity_items"] = len(with_ents)
+    rows, k = [], 0
+    for n, it in enumerate(items):
+        scores = {i: float(probs[k + j]) for j, i in enumerate(it["ids"])}
+        k += len(it["ids"])
+        row = {"index": n, "sentence": it["sentence"], "scores": scores,
+               "predicted": [i for i, s in scores.items() if s >= threshold], "cited": sorted(it["cited"])}
+        if n in pred_ents:
+            row["entities"] = [list(s) for s in pred_ents[n]]
+            row["entity_f1"] = span_prf([it["entities"]], [pred_ents[n]])["f1"]
+        rows.append(row)
+    return out, rows
 
 
 def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
@@ -1005,49 +1030,21 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     precision / recall / F1 of exact (start, end, type) spans over the items with
     ``entities``. ``--per-item F`` writes one JSON line per item; ``--limit N`` the first N.
     """
+    from searchsmith.training.evaluate import Chunked, load_eval_model, progress_bar
+
     limit = int(getattr(args, "limit", 0) or 0)
     if limit < 0:
         raise ConfigError(f"--limit must be >= 0, got {limit}")
-    model, origin = _load_for_eval(args)
-    labels = list(getattr(model, "labels", None) or
-                  (getattr(model, "manifest", {}) or {}).get("labels") or LABELS)
-    threshold = float(getattr(model, "support_threshold", None) or
-                      (getattr(model, "manifest", {}) or {}).get("support_threshold") or 0.5)
-    items = read_cite_items(args.data, labels)
+    em = load_eval_model("cite", args)
+    items = read_cite_items(args.data, list(em.model.labels))
     if limit:
         items = items[:limit]
-    pairs, y = [], []
-    for it in items:
-        for d, i in zip(it["documents"], it["ids"], strict=True):
-            pairs.append((it["sentence"], d["text"]))
-            y.append(int(i in it["cited"]))
-    probs = np.asarray(model.attribute(pairs), dtype=np.float32)
-    out: dict[str, Any] = {"task": "cite", "model": origin, "items": len(items), "pairs": len(pairs),
-                           "positive_pairs": sum(y), "support_threshold": threshold}
-    out.update({f"attribution/{k}": v for k, v in
-                attribution_metrics(y, probs.tolist(), threshold).items()})
-    with_ents = [i for i, it in enumerate(items) if it["entities"] is not None]
-    pred_ents: dict[int, list[tuple[int, int, str]]] = {}
-    if with_ents:
-        got = model.entities([items[i]["sentence"] for i in with_ents])
-        pred_ents = {i: [tuple(s) for s in g] for i, g in zip(with_ents, got, strict=True)}
-        ent = span_prf([items[i]["entities"] for i in with_ents], [pred_ents[i] for i in with_ents])
-        out.update({f"entity/{k}": v for k, v in ent.items()})
-        out["entity_items"] = len(with_ents)
+    total = sum(len(it["ids"]) for it in items) + sum(it["entities"] is not None for it in items)
+    with progress_bar("eval cite", total, "input") as bar:
+        metrics, rows = cite_report(Chunked(em.model, bar), items, float(em.model.support_threshold))
     if getattr(args, "per_item", None):
-        rows, k = [], 0
-        for n, it in enumerate(items):
-            scores = {i: float(probs[k + j]) for j, i in enumerate(it["ids"])}
-            k += len(it["ids"])
-            row = {"index": n, "sentence": it["sentence"], "scores": scores,
-                   "predicted": [i for i, s in scores.items() if s >= threshold],
-                   "cited": sorted(it["cited"])}
-            if n in pred_ents:
-                row["entities"] = [list(s) for s in pred_ents[n]]
-                row["entity_f1"] = span_prf([it["entities"]], [pred_ents[n]])["f1"]
-            rows.append(row)
         write_jsonl_atomic(args.per_item, rows)
-    return out
+    return {"task": "cite", "model": em.origin, **metrics}
 
 
 def write_eval_file(out: str | Path, recipe: str | Path = "recipes/citation/minilm.yaml",
@@ -1074,6 +1071,7 @@ __all__ = [
     "binary_prf",
     "build_models",
     "citation",
+    "cite_report",
     "decode_spans",
     "eval_cite",
     "eval_items",

@@ -453,15 +453,20 @@ __all__ = [
 # --------------------------------------------------------------------------- searchsmith eval
 
 
-def _load_for_eval(args: Any) -> Decomposer:
-    path = getattr(args, "checkpoint", None) or getattr(args, "bundle", None)
-    if not path:
-        raise ConfigError("eval: pass --checkpoint RUN_DIR (a decomposer training run) or "
-                          "--bundle DIR (a folder holding decomposer.json and the weights)")
-    if not Path(path).is_dir():
-        flag = "--checkpoint" if getattr(args, "checkpoint", None) else "--bundle"
-        raise ConfigError(f"eval: {flag} {str(path)!r} is not a folder (check the path)")
-    return Decomposer.load(path)
+def _load_for_eval(args: Any, task: str) -> Any:
+    """The decomposer to score: a run (--checkpoint, torch) or an exported bundle (--bundle, any
+    dtype), both with ``decompose_batch`` / ``rewrite_batch`` (training/evaluate.py)."""
+    from searchsmith.training.evaluate import load_eval_model
+
+    return load_eval_model(task, args)
+
+
+def _score(em: Any, items: list[dict[str, Any]], task: str, per_item: list[dict[str, Any]]) -> dict[str, Any]:
+    from searchsmith.training.evaluate import Chunked, progress_bar
+
+    with progress_bar(f"eval {task}", len(items)) as bar:
+        metrics = evaluate(Chunked(em.model, bar, 16), items, per_item=per_item)
+    return {"task": task, "model": em.origin, **metrics}
 
 
 def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:
@@ -471,7 +476,7 @@ def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:
         write_jsonl_atomic(path, rows)
 
 
-def eval_decompose(args: Any) -> dict[str, float]:
+def eval_decompose(args: Any) -> dict[str, Any]:
     """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
 
     ``--data`` is "Decomposition, JSONL" (DESIGN.md); export one from the held-out split with
@@ -482,17 +487,17 @@ def eval_decompose(args: Any) -> dict[str, float]:
     rows = read_decomposition_eval(args.data)
     if getattr(args, "limit", 0):
         rows = rows[: args.limit]
-    dec = _load_for_eval(args)
+    em = _load_for_eval(args, "decompose")
     items = [{"task": "decompose", "query": r["query"],
               "graph": QDG.from_json({"type": r["type"], "nodes": r["nodes"]}).to_json()}
              for r in rows]
     per_item: list[dict[str, Any]] = []
-    metrics = evaluate(dec, items, per_item=per_item)
+    metrics = _score(em, items, "decompose", per_item)
     _write_per_item(getattr(args, "per_item", None), per_item)
     return metrics
 
 
-def eval_rewrite(args: Any) -> dict[str, float]:
+def eval_rewrite(args: Any) -> dict[str, Any]:
     """``searchsmith eval rewrite --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
 
     ``--data`` is "Rewrite eval, JSONL" (DESIGN.md). The copy-the-query baseline is reported
@@ -503,12 +508,12 @@ def eval_rewrite(args: Any) -> dict[str, float]:
     rows = read_rewrite_eval(args.data)
     if getattr(args, "limit", 0):
         rows = rows[: args.limit]
-    dec = _load_for_eval(args)
+    em = _load_for_eval(args, "rewrite")
     items = [{"task": "rewrite", "query": r["query"], "target": r["rewrite"],
               "history": [h["content"] for h in r.get("history", []) if h.get("role", "user") == "user"]}
              for r in rows]
     per_item: list[dict[str, Any]] = []
-    metrics = evaluate(dec, items, per_item=per_item)
+    metrics = _score(em, items, "rewrite", per_item)
     copy = rewrite_metrics([r["query"] for r in rows], [r["rewrite"] for r in rows])
     metrics["rewrite_em_copy_query"] = copy["rewrite_em"]
     metrics["rewrite_f1_copy_query"] = copy["rewrite_f1"]

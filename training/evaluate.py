@@ -1,10 +1,16 @@
-"""``searchsmith eval`` entries of the training tasks (one flat function per task).
+"""``searchsmith eval`` of the model tasks, and the held-out figures ``searchsmith export``
+records for a bundle.
+
+Every task scores a model through the runtime bundle's API (:func:`load_eval_model`): an
+exported bundle (``--bundle DIR``: fp32, fp16 or int8 ONNX, what the server and the pipeline
+run) or a training run (``--checkpoint RUN_DIR``: torch), with one metric code path per task.
 
 ``eval_rerank``: BEIR layout (``corpus.jsonl`` ``_id,title,text``; ``queries.jsonl``
 ``_id,text``; ``qrels/test.tsv`` ``query-id corpus-id score``), candidates from a TREC run
 (``--run``) or the project's first stage (``--first-stage bm25|dense``), scored by a
-trained cross-encoder (``--checkpoint RUN_DIR``). Reports nDCG@10 / MRR@10 / recall@K of
-the reranked lists and of the first stage's own order.
+cross-encoder. Reports nDCG@10 / MRR@10 / recall@K of the reranked lists and of the first
+stage's own order. ``eval_retrieve``: the same layout, the whole corpus ranked by an embedder,
+beside BM25.
 
 ``python -m searchsmith.training.evaluate scifact-beir OUT_DIR`` writes the SciFact open
 part (../shared/data/scifact) as such a folder, with its BM25 top-10 as ``run.bm25.trec``.
@@ -14,14 +20,21 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
+import logging
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchsmith.models.errors import ConfigError, ValidationError
+import numpy as np
+from searchsmith.models.errors import ConfigError, SearchsmithError, ValidationError
 from searchsmith.training.data import iter_jsonl, read_jsonl, resolve_data_path, write_jsonl_atomic
 from searchsmith.training.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
+
+log = logging.getLogger(__name__)
 
 # How many first-stage candidates the cross-encoder reranks per query (without --run).
 RERANK_DEPTH = 20
@@ -125,28 +138,272 @@ def _first_stage(kind: str, corpus: dict[str, str], queries: dict[str, str],
     raise ConfigError(f"--first-stage: expected bm25 or dense, got {kind!r}")
 
 
-def _load_cross_encoder(args: argparse.Namespace) -> tuple[Any, Any, int]:
-    if getattr(args, "bundle", None):
-        raise ConfigError("--bundle: ONNX bundles are not supported by 'eval rerank' in this "
-                          "build yet (they come with 'searchsmith export'); use --checkpoint RUN_DIR")
-    ckpt = getattr(args, "checkpoint", None)
-    if not ckpt:
-        raise ConfigError("eval rerank: give --checkpoint RUN_DIR (a 'searchsmith train' run folder)")
-    root = Path(ckpt)
-    model_dir = root / "model" if (root / "model" / "config.json").is_file() else root
-    if not (model_dir / "config.json").is_file():
-        raise ConfigError(f"--checkpoint: {str(root)!r} has neither model/config.json nor "
-                          "config.json; pass the run folder written by 'searchsmith train'")
-    from searchsmith.models.reranker import load_reranker
-    from transformers import AutoTokenizer
+# ----------------------------------------------------------------------------- models
+#
+# Every eval task scores a model through one interface: the runtime bundle's
+# (models/runtime.py), whether the model is an exported bundle (--bundle, fp32 / fp16 / int8
+# ONNX) or a training run (--checkpoint, torch). Checkpoints are wrapped where their API
+# differs (TorchReranker); a decompose bundle gets the decomposer's batch methods
+# (BundleDecomposer), so that the recipe's own evaluate() scores both. The metrics are then
+# computed by one code path per task.
 
-    model = load_reranker(model_dir)  # either head (models/reranker.py); BundleError if unusable
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    max_length = 256
-    run_json = root / "run.json"
-    if run_json.is_file():
-        max_length = int(json.loads(run_json.read_text(encoding="utf-8")).get("max_length", 256))
-    return model, tok, max_length
+#: eval task -> the model tasks (``manifest["task"]`` of a bundle) it can evaluate
+EVAL_MODEL_TASKS: dict[str, tuple[str, ...]] = {
+    "route": ("embed", "decompose"), "retrieve": ("embed",), "rerank": ("rerank",),
+    "rewrite": ("decompose",), "decompose": ("decompose",), "cite": ("cite",), "images": ("images",),
+}
+#: run.json "task" -> model task (models/export.py RUN_TASKS)
+RUN_TASKS = {"rerank": "rerank", "cite": "cite", "images": "images", "decompose": "decompose",
+             "decompose+rewrite": "decompose"}
+# A bar appears only when an evaluation is still running after this many seconds.
+PROGRESS_DELAY_S = 2.0
+# Inputs per model call while a bar is shown (each call is still batched by the model).
+PROGRESS_CHUNK = 256
+_BATCH_METHODS = frozenset({"score_pairs", "attribute", "entities", "encode", "encode_text",
+                            "encode_images", "decompose_batch", "rewrite_batch"})
+
+
+@dataclass
+class EvalModel:
+    """A model to evaluate and where it came from.
+
+    Attributes:
+        model: the model, with the runtime bundle's methods for its task.
+        task: ``embed``, ``rerank``, ``decompose``, ``cite`` or ``images``.
+        origin: ``bundle:<dtype>:<path>`` or ``checkpoint:<path>`` (reported with the metrics).
+        manifest: the bundle's manifest (None for a checkpoint).
+    """
+
+    model: Any
+    task: str
+    origin: str
+    manifest: dict[str, Any] | None = None
+
+
+class TorchReranker:
+    """A trained cross-encoder (torch) with :class:`~searchsmith.models.runtime.RerankBundle`'s
+    ``score_pairs``: logits of (query, passage) pairs, cut to ``max_length`` tokens as in training."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_length: int) -> None:
+        self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
+
+    @classmethod
+    def load(cls, path: str | Path) -> TorchReranker:
+        """A run folder (``model/`` + ``run.json``) or a model folder with ``config.json``."""
+        from searchsmith.models.reranker import load_reranker
+        from transformers import AutoTokenizer
+
+        root = Path(path)
+        model_dir = root / "model" if (root / "model" / "config.json").is_file() else root
+        if not (model_dir / "config.json").is_file():
+            raise ConfigError(f"--checkpoint: {str(root)!r} has neither model/config.json nor config.json; "
+                              "pass the run folder written by 'searchsmith train'")
+        max_length = 256
+        if (root / "run.json").is_file():
+            max_length = int(_read_json(root / "run.json", "--checkpoint").get("max_length") or 256)
+        # either head (models/reranker.py); BundleError when unusable
+        return cls(load_reranker(model_dir), AutoTokenizer.from_pretrained(model_dir), max_length)
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Logits (n,) float32, in input order."""
+        from searchsmith.training.reranker import score_pairs
+
+        pairs = list(pairs)
+        return np.asarray(score_pairs(self.model, self.tokenizer, pairs, self.max_length) if pairs else [],
+                          dtype=np.float32)
+
+    def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        """Logits (n,) of ``passages`` against ``query``."""
+        return self.score_pairs([(query, p) for p in passages])
+
+
+class BundleDecomposer:
+    """A ``decompose`` bundle with :class:`~searchsmith.models.decomposer.Decomposer`'s batch
+    methods, so the recipe's ``evaluate`` scores the ONNX loop exactly as the torch model.
+
+    Other attributes (``rewrite``, ``decompose``, ``manifest``, ...) are the bundle's.
+    """
+
+    def __init__(self, bundle: Any) -> None:
+        self.bundle = bundle
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.bundle, name)
+
+    def decompose_batch(self, questions: Sequence[str],
+                        max_nodes: int | None = None) -> list[tuple[Any, bool, str]]:
+        """(graph, well formed as generated, raw generation) per question, as
+        ``Decomposer.decompose_batch`` (the bundle's ``decompose`` keeps only the graph)."""
+        from searchsmith.models.decomposer import decompose_source
+        from searchsmith.models.qdg import parse_linear
+
+        b = self.bundle
+        texts = b.generate([decompose_source(q) for q in questions], constraint=b.grammar,
+                           use_type_head=True) if questions else []
+        out = []
+        for q, text in zip(questions, texts, strict=True):
+            graph, valid = parse_linear(text, q, max_nodes=max_nodes or b.max_nodes)
+            out.append((graph, valid, text))
+        return out
+
+    def rewrite_batch(self, items: Sequence[tuple[Sequence[Any], str]]) -> list[str]:
+        """Standalone rewrites of ``(history, query)`` pairs (the bundle's ``rewrite``)."""
+        return [self.bundle.rewrite(list(h), q) for h, q in items]
+
+
+def as_eval_model(task: str, model: Any) -> Any:
+    """``model`` (a runtime bundle or a torch model) with the methods the task's evaluation calls."""
+    if task == "decompose" and not hasattr(model, "decompose_batch"):
+        return BundleDecomposer(model)
+    return model
+
+
+class Chunked:
+    """``model`` whose batch methods are called on slices of inputs, advancing ``bar``.
+
+    The model still batches within a slice; slicing only lets the bar move.
+    """
+
+    def __init__(self, model: Any, bar: Any, chunk: int = PROGRESS_CHUNK) -> None:
+        self._model, self._bar, self._chunk = model, bar, chunk
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._model, name)
+        if name not in _BATCH_METHODS or not callable(attr):
+            return attr
+
+        def call(items: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+            items = list(items)
+            if not items:
+                return attr(items, *args, **kwargs)
+            parts = []
+            for s in range(0, len(items), self._chunk):
+                part = items[s:s + self._chunk]
+                parts.append(attr(part, *args, **kwargs))
+                self._bar.update(len(part))
+            if isinstance(parts[0], np.ndarray):
+                return np.concatenate(parts)
+            return [x for p in parts for x in p]
+
+        return call
+
+
+def progress_bar(desc: str, total: int | None, unit: str = "item") -> Any:
+    """A tqdm bar on stderr, shown after ``PROGRESS_DELAY_S`` and only on a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=None, delay=PROGRESS_DELAY_S, leave=False,
+                dynamic_ncols=True)
+
+
+def _read_json(path: Path, flag: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{flag}: {path} is not valid JSON ({exc}); the folder is damaged") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{flag}: {path} must hold a JSON object")
+    return data
+
+
+def _needs(tasks: Sequence[str], what: str) -> str:
+    return " or ".join(f"{'an' if t[0] in 'aeiou' else 'a'} {t!r}" for t in tasks) + f" {what}"
+
+
+def load_eval_model(eval_task: str, args: argparse.Namespace, *, required: bool = True) -> EvalModel | None:
+    """The model ``eval <eval_task>`` scores: ``args.bundle`` or ``args.checkpoint``.
+
+    Args:
+        eval_task: a key of :data:`EVAL_MODEL_TASKS`.
+        args: ``.bundle`` (an exported bundle folder) or ``.checkpoint`` (a training run
+            folder; for the embedder, a sentence-transformers model folder); ``.device``
+            (``auto``, ``cpu`` or ``cuda``; bundles only).
+        required: False returns None when neither is given (the task has a default model).
+
+    Raises:
+        ConfigError: both or neither given, a bundle or run of another task, a folder that is
+            neither (with the fix).
+        BundleError: a missing, corrupt, newer or untrained bundle (from ``load_bundle``).
+    """
+    bundle, ckpt = getattr(args, "bundle", None), getattr(args, "checkpoint", None)
+    allowed = EVAL_MODEL_TASKS[eval_task]
+    if bundle and ckpt:
+        raise ConfigError(f"eval {eval_task}: give --bundle DIR or --checkpoint RUN_DIR, not both")
+    if not bundle and not ckpt:
+        if not required:
+            return None
+        raise ConfigError(f"eval {eval_task}: give --checkpoint RUN_DIR (a 'searchsmith train' run folder) or "
+                          f"--bundle DIR (a 'searchsmith export' bundle folder)")
+    if bundle:
+        return _load_bundle_model(eval_task, Path(bundle), allowed, getattr(args, "device", None) or "auto")
+    return _load_checkpoint_model(eval_task, Path(ckpt), allowed)
+
+
+def _load_bundle_model(eval_task: str, path: Path, allowed: Sequence[str], device: str) -> EvalModel:
+    from searchsmith.models.runtime import MANIFEST, load_bundle, read_manifest
+
+    if path.is_dir() and not (path / MANIFEST).is_file() and any(
+            (path / f).is_file() for f in ("run.json", "config.json", "decomposer.json", "model/config.json")):
+        raise ConfigError(f"--bundle {path} has no {MANIFEST}: it is a training run or a model folder, not an "
+                          f"exported bundle; pass it as --checkpoint {path}, or export it first "
+                          f"(searchsmith export {path} --out BUNDLE_DIR)")
+    manifest = read_manifest(path)  # BundleError: not a folder, no / bad manifest, newer format
+    task = manifest["task"]
+    if task not in allowed:
+        raise ConfigError(f"--bundle {path} is {_needs([task], 'bundle')}; eval {eval_task} needs "
+                          f"{_needs(allowed, 'bundle')}")
+    b = load_bundle(path, device=device)  # sha256 of every file, trained, tokenizer
+    dtype = manifest.get("dtype", "fp32")
+    return EvalModel(as_eval_model(task, b), task, f"bundle:{dtype}:{path}", b.manifest)
+
+
+def run_task(path: Path) -> str | None:
+    """The model task of a training run folder (its ``run.json``), None when it has none."""
+    info = path / "run.json"
+    if not info.is_file():
+        return None
+    raw = _read_json(info, "--checkpoint").get("task")
+    task = RUN_TASKS.get(str(raw))
+    if task is None:
+        raise ConfigError(f"--checkpoint: {info} names task {raw!r}, not one of {sorted(RUN_TASKS)}")
+    return task
+
+
+def _load_checkpoint_model(eval_task: str, path: Path, allowed: Sequence[str]) -> EvalModel:
+    if not path.is_dir():
+        raise ConfigError(f"--checkpoint: {str(path)!r} is not a folder; pass a training run folder "
+                          "(written by 'searchsmith train')")
+    if (path / "manifest.json").is_file():
+        raise ConfigError(f"--checkpoint {path} is an exported bundle (it has manifest.json); pass it as "
+                          f"--bundle {path}")
+    task = run_task(path)
+    if task is not None and task not in allowed:
+        raise ConfigError(f"--checkpoint {path} is {_needs([task], 'run')}; eval {eval_task} needs "
+                          f"{_needs(allowed, 'run')}")
+    if task is None:  # a model folder: the embedder's, or a bare saved model
+        task = "decompose" if "decompose" in allowed and (
+            (path / "decomposer.json").is_file() or (path / "model" / "decomposer.json").is_file()) else allowed[0]
+    origin = f"checkpoint:{path}"
+    if task == "rerank":
+        return EvalModel(TorchReranker.load(path), task, origin)
+    if task == "decompose":
+        from searchsmith.models.decomposer import Decomposer
+
+        return EvalModel(Decomposer.load(path), task, origin)
+    if task == "cite":
+        from searchsmith.models.citation import CitationModel
+
+        return EvalModel(CitationModel.load(path), task, origin)
+    if task == "images":
+        from searchsmith.models.image_relevance import ImageRelevanceModel
+
+        return EvalModel(ImageRelevanceModel.load(path), task, origin)
+    from searchsmith.serving.embedder import Embedder, EmbedderConfig
+
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"--checkpoint {path}: eval {eval_task} needs an embedder (a sentence-transformers "
+                          "model folder with config.json) or an 'embed' bundle (--bundle)")
+    return EvalModel(Embedder(EmbedderConfig(model=str(path))), "embed", origin)
 
 
 def _list_metrics(ranked: list[str], rels: dict[str, int], k: int) -> dict[str, float]:
@@ -156,23 +413,31 @@ def _list_metrics(ranked: list[str], rels: dict[str, int], k: int) -> dict[str, 
             f"mrr@{NDCG_K}": mrr_at_k(labels, NDCG_K), f"recall@{k}": recall_at_k(labels, k, n_rel)}
 
 
-def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
-    """Rerank first-stage candidates with a trained cross-encoder; metrics of both orders.
-
-    ``args``: ``.data`` (BEIR folder), ``.checkpoint`` (run folder), ``.bundle`` (not yet),
-    ``.run`` (TREC file) or ``.first_stage`` (bm25|dense), ``.k`` (recall cut-off),
-    ``.limit`` (first N queries), ``.per_item`` (JSONL per query).
-    """
-    from searchsmith.training.reranker import score_pairs
-
-    corpus, queries, qrels = read_beir(args.data)
+def _eval_qids(queries: dict[str, str], qrels: dict[str, dict[str, int]], args: argparse.Namespace) -> list[str]:
     qids = [q for q in queries if any(v > 0 for v in qrels.get(q, {}).values())]
-    if getattr(args, "limit", 0):
-        if args.limit < 0:
-            raise ConfigError(f"--limit must be >= 0, got {args.limit}")
-        qids = qids[:args.limit]
+    limit = int(getattr(args, "limit", 0) or 0)
+    if limit < 0:
+        raise ConfigError(f"--limit must be >= 0, got {limit}")
+    if not qids:
+        raise ValidationError(f"{args.data}: no query with a relevant document to evaluate")
+    return qids[:limit] if limit else qids
+
+
+def _mean_rows(rows: list[dict[str, float]], prefix: str = "") -> dict[str, float]:
+    return {f"{prefix}{key}": sum(r[key] for r in rows) / len(rows) for key in rows[0]}
+
+
+def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
+    """Rerank first-stage candidates with a cross-encoder; metrics of both orders.
+
+    ``args``: ``.data`` (BEIR folder), ``.checkpoint`` (run folder) or ``.bundle`` (an exported
+    ``rerank`` bundle, any dtype), ``.run`` (TREC file) or ``.first_stage`` (bm25|dense),
+    ``.k`` (recall cut-off), ``.limit`` (first N queries), ``.per_item`` (JSONL per query).
+    """
+    corpus, queries, qrels = read_beir(args.data)
+    qids = _eval_qids(queries, qrels, args)
     k = int(getattr(args, "k", 3) or 3)
-    model, tok, max_length = _load_cross_encoder(args)
+    em = load_eval_model("rerank", args)
     if getattr(args, "run", None):
         cands = read_trec_run(args.run, corpus)
         stage = f"run:{Path(args.run).name}"
@@ -184,29 +449,289 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
         docs = [d for d, _ in cands.get(q, [])]
         spans.append((q, len(pairs), docs))
         pairs.extend((queries[q], corpus[d]) for d in docs)
-    scores = score_pairs(model, tok, pairs, max_length) if pairs else []
-    items, sums_first, sums_re = [], {}, {}
+    with progress_bar("eval rerank", len(pairs), "pair") as bar:
+        scores = Chunked(em.model, bar).score_pairs(pairs)
+    items, firsts, reranks = [], [], []
     for q, start, docs in spans:
         s = scores[start:start + len(docs)]
         reranked = [d for _, d in sorted(zip(s, docs, strict=True), key=lambda t: -t[0])]
         first = _list_metrics(docs, qrels[q], k)
         re = _list_metrics(reranked, qrels[q], k)
-        for key, v in first.items():
-            sums_first[key] = sums_first.get(key, 0.0) + v
-        for key, v in re.items():
-            sums_re[key] = sums_re.get(key, 0.0) + v
+        firsts.append(first)
+        reranks.append(re)
         items.append({"qid": q, "candidates": len(docs), "top": reranked[:NDCG_K],
                       **re, **{f"first_stage/{key}": v for key, v in first.items()}})
-    n = len(qids)
-    if n == 0:
-        raise ValidationError(f"{args.data}: no query with a relevant document to evaluate")
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, items)
-    out: dict[str, Any] = {"task": "rerank", "queries": n, "first_stage": stage,
+    out: dict[str, Any] = {"task": "rerank", "model": em.origin, "queries": len(qids), "first_stage": stage,
                            "rerank_depth": RERANK_DEPTH if not getattr(args, "run", None) else None}
-    out.update({key: v / n for key, v in sums_re.items()})
-    out.update({f"first_stage/{key}": v / n for key, v in sums_first.items()})
+    out.update(_mean_rows(reranks))
+    out.update(_mean_rows(firsts, "first_stage/"))
     return out
+
+
+def _embedder(args: argparse.Namespace, eval_task: str) -> EvalModel:
+    """--bundle (an ``embed`` bundle) or --checkpoint (a model folder), else the default embedder."""
+    em = load_eval_model(eval_task, args, required=False)
+    if em is not None:
+        return em
+    from searchsmith.serving.embedder import Embedder
+
+    return EvalModel(Embedder(), "embed", "default embedder (torch)")
+
+
+def eval_retrieve(args: argparse.Namespace) -> dict[str, Any]:
+    """Dense retrieval over a BEIR folder: the embedder ranks the whole corpus for each query.
+
+    ``args``: ``.data`` (BEIR folder), ``.bundle`` (an ``embed`` bundle) or ``.checkpoint``
+    (a sentence-transformers model folder; neither = the default embedder), ``.k``,
+    ``.limit``, ``.per_item``. Reports nDCG@10 / MRR@10 / recall@K of the embedder and, as
+    the baseline on the same queries, of BM25 (``bm25/...``).
+    """
+    corpus, queries, qrels = read_beir(args.data)
+    qids = _eval_qids(queries, qrels, args)
+    k = int(getattr(args, "k", 3) or 3)
+    depth = max(NDCG_K, k)
+    em = _embedder(args, "retrieve")
+    ids = list(corpus)
+    with progress_bar("eval retrieve", len(ids) + len(qids), "text") as bar:
+        model = Chunked(em.model, bar)
+        docs = np.asarray(model.encode([corpus[i] for i in ids]), dtype=np.float32)  # (P, D)
+        qv = np.asarray(model.encode([queries[q] for q in qids]), dtype=np.float32)  # (Q, D)
+    if docs.shape[1] != qv.shape[1]:
+        raise ValidationError(f"eval retrieve: query vectors have {qv.shape[1]} dims, documents {docs.shape[1]}")
+    sims = qv @ docs.T  # (Q, P)
+    bm = BM25(list(corpus.values()))
+    rows, bm_rows, items = [], [], []
+    for r, q in enumerate(qids):
+        top = np.argsort(-sims[r], kind="stable")[:depth]
+        ranked = [ids[i] for i in top]
+        bm_ranked = [ids[i] for i, _ in bm.top_k(queries[q], depth)]
+        m, b = _list_metrics(ranked, qrels[q], k), _list_metrics(bm_ranked, qrels[q], k)
+        rows.append(m)
+        bm_rows.append(b)
+        items.append({"qid": q, "top": ranked[:NDCG_K], **m, **{f"bm25/{key}": v for key, v in b.items()}})
+    if getattr(args, "per_item", None):
+        write_jsonl_atomic(args.per_item, items)
+    out: dict[str, Any] = {"task": "retrieve", "model": em.origin, "queries": len(qids), "documents": len(ids)}
+    out.update(_mean_rows(rows))
+    out.update(_mean_rows(bm_rows, "bm25/"))
+    return out
+
+
+# ----------------------------------------------------------------------------- held-out figures
+#
+# ``searchsmith export`` records the bundle's own held-out figures in its manifest
+# (``heldout_metrics``), measured here on the exported model: the serving gates then judge the
+# model that is served (an int8 graph can lose what the torch run had), not its training run.
+
+
+def run_recipe_config(run_dir: Path) -> Any:
+    """The recipe config a training run was made with (``run.json`` ``"config"``).
+
+    Raises:
+        ConfigError: no run.json or no config in it (an older or hand-made run).
+    """
+    from searchsmith.models.config import from_dict
+    from searchsmith.training.registry import get_recipe
+
+    path = Path(run_dir) / "run.json"
+    info = _read_json(path, "held-out split") if path.is_file() else {}
+    config = info.get("config")
+    if not isinstance(config, dict) or "recipe" not in config:
+        raise ConfigError(f"{path} records no recipe config, so the run's held-out split cannot be rebuilt")
+    return from_dict(get_recipe(str(config["recipe"])).config_cls, config, source=f"{path} config")
+
+
+def _split_eval_ids(run_dir: Path) -> set[str] | None:
+    path = Path(run_dir) / "split.json"
+    return {str(x) for x in _read_json(path, "held-out split").get("eval", [])} if path.is_file() else None
+
+
+def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+def run_baselines(run_dir: Path) -> dict[str, float]:
+    """The ``baselines/...`` figures of a run's ``metrics.json`` (measured on its held-out split)."""
+    from searchsmith.models.export import heldout_metrics
+
+    return {k: v for k, v in heldout_metrics(run_dir).items() if k.startswith("baselines/")}
+
+
+def heldout_figures(task: str, run_dir: Path, model: Any, limit: int | None = None) -> tuple[dict[str, float], str]:
+    """Held-out figures of ``model`` in the flat naming of ``manifest["heldout_metrics"]``.
+
+    The run's held-out split is rebuilt from its ``run.json`` config (and ``split.json`` /
+    ``heldout.cite.jsonl``); ``model`` is scored there with the recipe's own metrics (the keys
+    of its ``metrics.json`` "final") and the run's baselines, measured on the same split, are
+    added as ``baselines/...``. A reranker whose split cannot be rebuilt is scored on the demo
+    held-out questions instead, with its BM25 and bi-encoder baselines measured there.
+
+    Args:
+        task: ``rerank``, ``decompose``, ``cite`` or ``images``.
+        run_dir: the training run.
+        model: a runtime bundle of the task (or a torch model with the same methods).
+        limit: score only the first N held-out items (queries, decompositions and rewrites
+            each, sentences, images); the baselines stay the run's, over all of them.
+
+    Returns:
+        ``(figures, where)``: ``where`` says which data the figures come from.
+
+    Raises:
+        SearchsmithError, OSError: the split cannot be rebuilt (and the task has no demo set).
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"held-out limit: expected an int >= 1 or None (all), got {limit!r}")
+    run_dir = Path(run_dir)
+    model = as_eval_model(task, model)
+    if task == "rerank":
+        try:
+            figs, where = _rerank_run_split(run_dir, model, limit)
+        except (SearchsmithError, OSError) as exc:
+            figs, where = _rerank_demo(model, limit)
+            return figs, f"{where}, since the run's split could not be rebuilt ({exc})"
+    elif task == "decompose":
+        figs, where = _decompose_run_split(run_dir, model, limit)
+    elif task == "cite":
+        figs, where = _cite_run_split(run_dir, model, limit)
+    elif task == "images":
+        figs, where = _images_run_split(run_dir, model, limit)
+    else:
+        raise ConfigError(f"held-out figures: task {task!r} has no held-out split (one of rerank, decompose, "
+                          "cite, images)")
+    return {**_numbers(figs), **run_baselines(run_dir)}, where
+
+
+def _first(items: list[Any], limit: int | None) -> tuple[list[Any], str]:
+    if limit and limit < len(items):
+        return items[:limit], f"first {limit} of {len(items)}"
+    return items, f"all {len(items)}"
+
+
+def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
+    from searchsmith.training.data import split_by_key
+    from searchsmith.training.reranker import evaluate_groups, load_groups
+
+    cfg = run_recipe_config(run_dir)
+    groups = load_groups(cfg.data)
+    ids = _split_eval_ids(run_dir)
+    if ids is None:
+        ids = split_by_key([g.qid for g in groups], cfg.data.eval_ratio, cfg.data.split_seed)[1]
+    held = [g for g in groups if g.qid in ids]
+    if len(held) != len(ids):
+        raise ValidationError(f"{len(ids) - len(held)} of the {len(ids)} held-out queries of split.json are no "
+                              "longer in the recipe's data")
+    held, part = _first(held, limit)
+    with progress_bar("held-out rerank", sum(len(g.candidates) for g in held), "pair") as bar:
+        figs = evaluate_groups(Chunked(model, bar).score_pairs, held)
+    return figs, f"the run's held-out split ({part} queries)"
+
+
+def demo_rerank_groups(depth: int = RERANK_DEPTH) -> list[Any]:
+    """The demo questions (serving/demo/qa.jsonl) with their BM25 top-``depth`` demo documents,
+    labelled by ``supporting``; questions whose top documents hold no supporting one are left
+    out (no reranking can find it)."""
+    from searchsmith.serving.demo import corpus_path, qa_path
+    from searchsmith.training.reranker import QueryGroup
+
+    docs = [rec for _, rec in iter_jsonl(corpus_path())]
+    bm = BM25([d["text"] for d in docs])
+    groups = []
+    for _, qa in iter_jsonl(qa_path()):
+        top = [docs[i] for i, _ in bm.top_k(qa["query"], depth)]
+        labels = [int(d["id"] in qa["supporting"]) for d in top]
+        if any(labels):
+            groups.append(QueryGroup(str(qa["id"]), "demo", qa["query"], [d["text"] for d in top], labels))
+    if not groups:
+        raise ValidationError("demo held-out data: no question has a supporting document in its BM25 top "
+                              f"{depth}")
+    return groups
+
+
+@functools.cache
+def _demo_rerank_baselines(limit: int | None) -> dict[str, float]:
+    """BM25 and bi-encoder (the default embedder's cosine) figures on the demo groups; they do
+    not depend on the model under test, so they are computed once per process."""
+    from searchsmith.training.reranker import CachedEmbedder, bm25_score_fn, evaluate_groups
+
+    groups, _ = _first(demo_rerank_groups(), limit)
+    out = {f"baselines/bm25/{k}": v for k, v in evaluate_groups(bm25_score_fn(groups), groups).items()}
+    try:
+        emb = CachedEmbedder("default", None)
+    except (SearchsmithError, OSError) as exc:  # no embedder on this machine: BM25 only
+        log.warning("held-out figures: no bi-encoder baseline on the demo data (%s)", exc)
+        return _numbers(out)
+
+    def cosine(pairs: list[tuple[str, str]]) -> list[float]:
+        qs, ds = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
+        qv, dv = emb.encode(qs), emb.encode(ds)
+        qi, di = {q: i for i, q in enumerate(qs)}, {d: i for i, d in enumerate(ds)}
+        return [float(qv[qi[q]] @ dv[di[d]]) for q, d in pairs]
+
+    out.update({f"baselines/bi_encoder/{k}": v for k, v in evaluate_groups(cosine, groups).items()})
+    return _numbers(out)
+
+
+def _rerank_demo(model: Any, limit: int | None) -> tuple[dict[str, float], str]:
+    from searchsmith.training.reranker import evaluate_groups
+
+    groups, part = _first(demo_rerank_groups(), limit)
+    with progress_bar("held-out rerank (demo)", sum(len(g.candidates) for g in groups), "pair") as bar:
+        figs = _numbers(evaluate_groups(Chunked(model, bar).score_pairs, groups))
+    return {**figs, **_demo_rerank_baselines(limit)}, (
+        f"the demo held-out data ({part} questions of serving/demo/qa.jsonl, their BM25 top {RERANK_DEPTH} "
+        "demo documents)")
+
+
+def _decompose_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
+    from searchsmith.training.decomposer import evaluate, make_splits
+
+    cfg = run_recipe_config(run_dir)
+    _, heldout, _ = make_splits(cfg)
+    # as the recipe scores it: the real held-out items when there are any (recipes/decomposer)
+    items = [e for e in heldout if e["origin"] != "synthetic"] or heldout
+    n_dec = sum(e["task"] == "decompose" for e in items)
+    n_rw = len(items) - n_dec
+    total = min(n_dec, limit or n_dec) + min(n_rw, limit or n_rw)
+    with progress_bar("held-out decompose", total) as bar:
+        figs = evaluate(Chunked(model, bar, 16), items, limit=limit or 0)
+    part = f"{int(figs.get('decompose_items', 0))} of {n_dec} decompositions, " \
+           f"{int(figs.get('rewrite_items', 0))} of {n_rw} rewrites"
+    return figs, f"the run's held-out split ({part})"
+
+
+def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
+    from searchsmith.training.citation import cite_report, read_cite_items
+
+    path = run_dir / "heldout.cite.jsonl"  # written by the citation recipe
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing (the citation recipe writes the held-out split there)")
+    items, part = _first(read_cite_items(path, model.labels), limit)
+    with progress_bar("held-out cite", None, "input") as bar:
+        figs, _ = cite_report(Chunked(model, bar), items, float(model.support_threshold))
+    return figs, f"the run's held-out split ({part} sentences of heldout.cite.jsonl)"
+
+
+def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
+    from searchsmith.training.data import split_by_key
+    from searchsmith.training.images import load_records, retrieval_report
+
+    cfg = run_recipe_config(run_dir)
+    by_source = load_records(cfg.data)
+    ids = _split_eval_ids(run_dir)
+    held = []
+    for recs in by_source.values():  # the recipe's order: per source, then per record
+        ev = ids if ids is not None else split_by_key([r.id for r in recs], cfg.data.eval_ratio,
+                                                      cfg.data.split_seed)[1]
+        held += [r for r in recs if r.id in ev]
+    if not held:
+        raise ValidationError("no held-out image of split.json is in the recipe's data any more")
+    held, part = _first(held, limit)
+    with progress_bar("held-out images", None, "input") as bar:
+        figs = retrieval_report(Chunked(model, bar), held, cfg.data.render_size)
+    return figs, f"the run's held-out split ({part} images)"
 
 
 # ----------------------------------------------------------------------------- SciFact -> BEIR
@@ -267,27 +792,24 @@ def _main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())
 
-
-# ----------------------------------------------------------------------------- decomposer
-# Appended by the decomposer work: the bodies live in searchsmith.training.decomposer, next to
-# the recipe whose metrics they share (held-out formats: DESIGN.md "Decomposition, JSONL" and
-# "Rewrite eval, JSONL"; export them with python -m searchsmith.training.decompose_data).
+# ----------------------------------------------------------------------------- other tasks
+# The bodies live next to the recipe whose metrics they share; each loads its model with
+# load_eval_model, so --bundle and --checkpoint go through the same code.
 
 
 def eval_decompose(args: argparse.Namespace) -> dict[str, Any]:
-    """``searchsmith eval decompose --data D.jsonl --checkpoint RUN_DIR``: graph validity, type,
-    node-count accuracy and node-text F1 of a trained decomposer."""
+    """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: graph
+    validity, type, node-count accuracy and node-text F1 (write a held-out file with
+    ``python -m searchsmith.training.decompose_data --out DIR``)."""
     from searchsmith.training.decomposer import eval_decompose as run
 
     return run(args)
 
 
 def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
-    """``searchsmith eval rewrite --data D.jsonl --checkpoint RUN_DIR``: rewrite EM / token F1
-    beside the copy-the-query baseline."""
+    """``searchsmith eval rewrite --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: rewrite
+    EM / token F1 beside the copy-the-query baseline."""
     from searchsmith.training.decomposer import eval_rewrite as run
 
     return run(args)
@@ -295,7 +817,7 @@ def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
 
 def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval cite --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: attribution
-    precision / recall / F1 / ROC AUC and entity F1 (format: DESIGN.md "Citation, JSONL")."""
+    precision / recall / F1 / ROC AUC and entity F1."""
     from searchsmith.training.citation import eval_cite as run
 
     return run(args)
@@ -303,7 +825,11 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
 
 def eval_images(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval images --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: placement
-    accuracy and image/text recall@1/@5 (format: DESIGN.md "Image relevance, JSONL")."""
+    accuracy and image/text recall@1/@5."""
     from searchsmith.training.images import eval_images as run
 
     return run(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(_main())

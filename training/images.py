@@ -284,13 +284,19 @@ class EvalSet:
     rel: np.ndarray  # (I, T) bool
 
 
-def make_eval_set(recs: list[ImageRecord], pixels: torch.Tensor) -> EvalSet:
+def caption_relevance(recs: Sequence[ImageRecord]) -> tuple[list[str], np.ndarray]:
+    """The unique caption texts of ``recs`` and (I, T) bool: True where text t describes image i."""
     texts = list(dict.fromkeys(c for r in recs for c in r.captions))
     pos = {t: i for i, t in enumerate(texts)}
     rel = np.zeros((len(recs), len(texts)), dtype=bool)
     for i, r in enumerate(recs):
         for c in r.captions:
             rel[i, pos[c]] = True
+    return texts, rel
+
+
+def make_eval_set(recs: list[ImageRecord], pixels: torch.Tensor) -> EvalSet:
+    texts, rel = caption_relevance(recs)
     return EvalSet(recs, pixels, texts, rel)
 
 
@@ -322,15 +328,35 @@ def evaluate_model(model: ImageRelevanceModel, es: EvalSet, embed_texts: Callabl
     txt = torch.cat([embed_texts(es.texts[s:s + batch_size]) for s in range(0, len(es.texts), batch_size)]
                     ).float().cpu().numpy()
     model.train(was)
-    out = retrieval_recall(img, txt, es.rel)
-    sources = sorted({r.source for r in es.records})
+    return recall_per_source(img, txt, es.rel, es.records)
+
+
+def recall_per_source(img: np.ndarray, txt: np.ndarray, rel: np.ndarray,
+                      records: Sequence[ImageRecord]) -> dict[str, float]:
+    """:func:`retrieval_recall` overall and, with several sources, per source (``<source>/...``).
+
+    Args:
+        img: (I, D) image embeddings; txt: (T, D) text embeddings; rel: (I, T) bool.
+    """
+    out = retrieval_recall(img, txt, rel)
+    sources = sorted({r.source for r in records})
     if len(sources) > 1:
         for src in sources:
-            rows = np.array([r.source == src for r in es.records])
-            cols = es.rel[rows].any(0)
-            for key, val in retrieval_recall(img[rows], txt[cols], es.rel[rows][:, cols]).items():
+            rows = np.array([r.source == src for r in records])
+            cols = rel[rows].any(0)
+            for key, val in retrieval_recall(img[rows], txt[cols], rel[rows][:, cols]).items():
                 out[f"{src}/{key}"] = val
     return out
+
+
+def retrieval_report(model: Any, recs: Sequence[ImageRecord], render_size: int) -> dict[str, float]:
+    """The recipe's held-out figures (:func:`evaluate_model`'s keys) of ``model`` (an ``images``
+    bundle or ``ImageRelevanceModel``: ``encode_images`` of the PIL pictures, ``encode_text``
+    of their captions), as served: the model does its own resizing and normalisation."""
+    texts, rel = caption_relevance(recs)
+    img = np.asarray(model.encode_images([record_image(r, render_size) for r in recs]), dtype=np.float32)
+    txt = np.asarray(model.encode_text(texts), dtype=np.float32)
+    return recall_per_source(img, txt, rel, recs)
 
 
 def batch_stream(train_recs: list[ImageRecord], pixels: torch.Tensor, model: ImageRelevanceModel,
@@ -545,28 +571,14 @@ def read_placement_file(path: str | Path, limit: int = 0) -> list[PlacementItem]
     return items
 
 
-def _load_scorer(args: argparse.Namespace) -> Any:
-    """A model with ``encode_text`` / ``encode_images``: a run (--checkpoint) or a bundle."""
-    if getattr(args, "bundle", None):
-        try:
-            from searchsmith.models.runtime import load_bundle
-        except ImportError as exc:
-            raise ConfigError(f"--bundle: the bundle runtime (searchsmith.models.runtime) is not in this "
-                              f"build ({exc}); use --checkpoint RUN_DIR") from None
-        b = load_bundle(args.bundle)
-        if getattr(b, "task", "images") != "images":
-            raise ConfigError(f"--bundle: {args.bundle} is a {b.task!r} bundle; 'eval images' needs an "
-                              "'images' bundle")
-        return b
-    if not getattr(args, "checkpoint", None):
-        raise ConfigError("eval images: give --checkpoint RUN_DIR (a 'searchsmith train "
-                          "recipes/images/...' run folder) or --bundle DIR")
-    return ImageRelevanceModel.load(args.checkpoint)
-
-
-def placement_metrics(scorer: Any, items: Sequence[PlacementItem], placement: PlacementConfig
+def placement_metrics(scorer: Any, items: Sequence[PlacementItem], placement: PlacementConfig,
+                      on_item: Callable[[PlacementItem], None] | None = None
                       ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Placement accuracy / precision / recall at the threshold and paragraph recall@1/@5."""
+    """Placement accuracy / precision / recall at the threshold and paragraph recall@1/@5.
+
+    ``scorer``: an ``images`` bundle or ``ImageRelevanceModel`` (``encode_text`` /
+    ``encode_images``); ``on_item`` is called after each item (progress).
+    """
     correct = placed = placed_right = with_gold = 0
     hits = {k: 0 for k in RECALL_KS}
     chance = {k: 0.0 for k in RECALL_KS}
@@ -602,6 +614,8 @@ def placement_metrics(scorer: Any, items: Sequence[PlacementItem], placement: Pl
                          "predicted": dict(zip(it.image_ids, pred, strict=True)),
                          "gold": dict(zip(it.image_ids, it.gold, strict=True)),
                          "correct": n_ok, "gold_rank": ranks})
+        if on_item is not None:
+            on_item(it)
     n_img = sum(len(it.image_ids) for it in items)
     out: dict[str, Any] = {
         "task": "images", "items": len(items), "images": n_img, "threshold": placement.threshold,
@@ -623,17 +637,21 @@ def eval_images(args: argparse.Namespace) -> dict[str, Any]:
     ``.per_item`` (one JSON line per record), ``.threshold`` (optional; default
     ``PlacementConfig.threshold``).
     """
+    from searchsmith.training.evaluate import load_eval_model, progress_bar
+
     limit = int(getattr(args, "limit", 0) or 0)
     if limit < 0:
         raise ConfigError(f"--limit must be >= 0, got {limit}")
     items = read_placement_file(args.data, limit)
     threshold = getattr(args, "threshold", None)
     placement = PlacementConfig() if threshold is None else PlacementConfig(threshold=float(threshold))
-    scorer = _load_scorer(args)
-    out, per_item = placement_metrics(scorer, items, placement)
+    em = load_eval_model("images", args)  # a run (--checkpoint) or a bundle (--bundle), one API
+    with progress_bar("eval images", sum(len(it.image_ids) for it in items), "image") as bar:
+        out, per_item = placement_metrics(em.model, items, placement,
+                                          on_item=lambda it: bar.update(len(it.image_ids)))
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)
-    return out
+    return {**out, "model": em.origin}
 
 
 def write_placement_file(out_path: str | Path, source: str = "synthetic", docs: int = 40,

@@ -207,11 +207,86 @@ def test_heldout_metrics_are_flattened_for_the_manifest(tmp_path) -> None:
 
     (tmp_path / "metrics.json").write_text(json.dumps({
         "final": {"rewrite_f1": 0.2, "note": "x", "ok": True},
-        "baselines": {"rewrite_f1_copy_query": 0.7, "bm25": {"ndcg@10": 0.5}}}))
-    assert heldout_metrics(tmp_path) == {"rewrite_f1": 0.2, "baselines/rewrite_f1_copy_query": 0.7}
+        "baselines": {"rewrite_f1_copy_query": 0.7, "bi_encoder": {"ndcg@10": 0.5, "scifact": {"ndcg@10": 0.4}},
+                      "data": {"eval_queries": 12}}}))
+    # nested baseline groups (the reranker's bi_encoder, the citation's bi_encoder_cosine) are kept,
+    # joined with "/"; the "data" group of counts is not a figure
+    assert heldout_metrics(tmp_path) == {"rewrite_f1": 0.2, "baselines/rewrite_f1_copy_query": 0.7,
+                                         "baselines/bi_encoder/ndcg@10": 0.5,
+                                         "baselines/bi_encoder/scifact/ndcg@10": 0.4}
     (tmp_path / "metrics.json").write_text("{oops")
     assert heldout_metrics(tmp_path) == {}
     assert heldout_metrics(tmp_path / "none") == {}
+
+
+def _rerank_run_with_split(tmp_path):
+    """The tiny reranker laid out as a run of the tiny recipe (its config in run.json, so the
+    held-out split can be rebuilt), with a metrics.json whose figures are not the model's."""
+    from pathlib import Path
+
+    from searchsmith.models.config import to_dict
+    from searchsmith.training.config import load_recipe_config
+
+    run = tmp_path / "run"
+    shutil.copytree(rerank_run(), run)
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "reranker" / "tiny" / "reranker_tiny.yaml"
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "config": to_dict(load_recipe_config(recipe))}))
+    (run / "metrics.json").write_text(json.dumps({
+        "final": {"ndcg@10": 0.123, "mrr@10": 0.1},
+        "baselines": {"bm25": {"ndcg@10": 0.9}, "data": {"eval_queries": 10}}}))
+    return run
+
+
+def test_manifest_records_the_bundles_own_heldout_figures(tmp_path) -> None:
+    from searchsmith.training.evaluate import TorchReranker, heldout_figures
+
+    run = _rerank_run_with_split(tmp_path)
+    torch_figures, where = heldout_figures("rerank", run, TorchReranker.load(run))
+    assert where == "the run's held-out split (all 10 queries)"
+    m = _manifest(_written(export_run(run, tmp_path / "fp32", ExportOptions()), tmp_path / "fp32"))
+    got = m["heldout_metrics"]
+    assert m["heldout_source"] == "bundle:fp32 on the run's held-out split (all 10 queries)"
+    # the exported model's own figures (fp32: the torch model's), not the run's metrics.json
+    assert got["ndcg@10"] == pytest.approx(torch_figures["ndcg@10"], abs=1e-6) and got["ndcg@10"] != 0.123
+    assert got["queries"] == 10 and got["baselines/bm25/ndcg@10"] == 0.9
+    assert not any(k.startswith("baselines/data") for k in got)
+
+    int8 = _manifest(_written(export_run(run, tmp_path / "int8", ExportOptions(dtype="int8", allow_drift=True)),
+                           tmp_path / "int8"))
+    assert int8["heldout_source"].startswith("bundle:int8 on the run's held-out split")
+    assert 0.0 <= int8["heldout_metrics"]["ndcg@10"] <= 1.0
+
+    capped = _manifest(_written(export_run(run, tmp_path / "cap", ExportOptions(heldout_limit=4)), tmp_path / "cap"))
+    assert capped["heldout_source"] == "bundle:fp32 on the run's held-out split (first 4 of 10 queries)"
+    assert capped["heldout_metrics"]["queries"] == 4
+
+    skipped = _manifest(_written(export_run(run, tmp_path / "skip", ExportOptions(heldout_limit=0)), tmp_path / "skip"))
+    assert skipped["heldout_metrics"] == {"ndcg@10": 0.123, "mrr@10": 0.1, "baselines/bm25/ndcg@10": 0.9}
+    assert "--heldout-limit 0 skipped" in skipped["heldout_source"]
+    with pytest.raises(ConfigError, match="--heldout-limit: expected an int >= 0"):
+        ExportOptions(heldout_limit=-1)
+
+
+def _written(manifest, out):
+    """The bundle folder ``out`` after checking the returned manifest is the one written."""
+    assert manifest == _manifest(out)
+    return out
+
+
+def test_a_run_whose_split_cannot_be_rebuilt_is_scored_on_the_demo_data() -> None:
+    # the fixture run has no recipe config: the reranker bundle is scored on the demo questions,
+    # with BM25 and the bi-encoder measured on the same questions
+    m = _manifest(bundle("rerank"))
+    assert m["heldout_source"].startswith("bundle:fp32 on the demo held-out data")
+    assert "could not be rebuilt" in m["heldout_source"]
+    for key in ("ndcg@10", "baselines/bm25/ndcg@10", "baselines/bi_encoder/ndcg@10"):
+        assert 0.0 <= m["heldout_metrics"][key] <= 1.0, key
+    # no demo set for the citation model: the run's own figures (none here), and why
+    c = _manifest(bundle("cite"))
+    assert c["heldout_source"].startswith("run metrics.json (the torch run's figures; the bundle's could not be "
+                                          "measured")
+    assert c["heldout_metrics"] == {}
 
 
 def _block_graph(blocks: int):

@@ -353,7 +353,7 @@ def test_eval_without_model_names_the_flags(tmp_path: Path) -> None:
     export_eval_sets(load_break([BREAK_ROW]), tmp_path)
     args = argparse.Namespace(data=str(tmp_path / "decompose.jsonl"), checkpoint=None,
                               bundle=None, per_item=None, limit=0, json=True)
-    with pytest.raises(ConfigError, match="pass --checkpoint RUN_DIR"):
+    with pytest.raises(ConfigError, match="give --checkpoint RUN_DIR"):
         eval_decompose(args)
 
 

@@ -253,14 +253,16 @@ def test_eval_rerank_on_beir_folder(tiny_run: tuple[Path, dict], tmp_path: Path)
     assert len(per_item.read_text().splitlines()) == 5
 
 
-def test_eval_rerank_bundle_is_a_clear_error(tmp_path: Path) -> None:
+def test_eval_rerank_of_a_run_passed_as_bundle_is_a_clear_error(tiny_run: tuple[Path, dict],
+                                                                 tmp_path: Path) -> None:
+    # bundles are evaluated (tests/training/test_eval_bundles.py); a run given as one is refused
     from argparse import Namespace
 
     from searchsmith.training.evaluate import eval_rerank
 
     data = _beir(tmp_path / "beir")
-    with pytest.raises(ConfigError, match="--bundle: ONNX bundles are not supported.*--checkpoint"):
-        eval_rerank(Namespace(data=str(data), checkpoint=None, bundle="b", run=None,
+    with pytest.raises(ConfigError, match="has no manifest.json.*pass it as --checkpoint"):
+        eval_rerank(Namespace(data=str(data), checkpoint=None, bundle=str(tiny_run[0]), run=None,
                               first_stage="bm25", per_item=None, limit=0, k=3, json=True))
 
 
