@@ -728,7 +728,7 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         ConfigError: unknown device or backend; a batch_size, max_batch_tokens or threads
             that is not a positive int.
     """
-    from transformers import AutoTokenizer
+    from searchsmith.models.tokenizer import load_tokenizer
 
     for name, value, optional in (("batch_size", batch_size, False), ("max_batch_tokens", max_batch_tokens, True),
                                   ("threads", threads, True)):
@@ -746,7 +746,7 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
                           "RECIPE.yaml), export the run, and load that bundle")
     chosen = _pick_backend(backend, device, path, manifest)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path / TOKENIZER_DIR))
+        tokenizer = load_tokenizer(path / TOKENIZER_DIR)
     except (OSError, ValueError) as exc:
         raise BundleError(f"bundle: the tokenizer in {str(path / TOKENIZER_DIR)!r} does not load ({exc}); "
                           "re-export the bundle") from None

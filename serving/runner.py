@@ -168,9 +168,30 @@ class BundleEmbedder:
         dim = manifest.get("embedding_dim")
         self.dim = int(dim) if dim is not None else int(np.asarray(bundle.encode(["dimension probe"])).shape[1])
 
+    @property
+    def base_model(self) -> str | None:
+        """The model the bundle was exported from (``manifest["base_model"]``): an index built
+        with that model can be searched with this bundle's query vectors."""
+        return (getattr(self.bundle, "manifest", None) or {}).get("base_model")
+
     def lengths(self, texts: Sequence[str]) -> list[int]:
         """Untruncated token counts of ``texts``."""
         return count_tokens(self.tokenizer, texts)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` -> (N, D) float32 unit rows (the torch ``Embedder``'s API, so the
+        pipeline, the router and the index can use a bundle for their query vectors).
+
+        Raises:
+            ValidationError: ``texts`` is one string, not a list.
+            RunnerError: the bundle failed.
+        """
+        if isinstance(texts, str):
+            raise ValidationError("embed: expected a list of strings, got one string (wrap it in a list)")
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.run(texts)
 
     def run(self, batch: Sequence[str]) -> np.ndarray:
         """Embed one batch of texts -> (B, D) float32 unit rows, in batch order.

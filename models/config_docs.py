@@ -1,0 +1,165 @@
+"""Every config key with its type, default and description, read from the code.
+
+The configs are frozen dataclasses (``models/config.py`` loads them). A key's description
+is the entry for it under ``Attributes:`` in its class's docstring, or else the comment
+lines just above the field in the source. ``searchsmith config NAME`` prints the reference
+of one config; ``tests/models/test_config_docs.py`` fails when a key has no description,
+so a new key cannot ship undocumented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin, get_type_hints
+
+# config name -> ("module:Class" of its root dataclass, what the config file is)
+ROOTS: dict[str, tuple[str, str]] = {
+    "pipeline": ("searchsmith.serving.pipeline.config:PipelineConfig",
+                 "pipeline YAML (searchsmith ask --config, eval pipeline --config, serve.yaml's pipeline:)"),
+    "serve": ("searchsmith.serving.serve_config:ServeConfig", "server YAML (searchsmith serve --config)"),
+    "index": ("searchsmith.serving.index:IndexConfig",
+              "index settings (searchsmith index CORPUS --out DIR key=value ...)"),
+    "router": ("searchsmith.serving.router:RouterConfig", "router YAML (searchsmith route --config)"),
+}
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One config key: dotted path, type, default and description ('' when undocumented)."""
+
+    path: str
+    type: str
+    default: str
+    doc: str
+
+
+def load_root(name: str) -> type:
+    """The root dataclass of config ``name`` (a key of :data:`ROOTS`)."""
+    module, _, cls = ROOTS[name][0].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """``{field: text}`` from the ``Attributes:`` section of a Google-style docstring."""
+    doc = inspect.getdoc(cls) or ""
+    # a docstring that opens with "Attributes:" on its first line is dedented to column 0
+    match = (re.search(r"\AAttributes:[ \t]*\n(.*)", doc, re.S)
+             or re.search(r"^Attributes:[ \t]*\n(.*?)(?=^\S|\Z)", doc, re.M | re.S))
+    if not match:
+        return {}
+    lines = [line for line in match.group(1).splitlines() if line.strip()]
+    if not lines:
+        return {}
+    base = min(len(line) - len(line.lstrip()) for line in lines)
+    out: dict[str, str] = {}
+    current = None
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        head = re.match(r"^(\w+)(?: \([^)]*\))?:\s*(.*)$", line.strip()) if indent == base else None
+        if head:
+            current = head.group(1)
+            out[current] = head.group(2).strip()
+        elif current and indent > base:
+            out[current] += " " + line.strip()
+        else:
+            current = None  # prose after the list
+    return out
+
+
+def _comment_docs(cls: type) -> dict[str, str]:
+    """``{field: text}`` from ``# ...`` lines directly above each field in the class body."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    out: dict[str, str] = {}
+    comments: list[str] = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comments.append(stripped.lstrip("#").strip())
+            continue
+        field = re.match(r"^(\w+)\s*:", stripped)
+        if field and comments:
+            out.setdefault(field.group(1), " ".join(comments))
+        comments = []
+    return out
+
+
+def _nested(tp: Any) -> type | None:
+    """The dataclass inside ``tp`` (``X``, ``X | None``), if any."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    for arg in get_args(tp):
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+def _type_text(tp: Any) -> str:
+    text = getattr(tp, "__name__", None) if not get_args(tp) else None
+    return text or str(tp).replace("typing.", "")
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default)
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        value = f.default_factory()  # type: ignore[misc]
+        return "{...}" if dataclasses.is_dataclass(value) else repr(value)
+    return "(required)"
+
+
+def describe(cls: type, prefix: str = "") -> list[KeyDoc]:
+    """Every key under dataclass ``cls`` (nested dataclasses flattened to dotted paths)."""
+    hints = get_type_hints(cls)
+    docs = {**_comment_docs(cls), **_attribute_docs(cls)}
+    out: list[KeyDoc] = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name.startswith("_"):
+            continue
+        path = f"{prefix}{f.name}"
+        tp = hints.get(f.name, f.type)
+        nested = _nested(tp)
+        doc = docs.get(f.name, "")
+        if nested is not None:
+            # a dict of dataclasses (e.g. presets: name -> Preset) documents one entry as <name>
+            inner = path + (".<name>." if get_origin(tp) is dict else ".")
+            section = doc or (inspect.getdoc(nested) or "").split("\n\n")[0].replace("\n", " ")
+            out.append(KeyDoc(path, _type_text(tp) if get_origin(tp) is dict else nested.__name__,
+                              _default_text(f) if get_origin(tp) is dict else "{...}", section))
+            out.extend(describe(nested, inner))
+        else:
+            out.append(KeyDoc(path, _type_text(tp), _default_text(f), doc))
+    return out
+
+
+def render(name: str, width: int = 100) -> str:
+    """The reference of config ``name`` as text: one block per key."""
+    blocks = [f"# {name}: {ROOTS[name][1]}"]
+    for key in describe(load_root(name)):
+        head = f"{key.path}: {key.type} = {key.default}"
+        body = textwrap.fill(key.doc or "(undocumented)", width=width, initial_indent="    ",
+                             subsequent_indent="    ")
+        blocks.append(f"{head}\n{body}")
+    return "\n".join(blocks) + "\n"
+
+
+def configure_config(parser: Any) -> None:
+    """``searchsmith config NAME``: print every key of a config with its default and meaning."""
+    parser.add_argument("name", choices=sorted(ROOTS), help="which config: " + "; ".join(
+        f"{k}: {v[1]}" for k, v in ROOTS.items()))
+    parser.set_defaults(func=_run)
+
+
+def _run(args: Any) -> int:
+    print(render(args.name), end="")
+    return 0
+
+
+__all__ = ["KeyDoc", "ROOTS", "configure_config", "describe", "load_root", "render"]
