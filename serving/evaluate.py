@@ -314,6 +314,8 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         "task": "pipeline", "data": str(args.data), "index": str(args.index or cfg.index), "n": len(items),
         "followups": len(followups), "generation": cfg.generation.backend,
         "bundles": {k: v for k, v in vars(cfg.bundles).items() if k in ("decomposer", "reranker", "citation", "images")},
+        # which configured bundles the pipeline used, and why not (serving/pipeline/gates.py)
+        "gates": {use: d.to_dict() for use, d in pipe.gates.items()},
         **routed,
         "latency_per_stage": _stage_percentiles(traces),
         "strategy_ablation": {name: _summary(rows) for name, rows in runs.items()

@@ -42,6 +42,15 @@ class BundlesConfig:
             below the copy-the-query baseline (the heuristic rewrite is used instead).
         gate_decompose: skip the decomposer's graphs when its recorded held-out node-text F1
             is below keeping the question as one terminal node (the question is used as is).
+        gate_rerank: skip the reranker unless its recorded held-out nDCG@10 beats the
+            bi-encoder order (and BM25 when recorded); the retrieval order is kept instead.
+        gate_cite: skip the citation model unless its held-out attribution ROC AUC and F1
+            beat cosine attribution's; the cosine fallback cites instead.
+        gate_images: skip the image model unless its held-out placement accuracy beats
+            caption-cosine placement; captions are compared with paragraphs instead.
+
+    Every gate (serving/pipeline/gates.py) needs the bundle to beat its baseline, a tie is
+    not enough, and a bundle that records no held-out figure is skipped too.
     """
 
     decomposer: str | None = None
@@ -52,10 +61,15 @@ class BundlesConfig:
     backend: Literal["auto", "onnx", "torch"] = "auto"
     threads: int | None = None
     # Use the decomposer's rewrite only when its recorded held-out rewrite F1 beats copying the
-    # query (serving/pipeline/context.py: rewrite_gate).
+    # query (serving/pipeline/gates.py).
     gate_rewrite: bool = True
-    # Likewise its graphs, against the question as one node (context.py: decompose_gate).
+    # Likewise its graphs, against the question as one node.
     gate_decompose: bool = True
+    # The reranker against the bi-encoder order, the citation model against cosine
+    # attribution, the image model against caption-cosine placement (gates.py: GATES).
+    gate_rerank: bool = True
+    gate_cite: bool = True
+    gate_images: bool = True
 
 
 @dataclass(frozen=True)

@@ -31,41 +31,6 @@ class BundleRewriter:
         return out.strip() if isinstance(out, str) and out.strip() else query
 
 
-def measured_gate(bundle: Any, metric: str, baseline: str, what: str, instead: str, setting: str) -> str | None:
-    """Why a bundle's ``what`` should not be used, or None when it may be.
-
-    The export records the run's held-out figures (``manifest["heldout_metrics"]``). A model
-    whose ``metric`` does not beat its trivial ``baseline`` of the same run does no better
-    than the fallback the pipeline has anyway, so that fallback (``instead``) is used: a
-    rewriter that ties with copying the query (one that has learnt to keep it) would only
-    displace the heuristic rewrite, which does resolve references. A bundle without the
-    figures passes (nothing was measured against it).
-    """
-    metrics = (getattr(bundle, "manifest", None) or {}).get("heldout_metrics") or {}
-    got, base = metrics.get(metric), metrics.get(baseline)
-    if isinstance(got, (int, float)) and isinstance(base, (int, float)) and got <= base:
-        relation = "is below" if got < base else "only ties with"
-        return (f"the decomposer's held-out {what} {got:.3f} {relation} {instead[0]} ({base:.3f}); "
-                f"{instead[1]} is used (bundles.{setting}: false to use the model anyway)")
-    return None
-
-
-def rewrite_gate(bundle: Any) -> str | None:
-    """The rewrite gate: rewrite token F1 against copying the query (the heuristic rewrite is
-    used instead)."""
-    return measured_gate(bundle, "rewrite_f1", "baselines/rewrite_f1_copy_query", "rewrite F1",
-                         ("copying the query", "the heuristic rewrite"), "gate_rewrite")
-
-
-def decompose_gate(bundle: Any) -> str | None:
-    """The decomposition gate: node-text token F1 against answering the question as one
-    terminal node (its graphs would replace a good query by worse sub-questions; the
-    question is retrieved as it is instead)."""
-    return measured_gate(bundle, "decompose_node_f1", "baselines/decompose_node_f1_question_as_terminal",
-                         "node-text F1", ("keeping the question as one node", "the question as one node"),
-                         "gate_decompose")
-
-
 class ContextStage:
     """Reads the query and history; writes the standalone ``rewrite``."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from searchsmith.models.config import closest_key
@@ -26,13 +27,9 @@ from searchsmith.models.errors import ConfigError, PayloadTooLargeError, Validat
 from searchsmith.serving.pipeline.citation import CitationStage
 from searchsmith.serving.pipeline.common import load_optional_bundle
 from searchsmith.serving.pipeline.config import STRATEGIES, PipelineConfig, Preset
-from searchsmith.serving.pipeline.context import (
-    BundleRewriter,
-    ContextStage,
-    decompose_gate,
-    rewrite_gate,
-)
+from searchsmith.serving.pipeline.context import BundleRewriter, ContextStage
 from searchsmith.serving.pipeline.decomposition import DecompositionStage
+from searchsmith.serving.pipeline.gates import GateDecision, decide, read_bundle_manifest
 from searchsmith.serving.pipeline.generation import (
     ExtractiveGenerator,
     GenerationStage,
@@ -109,26 +106,31 @@ class Pipeline:
         llm = generator if generator is not None else build_generator(cfg.generation)
         self.generation = GenerationStage(ExtractiveGenerator(embedder, cfg.generation.extractive), llm,
                                           cfg.generation)
-        gate = rewrite_gate(dec) if dec is not None and cfg.bundles.gate_rewrite else None
-        if gate:
-            log.warning("context: %s", gate)
-        use_dec = dec is not None and gate is None
-        self.rewrite_note = gate
-        self.context = ContextStage(BundleRewriter(dec) if use_dec else None, uses_model=use_dec)
-        self.decompose_note = decompose_gate(dec) if dec is not None and cfg.bundles.gate_decompose else None
-        if self.decompose_note:
-            log.warning("decomposition: %s", self.decompose_note)
+        # Each bundle is used only where its recorded held-out figure beats the fallback the
+        # pipeline has anyway (gates.py); the others are left out and every answer says why.
+        self.gates: dict[str, GateDecision] = decide(self.bundles, cfg.bundles)
+        for d in self.gates.values():
+            if not d.used:
+                log.warning("%s: %s", d.use, d.reason)
+
+        def use(what: str) -> bool:
+            return what in self.gates and self.gates[what].used
+
+        self.rewrite_note = self.gates["rewrite"].reason if "rewrite" in self.gates else None
+        self.decompose_note = self.gates["decompose"].reason if "decompose" in self.gates else None
+        self.context = ContextStage(BundleRewriter(dec) if use("rewrite") else None, uses_model=use("rewrite"))
         self.routing = RoutingStage(self.router, list(index.sources), enabled=cfg.routing.enabled)
         built: dict[str, Any] = {
             "context": self.context,
             "routing": self.routing,
-            "decomposition": DecompositionStage(None if self.decompose_note else dec, cfg.decomposition),
-            "retrieval": RetrievalStage(Retriever(index, embedder, cfg.retrieval, self.bundles.get("reranker")),
+            "decomposition": DecompositionStage(dec if use("decompose") else None, cfg.decomposition),
+            "retrieval": RetrievalStage(Retriever(index, embedder, cfg.retrieval,
+                                                  self.bundles.get("reranker") if use("rerank") else None),
                                         cfg.decomposition, self.generation.answer_node),
             "generation": self.generation,
-            "citation": CitationStage(embedder, cfg.citation, self.bundles.get("citation")),
+            "citation": CitationStage(embedder, cfg.citation, self.bundles.get("citation") if use("cite") else None),
             "timeline": TimelineStage(embedder, cfg.timeline),
-            "images": ImagesStage(embedder, cfg.images, self.bundles.get("images")),
+            "images": ImagesStage(embedder, cfg.images, self.bundles.get("images") if use("images") else None),
         }
         stages: list[Stage] = []
         names = list(cfg.stages)
@@ -188,6 +190,9 @@ class Pipeline:
         features = task_features(query, turns)
         name, chosen = self._preset(preset, features)
         state = PipelineState(query=query, history=turns, query_id=query_id or uuid.uuid4().hex, preset_name=name)
+        for d in self.gates.values():
+            if not d.used:
+                state.trace.note(f"{d.use}: {d.reason}")
         for stage in self.stages:
             try:
                 if isinstance(stage, (ContextRoutingStage, RoutingStage)):
@@ -216,7 +221,7 @@ class Pipeline:
                    + c.per_model_call * tr.model_calls)
         if self.protocol is not None:
             self.protocol.remember(state.query_id, name, features, tr.cost)
-        return self.answer_dict(state, features)
+        return self.answer_dict(state, features, self.gates)
 
     def feedback(self, query_id: str, quality: float) -> dict[str, Any]:
         """Reward the protocol router for an answer (``quality`` in [0, 1])."""
@@ -225,7 +230,10 @@ class Pipeline:
         return self.protocol.feedback(query_id, quality)
 
     @staticmethod
-    def answer_dict(state: PipelineState, features: Any = None) -> dict[str, Any]:
+    def answer_dict(state: PipelineState, features: Any = None,
+                    gates: dict[str, GateDecision] | None = None) -> dict[str, Any]:
+        """The answer as JSON; ``trace.gates`` says, per configured bundle use, whether the model
+        was used and why not (:mod:`~searchsmith.serving.pipeline.gates`)."""
         tr = state.trace
         return {
             "query_id": state.query_id,
@@ -254,6 +262,7 @@ class Pipeline:
                 "cost": round(tr.cost, 6),
                 "features": [round(float(v), 4) for v in features] if features is not None else None,
                 "notes": list(tr.notes),
+                "gates": {use: d.to_dict() for use, d in (gates or {}).items()},
             },
         }
 
@@ -287,6 +296,33 @@ def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embed
         embedder = Embedder(from_dict(EmbedderConfig, manifest["config"]["embedder"]))
     index = Index.load(index_dir, embedder=embedder, verify=verify)
     b = config.bundles
-    bundles = {role: load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads)
+    bundles = {role: (unloaded_if_gated(role, task, getattr(b, role), config)
+                      or load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads))
                for role, task in BUNDLE_TASKS.items()}
     return Pipeline(config, index, embedder, bundles)
+
+
+class GatedBundle:
+    """A configured bundle whose every use its gate leaves out: the manifest, no model.
+
+    Loading a bundle costs seconds (ONNX sessions, tokenizer); one the pipeline will not call
+    is represented by its manifest, so that the gate still reports it in every trace.
+    """
+
+    def __init__(self, path: str, manifest: dict[str, Any]) -> None:
+        self.path, self.manifest, self.task = path, manifest, manifest.get("task")
+
+
+def unloaded_if_gated(role: str, task: str, path: str | None, config: PipelineConfig) -> GatedBundle | None:
+    """A :class:`GatedBundle` when the gates will leave out every use of the bundle at
+    ``path`` (read from its manifest alone), else None: the bundle is to be loaded (loading
+    also reports a missing, corrupt or wrong-task bundle)."""
+    if not path:
+        return None
+    manifest = read_bundle_manifest(Path(path))
+    if manifest is None or manifest.get("task") != task:
+        return None
+    decisions = decide({role: manifest}, config.bundles)
+    if decisions and not any(d.used for d in decisions.values()):
+        return GatedBundle(path, manifest)
+    return None

@@ -24,6 +24,22 @@ def make_pipeline(loaded_index, embedder):
     return make
 
 
+# Held-out figures of models that beat their baselines (serving/pipeline/gates.py): the
+# fakes stand for models the pipeline uses; a test about the gates sets its own figures.
+PASSING = {
+    "decompose": {"rewrite_f1": 0.9, "baselines/rewrite_f1_copy_query": 0.7,
+                  "decompose_node_f1": 0.6, "baselines/decompose_node_f1_question_as_terminal": 0.3},
+    "rerank": {"ndcg@10": 0.9, "baselines/bi_encoder_ndcg@10": 0.8, "baselines/bm25_ndcg@10": 0.7},
+    "cite": {"attribution/roc_auc": 0.95, "baselines/cosine_attribution_roc_auc": 0.8,
+             "attribution/f1": 0.9, "baselines/cosine_attribution_f1": 0.7},
+    "images": {"placement_accuracy": 0.8, "baselines/cosine_placement_accuracy": 0.6},
+}
+
+
+def passing_manifest(task):
+    return {"task": task, "heldout_metrics": dict(PASSING[task])}
+
+
 class FakeDecomposer:
     """A ``decompose`` bundle: fixed graph, rewrite by appending a topic word."""
 
@@ -32,6 +48,7 @@ class FakeDecomposer:
     def __init__(self, graph=None, rewrite_to=None, fail=False):
         self.graph, self.rewrite_to, self.fail = graph, rewrite_to, fail
         self.calls = []
+        self.manifest = passing_manifest("decompose")
 
     def decompose(self, question, max_nodes=None):
         self.calls.append(("decompose", question))
@@ -55,6 +72,7 @@ class FakeReranker:
 
     def __init__(self, word, fail=False):
         self.word, self.fail = word, fail
+        self.manifest = passing_manifest("rerank")
 
     def score(self, query, passages):
         if self.fail:
@@ -64,4 +82,4 @@ class FakeReranker:
 
 @pytest.fixture
 def fakes():
-    return {"decomposer": FakeDecomposer, "reranker": FakeReranker}
+    return {"decomposer": FakeDecomposer, "reranker": FakeReranker, "passing": PASSING}

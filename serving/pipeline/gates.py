@@ -1,0 +1,244 @@
+"""Measured gates: a model bundle is used only when it beat the pipeline's own fallback.
+
+Every trained model has an untrained stand-in the pipeline runs without it: the retrieval
+order instead of a reranker, cosine attribution instead of a citation scorer, caption-cosine
+placement instead of an image model, the heuristic rewrite and the question as one node
+instead of the decomposer. A model whose recorded held-out figure does not beat the same
+figure of that stand-in (measured on the same held-out split by its training run) makes
+answers no better, often worse, and slower; the gate leaves it out and says why.
+
+The figures are the bundle manifest's ``heldout_metrics`` (:func:`heldout_figures`; the
+export writes the run's ``metrics.json`` "final" under their own names and its "baselines"
+under ``baselines/<name>``). A bundle that records no figure is left out too: nothing shows
+that it helps (``bundles.gate_<use>: false`` uses it anyway).
+
+:data:`GATES` is the table: one row per (use, metric); a use with several rows (citation:
+ROC AUC and F1) must pass every row. A row names its baselines; the first must be recorded,
+the others count when recorded, and the model must beat the best of them (a tie fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One measured comparison.
+
+    Attributes:
+        role: the bundle role (``bundles.<role>``).
+        use: what the pipeline uses the bundle for (a decomposer has two uses).
+        metric: key of the model's figure in ``heldout_metrics``.
+        what: the figure's name in messages.
+        baselines: ``(key, name)`` of the stand-ins' figures; the first is required.
+        fallback: what the pipeline does instead.
+        setting: the ``bundles.*`` switch that turns the gate off.
+    """
+
+    role: str
+    use: str
+    metric: str
+    what: str
+    baselines: tuple[tuple[str, str], ...]
+    fallback: str
+    setting: str
+
+
+GATES: tuple[GateRow, ...] = (
+    GateRow("decomposer", "rewrite", "rewrite_f1", "rewrite F1",
+            (("baselines/rewrite_f1_copy_query", "copying the query"),),
+            "the heuristic rewrite", "gate_rewrite"),
+    GateRow("decomposer", "decompose", "decompose_node_f1", "node-text F1",
+            (("baselines/decompose_node_f1_question_as_terminal", "keeping the question as one node"),),
+            "the question as one node", "gate_decompose"),
+    GateRow("reranker", "rerank", "ndcg@10", "nDCG@10",
+            (("baselines/bi_encoder_ndcg@10", "the bi-encoder order"), ("baselines/bm25_ndcg@10", "BM25")),
+            "the retrieval order", "gate_rerank"),
+    GateRow("citation", "cite", "attribution/roc_auc", "attribution ROC AUC",
+            (("baselines/cosine_attribution_roc_auc", "cosine attribution"),),
+            "cosine attribution", "gate_cite"),
+    GateRow("citation", "cite", "attribution/f1", "attribution F1",
+            (("baselines/cosine_attribution_f1", "cosine attribution at its threshold"),),
+            "cosine attribution", "gate_cite"),
+    GateRow("images", "images", "placement_accuracy", "placement accuracy",
+            (("baselines/cosine_placement_accuracy", "caption-cosine placement"),),
+            "caption-cosine placement", "gate_images"),
+)
+USES: tuple[str, ...] = tuple(dict.fromkeys(r.use for r in GATES))
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row's comparison: the model's figure against the best recorded baseline."""
+
+    what: str
+    value: float | None
+    baseline: float | None
+    baseline_name: str
+    others: tuple[tuple[str, float], ...] = ()  # further recorded baselines (name, value)
+
+    def text(self) -> str:
+        got = "not recorded" if self.value is None else f"{self.value:.3f}"
+        base = "not recorded" if self.baseline is None else f"{self.baseline:.3f}"
+        more = "".join(f", {n} {v:.3f}" for n, v in self.others)
+        return f"{self.what} {got} vs {self.baseline_name} {base}{more}"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """Whether the pipeline uses a bundle for one use, and why not when it does not.
+
+    Attributes:
+        used: the pipeline calls the model for this use.
+        reason: why it does not (None when used).
+        gated: False when ``bundles.<setting>`` switched the gate off.
+    """
+
+    role: str
+    use: str
+    setting: str
+    used: bool
+    reason: str | None
+    figures: tuple[Figure, ...] = ()
+    gated: bool = True
+    fallback: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "used": self.used}
+        if self.reason:
+            out["reason"] = self.reason
+        if not self.gated:
+            out["gate"] = f"off (bundles.{self.setting}: false)"
+        out["figures"] = [{"metric": f.what, "value": f.value, "baseline": f.baseline_name,
+                           "baseline_value": f.baseline} for f in self.figures]
+        return out
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flatten(f"{prefix}/{k}" if prefix else str(k), v, out)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out[prefix] = float(value)
+
+
+def heldout_figures(bundle: Any) -> dict[str, float]:
+    """The held-out figures a bundle records, flat (``{"ndcg@10": .., "baselines/..": ..}``).
+
+    ``bundle``: a loaded bundle (its ``manifest``), a manifest dict, or a bundle folder. The
+    manifest's ``heldout_metrics`` holds either the training run's figures or, once the
+    export measures them, the bundle's own, under the same names; nested dicts are read as
+    ``a/b`` keys, and ``baselines/<group>/<metric>`` also as ``baselines/<group>_<metric>``.
+    {} when nothing is recorded.
+    """
+    if isinstance(bundle, (str, Path)):
+        manifest = read_bundle_manifest(Path(bundle)) or {}
+    elif isinstance(bundle, Mapping):
+        manifest = bundle
+    else:
+        manifest = getattr(bundle, "manifest", None) or {}
+    out: dict[str, float] = {}
+    _flatten("", manifest.get("heldout_metrics") or {}, out)
+    # A nested baseline group ("baselines/bi_encoder/ndcg@10", as an export that keeps the
+    # groups writes it) also answers to the flat name the recipes record ("baselines/bi_encoder_ndcg@10").
+    for key, value in list(out.items()):
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "baselines":
+            out.setdefault(f"baselines/{parts[1]}_{parts[2]}", value)
+    return out
+
+
+def read_bundle_manifest(folder: Path) -> dict[str, Any] | None:
+    """A bundle folder's ``manifest.json`` as a dict, or None when it is missing or unreadable
+    (loading the bundle then reports the problem)."""
+    import json
+
+    try:
+        data = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _model_name(role: str) -> str:
+    return {"decomposer": "decomposer", "reranker": "reranker", "citation": "citation model",
+            "images": "image model"}.get(role, role)
+
+
+def check_row(row: GateRow, figures: Mapping[str, float]) -> tuple[Figure, str | None]:
+    """Compare one row's figures; the reason the model fails it, or None when it passes."""
+    got = figures.get(row.metric)
+    recorded = [(name, figures[key]) for key, name in row.baselines if key in figures]
+    required_key, required_name = row.baselines[0]
+    best = max(recorded, key=lambda nv: nv[1]) if recorded else None
+    fig = Figure(row.what, got, best[1] if best else None, best[0] if best else required_name,
+                 tuple(nv for nv in recorded if best is not None and nv[0] != best[0]))
+    if got is None or required_key not in figures:
+        missing = [k for k in (row.metric, required_key) if k not in figures]
+        return fig, (f"the {_model_name(row.role)}'s bundle has no held-out figure recorded "
+                     f"({', '.join(missing)} missing from its manifest's heldout_metrics); {row.fallback} "
+                     f"is used (no held-out figure recorded; set bundles.{row.setting}: false to use it)")
+    assert best is not None
+    if got <= best[1]:
+        relation = "is below" if got < best[1] else "only ties with"
+        return fig, (f"the {_model_name(row.role)}'s held-out {row.what} {got:.3f} {relation} {best[0]} "
+                     f"({best[1]:.3f}); {row.fallback} is used (bundles.{row.setting}: false to use the "
+                     "model anyway)")
+    return fig, None
+
+
+def decide(bundles: Mapping[str, Any], config: Any) -> dict[str, GateDecision]:
+    """Gate every use of the configured bundles.
+
+    Args:
+        bundles: role -> bundle (a loaded bundle, a manifest dict or anything with a
+            ``manifest``); roles without a bundle (None or missing) are left out.
+        config: the pipeline's ``BundlesConfig`` (its ``gate_<use>`` switches).
+
+    Returns:
+        use -> :class:`GateDecision`, in :data:`USES` order.
+    """
+    out: dict[str, GateDecision] = {}
+    for use in USES:
+        rows = [r for r in GATES if r.use == use]
+        role, setting = rows[0].role, rows[0].setting
+        bundle = bundles.get(role)
+        if bundle is None:
+            continue
+        figures = heldout_figures(bundle)
+        checked = [check_row(r, figures) for r in rows]
+        reasons = [why for _, why in checked if why]
+        enabled = bool(getattr(config, setting, True))
+        out[use] = GateDecision(role, use, setting, used=not (enabled and reasons),
+                                reason=reasons[0] if enabled and reasons else None,
+                                figures=tuple(f for f, _ in checked), gated=enabled,
+                                fallback=rows[0].fallback)
+    return out
+
+
+def gate_report(decisions: Mapping[str, GateDecision]) -> list[str]:
+    """A header, then one line per use of a configured bundle: its held-out figure beside
+    the baseline's, and whether the pipeline uses it::
+
+        models (held-out figure vs the untrained baseline it must beat):
+        reranker   rerank   : nDCG@10 0.843 vs the bi-encoder order 0.810, BM25 0.702 -> used
+    """
+    if not decisions:
+        return []
+    lines = ["models (held-out figure vs the untrained baseline it must beat):"]
+    for use, d in decisions.items():
+        figures = "; ".join(f.text() for f in d.figures)
+        if d.used:
+            verdict = "used" if d.gated else f"used (gate off: bundles.{d.setting}: false)"
+        else:
+            verdict = f"not used: {d.fallback} instead (bundles.{d.setting}: false to use it)"
+        lines.append(f"{d.role:<10} {use:<9}: {figures} -> {verdict}")
+    return lines
+
+
+__all__ = ["GATES", "USES", "Figure", "GateDecision", "GateRow", "check_row", "decide", "gate_report",
+           "heldout_figures", "read_bundle_manifest"]
