@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
-from searchsmith.models.reranker import SegmentCosineReranker
+from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import (
     read_jsonl,
@@ -65,6 +65,10 @@ class RerankerData:
     musique: str = f"{SHARED}/musique/musique_ans_200.jsonl"
     wikimultihop: str = f"{SHARED}/2wikimultihopqa/2wikimultihopqa_dev.jsonl"
     synthetic_queries: int = 300
+    # Share of the synthetic questions' facts named by a paraphrase ("conifer woods" for "pine
+    # forests"): 0 asks with the sheets' own words, which BM25 matches perfectly; a share > 0
+    # makes the questions need meaning rather than word overlap.
+    synthetic_paraphrase: float = 0.0
     eval_ratio: float = 0.2
     split_seed: int = 13
     # Group size = 1 positive + negatives_per_group; sampled each epoch from the mined pool.
@@ -87,6 +91,8 @@ class RerankerData:
                              f"data.negatives_per_group ({self.negatives_per_group})")
         if not 8 <= self.max_length <= 8192:
             raise ValueError(f"data.max_length must be in [8, 8192], got {self.max_length}")
+        if not 0.0 <= self.synthetic_paraphrase <= 1.0:
+            raise ValueError(f"data.synthetic_paraphrase must be in [0, 1], got {self.synthetic_paraphrase}")
 
 
 @dataclass(frozen=True)
@@ -98,8 +104,10 @@ class RerankerModel:
     tokenizer: str = "default"
     # "cls": linear head on [CLS] (a usual cross-encoder); "segment_cosine": cosine of the
     # query's and passage's mean token states after joint encoding (models/reranker.py),
-    # which starts from a mean-pooling bi-encoder's similarity instead of a random head.
-    head: Literal["cls", "segment_cosine"] = "cls"
+    # which starts near a mean-pooling bi-encoder's similarity instead of a random head;
+    # "cosine_residual": the bi-encoder's own cosine (query and passage encoded apart) plus a
+    # zero-initialised cross-encoder residual: at step 0 it ranks exactly as the bi-encoder.
+    head: Literal["cls", "segment_cosine", "cosine_residual"] = "cls"
 
 
 @dataclass(frozen=True)
@@ -227,12 +235,31 @@ def wikimultihop_groups(data: RerankerData) -> list[QueryGroup]:
     return groups
 
 
+# Paraphrases of every fact value of training.data.synthetic_facts, sharing no word with it.
+PARAPHRASES: dict[str, str] = {
+    "river banks": "riversides", "mountain cliffs": "sheer rock faces", "pine forests": "conifer woods",
+    "salt marshes": "coastal wetlands", "open grassland": "prairie", "desert dunes": "arid sand seas",
+    "arctic ice": "polar floes", "alpine meadows": "high pastures", "rainforest canopy": "tropical treetops",
+    "rocky coasts": "stony shorelines",
+    "fish": "trout and salmon", "insects": "beetles and flies", "seeds": "grains and kernels",
+    "small rodents": "mice and voles", "berries": "soft fruit", "leaves": "foliage", "crabs": "shellfish",
+    "worms": "earthworms", "grass": "turf", "eggs": "unhatched clutches",
+    "nocturnal": "night-active", "migratory": "seasonally travelling", "solitary": "lone-living",
+    "social": "herd-dwelling", "territorial": "range-guarding", "burrowing": "tunnel-digging",
+    "diving": "underwater-plunging", "gliding": "soaring",
+    "brown": "chestnut-hued", "grey": "ash-toned", "black": "jet-dark", "white": "snowy", "red": "crimson",
+    "spotted": "dappled", "striped": "banded", "golden": "amber-hued",
+}
+
+
 @register_dataset("synthetic")
 def synthetic_groups(data: RerankerData, seed: int = 7) -> list[QueryGroup]:
     """Generated questions over made-up animal fact sheets; hard negatives share one fact.
 
     Each query asks for two facts of one animal; its candidates are that animal's sheet
-    (relevant) and up to 9 sheets that match at most one of the two facts.
+    (relevant) and up to 9 sheets that match at most one of the two facts. With
+    ``data.synthetic_paraphrase`` each fact is asked with that probability by its
+    :data:`PARAPHRASES` entry instead of the sheet's words.
     """
     n = data.synthetic_queries
     if n < 1:
@@ -247,6 +274,8 @@ def synthetic_groups(data: RerankerData, seed: int = 7) -> list[QueryGroup]:
         ("trait", "food", "{trait} creature whose diet is {food}"),
     ]
     rng = random.Random(seed)
+    # A separate stream, so that synthetic_paraphrase: 0 gives the same groups as before it existed.
+    para_rng = random.Random(seed + 1)
     groups = []
     for i in range(n):
         a, b, tpl = templates[i % len(templates)]
@@ -261,7 +290,9 @@ def synthetic_groups(data: RerankerData, seed: int = 7) -> list[QueryGroup]:
         negs = (near + far)[:9]
         cands = [(sheet[target["name"]], 1)] + [(sheet[f["name"]], 0) for f in negs]
         rng.shuffle(cands)
-        groups.append(QueryGroup(f"synthetic-{i}", "synthetic", tpl.format(**target),
+        asked = {k: (PARAPHRASES.get(v, v) if para_rng.random() < data.synthetic_paraphrase else v)
+                 for k, v in target.items()}
+        groups.append(QueryGroup(f"synthetic-{i}", "synthetic", tpl.format(**asked),
                                  [c for c, _ in cands], [y for _, y in cands]))
     if not groups:
         raise ValidationError("synthetic: no unambiguous question was generated; raise "
@@ -388,7 +419,9 @@ def build_model(cfg: RerankerRecipe) -> tuple[Any, Any]:
         AutoTokenizer,
     )
 
-    segment = cfg.model.head == "segment_cosine"
+    head = cfg.model.head
+    segment = head != "cls"  # both cosine heads wrap a plain encoder
+    heads: dict[str, Any] = {"segment_cosine": SegmentCosineReranker, "cosine_residual": CosineResidualReranker}
     if segment and cfg.lora.enabled:
         raise ConfigError("lora.enabled: LoRA is wired for model.head 'cls' only; use "
                           "model.head: cls (hub cross-encoders) or full fine-tuning")
@@ -402,17 +435,17 @@ def build_model(cfg: RerankerRecipe) -> tuple[Any, Any]:
             hf_cfg = AutoConfig.for_model(model_type, num_labels=1, **conf)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"model.config: {exc}") from None
-        model = (SegmentCosineReranker(AutoModel.from_config(hf_cfg)) if segment
+        model = (heads[head](AutoModel.from_config(hf_cfg)) if segment
                  else AutoModelForSequenceClassification.from_config(hf_cfg))
     else:
         path = resolve_model(cfg.base_model)
-        model = (SegmentCosineReranker(AutoModel.from_pretrained(path)) if segment
+        model = (heads[head](AutoModel.from_pretrained(path)) if segment
                  else AutoModelForSequenceClassification.from_pretrained(path, num_labels=1))
         if cfg.model.tokenizer == "default" and cfg.base_model != "default":
             tok_path = path  # a hub model brings its own tokenizer
     tokenizer = AutoTokenizer.from_pretrained(tok_path)
     if segment and "token_type_ids" not in tokenizer.model_input_names:
-        raise ConfigError(f"model.head: segment_cosine needs a tokenizer with token_type_ids "
+        raise ConfigError(f"model.head: {head} needs a tokenizer with token_type_ids "
                           f"({tok_path!r} has {tokenizer.model_input_names}); use model.head: cls")
     if model.config.vocab_size < len(tokenizer):
         raise ConfigError(f"model: vocab_size {model.config.vocab_size} is smaller than the "
@@ -484,6 +517,28 @@ def bm25_score_fn(groups: Sequence[QueryGroup]) -> Callable[[list[tuple[str, str
         return out
 
     return fn
+
+
+# Orderings whose held-out figures the serving gate compares a reranker with
+# (serving/pipeline/gates.py reads "baselines/<name>_<metric>" from the bundle's manifest).
+GATE_BASELINES = ("bi_encoder", "bm25")
+GATE_METRICS = ("ndcg@10", "mrr@10")
+
+
+def flat_baselines(baselines: dict[str, Any]) -> dict[str, float]:
+    """``{"bi_encoder_ndcg@10": .., "bm25_ndcg@10": .., ...}`` from the nested baseline figures.
+
+    The export copies only flat numbers of ``metrics.json`` "baselines" into a bundle's
+    manifest (``models.export.heldout_metrics``), where the pipeline's gate reads them.
+    """
+    out: dict[str, float] = {}
+    for name in GATE_BASELINES:
+        figures = baselines.get(name)
+        if isinstance(figures, dict):
+            for key in GATE_METRICS:
+                if isinstance(figures.get(key), (int, float)):
+                    out[f"{name}_{key}"] = float(figures[key])
+    return out
 
 
 # ----------------------------------------------------------------------------- batches
@@ -581,6 +636,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
                               f"optim.batch_size={cfg.optim.batch_size}; add data or lower it")
     baselines["data"] = {"train_queries": len(train_groups), "eval_queries": len(eval_groups),
                          "train_examples": len(examples)}
+    baselines.update(flat_baselines(baselines))
 
     # 3. Loss: scores of each group's pairs against its labels.
     group_size = 1 + cfg.data.negatives_per_group
@@ -615,6 +671,7 @@ __all__ = [
     "bm25_score_fn",
     "build_model",
     "evaluate_groups",
+    "flat_baselines",
     "listwise_loss",
     "load_groups",
     "mine_hard_negatives",

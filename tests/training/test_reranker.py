@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -304,3 +305,99 @@ def test_mining_keeps_the_negatives_closest_to_the_query() -> None:
     mine_hard_negatives([big, small], embed, pool_size=2)
     assert big.hard_negatives == ["near", "mid"]
     assert small.hard_negatives == ["far"]
+
+
+# ------------------------------------------------------------------ cosine-residual head (issue 23)
+
+
+def _tiny_encoder() -> Any:
+    from transformers import AutoConfig, AutoModel
+
+    torch.manual_seed(0)
+    return AutoModel.from_config(AutoConfig.for_model(
+        "bert", vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128))
+
+
+def test_cosine_residual_head_starts_exactly_at_the_bi_encoder_order() -> None:
+    """At step 0 the logit is scale * cos(mean-pooled query alone, mean-pooled passage alone):
+    the bi-encoder's similarity, whatever the pair's padding and the passage's offset."""
+    from searchsmith.models.hub import resolve_model
+    from searchsmith.models.reranker import CosineResidualReranker
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    enc_model = _tiny_encoder().eval()
+    model = CosineResidualReranker(enc_model, scale=20.0).eval()
+    queries = ["which planet has the great red spot?", "a", "knead dough how long"]
+    passages = ["Jupiter's Great Red Spot is a storm.", "Bananas are yellow and sweet fruit.", "x"]
+    enc = tok(queries, passages, padding=True, return_tensors="pt")
+
+    def alone(texts: list[str]) -> torch.Tensor:
+        e = tok(texts, padding=True, return_tensors="pt")
+        h = enc_model(**e).last_hidden_state
+        m = e["attention_mask"].unsqueeze(-1).float()
+        return (h * m).sum(1) / m.sum(1)
+
+    with torch.no_grad():
+        got = model(**enc).logits.view(-1)
+        want = 20.0 * torch.nn.functional.cosine_similarity(alone(queries), alone(passages), dim=-1)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="token_type_ids are required"):
+        model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+
+
+def test_cosine_residual_trains_saves_reloads_and_exports(tmp_path: Path) -> None:
+    """model.head=cosine_residual: the residual learns, load_reranker rebuilds the same scores,
+    and the ONNX export of the run passes parity (fp32) and scores as torch does."""
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.models.reranker import HEAD_FILE, CosineResidualReranker, load_reranker
+    from searchsmith.models.runtime import load_bundle
+    from searchsmith.training.registry import get_recipe
+    from transformers import AutoTokenizer
+
+    run = tmp_path / "res"
+    cfg = load_recipe_config(TINY, [f"output_dir={run}", "optim.max_steps=2", "model.head=cosine_residual"])
+    final = get_recipe("reranker").fn(cfg, run_dir=run)
+    assert 0.0 < final["ndcg@10"] <= 1.0
+    head = json.loads((run / "model" / HEAD_FILE).read_text())
+    assert head["head"] == "cosine_residual" and any(w != 0.0 for w in head["residual"]["weight"])
+    model = load_reranker(run / "model")
+    assert isinstance(model, CosineResidualReranker)
+    tok = AutoTokenizer.from_pretrained(run / "model")
+    q, ps = "which gliding animal eats fish?", ["The otter is a brown diving animal.", "A gliding heron eats fish."]
+    with torch.no_grad():
+        torch_scores = model(**tok([q] * 2, ps, padding=True, return_tensors="pt")).logits.view(-1).numpy()
+    manifest = export_run(run, tmp_path / "bundle", ExportOptions())
+    assert manifest["parity"]["passed"]
+    bundle = load_bundle(tmp_path / "bundle", device="cpu", backend="onnx")
+    assert bundle.score(q, ps) == pytest.approx(torch_scores.tolist(), abs=1e-4)
+    head["residual"] = {"bias": 0.0}
+    (run / "model" / HEAD_FILE).write_text(json.dumps(head))
+    with pytest.raises(BundleError, match="no 'residual' weights"):
+        load_reranker(run / "model")
+
+
+def test_flat_baselines_name_the_orderings_the_serving_gate_compares() -> None:
+    from searchsmith.training.reranker import flat_baselines
+
+    nested = {"bi_encoder": {"ndcg@10": 0.81, "mrr@10": 0.7, "queries": 15}, "bm25": {"ndcg@10": 0.6},
+              "data": {"eval_queries": 15}}
+    assert flat_baselines(nested) == {"bi_encoder_ndcg@10": 0.81, "bi_encoder_mrr@10": 0.7, "bm25_ndcg@10": 0.6}
+
+
+def test_paraphrased_synthetic_questions_share_no_fact_word_with_the_sheet() -> None:
+    import re
+
+    from searchsmith.training.reranker import PARAPHRASES
+
+    plain = synthetic_groups(RerankerData(synthetic_queries=40))
+    assert [g.query for g in synthetic_groups(RerankerData(synthetic_queries=40, synthetic_paraphrase=0.0))] == \
+        [g.query for g in plain]  # the default keeps the old questions
+    para = synthetic_groups(RerankerData(synthetic_queries=40, synthetic_paraphrase=1.0))
+    assert [g.candidates for g in para] == [g.candidates for g in plain]
+    for g in para:
+        words = set(re.findall(r"[a-z]+", g.query.lower()))
+        assert not words & {w for fact in PARAPHRASES for w in fact.split()}, g.query
+    with pytest.raises(ValueError, match="synthetic_paraphrase must be in"):
+        RerankerData(synthetic_paraphrase=1.5)
