@@ -132,6 +132,10 @@ class CitationData:
     split_seed: int = 13
     # Embedder whose cosine(sentence, passage) is the untuned baseline ("none": skip it).
     baseline_embedder: str = "default"
+    # Cosine attribution as the pipeline runs it without a citation model (best cosine of the
+    # sentence with a passage sentence, cut here; serving citation.cosine_threshold): the
+    # baseline the pipeline's gate compares the scorer with (F1 at this cut, and ROC AUC).
+    baseline_cosine_threshold: float = 0.6
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -753,6 +757,38 @@ def _cosine_scores(name: str, pairs: Sequence[Pair], cache: Path) -> list[float]
     return [float(se[si[p.sentence]] @ de[di[p.passage]]) for p in pairs]
 
 
+def cosine_attribution_scores(name: str, pairs: Sequence[Pair], cache: Path) -> list[float]:
+    """The pipeline's fallback attribution: for each pair the best cosine between the sentence
+    and one sentence of the passage (serving/pipeline/citation.py without a bundle)."""
+    from searchsmith.serving.chunker import split_sentences as sentence_spans
+    from searchsmith.training.reranker import CachedEmbedder
+
+    def parts(text: str) -> list[str]:
+        return [" ".join(text[a:b].split()) for a, b in sentence_spans(text)] or [text]
+
+    emb = CachedEmbedder(name, cache)
+    texts = list(dict.fromkeys([" ".join(p.sentence.split()) for p in pairs]
+                               + [t for p in pairs for t in parts(p.passage)]))
+    vecs = emb.encode(texts)  # (N, D) unit rows
+    row = {t: i for i, t in enumerate(texts)}
+    out = []
+    for p in pairs:
+        s = vecs[row[" ".join(p.sentence.split())]]
+        out.append(float(max(vecs[row[t]] @ s for t in parts(p.passage))))
+    return out
+
+
+def cosine_attribution_baseline(y: Sequence[int], scores: Sequence[float], threshold: float
+                                ) -> dict[str, float]:
+    """Flat baseline figures the serving gate reads (``baselines/cosine_attribution_*``)."""
+    prf = binary_prf(y, [int(c >= threshold) for c in scores])
+    auc = roc_auc(y, scores)
+    out = {f"cosine_attribution_{k}": v for k, v in prf.items()}
+    if auc is not None:
+        out["cosine_attribution_roc_auc"] = auc
+    return out
+
+
 def _save_curve(path: Path, stages: dict[str, dict[str, Any]], title: str) -> None:
     import matplotlib
 
@@ -830,7 +866,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     base_key = config_hash({"data": cfg.data, "model": cfg.model, "base_model": cfg.base_model,
                             "max_length": cfg.max_length, "tagger_max_length": cfg.tagger.max_length,
                             "support_threshold": cfg.support_threshold, "seed": cfg.train.seed,
-                            "lora": cfg.lora})
+                            "lora": cfg.lora, "baselines": 2})
     cached = json.loads(baselines_path.read_text("utf-8")) if baselines_path.is_file() else {}
     if cached.get("key") == base_key:
         baselines = cached["baselines"]
@@ -855,6 +891,9 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                     [y for y, p in zip(y_eval, eval_p, strict=True) if p.source == s],
                     [c for c, p in zip(cos, eval_p, strict=True) if p.source == s])
                 for s in sources}}
+            baselines.update(cosine_attribution_baseline(
+                y_eval, cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, run_dir / "cache"),
+                cfg.data.baseline_cosine_threshold))
         write_json_atomic(baselines_path, {"key": base_key, "baselines": baselines})
 
     # 3. Losses.

@@ -91,6 +91,9 @@ class ImagesData:
     render_size: int = 128
     eval_ratio: float = 0.15
     split_seed: int = 13
+    # Text embedder of the caption-cosine placement baseline (the pipeline's placement without
+    # an images bundle), measured on the held-out placement documents; "none" skips it.
+    baseline_embedder: str = "default"
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -359,6 +362,85 @@ def retrieval_report(model: Any, recs: Sequence[ImageRecord], render_size: int) 
     return recall_per_source(img, txt, rel, recs)
 
 
+@dataclass
+class PlacementDoc:
+    """A held-out stand-in document: paragraphs (one caption of each of ``paragraphs_per_doc``
+    pictures) and images to place (``images``: rows of the held-out records; ``captions``: the
+    image's other caption, or None; ``gold``: its paragraph, None for a distractor)."""
+
+    paragraphs: list[str]
+    images: list[int]
+    captions: list[str | None]
+    gold: list[int | None]
+
+
+def placement_docs(recs: Sequence[ImageRecord], seed: int, paragraphs_per_doc: int = 10,
+                   images_per_doc: int = 4, distractors: int = 1) -> list[PlacementDoc]:
+    """Placement documents over held-out records, as :func:`write_placement_file` builds them
+    (each picture's first caption is a paragraph, its last caption the image's caption)."""
+    rng = random.Random(seed)
+    order = list(range(len(recs)))
+    rng.shuffle(order)
+    per_doc = paragraphs_per_doc + distractors
+    docs = []
+    for d in range(len(order) // per_doc):
+        group = order[d * per_doc:(d + 1) * per_doc]
+        paras, extra = group[:paragraphs_per_doc], group[paragraphs_per_doc:]
+        shown = rng.sample(range(paragraphs_per_doc), images_per_doc)
+        images = [paras[j] for j in shown] + extra
+        docs.append(PlacementDoc([recs[i].captions[0] for i in paras], images,
+                                 [recs[i].captions[-1] if len(recs[i].captions) > 1 else None for i in images],
+                                 [*shown, *([None] * len(extra))]))
+    return docs
+
+
+def placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[str]], np.ndarray],
+                      image_emb: np.ndarray | None, placement: PlacementConfig) -> dict[str, float]:
+    """Placement accuracy / precision / recall over ``docs``, scored as the pipeline scores.
+
+    Args:
+        embed_text: texts -> (N, d) unit vectors.
+        image_emb: (I, d) unit vectors of the held-out records' pictures: the image-paragraph
+            and caption-paragraph mix of ``combined_scores`` (an images model); None: the
+            caption-paragraph cosine alone, uncaptioned images unscored (the pipeline's
+            fallback without an images bundle).
+    """
+    correct = placed = placed_right = with_gold = total = 0
+    for doc in docs:
+        para = np.asarray(embed_text(doc.paragraphs), dtype=np.float64)  # (P, d)
+        missing = [j for j, c in enumerate(doc.captions) if c is None]
+        cap = np.zeros((len(doc.captions), para.shape[1]))  # (I, d); rows of uncaptioned images stay 0
+        have = [j for j in range(len(doc.captions)) if j not in missing]
+        if have:
+            cap[have] = np.asarray(embed_text([doc.captions[j] for j in have]), dtype=np.float64)
+        cp = para @ cap.T  # (P, I)
+        if image_emb is None:
+            cp[:, missing] = -1.0
+            scores = cp
+        else:
+            cp[:, missing] = np.nan
+            ip = para @ np.asarray(image_emb, dtype=np.float64)[doc.images].T
+            scores = combined_scores(ip, cp if len(missing) < len(doc.captions) else None, None, placement)
+        pred = assign_images(scores, placement.threshold)
+        total += len(pred)
+        correct += sum(int(a == b) for a, b in zip(pred, doc.gold, strict=True))
+        placed += sum(a is not None for a in pred)
+        placed_right += sum(a is not None and a == b for a, b in zip(pred, doc.gold, strict=True))
+        with_gold += sum(g is not None for g in doc.gold)
+    return {"placement_accuracy": correct / total if total else 0.0,
+            "placement_precision": placed_right / placed if placed else 0.0,
+            "placement_recall": placed_right / with_gold if with_gold else 0.0}
+
+
+def placement_report(model: Any, recs: Sequence[ImageRecord], render_size: int, seed: int,
+                     placement: PlacementConfig | None = None) -> dict[str, float]:
+    """:func:`placement_figures` of a model with ``encode_text`` / ``encode_images`` (an
+    ``images`` bundle or ``ImageRelevanceModel``) on placement documents over ``recs``."""
+    docs = placement_docs(recs, seed)
+    img = np.asarray(model.encode_images([record_image(r, render_size) for r in recs]), dtype=np.float32)
+    return placement_figures(docs, lambda t: np.asarray(model.encode_text(t)), img, placement or PlacementConfig())
+
+
 def batch_stream(train_recs: list[ImageRecord], pixels: torch.Tensor, model: ImageRelevanceModel,
                  cached: dict[str, torch.Tensor] | None, cfg: ImagesRecipe) -> Callable[[int], Iterator[dict[str, Any]]]:
     """``epoch -> micro-batches`` of B distinct images, one of each image's captions.
@@ -437,8 +519,29 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
         cached = dict(zip(texts, feats, strict=True))
     embed_texts = _text_embed_fn(model, cached)
 
+    # Held-out placement documents: what the pipeline's images gate compares (placement by
+    # this model against caption-cosine placement, the pipeline's fallback).
+    docs = placement_docs(eval_recs, cfg.data.split_seed)
+    placement = PlacementConfig()
+    vis = cfg.model.vision
+
     def eval_fn(m: Any) -> dict[str, float]:
-        return evaluate_model(m, eval_set, embed_texts, cfg.eval_batch_size)
+        out = evaluate_model(m, eval_set, embed_texts, cfg.eval_batch_size)
+        if docs:
+            was = m.training
+            m.eval()
+            device = next(m.parameters()).device
+            with torch.no_grad():
+                img = torch.cat([m.vision_tower(normalise_pixels(eval_set.pixels[s:s + cfg.eval_batch_size].to(device),
+                                                                 vis.mean, vis.std))
+                                 for s in range(0, len(eval_set.pixels), cfg.eval_batch_size)]).float().cpu().numpy()
+
+                def text(texts: list[str]) -> np.ndarray:
+                    return embed_texts(texts).float().cpu().numpy()
+
+                out.update(placement_figures(docs, text, img, placement))
+            m.train(was)
+        return out
 
     untrained = eval_fn(model)
     baselines: dict[str, Any] = {
@@ -447,8 +550,17 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
         "data": {"train_images": len(train_recs), "eval_images": len(eval_recs),
                  "eval_texts": len(eval_set.texts),
                  "train_images_per_source": {s: sum(r.source == s for r in train_recs)
-                                             for s in sorted({r.source for r in train_recs})}},
+                                             for s in sorted({r.source for r in train_recs})},
+                 "placement_docs": len(docs)},
     }
+    if docs and cfg.data.baseline_embedder != "none":
+        from searchsmith.training.reranker import CachedEmbedder
+
+        emb = CachedEmbedder(cfg.data.baseline_embedder, run_dir / "cache")
+        cosine = placement_figures(docs, lambda t: emb.encode(list(t)), None, placement)
+        # flat: the export copies flat baselines into the bundle manifest, where the gate reads them
+        baselines.update({f"cosine_{k}": v for k, v in cosine.items()})
+        del emb
 
     # 3. Loss: symmetric InfoNCE over the in-batch pairs.
     v = cfg.model.vision
@@ -743,6 +855,7 @@ __all__ = [
     "EvalSet",
     "ImagesData",
     "ImagesRecipe",
+    "PlacementDoc",
     "PlacementItem",
     "TextTowerSettings",
     "build_model",
@@ -751,7 +864,10 @@ __all__ = [
     "images",
     "infonce_loss",
     "load_records",
+    "placement_docs",
+    "placement_figures",
     "placement_metrics",
+    "placement_report",
     "read_placement_file",
     "retrieval_recall",
     "split_records",

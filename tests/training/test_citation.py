@@ -301,3 +301,17 @@ def test_write_eval_file_holds_only_heldout_claims(tmp_path: Path) -> None:
     train_p, eval_p = cit.split_pairs(cit.load_pairs(cfg.data), cfg.data)
     assert {i["id"] for i in items} == {p.key for p in eval_p}
     assert all(set(i["cited"]) <= {d["id"] for d in i["documents"]} for i in items)
+
+
+def test_cosine_attribution_baseline_is_the_pipelines_fallback(tmp_path: Path) -> None:
+    """Issue 23: the citation gate's baseline scores a pair as serving/pipeline/citation.py does
+    without a bundle (best cosine of the sentence with one passage sentence, cut at 0.6)."""
+    pairs = [cit.Pair("a", "s", "Quarry listens on port 7420.",
+                      "Quarry is a database. Quarry listens on port 7420. It is written in Rust.", 1),
+             cit.Pair("a", "s", "Quarry listens on port 7420.", "Knead the bread dough for ten minutes.", 0)]
+    scores = cit.cosine_attribution_scores("default", pairs, tmp_path)
+    assert scores[0] == pytest.approx(1.0, abs=1e-5) and scores[1] < 0.6
+    assert cit.cosine_attribution_baseline([1, 0], scores, 0.6) == {
+        "cosine_attribution_precision": 1.0, "cosine_attribution_recall": 1.0, "cosine_attribution_f1": 1.0,
+        "cosine_attribution_roc_auc": 1.0}
+    assert cit.cosine_attribution_baseline([1, 0], [0.5, 0.7], 0.6)["cosine_attribution_f1"] == 0.0

@@ -321,3 +321,33 @@ def test_eval_images_cli_function_with_the_tiny_checkpoint(tiny_run, tmp_path: P
     assert len(per.read_text().splitlines()) == 1
     with pytest.raises(ConfigError, match="give --checkpoint RUN_DIR"):
         eval_images(argparse.Namespace(data=str(data), checkpoint=None, bundle=None, limit=0, per_item=None))
+
+
+def test_placement_figures_score_as_the_pipeline_does_with_and_without_a_model() -> None:
+    """Issue 23: the images gate compares the model's held-out placement with caption-cosine
+    placement (the pipeline's fallback), both on the same held-out documents."""
+    from searchsmith.training.image_data import ImageRecord
+    from searchsmith.training.images import placement_docs, placement_figures
+
+    recs = [ImageRecord(f"r{i}", "synthetic", (f"para {i}", f"cap {i}")) for i in range(22)]
+    docs = placement_docs(recs, seed=3, paragraphs_per_doc=10, images_per_doc=4, distractors=1)
+    assert len(docs) == 2 and all(len(d.images) == 5 and d.gold[-1] is None for d in docs)
+    assert all(d.paragraphs[g] == f"para {d.images[j]}" and d.captions[j] == f"cap {d.images[j]}"
+               for d in docs for j, g in enumerate(d.gold) if g is not None)
+    n = len(recs)
+
+    def onehot(texts: list[str]) -> np.ndarray:  # a text's vector: its record's axis
+        return np.eye(n)[[int(t.split()[1]) for t in texts]]
+
+    placement = PlacementConfig(threshold=0.3)
+    # cosine placement with exact caption vectors: every shown image placed, the distractor not
+    assert placement_figures(docs, onehot, None, placement) == {
+        "placement_accuracy": 1.0, "placement_precision": 1.0, "placement_recall": 1.0}
+    # image vectors of zero: the caption term alone, 0.3 * 1 / (0.5 + 0.3) = 0.375 >= 0.3, still
+    # places the shown images; anti-aligned pictures, (0.5 * -1 + 0.3) / 0.8 < 0.3, place none
+    assert placement_figures(docs, onehot, np.zeros((n, n)), placement)["placement_recall"] == 1.0
+    assert placement_figures(docs, onehot, -np.eye(n), placement)["placement_recall"] == 0.0
+    # without captions the fallback cannot place anything
+    bare = [ImageRecord(f"r{i}", "synthetic", (f"para {i}",)) for i in range(22)]
+    nodocs = placement_docs(bare, seed=3)
+    assert placement_figures(nodocs, onehot, None, placement)["placement_recall"] == 0.0
