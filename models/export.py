@@ -760,19 +760,20 @@ def heldout_metrics(run_dir: Path) -> dict[str, float]:
         data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}
-    out = _flat_numbers(data.get("final") or {}, "")
+    out = flat_numbers(data.get("final") or {}, "")
     baselines = {k: v for k, v in (data.get("baselines") or {}).items() if k != "data"}
-    out.update(_flat_numbers(baselines, "baselines/"))
+    out.update(flat_numbers(baselines, "baselines/"))
     return out
 
 
-def _flat_numbers(values: Any, prefix: str) -> dict[str, float]:
+def flat_numbers(values: Any, prefix: str = "") -> dict[str, float]:
+    """The finite numbers of a nested dict, keys joined with "/" after ``prefix``."""
     out: dict[str, float] = {}
     if not isinstance(values, dict):
         return out
     for key, value in values.items():
         if isinstance(value, dict):
-            out.update(_flat_numbers(value, f"{prefix}{key}/"))
+            out.update(flat_numbers(value, f"{prefix}{key}/"))
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             out[f"{prefix}{key}"] = float(value)
     return out
@@ -949,7 +950,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 __all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "configure_export", "convert_graph",
-           "embedder_source", "heldout_metrics",
+           "embedder_source", "flat_numbers", "heldout_metrics",
            "calibration_feeds", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_source"]

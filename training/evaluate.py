@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 # How many first-stage candidates the cross-encoder reranks per query (without --run).
 RERANK_DEPTH = 20
 NDCG_K = 10
+# Tokens per (query, passage) pair of a cross-encoder run whose run.json records none.
+RERANK_MAX_LENGTH = 256
 
 
 # ----------------------------------------------------------------------------- BEIR I/O
@@ -152,9 +154,6 @@ EVAL_MODEL_TASKS: dict[str, tuple[str, ...]] = {
     "route": ("embed", "decompose"), "retrieve": ("embed",), "rerank": ("rerank",),
     "rewrite": ("decompose",), "decompose": ("decompose",), "cite": ("cite",), "images": ("images",),
 }
-#: run.json "task" -> model task (models/export.py RUN_TASKS)
-RUN_TASKS = {"rerank": "rerank", "cite": "cite", "images": "images", "decompose": "decompose",
-             "decompose+rewrite": "decompose"}
 # A bar appears only when an evaluation is still running after this many seconds.
 PROGRESS_DELAY_S = 2.0
 # Inputs per model call while a bar is shown (each call is still batched by the model).
@@ -198,9 +197,9 @@ class TorchReranker:
         if not (model_dir / "config.json").is_file():
             raise ConfigError(f"--checkpoint: {str(root)!r} has neither model/config.json nor config.json; "
                               "pass the run folder written by 'searchsmith train'")
-        max_length = 256
+        max_length = RERANK_MAX_LENGTH
         if (root / "run.json").is_file():
-            max_length = int(_read_json(root / "run.json", "--checkpoint").get("max_length") or 256)
+            max_length = int(_read_json(root / "run.json", "--checkpoint").get("max_length") or max_length)
         # either head (models/reranker.py); BundleError when unusable
         return cls(load_reranker(model_dir), AutoTokenizer.from_pretrained(model_dir), max_length)
 
@@ -359,6 +358,8 @@ def _load_bundle_model(eval_task: str, path: Path, allowed: Sequence[str], devic
 
 def run_task(path: Path) -> str | None:
     """The model task of a training run folder (its ``run.json``), None when it has none."""
+    from searchsmith.models.export import RUN_TASKS  # run.json "task" -> model task
+
     info = path / "run.json"
     if not info.is_file():
         return None
@@ -652,26 +653,33 @@ def demo_rerank_groups(depth: int = RERANK_DEPTH) -> list[Any]:
 
 @functools.cache
 def _demo_rerank_baselines(limit: int | None) -> dict[str, float]:
-    """BM25 and bi-encoder (the default embedder's cosine) figures on the demo groups; they do
-    not depend on the model under test, so they are computed once per process."""
-    from searchsmith.training.reranker import CachedEmbedder, bm25_score_fn, evaluate_groups
+    """BM25 and bi-encoder (the default embedder's cosine) figures on the demo groups, named as
+    the recipe names its baselines; they do not depend on the model under test, so they are
+    computed once per process."""
+    from searchsmith.models.export import flat_numbers
+    from searchsmith.training.reranker import (
+        CachedEmbedder,
+        bm25_score_fn,
+        evaluate_groups,
+        flat_baselines,
+    )
 
     groups, _ = _first(demo_rerank_groups(), limit)
-    out = {f"baselines/bm25/{k}": v for k, v in evaluate_groups(bm25_score_fn(groups), groups).items()}
+    baselines = {"bm25": evaluate_groups(bm25_score_fn(groups), groups)}
     try:
         emb = CachedEmbedder("default", None)
     except (SearchsmithError, OSError) as exc:  # no embedder on this machine: BM25 only
         log.warning("held-out figures: no bi-encoder baseline on the demo data (%s)", exc)
-        return _numbers(out)
+        emb = None
+    if emb is not None:
+        def cosine(pairs: list[tuple[str, str]]) -> list[float]:
+            qs, ds = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
+            qv, dv = emb.encode(qs), emb.encode(ds)
+            qi, di = {q: i for i, q in enumerate(qs)}, {d: i for i, d in enumerate(ds)}
+            return [float(qv[qi[q]] @ dv[di[d]]) for q, d in pairs]
 
-    def cosine(pairs: list[tuple[str, str]]) -> list[float]:
-        qs, ds = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
-        qv, dv = emb.encode(qs), emb.encode(ds)
-        qi, di = {q: i for i, q in enumerate(qs)}, {d: i for i, d in enumerate(ds)}
-        return [float(qv[qi[q]] @ dv[di[d]]) for q, d in pairs]
-
-    out.update({f"baselines/bi_encoder/{k}": v for k, v in evaluate_groups(cosine, groups).items()})
-    return _numbers(out)
+        baselines["bi_encoder"] = evaluate_groups(cosine, groups)
+    return flat_numbers({**baselines, **flat_baselines(baselines)}, "baselines/")
 
 
 def _rerank_demo(model: Any, limit: int | None) -> tuple[dict[str, float], str]:
@@ -716,7 +724,12 @@ def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
 
 def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
     from searchsmith.training.data import split_by_key
-    from searchsmith.training.images import load_records, retrieval_report
+    from searchsmith.training.images import (
+        load_records,
+        placement_docs,
+        placement_report,
+        retrieval_report,
+    )
 
     cfg = run_recipe_config(run_dir)
     by_source = load_records(cfg.data)
@@ -729,8 +742,12 @@ def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
     if not held:
         raise ValidationError("no held-out image of split.json is in the recipe's data any more")
     held, part = _first(held, limit)
+    seed, size = cfg.data.split_seed, cfg.data.render_size
     with progress_bar("held-out images", None, "input") as bar:
-        figs = retrieval_report(Chunked(model, bar), held, cfg.data.render_size)
+        model = Chunked(model, bar)
+        figs = retrieval_report(model, held, size)
+        if placement_docs(held, seed):  # as the recipe: placement documents over the held-out images
+            figs.update(placement_report(model, held, size, seed))
     return figs, f"the run's held-out split ({part} images)"
 
 

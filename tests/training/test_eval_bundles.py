@@ -134,7 +134,7 @@ def test_fp32_bundle_and_checkpoint_give_the_same_figures(task: str, tmp_path: P
     assert per_item.read_text().strip()  # the bundle run wrote its per-item lines too
 
 
-@pytest.mark.parametrize("task", ["rerank", "cite", "retrieve"])
+@pytest.mark.parametrize("task", ["rerank", "cite", "retrieve", "images"])
 def test_int8_bundles_are_evaluated(task: str, tmp_path: Path) -> None:
     from searchsmith.models.export import ExportOptions, export_embedder, export_run
 
@@ -148,8 +148,17 @@ def test_int8_bundles_are_evaluated(task: str, tmp_path: Path) -> None:
     data = write(tmp_path / "data")
     got = _eval(task, data=str(data), bundle=str(out))
     assert got["model"] == f"bundle:int8:{out}"
-    key = {"rerank": "ndcg@10", "retrieve": "ndcg@10", "cite": "attribution/roc_auc"}[task]
+    key = {"rerank": "ndcg@10", "retrieve": "ndcg@10", "cite": "attribution/roc_auc", "images": "recall@1"}[task]
     assert 0.0 <= got[key] <= 1.0
+
+
+def test_fp16_bundles_are_evaluated(tmp_path: Path) -> None:
+    data = _beir(tmp_path / "beir")
+    fp32 = _eval("retrieve", data=str(data), bundle=str(fx.bundle("embed")))
+    fp16 = _eval("retrieve", data=str(data), bundle=str(fx.bundle("embed", "fp16")))
+    assert fp16["model"] == f"bundle:fp16:{fx.bundle('embed', 'fp16')}"
+    # parity checked the fp16 embeddings at cosine >= 0.999: the rankings of 6 documents agree
+    assert fp16["ndcg@10"] == pytest.approx(fp32["ndcg@10"], abs=1e-6)
 
 
 def test_route_embeds_queries_with_a_bundle_or_a_model_folder(tmp_path: Path, write_corpus) -> None:
@@ -174,6 +183,51 @@ def test_route_embeds_queries_with_a_bundle_or_a_model_folder(tmp_path: Path, wr
         assert onnx["modes"][mode]["all"]["mrr"] == pytest.approx(ckpt["modes"][mode]["all"]["mrr"], abs=1e-6)
     with pytest.raises(ConfigError, match="is a 'rerank' bundle; eval route needs an 'embed' or a 'decompose' bundle"):
         _eval("route", data=str(data), index=index, bundle=str(fx.bundle("rerank")))
+
+
+# ----------------------------------------------------------------------------- held-out figures
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+TINY_RECIPE = {"rerank": "reranker/tiny/reranker_tiny.yaml", "decompose": "decomposer/tiny/decomposer_tiny.yaml",
+               "images": "images/tiny/images_tiny.yaml"}
+
+
+def _run_with_split(task: str, tmp_path: Path) -> Path:
+    """The fixture run of ``task`` as a run of the tiny recipe, whose held-out split the export
+    rebuilds (the citation run: its heldout.cite.jsonl)."""
+    from searchsmith.models.config import to_dict
+    from searchsmith.training.config import load_recipe_config
+
+    src = {"rerank": fx.rerank_run, "decompose": fx.decompose_run, "cite": fx.cite_run, "images": fx.images_run}[task]()
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    if task == "cite":
+        rows = [{**json.loads(x), "source": "demo"} for x in _cite_file(tmp_path / "c.jsonl").read_text().splitlines()]
+        (run / "heldout.cite.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        info = json.loads((run / "run.json").read_text())
+        config = to_dict(load_recipe_config(RECIPES / TINY_RECIPE[task]))
+        (run / "run.json").write_text(json.dumps({**info, "config": config}))
+    return run
+
+
+@pytest.mark.parametrize("task", ["rerank", "decompose", "cite", "images"])
+def test_heldout_figures_of_the_fp32_bundle_are_the_torch_models(task: str, tmp_path: Path) -> None:
+    """What export records in manifest["heldout_metrics"], on the bundle and on the torch run."""
+    from searchsmith.models.runtime import load_bundle
+    from searchsmith.training.evaluate import heldout_figures, load_eval_model
+
+    run = _run_with_split(task, tmp_path)
+    torch_model = load_eval_model(task, _args(checkpoint=str(run))).model
+    want, where = heldout_figures(task, run, torch_model)
+    got, where_b = heldout_figures(task, run, load_bundle(fx.bundle(task), device="cpu"))
+    assert where == where_b and where.startswith("the run's held-out split")
+    assert want.keys() == got.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, abs=1e-5), key
+    expected = {"rerank": "ndcg@10", "decompose": "rewrite_f1", "cite": "attribution/demo/roc_auc",
+                "images": "placement_accuracy"}[task]
+    assert expected in got  # the figure the pipeline's gate reads (images: placement, as the recipe)
 
 
 # ----------------------------------------------------------------------------- errors
