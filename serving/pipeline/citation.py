@@ -2,13 +2,17 @@
 
 After the answer is written: split it into sentences; extract each sentence's entities
 (the citation bundle's tagger, else names, numbers and identifiers found by pattern);
-the candidate passages of a sentence are those that mention one of its entities (all
-passages when none does); each candidate is scored with the citation bundle's
+the candidate passages of a sentence are those that mention every number and name of it
+(``entity_veto``: a passage about "Voyager 1" cannot support a sentence about "Voyager 2",
+however similar; a sentence without such entities may be supported by any passage); each
+candidate is scored with the citation bundle's
 ``attribute(sentence, passage)`` (P(supports), cut at its support threshold) or, without a
 bundle, the best cosine between the sentence and the passage's sentences, cut at
 ``cosine_threshold`` (0.6). Below the cut a sentence gets no citation rather than a wrong
 one. Markers ``[n]`` are numbered by first use and always match the reference list
-(markers the generator wrote itself are removed first).
+(markers the generator wrote itself are removed first). An answer that is "not found"
+(generation.no_answer_threshold) cites nothing. The cited passages join the answer's
+``used_passages`` (the timeline reads them).
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ from searchsmith.serving.chunker import split_sentences
 from searchsmith.serving.pipeline.common import embed, sentences, strip_markers
 from searchsmith.serving.pipeline.config import CitationConfig, Preset
 from searchsmith.serving.pipeline.state import Passage, PipelineState, estimate_tokens
+from searchsmith.serving.rewrite import STOPWORDS
 
 log = logging.getLogger(__name__)
 
-# Names (capitalised runs not at the sentence start alone), numbers with optional units,
-# identifiers with . _ / (config keys, file paths), quoted or backticked spans.
+# Names (capitalised runs not at the sentence start alone, with a trailing number or version
+# as in "Voyager 2" or "Quarry 3.0"), numbers with optional units, identifiers with . _ /
+# (config keys, file paths), quoted or backticked spans.
 _ENTITY = re.compile(
     r"`[^`]+`|\"[^\"]{2,60}\""
     r"|[A-Za-z0-9]+(?:[._/\-][A-Za-z0-9]+)+"
     r"|\$?\d[\d,.]*%?(?:\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?))?"
-    r"|(?:[A-Z][A-Za-z0-9&]+)(?:\s+(?:&\s+)?[A-Z][A-Za-z0-9]+)*"
+    r"|(?:[A-Z][A-Za-z0-9&]+)(?:\s+(?:&\s+)?[A-Z][A-Za-z0-9]+)*(?:\s+\d+(?:\.\d+)*\b(?![.,]\d))?"
 )
 
 
@@ -40,6 +46,9 @@ def pattern_entities(sentence: str) -> list[str]:
     out = []
     for m in _ENTITY.finditer(sentence):
         ent = m.group(0).strip("`\" .,")
+        head, _, rest = ent.partition(" ")
+        if rest and head.lower() in STOPWORDS:  # "In 1970", "The Quarry": the function word is no name
+            ent = rest
         if not ent:
             continue
         # the first word of a sentence is capitalised anyway: keep it only as part of a name
@@ -50,12 +59,31 @@ def pattern_entities(sentence: str) -> list[str]:
     return out
 
 
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def missing_entities(entities: list[str], passage: str) -> list[str]:
+    """The ``entities`` that ``passage`` does not mention as whole tokens (case-insensitive).
+
+    "2" is not found in "Voyager 20" nor "2.5", "3.0" not in "3.0.1": a number or version
+    must match exactly, or a near-miss passage would pass as support.
+    """
+    text = _squash(passage)
+    out = []
+    for ent in entities:
+        e = _squash(ent)
+        if not re.search(r"(?<![a-z0-9])" + re.escape(e) + r"(?![a-z0-9]|[.,]\d)", text):
+            out.append(ent)
+    return out
+
+
 class CitationStage:
     """Reads the answer and passages; writes ``cited_answer``, ``sentences``, ``references``."""
 
     name = "citation"
-    reads = ("answer", "passages")
-    writes = ("cited_answer", "sentences", "references")
+    reads = ("answer", "answer_found", "passages", "used_passages")
+    writes = ("cited_answer", "sentences", "references", "used_passages")
 
     def __init__(self, embedder: Any, config: CitationConfig, bundle: Any | None = None) -> None:
         self.embedder = embedder
@@ -102,6 +130,9 @@ class CitationStage:
             if not preset.citation:
                 st.skipped, st.note = True, f"preset {state.preset_name!r} does not cite"
                 return
+            if not state.answer_found:
+                st.note = "no answer found in the sources: nothing to cite"
+                return
             if not answer or not state.passages:
                 return
             spans = split_sentences(answer)
@@ -111,12 +142,22 @@ class CitationStage:
             ref_no: dict[str, int] = {}
             refs: list[dict[str, Any]] = []
             cited_per_sentence: list[list[int]] = []
+            vetoed = 0
             for sent, ent in zip(sents, ents):
-                low = [e.lower() for e in ent]
-                cands = [p for p in state.passages if any(e in p.text.lower() for e in low)] or list(state.passages)
+                if self.config.entity_veto:
+                    # The veto reads the pattern entities even when a tagger is loaded: it needs the
+                    # exact numbers and names, and a learned tagger's spans may be partial words.
+                    must = pattern_entities(sent)
+                    cands = [p for p in state.passages if not missing_entities(must, p.text)]
+                    vetoed += len(state.passages) - len(cands)
+                else:
+                    low = [e.lower() for e in ent]
+                    cands = ([p for p in state.passages if any(e in p.text.lower() for e in low)]
+                             or list(state.passages))
                 marks: list[tuple[int, float]] = []
                 try:
-                    sc = self.scores(" ".join(sent.split()), cands, state)
+                    sc = (self.scores(" ".join(sent.split()), cands, state) if cands
+                          else np.zeros(0, dtype=np.float32))
                 except Exception as exc:  # noqa: BLE001 - no citation rather than a wrong one
                     state.trace.note(f"citation: scoring failed ({type(exc).__name__}: {exc}); sentence left uncited")
                     sc = np.zeros(0, dtype=np.float32)
@@ -133,6 +174,8 @@ class CitationStage:
                         refs.append({"n": ref_no[p.doc_id], "doc_id": p.doc_id, "chunk_id": p.chunk_id,
                                      "title": p.title, "source": p.source, "url": p.url})
                     marks.append((ref_no[p.doc_id], round(float(sc[i]), 4)))
+                    if p.chunk_id not in state.used_passages:
+                        state.used_passages.append(p.chunk_id)
                 cited_per_sentence.append([m for m, _ in marks])
                 state.sentences.append({"text": sent, "entities": ent,
                                         "citations": [{"n": m, "score": s} for m, s in marks]})
@@ -144,3 +187,5 @@ class CitationStage:
                     out = out[:at] + " " + "".join(f"[{n}]" for n in ns) + out[at:]
             state.cited_answer = out
             state.references = refs
+            if vetoed:
+                st.note = f"entity_veto: {vetoed} (sentence, passage) pair(s) lacked a number or name of the sentence"

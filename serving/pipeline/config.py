@@ -135,17 +135,29 @@ class RetrievalConfig:
 @dataclass(frozen=True)
 class ExtractiveConfig:
     """Attributes:
-        sentences_per_node: sentences selected per sub-question.
+        sentences_per_node: at most this many sentences selected per sub-question.
         min_support: a sentence below this support score is not selected (unless it is the
             best one: the answer is never empty while there is a passage).
+        min_relative_score: after the best sentence, the next ones are kept only while their
+            support stays >= this share of the best one's; the first that falls below ends
+            the node's answer (no unrelated tail after the sentence that answers).
         lexical_weight: weight of the query-term overlap next to the embedding cosine.
         max_sentences: sentences considered per node (the best passages' first).
     """
 
     sentences_per_node: int = 2
     min_support: float = 0.35
+    min_relative_score: float = 0.85
     lexical_weight: float = 0.5
     max_sentences: int = 40
+
+    def __post_init__(self) -> None:
+        if self.sentences_per_node < 1 or self.max_sentences < 1:
+            raise ValueError("generation.extractive.sentences_per_node and max_sentences must be >= 1, got "
+                             f"{self.sentences_per_node} and {self.max_sentences}")
+        if not 0.0 <= self.min_relative_score <= 1.0:
+            raise ValueError(f"generation.extractive.min_relative_score must be in [0, 1] (a share of the "
+                             f"best sentence's support), got {self.min_relative_score}")
 
 
 @dataclass(frozen=True)
@@ -185,6 +197,17 @@ class GenerationConfig:
         prompt: file name under ``serving/pipeline/prompts/`` or a path.
         fallback_extractive: when an LLM backend fails, answer extractively (noted in the trace).
         max_context_chars: passage text given to an LLM per answer.
+        no_answer_threshold: when the best sentence support (the extractive score: cosine +
+            lexical overlap with the question) over the final sub-questions' passages is below
+            this, the answer is ``no_answer_text``, cites nothing and has no timeline; the
+            trace records the score and the threshold. None never refuses. The default was
+            measured on the demo (its 42 questions answered, out-of-KB questions refused).
+        no_answer_missing_names: also "not found" when a name of the user's question (a
+            capitalised run such as "Redis" or "Mona Lisa", an identifier such as
+            ``index.ef_construction``) is mentioned by no retrieved passage: similar passages
+            about something else ("By default the server listens on port 9464" for Redis's
+            port) score high, but the sources do not cover the question.
+        no_answer_text: the answer given when the sources do not support one.
     """
 
     backend: Literal["extractive", "openai", "hf"] = "extractive"
@@ -192,6 +215,9 @@ class GenerationConfig:
     node_prompt: str = "node_answer.txt"
     fallback_extractive: bool = True
     max_context_chars: int = 12000
+    no_answer_threshold: float | None = 0.5
+    no_answer_missing_names: bool = True
+    no_answer_text: str = "No answer found in the sources."
     extractive: ExtractiveConfig = field(default_factory=ExtractiveConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
     hf: HFConfig = field(default_factory=HFConfig)
@@ -203,11 +229,15 @@ class CitationConfig:
         cosine_threshold: the embedding fallback cites a passage only at cosine >= this.
         support_threshold: the citation bundle's P(supports) cut; None = the bundle's own.
         max_per_sentence: citations attached to one sentence.
+        entity_veto: a passage that lacks a number or name of the sentence (pattern entities:
+            "Voyager 2", "7420", "Quarry 3.0") cannot support it, whatever its score: a
+            passage about Voyager 1 is similar to a sentence about Voyager 2, but no source.
     """
 
     cosine_threshold: float = 0.6
     support_threshold: float | None = None
     max_per_sentence: int = 2
+    entity_veto: bool = True
 
 
 @dataclass(frozen=True)
@@ -216,11 +246,15 @@ class TimelineConfig:
         merge_threshold: events with compatible dates and cosine >= this are merged.
         max_events: events kept (the earliest first after sorting).
         use_document_dates: a dated document with no date in its text yields one event.
+        used_passages_only: events only from the passages the answer drew on (the extractive
+            generator's sentences and the citations), not from every retrieved passage; when
+            neither is known (an LLM answer without citations) every passage is used, noted.
     """
 
     merge_threshold: float = 0.9
     max_events: int = 50
     use_document_dates: bool = True
+    used_passages_only: bool = True
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 * ``extractive`` (the offline default, no LLM): per sub-question, the sentences of its
   passages are scored by support = cosine(sentence, sub-question) + ``lexical_weight`` x
-  the share of the sub-question's content words the sentence contains; the best
-  ``sentences_per_node`` (at least the best one) are selected and fused in node order,
-  without repeats.
+  the share of the sub-question's content words the sentence contains; the best one is
+  selected, then the next ones only while their support stays within ``min_relative_score``
+  of the best (up to ``sentences_per_node``): the answer stops after the sentences that
+  answer. Nodes are fused in node order, without repeats.
 * ``openai``: any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, llama.cpp
   server, TGI, a hosted API) over httpx, streamed (server-sent events).
 * ``hf``: a local transformers causal LM (greedy decoding).
@@ -12,6 +13,12 @@
 The LLM prompts are files under ``serving/pipeline/prompts/`` (``[system]`` and ``[user]``
 sections; ``{context}``, ``{question}``, ``{subanswers}`` are filled in). When an LLM
 backend fails the answer falls back to the extractive one (noted in the trace).
+
+Whatever the backend, when the best support of any sentence of the final sub-questions'
+passages is below ``no_answer_threshold``, or (``no_answer_missing_names``) the user's
+question names something no passage mentions ("Redis", "Pluto"), the answer is
+``no_answer_text`` ("No answer found in the sources."): no LLM call, no citation, no
+timeline; the trace gives the score and the threshold, or the missing names.
 """
 
 from __future__ import annotations
@@ -19,12 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, RunnerError
+from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import content_words, embed, sentences, strip_markers
 from searchsmith.serving.pipeline.config import (
     ExtractiveConfig,
@@ -86,6 +95,14 @@ def render(template: tuple[str, str], question: str, passages: Sequence[Passage]
 
 
 # -- backends --------------------------------------------------------------------------------
+class Support(NamedTuple):
+    """One candidate sentence of the extractive generator."""
+
+    score: float
+    text: str
+    chunk_ids: tuple[str, ...]  # the passages the sentence occurs in, best-scored first
+
+
 class Generator(Protocol):
     """Answers a question from passages; reports (text, model calls, tokens in, tokens out)."""
 
@@ -99,22 +116,23 @@ class ExtractiveGenerator:
         self.embedder = embedder
         self.config = config or ExtractiveConfig()
 
-    def support(self, question: str, passages: Sequence[Passage],
-                state: PipelineState) -> list[tuple[float, str]]:
-        """(support, sentence) of the passages' sentences, best first.
+    def support(self, question: str, passages: Sequence[Passage], state: PipelineState) -> list[Support]:
+        """The passages' sentences with their support for ``question``, best first.
 
         The lexical share is averaged over the sub-question's words and the user's own
         words: a rewrite appends history terms ("Quarry Northwind Labs") that every
         sentence about the topic contains, and they must not outvote the asked-for words.
         """
         cfg = self.config
-        cands: list[str] = []
+        where: dict[str, list[str]] = {}  # sentence -> chunk ids, in first-seen order
         for p in sorted(passages, key=lambda p: -p.score):
             for s in sentences(p.text):
                 s = " ".join(s.split())
-                if len(s) > 3 and s not in cands:
-                    cands.append(s)
-        cands = cands[: cfg.max_sentences]
+                if len(s) > 3 and (s in where or len(where) < cfg.max_sentences):
+                    ids = where.setdefault(s, [])
+                    if p.chunk_id not in ids:
+                        ids.append(p.chunk_id)
+        cands = list(where)
         if not cands:
             return []
         vecs = embed(state, self.embedder, [question, *cands])  # one encode call: (1 + S, D)
@@ -124,22 +142,45 @@ class ExtractiveGenerator:
                         for cw in (content_words(s) for s in cands)])
         score = cos + cfg.lexical_weight * lex
         order = np.argsort(-score, kind="stable")
-        return [(float(score[i]), cands[i]) for i in order]
+        return [Support(float(score[i]), cands[i], tuple(where[cands[i]])) for i in order]
+
+    def cut(self, ranked: Sequence[Support], n: int | None = None) -> list[Support]:
+        """The best sentence, then the next while each keeps ``min_relative_score`` of its support.
+
+        The first sentence below the margin (or ``min_support``) ends the list: past the
+        sentences that answer come ones about something else, and they only dilute the answer.
+        """
+        cfg = self.config
+        n = n or cfg.sentences_per_node
+        if not ranked:
+            return []
+        best = ranked[0].score
+        kept = [ranked[0]]
+        for cand in ranked[1:n]:
+            if cand.score < cfg.min_support or cand.score < cfg.min_relative_score * best:
+                break
+            kept.append(cand)
+        return kept
 
     def select(self, question: str, passages: Sequence[Passage], state: PipelineState,
                n: int | None = None) -> list[str]:
-        ranked = self.support(question, passages, state)
-        n = n or self.config.sentences_per_node
-        return [s for i, (sc, s) in enumerate(ranked[:n]) if i == 0 or sc >= self.config.min_support]
+        """The sentences answering ``question`` (:meth:`cut` of :meth:`support`)."""
+        return [c.text for c in self.cut(self.support(question, passages, state), n)]
+
+    def compose(self, ranked: Sequence[Sequence[Support]]) -> tuple[str, list[str]]:
+        """(answer, chunk ids it drew on) from each final node's ranked sentences, in node order."""
+        chosen: list[str] = []
+        used: list[str] = []
+        for node_ranked in ranked:
+            for c in self.cut(node_ranked):
+                if c.text not in chosen:
+                    chosen.append(c.text)
+                    used.extend(i for i in c.chunk_ids if i not in used)
+        return " ".join(chosen), used
 
     def answer(self, nodes: Sequence[NodeResult], state: PipelineState) -> str:
         """Fused sentences of the nodes that have no answered child (the final sub-questions)."""
-        chosen: list[str] = []
-        for node in nodes:
-            for s in self.select(node.text, node.passages, state):
-                if s not in chosen:
-                    chosen.append(s)
-        return " ".join(chosen)
+        return self.compose([self.support(n.text, n.passages, state) for n in nodes])[0]
 
 
 class OpenAIGenerator:
@@ -262,7 +303,7 @@ class GenerationStage:
 
     name = "generation"
     reads = ("query", "rewrite", "nodes", "passages", "node_answers")
-    writes = ("answer",)
+    writes = ("answer", "answer_found", "used_passages")
 
     def __init__(self, extractive: ExtractiveGenerator, llm: Generator | None, config: GenerationConfig) -> None:
         self.extractive = extractive
@@ -285,15 +326,55 @@ class GenerationStage:
         picked = self.extractive.select(question, passages, state, n=1)
         return picked[0] if picked else ""
 
+    @staticmethod
+    def missing_names(state: PipelineState) -> list[str]:
+        """Names of the user's own question (not the rewrite's added history) that no passage mentions.
+
+        A name is a pattern entity with a capital letter or an identifier's ``. _ /``, its
+        version cut ("Beacon 2.4" -> "Beacon": the version is often what is asked for);
+        numbers alone and lower-case hyphenated words ("real-time") are not names.
+        """
+        names = []
+        for ent in pattern_entities(state.query):
+            name = re.sub(r"(?:\s+\d+(?:\.\d+)*)+$", "", ent)
+            if re.search(r"[A-Z]|[A-Za-z][._/]\w", name) and name not in names:
+                names.append(name)
+        if not names:
+            return []
+        text = "\n".join(f"{p.title or ''}\n{p.text}" for p in state.passages)
+        return missing_entities(names, text)
+
+    def _not_found(self, state: PipelineState, note: str) -> None:
+        state.answer, state.answer_found, state.used_passages = self.config.no_answer_text, False, []
+        state.trace.get(self.name).note = note
+        state.trace.note(f"generation: {note}")
+
     def run(self, state: PipelineState, preset: Preset) -> None:
         # The final sub-questions: nodes whose answer no other node consumed.
         consumed = set(state.node_answers)
         final = [n for n in state.nodes if n.id not in consumed] or state.nodes
         with state.trace.stage(self.name) as st:
+            state.answer_found, state.used_passages = True, []
             if not state.passages:
-                state.answer = ""
-                st.note = "no passages: nothing to answer from"
+                self._not_found(state, "no passages: nothing to answer from")
                 return
+            # Every backend answers only what the sources support: the extractive support of the
+            # best sentence decides (it is computed anyway by the extractive answer, and costs
+            # one embedding batch before an LLM call).
+            ranked = [self.extractive.support(n.text, n.passages, state) for n in final]
+            best = max((r[0].score for r in ranked if r), default=float("-inf"))
+            threshold = self.config.no_answer_threshold
+            if threshold is not None and best < threshold:
+                self._not_found(state, f"no answer: best support {best:.4f} < generation.no_answer_threshold "
+                                       f"{threshold}")
+                return
+            absent = self.missing_names(state) if self.config.no_answer_missing_names else []
+            if absent:
+                self._not_found(state, f"no answer: no passage mentions {absent} of the question "
+                                       f"(generation.no_answer_missing_names; best support {best:.4f})")
+                return
+            st.note = f"best support {best:.4f}" + ("" if threshold is None else f" >= generation.no_answer_threshold "
+                                                                                   f"{threshold}")
             if self.llm is not None:
                 try:
                     msgs = render(self.prompt, state.question(), state.passages, self.config.max_context_chars,
@@ -301,12 +382,14 @@ class GenerationStage:
                     text, t_in, t_out = self.llm.complete(msgs)
                     state.trace.count(self.name, 1, t_in, t_out)
                     if text:
+                        # which passages an LLM drew on is unknown: the citations will say
                         state.answer = strip_markers(text).strip()
                         return
-                    st.note = "the LLM returned an empty answer"
+                    st.note += "; the LLM returned an empty answer"
                 except Exception as exc:  # noqa: BLE001 - degrade to extractive
                     if not self.config.fallback_extractive:
                         raise
-                    st.note = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); extractive answer"
-                    state.trace.note(f"generation: {st.note}")
-            state.answer = self.extractive.answer(final, state)
+                    failed = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); extractive answer"
+                    st.note += f"; {failed}"
+                    state.trace.note(f"generation: {failed}")
+            state.answer, state.used_passages = self.extractive.compose(ranked)

@@ -152,6 +152,11 @@ class PipelineState:
     # generation
     answer: str = ""
     node_answers: dict[str, str] = field(default_factory=dict)
+    # False when no passage supports an answer (generation.no_answer_threshold): "not found"
+    answer_found: bool = True
+    # chunk ids the answer drew on (the extractive generator's sentences, then the citations):
+    # the timeline keeps only their events
+    used_passages: list[str] = field(default_factory=list)
     # citation
     cited_answer: str = ""
     sentences: list[dict[str, Any]] = field(default_factory=list)

@@ -1,4 +1,9 @@
-"""Stage ``timeline``: dated events from the passages used (Xinyu et al.).
+"""Stage ``timeline``: dated events from the passages the answer used (Xinyu et al.).
+
+Only the passages the answer drew on count (``used_passages_only``): the extractive
+generator's sentences' passages and the cited ones, not every retrieved passage (a
+question about one release would otherwise list every dated news item retrieved with it).
+An answer that is "not found" has no timeline.
 
 Dates are read in several formats: ``2024-03-12``, ``2024/03/12``, ``12 March 2024``,
 ``March 12, 2024``, ``Mar. 12 2024``, ``March 2024`` and a year after a preposition
@@ -89,17 +94,30 @@ class TimelineStage:
     """Reads the passages; writes ``timeline`` (``[{year, events: [{date, precision, text, sources}]}]``)."""
 
     name = "timeline"
-    reads = ("passages",)
+    reads = ("passages", "answer_found", "used_passages")
     writes = ("timeline",)
 
     def __init__(self, embedder: Any, config: TimelineConfig) -> None:
         self.embedder = embedder
         self.config = config
 
+    def used(self, state: PipelineState) -> list[Any]:
+        """The passages whose events count (all of them when the answer's are unknown)."""
+        if not self.config.used_passages_only:
+            return list(state.passages)
+        if not state.answer_found:
+            return []
+        if not state.used_passages:
+            if state.passages:  # an LLM answer that nothing cited: which passages it used is unknown
+                state.trace.get(self.name).note = "the answer's passages are unknown (nothing cited): all passages"
+            return list(state.passages)
+        used = set(state.used_passages)
+        return [p for p in state.passages if p.chunk_id in used]
+
     def events(self, state: PipelineState) -> list[dict[str, Any]]:
-        """Raw events, one per (dated sentence, date), in passage order."""
+        """Raw events, one per (dated sentence, date) of the used passages, in passage order."""
         out = []
-        for p in state.passages:
+        for p in self.used(state):
             found = False
             for sent in sentences(p.text):
                 sent = " ".join(sent.split())

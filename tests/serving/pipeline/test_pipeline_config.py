@@ -56,7 +56,8 @@ def test_unknown_stage(make_pipeline):
 
 
 def test_stage_order_checked(make_pipeline):
-    with pytest.raises(ConfigError, match=r"'citation' reads \['answer'\], which no earlier stage writes"):
+    with pytest.raises(ConfigError, match=r"'citation' reads \['answer', 'answer_found', 'used_passages'\], "
+                                          r"which no earlier stage writes"):
         make_pipeline(stages=["context", "routing", "decomposition", "retrieval", "citation", "generation"])
 
 
