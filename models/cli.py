@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from searchsmith.models import __version__
-from searchsmith.models.console import VERBOSE_ENV, quiet_third_party, verbose
+from searchsmith.models.console import VERBOSE_ENV, install_log_filter, quiet_third_party, verbose
 from searchsmith.models.errors import SearchsmithError
 
 # command -> ("module:function that configures its argparse parser", one-line help)
@@ -167,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_third_party()
     logging.basicConfig(level="DEBUG" if verbose() else os.environ.get("SEARCHSMITH_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
+    install_log_filter()
     target, help_text = COMMANDS[command]
     parser = argparse.ArgumentParser(prog=f"searchsmith {command}", description=help_text)
     try:

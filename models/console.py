@@ -51,6 +51,59 @@ def quiet_third_party(be_verbose: bool | None = None) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+class OwnRecordsOnly(logging.Filter):
+    """A handler filter that passes searchsmith's records and other loggers' errors only.
+
+    ONNX Runtime's transformer optimizer logs under bare module names
+    (``fusion_skiplayernorm``), so a list of third-party logger names cannot catch them all.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.startswith("searchsmith") or record.levelno >= logging.ERROR
+
+
+def install_log_filter(be_verbose: bool | None = None) -> None:
+    """Put :class:`OwnRecordsOnly` on the root logger's handlers unless verbose (the CLI
+    calls it after ``logging.basicConfig``)."""
+    if be_verbose is None:
+        be_verbose = verbose()
+    if be_verbose:
+        return
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, OwnRecordsOnly) for f in handler.filters):
+            handler.addFilter(OwnRecordsOnly())
+
+
+@contextlib.contextmanager
+def quiet_block(enabled: bool | None = None) -> Iterator[None]:
+    """Around third-party heavy lifting (``torch.onnx.export``, ONNX Runtime's optimizer):
+    hold back stdout as :func:`quiet_stdout` does, ignore Python warnings, and re-silence
+    loggers that libraries configured at import (torch sets its own). Nothing when verbose.
+    """
+    import warnings
+
+    if enabled is None:
+        enabled = not verbose()
+    if not enabled:
+        yield
+        return
+    # torch logs through a handler of its own on the "torch" logger (not the root's), so the
+    # filter goes on every handler there is, for the block only
+    handlers = {id(h): h for lg in [logging.getLogger(), *logging.root.manager.loggerDict.values()]
+                for h in getattr(lg, "handlers", ())}
+    own = OwnRecordsOnly()
+    for h in handlers.values():
+        h.addFilter(own)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with quiet_stdout(True):
+                yield
+    finally:
+        for h in handlers.values():
+            h.removeFilter(own)
+
+
 @contextlib.contextmanager
 def quiet_stdout(enabled: bool | None = None) -> Iterator[None]:
     """Hold back what third-party code prints to stdout (ONNX Runtime's optimizer prints

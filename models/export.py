@@ -43,6 +43,7 @@ import json
 import logging
 import math
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from typing import Any, Literal
 
 import numpy as np
 from searchsmith.models import __version__
+from searchsmith.models.console import quiet_block
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import WEIGHT_RANGES, int8_cpu_report, int8_isa
 from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
@@ -920,9 +922,11 @@ def _run_export(args: argparse.Namespace) -> int:
                          thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data,
                          heldout_limit=args.heldout_limit)
     out = Path(args.out)
-    done: list[tuple[str, dict[str, Any]]] = []
+    # (bundle folder, what it is, the export to run); checked first, so a bad folder of runs
+    # fails before anything is exported
+    jobs: list[tuple[Path, str, Callable[[], dict[str, Any]]]] = []
     if args.run_dir == "embedder":
-        done.append((str(out), export_embedder(out, args.model, opts)))
+        jobs.append((out, f"embedder {args.model}", lambda: export_embedder(out, args.model, opts)))
     else:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
@@ -931,16 +935,29 @@ def _run_export(args: argparse.Namespace) -> int:
             if args.embedder:
                 raise ConfigError("export --embedder: only with a folder of runs; export the embedder on its "
                                   "own with: searchsmith export embedder --out DIR")
-            done.append((str(out), export_run(run_dir, out, opts)))
+            jobs.append((out, f"run {run_dir}", lambda: export_run(run_dir, out, opts)))
         else:
             runs = find_runs(run_dir)
             if not runs and not args.embedder:
                 raise BundleError(f"export: {str(run_dir)!r} holds no run.json and no run folders; pass a "
                                   "training run folder")
             for run in runs:
-                done.append((str(out / run.name), export_run(run, out / run.name, opts)))
+                jobs.append((out / run.name, f"run {run}", lambda run=run: export_run(run, out / run.name, opts)))
             if args.embedder:
-                done.append((str(out / "embedder"), export_embedder(out / "embedder", args.embedder, opts)))
+                jobs.append((out / "embedder", f"embedder {args.embedder}",
+                             lambda: export_embedder(out / "embedder", args.embedder, opts)))
+    import torch  # noqa: F401 - loaded before quiet_block, which filters the log handlers torch adds
+
+    done: list[tuple[str, dict[str, Any]]] = []
+    for i, (path, what, job) in enumerate(jobs, 1):
+        # one line per step on stderr (stdout keeps the JSON summary); third-party prints held back
+        print(f"[{i}/{len(jobs)}] export {what} -> {path} ({opts.dtype}) ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        with quiet_block():
+            manifest = job()
+        print(f"      parity {'passed' if manifest['parity']['passed'] else 'FAILED (allowed by --allow-drift)'}"
+              f", {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        done.append((str(path), manifest))
     for path, manifest in done:
         print(json.dumps({"bundle": path, "task": manifest["task"], "dtype": manifest["dtype"],
                           "parity_passed": manifest["parity"]["passed"], "parity": manifest["parity"]["checks"],

@@ -58,3 +58,20 @@ def test_index_cli_third_party_noise_only_with_verbose(tmp_path, flag) -> None:
     assert json.loads(proc.stdout)["sources"] == {"Climate Science": 1}
     assert ("Loading weights" in proc.stderr) == bool(flag)
     assert "index: 1 documents -> 1 chunks" in proc.stderr
+
+
+def test_export_cli_says_each_step_and_holds_back_third_party_noise(tmp_path) -> None:
+    """A fresh process exporting a tiny embedder: torch's exporter warnings, ONNX Runtime's
+    optimizer prints and Python warnings are hidden; one step line and the JSON summary stay."""
+    from export_fixtures import embedder_dir
+
+    env = {k: v for k, v in os.environ.items() if k not in (VERBOSE_ENV, "SEARCHSMITH_LOG")}
+    proc = subprocess.run([sys.executable, "-m", "searchsmith.models.cli", "export", "embedder", "--model",
+                           str(embedder_dir()), "--out", str(tmp_path / "b")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)  # stdout is the JSON line alone
+    assert summary["task"] == "embed" and summary["parity_passed"] is True
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("[1/1] export embedder ") and lines[1].strip().startswith("parity passed")
+    assert len(lines) == 2, proc.stderr  # nothing else: no W... torch lines, no UserWarning
