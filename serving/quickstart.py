@@ -121,9 +121,10 @@ def write_configs(work: Path, index_dir: Path, bundles: dict[str, Path]) -> list
     from searchsmith.models.io import write_text_if_ours
     from searchsmith.serving.serve_config import serve_config_text
 
+    # every bundle, the embedder included: the fp32 embed bundle gives the index's own vectors
+    # without torch, which makes a cold ``searchsmith ask`` seconds faster
     pipeline = {"index": str(index_dir.resolve()),
-                "bundles": {name: str(path.resolve()) for name, path in bundles.items()
-                            if name != "embedder"}}
+                "bundles": {name: str(path.resolve()) for name, path in bundles.items()}}
     pipe_path = work / "pipeline.yaml"
     pipe_text = ("# written by searchsmith quickstart; run: searchsmith ask \"...\" "
                  f"--config {pipe_path}\n" + yaml.safe_dump(pipeline, sort_keys=False))

@@ -31,6 +31,9 @@ class BundlesConfig:
     """Model bundles from ``searchsmith export`` (loaded with ``models.runtime.load_bundle``).
 
     Attributes:
+        embedder: ``embed`` bundle that embeds questions and sentences in place of the index's
+            torch embedder (a cold ``searchsmith ask`` then needs no torch). It must be exported
+            from the index's embedding model; an fp32 bundle gives the same vectors.
         decomposer: ``decompose`` bundle: conversation rewrite and the QDG.
         reranker: ``rerank`` bundle; without one the retrieval order is kept.
         citation: ``cite`` bundle; without one, embedding cosine attributes sentences.
@@ -53,6 +56,7 @@ class BundlesConfig:
     not enough, and a bundle that records no held-out figure is skipped too.
     """
 
+    embedder: str | None = None
     decomposer: str | None = None
     reranker: str | None = None
     citation: str | None = None

@@ -292,14 +292,36 @@ def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embed
         raise ConfigError("index: no index folder; pass --index DIR or set 'index:' in the pipeline config "
                           "(build one with 'searchsmith index CORPUS.jsonl --out DIR')")
     manifest = read_manifest(index_dir)
+    b = config.bundles
+    if embedder is None and b.embedder:
+        embedder = bundle_embedder(b.embedder, manifest, config)
     if embedder is None:
         embedder = Embedder(from_dict(EmbedderConfig, manifest["config"]["embedder"]))
     index = Index.load(index_dir, embedder=embedder, verify=verify)
-    b = config.bundles
     bundles = {role: (unloaded_if_gated(role, task, getattr(b, role), config)
                       or load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads))
                for role, task in BUNDLE_TASKS.items()}
     return Pipeline(config, index, embedder, bundles)
+
+
+def bundle_embedder(path: str, index_manifest: dict[str, Any], config: PipelineConfig) -> Any:
+    """The ``bundles.embedder`` bundle as the pipeline's embedder, checked against the index.
+
+    Raises:
+        ConfigError: not an ``embed`` bundle, or exported from another model or dimension
+            than the index was built with.
+    """
+    from searchsmith.serving.runner import BundleEmbedder
+
+    b = config.bundles
+    bundle = load_optional_bundle(path, "embed", b.device, b.backend, b.threads)
+    base, dim = bundle.manifest.get("base_model"), bundle.manifest.get("embedding_dim")
+    want, want_dim = index_manifest["embedding_model"], index_manifest["embedding_dim"]
+    if base != want or dim != want_dim:
+        raise ConfigError(f"bundles.embedder: {path} was exported from {base} (dim {dim}) but the index was "
+                          f"built with {want} (dim {want_dim}); export that model (searchsmith export "
+                          f"embedder --model {want} --out DIR) or remove bundles.embedder")
+    return BundleEmbedder(bundle, name=str(base))
 
 
 class GatedBundle:

@@ -22,6 +22,16 @@ def small_index(tmp_path_factory, embedder, write_corpus):
     return d / "index"
 
 
+@pytest.fixture(scope="session")
+def minilm_embed_bundle(tmp_path_factory):
+    """The default embedder (all-MiniLM-L6-v2) exported as an fp32 ``embed`` bundle, once."""
+    from searchsmith.models.export import ExportOptions, export_embedder
+
+    out = tmp_path_factory.mktemp("embed-bundle") / "embedder"
+    export_embedder(out, "default", ExportOptions())
+    return out
+
+
 # The small corpus's sources under free-text labels (issue 23, item 9).
 LABELS = {"cooking": "Cooking & Baking", "astronomy": "Astronomie · Espace", "code": "Code / Repos"}
 
