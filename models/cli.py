@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("searchsmith.models.cli:configure_eval", "evaluate a task and print JSON metrics"),
     "quickstart": ("searchsmith.serving.quickstart:configure_quickstart", "train, export, index and ask on demo data"),
     "config": ("searchsmith.models.config_docs:configure_config",
-               "print every key of a config (pipeline, serve, index, router) with its default"),
+               "print every key of a config (pipeline, serve, index, router, recipe-*) with its default"),
     "make-routing-set": ("searchsmith.serving.routing_sets:configure_make_routing_set",
                          "build a routing corpus + eval set from ../shared/data"),
     "make-pipeline-set": ("searchsmith.serving.routing_sets:configure_make_pipeline_set",

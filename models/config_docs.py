@@ -25,6 +25,13 @@ ROOTS: dict[str, tuple[str, str]] = {
     "index": ("searchsmith.serving.index:IndexConfig",
               "index settings (searchsmith index CORPUS --out DIR key=value ...)"),
     "router": ("searchsmith.serving.router:RouterConfig", "router YAML (searchsmith route --config)"),
+    "recipe-reranker": ("searchsmith.training.reranker:RerankerRecipe",
+                        "reranker recipe YAML (recipes/reranker/*.yaml; searchsmith train R.yaml key=value)"),
+    "recipe-citation": ("searchsmith.training.citation:CitationRecipe",
+                        "citation recipe YAML (recipes/citation/*.yaml)"),
+    "recipe-decomposer": ("searchsmith.training.decomposer:DecomposerRecipe",
+                          "decomposer recipe YAML (recipes/decomposer/*.yaml)"),
+    "recipe-images": ("searchsmith.training.images:ImagesRecipe", "image relevance recipe YAML (recipes/images/*.yaml)"),
 }
 
 

@@ -173,6 +173,9 @@ class OpenAIConfig:
         model: the model name the server expects.
         api_key_env: environment variable holding the key (never the key itself).
         timeout_s: per request.
+        max_tokens: most tokens the LLM may write per answer.
+        temperature: sampling temperature (0 = greedy, reproducible answers).
+        stream: stream the answer token by token (``/v1/search`` with ``stream: true``).
     """
 
     base_url: str = "http://localhost:8000/v1"
@@ -186,7 +189,14 @@ class OpenAIConfig:
 
 @dataclass(frozen=True)
 class HFConfig:
-    """A local transformers causal LM (folder or hub id; offline on our machines)."""
+    """A local transformers causal LM (folder or hub id; offline on our machines).
+
+    Attributes:
+        model: folder or hub id of the causal LM ('' = none configured: the backend refuses).
+        max_new_tokens: most tokens generated per answer.
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        max_input_tokens: the prompt is cut to this many tokens (passages first).
+    """
 
     model: str = ""
     max_new_tokens: int = 256
@@ -199,6 +209,8 @@ class GenerationConfig:
     """Attributes:
         backend: ``extractive`` (offline, no LLM), ``openai`` or ``hf``.
         prompt: file name under ``serving/pipeline/prompts/`` or a path.
+        node_prompt: the prompt for the answer of one sub-question (parallel and planning
+            strategies), as ``prompt``.
         fallback_extractive: when an LLM backend fails, answer extractively (noted in the trace).
         max_context_chars: passage text given to an LLM per answer.
         no_answer_threshold: when the best sentence support (the extractive score: cosine +
@@ -267,8 +279,11 @@ class ImagesConfig:
         threshold: an assignment is kept only at relevance >= this.
         max_candidates: images considered per answer.
         min_side_px: smaller images (icons, spacers) are filtered out.
-        *_weight: the three-way mix (``models.image_relevance.combined_scores``) used with
-            an images bundle; without one, caption-paragraph cosine alone scores.
+        image_paragraph_weight: weight of the image-paragraph cosine in the three-way mix
+            (``models.placement.combined_scores``), used with an images bundle; without one,
+            caption-paragraph cosine alone scores.
+        caption_paragraph_weight: weight of the caption-paragraph cosine in that mix.
+        image_query_weight: weight of the image-question cosine in that mix.
     """
 
     threshold: float = 0.3
@@ -281,7 +296,17 @@ class ImagesConfig:
 
 @dataclass(frozen=True)
 class Preset:
-    """What one deployment preset runs (KIMAs turbo / small / large)."""
+    """What one deployment preset runs (KIMAs turbo / small / large).
+
+    Attributes:
+        rewrite: rewrite a follow-up into a standalone question.
+        decompose: build the query-decomposition graph (else the question is one node).
+        rerank: rerank retrieved passages with the reranker bundle.
+        citation: attach citations to the answer's sentences.
+        timeline: extract the answer's dated events.
+        images: place images beside the answer's paragraphs.
+        retrieve_k: chunks retrieved per node (None = ``retrieval.retrieve_k``).
+    """
 
     rewrite: bool = True
     decompose: bool = True
@@ -303,7 +328,13 @@ def _default_presets() -> dict[str, Preset]:
 
 @dataclass(frozen=True)
 class CostConfig:
-    """cost = per_second * latency_s + per_1k_tokens * tokens / 1000 + per_model_call * calls."""
+    """cost = per_second * latency_s + per_1k_tokens * tokens / 1000 + per_model_call * calls.
+
+    Attributes:
+        per_second: cost of one second of end-to-end latency.
+        per_1k_tokens: cost of 1,000 LLM tokens (in + out).
+        per_model_call: cost of one model call (rewrite, rerank, citation, ...).
+    """
 
     per_second: float = 1.0
     per_1k_tokens: float = 0.0
@@ -316,6 +347,7 @@ class ProtocolConfig:
 
     Attributes:
         enabled: False always uses ``default_preset``.
+        default_preset: the preset used when the router is off (a key of ``presets``).
         alpha: exploration width of the upper confidence bound.
         ridge: the prior A = ridge * I of every arm.
         cost_lambda: reward = quality - cost_lambda * cost.
