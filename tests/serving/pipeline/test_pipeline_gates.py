@@ -274,7 +274,7 @@ def test_the_quickstart_config_is_no_worse_than_no_bundles_on_the_demo_qa(tmp_pa
 
     with_bundles = evaluate("--config", str(work / "pipeline.yaml"))
     without = evaluate()
-    assert with_bundles["n"] == without["n"] == 42
+    assert with_bundles["n"] == without["n"] == len(DEMO_QA.read_text().splitlines())
     assert with_bundles["gates"] and not without["gates"]
     worse = {k: (with_bundles[k], without[k]) for k in QUALITY if with_bundles[k] < without[k]}
     assert not worse, f"the quickstart's bundles make these worse than none: {worse}"
