@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 from searchsmith.models.config import from_dict
 from searchsmith.serving.pipeline.config import BundlesConfig, PipelineConfig
-from searchsmith.serving.pipeline.gates import GATES, check_row, decide, gate_report, heldout_figures
+from searchsmith.serving.pipeline.gates import (
+    GATES,
+    check_row,
+    decide,
+    gate_report,
+    heldout_figures,
+)
 from searchsmith.serving.pipeline.pipeline import Pipeline
 
 REPO = Path(__file__).resolve().parents[3]
