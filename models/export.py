@@ -56,7 +56,13 @@ from searchsmith.models import __version__
 from searchsmith.models.console import quiet_block
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import WEIGHT_RANGES, int8_cpu_report, int8_isa
-from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
+from searchsmith.models.io import (
+    check_replaceable,
+    replace_dir,
+    sha256_file,
+    temp_dir_beside,
+    write_json_atomic,
+)
 from searchsmith.models.onnx_quant import (
     ACTIVATION_MODES,
     DOWN_PROJECTION_MODES,
@@ -80,6 +86,7 @@ from searchsmith.models.runtime import (
     Bundle,
     OrtGraph,
     TorchGraph,
+    read_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -518,6 +525,24 @@ def _copy_torch(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("onnx", "openvino", "*.onnx", ".*", "README.md"))
 
 
+def check_bundle_out(out: str | Path) -> None:
+    """Refuse an export ``--out`` that is a file, a folder searchsmith did not write, or a bundle
+    beside files of someone else's; an existing bundle alone is replaced (that is what
+    exporting again means).
+
+    Raises:
+        ValidationError: naming what is there and the fix; nothing is touched.
+    """
+    def listed(folder: Path) -> set[str] | None:
+        try:
+            manifest = read_manifest(folder)
+        except BundleError:
+            return None
+        return {str(Path(rel)) for rel in manifest.get("files") or {}} | {MANIFEST}
+
+    check_replaceable(out, label="export --out", kind="bundle", listed=listed, replace=True, replace_hint="")
+
+
 def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str, Any]:
     """Export one model folder to ``out`` (atomic: built beside it, then swapped in).
 
@@ -537,6 +562,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         scheme = scheme.resolved()
     # read (and check) the held-out inputs before any work: a bad --parity-data file fails here
     inputs = parity_inputs(src.task, opts.thresholds.heldout_texts, scheme.calibration_inputs, opts.parity_data)
+    check_bundle_out(out)  # before any work: never replace what searchsmith did not write
     tmp = temp_dir_beside(out)
     work = Path(tempfile.mkdtemp(prefix="searchsmith-export-"))
     try:
@@ -620,6 +646,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         manifest["files"] = {str(p.relative_to(tmp)): sha256_file(p)
                              for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST}
         write_json_atomic(tmp / MANIFEST, manifest)
+        check_bundle_out(out)  # something may have appeared there meanwhile
         replace_dir(tmp, Path(out))
         log.info("export %s: %s in %.1f s", src.task, out, time.perf_counter() - t0)
         return manifest
@@ -863,7 +890,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
         "embedder (--model, mean pooling + L2 normalisation inside the graph). With a folder of runs, "
         "--embedder MODEL also writes BUNDLE_DIR/embedder.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run, folder of runs, or 'embedder'")
-    parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write (replaced)")
+    parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write: a new or empty folder, or a bundle (replaced); anything else is refused")
     parser.add_argument("--dtype", choices=["fp32", "fp16", "int8"], default="fp32",
                         help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default fp32)")
     parser.add_argument("--allow-drift", action="store_true",

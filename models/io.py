@@ -8,11 +8,12 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchsmith.models.errors import ConfigError
+from searchsmith.models.errors import ConfigError, ValidationError
 
 
 def sha256_file(path: Path) -> str:
@@ -58,6 +59,59 @@ def replace_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# -- folders a command replaces -----------------------------------------------------------------
+def check_replaceable(out: str | os.PathLike, *, label: str, kind: str, listed: Callable[[Path], set[str] | None],
+                      replace: bool, replace_hint: str | Callable[[], str],
+                      file_hint: Callable[[Path], str] | None = None) -> None:
+    """Refuse an output folder whose replacement would lose something searchsmith did not write.
+
+    Accepted: a path that does not exist, an empty folder, and (only with ``replace``) a folder
+    searchsmith wrote (``listed(out)`` gives the files its manifest lists) that holds nothing else.
+
+    Args:
+        out: the folder a command is about to build and swap in (:func:`replace_dir`).
+        label: the command and flag, for messages (``"index --out"``).
+        kind: what the folder holds when searchsmith wrote it (``"index"``, ``"bundle"``).
+        listed: the relative paths of the files the folder's manifest lists (the manifest
+            included), or None when it is not a valid searchsmith folder of this kind.
+        replace: whether replacing a folder of this kind was asked for (or is the command's way).
+        replace_hint: what is there and the fix when ``replace`` is False (a callable is
+            called after ``listed``, so it may describe the manifest ``listed`` read).
+        file_hint: what to say when ``out`` is a file (default: use a new folder).
+
+    Raises:
+        ValidationError: naming what is there and the fix; nothing is touched.
+    """
+
+    out = Path(out)
+    if out.is_symlink():
+        raise ValidationError(f"{label} {out}: is a symbolic link; nothing was replaced. Give the folder it "
+                              f"points to ({out.resolve()}) or a new folder")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        hint = file_hint(out) if file_hint else f"is a file; nothing was replaced. Give a new folder, e.g. {out}.d"
+        raise ValidationError(f"{label} {out}: {hint}")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    ours = listed(out)
+    if ours is None:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise ValidationError(
+            f"{label} {out}: is a folder that is not a searchsmith {kind} (no valid manifest.json; it holds "
+            f"{shown}); nothing was replaced. Use a new or empty folder, e.g. {label.split()[-1]} {out / kind}")
+    if not replace:
+        raise ValidationError(f"{label} {out}: {replace_hint() if callable(replace_hint) else replace_hint}")
+    foreign = sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                     if (p.is_file() or p.is_symlink()) and str(p.relative_to(out)) not in ours)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ValidationError(
+            f"{label} {out}: holds {len(foreign)} file(s) the {kind} did not write ({shown}); replacing the "
+            "whole folder would delete them, so nothing was replaced. Move them out first")
 
 
 # -- files a user may have edited -------------------------------------------------------------

@@ -44,7 +44,13 @@ from searchsmith.models import __version__
 from searchsmith.models.config import from_dict, to_dict
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.hub import model_display_name
-from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
+from searchsmith.models.io import (
+    check_replaceable,
+    replace_dir,
+    sha256_file,
+    temp_dir_beside,
+    write_json_atomic,
+)
 from searchsmith.serving.chunker import DEFAULT_CHUNK_TOKENS, Chunk, Chunker, ChunkerConfig
 from searchsmith.serving.corpus import source_key
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
@@ -326,45 +332,34 @@ def check_out_path(out: str | Path, *, overwrite: bool = False) -> None:
     """Refuse an ``--out`` that would replace something searchsmith did not write.
 
     Accepted: a path that does not exist, an empty folder, and (only with ``overwrite``)
-    a searchsmith index whose folder holds nothing but the files its manifest lists.
+    a searchsmith index whose folder holds nothing but the files its manifest lists
+    (:func:`searchsmith.models.io.check_replaceable`).
 
     Raises:
         ValidationError: naming what is there and the fix; nothing is touched.
     """
-    out = Path(out)
-    if out.is_symlink():
-        raise ValidationError(f"index --out {out}: is a symbolic link; nothing was replaced. Give the folder "
-                              f"it points to ({out.resolve()}) or a new folder")
-    if not out.exists():
-        return
-    if not out.is_dir():
-        what = "a corpus file" if _looks_like_corpus(out) else "a file"
-        raise ValidationError(
-            f"index --out {out}: is {what}, not an index folder; nothing was replaced. An index is a folder: "
-            f"use a new one, e.g. --out {suggest_index_dir(out)}")
-    entries = sorted(p.name for p in out.iterdir())
-    if not entries:
-        return
-    try:
-        manifest = read_manifest(out)
-    except BundleError:
-        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
-        raise ValidationError(
-            f"index --out {out}: is a folder that is not a searchsmith index (no valid manifest.json; it holds "
-            f"{shown}); nothing was replaced. Use a new or empty folder, e.g. --out {out / 'index'}") from None
-    if not overwrite:
-        raise ValidationError(
-            f"index --out {out}: already holds a searchsmith index ({manifest.get('documents')} documents, "
-            f"updated {manifest.get('updated', '?')}); nothing was replaced. Pass --force to rebuild it, or "
-            "--add to add the corpus's documents to it")
-    ours = {Path(rel) for rel in manifest.get("files", {})} | {Path("manifest.json")}
-    foreign = sorted(str(p.relative_to(out)) for p in out.rglob("*")
-                     if (p.is_file() or p.is_symlink()) and p.relative_to(out) not in ours)
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ValidationError(
-            f"index --out {out}: holds {len(foreign)} file(s) the index did not write ({shown}); --force "
-            "replaces the whole folder, so nothing was replaced. Move them out first")
+    manifests: list[dict[str, Any]] = []
+
+    def listed(folder: Path) -> set[str] | None:
+        try:
+            manifests.append(read_manifest(folder))
+        except BundleError:
+            return None
+        return {str(Path(rel)) for rel in manifests[-1].get("files", {})} | {"manifest.json"}
+
+    def holds() -> str:
+        m = manifests[-1]
+        return (f"already holds a searchsmith index ({m.get('documents')} documents, updated "
+                f"{m.get('updated', '?')}); nothing was replaced. Pass --force to rebuild it, or --add to add "
+                "the corpus's documents to it")
+
+    def corpus_hint(path: Path) -> str:
+        what = "a corpus file" if _looks_like_corpus(path) else "a file"
+        return (f"is {what}, not an index folder; nothing was replaced. An index is a folder: use a new one, "
+                f"e.g. --out {suggest_index_dir(path)}")
+
+    check_replaceable(out, label="index --out", kind="index", listed=listed, replace=overwrite,
+                      replace_hint=holds, file_hint=corpus_hint)
 
 
 # -- building --------------------------------------------------------------------------------

@@ -20,6 +20,30 @@ def configure_train(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_train)
 
 
+# What a run folder of this project holds at its top level (trainer.py and the recipes; a run
+# interrupted early may hold only its data cache or split)
+RUN_MARKERS = ("run.json", "checkpoints", "metrics.json", "cache", "split.json", "baselines.json", "stages",
+               "heldout.cite.jsonl")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """A run folder must be new, empty, or a run this project started (to resume or redo):
+    training writes ``model/``, ``metrics.json`` and more into it, which would replace a
+    user's files of those names.
+
+    Raises:
+        ConfigError: a file, or a non-empty folder that holds no run; nothing is written.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"output_dir: {str(run_dir)!r} is a file; expected a folder (a new one, e.g. "
+                          f"--output-dir runs/{run_dir.stem or 'run'})")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not any((run_dir / m).exists() for m in RUN_MARKERS):
+        held = ", ".join(sorted(p.name for p in run_dir.iterdir())[:5])
+        raise ConfigError(f"output_dir: {str(run_dir)!r} is a folder that holds no training run ({held}); "
+                          "training would write model/ and metrics.json into it, so nothing was written. "
+                          f"Use a new or empty folder, e.g. --output-dir {run_dir / 'run'}")
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Load the recipe, run it, print where the run is and its final metrics."""
     from searchsmith.training.config import load_recipe_config
@@ -31,8 +55,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = load_recipe_config(args.recipe, overrides)
     entry = get_recipe(cfg.recipe)
     run_dir = Path(cfg.output_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"output_dir: {str(run_dir)!r} is a file; expected a folder")
+    check_run_dir(run_dir)
     print(f"searchsmith train: recipe {entry.name!r} -> {run_dir}", flush=True)
     final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))
     print(f"run: {run_dir}  (model: {run_dir / 'model'}, metrics: {run_dir / 'metrics.json'})")

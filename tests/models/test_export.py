@@ -323,3 +323,29 @@ def test_first_blocks_kept_fp32_are_the_first_blocks_weight_products() -> None:
     assert first_blocks_matmuls(_block_graph(1), 1) == []
     with pytest.raises(ConfigError, match="int8-fp32-blocks"):
         ExportOptions(dtype="int8", int8_fp32_blocks=-1)
+
+
+def test_export_never_replaces_what_it_did_not_write(tmp_path) -> None:
+    """--out may be new, empty or a bundle (replaced); a file, a user folder or a bundle beside a
+    user's file is refused before any work, and left as it was."""
+    from searchsmith.models.errors import ValidationError
+
+    run = rerank_run()
+    afile = tmp_path / "notes.txt"
+    afile.write_text("keep")
+    with pytest.raises(ValidationError, match="is a file; nothing was replaced"):
+        export_run(run, afile, ExportOptions(heldout_limit=0))
+    assert afile.read_text() == "keep"
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("keep")
+    with pytest.raises(ValidationError, match=r"is a folder that is not a searchsmith bundle .*notes.txt"):
+        export_run(run, user, ExportOptions(heldout_limit=0))
+    assert [p.name for p in user.iterdir()] == ["notes.txt"]
+    out = tmp_path / "b"
+    shutil.copytree(bundle("rerank"), out)
+    export_run(run, out, ExportOptions(heldout_limit=0))  # a bundle is replaced: exporting again
+    (out / "my-notes.md").write_text("keep")
+    with pytest.raises(ValidationError, match=r"holds 1 file\(s\) the bundle did not write \(my-notes.md\)"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    assert (out / "my-notes.md").read_text() == "keep" and (out / "manifest.json").is_file()

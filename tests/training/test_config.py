@@ -93,3 +93,21 @@ def test_config_hash_ignores_output_dir_only() -> None:
     c = load_recipe_config(TINY, ["optim.lr=2.0e-3"])
     assert config_hash(a) == config_hash(b)
     assert config_hash(a) != config_hash(c)
+
+
+def test_train_refuses_a_user_folder_and_keeps_it(tmp_path, capsys):
+    """``searchsmith train R --output-dir D`` never writes model/ and metrics.json over a user's folder."""
+    from searchsmith.models.cli import main
+
+    recipe = next(Path(__file__).resolve().parents[2].glob("recipes/reranker/tiny/*.yaml"))
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "metrics.csv").write_text("keep me")
+    assert main(["train", str(recipe), "--output-dir", str(user)]) == 1
+    err = capsys.readouterr().err
+    assert "holds no training run (metrics.csv)" in err and "nothing was written" in err
+    assert sorted(p.name for p in user.iterdir()) == ["metrics.csv"]
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    assert main(["train", str(recipe), "--output-dir", str(afile)]) == 1
+    assert "is a file" in capsys.readouterr().err and afile.read_text() == "x"
