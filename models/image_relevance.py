@@ -62,7 +62,20 @@ MAX_LOGIT_SCALE = math.log(100.0)
 @dataclass(frozen=True)
 class VisionConfig:
     """The vision tower. ``kind: cnn`` is trained from scratch; ``kind: clip`` names a hub
-    CLIP (``clip_model``) and is not available in this build (see ``build_vision``)."""
+    CLIP (``clip_model``) and is not available in this build (see ``build_vision``).
+
+    Attributes:
+        kind: ``cnn``: the small CNN trained from scratch; ``clip``: a hub CLIP vision tower
+            (``clip_model``), which this build rejects with a ConfigError.
+        image_size: side in pixels every image is resized to (squashed, bilinear) before the
+            tower, in training and serving; divisible by ``2 ** len(channels)``. A step's
+            cost grows with its square.
+        extra_convs: stride-1 conv3x3 -> BN -> ReLU layers added to each stage before its
+            halving conv (0 to 4); each roughly doubles that stage's cost.
+        std: per-channel (RGB) divisor of the normalisation ``(pixel / 255 - mean) / std``;
+            three values, each > 0.
+        clip_model: hub id of the CLIP model for ``kind: clip``; unused by ``kind: cnn``.
+    """
 
     kind: Literal["cnn", "clip"] = "cnn"
     image_size: int = 64
@@ -91,7 +104,16 @@ class VisionConfig:
 
 @dataclass(frozen=True)
 class ImageRelevanceConfig:
-    """Architecture of the dual encoder (stored in ``image_relevance.json``)."""
+    """Architecture of the dual encoder (stored in ``image_relevance.json``).
+
+    Attributes:
+        embed_dim: dimension of the shared space both towers project into; more: more
+            capacity, larger projections and image vectors.
+        max_length: token limit of a caption or text for the text tower; longer ones are
+            truncated.
+        init_temperature: starting temperature T of the contrastive softmax; the model
+            learns ``log(1 / T)``, clamped so that T stays at or above 0.01.
+    """
 
     embed_dim: int = 256
     max_length: int = 64

@@ -105,7 +105,38 @@ DATASET_PREFIX = "citation/"
 
 @dataclass(frozen=True)
 class CitationData:
-    """Where the (sentence, passage, supports) pairs come from and how they are split."""
+    """Where the (sentence, passage, supports) pairs come from and how they are split.
+
+    Data paths resolve as given (relative to the current folder), else against the
+    repository root; a path is read only when its source is in ``sources``.
+
+    Attributes:
+        sources: the pair builders (registered as ``citation/<name>``) to train and evaluate
+            on: ``wice``, ``expertqa``, ``scifact`` (real sets in ../shared/data) and
+            ``synthetic`` (windows of ``synthetic_corpus``; needs no ../shared).
+        wice: WiCE claims JSONL (``label``, ``claim``, ``evidence`` sentences,
+            ``supporting_sentences`` index sets).
+        expertqa: ExpertQA attribution JSONL (``question``, ``claims`` with
+            ``claim_string``, ``evidence`` passages and the expert's ``support``).
+        scifact_claims: SciFact claims JSONL (``id``, ``claim``, ``evidence``: abstract id ->
+            rationale sentence sets labelled SUPPORT or CONTRADICT).
+        scifact_corpus: SciFact abstracts JSONL (``doc_id``, ``abstract`` sentences) the
+            claims' evidence points into.
+        synthetic_claims: sentences drawn from ``synthetic_corpus`` (documents taken in a
+            shuffled round), each giving one supporting window and up to two
+            non-supporting ones; at least 1 when ``synthetic`` is a source.
+        synthetic_window: sentences per synthetic passage (a window of consecutive
+            sentences; the positive one contains the claim sentence). Larger: longer
+            passages in which the claim is a smaller part, more tokens per pair.
+        expertqa_cross_negatives: per ExpertQA answer sentence, how many passages cited by
+            other sentences of the same answer (other URLs) are added as negatives: on-topic
+            passages that do not support it; 0 adds none.
+        eval_ratio: share of the claims/questions (all sources together, by id) held out
+            for evaluation and never trained on; a synthetic claim's id is its document, so
+            one document's claims stay on one side. Both sides need both labels.
+        split_seed: seed of the train/held-out split and of the random choices in building
+            the pairs (sampled negatives, caps, synthetic windows).
+    """
 
     sources: list[str] = field(default_factory=lambda: ["wice", "expertqa", "scifact", "synthetic"])
     wice: str = f"{SHARED}/wice/wice_claim_dev.jsonl"
@@ -154,8 +185,17 @@ class CitationData:
 
 @dataclass(frozen=True)
 class CitationModelSpec:
-    """``config``: a transformers config dict to build random-init models (the tiny twin;
-    needs ``model_type``); null loads the pretrained ``base_model`` for both models."""
+    """The tagger's and the scorer's architecture and their shared tokenizer.
+
+    Attributes:
+        config: a transformers config dict (needs ``model_type``) that builds random-init
+            models (the tiny twin) instead of loading ``base_model``; null loads the
+            pretrained ``base_model`` for both models.
+        tokenizer: ``default``: the pretrained base model's own tokenizer (the bundled
+            all-MiniLM-L6-v2 one for ``base_model: default`` or with ``config``); else a
+            local folder or hub id. It must be a fast tokenizer (the tagger needs character
+            offsets) that the models' vocabulary covers.
+    """
 
     config: dict[str, Any] | None = None
     tokenizer: str = "default"
@@ -166,7 +206,15 @@ class CitationModelSpec:
 
 @dataclass(frozen=True)
 class TaggerStage:
-    """The entity tagger's own optimizer and sentence length (tokens)."""
+    """The entity tagger's own optimizer and sentence length (tokens).
+
+    Attributes:
+        optim: the tagger's AdamW settings (the keys of ``optim``, with their own defaults:
+            lr 1e-4, max_steps 60, batch_size 16 sentences, the rest as ``optim``).
+        max_length: token limit of a sentence for the tagger, in training, evaluation and
+            the saved model (``citation.json`` ``tagger_max_length``); tokens past it get
+            no entity.
+    """
 
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1.0e-4, max_steps=60,
                                                                    batch_size=16))
@@ -180,7 +228,28 @@ class TaggerStage:
 @dataclass(frozen=True)
 class CitationRecipe:
     """The citation recipe. ``optim`` drives the attribution scorer (the main model);
-    ``tagger.optim`` the entity tagger. ``max_length`` caps a (sentence, passage) pair."""
+    ``tagger.optim`` the entity tagger. ``max_length`` caps a (sentence, passage) pair.
+
+    Attributes:
+        recipe: the registered recipe name, ``citation``; it selects this config class.
+        output_dir: the run folder (relative to the current folder; layout in the module
+            docstring). Rerunning with the same config resumes each stage on its own.
+            ``--output-dir`` overrides it; it is left out of the config hash.
+        base_model: the pretrained encoder both the tagger and the scorer start from:
+            ``default`` (the bundled all-MiniLM-L6-v2, offline), a local model folder or a
+            hub id; ignored when ``model.config`` builds random-init models.
+        max_length: token limit of a (sentence, passage) pair for the scorer, in training,
+            evaluation and the saved model (``citation.json``); the passage is truncated.
+            Longer: more of each passage is read, at more cost per pair.
+        support_threshold: P(supports) at or above which a passage counts as supporting
+            the sentence: the cut of the held-out precision / recall / F1, saved in
+            ``citation.json`` as the served model's default cut (the pipeline's
+            ``citation.support_threshold`` overrides it). Higher: fewer, more precise
+            citations. In (0, 1).
+        eval_batch_size: pairs (scorer) or sentences (tagger) per forward pass in the
+            held-out evaluation; speed and memory only.
+        optim: the attribution scorer's AdamW settings.
+    """
 
     recipe: str
     output_dir: str

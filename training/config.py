@@ -26,6 +26,28 @@ class OptimConfig:
 
     ``batch_size`` counts training examples (groups) per micro-batch; one optimizer step
     sees ``batch_size * grad_accum_steps`` examples.
+
+    Attributes:
+        lr: peak learning rate, reached at the end of the warmup and then decayed linearly
+            to 0 at ``max_steps``. Too high diverges (a NaN/inf loss stops the run); too low
+            learns little in a short run.
+        weight_decay: AdamW's decoupled weight decay on weight matrices (2-D and larger
+            tensors); biases and LayerNorm weights are never decayed.
+        warmup_ratio: share of ``max_steps`` (``int(warmup_ratio * max_steps)`` steps) over
+            which the learning rate ramps linearly up to ``lr``; in [0, 1).
+        max_steps: optimizer steps of the run (epochs repeat as needed); the learning rate
+            reaches 0 here.
+        batch_size: training examples per micro-batch; what an example is depends on the
+            recipe: a query group (1 positive + negatives) for the reranker, a (sentence,
+            passage) pair for the citation scorer, a sentence for its tagger, a (source,
+            target) example for the decomposer, an image with one caption for the images
+            recipe (whose contrastive loss takes its negatives from the same micro-batch).
+            Memory per step grows with it.
+        grad_accum_steps: micro-batches whose averaged gradients make one optimizer step:
+            the effective batch is ``batch_size * grad_accum_steps`` at the memory of one
+            micro-batch, for that many forward/backward passes per step.
+        max_grad_norm: the global L2 norm gradients are clipped to before each optimizer
+            step; lower damps the updates of outlier batches.
     """
 
     lr: float = 3.0e-5
@@ -52,10 +74,28 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Loop settings. ``*_every_steps`` count optimizer steps; 0 turns the action off."""
+    """Loop settings. ``*_every_steps`` count optimizer steps; 0 turns the action off.
+
+    Attributes:
+        seed: seeds Python, NumPy and torch when training starts and the shuffle of the
+            training examples in each epoch (the images recipe also seeds its model's
+            initialisation with it). The train/held-out split has its own ``data`` seed.
+        mixed_precision: autocast precision on CUDA: ``auto`` picks bf16 on a device that
+            supports it, else fp16; ``no`` is fp32. Always fp32 on CPU.
+        eval_every_steps: evaluate on the held-out split every N optimizer steps (0: only
+            the final evaluation, which always runs); each evaluation costs a pass over the
+            held-out data.
+        save_every_steps: write a resumable checkpoint (model, optimizer, scheduler, RNG
+            states, data position) to ``checkpoints/step-N/`` every N steps, and once more at
+            the end; 0 writes none, so a killed run starts over.
+        keep_checkpoints: how many of the newest checkpoints stay in ``checkpoints/``; older
+            ones are deleted after each save.
+        log_every_steps: every N steps the mean training loss and the learning rate are added
+            to the loss history (``metrics.json`` "history", ``training_curve.png``); 0
+            records no history.
+    """
 
     seed: int = 0
-    # "auto": bf16 on a CUDA device that supports it, else fp16 on CUDA; always fp32 on CPU.
     mixed_precision: Literal["no", "fp16", "bf16", "auto"] = "auto"
     eval_every_steps: int = 0
     save_every_steps: int = 50
@@ -75,6 +115,19 @@ class LoraConfig:
     """LoRA through peft; merged into the base at save so the result is a plain HF model.
 
     ``target_modules: null`` uses peft's default for the architecture (query/value for BERT).
+
+    Attributes:
+        enabled: train low-rank adapters instead of all weights: the reranker's and the
+            citation models' encoders (their new classifier heads train fully), the
+            decomposer's model, the images recipe's text tower. Far fewer trainable weights
+            (less optimizer memory) than full fine-tuning, usually at some cost in quality.
+        r: rank of each adapter's two update matrices; higher = more capacity and more
+            trainable weights.
+        alpha: scaling of the adapters' update, applied as ``alpha / r``.
+        dropout: dropout on each adapter's input during training; in [0, 1).
+        target_modules: names of the modules that get adapters (e.g. ``[query, value]``);
+            null: peft's default for the architecture. A name the model lacks is a
+            ConfigError.
     """
 
     enabled: bool = False

@@ -55,7 +55,49 @@ ALL_SOURCES = (*REAL_SOURCES, "synthetic")
 @dataclass(frozen=True)
 class DecomposerModelConfig:
     """Which model: ``arch`` encoder-decoder (bert2bert from ``base_model``), tiny (random,
-    tests), seq2seq (any hub seq2seq, e.g. google/flan-t5-base) or causal (any causal LM)."""
+    tests), seq2seq (any hub seq2seq, e.g. google/flan-t5-base) or causal (any causal LM).
+
+    The limits saved in ``model/decomposer.json`` (``max_source_tokens``,
+    ``max_target_tokens``, ``max_nodes``, ``num_beams``) are the served model's too.
+
+    Attributes:
+        base_model: the checkpoint the model starts from: for ``encoder-decoder`` a BERT-style
+            encoder that warm-starts both the encoder and the decoder (``default``: the
+            bundled all-MiniLM-L6-v2); for ``tiny`` only its tokenizer is used; for
+            ``seq2seq`` / ``causal`` a local folder or hub id of such a model.
+        arch: ``encoder-decoder`` (bert2bert), ``tiny`` (a random-init one-layer bert2bert
+            that trains in seconds: the tests' twin), ``seq2seq`` (AutoModelForSeq2SeqLM) or
+            ``causal`` (AutoModelForCausalLM). Constrained decoding and the type head need
+            ``encoder-decoder`` or ``tiny``; the rewrite head any but ``causal``.
+        decoder_layers: bert2bert only: keep the first N decoder layers (0 = as many as the
+            base has, 6 for MiniLM); fewer make a faster step at some quality.
+        init_cross_from_self: bert2bert only: start each decoder layer's new cross-attention
+            as a copy of its pretrained self-attention instead of random weights.
+        freeze_encoder: keep the encoder's weights fixed and train the rest; a cheaper step
+            at some quality. No effect on a model without an encoder (``causal``).
+        tiny_hidden: hidden size of the ``tiny`` model (ignored by the other archs).
+        max_source_tokens: token limit of the model input (the prefixed question, or the
+            prefixed conversation and query); longer inputs are truncated.
+        max_target_tokens: token limit of a training target (longer ones are truncated) and
+            of a generation (new tokens).
+        max_nodes: largest graph: decompositions with more nodes are dropped from the
+            training and held-out data, and generated graphs are cut to it (the graph
+            grammar of constrained decoding allows at most 9).
+        num_beams: beam width of generation (1 = greedy). Constrained decoding always
+            decodes greedily, so it only applies when decoding unconstrained.
+        eval_batch_size: sequences per ``generate`` call (and per encoder pass when the
+            heads are fitted) in the held-out evaluation; speed and memory only.
+        type_head_l2: L2 penalty of the type head's softmax regression (see ``type_head``).
+        rewrite_head_l2: L2 penalty of the rewrite tagger's softmax regression (see
+            ``rewrite_head``).
+        rewrite_threshold: least REF probability of the best history token for the rewrite
+            tagger to rewrite at all (else the query is kept as it is), and least TGT
+            probability of the best query token for that span to replace query words (else
+            it is added at the query's end). Higher: fewer, safer rewrites. In (0, 1); saved
+            with the head.
+        rewrite_extend: least probability of the neighbouring tokens a REF or TGT run grows
+            over; lower copies longer spans. In (0, 1); saved with the head.
+    """
 
     base_model: str = "default"
     arch: Literal["encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
@@ -110,7 +152,29 @@ class DecomposerModelConfig:
 
 @dataclass(frozen=True)
 class DecomposerDataConfig:
-    """Where examples come from and how they are split."""
+    """Where examples come from and how they are split.
+
+    Attributes:
+        data_dir: folder of the real sets in the ../shared/data layout
+            (``break_qdmr/dev.jsonl``, ``musique/``, ``strategyqa/``, ``hotpotqa/``,
+            ``trec_cast/``); as given, else against the repository root; read only when a
+            real source is named.
+        sources: the sets to train and evaluate on: ``break_qdmr``, ``musique``,
+            ``strategyqa``, ``hotpotqa`` (decompositions), ``trec_cast`` (conversational
+            rewrites) and ``synthetic`` (template examples over invented entities; no files).
+        synthetic_decompose: generated decomposition examples (terminal, chain and split
+            graphs) when ``synthetic`` is a source.
+        synthetic_rewrite: generated rewrite examples (a pronoun follow-up resolved against
+            the first turn) when ``synthetic`` is a source.
+        heldout_ratio: expected share of examples held out, decided per source question
+            (per conversation for rewrites) by a seeded hash, so the held-out side is never
+            trained on; in (0, 1).
+        split_seed: seed of the split hash and of the synthetic examples; another value
+            gives another split.
+        max_history_turns: conversation turns kept in a rewrite input: the first and the
+            last N - 1 (0: none), so a long conversation does not push the query out of
+            ``model.max_source_tokens``; saved in ``decomposer.json`` for serving.
+    """
 
     data_dir: str = "../shared/data"
     sources: list[str] = field(default_factory=lambda: list(ALL_SOURCES))
@@ -141,7 +205,15 @@ class DecomposerDataConfig:
 
 @dataclass(frozen=True)
 class DecomposerRecipe:
-    """The ``decomposer`` recipe config (YAML key = field name = override path)."""
+    """The ``decomposer`` recipe config (YAML key = field name = override path).
+
+    Attributes:
+        recipe: the registered recipe name; must be ``decomposer``.
+        output_dir: the run folder (relative to the current folder): ``checkpoints/``,
+            ``model/`` (with ``decomposer.json``), ``metrics.json``, ``run.json``. Rerunning
+            with the same config resumes from its newest checkpoint. ``--output-dir``
+            overrides it; it is left out of the config hash.
+    """
 
     recipe: str = "decomposer"
     output_dir: str = "runs/decomposer"

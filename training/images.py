@@ -80,7 +80,27 @@ RECALL_KS = (1, 5)
 
 @dataclass(frozen=True)
 class ImagesData:
-    """Where the image-caption pairs come from and how they are split."""
+    """Where the image-caption pairs come from and how they are split.
+
+    Attributes:
+        sources: the image sets to train and evaluate on: ``synthetic_images`` (generated
+            pictures with exact captions; needs no files) and/or ``coco_captions`` (the
+            photos in ``coco_dir``).
+        coco_dir: folder with ``captions.jsonl`` (``image_id``, ``file_name``, ``captions``)
+            and ``images/``; as given, else against the repository root; read only when
+            ``coco_captions`` is a source.
+        synthetic_images: pictures generated for ``synthetic_images``, each with its
+            captions. More: more varied training data, more rendering time and memory (the
+            pixels of every picture are held in memory).
+        synthetic_seed: seed of the generated pictures (kinds, contents, jitter); the
+            records' ids carry it.
+        synthetic_kinds: the kinds of generated pictures, drawn uniformly: a non-empty
+            subset of shapes, bars, line, pie, text, stripes.
+        eval_ratio: share of each source's images held out for evaluation (split by image
+            id); a held-out image and its captions are never trained on.
+        split_seed: seed of the train/held-out split and of the held-out placement
+            documents built from it.
+    """
 
     sources: list[str] = field(default_factory=lambda: ["synthetic_images", "coco_captions"])
     coco_dir: str = f"{SHARED}/coco_captions"
@@ -104,8 +124,16 @@ class ImagesData:
 
 @dataclass(frozen=True)
 class TextTowerSettings:
-    """The text tower. ``config``: a transformers config dict for a random-init encoder (the
-    tiny twin; needs ``model_type``); null loads the pretrained ``base_model``."""
+    """The text tower: pretrained or random-init encoder, its tokenizer, frozen or trained.
+
+    Attributes:
+        config: a transformers config dict (needs ``model_type``) that builds a random-init
+            encoder (the tiny twin) instead of loading ``base_model``; null loads the
+            pretrained ``base_model``.
+        tokenizer: ``default``: the pretrained base model's own tokenizer (the bundled
+            all-MiniLM-L6-v2 one with ``config``); else a local folder or hub id. The
+            encoder's vocabulary must cover it.
+    """
 
     config: dict[str, Any] | None = None
     tokenizer: str = "default"
@@ -115,6 +143,24 @@ class TextTowerSettings:
 
 @dataclass(frozen=True)
 class ImagesRecipe:
+    """The image relevance recipe (YAML key = field name = override path).
+
+    Attributes:
+        recipe: the registered recipe name, ``images``; it selects this config class.
+        output_dir: the run folder (relative to the current folder): ``checkpoints/``,
+            ``model/``, ``metrics.json``, ``run.json``, ``split.json``, ``cache/`` (caption
+            features). Rerunning with the same config resumes from its newest checkpoint.
+            ``--output-dir`` overrides it; it is left out of the config hash.
+        base_model: the pretrained text encoder of the text tower: ``default`` (the bundled
+            all-MiniLM-L6-v2, offline), a local model folder or a hub id; ignored when
+            ``text.config`` builds a random-init one. The vision tower always starts from
+            scratch.
+        loss: the contrastive loss; ``infonce`` (symmetric CLIP-style InfoNCE over the
+            in-batch image-caption pairs) is the only one.
+        eval_batch_size: images or captions per forward pass in the held-out evaluation;
+            speed and memory only.
+    """
+
     recipe: str
     output_dir: str
     base_model: str = "default"

@@ -55,7 +55,38 @@ SHARED = "../shared/data"
 
 @dataclass(frozen=True)
 class RerankerData:
-    """Where the query groups come from and how they are split and mined."""
+    """Where the query groups come from and how they are split and mined.
+
+    Data paths resolve as given (relative to the current folder), else against the
+    repository root; a path is read only when its source is in ``sources``.
+
+    Attributes:
+        sources: the registered query-group builders to train and evaluate on: ``scifact``,
+            ``hotpotqa``, ``musique``, ``2wikimultihopqa`` (real sets in ../shared/data) and
+            ``synthetic`` (generated; needs no files).
+        scifact_claims: SciFact claims JSONL (``id``, ``claim``, ``qrels``, optional
+            ``bm25_top10``); a claim's candidates are its BM25 top 10 plus its gold abstracts.
+        scifact_corpus: SciFact abstracts JSONL (``doc_id``, ``title``, ``abstract``) the
+            claims point into; also BM25's corpus statistics and ``mine_corpus``'s pool.
+        hotpotqa: HotpotQA distractor JSONL (``_id``, ``question``, ``context``,
+            ``supporting_titles``); the supporting paragraphs are the relevant ones.
+        musique: MuSiQue JSONL (``id``, ``question``, ``paragraphs`` with ``is_supporting``).
+        wikimultihop: 2WikiMultihopQA JSONL (``_id``, ``question``, ``context``,
+            ``supporting_facts``), read for the ``2wikimultihopqa`` source.
+        synthetic_queries: questions generated for the ``synthetic`` source, each asking two
+            facts of one animal sheet among up to 10 candidate sheets; ambiguous ones are
+            skipped, so somewhat fewer groups result.
+        eval_ratio: share of the queries (all sources together, by query id) held out for
+            evaluation and never trained on; at least one query.
+        split_seed: seed of the train/held-out split (and of the random negatives when
+            ``mine_with`` is ``none``); another value gives another split.
+        mine_pool: how many non-relevant passages each training query keeps as its negative
+            pool (those the ``mine_with`` bi-encoder ranks highest; random ones with
+            ``none``); every epoch samples ``negatives_per_group`` of them. Larger: more
+            varied but on average easier negatives. At least ``negatives_per_group``.
+        max_length: token limit of a (query, passage) pair in training and held-out scoring;
+            the passage is truncated. The cost of a step grows with pairs x tokens.
+    """
 
     sources: list[str] = field(default_factory=lambda: ["scifact", "hotpotqa", "musique",
                                                         "2wikimultihopqa"])
@@ -97,8 +128,16 @@ class RerankerData:
 
 @dataclass(frozen=True)
 class RerankerModel:
-    """``config``: a transformers config dict to build a random-init model (the tiny twin;
-    needs ``model_type``); null loads the pretrained ``base_model``."""
+    """The cross-encoder: pretrained or random-init, its tokenizer and its scoring head.
+
+    Attributes:
+        config: a transformers config dict (needs ``model_type``) that builds a random-init
+            model (the tiny twin) instead of loading ``base_model``; null loads the
+            pretrained ``base_model``.
+        tokenizer: ``default``: the pretrained base model's own tokenizer (the bundled
+            all-MiniLM-L6-v2 one for ``base_model: default`` or with ``config``); else a
+            local folder or hub id. The model's vocabulary must cover it.
+    """
 
     config: dict[str, Any] | None = None
     tokenizer: str = "default"
@@ -112,6 +151,24 @@ class RerankerModel:
 
 @dataclass(frozen=True)
 class RerankerRecipe:
+    """The reranker recipe (YAML key = field name = override path).
+
+    Attributes:
+        recipe: the registered recipe name, ``reranker``; it selects this config class.
+        output_dir: the run folder (relative to the current folder): ``checkpoints/``,
+            ``model/``, ``metrics.json``, ``run.json``, ``split.json``, ``cache/``
+            (embeddings). Rerunning with the same config resumes from its newest
+            checkpoint. ``--output-dir`` overrides it; it is left out of the config hash.
+        base_model: the pretrained encoder the cross-encoder starts from: ``default`` (the
+            bundled all-MiniLM-L6-v2, offline), a local model folder or a hub id;
+            ignored when ``model.config`` builds a random-init model.
+        loss: the registered loss over each group's scores: ``listwise`` (softmax
+            cross-entropy of the positive against its negatives) or ``bce`` (binary
+            cross-entropy of each pair on its own).
+        eval_batch_size: (query, passage) pairs per forward pass when scoring the held-out
+            split; speed and memory only.
+    """
+
     recipe: str
     output_dir: str
     base_model: str = "default"
