@@ -113,7 +113,9 @@ def _type_text(tp: Any) -> str:
     return text or str(tp).replace("typing.", "")
 
 
-def _default_text(f: dataclasses.Field) -> str:
+def _default_text(f: dataclasses.Field, value: Any = dataclasses.MISSING) -> str:
+    if value is not dataclasses.MISSING:
+        return "{...}" if dataclasses.is_dataclass(value) else repr(value)
     if f.default is not dataclasses.MISSING:
         return repr(f.default)
     if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
@@ -122,10 +124,19 @@ def _default_text(f: dataclasses.Field) -> str:
     return "(required)"
 
 
-def describe(cls: type, prefix: str = "") -> list[KeyDoc]:
-    """Every key under dataclass ``cls`` (nested dataclasses flattened to dotted paths)."""
+def describe(cls: type, prefix: str = "", instance: Any = None) -> list[KeyDoc]:
+    """Every key under dataclass ``cls`` (nested dataclasses flattened to dotted paths).
+
+    Defaults are read from ``instance`` (the parent's default for this part) when given, so a
+    nested config shows what its parent sets (``tagger.optim.lr``), not its class's own default.
+    """
     hints = get_type_hints(cls)
     docs = {**_comment_docs(cls), **_attribute_docs(cls)}
+    if instance is None:
+        try:
+            instance = cls()
+        except TypeError:  # a required field: class defaults only
+            instance = None
     out: list[KeyDoc] = []
     for f in dataclasses.fields(cls):
         if not f.init or f.name.startswith("_"):
@@ -134,15 +145,18 @@ def describe(cls: type, prefix: str = "") -> list[KeyDoc]:
         tp = hints.get(f.name, f.type)
         nested = _nested(tp)
         doc = docs.get(f.name, "")
+        value = getattr(instance, f.name, dataclasses.MISSING) if instance is not None else dataclasses.MISSING
         if nested is not None:
+            is_dict = get_origin(tp) is dict
             # a dict of dataclasses (e.g. presets: name -> Preset) documents one entry as <name>
-            inner = path + (".<name>." if get_origin(tp) is dict else ".")
+            inner = path + (".<name>." if is_dict else ".")
             section = doc or (inspect.getdoc(nested) or "").split("\n\n")[0].replace("\n", " ")
-            out.append(KeyDoc(path, _type_text(tp) if get_origin(tp) is dict else nested.__name__,
-                              _default_text(f) if get_origin(tp) is dict else "{...}", section))
-            out.extend(describe(nested, inner))
+            out.append(KeyDoc(path, _type_text(tp) if is_dict else nested.__name__,
+                              _default_text(f, value) if is_dict else "{...}", section))
+            sub = value if dataclasses.is_dataclass(value) else None
+            out.extend(describe(nested, inner, sub))
         else:
-            out.append(KeyDoc(path, _type_text(tp), _default_text(f), doc))
+            out.append(KeyDoc(path, _type_text(tp), _default_text(f, value), doc))
     return out
 
 
