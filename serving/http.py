@@ -697,6 +697,10 @@ class ServingState:
         self.gates: dict[str, DynamicBatcher] = {}  # CALL_MODELS -> a batcher of batch size 1
         self.loading = False
         self.load_error: str | None = None
+        # use -> the pipeline gate's decision (serving/pipeline/gates.py) for each configured
+        # bundle: whether its held-out figure beat the untrained baseline; /ready and
+        # /v1/models show them so a client sees what /v1/search uses and why
+        self.model_gates: dict[str, dict[str, Any]] = {}
         self.shutting_down = False
         self.metrics = ServerMetrics()
 
@@ -821,8 +825,11 @@ def _served_models(state: ServingState) -> list[dict[str, Any]]:
             (state.reranker.name if state.reranker is not None else None, state.config.rerank_model, "/v1/rerank")):
         if own is not None:
             name, accepted = served_names(own, served)
-            rows.append({"id": name, "object": "model", "created": 0, "owned_by": "searchsmith",
-                         "endpoint": endpoint, "aliases": accepted[1:]})
+            row = {"id": name, "object": "model", "created": 0, "owned_by": "searchsmith",
+                   "endpoint": endpoint, "aliases": accepted[1:]}
+            if endpoint == "/v1/rerank" and "rerank" in state.model_gates:
+                row["gate"] = state.model_gates["rerank"]  # did it beat the bi-encoder order?
+            rows.append(row)
     return rows
 
 
@@ -1118,7 +1125,7 @@ def create_app(config: ServerConfig | None = None, *, embedder: Embedder | Bundl
             else:
                 why = "no model is loaded yet; retry shortly"
             return error_response(NotReadyError(f"not ready: {why}"))
-        return JSONResponse({"status": "ready", "models": state.models()})
+        return JSONResponse({"status": "ready", "models": state.models(), "gates": state.model_gates})
 
     @app.get("/v1/models", dependencies=[Depends(check_auth)], responses=_responses("/v1/models"))
     async def list_models() -> JSONResponse:

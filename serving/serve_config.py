@@ -33,6 +33,7 @@ Overrides use the YAML paths: ``server.batcher.max_batch_size=64``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving.http import ServerConfig
 from searchsmith.serving.pipeline.config import BundlesConfig, PipelineConfig
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from searchsmith.serving.http import ServingState
@@ -70,6 +73,15 @@ class ServeBundles:
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         backend: ``auto`` (ONNX Runtime), ``onnx`` or ``torch``.
         threads: intra-op threads per bundle (None: the runtime's default).
+        gate_rewrite: the pipeline's rewrite gate (``pipeline.bundles.gate_rewrite``: the
+            decomposer's rewrites only when their held-out F1 beats copying the query).
+        gate_decompose: likewise its graphs, against the question as one node.
+        gate_rerank: /v1/search reranks only with a reranker whose held-out nDCG@10 beats the
+            bi-encoder order (and BM25 when recorded).
+        gate_cite: /v1/search cites with the model only when it beats cosine attribution.
+        gate_images: /v1/search places images with the model only when it beats caption cosine.
+            The gates apply to /v1/search; each model's own endpoint serves it regardless, and
+            ``/ready`` and ``/v1/models`` show every decision.
     """
 
     embedder: str | None = None
@@ -80,6 +92,11 @@ class ServeBundles:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     backend: Literal["auto", "onnx", "torch"] = "auto"
     threads: int | None = None
+    gate_rewrite: bool = BundlesConfig.gate_rewrite
+    gate_decompose: bool = BundlesConfig.gate_decompose
+    gate_rerank: bool = BundlesConfig.gate_rerank
+    gate_cite: bool = BundlesConfig.gate_cite
+    gate_images: bool = BundlesConfig.gate_images
 
 
 @dataclass(frozen=True)
@@ -146,7 +163,10 @@ def load_serve_config(path: str | os.PathLike | None = None, overrides: list[str
     b = cfg.bundles
     bundles = dataclasses.replace(b, **{role: _resolve(getattr(b, role), base) for role in BUNDLE_ROLES})
     idx = str(Path(index).resolve()) if index else _resolve(cfg.index or cfg.pipeline.index, base)
-    return dataclasses.replace(cfg, bundles=bundles, index=idx)
+    # the gate switches live beside the bundles; the pipeline reads them from its own config
+    gates = {f.name: getattr(b, f.name) for f in dataclasses.fields(b) if f.name.startswith("gate_")}
+    pipeline = dataclasses.replace(cfg.pipeline, bundles=dataclasses.replace(cfg.pipeline.bundles, **gates))
+    return dataclasses.replace(cfg, bundles=bundles, index=idx, pipeline=pipeline)
 
 
 def check_paths(cfg: ServeConfig) -> None:
@@ -244,6 +264,19 @@ def load_models(cfg: ServeConfig, state: ServingState, *, warm: bool = True) -> 
         from searchsmith.serving.embedder import Embedder
 
         embedder = Embedder()
+    # The pipeline's gates, reported once: /v1/search leaves a model out unless its held-out
+    # figure beat its untrained baseline; the model endpoints still serve what was asked for,
+    # and say so
+    from searchsmith.serving.pipeline.gates import decide, gate_report
+
+    decisions = decide({role: loaded[role] for role in ("reranker", "decomposer", "citation", "images")},
+                       cfg.pipeline.bundles)
+    state.model_gates = {use: d.to_dict() for use, d in decisions.items()}
+    for line in gate_report(decisions):
+        log.info("%s", line)
+    for use, d in decisions.items():
+        if not d.used:
+            log.warning("%s: %s; /v1/search leaves it out, its own endpoint still serves it", use, d.reason)
     state.attach(embedder=embedder, router=router, reranker=loaded["reranker"], decomposer=loaded["decomposer"],
                  citation=loaded["citation"], images=loaded["images"], pipeline=pipeline,
                  pipeline_config=cfg.pipeline, warm=warm)

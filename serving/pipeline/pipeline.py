@@ -111,7 +111,7 @@ class Pipeline:
         self.gates: dict[str, GateDecision] = decide(self.bundles, cfg.bundles)
         for d in self.gates.values():
             if not d.used:
-                log.warning("%s: %s", d.use, d.reason)
+                log.info("%s: %s", d.use, d.reason)  # every answer's trace notes it too
 
         def use(what: str) -> bool:
             return what in self.gates and self.gates[what].used

@@ -214,3 +214,33 @@ def test_model_names_load_from_serve_yaml(tmp_path) -> None:
     (tmp_path / "bad.yaml").write_text("server:\n  embeddings_model:\n    nmae: x\n")
     with pytest.raises(ConfigError, match="name"):
         load_serve_config(tmp_path / "bad.yaml")
+
+
+def test_the_server_reports_the_pipelines_gates_and_serves_gate_switches(tmp_path, small_index) -> None:
+    """A reranker below its baselines (a tiny random model) is left out of /v1/search, /ready and
+    /v1/models say why, /v1/rerank still serves it; bundles.gate_rerank: false in serve.yaml
+    turns the gate off for the pipeline."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from export_fixtures import bundle
+    from searchsmith.serving.serve_cli import build_app
+
+    rerank = bundle("rerank")
+    for gate, used in (("", False), ("  gate_rerank: false\n", True)):
+        (tmp_path / "serve.yaml").write_text(f"index: {small_index}\nbundles:\n  reranker: {rerank}\n{gate}")
+        cfg, app = build_app(_args("--config", str(tmp_path / "serve.yaml")))
+        assert cfg.pipeline.bundles.gate_rerank is (not used)
+        with TestClient(app) as c:
+            ready = c.get("/ready").json()
+            assert ready["gates"]["rerank"]["used"] is used
+            if not used:
+                assert "bundles.gate_rerank: false to use" in ready["gates"]["rerank"]["reason"]
+            else:
+                assert ready["gates"]["rerank"]["gate"] == "off (bundles.gate_rerank: false)"
+            row = next(r for r in c.get("/v1/models").json()["data"] if r["endpoint"] == "/v1/rerank")
+            assert row["gate"]["used"] is used
+            assert c.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]}).status_code == 200
+            ans = c.post("/v1/search", json={"query": "How long should I knead bread dough?"}).json()
+            assert ans["trace"]["model_calls"] == (1 if used else 0)  # the reranker is the only model
