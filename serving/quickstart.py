@@ -157,8 +157,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
     from searchsmith.serving.index import IndexConfig, build_index, read_manifest
     from searchsmith.serving.pipeline.cli import format_answer
     from searchsmith.serving.pipeline.config import load_pipeline_config
-    from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.serving.pipeline.gates import gate_report
+    from searchsmith.serving.pipeline.pipeline import load_pipeline
 
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
