@@ -49,6 +49,15 @@ def quiet_third_party(be_verbose: bool | None = None) -> None:
         hf_logging.set_verbosity_error()
     for name in THIRD_PARTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    # Deprecation notices and libraries' advice are for their callers' authors, not for a
+    # user of the command; searchsmith's own warnings are log records, which stay.
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning,
+                            module=r"(torch|transformers|onnx|onnxruntime|onnxscript|sentence_transformers|"
+                                   r"accelerate|peft|huggingface_hub)(\.|$)")
 
 
 class OwnRecordsOnly(logging.Filter):
@@ -126,11 +135,14 @@ def quiet_stdout(enabled: bool | None = None) -> Iterator[None]:
         raise
 
 
-def progress(total: int | None = None, desc: str = "", unit: str = "it", **kwargs: Any):
+def progress(total: int | None = None, desc: str = "", unit: str = "it", *, enabled: bool = True, **kwargs: Any):
     """A tqdm bar on stderr, drawn only on a terminal (``SEARCHSMITH_PROGRESS=1`` forces it,
-    ``=0`` hides it), so logs and tests get the step lines alone."""
+    ``=0`` hides it), so logs and tests get the step lines alone. ``enabled=False`` hides it
+    whatever the setting (e.g. on every process but the main one)."""
     from tqdm.auto import tqdm
 
     forced = os.environ.get("SEARCHSMITH_PROGRESS", "").strip()
     disable = {"1": False, "0": True}.get(forced)  # None: tqdm hides itself off a terminal
+    if not enabled:
+        disable = True
     return tqdm(total=total, desc=desc, unit=unit, disable=disable, leave=False, dynamic_ncols=True, **kwargs)

@@ -196,13 +196,12 @@ class Embedder:
                     total: int | None = None) -> Iterator[np.ndarray]:
         """Embed a stream of texts; yields (w, D) float32 arrays, one per window, in order."""
         import torch
-        from tqdm.auto import tqdm
+        from searchsmith.models.console import progress
 
         cfg = self.config
-        if show_progress is None:
-            show_progress = bool(total and total > 4 * cfg.window_texts) or bool(
-                os.environ.get("SEARCHSMITH_PROGRESS"))
-        bar = tqdm(total=total, desc="embed", unit="text", disable=not show_progress)
+        if show_progress is None:  # long runs only; progress() also hides it off a terminal
+            show_progress = bool(total and total > 4 * cfg.window_texts)
+        bar = progress(total=total, desc="embed", unit="text", enabled=show_progress)
         stats = {"texts": 0, "batches": 0, "tokens": 0, "padded_tokens": 0, "truncated": 0}
         offset = 0
         window: list[str] = []

@@ -288,11 +288,10 @@ class Chunked:
 
 
 def progress_bar(desc: str, total: int | None, unit: str = "item") -> Any:
-    """A tqdm bar on stderr, shown after ``PROGRESS_DELAY_S`` and only on a terminal."""
-    from tqdm import tqdm
+    """A progress bar (:func:`searchsmith.models.console.progress`), shown after ``PROGRESS_DELAY_S``."""
+    from searchsmith.models.console import progress
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=None, delay=PROGRESS_DELAY_S, leave=False,
-                dynamic_ncols=True)
+    return progress(total=total, desc=desc, unit=unit, delay=PROGRESS_DELAY_S)
 
 
 def _read_json(path: Path, flag: str) -> dict[str, Any]:

@@ -275,7 +275,7 @@ def train(
     """
     from accelerate import Accelerator
     from accelerate.utils import send_to_device
-    from tqdm.auto import tqdm
+    from searchsmith.models.console import progress
 
     optim: OptimConfig = cfg.optim
     tcfg: TrainConfig = cfg.train
@@ -380,8 +380,7 @@ def train(
     model.train()
     start = time.perf_counter()
     stream = iter(micro_batches())
-    bar = tqdm(total=optim.max_steps, initial=step, desc="train", disable=not is_main,
-               dynamic_ncols=True)
+    bar = progress(total=optim.max_steps, initial=step, desc="train", unit="step", enabled=is_main)
     running: list[float] = []
     last_good = latest_checkpoint(run_dir)
     while step < optim.max_steps:
