@@ -151,7 +151,7 @@ def configure_quickstart(parser: argparse.ArgumentParser) -> None:
 
 
 def run_quickstart(args: argparse.Namespace) -> int:
-    from searchsmith.models.console import progress, quiet_stdout
+    from searchsmith.models.console import progress, quiet_block
     from searchsmith.models.export import ExportOptions, export_embedder, export_run
     from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.index import IndexConfig, build_index, read_manifest
@@ -181,7 +181,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
         _train(step, args.profile, run_dir, Path(args.shared_data))
         print(f"      {step.name} trained in {time.perf_counter() - t:.0f} s", flush=True)
 
-    # 2. Export (ONNX Runtime's optimizer prints to stdout: held back unless --verbose)
+    # 2. Export (torch's exporter and ONNX Runtime's optimizer chatter: held back unless --verbose)
     i = len(MODELS) + 1
     bundles: dict[str, Path] = {name: work / "bundles" / name for name in runs}
     bundles["embedder"] = work / "bundles" / "embedder"
@@ -189,12 +189,14 @@ def run_quickstart(args: argparse.Namespace) -> int:
     opts = ExportOptions()
     t = time.perf_counter()
     if todo:
+        import torch  # noqa: F401 - loaded before quiet_block, which filters the log handler torch adds
+
         print(f"[{i}/{n}] export: {', '.join(todo)} -> {work / 'bundles'}", flush=True)
         bar = progress(total=len(todo), desc="export", unit="bundle")
         try:
             for name in todo:
                 bar.set_postfix_str(name)
-                with quiet_stdout():
+                with quiet_block():
                     if name == "embedder":
                         export_embedder(bundles[name], "default", opts)
                     else:
