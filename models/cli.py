@@ -109,12 +109,12 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", metavar="RUN_DIR",
                         help="a training run folder ('searchsmith train'); for the embedder, a model folder")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                        help="where a --bundle runs (default auto: CUDA when ONNX Runtime has it)")
+                        help="where a --bundle runs (default %(default)s; auto = CUDA when ONNX Runtime has it)")
     parser.add_argument("--config", help="pipeline or router config YAML")
     parser.add_argument("--run", help="TREC run file of rerank candidates")
     parser.add_argument("--first-stage", choices=["bm25", "dense"], default="bm25",
-                        help="rerank candidates without --run (default bm25)")
-    parser.add_argument("--k", type=int, default=3, help="cut-off K for recall@K (default 3)")
+                        help="rerank candidates without --run (default %(default)s)")
+    parser.add_argument("--k", type=int, default=3, help="cut-off K for recall@K (default %(default)s)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N items")
     parser.add_argument("--per-item", help="also write one JSON line per item to this file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -892,10 +892,10 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run, folder of runs, or 'embedder'")
     parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write: a new or empty folder, or a bundle (replaced); anything else is refused")
     parser.add_argument("--dtype", choices=["fp32", "fp16", "int8"], default="fp32",
-                        help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default fp32)")
+                        help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default %(default)s)")
     parser.add_argument("--allow-drift", action="store_true",
                         help="keep a bundle that fails parity (recorded in the manifest)")
-    parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
+    parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default %(default)s)")
     parser.add_argument("--torch-weights", action="store_true",
                         help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
     # every int8 default below is read from INT8_DEFAULTS / Int8Scheme, never restated by hand
@@ -925,7 +925,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                              "file (one text per line) or .jsonl ({\"text\": ...} or {\"query\": ..., "
                              "\"passages\": [...]} per line; the reranker needs the latter)")
     parser.add_argument("--parity-inputs", type=int, default=ParityThresholds.heldout_texts, metavar="N",
-                        help="held-out texts parity runs on (rerank: N/4 groups; default 32)")
+                        help="held-out texts parity runs on (rerank: N/4 groups; default %(default)s)")
     parser.add_argument("--int8-activations", choices=list(ACTIVATION_MODES), default=None,
                         help="with --dtype int8: one activation scale per call (tensor: ONNX Runtime's dynamic "
                              "quantisation) or one per token (token: about half the error, slower; attention unfused) "

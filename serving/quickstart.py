@@ -141,7 +141,7 @@ def describe_written(w: Written) -> str:
 
 def configure_quickstart(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default="searchsmith-work", help="where everything is written "
-                        "(default ./searchsmith-work)")
+                        "(default %(default)s, in the current folder)")
     parser.add_argument("--profile", choices=["quick", "full"], default="quick",
                         help="quick: small budgets on synthetic data (~5 min, weaker models); full: the "
                         "CPU default recipes")

@@ -124,3 +124,25 @@ def test_eval_and_history_files_reject_malformed_input(tmp_path, capsys) -> None
         read_history_file(str(hist))
     with pytest.raises(ValidationError, match="does not exist"):
         read_history_file(str(tmp_path / "missing.json"))
+
+
+def test_every_stated_default_in_the_help_is_the_codes() -> None:
+    """A help text that states a default states the one argparse will use (written as
+    %(default)s or generated from the code), in every command."""
+    import argparse
+    import re
+
+    from searchsmith.models.cli import COMMANDS, _load
+
+    checked = 0
+    for command, (target, _) in COMMANDS.items():
+        parser = argparse.ArgumentParser(prog=f"searchsmith {command}")
+        _load(target)(parser)
+        for action in parser._actions:
+            if not action.help or action.default in (None, argparse.SUPPRESS) or isinstance(action.default, bool):
+                continue
+            text = action.help % {**vars(action), "default": action.default, "prog": parser.prog}
+            for stated in re.findall(r"\(default:? ([^;)\s]+)", text):
+                assert stated.rstrip(",.") == str(action.default), (command, action.dest, stated, action.default)
+                checked += 1
+    assert checked >= 5  # the scan reads real help texts
