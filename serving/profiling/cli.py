@@ -84,7 +84,7 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="pipeline: a pipeline config YAML (bundles, presets, thresholds)")
     parser.add_argument("--record", action="store_true",
                         help="append the headline figures to serving/profiling/performance.jsonl "
-                             "and regenerate the README's Performance table")
+                             "and regenerate the table in serving/profiling/RESULTS.md")
     parser.set_defaults(func=run_profile)
 
 

@@ -1,11 +1,11 @@
-"""The README's Performance table, generated from a results file.
+"""The measured-performance table (``serving/profiling/RESULTS.md``), generated from a results file.
 
 ``serving/profiling/performance.jsonl`` holds one row per measured figure: date, machine,
 command, workload, the figure, the baseline's figure and their ratio. ``searchsmith
 profile SUITE --record`` appends the headline rows of that run and regenerates the table
 between the ``<!-- performance:start -->`` and ``<!-- performance:end -->`` markers of
-README.md, so every number shown there is one that a run produced. A test checks that the
-README matches the file.
+RESULTS.md (which the README links to), so every number shown there is one that a run
+produced. A test checks that the document matches the file.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).with_name("performance.jsonl")
-README = Path(__file__).resolve().parents[2] / "README.md"
+RESULTS_DOC = Path(__file__).with_name("RESULTS.md")
 START, END = "<!-- performance:start -->", "<!-- performance:end -->"
 
 
@@ -124,8 +124,8 @@ def render_table(path: Path = RESULTS) -> str:
     return "\n".join(out)
 
 
-def update_readme(readme: Path = README, path: Path = RESULTS) -> bool:
-    """Rewrite the table between the markers; True when the README changed."""
+def update_readme(readme: Path = RESULTS_DOC, path: Path = RESULTS) -> bool:
+    """Rewrite the table between the markers of ``readme`` (RESULTS.md); True when it changed."""
     text = readme.read_text(encoding="utf-8")
     if START not in text or END not in text:
         raise ValueError(f"{readme}: markers {START} / {END} not found")

@@ -43,8 +43,8 @@ def test_profile_embed_end_to_end(tmp_path, tiny_profile) -> None:
 def test_readme_table_is_generated_from_the_results_file(tmp_path) -> None:
     from searchsmith.serving.profiling import readme
 
-    # the committed README shows exactly the committed results
-    text = readme.README.read_text()
+    # the committed RESULTS.md shows exactly the committed results
+    text = readme.RESULTS_DOC.read_text()
     block = text.split(readme.START)[1].split(readme.END)[0].strip()
     assert block == readme.render_table()
     # and regenerating from new records rewrites the block
