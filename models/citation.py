@@ -1,6 +1,6 @@
 """Inference for the citation models trained by the ``citation`` recipe.
 
-A trained model folder (``RUN_DIR/model``, contract.md)::
+A trained model folder (``RUN_DIR/model``)::
 
     tagger/          HF AutoModelForTokenClassification + tokenizer, id2label = BIO labels
     scorer/          HF AutoModelForSequenceClassification (1 logit = supports)

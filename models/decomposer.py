@@ -30,7 +30,7 @@ Architectures (``arch`` in ``decomposer.json`` beside the weights):
 
 A model is only loadable for serving when a training run wrote ``decomposer.json`` with
 ``trained_steps > 0`` and no weight was MISSING at load: an untrained bert2bert generates
-noise, and it must never be served as if it were fine-tuned (DESIGN.md, "The models").
+noise, and it must never be served as if it were fine-tuned.
 """
 
 from __future__ import annotations

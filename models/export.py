@@ -100,7 +100,7 @@ _ORT_TO_NP = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)
 
 @dataclass(frozen=True)
 class ParityThresholds:
-    """What the export accepts as "the same model" (issue 4).
+    """What the export accepts as "the same model".
 
     Attributes:
         fp32_max_abs: max |torch - ONNX| on logits and embeddings of the fp32 graphs.

@@ -9,7 +9,7 @@ ONNX Runtime's int8 products (MLAS) multiply uint8 activations by int8 weights (
   into int32 (exact). Activations reach 255 (uint8; the per-token scheme's zero point is 128)
   and full-range weights 127, so a pair reaches 2 x 255 x 127 = 64,770 > 32,767 and is clipped
   without a word: on an AVX2 CPU the per-token embedder's products came out 1486.28 where
-  1803.07 was right (issue 23).
+  1803.07 was right.
 
 The fix used here: on CPUs without VNNI the weights use 7 bits, ``|w| <= 64``, so a pair is at
 most 2 x 255 x 64 = 32,640 <= 32,767 and cannot saturate (the range ONNX Runtime's own

@@ -66,7 +66,7 @@ def load_hf(cls: Any, path: Path, what: str, **kwargs: Any) -> Any:
     """``cls.from_pretrained(path)`` in eval mode, refusing MISSING weights.
 
     A head that loads with MISSING weights was never trained (transformers initialises it at
-    random); exporting or serving it would give noise dressed as a model (DESIGN.md).
+    random); exporting or serving it would give noise dressed as a model.
 
     Raises:
         BundleError: the folder does not load, or some weights are missing.
@@ -261,7 +261,7 @@ def decompose_graphs(model_dir: Path, tokenizer: Any, model: Any = None) -> dict
 def image_graphs(model_dir: Path) -> tuple[dict[str, GraphSpec], Any]:
     """The image-relevance dual encoder as ``text`` and ``vision`` graphs, and the loaded model.
 
-    Built from ``searchsmith.models.image_relevance.ImageRelevanceModel`` (contract.md):
+    Built from ``searchsmith.models.image_relevance.ImageRelevanceModel``:
     ``text_module()`` and ``vision_module()`` already return normalised embeddings.
     """
     try:

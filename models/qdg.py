@@ -1,6 +1,6 @@
 """The query-decomposition graph (QDG): data type, validation, repair and a compact text form.
 
-A QDG is what the decomposer returns for a question (DESIGN.md, "Decomposition, JSONL")::
+A QDG is what the decomposer returns for a question (the "decompose" format of ``searchsmith eval --help``)::
 
     {"type": "chain", "nodes": [{"id": "1", "text": "who founded lumen", "depends_on": []},
                                 {"id": "2", "text": "when was #1 born", "depends_on": ["1"]}]}
@@ -89,7 +89,7 @@ class QDG:
     nodes: tuple[QDGNode, ...]
 
     def to_json(self) -> dict[str, Any]:
-        """The DESIGN.md JSON object ``{"type", "nodes": [{"id","text","depends_on"}]}``."""
+        """The JSON object ``{"type", "nodes": [{"id","text","depends_on"}]}``."""
         return {
             "type": self.type,
             "nodes": [{"id": n.id, "text": n.text, "depends_on": list(n.depends_on)}

@@ -8,7 +8,7 @@
    truncated ``.onnx`` is refused naming the file);
 3. the tokenizer folder is there and loads;
 4. the model was trained (``"trained": true``: a fine-tuned run, or the pretrained embedder): an untrained head must never be served as
-   if it were fine-tuned (DESIGN.md). ``allow_untrained=True`` is for benchmarks and tests.
+   if it were fine-tuned. ``allow_untrained=True`` is for benchmarks and tests.
 
 Then it picks a backend. ``backend="auto"``: ONNX Runtime's CUDA provider when onnxruntime-gpu
 and a GPU are present (with I/O binding: outputs are bound on the device and copied once),

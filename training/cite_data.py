@@ -1,6 +1,6 @@
 """``python -m searchsmith.training.cite_data --write-eval OUT.jsonl [--recipe R.yaml] [k=v ...]``:
 write a citation recipe's held-out split (same sources, seed and ratio as training) in the
-"Citation, JSONL" format of DESIGN.md, for ``searchsmith eval cite --data OUT.jsonl``.
+"cite" format of ``searchsmith eval --help``, for ``searchsmith eval cite --data OUT.jsonl``.
 
 A module of its own because running the recipe module itself with ``-m`` would register its
 datasets twice (once as ``__main__``, once under its package name).

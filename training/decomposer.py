@@ -1,4 +1,4 @@
-"""Recipe ``decomposer``: one seq2seq model for ``rewrite:`` and ``decompose:`` (issue 3, 2b).
+"""Recipe ``decomposer``: one seq2seq model for ``rewrite:`` and ``decompose:``.
 
 Data contract: ``data.sources`` names real sets under ``data.data_dir`` (../shared/data
 layout: break_qdmr, musique, strategyqa, hotpotqa, trec_cast) and/or ``synthetic``; see
@@ -551,7 +551,7 @@ def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:
 def eval_decompose(args: Any) -> dict[str, Any]:
     """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
 
-    ``--data`` is "Decomposition, JSONL" (DESIGN.md); export one from the held-out split with
+    ``--data`` is the "decompose" format of ``searchsmith eval --help``; export one from the held-out split with
     ``python -m searchsmith.training.decompose_data --out DIR``.
     """
     from searchsmith.training.decompose_data import read_decomposition_eval
@@ -572,7 +572,7 @@ def eval_decompose(args: Any) -> dict[str, Any]:
 def eval_rewrite(args: Any) -> dict[str, Any]:
     """``searchsmith eval rewrite --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
 
-    ``--data`` is "Rewrite eval, JSONL" (DESIGN.md). The copy-the-query baseline is reported
+    ``--data`` is the "rewrite" format of ``searchsmith eval --help``. The copy-the-query baseline is reported
     beside the model's figures.
     """
     from searchsmith.training.decompose_data import read_rewrite_eval

@@ -22,7 +22,7 @@ Metrics on the held-out split: image->text and text->image recall@1/@5 (a hit wh
 caption of the image, or an image carrying that caption text, is in the top k), overall
 and per source, beside chance and the untrained model (``metrics.json`` "baselines").
 
-``eval_images`` is ``searchsmith eval images`` (DESIGN.md "Image relevance, JSONL");
+``eval_images`` is ``searchsmith eval images`` (the "images" format of ``searchsmith eval --help``);
 ``python -m searchsmith.training.images write-eval OUT.jsonl`` writes such a file.
 """
 
@@ -816,7 +816,7 @@ def write_placement_file(out_path: str | Path, source: str = "synthetic", docs: 
                          paragraphs_per_doc: int = 10, images_per_doc: int = 4, distractors: int = 1,
                          seed: int = 1009, coco_dir: str = f"{SHARED}/coco_captions",
                          only_ids: set[str] | None = None, with_captions: bool = False) -> Path:
-    """Write an image relevance eval file in the DESIGN.md format.
+    """Write an image relevance eval file (the "images" format of ``searchsmith eval --help``).
 
     Each record is a made-up document: the paragraphs are one caption each of
     ``paragraphs_per_doc`` pictures (stand-in paragraphs), ``images_per_doc`` of those
@@ -872,7 +872,7 @@ def write_placement_file(out_path: str | Path, source: str = "synthetic", docs: 
 def _main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m searchsmith.training.images")
     sub = p.add_subparsers(dest="cmd", required=True)
-    w = sub.add_parser("write-eval", help="write an image relevance eval JSONL (DESIGN.md format)")
+    w = sub.add_parser("write-eval", help="write an image relevance eval JSONL (the format of 'searchsmith eval --help')")
     w.add_argument("out")
     w.add_argument("--source", choices=["synthetic", "coco"], default="synthetic")
     w.add_argument("--docs", type=int, default=40)

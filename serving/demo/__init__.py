@@ -15,7 +15,7 @@ def demo_dir() -> Path:
 
 
 def corpus_path() -> Path:
-    """The demo corpus (JSONL, corpus format of DESIGN.md); image paths are relative to its folder."""
+    """The demo corpus (JSONL in the corpus format, ``serving/corpus.py``); image paths are relative to its folder."""
     return demo_dir() / "corpus.jsonl"
 
 

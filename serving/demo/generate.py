@@ -937,7 +937,7 @@ seed in `generate.py`: edit those, never the generated files.
 
 | file | format | contents |
 |---|---|---|
-| `{CORPUS_FILE}` | corpus (DESIGN.md) | {len(demo.docs)} documents in {len(per_source)} sources; {dated} carry an ISO `date`; {sum(1 for d in demo.docs if d.images)} carry images |
+| `{CORPUS_FILE}` | corpus (format: README, "Index a corpus") | {len(demo.docs)} documents in {len(per_source)} sources; {dated} carry an ISO `date`; {sum(1 for d in demo.docs if d.images)} carry images |
 | `{IMAGES_DIR}/*.png` | palette PNG | {len(demo.images)} images (diagrams, logos, charts, maps); paths in the corpus are relative to this folder |
 | `{ROUTING_FILE}` | routing eval | {len(demo.routing)} queries, {follow_ups} of them follow-ups whose referent is only in the history |
 | `{QA_FILE}` | pipeline eval | {len(demo.qa)} questions ({two_turn_qa} two-turn, some multi-hop); each answer occurs in its `supporting` documents |
