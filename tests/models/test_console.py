@@ -1,4 +1,4 @@
-"""Quiet by default, everything with --verbose (issue 23, item 7)."""
+"""Quiet by default, everything with --verbose."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""int8 on every x86 CPU (models/int8_cpu.py, issue 23): the CPU's int8 instructions, a numpy
+"""int8 on every x86 CPU (models/int8_cpu.py): the CPU's int8 instructions, a numpy
 twin of the AVX2 u8 x s8 kernel (which saturates), 7-bit weights that cannot saturate, and
 bundles exported on one kind of CPU loaded on the other.
 
@@ -91,7 +91,7 @@ def _per_token(shape: tuple[int, int, int, int], qmax: int) -> tuple[np.ndarray,
 
 
 def test_the_avx2_twin_gives_issue_23s_wrong_value_and_7_bit_weights_fix_it() -> None:
-    """On the AVX2 CPU of issue 23 the per-token test read 1486.28 where 1803.07 was right; the
+    """On an AVX2 CPU the per-token test read 1486.28 where 1803.07 was right; the
     twin gives exactly that value for 8-bit weights, and the exact product for 7-bit ones."""
     q, wq, s, ws, bias = _per_token((3, 7, 37, 11), 127)
     exact = (vnni_u8s8(q, wq) - 128 * wq.sum(0)) * ws * s + bias

@@ -108,7 +108,7 @@ def token_twin(x: np.ndarray, w: np.ndarray, weight_range: str, requantised: boo
 def test_token_products_match_their_numpy_twin(shape, opset, weight_range, cpu, tmp_path, monkeypatch) -> None:
     """The per-token graph, loaded as load_bundle loads it (OrtGraph), equals its twin on this CPU
     and with the AVX2 path forced: 8-bit weights are exact with VNNI and re-quantised to 7 bits
-    without it (issue 23: on an AVX2 CPU the 8-bit products saturated, 1486.28 for 1803.07)."""
+    without it (on an AVX2 CPU the 8-bit products saturated, 1486.28 for 1803.07)."""
     from onnx import TensorProto, helper, numpy_helper
 
     if cpu == "avx2":

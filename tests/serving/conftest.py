@@ -32,7 +32,7 @@ def minilm_embed_bundle(tmp_path_factory):
     return out
 
 
-# The small corpus's sources under free-text labels (issue 23, item 9).
+# The small corpus's sources under free-text labels.
 LABELS = {"cooking": "Cooking & Baking", "astronomy": "Astronomie · Espace", "code": "Code / Repos"}
 
 

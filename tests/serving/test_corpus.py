@@ -61,7 +61,7 @@ def test_missing_file(tmp_path) -> None:
         read_corpus(tmp_path / "nope.jsonl")
 
 
-# -- source labels (issue 23, item 9) ----------------------------------------------------------
+# -- source labels ----------------------------------------------------------
 @pytest.mark.parametrize("label", ["Climate Science", "Healthcare / Medicine", "Médecine ☤", "R&D: \"v2\" (draft)",
                                    "東京の天気", "x" * MAX_SOURCE_CHARS, "cooking"])
 def test_free_text_source_labels_are_read_as_written(tmp_path, label) -> None:

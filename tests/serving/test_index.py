@@ -149,7 +149,7 @@ def test_auto_switches_to_ivf_above_the_threshold(tmp_path, embedder, write_corp
     assert {v["index_type"] for v in m["sources"].values()} == {"ivf"}
 
 
-# -- never replace what searchsmith did not write (issue 23, item 2) ---------------------------
+# -- never replace what searchsmith did not write ---------------------------
 def test_out_refuses_a_file_and_keeps_it(tmp_path, capsys, write_corpus, embedder) -> None:
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     before = corpus.read_bytes()
@@ -242,7 +242,7 @@ def test_ask_hint_never_suggests_writing_over_the_corpus(tmp_path, capsys, write
         read_manifest(tmp_path / "nowhere")
 
 
-# -- default chunk size and noise (issue 23, item 7) -------------------------------------------
+# -- default chunk size and noise -------------------------------------------
 def test_default_chunk_size_fits_the_window_without_a_warning(tmp_path, write_corpus, embedder, caplog) -> None:
     import logging
 
@@ -274,7 +274,7 @@ def test_index_cli_is_quiet_and_says_each_step(tmp_path, capsys, write_corpus) -
     assert "Loading weights" not in err and "WARNING" not in err and "exceeds" not in err
 
 
-# -- free-text source labels (issue 23, item 9) ------------------------------------------------
+# -- free-text source labels ------------------------------------------------
 def test_source_stems() -> None:
     assert source_stem("cooking") == "cooking" and source_stem("product_docs") == "product_docs"
     stem = source_stem("Healthcare / Medicine")

@@ -197,7 +197,7 @@ def test_profile_server_batching_on_and_off(tmp_path, tiny_profile) -> None:
     assert len(rows) == 2 and "batching off" in rows[0]["baseline"] and "model alone at batch" in rows[0]["figure"]
 
 
-# -- pipeline, --trace, the gpu group and the plots (issue 8) ---------------------------------
+# -- pipeline, --trace, the gpu group and the plots ---------------------------------
 PIPELINE_YAML = """\
 retrieval: {retrieve_k: 4}
 presets:

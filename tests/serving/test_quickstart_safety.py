@@ -1,4 +1,4 @@
-"""The quickstart never overwrites a config its user edited (issue 23, item 4).
+"""The quickstart never overwrites a config its user edited.
 
 Re-running ``searchsmith quickstart`` used to rewrite ``serve.yaml`` and drop the
 ``server.api_keys`` a user had added, so the next ``serve`` ran without authentication.

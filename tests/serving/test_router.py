@@ -78,7 +78,7 @@ def test_heuristic_rewriter_keeps_query_without_history() -> None:
     assert out.startswith("Where can I find the code for it? (") and "Lumen" in out
 
 
-# -- free-text source labels (issue 23, item 9) ------------------------------------------------
+# -- free-text source labels ------------------------------------------------
 def test_labels_in_route_output_and_router_config(labelled_index, embedder, tmp_path) -> None:
     import yaml
     from searchsmith.serving.cli import load_router

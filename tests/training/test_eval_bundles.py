@@ -1,4 +1,4 @@
-"""``searchsmith eval TASK --bundle DIR`` scores what is served (issue 23, item 10).
+"""``searchsmith eval TASK --bundle DIR`` scores what is served.
 
 Every model task is evaluated from an exported bundle (fp32 and int8 ONNX) and from its
 training run (torch) through the same code; on fp32 the two give the same figures. The tiny

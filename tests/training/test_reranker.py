@@ -307,7 +307,7 @@ def test_mining_keeps_the_negatives_closest_to_the_query() -> None:
     assert small.hard_negatives == ["far"]
 
 
-# ------------------------------------------------------------------ cosine-residual head (issue 23)
+# ------------------------------------------------------------------ cosine-residual head
 
 
 def _tiny_encoder() -> Any:

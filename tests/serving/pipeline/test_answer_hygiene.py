@@ -1,4 +1,4 @@
-"""Answer hygiene (issue 23, item 11): no unrelated tail, no citation by a passage that does
+"""Answer hygiene: no unrelated tail, no citation by a passage that does
 not support the sentence, "not found" outside the knowledge base, a timeline of the used
 passages only.
 

@@ -1,5 +1,5 @@
 """A cold ``searchsmith ask`` with an embed bundle: no torch, no transformers model registry,
-the same answer as the index's torch embedder (issue 23, item 7)."""
+the same answer as the index's torch embedder."""
 
 from __future__ import annotations
 

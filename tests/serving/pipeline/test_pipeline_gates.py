@@ -1,4 +1,4 @@
-"""Measured gates (issue 23, item 1): every model bundle is used only when its recorded
+"""Measured gates: every model bundle is used only when its recorded
 held-out figure beats the untrained baseline the pipeline falls back to."""
 
 from __future__ import annotations
