@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import check_dedup_mask
+from .checks import check_dedup_mask
 
 _WORD_BITS = 64
 _BLOCK_I = 32

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import MAX_TRITON_POOL_D, KernelInputError, check_pool_normalize, interpreter_enabled
+from .checks import MAX_TRITON_POOL_D, KernelInputError, check_pool_normalize, interpreter_enabled
 from .reference import POOL_EPS
 
 # Elements of the (BLOCK_T, BLOCK_D) tile a program holds at once.

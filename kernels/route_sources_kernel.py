@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import check_route_sources, interpreter_enabled
+from .checks import check_route_sources, interpreter_enabled
 from .reference import finish_routing
 
 _GPU_TARGET_PROGRAMS = 1024

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import MAX_TRITON_K, KernelInputError, check_similarity_topk, interpreter_enabled
+from .checks import MAX_TRITON_K, KernelInputError, check_similarity_topk, interpreter_enabled
 from .reference import INDEX_BASE, INVALID_KEY, merge_topk_keys
 
 # Programs to launch in total (per query block x row slices) on a GPU: a few waves of the
