@@ -16,10 +16,11 @@ is exact in float32) with a float32 accumulator; any float32 operand makes both 
 ``input_precision="ieee"`` (no TF32), so results match ``reference.similarity_topk_ref`` up
 to summation order.
 
-Where it wins / loses: not yet measured on GPU (no GPU in this session). The issue warns
-that a naive streaming top-k loses to ``torch.topk``; ``searchsmith profile kernels`` times
-this kernel against the torch reference (chunked matmul + topk), a plain matmul + topk and
-faiss CPU ``IndexFlatIP``, and ``dispatch.TRITON_BY_DEFAULT`` must follow that result.
+Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``, 2026-11-30) it beat
+the torch twin (chunked matmul + topk) in 20 of 21 workloads (median 4.1x; 0.70x at float32,
+B = 256), so it is the CUDA default (``dispatch.TRITON_BY_DEFAULT``). A plain fp16 matmul +
+topk was faster still (median 2.7x) but rounds scores to fp16 and loses the exact tie order
+this kernel keeps; faiss CPU was far slower.
 """
 
 from __future__ import annotations
