@@ -9,19 +9,15 @@ tokenizer's offset mapping, so every chunk's ``text`` is exactly ``doc.text[star
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from searchsmith.models.text import split_sentences
+
 # Xinyu et al. chunk at 350 tokens; a model with a shorter window gets its window instead
 # (all-MiniLM-L6-v2 embeds 256 tokens, [CLS] and [SEP] included: 254 of text).
 DEFAULT_CHUNK_TOKENS = 350
-
-# A sentence ends at . ! ? (optionally followed by a closing quote/bracket) before
-# whitespace, or at a blank line.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
-
 
 @dataclass(frozen=True)
 class ChunkerConfig:
@@ -64,28 +60,6 @@ class Chunk:
     date: str | None = None
     url: str | None = None
     images: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-
-
-def split_sentences(text: str) -> list[tuple[int, int]]:
-    """Character spans of the sentences of ``text`` (whitespace between them excluded)."""
-    spans = []
-    pos = 0
-    for m in _SENTENCE_END.finditer(text):
-        end = m.start() if m.group(0).startswith("\n") else m.start() + len(m.group(0).rstrip())
-        if text[pos:end].strip():
-            spans.append((pos, end))
-        pos = m.end()
-    if text[pos:].strip():
-        spans.append((pos, len(text)))
-    # trim leading/trailing whitespace inside each span
-    out = []
-    for s, e in spans:
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        out.append((s, e))
-    return out
 
 
 class Chunker:

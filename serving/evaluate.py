@@ -18,34 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import answer_tokens, read_jsonl, token_f1
 
 MODES = ("parallel", "serial", "auto")
-
-
-def read_jsonl(path: str | Path, required: tuple[str, ...], what: str) -> list[dict[str, Any]]:
-    """Read a JSONL evaluation file; every problem names the file and line."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValidationError(f"{what} data {str(p)!r} does not exist")
-    out, errors = [], []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            errors.append(f"{p}:{lineno}: not valid JSON ({exc.msg})")
-            continue
-        missing = [k for k in required if k not in rec] if isinstance(rec, dict) else list(required)
-        if missing:
-            errors.append(f"{p}:{lineno}: missing field(s) {missing}")
-            continue
-        out.append(rec)
-    if errors:
-        raise ValidationError(f"{what} data {p}: {len(errors)} problem(s)\n  " + "\n  ".join(errors[:20]))
-    if not out:
-        raise ValidationError(f"{what} data {p} is empty")
-    return out
 
 
 def route_metrics(ranked: list[str], gold: list[str], k: int) -> dict[str, float]:
@@ -116,7 +91,7 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
 
     if not args.index:
         raise ValidationError("eval route needs --index DIR (built with 'searchsmith index')")
-    items = read_jsonl(args.data, ("query", "sources"), "routing")
+    items = read_jsonl(args.data, ("query", "sources"), "routing data")
     if args.limit:
         items = items[: args.limit]
     router, model = _router_for_eval(args)
@@ -149,30 +124,6 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- pipeline --------------------------------------------------------------------------------
-_ARTICLES = {"a", "an", "the"}
-
-
-def _answer_tokens(text: str) -> list[str]:
-    """SQuAD-style normalisation: lower case, punctuation and articles removed, no [n] markers."""
-    import re
-
-    text = re.sub(r"\[\d+\]", " ", text.lower())
-    text = re.sub(r"[^\w\s]", " ", text)
-    return [t for t in text.split() if t not in _ARTICLES]
-
-
-def token_f1(prediction: str, gold: str) -> float:
-    """Token-overlap F1 of an answer against the gold answer (SQuAD definition)."""
-    from collections import Counter
-
-    p, g = _answer_tokens(prediction), _answer_tokens(gold)
-    common = sum((Counter(p) & Counter(g)).values())
-    if not p or not g or common == 0:
-        return float(p == g)
-    precision, recall = common / len(p), common / len(g)
-    return 2 * precision * recall / (precision + recall)
-
-
 def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any]) -> dict[str, float]:
     """Metrics of one answer against ``{"answer", "supporting"}``.
 
@@ -188,13 +139,13 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any]) -> dict[str
     cited = {r["doc_id"] for r in ans["references"]}
     passages = {p["doc_id"] for p in ans["passages"]}
     used = cited or passages
-    plain = " ".join(_answer_tokens(ans["answer_text"]))
+    plain = " ".join(answer_tokens(ans["answer_text"], generated=True))
+    gold_words = " ".join(answer_tokens(str(item["answer"]), generated=True))
     return {
         "support_recall": len(gold & used) / len(gold) if gold else 0.0,
         "retrieval_recall": len(gold & passages) / len(gold) if gold else 0.0,
-        "f1": token_f1(ans["answer_text"], str(item["answer"])),
-        "contains": float(bool(_answer_tokens(str(item["answer"])))
-                          and f" {' '.join(_answer_tokens(str(item['answer'])))} " in f" {plain} "),
+        "f1": token_f1(ans["answer_text"], str(item["answer"]), generated=True),
+        "contains": float(bool(gold_words) and f" {gold_words} " in f" {plain} "),
         "citation_precision": len(gold & cited) / len(cited) if cited else 0.0,
         "citation_recall": len(gold & cited) / len(gold) if gold else 0.0,
         "model_calls": float(ans["trace"]["model_calls"]),
@@ -278,7 +229,7 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
 
-    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline")
+    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
     if args.limit:
         items = items[: args.limit]
     cfg = with_eval_bundles(load_pipeline_config(args.config), args)

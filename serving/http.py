@@ -1342,7 +1342,7 @@ def cite_sentences(sentences: list[str], documents: list[tuple[str, str]], *, bu
         if encode is None:
             raise NotReadyError("/v1/cite: no citation bundle and no embedder are loaded; add bundles.citation "
                                 "or bundles.embedder to serve.yaml")
-        from searchsmith.serving.chunker import split_sentences
+        from searchsmith.models.text import sentence_texts
         from searchsmith.serving.pipeline.citation import pattern_entities
 
         spans = []
@@ -1353,7 +1353,7 @@ def cite_sentences(sentences: list[str], documents: list[tuple[str, str]], *, bu
                 if at >= 0:
                     found.append((at, at + len(ent), "ENT"))
             spans.append(found)
-        doc_sents = [[t[a:b] for a, b in split_sentences(t)] or [t] for _, t in documents]
+        doc_sents = [sentence_texts(t) or [t] for _, t in documents]
         flat = [x for group in doc_sents for x in group]
         vecs = encode(list(sentences) + flat)  # (S + sum n_d, D)
         q, rest = vecs[: len(sentences)], vecs[len(sentences):]
@@ -1547,14 +1547,14 @@ def _add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[R
 
     @app.post("/v1/cite", dependencies=auth, responses=_responses("/v1/cite", 500))
     async def cite(req: CiteRequest) -> JSONResponse:
-        from searchsmith.serving.chunker import split_sentences
+        from searchsmith.models.text import sentence_texts
 
         if (req.sentences is None) == (req.answer is None):
             raise ValidationError("sentences, answer: send exactly one of them (a list of sentences, or an "
                                   "answer text to split into sentences)")
         if req.answer is not None:
             answer = _check_text(req.answer, "answer", config)
-            sentences = [answer[a:b] for a, b in split_sentences(answer)] or [answer]
+            sentences = sentence_texts(answer) or [answer]
         else:
             sentences = req.sentences or []
         _check_count(len(sentences), config.max_texts_per_request, "sentences", "sentences",

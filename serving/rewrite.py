@@ -19,19 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import QUERY_STOP_WORDS
 
 ROLES = ("user", "assistant", "system")
-
-STOPWORDS = frozenset("""
-a about above after again against all am an and any are as at be because been before being below
-between both but by can could did do does doing down during each few for from further had has have
-having he her here hers herself him himself his how i if in into is it its itself just me more most
-my myself no nor not now of off on once only or other our ours ourselves out over own same she
-should so some such than that the their theirs them themselves then there these they this those
-through to too under until up very was we were what when where which while who whom why will with
-would you your yours yourself yourselves tell please thanks thank also get got find know like
-want need use using used one two much many way something anything does say said show give
-""".split())
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./+#-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 
@@ -94,7 +84,7 @@ class HeuristicRewriter:
             return True
         if tok[0].isupper() and not sentence_start:
             return True
-        return tok[0].isupper() and tok.lower() not in STOPWORDS and len(tok) > 2
+        return tok[0].isupper() and tok.lower() not in QUERY_STOP_WORDS and len(tok) > 2
 
     def salient_terms(self, history: Sequence[Turn], query: str) -> list[str]:
         cfg = self.config
@@ -110,7 +100,7 @@ class HeuristicRewriter:
                 low = tok.lower()
                 start = prev_end
                 prev_end = turn.content[m.end(): m.end() + 1] in (".", "?", "!")
-                if low in STOPWORDS or low in have or len(tok) < 2:
+                if low in QUERY_STOP_WORDS or low in have or len(tok) < 2:
                     continue
                 name = self._is_name(tok, start)
                 if not name and turn.role != "user":

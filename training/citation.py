@@ -85,10 +85,9 @@ from searchsmith.models.config import to_dict
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.io import replace_dir
+from searchsmith.models.text import BM25_STOP_WORDS, iter_jsonl, read_jsonl, sentence_texts
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import (
-    iter_jsonl,
-    read_jsonl,
     resolve_data_path,
     split_by_key,
     write_jsonl_atomic,
@@ -553,19 +552,11 @@ def scifact_pairs(data: CitationData) -> list[Pair]:
     return out
 
 
-_SENT_SPLIT_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a paragraph (split after . ! ? before a capital or digit), non-empty."""
-    return [s.strip() for para in text.split("\n") for s in _SENT_SPLIT_RE.split(para) if s.strip()]
-
-
 def _content_words(text: str) -> set[str]:
-    from searchsmith.training.metrics import STOP_WORDS
-
-    return {w for w in _WORD_RE.findall(text.lower()) if w not in STOP_WORDS}
+    return {w for w in _WORD_RE.findall(text.lower()) if w not in BM25_STOP_WORDS}
 
 
 @register_dataset("citation/synthetic")
@@ -582,7 +573,7 @@ def synthetic_pairs(data: CitationData) -> list[Pair]:
         path = resolve_data_path(data.synthetic_corpus, "data.synthetic_corpus")
     docs = []
     for d in read_jsonl(path, required=("id", "text")):
-        sents = [s for s in split_sentences(d["text"]) if len(s.split()) >= 5]
+        sents = [s for s in sentence_texts(d["text"], "lines") if len(s.split()) >= 5]
         if len(sents) >= 2:
             docs.append((str(d["id"]), str(d.get("source", "")), sents))
     if len(docs) < 3:
@@ -829,11 +820,10 @@ def _cosine_scores(name: str, pairs: Sequence[Pair], cache: Path) -> list[float]
 def cosine_attribution_scores(name: str, pairs: Sequence[Pair], cache: Path) -> list[float]:
     """The pipeline's fallback attribution: for each pair the best cosine between the sentence
     and one sentence of the passage (serving/pipeline/citation.py without a bundle)."""
-    from searchsmith.serving.chunker import split_sentences as sentence_spans
     from searchsmith.training.reranker import CachedEmbedder
 
     def parts(text: str) -> list[str]:
-        return [" ".join(text[a:b].split()) for a, b in sentence_spans(text)] or [text]
+        return [" ".join(s.split()) for s in sentence_texts(text)] or [text]
 
     emb = CachedEmbedder(name, cache)
     texts = list(dict.fromkeys([" ".join(p.sentence.split()) for p in pairs]
@@ -1191,7 +1181,6 @@ __all__ = [
     "scifact_pairs",
     "span_prf",
     "split_pairs",
-    "split_sentences",
     "synthetic_pairs",
     "tag_sentences",
     "token_labels",

@@ -1,17 +1,16 @@
-"""Data utilities shared by the recipes: JSONL reading, path resolution, seeded splits.
-
-Every error names the file and line, what was expected and the fix.
+"""Data utilities shared by the recipes: path resolution, seeded splits, JSONL writing,
+synthetic text (JSONL reading is :func:`searchsmith.models.text.read_jsonl`).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -38,46 +37,6 @@ def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True) 
         "../shared/data beside the repository; without them, set data.sources to the "
         "synthetic set only (e.g. data.sources=[synthetic])"
     )
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, record)`` for each non-blank line of a JSONL file.
-
-    Raises:
-        ConfigError: the file is missing.
-        ValidationError: a line is not JSON or not an object (``file:line: ...``).
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: file not found (check the path)")
-    with open(p, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValidationError(f"{p}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(rec, dict):
-                raise ValidationError(f"{p}:{n}: expected a JSON object, got {type(rec).__name__}")
-            yield n, rec
-
-
-def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """All records of a JSONL file, each checked to have the ``required`` fields.
-
-    Raises:
-        ValidationError: a record lacks a required field, or the file has no record.
-    """
-    out = []
-    for n, rec in iter_jsonl(path):
-        missing = [k for k in required if k not in rec]
-        if missing:
-            raise ValidationError(f"{path}:{n}: missing field(s) {missing}; required: {list(required)}")
-        out.append(rec)
-    if not out:
-        raise ValidationError(f"{path}: no records (empty file); expected JSON lines with {list(required)}")
-    return out
 
 
 def split_by_key(keys: Sequence[T], eval_ratio: float, seed: int) -> tuple[set[T], set[T]]:
@@ -139,8 +98,6 @@ def synthetic_facts(n_entities: int, seed: int) -> list[dict[str, str]]:
 
 __all__ = [
     "REPO_ROOT",
-    "iter_jsonl",
-    "read_jsonl",
     "resolve_data_path",
     "split_by_key",
     "synthetic_facts",

@@ -36,7 +36,7 @@ from searchsmith.models.decomposer import (
 )
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, from_qdmr, linearize, repair, terminal
-from searchsmith.training.data import iter_jsonl
+from searchsmith.models.text import read_jsonl
 
 # Relative paths under the data directory, as in ../shared/data/README.md.
 REAL_SOURCES: dict[str, str] = {
@@ -77,14 +77,8 @@ def _rewrite_example(history: list[str], query: str, rewrite: str, group: str, o
 # --------------------------------------------------------------------------- real sources
 
 
-def read_jsonl(path: str | Path, name: str = "data") -> list[dict[str, Any]]:
-    """Read JSON lines (``training.data.iter_jsonl``: errors name the file and line); a
-    missing file is a ConfigError that says how to run without ../shared/data."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{name}: file {str(p)!r} does not exist (check data.data_dir, or "
-                          "use data.sources: [synthetic] where ../shared/data is absent)")
-    return [rec for _, rec in iter_jsonl(p)]
+# where ../shared/data is absent, a real source's file is missing: the fix
+_NO_SHARED_DATA = "check data.data_dir, or use data.sources: [synthetic] where ../shared/data is absent"
 
 
 def _deps_from_refs(texts: Sequence[str]) -> list[list[int]]:
@@ -167,7 +161,8 @@ def load_real(name: str, data_dir: str | Path, max_history_turns: int = 3) -> li
     if name not in REAL_SOURCES:
         raise ConfigError(f"data.sources: unknown source {name!r}; expected one of "
                           f"{sorted([*REAL_SOURCES, 'synthetic'])}")
-    rows = read_jsonl(Path(data_dir) / REAL_SOURCES[name], name=f"data.sources {name}")
+    rows = read_jsonl(Path(data_dir) / REAL_SOURCES[name], what=f"data.sources {name}",
+                      missing_hint=_NO_SHARED_DATA, allow_empty=True)
     if name == "trec_cast":
         return load_trec_cast(rows, max_history_turns)
     return _LOADERS[name](rows)
@@ -323,7 +318,7 @@ def export_eval_sets(examples: Sequence[dict[str, Any]], out_dir: str | Path) ->
 
 def read_decomposition_eval(path: str | Path) -> list[dict[str, Any]]:
     """Read a "Decomposition, JSONL" file; ConfigError naming the line and field when malformed."""
-    rows = read_jsonl(path, name="--data")
+    rows = read_jsonl(path, what="--data", allow_empty=True)
     if not rows:
         raise ConfigError(f"--data {path}: no records (expected Decomposition JSONL, DESIGN.md)")
     for i, r in enumerate(rows, 1):
@@ -338,7 +333,7 @@ def read_decomposition_eval(path: str | Path) -> list[dict[str, Any]]:
 
 def read_rewrite_eval(path: str | Path) -> list[dict[str, Any]]:
     """Read a "Rewrite eval, JSONL" file; ConfigError naming the line and field when malformed."""
-    rows = read_jsonl(path, name="--data")
+    rows = read_jsonl(path, what="--data", allow_empty=True)
     if not rows:
         raise ConfigError(f"--data {path}: no records (expected Rewrite eval JSONL, DESIGN.md)")
     for i, r in enumerate(rows, 1):

@@ -39,6 +39,7 @@ from searchsmith.models.decomposer import (
 )
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDGNode
+from searchsmith.models.text import exact_match, token_f1
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.decompose_data import (
     REAL_SOURCES,
@@ -46,7 +47,6 @@ from searchsmith.training.decompose_data import (
     split_examples,
     synthetic,
 )
-from searchsmith.training.metrics import exact_match, token_f1
 from searchsmith.training.registry import register_recipe
 
 ALL_SOURCES = (*REAL_SOURCES, "synthetic")

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, SearchsmithError, ValidationError
-from searchsmith.training.data import iter_jsonl, read_jsonl, resolve_data_path, write_jsonl_atomic
+from searchsmith.models.text import iter_jsonl, read_jsonl
+from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
 from searchsmith.training.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.training.data import read_jsonl
+from searchsmith.models.text import read_jsonl
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 70, 220), "yellow": (240, 220, 30),

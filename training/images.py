@@ -672,7 +672,7 @@ def read_placement_file(path: str | Path, limit: int = 0) -> list[PlacementItem]
         ValidationError: unknown keys, wrong types, missing or unreadable images, gold ids
             not among the images, gold indices out of range, an empty file.
     """
-    from searchsmith.training.data import iter_jsonl
+    from searchsmith.models.text import iter_jsonl
 
     p = Path(path)
     if not p.is_file():

@@ -1,4 +1,5 @@
-"""Ranking and text metrics shared by recipes and ``searchsmith eval``, plus a small BM25.
+"""Ranking metrics shared by recipes and ``searchsmith eval``, plus a small BM25 (answer
+metrics such as token F1 are in :mod:`searchsmith.models.text`).
 
 Ranking metrics take the relevance labels in the order the system ranked the documents
 (``ranked_labels[0]`` is the top document) and, for nDCG, all relevance labels of the query
@@ -9,18 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import BM25_STOP_WORDS
 
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
-# A small English stop-word list (the one described in shared/data/README.md's BM25 note).
-STOP_WORDS = frozenset(
-    "a an and are as at be by for from has have in is it its of on or that the this to was "
-    "were which with".split()
-)
 
 
 def dcg(gains: Sequence[float]) -> float:
@@ -84,35 +80,9 @@ def ranking_metrics(groups: Iterable[tuple[Sequence[float], Sequence[float]]],
     return {f"ndcg@{k}": nd / n, f"mrr@{k}": mr / n, f"recall@{k}": rc / n, "queries": n}
 
 
-def normalize_answer(text: str) -> str:
-    """SQuAD-style normalisation: lower case, no punctuation or articles, single spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def token_f1(prediction: str, reference: str) -> float:
-    """SQuAD token F1 between two strings after :func:`normalize_answer` (1.0 if both empty)."""
-    p, r = normalize_answer(prediction).split(), normalize_answer(reference).split()
-    if not p and not r:
-        return 1.0
-    common = Counter(p) & Counter(r)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(p), same / len(r)
-    return 2 * precision * recall / (precision + recall)
-
-
-def exact_match(prediction: str, reference: str) -> float:
-    """1.0 when the normalised strings are equal, else 0.0."""
-    return float(normalize_answer(prediction) == normalize_answer(reference))
-
-
 def bm25_tokens(text: str) -> list[str]:
     """Lower-cased alphanumeric tokens without stop words (BM25's analyser)."""
-    return [t for t in _TOKEN_RE.findall(text.lower()) if t not in STOP_WORDS]
+    return [t for t in _TOKEN_RE.findall(text.lower()) if t not in BM25_STOP_WORDS]
 
 
 class BM25:
@@ -162,12 +132,9 @@ __all__ = [
     "BM25",
     "bm25_tokens",
     "dcg",
-    "exact_match",
     "mrr_at_k",
     "ndcg_at_k",
-    "normalize_answer",
     "rank_by_scores",
     "ranking_metrics",
     "recall_at_k",
-    "token_f1",
 ]

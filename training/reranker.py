@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
+from searchsmith.models.text import read_jsonl
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import (
-    read_jsonl,
     resolve_data_path,
     split_by_key,
     synthetic_facts,

@@ -22,11 +22,10 @@ import re
 from typing import Any
 
 import numpy as np
-from searchsmith.serving.chunker import split_sentences
+from searchsmith.models.text import QUERY_STOP_WORDS, split_sentences
 from searchsmith.serving.pipeline.common import embed, sentences, strip_markers
 from searchsmith.serving.pipeline.config import CitationConfig, Preset
 from searchsmith.serving.pipeline.state import Passage, PipelineState, estimate_tokens
-from searchsmith.serving.rewrite import STOPWORDS
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,7 @@ def pattern_entities(sentence: str) -> list[str]:
     for m in _ENTITY.finditer(sentence):
         ent = m.group(0).strip("`\" .,")
         head, _, rest = ent.partition(" ")
-        if rest and head.lower() in STOPWORDS:  # "In 1970", "The Quarry": the function word is no name
+        if rest and head.lower() in QUERY_STOP_WORDS:  # "In 1970", "The Quarry": the function word is no name
             ent = rest
         if not ent:
             continue

@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from searchsmith.serving.chunker import split_sentences
+from searchsmith.models.text import QUERY_STOP_WORDS, sentence_texts
 from searchsmith.serving.pipeline.state import PipelineState
-from searchsmith.serving.rewrite import STOPWORDS
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*[A-Za-z0-9]|[A-Za-z0-9]")
 _MARKER = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
@@ -28,8 +27,8 @@ def embed(state: PipelineState, embedder: Any, texts: Sequence[str]) -> np.ndarr
 
 
 def sentences(text: str) -> list[str]:
-    """The sentences of ``text`` (the chunker's splitter, so offsets agree with the index)."""
-    return [text[s:e] for s, e in split_sentences(text)]
+    """The sentences of ``text`` (the chunker's rule, so they agree with the index)."""
+    return sentence_texts(text)
 
 
 def _stem(word: str) -> str:
@@ -42,7 +41,7 @@ def _stem(word: str) -> str:
 
 def content_words(text: str) -> set[str]:
     """Lower-cased, suffix-folded words of ``text`` that are not stop words (identifiers whole)."""
-    words = {w.lower().strip(".") for w in _WORD.findall(text)} - STOPWORDS - {""}
+    words = {w.lower().strip(".") for w in _WORD.findall(text)} - QUERY_STOP_WORDS - {""}
     return {_stem(w) for w in words}
 
 

@@ -106,8 +106,8 @@ def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, mo
 
 def test_eval_and_history_files_reject_malformed_input(tmp_path, capsys) -> None:
     from searchsmith.models.errors import ValidationError
+    from searchsmith.models.text import read_jsonl
     from searchsmith.serving.cli import read_history_file
-    from searchsmith.serving.evaluate import read_jsonl
 
     bad = tmp_path / "r.jsonl"
     bad.write_text('{"query": "q", "sources": ["a"]}\n{oops\n{"query": "only"}\n')

@@ -9,7 +9,7 @@ import random
 import pytest
 from searchsmith.models.constrained import EditConstraint
 from searchsmith.models.rewrite_edit import apply_edits, edit_target, parse_edits
-from searchsmith.training.metrics import exact_match
+from searchsmith.models.text import exact_match
 
 PAIRS = [
     # (history, query, human rewrite)

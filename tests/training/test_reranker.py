@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.text import token_f1
 from searchsmith.training.config import load_recipe_config
 from searchsmith.training.metrics import (
     BM25,
@@ -18,7 +19,6 @@ from searchsmith.training.metrics import (
     rank_by_scores,
     ranking_metrics,
     recall_at_k,
-    token_f1,
 )
 from searchsmith.training.reranker import (
     QueryGroup,

@@ -135,7 +135,8 @@ def test_ask_cli_text_and_errors(small_index, capsys):
 
 
 def test_eval_pipeline(small_index, tmp_path):
-    from searchsmith.serving.evaluate import eval_pipeline, token_f1
+    from searchsmith.models.text import token_f1
+    from searchsmith.serving.evaluate import eval_pipeline
 
     data = tmp_path / "qa.jsonl"
     rows = [{"id": "a", "query": "Which planet is the largest?", "answer": "Jupiter", "supporting": ["astronomy-0"]},
@@ -154,7 +155,7 @@ def test_eval_pipeline(small_index, tmp_path):
     lines = per.read_text().splitlines()
     assert len(lines) == 2 * 4 + 2 and json.loads(lines[0])["variant"] == "routed"
     # "the" is an article (dropped): 1 of 3 tokens right, recall 1 -> F1 = 2 * (1/3) / (4/3)
-    assert token_f1("The answer is Jupiter [1].", "Jupiter") == pytest.approx(0.5)
+    assert token_f1("The answer is Jupiter [1].", "Jupiter", generated=True) == pytest.approx(0.5)
 
 
 def test_eval_pipeline_bad_data(small_index, tmp_path):

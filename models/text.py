@@ -1,0 +1,230 @@
+"""Text rules shared by serving and training: stop-words, sentence splitting, SQuAD answer
+normalisation and token F1, and the one JSONL reader.
+
+This module sits on the ground floor: it imports nothing from ``serving`` or ``training``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from searchsmith.models.errors import ConfigError, ValidationError
+
+# --------------------------------------------------------------------------- stop-words
+# Two lists, one per purpose; they differ on purpose and are not interchangeable:
+# * BM25_STOP_WORDS: the short English list of the BM25 analyser (the one described in
+#   shared/data/README.md's BM25 note); the training labellers' content-word overlap uses it
+#   too. Adding words to it changes BM25 scores and the weak labels.
+# * QUERY_STOP_WORDS: a long list of function words plus conversational filler ("tell",
+#   "please", "thanks", "find", "show"...): a word in it is never a salient term of a
+#   conversation (the query rewriter), a content word of an answer (the pipeline's overlap
+#   checks) or the head of an entity ("The Quarry" -> "Quarry").
+BM25_STOP_WORDS = frozenset(
+    "a an and are as at be by for from has have in is it its of on or that the this to was "
+    "were which with".split()
+)
+
+QUERY_STOP_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+would you your yours yourself yourselves tell please thanks thank also get got find know like
+want need use using used one two much many way something anything does say said show give
+""".split())
+
+# --------------------------------------------------------------------------- sentences
+# Two boundary rules are in use; both go through the one splitter below:
+# * "text" (serving: chunker, pipeline, server): a sentence ends at . ! ? (optionally followed
+#   by closing quotes or brackets) before whitespace, or at a blank line. Chunk offsets in an
+#   index depend on it.
+# * "lines" (training: the synthetic citation pairs): every line break ends a sentence, and
+#   . ! ? end one only before whitespace and a capital, a digit, a quote or "(".
+SentenceRule = Literal["text", "lines"]
+_SENTENCE_GAPS: dict[str, re.Pattern[str]] = {
+    "text": re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n"),
+    "lines": re.compile(r"\n|(?<=[.!?])[^\S\n]+(?=[A-Z0-9\"'(])"),
+}
+
+
+def split_sentences(text: str, rule: SentenceRule = "text") -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of the non-blank sentences of ``text``, without the
+    whitespace around them (``text[start:end]`` is the sentence).
+
+    Args:
+        rule: the boundary rule, ``"text"`` or ``"lines"`` (see the comment above).
+    """
+    if rule not in _SENTENCE_GAPS:
+        raise ValueError(f"split_sentences: rule must be one of {sorted(_SENTENCE_GAPS)}, got {rule!r}")
+    spans = []
+    pos = 0
+    for m in _SENTENCE_GAPS[rule].finditer(text):
+        end = m.start() + len(m.group(0).rstrip())  # closing quotes/brackets stay in the sentence
+        if text[pos:end].strip():
+            spans.append((pos, end))
+        pos = m.end()
+    if text[pos:].strip():
+        spans.append((pos, len(text)))
+    out = []
+    for s, e in spans:
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        out.append((s, e))
+    return out
+
+
+def sentence_texts(text: str, rule: SentenceRule = "text") -> list[str]:
+    """The sentences of ``text`` as strings (:func:`split_sentences`)."""
+    return [text[s:e] for s, e in split_sentences(text, rule)]
+
+
+# --------------------------------------------------------------------------- answers
+_CITATION_MARKER = re.compile(r"\[\d+\]")
+_NON_WORD = re.compile(r"[^\w\s]")
+_ARTICLE = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str, *, generated: bool = False) -> str:
+    """SQuAD normalisation: lower case, punctuation and articles removed, single spaces.
+
+    Args:
+        generated: the text is a generated answer (the pipeline's evaluation): ``[n]``
+            citation markers are removed and every non-word character (Unicode included)
+            separates words ("don't" -> "don t"). Without it, the official SQuAD rule:
+            ASCII punctuation is deleted ("don't" -> "dont") and markers are plain text.
+    """
+    text = text.lower()
+    if generated:
+        text = _NON_WORD.sub(" ", _CITATION_MARKER.sub(" ", text))
+    else:
+        text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLE.sub(" ", text).split())
+
+
+def answer_tokens(text: str, *, generated: bool = False) -> list[str]:
+    """The words of :func:`normalize_answer`."""
+    return normalize_answer(text, generated=generated).split()
+
+
+def token_f1(prediction: str, reference: str, *, generated: bool = False) -> float:
+    """SQuAD token F1 of ``prediction`` against ``reference`` after :func:`normalize_answer`
+    (1.0 when both normalise to nothing, 0.0 when only one does)."""
+    p, r = answer_tokens(prediction, generated=generated), answer_tokens(reference, generated=generated)
+    same = sum((Counter(p) & Counter(r)).values())
+    if not p or not r or same == 0:
+        return float(p == r)
+    precision, recall = same / len(p), same / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    """1.0 when the normalised strings are equal, else 0.0."""
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+# --------------------------------------------------------------------------- JSONL
+MAX_SHOWN_ERRORS = 20
+
+
+def _parse_line(p: Path, n: int, line: str, required: Sequence[str]) -> tuple[dict[str, Any] | None, str]:
+    """(record, "") for a good line, (None, "file:line: problem; fix") for a bad one."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return None, (f"{p}:{n}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                      "each line must be one JSON object")
+    if not isinstance(rec, dict):
+        return None, f"{p}:{n}: expected a JSON object, got {type(rec).__name__}"
+    missing = [k for k in required if k not in rec]
+    if missing:
+        return None, f"{p}:{n}: missing field(s) {missing}; required: {list(required)}"
+    return rec, ""
+
+
+def _lines(path: str | Path, required: Sequence[str], what: str,
+           missing_hint: str | None) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
+    """``(line_number, record or None, problem)`` for each non-blank line of a JSONL file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what}: file {str(p)!r} does not exist ({missing_hint or 'check the path'})")
+    with open(p, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                yield (n, *_parse_line(p, n, line, required))
+
+
+def iter_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data", *,
+               missing_hint: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` for each non-blank line, stopping at the first bad one.
+
+    Raises:
+        ConfigError: the file does not exist (``what`` and ``missing_hint`` say where it was
+            set and how to fix it).
+        ValidationError: a line is not JSON, not an object or lacks a ``required`` field
+            (``file:line: ...``).
+    """
+    for n, rec, error in _lines(path, required, what, missing_hint):
+        if rec is None:
+            raise ValidationError(error)
+        yield n, rec
+
+
+def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data", *,
+               missing_hint: str | None = None, allow_empty: bool = False) -> list[dict[str, Any]]:
+    """Every record of a JSONL file, each checked to be an object with the ``required`` fields.
+
+    Every bad line is reported at once (the first :data:`MAX_SHOWN_ERRORS` shown), each as
+    ``file:line: problem``.
+
+    Args:
+        what: what the file is, for the messages (``"routing data"``, ``"--data"``).
+        missing_hint: the fix named when the file does not exist.
+        allow_empty: return ``[]`` for a file without records instead of raising.
+
+    Raises:
+        ConfigError: the file does not exist.
+        ValidationError: bad lines, or no record (unless ``allow_empty``).
+    """
+    p = Path(path)
+    out, errors = [], []
+    for _, rec, error in _lines(p, required, what, missing_hint):
+        if rec is None:
+            errors.append(error)
+        else:
+            out.append(rec)
+    if len(errors) == 1:
+        raise ValidationError(errors[0])
+    if errors:
+        more = f"\n  ... and {len(errors) - MAX_SHOWN_ERRORS} more" if len(errors) > MAX_SHOWN_ERRORS else ""
+        raise ValidationError(f"{what} {p}: {len(errors)} problem(s)\n  "
+                              + "\n  ".join(errors[:MAX_SHOWN_ERRORS]) + more)
+    if not out and not allow_empty:
+        fields = f" with fields {list(required)}" if required else ""
+        raise ValidationError(f"{what} {p} is empty: no records; expected one JSON object per line{fields}")
+    return out
+
+
+__all__ = [
+    "BM25_STOP_WORDS",
+    "QUERY_STOP_WORDS",
+    "SentenceRule",
+    "answer_tokens",
+    "exact_match",
+    "iter_jsonl",
+    "normalize_answer",
+    "read_jsonl",
+    "sentence_texts",
+    "split_sentences",
+    "token_f1",
+]

@@ -1,0 +1,109 @@
+"""The shared text rules of searchsmith.models.text: stop-words, sentences, token F1, JSONL."""
+
+from __future__ import annotations
+
+import pytest
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.text import (
+    BM25_STOP_WORDS,
+    QUERY_STOP_WORDS,
+    answer_tokens,
+    exact_match,
+    iter_jsonl,
+    normalize_answer,
+    read_jsonl,
+    sentence_texts,
+    split_sentences,
+    token_f1,
+)
+
+
+def test_stop_word_lists_one_per_purpose() -> None:
+    assert BM25_STOP_WORDS < QUERY_STOP_WORDS  # the BM25 list is the short one
+    assert {"the", "of", "which"} <= BM25_STOP_WORDS
+    assert {"please", "tell", "show", "find"} <= QUERY_STOP_WORDS - BM25_STOP_WORDS
+
+
+def test_squad_normalisation() -> None:
+    assert normalize_answer("The  Cat's hat, an ANT!") == "cats hat ant"
+    assert normalize_answer("don't") == "dont"  # official SQuAD: ASCII punctuation deleted
+    assert normalize_answer("Paris [1].") == "paris 1"  # markers are plain text there
+    # a generated answer: markers dropped, every non-word character splits words
+    assert normalize_answer("Paris [1]. Don't—really", generated=True) == "paris don t really"
+    assert answer_tokens("A theory of the atom", generated=True) == ["theory", "of", "atom"]
+    assert exact_match("The Eiffel Tower.", "eiffel tower") == 1.0
+    assert exact_match("Eiffel", "eiffel tower") == 0.0
+
+
+def test_token_f1_known_values() -> None:
+    # 2 of 3 prediction tokens right, 2 of 3 reference tokens found: F1 = 2/3
+    assert token_f1("the cat sat", "a cat sat down") == pytest.approx(0.8)
+    assert token_f1("cat sat on", "cat sat down") == pytest.approx(2 / 3)
+    assert token_f1("dog", "cat") == 0.0
+    assert token_f1("", "") == 1.0 and token_f1("the", "an") == 1.0  # both normalise to nothing
+    assert token_f1("", "cat") == 0.0
+    # "the" dropped and [1] removed: 1 of 3 tokens right, recall 1 -> F1 = 0.5
+    assert token_f1("The answer is Jupiter [1].", "Jupiter", generated=True) == pytest.approx(0.5)
+    assert token_f1("The answer is Jupiter [1].", "Jupiter") == pytest.approx(0.4)  # "1" is a token
+
+
+def test_sentence_spans_text_rule() -> None:
+    text = 'First one. "Second!" he said.  Third?\n\nFourth line\nstill fourth.'
+    spans = split_sentences(text)
+    assert [text[a:b] for a, b in spans] == ["First one.", '"Second!"', "he said.", "Third?",
+                                              "Fourth line\nstill fourth."]
+    assert spans[0] == (0, 10) and spans[1] == (11, 20)
+    assert sentence_texts(text) == [text[a:b] for a, b in spans]
+    assert split_sentences("") == [] and split_sentences("  \n\n ") == []
+    assert split_sentences("  no end  ") == [(2, 8)]
+
+
+def test_sentence_lines_rule() -> None:
+    text = "Version 2. it runs. Then 3 more.\nNext line\n\n(Aside.) \"Quote.\" End"
+    # a line break always ends a sentence; ". " only before a capital, digit, quote or "(",
+    # and not after a closing bracket or quote (the "text" rule splits there)
+    assert sentence_texts(text, "lines") == ["Version 2. it runs.", "Then 3 more.", "Next line",
+                                             '(Aside.) "Quote." End']
+    assert sentence_texts(text)[-3:] == ["(Aside.)", '"Quote."', "End"]
+    spans = split_sentences(text, "lines")
+    assert all(text[a:b] == s for (a, b), s in zip(spans, sentence_texts(text, "lines")))
+    with pytest.raises(ValueError, match="rule must be one of"):
+        split_sentences(text, "words")  # type: ignore[arg-type]
+
+
+def test_read_jsonl_reports_every_bad_line_with_file_and_line(tmp_path) -> None:
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"q": "a", "s": 1}\n\n{oops\n[1, 2]\n{"q": "b"}\n{"q": "c", "s": 2}\n', encoding="utf-8")
+    with pytest.raises(ValidationError) as err:
+        read_jsonl(f, ("q", "s"), "routing data")
+    msg = str(err.value)
+    assert msg.startswith(f"routing data {f}: 3 problem(s)")
+    assert "d.jsonl:3: not valid JSON" in msg and "each line must be one JSON object" in msg
+    assert "d.jsonl:4: expected a JSON object, got list" in msg
+    assert "d.jsonl:5: missing field(s) ['s']; required: ['q', 's']" in msg
+    # one bad line: the message is that line
+    f.write_text('{"q": "a"}\n{"q": "b", "s": 1}\n', encoding="utf-8")
+    with pytest.raises(ValidationError, match=r"^\S*d\.jsonl:1: missing field\(s\) \['s'\]"):
+        read_jsonl(f, required=("q", "s"))
+    assert read_jsonl(f, ("q",)) == [{"q": "a"}, {"q": "b", "s": 1}]
+
+
+def test_read_jsonl_empty_and_missing_files(tmp_path) -> None:
+    empty = tmp_path / "e.jsonl"
+    empty.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(ValidationError, match=r"is empty: no records; .* with fields \['id'\]"):
+        read_jsonl(empty, ("id",))
+    assert read_jsonl(empty, allow_empty=True) == []
+    with pytest.raises(ConfigError, match=r"--data: file '.*nope\.jsonl' does not exist \(check the path\)"):
+        read_jsonl(tmp_path / "nope.jsonl", what="--data")
+    with pytest.raises(ConfigError, match=r"does not exist \(set data\.dir\)"):
+        list(iter_jsonl(tmp_path / "nope.jsonl", missing_hint="set data.dir"))
+
+
+def test_iter_jsonl_yields_line_numbers_and_stops_at_the_first_bad_line(tmp_path) -> None:
+    f = tmp_path / "i.jsonl"
+    f.write_text('{"a": 1}\n\n{"a": 2}\n{bad\n{"a": 3}\n', encoding="utf-8")
+    it = iter_jsonl(f, ("a",))
+    assert next(it) == (1, {"a": 1}) and next(it) == (3, {"a": 2})
+    with pytest.raises(ValidationError, match=r"i\.jsonl:4: not valid JSON"):
+        next(it)
