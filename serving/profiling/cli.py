@@ -82,9 +82,10 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", help="route/pipeline: an index directory to use")
     parser.add_argument("--run", help="rerank: a trained reranker run (default: untrained MiniLM cross-encoder)")
     parser.add_argument("--config", help="pipeline: a pipeline config YAML (bundles, presets, thresholds)")
-    parser.add_argument("--record", action="store_true",
-                        help="append the headline figures to serving/profiling/performance.jsonl "
-                             "and regenerate the table in serving/profiling/RESULTS.md")
+    parser.add_argument("--record", metavar="DIR", default=None,
+                        help="append the headline figures to DIR/performance.jsonl and regenerate the "
+                             "table between the markers of DIR/RESULTS.md (created if absent); the "
+                             "project's own log is --record serving/profiling")
     parser.set_defaults(func=run_profile)
 
 
@@ -130,10 +131,9 @@ def run_profile(args: argparse.Namespace) -> int:
         if suite in GROUPS:
             ctx.emit({"suite": name, "step": step, "step_wall_s": wall})
     if args.record:
-        from searchsmith.serving.profiling.readme import append_rows, headline_rows, update_readme
+        from searchsmith.serving.profiling.readme import record_results
 
-        append_rows(headline_rows(ctx.records))
-        update_readme()
+        record_results(ctx.records, Path(args.record))
     if failed:
         print(f"searchsmith profile {suite}: step(s) {failed} failed; see the 'error' lines in "
               f"{ctx.out_dir / 'results.jsonl'}", file=sys.stderr)

@@ -2,10 +2,12 @@
 
 ``serving/profiling/performance.jsonl`` holds one row per measured figure: date, machine,
 command, workload, the figure, the baseline's figure and their ratio. ``searchsmith
-profile SUITE --record`` appends the headline rows of that run and regenerates the table
-between the ``<!-- performance:start -->`` and ``<!-- performance:end -->`` markers of
-RESULTS.md (which the README links to), so every number shown there is one that a run
-produced. A test checks that the document matches the file.
+profile SUITE --record DIR`` appends the headline rows of that run to ``DIR/performance.jsonl``
+and regenerates the table between the ``<!-- performance:start -->`` and
+``<!-- performance:end -->`` markers of ``DIR/RESULTS.md``: the profiler writes only into the
+folder it is given (the project's own log is ``--record serving/profiling``, which the README
+links to), so every number shown there is one that a run produced. A test checks that the
+committed document matches the committed file.
 """
 
 from __future__ import annotations
@@ -135,6 +137,33 @@ def update_readme(readme: Path = RESULTS_DOC, path: Path = RESULTS) -> bool:
     if new != text:
         readme.write_text(new, encoding="utf-8")
     return new != text
+
+
+def record_results(records: Iterable[dict[str, Any]], folder: Path) -> Path:
+    """Append the headline rows of ``records`` to ``folder/performance.jsonl`` and regenerate
+    the table of ``folder/RESULTS.md``; only the folder the user named is written.
+
+    A RESULTS.md that exists without the table markers is someone else's document: refused.
+
+    Raises:
+        ConfigError: ``folder`` is a file, or its RESULTS.md has no markers.
+    """
+    from searchsmith.models.errors import ConfigError
+
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"profile --record {folder}: is a file; give a folder (the project's log: "
+                          "--record serving/profiling)")
+    doc = folder / RESULTS_DOC.name
+    if doc.is_file() and (START not in (text := doc.read_text(encoding="utf-8")) or END not in text):
+        raise ConfigError(f"profile --record {folder}: {doc} has no {START} / {END} markers, so it is not a "
+                          "results document; nothing was written. Choose another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    if not doc.is_file():
+        doc.write_text(f"# Measured performance\n\n{START}\n{END}\n", encoding="utf-8")
+    append_rows(headline_rows(records), folder / RESULTS.name)
+    update_readme(doc, folder / RESULTS.name)
+    return doc
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -325,3 +325,21 @@ def test_gpu_group_records_a_failing_step_and_goes_on(tmp_path, monkeypatch, cap
     errors = [(r["step"], r["error"]) for r in _records(tmp_path / "p") if r.get("error")]
     assert [s for s, _ in errors] == ["pipeline", "kernels"] and "got 'tpu'" in errors[0][1]
     assert "step(s) ['pipeline', 'kernels'] failed" in capsys.readouterr().err
+
+
+def test_record_writes_only_into_the_folder_it_is_given(tmp_path, tiny_profile) -> None:
+    from searchsmith.serving.profiling import readme
+
+    committed = (readme.RESULTS.read_bytes(), readme.RESULTS_DOC.read_bytes())
+    log = tmp_path / "log"
+    assert main(["profile", "embed", "--quick", "--out", str(tmp_path / "p"), "--record", str(log)]) == 0
+    rows = (log / "performance.jsonl").read_text().splitlines()
+    assert rows and all(json.loads(r)["what"].startswith("embed") for r in rows)
+    doc = (log / "RESULTS.md").read_text()
+    assert readme.render_table(log / "performance.jsonl") in doc
+    assert (readme.RESULTS.read_bytes(), readme.RESULTS_DOC.read_bytes()) == committed  # the package untouched
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "RESULTS.md").write_text("my notes\n")
+    assert main(["profile", "embed", "--quick", "--out", str(tmp_path / "p2"), "--record", str(mine)]) == 1
+    assert (mine / "RESULTS.md").read_text() == "my notes\n" and not (mine / "performance.jsonl").exists()
