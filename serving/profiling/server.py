@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import multiprocessing
 import os
 import socket
@@ -38,6 +39,8 @@ from typing import Any
 
 import numpy as np
 from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+
+log = logging.getLogger(__name__)
 
 CONCURRENCY = (1, 8, 32, 128)
 TINY_CONCURRENCY = (1, 8)
@@ -149,13 +152,16 @@ async def _load(port: int, path: str, bodies: list[dict[str, Any]], concurrency:
                 t0 = time.perf_counter()
                 try:
                     status = await _request(reader, writer, raw)
-                except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError):
+                except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError) as exc:
                     errors += 1
+                    log.warning("profile server: %s failed on the client side: %s: %s", path, type(exc).__name__, exc)
                     writer.close()
                     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**24)
                     continue
                 latencies.append(time.perf_counter() - t0)
-                errors += status != 200
+                if status != 200:
+                    errors += 1
+                    log.warning("profile server: %s answered %s", path, status)
         finally:
             writer.close()
 
