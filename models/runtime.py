@@ -254,6 +254,14 @@ class Bundle:
                                   f"{self.max_length}; truncate the inputs")
         return self.graphs[name](out)
 
+    def _tokenizer_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` under the tokenizer's lock (:func:`searchsmith.models.tokenizer.tokenizer_lock`):
+        the server tokenizes on request threads and batcher threads at once."""
+        from searchsmith.models.tokenizer import tokenizer_lock
+
+        with tokenizer_lock(self.tokenizer):
+            return fn(*args, **kwargs)
+
     def _encode_text(self, first: list[str], second: list[str] | None = None,
                      max_length: int | None = None) -> list[tuple[list[int], dict[str, np.ndarray]]]:
         """Tokenize (truncating), sort by length and pad per batch.
@@ -264,12 +272,12 @@ class Bundle:
         limit = max_length or self.max_length
         kwargs: dict[str, Any] = {"truncation": True, "max_length": limit, "padding": False}
         if second is None:
-            enc = self.tokenizer(first, **kwargs)
+            enc = self._tokenizer_call(self.tokenizer, first, **kwargs)
         else:
             try:  # cut the passage, as in training; a first text over the limit alone cuts both
-                enc = self.tokenizer(first, second, **{**kwargs, "truncation": "only_second"})
+                enc = self._tokenizer_call(self.tokenizer, first, second, **{**kwargs, "truncation": "only_second"})
             except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception here
-                enc = self.tokenizer(first, second, **{**kwargs, "truncation": "longest_first"})
+                enc = self._tokenizer_call(self.tokenizer, first, second, **{**kwargs, "truncation": "longest_first"})
         ids = enc["input_ids"]
         types = enc.get("token_type_ids")
         budget = self.max_batch_tokens or self.batch_size * limit  # no budget: batch_size alone
@@ -317,10 +325,10 @@ class Bundle:
         """Indices of inputs longer than ``max_length`` tokens (special tokens included)."""
         limit = max_length or self.max_length
         if second is None:
-            enc = self.tokenizer(first, truncation=False, return_attention_mask=False,
+            enc = self._tokenizer_call(self.tokenizer, first, truncation=False, return_attention_mask=False,
                                  return_token_type_ids=False)
         else:
-            enc = self.tokenizer(first, second, truncation=False, return_attention_mask=False,
+            enc = self._tokenizer_call(self.tokenizer, first, second, truncation=False, return_attention_mask=False,
                                  return_token_type_ids=False)
         return [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > limit]
 
@@ -381,7 +389,7 @@ class CiteBundle(Bundle):
         limit = self.tagger_max_length
         out: list[list[tuple[int, int, str]]] = []
         if sentences:
-            enc = self.tokenizer(sentences, truncation=True, max_length=limit, return_offsets_mapping=True,
+            enc = self._tokenizer_call(self.tokenizer, sentences, truncation=True, max_length=limit, return_offsets_mapping=True,
                                  return_special_tokens_mask=True)
             logits = self._run_text("tagger", self._encode_text(sentences, max_length=limit),
                                     len(sentences))  # (n, T, L)
@@ -482,7 +490,7 @@ class DecomposeBundle(Bundle):
                 done |= nxt == self.eos_id
                 if done.all():
                     break
-            decoded = self.tokenizer.batch_decode(dec, skip_special_tokens=True,
+            decoded = self._tokenizer_call(self.tokenizer.batch_decode, dec, skip_special_tokens=True,
                                                   clean_up_tokenization_spaces=True)
             for i, text in zip(idx, decoded, strict=True):
                 texts[i] = text
@@ -524,7 +532,7 @@ class DecomposeBundle(Bundle):
             from searchsmith.models.decomposer import head_probs
             from searchsmith.models.rewrite_edit import tag_rewrite
 
-            enc = self.tokenizer([source], truncation=True, max_length=self.max_length,
+            enc = self._tokenizer_call(self.tokenizer, [source], truncation=True, max_length=self.max_length,
                                  return_offsets_mapping=True, return_tensors="np")
             hidden = self.graphs["encoder"]({"input_ids": enc["input_ids"].astype(np.int64),
                                              "attention_mask": enc["attention_mask"].astype(np.int64)})

@@ -14,6 +14,7 @@ tokenizers (encodings, pairs, offsets, decoding, special ids).
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,4 +62,27 @@ def load_tokenizer(folder: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-__all__ = ["FAST_CLASSES", "load_tokenizer"]
+_LOCKS_GUARD = threading.Lock()
+
+
+def tokenizer_lock(tokenizer: Any) -> threading.RLock:
+    """The lock every call of ``tokenizer`` from more than one thread must hold.
+
+    A fast tokenizer stores its truncation and padding settings on one shared Rust object and
+    changes them on each call whose settings differ; a call on another thread that is still
+    encoding (with the GIL released) then fails with ``RuntimeError: Already borrowed``. The
+    server counts tokens (no truncation) on request threads while a batch is encoded
+    (truncated) on the batcher's thread, so both go through this lock. One lock per tokenizer
+    object, kept on the object.
+    """
+    lock = getattr(tokenizer, "_searchsmith_lock", None)
+    if lock is None:
+        with _LOCKS_GUARD:
+            lock = getattr(tokenizer, "_searchsmith_lock", None)
+            if lock is None:
+                lock = threading.RLock()
+                tokenizer._searchsmith_lock = lock
+    return lock
+
+
+__all__ = ["FAST_CLASSES", "load_tokenizer", "tokenizer_lock"]

@@ -157,15 +157,21 @@ class Embedder:
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text, truncated to ``max_seq_length`` (special tokens included)."""
-        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length,
-                             padding=False, return_attention_mask=False,
-                             return_token_type_ids=False)
+        from searchsmith.models.tokenizer import tokenizer_lock
+
+        with tokenizer_lock(self.tokenizer):  # request threads tokenize with other settings at once
+            enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length,
+                                 padding=False, return_attention_mask=False,
+                                 return_token_type_ids=False)
         return enc["input_ids"]
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Untruncated token counts (without special tokens), for chunking decisions."""
-        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=False,
-                             return_attention_mask=False, return_token_type_ids=False)
+        from searchsmith.models.tokenizer import tokenizer_lock
+
+        with tokenizer_lock(self.tokenizer):
+            enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=False,
+                                 return_attention_mask=False, return_token_type_ids=False)
         return [len(ids) for ids in enc["input_ids"]]
 
     # -- embedding ------------------------------------------------------------------------

@@ -80,6 +80,7 @@ from searchsmith.models.errors import (
     UnauthorizedError,
     ValidationError,
 )
+from searchsmith.models.tokenizer import tokenizer_lock
 from searchsmith.serving.batcher import BatcherConfig, DynamicBatcher
 from searchsmith.serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from searchsmith.serving.metrics import ServerMetrics
@@ -1225,8 +1226,9 @@ def _tokenize(embedder: Embedder | BundleEmbedder, texts: list[str], config: Ser
     ids = embedder.tokenize(texts)
     if not config.truncate:
         limit = embedder.max_seq_length
-        full = embedder.tokenizer(texts, truncation=False, return_attention_mask=False,
-                                  return_token_type_ids=False)["input_ids"]
+        with tokenizer_lock(embedder.tokenizer):  # other requests tokenize with truncation meanwhile
+            full = embedder.tokenizer(texts, truncation=False, return_attention_mask=False,
+                                      return_token_type_ids=False)["input_ids"]
         for i, row in enumerate(full):
             if len(row) > limit:
                 raise PayloadTooLargeError(

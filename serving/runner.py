@@ -134,8 +134,11 @@ def count_tokens(tokenizer: Any, first: Sequence[str], second: Sequence[str] | N
         if second is None:
             return [len(t.split()) + 2 for t in first]
         return [len(a.split()) + len(b.split()) + 3 for a, b in zip(first, second, strict=True)]
+    from searchsmith.models.tokenizer import tokenizer_lock
+
     kwargs = {"truncation": False, "return_attention_mask": False, "return_token_type_ids": False}
-    enc = tokenizer(list(first), **kwargs) if second is None else tokenizer(list(first), list(second), **kwargs)
+    with tokenizer_lock(tokenizer):  # a batch may be encoding with this tokenizer on another thread
+        enc = tokenizer(list(first), **kwargs) if second is None else tokenizer(list(first), list(second), **kwargs)
     return [len(ids) for ids in enc["input_ids"]]
 
 

@@ -68,8 +68,11 @@ class TorchReranker:
         self.manifest = {"max_length": max_length}
 
     def score_pairs(self, pairs: list[tuple[str, str]]) -> np.ndarray:
-        enc = self.tokenizer([q for q, _ in pairs], [p for _, p in pairs], truncation=True,
-                             max_length=self.max_length, padding=True, return_tensors="pt")
+        from searchsmith.models.tokenizer import tokenizer_lock
+
+        with tokenizer_lock(self.tokenizer):  # the server counts tokens on request threads meanwhile
+            enc = self.tokenizer([q for q, _ in pairs], [p for _, p in pairs], truncation=True,
+                                 max_length=self.max_length, padding=True, return_tensors="pt")
         with self.torch.inference_mode():
             return self.model(**enc).logits[:, 0].float().numpy()  # (B,)
 
