@@ -12,6 +12,7 @@ This module imports neither torch nor anything else of the project.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import sys
@@ -29,7 +30,13 @@ def host_only() -> bool:
     """
     if "torch" in sys.modules or os.environ.get("SEARCHSMITH_KERNEL_BACKEND", "auto") != "auto":
         return False
-    return not glob.glob("/dev/nvidia[0-9]*")
+    return not _nvidia_device()
+
+
+@functools.cache
+def _nvidia_device() -> bool:
+    """Whether an NVIDIA device node exists (looked up once: routing calls this per query)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def _topk_lower_index(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -84,17 +84,34 @@ def _free_port() -> int:
 
 
 class LoopbackServer:
-    """A uvicorn server for ``app`` in a thread on a free loopback port (``with`` stops it)."""
+    """A uvicorn server for ``app`` in a thread on a free loopback port (``with`` stops it).
 
-    def __init__(self, app: Any) -> None:
+    Args:
+        app: the ASGI app.
+        lifetime_s: stop the server by itself after this long, even if the caller never exits
+            the ``with`` (a bounded test server); None = until exit.
+        **config: ``uvicorn.Config`` settings over the defaults (``log_level="warning"``,
+            ``timeout_keep_alive=120``), e.g. ``log_config=None`` so records reach caplog.
+    """
+
+    def __init__(self, app: Any, *, lifetime_s: float | None = None, **config: Any) -> None:
         import uvicorn
 
         self.port = _free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    timeout_keep_alive=120))
+        settings = {"log_level": "warning", "timeout_keep_alive": 120, **config}
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, **settings))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.watchdog = (threading.Timer(lifetime_s, lambda: setattr(self.server, "should_exit", True))
+                         if lifetime_s is not None else None)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> LoopbackServer:
+        if self.watchdog is not None:
+            self.watchdog.daemon = True
+            self.watchdog.start()
         self.thread.start()
         deadline = time.monotonic() + 60
         while not self.server.started:
@@ -104,6 +121,8 @@ class LoopbackServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
         self.server.should_exit = True
         self.thread.join(timeout=60)
 

@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from searchsmith.serving.batcher import BatcherConfig
 from searchsmith.serving.http import ServerConfig, create_app
+from searchsmith.serving.profiling.server import LoopbackServer
 
 # ---- fake bundles (the runtime API of contract.md, no model) --------------------------------
 
@@ -783,27 +784,13 @@ def test_bad_text_keeps_the_connection_and_logs_no_traceback(full_app, caplog) -
     a good request still works on it afterwards, and nothing is logged as an error."""
     import http.client
     import logging
-    import socket
-    import time
 
-    import uvicorn
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # log_config=None: uvicorn's records reach caplog (its default config does not propagate them)
-    server = uvicorn.Server(uvicorn.Config(full_app, host="127.0.0.1", port=port, log_config=None,
-                                           timeout_keep_alive=60, lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
     caplog.set_level(logging.INFO)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started
+    # log_config=None: uvicorn's records reach caplog (its default config does not propagate them)
+    with LoopbackServer(full_app, log_config=None, timeout_keep_alive=60, lifespan="off") as server:
         cases = list(_surrogate_cases(full_app))
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         headers = {"content-type": "application/json"}
 
         def post(path: str, raw: bytes) -> tuple[int, dict]:
@@ -821,9 +808,6 @@ def test_bad_text_keeps_the_connection_and_logs_no_traceback(full_app, caplog) -
         assert status == 200 and answer["results"][0]["index"] == 0
         assert conn.sock is sock
         conn.close()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert errors == [], [r.getMessage() for r in errors]
 
@@ -909,28 +893,16 @@ def test_an_unexpected_error_is_one_500_and_keeps_the_connection(caplog) -> None
     logged once with its traceback, and the keep-alive connection serves the next request."""
     import http.client
     import logging
-    import socket
-    import time
 
-    import uvicorn
 
     class BrokenRouter(FakeRouter):
         def route(self, *args, **kwargs):
             raise KeyError("boom")
 
     app = create_app(ServerConfig(), router=BrokenRouter(), reranker=FakeReranker())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
     caplog.set_level(logging.INFO)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    with LoopbackServer(app, log_config=None, lifespan="off") as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         conn.request("POST", "/v1/route", body=b'{"query": "q"}', headers={"content-type": "application/json"})
         resp = conn.getresponse()
         body = json.loads(resp.read())
@@ -942,8 +914,5 @@ def test_an_unexpected_error_is_one_500_and_keeps_the_connection(caplog) -> None
         assert again.status == 200 and json.loads(again.read())["results"][0]["index"] == 0
         assert conn.sock is sock  # the same connection
         conn.close()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1 and "KeyError" in repr(tracebacks[0].exc_info[1]), [r.getMessage() for r in tracebacks]

@@ -8,9 +8,6 @@ a wrong model name and ``dimensions`` (full, a Matryoshka truncation, refused).
 from __future__ import annotations
 
 import base64
-import socket
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -42,32 +39,15 @@ class MatryoshkaEmbedBundle:
 
 @pytest.fixture(scope="module")
 def base_url():
-    import uvicorn
     from searchsmith.serving.http import ServedModel, ServerConfig, create_app
+    from searchsmith.serving.profiling.server import LoopbackServer
     from searchsmith.serving.runner import BundleEmbedder
 
     cfg = ServerConfig(api_keys=[API_KEY], request_timeout_s=30.0,
                        embeddings_model=ServedModel(name="minilm", aliases=["text-embedding-3-small"]))
     app = create_app(cfg, embedder=BundleEmbedder(MatryoshkaEmbedBundle(), "embedder"))
-    with socket.socket() as s:  # a free port; the tiny race with another process is acceptable in tests
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    watchdog = threading.Timer(SERVER_LIFETIME_S, lambda: setattr(server, "should_exit", True))
-    watchdog.daemon = True
-    watchdog.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start within 30 s"
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        watchdog.cancel()
-        server.should_exit = True
-        thread.join(timeout=30)
+    with LoopbackServer(app, lifetime_s=SERVER_LIFETIME_S) as server:
+        yield f"{server.url}/v1"
 
 
 @pytest.fixture(scope="module")

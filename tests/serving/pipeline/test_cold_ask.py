@@ -47,12 +47,16 @@ def test_cold_ask_imports_no_torch_and_answers_as_the_torch_embedder(tmp_path, s
     assert cold["trace"]["sources"] == warm["trace"]["sources"]
 
 
+def _copy_with_manifest(bundle, folder, **changes):
+    """A copy of ``bundle`` whose manifest has ``changes`` (the files stay as they are)."""
+    shutil.copytree(bundle, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, **changes}))
+    return folder
+
+
 def test_an_embed_bundle_of_another_model_is_refused(tmp_path, small_index, minilm_embed_bundle):
-    other = tmp_path / "other"
-    shutil.copytree(minilm_embed_bundle, other)
-    manifest = json.loads((other / "manifest.json").read_text())
-    manifest["base_model"] = "someone/another-model"
-    (other / "manifest.json").write_text(json.dumps(manifest))
+    other = _copy_with_manifest(minilm_embed_bundle, tmp_path / "other", base_model="someone/another-model")
     cfg = load_pipeline_config(_config(tmp_path, small_index, other), [])
     with pytest.raises(ConfigError, match=r"bundles.embedder: .* was exported from someone/another-model .* "
                                           r"but the index was built with"):
@@ -60,10 +64,6 @@ def test_an_embed_bundle_of_another_model_is_refused(tmp_path, small_index, mini
 
 
 def test_a_bundle_of_another_task_under_embedder_is_refused(tmp_path, small_index, minilm_embed_bundle):
-    other = tmp_path / "rerank-like"
-    shutil.copytree(minilm_embed_bundle, other)
-    manifest = json.loads((other / "manifest.json").read_text())
-    manifest["task"] = "rerank"
-    (other / "manifest.json").write_text(json.dumps(manifest))
+    other = _copy_with_manifest(minilm_embed_bundle, tmp_path / "rerank-like", task="rerank")
     with pytest.raises(ConfigError, match="is a 'rerank' bundle, expected a 'embed' bundle"):
         load_pipeline(load_pipeline_config(_config(tmp_path, small_index, other), []))
