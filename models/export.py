@@ -658,7 +658,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
 
 def _demo_images(n: int) -> list[Any]:
     from PIL import Image
-    from searchsmith.serving.demo import demo_dir
+    from searchsmith.models.demo import demo_dir
 
     paths = sorted((demo_dir() / "images").glob("*.png"))[:n]
     return [Image.open(p).convert("RGB") for p in paths]

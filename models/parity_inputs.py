@@ -59,7 +59,7 @@ class ParityInputs:
 
 
 def _demo() -> tuple[list[dict[str, Any]], list[str]]:
-    from searchsmith.serving.demo import corpus_path, qa_path
+    from searchsmith.models.demo import corpus_path, qa_path
 
     docs = [json.loads(x) for x in corpus_path().read_text(encoding="utf-8").splitlines() if x.strip()]
     queries = [json.loads(x)["query"] for x in qa_path().read_text(encoding="utf-8").splitlines() if x.strip()]
@@ -76,7 +76,7 @@ def heldout_texts(n: int, seed: int = 0) -> list[str]:
 
 def heldout_groups(n_queries: int, per_query: int = 12, seed: int = 0) -> list[Group]:
     """(question, candidate passages) groups: the supporting passage plus random others."""
-    from searchsmith.serving.demo import qa_path
+    from searchsmith.models.demo import qa_path
 
     docs, _ = _demo()
     by_id = {d["id"]: d["text"] for d in docs}
@@ -101,7 +101,7 @@ def demo_inputs(n: int, calibration: int = 128) -> ParityInputs:
     calib_texts = [t for t in heldout_texts(10 ** 6, seed=1) if t not in seen][:calibration]
     parity_queries = {q for q, _ in groups}
     calib_groups = [g for g in heldout_groups(10 ** 6, per_query=4, seed=1) if g[0] not in parity_queries]
-    return ParityInputs("searchsmith.serving.demo (corpus.jsonl, qa.jsonl)", texts, groups, questions,
+    return ParityInputs("searchsmith.models.demo (corpus.jsonl, qa.jsonl)", texts, groups, questions,
                         calib_texts, calib_groups[: max(1, calibration // 4)])
 
 

@@ -67,7 +67,7 @@ MODELS: tuple[ModelStep, ...] = (
 
 def demo_corpus() -> Path:
     """The bundled demo corpus the quickstart indexes."""
-    from searchsmith.serving.demo import corpus_path
+    from searchsmith.models.demo import corpus_path
 
     return Path(corpus_path())
 

@@ -59,12 +59,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         "searchsmith.training.reranker",
     }),
     "models/export.py": frozenset({
-        "searchsmith.serving.demo",
         "searchsmith.serving.embedder",
         "searchsmith.training.evaluate",
-    }),
-    "models/parity_inputs.py": frozenset({
-        "searchsmith.serving.demo",
     }),
 }
 

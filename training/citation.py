@@ -31,7 +31,7 @@ Data sources (``data.sources``; each a registered dataset ``citation/<name>``, g
   of the same answer (different URL) as negatives.
 * ``scifact``: SciFact claims vs their evidence abstracts: a SUPPORT rationale set joined
   (positive) vs as many non-rationale sentences of the same abstract (negative).
-* ``synthetic``: from the demo corpus shipped in ``serving/demo`` (no ../shared needed):
+* ``synthetic``: from the demo corpus shipped in ``models/demo`` (no ../shared needed):
   a sentence vs a window of its own document containing it (positive), a window of
   another document of the same source and one of another source (negatives).
 
@@ -142,7 +142,7 @@ class CitationData:
     expertqa: str = f"{SHARED}/expertqa/expertqa_domain_test_attribution.jsonl"
     scifact_claims: str = f"{SHARED}/scifact/claims_dev.jsonl"
     scifact_corpus: str = f"{SHARED}/scifact/corpus_subset.jsonl"
-    # The synthetic source's corpus (DESIGN.md corpus JSONL); "demo" = serving/demo/corpus.jsonl.
+    # The synthetic source's corpus (DESIGN.md corpus JSONL); "demo" = models/demo/corpus.jsonl.
     synthetic_corpus: str = "demo"
     synthetic_claims: int = 300
     synthetic_window: int = 3
@@ -566,7 +566,7 @@ def synthetic_pairs(data: CitationData) -> list[Pair]:
     if data.synthetic_claims < 1:
         raise ConfigError("data.synthetic_claims must be >= 1 when 'synthetic' is a source")
     if data.synthetic_corpus == "demo":
-        from searchsmith.serving.demo import corpus_path
+        from searchsmith.models.demo import corpus_path
 
         path = corpus_path()
     else:

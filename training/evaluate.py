@@ -631,10 +631,10 @@ def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
 
 
 def demo_rerank_groups(depth: int = RERANK_DEPTH) -> list[Any]:
-    """The demo questions (serving/demo/qa.jsonl) with their BM25 top-``depth`` demo documents,
+    """The demo questions (models/demo/qa.jsonl) with their BM25 top-``depth`` demo documents,
     labelled by ``supporting``; questions whose top documents hold no supporting one are left
     out (no reranking can find it)."""
-    from searchsmith.serving.demo import corpus_path, qa_path
+    from searchsmith.models.demo import corpus_path, qa_path
     from searchsmith.training.reranker import QueryGroup
 
     docs = [rec for _, rec in iter_jsonl(corpus_path())]
@@ -689,7 +689,7 @@ def _rerank_demo(model: Any, limit: int | None) -> tuple[dict[str, float], str]:
     with progress_bar("held-out rerank (demo)", sum(len(g.candidates) for g in groups), "pair") as bar:
         figs = _numbers(evaluate_groups(Chunked(model, bar).score_pairs, groups))
     return {**figs, **_demo_rerank_baselines(limit)}, (
-        f"the demo held-out data ({part} questions of serving/demo/qa.jsonl, their BM25 top {RERANK_DEPTH} "
+        f"the demo held-out data ({part} questions of models/demo/qa.jsonl, their BM25 top {RERANK_DEPTH} "
         "demo documents)")
 
 

@@ -23,7 +23,7 @@ from searchsmith.serving.profiling.common import ProfileContext, interleaved_bes
 
 def mixed_texts(n: int, seed: int = 0) -> list[str]:
     """``n`` texts of mixed length from the demo corpus: whole documents, sentences, titles."""
-    from searchsmith.serving.demo import corpus_path
+    from searchsmith.models.demo import corpus_path
 
     docs = [json.loads(line) for line in corpus_path().read_text(encoding="utf-8").splitlines() if line.strip()]
     pool: list[str] = []

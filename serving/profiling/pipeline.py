@@ -1,6 +1,6 @@
 """``searchsmith profile pipeline``: per-stage latency of ``Pipeline.ask`` for each preset.
 
-The demo questions (``serving/demo/qa.jsonl``, follow-ups with their history) are asked of a
+The demo questions (``models/demo/qa.jsonl``, follow-ups with their history) are asked of a
 pipeline over an index built from the demo corpus (or ``--index DIR``, or the config's
 ``index:``), with ``--config FILE`` (else the default config: no bundles, every stage on its
 offline fallback). Each question is asked under every preset of the config (``turbo``,
@@ -47,9 +47,9 @@ def demo_questions(n: int | None, follow_ups: int) -> list[dict[str, Any]]:
     """``n`` demo questions (all when None), the last ``follow_ups`` of them with history.
 
     Returns:
-        ``[{"id", "query", "history"?, "supporting"}, ...]`` from ``serving/demo/qa.jsonl``.
+        ``[{"id", "query", "history"?, "supporting"}, ...]`` from ``models/demo/qa.jsonl``.
     """
-    from searchsmith.serving.demo import qa_path
+    from searchsmith.models.demo import qa_path
 
     qa = [json.loads(line) for line in qa_path().read_text(encoding="utf-8").splitlines() if line.strip()]
     if n is None:
@@ -68,7 +68,7 @@ def demo_documents(questions: list[dict[str, Any]], limit: int | None) -> list[d
             round-robin over the sources so that routing has every source to choose from.
     """
     from searchsmith.serving.corpus import read_corpus
-    from searchsmith.serving.demo import corpus_path
+    from searchsmith.models.demo import corpus_path
 
     records = read_corpus(corpus_path())
     if limit is None:

@@ -227,7 +227,7 @@ def query_texts() -> list[str]:
     of a search system carry (about 14 WordPiece tokens on average)."""
     import json
 
-    from searchsmith.serving.demo import qa_path, routing_path
+    from searchsmith.models.demo import qa_path, routing_path
 
     out = []
     for path in (qa_path(), routing_path()):

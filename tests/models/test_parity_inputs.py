@@ -107,7 +107,7 @@ def test_export_checks_parity_and_calibrates_on_the_file(tmp_path, capsys) -> No
     # the default is the demo data
     assert main(["export", "embedder", "--model", str(embedder_dir()), "--out", str(tmp_path / "e3")]) == 0
     m3 = json.loads((tmp_path / "e3" / "manifest.json").read_text())
-    assert m3["parity"]["inputs"].startswith("searchsmith.serving.demo")
+    assert m3["parity"]["inputs"].startswith("searchsmith.models.demo")
     capsys.readouterr()
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from searchsmith.models.errors import ValidationError
-from searchsmith.serving.demo import corpus_path, demo_dir, qa_path, routing_path
-from searchsmith.serving.demo import generate as gen
+from searchsmith.models.demo import corpus_path, demo_dir, qa_path, routing_path
+from searchsmith.models.demo import generate as gen
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -117,7 +117,7 @@ def test_kimas_follow_up_is_present(routing: list[dict]) -> None:
 
 
 def test_code_notes_name_their_product(corpus: list[dict]) -> None:
-    from searchsmith.serving.demo.facts import PRODUCTS
+    from searchsmith.models.demo.facts import PRODUCTS
 
     names = [p.name for p in PRODUCTS]
     for doc in corpus:

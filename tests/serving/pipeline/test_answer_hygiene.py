@@ -182,7 +182,7 @@ def test_an_llm_is_not_called_when_nothing_supports_an_answer(embedder):
 def demo_index(tmp_path_factory, embedder):
     """An index of the shipped demo corpus, as ``searchsmith index`` builds it by default."""
     from searchsmith.serving.corpus import read_corpus
-    from searchsmith.serving.demo import corpus_path
+    from searchsmith.models.demo import corpus_path
     from searchsmith.serving.index import IndexConfig, build_index
 
     out = tmp_path_factory.mktemp("demo") / "index"
@@ -225,7 +225,7 @@ def test_out_of_kb_questions_are_not_found(demo_pipeline):
 
 def test_every_demo_question_is_still_answered(demo_index, embedder):
     """The refusal must not cost a question the demo knowledge base answers (all 42)."""
-    from searchsmith.serving.demo import qa_path
+    from searchsmith.models.demo import qa_path
 
     # the decision is the generation stage's: the stages after it are left out to save time
     stages = ("context", "routing", "decomposition", "retrieval", "generation")

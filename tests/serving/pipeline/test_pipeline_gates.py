@@ -20,8 +20,8 @@ from searchsmith.serving.pipeline.gates import (
 from searchsmith.serving.pipeline.pipeline import Pipeline
 
 REPO = Path(__file__).resolve().parents[3]
-DEMO_QA = REPO / "serving" / "demo" / "qa.jsonl"
-DEMO_CORPUS = REPO / "serving" / "demo" / "corpus.jsonl"
+DEMO_QA = REPO / "models" / "demo" / "qa.jsonl"
+DEMO_CORPUS = REPO / "models" / "demo" / "corpus.jsonl"
 
 # Below their baselines: the quick [CLS] reranker of the issue (0.483 vs 0.810), and made-up
 # figures of the same kind for the others.

@@ -1,6 +1,6 @@
 """Generate the demo knowledge base: corpus, images, routing set, QA set and README.
 
-Run ``python -m searchsmith.serving.demo.generate [--out DIR]`` (default: this folder). The
+Run ``python -m searchsmith.models.demo.generate [--out DIR]`` (default: this folder). The
 output is a pure function of ``facts.py``, ``articles.py`` and ``SEED``: running it twice gives
 the same bytes for the JSONL and Markdown files and the same pixels for the PNG files.
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 from searchsmith.models.errors import ValidationError
-from searchsmith.serving.demo import articles as A
-from searchsmith.serving.demo import facts as F
+from searchsmith.models.demo import articles as A
+from searchsmith.models.demo import facts as F
 
 SEED = 20240312
 CORPUS_FILE = "corpus.jsonl"
@@ -891,7 +891,7 @@ def check(demo: DemoSet) -> None:
             problems.append(f"{qa.id}: answer {qa.answer!r} is not in {qa.supporting}")
     if problems:
         raise ValidationError("demo data is inconsistent:\n  " + "\n  ".join(problems)
-                              + "\nfix the templates or facts in searchsmith/serving/demo")
+                              + "\nfix the templates or facts in searchsmith/models/demo")
 
 
 def _jsonl(records: list[dict[str, object]]) -> bytes:
@@ -929,7 +929,7 @@ under the project's licence (Apache-2.0). The products, companies, people and ev
 fictional; the encyclopedia articles state well-known facts in our own words. Nothing here is
 copied from another data set.
 
-Regenerate with `python -m searchsmith.serving.demo.generate` (writes this folder atomically;
+Regenerate with `python -m searchsmith.models.demo.generate` (writes this folder atomically;
 `--out DIR` writes elsewhere). The output depends only on `facts.py`, `articles.py` and the
 seed in `generate.py`: edit those, never the generated files.
 
@@ -1008,7 +1008,7 @@ def write_all(out_dir: Path) -> dict[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m searchsmith.serving.demo.generate",
+    parser = argparse.ArgumentParser(prog="python -m searchsmith.models.demo.generate",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent,
                         help="folder to write into (default: the package's demo folder)")
