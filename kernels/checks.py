@@ -67,6 +67,16 @@ def _check_dim_d(name: str, d: int) -> None:
         raise KernelInputError(f"{name}: the feature dimension D is 0; D must be >= 1")
 
 
+def _check_query_dim(queries: torch.Tensor, name: str, rows: torch.Tensor) -> None:
+    """Queries (B, D) must share a D >= 1 with the (N, D) rows ``name`` they are scored against."""
+    if queries.shape[1] != rows.shape[1]:
+        raise KernelInputError(
+            f"queries: D = {queries.shape[1]} does not match {name} D = {rows.shape[1]}; "
+            f"embed queries with the model that built the {name}"
+        )
+    _check_dim_d("queries", queries.shape[1])
+
+
 def _check_k(k: object) -> int:
     if isinstance(k, bool) or not isinstance(k, int):
         raise KernelInputError(f"k: expected an int >= 1, got {type(k).__name__} {k!r}")
@@ -96,12 +106,7 @@ def check_similarity_topk(queries: torch.Tensor, matrix: torch.Tensor, k: object
     _check_tensor("matrix", matrix, 2, "(N, D)")
     _check_dtype("queries", queries, _SEARCH_DTYPES)
     _check_dtype("matrix", matrix, _SEARCH_DTYPES)
-    if queries.shape[1] != matrix.shape[1]:
-        raise KernelInputError(
-            f"queries: D = {queries.shape[1]} does not match matrix D = {matrix.shape[1]}; "
-            f"embed queries with the model that built the matrix"
-        )
-    _check_dim_d("queries", queries.shape[1])
+    _check_query_dim(queries, "matrix", matrix)
     if matrix.shape[0] > MAX_ROWS:
         raise KernelInputError(f"matrix: N = {matrix.shape[0]} rows exceeds the limit {MAX_ROWS}; shard the matrix")
     _check_same_device(queries=queries, matrix=matrix)
@@ -125,12 +130,7 @@ def check_route_sources(
     _check_dtype("centroids", centroids, _SEARCH_DTYPES)
     _check_dtype("centroid_source", centroid_source, _INT_DTYPES)
     _check_dtype("source_scale", source_scale, _SEARCH_DTYPES)
-    if queries.shape[1] != centroids.shape[1]:
-        raise KernelInputError(
-            f"queries: D = {queries.shape[1]} does not match centroids D = {centroids.shape[1]}; "
-            f"embed queries with the model that built the centroids"
-        )
-    _check_dim_d("queries", queries.shape[1])
+    _check_query_dim(queries, "centroids", centroids)
     n_c, n_s = centroids.shape[0], source_scale.shape[0]
     if centroid_source.shape[0] != n_c:
         raise KernelInputError(

@@ -9,7 +9,7 @@ at once. The greedy pass is sequential by definition: it runs on the CPU over th
 rows (N^2 / 8 bytes, 2 MB for N = 4000) as Python big-int AND/OR, one word-parallel step
 per passage.
 
-Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``, 2026-11-30) it beat
+Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``) it beat
 the torch twin in 2 of 2 workloads (median 2.2x), so it is the CUDA default
 (``dispatch.TRITON_BY_DEFAULT``). It targets N up to a few thousand.
 """
@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from .checks import check_dedup_mask
+from .tiles import block_d, dot_tile
 
 _WORD_BITS = 64
 _BLOCK_I = 32
@@ -42,18 +43,8 @@ def _dedup_mask_kernel(
         offs_j = pid_w * 64 + tl.arange(0, 64)
         i_ok = offs_i < N
         j_ok = offs_j < N
-        acc = tl.zeros((BLOCK_I, 64), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            offs_d = d0 + tl.arange(0, BLOCK_D)
-            d_ok = offs_d < D
-            a = tl.load(e_ptr + offs_i[:, None].to(tl.int64) * stride_en + offs_d[None, :] * stride_ed,
-                        mask=i_ok[:, None] & d_ok[None, :], other=0.0)
-            b = tl.load(e_ptr + offs_j[:, None].to(tl.int64) * stride_en + offs_d[None, :] * stride_ed,
-                        mask=j_ok[:, None] & d_ok[None, :], other=0.0)
-            if DOT_FP16:
-                acc = tl.dot(a, tl.trans(b), acc)
-            else:
-                acc = tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)), acc, input_precision="ieee")
+        acc = dot_tile(e_ptr, offs_i, i_ok, stride_en, stride_ed, e_ptr, offs_j, j_ok, stride_en, stride_ed,
+                       D, BLOCK_I, 64, BLOCK_D, DOT_FP16)  # (BLOCK_I, 64)
         hit = (acc >= threshold) & (offs_j[None, :] < offs_i[:, None]) & j_ok[None, :]
         # Distinct powers of two: their (wrapping) sum is their OR, bit 63 included.
         shifts = tl.arange(0, 64).to(tl.int64)
@@ -109,7 +100,7 @@ def _dedup_mask_launch(embeddings: torch.Tensor, threshold: float) -> torch.Tens
         embeddings, bits,
         n, n_d, threshold,
         embeddings.stride(0), embeddings.stride(1), bits.stride(0),
-        BLOCK_I=_BLOCK_I, BLOCK_D=min(128, max(16, triton.next_power_of_2(n_d))),
+        BLOCK_I=_BLOCK_I, BLOCK_D=block_d(n_d),
         DOT_FP16=embeddings.dtype == torch.float16,
     )
     return greedy_keep_from_bits(bits).to(device)

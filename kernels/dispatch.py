@@ -64,17 +64,16 @@ BACKENDS = ("auto", "torch", "triton")
 ENV_BACKEND = "SEARCHSMITH_KERNEL_BACKEND"
 
 # Ops whose Triton kernel is the "auto" choice on CUDA: a kernel is the default only where it
-# beats torch in a measured run of ``searchsmith profile kernels``. Measured on the H200
-# reference machine on 2026-11-30 (``searchsmith profile --suite gpu``;
-# serving/profiling/RESULTS.md; two runs, same results within noise), Triton against the
-# torch twin that "auto" would run otherwise:
+# beats torch in a measured run of ``searchsmith profile kernels``. On the H200 reference
+# machine (``searchsmith profile --suite gpu``, serving/profiling/RESULTS.md; two runs, same
+# results within noise), Triton against the torch twin that "auto" would run otherwise:
 #   pool_normalize   4/4 workloads faster, median 2.4x
 #   dedup_mask       2/2 faster, median 2.2x
 #   similarity_topk  20/21 faster, median 4.1x (slower only at float32, B = 256: 0.70x).
 #                    A plain fp16 matmul + topk was 2.7x faster still (median), but it
 #                    rounds scores to fp16 and does not keep the exact tie order.
-#   route_sources    2/6 faster, median 0.87x in the first run; 4/6, median 1.07x in the
-#                    second: within run-to-run noise of 1x, so it stays on torch.
+#   route_sources    2/6 faster (median 0.87x) in one run, 4/6 (median 1.07x) in the
+#                    other: within run-to-run noise of 1x, so it stays on torch.
 # ``backend="triton"|"torch"`` or SEARCHSMITH_KERNEL_BACKEND selects one explicitly.
 TRITON_BY_DEFAULT: dict[str, bool] = {
     "pool_normalize": True,

@@ -16,9 +16,11 @@ import functools
 import glob
 import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
+# Rows of the (rows, N) similarity block computed at once by the greedy de-duplication.
 DEDUP_BLOCK_ROWS = 1024
 
 
@@ -100,11 +102,21 @@ def dedup_mask_host(embeddings: np.ndarray, threshold: float) -> np.ndarray:
         raise ValueError(f"dedup_mask: embeddings must be (N, D), got shape {e.shape}")
     if not -1.0 < float(threshold) <= 1.0:
         raise ValueError(f"dedup_mask: threshold must be in (-1, 1], got {threshold}")
-    n = e.shape[0]
+    return greedy_keep(e.shape[0], lambda start, stop: e[start:stop] @ e[:stop].T >= threshold)
+
+
+def greedy_keep(n: int, hits: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """(N,) bool keep-mask of greedy duplicate removal over N rows in rank order, blockwise.
+
+    ``hits(start, stop)`` gives the (stop - start, stop) bool block ``<e_i, e_j> >= threshold``
+    for rows i in [start, stop) against every row j < stop. Each block's rows hit by an
+    already-kept earlier row are dropped, then a greedy pass runs inside the block. Both
+    ``dedup_mask_host`` and the torch ``reference.dedup_mask_ref`` run this loop.
+    """
     keep = np.ones(n, dtype=bool)
     for start in range(0, n, DEDUP_BLOCK_ROWS):
         stop = min(start + DEDUP_BLOCK_ROWS, n)
-        hit = e[start:stop] @ e[:stop].T >= threshold  # (rows, stop)
+        hit = hits(start, stop)  # (rows, stop)
         dropped = (hit[:, :start] & keep[:start]).any(axis=1)  # by kept rows of earlier blocks
         for r in range(stop - start):
             if dropped[r]:
@@ -114,4 +126,4 @@ def dedup_mask_host(embeddings: np.ndarray, threshold: float) -> np.ndarray:
     return keep
 
 
-__all__ = ["dedup_mask_host", "host_only", "route_sources_host"]
+__all__ = ["dedup_mask_host", "greedy_keep", "host_only", "route_sources_host"]

@@ -5,7 +5,7 @@ Grid: one program per batch row ``b``; it streams the row's T tokens in BLOCK_T 
 the whole (padded) D in registers, so each hidden element is read once and padded tokens
 (mask 0) are never read. Load, cast to float32, accumulate in float32, store float32.
 
-Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``, 2026-11-30) it beat
+Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``) it beat
 ``reference.pool_normalize_ref`` in 4 of 4 workloads (median 2.4x), so it is the CUDA
 default (``dispatch.TRITON_BY_DEFAULT``).
 """

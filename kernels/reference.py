@@ -15,12 +15,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .host import greedy_keep
+
 # similarity_topk_ref / route_sources_ref work on chunks of rows so that neither the (B, chunk)
 # float32 scores nor the float32 copy of a (chunk, D) fp16 block exceeds this many elements:
 # a 4e6-row matrix never becomes a (B, N) tensor (256 x 4e6 x 4 bytes = 4 GB) at once.
 SIMILARITY_CHUNK_ELEMENTS = 1 << 24
-# Rows of the (rows, N) similarity block computed at once by dedup_mask_ref.
-DEDUP_BLOCK_ROWS = 1024
 # Index field of a packed key: 31 bits, stored as INDEX_BASE - index (see pack_topk_keys).
 INDEX_BASE = 2**31 - 1
 # Smaller than every key packed from a real (even -inf) score: used for padding.
@@ -58,6 +58,12 @@ def unpack_topk_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return scores, indices
 
 
+def empty_topk(n_b: int, k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (scores (B, k) float32, indices (B, k) int64) answer when B or k is 0."""
+    return (torch.empty(n_b, k, dtype=torch.float32, device=device),
+            torch.empty(n_b, k, dtype=torch.int64, device=device))
+
+
 def topk_lower_index(scores: torch.Tensor, k: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k along the last dim, ties by lower index: (values float32, indices + offset int64)."""
     idx = torch.arange(offset, offset + scores.shape[-1], device=scores.device)
@@ -84,8 +90,7 @@ def similarity_topk_ref(queries: torch.Tensor, matrix: torch.Tensor, k: int) -> 
     n_b, n = queries.shape[0], matrix.shape[0]
     device = queries.device
     if n_b == 0 or k == 0:
-        return (torch.empty(n_b, k, dtype=torch.float32, device=device),
-                torch.empty(n_b, k, dtype=torch.int64, device=device))
+        return empty_topk(n_b, k, device)
     q = queries.float()
     chunk = max(k, SIMILARITY_CHUNK_ELEMENTS // max(n_b, matrix.shape[1]))
     candidates = []
@@ -111,8 +116,7 @@ def route_sources_ref(
     n_b, n_s = queries.shape[0], source_scale.shape[0]
     device = queries.device
     if n_b == 0 or k == 0:
-        return (torch.empty(n_b, k, dtype=torch.float32, device=device),
-                torch.empty(n_b, k, dtype=torch.int64, device=device))
+        return empty_topk(n_b, k, device)
     q = queries.float()
     src = centroid_source.to(torch.int64)
     best = torch.full((n_b, n_s), float("-inf"), dtype=torch.float32, device=device)  # (B, S)
@@ -139,19 +143,14 @@ def finish_routing(best: torch.Tensor, src: torch.Tensor, source_scale: torch.Te
 def dedup_mask_ref(embeddings: torch.Tensor, threshold: float) -> torch.Tensor:
     """(N, D) rank-ordered rows -> (N,) keep-mask of greedy removal at ``<e_i, e_j> >= threshold``.
 
-    Blockwise: each block of rows is compared with every earlier row, rows hit by an
-    already-kept earlier row are dropped, then a greedy pass runs inside the block.
+    Blockwise, in ``host.greedy_keep``: each block of rows is compared with every earlier
+    row, rows hit by an already-kept earlier row are dropped, then a greedy pass runs inside
+    the block.
     """
-    n = embeddings.shape[0]
     e = embeddings.float()
-    keep = np.ones(n, dtype=bool)
-    for start in range(0, n, DEDUP_BLOCK_ROWS):
-        stop = min(start + DEDUP_BLOCK_ROWS, n)
-        hit = (e[start:stop] @ e[:stop].T >= threshold).cpu().numpy()  # (rows, stop)
-        dropped = (hit[:, :start] & keep[:start]).any(axis=1)  # by kept rows of earlier blocks
-        for r in range(stop - start):
-            if dropped[r]:
-                keep[start + r] = False
-            else:  # kept: it removes every later row of the block that it duplicates
-                dropped[r + 1:] |= hit[r + 1:, start + r]
+
+    def hits(start: int, stop: int) -> np.ndarray:
+        return (e[start:stop] @ e[:stop].T >= threshold).cpu().numpy()  # (rows, stop)
+
+    keep = greedy_keep(e.shape[0], hits)
     return torch.from_numpy(keep).to(embeddings.device)

@@ -9,7 +9,7 @@ the (B, C) score matrix never reaches memory. The launcher then applies the scal
 empty sources -inf and takes the top k of the small (B, S) buffer with ``torch.topk`` on
 packed keys (exact ties by lower id).
 
-Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``, 2026-11-30) it was
+Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``) it was
 0.87x and 1.07x the torch twin (median of 6 workloads, two runs): within noise, so the
 dispatcher keeps torch on CUDA (``dispatch.TRITON_BY_DEFAULT``). Atomic contention grows
 when many centroids share few sources.
@@ -21,12 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_route_sources, interpreter_enabled
-from .reference import finish_routing
+from .checks import check_route_sources
+from .reference import empty_topk, finish_routing
+from .tiles import block_d, dot_tile, split_grid, split_program
 
-_GPU_TARGET_PROGRAMS = 1024
-# Under TRITON_INTERPRET=1 each program instance costs about 1 ms of Python: keep grids tiny.
-_INTERPRET_TARGET_PROGRAMS = 2
 _BLOCK_C = 64
 
 
@@ -38,27 +36,12 @@ def _route_sources_kernel(
     HAS_WEIGHT: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_FP16: tl.constexpr,
 ):
-    pid_b = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    b_ok = offs_b < B
-    col_start = pid_c * cols_per_prog
-    col_stop = tl.minimum(col_start + cols_per_prog, C)
+    offs_b, b_ok, col_start, col_stop = split_program(B, C, cols_per_prog, BLOCK_B)
     for c0 in range(col_start, col_stop, BLOCK_C):
         offs_c = c0 + tl.arange(0, BLOCK_C)
         c_ok = offs_c < col_stop
-        acc = tl.zeros((BLOCK_B, BLOCK_C), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            offs_d = d0 + tl.arange(0, BLOCK_D)
-            d_ok = offs_d < D
-            q = tl.load(q_ptr + offs_b[:, None].to(tl.int64) * stride_qb + offs_d[None, :] * stride_qd,
-                        mask=b_ok[:, None] & d_ok[None, :], other=0.0)
-            cen = tl.load(c_ptr + offs_c[:, None].to(tl.int64) * stride_cc + offs_d[None, :] * stride_cd,
-                          mask=c_ok[:, None] & d_ok[None, :], other=0.0)
-            if DOT_FP16:
-                acc = tl.dot(q, tl.trans(cen), acc)
-            else:
-                acc = tl.dot(q.to(tl.float32), tl.trans(cen.to(tl.float32)), acc, input_precision="ieee")
+        acc = dot_tile(q_ptr, offs_b, b_ok, stride_qb, stride_qd, c_ptr, offs_c, c_ok, stride_cc, stride_cd,
+                       D, BLOCK_B, BLOCK_C, BLOCK_D, DOT_FP16)  # (BLOCK_B, BLOCK_C)
         if HAS_WEIGHT:
             w = tl.load(w_ptr + offs_c, mask=c_ok, other=1.0).to(tl.float32)
             acc = acc * w[None, :]
@@ -109,24 +92,17 @@ def _route_sources_launch(
     n_c, n_s = centroids.shape[0], source_scale.shape[0]
     device = queries.device
     if n_b == 0 or k == 0:
-        return (torch.empty(n_b, k, dtype=torch.float32, device=device),
-                torch.empty(n_b, k, dtype=torch.int64, device=device))
+        return empty_topk(n_b, k, device)
     src = centroid_source.to(torch.int64).contiguous()
     best = torch.full((n_b, n_s), float("-inf"), dtype=torch.float32, device=device)  # (B, S)
     if n_c > 0:
-        block_b = 16 if n_b <= 16 else 32
-        n_btiles = triton.cdiv(n_b, block_b)
-        target = _INTERPRET_TARGET_PROGRAMS if interpreter_enabled() else _GPU_TARGET_PROGRAMS
-        n_tiles = triton.cdiv(n_c, _BLOCK_C)
-        tiles_per_prog = triton.cdiv(n_tiles, max(1, min(n_tiles, target // n_btiles)))
-        n_split = triton.cdiv(n_tiles, tiles_per_prog)
+        block_b, n_split, cols_per_prog = split_grid(n_b, n_c, _BLOCK_C)
         weight = centroid_weight.contiguous() if centroid_weight is not None else src  # src: unused dummy
-        _route_sources_kernel[(n_btiles, n_split)](
+        _route_sources_kernel[(triton.cdiv(n_b, block_b), n_split)](
             queries, centroids, src, weight, best,
-            n_b, n_c, n_d, n_s, tiles_per_prog * _BLOCK_C,
+            n_b, n_c, n_d, n_s, cols_per_prog,
             queries.stride(0), queries.stride(1), centroids.stride(0), centroids.stride(1),
-            HAS_WEIGHT=centroid_weight is not None, BLOCK_B=block_b, BLOCK_C=_BLOCK_C,
-            BLOCK_D=min(128, max(16, triton.next_power_of_2(n_d))),
+            HAS_WEIGHT=centroid_weight is not None, BLOCK_B=block_b, BLOCK_C=_BLOCK_C, BLOCK_D=block_d(n_d),
             DOT_FP16=queries.dtype == torch.float16 and centroids.dtype == torch.float16,
         )
     return finish_routing(best, src, source_scale, k)

@@ -16,7 +16,7 @@ is exact in float32) with a float32 accumulator; any float32 operand makes both 
 ``input_precision="ieee"`` (no TF32), so results match ``reference.similarity_topk_ref`` up
 to summation order.
 
-Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``, 2026-11-30) it beat
+Where it wins / loses: on the H200 (``searchsmith profile --suite gpu``) it beat
 the torch twin (chunked matmul + topk) in 20 of 21 workloads (median 4.1x; 0.70x at float32,
 B = 256), so it is the CUDA default (``dispatch.TRITON_BY_DEFAULT``). A plain fp16 matmul +
 topk was faster still (median 2.7x) but rounds scores to fp16 and loses the exact tie order
@@ -30,14 +30,8 @@ import triton
 import triton.language as tl
 
 from .checks import MAX_TRITON_K, KernelInputError, check_similarity_topk, interpreter_enabled
-from .reference import INDEX_BASE, INVALID_KEY, merge_topk_keys
-
-# Programs to launch in total (per query block x row slices) on a GPU: a few waves of the
-# H200's 132 SMs, so every SM stays busy while each program still streams many tiles.
-_GPU_TARGET_PROGRAMS = 1024
-# Under TRITON_INTERPRET=1 each program instance costs about 1 ms of Python: keep grids tiny.
-_INTERPRET_TARGET_PROGRAMS = 2
-
+from .reference import INDEX_BASE, INVALID_KEY, empty_topk, merge_topk_keys
+from .tiles import block_d, dot_tile, split_grid, split_program
 
 # Compare-swaps are written inline with builtins only (reshape, permute, split, join,
 # minimum, maximum): under TRITON_INTERPRET=1 every call of a @triton.jit function, which
@@ -95,30 +89,15 @@ def _similarity_topk_kernel(
     R: tl.constexpr, LOG_R: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_FP16: tl.constexpr,
 ):
-    pid_b = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    b_ok = offs_b < B
-    row_start = pid_n * rows_per_prog
-    row_stop = tl.minimum(row_start + rows_per_prog, N)
+    offs_b, b_ok, row_start, row_stop = split_program(B, N, rows_per_prog, BLOCK_B)
     offs_r = tl.arange(0, R)
     best = tl.full((BLOCK_B, R), INVALID_KEY, dtype=tl.int64)  # sorted descending
     kth = tl.full((BLOCK_B,), INVALID_KEY, dtype=tl.int64)  # best[:, K - 1]
     for n0 in range(row_start, row_stop, R):
         offs_n = n0 + tl.arange(0, R)
         n_ok = offs_n < row_stop
-        acc = tl.zeros((BLOCK_B, R), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            offs_d = d0 + tl.arange(0, BLOCK_D)
-            d_ok = offs_d < D
-            q = tl.load(q_ptr + offs_b[:, None].to(tl.int64) * stride_qb + offs_d[None, :] * stride_qd,
-                        mask=b_ok[:, None] & d_ok[None, :], other=0.0)
-            m = tl.load(m_ptr + offs_n[:, None].to(tl.int64) * stride_mn + offs_d[None, :] * stride_md,
-                        mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-            if DOT_FP16:
-                acc = tl.dot(q, tl.trans(m), acc)
-            else:
-                acc = tl.dot(q.to(tl.float32), tl.trans(m.to(tl.float32)), acc, input_precision="ieee")
+        acc = dot_tile(q_ptr, offs_b, b_ok, stride_qb, stride_qd, m_ptr, offs_n, n_ok, stride_mn, stride_md,
+                       D, BLOCK_B, R, BLOCK_D, DOT_FP16)  # (BLOCK_B, R)
         # Pack (score, row) into int64 keys ordered by score desc then row asc, as
         # reference.pack_topk_keys does; padding rows and queries get INVALID_KEY.
         bits = acc.to(tl.int32, bitcast=True)
@@ -133,7 +112,7 @@ def _similarity_topk_kernel(
             tile = _bitonic_sort(keys, BLOCK_B, R, LOG_R, False)
             best = _bitonic_merge(tl.maximum(best, tile), BLOCK_B, R, LOG_R, True)
             kth = tl.max(tl.where(offs_r[None, :] == K - 1, best, INVALID_KEY), axis=1)
-    tl.store(keys_ptr + offs_b[:, None].to(tl.int64) * stride_kb + pid_n * R + offs_r[None, :],
+    tl.store(keys_ptr + offs_b[:, None].to(tl.int64) * stride_kb + tl.program_id(1) * R + offs_r[None, :],
              best, mask=b_ok[:, None])
 
 
@@ -142,14 +121,7 @@ def _plan(n_b: int, n: int, k: int) -> tuple[int, int, int, int]:
     # R >= 64 keeps the GPU's tl.dot tiles wide; the interpreter pays per compare-swap, so
     # there R only needs tl.dot's minimum of 16.
     r = max(16 if interpreter_enabled() else 64, triton.next_power_of_2(k))
-    block_b = 16 if n_b <= 16 else 32
-    n_btiles = triton.cdiv(n_b, block_b)
-    target = _INTERPRET_TARGET_PROGRAMS if interpreter_enabled() else _GPU_TARGET_PROGRAMS
-    n_tiles = triton.cdiv(n, r)
-    n_split = max(1, min(n_tiles, target // n_btiles))
-    tiles_per_prog = triton.cdiv(n_tiles, n_split)
-    n_split = triton.cdiv(n_tiles, tiles_per_prog)
-    return r, block_b, n_split, tiles_per_prog * r
+    return (r, *split_grid(n_b, n, r))
 
 
 def similarity_topk_triton(queries: torch.Tensor, matrix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,11 +148,9 @@ def _similarity_topk_launch(queries: torch.Tensor, matrix: torch.Tensor, k: int)
     if k > MAX_TRITON_K:
         raise KernelInputError(f"k: {k} exceeds the Triton kernel's limit {MAX_TRITON_K}; use backend='torch'")
     if n_b == 0 or k == 0:
-        return (torch.empty(n_b, k, dtype=torch.float32, device=device),
-                torch.empty(n_b, k, dtype=torch.int64, device=device))
+        return empty_topk(n_b, k, device)
     r, block_b, n_split, rows_per_prog = _plan(n_b, n, k)
     n_d = queries.shape[1]
-    block_d = min(128, max(16, triton.next_power_of_2(n_d)))
     keys = torch.empty(n_b, n_split * r, dtype=torch.int64, device=device)
     grid = (triton.cdiv(n_b, block_b), n_split)
     _similarity_topk_kernel[grid](
@@ -188,7 +158,7 @@ def _similarity_topk_launch(queries: torch.Tensor, matrix: torch.Tensor, k: int)
         n_b, n, n_d, k, rows_per_prog,
         queries.stride(0), queries.stride(1), matrix.stride(0), matrix.stride(1), keys.stride(0),
         INDEX_BASE=INDEX_BASE, INVALID_KEY=INVALID_KEY,
-        R=r, LOG_R=r.bit_length() - 1, BLOCK_B=block_b, BLOCK_D=block_d,
+        R=r, LOG_R=r.bit_length() - 1, BLOCK_B=block_b, BLOCK_D=block_d(n_d),
         DOT_FP16=queries.dtype == torch.float16 and matrix.dtype == torch.float16,
         num_warps=4 if r <= 128 else 8,
     )
