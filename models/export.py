@@ -35,7 +35,6 @@ writes nothing, unless ``--allow-drift``, which is recorded in the manifest.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import hashlib
 import inspect
@@ -43,7 +42,6 @@ import json
 import logging
 import math
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,9 +51,8 @@ from typing import Any, Literal
 
 import numpy as np
 from searchsmith.models import __version__
-from searchsmith.models.console import quiet_block
 from searchsmith.models.errors import BundleError, ConfigError
-from searchsmith.models.int8_cpu import WEIGHT_RANGES, int8_cpu_report, int8_isa
+from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     check_replaceable,
     replace_dir,
@@ -64,11 +61,8 @@ from searchsmith.models.io import (
     write_json_atomic,
 )
 from searchsmith.models.onnx_quant import (
-    ACTIVATION_MODES,
-    DOWN_PROJECTION_MODES,
     INT8_DEFAULTS,
     Int8Scheme,
-    int8_default_text,
     quantize_int8,
 )
 from searchsmith.models.parity_inputs import (
@@ -88,12 +82,13 @@ from searchsmith.models.runtime import (
     TorchGraph,
     read_manifest,
 )
+from searchsmith.models.tasks import run_names, run_task
 
 log = logging.getLogger(__name__)
 
 Dtype = Literal["fp32", "fp16", "int8"]
-RUN_TASKS = {"rerank": "rerank", "cite": "cite", "images": "images", "decompose": "decompose",
-             "decompose+rewrite": "decompose"}
+# (task, run_dir, bundle, limit) -> (held-out figures in the manifest's naming, where they come from)
+HeldoutScorer = Callable[[str, Path, Bundle, "int | None"], tuple[dict[str, float], str]]
 _ORT_TO_NP = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32",
               "tensor(float16)": "float16"}
 
@@ -151,6 +146,10 @@ class ExportOptions:
             recorded in the manifest (``heldout_metrics``); this scores only the first N items
             (queries, decompositions and rewrites each, sentences, images) of a large split.
             None = all; 0 = skip it and record the run's own (torch) figures.
+        heldout_scorer: ``(task, run_dir, bundle, limit) -> (figures, where)``, the function that
+            scores the bundle on the run's held-out split (``searchsmith export`` and the
+            quickstart pass :func:`searchsmith.training.evaluate.heldout_figures`: evaluation
+            belongs to the training layer). None = record the run's own (torch) figures.
     """
 
     dtype: Dtype = "fp32"
@@ -167,6 +166,7 @@ class ExportOptions:
     thresholds: ParityThresholds = field(default_factory=ParityThresholds)
     parity_data: str | None = None
     heldout_limit: int | None = None
+    heldout_scorer: HeldoutScorer | None = None
 
     def __post_init__(self) -> None:
         if self.int8_fuse_attention is not None and not isinstance(self.int8_fuse_attention, bool):
@@ -698,13 +698,12 @@ def _probe_preprocess(model: Any) -> dict[str, Any]:
 
 def embedder_source(model: str = "default") -> ModelSource:
     """The base sentence-transformers embedder (pretrained: no fine-tuning needed)."""
-    from searchsmith.models.hub import model_display_name, resolve_model
-    from searchsmith.serving.embedder import _read_st_layout
+    from searchsmith.models.hub import model_display_name, read_st_layout, resolve_model
 
     path = Path(resolve_model(model, field="--model"))
     if not path.is_dir():
         raise ConfigError(f"export embedder --model: {model!r} is not a local folder; download it first")
-    pooling, st_max = _read_st_layout(path)
+    pooling, st_max = read_st_layout(path)
     max_len = min(st_max or _model_max(path), _model_max(path))
     return ModelSource("embed", path, path, model_display_name(model), True, 0, max_len, {"pooling": pooling})
 
@@ -724,10 +723,11 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
         info = json.loads(info_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"export: {info_path} is not valid JSON ({exc})") from None
-    task = RUN_TASKS.get(str(info.get("task")))
-    if task is None:
+    spec = run_task(info.get("task"))
+    if spec is None:
         raise BundleError(f"export: run.json task {info.get('task')!r} in {str(run_dir)!r} is not one of "
-                          f"{sorted(RUN_TASKS)}")
+                          f"{run_names()}")
+    task = spec.name
     model_dir = run_dir / "model"
     if not model_dir.is_dir():
         raise BundleError(f"export: {str(run_dir)!r} has no model/ folder; the run did not finish "
@@ -738,39 +738,34 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
              else int(raw_steps) if not isinstance(raw_steps, dict) else 0)
     base = str(info.get("base_model", "unknown"))
     extra: dict[str, Any] = {"run": {"recipe": info.get("recipe"), "path": str(run_dir.resolve())}}
-    tok_dir = model_dir
+    tok_dir = model_dir / spec.tokenizer_subdir
+    meta: dict[str, Any] = {}
+    if spec.run_meta:  # the model's settings (models/tasks.py: the run-folder layout)
+        meta_path = model_dir / spec.run_meta
+        if meta_path.is_file():
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        elif task != "decompose":  # a decomposer saved before it wrote one has the defaults
+            raise BundleError(f"export {task}: {str(model_dir)!r} has no {spec.run_meta} (the model's labels, "
+                              "lengths and thresholds); rerun the recipe")
     if task == "rerank":
         max_len = int(info.get("max_length") or min(_model_max(model_dir), 512))
     elif task == "decompose":
-        meta = json.loads((model_dir / "decomposer.json").read_text(encoding="utf-8")) \
-            if (model_dir / "decomposer.json").is_file() else {}
         steps = int(meta.get("trained_steps", steps))
         max_len = int(meta.get("max_source_tokens", 128))
         extra["generation"] = _generation(model_dir, meta)
     elif task == "cite":
-        cpath = model_dir / "citation.json"
-        if not cpath.is_file():
-            raise BundleError(f"export cite: {str(model_dir)!r} has no citation.json (labels, max_length, "
-                              "support_threshold); rerun the citation recipe")
-        cmeta = json.loads(cpath.read_text(encoding="utf-8"))
-        max_len = int(cmeta.get("max_length") or 128)
-        extra["tagger_max_length"] = int(cmeta.get("tagger_max_length") or max_len)
-        per_model = cmeta.get("trained_steps")
+        max_len = int(meta.get("max_length") or 128)
+        extra["tagger_max_length"] = int(meta.get("tagger_max_length") or max_len)
+        per_model = meta.get("trained_steps")
         if isinstance(per_model, dict):  # {"tagger": n, "scorer": m}: both must be trained
             steps = min(int(per_model.get("tagger", 0) or 0), int(per_model.get("scorer", 0) or 0))
-        extra["labels"] = list(cmeta["labels"])
-        extra["thresholds"] = {k: v for k, v in cmeta.items() if "threshold" in k}
+        extra["labels"] = list(meta["labels"])
+        extra["thresholds"] = {k: v for k, v in meta.items() if "threshold" in k}
         extra["thresholds"].setdefault("support_threshold", 0.5)
-        tok_dir = model_dir / "tagger"
     else:
-        meta_path = model_dir / "image_relevance.json"
-        if not meta_path.is_file():
-            raise BundleError(f"export images: {str(model_dir)!r} has no image_relevance.json; rerun the recipe")
-        imeta = json.loads(meta_path.read_text(encoding="utf-8"))
-        max_len = int(imeta.get("max_length") or 64)
-        steps = int(imeta.get("trained_steps", steps) or 0)
-        extra["thresholds"] = {k: v for k, v in imeta.items() if "threshold" in k or k == "temperature"}
-        tok_dir = model_dir / "text"
+        max_len = int(meta.get("max_length") or 64)
+        steps = int(meta.get("trained_steps", steps) or 0)
+        extra["thresholds"] = {k: v for k, v in meta.items() if "threshold" in k or k == "temperature"}
     extra["heldout_metrics"] = heldout_metrics(run_dir)
     if steps <= 0 and not allow_untrained:
         raise BundleError(f"export: the run {str(run_dir)!r} records {steps} training steps; an untrained "
@@ -812,8 +807,8 @@ def bundle_heldout(src: ModelSource, bundle: Bundle, opts: ExportOptions) -> tup
     """``(manifest["heldout_metrics"], manifest["heldout_source"])`` of an export.
 
     The exported model (``bundle``: its dtype, loaded as ``load_bundle`` will) is scored on the
-    run's held-out split (:func:`searchsmith.training.evaluate.heldout_figures`; the reranker
-    falls back to the demo held-out data). Where that cannot be done, the run's own
+    run's held-out split by ``opts.heldout_scorer`` (the training layer's evaluator; the
+    reranker's falls back to the demo held-out data). Where that cannot be done, the run's own
     ``metrics.json`` figures (its torch model) are recorded, and the source says why.
     """
     run = src.extra.get("run") or {}
@@ -823,12 +818,13 @@ def bundle_heldout(src: ModelSource, bundle: Bundle, opts: ExportOptions) -> tup
     fallback = heldout_metrics(run_dir)
     if opts.heldout_limit == 0:
         return fallback, "run metrics.json (the torch run's figures; export --heldout-limit 0 skipped the bundle's own)"
+    if opts.heldout_scorer is None:
+        return fallback, "run metrics.json (the torch run's figures; no held-out scorer was given to the export)"
     from searchsmith.models.errors import SearchsmithError
-    from searchsmith.training.evaluate import heldout_figures
 
     t0 = time.perf_counter()
     try:
-        figures, where = heldout_figures(src.task, run_dir, bundle, opts.heldout_limit)
+        figures, where = opts.heldout_scorer(src.task, run_dir, bundle, opts.heldout_limit)
     except (SearchsmithError, OSError) as exc:
         log.warning("export %s: the bundle's held-out figures could not be measured (%s); recording the run's",
                     src.task, exc)
@@ -879,121 +875,7 @@ def find_runs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and (p / "run.json").is_file())
 
 
-# ----------------------------------------------------------------------------- CLI
-
-
-def configure_export(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Export trained runs to ONNX bundles (manifest.json with sha256, parity_report.json). "
-        "RUN_DIR is a training run (run.json names the task: rerank, decompose, cite, images), a "
-        "folder of runs (each exported to BUNDLE_DIR/<run name>), or the word 'embedder' for the base "
-        "embedder (--model, mean pooling + L2 normalisation inside the graph). With a folder of runs, "
-        "--embedder MODEL also writes BUNDLE_DIR/embedder.")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="training run, folder of runs, or 'embedder'")
-    parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write: a new or empty folder, or a bundle (replaced); anything else is refused")
-    parser.add_argument("--dtype", choices=["fp32", "fp16", "int8"], default="fp32",
-                        help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default %(default)s)")
-    parser.add_argument("--allow-drift", action="store_true",
-                        help="keep a bundle that fails parity (recorded in the manifest)")
-    parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default %(default)s)")
-    parser.add_argument("--torch-weights", action="store_true",
-                        help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
-    # every int8 default below is read from INT8_DEFAULTS / Int8Scheme, never restated by hand
-    parser.add_argument("--int8-fp32-blocks", type=int, default=None, metavar="N",
-                        help="with --dtype int8: keep the first N transformer blocks in fp32 (0 quantises every "
-                             "block: faster, less agreement) (default: "
-                             f"{int8_default_text('fp32_blocks')})")
-    parser.add_argument("--int8-attention", choices=["fused", "unfused"], default=None,
-                        help="with --dtype int8: fuse self-attention into QAttention before quantising; the "
-                             "decomposer's graphs do not match it (default: "
-                             f"{int8_default_text('fuse_attention')})")
-    parser.add_argument("--int8-down-projections", choices=list(DOWN_PROJECTION_MODES), default=None,
-                        help="with --dtype int8: the feed-forward down-projections: keep fp32, SmoothQuant "
-                             "then int8 (calibrated on demo inputs), or int8 as they are (default: "
-                             f"{int8_default_text('down_projections')})")
-    parser.add_argument("--int8-smooth-alpha", type=float, default=None, metavar="A",
-                        help="with --int8-down-projections smooth: migration strength in [0, 1] (default: "
-                             f"{int8_default_text('smooth_alpha')})")
-    parser.add_argument("--int8-weight-range", choices=list(WEIGHT_RANGES), default=None,
-                        help="with --dtype int8: s8 = 8-bit weights; s7 = 7-bit weights, whose u8 x s8 products "
-                             "cannot saturate on CPUs without VNNI (AVX2); auto = s8 on a CPU with VNNI, s7 "
-                             "otherwise (SEARCHSMITH_CPU_INT8 overrides the detected CPU). A bundle with s8 "
-                             "weights loaded on a CPU without VNNI is re-quantised to 7 bits in memory (default: "
-                             f"{int8_default_text('weight_range')})")
-    parser.add_argument("--parity-data", default=None, metavar="FILE",
-                        help="check parity (and calibrate int8) on your inputs instead of the demo data: a .txt "
-                             "file (one text per line) or .jsonl ({\"text\": ...} or {\"query\": ..., "
-                             "\"passages\": [...]} per line; the reranker needs the latter)")
-    parser.add_argument("--parity-inputs", type=int, default=ParityThresholds.heldout_texts, metavar="N",
-                        help="held-out texts parity runs on (rerank: N/4 groups; default %(default)s)")
-    parser.add_argument("--int8-activations", choices=list(ACTIVATION_MODES), default=None,
-                        help="with --dtype int8: one activation scale per call (tensor: ONNX Runtime's dynamic "
-                             "quantisation) or one per token (token: about half the error, slower; attention unfused) "
-                             f"(default: {int8_default_text('activations')})")
-    parser.add_argument("--heldout-limit", type=int, default=None, metavar="N",
-                        help="the manifest records the exported model's own held-out figures (heldout_metrics, read "
-                             "by the pipeline's gates), measured on the run's held-out split; score only its first N "
-                             "items (faster on a large split; the baselines stay the run's), or 0 to skip and record "
-                             "the torch run's figures (default: all)")
-    parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
-    parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
-    parser.set_defaults(func=_run_export)
-
-
-def _run_export(args: argparse.Namespace) -> int:
-    opts = ExportOptions(dtype=args.dtype, opset=args.opset, allow_drift=args.allow_drift,
-                         torch_weights=args.torch_weights, int8_fp32_blocks=args.int8_fp32_blocks,
-                         int8_fuse_attention=None if args.int8_attention is None else args.int8_attention == "fused",
-                         int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha,
-                         int8_activations=args.int8_activations, int8_weight_range=args.int8_weight_range,
-                         thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data,
-                         heldout_limit=args.heldout_limit)
-    out = Path(args.out)
-    # (bundle folder, what it is, the export to run); checked first, so a bad folder of runs
-    # fails before anything is exported
-    jobs: list[tuple[Path, str, Callable[[], dict[str, Any]]]] = []
-    if args.run_dir == "embedder":
-        jobs.append((out, f"embedder {args.model}", lambda: export_embedder(out, args.model, opts)))
-    else:
-        run_dir = Path(args.run_dir)
-        if not run_dir.is_dir():
-            raise ConfigError(f"export RUN_DIR: {str(run_dir)!r} is not a folder")
-        if (run_dir / "run.json").is_file():
-            if args.embedder:
-                raise ConfigError("export --embedder: only with a folder of runs; export the embedder on its "
-                                  "own with: searchsmith export embedder --out DIR")
-            jobs.append((out, f"run {run_dir}", lambda: export_run(run_dir, out, opts)))
-        else:
-            runs = find_runs(run_dir)
-            if not runs and not args.embedder:
-                raise BundleError(f"export: {str(run_dir)!r} holds no run.json and no run folders; pass a "
-                                  "training run folder")
-            for run in runs:
-                jobs.append((out / run.name, f"run {run}", lambda run=run: export_run(run, out / run.name, opts)))
-            if args.embedder:
-                jobs.append((out / "embedder", f"embedder {args.embedder}",
-                             lambda: export_embedder(out / "embedder", args.embedder, opts)))
-    import torch  # noqa: F401 - loaded before quiet_block, which filters the log handlers torch adds
-
-    done: list[tuple[str, dict[str, Any]]] = []
-    for i, (path, what, job) in enumerate(jobs, 1):
-        # one line per step on stderr (stdout keeps the JSON summary); third-party prints held back
-        print(f"[{i}/{len(jobs)}] export {what} -> {path} ({opts.dtype}) ...", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        with quiet_block():
-            manifest = job()
-        print(f"      parity {'passed' if manifest['parity']['passed'] else 'FAILED (allowed by --allow-drift)'}"
-              f", {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-        done.append((str(path), manifest))
-    for path, manifest in done:
-        print(json.dumps({"bundle": path, "task": manifest["task"], "dtype": manifest["dtype"],
-                          "parity_passed": manifest["parity"]["passed"], "parity": manifest["parity"]["checks"],
-                          "allow_drift": manifest["allow_drift"], "heldout_source": manifest.get("heldout_source"),
-                          "heldout_metrics": manifest.get("heldout_metrics")}, sort_keys=True))
-    return 0
-
-
-__all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "configure_export", "convert_graph",
+__all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "convert_graph",
            "embedder_source", "flat_numbers", "heldout_metrics",
            "calibration_feeds", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",

@@ -10,6 +10,7 @@ is not cached is a clear ConfigError rather than a long network time-out.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -76,3 +77,27 @@ def model_display_name(name: str | None) -> str:
     if name is None or str(name) in ("", DEFAULT_MODEL):
         return DEFAULT_MODEL_NAME
     return str(name)
+
+
+def read_st_layout(path: Path) -> tuple[str, int | None]:
+    """Pooling mode (``mean`` or ``cls``) and max_seq_length of a sentence-transformers folder."""
+    pooling, max_len = "mean", None
+    cfg = path / "sentence_bert_config.json"
+    if cfg.is_file():
+        max_len = json.loads(cfg.read_text()).get("max_seq_length")
+    modules = path / "modules.json"
+    if modules.is_file():
+        for mod in json.loads(modules.read_text()):
+            if mod.get("type", "").endswith("Pooling"):
+                pcfg = json.loads((path / mod.get("path", "") / "config.json").read_text())
+                mode = pcfg.get("pooling_mode")
+                if mode is None:
+                    mode = "cls" if pcfg.get("pooling_mode_cls_token") else (
+                        "mean" if pcfg.get("pooling_mode_mean_tokens", True) else "other")
+                pooling = mode
+    if pooling not in ("mean", "cls"):
+        raise ConfigError(
+            f"embedder.model {str(path)!r}: pooling {pooling!r} is not supported "
+            "(supported: mean, cls); use a model with mean or CLS pooling"
+        )
+    return pooling, max_len

@@ -30,13 +30,17 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import sha256_file
+from searchsmith.models.tasks import TASK_NAMES
+
+if TYPE_CHECKING:
+    from searchsmith.models.roles import Citer, Decomposer, Embedder, ImageScorer, Reranker
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +58,6 @@ DEFAULT_BATCH_TOKENS = {"torch-cpu": 2048, "onnx-cpu": 512, "cuda": 16384}
 # A batch is closed before its real tokens fall below this share of its padded tokens.
 PACK_MIN_PADDING_EFFICIENCY = 0.75
 TORCH_DIR = "torch"
-TASKS = ("embed", "rerank", "decompose", "cite", "images")
 _NP_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
               "tensor(float16)": np.float16}
 
@@ -191,6 +194,8 @@ class Bundle:
             sorted by length and packed under it, as the torch embedder does, so short inputs
             travel in large batches and long ones in small ones. None = no token budget.
     """
+
+    TASK: ClassVar[str] = ""  # the registry's task name (models/tasks.py) of a subclass
 
     def __init__(self, path: Path, manifest: dict[str, Any], tokenizer: Any,
                  graphs: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]], backend: str,
@@ -343,6 +348,8 @@ class Bundle:
 class EmbedBundle(Bundle):
     """Sentence embeddings: mean pooling and L2 normalisation happen inside the graph."""
 
+    TASK = "embed"
+
     def encode(self, texts: Sequence[str], return_meta: bool = False) -> Any:
         """Embed ``texts`` -> (n, D) float32, unit rows, in input order."""
         texts = _check_texts(texts, "encode")
@@ -353,6 +360,8 @@ class EmbedBundle(Bundle):
 
 class RerankBundle(Bundle):
     """Cross-encoder relevance: one logit per (query, passage) pair, higher = more relevant."""
+
+    TASK = "rerank"
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> Any:
         """Logits (n,) float32 of (query, passage) pairs, in input order."""
@@ -374,6 +383,8 @@ class RerankBundle(Bundle):
 class CiteBundle(Bundle):
     """Entity tagging (BIO) and source attribution (P(supports) per pair), post-processed as
     :class:`searchsmith.models.citation.CitationModel` does."""
+
+    TASK = "cite"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -413,6 +424,8 @@ class CiteBundle(Bundle):
 
 class DecomposeBundle(Bundle):
     """Greedy decoding over the encoder and decoder graphs, parsed like ``Decomposer``."""
+
+    TASK = "decompose"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -554,6 +567,8 @@ class DecomposeBundle(Bundle):
 class ImagesBundle(Bundle):
     """Dual encoder: texts and images to the same normalised space."""
 
+    TASK = "images"
+
     def encode_text(self, texts: Sequence[str], return_meta: bool = False) -> Any:
         """(n, d) float32 unit rows."""
         texts = _check_texts(texts, "encode_text")
@@ -594,8 +609,9 @@ class ImagesBundle(Bundle):
         return (out, meta) if return_meta else out
 
 
-BUNDLE_CLASSES: dict[str, type[Bundle]] = {"embed": EmbedBundle, "rerank": RerankBundle, "cite": CiteBundle,
-                                           "decompose": DecomposeBundle, "images": ImagesBundle}
+# task (models/tasks.py) -> its bundle class; tests/models/test_tasks.py checks it covers the registry
+BUNDLE_CLASSES: dict[str, type[Bundle]] = {cls.TASK: cls for cls in (EmbedBundle, RerankBundle, DecomposeBundle,
+                                                                     CiteBundle, ImagesBundle)}
 
 
 # ----------------------------------------------------------------------------- loading
@@ -630,8 +646,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
     for key in ("task", "graphs", "files", "max_length", "trained"):
         if key not in manifest:
             raise BundleError(f"bundle: {mpath} has no {key!r}; re-export the bundle")
-    if manifest["task"] not in TASKS:
-        raise BundleError(f"bundle: task {manifest['task']!r} in {mpath} is not one of {list(TASKS)}")
+    if manifest["task"] not in TASK_NAMES:
+        raise BundleError(f"bundle: task {manifest['task']!r} in {mpath} is not one of {list(TASK_NAMES)}")
     return manifest
 
 
@@ -710,13 +726,40 @@ def _torch_graphs(path: Path, manifest: dict[str, Any], tokenizer: Any, device: 
     return {name: TorchGraph(s.module, s.inputs, device, fp16) for name, s in specs.items()}
 
 
+@overload
+def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
+                task: Literal["embed"], allow_untrained: bool = ..., batch_size: int = ...,
+                max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> Embedder: ...
+@overload
+def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
+                task: Literal["rerank"], allow_untrained: bool = ..., batch_size: int = ...,
+                max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> Reranker: ...
+@overload
+def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
+                task: Literal["decompose"], allow_untrained: bool = ..., batch_size: int = ...,
+                max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> Decomposer: ...
+@overload
+def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
+                task: Literal["cite"], allow_untrained: bool = ..., batch_size: int = ...,
+                max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> Citer: ...
+@overload
+def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
+                task: Literal["images"], allow_untrained: bool = ..., batch_size: int = ...,
+                max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> ImageScorer: ...
+@overload
+def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
+                task: None = ..., allow_untrained: bool = ..., batch_size: int = ...,
+                max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> Bundle: ...
 def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "auto",
-                threads: int | None = None, *, allow_untrained: bool = False, batch_size: int = 32,
-                max_batch_tokens: int | None = None, memory_arena: bool = True) -> Bundle:
+                threads: int | None = None, *, task: str | None = None, allow_untrained: bool = False,
+                batch_size: int = 32, max_batch_tokens: int | None = None, memory_arena: bool = True) -> Bundle:
     """Verify a bundle and load it for inference.
 
     Args:
         path: the bundle folder (``searchsmith export ... --out``).
+        task: the task the caller needs (``rerank``...): a bundle of another task is refused
+            with the fix, and the return type is the role's Protocol (``models/roles.py``).
+            None = any task.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         backend: ``auto`` (ONNX Runtime, torch only without onnxruntime), ``onnx`` or ``torch``.
         threads: intra-op threads (None = ONNX Runtime's / torch's default).
@@ -732,7 +775,8 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         CiteBundle or ImagesBundle.
 
     Raises:
-        BundleError: corrupt, incomplete, newer, untrained or unloadable bundle.
+        BundleError: corrupt, incomplete, newer, untrained or unloadable bundle, or one of
+            another task than ``task``.
         ConfigError: unknown device or backend; a batch_size, max_batch_tokens or threads
             that is not a positive int.
     """
@@ -747,6 +791,12 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
                               f"got {value!r}")
     path = Path(path)
     manifest = read_manifest(path)
+    if task is not None and manifest["task"] != task:
+        from searchsmith.models.tasks import get
+
+        raise BundleError(f"bundle: {str(path)!r} is a {manifest['task']!r} bundle, not the {get(task).name!r} "
+                          f"bundle wanted here ({get(task).summary}); export one with: searchsmith export RUN_DIR "
+                          "--out DIR")
     verify_files(path, manifest)
     if manifest["trained"] is not True and not allow_untrained:
         raise BundleError(f"bundle: {str(path)!r} holds a model that was never fine-tuned (trained_steps="

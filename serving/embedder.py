@@ -17,7 +17,6 @@ Triton on CUDA, torch on CPU).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -28,7 +27,7 @@ from typing import Literal
 import numpy as np
 from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.hub import model_display_name, resolve_model
+from searchsmith.models.hub import model_display_name, read_st_layout, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -74,30 +73,6 @@ class EmbedderConfig:
             raise ValueError(f"embedder.max_seq_length must be >= 2, got {self.max_seq_length}")
 
 
-def _read_st_layout(path: Path) -> tuple[str, int | None]:
-    """Pooling mode (``mean`` or ``cls``) and max_seq_length of a sentence-transformers folder."""
-    pooling, max_len = "mean", None
-    cfg = path / "sentence_bert_config.json"
-    if cfg.is_file():
-        max_len = json.loads(cfg.read_text()).get("max_seq_length")
-    modules = path / "modules.json"
-    if modules.is_file():
-        for mod in json.loads(modules.read_text()):
-            if mod.get("type", "").endswith("Pooling"):
-                pcfg = json.loads((path / mod.get("path", "") / "config.json").read_text())
-                mode = pcfg.get("pooling_mode")
-                if mode is None:
-                    mode = "cls" if pcfg.get("pooling_mode_cls_token") else (
-                        "mean" if pcfg.get("pooling_mode_mean_tokens", True) else "other")
-                pooling = mode
-    if pooling not in ("mean", "cls"):
-        raise ConfigError(
-            f"embedder.model {str(path)!r}: pooling {pooling!r} is not supported "
-            "(supported: mean, cls); use a model with mean or CLS pooling"
-        )
-    return pooling, max_len
-
-
 class Embedder:
     """Batched, length-sorted sentence embedding.
 
@@ -123,7 +98,7 @@ class Embedder:
             path = Path(snapshot_download(str(path)))
         self.model_path = path
         self.model_name = model_display_name(config.model)
-        self.pooling, st_max_len = _read_st_layout(path)
+        self.pooling, st_max_len = read_st_layout(path)
         if config.device == "auto":
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:

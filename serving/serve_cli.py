@@ -34,7 +34,7 @@ RAY_MISSING = ("--ray: Ray Serve is not installed; install it with pip install '
 
 def serve_epilog() -> str:
     """The end of ``searchsmith serve --help``: authentication, the docs, environment variables."""
-    from searchsmith.models.cli import COMMANDS
+    from searchsmith.serving.main import COMMANDS
     from searchsmith.serving.serve_config import ENVIRONMENT
 
     keys = ("every serve.yaml key with its default: searchsmith config serve" if "config" in COMMANDS

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_dict
 from searchsmith.models.errors import ConfigError
+from searchsmith.models.tasks import TASKS
 from searchsmith.serving.http import ServerConfig
 from searchsmith.serving.pipeline.config import BundlesConfig, PipelineConfig
 
@@ -53,8 +54,7 @@ __all__ = ["BUNDLE_ROLES", "DEFAULT_WORKDIR", "ServeBundles", "ServeConfig", "ch
            "load_models", "load_serve_config", "serve_config_text", "write_serve_config"]
 
 # role in serve.yaml -> the bundle's task (manifest "task")
-BUNDLE_ROLES: dict[str, str] = {"embedder": "embed", "reranker": "rerank", "decomposer": "decompose",
-                                "citation": "cite", "images": "images"}
+BUNDLE_ROLES: dict[str, str] = {t.role: t.name for t in TASKS}  # models/tasks.py
 DEFAULT_WORKDIR = "searchsmith-work"
 QUICKSTART_INDEX = "indexes/demo"
 

@@ -34,7 +34,7 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
 
 def test_cli_help_is_fast_and_imports_nothing_heavy() -> None:
     code = (
-        "import sys; from searchsmith.models.cli import main; main(['--help']);"
+        "import sys; from searchsmith.serving.main import main; main(['--help']);"
         "heavy = [m for m in ('torch', 'transformers', 'faiss', 'fastapi', 'peft', 'datasets') if m in sys.modules];"
         "print('HEAVY', heavy)"
     )
@@ -46,7 +46,7 @@ def test_cli_help_is_fast_and_imports_nothing_heavy() -> None:
 
 
 def test_unknown_command_suggests_closest(capsys) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     assert main(["indx"]) == 2
     assert "did you mean 'index'" in capsys.readouterr().err

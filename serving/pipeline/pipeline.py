@@ -24,6 +24,7 @@ from typing import Any
 
 from searchsmith.models.config import closest_key
 from searchsmith.models.errors import ConfigError, PayloadTooLargeError, ValidationError
+from searchsmith.models.tasks import TASKS
 from searchsmith.serving.pipeline.citation import CitationStage
 from searchsmith.serving.pipeline.common import load_optional_bundle
 from searchsmith.serving.pipeline.config import STRATEGIES, PipelineConfig, Preset
@@ -52,7 +53,8 @@ STAGE_NAMES = ("context", "routing", "decomposition", "retrieval", "generation",
 REQUIRED_STAGES = ("retrieval", "generation")
 # A failure here fails the answer; any other stage degrades (skipped, noted in the trace).
 CRITICAL_STAGES = ("retrieval", "generation")
-BUNDLE_TASKS = {"decomposer": "decompose", "reranker": "rerank", "citation": "cite", "images": "images"}
+# bundle role (``bundles.<role>``) -> its task, for the stages' bundles (models/tasks.py)
+BUNDLE_TASKS: dict[str, str] = {t.role: t.name for t in TASKS if t.in_pipeline}
 
 
 def check_stage_order(stages: list[Any]) -> None:

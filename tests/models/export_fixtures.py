@@ -128,8 +128,9 @@ def images_run() -> Path:
 def bundle(task: str, dtype: str = "fp32", torch_weights: bool = False) -> Path:
     """The exported bundle of a tiny model (cached for the session)."""
     from searchsmith.models.export import ExportOptions, export_embedder, export_run
+    from searchsmith.training.evaluate import heldout_figures
 
-    opts = ExportOptions(dtype=dtype, torch_weights=torch_weights)
+    opts = ExportOptions(dtype=dtype, torch_weights=torch_weights, heldout_scorer=heldout_figures)
     out = ROOT / "bundles" / f"{task}-{dtype}{'-torch' if torch_weights else ''}"
     if task == "embed":
         export_embedder(out, str(embedder_dir()), opts)

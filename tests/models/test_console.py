@@ -52,7 +52,7 @@ def test_index_cli_third_party_noise_only_with_verbose(tmp_path, flag) -> None:
     corpus.write_text(json.dumps({"id": "a", "source": "Climate Science", "text": "Ice sheets melt."}) + "\n")
     env = {k: v for k, v in os.environ.items()
            if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY", VERBOSE_ENV, "SEARCHSMITH_LOG")}
-    proc = subprocess.run([sys.executable, "-m", "searchsmith.models.cli", "index", str(corpus), "--out",
+    proc = subprocess.run([sys.executable, "-m", "searchsmith.serving.main", "index", str(corpus), "--out",
                            str(tmp_path / "ix"), *flag], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["sources"] == {"Climate Science": 1}
@@ -66,7 +66,7 @@ def test_export_cli_says_each_step_and_holds_back_third_party_noise(tmp_path) ->
     from export_fixtures import embedder_dir
 
     env = {k: v for k, v in os.environ.items() if k not in (VERBOSE_ENV, "SEARCHSMITH_LOG")}
-    proc = subprocess.run([sys.executable, "-m", "searchsmith.models.cli", "export", "embedder", "--model",
+    proc = subprocess.run([sys.executable, "-m", "searchsmith.serving.main", "export", "embedder", "--model",
                            str(embedder_dir()), "--out", str(tmp_path / "b")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr

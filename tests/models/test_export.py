@@ -147,7 +147,7 @@ def test_missing_head_weights_are_refused(tmp_path) -> None:
 
 
 def test_cli_exports_a_folder_of_runs(tmp_path, capsys) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -160,7 +160,7 @@ def test_cli_exports_a_folder_of_runs(tmp_path, capsys) -> None:
 
 
 def test_cli_rejects_a_folder_without_runs(tmp_path, capsys) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     assert main(["export", str(tmp_path), "--out", str(tmp_path / "b")]) == 1
     assert "holds no run.json and no run folders" in capsys.readouterr().err
@@ -229,7 +229,7 @@ def _rerank_run_with_split(tmp_path):
 
     run = tmp_path / "run"
     shutil.copytree(rerank_run(), run)
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "reranker" / "tiny" / "reranker_tiny.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "reranker" / "tiny" / "bert-tiny_full.yaml"
     info = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**info, "config": to_dict(load_recipe_config(recipe))}))
     (run / "metrics.json").write_text(json.dumps({
@@ -244,7 +244,8 @@ def test_manifest_records_the_bundles_own_heldout_figures(tmp_path) -> None:
     run = _rerank_run_with_split(tmp_path)
     torch_figures, where = heldout_figures("rerank", run, TorchReranker.load(run))
     assert where == "the run's held-out split (all 10 queries)"
-    m = _manifest(_written(export_run(run, tmp_path / "fp32", ExportOptions()), tmp_path / "fp32"))
+    m = _manifest(_written(export_run(run, tmp_path / "fp32", ExportOptions(heldout_scorer=heldout_figures)),
+                           tmp_path / "fp32"))
     got = m["heldout_metrics"]
     assert m["heldout_source"] == "bundle:fp32 on the run's held-out split (all 10 queries)"
     # the exported model's own figures (fp32: the torch model's), not the run's metrics.json
@@ -252,18 +253,25 @@ def test_manifest_records_the_bundles_own_heldout_figures(tmp_path) -> None:
     assert got["queries"] == 10 and got["baselines/bm25/ndcg@10"] == 0.9
     assert not any(k.startswith("baselines/data") for k in got)
 
-    int8 = _manifest(_written(export_run(run, tmp_path / "int8", ExportOptions(dtype="int8", allow_drift=True)),
+    int8 = _manifest(_written(export_run(run, tmp_path / "int8", ExportOptions(dtype="int8", allow_drift=True,
+                                                                            heldout_scorer=heldout_figures)),
                            tmp_path / "int8"))
     assert int8["heldout_source"].startswith("bundle:int8 on the run's held-out split")
     assert 0.0 <= int8["heldout_metrics"]["ndcg@10"] <= 1.0
 
-    capped = _manifest(_written(export_run(run, tmp_path / "cap", ExportOptions(heldout_limit=4)), tmp_path / "cap"))
+    capped = _manifest(_written(export_run(run, tmp_path / "cap", ExportOptions(heldout_limit=4,
+                                                                                heldout_scorer=heldout_figures)),
+                                    tmp_path / "cap"))
     assert capped["heldout_source"] == "bundle:fp32 on the run's held-out split (first 4 of 10 queries)"
     assert capped["heldout_metrics"]["queries"] == 4
 
     skipped = _manifest(_written(export_run(run, tmp_path / "skip", ExportOptions(heldout_limit=0)), tmp_path / "skip"))
     assert skipped["heldout_metrics"] == {"ndcg@10": 0.123, "mrr@10": 0.1, "baselines/bm25/ndcg@10": 0.9}
     assert "--heldout-limit 0 skipped" in skipped["heldout_source"]
+    # models/ does not import training/: without a scorer the export records the run's figures
+    plain = _manifest(_written(export_run(run, tmp_path / "plain", ExportOptions()), tmp_path / "plain"))
+    assert plain["heldout_metrics"] == skipped["heldout_metrics"]
+    assert "no held-out scorer was given" in plain["heldout_source"]
     with pytest.raises(ConfigError, match="--heldout-limit: expected an int >= 0"):
         ExportOptions(heldout_limit=-1)
 

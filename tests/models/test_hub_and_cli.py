@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from searchsmith.models.cli import main
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.hub import (
     DEFAULT_MODEL_NAME,
@@ -11,6 +10,7 @@ from searchsmith.models.hub import (
     model_display_name,
     resolve_model,
 )
+from searchsmith.serving.main import main
 
 
 def test_default_resolves_to_the_bundled_model() -> None:
@@ -87,8 +87,8 @@ def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, mo
     corpus = write_corpus(tmp_path / "c.jsonl")
     monkeypatch.setattr(qs, "demo_corpus", lambda: corpus)  # indexing the full demo corpus takes minutes
     tiny = tuple(qs.ModelStep(m.name, t, t, ()) for m, t in zip(qs.MODELS, (
-        "reranker/tiny/reranker_tiny.yaml", "decomposer/tiny/decomposer_tiny.yaml",
-        "citation/tiny/citation_tiny.yaml", "images/tiny/images_tiny.yaml"), strict=True))
+        "reranker/tiny/bert-tiny_full.yaml", "decomposer/tiny/bert-tiny_bert2bert.yaml",
+        "citation/tiny/bert-tiny_full.yaml", "images/tiny/bert-tiny_cnn.yaml"), strict=True))
     monkeypatch.setattr(qs, "MODELS", tiny)
     monkeypatch.setattr(qs, "_exported", lambda bundle, source: (bundle / "manifest.json").is_file())
     work = tmp_path / "w"
@@ -132,12 +132,12 @@ def test_every_stated_default_in_the_help_is_the_codes() -> None:
     import argparse
     import re
 
-    from searchsmith.models.cli import COMMANDS, _load
+    from searchsmith.serving.main import COMMANDS
 
     checked = 0
-    for command, (target, _) in COMMANDS.items():
+    for command, spec in COMMANDS.items():
         parser = argparse.ArgumentParser(prog=f"searchsmith {command}")
-        _load(target)(parser)
+        spec.configure(parser)
         for action in parser._actions:
             if not action.help or action.default in (None, argparse.SUPPRESS) or isinstance(action.default, bool):
                 continue

@@ -212,7 +212,7 @@ def test_calibration_inputs_are_disjoint_from_the_parity_inputs() -> None:
 
 
 def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     out = tmp_path / "rr"
     assert main(["export", str(rerank_run()), "--out", str(out), "--dtype", "int8", "--allow-drift",
@@ -265,7 +265,7 @@ def test_export_help_states_the_int8_defaults_the_code_uses(monkeypatch) -> None
     import argparse
 
     from searchsmith.models import onnx_quant
-    from searchsmith.models.export import configure_export
+    from searchsmith.training.export_cli import configure_export
 
     def parser() -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(prog="searchsmith export")

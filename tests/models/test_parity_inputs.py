@@ -84,7 +84,7 @@ def test_parity_inputs_count_is_checked() -> None:
 
 
 def test_export_checks_parity_and_calibrates_on_the_file(tmp_path, capsys) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     texts = [f"Domain sentence number {i} about enzymes and proteins." for i in range(40)]
     data = tmp_path / "domain.txt"
@@ -112,7 +112,7 @@ def test_export_checks_parity_and_calibrates_on_the_file(tmp_path, capsys) -> No
 
 
 def test_a_bad_parity_file_fails_before_anything_is_written(tmp_path, capsys) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     data = _jsonl(tmp_path / "d.jsonl", [{"text": "a"}, {"text": "b"}])
     out = tmp_path / "rr"

@@ -18,7 +18,7 @@ from searchsmith.serving.index import (
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     capsys.readouterr()
     rc = main(list(argv))

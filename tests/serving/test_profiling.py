@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from searchsmith.models.cli import main
+from searchsmith.serving.main import main
 
 
 @pytest.fixture

@@ -195,7 +195,7 @@ def test_feedback_works_with_the_quickstart_serve_yaml(tmp_path, small_index) ->
 
 
 def test_serve_help_documents_keys_auth_and_the_log_variable(capsys) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     with pytest.raises(SystemExit):
         main(["serve", "--help"])

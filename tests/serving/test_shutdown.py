@@ -28,7 +28,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(tmp_path) -> None:
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "searchsmith.models.cli", "serve", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "searchsmith.serving.main", "serve", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -16,7 +16,7 @@ from searchsmith.serving.pipeline.pipeline import load_pipeline
 
 QUESTION = "Where is the Lumen cache eviction policy implemented?"
 # Run the CLI in a fresh interpreter and report which heavy modules it imported.
-PROBE = ("import json, sys; from searchsmith.models.cli import main; rc = main(sys.argv[1:]); "
+PROBE = ("import json, sys; from searchsmith.serving.main import main; rc = main(sys.argv[1:]); "
          "print(json.dumps({'rc': rc, 'heavy': sorted(m for m in ('torch', 'transformers.models.auto', "
          "'sentence_transformers') if m in sys.modules)}))")
 

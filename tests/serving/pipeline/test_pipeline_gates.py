@@ -265,7 +265,7 @@ def test_the_quickstart_config_is_no_worse_than_no_bundles_on_the_demo_qa(tmp_pa
     """Issue 23, item 1: ``eval pipeline`` on the demo QA with the quickstart's pipeline.yaml is
     at least as good as the index alone on every answer metric (minutes: trains the quick
     recipes, exports, indexes the demo corpus, then answers the 42 questions twice)."""
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     work = tmp_path / "work"
     assert main(["quickstart", "--workdir", str(work)]) == 0

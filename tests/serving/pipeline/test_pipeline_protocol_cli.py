@@ -110,7 +110,7 @@ def test_protocol_switched_off(make_pipeline):
 
 # -- CLI and eval -----------------------------------------------------------------------------
 def test_ask_cli_json(small_index, tmp_path, capsys):
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     hist = tmp_path / "h.json"
     hist.write_text(json.dumps([{"role": "user", "content": "Tell me about the Lumen cache eviction."}]))
@@ -125,7 +125,7 @@ def test_ask_cli_json(small_index, tmp_path, capsys):
 
 
 def test_ask_cli_text_and_errors(small_index, capsys):
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     assert main(["ask", "Which planet is the largest?", "--index", str(small_index)]) == 0
     text = capsys.readouterr().out

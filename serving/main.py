@@ -1,70 +1,167 @@
-"""The ``searchsmith`` command line.
+"""The ``searchsmith`` command line (the console script ``searchsmith``).
 
-Subcommands are defined next to the code they drive; this file only knows where they are.
-A command's module is imported only when that command runs, so ``searchsmith --help``
-stays fast and the server never imports training code.
+Each subcommand is defined next to the code it drives; :data:`COMMANDS` names, for each,
+the function that configures its argparse parser, imported when that command runs (so
+``searchsmith --help`` stays fast and ``searchsmith serve`` never loads training code).
+The imports are plain ``from ... import`` statements inside small functions, so an import
+checker and a reader see every dependency (``tests/test_layers.py``). This module sits on
+the top floor: it may reach serving and training, nothing below imports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from searchsmith.models import __version__
 from searchsmith.models.console import VERBOSE_ENV, install_log_filter, quiet_third_party, verbose
 from searchsmith.models.errors import SearchsmithError
 
-# command -> ("module:function that configures its argparse parser", one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("searchsmith.training.cli:configure_train", "fine-tune a model from a YAML recipe"),
-    "export": ("searchsmith.models.export:configure_export", "export a trained run to an ONNX bundle"),
-    "index": ("searchsmith.serving.cli:configure_index", "chunk, embed and index a corpus (JSONL)"),
-    "route": ("searchsmith.serving.cli:configure_route", "route a (follow-up) question to sources"),
-    "ask": ("searchsmith.serving.pipeline.cli:configure_ask", "answer a question with the pipeline"),
-    "serve": ("searchsmith.serving.serve_cli:configure_serve", "run the batched inference server"),
-    "profile": ("searchsmith.serving.profiling.cli:configure_profile", "latency/throughput benchmarks"),
-    "eval": ("searchsmith.models.cli:configure_eval", "evaluate a task and print JSON metrics"),
-    "quickstart": ("searchsmith.serving.quickstart:configure_quickstart", "train, export, index and ask on demo data"),
-    "config": ("searchsmith.models.config_docs:configure_config",
-               "print every key of a config (pipeline, serve, index, router, recipe-*) with its default"),
-    "make-routing-set": ("searchsmith.serving.routing_sets:configure_make_routing_set",
-                         "build a routing corpus + eval set from ../shared/data"),
-    "make-pipeline-set": ("searchsmith.serving.routing_sets:configure_make_pipeline_set",
-                          "build a multi-hop corpus + pipeline eval set from ../shared/data"),
+__all__ = ["COMMANDS", "EVAL_TASKS", "Command", "configure_eval", "main"]
+
+Configure = Callable[[argparse.ArgumentParser], None]
+Metrics = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: what configures its parser (and sets ``func``), and its one-line help."""
+
+    configure: Configure
+    help: str
+
+
+# --------------------------------------------------------------------------- commands
+# One function per command module; each imports it only when the command runs.
+
+
+def _train(p: argparse.ArgumentParser) -> None:
+    from searchsmith.training.cli import configure_train
+
+    configure_train(p)
+
+
+def _export(p: argparse.ArgumentParser) -> None:
+    from searchsmith.training.export_cli import configure_export
+
+    configure_export(p)
+
+
+def _index(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.cli import configure_index
+
+    configure_index(p)
+
+
+def _route(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.cli import configure_route
+
+    configure_route(p)
+
+
+def _ask(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.pipeline.cli import configure_ask
+
+    configure_ask(p)
+
+
+def _serve(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.serve_cli import configure_serve
+
+    configure_serve(p)
+
+
+def _profile(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.profiling.cli import configure_profile
+
+    configure_profile(p)
+
+
+def _quickstart(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.quickstart import configure_quickstart
+
+    configure_quickstart(p)
+
+
+def _config(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.config_docs import configure_config
+
+    configure_config(p)
+
+
+def _make_routing_set(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.routing_sets import configure_make_routing_set
+
+    configure_make_routing_set(p)
+
+
+def _make_pipeline_set(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.routing_sets import configure_make_pipeline_set
+
+    configure_make_pipeline_set(p)
+
+
+def _eval(p: argparse.ArgumentParser) -> None:
+    configure_eval(p)  # defined below, with the evaluators
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command(_train, "fine-tune a model from a YAML recipe"),
+    "export": Command(_export, "export a trained run to an ONNX bundle"),
+    "index": Command(_index, "chunk, embed and index a corpus (JSONL)"),
+    "route": Command(_route, "route a (follow-up) question to sources"),
+    "ask": Command(_ask, "answer a question with the pipeline"),
+    "serve": Command(_serve, "run the batched inference server"),
+    "profile": Command(_profile, "latency/throughput benchmarks"),
+    "eval": Command(_eval, "evaluate a task and print JSON metrics"),
+    "quickstart": Command(_quickstart, "train, export, index and ask on demo data"),
+    "config": Command(_config, "print every key of a config (pipeline, serve, index, router, recipe-*) "
+                               "with its default"),
+    "make-routing-set": Command(_make_routing_set, "build a routing corpus + eval set from ../shared/data"),
+    "make-pipeline-set": Command(_make_pipeline_set, "build a multi-hop corpus + pipeline eval set from "
+                                                     "../shared/data"),
 }
 
-# eval task -> "module:function(args) -> dict of metrics"
-EVAL_TASKS: dict[str, str] = {
-    "route": "searchsmith.serving.evaluate:eval_route",
-    "retrieve": "searchsmith.training.evaluate:eval_retrieve",
-    "rerank": "searchsmith.training.evaluate:eval_rerank",
-    "rewrite": "searchsmith.training.evaluate:eval_rewrite",
-    "decompose": "searchsmith.training.evaluate:eval_decompose",
-    "cite": "searchsmith.training.evaluate:eval_cite",
-    "images": "searchsmith.training.evaluate:eval_images",
-    "pipeline": "searchsmith.serving.evaluate:eval_pipeline",
+
+# --------------------------------------------------------------------------- eval
+# eval task -> its evaluator. The model evaluations are the registry's (models/tasks.py:
+# Task.evaluations); route and pipeline evaluate the index and the whole pipeline.
+
+
+def _eval_route(args: argparse.Namespace) -> Metrics:
+    from searchsmith.serving.evaluate import eval_route
+
+    return eval_route(args)
+
+
+def _eval_pipeline(args: argparse.Namespace) -> Metrics:
+    from searchsmith.serving.evaluate import eval_pipeline
+
+    return eval_pipeline(args)
+
+
+def _eval_model(args: argparse.Namespace) -> Metrics:
+    from searchsmith.training.evaluate import EVALUATORS
+
+    return EVALUATORS[args.task](args)
+
+
+EVAL_TASKS: dict[str, Callable[[argparse.Namespace], Metrics]] = {
+    "route": _eval_route,
+    "retrieve": _eval_model,
+    "rerank": _eval_model,
+    "rewrite": _eval_model,
+    "decompose": _eval_model,
+    "cite": _eval_model,
+    "images": _eval_model,
+    "pipeline": _eval_pipeline,
 }
-
-
-def _load(target: str):
-    module, _, name = target.partition(":")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("searchsmith"):
-            raise SearchsmithError(
-                f"{target!r} is not part of this searchsmith build yet ({exc.name} is missing)"
-            ) from None
-        raise
-    try:
-        return getattr(mod, name)
-    except AttributeError:
-        raise SearchsmithError(f"{target!r} is not part of this searchsmith build yet") from None
 
 
 EVAL_HELP = """\
@@ -122,8 +219,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    fn = _load(EVAL_TASKS[args.task])
-    metrics = fn(args)
+    metrics = EVAL_TASKS[args.task](args)
     if args.json:
         print(json.dumps(metrics, sort_keys=True))
     else:
@@ -133,7 +229,7 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 def _top_help() -> str:
     width = max(len(c) for c in COMMANDS)
-    rows = "\n".join(f"  {c:<{width}}  {h}" for c, (_, h) in COMMANDS.items())
+    rows = "\n".join(f"  {c:<{width}}  {spec.help}" for c, spec in COMMANDS.items())
     return (
         f"usage: searchsmith COMMAND [options]   (searchsmith {__version__})\n\n"
         f"commands:\n{rows}\n\n"
@@ -168,10 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level="DEBUG" if verbose() else os.environ.get("SEARCHSMITH_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     install_log_filter()
-    target, help_text = COMMANDS[command]
-    parser = argparse.ArgumentParser(prog=f"searchsmith {command}", description=help_text)
+    spec = COMMANDS[command]
+    parser = argparse.ArgumentParser(prog=f"searchsmith {command}", description=spec.help)
     try:
-        _load(target)(parser)
+        spec.configure(parser)
         if not any("--verbose" in a.option_strings for a in parser._actions):
             parser.add_argument("--verbose", action="store_true", help="show third-party progress bars, "
                                 "warnings and debug logs (also: SEARCHSMITH_LOG=debug)")

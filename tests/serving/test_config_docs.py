@@ -1,4 +1,4 @@
-"""Every config key and environment variable is documented (models/config_docs.py, README)."""
+"""Every config key and environment variable is documented (serving/config_docs.py, README)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from searchsmith.models.cli import main
-from searchsmith.models.config_docs import ROOTS, describe, load_root, render
+from searchsmith.serving.main import main
+from searchsmith.serving.config_docs import ROOTS, describe, load_root, render
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,35 +3,81 @@
 The configs are frozen dataclasses (``models/config.py`` loads them). A key's description
 is the entry for it under ``Attributes:`` in its class's docstring, or else the comment
 lines just above the field in the source. ``searchsmith config NAME`` prints the reference
-of one config; ``tests/models/test_config_docs.py`` fails when a key has no description,
+of one config; ``tests/serving/test_config_docs.py`` fails when a key has no description,
 so a new key cannot ship undocumented.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
-# config name -> ("module:Class" of its root dataclass, what the config file is)
-ROOTS: dict[str, tuple[str, str]] = {
-    "pipeline": ("searchsmith.serving.pipeline.config:PipelineConfig",
-                 "pipeline YAML (searchsmith ask --config, eval pipeline --config, serve.yaml's pipeline:)"),
-    "serve": ("searchsmith.serving.serve_config:ServeConfig", "server YAML (searchsmith serve --config)"),
-    "index": ("searchsmith.serving.index:IndexConfig",
-              "index settings (searchsmith index CORPUS --out DIR key=value ...)"),
-    "router": ("searchsmith.serving.router:RouterConfig", "router YAML (searchsmith route --config)"),
-    "recipe-reranker": ("searchsmith.training.reranker:RerankerRecipe",
+
+def _pipeline() -> type:
+    from searchsmith.serving.pipeline.config import PipelineConfig
+
+    return PipelineConfig
+
+
+def _serve() -> type:
+    from searchsmith.serving.serve_config import ServeConfig
+
+    return ServeConfig
+
+
+def _index() -> type:
+    from searchsmith.serving.index import IndexConfig
+
+    return IndexConfig
+
+
+def _router() -> type:
+    from searchsmith.serving.router import RouterConfig
+
+    return RouterConfig
+
+
+def _recipe_reranker() -> type:
+    from searchsmith.training.reranker import RerankerRecipe
+
+    return RerankerRecipe
+
+
+def _recipe_citation() -> type:
+    from searchsmith.training.citation import CitationRecipe
+
+    return CitationRecipe
+
+
+def _recipe_decomposer() -> type:
+    from searchsmith.training.decomposer import DecomposerRecipe
+
+    return DecomposerRecipe
+
+
+def _recipe_images() -> type:
+    from searchsmith.training.images import ImagesRecipe
+
+    return ImagesRecipe
+
+
+# config name -> (the function that imports its root dataclass, what the config file is);
+# imported on use, so `searchsmith config serve` loads no training code
+ROOTS: dict[str, tuple[Callable[[], type], str]] = {
+    "pipeline": (_pipeline, "pipeline YAML (searchsmith ask --config, eval pipeline --config, serve.yaml's pipeline:)"),
+    "serve": (_serve, "server YAML (searchsmith serve --config)"),
+    "index": (_index, "index settings (searchsmith index CORPUS --out DIR key=value ...)"),
+    "router": (_router, "router YAML (searchsmith route --config)"),
+    "recipe-reranker": (_recipe_reranker,
                         "reranker recipe YAML (recipes/reranker/*.yaml; searchsmith train R.yaml key=value)"),
-    "recipe-citation": ("searchsmith.training.citation:CitationRecipe",
-                        "citation recipe YAML (recipes/citation/*.yaml)"),
-    "recipe-decomposer": ("searchsmith.training.decomposer:DecomposerRecipe",
-                          "decomposer recipe YAML (recipes/decomposer/*.yaml)"),
-    "recipe-images": ("searchsmith.training.images:ImagesRecipe", "image relevance recipe YAML (recipes/images/*.yaml)"),
+    "recipe-citation": (_recipe_citation, "citation recipe YAML (recipes/citation/*.yaml)"),
+    "recipe-decomposer": (_recipe_decomposer, "decomposer recipe YAML (recipes/decomposer/*.yaml)"),
+    "recipe-images": (_recipe_images, "image relevance recipe YAML (recipes/images/*.yaml)"),
 }
 
 
@@ -47,8 +93,7 @@ class KeyDoc:
 
 def load_root(name: str) -> type:
     """The root dataclass of config ``name`` (a key of :data:`ROOTS`)."""
-    module, _, cls = ROOTS[name][0].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return ROOTS[name][0]()
 
 
 def _attribute_docs(cls: type) -> dict[str, str]:
