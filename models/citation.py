@@ -169,7 +169,7 @@ class CitationModel:
         if untrained:
             raise BundleError(f"{root}: the {' and '.join(untrained)} model(s) were never trained "
                               f"(citation.json trained_steps={steps}); train with "
-                              "'searchsmith train recipes/citation/minilm.yaml' and load its "
+                              "'searchsmith train recipes/citation/minilm_full.yaml' and load its "
                               "RUN_DIR/model")
         for sub in ("tagger", "scorer"):
             if not (root / sub / "config.json").is_file():

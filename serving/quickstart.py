@@ -13,7 +13,7 @@ Everything goes under the work folder (default ``./searchsmith-work``)::
     pipeline.yaml        the pipeline config the sample question was answered with
     serve.yaml           a server config serving the same models (searchsmith serve --config)
 
-``--profile quick`` (default) trains the ``recipes/quickstart/`` recipes: small budgets on the
+``--profile quick`` (default) trains the ``recipes/<task>/quick/`` recipes: small budgets on the
 project's own synthetic data, about 5 minutes on 2 cores, and weaker models than the CPU
 defaults. ``--profile full`` trains the CPU default recipes (``recipes/<task>/...``) on the
 real data of ``../shared/data`` where present, falling back to their synthetic sources
@@ -54,13 +54,13 @@ class ModelStep:
 
 
 MODELS: tuple[ModelStep, ...] = (
-    ModelStep("reranker", "quickstart/reranker.yaml", "reranker/minilm_full.yaml",
+    ModelStep("reranker", "reranker/quick/minilm_full.yaml", "reranker/minilm_full.yaml",
               ("data.sources=[synthetic]",)),
-    ModelStep("decomposer", "quickstart/decomposer.yaml", "decomposer/minilm_bert2bert.yaml",
+    ModelStep("decomposer", "decomposer/quick/minilm_bert2bert.yaml", "decomposer/minilm_bert2bert.yaml",
               ("data.sources=[synthetic]",)),
-    ModelStep("citation", "quickstart/citation.yaml", "citation/minilm.yaml",
+    ModelStep("citation", "citation/quick/minilm_full.yaml", "citation/minilm_full.yaml",
               ("data.sources=[synthetic]",)),
-    ModelStep("images", "quickstart/images.yaml", "images/minilm_cnn.yaml",
+    ModelStep("images", "images/quick/minilm_cnn.yaml", "images/minilm_cnn.yaml",
               ("data.sources=[synthetic_images]",)),
 )
 

@@ -1145,7 +1145,7 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     return {"task": "cite", "model": em.origin, **metrics}
 
 
-def write_eval_file(out: str | Path, recipe: str | Path = "recipes/citation/minilm.yaml",
+def write_eval_file(out: str | Path, recipe: str | Path = "recipes/citation/minilm_full.yaml",
                     overrides: Sequence[str] = ()) -> Path:
     """Write the held-out split of ``recipe`` (same sources, seed, ratio) as citation JSONL."""
     from searchsmith.training.config import load_recipe_config

@@ -19,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m searchsmith.training.cite_data",
                                 description="write a citation recipe's held-out split as JSONL")
     p.add_argument("--write-eval", required=True, metavar="OUT.jsonl")
-    p.add_argument("--recipe", default="recipes/citation/minilm.yaml")
+    p.add_argument("--recipe", default="recipes/citation/minilm_full.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="recipe overrides, e.g. data.sources=[synthetic]")
     a = p.parse_args(argv)

@@ -3,6 +3,7 @@ recipe config; every tiny twin is small enough for the test suite."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,20 @@ FILES = sorted(RECIPES.rglob("*.yaml"))
 def test_recipes_are_found() -> None:
     assert any(p.parent.name == "tiny" for p in FILES)
     assert (RECIPES / "reranker" / "minilm_full.yaml") in FILES
+
+
+# recipes/<task>/<base>_<method>.yaml, with tiny/ twins (the suite trains them) and quick/
+# budgets (searchsmith quickstart) under the task folder, named the same way.
+NAME = re.compile(r"[a-z0-9][a-z0-9.-]*_[a-z0-9][a-z0-9.-]*\.yaml")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(RECIPES)))
+def test_recipe_path_is_task_budget_base_method(path: Path) -> None:
+    parts = path.relative_to(RECIPES).parts
+    assert NAME.fullmatch(parts[-1]), f"{path}: name it <base>_<method>.yaml"
+    assert len(parts) == 2 or (len(parts) == 3 and parts[1] in ("tiny", "quick")), \
+        f"{path}: expected recipes/<task>/[tiny/|quick/]<base>_<method>.yaml"
+    assert parts[0] == recipe_name(path), f"{path}: the folder must be the recipe's task"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(RECIPES)))

@@ -16,7 +16,7 @@ from searchsmith.training.config import load_recipe_config
 from searchsmith.training.data import write_jsonl_atomic
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "recipes" / "citation" / "tiny" / "citation_tiny.yaml"
+TINY = REPO / "recipes" / "citation" / "tiny" / "bert-tiny_full.yaml"
 
 
 # ------------------------------------------------------------------ labels and metrics

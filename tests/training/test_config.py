@@ -9,7 +9,7 @@ from searchsmith.models.errors import ConfigError
 from searchsmith.training.config import OptimConfig, config_hash, load_recipe_config
 from searchsmith.training.registry import get_loss, get_recipe
 
-TINY = Path(__file__).resolve().parents[2] / "recipes" / "reranker" / "tiny" / "reranker_tiny.yaml"
+TINY = Path(__file__).resolve().parents[2] / "recipes" / "reranker" / "tiny" / "bert-tiny_full.yaml"
 
 
 def _write(tmp_path: Path, text: str) -> Path:

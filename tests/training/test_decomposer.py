@@ -33,7 +33,7 @@ from searchsmith.training.decomposer import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "recipes" / "decomposer" / "tiny" / "decomposer_tiny.yaml"
+TINY = REPO / "recipes" / "decomposer" / "tiny" / "bert-tiny_bert2bert.yaml"
 Q = "When was the founder of Lumen born?"
 
 # ----------------------------------------------------------------------------- loaders

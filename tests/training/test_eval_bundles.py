@@ -188,8 +188,8 @@ def test_route_embeds_queries_with_a_bundle_or_a_model_folder(tmp_path: Path, wr
 # ----------------------------------------------------------------------------- held-out figures
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-TINY_RECIPE = {"rerank": "reranker/tiny/reranker_tiny.yaml", "decompose": "decomposer/tiny/decomposer_tiny.yaml",
-               "images": "images/tiny/images_tiny.yaml"}
+TINY_RECIPE = {"rerank": "reranker/tiny/bert-tiny_full.yaml", "decompose": "decomposer/tiny/bert-tiny_bert2bert.yaml",
+               "images": "images/tiny/bert-tiny_cnn.yaml"}
 
 
 def _run_with_split(task: str, tmp_path: Path) -> Path:

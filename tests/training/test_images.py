@@ -32,7 +32,7 @@ from searchsmith.training.images import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "recipes" / "images" / "tiny" / "images_tiny.yaml"
+TINY = REPO / "recipes" / "images" / "tiny" / "bert-tiny_cnn.yaml"
 
 
 # ------------------------------------------------------------------ placement
@@ -144,7 +144,7 @@ def test_unknown_recipe_key_suggests() -> None:
 
 
 def test_clip_vision_kind_explains_it_is_not_available() -> None:
-    cfg = load_recipe_config(REPO / "recipes" / "images" / "clip-vit-base-patch32.yaml")
+    cfg = load_recipe_config(REPO / "recipes" / "images" / "minilm_clip-vit-b32.yaml")
     with pytest.raises(ConfigError, match=r"model.vision.kind: 'clip' .* not implemented in this build"):
         images(cfg, Path("/nonexistent-run-dir"))
 

@@ -32,7 +32,7 @@ from searchsmith.training.reranker import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "recipes" / "reranker" / "tiny" / "reranker_tiny.yaml"
+TINY = REPO / "recipes" / "reranker" / "tiny" / "bert-tiny_full.yaml"
 
 
 # ------------------------------------------------------------------ metrics
