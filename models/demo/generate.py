@@ -1,8 +1,9 @@
 """Generate the demo knowledge base: corpus, images, routing set, QA set and README.
 
 Run ``python -m searchsmith.models.demo.generate [--out DIR]`` (default: this folder). The
-output is a pure function of ``facts.py``, ``articles.py`` and ``SEED``: running it twice gives
-the same bytes for the JSONL and Markdown files and the same pixels for the PNG files.
+output is a pure function of the data in ``source/*.yaml`` (read by ``records.py``), the
+templates here and ``SEED``: running it twice gives the same bytes for the JSONL and Markdown
+files and the same pixels for the PNG files.
 
 Every routing gold label and QA answer is derived from the same tables that render the
 documents, and ``check`` verifies them against the rendered text before anything is written,
@@ -17,6 +18,7 @@ import io
 import json
 import os
 import random
+import string
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -24,9 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
+from searchsmith.models.demo.records import (
+    SOURCE_DIR,
+    SOURCE_FILES,
+    ConfigKey,
+    ErrorCode,
+    Module,
+    Planet,
+    Product,
+    Release,
+    Source,
+    load_source,
+)
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.demo import articles as A
-from searchsmith.models.demo import facts as F
 
 SEED = 20240312
 CORPUS_FILE = "corpus.jsonl"
@@ -34,6 +46,7 @@ ROUTING_FILE = "routing.jsonl"
 QA_FILE = "qa.jsonl"
 README_FILE = "README.md"
 IMAGES_DIR = "images"
+SOURCE_GLOB = f"{SOURCE_DIR.name}/*.yaml"  # read, never written
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December")
@@ -98,27 +111,15 @@ FAQ_URL = "https://help.stackyard.example.com"
 RECIPE_URL = "https://recipes.example.net"
 
 
-def _product(name: str) -> F.Product:
-    return next(p for p in F.PRODUCTS if p.name == name)
-
-
-def _company(name: str) -> F.Company:
-    return next(c for c in F.COMPANIES if c.name == name)
-
-
-def _made_by(company: str) -> list[F.Product]:
-    return [p for p in F.PRODUCTS if p.maker == company]
-
-
 def _and(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _code_lang(p: F.Product) -> str:
+def _code_lang(p: Product) -> str:
     return {"Rust": "rust", "Go": "go", "Python": "python"}[p.language]
 
 
-def _test_path(p: F.Product, m: F.Module) -> str:
+def _test_path(p: Product, m: Module) -> str:
     stem = Path(m.path).stem
     if p.language == "Go":
         return m.path.replace(".go", "_test.go")
@@ -127,40 +128,41 @@ def _test_path(p: F.Product, m: F.Module) -> str:
     return f"tests/test_{stem}.py"
 
 
-def _errors_path(p: F.Product) -> str:
+def _errors_path(p: Product) -> str:
     return {"Rust": f"{p.slug}/src/error.rs", "Go": f"{p.slug}/errors/codes.go",
             "Python": f"{p.slug}/errors.py"}[p.language]
 
 
-def product_doc_id(p: F.Product, kind: str) -> str:
+def product_doc_id(p: Product, kind: str) -> str:
     return f"docs-{p.slug}-{kind}"
 
 
-def config_doc_id(p: F.Product, c: F.ConfigKey) -> str:
+def config_doc_id(p: Product, c: ConfigKey) -> str:
     return product_doc_id(p, "config-" + _slug(c.key))
 
 
-def error_doc_id(p: F.Product, e: F.ErrorCode) -> str:
+def error_doc_id(p: Product, e: ErrorCode) -> str:
     return product_doc_id(p, "error-" + e.code.lower())
 
 
-def code_doc_id(p: F.Product, m: F.Module) -> str:
+def code_doc_id(p: Product, m: Module) -> str:
     return f"code-{p.slug}-{_slug(m.feature)}"
 
 
-def release_doc_id(p: F.Product, r: F.Release) -> str:
+def release_doc_id(p: Product, r: Release) -> str:
     return f"news-{r.date}-{p.slug}-{_slug(r.version)}-release"
 
 
-def pricing_doc_id(p: F.Product) -> str:
+def pricing_doc_id(p: Product) -> str:
     return f"faq-pricing-{p.slug}"
 
 
-def product_docs(rng: random.Random, p: F.Product) -> list[Doc]:
+def product_docs(rng: random.Random, p: Product) -> list[Doc]:
     """Twelve pages of a product's documentation; the overview is the long one."""
     url = f"{DOCS_URL}/{p.slug}"
     latest = p.releases[-1]
     flow = " to ".join(p.components)
+    first_limit = next(iter(p.limits))
     overview = [
         f"{p.name} is a {p.kind} developed by {p.maker}. It {p.tagline}. {p.name} is written in "
         f"{p.language} and published under the Apache-2.0 licence.",
@@ -175,7 +177,7 @@ def product_docs(rng: random.Random, p: F.Product) -> list[Doc]:
         f"between minor versions need no downtime; the upgrade guide lists the steps for a major one.",
         f"{p.name} needs {p.requirements}. By default the server listens on port {p.port}. The most "
         f"important settings are {_and([f'`{c.key}`' for c in p.config])}; the limits page lists the "
-        f"hard limits, such as a maximum {p.limits[0][0]} of {p.limits[0][1]}.",
+        f"hard limits, such as a maximum {first_limit} of {p.limits[first_limit]}.",
         " ".join(f"The {m.feature} code {m.summary}." for m in p.modules),
         "Out of the box, " + "; ".join(f"`{c.key}` is `{c.default}` ({c.description.split(';')[0]})"
                                        for c in p.config) + ".",
@@ -207,7 +209,7 @@ def product_docs(rng: random.Random, p: F.Product) -> list[Doc]:
             f"{p.name}.\n\nDefault: `{c.default}`. Allowed values: {c.allowed}.\n\nSet it in "
             f"{p.slug}.yaml:\n\n    {section}:\n      {leaf}: {c.default}\n\nChanges take effect {when}.",
             f"{url}/config/{_slug(c.key)}"))
-    rows = "\n".join(f"- Maximum {name}: {value}" for name, value in p.limits)
+    rows = "\n".join(f"- Maximum {name}: {value}" for name, value in p.limits.items())
     docs.append(Doc(product_doc_id(p, "limits"), "product_docs", f"Limits of {p.name}",
                     f"{p.name} enforces these hard limits:\n\n{rows}\n\nRequests above a limit are "
                     f"rejected with an error that names the limit; the limits cannot be raised by "
@@ -234,7 +236,7 @@ def product_docs(rng: random.Random, p: F.Product) -> list[Doc]:
     return docs
 
 
-def code_notes(rng: random.Random, p: F.Product) -> list[Doc]:
+def code_notes(rng: random.Random, p: Product) -> list[Doc]:
     """Eight code notes per product; every one names the product, so "the code for it" needs the
     product from the conversation to find them."""
     lang = _code_lang(p)
@@ -266,6 +268,24 @@ def code_notes(rng: random.Random, p: F.Product) -> list[Doc]:
     return docs
 
 
+class _EventFormatter(string.Formatter):
+    """``str.format`` for the event templates of news.yaml, with more format specs: ``{x:slug}``,
+    ``{x:lower}``, ``{x:my}`` (ISO date as "March 2024") and ``{x:drawn}`` (ISO date in the
+    style drawn for the row)."""
+
+    def __init__(self, style: str) -> None:
+        self.style = style
+
+    def format_field(self, value: object, format_spec: str) -> str:
+        if format_spec == "slug":
+            return _slug(str(value))
+        if format_spec == "lower":
+            return str(value).lower()
+        if format_spec in ("my", "drawn"):
+            return fmt_date(str(value), self.style if format_spec == "drawn" else format_spec)
+        return super().format_field(value, format_spec)
+
+
 @dataclass
 class NewsFacts:
     """Where the news generator put things, for routing and QA to refer to."""
@@ -274,7 +294,7 @@ class NewsFacts:
     outage_docs: dict[str, list[str]] = field(default_factory=dict)  # product -> doc ids
 
 
-def news_docs(rng: random.Random) -> tuple[list[Doc], NewsFacts]:
+def news_docs(rng: random.Random, src: Source) -> tuple[list[Doc], NewsFacts]:
     """Dated news: releases, patches, outages (some reported twice), deals, people, advisories."""
     docs: list[Doc] = []
     where = NewsFacts()
@@ -285,7 +305,7 @@ def news_docs(rng: random.Random) -> tuple[list[Doc], NewsFacts]:
         docs.append(doc)
         return doc
 
-    for p in F.PRODUCTS:
+    for p in src.products:
         for i, r in enumerate(p.releases):
             style = rng.choice(DATE_STYLES)
             text = f"{p.maker} released {p.name} {r.version} on {fmt_date(r.date, style)}. "
@@ -296,21 +316,21 @@ def news_docs(rng: random.Random) -> tuple[list[Doc], NewsFacts]:
                 text += (f"The release brings {r.headline}. It follows {p.name} {prev.version}, "
                          f"released in {fmt_date(prev.date, 'my')}.")
             add(release_doc_id(p, r), r.date, f"{p.name} {r.version} released", text,
-                rng.choice(F.OUTLETS))
+                rng.choice(src.outlets))
         latest = p.releases[-1]
         patch_iso = (dt.date.fromisoformat(latest.date) + dt.timedelta(days=21)).isoformat()
         add(f"news-{patch_iso}-{p.slug}-patch", patch_iso, f"{p.name} {latest.version}.1",
             f"{p.name} {latest.version}.1 is out ({fmt_date(patch_iso, rng.choice(DATE_STYLES))}): "
-            f"a bug-fix release for the {latest.version} line.", rng.choice(F.OUTLETS))
+            f"a bug-fix release for the {latest.version} line.", rng.choice(src.outlets))
 
-    for o in F.OUTAGES:
-        p = _product(o.product)
+    for o in src.outages:
+        p = src.product(o.product)
         ids = []
         a = add(f"news-{o.date}-{p.slug}-outage-a", o.date, f"{p.name} Cloud outage in {o.region}",
                 f"On {fmt_date(o.date, 'dmy')}, {p.name} Cloud customers in {o.region} lost service "
                 f"for {o.duration}. According to {p.maker}'s incident report, {o.cause}. Clients saw "
                 f"`{o.error}` errors until engineers intervened. The fix shipped in {p.name} "
-                f"{o.fixed_in}.", F.OUTLETS[0])
+                f"{o.fixed_in}.", src.outlets[0])
         ids.append(a.id)
         if o.reports == 2:
             b = add(f"news-{o.date}-{p.slug}-outage-b", o.date,
@@ -318,54 +338,42 @@ def news_docs(rng: random.Random) -> tuple[list[Doc], NewsFacts]:
                     f"{p.maker} has published the post-mortem of the {o.duration} {p.name} Cloud "
                     f"outage that hit the {o.region} region on {fmt_date(o.date, 'iso')}: {o.cause}, "
                     f"and requests failed with `{o.error}`. Version {o.fixed_in} contains the fix, "
-                    f"the company said.", F.OUTLETS[1])
+                    f"the company said.", src.outlets[1])
             ids.append(b.id)
         where.outage_docs[p.name] = ids
 
-    for acquirer, target, iso, price in F.ACQUISITIONS:
-        t = _company(target)
-        made = _and([f"{p.name}, the {p.kind}" for p in _made_by(target)])
+    for acq in src.acquisitions:
+        acquirer, target, iso = acq.acquirer, acq.target, acq.date
+        made = _and([f"{p.name}, the {p.kind}" for p in src.made_by(target)])
         slug = _slug(target)
         a = add(f"news-{iso}-acquisition-{slug}-a", iso, f"{acquirer} acquires {target}",
                 f"{acquirer} announced on {fmt_date(iso, 'dmy')} that it has acquired {target}, the "
-                f"{t.city} company behind {made}, for {price}. {target}'s products keep their names, "
-                f"and its {_company(target).ceo}-led team joins {acquirer}.", F.OUTLETS[0])
+                f"{src.company(target).city} company behind {made}, for {acq.price}. {target}'s "
+                f"products keep their names, and its {src.company(target).ceo}-led team joins "
+                f"{acquirer}.", src.outlets[0])
         b = add(f"news-{iso}-acquisition-{slug}-b", iso, f"Deal: {acquirer} buys {target}",
-                f"{acquirer} is buying {target} for {price}, the two companies said on "
-                f"{fmt_date(iso, 'mdy')}. The deal brings {_and([p.name for p in _made_by(target)])} "
-                f"under the same roof as {_and([p.name for p in _made_by(acquirer)])}.", F.OUTLETS[2])
+                f"{acquirer} is buying {target} for {acq.price}, the two companies said on "
+                f"{fmt_date(iso, 'mdy')}. The deal brings {_and([p.name for p in src.made_by(target)])} "
+                f"under the same roof as {_and([p.name for p in src.made_by(acquirer)])}.", src.outlets[2])
         where.acquisition_docs[target] = [a.id, b.id]
 
-    for org, conf, city, iso, product, what in F.CONFERENCES:
-        add(f"news-{iso}-{_slug(conf)}", iso, f"{org} at {conf}",
-            f"At {conf} in {city} on {fmt_date(iso, rng.choice(DATE_STYLES))}, {org} presented "
-            f"{what} for {product}. The talk drew one of the largest audiences of the conference.",
-            rng.choice(F.OUTLETS))
-    for company, rnd, amount, iso, lead in F.FUNDING:
-        add(f"news-{iso}-{_slug(company)}-{_slug(rnd)}", iso, f"{company} raises {amount}",
-            f"{company} raised {amount} in a {rnd} round led by {lead}, announced "
-            f"{fmt_date(iso, rng.choice(DATE_STYLES))}. The money goes into "
-            f"{_and([p.name for p in _made_by(company)])}.", rng.choice(F.OUTLETS))
-    for company, person, role, iso, before in F.PEOPLE:
-        add(f"news-{iso}-{_slug(company)}-{_slug(person)}", iso, f"{company} names {person} {role}",
-            f"{company} appointed {person} as {role} on {fmt_date(iso, rng.choice(DATE_STYLES))}. "
-            f"{person} was previously {before}.", rng.choice(F.OUTLETS))
-    for iso, title, body in F.PARTNERSHIPS:
-        add(f"news-{iso}-{_slug(title)}", iso, title,
-            f"{body}, the companies announced on {fmt_date(iso, rng.choice(DATE_STYLES))}.",
-            rng.choice(F.OUTLETS))
-    for product, adv, iso, issue, fixed in F.ADVISORIES:
-        p = _product(product)
-        add(f"news-{iso}-{adv.lower()}", iso, f"Security advisory {adv} for {product}",
-            f"On {fmt_date(iso, rng.choice(DATE_STYLES))} {p.maker} published security advisory "
-            f"{adv} for {product}: {issue}. Versions before {fixed} are affected; upgrade to {fixed} "
-            f"or later.", rng.choice(F.OUTLETS))
-    for product, line, announced, eol in F.END_OF_LIFE:
-        p = _product(product)
-        add(f"news-{announced}-{p.slug}-eol", announced, f"{product} {line} end of life",
-            f"{p.maker} announced in {fmt_date(announced, 'my')} that {product} {line} reaches its "
-            f"end of life on {fmt_date(eol, rng.choice(DATE_STYLES))}; after that date it receives "
-            f"no security fixes.", rng.choice(F.OUTLETS))
+    for kind, event in src.events.items():
+        for row in event.rows:
+            # One date style, then one outlet, drawn per row: the order fixes the output bytes.
+            fmt = _EventFormatter(rng.choice(DATE_STYLES))
+            fields = dict(row)
+            if "product" in row:
+                fields["product_maker"] = src.product(row["product"]).maker
+            if "company" in row:
+                fields["company_products"] = _and([p.name for p in src.made_by(row["company"])])
+            try:
+                iso = row["date"]
+                doc_id, title, text = (fmt.format(t, **fields) for t in (event.id, event.title, event.text))
+            except (KeyError, ValueError) as e:
+                raise ValidationError(f"news.yaml: events.{kind}: cannot render row {row}: {e!r}; "
+                                      f"every row needs an ISO date, and templates may use the "
+                                      f"row's fields, product_maker and company_products") from e
+            add(doc_id, iso, title, text, rng.choice(src.outlets))
     for year in ("2023", "2024"):
         # Second reports of the same event ("-b") are left out: a review lists each event once.
         events = sorted((d for d in docs if d.date and d.date.startswith(year)
@@ -375,43 +383,43 @@ def news_docs(rng: random.Random) -> tuple[list[Doc], NewsFacts]:
         add(f"news-{iso}-year-in-review", iso, f"{year} in review",
             f"The infrastructure software stories of {year}, month by month, as our readers "
             f"followed them.\n\n" + "\n".join(lines) + f"\n\n{len(lines)} stories in all; the "
-            f"full reports are in the archive.", F.OUTLETS[2])
+            f"full reports are in the archive.", src.outlets[2])
     docs.sort(key=lambda d: (d.date or "", d.id))
     return docs, where
 
 
-def encyclopedia_docs() -> list[Doc]:
+def encyclopedia_docs(src: Source) -> list[Doc]:
     docs = []
-    for pl in A.PLANETS:
-        n = pl["name"]
+    for i, pl in enumerate(src.planets):
+        n = pl.name
         text = "\n\n".join((
-            f"{n} is the {_ORDINAL[A.PLANETS.index(pl)]} planet from the Sun. It is {pl['diameter']} "
-            f"across and orbits at an average distance of {pl['au']} astronomical units, about "
-            f"{pl['mkm']}. {n} was {pl['discovery']}.",
-            f"One orbit of the Sun takes {n} {pl['year']}, and a day on {n} lasts {pl['day']}. "
-            f"{n} has {pl['moons']}.",
-            pl["surface"],
-            pl["exploration"],
+            f"{n} is the {_ORDINAL[i]} planet from the Sun. It is {pl.diameter} across and orbits "
+            f"at an average distance of {pl.au} astronomical units, about {pl.mkm}. {n} was "
+            f"{pl.discovery}.",
+            f"One orbit of the Sun takes {n} {pl.year}, and a day on {n} lasts {pl.day}. "
+            f"{n} has {pl.moons}.",
+            pl.surface,
+            pl.exploration,
         ))
         docs.append(Doc(f"enc-{n.lower()}", "encyclopedia", n, text, f"{WIKI_URL}/{n}"))
-    for slug, title, paragraphs in A.ARTICLES:
-        docs.append(Doc(f"enc-{slug}", "encyclopedia", title, "\n\n".join(paragraphs),
-                        f"{WIKI_URL}/{title.replace(' ', '_')}"))
+    for a in src.articles:
+        docs.append(Doc(f"enc-{a.slug}", "encyclopedia", a.title, "\n\n".join(a.paragraphs),
+                        f"{WIKI_URL}/{a.title.replace(' ', '_')}"))
     return docs
 
 
 _ORDINAL = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
 
-def faq_docs() -> list[Doc]:
+def faq_docs(src: Source) -> list[Doc]:
     docs = []
     counters: Counter[str] = Counter()
-    for category, question, answer in A.FAQ:
-        counters[category] += 1
-        doc_id = f"faq-{category}-{counters[category]:02d}"
-        docs.append(Doc(doc_id, "faq", question, f"{question}\n\n{answer}",
-                        f"{FAQ_URL}/{category}/{_slug(question)}"))
-    for p in F.PRODUCTS:
+    for e in src.faq:
+        counters[e.category] += 1
+        doc_id = f"faq-{e.category}-{counters[e.category]:02d}"
+        docs.append(Doc(doc_id, "faq", e.question, f"{e.question}\n\n{e.answer}",
+                        f"{FAQ_URL}/{e.category}/{_slug(e.question)}"))
+    for p in src.products:
         q = f"How much does {p.name} Cloud cost?"
         docs.append(Doc(
             pricing_doc_id(p), "faq", q,
@@ -419,34 +427,34 @@ def faq_docs() -> list[Doc]:
             f"per month on the Starter plan and ${3 * p.price_usd_month} per month on the Business "
             f"plan; Enterprise prices are agreed per contract. Paying annually saves 15%.",
             f"{FAQ_URL}/pricing/{p.slug}"))
-    for plan, uptime, hours, credit in F.SLA_TIERS:
-        q = f"What does the {plan} plan's SLA guarantee?"
+    for t in src.sla_tiers:
+        q = f"What does the {t.plan} plan's SLA guarantee?"
         docs.append(Doc(
-            f"faq-sla-{plan.lower()}", "faq", q,
-            f"{q}\n\nThe {plan} plan guarantees {uptime} monthly uptime. If we miss it, you receive "
-            f"a service credit of {credit}. Support on {plan} is available {hours}.",
-            f"{FAQ_URL}/sla/{plan.lower()}"))
-    months = ", ".join(f"{m[:3]} {u:.2f}%" for m, u in zip(MONTHS, F.UPTIME_2024, strict=True))
-    worst = min(range(12), key=lambda i: F.UPTIME_2024[i])
+            f"faq-sla-{t.plan.lower()}", "faq", q,
+            f"{q}\n\nThe {t.plan} plan guarantees {t.uptime} monthly uptime. If we miss it, you "
+            f"receive a service credit of {t.credit}. Support on {t.plan} is available {t.support_hours}.",
+            f"{FAQ_URL}/sla/{t.plan.lower()}"))
+    months = ", ".join(f"{m[:3]} {u:.2f}%" for m, u in zip(MONTHS, src.uptime_2024, strict=True))
+    worst = min(range(12), key=lambda i: src.uptime_2024[i])
     docs.append(Doc(
         "faq-uptime-2024", "faq", "What was your uptime in 2024?",
         f"What was your uptime in 2024?\n\nMeasured across all regions and products, monthly uptime "
         f"in 2024 was: {months}. The lowest month was {MONTHS[worst]}, at "
-        f"{F.UPTIME_2024[worst]:.2f}%.", f"{FAQ_URL}/sla/uptime-2024"))
+        f"{src.uptime_2024[worst]:.2f}%.", f"{FAQ_URL}/sla/uptime-2024"))
     return docs
 
 
-def recipe_docs() -> list[Doc]:
+def recipe_docs(src: Source) -> list[Doc]:
     docs = []
-    for slug, name, cuisine, serves, prep, cook, ingredients, steps, note in A.RECIPES:
-        timing = (f"Preparation takes {prep} minutes and cooking {cook} minutes." if cook
-                  else f"It takes {prep} minutes to prepare and needs no cooking.")
-        body = "\n".join(f"{i}. {s}" for i, s in enumerate(steps, 1))
-        items = "\n".join(f"- {x}" for x in ingredients)
+    for r in src.recipes:
+        timing = (f"Preparation takes {r.prep_min} minutes and cooking {r.cook_min} minutes." if r.cook_min
+                  else f"It takes {r.prep_min} minutes to prepare and needs no cooking.")
+        body = "\n".join(f"{i}. {s}" for i, s in enumerate(r.steps, 1))
+        items = "\n".join(f"- {x}" for x in r.ingredients)
         docs.append(Doc(
-            f"recipe-{slug}", "recipes", name,
-            f"{name} ({cuisine}), serves {serves}. {timing}\n\nIngredients:\n{items}\n\nMethod:\n"
-            f"{body}\n\nTip: {note}", f"{RECIPE_URL}/{slug}"))
+            f"recipe-{r.slug}", "recipes", r.name,
+            f"{r.name} ({r.cuisine}), serves {r.serves}. {timing}\n\nIngredients:\n{items}\n\n"
+            f"Method:\n{body}\n\nTip: {r.tip}", f"{RECIPE_URL}/{r.slug}"))
     return docs
 
 
@@ -474,7 +482,7 @@ def _centered(draw: ImageDraw.ImageDraw, font: ImageFont.ImageFont, cx: int, y: 
     draw.text((cx - (right - left) // 2, y), text, fill=fill, font=font)
 
 
-def architecture_image(p: F.Product) -> Image.Image:
+def architecture_image(p: Product) -> Image.Image:
     """Five boxes top to bottom, one per component, joined by arrows."""
     img, draw, font = _canvas(160, 150)
     _centered(draw, font, 80, 2, f"{p.name} architecture")
@@ -490,7 +498,7 @@ def architecture_image(p: F.Product) -> Image.Image:
     return img
 
 
-def logo_image(p: F.Product, color: int) -> Image.Image:
+def logo_image(p: Product, color: int) -> Image.Image:
     img, draw, font = _canvas(128, 128)
     draw.ellipse((24, 10, 104, 90), fill=color, outline=BLACK)
     draw.polygon(((64, 24), (88, 74), (40, 74)), fill=WHITE)
@@ -549,12 +557,12 @@ def danube_map_image() -> Image.Image:
     return img
 
 
-def orbits_image() -> Image.Image:
+def orbits_image(planets: Sequence[Planet]) -> Image.Image:
     img, draw, font = _canvas(170, 172)
     cx, cy, scale = 85, 95, 48  # scale: pixels per astronomical unit
     draw.ellipse((cx - 5, cy - 5, cx + 5, cy + 5), fill=YELLOW, outline=ORANGE)
-    for pl, color in zip(A.PLANETS[:4], (GREY, ORANGE, BLUE, RED), strict=True):
-        r = int(float(pl["au"]) * scale)
+    for pl, color in zip(planets[:4], (GREY, ORANGE, BLUE, RED), strict=True):
+        r = int(float(pl.au) * scale)
         draw.ellipse((cx - r, cy - r, cx + r, cy + r), outline=color)
         draw.ellipse((cx + r - 2, cy - 2, cx + r + 2, cy + 2), fill=color)
     draw.text((2, 2), "Inner planets", fill=BLACK, font=font)
@@ -569,19 +577,19 @@ class ImageSpec:
     image: Image.Image
 
 
-def image_specs() -> list[ImageSpec]:
+def image_specs(src: Source) -> list[ImageSpec]:
     """The images and the documents that carry them."""
     specs = []
     for name in ("Quarry", "Lumen", "Tidewater", "Ferrow"):
-        p = _product(name)
+        p = src.product(name)
         specs.append(ImageSpec(
             product_doc_id(p, "overview"), f"{p.slug}_arch.png",
             f"{p.name} architecture: {' -> '.join(p.components)}", architecture_image(p)))
     for name, color in (("Beacon", ORANGE), ("Kestrel", GREEN)):
-        p = _product(name)
+        p = src.product(name)
         specs.append(ImageSpec(product_doc_id(p, "overview"), f"{p.slug}_logo.png",
                                f"The {p.name} logo", logo_image(p, color)))
-    quarry = _product("Quarry")
+    quarry = src.product("Quarry")
     latest = quarry.releases[-1]
     specs.append(ImageSpec(
         release_doc_id(quarry, latest), "quarry_latency.png",
@@ -590,13 +598,13 @@ def image_specs() -> list[ImageSpec]:
     specs.append(ImageSpec(
         "faq-uptime-2024", "stackyard_uptime_2024.png",
         "Stackyard monthly uptime in 2024, lowest in July",
-        line_chart_image("Uptime 2024 (%)", F.UPTIME_2024, 99.6, 100.0)))
+        line_chart_image("Uptime 2024 (%)", src.uptime_2024, 99.6, 100.0)))
     specs.append(ImageSpec("enc-danube", "danube_map.png",
                            "Schematic map of the Danube with Vienna, Bratislava, Budapest and Belgrade",
                            danube_map_image()))
     specs.append(ImageSpec("enc-mars", "inner_planets.png",
                            "Orbits of Mercury, Venus, Earth and Mars drawn to scale around the Sun",
-                           orbits_image()))
+                           orbits_image(src.planets)))
     return specs
 
 
@@ -622,16 +630,16 @@ def _turns(*pairs: tuple[str, str]) -> list[dict[str, str]]:
     return out
 
 
-def routing_items(rng: random.Random, where: NewsFacts) -> list[Item]:
+def routing_items(rng: random.Random, src: Source, where: NewsFacts) -> list[Item]:
     items: list[Item] = []
-    P = F.PRODUCTS
+    P = src.products
     # Single-turn questions: the query names what it is about.
     for i, p in enumerate(P):
         c = p.config[i % len(p.config)]
         items.append(Item(f"Which setting controls {c.description.split(';')[0]} in {p.name}?",
                           [config_doc_id(p, c)], entity=p.name))
     for p in P[:3]:
-        items.append(Item(f"What is the maximum {p.limits[1][0]} in {p.name}?",
+        items.append(Item(f"What is the maximum {list(p.limits)[1]} in {p.name}?",
                           [product_doc_id(p, "limits")], entity=p.name))
     for p in P[3:5]:
         items.append(Item(f"What does error {p.errors[0].code} mean and how do I fix it?",
@@ -702,22 +710,22 @@ def routing_items(rng: random.Random, where: NewsFacts) -> list[Item]:
     for i, p in enumerate(P[2:]):
         items.append(Item(cost_q[i % 3], [pricing_doc_id(p)],
                           _turns((f"What does {p.name} do?", f"It {p.tagline}.")), p.name))
-    for o in F.OUTAGES:
-        p = _product(o.product)
+    for o in src.outages:
+        p = src.product(o.product)
         e = next(e for e in p.errors if e.code == o.error)
         items.append(Item("How do I fix that error?", [error_doc_id(p, e)],
                           _turns((f"What happened during the {p.name} Cloud outage?",
                                   f"{o.cause[0].upper() + o.cause[1:]}; clients saw {o.error} errors.")),
                           o.error))
     for name in ("Lumen", "Marlowe"):
-        p = _product(name)
+        p = src.product(name)
         items.append(Item("Was that company ever acquired?", where.acquisition_docs[p.maker],
                           _turns((f"Who makes {p.name}?", f"{p.maker}.")), p.maker))
     for planet, q in (("Uranus", "When was it discovered?"), ("Neptune", "Who found it?"),
                       ("Mars", "How many moons does it have?")):
-        pl = next(x for x in A.PLANETS if x["name"] == planet)
+        pl = src.planet(planet)
         items.append(Item(q, [f"enc-{planet.lower()}"],
-                          _turns((f"Tell me about {planet}.", f"{planet} is {pl['diameter']} across.")),
+                          _turns((f"Tell me about {planet}.", f"{planet} is {pl.diameter} across.")),
                           planet))
     for slug, name in (("beef-stew", "Beef and ale stew"), ("french-onion-soup", "French onion soup")):
         items.append(Item("How long does it take?", [f"recipe-{slug}"],
@@ -758,7 +766,7 @@ class QA:
     history: list[dict[str, str]] = field(default_factory=list)
 
 
-def qa_items(docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
+def qa_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
     out: list[QA] = []
 
     def add(query: str, answer: str, supporting: list[str], history: list[dict[str, str]] | None = None) -> None:
@@ -768,33 +776,33 @@ def qa_items(docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
         # The answer is the date as the document writes it, whichever style it drew.
         return next(fmt_date(iso, s) for s in DATE_STYLES if fmt_date(iso, s) in docs[doc_id].text)
 
-    for i, p in enumerate(F.PRODUCTS):
+    for i, p in enumerate(src.products):
         c = p.config[(i + 1) % len(p.config)]
         add(f"What is the default value of {c.key} in {p.name}?", c.default, [config_doc_id(p, c)])
-    for i, p in enumerate(F.PRODUCTS):
+    for i, p in enumerate(src.products):
         m = p.modules[i % len(p.modules)]
         add(f"Which file contains the code for {p.name}'s {m.feature}?", m.path, [code_doc_id(p, m)])
-    for p in F.PRODUCTS[:4]:
+    for p in src.products[:4]:
         r = p.releases[-1]
         add(f"When was {p.name} {r.version} released?", date_in(release_doc_id(p, r), r.date),
             [release_doc_id(p, r)])
     for name in ("Lumen", "Marlowe"):
-        p = _product(name)
-        acq = next(a for a in F.ACQUISITIONS if a[1] == p.maker)
-        add(f"Which company acquired the maker of {name}?", acq[0],
+        p = src.product(name)
+        acq = next(a for a in src.acquisitions if a.target == p.maker)
+        add(f"Which company acquired the maker of {name}?", acq.acquirer,
             [product_doc_id(p, "overview"), where.acquisition_docs[p.maker][0]])
-    beacon = _product("Beacon")
+    beacon = src.product("Beacon")
     acq_doc = where.acquisition_docs[beacon.maker][0]
     add("When was the company that makes Beacon acquired?",
-        date_in(acq_doc, next(a[2] for a in F.ACQUISITIONS if a[1] == beacon.maker)),
+        date_in(acq_doc, next(a.date for a in src.acquisitions if a.target == beacon.maker)),
         [product_doc_id(beacon, "glossary"), acq_doc])
-    kestrel = next(o for o in F.OUTAGES if o.product == "Kestrel")
+    kestrel = next(o for o in src.outages if o.product == "Kestrel")
     add("Which error did clients see during the Kestrel Cloud outage?", kestrel.error,
         where.outage_docs["Kestrel"][:1])
-    quarry = next(o for o in F.OUTAGES if o.product == "Quarry")
+    quarry = next(o for o in src.outages if o.product == "Quarry")
     add("In which Quarry version was the Quarry Cloud outage fixed?", quarry.fixed_in,
         where.outage_docs["Quarry"][:1])
-    lumen, lumen_outage = _product("Lumen"), next(o for o in F.OUTAGES if o.product == "Lumen")
+    lumen, lumen_outage = src.product("Lumen"), next(o for o in src.outages if o.product == "Lumen")
     lumen_error = next(e for e in lumen.errors if e.code == lumen_outage.error)
     add("How do you fix the error that clients saw during the Lumen Cloud outage?",
         "raise snapshot.interval_s", [where.outage_docs["Lumen"][0], error_doc_id(lumen, lumen_error)])
@@ -805,29 +813,29 @@ def qa_items(docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
     add("How long is the grace period after a failed payment?", "14 days", ["faq-billing-06"])
     add("What monthly uptime does the Enterprise plan guarantee?", "99.95%", ["faq-sla-enterprise"])
     add("How much does Lumen Cloud cost per month on the Starter plan?",
-        f"${_product('Lumen').price_usd_month}", [pricing_doc_id(_product("Lumen"))])
+        f"${src.product('Lumen').price_usd_month}", [pricing_doc_id(src.product("Lumen"))])
     add("What is the Starter price of the managed edition of the product whose retry code lives in "
-        "tidewater/retry/backoff.go?", f"${_product('Tidewater').price_usd_month}",
-        [code_doc_id(_product("Tidewater"), _product("Tidewater").modules[2]),
-         pricing_doc_id(_product("Tidewater"))])
+        "tidewater/retry/backoff.go?", f"${src.product('Tidewater').price_usd_month}",
+        [code_doc_id(src.product("Tidewater"), src.product("Tidewater").modules[2]),
+         pricing_doc_id(src.product("Tidewater"))])
     add("At what temperature is rosemary focaccia baked?", "220 degrees Celsius", ["recipe-focaccia"])
     add("How long does banana bread bake?", "about 60 minutes", ["recipe-banana-bread"])
     add("Who sent the first message over ARPANET?", "Charley Kline", ["enc-arpanet"])
     add("About how many vacuum tubes did ENIAC use?", "17,500", ["enc-eniac"])
-    q = _product("Quarry")
+    q = src.product("Quarry")
     add("Which port does it listen on by default?", str(q.port), [product_doc_id(q, "overview")],
         _turns(("Tell me about Quarry.", f"Quarry is a {q.kind} by {q.maker}.")))
-    t = _product("Tidewater")
+    t = src.product("Tidewater")
     add("Which file implements it?", t.modules[2].path, [code_doc_id(t, t.modules[2])],
         _turns(("How do I change how often Tidewater retries a failing job?",
                 "Set retry.max_attempts; the delay grows from retry.backoff_s.")))
-    k = _product("Kestrel")
+    k = src.product("Kestrel")
     add("When did its 3.0 release come out?", date_in(release_doc_id(k, k.releases[-1]), k.releases[-1].date),
         [release_doc_id(k, k.releases[-1])], _turns(("What is Kestrel?", f"An {k.kind} by {k.maker}.")))
     add("When was the dam on it completed?", "1970", ["enc-nile"],
         _turns(("Which river is the longest in the world?", "The Nile, about 6,650 km long.")))
     add("Which company is it owned by now?", "Harbor & Finch",
-        [product_doc_id(_product("Beacon"), "overview"), where.acquisition_docs["Brightline Systems"][0]],
+        [product_doc_id(src.product("Beacon"), "overview"), where.acquisition_docs["Brightline Systems"][0]],
         _turns(("Which agent should I use to ship logs?", "Beacon, made by Brightline Systems.")))
     return out
 
@@ -844,26 +852,28 @@ class DemoSet:
     qa: list[QA]
 
 
-def build() -> DemoSet:
-    """Render every document, image, routing query and QA item (no I/O)."""
+def build(src: Source | None = None) -> DemoSet:
+    """Render every document, image, routing query and QA item from ``src`` (default: the
+    ``source/*.yaml`` files)."""
+    src = load_source() if src is None else src
     rng = random.Random(SEED)
     docs: list[Doc] = []
-    for p in F.PRODUCTS:
+    for p in src.products:
         docs += product_docs(rng, p)
-    for p in F.PRODUCTS:
+    for p in src.products:
         docs += code_notes(rng, p)
-    news, where = news_docs(rng)
+    news, where = news_docs(rng, src)
     docs += news
-    docs += encyclopedia_docs()
-    docs += faq_docs()
-    docs += recipe_docs()
+    docs += encyclopedia_docs(src)
+    docs += faq_docs(src)
+    docs += recipe_docs(src)
     by_id = {d.id: d for d in docs}
     images: dict[str, Image.Image] = {}
-    for spec in image_specs():
+    for spec in image_specs(src):
         by_id[spec.doc_id].images.append(
             {"id": Path(spec.file).stem, "path": f"{IMAGES_DIR}/{spec.file}", "caption": spec.caption})
         images[spec.file] = spec.image
-    return DemoSet(docs, images, routing_items(rng, where), qa_items(by_id, where))
+    return DemoSet(docs, images, routing_items(rng, src, where), qa_items(src, by_id, where))
 
 
 def check(demo: DemoSet) -> None:
@@ -891,7 +901,8 @@ def check(demo: DemoSet) -> None:
             problems.append(f"{qa.id}: answer {qa.answer!r} is not in {qa.supporting}")
     if problems:
         raise ValidationError("demo data is inconsistent:\n  " + "\n  ".join(problems)
-                              + "\nfix the templates or facts in searchsmith/models/demo")
+                              + "\nfix the facts in searchsmith/models/demo/source/*.yaml or the templates "
+                              "in generate.py")
 
 
 def _jsonl(records: list[dict[str, object]]) -> bytes:
@@ -930,8 +941,9 @@ fictional; the encyclopedia articles state well-known facts in our own words. No
 copied from another data set.
 
 Regenerate with `python -m searchsmith.models.demo.generate` (writes this folder atomically;
-`--out DIR` writes elsewhere). The output depends only on `facts.py`, `articles.py` and the
-seed in `generate.py`: edit those, never the generated files.
+`--out DIR` writes elsewhere). The output depends only on the facts and prose in
+`{SOURCE_GLOB}` (read and type-checked by `records.py`) and the templates and seed in
+`generate.py`: edit those, never the generated files.
 
 ## Files
 
@@ -941,6 +953,7 @@ seed in `generate.py`: edit those, never the generated files.
 | `{IMAGES_DIR}/*.png` | palette PNG | {len(demo.images)} images (diagrams, logos, charts, maps); paths in the corpus are relative to this folder |
 | `{ROUTING_FILE}` | routing eval | {len(demo.routing)} queries, {follow_ups} of them follow-ups whose referent is only in the history |
 | `{QA_FILE}` | pipeline eval | {len(demo.qa)} questions ({two_turn_qa} two-turn, some multi-hop); each answer occurs in its `supporting` documents |
+| `{SOURCE_GLOB}` | YAML, edited by hand | the facts and prose it is all rendered from: {_and([f'`{n}`' for n in SOURCE_FILES])} |
 
 ## Sources
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from searchsmith.models.errors import ValidationError
 from searchsmith.models.demo import corpus_path, demo_dir, qa_path, routing_path
 from searchsmith.models.demo import generate as gen
+from searchsmith.models.demo.records import load_source
+from searchsmith.models.errors import ValidationError
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -117,9 +118,7 @@ def test_kimas_follow_up_is_present(routing: list[dict]) -> None:
 
 
 def test_code_notes_name_their_product(corpus: list[dict]) -> None:
-    from searchsmith.models.demo.facts import PRODUCTS
-
-    names = [p.name for p in PRODUCTS]
+    names = [p.name for p in load_source().products]
     for doc in corpus:
         if doc["source"] == "code_notes":
             assert any(n in doc["text"] for n in names), doc["id"]
