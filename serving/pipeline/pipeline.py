@@ -19,12 +19,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.config import closest_key
 from searchsmith.models.errors import ConfigError, PayloadTooLargeError, ValidationError
+from searchsmith.models.roles import Embedder, ModelOfTask, Turn
 from searchsmith.models.tasks import TASKS
+from searchsmith.serving.pipeline.answer import Answer, Feedback
 from searchsmith.serving.pipeline.citation import CitationStage
 from searchsmith.serving.pipeline.common import load_optional_bundle
 from searchsmith.serving.pipeline.config import STRATEGIES, PipelineConfig, Preset
@@ -45,6 +48,9 @@ from searchsmith.serving.pipeline.state import INPUT_FIELDS, STATE_FIELDS, Pipel
 from searchsmith.serving.pipeline.timeline import TimelineStage
 from searchsmith.serving.rewrite import parse_history
 from searchsmith.serving.router import CentroidRouter
+
+if TYPE_CHECKING:
+    from searchsmith.serving.index import Index
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +89,8 @@ class Pipeline:
         generator: an LLM backend overriding ``generation.backend`` (tests, servers).
     """
 
-    def __init__(self, config: PipelineConfig, index: Any, embedder: Any,
-                 bundles: dict[str, Any] | None = None, generator: Generator | None = None) -> None:
+    def __init__(self, config: PipelineConfig, index: Index, embedder: Embedder,
+                 bundles: Mapping[str, ModelOfTask | None] | None = None, generator: Generator | None = None) -> None:
         self.config = cfg = config
         self.index = index
         self.embedder = embedder
@@ -167,9 +173,9 @@ class Pipeline:
             raise ValidationError(f"preset: unknown preset {name!r}; presets are {sorted(presets)}")
         return name, presets[name]
 
-    def ask(self, query: str, history: Any = None, *, query_id: str | None = None,
+    def ask(self, query: str, history: Sequence[Turn] | None = None, *, query_id: str | None = None,
             preset: str | None = None, strategy: str | None = None,
-            routing_mode: str | None = None) -> dict[str, Any]:
+            routing_mode: str | None = None) -> Answer:
         """Answer one (possibly follow-up) question.
 
         Args:
@@ -225,15 +231,15 @@ class Pipeline:
             self.protocol.remember(state.query_id, name, features, tr.cost)
         return self.answer_dict(state, features, self.gates)
 
-    def feedback(self, query_id: str, quality: float) -> dict[str, Any]:
+    def feedback(self, query_id: str, quality: float) -> Feedback:
         """Reward the protocol router for an answer (``quality`` in [0, 1])."""
         if self.protocol is None:
             raise ValidationError("feedback: the protocol router is switched off (protocol.enabled: false)")
         return self.protocol.feedback(query_id, quality)
 
     @staticmethod
-    def answer_dict(state: PipelineState, features: Any = None,
-                    gates: dict[str, GateDecision] | None = None) -> dict[str, Any]:
+    def answer_dict(state: PipelineState, features: Sequence[float] | None = None,
+                    gates: dict[str, GateDecision] | None = None) -> Answer:
         """The answer as JSON; ``trace.gates`` says, per configured bundle use, whether the model
         was used and why not (:mod:`~searchsmith.serving.pipeline.gates`)."""
         tr = state.trace
@@ -277,7 +283,7 @@ class Pipeline:
         self.index.close()
 
 
-def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embedder: Any = None,
+def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embedder: Embedder | None = None,
                   verify: bool = True) -> Pipeline:
     """Open the index (and its embedder) and the configured bundles; build the pipeline.
 
@@ -306,7 +312,7 @@ def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embed
     return Pipeline(config, index, embedder, bundles)
 
 
-def bundle_embedder(path: str, index_manifest: dict[str, Any], config: PipelineConfig) -> Any:
+def bundle_embedder(path: str, index_manifest: dict[str, Any], config: PipelineConfig) -> Embedder:
     """The ``bundles.embedder`` bundle as the pipeline's embedder, checked against the index.
 
     Raises:

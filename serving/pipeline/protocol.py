@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.io import write_json_atomic
+from searchsmith.serving.pipeline.answer import Feedback
 from searchsmith.serving.pipeline.config import ProtocolConfig
 
 FEATURES = ("bias", "length", "conversation_depth", "reference", "multi_hop", "temporal",
@@ -116,7 +117,7 @@ class LinUCBRouter:
             self.b[arm] = self.b[arm] + reward * x
             self.n[arm] += 1
 
-    def feedback(self, query_id: str, quality: float) -> dict[str, Any]:
+    def feedback(self, query_id: str, quality: float) -> Feedback:
         """Reward the preset chosen for ``query_id``: ``quality - cost_lambda * cost``.
 
         Args:
