@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.pretrained import load_complete, read_model_meta
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDG_TYPES, parse_linear, terminal
 from searchsmith.models.rewrite_edit import REWRITE_TARGETS, apply_edits, edit_target
 
@@ -506,18 +507,8 @@ class Decomposer:
         Raises:
             BundleError: no ``decomposer.json``, ``trained_steps`` 0, or weights missing.
         """
-        p = Path(path)
-        if not (p / META_FILE).is_file() and (p / "model" / META_FILE).is_file():
-            p = p / "model"  # a training run folder: its final model is in model/
-        meta_path = p / META_FILE
-        if not meta_path.is_file():
-            raise BundleError(
-                f"decomposer: {str(p)!r} has no {META_FILE}; it is not a trained decomposer "
-                "(train one with: searchsmith train recipes/decomposer/minilm_bert2bert.yaml)")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"decomposer: {meta_path} is not valid JSON ({exc})") from None
+        p, meta = read_model_meta(path, META_FILE, "decomposer", "it is not a trained decomposer (train one "
+                                  "with: searchsmith train recipes/decomposer/minilm_bert2bert.yaml)")
         if int(meta.get("trained_steps", 0)) <= 0:
             raise BundleError(
                 f"decomposer: {str(p)!r} was never fine-tuned (trained_steps=0 in {META_FILE}); "
@@ -535,15 +526,8 @@ class Decomposer:
         if loader is None:
             raise BundleError(f"decomposer: {META_FILE} arch {arch!r} is not one of "
                               "['encoder-decoder', 'seq2seq', 'causal']")
-        try:
-            model, info = loader.from_pretrained(p, output_loading_info=True)
-        except (OSError, ValueError) as exc:
-            raise BundleError(f"decomposer: cannot load weights from {str(p)!r}: {exc}") from None
-        missing = list(info.get("missing_keys", []))
-        if missing:
-            raise BundleError(
-                f"decomposer: {str(p)!r} loads with MISSING weights ({len(missing)}, e.g. "
-                f"{missing[0]!r}); the checkpoint is incomplete. Re-save it from a training run")
+        model = load_complete(loader, p, "decomposer",
+                              "the checkpoint is incomplete. Re-save it from a training run")
         tokenizer = AutoTokenizer.from_pretrained(p)
         if arch == "causal":
             if tokenizer.pad_token_id is None:

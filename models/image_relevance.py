@@ -26,7 +26,6 @@ drops assignments under ``PlacementConfig.threshold`` (0.3 in the paper).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -46,6 +45,7 @@ from searchsmith.models.placement import (  # torch-free
     assign_images,
     combined_scores,
 )
+from searchsmith.models.pretrained import read_model_meta
 from torch import nn
 
 META_FILE = "image_relevance.json"
@@ -414,17 +414,9 @@ class ImageRelevanceModel(nn.Module):
         """
         from transformers import AutoModel, AutoTokenizer
 
-        p = Path(model_dir)
-        if not (p / META_FILE).is_file() and (p / "model" / META_FILE).is_file():
-            p = p / "model"
+        p, meta = read_model_meta(model_dir, META_FILE, "image relevance", "pass the model/ folder of a run "
+                                  "written by 'searchsmith train recipes/images/...'")
         meta_path = p / META_FILE
-        if not meta_path.is_file():
-            raise BundleError(f"image relevance: {str(p)!r} has no {META_FILE}; pass the model/ folder "
-                              "of a run written by 'searchsmith train recipes/images/...'")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"image relevance: {meta_path} is not valid JSON ({exc})") from None
         if int(meta.get("format_version", 0)) > FORMAT_VERSION:
             raise BundleError(f"image relevance: {meta_path} has format_version {meta['format_version']}, "
                               f"newer than this build reads ({FORMAT_VERSION}); upgrade searchsmith")

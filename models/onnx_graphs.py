@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 from searchsmith.models.errors import BundleError
+from searchsmith.models.pretrained import load_complete
 
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -58,30 +59,22 @@ class GraphSpec:
 # traces to a graph with NaN guards and mask arithmetic around each softmax; the eager one
 # to plain MatMul/Softmax/MatMul. Same function (max |difference| 5e-8 on the MiniLM
 # cross-encoder), but ONNX Runtime ran the eager graph 17 % faster in fp32 and 27 % faster
-# in int8 (160 demo pairs, 2 idle cores, 2026-11-30).
+# in int8 (160 demo pairs, 2 idle cores).
 EXPORT_ATTN_IMPLEMENTATION = "eager"
 
 
 def load_hf(cls: Any, path: Path, what: str, **kwargs: Any) -> Any:
-    """``cls.from_pretrained(path)`` in eval mode, refusing MISSING weights.
+    """``cls.from_pretrained(path)`` in eval mode, refusing MISSING weights (``load_complete``).
 
     A head that loads with MISSING weights was never trained (transformers initialises it at
-    random); exporting or serving it would give noise dressed as a model.
+    random); exporting it would give noise dressed as a model.
 
     Raises:
         BundleError: the folder does not load, or some weights are missing.
     """
-    try:
-        model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"{what}: cannot load a model from {str(path)!r}: {exc}") from None
-    missing = list(info.get("missing_keys", []))
-    if missing:
-        raise BundleError(
-            f"{what}: {str(path)!r} loads with MISSING weights ({len(missing)}, e.g. {missing[0]!r}): "
-            "the model was never fine-tuned or its checkpoint is incomplete. Train it first "
-            "(searchsmith train RECIPE.yaml) and export the run folder")
-    return model.eval()
+    return load_complete(cls, str(path), what, "the model was never fine-tuned or its checkpoint is "
+                         "incomplete. Train it first (searchsmith train RECIPE.yaml) and export the run "
+                         "folder", **kwargs).eval()
 
 
 def text_inputs(model: Any, tokenizer: Any) -> list[str]:

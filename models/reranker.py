@@ -34,9 +34,37 @@ from typing import Any
 
 import torch
 from searchsmith.models.errors import BundleError
+from searchsmith.models.pretrained import load_complete, read_json
 
 HEAD_FILE = "reranker_head.json"
 HEADS = ("cls", "segment_cosine", "cosine_residual")
+
+
+def _require_token_type_ids(head: str, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+    """Both cosine heads split the pair by ``token_type_ids``; refuse a tokenizer without them."""
+    if token_type_ids is None:
+        raise ValueError(f"{head} reranker: token_type_ids are required (tokenize "
+                         "(query, passage) pairs with a BERT-style tokenizer)")
+    return token_type_ids
+
+
+def _pair_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hidden`` (B, T, H) over the tokens where ``mask`` (B, T) is true -> (B, H)."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+
+def _scaled_cosine(scale: torch.Tensor, bias: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """``scale * cos(q, d) + bias`` for (B, H) query and passage states -> (B,)."""
+    return scale * torch.nn.functional.cosine_similarity(q, d, dim=-1, eps=1e-6) + bias
+
+
+def _save_with_head(model: Any, path: str | os.PathLike, head: dict[str, Any], indent: int | None,
+                    **kwargs: Any) -> None:
+    """``model.encoder`` as a plain ``transformers`` folder plus ``head`` in ``reranker_head.json``."""
+    path = Path(path)
+    model.encoder.save_pretrained(path, **kwargs)
+    (path / HEAD_FILE).write_text(json.dumps(head, indent=indent), encoding="utf-8")
 
 
 class SegmentCosineReranker(torch.nn.Module):
@@ -73,41 +101,26 @@ class SegmentCosineReranker(torch.nn.Module):
         """
         from transformers.modeling_outputs import SequenceClassifierOutput
 
-        if token_type_ids is None:
-            raise ValueError("segment_cosine reranker: token_type_ids are required (tokenize "
-                             "(query, passage) pairs with a BERT-style tokenizer)")
+        token_type_ids = _require_token_type_ids(self.head, token_type_ids)
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                               token_type_ids=token_type_ids).last_hidden_state  # (B, T, H)
         live = attention_mask.bool()
-        q_mask = (live & (token_type_ids == 0)).unsqueeze(-1).to(hidden.dtype)
-        d_mask = (live & (token_type_ids == 1)).unsqueeze(-1).to(hidden.dtype)
         # [CLS] and the first [SEP] belong to segment 0, the last [SEP] to segment 1: the
         # same tokens sentence-transformers' mean pooling counts for each text alone.
-        q = (hidden * q_mask).sum(1) / q_mask.sum(1).clamp(min=1.0)
-        d = (hidden * d_mask).sum(1) / d_mask.sum(1).clamp(min=1.0)
-        cos = torch.nn.functional.cosine_similarity(q, d, dim=-1, eps=1e-6)
-        return SequenceClassifierOutput(logits=(self.scale * cos + self.bias).unsqueeze(-1))
+        q = _pair_mean(hidden, live & (token_type_ids == 0))  # (B, H)
+        d = _pair_mean(hidden, live & (token_type_ids == 1))  # (B, H)
+        return SequenceClassifierOutput(logits=_scaled_cosine(self.scale, self.bias, q, d).unsqueeze(-1))
 
     def save_pretrained(self, path: str | os.PathLike, **kwargs: Any) -> None:
         """The encoder as a plain ``transformers`` folder plus ``reranker_head.json``."""
-        path = Path(path)
-        self.encoder.save_pretrained(path, **kwargs)
-        (path / HEAD_FILE).write_text(json.dumps(
-            {"head": self.head, "scale": float(self.scale.detach()),
-             "bias": float(self.bias.detach())}, indent=2),
-            encoding="utf-8")
+        _save_with_head(self, path, {"head": self.head, "scale": float(self.scale.detach()),
+                                     "bias": float(self.bias.detach())}, 2, **kwargs)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> SegmentCosineReranker:
         """Load a saved segment-cosine reranker; ``kwargs`` go to ``AutoModel.from_pretrained``."""
         head = read_head(path)
         return cls(_load_encoder(Path(path), **kwargs), head.get("scale", 20.0), head.get("bias", 0.0))
-
-def _pair_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``hidden`` (B, T, H) over the tokens where ``mask`` (B, T) is true -> (B, H)."""
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
-
 
 class CosineResidualReranker(torch.nn.Module):
     """The bi-encoder's cosine plus a learnt cross-encoder residual (zero at the start).
@@ -156,19 +169,10 @@ class CosineResidualReranker(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None, **_: Any) -> Any:
-        """Logits for a batch of (query, passage) pairs.
-
-        Args:
-            input_ids, attention_mask, token_type_ids: (B, T) from the tokenizer's pair mode.
-
-        Returns:
-            ``SequenceClassifierOutput`` with ``logits`` (B, 1), as a cross-encoder's.
-        """
+        """Logits (B, 1) for a batch of pairs: inputs and output as :meth:`SegmentCosineReranker.forward`."""
         from transformers.modeling_outputs import SequenceClassifierOutput
 
-        if token_type_ids is None:
-            raise ValueError("cosine_residual reranker: token_type_ids are required (tokenize "
-                             "(query, passage) pairs with a BERT-style tokenizer)")
+        token_type_ids = _require_token_type_ids(self.head, token_type_ids)
         live = attention_mask.bool()
         q_mask = live & (token_type_ids == 0)  # [CLS] q [SEP]          (B, T)
         d_live = live & (token_type_ids == 1)  # d [SEP]
@@ -190,19 +194,15 @@ class CosineResidualReranker(torch.nn.Module):
         b = input_ids.shape[0]
         q = _pair_mean(hidden[:b], q_mask)  # (B, H)
         d = _pair_mean(hidden[b:2 * b], d_mask)  # (B, H)
-        cos = torch.nn.functional.cosine_similarity(q, d, dim=-1, eps=1e-6)  # (B,)
         res = self.residual(hidden[2 * b:, 0]).squeeze(-1)  # (B,)
-        return SequenceClassifierOutput(logits=(self.scale * cos + self.bias + res).unsqueeze(-1))
+        return SequenceClassifierOutput(logits=(_scaled_cosine(self.scale, self.bias, q, d) + res).unsqueeze(-1))
 
     def save_pretrained(self, path: str | os.PathLike, **kwargs: Any) -> None:
         """The encoder as a plain ``transformers`` folder plus ``reranker_head.json``."""
-        path = Path(path)
-        self.encoder.save_pretrained(path, **kwargs)
-        (path / HEAD_FILE).write_text(json.dumps(
-            {"head": self.head, "scale": float(self.scale.detach()), "bias": float(self.bias.detach()),
-             "residual": {"weight": [float(x) for x in self.residual.weight.detach().view(-1)],
-                          "bias": float(self.residual.bias.detach())}}),
-            encoding="utf-8")
+        _save_with_head(self, path, {
+            "head": self.head, "scale": float(self.scale.detach()), "bias": float(self.bias.detach()),
+            "residual": {"weight": [float(x) for x in self.residual.weight.detach().view(-1)],
+                         "bias": float(self.residual.bias.detach())}}, None, **kwargs)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> CosineResidualReranker:
@@ -218,15 +218,9 @@ class CosineResidualReranker(torch.nn.Module):
 def _load_encoder(path: Path, **kwargs: Any) -> Any:
     from transformers import AutoModel
 
-    try:
-        encoder, info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"reranker: cannot load a model from {str(path)!r}: {exc}") from None
-    missing = [k for k in info.get("missing_keys", []) if "pooler" not in k]
-    if missing:
-        raise BundleError(f"reranker: {str(path)!r} loads with MISSING weights ({missing[:3]}); "
-                          "re-save it from a training run")
-    return encoder
+    # The pooler is never used by either head, so a checkpoint saved without it is complete.
+    return load_complete(AutoModel, path, "reranker", "re-save it from a training run",
+                         ignore=("pooler",), **kwargs)
 
 
 def read_head(path: str | os.PathLike) -> dict[str, Any]:
@@ -234,10 +228,7 @@ def read_head(path: str | os.PathLike) -> dict[str, Any]:
     f = Path(path) / HEAD_FILE
     if not f.is_file():
         return {}
-    try:
-        head = json.loads(f.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"reranker: {f} is not valid JSON ({exc})") from None
+    head = read_json(f, "reranker")
     if not isinstance(head, dict) or head.get("head") not in HEADS:
         raise BundleError(f"reranker: {f} names head {head.get('head') if isinstance(head, dict) else head!r}; "
                           f"expected one of {list(HEADS)}")
@@ -260,13 +251,8 @@ def load_reranker(path: str | os.PathLike, **kwargs: Any) -> Any:
         return CosineResidualReranker.from_pretrained(path, **kwargs).eval()
     from transformers import AutoModelForSequenceClassification
 
-    try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(path, output_loading_info=True, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"reranker: cannot load a model from {str(path)!r}: {exc}") from None
-    if info.get("missing_keys"):
-        raise BundleError(f"reranker: {str(path)!r} loads with MISSING weights "
-                          f"({sorted(info['missing_keys'])[:3]}): the classification head was never trained")
+    model = load_complete(AutoModelForSequenceClassification, path, "reranker",
+                          "the classification head was never trained", **kwargs)
     if model.config.num_labels != 1:
         raise BundleError(f"reranker: {str(path)!r} has num_labels={model.config.num_labels}; a "
                           "reranker has 1 logit (train it with the reranker recipe)")
