@@ -1,4 +1,4 @@
-"""Reading and validating corpus files (JSONL, the format of DESIGN.md).
+"""Reading and validating corpus files: JSONL, one document per line:
 
 ``{"id", "source", "text", "title"?, "date"?, "url"?, "images"?: [{"id","path","caption"?}]}``
 

@@ -26,6 +26,7 @@ without faiss-gpu, flat search runs through ``searchsmith.kernels.similarity_top
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -33,7 +34,7 @@ import re
 import shutil
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -444,6 +445,31 @@ def _write_manifest(tmp: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg
     return manifest
 
 
+@contextlib.contextmanager
+def _removed_on_error(tmp: Path) -> Iterator[None]:
+    """Run a build in the staging folder ``tmp``; any error (or interrupt) removes it, then re-raises."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def _embed_progress(n_chunks: int, show: bool) -> Iterator[Any]:
+    """A progress bar over ``n_chunks`` embedded chunks (None unless ``show``), closed on the way out."""
+    if not show:
+        yield None
+        return
+    from searchsmith.models.console import progress
+
+    bar = progress(total=n_chunks, desc="embed", unit="chunk")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
 def _by_source(chunker: Chunker, records: Sequence[dict[str, Any]]) -> dict[str, list[Chunk]]:
     by_source: dict[str, list[Chunk]] = {}
     for c in chunker.chunk_all(records):
@@ -484,34 +510,23 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
     say(f"index: {len(records)} documents -> {n_chunks} chunks of <= {chunker_cfg.chunk_tokens} tokens "
         f"in {len(by_source)} source(s); embedding with {embedder.model_name}")
     tmp = temp_dir_beside(out)
-    bar = None
-    try:
-        if show_progress:
-            from searchsmith.models.console import progress
-
-            bar = progress(total=n_chunks, desc="embed", unit="chunk")
+    with _removed_on_error(tmp):
         store = ChunkStore(tmp / "chunks.sqlite")
         sources: dict[str, Any] = {}
         row = 0
-        for name in sorted(by_source):
-            chunks = by_source[name]
-            ids = np.asarray(store.add(chunks, row), dtype=np.int64)
-            row += len(chunks)
-            vecs = _embed_chunks(embedder, chunks, bar)
-            sources[name] = _write_source(tmp, cfg, stems[name], vecs, ids)
-            sources[name]["documents"] = len({c.doc_id for c in chunks})
+        with _embed_progress(n_chunks, show_progress) as bar:
+            for name in sorted(by_source):
+                chunks = by_source[name]
+                ids = np.asarray(store.add(chunks, row), dtype=np.int64)
+                row += len(chunks)
+                vecs = _embed_chunks(embedder, chunks, bar)
+                sources[name] = _write_source(tmp, cfg, stems[name], vecs, ids)
+                sources[name]["documents"] = len({c.doc_id for c in chunks})
         store.close()
-        if bar is not None:
-            bar.close()
         _write_centroids(tmp, cfg, sources)
         manifest = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources, len(records), row)
         check_out_path(out, overwrite=overwrite)  # something may have appeared there meanwhile
         replace_dir(tmp, out)
-    except BaseException:
-        if bar is not None:
-            bar.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 
@@ -537,8 +552,7 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
     chunker_cfg = from_dict(ChunkerConfig, manifest["chunker"])
     tmp = temp_dir_beside(index_dir)
     shutil.copytree(index_dir, tmp, dirs_exist_ok=True)
-    bar = None
-    try:
+    with _removed_on_error(tmp):
         store = ChunkStore(tmp / "chunks.sqlite")
         existing = store.doc_ids()
         dup = sorted({r["id"] for r in records} & existing)
@@ -549,38 +563,28 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
         by_source = _by_source(chunker, records)
         n_chunks = sum(len(v) for v in by_source.values())
         say(f"index --add: {len(records)} documents -> {n_chunks} chunks in {len(by_source)} source(s)")
-        if show_progress:
-            from searchsmith.models.console import progress
-
-            bar = progress(total=n_chunks, desc="embed", unit="chunk")
         sources = {name: {**info, "file": stems[name]} for name, info in manifest["sources"].items()}
         row = store.max_row() + 1
-        for name in sorted(by_source):
-            chunks = by_source[name]
-            stem = stems[name]
-            ids = np.asarray(store.add(chunks, row), dtype=np.int64)
-            row += len(chunks)
-            vecs = _embed_chunks(embedder, chunks, bar)
-            vec_path = tmp / "vectors" / f"{stem}.npy"
-            if vec_path.exists():
-                vecs = np.concatenate([np.load(vec_path), vecs])
-                ids = np.concatenate([np.load(tmp / "vectors" / f"{stem}.ids.npy"), ids])
-            docs = sources.get(name, {}).get("documents", 0) + len({c.doc_id for c in chunks})
-            sources[name] = _write_source(tmp, cfg, stem, vecs, ids)
-            sources[name]["documents"] = docs
+        with _embed_progress(n_chunks, show_progress) as bar:
+            for name in sorted(by_source):
+                chunks = by_source[name]
+                stem = stems[name]
+                ids = np.asarray(store.add(chunks, row), dtype=np.int64)
+                row += len(chunks)
+                vecs = _embed_chunks(embedder, chunks, bar)
+                vec_path = tmp / "vectors" / f"{stem}.npy"
+                if vec_path.exists():
+                    vecs = np.concatenate([np.load(vec_path), vecs])
+                    ids = np.concatenate([np.load(tmp / "vectors" / f"{stem}.ids.npy"), ids])
+                docs = sources.get(name, {}).get("documents", 0) + len({c.doc_id for c in chunks})
+                sources[name] = _write_source(tmp, cfg, stem, vecs, ids)
+                sources[name]["documents"] = docs
         store_count = store.count()
         store.close()
-        if bar is not None:
-            bar.close()
         _write_centroids(tmp, cfg, sources)
         out = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources,
                               manifest["documents"] + len(records), store_count, manifest["created"])
         replace_dir(tmp, index_dir)
-    except BaseException:
-        if bar is not None:
-            bar.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

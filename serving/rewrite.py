@@ -34,7 +34,7 @@ class Turn:
 
 def parse_history(history: Any, *, max_turns: int = 50, max_chars: int = 20000,
                   field: str = "history") -> list[Turn]:
-    """Validate a history list of ``{"role", "content"}`` objects (the DESIGN.md format)."""
+    """Validate a history list of ``{"role", "content"}`` objects (chat messages) into turns."""
     if history is None:
         return []
     if not isinstance(history, (list, tuple)):

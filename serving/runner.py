@@ -150,6 +150,17 @@ def bundle_max_length(bundle: Any, default: int = 512) -> int:
     return int(value)
 
 
+def _text_bundle(bundle: Any, task: str, who: str) -> tuple[Any, int]:
+    """(tokenizer or None, tokens per input) of a text bundle, refusing one exported for another task.
+
+    A bundle without a ``task`` attribute is taken to be for ``task``.
+    """
+    if getattr(bundle, "task", task) != task:
+        article = "an" if task[0] in "aeiou" else "a"
+        raise ValidationError(f"{who}: got a {bundle.task!r} bundle, expected {article} {task!r} bundle")
+    return getattr(bundle, "tokenizer", None), bundle_max_length(bundle)
+
+
 class BundleEmbedder:
     """An ``embed`` bundle with what the HTTP layer needs: name, dim, limits, token counts.
 
@@ -161,12 +172,9 @@ class BundleEmbedder:
     """
 
     def __init__(self, bundle: Any, name: str = "embedder") -> None:
-        if getattr(bundle, "task", "embed") != "embed":
-            raise ValidationError(f"BundleEmbedder: got a {bundle.task!r} bundle, expected an 'embed' bundle")
+        self.tokenizer, self.max_seq_length = _text_bundle(bundle, "embed", "BundleEmbedder")
         self.bundle = bundle
         self.model_name = name
-        self.tokenizer = getattr(bundle, "tokenizer", None)
-        self.max_seq_length = bundle_max_length(bundle)
         manifest = getattr(bundle, "manifest", None) or {}
         dim = manifest.get("embedding_dim")
         self.dim = int(dim) if dim is not None else int(np.asarray(bundle.encode(["dimension probe"])).shape[1])
@@ -223,12 +231,9 @@ class RerankRunner:
     """
 
     def __init__(self, bundle: Any, name: str = "reranker") -> None:
-        if getattr(bundle, "task", "rerank") != "rerank":
-            raise ValidationError(f"RerankRunner: got a {bundle.task!r} bundle, expected a 'rerank' bundle")
+        self.tokenizer, self.max_length = _text_bundle(bundle, "rerank", "RerankRunner")
         self.bundle = bundle
         self.name = name
-        self.tokenizer = getattr(bundle, "tokenizer", None)
-        self.max_length = bundle_max_length(bundle)
 
     def lengths(self, query: str, documents: Sequence[str]) -> list[int]:
         """Untruncated token counts of the pairs (query, document_i)."""
