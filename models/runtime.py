@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, Union, overload
 
 import numpy as np
 from searchsmith.models import __version__
@@ -40,7 +40,20 @@ from searchsmith.models.io import sha256_file
 from searchsmith.models.tasks import TASK_NAMES
 
 if TYPE_CHECKING:
-    from searchsmith.models.roles import Citer, Decomposer, Embedder, ImageScorer, Reranker
+    import torch
+    from PIL.Image import Image as PILImage
+    from searchsmith.models.constrained import CopyConstraint, EditConstraint, GraphGrammar
+    from searchsmith.models.qdg import QDG
+    from searchsmith.models.roles import (
+        Citer,
+        Decomposer,
+        Embedder,
+        EntitySpan,
+        ImageScorer,
+        Reranker,
+        Turn,
+    )
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +75,15 @@ _NP_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(floa
               "tensor(float16)": np.float16}
 
 
+T = TypeVar("T")
+#: what a bundle method returns: the value, or ``(value, meta)`` with ``return_meta=True``
+WithMeta = Union[T, tuple[T, dict[str, object]]]  # noqa: UP007 - a generic alias needs Union here
+#: one graph: feeds by input name -> the first output
+Graph = Callable[[dict[str, np.ndarray]], np.ndarray]
+#: a manifest as parsed from ``manifest.json`` (JSON values; read_manifest checks the keys)
+Manifest = dict[str, Any]
+
+
 # ----------------------------------------------------------------------------- graphs
 
 
@@ -77,7 +99,8 @@ class OrtGraph:
     memory before the session is made (``self.requantised`` says how many products).
     """
 
-    def __init__(self, path: Path, providers: list[Any], threads: int | None, arena: bool = True,
+    def __init__(self, path: Path, providers: list[str | tuple[str, dict[str, str]]], threads: int | None,
+                 arena: bool = True,
                  int8_weights: str | None = None) -> None:
         import onnxruntime as ort
         from searchsmith.models.int8_cpu import exact_u8s8, int8_isa
@@ -131,7 +154,8 @@ class OrtGraph:
 class TorchGraph:
     """A torch module with the graph's signature: NumPy feeds in, NumPy output out."""
 
-    def __init__(self, module: Any, input_names: list[str], device: str = "cpu", fp16: bool = False) -> None:
+    def __init__(self, module: torch.nn.Module, input_names: list[str], device: str = "cpu",
+                 fp16: bool = False) -> None:
         import torch
 
         self.torch = torch
@@ -197,8 +221,8 @@ class Bundle:
 
     TASK: ClassVar[str] = ""  # the registry's task name (models/tasks.py) of a subclass
 
-    def __init__(self, path: Path, manifest: dict[str, Any], tokenizer: Any,
-                 graphs: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]], backend: str,
+    def __init__(self, path: Path, manifest: Manifest, tokenizer: PreTrainedTokenizerBase,
+                 graphs: Mapping[str, Graph], backend: str,
                  batch_size: int = 32, max_batch_tokens: int | None = None) -> None:
         self.path = path
         self.manifest = manifest
@@ -214,7 +238,7 @@ class Bundle:
         return f"<{type(self).__name__} task={self.task} backend={self.backend} path={str(self.path)!r}>"
 
     # -- low level -----------------------------------------------------------------------
-    def run_graph(self, name: str, feeds: dict[str, Any]) -> np.ndarray:
+    def run_graph(self, name: str, feeds: Mapping[str, np.ndarray | Sequence[Sequence[int]]]) -> np.ndarray:
         """Run one graph on raw arrays, checked against the manifest's inputs.
 
         Args:
@@ -350,7 +374,7 @@ class EmbedBundle(Bundle):
 
     TASK = "embed"
 
-    def encode(self, texts: Sequence[str], return_meta: bool = False) -> Any:
+    def encode(self, texts: Sequence[str], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """Embed ``texts`` -> (n, D) float32, unit rows, in input order."""
         texts = _check_texts(texts, "encode")
         dim = int(self.manifest["embedding_dim"])
@@ -363,7 +387,7 @@ class RerankBundle(Bundle):
 
     TASK = "rerank"
 
-    def score_pairs(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> Any:
+    def score_pairs(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """Logits (n,) float32 of (query, passage) pairs, in input order."""
         pairs = _check_pairs(pairs, "score_pairs")
         qs, ps = [q for q, _ in pairs], [p for _, p in pairs]
@@ -372,7 +396,7 @@ class RerankBundle(Bundle):
         logits = self._run_text("model", self._encode_text(qs, ps), len(pairs)).reshape(-1)
         return self._meta(logits, return_meta, qs, ps)
 
-    def score(self, query: str, passages: Sequence[str], return_meta: bool = False) -> Any:
+    def score(self, query: str, passages: Sequence[str], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """Logits (n,) of ``passages`` against ``query``."""
         if not isinstance(query, str):
             raise ValidationError(f"score: query is {type(query).__name__}, expected a string")
@@ -386,13 +410,15 @@ class CiteBundle(Bundle):
 
     TASK = "cite"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, path: Path, manifest: Manifest, tokenizer: PreTrainedTokenizerBase,
+                 graphs: Mapping[str, Graph], backend: str, batch_size: int = 32,
+                 max_batch_tokens: int | None = None) -> None:
+        super().__init__(path, manifest, tokenizer, graphs, backend, batch_size, max_batch_tokens)
         self.labels: list[str] = list(self.manifest["labels"])
         self.support_threshold = float(self.manifest["thresholds"]["support_threshold"])
         self.tagger_max_length = int(self.manifest.get("tagger_max_length", self.max_length))
 
-    def entities(self, sentences: Sequence[str], return_meta: bool = False) -> Any:
+    def entities(self, sentences: Sequence[str], return_meta: bool = False) -> WithMeta[list[list[EntitySpan]]]:
         """Character spans ``(start, end, type)`` of the entities in each sentence."""
         from searchsmith.models.citation import decode_spans
 
@@ -411,7 +437,7 @@ class CiteBundle(Bundle):
                 out.append(decode_spans([k[0] for k in keep], [k[1] for k in keep], self.labels))
         return self._meta(out, return_meta, sentences, max_length=limit)
 
-    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> Any:
+    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """P(supports) (n,) float32 for (sentence, source text) pairs."""
         pairs = _check_pairs(pairs, "attribute")
         a, b = [x for x, _ in pairs], [y for _, y in pairs]
@@ -427,8 +453,10 @@ class DecomposeBundle(Bundle):
 
     TASK = "decompose"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, path: Path, manifest: Manifest, tokenizer: PreTrainedTokenizerBase,
+                 graphs: Mapping[str, Graph], backend: str, batch_size: int = 32,
+                 max_batch_tokens: int | None = None) -> None:
+        super().__init__(path, manifest, tokenizer, graphs, backend, batch_size, max_batch_tokens)
         gen = self.manifest["generation"]
         self.start_id = int(gen["decoder_start_token_id"])
         self.eos_id = int(gen["eos_token_id"])
@@ -462,8 +490,9 @@ class DecomposeBundle(Bundle):
                 raise BundleError(f"bundle {self.path}: constrained decoding does not fit its "
                                   f"tokenizer ({exc}); re-export it") from None
 
-    def generate(self, sources: Sequence[str], return_meta: bool = False, constraint: Any = None,
-                 use_type_head: bool = False) -> Any:
+    def generate(self, sources: Sequence[str], return_meta: bool = False,
+                 constraint: GraphGrammar | CopyConstraint | EditConstraint | None = None,
+                 use_type_head: bool = False) -> WithMeta[list[str]]:
         """Greedy generations for prefixed sources (``decompose: ...``), in input order.
 
         Same loop as ``transformers`` greedy ``generate``: start from the decoder start token,
@@ -509,7 +538,7 @@ class DecomposeBundle(Bundle):
                 texts[i] = text
         return self._meta(texts, return_meta, sources)
 
-    def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> Any:
+    def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> WithMeta[QDG]:
         """The QDG of ``question`` (``terminal`` with the question when the output is unusable)."""
         from searchsmith.models.decomposer import decompose_source
         from searchsmith.models.qdg import parse_linear
@@ -526,7 +555,7 @@ class DecomposeBundle(Bundle):
         graph, _ = parse_linear(text[0], question, max_nodes=max_nodes or self.max_nodes)
         return (graph, meta) if return_meta else graph
 
-    def rewrite(self, history: Sequence[Any], query: str, return_meta: bool = False) -> Any:
+    def rewrite(self, history: Sequence[Turn], query: str, return_meta: bool = False) -> WithMeta[str]:
         """``query`` made standalone given ``history`` (dicts with role/content, or strings).
 
         Without user history the query is returned as it is, as ``Decomposer.rewrite`` does.
@@ -569,14 +598,14 @@ class ImagesBundle(Bundle):
 
     TASK = "images"
 
-    def encode_text(self, texts: Sequence[str], return_meta: bool = False) -> Any:
+    def encode_text(self, texts: Sequence[str], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """(n, d) float32 unit rows."""
         texts = _check_texts(texts, "encode_text")
         dim = int(self.manifest["embedding_dim"])
         vecs = self._run_text("text", self._encode_text(texts), len(texts)) if texts else np.zeros((0, dim), np.float32)
         return self._meta(vecs.reshape(len(texts), dim), return_meta, texts)
 
-    def preprocess(self, images: Sequence[Any]) -> np.ndarray:
+    def preprocess(self, images: Sequence[PILImage]) -> np.ndarray:
         """PIL images -> (m, 3, H, W) float32: RGB, resized, scaled to [0, 1], normalised."""
         from PIL import Image
 
@@ -591,7 +620,7 @@ class ImagesBundle(Bundle):
             out[i] = (arr.transpose(2, 0, 1) - mean) / std
         return out
 
-    def encode_images(self, images: Sequence[Any], return_meta: bool = False) -> Any:
+    def encode_images(self, images: Sequence[PILImage], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """(m, d) float32 unit rows of PIL images."""
         from PIL import Image
 
@@ -617,7 +646,7 @@ BUNDLE_CLASSES: dict[str, type[Bundle]] = {cls.TASK: cls for cls in (EmbedBundle
 # ----------------------------------------------------------------------------- loading
 
 
-def read_manifest(path: Path) -> dict[str, Any]:
+def read_manifest(path: Path) -> Manifest:
     """Parse and check ``manifest.json`` (format version, task, required keys).
 
     Raises:
@@ -651,7 +680,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def verify_files(path: Path, manifest: dict[str, Any]) -> None:
+def verify_files(path: Path, manifest: Manifest) -> None:
     """Check every file of ``manifest["files"]`` against its sha256.
 
     Raises:
@@ -845,7 +874,7 @@ def _say_int8_requantised(path: Path, manifest: dict[str, Any], graphs: dict[str
                  int8_isa() or "unknown", done)
 
 
-def graphs_on_cuda(graphs: dict[str, Any]) -> bool:
+def graphs_on_cuda(graphs: Mapping[str, Graph]) -> bool:
     """Whether torch graphs run on CUDA."""
     return any(getattr(getattr(g, "device", None), "type", None) == "cuda" for g in graphs.values())
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+
+from searchsmith.serving.pipeline.answer import Answer
 
 
 def configure_ask(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +22,7 @@ def configure_ask(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_ask)
 
 
-def format_answer(ans: dict[str, Any]) -> str:
+def format_answer(ans: Answer) -> str:
     """The answer for a terminal: text with [n] markers, references, timeline, images, trace."""
     lines = [ans["answer"] or "(no answer found)", ""]
     if ans["rewrite"] != ans["query"]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
+from searchsmith.models.roles import Decomposer
 from searchsmith.serving.pipeline.config import Preset
 from searchsmith.serving.pipeline.state import PipelineState, estimate_tokens
 from searchsmith.serving.rewrite import HeuristicRewriter, Rewriter, Turn
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 class BundleRewriter:
     """A ``decompose`` bundle seen as a :class:`~searchsmith.serving.rewrite.Rewriter`."""
 
-    def __init__(self, bundle: Any) -> None:
+    def __init__(self, bundle: Decomposer) -> None:
         self.bundle = bundle
 
     def rewrite(self, history: Sequence[Turn], query: str) -> str:

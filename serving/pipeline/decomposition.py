@@ -10,9 +10,9 @@ or request may force one (the router ablation of ``searchsmith eval pipeline``).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from searchsmith.models.qdg import QDG, repair, terminal
+from searchsmith.models.roles import Decomposer
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset
 from searchsmith.serving.pipeline.state import PipelineState, estimate_tokens
 
@@ -28,7 +28,7 @@ class DecompositionStage:
     reads = ("query", "rewrite")
     writes = ("graph", "strategy")
 
-    def __init__(self, bundle: Any | None, config: DecompositionConfig) -> None:
+    def __init__(self, bundle: Decomposer | None, config: DecompositionConfig) -> None:
         self.bundle = bundle
         self.config = config
 

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, RunnerError
+from searchsmith.models.roles import Embedder
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import content_words, embed, sentences, strip_markers
 from searchsmith.serving.pipeline.config import (
@@ -112,7 +113,7 @@ class Generator(Protocol):
 class ExtractiveGenerator:
     """Selects and fuses the best-supported sentences per sub-question (no LLM)."""
 
-    def __init__(self, embedder: Any, config: ExtractiveConfig | None = None) -> None:
+    def __init__(self, embedder: Embedder, config: ExtractiveConfig | None = None) -> None:
         self.embedder = embedder
         self.config = config or ExtractiveConfig()
 

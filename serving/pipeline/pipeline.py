@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from searchsmith.models.config import closest_key
 from searchsmith.models.errors import ConfigError, PayloadTooLargeError, ValidationError
 from searchsmith.models.roles import Embedder, ModelOfTask, Turn
+from searchsmith.models.runtime import Manifest
 from searchsmith.models.tasks import TASKS
 from searchsmith.serving.pipeline.answer import Answer, Feedback
 from searchsmith.serving.pipeline.citation import CitationStage
@@ -63,7 +64,7 @@ CRITICAL_STAGES = ("retrieval", "generation")
 BUNDLE_TASKS: dict[str, str] = {t.role: t.name for t in TASKS if t.in_pipeline}
 
 
-def check_stage_order(stages: list[Any]) -> None:
+def check_stage_order(stages: Sequence[Stage]) -> None:
     """Every stage reads only fields written by the request or an earlier stage."""
     available = set(INPUT_FIELDS)
     for st in stages:
@@ -312,7 +313,7 @@ def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embed
     return Pipeline(config, index, embedder, bundles)
 
 
-def bundle_embedder(path: str, index_manifest: dict[str, Any], config: PipelineConfig) -> Embedder:
+def bundle_embedder(path: str, index_manifest: Manifest, config: PipelineConfig) -> Embedder:
     """The ``bundles.embedder`` bundle as the pipeline's embedder, checked against the index.
 
     Raises:
@@ -339,7 +340,7 @@ class GatedBundle:
     is represented by its manifest, so that the gate still reports it in every trace.
     """
 
-    def __init__(self, path: str, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: str, manifest: Manifest) -> None:
         self.path, self.manifest, self.task = path, manifest, manifest.get("task")
 
 

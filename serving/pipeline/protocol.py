@@ -31,11 +31,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.io import write_json_atomic
+from searchsmith.models.roles import Turn
 from searchsmith.serving.pipeline.answer import Feedback
 from searchsmith.serving.pipeline.config import ProtocolConfig
 
@@ -49,7 +49,7 @@ _MULTIHOP = re.compile(r"\b(of the|whose|which|that|who|and|both|compare|than|af
 _TEMPORAL = re.compile(r"\b(when|year|date|dates|timeline|history|released|since|until|ago|month)\b", re.I)
 
 
-def task_features(query: str, history: Sequence[Any] = ()) -> np.ndarray:
+def task_features(query: str, history: Sequence[Turn] = ()) -> np.ndarray:
     """The 7-dim featurisation of the module docstring, (7,) float64 in [0, 1]."""
     words = query.split()
     n = max(1, len(words))
@@ -142,7 +142,7 @@ class LinUCBRouter:
         return {"query_id": query_id, "preset": arm, "reward": round(reward, 6), "cost": round(cost, 6)}
 
     # -- persistence -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         with self._lock:
             return {"version": STATE_VERSION, "features": list(FEATURES), "ridge": self.config.ridge,
                     "arms": {a: {"A_inv": self.a_inv[a].tolist(), "b": self.b[a].tolist(), "n": self.n[a]}

@@ -27,15 +27,19 @@ import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.qdg import QDG, QDGNode, fill_references
+from searchsmith.models.roles import Embedder, Reranker
 from searchsmith.serving.dedup import dedup_keep_mask
 from searchsmith.serving.pipeline.common import embed, sentences
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset, RetrievalConfig
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
+
+if TYPE_CHECKING:
+    from searchsmith.serving.index import Index
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ class VectorLookup:
     ``retrieve_k`` chunks of up to 350 tokens per node.
     """
 
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: Index) -> None:
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for s in index.sources:
             vec_path, ids_path = index.vector_files(s)  # file stems differ from free-text labels
@@ -98,7 +102,8 @@ class VectorLookup:
 class Retriever:
     """Search, de-duplicate, select, rerank and order the passages of one sub-question."""
 
-    def __init__(self, index: Any, embedder: Any, config: RetrievalConfig, reranker: Any | None = None) -> None:
+    def __init__(self, index: Index, embedder: Embedder, config: RetrievalConfig,
+                 reranker: Reranker | None = None) -> None:
         self.index = index
         self.embedder = embedder
         self.config = config

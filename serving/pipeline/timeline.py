@@ -21,9 +21,11 @@ import re
 from typing import Any
 
 import numpy as np
+from searchsmith.models.roles import Embedder
+from searchsmith.serving.pipeline.answer import Json
 from searchsmith.serving.pipeline.common import embed, sentences
 from searchsmith.serving.pipeline.config import Preset, TimelineConfig
-from searchsmith.serving.pipeline.state import PipelineState
+from searchsmith.serving.pipeline.state import Passage, PipelineState
 
 MONTHS = {m: i + 1 for i, m in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september",
@@ -97,11 +99,11 @@ class TimelineStage:
     reads = ("passages", "answer_found", "used_passages")
     writes = ("timeline",)
 
-    def __init__(self, embedder: Any, config: TimelineConfig) -> None:
+    def __init__(self, embedder: Embedder, config: TimelineConfig) -> None:
         self.embedder = embedder
         self.config = config
 
-    def used(self, state: PipelineState) -> list[Any]:
+    def used(self, state: PipelineState) -> list[Passage]:
         """The passages whose events count (all of them when the answer's are unknown)."""
         if not self.config.used_passages_only:
             return list(state.passages)
@@ -114,7 +116,7 @@ class TimelineStage:
         used = set(state.used_passages)
         return [p for p in state.passages if p.chunk_id in used]
 
-    def events(self, state: PipelineState) -> list[dict[str, Any]]:
+    def events(self, state: PipelineState) -> list[Json]:
         """Raw events, one per (dated sentence, date) of the used passages, in passage order."""
         out = []
         for p in self.used(state):
@@ -131,7 +133,7 @@ class TimelineStage:
                                 "text": p.title or (sentences(p.text) or [p.text])[0], "sources": [p.doc_id]})
         return out
 
-    def merge(self, events: list[dict[str, Any]], state: PipelineState) -> list[dict[str, Any]]:
+    def merge(self, events: list[Json], state: PipelineState) -> list[Json]:
         """Near-duplicates (compatible dates, cosine >= ``merge_threshold``) become one event."""
         if not events:
             return []
