@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import read_jsonl
 
 
 def _slug(text: str) -> str:
@@ -48,7 +49,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise ValidationError(f"make-routing-set / make-pipeline-set: {path} not found; pass --data-dir "
                               "pointing at shared/data")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_jsonl(path, what="make-routing-set / make-pipeline-set", allow_empty=True)
 
 
 def expertqa_routing(data_dir: Path, *, min_per_source: int = 20, query_ratio: float = 0.2,

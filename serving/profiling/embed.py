@@ -12,7 +12,6 @@ fp32) on the same texts: texts/s, ratio, and cosine agreement per text.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import time
@@ -24,8 +23,9 @@ from searchsmith.serving.profiling.common import ProfileContext, interleaved_bes
 def mixed_texts(n: int, seed: int = 0) -> list[str]:
     """``n`` texts of mixed length from the demo corpus: whole documents, sentences, titles."""
     from searchsmith.models.demo import corpus_path
+    from searchsmith.models.text import read_jsonl
 
-    docs = [json.loads(line) for line in corpus_path().read_text(encoding="utf-8").splitlines() if line.strip()]
+    docs = read_jsonl(corpus_path(), what="demo corpus")
     pool: list[str] = []
     for d in docs:
         pool.append(d["text"])

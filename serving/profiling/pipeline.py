@@ -23,7 +23,6 @@ questions, 1 round, their supporting documents only, at most 8 sentences per ans
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -50,8 +49,9 @@ def demo_questions(n: int | None, follow_ups: int) -> list[dict[str, Any]]:
         ``[{"id", "query", "history"?, "supporting"}, ...]`` from ``models/demo/qa.jsonl``.
     """
     from searchsmith.models.demo import qa_path
+    from searchsmith.models.text import read_jsonl
 
-    qa = [json.loads(line) for line in qa_path().read_text(encoding="utf-8").splitlines() if line.strip()]
+    qa = read_jsonl(qa_path(), ["query"], what="demo QA")
     if n is None:
         return qa
     plain = [q for q in qa if not q.get("history")]
@@ -67,8 +67,8 @@ def demo_documents(questions: list[dict[str, Any]], limit: int | None) -> list[d
         limit: total documents (None = the whole demo corpus); other documents are taken
             round-robin over the sources so that routing has every source to choose from.
     """
-    from searchsmith.serving.corpus import read_corpus
     from searchsmith.models.demo import corpus_path
+    from searchsmith.serving.corpus import read_corpus
 
     records = read_corpus(corpus_path())
     if limit is None:

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from searchsmith.models.text import read_jsonl
+
 RESULTS = Path(__file__).with_name("performance.jsonl")
 RESULTS_DOC = Path(__file__).with_name("RESULTS.md")
 START, END = "<!-- performance:start -->", "<!-- performance:end -->"
@@ -115,8 +117,7 @@ def append_rows(rows: list[dict[str, Any]], path: Path = RESULTS) -> None:
 
 
 def render_table(path: Path = RESULTS) -> str:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] \
-        if path.is_file() else []
+    rows = read_jsonl(path, what="performance log", allow_empty=True) if path.is_file() else []
     out = ["| what | searchsmith | baseline (same run) | ratio | date | machine | command |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -225,13 +225,13 @@ def _bodies(texts: list[str], endpoint: str, n: int, offset: int,
 def query_texts() -> list[str]:
     """The demo's questions (qa.jsonl and routing.jsonl): what single-text embedding requests
     of a search system carry (about 14 WordPiece tokens on average)."""
-    import json
 
     from searchsmith.models.demo import qa_path, routing_path
+    from searchsmith.models.text import read_jsonl
 
     out = []
     for path in (qa_path(), routing_path()):
-        out += [json.loads(line)["query"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        out += [rec["query"] for rec in read_jsonl(path, ["query"], what="demo questions")]
     return out
 
 
@@ -270,7 +270,8 @@ def _reranker(tiny: bool) -> tuple[Any, str]:
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     from searchsmith.serving.batcher import BatcherConfig
     from searchsmith.serving.embedder import Embedder
-    from searchsmith.serving.http import ServerConfig, create_app
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.limits import ServerLimits
     from searchsmith.serving.profiling.embed import mixed_texts
 
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
@@ -291,7 +292,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     # Both servers run at once and each point alternates on / off for ``rounds`` rounds, so
     # a change in the machine's load (shared cores) hits both modes alike.
     rounds = 1 if (tiny or ctx.quick) else 2
-    apps = {mode: create_app(ServerConfig(batcher=b, rerank_batcher=b, request_timeout_s=600.0),
+    apps = {mode: create_app(ServerLimits(batcher=b, rerank_batcher=b, request_timeout_s=600.0),
                              embedder=embedder, reranker=reranker) for mode, b in modes.items()}
     servers = {mode: LoopbackServer(app).__enter__() for mode, app in apps.items()}
     # The clients run in a process of their own: in the server's process their HTTP and JSON
