@@ -86,6 +86,9 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
                         help="append the headline figures to DIR/performance.jsonl and regenerate the "
                              "table between the markers of DIR/RESULTS.md (created if absent); the "
                              "project's own log is --record serving/profiling")
+    parser.add_argument("--readme", metavar="FILE", default=None,
+                        help="with --record: also regenerate the headline table (between the "
+                             "<!-- headlines:start/end --> markers) of FILE, e.g. README.md")
     parser.set_defaults(func=run_profile)
 
 
@@ -133,7 +136,7 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.record:
         from searchsmith.serving.profiling.readme import record_results
 
-        record_results(ctx.records, Path(args.record))
+        record_results(ctx.records, Path(args.record), Path(args.readme) if args.readme else None)
     if failed:
         print(f"searchsmith profile {suite}: step(s) {failed} failed; see the 'error' lines in "
               f"{ctx.out_dir / 'results.jsonl'}", file=sys.stderr)

@@ -22,6 +22,17 @@ from searchsmith.models.text import read_jsonl
 RESULTS = Path(__file__).with_name("performance.jsonl")
 RESULTS_DOC = Path(__file__).with_name("RESULTS.md")
 START, END = "<!-- performance:start -->", "<!-- performance:end -->"
+# The README shows the latest row of each headline workload per machine (--readme README.md).
+HEADLINE_START, HEADLINE_END = "<!-- headlines:start -->", "<!-- headlines:end -->"
+HEADLINES: tuple[str, ...] = (
+    r"embed \d+ mixed-length texts, int8 ONNX \(cpu\)",
+    r"rerank \d+ pairs / \d+ queries, int8 ONNX \(cpu\)",
+    r"route 1 query, 1000 sources x \d+ centroids \(cpu\)",
+    r"server /v1/embeddings, 32 clients, demo questions, batching on vs off",
+    r"embed \d+ mixed-length texts \(cuda, fp16\)",
+    r"rerank \d+ pairs / \d+ queries, \S+ \(cuda\)",
+    r"kernel similarity_topk, \d+ workloads of the GPU grid \(cuda\)",
+)
 
 
 def _machine(rec: dict[str, Any]) -> str:
@@ -116,8 +127,47 @@ def append_rows(rows: list[dict[str, Any]], path: Path = RESULTS) -> None:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def render_table(path: Path = RESULTS) -> str:
+def headline_table(path: Path = RESULTS) -> str:
+    """The README's table: for each :data:`HEADLINES` workload and machine, its latest row."""
+    import re
+
     rows = read_jsonl(path, what="performance log", allow_empty=True) if path.is_file() else []
+    latest: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rows:  # the log is in time order: a later row replaces an earlier one
+        kind = next((i for i, pat in enumerate(HEADLINES) if re.fullmatch(pat, str(r.get("what", "")))), None)
+        if kind is not None:
+            latest[(kind, str(r.get("machine")))] = r
+    return render_table(rows=[latest[k] for k in sorted(latest)])
+
+
+def update_markers(doc: Path, start: str, end: str, table: str) -> bool:
+    """Replace the text between the ``start`` and ``end`` markers of ``doc``; True when it changed.
+
+    Raises:
+        ConfigError: ``doc`` lacks the markers (it is not a document this writes into).
+    """
+    from searchsmith.models.errors import ConfigError
+
+    text = doc.read_text(encoding="utf-8")
+    if start not in text or end not in text:
+        raise ConfigError(f"{doc}: markers {start} / {end} not found; nothing was written (add them where the "
+                          "table belongs)")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{start}\n{table}\n{end}{tail}"
+    if new != text:
+        doc.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def update_headlines(readme: Path, path: Path = RESULTS) -> bool:
+    """Regenerate the headline table of ``readme`` (``profile --record DIR --readme README.md``)."""
+    return update_markers(Path(readme), HEADLINE_START, HEADLINE_END, headline_table(path))
+
+
+def render_table(path: Path = RESULTS, rows: list[dict[str, Any]] | None = None) -> str:
+    if rows is None:
+        rows = read_jsonl(path, what="performance log", allow_empty=True) if path.is_file() else []
     out = ["| what | searchsmith | baseline (same run) | ratio | date | machine | command |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -129,20 +179,13 @@ def render_table(path: Path = RESULTS) -> str:
 
 def update_readme(readme: Path = RESULTS_DOC, path: Path = RESULTS) -> bool:
     """Rewrite the table between the markers of ``readme`` (RESULTS.md); True when it changed."""
-    text = readme.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        raise ValueError(f"{readme}: markers {START} / {END} not found")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{START}\n{render_table(path)}\n{END}{tail}"
-    if new != text:
-        readme.write_text(new, encoding="utf-8")
-    return new != text
+    return update_markers(readme, START, END, render_table(path))
 
 
-def record_results(records: Iterable[dict[str, Any]], folder: Path) -> Path:
+def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path | None = None) -> Path:
     """Append the headline rows of ``records`` to ``folder/performance.jsonl`` and regenerate
-    the table of ``folder/RESULTS.md``; only the folder the user named is written.
+    the table of ``folder/RESULTS.md`` (and, given ``readme``, its headline table); only the
+    folder and the README the user named are written.
 
     A RESULTS.md that exists without the table markers is someone else's document: refused.
 
@@ -162,10 +205,38 @@ def record_results(records: Iterable[dict[str, Any]], folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if not doc.is_file():
         doc.write_text(f"# Measured performance\n\n{START}\n{END}\n", encoding="utf-8")
+    if readme is not None and not update_markers_ok(Path(readme)):
+        raise ConfigError(f"profile --readme {readme}: no {HEADLINE_START} / {HEADLINE_END} markers (or no such "
+                          "file); nothing was written")
     append_rows(headline_rows(records), folder / RESULTS.name)
     update_readme(doc, folder / RESULTS.name)
+    if readme is not None:
+        update_headlines(Path(readme), folder / RESULTS.name)
     return doc
 
 
+def update_markers_ok(doc: Path) -> bool:
+    """Whether ``doc`` exists and holds the headline markers."""
+    if not doc.is_file():
+        return False
+    text = doc.read_text(encoding="utf-8")
+    return HEADLINE_START in text and HEADLINE_END in text
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m searchsmith.serving.profiling.readme [--readme README.md]``: regenerate the
+    project's RESULTS.md table (and the README's headline table) from the committed log."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m searchsmith.serving.profiling.readme")
+    parser.add_argument("--readme", help="also regenerate the headline table of this README")
+    args = parser.parse_args(argv)
+    changed = update_readme()
+    if args.readme:
+        changed = update_headlines(Path(args.readme)) or changed
+    print("updated" if changed else "unchanged")
+    return 0
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print("updated" if update_readme() else "unchanged")
+    raise SystemExit(_main())

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+from searchsmith.models.errors import ConfigError
 from searchsmith.serving.main import main
 
 
@@ -59,6 +61,35 @@ def test_readme_table_is_generated_from_the_results_file(tmp_path) -> None:
     new = doc.read_text()
     assert "| route 1 query, 10 sources x 16 centroids (cpu) | p50 0.100 ms, p99 0.200 ms |" in new
     assert "3.00x" in new and "TestCPU, 2 cores" in new and new.endswith("tail\n") and "old" not in new
+
+
+def test_the_readmes_headline_table_is_generated_from_the_committed_log(tmp_path) -> None:
+    from searchsmith.serving.profiling import readme
+
+    repo_readme = Path(__file__).resolve().parents[2] / "README.md"
+    text = repo_readme.read_text()
+    block = text.split(readme.HEADLINE_START)[1].split(readme.HEADLINE_END)[0].strip()
+    assert block == readme.headline_table()  # python -m searchsmith.serving.profiling.readme --readme README.md
+    assert block.count("\n") >= 4  # a header, a rule and rows
+    # the latest row of a workload on a machine replaces the earlier ones
+    log, doc = tmp_path / "perf.jsonl", tmp_path / "R.md"
+    row = {"what": "route 1 query, 1000 sources x 16 centroids (cpu)", "figure": "p50 1 ms", "baseline": "b",
+           "ratio": 2.0, "date": "2026-01-01", "machine": "M", "command": "c"}
+    readme.append_rows([row, {**row, "date": "2026-01-02", "ratio": 3.0},
+                        {**row, "what": "route 1 query, 10 sources x 16 centroids (cpu)"}], log)
+    doc.write_text(f"# x\n{readme.HEADLINE_START}\nold\n{readme.HEADLINE_END}\n")
+    assert readme.update_headlines(doc, log)
+    new = doc.read_text()
+    assert "2026-01-02" in new and "2026-01-01" not in new and "10 sources" not in new and "3.00x" in new
+    # a README without the markers is not written
+    plain = tmp_path / "plain.md"
+    plain.write_text("# mine\n")
+    with pytest.raises(ConfigError, match="markers"):
+        readme.update_headlines(plain, log)
+    assert plain.read_text() == "# mine\n"
+    with pytest.raises(ConfigError, match="--readme"):
+        readme.record_results([], tmp_path / "rec", plain)
+    assert not (tmp_path / "rec" / "performance.jsonl").exists()
 
 
 def test_profile_rerank_int8_onnx_against_cross_encoder(tmp_path, tiny_profile) -> None:
