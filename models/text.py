@@ -1,5 +1,5 @@
 """Text rules shared by serving and training: stop-words, sentence splitting, SQuAD answer
-normalisation and token F1, and the one JSONL reader.
+normalisation and token F1, the entity rule, and the one JSONL reader.
 
 This module sits on the ground floor: it imports nothing from ``serving`` or ``training``.
 """
@@ -133,6 +133,119 @@ def exact_match(prediction: str, reference: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(reference))
 
 
+# --------------------------------------------------------------------------- entities
+# One rule finds the entities of a sentence, for three readers: the citation stage's fallback
+# (a passage must mention a sentence's entities to support it), the "not found" name check of
+# generation, and the citation tagger's weak training labels. Each span has one of the
+# tagger's types (models/citation.ENTITY_TYPES):
+# * DATE: "12 March 2024", "March 12, 2024", "2024-03-12", "March 2024", "1986", "1960s";
+# * ENT: a quoted or backticked span (its inside), an identifier with . _ or / ("quarry.yaml",
+#   "config.max_tokens"), a run of capitalised words with an optional trailing number or
+#   version ("Northwind Labs", "Harbor & Finch", "Voyager 2", "Quarry 3.0");
+# * NUM: a number or amount with an optional unit ("60", "10,000", "3.5 %", "$10", "20 ms").
+# Claimed in that order (quotes, dates, identifiers, names, numbers), a later span never
+# overlapping an earlier one. Capitalisation says nothing at the start of a sentence, so a
+# lone capitalised word there is no name, and leading function words (QUERY_STOP_WORDS) are
+# cut from a run ("The Kingsmen" -> "Kingsmen", "In 1970" -> the date "1970").
+_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|"
+           "December")
+_QUOTED = re.compile(r"`([^`]+)`|\"([^\"]{2,60})\"")
+_DATES = (
+    re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
+    re.compile(rf"\b\d{{1,2}}\s+(?:{_MONTHS})(?:,?\s+\d{{4}})?\b"),
+    re.compile(rf"\b(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,\s*\d{{4}})?\b"),
+    re.compile(rf"\b(?:{_MONTHS})\s+\d{{4}}\b"),
+    re.compile(r"\b(?:1[5-9]|20)\d0s\b"),
+    re.compile(r"(?<![\d.,$£€])\b(?:1[5-9]\d{2}|20\d{2})\b(?![.,]\d|\s?%)"),
+)
+_IDENTIFIER = re.compile(r"\b[A-Za-z0-9]+(?:[._/][A-Za-z0-9]+)+\b")
+_ABBREVIATION = re.compile(r"[a-z](?:\.[a-z])+")  # "e.g", "i.e": no identifier
+_NAME_WORD = r"[A-Z][\w'’&-]*"
+_NAME = re.compile(rf"{_NAME_WORD}(?:\s+(?:&\s+)?{_NAME_WORD})*")
+_VERSION = re.compile(r"\s+\d+(?:\.\d+)*\b(?![.,]\d)")  # "Voyager 2", "Quarry 3.0"
+_NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*"
+                     r"(?:\s?%|\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?)\b)?")
+
+
+def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, int] | None:
+    """The name a capitalised run ``m`` holds, without leading function words; None if none
+    (``numbered``: a number or version follows the run, as in "Voyager 2")."""
+    s, e = m.start(), m.end()
+    words = list(re.finditer(r"\S+", sentence[s:e]))
+    starts_sentence = not sentence[:s].strip()
+    while words and words[0].group(0).lower() in QUERY_STOP_WORDS:
+        words.pop(0)
+    if not words:
+        return None
+    if starts_sentence and len(words) == 1 and words[0].start() == 0 and not numbered:
+        return None  # a lone capitalised first word: capitalised anyway
+    return s + words[0].start(), e
+
+
+def entity_spans(sentence: str) -> list[tuple[int, int, str]]:
+    """The entities of ``sentence`` as ``[(start, end, type)]`` character spans, in order.
+
+    ``type`` is ``ENT``, ``NUM`` or ``DATE``; the rule is described above this function.
+    """
+    taken: list[tuple[int, int, str]] = []
+
+    def claim(s: int, e: int, label: str) -> bool:
+        if e > s and all(e <= a or s >= b for a, b, _ in taken):
+            taken.append((s, e, label))
+            return True
+        return False
+
+    for m in _QUOTED.finditer(sentence):
+        g = 1 if m.group(1) is not None else 2
+        inner = m.group(g)
+        lead = len(inner) - len(inner.lstrip())
+        claim(m.start(g) + lead, m.start(g) + len(inner.rstrip()), "ENT")
+    for rx in _DATES:
+        for m in rx.finditer(sentence):
+            claim(m.start(), m.end(), "DATE")
+    for m in _IDENTIFIER.finditer(sentence):
+        text = m.group(0)
+        if re.search(r"[A-Za-z]", text) and not _ABBREVIATION.fullmatch(text):
+            claim(m.start(), m.end(), "ENT")
+    for m in _NAME.finditer(sentence):
+        version = _VERSION.match(sentence, m.end())
+        span = _name_span(sentence, m, version is not None)
+        if span is None:
+            continue
+        s, e = span
+        while e > s and sentence[e - 1] in "'’-":
+            e -= 1
+        if not (version and claim(s, version.end(), "ENT")):
+            claim(s, e, "ENT")
+    for m in _NUMBER.finditer(sentence):
+        claim(m.start(), m.end(), "NUM")
+    return sorted(taken)
+
+
+def pattern_entities(sentence: str) -> list[str]:
+    """The texts of :func:`entity_spans` of ``sentence``, each once, in order."""
+    out: list[str] = []
+    for s, e, _ in entity_spans(sentence):
+        if sentence[s:e] not in out:
+            out.append(sentence[s:e])
+    return out
+
+
+def missing_entities(entities: Sequence[str], passage: str) -> list[str]:
+    """The ``entities`` that ``passage`` does not mention as whole tokens (case-insensitive).
+
+    "2" is not found in "Voyager 20" nor "2.5", "3.0" not in "3.0.1": a number or version
+    must match exactly, or a near-miss passage would pass as support.
+    """
+    text = " ".join(passage.lower().split())
+    out = []
+    for ent in entities:
+        e = " ".join(ent.lower().split())
+        if not re.search(r"(?<![a-z0-9])" + re.escape(e) + r"(?![a-z0-9]|[.,]\d)", text):
+            out.append(ent)
+    return out
+
+
 # --------------------------------------------------------------------------- JSONL
 MAX_SHOWN_ERRORS = 20
 
@@ -220,9 +333,12 @@ __all__ = [
     "QUERY_STOP_WORDS",
     "SentenceRule",
     "answer_tokens",
+    "entity_spans",
     "exact_match",
     "iter_jsonl",
+    "missing_entities",
     "normalize_answer",
+    "pattern_entities",
     "read_jsonl",
     "sentence_texts",
     "split_sentences",

@@ -18,63 +18,15 @@ one. Markers ``[n]`` are numbered by first use and always match the reference li
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 import numpy as np
-from searchsmith.models.text import QUERY_STOP_WORDS, split_sentences
+from searchsmith.models.text import missing_entities, pattern_entities, split_sentences
 from searchsmith.serving.pipeline.common import embed, sentences, strip_markers
 from searchsmith.serving.pipeline.config import CitationConfig, Preset
 from searchsmith.serving.pipeline.state import Passage, PipelineState, estimate_tokens
 
 log = logging.getLogger(__name__)
-
-# Names (capitalised runs not at the sentence start alone, with a trailing number or version
-# as in "Voyager 2" or "Quarry 3.0"), numbers with optional units, identifiers with . _ /
-# (config keys, file paths), quoted or backticked spans.
-_ENTITY = re.compile(
-    r"`[^`]+`|\"[^\"]{2,60}\""
-    r"|[A-Za-z0-9]+(?:[._/\-][A-Za-z0-9]+)+"
-    r"|\$?\d[\d,.]*%?(?:\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?))?"
-    r"|(?:[A-Z][A-Za-z0-9&]+)(?:\s+(?:&\s+)?[A-Z][A-Za-z0-9]+)*(?:\s+\d+(?:\.\d+)*\b(?![.,]\d))?"
-)
-
-
-def pattern_entities(sentence: str) -> list[str]:
-    """Entities of ``sentence`` by pattern (the fallback of the citation bundle's tagger)."""
-    out = []
-    for m in _ENTITY.finditer(sentence):
-        ent = m.group(0).strip("`\" .,")
-        head, _, rest = ent.partition(" ")
-        if rest and head.lower() in QUERY_STOP_WORDS:  # "In 1970", "The Quarry": the function word is no name
-            ent = rest
-        if not ent:
-            continue
-        # the first word of a sentence is capitalised anyway: keep it only as part of a name
-        if m.start() == 0 and " " not in ent and ent.isalpha() and ent[0].isupper():
-            continue
-        if ent not in out:
-            out.append(ent)
-    return out
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
-def missing_entities(entities: list[str], passage: str) -> list[str]:
-    """The ``entities`` that ``passage`` does not mention as whole tokens (case-insensitive).
-
-    "2" is not found in "Voyager 20" nor "2.5", "3.0" not in "3.0.1": a number or version
-    must match exactly, or a near-miss passage would pass as support.
-    """
-    text = _squash(passage)
-    out = []
-    for ent in entities:
-        e = _squash(ent)
-        if not re.search(r"(?<![a-z0-9])" + re.escape(e) + r"(?![a-z0-9]|[.,]\d)", text):
-            out.append(ent)
-    return out
 
 
 class CitationStage:

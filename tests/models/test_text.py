@@ -1,4 +1,5 @@
-"""The shared text rules of searchsmith.models.text: stop-words, sentences, token F1, JSONL."""
+"""The shared text rules of searchsmith.models.text: stop-words, sentences, token F1, entities,
+JSONL."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from searchsmith.models.text import (
     BM25_STOP_WORDS,
     QUERY_STOP_WORDS,
     answer_tokens,
+    entity_spans,
     exact_match,
     iter_jsonl,
+    missing_entities,
     normalize_answer,
+    pattern_entities,
     read_jsonl,
     sentence_texts,
     split_sentences,
@@ -69,6 +73,54 @@ def test_sentence_lines_rule() -> None:
     assert all(text[a:b] == s for (a, b), s in zip(spans, sentence_texts(text, "lines")))
     with pytest.raises(ValueError, match="rule must be one of"):
         split_sentences(text, "words")  # type: ignore[arg-type]
+
+
+def _typed(sentence: str) -> list[tuple[str, str]]:
+    return [(sentence[s:e], t) for s, e, t in entity_spans(sentence)]
+
+
+@pytest.mark.parametrize("sentence,expected", [
+    ("On 12 March 2024, Northwind Labs sold 60 items for $10 each.",
+     [("12 March 2024", "DATE"), ("Northwind Labs", "ENT"), ("60", "NUM"), ("$10", "NUM")]),
+    # a leading function word is cut from a run; years and decades are dates
+    ("The Kingsmen played in 1986 and in the 1960s.",
+     [("Kingsmen", "ENT"), ("1986", "DATE"), ("1960s", "DATE")]),
+    # a name keeps its trailing number or version; a date is claimed before a name
+    ("Voyager 2 flew past Saturn in August 1981.",
+     [("Voyager 2", "ENT"), ("Saturn", "ENT"), ("August 1981", "DATE")]),
+    ("Quarry 3.0 cut latency, as seen In 1970.", [("Quarry 3.0", "ENT"), ("1970", "DATE")]),
+    # identifiers, quoted and backticked spans (their inside), amounts with units
+    ("Harbor & Finch set `max_tokens` in quarry.yaml to 20 ms for \"Hey Jude\", e.g. 3.5 % less.",
+     [("Harbor & Finch", "ENT"), ("max_tokens", "ENT"), ("quarry.yaml", "ENT"), ("20 ms", "NUM"),
+      ("Hey Jude", "ENT"), ("3.5 %", "NUM")]),
+    ("Released on 2024-03-12 and March 5, 2025.",
+     [("2024-03-12", "DATE"), ("March 5, 2025", "DATE")]),
+])
+def test_entity_spans_types_and_offsets(sentence: str, expected: list[tuple[str, str]]) -> None:
+    assert _typed(sentence) == expected
+
+
+def test_entity_spans_skip_what_capitals_do_not_prove() -> None:
+    # a lone capitalised first word, a capitalised function word, lower-case hyphenated words
+    assert entity_spans("Saturn is far.") == []
+    assert _typed("It was completed and In 1970 it opened.") == [("1970", "DATE")]
+    assert entity_spans("a real-time, well-known system") == []
+    spans = entity_spans("Harbor & Finch bought Brightline Systems on 12 March for $19.")
+    assert all(end <= start for (_, end, _), (start, _, _) in zip(spans, spans[1:], strict=False))  # ordered, disjoint
+
+
+def test_pattern_entities_are_the_span_texts_once_in_order() -> None:
+    s = "Voyager 2 met Voyager 2 near Saturn."
+    assert pattern_entities(s) == ["Voyager 2", "Saturn"]
+    assert pattern_entities("") == []
+
+
+def test_missing_entities_keep_order_and_match_whole_tokens_only() -> None:
+    # (the serving cases "Voyager 2" / "2.5" / "3.0.1" are in tests/serving/pipeline/test_answer_hygiene.py)
+    passage = "Harbor &  Finch opened in 1981; config.yaml sets 12 workers."
+    ents = ["harbor & finch", "1981", "config.yaml", "2", "Finch Labs", "12 workers"]
+    assert missing_entities(ents, passage) == ["2", "Finch Labs"]
+    assert missing_entities([], passage) == []
 
 
 def test_read_jsonl_reports_every_bad_line_with_file_and_line(tmp_path) -> None:
