@@ -1,16 +1,20 @@
 """Data utilities shared by the recipes: path resolution, seeded splits, JSONL writing,
-synthetic text (JSONL reading is :func:`searchsmith.models.text.read_jsonl`).
+synthetic text, and a disk-cached sentence embedder (the untuned bi-encoder the recipes mine
+negatives with and compare against). JSONL reading is :func:`searchsmith.models.text.read_jsonl`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 from searchsmith.models.errors import ConfigError
+from searchsmith.models.hub import resolve_model
 
 T = TypeVar("T")
 
@@ -96,7 +100,36 @@ def synthetic_facts(n_entities: int, seed: int) -> list[dict[str, str]]:
     return out
 
 
+class CachedEmbedder:
+    """sentence-transformers ``encode`` with a per-run disk cache keyed by the texts' hash."""
+
+    def __init__(self, name: str, cache_dir: Path | None, batch_size: int = 64) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(resolve_model(name, field="data.mine_with"), device="cpu"
+                                         if not torch.cuda.is_available() else None)
+        self.cache_dir, self.batch_size = cache_dir, batch_size
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-normalised embeddings, shape (N, D) float32."""
+        key = hashlib.sha256("\x1f".join(texts).encode("utf-8")).hexdigest()[:16]
+        path = self.cache_dir / f"emb-{key}.npy" if self.cache_dir else None
+        if path is not None and path.is_file():
+            return np.load(path)
+        emb = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                normalize_embeddings=True, show_progress_bar=False)
+        emb = emb.astype(np.float32)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.stem}.tmp.npy")
+            np.save(tmp, emb)
+            tmp.replace(path)
+        return emb
+
+
 __all__ = [
+    "CachedEmbedder",
     "REPO_ROOT",
     "resolve_data_path",
     "split_by_key",

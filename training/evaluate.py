@@ -613,7 +613,8 @@ def _first(items: list[Any], limit: int | None) -> tuple[list[Any], str]:
 
 def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
     from searchsmith.training.data import split_by_key
-    from searchsmith.training.reranker import evaluate_groups, load_groups
+    from searchsmith.training.rerank_data import load_groups
+    from searchsmith.training.reranker import evaluate_groups
 
     cfg = run_recipe_config(run_dir)
     groups = load_groups(cfg.data)
@@ -635,7 +636,7 @@ def demo_rerank_groups(depth: int = RERANK_DEPTH) -> list[Any]:
     labelled by ``supporting``; questions whose top documents hold no supporting one are left
     out (no reranking can find it)."""
     from searchsmith.models.demo import corpus_path, qa_path
-    from searchsmith.training.reranker import QueryGroup
+    from searchsmith.training.rerank_data import QueryGroup
 
     docs = [rec for _, rec in iter_jsonl(corpus_path())]
     bm = BM25([d["text"] for d in docs])
@@ -657,8 +658,8 @@ def _demo_rerank_baselines(limit: int | None) -> dict[str, float]:
     the recipe names its baselines; they do not depend on the model under test, so they are
     computed once per process."""
     from searchsmith.models.export import flat_numbers
+    from searchsmith.training.data import CachedEmbedder
     from searchsmith.training.reranker import (
-        CachedEmbedder,
         bm25_score_fn,
         evaluate_groups,
         flat_baselines,
@@ -711,7 +712,7 @@ def _decompose_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[
 
 
 def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.citation import cite_report, read_cite_items
+    from searchsmith.training.evaluate_cite import cite_report, read_cite_items
 
     path = run_dir / "heldout.cite.jsonl"  # written by the citation recipe
     if not path.is_file():
@@ -724,12 +725,9 @@ def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
 
 def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
     from searchsmith.training.data import split_by_key
-    from searchsmith.training.images import (
-        load_records,
-        placement_docs,
-        placement_report,
-        retrieval_report,
-    )
+    from searchsmith.training.evaluate_images import placement_report, retrieval_report
+    from searchsmith.training.image_data import placement_docs
+    from searchsmith.training.images import load_records
 
     cfg = run_recipe_config(run_dir)
     by_source = load_records(cfg.data)
@@ -811,8 +809,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 # ----------------------------------------------------------------------------- other tasks
-# The bodies live next to the recipe whose metrics they share; each loads its model with
-# load_eval_model, so --bundle and --checkpoint go through the same code.
+# The bodies live in their own modules (decomposer, evaluate_cite, evaluate_images); each loads its
+# model with load_eval_model, so --bundle and --checkpoint go through the same code.
 
 
 def eval_decompose(args: argparse.Namespace) -> dict[str, Any]:
@@ -835,7 +833,7 @@ def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
 def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval cite --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: attribution
     precision / recall / F1 / ROC AUC and entity F1."""
-    from searchsmith.training.citation import eval_cite as run
+    from searchsmith.training.evaluate_cite import eval_cite as run
 
     return run(args)
 
@@ -843,7 +841,7 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
 def eval_images(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval images --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: placement
     accuracy and image/text recall@1/@5."""
-    from searchsmith.training.images import eval_images as run
+    from searchsmith.training.evaluate_images import eval_images as run
 
     return run(args)
 

@@ -13,6 +13,10 @@ vision tower trained from scratch has something learnable beyond 100 photos:
 
 Each record has two phrasings of its caption. Pictures are described by a small spec dict
 and rendered on demand (:func:`render`), so thousands of records cost no memory until used.
+
+Also here: the recipe's split by image id (:func:`split_records`), the held-out placement
+documents the recipe scores (:func:`placement_docs`) and the eval file of
+``searchsmith eval images`` (:func:`write_placement_file`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.text import read_jsonl
+from searchsmith.training.data import split_by_key, write_jsonl_atomic
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 70, 220), "yellow": (240, 220, 30),
@@ -302,13 +307,123 @@ def record_image(rec: ImageRecord, render_size: int = 128) -> Any:
     return load_image(rec.path or "", where=f"record {rec.id}")
 
 
+# ----------------------------------------------------------------------------- split and eval documents
+
+
+def split_records(by_source: dict[str, list[ImageRecord]], eval_ratio: float,
+                  seed: int) -> tuple[list[ImageRecord], list[ImageRecord]]:
+    """Per-source seeded split by image id into (train, held-out)."""
+    train_recs, eval_recs = [], []
+    for name, recs in by_source.items():
+        tr, ev = split_by_key([r.id for r in recs], eval_ratio, seed)
+        if not tr or not ev:
+            raise ValidationError(f"data: source {name!r} has {len(recs)} image(s), too few to split "
+                                  f"into train and held-out (data.eval_ratio={eval_ratio}); add images")
+        train_recs += [r for r in recs if r.id in tr]
+        eval_recs += [r for r in recs if r.id in ev]
+    return train_recs, eval_recs
+
+
+@dataclass
+class PlacementDoc:
+    """A held-out stand-in document: paragraphs (one caption of each of ``paragraphs_per_doc``
+    pictures) and images to place (``images``: rows of the held-out records; ``captions``: the
+    image's other caption, or None; ``gold``: its paragraph, None for a distractor)."""
+
+    paragraphs: list[str]
+    images: list[int]
+    captions: list[str | None]
+    gold: list[int | None]
+
+
+def placement_docs(recs: Sequence[ImageRecord], seed: int, paragraphs_per_doc: int = 10,
+                   images_per_doc: int = 4, distractors: int = 1) -> list[PlacementDoc]:
+    """Placement documents over held-out records, as :func:`write_placement_file` builds them
+    (each picture's first caption is a paragraph, its last caption the image's caption)."""
+    rng = random.Random(seed)
+    order = list(range(len(recs)))
+    rng.shuffle(order)
+    per_doc = paragraphs_per_doc + distractors
+    docs = []
+    for d in range(len(order) // per_doc):
+        group = order[d * per_doc:(d + 1) * per_doc]
+        paras, extra = group[:paragraphs_per_doc], group[paragraphs_per_doc:]
+        shown = rng.sample(range(paragraphs_per_doc), images_per_doc)
+        images = [paras[j] for j in shown] + extra
+        docs.append(PlacementDoc([recs[i].captions[0] for i in paras], images,
+                                 [recs[i].captions[-1] if len(recs[i].captions) > 1 else None for i in images],
+                                 [*shown, *([None] * len(extra))]))
+    return docs
+
+
+def write_placement_file(out_path: str | Path, source: str = "synthetic", docs: int = 40,
+                         paragraphs_per_doc: int = 10, images_per_doc: int = 4, distractors: int = 1,
+                         seed: int = 1009, coco_dir: str = "../shared/data/coco_captions",
+                         only_ids: set[str] | None = None, with_captions: bool = False) -> Path:
+    """Write an image relevance eval file (the "images" format of ``searchsmith eval --help``).
+
+    Each record is a made-up document: the paragraphs are one caption each of
+    ``paragraphs_per_doc`` pictures (stand-in paragraphs), ``images_per_doc`` of those
+    pictures are to be placed (gold: their paragraph), and ``distractors`` other pictures
+    belong to no paragraph (gold null). Synthetic pictures are saved as PNG under
+    ``images/`` beside the file (a fresh ``seed``, so not the training pictures); COCO
+    images are referenced by relative path (never copied). ``only_ids`` limits COCO to
+    those image ids (e.g. a run's held-out split); ``with_captions`` adds each image's
+    second caption as its ``caption``.
+    """
+    import os
+
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    per_doc = paragraphs_per_doc + distractors
+    if images_per_doc > paragraphs_per_doc:
+        raise ConfigError(f"images_per_doc ({images_per_doc}) must be <= paragraphs_per_doc ({paragraphs_per_doc})")
+    if source == "synthetic":
+        recs = synthetic_records(docs * per_doc, seed, prefix="evalsyn")
+    elif source == "coco":
+        recs = [r for r in coco_records(coco_dir, field="--coco-dir") if only_ids is None or r.id in only_ids]
+    else:
+        raise ConfigError(f"--source: expected synthetic or coco, got {source!r}")
+    rng = random.Random(seed)
+    rng.shuffle(recs)
+    if len(recs) < per_doc:
+        raise ValidationError(f"{source}: {len(recs)} images, fewer than one document needs ({per_doc})")
+    img_dir = out.parent / "images"
+    rows = []
+    for d in range(min(docs, len(recs) // per_doc)):
+        group = recs[d * per_doc:(d + 1) * per_doc]
+        para_recs, extra = group[:paragraphs_per_doc], group[paragraphs_per_doc:]
+        shown = rng.sample(range(paragraphs_per_doc), images_per_doc)
+        images, gold = [], {}
+        for j, r in [(j, para_recs[j]) for j in shown] + [(None, r) for r in extra]:
+            if r.spec is not None:
+                img_dir.mkdir(parents=True, exist_ok=True)
+                path = img_dir / f"{r.id}.png"
+                record_image(r).save(path)
+            else:
+                path = Path(r.path or "")
+            entry = {"id": r.id, "path": os.path.relpath(Path(path).resolve(), out.parent.resolve())}
+            if with_captions and len(r.captions) > 1:
+                entry["caption"] = r.captions[1]
+            images.append(entry)
+            gold[r.id] = j
+        rng.shuffle(images)
+        rows.append({"id": f"{source}-doc-{d}", "paragraphs": [r.captions[0] for r in para_recs],
+                     "images": images, "gold": gold})
+    return write_jsonl_atomic(out, rows)
+
+
 __all__ = [
     "COLOURS",
     "KINDS",
     "ImageRecord",
+    "PlacementDoc",
     "coco_records",
     "load_image",
+    "placement_docs",
     "record_image",
     "render",
+    "split_records",
     "synthetic_records",
+    "write_placement_file",
 ]

@@ -1,5 +1,10 @@
-"""Ranking metrics shared by recipes and ``searchsmith eval``, plus a small BM25 (answer
-metrics such as token F1 are in :mod:`searchsmith.models.text`).
+"""The metrics every recipe and ``searchsmith eval`` task shares, plus a small BM25 (answer
+metrics such as token F1 are in :mod:`searchsmith.models.text`; latency percentiles in
+:mod:`searchsmith.serving.profiling.common`).
+
+* classification: :func:`binary_prf`, :func:`span_prf` (exact spans), :func:`roc_auc`,
+  :func:`attribution_metrics` (P/R/F1 at a threshold and ROC AUC of a probability);
+* ranking: :func:`ndcg_at_k`, :func:`mrr_at_k`, :func:`recall_at_k`, :func:`ranking_metrics`.
 
 Ranking metrics take the relevance labels in the order the system ranked the documents
 (``ranked_labels[0]`` is the top document) and, for nDCG, all relevance labels of the query
@@ -13,10 +18,72 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.text import BM25_STOP_WORDS
 
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def _prf(tp: int, n_pred: int, n_gold: int) -> dict[str, float]:
+    """Precision, recall and F1 from counts (0.0 where undefined)."""
+    precision = tp / n_pred if n_pred else 0.0
+    recall = tp / n_gold if n_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def binary_prf(labels: Sequence[int], predicted: Sequence[int]) -> dict[str, float]:
+    """Precision, recall and F1 of the positive class (0.0 where undefined)."""
+    pairs = list(zip(labels, predicted, strict=True))
+    tp = sum(1 for y, p in pairs if y == 1 and p == 1)
+    return _prf(tp, sum(1 for _, p in pairs if p == 1), sum(1 for y, _ in pairs if y == 1))
+
+
+def span_prf(gold: Sequence[Sequence[tuple[int, int, str]]],
+             pred: Sequence[Sequence[tuple[int, int, str]]]) -> dict[str, float]:
+    """Micro precision / recall / F1 of exact (start, end, type) spans over sentences."""
+    tp = n_pred = n_gold = 0
+    for g, p in zip(gold, pred, strict=True):
+        gs, ps = {tuple(x) for x in g}, {tuple(x) for x in p}
+        tp += len(gs & ps)
+        n_pred += len(ps)
+        n_gold += len(gs)
+    return _prf(tp, n_pred, n_gold)
+
+
+def roc_auc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
+    """Area under the ROC curve (Mann-Whitney U with average ranks for ties);
+    None when only one class is present."""
+    y = np.asarray(labels, dtype=np.int64)
+    s = np.asarray(scores, dtype=np.float64)
+    n_pos, n_neg = int((y == 1).sum()), int((y == 0).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    order = np.argsort(s, kind="mergesort")
+    ranks = np.empty(len(s), dtype=np.float64)
+    sorted_s = s[order]
+    i = 0
+    while i < len(s):  # average rank over each run of equal scores
+        j = i
+        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def attribution_metrics(labels: Sequence[int], probs: Sequence[float],
+                        threshold: float) -> dict[str, float | None]:
+    """``precision, recall, f1`` at ``threshold`` and ``roc_auc`` of P(positive)."""
+    pred = [int(p >= threshold) for p in probs]
+    return {**binary_prf(labels, pred), "roc_auc": roc_auc(labels, probs)}
+
+
+# --------------------------------------------------------------------------- ranking
 
 
 def dcg(gains: Sequence[float]) -> float:
@@ -130,6 +197,8 @@ class BM25:
 
 __all__ = [
     "BM25",
+    "attribution_metrics",
+    "binary_prf",
     "bm25_tokens",
     "dcg",
     "mrr_at_k",
@@ -137,4 +206,6 @@ __all__ = [
     "rank_by_scores",
     "ranking_metrics",
     "recall_at_k",
+    "roc_auc",
+    "span_prf",
 ]

@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 from searchsmith.models.citation import CitationModel, decode_spans
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.text import entity_spans
 from searchsmith.training import citation as cit
+from searchsmith.training import cite_data as cd
+from searchsmith.training import evaluate_cite as ev
+from searchsmith.training import metrics
 from searchsmith.training.config import load_recipe_config
 from searchsmith.training.data import write_jsonl_atomic
 
@@ -22,39 +26,39 @@ TINY = REPO / "recipes" / "citation" / "tiny" / "bert-tiny_full.yaml"
 # ------------------------------------------------------------------ labels and metrics
 
 
-def test_weak_entities_dates_numbers_names() -> None:
-    s = "On 12 March 2024, Northwind Labs sold 60 items for $10 each."
-    got = [(s[a:b], t) for a, b, t in cit.weak_entities(s)]
-    assert got == [("12 March 2024", "DATE"), ("Northwind Labs", "ENT"), ("60", "NUM"),
-                   ("$10", "NUM")]
-    # A sentence-initial function word is not part of an entity; years and decades are dates.
-    s2 = "The Kingsmen played in 1986 and in the 1960s."
-    assert [(s2[a:b], t) for a, b, t in cit.weak_entities(s2)] == [
-        ("Kingsmen", "ENT"), ("1986", "DATE"), ("1960s", "DATE")]
+def test_weak_labels_are_the_shared_entity_rule_in_the_tagger_types() -> None:
+    # The rule itself is tested in tests/models/test_text.py; here: the held-out file carries
+    # its spans, and every type it gives is one the tagger has BIO labels for.
+    s = "On 12 March 2024, Northwind Labs sold 60 items for $10 via `quarry.yaml`."
+    spans = entity_spans(s)
+    assert {t for _, _, t in spans} == set(cit.ENTITY_TYPES)
+    assert all(f"B-{t}" in cit.LABELS and f"I-{t}" in cit.LABELS for t in cit.ENTITY_TYPES)
+    item = cd.eval_items([cd.Pair("k", "synthetic", s, "a passage", 1)])[0]
+    assert item["entities"] == [list(x) for x in spans]
 
 
 def test_token_labels_and_decode_round_trip() -> None:
     offsets = [(0, 0), (0, 4), (5, 9), (10, 12), (13, 17), (0, 0)]  # [CLS] Lake Tana in 1990 [SEP]
     special = [True, False, False, False, False, True]
     spans = [(0, 9, "ENT"), (13, 17, "DATE")]
-    ids = cit.token_labels(offsets, spans, special)
+    ids = cd.token_labels(offsets, spans, special)
     assert [cit.LABELS[i] if i >= 0 else None for i in ids] == [
         None, "B-ENT", "I-ENT", "O", "B-DATE", None]
     assert decode_spans(offsets[1:-1], ids[1:-1], cit.LABELS) == spans
 
 
 def test_roc_auc_known_values() -> None:
-    assert cit.roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == pytest.approx(0.75)
-    assert cit.roc_auc([0, 1], [0.5, 0.5]) == pytest.approx(0.5)  # ties count half
-    assert cit.roc_auc([1, 0], [0.9, 0.1]) == pytest.approx(1.0)
-    assert cit.roc_auc([1, 1], [0.2, 0.3]) is None
+    assert metrics.roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == pytest.approx(0.75)
+    assert metrics.roc_auc([0, 1], [0.5, 0.5]) == pytest.approx(0.5)  # ties count half
+    assert metrics.roc_auc([1, 0], [0.9, 0.1]) == pytest.approx(1.0)
+    assert metrics.roc_auc([1, 1], [0.2, 0.3]) is None
 
 
 def test_prf_known_values() -> None:
-    m = cit.attribution_metrics([1, 1, 0, 0], [0.9, 0.2, 0.6, 0.1], threshold=0.5)
+    m = metrics.attribution_metrics([1, 1, 0, 0], [0.9, 0.2, 0.6, 0.1], threshold=0.5)
     assert m["precision"] == pytest.approx(0.5) and m["recall"] == pytest.approx(0.5)
     assert m["f1"] == pytest.approx(0.5) and m["roc_auc"] == pytest.approx(0.75)
-    e = cit.span_prf([[(0, 3, "ENT"), (5, 7, "NUM")]], [[(0, 3, "ENT"), (5, 7, "DATE")]])
+    e = metrics.span_prf([[(0, 3, "ENT"), (5, 7, "NUM")]], [[(0, 3, "ENT"), (5, 7, "DATE")]])
     assert e == {"precision": 0.5, "recall": 0.5, "f1": 0.5}
 
 
@@ -62,21 +66,21 @@ def test_prf_known_values() -> None:
 
 
 def test_synthetic_pairs_split_by_claim() -> None:
-    data = cit.CitationData(sources=["synthetic"], synthetic_claims=60)
-    pairs = cit.load_pairs(data)
+    data = cd.CitationData(sources=["synthetic"], synthetic_claims=60)
+    pairs = cd.load_pairs(data)
     assert {p.label for p in pairs} == {0, 1}
     assert all(p.sentence in p.passage for p in pairs if p.label == 1)
-    train_p, eval_p = cit.split_pairs(pairs, data)
+    train_p, eval_p = cd.split_pairs(pairs, data)
     assert not {p.key for p in train_p} & {p.key for p in eval_p}
     assert len(train_p) + len(eval_p) == len(pairs)
 
 
 def test_real_sources_from_shared_data(shared_data: Path) -> None:
-    data = cit.CitationData(
+    data = cd.CitationData(
         sources=["wice", "scifact"], wice=str(shared_data / "wice/wice_claim_dev.jsonl"),
         scifact_claims=str(shared_data / "scifact/claims_dev.jsonl"),
         scifact_corpus=str(shared_data / "scifact/corpus_subset.jsonl"))
-    pairs = cit.load_pairs(data)
+    pairs = cd.load_pairs(data)
     for src in ("wice", "scifact"):
         labels = [p.label for p in pairs if p.source == src]
         # One positive set and negatives_per_positive=2 same-size negatives per claim.
@@ -89,21 +93,21 @@ def test_unknown_recipe_key_suggests_closest() -> None:
 
 
 def test_missing_data_file_names_field_and_fix(tmp_path: Path) -> None:
-    data = cit.CitationData(sources=["wice"], wice=str(tmp_path / "nope.jsonl"))
+    data = cd.CitationData(sources=["wice"], wice=str(tmp_path / "nope.jsonl"))
     with pytest.raises(ConfigError, match=r"data\.wice: data file .*nope\.jsonl.*not found.*synthetic"):
-        cit.load_pairs(data)
+        cd.load_pairs(data)
 
 
 def test_empty_dataset_is_rejected(tmp_path: Path) -> None:
     p = tmp_path / "empty.jsonl"
     p.write_text("\n")
     with pytest.raises(ValidationError, match="no records"):
-        cit.load_pairs(cit.CitationData(sources=["wice"], wice=str(p)))
+        cd.load_pairs(cd.CitationData(sources=["wice"], wice=str(p)))
 
 
 def test_unknown_source_is_rejected() -> None:
     with pytest.raises(ConfigError, match="unknown dataset 'citation/wicee'.*citation/wice"):
-        cit.load_pairs(cit.CitationData(sources=["wicee"]))
+        cd.load_pairs(cd.CitationData(sources=["wicee"]))
 
 
 def test_stage_hashes_ignore_the_other_stage_optimizer() -> None:
@@ -219,24 +223,24 @@ def test_eval_cite_matches_the_model(tiny_run: tuple[Path, dict, dict], tmp_path
     run, _, _ = tiny_run
     data = _cite_file(tmp_path / "c.jsonl", entities=[[0, 6, "ENT"]])
     per_item = tmp_path / "items.jsonl"
-    out = cit.eval_cite(_args(data=str(data), checkpoint=str(run), per_item=str(per_item)))
+    out = ev.eval_cite(_args(data=str(data), checkpoint=str(run), per_item=str(per_item)))
     m = CitationModel.load(run / "model")
     docs = ["Quarry is a vector database written in Rust.", "Mix the flour with two eggs."]
     pairs = [("Quarry is written in Rust.", d) for d in docs] + \
             [("Mix the flour with 2 eggs.", d) for d in docs]
     probs = m.attribute(pairs)
     assert out["pairs"] == 4 and out["positive_pairs"] == 2 and out["items"] == 2
-    assert out["attribution/roc_auc"] == pytest.approx(cit.roc_auc([1, 0, 0, 1], probs.tolist()))
+    assert out["attribution/roc_auc"] == pytest.approx(metrics.roc_auc([1, 0, 0, 1], probs.tolist()))
     assert out["entity_items"] == 1 and "entity/f1" in out
     rows = [json.loads(x) for x in per_item.read_text().splitlines()]
     assert rows[0]["scores"]["a"] == pytest.approx(float(probs[0])) and rows[1]["cited"] == ["b"]
     assert "entities" in rows[0] and "entities" not in rows[1]
-    assert cit.eval_cite(_args(data=str(data), checkpoint=str(run), limit=1))["pairs"] == 2
+    assert ev.eval_cite(_args(data=str(data), checkpoint=str(run), limit=1))["pairs"] == 2
 
 
 def test_eval_cite_on_the_heldout_file(tiny_run: tuple[Path, dict, dict]) -> None:
     run, final, _ = tiny_run
-    out = cit.eval_cite(_args(data=str(run / "heldout.cite.jsonl"), checkpoint=str(run)))
+    out = ev.eval_cite(_args(data=str(run / "heldout.cite.jsonl"), checkpoint=str(run)))
     # The same held-out pairs and weak entities as the recipe's own final evaluation.
     assert out["attribution/roc_auc"] == pytest.approx(final["attribution/roc_auc"], abs=1e-6)
     assert out["entity/f1"] == pytest.approx(final["entity/f1"], abs=1e-6)
@@ -246,35 +250,35 @@ def test_eval_entity_span_out_of_range(tiny_run: tuple[Path, dict, dict], tmp_pa
     data = _cite_file(tmp_path / "c.jsonl", entities=[[3, 99, "ENT"]])
     with pytest.raises(ValidationError, match=r"c\.jsonl:1: entity span \[3, 99, 'ENT'\] is out of "
                                               r"range; expected 0 <= start < end <= 26"):
-        cit.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
+        ev.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
 
 
 def test_eval_entity_label_out_of_range(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
     data = _cite_file(tmp_path / "c.jsonl", entities=[[0, 6, "PERSON"]])
     with pytest.raises(ValidationError, match="entity label 'PERSON' is out of range.*DATE"):
-        cit.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
+        ev.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
 
 
 def test_eval_cited_id_not_in_documents(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
     data = _cite_file(tmp_path / "c.jsonl", cited=["zz"])
     with pytest.raises(ValidationError, match=r"'cited' names \['zz'\]"):
-        cit.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
+        ev.eval_cite(_args(data=str(data), checkpoint=str(tiny_run[0])))
 
 
 def test_eval_missing_and_empty_files(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--data: .*not found.*--write-eval"):
-        cit.eval_cite(_args(data=str(tmp_path / "none.jsonl"), checkpoint=str(tiny_run[0])))
+        ev.eval_cite(_args(data=str(tmp_path / "none.jsonl"), checkpoint=str(tiny_run[0])))
     (tmp_path / "e.jsonl").write_text("")
     with pytest.raises(ValidationError, match="no records"):
-        cit.eval_cite(_args(data=str(tmp_path / "e.jsonl"), checkpoint=str(tiny_run[0])))
+        ev.eval_cite(_args(data=str(tmp_path / "e.jsonl"), checkpoint=str(tiny_run[0])))
 
 
 def test_eval_needs_exactly_one_model(tmp_path: Path) -> None:
     data = _cite_file(tmp_path / "c.jsonl")
     with pytest.raises(ConfigError, match="give --checkpoint RUN_DIR .* or --bundle DIR"):
-        cit.eval_cite(_args(data=str(data)))
+        ev.eval_cite(_args(data=str(data)))
     with pytest.raises(ConfigError, match="not both"):
-        cit.eval_cite(_args(data=str(data), bundle=str(tmp_path), checkpoint=str(tmp_path)))
+        ev.eval_cite(_args(data=str(data), bundle=str(tmp_path), checkpoint=str(tmp_path)))
 
 
 def test_untrained_model_folder_is_refused(tmp_path: Path) -> None:
@@ -295,10 +299,10 @@ def test_untrained_model_folder_is_refused(tmp_path: Path) -> None:
 
 
 def test_write_eval_file_holds_only_heldout_claims(tmp_path: Path) -> None:
-    out = cit.write_eval_file(tmp_path / "h.jsonl", TINY)
+    out = cd.write_eval_file(tmp_path / "h.jsonl", TINY)
     items = [json.loads(x) for x in out.read_text().splitlines()]
     cfg = load_recipe_config(TINY)
-    train_p, eval_p = cit.split_pairs(cit.load_pairs(cfg.data), cfg.data)
+    train_p, eval_p = cd.split_pairs(cd.load_pairs(cfg.data), cfg.data)
     assert {i["id"] for i in items} == {p.key for p in eval_p}
     assert all(set(i["cited"]) <= {d["id"] for d in i["documents"]} for i in items)
 
@@ -306,9 +310,9 @@ def test_write_eval_file_holds_only_heldout_claims(tmp_path: Path) -> None:
 def test_cosine_attribution_baseline_is_the_pipelines_fallback(tmp_path: Path) -> None:
     """Issue 23: the citation gate's baseline scores a pair as serving/pipeline/citation.py does
     without a bundle (best cosine of the sentence with one passage sentence, cut at 0.6)."""
-    pairs = [cit.Pair("a", "s", "Quarry listens on port 7420.",
+    pairs = [cd.Pair("a", "s", "Quarry listens on port 7420.",
                       "Quarry is a database. Quarry listens on port 7420. It is written in Rust.", 1),
-             cit.Pair("a", "s", "Quarry listens on port 7420.", "Knead the bread dough for ten minutes.", 0)]
+             cd.Pair("a", "s", "Quarry listens on port 7420.", "Knead the bread dough for ten minutes.", 0)]
     scores = cit.cosine_attribution_scores("default", pairs, tmp_path)
     assert scores[0] == pytest.approx(1.0, abs=1e-5) and scores[1] < 0.6
     assert cit.cosine_attribution_baseline([1, 0], scores, 0.6) == {

@@ -20,16 +20,14 @@ from searchsmith.models.image_relevance import (
     combined_scores,
 )
 from searchsmith.training.config import load_recipe_config
-from searchsmith.training.image_data import render, synthetic_records
-from searchsmith.training.images import (
+from searchsmith.training.evaluate_images import (
     eval_images,
-    images,
-    infonce_loss,
-    load_records,
     placement_metrics,
     read_placement_file,
     retrieval_recall,
 )
+from searchsmith.training.image_data import render, synthetic_records
+from searchsmith.training.images import images, infonce_loss, load_records
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "images" / "tiny" / "bert-tiny_cnn.yaml"
@@ -326,8 +324,8 @@ def test_eval_images_cli_function_with_the_tiny_checkpoint(tiny_run, tmp_path: P
 def test_placement_figures_score_as_the_pipeline_does_with_and_without_a_model() -> None:
     """Issue 23: the images gate compares the model's held-out placement with caption-cosine
     placement (the pipeline's fallback), both on the same held-out documents."""
-    from searchsmith.training.image_data import ImageRecord
-    from searchsmith.training.images import placement_docs, placement_figures
+    from searchsmith.training.evaluate_images import placement_figures
+    from searchsmith.training.image_data import ImageRecord, placement_docs
 
     recs = [ImageRecord(f"r{i}", "synthetic", (f"para {i}", f"cap {i}")) for i in range(22)]
     docs = placement_docs(recs, seed=3, paragraphs_per_doc=10, images_per_doc=4, distractors=1)

@@ -20,16 +20,14 @@ from searchsmith.training.metrics import (
     ranking_metrics,
     recall_at_k,
 )
-from searchsmith.training.reranker import (
+from searchsmith.training.rerank_data import (
     QueryGroup,
     RerankerData,
-    bce_loss,
-    build_model,
     check_group,
-    listwise_loss,
     load_groups,
     synthetic_groups,
 )
+from searchsmith.training.reranker import bce_loss, build_model, listwise_loss
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "reranker" / "tiny" / "bert-tiny_full.yaml"
@@ -290,7 +288,7 @@ def test_scifact_groups_from_shared_data(shared_data: Path) -> None:
 
 
 def test_mining_keeps_the_negatives_closest_to_the_query() -> None:
-    from searchsmith.training.reranker import mine_hard_negatives
+    from searchsmith.training.rerank_data import mine_hard_negatives
 
     vecs = {"q": [1.0, 0.0], "pos": [1.0, 0.0], "near": [0.9, 0.1], "mid": [0.5, 0.5],
             "far": [0.0, 1.0]}
@@ -389,7 +387,7 @@ def test_flat_baselines_name_the_orderings_the_serving_gate_compares() -> None:
 def test_paraphrased_synthetic_questions_share_no_fact_word_with_the_sheet() -> None:
     import re
 
-    from searchsmith.training.reranker import PARAPHRASES
+    from searchsmith.training.rerank_data import PARAPHRASES
 
     plain = synthetic_groups(RerankerData(synthetic_queries=40))
     assert [g.query for g in synthetic_groups(RerankerData(synthetic_queries=40, synthetic_paraphrase=0.0))] == \

@@ -1,0 +1,157 @@
+"""``searchsmith eval cite``: a citation model's attribution and entity figures on a JSONL file.
+
+Kept beside :mod:`searchsmith.training.evaluate` (which routes ``eval cite`` here) rather than
+in it, to keep that file readable; the recipe's held-out evaluation (``heldout_figures``) uses
+:func:`cite_report` too, so both report the same keys as the recipe's ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from searchsmith.models.citation import LABELS
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.text import iter_jsonl
+from searchsmith.training.data import write_jsonl_atomic
+from searchsmith.training.metrics import attribution_metrics, roc_auc, span_prf
+
+
+def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[dict[str, Any]]:
+    """Read and validate a citation JSONL file (the "cite" format of ``searchsmith eval --help``).
+
+    Raises:
+        ConfigError: the file is missing.
+        ValidationError: a malformed record (``file:line``), unknown cited ids, entity spans
+            out of the sentence or with a type the model does not know, or no record.
+    """
+    types = sorted({lab.split("-", 1)[1] for lab in labels if lab != "O"})
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--data: {str(p)!r} not found; expected a citation JSONL file "
+                          '({"sentence", "documents": [{"id","text"}], "cited": [ids]}); write '
+                          "one with python -m searchsmith.training.cite_data --write-eval OUT.jsonl")
+    items = []
+    for n, rec in iter_jsonl(p):
+        where = f"{p}:{n}"
+        sent = rec.get("sentence")
+        if not isinstance(sent, str) or not sent.strip():
+            raise ValidationError(f"{where}: 'sentence' must be a non-empty string, got {sent!r}")
+        docs = rec.get("documents")
+        if not isinstance(docs, list) or not docs:
+            raise ValidationError(f"{where}: 'documents' must be a non-empty list of "
+                                  '{"id", "text"} objects')
+        ids = []
+        for d in docs:
+            if not isinstance(d, dict) or "id" not in d or not isinstance(d.get("text"), str):
+                raise ValidationError(f"{where}: each document needs 'id' and a string 'text', "
+                                      f"got {str(d)[:80]}")
+            ids.append(str(d["id"]))
+        if len(set(ids)) != len(ids):
+            raise ValidationError(f"{where}: document ids repeat: {ids}")
+        cited = rec.get("cited")
+        if not isinstance(cited, list):
+            raise ValidationError(f"{where}: 'cited' must be a list of document ids, got {cited!r}")
+        unknown = [c for c in cited if str(c) not in ids]
+        if unknown:
+            raise ValidationError(f"{where}: 'cited' names {unknown} that are not among the "
+                                  f"documents' ids {ids}")
+        ents = rec.get("entities")
+        if ents is not None:
+            if not isinstance(ents, list):
+                raise ValidationError(f"{where}: 'entities' must be a list of [start, end, label]")
+            for e in ents:
+                if (not isinstance(e, list) or len(e) != 3 or not all(isinstance(x, int)
+                                                                      for x in e[:2])):
+                    raise ValidationError(f"{where}: entity {e!r} is not [start, end, label] "
+                                          "with integer character offsets")
+                if not 0 <= e[0] < e[1] <= len(sent):
+                    raise ValidationError(f"{where}: entity span {e!r} is out of range; expected "
+                                          f"0 <= start < end <= {len(sent)} (the sentence length)")
+                if e[2] not in types:
+                    raise ValidationError(f"{where}: entity label {e[2]!r} is out of range; the "
+                                          f"model tags {types}")
+        items.append({"sentence": sent, "documents": docs, "ids": ids, "source": rec.get("source"),
+                      "cited": {str(c) for c in cited},
+                      "entities": None if ents is None else [tuple(e) for e in ents]})
+    if not items:
+        raise ValidationError(f"{p}: no records (empty file); expected citation JSON lines")
+    return items
+
+
+def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Attribution and entity figures of ``model`` (a citation bundle or ``CitationModel``: their
+    ``attribute`` and ``entities``) on items of :func:`read_cite_items`.
+
+    Returns:
+        ``(metrics, rows)``: the keys of the recipe's ``metrics.json`` (``attribution/f1``,
+        ``attribution/<source>/roc_auc`` for items that name a source, ``entity/f1``, ...) and
+        one row per item (its scores, predictions and entities).
+    """
+    pairs, y, src = [], [], []
+    for it in items:
+        for d, i in zip(it["documents"], it["ids"], strict=True):
+            pairs.append((it["sentence"], d["text"]))
+            y.append(int(i in it["cited"]))
+            src.append(it.get("source"))
+    probs = np.asarray(model.attribute(pairs), dtype=np.float32)
+    out: dict[str, Any] = {"items": len(items), "pairs": len(pairs), "positive_pairs": sum(y),
+                           "support_threshold": threshold}
+    out.update({f"attribution/{k}": v for k, v in attribution_metrics(y, probs.tolist(), threshold).items()})
+    for name in sorted({s for s in src if s}):
+        idx = [j for j, s in enumerate(src) if s == name]
+        auc = roc_auc([y[j] for j in idx], [float(probs[j]) for j in idx])
+        if auc is not None:
+            out[f"attribution/{name}/roc_auc"] = auc
+    with_ents = [i for i, it in enumerate(items) if it["entities"] is not None]
+    pred_ents: dict[int, list[tuple[int, int, str]]] = {}
+    if with_ents:
+        got = model.entities([items[i]["sentence"] for i in with_ents])
+        pred_ents = {i: [tuple(s) for s in g] for i, g in zip(with_ents, got, strict=True)}
+        ent = span_prf([items[i]["entities"] for i in with_ents], [pred_ents[i] for i in with_ents])
+        out.update({f"entity/{k}": v for k, v in ent.items()})
+        out["entity_items"] = len(with_ents)
+    rows, k = [], 0
+    for n, it in enumerate(items):
+        scores = {i: float(probs[k + j]) for j, i in enumerate(it["ids"])}
+        k += len(it["ids"])
+        row = {"index": n, "sentence": it["sentence"], "scores": scores,
+               "predicted": [i for i, s in scores.items() if s >= threshold], "cited": sorted(it["cited"])}
+        if n in pred_ents:
+            row["entities"] = [list(s) for s in pred_ents[n]]
+            row["entity_f1"] = span_prf([it["entities"]], [pred_ents[n]])["f1"]
+        rows.append(row)
+    return out, rows
+
+
+def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
+    """``searchsmith eval cite --data F.jsonl (--checkpoint RUN_DIR | --bundle DIR)``.
+
+    Scores every (sentence, document) pair of the file; a pair is positive when the document
+    is in ``cited``. Reports attribution precision / recall / F1 at the model's
+    ``support_threshold`` and ROC AUC (null when one class is absent), and entity
+    precision / recall / F1 of exact (start, end, type) spans over the items with
+    ``entities``. ``--per-item F`` writes one JSON line per item; ``--limit N`` the first N.
+    """
+    from searchsmith.training.evaluate import Chunked, load_eval_model, progress_bar
+
+    limit = int(getattr(args, "limit", 0) or 0)
+    if limit < 0:
+        raise ConfigError(f"--limit must be >= 0, got {limit}")
+    em = load_eval_model("cite", args)
+    items = read_cite_items(args.data, list(em.model.labels))
+    if limit:
+        items = items[:limit]
+    total = sum(len(it["ids"]) for it in items) + sum(it["entities"] is not None for it in items)
+    with progress_bar("eval cite", total, "input") as bar:
+        metrics, rows = cite_report(Chunked(em.model, bar), items, float(em.model.support_threshold))
+    if getattr(args, "per_item", None):
+        write_jsonl_atomic(args.per_item, rows)
+    return {"task": "cite", "model": em.origin, **metrics}
+
+
+__all__ = ["cite_report", "eval_cite", "read_cite_items"]
