@@ -289,19 +289,19 @@ def _write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 
 
 def to_decomposition_record(ex: dict[str, Any]) -> dict[str, Any]:
-    """An example as a DESIGN.md "Decomposition, JSONL" record."""
+    """An example as a record of the "decompose" format of ``searchsmith eval --help``."""
     graph = ex["graph"]
     return {"query": ex["query"], "type": graph["type"], "nodes": graph["nodes"]}
 
 
 def to_rewrite_record(ex: dict[str, Any]) -> dict[str, Any]:
-    """An example as a DESIGN.md "Rewrite eval, JSONL" record."""
+    """An example as a record of the "rewrite" format of ``searchsmith eval --help``."""
     return {"history": [{"role": "user", "content": h} for h in ex["history"]],
             "query": ex["query"], "rewrite": ex["target"]}
 
 
 def export_eval_sets(examples: Sequence[dict[str, Any]], out_dir: str | Path) -> dict[str, int]:
-    """Write ``decompose.jsonl`` and ``rewrite.jsonl`` (DESIGN.md formats) atomically.
+    """Write ``decompose.jsonl`` and ``rewrite.jsonl`` (the "decompose" and "rewrite" formats of ``searchsmith eval --help``) atomically.
 
     Returns:
         Records written per file.
@@ -317,10 +317,10 @@ def export_eval_sets(examples: Sequence[dict[str, Any]], out_dir: str | Path) ->
 
 
 def read_decomposition_eval(path: str | Path) -> list[dict[str, Any]]:
-    """Read a "Decomposition, JSONL" file; ConfigError naming the line and field when malformed."""
+    """Read a "decompose" eval file; ConfigError naming the line and field when malformed."""
     rows = read_jsonl(path, what="--data", allow_empty=True)
     if not rows:
-        raise ConfigError(f"--data {path}: no records (expected Decomposition JSONL, DESIGN.md)")
+        raise ConfigError(f"--data {path}: no records (expected the \"decompose\" JSONL of searchsmith eval --help)")
     for i, r in enumerate(rows, 1):
         if not isinstance(r.get("query"), str) or not r["query"].strip():
             raise ConfigError(f"--data {path}:{i}: 'query' must be a non-empty string")
@@ -332,10 +332,10 @@ def read_decomposition_eval(path: str | Path) -> list[dict[str, Any]]:
 
 
 def read_rewrite_eval(path: str | Path) -> list[dict[str, Any]]:
-    """Read a "Rewrite eval, JSONL" file; ConfigError naming the line and field when malformed."""
+    """Read a "rewrite" eval file; ConfigError naming the line and field when malformed."""
     rows = read_jsonl(path, what="--data", allow_empty=True)
     if not rows:
-        raise ConfigError(f"--data {path}: no records (expected Rewrite eval JSONL, DESIGN.md)")
+        raise ConfigError(f"--data {path}: no records (expected the \"rewrite\" JSONL of searchsmith eval --help)")
     for i, r in enumerate(rows, 1):
         for key in ("query", "rewrite"):
             if not isinstance(r.get(key), str) or not r[key].strip():
@@ -349,7 +349,7 @@ def read_rewrite_eval(path: str | Path) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Export the held-out split as DESIGN.md eval files (decompose.jsonl, rewrite.jsonl).
+    """Export the held-out split as eval files (decompose.jsonl, rewrite.jsonl).
 
     ``python -m searchsmith.training.decompose_data --data-dir ../shared/data --out DIR``; the
     split matches the recipe's for the same ``--seed`` / ``--heldout-ratio`` (data.split_seed,

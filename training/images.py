@@ -427,7 +427,8 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
     def on_step(step: int, m: Any) -> None:
         getattr(m, "module", m).trained_steps.fill_(step)
 
-    # 4. Train (5. saving: the trainer calls model.save_pretrained -> the contract layout).
+    # 4. Train (5. saving: the trainer calls model.save_pretrained, which writes model/text/,
+    # model/vision.pt and model/image_relevance.json).
     result = train(
         model, loss_fn, batch_stream(train_recs, train_pixels, model, cached, cfg), cfg, run_dir,
         eval_fn, tokenizer=None, baselines=baselines, force=force, on_step=on_step,
