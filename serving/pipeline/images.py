@@ -6,16 +6,20 @@ whose file is missing or unreadable, or smaller than ``min_side_px``, is filtere
 The answer's units are its paragraphs, or its sentences when it has one paragraph.
 
 Scores (P units x I images): with an images bundle, the three-way mix of
-``models.image_relevance.combined_scores`` (image-paragraph, caption-paragraph,
+``models.placement.combined_scores`` (image-paragraph, caption-paragraph,
 image-query); without one, the caption-paragraph cosine of the text embedder alone
 (images without a caption cannot be scored and are dropped). The assignment is the
-Hungarian method of ``models.image_relevance.assign_images``, kept at >= ``threshold``
+Hungarian method of ``models.placement.assign_images``, kept at >= ``threshold``
 (0.3).
+
+:func:`place_images` is the one implementation of these scores and the assignment: the
+stage and the server's ``POST /v1/images/place`` both call it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,68 @@ def answer_units(answer: str) -> list[str]:
     if len(paras) > 1:
         return paras
     return [" ".join(s.split()) for s in sentences(answer)] or paras
+
+
+def place_images(units: Sequence[str], captions: Sequence[str | None], pixels: Sequence[Any], *,
+                 config: ImagesConfig, query: str | None = None, bundle: Any | None = None,
+                 encode: Callable[[list[str]], np.ndarray] | None = None, threshold: float | None = None
+                 ) -> tuple[np.ndarray, list[int | None], str]:
+    """Score every image against every unit and assign them (Hungarian, kept at >= threshold).
+
+    With an ``images`` bundle: for images with pixels, the three-way mix of
+    ``models.placement.combined_scores`` (image-unit, caption-unit, image-query); for images
+    with only a caption, the caption-unit cosine (text tower). Without one: the caption-unit
+    cosine of the text embedder, and an image without a caption cannot be scored (-1, the
+    lowest cosine).
+
+    Args:
+        units: P paragraphs (or sentences) of the answer.
+        captions: I captions (None or empty: none).
+        pixels: I RGB PIL images (None: no pixels).
+        config: the signal weights and the default threshold.
+        query: the user's question (image-query signal), or None.
+        bundle: an ``images`` bundle, or None.
+        encode: texts -> (n, D) unit vectors; needed without a bundle.
+        threshold: the assignment cut; ``config.threshold`` when None.
+
+    Returns:
+        (scores (P, I), the unit index or None per image, method ``bundle`` or ``captions``).
+    """
+    from searchsmith.models.placement import PlacementConfig, assign_images, combined_scores
+
+    cut = config.threshold if threshold is None else threshold
+    n_par, n_img = len(units), len(captions)
+    scores = np.full((n_par, n_img), -1.0)  # (P, I)
+    with_caption = [i for i, c in enumerate(captions) if c]
+    if bundle is not None:
+        texts = np.asarray(bundle.encode_text(list(units)), dtype=np.float64)  # (P, d)
+        caption_par = np.full((n_par, n_img), np.nan)  # NaN: no caption (out of the mix)
+        if with_caption:
+            cap = np.asarray(bundle.encode_text([captions[i] for i in with_caption]), dtype=np.float64)
+            caption_par[:, with_caption] = texts @ cap.T
+        with_px = [i for i, im in enumerate(pixels) if im is not None]
+        if with_px:
+            imgs = np.asarray(bundle.encode_images([pixels[i] for i in with_px]), dtype=np.float64)  # (k, d)
+            image_query = None
+            if query:
+                image_query = (np.asarray(bundle.encode_text([query]), dtype=np.float64) @ imgs.T)[0]  # (k,)
+            cp = caption_par[:, with_px]
+            weights = PlacementConfig(threshold=cut, image_paragraph_weight=config.image_paragraph_weight,
+                                      caption_paragraph_weight=config.caption_paragraph_weight,
+                                      image_query_weight=config.image_query_weight)
+            scores[:, with_px] = combined_scores(texts @ imgs.T, cp if np.isfinite(cp).any() else None,
+                                                 image_query, weights)
+        caption_only = [i for i in with_caption if pixels[i] is None]
+        scores[:, caption_only] = caption_par[:, caption_only]
+        method = "bundle"
+    else:
+        if encode is None:
+            raise ValueError("place_images: without an images bundle an encode function is needed")
+        if with_caption:
+            vecs = np.asarray(encode(list(units) + [captions[i] for i in with_caption]), dtype=np.float64)
+            scores[:, with_caption] = vecs[:n_par] @ vecs[n_par:].T
+        method = "captions"
+    return scores, assign_images(scores, cut), method
 
 
 class ImagesStage:
@@ -75,36 +141,7 @@ class ImagesStage:
                 pil.append(img)
         return out, pil
 
-    def scores(self, units: list[str], cands: list[dict[str, Any]], pil: list[Any],
-               state: PipelineState) -> np.ndarray:
-        """(P, I) relevance of each image to each unit."""
-        from searchsmith.models.placement import PlacementConfig, combined_scores
-
-        captions = [c["caption"] or "" for c in cands]
-        if self.bundle is None:
-            cap = embed(state, self.embedder, [c or "-" for c in captions])  # (I, D)
-            s = embed(state, self.embedder, units) @ cap.T  # (P, I)
-            s[:, [i for i, c in enumerate(captions) if not c]] = -1.0  # cannot be scored
-            return s
-        cfg = self.config
-        texts = self.bundle.encode_text(units)  # (P, d)
-        imgs = self.bundle.encode_images(pil)  # (I, d)
-        state.trace.count(self.name, 2, sum(len(u.split()) for u in units))
-        ip = texts @ imgs.T
-        cp = None
-        if any(captions):
-            cap = self.bundle.encode_text([c or "-" for c in captions])
-            cp = texts @ cap.T
-            cp[:, [i for i, c in enumerate(captions) if not c]] = np.nan
-        iq = (self.bundle.encode_text([state.question()]) @ imgs.T)[0]
-        placement = PlacementConfig(threshold=cfg.threshold, image_paragraph_weight=cfg.image_paragraph_weight,
-                                    caption_paragraph_weight=cfg.caption_paragraph_weight,
-                                    image_query_weight=cfg.image_query_weight)
-        return combined_scores(ip, cp, iq, placement)
-
     def run(self, state: PipelineState, preset: Preset) -> None:
-        from searchsmith.models.placement import assign_images
-
         with state.trace.stage(self.name) as st:
             state.images = []
             if not preset.images:
@@ -114,8 +151,11 @@ class ImagesStage:
             cands, pil = self.candidates(state)
             if not units or not cands:
                 return
-            s = self.scores(units, cands, pil, state)
-            where = assign_images(s, self.config.threshold)
+            s, where, _ = place_images(units, [c["caption"] for c in cands], pil, config=self.config,
+                                       query=state.question(), bundle=self.bundle,
+                                       encode=lambda texts: embed(state, self.embedder, texts))
+            if self.bundle is not None:
+                state.trace.count(self.name, 2, sum(len(u.split()) for u in units))
             for i, p in enumerate(where):
                 if p is not None:
                     state.images.append({**cands[i], "paragraph": int(p), "after": units[p][:120],
