@@ -11,12 +11,12 @@ One file lists the index, the model bundles (each loaded with
       decomposer: bundles/decomposer
       citation: bundles/citation
       images: bundles/images
-    server:                        # ServerConfig: limits, api_keys, cors_origins, batchers
+    server:                        # ServerLimits: limits, api_keys, cors_origins, batchers
       max_texts_per_request: 256
     pipeline: {}                   # PipelineConfig (its 'bundles' are the ones above)
 
 Every key with its default and meaning is in the docstrings below (``ServeBundles``,
-``searchsmith.serving.http.ServerConfig``, ``PipelineConfig``). Authentication:
+``searchsmith.serving.limits.ServerLimits``, ``PipelineConfig``). Authentication:
 ``server.api_keys: [KEY, ...]``, then clients send ``Authorization: Bearer KEY`` (the OpenAI
 SDK: ``api_key=KEY``). The log level is the environment variable ``SEARCHSMITH_LOG``
 (``debug``, ``info``, ``warning`` (default), ``error``). ``/v1/feedback`` teaches the protocol
@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_dict
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.tasks import TASKS
-from searchsmith.serving.http import ServerConfig
+from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.pipeline.config import BundlesConfig, PipelineConfig
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from searchsmith.serving.http import ServingState
+    from searchsmith.serving.state import ServingState
 
 __all__ = ["BUNDLE_ROLES", "DEFAULT_WORKDIR", "ServeBundles", "ServeConfig", "check_paths", "default_serve_config",
            "load_models", "load_serve_config", "serve_config_text", "write_serve_config"]
@@ -114,7 +114,7 @@ class ServeConfig:
     index: str | None = None
     search: bool = True
     bundles: ServeBundles = field(default_factory=ServeBundles)
-    server: ServerConfig = field(default_factory=ServerConfig)
+    server: ServerLimits = field(default_factory=ServerLimits)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
@@ -149,7 +149,7 @@ def load_serve_config(path: str | os.PathLike | None = None, overrides: list[str
             set under ``pipeline.bundles``.
     """
     raw: dict[str, Any] = dict(read_yaml(path)) if path is not None else {}
-    server_keys = {f.name for f in dataclasses.fields(ServerConfig)}
+    server_keys = {f.name for f in dataclasses.fields(ServerLimits)}
     misplaced = sorted(k for k in raw if k in server_keys and k not in {f.name for f in dataclasses.fields(ServeConfig)})
     if misplaced:
         raise ConfigError(f"{path}: {', '.join(misplaced)} belong under 'server:' (serve.yaml lists index, "

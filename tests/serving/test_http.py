@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from searchsmith.serving.batcher import BatcherConfig
-from searchsmith.serving.http import ERROR_TABLE, ServerConfig, create_app
+from searchsmith.serving.http import create_app
+from searchsmith.serving.http_errors import ERROR_TABLE
 from searchsmith.serving.index import Index
+from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.router import CentroidRouter, RouterConfig
 from searchsmith.serving.runner import EmbeddingRunner
 
@@ -22,7 +24,7 @@ def router(small_index, embedder):
 
 @pytest.fixture(scope="module")
 def client(embedder, router):
-    cfg = ServerConfig(max_texts_per_request=8, max_input_chars=500, max_body_bytes=20000)
+    cfg = ServerLimits(max_texts_per_request=8, max_input_chars=500, max_body_bytes=20000)
     with TestClient(create_app(cfg, embedder=embedder, router=router)) as c:
         yield c
 
@@ -163,19 +165,19 @@ def test_long_input_is_truncated(client, embedder) -> None:
 
 
 def test_long_input_413_without_truncate(embedder) -> None:
-    app = create_app(ServerConfig(max_input_chars=100, truncate=False), embedder=embedder)
+    app = create_app(ServerLimits(max_input_chars=100, truncate=False), embedder=embedder)
     with TestClient(app) as c:
         msg = _error(c.post("/v1/embeddings", json={"input": "a" * 101}), 413, "too_large")
         assert "max_input_chars" in msg
         too_many_tokens = "word " * 300  # 1500 chars (under 5000) but ~300 tokens
-        app2 = create_app(ServerConfig(max_input_chars=5000, truncate=False), embedder=embedder)
+        app2 = create_app(ServerLimits(max_input_chars=5000, truncate=False), embedder=embedder)
         with TestClient(app2) as c2:
             msg = _error(c2.post("/v1/embeddings", json={"input": too_many_tokens}), 413, "too_large")
             assert "max_seq_length" in msg
 
 
 def test_auth(embedder) -> None:
-    with TestClient(create_app(ServerConfig(api_keys=["s3cret"]), embedder=embedder)) as c:
+    with TestClient(create_app(ServerLimits(api_keys=["s3cret"]), embedder=embedder)) as c:
         assert c.get("/health").status_code == 200  # probes need no key
         resp = c.post("/v1/embeddings", json={"input": "a"})
         assert "Bearer" in _error(resp, 401, "unauthorized")
@@ -188,7 +190,7 @@ def test_auth(embedder) -> None:
 
 def test_overload_is_429_with_retry_after(embedder) -> None:
     runner = Blocking()
-    cfg = ServerConfig(batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
+    cfg = ServerLimits(batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
     with TestClient(create_app(cfg, embedder=embedder, run_batch=runner)) as c:
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(c.post, "/v1/embeddings", json={"input": "a"})
@@ -205,7 +207,7 @@ def test_overload_is_429_with_retry_after(embedder) -> None:
 
 def test_timeout_is_504(embedder) -> None:
     runner = Blocking()
-    with TestClient(create_app(ServerConfig(request_timeout_s=0.3), embedder=embedder,
+    with TestClient(create_app(ServerLimits(request_timeout_s=0.3), embedder=embedder,
                                run_batch=runner)) as c:
         try:
             msg = _error(c.post("/v1/embeddings", json={"input": "a"}), 504, "timeout")
@@ -218,7 +220,7 @@ def test_runner_failure_is_500(embedder) -> None:
     def broken(batch):
         raise RuntimeError("device lost")
 
-    with TestClient(create_app(ServerConfig(), embedder=embedder, run_batch=broken)) as c:
+    with TestClient(create_app(ServerLimits(), embedder=embedder, run_batch=broken)) as c:
         msg = _error(c.post("/v1/embeddings", json={"input": "a"}), 500, "runner_error")
         assert "device lost" in msg
 
@@ -254,7 +256,7 @@ def test_route_internal_error_is_500_and_server_survives(embedder) -> None:
         def close(self):
             pass
 
-    app = create_app(ServerConfig(), embedder=embedder, router=Broken())
+    app = create_app(ServerLimits(), embedder=embedder, router=Broken())
     with TestClient(app, raise_server_exceptions=False) as c:
         _error(c.post("/v1/route", json={"query": "q"}), 500, "internal_error")
         assert c.get("/health").status_code == 200
@@ -264,7 +266,7 @@ def test_route_internal_error_is_500_and_server_survives(embedder) -> None:
 
 
 def test_health_ready_and_attach(embedder) -> None:
-    app = create_app(ServerConfig())
+    app = create_app(ServerLimits())
     with TestClient(app) as c:
         assert c.get("/health").json() == {"status": "ok"}
         _error(c.get("/ready"), 503, "not_ready")
@@ -291,7 +293,7 @@ def test_config_rejects_bad_values() -> None:
     from searchsmith.models.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_texts_per_request"):
-        ServerConfig(max_texts_per_request=0)
+        ServerLimits(max_texts_per_request=0)
 
 
 def test_concurrent_requests_get_their_own_answers(client, embedder) -> None:
@@ -320,7 +322,7 @@ class _FakeEmbedder:
 
 
 def test_chunked_body_over_limit_is_413() -> None:
-    app = create_app(ServerConfig(max_body_bytes=100), embedder=_FakeEmbedder(), run_batch=Blocking())
+    app = create_app(ServerLimits(max_body_bytes=100), embedder=_FakeEmbedder(), run_batch=Blocking())
 
     def chunks():  # no Content-Length: the limit counts the bytes received
         yield b'{"input": "'
@@ -337,7 +339,7 @@ def test_shutdown_answers_requests_in_flight() -> None:
     # it directly here so the test client's event loop stays up to deliver the answers (uvicorn
     # also waits for open connections before the lifespan exit).
     runner = Blocking()
-    app = create_app(ServerConfig(batcher=BatcherConfig(max_batch_size=1)),
+    app = create_app(ServerLimits(batcher=BatcherConfig(max_batch_size=1)),
                      embedder=_FakeEmbedder(), run_batch=runner)
     state = app.state.serving
     with TestClient(app) as c, ThreadPoolExecutor(3) as pool:
@@ -380,9 +382,10 @@ def test_serve_command_builds_an_app_from_yaml_and_overrides(tmp_path, small_ind
 
 def test_metrics_count_requests_batches_and_padding(embedder) -> None:
     from fastapi.testclient import TestClient
-    from searchsmith.serving.http import ServerConfig, create_app
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.limits import ServerLimits
 
-    with TestClient(create_app(ServerConfig(), embedder=embedder)) as client:
+    with TestClient(create_app(ServerLimits(), embedder=embedder)) as client:
         assert client.post("/v1/embeddings", json={"input": ["one text", "and a second, longer text"]}).status_code == 200
         assert client.post("/v1/embeddings", json={"input": []}).status_code == 400
         body = client.get("/metrics").text
@@ -419,7 +422,7 @@ def test_docs_load_swagger_ui_from_this_server_only(client) -> None:
 
 
 def test_docs_need_no_key_but_the_api_does(embedder) -> None:
-    with TestClient(create_app(ServerConfig(api_keys=["k"]), embedder=embedder)) as c:
+    with TestClient(create_app(ServerLimits(api_keys=["k"]), embedder=embedder)) as c:
         assert c.get("/docs").status_code == 200 and c.get("/openapi.json").status_code == 200
         assert c.get("/docs/assets/swagger-ui.css").status_code == 200
         _error(c.get("/v1/models"), 401, "unauthorized")

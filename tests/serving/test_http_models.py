@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from searchsmith.serving.batcher import BatcherConfig
-from searchsmith.serving.http import ServerConfig, create_app
+from searchsmith.serving.http import create_app
+from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.profiling.server import LoopbackServer
 
 # ---- fake bundles (the runtime API of contract.md, no model) --------------------------------
@@ -180,7 +181,7 @@ def models(**extra):
 
 @pytest.fixture(scope="module")
 def client():
-    cfg = ServerConfig(max_documents_per_request=5, max_texts_per_request=4, max_input_chars=200,
+    cfg = ServerLimits(max_documents_per_request=5, max_texts_per_request=4, max_input_chars=200,
                        max_body_bytes=20000, max_images_per_request=3, max_image_bytes=3000,
                        max_image_pixels=100 * 100, max_pairs_per_request=12,
                        rerank_batcher=BatcherConfig(max_batch_size=16, max_wait_ms=20.0))
@@ -227,7 +228,7 @@ def test_rerank_pairs_are_batched_across_requests_and_matched(client) -> None:
 
 
 def test_rerank_without_reranker_is_503() -> None:
-    with TestClient(create_app(ServerConfig())) as c:
+    with TestClient(create_app(ServerLimits())) as c:
         assert "bundles.reranker" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}),
                                             503, "not_ready")
 
@@ -264,14 +265,14 @@ def test_rerank_unknown_model_is_422(client) -> None:
 
 def test_rerank_long_document_is_cut_or_413() -> None:
     reranker = FakeReranker()
-    with TestClient(create_app(ServerConfig(max_input_chars=20), reranker=reranker)) as c:
+    with TestClient(create_app(ServerLimits(max_input_chars=20), reranker=reranker)) as c:
         long = "bread " * 10  # 60 characters, cut to 20 (3 "bread"s + "br")
         r = c.post("/v1/rerank", json={"query": "bread", "documents": [long], "raw_scores": True}).json()
         assert r["results"][0]["relevance_score"] == pytest.approx(3 - 20e-3, rel=1e-5)
-    with TestClient(create_app(ServerConfig(max_input_chars=20, truncate=False), reranker=reranker)) as c:
+    with TestClient(create_app(ServerLimits(max_input_chars=20, truncate=False), reranker=reranker)) as c:
         msg = _error(c.post("/v1/rerank", json={"query": "q", "documents": ["x" * 21]}), 413, "too_large")
         assert "documents[0]" in msg and "max_input_chars" in msg
-    with TestClient(create_app(ServerConfig(truncate=False), reranker=reranker)) as c:
+    with TestClient(create_app(ServerLimits(truncate=False), reranker=reranker)) as c:
         msg = _error(c.post("/v1/rerank", json={"query": "q", "documents": ["w " * 70]}), 413, "too_large")
         assert "74 tokens" in msg and "max_length" in msg
 
@@ -288,7 +289,7 @@ class Blocking:
 
 def test_rerank_overload_is_429_with_retry_after() -> None:
     runner = Blocking()
-    cfg = ServerConfig(rerank_batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
+    cfg = ServerLimits(rerank_batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
     with TestClient(create_app(cfg, reranker=FakeReranker(), run_rerank=runner)) as c, ThreadPoolExecutor(1) as pool:
         first = pool.submit(c.post, "/v1/rerank", json={"query": "q", "documents": ["a"]})
         assert runner.started.wait(5)
@@ -300,7 +301,7 @@ def test_rerank_overload_is_429_with_retry_after() -> None:
 
 def test_rerank_timeout_is_504() -> None:
     runner = Blocking()
-    with TestClient(create_app(ServerConfig(request_timeout_s=0.3), reranker=FakeReranker(),
+    with TestClient(create_app(ServerLimits(request_timeout_s=0.3), reranker=FakeReranker(),
                                run_rerank=runner)) as c:
         try:
             assert "request_timeout_s" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["a"]}),
@@ -342,7 +343,7 @@ def test_decompose_bad_history_is_422(client) -> None:
 
 
 def test_decompose_without_bundle_is_503() -> None:
-    with TestClient(create_app(ServerConfig(), reranker=FakeReranker())) as c:
+    with TestClient(create_app(ServerLimits(), reranker=FakeReranker())) as c:
         assert "bundles.decomposer" in _error(c.post("/v1/decompose", json={"query": "q"}), 503, "not_ready")
 
 
@@ -385,7 +386,7 @@ def test_cite_too_many_pairs_is_413(client) -> None:
 
 
 def test_cite_fallback_uses_the_embedder_at_the_cosine_threshold(embedder) -> None:
-    with TestClient(create_app(ServerConfig(), embedder=embedder)) as c:
+    with TestClient(create_app(ServerLimits(), embedder=embedder)) as c:
         body = c.post("/v1/cite", json={"sentences": ["Knead the bread dough for ten minutes.",
                                                       "Quantum chromodynamics of gluons."],
                                         "documents": [{"id": "bake", "text": "Knead the dough for ten minutes. "
@@ -420,7 +421,7 @@ def test_caption_only_image_is_placed_by_caption(client) -> None:
 
 
 def test_images_fallback_uses_captions(embedder) -> None:
-    with TestClient(create_app(ServerConfig(), embedder=embedder)) as c:
+    with TestClient(create_app(ServerLimits(), embedder=embedder)) as c:
         body = c.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
             {"id": "a", "caption": "a dog running on grass in a park"},
             {"id": "b", "data": png((255, 0, 0))}]}).json()
@@ -484,7 +485,7 @@ def search_client(small_index, embedder):
 
     cfg = from_dict(PipelineConfig, {"protocol": {"enabled": True}})
     pipe = Pipeline(cfg, Index.load(small_index, embedder=embedder), embedder)
-    with TestClient(create_app(ServerConfig(stream_chunk_chars=16), pipeline=pipe)) as c:
+    with TestClient(create_app(ServerLimits(stream_chunk_chars=16), pipeline=pipe)) as c:
         yield c
 
 
@@ -552,7 +553,7 @@ def test_cors_is_off_by_default(client) -> None:
 
 
 def test_cors_allows_configured_origins() -> None:
-    app = create_app(ServerConfig(cors_origins=["https://app.example"]), reranker=FakeReranker())
+    app = create_app(ServerLimits(cors_origins=["https://app.example"]), reranker=FakeReranker())
     with TestClient(app) as c:
         ok = c.options("/v1/rerank", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
         assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
@@ -562,7 +563,7 @@ def test_cors_allows_configured_origins() -> None:
 
 
 def test_api_key_protects_model_endpoints() -> None:
-    with TestClient(create_app(ServerConfig(api_keys=["k1"]), **models())) as c:
+    with TestClient(create_app(ServerLimits(api_keys=["k1"]), **models())) as c:
         for path, body in (("/v1/rerank", {"query": "q", "documents": ["d"]}), ("/v1/decompose", {"query": "q"}),
                            ("/v1/cite", {"sentences": ["A b."], "documents": DOCS})):
             _error(c.post(path, json=body), 401, "unauthorized")
@@ -581,7 +582,7 @@ def test_ready_waits_for_the_loader_and_reports_its_failure() -> None:
         gate.wait(10)
         state.attach(reranker=FakeReranker())
 
-    with TestClient(create_app(ServerConfig(), loader=loader)) as c:
+    with TestClient(create_app(ServerLimits(), loader=loader)) as c:
         assert c.get("/health").status_code == 200
         assert "loading" in _error(c.get("/ready"), 503, "not_ready")
         gate.set()
@@ -594,7 +595,7 @@ def test_ready_waits_for_the_loader_and_reports_its_failure() -> None:
     def broken(state):
         raise FileNotFoundError("bundles/reranker/manifest.json")
 
-    with TestClient(create_app(ServerConfig(), loader=broken)) as c:
+    with TestClient(create_app(ServerLimits(), loader=broken)) as c:
         for _ in range(200):
             if "failed" in c.get("/ready").text:
                 break
@@ -603,7 +604,7 @@ def test_ready_waits_for_the_loader_and_reports_its_failure() -> None:
 
 
 def test_model_queues_are_closed_with_drain_on_shutdown() -> None:
-    app = create_app(ServerConfig(), **models())
+    app = create_app(ServerLimits(), **models())
     with TestClient(app) as c:
         assert c.post("/v1/decompose", json={"query": "q"}).status_code == 200
     state = app.state.serving
@@ -627,7 +628,7 @@ def test_openapi_fuzz_has_no_5xx() -> None:
     from hypothesis import HealthCheck, given, settings
     from searchsmith.serving.runner import BundleEmbedder
 
-    app = create_app(ServerConfig(max_documents_per_request=8, max_texts_per_request=8, max_input_chars=200),
+    app = create_app(ServerLimits(max_documents_per_request=8, max_texts_per_request=8, max_input_chars=200),
                      embedder=BundleEmbedder(FakeEmbedBundle(), "fake"), router=FakeRouter(),
                      pipeline=FakePipeline(), **models())
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
@@ -682,7 +683,7 @@ def full_app(small_index, embedder):
 
     pipe = Pipeline(from_dict(PipelineConfig, {"protocol": {"enabled": True}}),
                     Index.load(small_index, embedder=embedder), embedder)
-    return create_app(ServerConfig(), embedder=BundleEmbedder(FakeEmbedBundle(), "embedder"), router=pipe.router,
+    return create_app(ServerLimits(), embedder=BundleEmbedder(FakeEmbedBundle(), "embedder"), router=pipe.router,
                       pipeline=pipe, **models())
 
 
@@ -693,7 +694,7 @@ def full_client(full_app):
 
 
 def test_every_post_route_has_an_example_that_is_answered_as_documented(full_app, full_client) -> None:
-    from searchsmith.serving.http import RESPONSE_EXAMPLES, RequestBody
+    from searchsmith.serving.schemas import RESPONSE_EXAMPLES, RequestBody
 
     routes = _post_routes(full_app)
     assert {r.path for r in routes} >= {"/v1/embeddings", "/v1/rerank", "/v1/route", "/v1/decompose", "/v1/cite",
@@ -834,7 +835,7 @@ def test_feedback_with_the_router_off_is_accepted_and_says_how_to_turn_it_on(sma
     from searchsmith.serving.pipeline.pipeline import Pipeline
 
     pipe = Pipeline(PipelineConfig(), Index.load(small_index, embedder=embedder), embedder)  # protocol off
-    with TestClient(create_app(ServerConfig(), pipeline=pipe)) as c:
+    with TestClient(create_app(ServerLimits(), pipeline=pipe)) as c:
         qid = c.post("/v1/search", json={"query": "How long should I knead bread dough?"}).json()["query_id"]
         body = c.post("/v1/feedback", json={"query_id": qid, "quality": 0.9}).json()
         assert body["recorded"] is False and body["query_id"] == qid and body["quality"] == 0.9
@@ -854,15 +855,15 @@ def test_serve_yaml_thresholds_reach_cite_without_a_pipeline() -> None:
     from searchsmith.serving.pipeline.config import PipelineConfig
 
     cfg = from_dict(PipelineConfig, {"citation": {"support_threshold": 0.95}})
-    with TestClient(create_app(ServerConfig(), citation=FakeCiter(), pipeline_config=cfg)) as c:
+    with TestClient(create_app(ServerLimits(), citation=FakeCiter(), pipeline_config=cfg)) as c:
         body = c.post("/v1/cite", json={"sentences": ["Kestrel uses port 8080."], "documents": DOCS}).json()
     assert body["threshold"] == 0.95 and body["sentences"][0]["citations"] == []  # 0.9 < 0.95
 
 
 def test_model_names_aliases_and_v1_models() -> None:
-    from searchsmith.serving.http import ServedModel
+    from searchsmith.serving.limits import ServedModel
 
-    cfg = ServerConfig(rerank_model=ServedModel(name="acme-rerank", aliases=["rerank-english-v3.0"]))
+    cfg = ServerLimits(rerank_model=ServedModel(name="acme-rerank", aliases=["rerank-english-v3.0"]))
     with TestClient(create_app(cfg, reranker=FakeReranker())) as c:
         listed = c.get("/v1/models").json()
         assert listed["object"] == "list" and [m["id"] for m in listed["data"]] == ["acme-rerank"]
@@ -880,12 +881,12 @@ def test_model_names_aliases_and_v1_models() -> None:
 
 def test_served_model_config_is_checked() -> None:
     from searchsmith.models.errors import ConfigError
-    from searchsmith.serving.http import ServedModel
+    from searchsmith.serving.limits import ServedModel
 
     with pytest.raises(ConfigError, match="embeddings_model: name must be"):
-        ServerConfig(embeddings_model=ServedModel(name="", aliases=[]))
+        ServerLimits(embeddings_model=ServedModel(name="", aliases=[]))
     with pytest.raises(ConfigError, match="rerank_model: name must be"):
-        ServerConfig(rerank_model=ServedModel(aliases=[3]))
+        ServerLimits(rerank_model=ServedModel(aliases=[3]))
 
 
 def test_an_unexpected_error_is_one_500_and_keeps_the_connection(caplog) -> None:
@@ -899,7 +900,7 @@ def test_an_unexpected_error_is_one_500_and_keeps_the_connection(caplog) -> None
         def route(self, *args, **kwargs):
             raise KeyError("boom")
 
-    app = create_app(ServerConfig(), router=BrokenRouter(), reranker=FakeReranker())
+    app = create_app(ServerLimits(), router=BrokenRouter(), reranker=FakeReranker())
     caplog.set_level(logging.INFO)
     with LoopbackServer(app, log_config=None, lifespan="off") as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)

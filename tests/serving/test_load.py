@@ -25,12 +25,13 @@ def test_requests_at_64_concurrent_are_answered_and_matched(embedder, n_requests
     import httpx
     import uvicorn
     from searchsmith.serving.batcher import BatcherConfig
-    from searchsmith.serving.http import ServerConfig, create_app
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.limits import ServerLimits
 
     concurrency = 64
     texts = [f"request {i}: question number {i} about topic {i % 7}" for i in range(n_requests)]
     expected = embedder.encode(texts)
-    cfg = ServerConfig(batcher=BatcherConfig(max_batch_size=64, max_wait_ms=2.0, max_queue=4096))
+    cfg = ServerLimits(batcher=BatcherConfig(max_batch_size=64, max_wait_ms=2.0, max_queue=4096))
     app = create_app(cfg, embedder=embedder)
     port = _free_port()
     # A long keep-alive: with uvicorn's 5 s default, a pooled connection left idle while the

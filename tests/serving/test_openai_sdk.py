@@ -39,11 +39,12 @@ class MatryoshkaEmbedBundle:
 
 @pytest.fixture(scope="module")
 def base_url():
-    from searchsmith.serving.http import ServedModel, ServerConfig, create_app
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.limits import ServedModel, ServerLimits
     from searchsmith.serving.profiling.server import LoopbackServer
     from searchsmith.serving.runner import BundleEmbedder
 
-    cfg = ServerConfig(api_keys=[API_KEY], request_timeout_s=30.0,
+    cfg = ServerLimits(api_keys=[API_KEY], request_timeout_s=30.0,
                        embeddings_model=ServedModel(name="minilm", aliases=["text-embedding-3-small"]))
     app = create_app(cfg, embedder=BundleEmbedder(MatryoshkaEmbedBundle(), "embedder"))
     with LoopbackServer(app, lifetime_s=SERVER_LIFETIME_S) as server:

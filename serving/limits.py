@@ -1,0 +1,133 @@
+"""Limits and security of the server (``server`` in serve.yaml): :class:`ServerLimits`.
+
+Not to be confused with ``serve_config.ServeConfig``, the whole serve.yaml, whose ``server``
+key this is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving.batcher import BatcherConfig
+
+__all__ = ["ServedModel", "ServerLimits"]
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The name a model is served under (``server.embeddings_model`` / ``server.rerank_model``).
+
+    A request's ``model`` must be ``name``, one of ``aliases``, or the model's own name (the
+    bundle folder's, e.g. ``embedder``, or the Hugging Face id and its last part); anything
+    else is refused with 422 listing the accepted names. ``GET /v1/models`` lists ``name``.
+
+    Attributes:
+        name: the served name (None: the model's own name).
+        aliases: more names accepted in ``model``, e.g. ``[text-embedding-3-small]`` for
+            clients that hard-code an OpenAI model name.
+    """
+
+    name: str | None = None
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Limits and security of the server (``server`` in serve.yaml).
+
+    Example (serve.yaml)::
+
+        server:
+          api_keys: [change-me]          # clients send 'Authorization: Bearer change-me'
+          embeddings_model: {name: minilm, aliases: [text-embedding-3-small]}
+          max_texts_per_request: 256
+          batcher: {max_batch_size: 64, max_wait_ms: 2.0}
+
+    The log level is the environment variable ``SEARCHSMITH_LOG`` (``debug``, ``info``,
+    ``warning`` (the default), ``error``), e.g. ``SEARCHSMITH_LOG=info searchsmith serve``.
+
+    Attributes:
+        max_body_bytes: largest request body; larger ones get 413 before they are parsed.
+        max_texts_per_request: most texts in one ``/v1/embeddings`` request (413 past it).
+        max_input_chars: longest text in characters; longer ones are cut (``truncate``) or
+            answered 413. Texts are also cut to the model's max_seq_length tokens when
+            ``truncate`` is on (413 when off).
+        truncate: cut over-long inputs (True) or reject them with 413 (False).
+        api_keys: accepted ``Authorization: Bearer <key>`` keys on every /v1 endpoint (the
+            OpenAI SDK sends its ``api_key`` so); empty (the default) turns authentication off.
+            /health, /ready, /metrics and /docs never need a key. Keep the file private.
+        batcher: limits of the embedding batcher.
+        request_timeout_s: longest time one request may take end to end (504 past it).
+        max_documents_per_request: most documents in one /v1/rerank or /v1/cite request.
+        max_pairs_per_request: most (sentence, document) pairs one /v1/cite request scores.
+        max_images_per_request: most images in one /v1/images/place request.
+        max_image_bytes: largest decoded image (413 past it).
+        max_image_pixels: largest image in pixels (width x height; a decompression-bomb guard).
+        cors_origins: origins allowed by CORS (``["*"]`` for any); empty turns CORS off.
+        rerank_batcher: limits of the rerank batcher (items are (query, document) pairs).
+        calls: the queue of each unbatched model (decompose, cite, images, search);
+            ``max_batch_size`` is 1 there, ``workers`` calls run at once per model.
+        stream_chunk_chars: characters of answer text per Server-Sent Event of /v1/search.
+        embeddings_model: the name and aliases of the /v1/embeddings model (``model``).
+        rerank_model: the name and aliases of the /v1/rerank model.
+    """
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_texts_per_request: int = 256
+    max_input_chars: int = 20000
+    truncate: bool = True
+    api_keys: list[str] = field(default_factory=list)
+    batcher: BatcherConfig = field(default_factory=BatcherConfig)
+    request_timeout_s: float = 60.0
+    max_documents_per_request: int = 1000
+    max_pairs_per_request: int = 4096
+    max_images_per_request: int = 32
+    max_image_bytes: int = 2 * 1024 * 1024
+    max_image_pixels: int = 4096 * 4096
+    cors_origins: list[str] = field(default_factory=list)
+    rerank_batcher: BatcherConfig = field(default_factory=BatcherConfig)
+    calls: BatcherConfig = field(
+        default_factory=lambda: BatcherConfig(max_batch_size=1, max_wait_ms=0.0, max_queue=64))
+    stream_chunk_chars: int = 64
+    embeddings_model: ServedModel = field(default_factory=ServedModel)
+    rerank_model: ServedModel = field(default_factory=ServedModel)
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name in ("max_body_bytes", "max_texts_per_request", "max_input_chars", "max_documents_per_request",
+                     "max_pairs_per_request", "max_images_per_request", "max_image_bytes", "max_image_pixels",
+                     "stream_chunk_chars"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                problems.append(f"{name}: expected an int >= 1, got {value!r}")
+        if not isinstance(self.truncate, bool):
+            problems.append(f"truncate: expected true or false, got {self.truncate!r}")
+        if not isinstance(self.api_keys, (list, tuple)) or not all(
+                isinstance(k, str) and k.strip() for k in self.api_keys):
+            problems.append("api_keys: expected a list of non-empty strings (empty list = no auth)")
+        for name in ("batcher", "rerank_batcher", "calls"):
+            if not isinstance(getattr(self, name), BatcherConfig):
+                problems.append(f"{name}: expected a BatcherConfig, got {type(getattr(self, name)).__name__}")
+        if isinstance(self.calls, BatcherConfig) and self.calls.max_batch_size != 1:
+            problems.append(f"calls.max_batch_size: must be 1 (these models do not batch across "
+                            f"requests), got {self.calls.max_batch_size}")
+        if not isinstance(self.cors_origins, (list, tuple)) or not all(
+                isinstance(o, str) and o.strip() for o in self.cors_origins):
+            problems.append("cors_origins: expected a list of origins such as https://app.example.com "
+                            "(empty list = CORS off)")
+        for name in ("embeddings_model", "rerank_model"):
+            served = getattr(self, name)
+            if not isinstance(served, ServedModel):
+                problems.append(f"{name}: expected a mapping {{name, aliases}}, got {type(served).__name__}")
+            elif (served.name is not None and not (isinstance(served.name, str) and served.name.strip())) or (
+                    not isinstance(served.aliases, (list, tuple))
+                    or not all(isinstance(a, str) and a.strip() for a in served.aliases)):
+                problems.append(f"{name}: name must be a non-empty string or null and aliases a list of "
+                                f"non-empty strings, got name={served.name!r}, aliases={served.aliases!r}")
+        t = self.request_timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            problems.append(f"request_timeout_s: expected a finite number > 0, got {t!r}")
+        if problems:
+            raise ConfigError("server config: " + "; ".join(problems))

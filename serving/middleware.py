@@ -1,0 +1,127 @@
+"""ASGI wrappers of the server: request metrics, the body limit, and routes that answer their
+own errors (:func:`on_error`, the app's one exception handler)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from searchsmith.models.errors import PayloadTooLargeError
+from searchsmith.serving.http_errors import error_response
+from searchsmith.serving.schemas import undecodable_body
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class RequestMetrics:
+    """ASGI wrapper: count each HTTP request and its latency per endpoint (route template).
+
+    A plain ASGI middleware, not ``@app.middleware("http")``: Starlette's BaseHTTPMiddleware
+    runs every request in an extra task with memory streams, which cost more CPU per request
+    than the rest of the server on the 2-core machine (py-spy, ``profile server``).
+    """
+
+    def __init__(self, app: Any, metrics: Any) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500  # an exception before the response starts
+
+        async def send_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            self.metrics.observe_request(endpoint, status, time.perf_counter() - start)
+
+
+class BodyLimit:
+    """ASGI wrapper: answer 413 to bodies over ``max_bytes`` before anything parses them.
+
+    Counts the bytes actually received, so a missing or lying Content-Length does not help.
+    """
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self, size: str) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"body: {size} bytes, the limit is {self.max_bytes} (server.max_body_bytes); "
+            "send fewer or shorter texts per request"
+        )
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await error_response(self._too_large(length.decode()))(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # client went away; the app sees an empty body and the send fails
+            chunks.append(message.get("body", b""))
+            total += len(chunks[-1])
+            if total > self.max_bytes:
+                await error_response(self._too_large(f"over {total}"))(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def on_error(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to any exception of a request (the app's exception handlers and routes)."""
+    if isinstance(exc, StarletteHTTPException) and exc.status_code == 400:
+        # FastAPI's "error parsing the body": say which field holds bytes that are not UTF-8.
+        exc = undecodable_body(await request.body()) or exc
+    return error_response(exc)
+
+
+class AnswerErrors(APIRoute):
+    """A route that answers its own errors, unexpected ones included.
+
+    Starlette hands an exception that is not an HTTP one to its ServerErrorMiddleware, which
+    sends the 500 and re-raises it: uvicorn then logs a second traceback and closes the
+    keep-alive connection. Answering here logs once (``error_response``) and keeps it open.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                return await on_error(request, exc)
+
+        return answer

@@ -1,0 +1,106 @@
+"""Checks of request inputs beyond the schemas: text and list limits, embedding inputs
+(tokenized in a worker thread), and base64 images (decoded within byte and pixel limits)."""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from searchsmith.models.errors import EmptyInputError, PayloadTooLargeError, ValidationError
+from searchsmith.models.tokenizer import tokenizer_lock
+from searchsmith.serving.limits import ServerLimits
+from searchsmith.serving.runner import BundleEmbedder
+
+if TYPE_CHECKING:
+    from searchsmith.serving.embedder import Embedder
+
+
+def check_text(text: str, where: str, config: ServerLimits) -> str:
+    """A non-blank text within ``max_input_chars`` (cut, or 413 when truncation is off)."""
+    if not text.strip():
+        raise EmptyInputError(f"{where}: is empty; send non-blank text")
+    if len(text) > config.max_input_chars:
+        if not config.truncate:
+            raise PayloadTooLargeError(
+                f"{where}: {len(text)} characters, the limit is {config.max_input_chars} "
+                "(server.max_input_chars); shorten it or enable server.truncate"
+            )
+        return text[: config.max_input_chars]
+    return text
+
+
+def check_count(n: int, limit: int, where: str, what: str, setting: str) -> None:
+    """A list of 1 to ``limit`` items (400 when empty, 413 naming ``server.<setting>`` past it)."""
+    if n == 0:
+        raise EmptyInputError(f"{where}: the list is empty; send at least one of the {what}")
+    if n > limit:
+        raise PayloadTooLargeError(f"{where}: {n} {what}, the limit is {limit} (server.{setting}); "
+                                   "split the request")
+
+def tokenize_inputs(embedder: Embedder | BundleEmbedder, texts: list[str], config: ServerLimits
+              ) -> tuple[list[Any], list[int]]:
+    """Batcher items and their token lengths (worker thread). Truncates to max_input_chars and
+    max_seq_length, or raises PayloadTooLargeError when ``config.truncate`` is off.
+
+    Items are token ids for a torch ``Embedder``, texts for a ``BundleEmbedder`` (the bundle
+    tokenizes them itself).
+    """
+    texts = [t[: config.max_input_chars] for t in texts]
+    if isinstance(embedder, BundleEmbedder):
+        limit = embedder.max_seq_length
+        full = embedder.lengths(texts)
+        for i, n in enumerate(full):
+            if n > limit and not config.truncate:
+                raise PayloadTooLargeError(
+                    f"input[{i}]: {n} tokens, the model's limit is {limit} "
+                    "(max_seq_length); shorten it or enable server.truncate"
+                )
+        return texts, [min(n, limit) for n in full]
+    ids = embedder.tokenize(texts)
+    if not config.truncate:
+        limit = embedder.max_seq_length
+        with tokenizer_lock(embedder.tokenizer):  # other requests tokenize with truncation meanwhile
+            full = embedder.tokenizer(texts, truncation=False, return_attention_mask=False,
+                                      return_token_type_ids=False)["input_ids"]
+        for i, row in enumerate(full):
+            if len(row) > limit:
+                raise PayloadTooLargeError(
+                    f"input[{i}]: {len(row)} tokens, the model's limit is {limit} "
+                    "(max_seq_length); shorten it or enable server.truncate"
+                )
+    return ids, [len(x) for x in ids]
+
+def decode_image(data: str, where: str, config: ServerLimits) -> Any:
+    """A base64 image -> RGB PIL image, within the byte and pixel limits.
+
+    Raises:
+        ValidationError: not base64, or not an image PIL reads (422).
+        PayloadTooLargeError: over ``max_image_bytes`` or ``max_image_pixels`` (413).
+    """
+    import binascii
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    if len(data) * 3 // 4 > config.max_image_bytes + 3:  # decoded size, checked before decoding
+        raise PayloadTooLargeError(f"{where}: about {len(data) * 3 // 4} bytes, the limit is "
+                                   f"{config.max_image_bytes} (server.max_image_bytes); send a smaller image")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError(f"{where}: not valid base64; send the image file's bytes base64-encoded") from None
+    if len(raw) > config.max_image_bytes:
+        raise PayloadTooLargeError(f"{where}: {len(raw)} bytes, the limit is {config.max_image_bytes} "
+                                   "(server.max_image_bytes); send a smaller image")
+    try:
+        img = Image.open(io.BytesIO(raw))  # reads the header only: the size is known before decoding
+        w, h = img.size
+        if w * h > config.max_image_pixels:
+            raise PayloadTooLargeError(f"{where}: {w}x{h} pixels, the limit is {config.max_image_pixels} "
+                                       "(server.max_image_pixels); send a smaller image")
+        return img.convert("RGB")
+    except Image.DecompressionBombError:
+        raise PayloadTooLargeError(f"{where}: the image is too large to decode (server.max_image_pixels)") from None
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise ValidationError(f"{where}: not an image this server can read ({type(exc).__name__}); send "
+                              "PNG, JPEG, GIF, BMP or WebP bytes") from None

@@ -1,0 +1,359 @@
+"""The model endpoints of the server: /v1/embeddings, route, rerank, decompose, cite,
+images/place, search and feedback (the request and response shapes: ``serving/http.py``).
+
+Each endpoint validates its request, then hands the work to the batcher of its model
+(embeddings and rerank pairs, batched across requests) or to its queue with batches of one
+(``state.gates``: decompose, cite, images, search). Citation and image placement are the
+pipeline's own functions (``pipeline.citation.cite_sentences``, ``pipeline.images.place_images``),
+so /v1/cite and /v1/images/place answer as /v1/search cites and places.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from searchsmith.models.errors import (
+    EmptyInputError,
+    NotReadyError,
+    PayloadTooLargeError,
+    RunnerError,
+    ValidationError,
+)
+from searchsmith.serving.batcher import DynamicBatcher
+from searchsmith.serving.pipeline.citation import cite_sentences, support_threshold
+from searchsmith.serving.pipeline.images import place_images
+from searchsmith.serving.request_checks import (
+    check_count,
+    check_text,
+    decode_image,
+    tokenize_inputs,
+)
+from searchsmith.serving.runner import BundleEmbedder, CallOutcome
+from searchsmith.serving.schemas import (
+    CiteRequest,
+    DecomposeRequest,
+    EmbeddingsRequest,
+    FeedbackRequest,
+    PlaceRequest,
+    RerankRequest,
+    RouteRequest,
+    SearchRequest,
+    route_responses,
+)
+from searchsmith.serving.state import ServingState, check_dimensions, check_model
+
+FEEDBACK_OFF = ("feedback is accepted but not used: the protocol router is off, so every answer uses "
+                "pipeline.protocol.default_preset; to learn from feedback set pipeline.protocol.enabled: true "
+                "(and pipeline.protocol.state_path to keep what it learns) in serve.yaml and restart")
+
+
+async def _gather(batcher: DynamicBatcher, items: Sequence[Any], lengths: Sequence[int], timeout_s: float,
+                  what: str) -> list[Any]:
+    """Submit every item to the batcher and await all results (in input order)."""
+    futures: list[Future] = []
+    try:
+        for item, length in zip(items, lengths, strict=True):
+            futures.append(batcher.submit(item, length=length))  # NotReadyError once closed
+        waiting = [asyncio.wrap_future(f) for f in futures]
+        return list(await asyncio.wait_for(asyncio.gather(*waiting), timeout=timeout_s))
+    except TimeoutError as exc:
+        if str(exc):
+            raise
+        raise TimeoutError(
+            f"{what}: no answer within {timeout_s} s (server.request_timeout_s); the "
+            "server is overloaded, retry later or send fewer items"
+        ) from exc
+    finally:
+        for f in futures:  # on error: queued items are dropped, not run for nobody
+            f.cancel()
+
+
+async def _call(state: ServingState, model: str, fn: Callable[[], Any], what: str) -> Any:
+    """Run ``fn()`` through ``model``'s queue (batches of one): 429 when full, 504 past the timeout.
+
+    A timed-out call that already started runs to its end in its worker (a thread cannot be
+    stopped); one still queued is dropped.
+    """
+    gate = state.gates.get(model)
+    if gate is None:
+        raise NotReadyError(f"{what}: the server is not ready; retry shortly")
+    (outcome,) = await _gather(gate, [fn], [1], state.config.request_timeout_s, what)
+    if not isinstance(outcome, CallOutcome):
+        raise RunnerError(f"{what}: the call returned {type(outcome).__name__}, expected a CallOutcome")
+    return outcome.unwrap()
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow warnings
+
+
+def _text_encoder(state: ServingState) -> Callable[[list[str]], np.ndarray] | None:
+    """The served embedder's ``texts -> (n, D)`` (the fallback of cite and images), or None."""
+    embedder = state.embedder
+    if embedder is None:
+        return None
+    if isinstance(embedder, BundleEmbedder):
+        return lambda texts: np.asarray(embedder.bundle.encode(texts), dtype=np.float32)
+    return lambda texts: np.asarray(embedder.encode(texts), dtype=np.float32)
+
+
+def _sse(name: str, data: Any) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _search_events(ans: dict[str, Any], chunk_chars: int):
+    """Server-Sent Events of one answer: the text in chunks, then citations (look-back: the
+    cited text with [n] markers), timeline, images, trace, and ``[DONE]``."""
+    text = ans.get("answer_text") or ""
+    for i in range(0, len(text), chunk_chars):
+        yield _sse("answer", {"delta": text[i: i + chunk_chars]})
+    yield _sse("citations", {"answer": ans.get("answer"), "references": ans.get("references", []),
+                             "sentences": ans.get("sentences", [])})
+    yield _sse("timeline", {"timeline": ans.get("timeline", [])})
+    yield _sse("images", {"images": ans.get("images", [])})
+    yield _sse("trace", {k: ans.get(k) for k in ("query_id", "query", "rewrite", "nodes", "passages", "trace")})
+    yield "data: [DONE]\n\n"
+
+
+def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Request], None]) -> None:
+    """The /v1 model endpoints: embeddings, route, rerank, decompose, cite, images, search, feedback."""
+    config = state.config
+    auth = [Depends(check_auth)]
+
+    @app.post("/v1/embeddings", dependencies=auth, responses=route_responses("/v1/embeddings"))
+    async def embeddings(req: EmbeddingsRequest) -> JSONResponse:
+        embedder_, batcher = state.embedder, state.batcher
+        if embedder_ is None or batcher is None or state.shutting_down:
+            raise NotReadyError("/v1/embeddings: the embedding model is not loaded yet; retry shortly")
+        served = check_model(req.model, str(embedder_.model_name), config.embeddings_model, "embeddings_model")
+        dims = check_dimensions(req.dimensions, embedder_)
+        texts = [req.input] if isinstance(req.input, str) else req.input
+        if not texts:
+            raise EmptyInputError("input: the list is empty; send at least one string")
+        if len(texts) > config.max_texts_per_request:
+            raise PayloadTooLargeError(
+                f"input: {len(texts)} texts, the limit is {config.max_texts_per_request} "
+                "(server.max_texts_per_request); split the request"
+            )
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise EmptyInputError(f"input[{i}]: the text is empty; send non-blank strings")
+            if len(text) > config.max_input_chars and not config.truncate:
+                raise PayloadTooLargeError(
+                    f"input[{i}]: {len(text)} characters, the limit is {config.max_input_chars} "
+                    "(server.max_input_chars); shorten it or enable server.truncate"
+                )
+        ids, lengths = await asyncio.to_thread(tokenize_inputs, embedder_, texts, config)
+        vectors = await _gather(batcher, ids, lengths, config.request_timeout_s, "/v1/embeddings")
+        data = []
+        for i, vec in enumerate(vectors):
+            if dims is not None:  # a Matryoshka prefix, unit length again (as OpenAI's dimensions)
+                vec = np.asarray(vec, dtype=np.float32)[:dims]
+                vec = vec / max(float(np.linalg.norm(vec)), 1e-12)
+            if req.encoding_format == "base64":
+                emb: Any = base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode()
+            else:
+                emb = np.asarray(vec, dtype=np.float32).tolist()
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        tokens = sum(lengths)
+        return JSONResponse({"object": "list", "data": data, "model": served,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    @app.post("/v1/route", dependencies=auth, responses=route_responses("/v1/route"))
+    async def route(req: RouteRequest) -> JSONResponse:
+        router_ = state.router
+        if router_ is None or state.shutting_down:
+            raise NotReadyError("/v1/route: no router is loaded; start the server with an index")
+        if not req.query.strip():
+            raise EmptyInputError("query: is empty; send a question")
+        call = asyncio.to_thread(router_.route, req.query, req.history, req.mode, req.top_k)
+        result = await asyncio.wait_for(call, timeout=config.request_timeout_s)
+        return JSONResponse(result.to_dict())
+
+    @app.post("/v1/rerank", dependencies=auth, responses=route_responses("/v1/rerank", 500))
+    async def rerank(req: RerankRequest) -> JSONResponse:
+        runner, batcher = state.reranker, state.rerank_batcher
+        if runner is None or batcher is None or state.shutting_down:
+            raise NotReadyError("/v1/rerank: no reranker is loaded; add bundles.reranker to serve.yaml")
+        served = check_model(req.model, runner.name, config.rerank_model, "rerank_model")
+        query = check_text(req.query, "query", config)
+        check_count(len(req.documents), config.max_documents_per_request, "documents", "documents",
+                    "max_documents_per_request")
+        originals = [d if isinstance(d, str) else d.text for d in req.documents]
+        docs = [check_text(d, f"documents[{i}]", config) for i, d in enumerate(originals)]
+        lengths = await asyncio.to_thread(runner.lengths, query, docs)
+        limit = runner.max_length
+        if not config.truncate:
+            for i, n in enumerate(lengths):
+                if n > limit:
+                    raise PayloadTooLargeError(
+                        f"documents[{i}]: {n} tokens with the query, the model's limit is {limit} "
+                        "(max_length); shorten it or enable server.truncate")
+        lengths = [min(n, limit) for n in lengths]
+        logits = await _gather(batcher, [(query, d) for d in docs], lengths, config.request_timeout_s,
+                               "/v1/rerank")
+        scores = np.asarray(logits, dtype=np.float64).reshape(-1)  # (N,)
+        if not req.raw_scores:
+            scores = _sigmoid(scores)
+        order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))[: req.top_n or len(docs)]
+        results = []
+        for i in order:
+            row: dict[str, Any] = {"index": i, "relevance_score": float(scores[i])}
+            if req.return_documents:
+                row["document"] = {"text": originals[i]}
+            results.append(row)
+        return JSONResponse({"object": "list", "model": served, "results": results,
+                             "usage": {"total_tokens": sum(lengths)}})
+
+    @app.post("/v1/decompose", dependencies=auth, responses=route_responses("/v1/decompose", 500))
+    async def decompose(req: DecomposeRequest) -> JSONResponse:
+        from searchsmith.serving.rewrite import parse_history
+
+        bundle = state.decomposer
+        if bundle is None or state.shutting_down:
+            raise NotReadyError("/v1/decompose: no decomposer is loaded; add bundles.decomposer to serve.yaml")
+        query = check_text(req.query, "query", config)
+        turns = parse_history(req.history)  # validates (422 naming the turn)
+        history = req.history or []
+
+        def work() -> tuple[str, Any]:
+            rewrite = bundle.rewrite(history, query) if turns else query
+            return rewrite, bundle.decompose(rewrite, max_nodes=req.max_nodes)
+
+        rewrite, graph = await _call(state, "decompose", work, "/v1/decompose")
+        body = graph.to_json() if hasattr(graph, "to_json") else dict(graph)
+        return JSONResponse({"query": query, "rewrite": rewrite, **body})
+
+    @app.post("/v1/cite", dependencies=auth, responses=route_responses("/v1/cite", 500))
+    async def cite(req: CiteRequest) -> JSONResponse:
+        from searchsmith.models.text import sentence_texts
+
+        if (req.sentences is None) == (req.answer is None):
+            raise ValidationError("sentences, answer: send exactly one of them (a list of sentences, or an "
+                                  "answer text to split into sentences)")
+        if req.answer is not None:
+            answer = check_text(req.answer, "answer", config)
+            sentences = sentence_texts(answer) or [answer]
+        else:
+            sentences = req.sentences or []
+        check_count(len(sentences), config.max_texts_per_request, "sentences", "sentences",
+                    "max_texts_per_request")
+        sentences = [check_text(s, f"sentences[{i}]", config) for i, s in enumerate(sentences)]
+        check_count(len(req.documents), config.max_documents_per_request, "documents", "documents",
+                    "max_documents_per_request")
+        seen: set[str] = set()
+        docs = []
+        for i, d in enumerate(req.documents):
+            if d.id in seen:
+                raise ValidationError(f"documents[{i}].id: {d.id!r} is used twice; ids must be unique")
+            seen.add(d.id)
+            docs.append((d.id, check_text(d.text, f"documents[{i}].text", config)))
+        pairs = len(sentences) * len(docs)
+        if pairs > config.max_pairs_per_request:
+            raise PayloadTooLargeError(
+                f"/v1/cite: {len(sentences)} sentences x {len(docs)} documents = {pairs} pairs, the limit is "
+                f"{config.max_pairs_per_request} (server.max_pairs_per_request); send fewer documents")
+        bundle, encode, cfg = state.citation, _text_encoder(state), state.thresholds().citation
+        if bundle is None and encode is None:
+            raise NotReadyError("/v1/cite: no citation bundle and no embedder are loaded; add bundles.citation "
+                                "or bundles.embedder to serve.yaml")
+        threshold = support_threshold(bundle, cfg) if req.threshold is None else req.threshold
+        found = await _call(state, "cite", lambda: cite_sentences(
+            sentences, docs, config=cfg, bundle=bundle, encode=encode, threshold=threshold,
+            max_per_sentence=req.max_per_sentence), "/v1/cite")
+        out = [{"text": c.text,
+                "entities": [{"start": a, "end": b, "label": label, "text": c.text[a:b]} for a, b, label in c.entities],
+                "citations": [{"id": docs[j][0], "score": round(score, 6)} for j, score in c.citations]}
+               for c in found]
+        return JSONResponse({"sentences": out, "method": "bundle" if bundle is not None else "embedding",
+                             "threshold": float(threshold)})
+
+    @app.post("/v1/images/place", dependencies=auth, responses=route_responses("/v1/images/place", 500))
+    async def images_place(req: PlaceRequest) -> JSONResponse:
+        check_count(len(req.paragraphs), config.max_texts_per_request, "paragraphs", "paragraphs",
+                    "max_texts_per_request")
+        paragraphs = [check_text(p, f"paragraphs[{i}]", config) for i, p in enumerate(req.paragraphs)]
+        check_count(len(req.images), config.max_images_per_request, "images", "images", "max_images_per_request")
+        seen: set[str] = set()
+        for i, im in enumerate(req.images):
+            if im.id in seen:
+                raise ValidationError(f"images[{i}].id: {im.id!r} is used twice; ids must be unique")
+            seen.add(im.id)
+            if not im.data and not (im.caption and im.caption.strip()):
+                raise ValidationError(f"images[{i}]: no data and no caption; send the image as base64 'data' "
+                                      "or give a 'caption' (urls are never fetched)")
+        captions = [(check_text(im.caption, f"images[{i}].caption", config) if im.caption and im.caption.strip()
+                     else None) for i, im in enumerate(req.images)]
+        query = check_text(req.query, "query", config) if req.query else None
+
+        def decode_all() -> list[Any]:
+            return [decode_image(im.data, f"images[{i}].data", config) if im.data else None
+                    for i, im in enumerate(req.images)]
+
+        pixels = await asyncio.to_thread(decode_all)
+        bundle, encode = state.images, _text_encoder(state)
+        if bundle is None and encode is None:
+            raise NotReadyError("/v1/images/place: no images bundle and no embedder are loaded; add "
+                                "bundles.images or bundles.embedder to serve.yaml")
+        cfg = state.thresholds().images
+        threshold = cfg.threshold if req.threshold is None else req.threshold
+        scores, where, method = await _call(state, "images", lambda: place_images(
+            paragraphs, captions, pixels, config=cfg, query=query, bundle=bundle, encode=encode,
+            threshold=threshold), "/v1/images/place")
+        placements, unplaced = [], []
+        for i, (im, p) in enumerate(zip(req.images, where, strict=True)):
+            if p is None:
+                best = float(scores[:, i].max()) if len(paragraphs) else None
+                unplaced.append({"id": im.id, "best_score": best})
+            else:
+                row = {"id": im.id, "paragraph": int(p), "score": round(float(scores[p, i]), 6)}
+                if im.url:
+                    row["url"] = im.url
+                placements.append(row)
+        placements.sort(key=lambda r: r["paragraph"])
+        return JSONResponse({"placements": placements, "unplaced": unplaced, "method": method,
+                             "threshold": threshold})
+
+    @app.post("/v1/search", dependencies=auth, responses=route_responses("/v1/search", 500))
+    async def search(req: SearchRequest) -> Response:
+        pipe = state.pipeline
+        if pipe is None or state.shutting_down:
+            raise NotReadyError("/v1/search: no pipeline is loaded; start the server with an index "
+                                "(serve.yaml 'index:')")
+        if not req.query.strip():
+            raise EmptyInputError("query: is empty; send a question")
+
+        def work() -> dict[str, Any]:
+            return pipe.ask(req.query, req.history, query_id=req.query_id, preset=req.preset,
+                            strategy=req.strategy, routing_mode=req.routing_mode)
+
+        # The answer is complete before the first byte: errors keep their status codes, and the
+        # stream then carries the text and the look-back citations after it.
+        ans = await _call(state, "search", work, "/v1/search")
+        if not req.stream:
+            return JSONResponse(ans)
+        return StreamingResponse(_search_events(ans, config.stream_chunk_chars), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post("/v1/feedback", dependencies=auth, responses=route_responses("/v1/feedback", 500))
+    async def feedback(req: FeedbackRequest) -> JSONResponse:
+        pipe = state.pipeline
+        if pipe is None or state.shutting_down:
+            raise NotReadyError("/v1/feedback: no pipeline is loaded; start the server with an index")
+        if getattr(pipe, "protocol", True) is None:
+            # The protocol router is off (the default, and the quickstart's): answers always use
+            # protocol.default_preset, so there is nothing to learn. The rating is accepted, not an
+            # error a client must handle, and the answer says how to make it count.
+            return JSONResponse({"query_id": req.query_id, "quality": req.quality, "recorded": False,
+                                 "message": FEEDBACK_OFF})
+        call = asyncio.to_thread(pipe.feedback, req.query_id, req.quality)
+        result = await asyncio.wait_for(call, timeout=config.request_timeout_s)
+        return JSONResponse({**result, "recorded": True})

@@ -1,0 +1,336 @@
+"""Request and response schemas of the server, and the one text check of every request body.
+
+Every request body is a :class:`RequestBody`: strict types, unknown fields refused, and every
+string in it checked once, before any handler runs, to be encodable as UTF-8. The response
+examples (``RESPONSE_EXAMPLES``) are what /docs shows; tests compare their keys with real
+answers, so the docs cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import ValidationError as PydanticValidationError
+from searchsmith.models.errors import ValidationError
+from searchsmith.serving.http_errors import json_path, with_param
+
+# Every request body is a ``RequestBody``: strict types, unknown fields refused, and every
+# string in it (values and keys, at any depth) checked once here, before any handler runs,
+# to be encodable as UTF-8. JSON lets a body carry a lone surrogate ("\ud800"), which Python
+# decodes into a str that tokenizers and the response encoder then fail on (a 500).
+
+
+def _unencodable_in(text: str) -> str | None:
+    """What is wrong with ``text`` as UTF-8 (its first lone surrogate), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"character {exc.start} is a lone surrogate (U+{ord(text[exc.start]):04X}), which is not "
+                "Unicode text; send valid UTF-8 (a \\ud800-\\udbff escape must be followed by a "
+                "\\udc00-\\udfff one)")
+    return None
+
+
+def find_unencodable(value: Any) -> tuple[tuple[Any, ...], str] | None:
+    """The first string in a JSON value that UTF-8 cannot encode (a lone surrogate), or None.
+
+    Walks with an explicit stack, not recursion: a deeply nested body cannot overflow it.
+
+    Args:
+        value: a parsed JSON value (dicts, lists, strings, numbers).
+
+    Returns:
+        (location in ``value``, what is wrong) of the first such string or field name, in
+        document order; None when every string encodes.
+    """
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack:
+        loc, item = stack.pop()
+        if isinstance(item, str):
+            what = _unencodable_in(item)
+            if what is not None:
+                return loc, what
+        elif isinstance(item, dict):
+            if any(isinstance(k, str) and _unencodable_in(k) is not None for k in item):
+                return loc, "a field name contains a lone surrogate, which is not Unicode text; send valid UTF-8"
+            stack.extend(((*loc, k), v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def undecodable_body(body: bytes) -> ValidationError | None:
+    """A 422 naming the field whose bytes are not UTF-8, or None when ``body`` decodes.
+
+    Only called once parsing failed, so valid requests never pay for it.
+    """
+    try:
+        body.decode("utf-8")
+        return None
+    except UnicodeDecodeError as exc:
+        at = exc.start
+    fix = "send the body as UTF-8 encoded JSON"
+    try:  # undecodable bytes become lone surrogates (U+DC80..U+DCFF): find_unencodable locates them
+        found = find_unencodable(json.loads(body.decode("utf-8", "surrogateescape")))
+    except ValueError:
+        found = None
+    path = json_path(found[0]) if found is not None else "body"
+    return with_param(ValidationError(f"{path}: byte {at} of the body is not valid UTF-8; {fix}"), path,
+                      "unencodable_text")
+
+
+class RequestBody(BaseModel):
+    """Base of every request schema: strict, no unknown fields, all text encodable (422 otherwise)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_is_unicode(cls, data: Any) -> Any:
+        found = find_unencodable(data)
+        if found is not None:
+            loc, what = found  # the message gets "<path>: " in front from http_errors.error_response
+            raise PydanticValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                type=PydanticCustomError("unencodable_text", "{message}", {"message": what}),
+                loc=loc, input=None)])
+        return data
+
+
+def _examples(*bodies: dict[str, Any]) -> ConfigDict:
+    """A request schema's config with ``examples`` (shown by /docs, checked by the tests)."""
+    return ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": list(bodies)})
+
+
+class EmbeddingsRequest(RequestBody):
+    """OpenAI ``POST /v1/embeddings`` body (token-array inputs are not supported).
+
+    ``dimensions`` must be the model's dimension, or one of the truncations the bundle was
+    trained for (``matryoshka_dims`` in its manifest); ``encoding_format: base64`` returns
+    each vector as base64 of little-endian float32, as OpenAI does.
+    """
+
+    model_config = _examples(
+        {"input": ["How long should I knead bread dough?", "Saturn's rings are made of ice."],
+         "model": "embedder", "encoding_format": "float"},
+        {"input": "one text", "encoding_format": "base64"})
+
+    input: str | list[str]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: str | None = None  # accepted for OpenAI compatibility, unused
+
+
+class RouteRequest(RequestBody):
+    """``POST /v1/route`` body."""
+
+    model_config = _examples(
+        {"query": "Where can I find it?", "mode": "auto", "top_k": 2,
+         "history": [{"role": "user", "content": "How do I configure the Lumen cache?"},
+                     {"role": "assistant", "content": "Set lumen.eviction.policy in lumen.yaml."}]})
+
+    query: str
+    history: list[dict[str, Any]] | None = None
+    mode: Literal["parallel", "serial", "auto"] | None = None
+    top_k: int | None = Field(default=None, ge=1, le=1000)
+
+
+class RerankDocument(BaseModel):
+    """A document as Cohere and Jina send it: ``{"text": ...}``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str
+
+
+class RerankRequest(RequestBody):
+    """``POST /v1/rerank`` body (the TEI / Cohere / Jina shape)."""
+
+    model_config = _examples(
+        {"query": "Which planet has the Great Red Spot?",
+         "documents": ["Bananas are yellow.", {"text": "Jupiter's Great Red Spot is a giant storm."}],
+         "top_n": 1, "return_documents": True})
+
+    query: str
+    documents: list[str | RerankDocument]
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = False
+    raw_scores: bool = False  # True: logits; False: sigmoid(logit) in (0, 1), the same order
+    model: str | None = None
+
+
+class DecomposeRequest(RequestBody):
+    """``POST /v1/decompose`` body."""
+
+    model_config = _examples(
+        {"query": "Compare the populations of Paris and Berlin", "max_nodes": 4},
+        {"query": "and what about its rings?", "history": [
+            {"role": "user", "content": "Tell me about Saturn"},
+            {"role": "assistant", "content": "Saturn is the sixth planet."}]})
+
+    query: str
+    history: list[dict[str, Any]] | None = None
+    max_nodes: int | None = Field(default=None, ge=1, le=64)
+
+
+class CiteDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+    text: str
+
+
+class CiteRequest(RequestBody):
+    """``POST /v1/cite`` body: ``sentences`` or an ``answer`` (split into sentences here)."""
+
+    model_config = _examples(
+        {"answer": "Kestrel listens on port 8080. Lumen caches pages.",
+         "documents": [{"id": "doc-1", "text": "Kestrel listens on port 8080 by default."},
+                       {"id": "doc-2", "text": "Lumen caches rendered pages."}]},
+        {"sentences": ["Kestrel listens on port 8080."],
+         "documents": [{"id": "doc-1", "text": "Kestrel listens on port 8080 by default."}], "threshold": 0.5})
+
+    sentences: list[str] | None = None
+    answer: str | None = None
+    documents: list[CiteDocument]
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+    max_per_sentence: int | None = Field(default=None, ge=1, le=100)
+
+
+class PlaceImage(BaseModel):
+    """An image of ``/v1/images/place``: pixels as base64 ``data`` and/or a caption (no paths)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+    caption: str | None = None
+    url: str | None = None  # echoed back, never fetched
+    data: str | None = None  # base64 PNG / JPEG / ... bytes
+
+
+class PlaceRequest(RequestBody):
+    """``POST /v1/images/place`` body."""
+
+    model_config = _examples(
+        {"paragraphs": ["A cat sleeps on the sofa.", "The dog runs in the park."],
+         "images": [{"id": "fig-1", "caption": "a dog running on grass", "url": "https://example.com/dog.png"},
+                    {"id": "fig-2", "caption": "a cat asleep on a sofa"}],
+         "query": "pets at home"})
+
+    paragraphs: list[str]
+    images: list[PlaceImage]
+    query: str | None = None
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+
+
+class SearchRequest(RequestBody):
+    """``POST /v1/search`` body (``stream: true``: Server-Sent Events)."""
+
+    model_config = _examples(
+        {"query": "How long should I knead bread dough?", "query_id": "q-0001"},
+        {"query": "And at what temperature do I bake it?", "stream": True, "history": [
+            {"role": "user", "content": "How long should I knead bread dough?"},
+            {"role": "assistant", "content": "About ten minutes."}]})
+
+    query: str
+    history: list[dict[str, Any]] | None = None
+    preset: str | None = None
+    strategy: Literal["direct", "parallel", "planning"] | None = None
+    routing_mode: Literal["serial", "parallel", "auto"] | None = None
+    query_id: str | None = Field(default=None, min_length=1, max_length=128)
+    stream: bool = False
+
+
+class FeedbackRequest(RequestBody):
+    """``POST /v1/feedback`` body: the quality of an answer in [0, 1] (its ``query_id``)."""
+
+    model_config = _examples({"query_id": "q-0001", "quality": 0.8})
+
+    query_id: str = Field(min_length=1, max_length=128)
+    quality: float = Field(ge=0.0, le=1.0)
+
+
+# ---- what /docs shows beside the request schemas -----------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error: OpenAI's shape; ``type`` is the kind of ERROR_TABLE, ``param`` the field at fault."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"error": {
+        "message": "model: 'gpt-4' is not served here; use one of ['embedder'] or omit model (more names: "
+                   "server.embeddings_model.aliases in serve.yaml)", "type": "validation_error",
+        "param": "model", "code": "model_not_found"}}]})
+
+    error: ErrorDetail
+
+
+# One answer per endpoint, as the server sends it (shortened lists); tests compare their keys
+# with real answers, so the docs cannot drift from the code.
+RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "/v1/embeddings": {"object": "list", "model": "embedder",
+                       "data": [{"object": "embedding", "index": 0, "embedding": [0.0213, -0.0442, 0.0871]}],
+                       "usage": {"prompt_tokens": 12, "total_tokens": 12}},
+    "/v1/route": {"sources": [{"source": "code", "score": 0.61}, {"source": "cooking", "score": 0.12}],
+                  "query": "Where can I find it?", "routed_text": "Where can I find the Lumen cache?",
+                  "rewrite": "Where can I find the Lumen cache?", "mode": "serial", "fallback": False, "warnings": [],
+                  "latency_ms": {"embed": 6.1, "search": 0.4}},
+    "/v1/rerank": {"object": "list", "model": "reranker",
+                   "results": [{"index": 1, "relevance_score": 0.97,
+                                "document": {"text": "Jupiter's Great Red Spot is a giant storm."}}],
+                   "usage": {"total_tokens": 31}},
+    "/v1/decompose": {"query": "Compare the populations of Paris and Berlin",
+                      "rewrite": "Compare the populations of Paris and Berlin", "type": "split",
+                      "nodes": [{"id": "1", "text": "What is the population of Paris?", "depends_on": []},
+                                {"id": "2", "text": "What is the population of Berlin?", "depends_on": []}]},
+    "/v1/cite": {"method": "bundle", "threshold": 0.5, "sentences": [
+        {"text": "Kestrel listens on port 8080.", "entities": [{"start": 0, "end": 7, "label": "ENT", "text": "Kestrel"}],
+         "citations": [{"id": "doc-1", "score": 0.93}]}]},
+    "/v1/images/place": {"placements": [{"id": "fig-1", "paragraph": 1, "score": 0.71,
+                                         "url": "https://example.com/dog.png"}],
+                         "unplaced": [{"id": "fig-2", "best_score": 0.12}], "method": "captions", "threshold": 0.3},
+    "/v1/search": {"query_id": "q-0001", "query": "How long should I knead bread dough?",
+                   "rewrite": "How long should I knead bread dough?",
+                   "answer": "Knead the dough for about ten minutes [1].",
+                   "answer_text": "Knead the dough for about ten minutes.",
+                   "references": [{"n": 1, "doc_id": "bread-101", "chunk_id": "bread-101#0", "title": "Bread basics",
+                                   "source": "cooking", "url": "https://example.com/bread"}],
+                   "sentences": [{"text": "Knead the dough for about ten minutes.", "entities": [],
+                                  "citations": [{"n": 1, "score": 0.81}]}],
+                   "timeline": [{"date": "2024-05-01", "precision": "day", "text": "The recipe was updated on "
+                                 "1 May 2024.", "sources": ["bread-101"]}], "images": [],
+                   "passages": [{"chunk_id": "bread-101#0", "doc_id": "bread-101", "source": "cooking",
+                                 "title": "Bread basics", "score": 0.83, "node_id": "1", "date": "2024-05-01",
+                                 "url": "https://example.com/bread"}],
+                   "nodes": [], "trace": {"preset": "large", "strategy": "direct", "total_ms": 812.4, "stages": {}}},
+    "/v1/feedback": {"query_id": "q-0001", "preset": "large", "reward": 0.71, "cost": 0.9, "recorded": True},
+    "/v1/models": {"object": "list", "data": [{"id": "embedder", "object": "model", "created": 0,
+                                               "owned_by": "searchsmith", "endpoint": "/v1/embeddings",
+                                               "aliases": ["text-embedding-3-small"]}]},
+}
+
+
+def route_responses(path: str, *extra: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route for /docs: its 200 example and the error body of each status."""
+    out: dict[int | str, dict[str, Any]] = {}
+    if path in RESPONSE_EXAMPLES:
+        out[200] = {"content": {"application/json": {"example": RESPONSE_EXAMPLES[path]}}}
+    if path == "/v1/search":
+        out[200]["content"]["text/event-stream"] = {"example": (
+            'event: answer\ndata: {"delta": "Knead the dough for about"}\n\n'
+            'event: citations\ndata: {"answer": "...", "references": [...], "sentences": [...]}\n\n'
+            "event: timeline\n...\nevent: images\n...\nevent: trace\n...\ndata: [DONE]\n\n")}
+    for status in (400, 401, 413, 422, 429, 503, 504, *extra):
+        out[status] = {"model": ErrorBody}
+    return out

@@ -1,0 +1,232 @@
+"""What one app serves: :class:`ServingState` (the loaded models and their queues), and the
+checks of a request's ``model`` and ``dimensions`` against them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.serving.batcher import BatcherConfig, DynamicBatcher
+from searchsmith.serving.http_errors import with_param
+from searchsmith.serving.limits import ServedModel, ServerLimits
+from searchsmith.serving.metrics import ServerMetrics
+from searchsmith.serving.runner import BundleEmbedder, EmbeddingRunner, RerankRunner, call_each
+
+if TYPE_CHECKING:
+    from searchsmith.serving.embedder import Embedder
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.router import CentroidRouter
+
+# The models that do not batch across requests: each gets a queue with batches of one
+# (``server.calls``), so they share the bounded queue, the timeout and the metrics.
+CALL_MODELS = ("decompose", "cite", "images", "search")
+
+
+class ServingState:
+    """The models of one app and their batcher; ``app.state.serving``.
+
+    Args:
+        config: the server's limits.
+    """
+
+    def __init__(self, config: ServerLimits) -> None:
+        self.config = config
+        self.embedder: Embedder | BundleEmbedder | None = None
+        self.router: CentroidRouter | None = None
+        self.batcher: DynamicBatcher | None = None
+        self.reranker: RerankRunner | None = None
+        self.rerank_batcher: DynamicBatcher | None = None
+        self.decomposer: Any = None
+        self.citation: Any = None
+        self.images: Any = None
+        self.pipeline: Any = None
+        self.pipeline_config: PipelineConfig | None = None
+        self.gates: dict[str, DynamicBatcher] = {}  # CALL_MODELS -> a batcher of batch size 1
+        self.loading = False
+        self.load_error: str | None = None
+        # use -> the pipeline gate's decision (serving/pipeline/gates.py) for each configured
+        # bundle: whether its held-out figure beat the untrained baseline; /ready and
+        # /v1/models show them so a client sees what /v1/search uses and why
+        self.model_gates: dict[str, dict[str, Any]] = {}
+        self.shutting_down = False
+        self.metrics = ServerMetrics()
+
+    def _batcher(self, run: Callable[[list[Any]], Sequence[Any]], config: BatcherConfig,
+                 name: str) -> DynamicBatcher:
+        batcher = DynamicBatcher(run, config=config, name=name, on_batch=self.metrics.batch_hook(name))
+        self.metrics.track_queue(name, lambda: batcher.stats()["queue_depth"])
+        return batcher
+
+    def attach(self, embedder: Embedder | BundleEmbedder | None = None, router: CentroidRouter | None = None,
+               run_batch: Callable[[list[list[int]]], Sequence[Any]] | None = None, *,
+               reranker: Any = None, decomposer: Any = None, citation: Any = None, images: Any = None,
+               pipeline: Any = None, pipeline_config: PipelineConfig | None = None,
+               run_rerank: Callable[[list[tuple[str, str]]], Sequence[float]] | None = None,
+               warm: bool = True) -> None:
+        """Install loaded models (e.g. from a loader thread); /ready turns 200 once warm.
+
+        Args:
+            embedder: serves /v1/embeddings through a new DynamicBatcher: a torch
+                ``Embedder`` or a ``BundleEmbedder`` (an ``embed`` bundle).
+            router: serves /v1/route.
+            run_batch: replaces the embedder's runner (tests, other runtimes).
+            reranker: a ``rerank`` bundle (or ``RerankRunner``): /v1/rerank, batched.
+            decomposer: a ``decompose`` bundle: /v1/decompose.
+            citation: a ``cite`` bundle: /v1/cite (without one: pattern entities and
+                embedding cosine, as the pipeline does).
+            images: an ``images`` bundle: /v1/images/place (without one: captions only).
+            pipeline: a ``serving.pipeline.Pipeline``: /v1/search and /v1/feedback.
+            pipeline_config: thresholds of cite and images (the pipeline's when None).
+            run_rerank: replaces ``RerankRunner(reranker).run`` (tests).
+            warm: run each model once now (the first call allocates; pay it before /ready).
+        """
+        if embedder is not None:
+            if isinstance(embedder, BundleEmbedder):
+                run = run_batch or embedder.run
+                warm_item: Any = "warm up"
+            else:
+                run = run_batch or EmbeddingRunner(embedder).run
+                warm_item = None if run_batch is not None else embedder.tokenize(["warm up"])[0]
+            if warm and warm_item is not None:
+                run([warm_item])
+            name = str(embedder.model_name)
+            self.batcher = self._batcher(run, self.config.batcher, name)
+            self.embedder = embedder
+        if router is not None:
+            self.router = router
+        if reranker is not None:
+            runner = reranker if isinstance(reranker, RerankRunner) else RerankRunner(reranker)
+            run_pairs = run_rerank or runner.run
+            if warm and run_rerank is None:
+                run_pairs([("warm up", "warm up")])
+            self.rerank_batcher = self._batcher(run_pairs, self.config.rerank_batcher, runner.name)
+            self.reranker = runner
+        for role, bundle, task in (("decomposer", decomposer, "decompose"), ("citation", citation, "cite"),
+                                   ("images", images, "images")):
+            if bundle is None:
+                continue
+            if getattr(bundle, "task", task) != task:
+                raise ConfigError(f"{role}: got a {bundle.task!r} bundle, expected a {task!r} bundle")
+            if warm:
+                _warm(task, bundle)
+            setattr(self, role, bundle)
+        if pipeline is not None:
+            self.pipeline = pipeline
+        if pipeline_config is not None:  # serve.yaml's, which also holds the cite / images thresholds
+            self.pipeline_config = pipeline_config
+        elif pipeline is not None:
+            self.pipeline_config = getattr(pipeline, "config", None)
+        for name in CALL_MODELS:
+            if name not in self.gates:
+                self.gates[name] = self._batcher(call_each, self.config.calls, name)
+
+    def thresholds(self) -> PipelineConfig:
+        """Citation and image-placement settings (the pipeline's, else the defaults)."""
+        if self.pipeline_config is None:
+            from searchsmith.serving.pipeline.config import PipelineConfig
+
+            self.pipeline_config = PipelineConfig()
+        return self.pipeline_config
+
+    def models(self) -> dict[str, Any]:
+        """What is loaded, for /ready."""
+        return {"embeddings": str(self.embedder.model_name) if self.embedder is not None else None,
+                "rerank": self.reranker is not None, "route": self.router is not None,
+                "decompose": self.decomposer is not None, "cite": self.citation is not None,
+                "images": self.images is not None, "search": self.pipeline is not None}
+
+    @property
+    def ready(self) -> bool:
+        loaded = any(v not in (None, False) for v in self.models().values())
+        return loaded and not self.loading and self.load_error is None and not self.shutting_down
+
+    def close(self) -> None:
+        """Stop accepting work and finish what is queued (graceful shutdown)."""
+        self.shutting_down = True
+        for batcher in (self.batcher, self.rerank_batcher, *self.gates.values()):
+            if batcher is not None:
+                batcher.close(drain=True, timeout_s=self.config.request_timeout_s)
+        if self.pipeline is not None and hasattr(self.pipeline, "close"):
+            self.pipeline.close()
+        if self.router is not None:
+            self.router.close()
+
+
+def _warm(task: str, bundle: Any) -> None:
+    """One call of each method a request will use (first calls allocate arenas, load kernels)."""
+    if task == "decompose":
+        bundle.decompose("warm up")
+    elif task == "cite":
+        bundle.entities(["warm up"])
+        bundle.attribute([("warm up", "warm up")])
+    elif task == "images":
+        bundle.encode_text(["warm up"])
+
+
+def served_models(state: ServingState) -> list[dict[str, Any]]:
+    """``GET /v1/models`` rows: each served model under its served name, with its aliases."""
+    rows = []
+    for own, served, endpoint in (
+            (str(state.embedder.model_name) if state.embedder is not None else None,
+             state.config.embeddings_model, "/v1/embeddings"),
+            (state.reranker.name if state.reranker is not None else None, state.config.rerank_model, "/v1/rerank")):
+        if own is not None:
+            name, accepted = served_names(own, served)
+            row = {"id": name, "object": "model", "created": 0, "owned_by": "searchsmith",
+                   "endpoint": endpoint, "aliases": accepted[1:]}
+            if endpoint == "/v1/rerank" and "rerank" in state.model_gates:
+                row["gate"] = state.model_gates["rerank"]  # did it beat the bi-encoder order?
+            rows.append(row)
+    return rows
+
+
+def served_names(own_name: str, served: ServedModel) -> tuple[str, list[str]]:
+    """(the name a model is served under, every name a request's ``model`` may use, that one first).
+
+    The model's own name (a bundle folder's name, or a Hugging Face id and its last part) stays
+    accepted beside the configured name and aliases, so renaming it breaks no client.
+    """
+    name = served.name or own_name
+    accepted = [name, *served.aliases, own_name, own_name.rsplit("/", 1)[-1]]
+    return name, list(dict.fromkeys(accepted))
+
+
+def check_model(requested: str | None, own_name: str, served: ServedModel, setting: str) -> str:
+    """The served name, or a 422 naming ``model`` and listing the accepted names.
+
+    Args:
+        requested: the request's ``model`` (None: the served one).
+        own_name: the model's own name.
+        served: its ``ServedModel`` config.
+        setting: that config's key (``embeddings_model``), named in the message.
+    """
+    name, accepted = served_names(own_name, served)
+    if requested is not None and requested not in accepted:
+        raise with_param(ValidationError(
+            f"model: {requested!r} is not served here; use one of {accepted} or omit model (more names: "
+            f"server.{setting}.aliases in serve.yaml)"), "model", "model_not_found")
+    return name
+
+
+def matryoshka_dims(embedder: Any) -> list[int]:
+    """The truncated dimensions an embed bundle was trained for (``matryoshka_dims`` in its
+    manifest, e.g. a MatryoshkaLoss run); empty when none (only the full dimension is served)."""
+    manifest = getattr(getattr(embedder, "bundle", None), "manifest", None) or {}
+    dims = manifest.get("matryoshka_dims") or []
+    return sorted({int(d) for d in dims if isinstance(d, int) and not isinstance(d, bool) and d >= 1})
+
+
+def check_dimensions(requested: int | None, embedder: Any) -> int | None:
+    """None (the full vector) or the truncation to serve; 422 when the model was not trained for it."""
+    if requested is None or requested == int(embedder.dim):
+        return None
+    trained = [d for d in matryoshka_dims(embedder) if d < int(embedder.dim)]
+    if requested in trained:
+        return requested
+    why = (f"it was trained for {trained + [int(embedder.dim)]} (Matryoshka)" if trained else
+           "it was not trained for shorter vectors (no matryoshka_dims in its bundle manifest), and a "
+           "truncated vector of such a model loses accuracy")
+    raise with_param(ValidationError(
+        f"dimensions: {requested} is not served by this model; its dimension is {int(embedder.dim)} and {why}; "
+        f"send dimensions={int(embedder.dim)} or omit it"), "dimensions", "invalid_dimensions")
