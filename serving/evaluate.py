@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.text import answer_tokens, read_jsonl, token_f1
 
 MODES = ("parallel", "serial", "auto")
@@ -25,12 +26,11 @@ MODES = ("parallel", "serial", "auto")
 
 def route_metrics(ranked: list[str], gold: list[str], k: int) -> dict[str, float]:
     """recall@1, recall@k and reciprocal rank of one routed query."""
-    top = ranked[:k]
     gold_set = set(gold)
-    rr = next((1.0 / (i + 1) for i, s in enumerate(top) if s in gold_set), 0.0)
-    return {"recall@1": float(bool(top) and top[0] in gold_set),
-            f"recall@{k}": len(gold_set & set(top)) / len(gold_set),
-            "mrr": rr}
+    labels = [1.0 if s in gold_set else 0.0 for s in ranked]
+    return {"recall@1": float(mrr_at_k(labels, 1) > 0),  # the top source is gold
+            f"recall@{k}": recall_at_k(labels, k, n_relevant=len(gold_set)),
+            "mrr": mrr_at_k(labels, k)}
 
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -135,19 +135,20 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any]) -> dict[str
     * ``citation_precision`` / ``citation_recall``: cited documents vs ``supporting``
       (precision of an answer with no citation is 0 when it has sentences).
     """
-    gold = set(item["supporting"])
+    gold = item["supporting"]
     cited = {r["doc_id"] for r in ans["references"]}
     passages = {p["doc_id"] for p in ans["passages"]}
     used = cited or passages
+    citations = set_prf(cited, gold)
     plain = " ".join(answer_tokens(ans["answer_text"], generated=True))
     gold_words = " ".join(answer_tokens(str(item["answer"]), generated=True))
     return {
-        "support_recall": len(gold & used) / len(gold) if gold else 0.0,
-        "retrieval_recall": len(gold & passages) / len(gold) if gold else 0.0,
+        "support_recall": set_prf(used, gold)["recall"],
+        "retrieval_recall": set_prf(passages, gold)["recall"],
         "f1": token_f1(ans["answer_text"], str(item["answer"]), generated=True),
         "contains": float(bool(gold_words) and f" {gold_words} " in f" {plain} "),
-        "citation_precision": len(gold & cited) / len(cited) if cited else 0.0,
-        "citation_recall": len(gold & cited) / len(gold) if gold else 0.0,
+        "citation_precision": citations["precision"],
+        "citation_recall": citations["recall"],
         "model_calls": float(ans["trace"]["model_calls"]),
         "tokens": float(ans["trace"]["tokens_in"] + ans["trace"]["tokens_out"]),
         "latency_ms": float(ans["trace"]["total_ms"]),
@@ -157,14 +158,12 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any]) -> dict[str
 def _summary(rows: list[dict[str, float]]) -> dict[str, Any]:
     keys = [k for k in rows[0] if k != "latency_ms"]
     out: dict[str, Any] = {k: round(sum(r[k] for r in rows) / len(rows), 4) for k in keys}
-    lat = sorted(r["latency_ms"] for r in rows)
-    out["latency_ms_p50"] = round(lat[len(lat) // 2] if len(lat) % 2 else (lat[len(lat) // 2 - 1] + lat[len(lat) // 2]) / 2, 1)
+    out["latency_ms_p50"] = round(percentiles([r["latency_ms"] / 1e3 for r in rows])["p50_ms"], 1)
     out["n"] = len(rows)
     return out
 
 
 def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    from searchsmith.serving.profiling.common import percentiles
 
     by_stage: dict[str, list[float]] = {}
     for tr in traces:

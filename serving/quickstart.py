@@ -186,7 +186,9 @@ def run_quickstart(args: argparse.Namespace) -> int:
     bundles: dict[str, Path] = {name: work / "bundles" / name for name in runs}
     bundles["embedder"] = work / "bundles" / "embedder"
     todo = [name for name in bundles if not _exported(bundles[name], runs.get(name))]
-    opts = ExportOptions()
+    from searchsmith.training.evaluate import heldout_figures
+
+    opts = ExportOptions(heldout_scorer=heldout_figures)  # each bundle's own held-out figures (the gates read them)
     t = time.perf_counter()
     if todo:
         import torch  # noqa: F401 - loaded before quiet_block, which filters the log handler torch adds

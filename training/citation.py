@@ -18,7 +18,7 @@ Two models, both from the base model (default: the bundled all-MiniLM-L6-v2):
    cross-entropy. ``support_threshold`` turns it into a decision.
 
 The pairs, their sources and the split are in :mod:`searchsmith.training.cite_data`; the
-metrics in :mod:`searchsmith.training.metrics`; ``searchsmith eval cite`` in
+metrics in :mod:`searchsmith.models.metrics`; ``searchsmith eval cite`` in
 :mod:`searchsmith.training.evaluate_cite`. Metrics on the held-out split: attribution
 precision / recall / F1 at ``support_threshold``, ROC AUC (overall and per source) and
 entity F1, beside untrained baselines: the untuned bi-encoder's cosine (ROC AUC), the
@@ -70,7 +70,7 @@ from searchsmith.training.cite_data import (
 )
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
-from searchsmith.training.metrics import attribution_metrics, binary_prf, roc_auc, span_prf
+from searchsmith.models.metrics import attribution_metrics, binary_prf, roc_auc, span_prf
 from searchsmith.training.registry import register_dataset, register_recipe
 from searchsmith.training.trainer import apply_lora, train, write_json_atomic
 

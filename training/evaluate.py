@@ -24,16 +24,17 @@ import functools
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from searchsmith.models import tasks
 from searchsmith.models.errors import ConfigError, SearchsmithError, ValidationError
 from searchsmith.models.text import iter_jsonl, read_jsonl
 from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
-from searchsmith.training.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
+from searchsmith.models.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +153,8 @@ def _first_stage(kind: str, corpus: dict[str, str], queries: dict[str, str],
 
 #: eval task -> the model tasks (``manifest["task"]`` of a bundle) it can evaluate
 EVAL_MODEL_TASKS: dict[str, tuple[str, ...]] = {
-    "route": ("embed", "decompose"), "retrieve": ("embed",), "rerank": ("rerank",),
-    "rewrite": ("decompose",), "decompose": ("decompose",), "cite": ("cite",), "images": ("images",),
+    evaluation: tasks.evaluated_by(evaluation)
+    for evaluation in dict.fromkeys(e for t in tasks.TASKS for e in t.evaluations)
 }
 # A bar appears only when an evaluation is still running after this many seconds.
 PROGRESS_DELAY_S = 2.0
@@ -358,16 +359,14 @@ def _load_bundle_model(eval_task: str, path: Path, allowed: Sequence[str], devic
 
 def run_task(path: Path) -> str | None:
     """The model task of a training run folder (its ``run.json``), None when it has none."""
-    from searchsmith.models.export import RUN_TASKS  # run.json "task" -> model task
-
     info = path / "run.json"
     if not info.is_file():
         return None
     raw = _read_json(info, "--checkpoint").get("task")
-    task = RUN_TASKS.get(str(raw))
+    task = tasks.run_task(raw)
     if task is None:
-        raise ConfigError(f"--checkpoint: {info} names task {raw!r}, not one of {sorted(RUN_TASKS)}")
-    return task
+        raise ConfigError(f"--checkpoint: {info} names task {raw!r}, not one of {tasks.run_names()}")
+    return task.name
 
 
 def _load_checkpoint_model(eval_task: str, path: Path, allowed: Sequence[str]) -> EvalModel:
@@ -844,6 +843,15 @@ def eval_images(args: argparse.Namespace) -> dict[str, Any]:
     from searchsmith.training.evaluate_images import eval_images as run
 
     return run(args)
+
+
+
+#: ``searchsmith eval`` task -> its evaluator; the keys are the registry's evaluations
+#: (``models.tasks.Task.evaluations``) except ``route``, which the serving layer evaluates
+EVALUATORS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
+    "retrieve": eval_retrieve, "rerank": eval_rerank, "decompose": eval_decompose, "rewrite": eval_rewrite,
+    "cite": eval_cite, "images": eval_images,
+}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,7 @@ from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.text import iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
-from searchsmith.training.metrics import attribution_metrics, roc_auc, span_prf
+from searchsmith.models.metrics import attribution_metrics, roc_auc, span_prf
 
 
 def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key
-from searchsmith.training.metrics import BM25, ranking_metrics
+from searchsmith.models.metrics import BM25, ranking_metrics
 from searchsmith.training.registry import (
     get_loss,
     register_dataset,

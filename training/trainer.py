@@ -20,7 +20,7 @@ What :func:`train` does, in order:
    its tokenizer, and ``run.json`` (task, recipe, base model, config).
 
 Multi-GPU: the loop runs through ``accelerate.Accelerator``, so
-``accelerate launch -m searchsmith.models.cli train R.yaml`` (or ``accelerate launch
+``accelerate launch -m searchsmith.serving.main train R.yaml`` (or ``accelerate launch
 $(which searchsmith) train R.yaml``) runs data-parallel unchanged: each process takes every
 ``num_processes``-th micro-batch, gradients are all-reduced by DDP, and only the main
 process writes checkpoints and outputs. Only the single-process path is tested here.

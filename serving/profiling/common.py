@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.int8_cpu import cpu_int8_isa  # one detector for export, load and profiles
+from searchsmith.models.metrics import percentiles  # noqa: F401 - the suites import it from here
 
 # PNG text chunk that carries what a plot shows (see save_plot and plot_info).
 PLOT_META_KEY = "searchsmith-plot"
@@ -102,27 +102,6 @@ def _jsonable(obj: Any) -> Any:
     if hasattr(obj, "tolist"):
         return obj.tolist()
     return str(obj)
-
-
-def percentiles(samples_s: list[float]) -> dict[str, float]:
-    """p50/p95/p99 and mean of a list of durations in seconds, reported in milliseconds."""
-    if not samples_s:
-        raise ValueError("percentiles: no samples")
-    xs = sorted(samples_s)
-
-    def pick(q: float) -> float:
-        pos = q * (len(xs) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(xs) - 1)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-    return {
-        "p50_ms": pick(0.50) * 1e3,
-        "p95_ms": pick(0.95) * 1e3,
-        "p99_ms": pick(0.99) * 1e3,
-        "mean_ms": statistics.fmean(xs) * 1e3,
-        "n": len(xs),
-    }
 
 
 def time_call(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5,

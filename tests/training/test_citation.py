@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from searchsmith.models import metrics
 from searchsmith.models.citation import CitationModel, decode_spans
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.text import entity_spans
 from searchsmith.training import citation as cit
 from searchsmith.training import cite_data as cd
 from searchsmith.training import evaluate_cite as ev
-from searchsmith.training import metrics
 from searchsmith.training.config import load_recipe_config
 from searchsmith.training.data import write_jsonl_atomic
 

@@ -97,7 +97,7 @@ def test_config_hash_ignores_output_dir_only() -> None:
 
 def test_train_refuses_a_user_folder_and_keeps_it(tmp_path, capsys):
     """``searchsmith train R --output-dir D`` never writes model/ and metrics.json over a user's folder."""
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     recipe = next(Path(__file__).resolve().parents[2].glob("recipes/reranker/tiny/*.yaml"))
     user = tmp_path / "mine"

@@ -359,7 +359,7 @@ def test_eval_without_model_names_the_flags(tmp_path: Path) -> None:
 
 def test_searchsmith_eval_decompose_cli(tiny_run: tuple[Path, dict], tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     run_dir, _ = tiny_run
     export_eval_sets(load_break([BREAK_ROW]), tmp_path)

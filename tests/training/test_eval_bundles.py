@@ -109,9 +109,9 @@ CASES = {
 
 
 def _eval(task: str, **kw: object) -> dict:
-    from searchsmith.models.cli import EVAL_TASKS, _load
+    from searchsmith.serving.main import EVAL_TASKS
 
-    return _load(EVAL_TASKS[task])(_args(**kw))
+    return EVAL_TASKS[task](_args(task=task, **kw))
 
 
 def _figures(out: dict) -> dict[str, float]:
@@ -296,7 +296,7 @@ def test_pipeline_takes_a_folder_of_bundles_and_refuses_a_checkpoint(tmp_path: P
 
 
 def test_cli_eval_rerank_bundle_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     data = _beir(tmp_path / "beir")
     assert main(["eval", "rerank", "--data", str(data), "--bundle", str(fx.bundle("rerank")), "--json"]) == 0
@@ -308,7 +308,7 @@ def test_cli_eval_rerank_bundle_prints_json(tmp_path: Path, capsys: pytest.Captu
 
 def test_eval_help_describes_the_formats_without_pointing_at_missing_files(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from searchsmith.models.cli import main
+    from searchsmith.serving.main import main
 
     with pytest.raises(SystemExit):
         main(["eval", "--help"])

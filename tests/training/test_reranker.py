@@ -12,7 +12,7 @@ import torch
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.text import token_f1
 from searchsmith.training.config import load_recipe_config
-from searchsmith.training.metrics import (
+from searchsmith.models.metrics import (
     BM25,
     mrr_at_k,
     ndcg_at_k,

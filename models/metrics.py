@@ -1,10 +1,11 @@
 """The metrics every recipe and ``searchsmith eval`` task shares, plus a small BM25 (answer
-metrics such as token F1 are in :mod:`searchsmith.models.text`; latency percentiles in
-:mod:`searchsmith.serving.profiling.common`).
+metrics such as token F1 are in :mod:`searchsmith.models.text`).
 
 * classification: :func:`binary_prf`, :func:`span_prf` (exact spans), :func:`roc_auc`,
   :func:`attribution_metrics` (P/R/F1 at a threshold and ROC AUC of a probability);
-* ranking: :func:`ndcg_at_k`, :func:`mrr_at_k`, :func:`recall_at_k`, :func:`ranking_metrics`.
+* sets: :func:`set_prf` (found vs gold ids: support and citation recall of an answer);
+* ranking: :func:`ndcg_at_k`, :func:`mrr_at_k`, :func:`recall_at_k`, :func:`ranking_metrics`;
+* latency: :func:`percentiles`.
 
 Ranking metrics take the relevance labels in the order the system ranked the documents
 (``ranked_labels[0]`` is the top document) and, for nDCG, all relevance labels of the query
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -34,6 +36,12 @@ def _prf(tp: int, n_pred: int, n_gold: int) -> dict[str, float]:
     recall = tp / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def set_prf(found: Iterable[object], gold: Iterable[object]) -> dict[str, float]:
+    """Precision, recall and F1 of the ids ``found`` against the ``gold`` ids (0.0 where undefined)."""
+    found_set, gold_set = set(found), set(gold)
+    return _prf(len(found_set & gold_set), len(found_set), len(gold_set))
 
 
 def binary_prf(labels: Sequence[int], predicted: Sequence[int]) -> dict[str, float]:
@@ -209,3 +217,27 @@ __all__ = [
     "roc_auc",
     "span_prf",
 ]
+
+
+# --------------------------------------------------------------------------- latency
+
+
+def percentiles(samples_s: list[float]) -> dict[str, float]:
+    """p50/p95/p99 and mean of a list of durations in seconds, reported in milliseconds."""
+    if not samples_s:
+        raise ValueError("percentiles: no samples")
+    xs = sorted(samples_s)
+
+    def pick(q: float) -> float:
+        pos = q * (len(xs) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    return {
+        "p50_ms": pick(0.50) * 1e3,
+        "p95_ms": pick(0.95) * 1e3,
+        "p99_ms": pick(0.99) * 1e3,
+        "mean_ms": statistics.fmean(xs) * 1e3,
+        "n": len(xs),
+    }
