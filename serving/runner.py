@@ -31,6 +31,7 @@ import numpy as np
 from searchsmith.models.errors import RunnerError, ValidationError
 
 if TYPE_CHECKING:
+    from searchsmith.models.runtime import Bundle
     from searchsmith.serving.embedder import Embedder
 
 __all__ = ["BundleEmbedder", "CallOutcome", "EmbeddingRunner", "RerankRunner", "call_each",
@@ -142,7 +143,7 @@ def count_tokens(tokenizer: Any, first: Sequence[str], second: Sequence[str] | N
     return [len(ids) for ids in enc["input_ids"]]
 
 
-def bundle_max_length(bundle: Any, default: int = 512) -> int:
+def bundle_max_length(bundle: object, default: int = 512) -> int:
     """Tokens per input of a bundle (``max_length``, else the manifest's, else ``default``)."""
     value = getattr(bundle, "max_length", None)
     if value is None:
@@ -171,7 +172,7 @@ class BundleEmbedder:
         name: the model name reported by /v1/embeddings.
     """
 
-    def __init__(self, bundle: Any, name: str = "embedder") -> None:
+    def __init__(self, bundle: Bundle, name: str = "embedder") -> None:
         self.tokenizer, self.max_seq_length = _text_bundle(bundle, "embed", "BundleEmbedder")
         self.bundle = bundle
         self.model_name = name
@@ -230,7 +231,7 @@ class RerankRunner:
         name: used in error messages.
     """
 
-    def __init__(self, bundle: Any, name: str = "reranker") -> None:
+    def __init__(self, bundle: Bundle, name: str = "reranker") -> None:
         self.tokenizer, self.max_length = _text_bundle(bundle, "rerank", "RerankRunner")
         self.bundle = bundle
         self.name = name

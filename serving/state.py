@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.roles import Citer, Decomposer, ImageScorer, Reranker
+from searchsmith.models.tasks import by_role
 from searchsmith.serving.batcher import BatcherConfig, DynamicBatcher
 from searchsmith.serving.http_errors import with_param
 from searchsmith.serving.limits import ServedModel, ServerLimits
@@ -16,6 +18,7 @@ from searchsmith.serving.runner import BundleEmbedder, EmbeddingRunner, RerankRu
 if TYPE_CHECKING:
     from searchsmith.serving.embedder import Embedder
     from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
     from searchsmith.serving.router import CentroidRouter
 
 # The models that do not batch across requests: each gets a queue with batches of one
@@ -60,8 +63,9 @@ class ServingState:
 
     def attach(self, embedder: Embedder | BundleEmbedder | None = None, router: CentroidRouter | None = None,
                run_batch: Callable[[list[list[int]]], Sequence[Any]] | None = None, *,
-               reranker: Any = None, decomposer: Any = None, citation: Any = None, images: Any = None,
-               pipeline: Any = None, pipeline_config: PipelineConfig | None = None,
+               reranker: Reranker | RerankRunner | None = None, decomposer: Decomposer | None = None,
+               citation: Citer | None = None, images: ImageScorer | None = None,
+               pipeline: Pipeline | None = None, pipeline_config: PipelineConfig | None = None,
                run_rerank: Callable[[list[tuple[str, str]]], Sequence[float]] | None = None,
                warm: bool = True) -> None:
         """Install loaded models (e.g. from a loader thread); /ready turns 200 once warm.
@@ -102,10 +106,10 @@ class ServingState:
                 run_pairs([("warm up", "warm up")])
             self.rerank_batcher = self._batcher(run_pairs, self.config.rerank_batcher, runner.name)
             self.reranker = runner
-        for role, bundle, task in (("decomposer", decomposer, "decompose"), ("citation", citation, "cite"),
-                                   ("images", images, "images")):
+        for role, bundle in (("decomposer", decomposer), ("citation", citation), ("images", images)):
             if bundle is None:
                 continue
+            task = by_role(role).name
             if getattr(bundle, "task", task) != task:
                 raise ConfigError(f"{role}: got a {bundle.task!r} bundle, expected a {task!r} bundle")
             if warm:
@@ -129,7 +133,7 @@ class ServingState:
             self.pipeline_config = PipelineConfig()
         return self.pipeline_config
 
-    def models(self) -> dict[str, Any]:
+    def models(self) -> dict[str, object]:
         """What is loaded, for /ready."""
         return {"embeddings": str(self.embedder.model_name) if self.embedder is not None else None,
                 "rerank": self.reranker is not None, "route": self.router is not None,
@@ -164,7 +168,7 @@ def _warm(task: str, bundle: Any) -> None:
         bundle.encode_text(["warm up"])
 
 
-def served_models(state: ServingState) -> list[dict[str, Any]]:
+def served_models(state: ServingState) -> list[dict[str, object]]:
     """``GET /v1/models`` rows: each served model under its served name, with its aliases."""
     rows = []
     for own, served, endpoint in (
@@ -209,7 +213,7 @@ def check_model(requested: str | None, own_name: str, served: ServedModel, setti
     return name
 
 
-def matryoshka_dims(embedder: Any) -> list[int]:
+def matryoshka_dims(embedder: Embedder | BundleEmbedder) -> list[int]:
     """The truncated dimensions an embed bundle was trained for (``matryoshka_dims`` in its
     manifest, e.g. a MatryoshkaLoss run); empty when none (only the full dimension is served)."""
     manifest = getattr(getattr(embedder, "bundle", None), "manifest", None) or {}
@@ -217,7 +221,7 @@ def matryoshka_dims(embedder: Any) -> list[int]:
     return sorted({int(d) for d in dims if isinstance(d, int) and not isinstance(d, bool) and d >= 1})
 
 
-def check_dimensions(requested: int | None, embedder: Any) -> int | None:
+def check_dimensions(requested: int | None, embedder: Embedder | BundleEmbedder) -> int | None:
     """None (the full vector) or the truncation to serve; 422 when the model was not trained for it."""
     if requested is None or requested == int(embedder.dim):
         return None

@@ -15,7 +15,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # The most public signatures with ``Any`` allowed today; it may only go down.
-CEILING = 22
+CEILING = 21
+
+
+# The server: create_app and the modules it assembles (and any other module of serving/ that
+# speaks the web framework), the serving state and the runners behind the batched endpoints.
+SERVER_MODULES = ("http.py", "http_errors.py", "limits.py", "schemas.py", "state.py", "middleware.py",
+                  "routes.py", "request_checks.py", "runner.py", "serve_config.py")
 
 
 def scope() -> list[Path]:
@@ -24,9 +30,14 @@ def scope() -> list[Path]:
     files += sorted((REPO / "serving" / "pipeline").glob("*.py"))
     for path in sorted((REPO / "serving").glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        if path.name == "http.py" or "from fastapi" in text or "from pydantic" in text or "from starlette" in text:
+        if path.name in SERVER_MODULES or "from fastapi" in text or "from starlette" in text:
             files.append(path)
     return files
+
+
+def test_the_server_modules_exist() -> None:
+    missing = [m for m in SERVER_MODULES if not (REPO / "serving" / m).is_file()]
+    assert not missing, f"renamed or removed? update SERVER_MODULES: {missing}"
 
 
 def _mentions_any(node: ast.expr | None) -> bool:

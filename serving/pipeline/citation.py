@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from searchsmith.models.roles import Citer, Embedder
 from searchsmith.models.text import (
     entity_spans,
     missing_entities,
@@ -61,7 +62,7 @@ class SentenceCitations:
     vetoed: int = 0
 
 
-def support_threshold(bundle: Any | None, config: CitationConfig) -> float:
+def support_threshold(bundle: Citer | None, config: CitationConfig) -> float:
     """The score a passage needs to be cited.
 
     Without a bundle ``config.cosine_threshold``; with one ``config.support_threshold``, else
@@ -87,7 +88,7 @@ def pattern_spans(sentence: str) -> list[Span]:
 
 
 def cite_sentences(sentences: Sequence[str], passages: Sequence[tuple[str, str]], *, config: CitationConfig,
-                   bundle: Any | None = None, encode: Callable[[list[str]], np.ndarray] | None = None,
+                   bundle: Citer | None = None, encode: Callable[[list[str]], np.ndarray] | None = None,
                    threshold: float | None = None, max_per_sentence: int | None = None,
                    trace: Trace | None = None) -> list[SentenceCitations]:
     """Entities and supporting passages of each sentence (the module docstring has the method).
@@ -202,7 +203,7 @@ class CitationStage:
     reads = ("answer", "answer_found", "passages", "used_passages")
     writes = ("cited_answer", "sentences", "references", "used_passages")
 
-    def __init__(self, embedder: Any, config: CitationConfig, bundle: Any | None = None) -> None:
+    def __init__(self, embedder: Embedder, config: CitationConfig, bundle: Citer | None = None) -> None:
         self.embedder = embedder
         self.config = config
         self.bundle = bundle

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+from searchsmith.models.roles import Embedder, ModelOfTask
 from searchsmith.models.text import QUERY_STOP_WORDS, sentence_texts
 from searchsmith.serving.pipeline.state import PipelineState
 
@@ -14,7 +14,7 @@ _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*[A-Za-z0-9]|[A-Za-z0-9]")
 _MARKER = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 
 
-def embed(state: PipelineState, embedder: Any, texts: Sequence[str]) -> np.ndarray:
+def embed(state: PipelineState, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """(N, D) unit vectors of ``texts``; each distinct text is embedded once per answer."""
     missing = [t for t in dict.fromkeys(texts) if t not in state.embeddings]
     if missing:
@@ -51,7 +51,7 @@ def strip_markers(text: str) -> str:
 
 
 def load_optional_bundle(path: str | None, task: str, device: str, backend: str,
-                         threads: int | None) -> Any | None:
+                         threads: int | None) -> ModelOfTask | None:
     """``models.runtime.load_bundle(path)`` when a path is configured, checking its task."""
     if not path:
         return None

@@ -21,12 +21,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from searchsmith.models.roles import Embedder, ImageScorer
+from searchsmith.serving.pipeline.answer import Json
 from searchsmith.serving.pipeline.common import embed, sentences, strip_markers
 from searchsmith.serving.pipeline.config import ImagesConfig, Preset
 from searchsmith.serving.pipeline.state import PipelineState
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +44,8 @@ def answer_units(answer: str) -> list[str]:
     return [" ".join(s.split()) for s in sentences(answer)] or paras
 
 
-def place_images(units: Sequence[str], captions: Sequence[str | None], pixels: Sequence[Any], *,
-                 config: ImagesConfig, query: str | None = None, bundle: Any | None = None,
+def place_images(units: Sequence[str], captions: Sequence[str | None], pixels: Sequence[PILImage | None], *,
+                 config: ImagesConfig, query: str | None = None, bundle: ImageScorer | None = None,
                  encode: Callable[[list[str]], np.ndarray] | None = None, threshold: float | None = None
                  ) -> tuple[np.ndarray, list[int | None], str]:
     """Score every image against every unit and assign them (Hungarian, kept at >= threshold).
@@ -108,12 +113,12 @@ class ImagesStage:
     reads = ("query", "answer", "passages", "references")
     writes = ("images",)
 
-    def __init__(self, embedder: Any, config: ImagesConfig, bundle: Any | None = None) -> None:
+    def __init__(self, embedder: Embedder, config: ImagesConfig, bundle: ImageScorer | None = None) -> None:
         self.embedder = embedder
         self.config = config
         self.bundle = bundle
 
-    def candidates(self, state: PipelineState) -> tuple[list[dict[str, Any]], list[Any]]:
+    def candidates(self, state: PipelineState) -> tuple[list[Json], list[PILImage | None]]:
         """Usable images of the documents used, and their opened PIL images."""
         from PIL import Image, UnidentifiedImageError
 
