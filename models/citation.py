@@ -16,13 +16,13 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import BundleError, ValidationError
+from searchsmith.models.io import read_json_object
 
 # BIO labels of the entity tagger (training/citation.py documents what each type covers).
 LABELS: tuple[str, ...] = ("O", "B-ENT", "I-ENT", "B-NUM", "I-NUM", "B-DATE", "I-DATE")
@@ -157,10 +157,7 @@ class CitationModel:
         if not meta_path.is_file():
             raise BundleError(f"{root}: no citation.json; expected a citation model folder "
                               "(RUN_DIR/model written by 'searchsmith train recipes/citation/...')")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise BundleError(f"{meta_path}: not valid JSON ({exc.msg})") from None
+        meta = read_json_object(meta_path, "citation model", fix="retrain or re-save the model", error=BundleError)
         missing = [k for k in ("labels", "max_length", "support_threshold") if k not in meta]
         if missing:
             raise BundleError(f"{meta_path}: missing keys {missing}")

@@ -55,6 +55,7 @@ from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     check_replaceable,
+    read_json_object,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -719,10 +720,7 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
     if not info_path.is_file():
         raise BundleError(f"export: {str(run_dir)!r} has no run.json; pass a training run folder "
                           "(searchsmith train RECIPE.yaml writes one) or a folder of runs")
-    try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"export: {info_path} is not valid JSON ({exc})") from None
+    info = read_json_object(info_path, "export", error=BundleError)
     spec = run_task(info.get("task"))
     if spec is None:
         raise BundleError(f"export: run.json task {info.get('task')!r} in {str(run_dir)!r} is not one of "

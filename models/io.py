@@ -25,6 +25,29 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def read_json_object(path: Path, what: str, *, fix: str = "", error: type[Exception] = ConfigError
+                     ) -> dict[str, Any]:
+    """The JSON object in ``path`` (UTF-8).
+
+    Args:
+        what: the caller or setting, first in every message (``"bundle"``, ``"--checkpoint"``).
+        fix: what to do about a damaged file, appended to the message.
+        error: the exception class to raise (``BundleError`` for bundles, ``ConfigError`` for
+            settings and run folders).
+
+    Raises:
+        ``error``: the file is not UTF-8, not valid JSON, or not a JSON object.
+    """
+    tail = f"; {fix}" if fix else ""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{what}: {path} is not valid JSON ({exc}){tail}") from None
+    if not isinstance(data, dict):
+        raise error(f"{what}: {path} must hold a JSON object, not {type(data).__name__}{tail}")
+    return data
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
     path = Path(path)

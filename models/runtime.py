@@ -25,7 +25,6 @@ Every task method takes ``return_meta``; with it the result comes back as ``(res
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +35,7 @@ import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
-from searchsmith.models.io import sha256_file
+from searchsmith.models.io import read_json_object, sha256_file
 from searchsmith.models.tasks import TASK_NAMES
 
 if TYPE_CHECKING:
@@ -658,12 +657,7 @@ def read_manifest(path: Path) -> Manifest:
     if not mpath.is_file():
         raise BundleError(f"bundle: {str(path)!r} has no {MANIFEST}; it is not a searchsmith bundle "
                           "(export one with: searchsmith export RUN_DIR --out DIR)")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"bundle: {mpath} is not valid JSON ({exc}); re-export the bundle") from None
-    if not isinstance(manifest, dict):
-        raise BundleError(f"bundle: {mpath} must hold a JSON object")
+    manifest = read_json_object(mpath, "bundle", fix="re-export the bundle", error=BundleError)
     version = manifest.get("format_version")
     if not isinstance(version, int) or version < 1:
         raise BundleError(f"bundle: {mpath} format_version is {version!r}, expected an int >= 1")

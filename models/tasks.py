@@ -83,16 +83,20 @@ _BY_ROLE = {t.role: t for t in TASKS}
 _BY_RUN = {run: t for t in TASKS for run in t.run_names}
 
 
+def _lookup(table: dict[str, Task], key: str, what: str, known: tuple[str, ...]) -> Task:
+    try:
+        return table[key]
+    except (KeyError, TypeError):
+        raise ConfigError(f"{what} {key!r} is not one of {list(known)}") from None
+
+
 def get(name: str) -> Task:
     """The task called ``name``.
 
     Raises:
         ConfigError: not a task; the message lists them.
     """
-    try:
-        return _BY_NAME[name]
-    except (KeyError, TypeError):
-        raise ConfigError(f"task {name!r} is not one of {list(TASK_NAMES)}") from None
+    return _lookup(_BY_NAME, name, "task", TASK_NAMES)
 
 
 def by_role(role: str) -> Task:
@@ -101,10 +105,7 @@ def by_role(role: str) -> Task:
     Raises:
         ConfigError: not a role; the message lists them.
     """
-    try:
-        return _BY_ROLE[role]
-    except (KeyError, TypeError):
-        raise ConfigError(f"bundle role {role!r} is not one of {list(ROLES)}") from None
+    return _lookup(_BY_ROLE, role, "bundle role", ROLES)
 
 
 def run_task(run_name: object) -> Task | None:

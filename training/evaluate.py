@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 from searchsmith.models import tasks
 from searchsmith.models.errors import ConfigError, SearchsmithError, ValidationError
+from searchsmith.models.io import read_json_object
+from searchsmith.models.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
 from searchsmith.models.text import iter_jsonl, read_jsonl
 from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
-from searchsmith.models.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
 
 log = logging.getLogger(__name__)
 
@@ -297,13 +298,7 @@ def progress_bar(desc: str, total: int | None, unit: str = "item") -> Any:
 
 
 def _read_json(path: Path, flag: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{flag}: {path} is not valid JSON ({exc}); the folder is damaged") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{flag}: {path} must hold a JSON object")
-    return data
+    return read_json_object(path, flag, fix="the folder is damaged")
 
 
 def _needs(tasks: Sequence[str], what: str) -> str:
