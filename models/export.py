@@ -29,8 +29,11 @@ and converted: ``int8`` = dynamic int8 quantisation of the weights
 activations with fp32 inputs and outputs (for GPUs).
 
 Parity is checked on held-out inputs from the demo data (never seen in training) against the
-torch model; thresholds are :class:`ParityThresholds`. A failed check raises BundleError and
-writes nothing, unless ``--allow-drift``, which is recorded in the manifest.
+torch model (:mod:`~searchsmith.models.parity`; thresholds are :class:`ParityThresholds`). A
+failed check raises BundleError and writes nothing, unless ``--allow-drift``, which is
+recorded in the manifest. A training run is read as an export source by
+:mod:`~searchsmith.models.runs` (its folder layout per task is the registry's,
+``models/tasks.py``); the command line is ``training/export_cli.py``.
 """
 
 from __future__ import annotations
@@ -38,16 +41,14 @@ from __future__ import annotations
 import atexit
 import hashlib
 import inspect
-import json
 import logging
-import math
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from searchsmith.models import __version__
@@ -55,7 +56,6 @@ from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     check_replaceable,
-    read_json_object,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -66,11 +66,21 @@ from searchsmith.models.onnx_quant import (
     Int8Scheme,
     quantize_int8,
 )
-from searchsmith.models.parity_inputs import (
-    ParityInputs,
-    heldout_groups,
-    heldout_texts,
-    parity_inputs,
+from searchsmith.models.parity import (
+    Dtype,
+    ParityThresholds,
+    calibration_feeds,
+    kendall_tau,
+    parity_check,
+)
+from searchsmith.models.parity_inputs import heldout_groups, heldout_texts, parity_inputs
+from searchsmith.models.runs import (
+    ModelSource,
+    embedder_source,
+    find_runs,
+    flat_numbers,
+    heldout_metrics,
+    run_source,
 )
 from searchsmith.models.runtime import (
     BUNDLE_CLASSES,
@@ -83,46 +93,13 @@ from searchsmith.models.runtime import (
     TorchGraph,
     read_manifest,
 )
-from searchsmith.models.tasks import run_names, run_task
 
 log = logging.getLogger(__name__)
 
-Dtype = Literal["fp32", "fp16", "int8"]
 # (task, run_dir, bundle, limit) -> (held-out figures in the manifest's naming, where they come from)
 HeldoutScorer = Callable[[str, Path, Bundle, "int | None"], tuple[dict[str, float], str]]
 _ORT_TO_NP = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32",
               "tensor(float16)": "float16"}
-
-
-@dataclass(frozen=True)
-class ParityThresholds:
-    """What the export accepts as "the same model".
-
-    Attributes:
-        fp32_max_abs: max |torch - ONNX| on logits and embeddings of the fp32 graphs.
-        fp16_min_cosine: min per-row cosine of fp16 embeddings against torch fp32.
-        int8_min_cosine: the same for int8.
-        rerank_min_kendall_tau: a query's ranking passes when its top-10 is identical or its
-            Kendall tau against torch is at least this.
-        decompose_min_identical: share of held-out inputs whose generated text is identical.
-        cite_min_agreement: share of tagger labels and of scorer decisions (at the support
-            threshold) that agree with torch (fp16/int8).
-        heldout_texts: held-out texts (and decomposer inputs; rerank groups: a quarter as
-            many) that parity runs on (``--parity-inputs``, 2..4096).
-    """
-
-    fp32_max_abs: float = 1e-4
-    fp16_min_cosine: float = 0.999
-    int8_min_cosine: float = 0.99
-    rerank_min_kendall_tau: float = 0.95
-    decompose_min_identical: float = 0.98
-    cite_min_agreement: float = 0.98
-    heldout_texts: int = 32
-
-    def __post_init__(self) -> None:
-        n = self.heldout_texts
-        if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= 4096:
-            raise ConfigError(f"export --parity-inputs: expected an int in 2..4096, got {n!r} (32 is the default)")
 
 
 @dataclass(frozen=True)
@@ -197,34 +174,6 @@ class ExportOptions:
     def int8_scheme(self, task: str) -> Int8Scheme:
         """The task's int8 defaults with this export's overrides."""
         return replace(INT8_DEFAULTS.get(task, Int8Scheme()), **self._int8_overrides())
-
-
-# ----------------------------------------------------------------------------- held-out inputs
-
-
-def calibration_feeds(task: str, bundle: Bundle, graph: str, n: int,
-                      inputs: ParityInputs) -> list[dict[str, np.ndarray]] | None:
-    """Feeds of ``graph`` for int8 calibration: ``n`` held-out inputs none of which parity uses
-    (``inputs.calibration_texts`` / ``calibration_groups``: the demo data or ``--parity-data``).
-
-    Texts for the embedder, the image model's text tower and the citation tagger; (question,
-    passage) pairs for the reranker and (text, text) pairs for the citation scorer. ``None``
-    for graphs that take no text (vision, the decomposer's) or when there are no inputs left.
-    """
-    names = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
-    if not names <= {"input_ids", "attention_mask", "token_type_ids"}:
-        return None
-    if task == "rerank":
-        pairs = [(q, p) for q, ps in inputs.calibration_groups for p in ps][:n]
-        return _raw_feeds(bundle, graph, [q for q, _ in pairs], [p for _, p in pairs]) if pairs else None
-    texts = inputs.calibration_texts[:n]
-    if not texts:
-        return None
-    if task == "cite" and graph == "scorer":
-        return _raw_feeds(bundle, graph, texts, texts[1:] + texts[:1])
-    if task == "cite":
-        return _raw_feeds(bundle, graph, texts, max_length=getattr(bundle, "tagger_max_length", None))
-    return _raw_feeds(bundle, graph, texts)
 
 
 # ----------------------------------------------------------------------------- graph files
@@ -350,176 +299,7 @@ def graph_signature(path: Path) -> dict[str, Any]:
     return {"inputs": rows(sess.get_inputs()), "outputs": rows(sess.get_outputs())}
 
 
-# ----------------------------------------------------------------------------- parity
-
-
-def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
-    """Kendall tau-b of two score vectors (1 = same order)."""
-    n = len(a)
-    conc = disc = ties_a = ties_b = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            da, db = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
-            if da == 0 and db == 0:
-                continue
-            if da == 0:
-                ties_a += 1
-            elif db == 0:
-                ties_b += 1
-            elif da == db:
-                conc += 1
-            else:
-                disc += 1
-    denom = math.sqrt((conc + disc + ties_a) * (conc + disc + ties_b))
-    return (conc - disc) / denom if denom else 1.0
-
-
-def _raw_feeds(bundle: Bundle, graph: str, texts: list[str], second: list[str] | None = None,
-               max_length: int | None = None) -> list[dict[str, np.ndarray]]:
-    names = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
-    return [{k: v for k, v in feeds.items() if k in names}
-            for _, feeds in bundle._encode_text(texts, second, max_length)]
-
-
-def _max_abs(ref: Callable, got: Callable, feeds: list[dict[str, np.ndarray]]) -> float:
-    worst = 0.0
-    for f in feeds:
-        worst = max(worst, float(np.abs(ref(f) - got(f)).max()))
-    return worst
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return np.sum(a * b, axis=1)
-
-
-def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dtype, th: ParityThresholds,
-                 reference_generate: Callable[[list[str]], list[str]] | None = None,
-                 images: list[Any] | None = None, inputs: ParityInputs | None = None) -> dict[str, Any]:
-    """Compare the ONNX bundles (fp32 and the final dtype) with the torch reference on the
-    held-out ``inputs`` (default: the demo inputs, :func:`~searchsmith.models.parity_inputs.demo_inputs`).
-
-    Returns:
-        The parity report: figures, thresholds and ``passed`` (all checks) per check.
-    """
-    n = th.heldout_texts
-    inputs = inputs or parity_inputs(task, n)
-    texts = inputs.texts
-    checks: dict[str, dict[str, Any]] = {}
-
-    def check(name: str, value: float, limit: float, higher_is_better: bool) -> None:
-        ok = value >= limit if higher_is_better else value <= limit
-        checks[name] = {"value": float(value), "limit": float(limit), "passed": bool(ok)}
-
-    if task == "embed" or task == "images":
-        graph = "model" if task == "embed" else "text"
-        check(f"{graph}_fp32_max_abs", _max_abs(ref.graphs[graph], fp32.graphs[graph],
-                                                _raw_feeds(ref, graph, texts)), th.fp32_max_abs, False)
-        encode = "encode" if task == "embed" else "encode_text"
-        a, b = getattr(ref, encode)(texts), getattr(final, encode)(texts)
-        if task == "images" and images:
-            pix = ref.preprocess(images)
-            check("vision_fp32_max_abs", float(np.abs(ref.graphs["vision"]({"pixel_values": pix})
-                                                      - fp32.graphs["vision"]({"pixel_values": pix})).max()),
-                  th.fp32_max_abs, False)
-            a = np.concatenate([a, ref.encode_images(images)])
-            b = np.concatenate([b, final.encode_images(images)])
-        if dtype != "fp32":
-            limit = th.fp16_min_cosine if dtype == "fp16" else th.int8_min_cosine
-            check(f"{dtype}_min_cosine", float(_cosines(a, b).min()), limit, True)
-    elif task == "rerank":
-        groups = inputs.groups
-        qs = [q for q, ps in groups for _ in ps]
-        ps = [p for _, group in groups for p in group]
-        check("logits_fp32_max_abs", _max_abs(ref.graphs["model"], fp32.graphs["model"],
-                                              _raw_feeds(ref, "model", qs, ps)), th.fp32_max_abs, False)
-        if dtype != "fp32":
-            taus, top_same, passed = [], [], []
-            for q, group in groups:
-                a, b = ref.score(q, group), final.score(q, group)
-                tau = kendall_tau(a, b)
-                same = list(np.argsort(-a, kind="stable")[:10]) == list(np.argsort(-b, kind="stable")[:10])
-                taus.append(tau)
-                top_same.append(same)
-                passed.append(same or tau >= th.rerank_min_kendall_tau)
-            check(f"{dtype}_queries_passing", float(np.mean(passed)), 1.0, True)
-            checks[f"{dtype}_queries_passing"].update(
-                {"min_kendall_tau": float(min(taus)), "mean_kendall_tau": float(np.mean(taus)),
-                 "top10_identical": float(np.mean(top_same)), "queries": len(groups)})
-    elif task == "cite":
-        pairs_a = [t for t in texts]
-        pairs_b = [texts[(i + 1) % len(texts)] for i in range(len(texts))]
-        tag_feeds = _raw_feeds(ref, "tagger", texts, max_length=ref.tagger_max_length)
-        check("tagger_fp32_max_abs", _max_abs(ref.graphs["tagger"], fp32.graphs["tagger"], tag_feeds),
-              th.fp32_max_abs, False)
-        check("scorer_fp32_max_abs", _max_abs(ref.graphs["scorer"], fp32.graphs["scorer"],
-                                              _raw_feeds(ref, "scorer", pairs_a, pairs_b)), th.fp32_max_abs, False)
-        if dtype != "fp32":
-            agree, total = 0, 0
-            for fa in tag_feeds:
-                la, lb = ref.graphs["tagger"](fa).argmax(-1), final.graphs["tagger"](fa).argmax(-1)
-                mask = fa["attention_mask"] == 1
-                agree += int((la == lb)[mask].sum())
-                total += int(mask.sum())
-            check(f"{dtype}_tagger_label_agreement", agree / max(total, 1), th.cite_min_agreement, True)
-            thr = ref.support_threshold
-            pa = ref.attribute(list(zip(pairs_a, pairs_b, strict=True)))
-            pb = final.attribute(list(zip(pairs_a, pairs_b, strict=True)))
-            check(f"{dtype}_scorer_decision_agreement", float(np.mean((pa >= thr) == (pb >= thr))),
-                  th.cite_min_agreement, True)
-    elif task == "decompose":
-        from searchsmith.models.decomposer import decompose_source, rewrite_source
-
-        qs = inputs.questions
-        sources = [decompose_source(q) for q in qs]
-        # a quarter also as conversation rewrites, the previous question as the history
-        sources += [rewrite_source([qs[i - 1]], q) for i, q in enumerate(qs[: max(1, n // 4)])]
-        feeds = _raw_feeds(ref, "encoder", sources)
-        check("encoder_fp32_max_abs", _max_abs(ref.graphs["encoder"], fp32.graphs["encoder"], feeds),
-              th.fp32_max_abs, False)
-        worst = 0.0
-        for f in feeds:
-            hidden = ref.graphs["encoder"](f)
-            b = len(hidden)
-            dec = {"decoder_input_ids": np.full((b, 3), fp32.start_id, dtype=np.int64),
-                   "encoder_hidden_states": hidden, "encoder_attention_mask": f["attention_mask"]}
-            worst = max(worst, float(np.abs(ref.graphs["decoder"](dec) - fp32.graphs["decoder"](dec)).max()))
-        check("decoder_fp32_max_abs", worst, th.fp32_max_abs, False)
-        want = reference_generate(sources) if reference_generate else ref.generate(sources)
-        got = final.generate(sources)
-        same = [a == b for a, b in zip(want, got, strict=True)]
-        check(f"{dtype}_identical_generations", float(np.mean(same)), th.decompose_min_identical, True)
-        checks[f"{dtype}_identical_generations"]["differing"] = [
-            {"source": s, "torch": a, "onnx": b} for s, a, b, ok in zip(sources, want, got, same, strict=True)
-            if not ok][:5]
-    passed = all(c["passed"] for c in checks.values())
-    return {"task": task, "dtype": dtype, "passed": passed, "checks": checks,
-            "thresholds": asdict(th), "heldout": inputs.source}
-
-
 # ----------------------------------------------------------------------------- one bundle
-
-
-@dataclass
-class ModelSource:
-    """What a task export needs from its model folder."""
-
-    task: str
-    model_dir: Path
-    tokenizer_dir: Path
-    base_model: str
-    trained: bool
-    trained_steps: int
-    max_length: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _model_max(model_dir: Path) -> int:
-    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    if "max_position_embeddings" not in cfg and "encoder" in cfg:
-        cfg = cfg["encoder"]
-    return int(cfg.get("max_position_embeddings", 512))
 
 
 def _copy_torch(src: Path, dst: Path) -> None:
@@ -694,113 +474,6 @@ def _probe_preprocess(model: Any) -> dict[str, Any]:
                       "per-channel normalisation that the runtime can reproduce; extend _probe_preprocess")
 
 
-# ----------------------------------------------------------------------------- runs
-
-
-def embedder_source(model: str = "default") -> ModelSource:
-    """The base sentence-transformers embedder (pretrained: no fine-tuning needed)."""
-    from searchsmith.models.hub import model_display_name, read_st_layout, resolve_model
-
-    path = Path(resolve_model(model, field="--model"))
-    if not path.is_dir():
-        raise ConfigError(f"export embedder --model: {model!r} is not a local folder; download it first")
-    pooling, st_max = read_st_layout(path)
-    max_len = min(st_max or _model_max(path), _model_max(path))
-    return ModelSource("embed", path, path, model_display_name(model), True, 0, max_len, {"pooling": pooling})
-
-
-def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
-    """Read ``run.json`` (and the task's model metadata) of a training run.
-
-    Raises:
-        BundleError: not a run, unknown task, untrained model.
-    """
-    run_dir = Path(run_dir)
-    info_path = run_dir / "run.json"
-    if not info_path.is_file():
-        raise BundleError(f"export: {str(run_dir)!r} has no run.json; pass a training run folder "
-                          "(searchsmith train RECIPE.yaml writes one) or a folder of runs")
-    info = read_json_object(info_path, "export", error=BundleError)
-    spec = run_task(info.get("task"))
-    if spec is None:
-        raise BundleError(f"export: run.json task {info.get('task')!r} in {str(run_dir)!r} is not one of "
-                          f"{run_names()}")
-    task = spec.name
-    model_dir = run_dir / "model"
-    if not model_dir.is_dir():
-        raise BundleError(f"export: {str(run_dir)!r} has no model/ folder; the run did not finish "
-                          "(rerun searchsmith train to resume it)")
-    raw_steps = info.get("steps", 0) or 0
-    # a multi-model run (citation: {"tagger": n, "scorer": m}) counts as trained when all are
-    steps = (min(int(v or 0) for v in raw_steps.values()) if isinstance(raw_steps, dict) and raw_steps
-             else int(raw_steps) if not isinstance(raw_steps, dict) else 0)
-    base = str(info.get("base_model", "unknown"))
-    extra: dict[str, Any] = {"run": {"recipe": info.get("recipe"), "path": str(run_dir.resolve())}}
-    tok_dir = model_dir / spec.tokenizer_subdir
-    meta: dict[str, Any] = {}
-    if spec.run_meta:  # the model's settings (models/tasks.py: the run-folder layout)
-        meta_path = model_dir / spec.run_meta
-        if meta_path.is_file():
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        elif task != "decompose":  # a decomposer saved before it wrote one has the defaults
-            raise BundleError(f"export {task}: {str(model_dir)!r} has no {spec.run_meta} (the model's labels, "
-                              "lengths and thresholds); rerun the recipe")
-    if task == "rerank":
-        max_len = int(info.get("max_length") or min(_model_max(model_dir), 512))
-    elif task == "decompose":
-        steps = int(meta.get("trained_steps", steps))
-        max_len = int(meta.get("max_source_tokens", 128))
-        extra["generation"] = _generation(model_dir, meta)
-    elif task == "cite":
-        max_len = int(meta.get("max_length") or 128)
-        extra["tagger_max_length"] = int(meta.get("tagger_max_length") or max_len)
-        per_model = meta.get("trained_steps")
-        if isinstance(per_model, dict):  # {"tagger": n, "scorer": m}: both must be trained
-            steps = min(int(per_model.get("tagger", 0) or 0), int(per_model.get("scorer", 0) or 0))
-        extra["labels"] = list(meta["labels"])
-        extra["thresholds"] = {k: v for k, v in meta.items() if "threshold" in k}
-        extra["thresholds"].setdefault("support_threshold", 0.5)
-    else:
-        max_len = int(meta.get("max_length") or 64)
-        steps = int(meta.get("trained_steps", steps) or 0)
-        extra["thresholds"] = {k: v for k, v in meta.items() if "threshold" in k or k == "temperature"}
-    extra["heldout_metrics"] = heldout_metrics(run_dir)
-    if steps <= 0 and not allow_untrained:
-        raise BundleError(f"export: the run {str(run_dir)!r} records {steps} training steps; an untrained "
-                          "model would serve noise. Train it (searchsmith train RECIPE.yaml) first")
-    return ModelSource(task, model_dir, tok_dir, base, steps > 0, steps, max_len, extra)
-
-
-def heldout_metrics(run_dir: Path) -> dict[str, float]:
-    """The run's final held-out figures and its untrained baselines (``metrics.json``), flat:
-    ``{"ndcg@10": .., "baselines/rewrite_f1_copy_query": .., "baselines/bi_encoder/ndcg@10": ..}``
-    (a nested baseline group joins its name and key with "/"; the ``data`` group of counts is
-    left out); {} when absent. The serving gates read these names to decide whether a model beat
-    its baseline (e.g. the pipeline's rewrite gate)."""
-    path = Path(run_dir) / "metrics.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    out = flat_numbers(data.get("final") or {}, "")
-    baselines = {k: v for k, v in (data.get("baselines") or {}).items() if k != "data"}
-    out.update(flat_numbers(baselines, "baselines/"))
-    return out
-
-
-def flat_numbers(values: Any, prefix: str = "") -> dict[str, float]:
-    """The finite numbers of a nested dict, keys joined with "/" after ``prefix``."""
-    out: dict[str, float] = {}
-    if not isinstance(values, dict):
-        return out
-    for key, value in values.items():
-        if isinstance(value, dict):
-            out.update(flat_numbers(value, f"{prefix}{key}/"))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[f"{prefix}{key}"] = float(value)
-    return out
-
-
 def bundle_heldout(src: ModelSource, bundle: Bundle, opts: ExportOptions) -> tuple[dict[str, float], str]:
     """``(manifest["heldout_metrics"], manifest["heldout_source"])`` of an export.
 
@@ -831,32 +504,6 @@ def bundle_heldout(src: ModelSource, bundle: Bundle, opts: ExportOptions) -> tup
     return figures, f"bundle:{opts.dtype} on {where}"
 
 
-def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    gen_path = model_dir / "generation_config.json"
-    gen = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
-
-    def pick(key: str) -> int:
-        value = gen.get(key, cfg.get(key))
-        if value is None:
-            raise BundleError(f"export decompose: {key} is not set in {model_dir}/config.json; re-save the model")
-        return int(value[0] if isinstance(value, list) else value)
-
-    return {"decoder_start_token_id": pick("decoder_start_token_id"), "eos_token_id": pick("eos_token_id"),
-            "pad_token_id": pick("pad_token_id"), "max_target_tokens": int(meta.get("max_target_tokens", 64)),
-            "max_nodes": int(meta.get("max_nodes", 8)), "max_history_turns": int(meta.get("max_history_turns", 3)),
-            "search": "greedy",
-            # constrained decoding (models/constrained.py): the runtime's loop applies the same
-            # token-level grammar / copy constraint as Decomposer.generate
-            "constrained": bool(meta.get("constrained", False)),
-            "decompose_vocab": [int(t) for t in meta.get("decompose_vocab", [])],
-            "rewrite_vocab": [int(t) for t in meta.get("rewrite_vocab", [])],
-            # rewrites as edits (models/rewrite_edit.py) and the graph-type head, as in
-            # decomposer.json; older runs have neither (full rewrites, no head)
-            "rewrite_target": str(meta.get("rewrite_target", "full")),
-            "type_head": meta.get("type_head"), "rewrite_head": meta.get("rewrite_head")}
-
-
 def export_run(run_dir: str | Path, out: str | Path, opts: ExportOptions | None = None) -> dict[str, Any]:
     """Export one training run to a bundle folder; return its manifest."""
     opts = opts or ExportOptions()
@@ -866,11 +513,6 @@ def export_run(run_dir: str | Path, out: str | Path, opts: ExportOptions | None 
 def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions | None = None) -> dict[str, Any]:
     """Export the base embedder (mean pooling and L2 normalisation inside the graph)."""
     return export_bundle(embedder_source(model), Path(out), opts or ExportOptions())
-
-
-def find_runs(folder: Path) -> list[Path]:
-    """The run folders (holding ``run.json``) directly inside ``folder``, sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.is_dir() and (p / "run.json").is_file())
 
 
 __all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "convert_graph",
