@@ -1,0 +1,84 @@
+"""Bootstrap intervals and paired tests (models/stats.py) against hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from searchsmith.models.errors import ValidationError
+from searchsmith.models.stats import (
+    bootstrap_ci,
+    compare_rows,
+    paired_difference,
+    permutation_p,
+    with_intervals,
+)
+
+
+def test_bootstrap_interval_of_a_mean_matches_the_normal_theory_width() -> None:
+    x = np.random.default_rng(1).normal(0.0, 1.0, 400)
+    lo, hi = bootstrap_ci(x, resamples=4000, seed=3)
+    # standard error 1/sqrt(400) = 0.05: a 95 % interval is about +-0.098 around the mean
+    assert lo < x.mean() < hi
+    assert (hi - lo) == pytest.approx(2 * 1.96 * x.std() / 20, rel=0.1)
+    assert bootstrap_ci(x, resamples=4000, seed=3) == (lo, hi)  # seeded: the same interval again
+
+
+def test_bootstrap_edge_cases_and_bad_settings() -> None:
+    assert bootstrap_ci([0.7]) == (0.7, 0.7)
+    assert all(math.isnan(v) for v in bootstrap_ci([]))
+    assert bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    with pytest.raises(ValidationError, match="resamples: expected an int >= 100"):
+        bootstrap_ci([1.0, 2.0], resamples=10)
+    # a pooled statistic recomputed on each resample of item indices (here: a max)
+    lo, hi = bootstrap_ci(np.arange(5.0), lambda a: float(a.max()))
+    assert 2.0 <= lo <= hi == 4.0
+
+
+def test_exact_permutation_p_values_by_hand() -> None:
+    # three equal positive differences: only the all-plus and all-minus of 8 assignments are as extreme
+    assert permutation_p([1.0, 1.0, 1.0]) == pytest.approx(2 / 8)
+    # zeros carry no sign information and are dropped
+    assert permutation_p([0.0, 1.0, 1.0, 0.0]) == pytest.approx(2 / 4)
+    # (1, 2, -1): |sum| = 2; of the 8 sign assignments, those whose |sum| >= 2 count
+    d = [1.0, 2.0, -1.0]
+    sums = [abs(a * 1 + b * 2 + c * -1) for a in (1, -1) for b in (1, -1) for c in (1, -1)]
+    assert permutation_p(d) == pytest.approx(sum(s >= 2 for s in sums) / 8)
+    assert permutation_p([]) == 1.0
+
+
+def test_identical_runs_give_an_interval_around_zero_and_a_shift_is_detected() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0, 1, 60)
+    same = paired_difference(a, a.copy(), "f1")
+    assert same.diff == 0.0 and same.ci95 == (0.0, 0.0) and same.p_value == 1.0
+    noisy = paired_difference(a, a + rng.normal(0, 0.05, 60), "f1")
+    assert noisy.ci95[0] < 0.0 < noisy.ci95[1] and noisy.p_value > 0.05
+    shifted = paired_difference(a, a + 0.1 + rng.normal(0, 0.02, 60), "f1")
+    assert shifted.ci95[0] > 0.05 and shifted.p_value < 0.001
+    assert shifted.to_dict()["significant"] is True
+    with pytest.raises(ValidationError, match="pair the same items"):
+        paired_difference([1.0], [1.0, 2.0])
+
+
+def test_with_intervals_only_for_metrics_reported_as_per_item_means() -> None:
+    rows = [{"id": i, "ndcg@10": v, "note": "x"} for i, v in enumerate([0.2, 0.4, 0.6, 0.8])]
+    got = with_intervals({"ndcg@10": 0.5, "queries": 4}, rows, resamples=500)
+    assert set(got) == {"ndcg@10_ci95"} and got["ndcg@10_ci95"][0] < 0.5 < got["ndcg@10_ci95"][1]
+    assert with_intervals({"rerank/ndcg@10": 0.5}, rows, prefix="rerank/")["rerank/ndcg@10_ci95"]
+    assert with_intervals({"ndcg@10": 0.5}, []) == {}
+
+
+def test_compare_rows_pairs_by_key_and_refuses_ambiguous_files() -> None:
+    a = [{"id": i, "mode": "serial", "recall@1": float(i % 2)} for i in range(20)]
+    b = [{"id": i, "mode": "serial", "recall@1": 1.0} for i in range(20)] + [{"id": 99, "mode": "serial",
+                                                                              "recall@1": 0.0}]
+    out = compare_rows(a, b, ["id", "mode"])
+    assert out["paired"] == 20 and out["items_b"] == 21
+    (m,) = out["metrics"]
+    assert m["metric"] == "recall@1" and m["diff"] == 0.5 and m["p_value"] < 0.01
+    with pytest.raises(ValidationError, match="two items with"):
+        compare_rows(a + a[:1], b, ["id", "mode"])
+    with pytest.raises(ValidationError, match="no item is in both"):
+        compare_rows(a, [{"id": "x", "mode": "y", "recall@1": 1.0}], ["id", "mode"])
