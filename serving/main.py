@@ -21,7 +21,7 @@ from typing import Any
 
 from searchsmith.models import __version__
 from searchsmith.models.console import VERBOSE_ENV, install_log_filter, quiet_third_party, verbose
-from searchsmith.models.errors import SearchsmithError
+from searchsmith.models.errors import ConfigError, SearchsmithError
 
 __all__ = ["COMMANDS", "EVAL_TASKS", "Command", "configure_eval", "main"]
 
@@ -146,6 +146,28 @@ def _eval_pipeline(args: argparse.Namespace) -> Metrics:
     return eval_pipeline(args)
 
 
+def _eval_compare(args: argparse.Namespace) -> Metrics:
+    from searchsmith.models.stats import compare_rows
+    from searchsmith.models.text import read_jsonl
+
+    a, b = (read_jsonl(f, what=f"eval compare {name}") for f, name in zip(args.files, "AB", strict=True))
+    key = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else _default_key(a[0])
+    missing = [k for k in key if k not in a[0] or k not in b[0]]
+    if missing:
+        raise ConfigError(f"eval compare --key: field(s) {missing} are not in both files' items; their fields "
+                          f"are {sorted(set(a[0]) & set(b[0]))}")
+    out = compare_rows(a, b, key, metrics=args.metric, resamples=args.resamples, seed=args.seed)
+    return {"task": "compare", "a": str(args.files[0]), "b": str(args.files[1]), **out}
+
+
+def _default_key(row: dict[str, Any]) -> list[str]:
+    ident = next((k for k in ("id", "qid", "i") if k in row), None)
+    if ident is None:
+        raise ConfigError(f"eval compare: the items have none of the fields id, qid, i; name the fields that "
+                          f"identify an item with --key (fields: {sorted(row)})")
+    return [ident, *(k for k in ("mode", "variant") if k in row)]
+
+
 def _eval_model(args: argparse.Namespace) -> Metrics:
     from searchsmith.training.evaluate import EVALUATORS
 
@@ -161,6 +183,7 @@ EVAL_TASKS: dict[str, Callable[[argparse.Namespace], Metrics]] = {
     "cite": _eval_model,
     "images": _eval_model,
     "pipeline": _eval_pipeline,
+    "compare": _eval_compare,
 }
 
 
@@ -188,6 +211,12 @@ tasks, their --data and their model:
   pipeline   JSONL {"id", "query", "history"?, "answer", "supporting": [corpus ids]} + --index
              DIR and --config FILE; --bundle DIR (a bundle, or a folder of bundles) replaces
              the config's bundles of the same tasks
+  compare    two --per-item files of the same data (A.jsonl B.jsonl as arguments, no --data):
+             for each numeric metric, B - A over the paired items with a bootstrap 95 %
+             interval and a two-sided paired permutation p-value; items are paired by
+             --key (default: id / qid / i, plus mode / variant when present)
+
+Every figure comes with a seeded bootstrap 95 % interval (<metric>_ci95).
 
 Write held-out files with: python -m searchsmith.training.decompose_data --out DIR;
 python -m searchsmith.training.cite_data --write-eval F; python -m searchsmith.training.images
@@ -196,10 +225,13 @@ write-eval F; python -m searchsmith.training.evaluate scifact-beir DIR.
 
 
 def configure_eval(parser: argparse.ArgumentParser) -> None:
+    from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = EVAL_HELP
     parser.add_argument("task", choices=sorted(EVAL_TASKS), help="what to evaluate (see above)")
-    parser.add_argument("--data", required=True, help="evaluation data (formats above)")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="compare: the two --per-item files A and B")
+    parser.add_argument("--data", help="evaluation data (formats above); every task but compare needs it")
     parser.add_argument("--index", help="index directory (route, pipeline)")
     parser.add_argument("--bundle", metavar="DIR",
                         help="an exported bundle ('searchsmith export'; fp32, fp16 or int8) of the task's model")
@@ -214,11 +246,27 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=int, default=3, help="cut-off K for recall@K (default %(default)s)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N items")
     parser.add_argument("--per-item", help="also write one JSON line per item to this file")
+    parser.add_argument("--key", default=None, metavar="FIELDS",
+                        help="compare: comma-separated fields that identify an item (default: id, qid or i, "
+                             "plus mode / variant when present)")
+    parser.add_argument("--metric", action="append", default=None, metavar="NAME",
+                        help="compare: only this metric (repeatable; default: every shared numeric field)")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                        help="compare: bootstrap resamples (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="compare: bootstrap seed (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=_run_eval)
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    if args.task == "compare":
+        if args.data or len(args.files) != 2:
+            raise ConfigError(f"eval compare: give two --per-item files, A.jsonl B.jsonl (got {args.files or 'none'}"
+                              f"{' and --data' if args.data else ''}); write them with eval TASK --per-item FILE")
+    elif args.files:
+        raise ConfigError(f"eval {args.task}: unexpected argument(s) {args.files}; the data goes in --data")
+    elif not args.data:
+        raise ConfigError(f"eval {args.task}: --data is required (formats: searchsmith eval --help)")
     metrics = EVAL_TASKS[args.task](args)
     if args.json:
         print(json.dumps(metrics, sort_keys=True))
