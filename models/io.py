@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,18 @@ def read_json_object(path: Path, what: str, *, fix: str = "", error: type[Except
     if not isinstance(data, dict):
         raise error(f"{what}: {path} must hold a JSON object, not {type(data).__name__}{tail}")
     return data
+
+
+def write_jsonl_atomic(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:
+    """Write records as JSON lines through a temporary file (a reader never sees half a file)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, p)
+    return p
 
 
 def write_text_atomic(path: Path, text: str) -> None:

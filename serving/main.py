@@ -146,6 +146,12 @@ def _eval_pipeline(args: argparse.Namespace) -> Metrics:
     return eval_pipeline(args)
 
 
+def _eval_sweep(args: argparse.Namespace) -> Metrics:
+    from searchsmith.serving.sweep import eval_sweep
+
+    return eval_sweep(args)
+
+
 def _eval_compare(args: argparse.Namespace) -> Metrics:
     from searchsmith.models.stats import compare_rows
     from searchsmith.models.text import read_jsonl
@@ -183,6 +189,7 @@ EVAL_TASKS: dict[str, Callable[[argparse.Namespace], Metrics]] = {
     "cite": _eval_model,
     "images": _eval_model,
     "pipeline": _eval_pipeline,
+    "sweep": _eval_sweep,
     "compare": _eval_compare,
 }
 
@@ -211,6 +218,9 @@ tasks, their --data and their model:
   pipeline   JSONL {"id", "query", "history"?, "answer", "supporting": [corpus ids]} + --index
              DIR and --config FILE; --bundle DIR (a bundle, or a folder of bundles) replaces
              the config's bundles of the same tasks
+  sweep      pipeline data (as pipeline) + --index, --param KEY (a pipeline config key) and
+             --values V1,V2,...: every answer metric per value with its interval, the best
+             value per metric and whether the default is within the noise of it (--plot PNG)
   compare    two --per-item files of the same data (A.jsonl B.jsonl as arguments, no --data):
              for each numeric metric, B - A over the paired items with a bootstrap 95 %
              interval and a two-sided paired permutation p-value; items are paired by
@@ -246,6 +256,9 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=int, default=3, help="cut-off K for recall@K (default %(default)s)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N items")
     parser.add_argument("--per-item", help="also write one JSON line per item to this file")
+    parser.add_argument("--param", metavar="KEY", help="sweep: the pipeline config key to vary")
+    parser.add_argument("--values", metavar="V1,V2,...", help="sweep: the values to try (YAML, comma-separated)")
+    parser.add_argument("--plot", metavar="PNG", help="sweep: draw metric vs value with intervals")
     parser.add_argument("--key", default=None, metavar="FIELDS",
                         help="compare: comma-separated fields that identify an item (default: id, qid or i, "
                              "plus mode / variant when present)")

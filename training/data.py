@@ -6,15 +6,15 @@ negatives with and compare against). JSONL reading is :func:`searchsmith.models.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.hub import resolve_model
+from searchsmith.models.io import write_jsonl_atomic  # noqa: F401 - the recipes import it from here
 
 T = TypeVar("T")
 
@@ -55,20 +55,6 @@ def split_by_key(keys: Sequence[T], eval_ratio: float, seed: int) -> tuple[set[T
     rng.shuffle(uniq)
     n_eval = max(1, round(eval_ratio * len(uniq))) if len(uniq) >= 2 else 0
     return set(uniq[n_eval:]), set(uniq[:n_eval])
-
-
-def write_jsonl_atomic(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
-    """Write records as JSON lines through a temporary file."""
-    import os
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, p)
-    return p
 
 
 # ------------------------------------------------------------------ synthetic text helpers

@@ -1,0 +1,173 @@
+"""``searchsmith eval sweep``: one pipeline setting varied, every answer metric with its interval.
+
+The papers' thresholds (dedup 0.8, keep 70 %, citation 0.6, timeline merge 0.9, images 0.3)
+are config defaults that were never varied. A sweep answers the same questions once per
+value of one pipeline config key (any dotted key, ``citation.cosine_threshold``), with the
+rest of the config as given, and reports each metric's mean with its seeded bootstrap 95 %
+interval, the value that scored best on each metric, and whether the default is among the
+values whose interval overlaps the best one's (a difference inside the noise is no evidence
+against the default). ``--plot FILE`` draws metric vs value with the intervals and the
+default marked; ``--per-item FILE`` writes one line per (question, value) for
+``searchsmith eval compare`` (filter two values into two files).
+
+::
+
+    searchsmith eval sweep --data models/demo/qa.jsonl --index indexes/demo \\
+        --param citation.cosine_threshold --values 0.4,0.5,0.6,0.7,0.8 --plot sweep.png
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from searchsmith.models.errors import ConfigError
+from searchsmith.models.io import write_jsonl_atomic
+from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci
+from searchsmith.models.text import read_jsonl
+
+__all__ = ["SWEEP_METRICS", "eval_sweep", "parse_values"]
+
+# The answer metrics a sweep reports (serving.evaluate.pipeline_item_metrics), best = highest
+# except latency.
+SWEEP_METRICS = ("support_recall", "retrieval_recall", "citation_precision", "citation_recall", "f1", "contains",
+                 "latency_ms")
+LOWER_IS_BETTER = frozenset({"latency_ms"})
+
+
+def parse_values(text: str, param: str) -> list[object]:
+    """``"0.4,0.5,0.6"`` -> ``[0.4, 0.5, 0.6]`` (each value parsed as YAML, as overrides are).
+
+    Raises:
+        ConfigError: no value, or the same value twice.
+    """
+    import yaml
+
+    raw = [v.strip() for v in str(text).split(",") if v.strip()]
+    if len(raw) < 2:
+        raise ConfigError(f"eval sweep --values: give at least two comma-separated values of {param} "
+                          f"(got {text!r}), e.g. --values 0.4,0.6,0.8")
+    values = [yaml.safe_load(v) for v in raw]
+    if len({repr(v) for v in values}) != len(values):
+        raise ConfigError(f"eval sweep --values: a value of {param} is listed twice in {text!r}")
+    return values
+
+
+def _setting(cfg: object, dotted: str) -> object:
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _summary(rows: list[dict[str, float]], resamples: int, seed: int) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for m in SWEEP_METRICS:
+        xs = [r[m] for r in rows]
+        out[m] = round(sum(xs) / len(xs), 4)
+        lo, hi = bootstrap_ci(xs, resamples=resamples, seed=seed)
+        out[f"{m}_ci95"] = [round(lo, 4), round(hi, 4)]
+    return out
+
+
+def _verdicts(points: list[dict[str, Any]], default: object) -> dict[str, dict[str, object]]:
+    """Per metric: the best value, and whether the default's interval overlaps the best one's."""
+    out: dict[str, dict[str, object]] = {}
+    for m in SWEEP_METRICS:
+        sign = -1.0 if m in LOWER_IS_BETTER else 1.0
+        best = max(points, key=lambda p: sign * float(p["metrics"][m]))
+        at_default = next((p for p in points if p["value"] == default), None)
+        verdict: dict[str, object] = {"best_value": best["value"], "best": best["metrics"][m]}
+        if at_default is not None:
+            d_lo, d_hi = at_default["metrics"][f"{m}_ci95"]
+            b_lo, b_hi = best["metrics"][f"{m}_ci95"]
+            verdict["default"] = at_default["metrics"][m]
+            verdict["default_within_noise_of_best"] = bool(d_lo <= b_hi and b_lo <= d_hi)
+        out[m] = verdict
+    return out
+
+
+def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
+    """Run the sweep of ``args.param`` over ``args.values`` (see the module docstring).
+
+    Raises:
+        ConfigError: no --param / --values, an unknown key, a value the config refuses.
+    """
+    from searchsmith.serving.evaluate import pipeline_item_metrics, with_eval_bundles
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+    from searchsmith.serving.pipeline.pipeline import load_pipeline
+    from searchsmith.training.evaluate import progress_bar
+
+    if not getattr(args, "param", None):
+        raise ConfigError("eval sweep: --param KEY is required (a pipeline config key, e.g. "
+                          "citation.cosine_threshold; searchsmith config pipeline lists them)")
+    values = parse_values(getattr(args, "values", None) or "", args.param)
+    # every config first: an unknown key (with the closest one suggested) or a value the config
+    # refuses fails before any question is asked
+    configs = [with_eval_bundles(load_pipeline_config(args.config, [f"{args.param}={v}"]), args) for v in values]
+    base = load_pipeline_config(args.config)
+    try:
+        default = _setting(base, args.param)
+    except AttributeError:  # a section, not a setting (e.g. --param citation)
+        raise ConfigError(f"eval sweep --param: {args.param!r} is not a single pipeline setting (searchsmith "
+                          "config pipeline lists them)") from None
+    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
+    if args.limit:
+        items = items[: args.limit]
+    resamples = int(getattr(args, "resamples", DEFAULT_RESAMPLES))
+    seed = int(getattr(args, "seed", DEFAULT_SEED))
+    points: list[dict[str, Any]] = []
+    per_item: list[dict[str, object]] = []
+    with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
+        for value, cfg in zip(values, configs, strict=True):
+            pipe = load_pipeline(cfg, args.index)
+            try:
+                rows = []
+                for i, it in enumerate(items):
+                    m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history"), query_id=str(i)), it)
+                    rows.append(m)
+                    per_item.append({"id": it.get("id", i), "value": value, **m})
+                    bar.update(1)
+            finally:
+                pipe.close()
+            points.append({"value": value, "metrics": _summary(rows, resamples, seed)})
+    out: dict[str, Any] = {
+        "task": "sweep", "data": str(args.data), "index": str(args.index or base.index), "n": len(items),
+        "param": args.param, "default": default, "values": values, "points": points,
+        "verdicts": _verdicts(points, default), "bootstrap": {"resamples": resamples, "seed": seed},
+    }
+    if getattr(args, "per_item", None):
+        write_jsonl_atomic(args.per_item, per_item)
+    if getattr(args, "plot", None):
+        out["plot"] = str(plot_sweep(Path(args.plot), out))
+    return out
+
+
+def plot_sweep(path: Path, result: dict[str, Any]) -> Path:
+    """Each quality metric against the swept value, with its interval; the default dashed."""
+    from searchsmith.serving.profiling.common import save_plot
+
+    points = result["points"]
+    param, default = result["param"], result["default"]
+    numeric = all(isinstance(p["value"], (int, float)) and not isinstance(p["value"], bool) for p in points)
+    xs = [p["value"] if numeric else i for i, p in enumerate(points)]
+
+    def draw(fig: Any, ax: Any) -> None:
+        for m in SWEEP_METRICS:
+            if m in LOWER_IS_BETTER:
+                continue
+            ys = [p["metrics"][m] for p in points]
+            lo = [y - p["metrics"][f"{m}_ci95"][0] for y, p in zip(ys, points, strict=True)]
+            hi = [p["metrics"][f"{m}_ci95"][1] - y for y, p in zip(ys, points, strict=True)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=m)
+        if numeric and isinstance(default, (int, float)):
+            ax.axvline(float(default), linestyle="--", color="grey", label=f"default {default}")
+        if not numeric:
+            ax.set_xticks(xs, [str(p["value"]) for p in points])
+        ax.set_xlabel(str(param))
+        ax.set_ylabel("mean over questions (95 % bootstrap interval)")
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=7)
+
+    return save_plot(path, draw, f"sweep of {param} ({result['n']} questions)")

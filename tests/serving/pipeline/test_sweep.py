@@ -1,0 +1,69 @@
+"""searchsmith eval sweep: one pipeline setting varied, metrics with intervals, the default judged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving.main import main
+from searchsmith.serving.sweep import parse_values
+
+ROWS = [{"id": "a", "query": "Which planet is the largest?", "answer": "Jupiter", "supporting": ["astronomy-0"]},
+        {"id": "b", "query": "Where are the unit tests for the Lumen eviction code?", "answer": "tests/test_evict.py",
+         "supporting": ["code-4"]},
+        {"id": "c", "query": "How long do I bake the bread?", "answer": "40 minutes", "supporting": ["cooking-0"]}]
+
+
+@pytest.fixture
+def qa(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return path
+
+
+def test_sweep_reports_each_value_with_intervals_and_judges_the_default(small_index, qa, tmp_path, capsys) -> None:
+    png, per = tmp_path / "sweep.png", tmp_path / "per.jsonl"
+    rc = main(["eval", "sweep", "--data", str(qa), "--index", str(small_index), "--param",
+               "citation.cosine_threshold", "--values", "0.3,0.6,0.9", "--plot", str(png), "--per-item", str(per),
+               "--resamples", "200", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["default"] == 0.6 and out["values"] == [0.3, 0.6, 0.9] and out["n"] == 3
+    for point in out["points"]:
+        m = point["metrics"]
+        for name in ("citation_precision", "citation_recall", "support_recall", "f1"):
+            lo, hi = m[f"{name}_ci95"]
+            assert lo <= m[name] <= hi
+    assert png.stat().st_size > 1000
+    rows = [json.loads(line) for line in per.read_text().splitlines()]
+    assert len(rows) == 9 and {r["value"] for r in rows} == {0.3, 0.6, 0.9}
+    # each point is the mean of its per-item rows; the verdict names the best of them
+    for point in out["points"]:
+        mine = [r["citation_recall"] for r in rows if r["value"] == point["value"]]
+        assert point["metrics"]["citation_recall"] == pytest.approx(sum(mine) / 3, abs=1e-4)
+    verdict = out["verdicts"]["citation_recall"]
+    best = max(p["metrics"]["citation_recall"] for p in out["points"])
+    assert verdict["best"] == best and verdict["default"] == out["points"][1]["metrics"]["citation_recall"]
+    assert isinstance(verdict["default_within_noise_of_best"], bool)
+    assert out["verdicts"]["latency_ms"]["best"] == min(p["metrics"]["latency_ms"] for p in out["points"])
+
+
+def test_a_setting_that_changes_the_answers_shows_in_the_sweep(small_index, qa, capsys) -> None:
+    # one passage kept per question instead of up to ten: retrieval recall can only fall
+    assert main(["eval", "sweep", "--data", str(qa), "--index", str(small_index), "--param",
+                 "retrieval.retrieve_k", "--values", "1,10", "--resamples", "200", "--json"]) == 0
+    by_k = {p["value"]: p["metrics"] for p in json.loads(capsys.readouterr().out)["points"]}
+    assert by_k[1]["retrieval_recall"] <= by_k[10]["retrieval_recall"] == 1.0
+
+
+def test_sweep_refuses_bad_settings_before_asking(small_index, qa, capsys) -> None:
+    base = ["eval", "sweep", "--data", str(qa), "--index", str(small_index)]
+    assert main([*base, "--values", "1,2"]) == 1
+    assert "--param KEY is required" in capsys.readouterr().err
+    assert main([*base, "--param", "citation.cosine_treshold", "--values", "0.1,0.2"]) == 1
+    assert "cosine_threshold" in capsys.readouterr().err  # the closest key is suggested
+    with pytest.raises(ConfigError, match="at least two"):
+        parse_values("0.5", "x")
+    with pytest.raises(ConfigError, match="listed twice"):
+        parse_values("0.5,0.5", "x")
