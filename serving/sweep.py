@@ -4,9 +4,9 @@ The papers' thresholds (dedup 0.8, keep 70 %, citation 0.6, timeline merge 0.9, 
 are config defaults that were never varied. A sweep answers the same questions once per
 value of one pipeline config key (any dotted key, ``citation.cosine_threshold``), with the
 rest of the config as given, and reports each metric's mean with its seeded bootstrap 95 %
-interval, the value that scored best on each metric, and whether the default is among the
-values whose interval overlaps the best one's (a difference inside the noise is no evidence
-against the default). ``--plot FILE`` draws metric vs value with the intervals and the
+interval, the value that scored best on each metric and, question by question, each value
+against the default (paired difference, its interval and a permutation p-value): a value
+"beats the default" only when that interval excludes zero in its favour. ``--plot FILE`` draws metric vs value with the intervals and the
 default marked; ``--per-item FILE`` writes one line per (question, value) for
 ``searchsmith eval compare`` (filter two values into two files).
 
@@ -24,7 +24,12 @@ from typing import Any
 
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.io import write_jsonl_atomic
-from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci
+from searchsmith.models.stats import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    bootstrap_ci,
+    paired_difference,
+)
 from searchsmith.models.text import read_jsonl
 
 __all__ = ["SWEEP_METRICS", "eval_sweep", "parse_values"]
@@ -71,19 +76,30 @@ def _summary(rows: list[dict[str, float]], resamples: int, seed: int) -> dict[st
     return out
 
 
-def _verdicts(points: list[dict[str, Any]], default: object) -> dict[str, dict[str, object]]:
-    """Per metric: the best value, and whether the default's interval overlaps the best one's."""
+def _verdicts(points: list[dict[str, Any]], default: object, rows: dict[str, list[dict[str, float]]],
+              resamples: int, seed: int) -> dict[str, dict[str, object]]:
+    """Per metric: the best value and, when the default is among the values, each other value
+    against the default on the same questions (paired difference, interval, p-value) and
+    whether any of them beats the default beyond the noise."""
     out: dict[str, dict[str, object]] = {}
+    key = repr(default)
     for m in SWEEP_METRICS:
         sign = -1.0 if m in LOWER_IS_BETTER else 1.0
         best = max(points, key=lambda p: sign * float(p["metrics"][m]))
-        at_default = next((p for p in points if p["value"] == default), None)
         verdict: dict[str, object] = {"best_value": best["value"], "best": best["metrics"][m]}
-        if at_default is not None:
-            d_lo, d_hi = at_default["metrics"][f"{m}_ci95"]
-            b_lo, b_hi = best["metrics"][f"{m}_ci95"]
-            verdict["default"] = at_default["metrics"][m]
-            verdict["default_within_noise_of_best"] = bool(d_lo <= b_hi and b_lo <= d_hi)
+        if key in rows:
+            base = [r[m] for r in rows[key]]
+            against = {}
+            for p in points:
+                if repr(p["value"]) == key:
+                    continue
+                c = paired_difference(base, [r[m] for r in rows[repr(p["value"])]], m, resamples=resamples,
+                                      seed=seed).to_dict()
+                against[str(p["value"])] = {k: c[k] for k in ("diff", "diff_ci95", "p_value")}
+            better = [v for v, c in against.items()
+                      if (c["diff_ci95"][0] > 0 if sign > 0 else c["diff_ci95"][1] < 0)]
+            verdict.update({"default": next(p["metrics"][m] for p in points if repr(p["value"]) == key),
+                            "vs_default": against, "beats_default": better})
         out[m] = verdict
     return out
 
@@ -119,6 +135,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     seed = int(getattr(args, "seed", DEFAULT_SEED))
     points: list[dict[str, Any]] = []
     per_item: list[dict[str, object]] = []
+    by_value: dict[str, list[dict[str, float]]] = {}
     with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
         for value, cfg in zip(values, configs, strict=True):
             pipe = load_pipeline(cfg, args.index)
@@ -132,10 +149,12 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
             finally:
                 pipe.close()
             points.append({"value": value, "metrics": _summary(rows, resamples, seed)})
+            by_value[repr(value)] = rows
     out: dict[str, Any] = {
         "task": "sweep", "data": str(args.data), "index": str(args.index or base.index), "n": len(items),
         "param": args.param, "default": default, "values": values, "points": points,
-        "verdicts": _verdicts(points, default), "bootstrap": {"resamples": resamples, "seed": seed},
+        "verdicts": _verdicts(points, default, by_value, resamples, seed),
+        "bootstrap": {"resamples": resamples, "seed": seed},
     }
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)

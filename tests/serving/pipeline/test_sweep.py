@@ -45,7 +45,10 @@ def test_sweep_reports_each_value_with_intervals_and_judges_the_default(small_in
     verdict = out["verdicts"]["citation_recall"]
     best = max(p["metrics"]["citation_recall"] for p in out["points"])
     assert verdict["best"] == best and verdict["default"] == out["points"][1]["metrics"]["citation_recall"]
-    assert isinstance(verdict["default_within_noise_of_best"], bool)
+    assert set(verdict["vs_default"]) == {"0.3", "0.9"}
+    for value, c in verdict["vs_default"].items():
+        assert c["diff_ci95"][0] <= c["diff"] <= c["diff_ci95"][1] and 0.0 <= c["p_value"] <= 1.0
+        assert (value in verdict["beats_default"]) == (c["diff_ci95"][0] > 0)
     assert out["verdicts"]["latency_ms"]["best"] == min(p["metrics"]["latency_ms"] for p in out["points"])
 
 
