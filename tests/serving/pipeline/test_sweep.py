@@ -50,6 +50,7 @@ def test_sweep_reports_each_value_with_intervals_and_judges_the_default(small_in
         assert c["diff_ci95"][0] <= c["diff"] <= c["diff_ci95"][1] and 0.0 <= c["p_value"] <= 1.0
         assert (value in verdict["beats_default"]) == (c["diff_ci95"][0] > 0)
     assert out["verdicts"]["latency_ms"]["best"] == min(p["metrics"]["latency_ms"] for p in out["points"])
+    assert "beats_default" not in out["verdicts"]["latency_ms"]  # timing is reported, not judged
 
 
 def test_a_setting_that_changes_the_answers_shows_in_the_sweep(small_index, qa, capsys) -> None:
