@@ -7,17 +7,22 @@ follow-ups (non-empty history) and single turns:
 * ``recall@1``: the top source is gold;
 * ``recall@K``: share of the gold sources found in the top K;
 * ``mrr``: 1 / rank of the first gold source (0 when none in the top K).
+
+Each figure comes with its bootstrap 95 % interval (``<name>_ci95``; resamples and seed under
+``"bootstrap"``). ``--per-item F`` writes one line per (item, mode), identified by ``i`` (the
+item's position in the data) and ``mode``, with the metrics under the summary's names.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.text import answer_tokens, read_jsonl, token_f1
 
@@ -33,17 +38,14 @@ def route_metrics(ranked: list[str], gold: list[str], k: int) -> dict[str, float
             "mrr": mrr_at_k(labels, k)}
 
 
-def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
+def _mean(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Mean of each per-item metric, with its bootstrap 95 % interval, and ``n``."""
+    from searchsmith.training.eval_intervals import attach_intervals
+
     if not rows:
         return {}
-    keys = rows[0].keys()
-    out = {key: round(sum(r[key] for r in rows) / len(rows), 4) for key in keys}
-    # 95 % normal-approximation interval of recall@1 (a proportion), for honest comparisons
-    p = out["recall@1"]
-    half = 1.96 * math.sqrt(max(p * (1 - p), 1e-12) / len(rows))
-    out["recall@1_ci95"] = [round(max(0.0, p - half), 4), round(min(1.0, p + half), 4)]
-    out["n"] = len(rows)
-    return out
+    out = {key: round(sum(r[key] for r in rows) / len(rows), 4) for key in rows[0]}
+    return {**attach_intervals(out, rows), "n": len(rows)}
 
 
 class _ModelRewriter:
@@ -87,6 +89,7 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
     ``args.bundle`` / ``args.checkpoint`` (optional): an ``embed`` model embeds the queries
     (the index's centroids stay), a ``decompose`` model rewrites the follow-ups.
     """
+    from searchsmith.training.eval_intervals import bootstrap_info
     from searchsmith.training.evaluate import progress_bar
 
     if not args.index:
@@ -117,10 +120,8 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
                 bar.update(1)
             summary["modes"][mode] = {part: _mean(r) for part, r in rows.items() if r}
     if args.per_item:
-        with open(args.per_item, "w", encoding="utf-8") as fh:
-            for row in per_item:
-                fh.write(json.dumps(row) + "\n")
-    return summary
+        write_jsonl_atomic(args.per_item, per_item)
+    return {**summary, "bootstrap": bootstrap_info()}
 
 
 # -- pipeline --------------------------------------------------------------------------------
@@ -155,15 +156,28 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any]) -> dict[str
     }
 
 
+def _p50_ms(latency_ms: np.ndarray) -> Callable[[np.ndarray], float]:
+    """Median latency (ms) of a resample of item indices."""
+    return lambda idx: percentiles((latency_ms[idx.astype(np.int64)] / 1e3).tolist())["p50_ms"]
+
+
 def _summary(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Mean of each per-item metric and the median latency, each with its bootstrap interval."""
+    from searchsmith.training.eval_intervals import attach_intervals
+
     keys = [k for k in rows[0] if k != "latency_ms"]
     out: dict[str, Any] = {k: round(sum(r[k] for r in rows) / len(rows), 4) for k in keys}
-    out["latency_ms_p50"] = round(percentiles([r["latency_ms"] / 1e3 for r in rows])["p50_ms"], 1)
+    latency = np.asarray([r["latency_ms"] for r in rows], dtype=np.float64)
+    out["latency_ms_p50"] = round(_p50_ms(latency)(np.arange(len(rows))), 1)
+    out = attach_intervals(out, rows, keys=keys, pooled={"latency_ms_p50": _p50_ms(latency)}, digits=1)
     out["n"] = len(rows)
     return out
 
 
-def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """p50 / p95 latency (ms) of each stage and of the whole answer, with bootstrap intervals
+    over the answers that ran the stage."""
+    from searchsmith.training.eval_intervals import attach_intervals
 
     by_stage: dict[str, list[float]] = {}
     for tr in traces:
@@ -172,8 +186,10 @@ def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, floa
         by_stage.setdefault("total", []).append(tr["total_ms"] / 1e3)
     out = {}
     for name, xs in by_stage.items():
-        p = percentiles(xs)
-        out[name] = {"p50_ms": round(p["p50_ms"], 1), "p95_ms": round(p["p95_ms"], 1)}
+        secs = np.asarray(xs, dtype=np.float64)
+        stats = {q: (lambda idx, q=q: percentiles(secs[idx.astype(np.int64)].tolist())[q]) for q in ("p50_ms", "p95_ms")}
+        point = {q: round(stat(np.arange(len(xs))), 1) for q, stat in stats.items()}
+        out[name] = attach_intervals(point, [{} for _ in xs], pooled=stats, digits=1)
     return out
 
 
@@ -223,9 +239,15 @@ def with_eval_bundles(cfg: Any, args: argparse.Namespace) -> Any:
 def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """Answer quality, citations and latency of the pipeline on ``{"id", "query", "history"?,
     "answer", "supporting"}`` items, with the SRSA strategy ablation (routed vs each strategy
-    forced) and serial vs parallel routing on the follow-ups, all in the same run."""
+    forced) and serial vs parallel routing on the follow-ups, all in the same run.
+
+    Every figure has its bootstrap 95 % interval (``<name>_ci95``, per variant too; the median
+    latency and the stage percentiles are recomputed on each resample). ``--per-item F`` writes
+    one line per (item, variant), identified by ``id`` (the item's, else its position) and
+    ``variant``, with the metrics under the summary's names (``latency_ms`` per item)."""
     from searchsmith.serving.pipeline.config import STRATEGIES, load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
+    from searchsmith.training.eval_intervals import bootstrap_info
     from searchsmith.training.evaluate import progress_bar
 
     items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
@@ -271,9 +293,8 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         "strategy_ablation": {name: _summary(rows) for name, rows in runs.items()
                               if name == "routed" or name.startswith("forced_")},
         "routing_followups": {name: _summary(rows) for name, rows in runs.items() if name.startswith("routing_")},
+        "bootstrap": bootstrap_info(),
     }
     if args.per_item:
-        with open(args.per_item, "w", encoding="utf-8") as fh:
-            for row in per_item:
-                fh.write(json.dumps(row) + "\n")
+        write_jsonl_atomic(args.per_item, per_item)
     return out

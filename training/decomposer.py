@@ -339,6 +339,11 @@ def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]
     return out
 
 
+def _item_figures(metrics: dict[str, float]) -> dict[str, float]:
+    """The figures of a single item (its ``*_items`` count dropped)."""
+    return {k: v for k, v in metrics.items() if not k.endswith("_items")}
+
+
 def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
              per_item: list[dict[str, Any]] | None = None) -> dict[str, float]:
     """Generate for held-out examples (the first ``limit`` of each task when > 0) and score them."""
@@ -349,14 +354,14 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
     preds = dec.decompose_batch([e["query"] for e in dec_items])
     golds = [QDG.from_json(e["graph"]) for e in dec_items]
     rewrites = dec.rewrite_batch([(e["history"], e["query"]) for e in rw_items])
-    if per_item is not None:
-        for e, (g, valid, raw), gold in zip(dec_items, preds, golds, strict=True):
-            per_item.append({"task": "decompose", "query": e["query"], "valid": valid, "raw": raw,
+    if per_item is not None:  # the figures of each item, under the names of the means they make
+        for n, (e, (g, valid, raw), gold) in enumerate(zip(dec_items, preds, golds, strict=True)):
+            per_item.append({"id": e.get("id", n), "task": "decompose", "query": e["query"], "raw": raw,
                              "pred": g.to_json(), "gold": gold.to_json(),
-                             "type_ok": g.type == gold.type, "node_f1": node_f1(g, gold)})
-        for e, r in zip(rw_items, rewrites, strict=True):
-            per_item.append({"task": "rewrite", "query": e["query"], "pred": r, "gold": e["target"],
-                             "em": exact_match(r, e["target"]), "f1": token_f1(r, e["target"])})
+                             **_item_figures(decompose_metrics([(g, valid)], [gold]))})
+        for n, (e, r) in enumerate(zip(rw_items, rewrites, strict=True)):
+            per_item.append({"id": e.get("id", n), "task": "rewrite", "query": e["query"], "pred": r,
+                             "gold": e["target"], **_item_figures(rewrite_metrics([r], [e["target"]]))})
     return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
             **rewrite_metrics(rewrites, [e["target"] for e in rw_items])}
 
@@ -552,42 +557,50 @@ def eval_decompose(args: Any) -> dict[str, Any]:
     """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
 
     ``--data`` is the "decompose" format of ``searchsmith eval --help``; export one from the held-out split with
-    ``python -m searchsmith.training.decompose_data --out DIR``.
+    ``python -m searchsmith.training.decompose_data --out DIR``. Each figure (a mean over the
+    items) has its bootstrap 95 % interval (``<name>_ci95``); a ``--per-item`` line is
+    identified by ``id`` (the record's, else its position in the file).
     """
     from searchsmith.training.decompose_data import read_decomposition_eval
+    from searchsmith.training.eval_intervals import with_bootstrap
 
     rows = read_decomposition_eval(args.data)
     if getattr(args, "limit", 0):
         rows = rows[: args.limit]
     em = _load_for_eval(args, "decompose")
-    items = [{"task": "decompose", "query": r["query"],
+    items = [{"id": r.get("id", n), "task": "decompose", "query": r["query"],
               "graph": QDG.from_json({"type": r["type"], "nodes": r["nodes"]}).to_json()}
-             for r in rows]
+             for n, r in enumerate(rows)]
     per_item: list[dict[str, Any]] = []
     metrics = _score(em, items, "decompose", per_item)
     _write_per_item(getattr(args, "per_item", None), per_item)
-    return metrics
+    return with_bootstrap(metrics, per_item)
 
 
 def eval_rewrite(args: Any) -> dict[str, Any]:
     """``searchsmith eval rewrite --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
 
     ``--data`` is the "rewrite" format of ``searchsmith eval --help``. The copy-the-query baseline is reported
-    beside the model's figures.
+    beside the model's figures, each with its bootstrap 95 % interval (``<name>_ci95``); a
+    ``--per-item`` line is identified by ``id`` (the record's, else its position in the file).
     """
     from searchsmith.training.decompose_data import read_rewrite_eval
+    from searchsmith.training.eval_intervals import with_bootstrap
 
     rows = read_rewrite_eval(args.data)
     if getattr(args, "limit", 0):
         rows = rows[: args.limit]
     em = _load_for_eval(args, "rewrite")
-    items = [{"task": "rewrite", "query": r["query"], "target": r["rewrite"],
+    items = [{"id": r.get("id", n), "task": "rewrite", "query": r["query"], "target": r["rewrite"],
               "history": [h["content"] for h in r.get("history", []) if h.get("role", "user") == "user"]}
-             for r in rows]
+             for n, r in enumerate(rows)]
     per_item: list[dict[str, Any]] = []
     metrics = _score(em, items, "rewrite", per_item)
+    for row, r in zip(per_item, rows, strict=True):  # the copy-the-query baseline, item by item
+        copy = rewrite_metrics([r["query"]], [r["rewrite"]])
+        row.update(rewrite_em_copy_query=copy["rewrite_em"], rewrite_f1_copy_query=copy["rewrite_f1"])
     copy = rewrite_metrics([r["query"] for r in rows], [r["rewrite"] for r in rows])
     metrics["rewrite_em_copy_query"] = copy["rewrite_em"]
     metrics["rewrite_f1_copy_query"] = copy["rewrite_f1"]
     _write_per_item(getattr(args, "per_item", None), per_item)
-    return metrics
+    return with_bootstrap(metrics, per_item)

@@ -36,6 +36,7 @@ from searchsmith.models.io import read_json_object
 from searchsmith.models.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
 from searchsmith.models.text import iter_jsonl, read_jsonl
 from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
+from searchsmith.training.eval_intervals import with_bootstrap
 
 log = logging.getLogger(__name__)
 
@@ -428,6 +429,8 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
     ``args``: ``.data`` (BEIR folder), ``.checkpoint`` (run folder) or ``.bundle`` (an exported
     ``rerank`` bundle, any dtype), ``.run`` (TREC file) or ``.first_stage`` (bm25|dense),
     ``.k`` (recall cut-off), ``.limit`` (first N queries), ``.per_item`` (JSONL per query).
+    Each figure has its bootstrap 95 % interval over the queries (``<name>_ci95``); a per-item
+    line is identified by ``qid`` and carries the figures under the summary's names.
     """
     corpus, queries, qrels = read_beir(args.data)
     qids = _eval_qids(queries, qrels, args)
@@ -462,7 +465,7 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
                            "rerank_depth": RERANK_DEPTH if not getattr(args, "run", None) else None}
     out.update(_mean_rows(reranks))
     out.update(_mean_rows(firsts, "first_stage/"))
-    return out
+    return with_bootstrap(out, items)
 
 
 def _embedder(args: argparse.Namespace, eval_task: str) -> EvalModel:
@@ -481,7 +484,8 @@ def eval_retrieve(args: argparse.Namespace) -> dict[str, Any]:
     ``args``: ``.data`` (BEIR folder), ``.bundle`` (an ``embed`` bundle) or ``.checkpoint``
     (a sentence-transformers model folder; neither = the default embedder), ``.k``,
     ``.limit``, ``.per_item``. Reports nDCG@10 / MRR@10 / recall@K of the embedder and, as
-    the baseline on the same queries, of BM25 (``bm25/...``).
+    the baseline on the same queries, of BM25 (``bm25/...``), each with its bootstrap 95 %
+    interval over the queries (``<name>_ci95``); a per-item line is identified by ``qid``.
     """
     corpus, queries, qrels = read_beir(args.data)
     qids = _eval_qids(queries, qrels, args)
@@ -511,7 +515,7 @@ def eval_retrieve(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"task": "retrieve", "model": em.origin, "queries": len(qids), "documents": len(ids)}
     out.update(_mean_rows(rows))
     out.update(_mean_rows(bm_rows, "bm25/"))
-    return out
+    return with_bootstrap(out, items)
 
 
 # ----------------------------------------------------------------------------- held-out figures

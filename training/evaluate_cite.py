@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.metrics import attribution_metrics, roc_auc, set_prf, span_prf
 from searchsmith.models.text import iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
-from searchsmith.models.metrics import attribution_metrics, roc_auc, span_prf
+from searchsmith.training.eval_intervals import SLOW_RESAMPLES, Pooled, prf, with_bootstrap
 
 
 def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[dict[str, Any]]:
@@ -74,7 +75,8 @@ def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[di
                 if e[2] not in types:
                     raise ValidationError(f"{where}: entity label {e[2]!r} is out of range; the "
                                           f"model tags {types}")
-        items.append({"sentence": sent, "documents": docs, "ids": ids, "source": rec.get("source"),
+        items.append({"id": rec.get("id", len(items)), "sentence": sent, "documents": docs, "ids": ids,
+                      "source": rec.get("source"),
                       "cited": {str(c) for c in cited},
                       "entities": None if ents is None else [tuple(e) for e in ents]})
     if not items:
@@ -119,13 +121,42 @@ def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float
     for n, it in enumerate(items):
         scores = {i: float(probs[k + j]) for j, i in enumerate(it["ids"])}
         k += len(it["ids"])
-        row = {"index": n, "sentence": it["sentence"], "scores": scores,
-               "predicted": [i for i, s in scores.items() if s >= threshold], "cited": sorted(it["cited"])}
+        predicted = [i for i, s in scores.items() if s >= threshold]
+        row = {"id": it.get("id", n), "sentence": it["sentence"], "scores": scores, "predicted": predicted,
+               "cited": sorted(it["cited"]),
+               **{f"attribution/{m}": v for m, v in set_prf(predicted, it["cited"]).items()}}
         if n in pred_ents:
             row["entities"] = [list(s) for s in pred_ents[n]]
-            row["entity_f1"] = span_prf([it["entities"]], [pred_ents[n]])["f1"]
+            row.update({f"entity/{m}": v for m, v in span_prf([it["entities"]], [pred_ents[n]]).items()})
         rows.append(row)
     return out, rows
+
+
+def _pooled(items: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> dict[str, Pooled]:
+    """The statistics of :func:`cite_report`'s pooled figures on a resample of item indices:
+    attribution P/R/F1 and ROC AUC over the pairs, entity P/R/F1 over the spans."""
+    counts = np.asarray([[len(set(r["predicted"]) & it["cited"]), len(r["predicted"]), len(it["cited"])]
+                         for it, r in zip(items, rows, strict=True)], dtype=np.float64)  # (items, 3)
+    out = prf(counts[:, 0], counts[:, 1], counts[:, 2], "attribution/")
+    ents = np.zeros((len(items), 3))
+    for n, (it, r) in enumerate(zip(items, rows, strict=True)):
+        if "entities" in r:
+            gold, pred = {tuple(e) for e in it["entities"]}, {tuple(e) for e in r["entities"]}
+            ents[n] = (len(gold & pred), len(pred), len(gold))
+    out.update(prf(ents[:, 0], ents[:, 1], ents[:, 2], "entity/"))
+    pairs = [[(int(i in it["cited"]), r["scores"][i], it.get("source")) for i in it["ids"]]
+             for it, r in zip(items, rows, strict=True)]
+
+    def auc(source: str | None) -> Pooled:
+        def stat(idx: np.ndarray) -> float | None:
+            picked = [p for n in idx.astype(np.int64) for p in pairs[n] if source is None or p[2] == source]
+            return roc_auc([y for y, _, _ in picked], [s for _, s, _ in picked])
+        return stat
+
+    out["attribution/roc_auc"] = auc(None)
+    for name in sorted({it.get("source") for it in items if it.get("source")}):
+        out[f"attribution/{name}/roc_auc"] = auc(name)
+    return out
 
 
 def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,7 +166,11 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     is in ``cited``. Reports attribution precision / recall / F1 at the model's
     ``support_threshold`` and ROC AUC (null when one class is absent), and entity
     precision / recall / F1 of exact (start, end, type) spans over the items with
-    ``entities``. ``--per-item F`` writes one JSON line per item; ``--limit N`` the first N.
+    ``entities``. Every figure is pooled over the pairs or spans; its bootstrap 95 % interval
+    (``<name>_ci95``, 1,000 resamples of the items) recomputes it on each resample.
+    ``--per-item F`` writes one JSON line per item, identified by ``id`` (the record's, else its
+    position in the file), with the item's own attribution and entity P/R/F1 under the
+    summary's names; ``--limit N`` the first N.
     """
     from searchsmith.training.evaluate import Chunked, load_eval_model, progress_bar
 
@@ -151,7 +186,8 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
         metrics, rows = cite_report(Chunked(em.model, bar), items, float(em.model.support_threshold))
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, rows)
-    return {"task": "cite", "model": em.origin, **metrics}
+    return with_bootstrap({"task": "cite", "model": em.origin, **metrics}, rows, pooled=_pooled(items, rows),
+                          resamples=SLOW_RESAMPLES)
 
 
 __all__ = ["cite_report", "eval_cite", "read_cite_items"]

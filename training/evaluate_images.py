@@ -30,6 +30,7 @@ from searchsmith.models.image_relevance import (
 )
 from searchsmith.models.text import iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
+from searchsmith.training.eval_intervals import ratio, with_bootstrap
 from searchsmith.training.image_data import (
     ImageRecord,
     PlacementDoc,
@@ -284,6 +285,18 @@ def read_placement_file(path: str | Path, limit: int = 0) -> list[PlacementItem]
     return items
 
 
+#: pooled placement figure -> (numerator, denominator) of the per-item counts it sums
+POOLED_FIGURES = {"placement_accuracy": ("correct", "images"), "placement_precision": ("placed_right", "placed"),
+                  "placement_recall": ("placed_right", "with_gold"),
+                  **{f"recall@{k}": (f"hits@{k}", "with_gold") for k in RECALL_KS},
+                  **{f"chance/recall@{k}": (f"chance@{k}", "with_gold") for k in RECALL_KS}}
+
+
+def _figures(counts: dict[str, float]) -> dict[str, float | None]:
+    """One item's placement figures from its counts (None where the denominator is 0)."""
+    return {name: counts[num] / counts[den] if counts[den] else None for name, (num, den) in POOLED_FIGURES.items()}
+
+
 def placement_metrics(scorer: Any, items: Sequence[PlacementItem], placement: PlacementConfig,
                       on_item: Callable[[PlacementItem], None] | None = None
                       ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -292,9 +305,6 @@ def placement_metrics(scorer: Any, items: Sequence[PlacementItem], placement: Pl
     ``scorer``: an ``images`` bundle or ``ImageRelevanceModel`` (``encode_text`` /
     ``encode_images``); ``on_item`` is called after each item (progress).
     """
-    correct = placed = placed_right = with_gold = 0
-    hits = {k: 0 for k in RECALL_KS}
-    chance = {k: 0.0 for k in RECALL_KS}
     per_item = []
     for it in items:
         para = scorer.encode_text(it.paragraphs)  # (P, D)
@@ -309,37 +319,32 @@ def placement_metrics(scorer: Any, items: Sequence[PlacementItem], placement: Pl
         scores = combined_scores(ip, cp, iq, placement)
         pred = assign_images(scores, placement.threshold)
         n_ok = sum(int(a == b) for a, b in zip(pred, it.gold, strict=True))
-        correct += n_ok
-        placed += sum(a is not None for a in pred)
-        placed_right += sum(a is not None and a == b for a, b in zip(pred, it.gold, strict=True))
         ranks = {}
         for j, g in enumerate(it.gold):
             if g is None:
                 continue
-            with_gold += 1
             order = np.argsort(-scores[:, j], kind="stable")
-            rank = int(np.where(order == g)[0][0]) + 1
-            ranks[it.image_ids[j]] = rank
-            for k in RECALL_KS:
-                hits[k] += int(rank <= k)
-                chance[k] += min(k, len(it.paragraphs)) / len(it.paragraphs)
-        per_item.append({"id": it.id, "paragraphs": len(it.paragraphs), "images": len(it.image_ids),
-                         "predicted": dict(zip(it.image_ids, pred, strict=True)),
-                         "gold": dict(zip(it.image_ids, it.gold, strict=True)),
-                         "correct": n_ok, "gold_rank": ranks})
+            ranks[it.image_ids[j]] = int(np.where(order == g)[0][0]) + 1
+        # the item's counts (what the pooled figures sum) and its own figures under their names
+        counts = {"paragraphs": len(it.paragraphs), "images": len(it.image_ids), "correct": n_ok,
+                  "placed": sum(a is not None for a in pred),
+                  "placed_right": sum(a is not None and a == b for a, b in zip(pred, it.gold, strict=True)),
+                  "with_gold": len(ranks)}
+        for k in RECALL_KS:
+            counts[f"hits@{k}"] = sum(r <= k for r in ranks.values())
+            counts[f"chance@{k}"] = len(ranks) * min(k, len(it.paragraphs)) / len(it.paragraphs)
+        per_item.append({"id": it.id, "predicted": dict(zip(it.image_ids, pred, strict=True)),
+                         "gold": dict(zip(it.image_ids, it.gold, strict=True)), "gold_rank": ranks,
+                         "counts": counts, **_figures(counts)})
         if on_item is not None:
             on_item(it)
-    n_img = sum(len(it.image_ids) for it in items)
-    out: dict[str, Any] = {
-        "task": "images", "items": len(items), "images": n_img, "threshold": placement.threshold,
-        "placement_accuracy": correct / n_img,
-        "placement_precision": placed_right / placed if placed else 0.0,
-        "placement_recall": placed_right / with_gold if with_gold else 0.0,
-        "placed": placed,
-    }
-    for k in RECALL_KS:
-        out[f"recall@{k}"] = hits[k] / with_gold if with_gold else 0.0
-        out[f"chance/recall@{k}"] = chance[k] / with_gold if with_gold else 0.0
+    if not per_item:
+        raise ValidationError("placement metrics: no items to score")
+    totals = {key: sum(r["counts"][key] for r in per_item) for key in per_item[0]["counts"]}
+    out: dict[str, Any] = {"task": "images", "items": len(items), "images": totals["images"],
+                           "threshold": placement.threshold, "placed": totals["placed"]}
+    # pooled over the images (0.0 where the denominator is 0)
+    out.update({name: 0.0 if v is None else v for name, v in _figures(totals).items()})
     return out, per_item
 
 
@@ -348,7 +353,10 @@ def eval_images(args: argparse.Namespace) -> dict[str, Any]:
 
     ``args``: ``.data``, ``.checkpoint`` or ``.bundle``, ``.limit`` (first N records),
     ``.per_item`` (one JSON line per record), ``.threshold`` (optional; default
-    ``PlacementConfig.threshold``).
+    ``PlacementConfig.threshold``). Every figure is pooled over the images; its bootstrap 95 %
+    interval (``<name>_ci95``) resamples the records and recomputes it. A per-item line is
+    identified by ``id`` (the record's, else its line number) and carries the record's own
+    figures under the summary's names (null where undefined) and the ``counts`` they pool.
     """
     from searchsmith.training.evaluate import load_eval_model, progress_bar
 
@@ -364,12 +372,15 @@ def eval_images(args: argparse.Namespace) -> dict[str, Any]:
                                           on_item=lambda it: bar.update(len(it.image_ids)))
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)
-    return {**out, "model": em.origin}
+    pooled = {name: ratio([r["counts"][num] for r in per_item], [r["counts"][den] for r in per_item])
+              for name, (num, den) in POOLED_FIGURES.items()}
+    return with_bootstrap({**out, "model": em.origin}, per_item, pooled=pooled)
 
 
 __all__ = [
     "RECALL_KS",
     "EvalSet",
+    "POOLED_FIGURES",
     "PlacementItem",
     "caption_relevance",
     "eval_images",
