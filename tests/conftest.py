@@ -92,3 +92,25 @@ def _write_corpus(path: Path, extra: list[dict] | None = None) -> Path:
 def write_corpus():
     """``write_corpus(path, extra=None)``: a small 3-source corpus JSONL (cooking, astronomy, code)."""
     return _write_corpus
+
+
+def _intervals_hold(out: object, where: str = "") -> int:
+    """Walk an eval output: each ``<name>_ci95`` is [low, high] around ``<name>`` (up to the
+    4-digit rounding of the intervals). Returns how many were checked."""
+    if not isinstance(out, dict):
+        return 0
+    checked = 0
+    for key, value in out.items():
+        if key.endswith("_ci95") and value is not None:
+            point = out[key[: -len("_ci95")]]
+            lo, hi = value
+            assert lo - 1e-4 <= point <= hi + 1e-4, f"{where}{key}: {point} outside {value}"
+            checked += 1
+        checked += _intervals_hold(value, f"{where}{key}.")
+    return checked
+
+
+@pytest.fixture(scope="session")
+def intervals_hold():
+    """``intervals_hold(out)``: every ``*_ci95`` of an eval output contains its figure; the count."""
+    return _intervals_hold

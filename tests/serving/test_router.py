@@ -99,7 +99,7 @@ def test_labels_in_route_output_and_router_config(labelled_index, embedder, tmp_
         CentroidRouter(idx, embedder, RouterConfig(scale={"Cooking and Baking": 2.0}))
 
 
-def test_eval_route_with_gold_labels(labelled_index, tmp_path) -> None:
+def test_eval_route_with_gold_labels(labelled_index, tmp_path, intervals_hold) -> None:
     import argparse
     import json
 
@@ -110,9 +110,19 @@ def test_eval_route_with_gold_labels(labelled_index, tmp_path) -> None:
             {"query": "the rings of Saturn", "sources": ["Astronomie · Espace"]},
             {"query": "where is the eviction code?", "sources": ["Code / Repos"]}]
     data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
-    args = argparse.Namespace(index=str(labelled_index), data=str(data), config=None, limit=0, k=1, per_item=None)
+    per = tmp_path / "per.jsonl"
+    args = argparse.Namespace(index=str(labelled_index), data=str(data), config=None, limit=0, k=1, per_item=str(per))
     out = eval_route(args)
     assert out["n"] == 3 and out["modes"]["parallel"]["all"]["recall@1"] == 1.0
+    # a bootstrap interval beside each figure of each mode and part; per-item lines keyed by (i, mode)
+    assert out["bootstrap"] == {"resamples": 2000, "seed": 0}
+    assert out["modes"]["parallel"]["all"]["recall@1_ci95"] == [1.0, 1.0]
+    assert all(f"{m}_ci95" in part for mode in out["modes"].values() for part in mode.values()
+               for m in ("recall@1", "mrr"))
+    assert intervals_hold(out) == 3 * 2 * 2  # modes x parts (all, single) x (recall@1 = recall@k, mrr)
+    lines = [json.loads(x) for x in per.read_text().splitlines()]
+    assert len({(r["i"], r["mode"]) for r in lines}) == len(lines) == 9
+    assert all(isinstance(r["recall@1"], float) and isinstance(r["mrr"], float) for r in lines)
 
 
 def test_pipeline_trace_names_labels(labelled_index, embedder) -> None:

@@ -340,3 +340,48 @@ def test_progress_bar_moves_with_the_chunks() -> None:
     out = Chunked(model, bar, chunk=4).score_pairs([("q", "p")] * 10)
     assert model.calls == [4, 4, 2] and bar.n == 10
     assert out.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+
+
+# eval task -> (the field that identifies a per-item line, figures that must have an interval,
+# figures every per-item line carries under the summary's name)
+INTERVALS = {
+    "rerank": ("qid", ["ndcg@10", "mrr@10", "recall@3", "first_stage/ndcg@10", "first_stage/recall@3"],
+               ["ndcg@10", "mrr@10", "recall@3", "first_stage/mrr@10"]),
+    "retrieve": ("qid", ["ndcg@10", "mrr@10", "recall@3", "bm25/ndcg@10", "bm25/recall@3"],
+                 ["ndcg@10", "recall@3", "bm25/mrr@10"]),
+    "decompose": ("id", ["decompose_validity", "decompose_type_acc", "decompose_node_count_acc",
+                         "decompose_node_f1"],
+                  ["decompose_validity", "decompose_type_acc", "decompose_node_count_acc", "decompose_node_f1"]),
+    "rewrite": ("id", ["rewrite_em", "rewrite_f1", "rewrite_em_copy_query", "rewrite_f1_copy_query"],
+                ["rewrite_em", "rewrite_f1", "rewrite_em_copy_query", "rewrite_f1_copy_query"]),
+    "cite": ("id", ["attribution/precision", "attribution/recall", "attribution/f1", "attribution/roc_auc",
+                    "entity/precision", "entity/recall", "entity/f1"],
+             ["attribution/precision", "attribution/recall", "attribution/f1"]),
+    "images": ("id", ["placement_accuracy", "placement_precision", "placement_recall", "recall@1", "recall@5",
+                      "chance/recall@1", "chance/recall@5"],
+               ["placement_accuracy", "placement_recall", "recall@1", "recall@5"]),
+}
+# figures that are counts or settings, not measured on the items
+NOT_FIGURES = {"queries", "documents", "rerank_depth", "items", "pairs", "positive_pairs", "support_threshold",
+               "entity_items", "images", "threshold", "placed", "decompose_items", "rewrite_items"}
+
+
+@pytest.mark.parametrize("task", sorted(CASES))
+def test_every_figure_has_a_bootstrap_interval_and_a_per_item_value(task: str, tmp_path: Path,
+                                                                    intervals_hold) -> None:
+    _, run, write = CASES[task]
+    ident, figures, per_item_figures = INTERVALS[task]
+    per_item = tmp_path / "items.jsonl"
+    out = _eval(task, data=str(write(tmp_path / "data")), checkpoint=str(run()), per_item=str(per_item))
+    assert out["bootstrap"]["resamples"] >= 1000 and out["bootstrap"]["seed"] == 0
+    unreported = [k for k, v in _figures(out).items() if k not in NOT_FIGURES and f"{k}_ci95" not in out]
+    assert not unreported, f"figures without an interval: {unreported}"
+    assert all(f"{k}_ci95" in out for k in figures)
+    assert intervals_hold(out) >= len(figures)
+    rows = [json.loads(line) for line in per_item.read_text().splitlines()]
+    assert rows and len({str(r[ident]) for r in rows}) == len(rows)  # one line per item, keyed
+    for name in per_item_figures:
+        assert all(isinstance(r[name], float) for r in rows), name
+    # seeded: the same run gives the same intervals
+    again = _eval(task, data=str(write(tmp_path / "again")), checkpoint=str(run()))
+    assert all(again[f"{k}_ci95"] == out[f"{k}_ci95"] for k in figures)

@@ -134,7 +134,7 @@ def test_ask_cli_text_and_errors(small_index, capsys):
     assert "did you mean 'keep_ratio'" in capsys.readouterr().err
 
 
-def test_eval_pipeline(small_index, tmp_path):
+def test_eval_pipeline(small_index, tmp_path, intervals_hold):
     from searchsmith.models.text import token_f1
     from searchsmith.serving.evaluate import eval_pipeline
 
@@ -154,6 +154,17 @@ def test_eval_pipeline(small_index, tmp_path):
     assert out["latency_per_stage"]["total"]["p95_ms"] >= out["latency_per_stage"]["total"]["p50_ms"] > 0
     lines = per.read_text().splitlines()
     assert len(lines) == 2 * 4 + 2 and json.loads(lines[0])["variant"] == "routed"
+    # bootstrap intervals beside every figure, per variant and per stage; per-item lines keyed by (id, variant)
+    assert out["bootstrap"] == {"resamples": 2000, "seed": 0}
+    figures = ["support_recall", "retrieval_recall", "f1", "contains", "citation_precision", "citation_recall",
+               "model_calls", "tokens", "latency_ms_p50"]
+    assert all(f"{m}_ci95" in out for m in figures)
+    assert all(f"{m}_ci95" in part for part in out["strategy_ablation"].values() for m in figures)
+    assert all("p95_ms_ci95" in stage for stage in out["latency_per_stage"].values())
+    assert intervals_hold(out) > len(figures) * 7
+    rows = [json.loads(x) for x in lines]
+    assert len({(r["id"], r["variant"]) for r in rows}) == len(rows)
+    assert all(isinstance(r[m], float) for r in rows for m in figures[:-1] + ["latency_ms"])
     # "the" is an article (dropped): 1 of 3 tokens right, recall 1 -> F1 = 2 * (1/3) / (4/3)
     assert token_f1("The answer is Jupiter [1].", "Jupiter", generated=True) == pytest.approx(0.5)
 
