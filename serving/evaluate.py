@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.intervals import attach_intervals, bootstrap_info
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.text import answer_tokens, read_jsonl, token_f1
@@ -40,7 +41,6 @@ def route_metrics(ranked: list[str], gold: list[str], k: int) -> dict[str, float
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, Any]:
     """Mean of each per-item metric, with its bootstrap 95 % interval, and ``n``."""
-    from searchsmith.training.eval_intervals import attach_intervals
 
     if not rows:
         return {}
@@ -89,7 +89,6 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
     ``args.bundle`` / ``args.checkpoint`` (optional): an ``embed`` model embeds the queries
     (the index's centroids stay), a ``decompose`` model rewrites the follow-ups.
     """
-    from searchsmith.training.eval_intervals import bootstrap_info
     from searchsmith.training.evaluate import progress_bar
 
     if not args.index:
@@ -163,7 +162,6 @@ def _p50_ms(latency_ms: np.ndarray) -> Callable[[np.ndarray], float]:
 
 def _summary(rows: list[dict[str, float]]) -> dict[str, Any]:
     """Mean of each per-item metric and the median latency, each with its bootstrap interval."""
-    from searchsmith.training.eval_intervals import attach_intervals
 
     keys = [k for k in rows[0] if k != "latency_ms"]
     out: dict[str, Any] = {k: round(sum(r[k] for r in rows) / len(rows), 4) for k in keys}
@@ -177,7 +175,6 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, Any]:
 def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """p50 / p95 latency (ms) of each stage and of the whole answer, with bootstrap intervals
     over the answers that ran the stage."""
-    from searchsmith.training.eval_intervals import attach_intervals
 
     by_stage: dict[str, list[float]] = {}
     for tr in traces:
@@ -247,7 +244,6 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     ``variant``, with the metrics under the summary's names (``latency_ms`` per item)."""
     from searchsmith.serving.pipeline.config import STRATEGIES, load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
-    from searchsmith.training.eval_intervals import bootstrap_info
     from searchsmith.training.evaluate import progress_bar
 
     items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")

@@ -54,6 +54,7 @@ from searchsmith.models.config import to_dict
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.io import replace_dir
+from searchsmith.models.metrics import attribution_metrics, binary_prf, roc_auc, span_prf
 from searchsmith.models.text import entity_spans, sentence_texts
 from searchsmith.training.cite_data import (
     DATASET_PREFIX,
@@ -70,7 +71,6 @@ from searchsmith.training.cite_data import (
 )
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
-from searchsmith.models.metrics import attribution_metrics, binary_prf, roc_auc, span_prf
 from searchsmith.training.registry import register_dataset, register_recipe
 from searchsmith.training.trainer import apply_lora, train, write_json_atomic
 

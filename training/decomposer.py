@@ -561,8 +561,8 @@ def eval_decompose(args: Any) -> dict[str, Any]:
     items) has its bootstrap 95 % interval (``<name>_ci95``); a ``--per-item`` line is
     identified by ``id`` (the record's, else its position in the file).
     """
+    from searchsmith.models.intervals import with_bootstrap
     from searchsmith.training.decompose_data import read_decomposition_eval
-    from searchsmith.training.eval_intervals import with_bootstrap
 
     rows = read_decomposition_eval(args.data)
     if getattr(args, "limit", 0):
@@ -584,8 +584,8 @@ def eval_rewrite(args: Any) -> dict[str, Any]:
     beside the model's figures, each with its bootstrap 95 % interval (``<name>_ci95``); a
     ``--per-item`` line is identified by ``id`` (the record's, else its position in the file).
     """
+    from searchsmith.models.intervals import with_bootstrap
     from searchsmith.training.decompose_data import read_rewrite_eval
-    from searchsmith.training.eval_intervals import with_bootstrap
 
     rows = read_rewrite_eval(args.data)
     if getattr(args, "limit", 0):

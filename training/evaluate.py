@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 from searchsmith.models import tasks
 from searchsmith.models.errors import ConfigError, SearchsmithError, ValidationError
+from searchsmith.models.intervals import with_bootstrap
 from searchsmith.models.io import read_json_object
 from searchsmith.models.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
 from searchsmith.models.text import iter_jsonl, read_jsonl
 from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
-from searchsmith.training.eval_intervals import with_bootstrap
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.intervals import SLOW_RESAMPLES, Pooled, prf, with_bootstrap
 from searchsmith.models.metrics import attribution_metrics, roc_auc, set_prf, span_prf
 from searchsmith.models.text import iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
-from searchsmith.training.eval_intervals import SLOW_RESAMPLES, Pooled, prf, with_bootstrap
 
 
 def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[dict[str, Any]]:

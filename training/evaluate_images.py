@@ -28,9 +28,9 @@ from searchsmith.models.image_relevance import (
     combined_scores,
     normalise_pixels,
 )
+from searchsmith.models.intervals import ratio, with_bootstrap
 from searchsmith.models.text import iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
-from searchsmith.training.eval_intervals import ratio, with_bootstrap
 from searchsmith.training.image_data import (
     ImageRecord,
     PlacementDoc,

@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
+from searchsmith.models.metrics import BM25, ranking_metrics
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key
-from searchsmith.models.metrics import BM25, ranking_metrics
 from searchsmith.training.registry import (
     get_loss,
     register_dataset,

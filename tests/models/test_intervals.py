@@ -1,11 +1,11 @@
-"""The ``*_ci95`` entries every ``searchsmith eval`` task attaches (training/eval_intervals.py)."""
+"""The ``*_ci95`` entries every ``searchsmith eval`` task attaches (models/intervals.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from searchsmith.models.intervals import attach_intervals, prf, ratio, with_bootstrap
 from searchsmith.models.stats import bootstrap_ci
-from searchsmith.training.eval_intervals import attach_intervals, prf, ratio, with_bootstrap
 
 
 def test_means_get_the_bootstrap_of_the_mean_next_to_them() -> None:
