@@ -114,8 +114,8 @@ def test_cite_bio_decoding_joins_tokens_into_spans() -> None:
 
 def test_images_round_trip_matches_the_torch_model() -> None:
     from PIL import Image
-    from searchsmith.models.image_relevance import ImageRelevanceModel
     from searchsmith.models.demo import demo_dir
+    from searchsmith.models.image_relevance import ImageRelevanceModel
 
     b = load_bundle(bundle("images"), device="cpu")
     ref = ImageRelevanceModel.load(images_run() / "model", device="cpu")

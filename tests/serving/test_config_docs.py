@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from searchsmith.serving.main import main
 from searchsmith.serving.config_docs import ROOTS, describe, load_root, render
+from searchsmith.serving.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from searchsmith.serving.main import main
 from searchsmith.models.errors import ValidationError
+from searchsmith.serving.main import main
 from searchsmith.serving.routing_sets import multihop_pipeline
 
 

@@ -115,8 +115,8 @@ def test_quickstart_cli_rerun_keeps_an_edited_serve_yaml(tmp_path, monkeypatch, 
     made once), so it rewrites the configs and asks (no training); an edit made between two runs
     survives the second."""
     from searchsmith.models import export
-    from searchsmith.serving.main import main
     from searchsmith.serving import quickstart
+    from searchsmith.serving.main import main
 
     def fake_export(bundle, model, opts):  # prints as ONNX Runtime's optimizer does
         print("failed in shape inference <class 'AssertionError'>")

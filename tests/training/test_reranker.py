@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 import torch
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
-from searchsmith.models.text import token_f1
-from searchsmith.training.config import load_recipe_config
 from searchsmith.models.metrics import (
     BM25,
     mrr_at_k,
@@ -20,6 +18,8 @@ from searchsmith.models.metrics import (
     ranking_metrics,
     recall_at_k,
 )
+from searchsmith.models.text import token_f1
+from searchsmith.training.config import load_recipe_config
 from searchsmith.training.rerank_data import (
     QueryGroup,
     RerankerData,

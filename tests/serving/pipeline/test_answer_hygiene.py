@@ -181,8 +181,8 @@ def test_an_llm_is_not_called_when_nothing_supports_an_answer(embedder):
 @pytest.fixture(scope="module")
 def demo_index(tmp_path_factory, embedder):
     """An index of the shipped demo corpus, as ``searchsmith index`` builds it by default."""
-    from searchsmith.serving.corpus import read_corpus
     from searchsmith.models.demo import corpus_path
+    from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.index import IndexConfig, build_index
 
     out = tmp_path_factory.mktemp("demo") / "index"
