@@ -107,6 +107,12 @@ def _make_pipeline_set(p: argparse.ArgumentParser) -> None:
     configure_make_pipeline_set(p)
 
 
+def _report(p: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.report import configure_report
+
+    configure_report(p)
+
+
 def _eval(p: argparse.ArgumentParser) -> None:
     configure_eval(p)  # defined below, with the evaluators
 
@@ -120,6 +126,8 @@ COMMANDS: dict[str, Command] = {
     "serve": Command(_serve, "run the batched inference server"),
     "profile": Command(_profile, "latency/throughput benchmarks"),
     "eval": Command(_eval, "evaluate a task and print JSON metrics"),
+    "report": Command(_report, "evaluation report: every design claim with intervals (report.md, report.json, "
+                               "plots)"),
     "quickstart": Command(_quickstart, "train, export, index and ask on demo data"),
     "config": Command(_config, "print every key of a config (pipeline, serve, index, router, recipe-*) "
                                "with its default"),
