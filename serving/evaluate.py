@@ -25,6 +25,7 @@ from searchsmith.models.errors import ValidationError
 from searchsmith.models.intervals import attach_intervals, bootstrap_info
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
+from searchsmith.models.tasks import TASKS
 from searchsmith.models.text import answer_tokens, read_jsonl, token_f1
 
 MODES = ("parallel", "serial", "auto")
@@ -191,7 +192,8 @@ def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, Any]
 
 
 #: bundle task -> the pipeline config key (``bundles.<key>``) that loads it
-PIPELINE_BUNDLE_KEYS = {"decompose": "decomposer", "rerank": "reranker", "cite": "citation", "images": "images"}
+# a bundle's task -> its key under the pipeline config's ``bundles`` (the registry's roles)
+PIPELINE_BUNDLE_KEYS = {t.name: t.role for t in TASKS if t.in_pipeline}
 
 
 def with_eval_bundles(cfg: Any, args: argparse.Namespace) -> Any:
