@@ -160,6 +160,18 @@ def _eval_sweep(args: argparse.Namespace) -> Metrics:
     return eval_sweep(args)
 
 
+def _eval_bandit(args: argparse.Namespace) -> Metrics:
+    from searchsmith.serving.bandit_eval import eval_bandit
+
+    return eval_bandit(args)
+
+
+def _eval_ablate(args: argparse.Namespace) -> Metrics:
+    from searchsmith.serving.ablation import eval_ablate
+
+    return eval_ablate(args)
+
+
 def _eval_compare(args: argparse.Namespace) -> Metrics:
     from searchsmith.models.stats import compare_rows
     from searchsmith.models.text import read_jsonl
@@ -198,6 +210,8 @@ EVAL_TASKS: dict[str, Callable[[argparse.Namespace], Metrics]] = {
     "images": _eval_model,
     "pipeline": _eval_pipeline,
     "sweep": _eval_sweep,
+    "ablate": _eval_ablate,
+    "bandit": _eval_bandit,
     "compare": _eval_compare,
 }
 
@@ -228,7 +242,13 @@ tasks, their --data and their model:
              the config's bundles of the same tasks
   sweep      pipeline data (as pipeline) + --index, --param KEY (a pipeline config key) and
              --values V1,V2,...: every answer metric per value with its interval, the best
-             value per metric and whether the default is within the noise of it (--plot PNG)
+             value per metric and whether the default is within the noise of it (--plot PNG);
+             an index.* key (index.chunk_size, index.chunk_overlap) re-indexes --corpus per value
+  ablate     pipeline data (as pipeline) + --index: each stage switched off in turn (--stages
+             NAME,...; default all), the metric each stage exists for, with and without it
+  bandit     pipeline data (as pipeline) + --index: the LinUCB protocol router vs each fixed
+             preset and the per-question oracle, reward = quality - lambda * cost, for each
+             --lambdas value over --seeds shuffled streams (cumulative reward, regret, --plot)
   compare    two --per-item files of the same data (A.jsonl B.jsonl as arguments, no --data):
              for each numeric metric, B - A over the paired items with a bootstrap 95 %
              interval and a two-sided paired permutation p-value; items are paired by
@@ -266,7 +286,16 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-item", help="also write one JSON line per item to this file")
     parser.add_argument("--param", metavar="KEY", help="sweep: the pipeline config key to vary")
     parser.add_argument("--values", metavar="V1,V2,...", help="sweep: the values to try (YAML, comma-separated)")
-    parser.add_argument("--plot", metavar="PNG", help="sweep: draw metric vs value with intervals")
+    parser.add_argument("--plot", metavar="PNG", help="sweep, ablate, bandit: draw the result with its "
+                        "intervals (PNG)")
+    parser.add_argument("--corpus", metavar="JSONL", help="sweep of an index.* key: the corpus to re-index per "
+                        "value (default: the corpus the --index was built from)")
+    parser.add_argument("--stages", metavar="NAME,...", help="ablate: the stages to switch off, one at a time "
+                        "(default: every stage)")
+    parser.add_argument("--lambdas", metavar="L1,L2,...", help="bandit: cost weights lambda "
+                        "(default: 0, the config's protocol.cost_lambda, and 1)")
+    parser.add_argument("--seeds", type=int, default=5, help="bandit: shuffled question streams, seeds 0..N-1 "
+                        "(default %(default)s)")
     parser.add_argument("--key", default=None, metavar="FIELDS",
                         help="compare: comma-separated fields that identify an item (default: id, qid or i, "
                              "plus mode / variant when present)")

@@ -40,7 +40,7 @@ def test_every_evaluation_of_the_registry_has_an_evaluator_and_a_cli_task() -> N
 
     evaluations = {e for t in tasks.TASKS for e in t.evaluations}
     assert evaluations - {"route"} == set(EVALUATORS)
-    assert set(EVAL_TASKS) == evaluations | {"pipeline", "sweep", "compare"}
+    assert set(EVAL_TASKS) == evaluations | {"pipeline", "sweep", "ablate", "bandit", "compare"}
     assert EVAL_MODEL_TASKS["route"] == ("embed", "decompose")
     assert EVAL_MODEL_TASKS["rerank"] == ("rerank",)
 
