@@ -294,6 +294,8 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
                         "(default: every stage)")
     parser.add_argument("--lambdas", metavar="L1,L2,...", help="bandit: cost weights lambda "
                         "(default: 0, the config's protocol.cost_lambda, and 1)")
+    parser.add_argument("--quality", default="f1", metavar="METRIC", help="bandit: the per-question quality "
+                        "in [0, 1] of the reward (an eval pipeline metric; default %(default)s)")
     parser.add_argument("--seeds", type=int, default=5, help="bandit: shuffled question streams, seeds 0..N-1 "
                         "(default %(default)s)")
     parser.add_argument("--key", default=None, metavar="FIELDS",

@@ -120,6 +120,10 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     if not getattr(args, "param", None):
         raise ConfigError("eval sweep: --param KEY is required (a pipeline config key, e.g. "
                           "citation.cosine_threshold; searchsmith config pipeline lists them)")
+    if args.param.startswith("index."):  # the index's own settings: one index per value
+        from searchsmith.serving.index_sweep import eval_index_sweep
+
+        return eval_index_sweep(args)
     values = parse_values(getattr(args, "values", None) or "", args.param)
     # every config first: an unknown key (with the closest one suggested) or a value the config
     # refuses fails before any question is asked
