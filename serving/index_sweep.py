@@ -1,0 +1,267 @@
+"""``searchsmith eval sweep --param index.KEY``: one index setting varied, one index per value.
+
+A pipeline setting changes how the questions are answered; an index setting (chunk size,
+overlap, the k-means centroids, ...) changes what there is to find, so each value needs its
+own index. For each value the corpus is re-indexed into a temporary folder with the
+``--index``'s own config (read from its manifest) and that one key changed, the questions
+are answered with the pipeline on it, and the result has the format of
+:func:`searchsmith.serving.sweep.eval_sweep` (points with metrics and intervals, verdicts
+against the default, ``--plot``, ``--per-item``) plus, per point, the setting the build
+actually used (``effective``), the chunk count and the build time. The temporary indexes
+are removed afterwards; the ``--index`` and the corpus are only read.
+
+``chunker.chunk_tokens`` is clipped to the embedding model's window (all-MiniLM-L6-v2: 254
+text tokens), so larger values build the same index: such a point says ``clipped`` and the
+result's ``warnings`` say which values coincide; their index is built once.
+
+::
+
+    searchsmith eval sweep --data qa.jsonl --index indexes/mh --corpus corpus.jsonl \\
+        --param index.chunker.chunk_tokens --values 150,250,350,500 --limit 40 --plot chunks.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from searchsmith.models.config import apply_overrides, closest_key, from_dict
+from searchsmith.models.errors import ConfigError
+from searchsmith.models.io import write_jsonl_atomic
+from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from searchsmith.models.text import read_jsonl
+from searchsmith.serving.chunker import ChunkerConfig
+from searchsmith.serving.index import IndexConfig
+from searchsmith.serving.sweep import _summary, _verdicts, parse_values, plot_sweep
+
+__all__ = ["eval_index_sweep", "index_setting"]
+
+log = logging.getLogger(__name__)
+
+PREFIX = "index."
+
+
+def _leaves(cls: type, prefix: str = "") -> list[str]:
+    """Every single setting of the dataclass ``cls`` as a dotted path (``chunker.chunk_tokens``)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        sub = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(sub):
+            out += _leaves(type(sub), f"{prefix}{f.name}.")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+def index_setting(param: str) -> str:
+    """``"index.chunker.chunk_tokens"`` -> ``"chunker.chunk_tokens"``, checked against :class:`IndexConfig`.
+
+    Raises:
+        ConfigError: not an ``index.`` key, a section rather than one setting, or an unknown
+            key (the closest one suggested, matched on the whole path, else on its last part,
+            so ``index.chunk_size`` suggests ``index.chunker.chunk_tokens``).
+    """
+    if not param.startswith(PREFIX):
+        raise ConfigError(f"eval sweep --param {param!r}: not an index setting (those start with {PREFIX!r})")
+    path = param[len(PREFIX):]
+    leaves = _leaves(IndexConfig)
+    if path in leaves:
+        return path
+    inside = [leaf for leaf in leaves if leaf.startswith(path + ".")]
+    if inside:
+        raise ConfigError(f"eval sweep --param {param!r} is a section, not one index setting; sweep one of: "
+                          + ", ".join(PREFIX + leaf for leaf in inside))
+    hint = closest_key(path, leaves)
+    if hint is None:
+        by_name = {leaf.rsplit(".", 1)[-1]: leaf for leaf in leaves}
+        hint = by_name.get(closest_key(path.rsplit(".", 1)[-1], by_name) or "")
+    fix = f"did you mean {PREFIX + hint!r}?" if hint else "index settings: " + ", ".join(PREFIX + x for x in leaves)
+    raise ConfigError(f"eval sweep --param {param!r}: unknown index setting; {fix} "
+                      "(searchsmith config index lists them)")
+
+
+def _lookup(data: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        data = data[part]
+    return data
+
+
+def _effective(manifest: dict[str, Any], path: str) -> Any:
+    """The setting an index was built with: the chunker's as fitted to the model (``manifest["chunker"]``)."""
+    if path.startswith("chunker."):
+        return _lookup(manifest["chunker"], path.split(".", 1)[1])
+    return _lookup(manifest["config"], path)
+
+
+def _fitted_chunker(cfg: IndexConfig, window: int) -> ChunkerConfig:
+    """The chunker ``build_index`` will use with a model of ``window`` text tokens (unset: the
+    default fitted to it; above it: clipped to it), as ``serving.index._effective_chunker``
+    decides; the points' ``effective`` values are read back from the built manifests."""
+    fitted = cfg.chunker.fitted(window)
+    if fitted.chunk_tokens > window:
+        return dataclasses.replace(fitted, chunk_tokens=window)
+    return fitted
+
+
+def _corpus_path(args: argparse.Namespace, index_dir: str) -> Path:
+    """``--corpus``: an index's manifest does not record the file it was built from, so there is
+    no default to fall back on."""
+    given = getattr(args, "corpus", None)
+    if not given:
+        raise ConfigError(
+            f"eval sweep --param {args.param}: every value re-indexes the corpus, and the index {index_dir} "
+            "does not record which corpus it was built from (its manifest.json has no corpus path); pass "
+            f"--corpus CORPUS.jsonl, the file given to 'searchsmith index CORPUS.jsonl --out {index_dir}'")
+    return Path(given)
+
+
+def _check_gold(items: list[dict[str, Any]], records: list[dict[str, Any]], corpus: Path) -> list[str]:
+    """Refuse a corpus that holds none of the questions' supporting documents (the wrong file);
+    a warning when it lacks some of them (their questions cannot be answered from it)."""
+    ids = {r["id"] for r in records}
+    gold = {str(d) for it in items for d in it["supporting"]}
+    missing = sorted(gold - ids)
+    if gold and len(missing) == len(gold):
+        raise ConfigError(f"eval sweep: the corpus {corpus} holds none of the questions' supporting documents "
+                          f"(e.g. {missing[:3]}); pass the --corpus the --data was written for")
+    if missing:
+        return [f"the corpus {corpus} lacks {len(missing)} of the {len(gold)} supporting documents of the "
+                f"questions (e.g. {missing[:3]}): no value can find them"]
+    return []
+
+
+def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
+    """Sweep the index setting ``args.param`` (``index.<IndexConfig key>``) over ``args.values``.
+
+    Args:
+        args: ``param``, ``values``, ``data``, ``index`` (or the ``--config``'s ``index:``),
+            ``corpus``, and optionally ``config``, ``bundle``, ``limit``, ``plot``,
+            ``per_item``, ``resamples``, ``seed``.
+
+    Returns:
+        :func:`searchsmith.serving.sweep.eval_sweep`'s result, each point with ``effective``
+        (the value the build used), ``clipped``, ``chunks`` and ``build_s`` (and
+        ``same_index_as`` where an earlier value built the same index), plus ``corpus``,
+        ``default_point`` (the value judged as the default) and ``warnings``.
+
+    Raises:
+        ConfigError: an unknown key or a value the config refuses (before any work), no
+            index or no corpus, a corpus without the questions' documents.
+        BundleError: a missing or corrupt index.
+    """
+    from searchsmith.serving.corpus import read_corpus
+    from searchsmith.serving.embedder import Embedder
+    from searchsmith.serving.evaluate import pipeline_item_metrics, with_eval_bundles
+    from searchsmith.serving.index import build_index, read_manifest
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+    from searchsmith.serving.pipeline.pipeline import load_pipeline
+    from searchsmith.training.evaluate import progress_bar
+
+    # 1. The setting, its values and every index config: all refused before any work
+    path = index_setting(args.param)
+    values = parse_values(getattr(args, "values", None) or "", args.param)
+    pipe_cfg = with_eval_bundles(load_pipeline_config(getattr(args, "config", None)), args)
+    index_dir = args.index or pipe_cfg.index
+    if not index_dir:
+        raise ConfigError(f"eval sweep --param {args.param} needs --index DIR (the index whose config is varied)")
+    manifest = read_manifest(index_dir)
+    base = manifest["config"]
+    configs = [from_dict(IndexConfig, apply_overrides(json.loads(json.dumps(base)), [f"{path}={json.dumps(v)}"]),
+                         source=f"eval sweep {args.param}={v}") for v in values]
+    # the --index's own setting, as built (an unset chunk size is the model's window)
+    default = _effective(manifest, path)
+
+    # 2. Questions and corpus
+    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
+    if args.limit:
+        items = items[: args.limit]
+    corpus = _corpus_path(args, str(index_dir))
+    records = read_corpus(corpus)
+    warnings = _check_gold(items, records, corpus)
+    if len(records) != manifest["documents"]:
+        warnings.append(f"the corpus {corpus} has {len(records)} documents, the index {index_dir} "
+                        f"{manifest['documents']}: the points are indexes of the corpus, not of the --index")
+    resamples = int(getattr(args, "resamples", DEFAULT_RESAMPLES))
+    seed = int(getattr(args, "seed", DEFAULT_SEED))
+
+    # 3. One index per value (an identical one built once), the questions answered on each
+    shared = None if path.startswith("embedder.") else Embedder(configs[0].embedder)
+    points: list[dict[str, Any]] = []
+    per_item: list[dict[str, object]] = []
+    by_value: dict[str, list[dict[str, float]]] = {}
+    built: dict[str, tuple[object, Path, dict[str, Any]]] = {}  # effective config -> (value, folder, manifest)
+    root = Path(tempfile.mkdtemp(prefix="searchsmith-index-sweep-"))
+    try:
+        with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
+            for i, (value, icfg) in enumerate(zip(values, configs, strict=True)):
+                embedder = shared or Embedder(icfg.embedder)
+                key = repr(dataclasses.replace(icfg, chunker=_fitted_chunker(icfg, embedder.max_seq_length - 2))
+                           ) if shared else f"value {i}"
+                point: dict[str, Any] = {"value": value}
+                if key in built:
+                    first, folder, built_manifest = built[key]
+                    point.update(build_s=0.0, same_index_as=first)
+                else:
+                    folder = root / f"value-{i}"
+                    log.info("eval sweep: indexing %s with %s=%r", corpus, args.param, value)
+                    t0 = time.perf_counter()
+                    built_manifest = build_index(records, folder, icfg, embedder=embedder)
+                    point["build_s"] = round(time.perf_counter() - t0, 2)
+                    built[key] = (value, folder, built_manifest)
+                effective = _effective(built_manifest, path)
+                # None (unset) is fitted to the model, not clipped
+                point.update(effective=effective, clipped=value is not None and effective != value,
+                             chunks=int(built_manifest["chunks"]))
+                pipe = load_pipeline(pipe_cfg, str(folder), embedder=None if pipe_cfg.bundles.embedder else embedder)
+                try:
+                    rows = []
+                    for j, it in enumerate(items):
+                        m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history"), query_id=str(j)), it)
+                        rows.append(m)
+                        per_item.append({"id": it.get("id", j), "value": value, **m})
+                        bar.update(1)
+                finally:
+                    pipe.close()
+                point["metrics"] = _summary(rows, resamples, seed)
+                points.append(point)
+                by_value[repr(value)] = rows
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    # 4. The default (the first value built as the --index was) and what the builds changed
+    default_point = next((p["value"] for p in points if p["effective"] == default), None)
+    clipped = [p for p in points if p["clipped"]]
+    if clipped:
+        warnings.append(
+            f"{args.param} = {', '.join(str(p['value']) for p in clipped)}: built as "
+            f"{', '.join(str(p['effective']) for p in clipped)} (chunks are clipped to the embedding model "
+            f"{built_manifest['embedding_model']}'s window of {built_manifest['max_seq_length'] - 2} text tokens); "
+            "values with the same effective setting are the same index and differ only by timing")
+    if default_point is None:
+        warnings.append(f"the --index's own {args.param} ({default}) is not among the values as built; add it to "
+                        "--values to judge the others against it")
+    elif default_point != default:
+        warnings.append(f"the --index's own {args.param} is {default}; {default_point} builds the same index, so the "
+                        f"verdicts judge the other values against {default_point}")
+    out: dict[str, Any] = {
+        "task": "sweep", "data": str(args.data), "index": str(index_dir), "corpus": str(corpus), "n": len(items),
+        "param": args.param, "default": default, "default_point": default_point, "values": values,
+        "points": points,
+        "verdicts": _verdicts(points, default_point, by_value, resamples, seed),
+        "bootstrap": {"resamples": resamples, "seed": seed},
+        "warnings": warnings,
+    }
+    for w in warnings:
+        log.warning("eval sweep: %s", w)
+    if getattr(args, "per_item", None):
+        write_jsonl_atomic(args.per_item, per_item)
+    if getattr(args, "plot", None):
+        out["plot"] = str(plot_sweep(Path(args.plot), out))
+    return out
