@@ -16,6 +16,11 @@ model calls. That table, ``(Q, P)``, is then replayed without asking again:
 * each fixed preset and the oracle (per question, the preset with the best reward at that
   ``λ``; ties go to the earlier preset) are scored on the same streams.
 
+The oracle also knows each answer's latency noise (at ``λ > 0`` it takes whichever preset
+happened to run fastest on that question), which no policy that chooses before answering
+can know: the regret vs the best fixed preset in hindsight is the fairer yardstick, and the
+machine's load average before and after measuring is recorded (``load_average``).
+
 Intervals (seeded bootstrap 95 %):
 
 * ``mean_reward_ci95`` resamples the questions; the bandit's reward on a question is its
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -329,6 +335,7 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
     # Presets are forced on every answer, so the pipeline's own router is off (and its state
     # file untouched); the replay builds fresh routers with the config's alpha and ridge.
     pipe = load_pipeline(replace(cfg, protocol=replace(cfg.protocol, enabled=False, state_path=None)), args.index)
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     try:
         table, rows = _measure(pipe, items, presets, quality)
@@ -347,6 +354,9 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
         "by_lambda": [policy_comparison(table, lam, cfg.protocol, seeds, resamples=resamples, seed=boot_seed)
                       for lam in lambdas],
         "measure_seconds": round(seconds, 1),
+        # 1-minute load average: latency, hence cost, is only comparable on a quiet machine
+        "load_average": {"before": load_before,
+                         "after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
         "bootstrap": {"resamples": resamples, "seed": boot_seed},
     }
     if getattr(args, "per_item", None):
@@ -392,6 +402,14 @@ def _share_text(shares: dict[str, float], presets: Sequence[str]) -> str:
     return ", ".join(f"{p} {100 * shares[p]:.0f} %" for p in presets)
 
 
+def _load_text(result: dict[str, Any]) -> str:
+    load = result.get("load_average") or {}
+    if load.get("before") is None:
+        return ""
+    return (f" Measured in {result.get('measure_seconds', 0):g} s at load average {load['before']:.1f} -> "
+            f"{load['after']:.1f} (costs are latencies: only comparable on a quiet machine).")
+
+
 def render_markdown(result: dict[str, Any]) -> list[str]:
     """The Markdown lines of the bandit evaluation: the per-preset table, then per λ a table of
     policy vs mean reward [95 % CI] and final regret, and a one-line verdict."""
@@ -403,7 +421,8 @@ def render_markdown(result: dict[str, Any]) -> list[str]:
         f"+ {c['per_model_call']:g} · model_calls. LinUCB (alpha {result['protocol']['alpha']:g}, ridge "
         f"{result['protocol']['ridge']:g}) replayed from a fresh state over {len(result['seeds'])} shuffled "
         f"streams (seeds {', '.join(str(s) for s in result['seeds'])}). Reward intervals resample the questions; "
-        "regret intervals resample the seeds.", "",
+        "regret intervals resample the seeds. The oracle also knows each answer's latency noise, so the regret "
+        "vs the best fixed preset is the fairer yardstick." + _load_text(result), "",
         f"| preset | {q} | cost | latency ms (p50) | model calls |", "|---|---|---|---|---|",
     ]
     for p in result["presets"]:
