@@ -23,16 +23,18 @@ result's ``warnings`` say which values coincide; their index is built once.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import logging
 import shutil
+import sqlite3
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from searchsmith.models.config import apply_overrides, closest_key, from_dict
+from searchsmith.models.config import apply_overrides, closest_key, from_dict, to_dict
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
@@ -97,7 +99,8 @@ def _effective(manifest: dict[str, Any], path: str) -> Any:
     """The setting an index was built with: the chunker's as fitted to the model (``manifest["chunker"]``)."""
     if path.startswith("chunker."):
         return _lookup(manifest["chunker"], path.split(".", 1)[1])
-    return _lookup(manifest["config"], path)
+    # through the dataclass: an index written before a key existed has its default
+    return _lookup(to_dict(from_dict(IndexConfig, manifest["config"])), path)
 
 
 def _fitted_chunker(cfg: IndexConfig, window: int) -> ChunkerConfig:
@@ -108,6 +111,16 @@ def _fitted_chunker(cfg: IndexConfig, window: int) -> ChunkerConfig:
     if fitted.chunk_tokens > window:
         return dataclasses.replace(fitted, chunk_tokens=window)
     return fitted
+
+
+def _chunk_tokens_mean(folder: Path) -> float:
+    """Mean tokens per chunk of a built index (its ``chunks.sqlite``): most documents may be
+    shorter than the chunk size, which then changes little."""
+    db = sqlite3.connect(f"file:{folder / 'chunks.sqlite'}?mode=ro", uri=True)
+    try:
+        return round(float(db.execute("SELECT avg(n_tokens) FROM chunks").fetchone()[0]), 1)
+    finally:
+        db.close()
 
 
 def _corpus_path(args: argparse.Namespace, index_dir: str) -> Path:
@@ -147,7 +160,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
 
     Returns:
         :func:`searchsmith.serving.sweep.eval_sweep`'s result, each point with ``effective``
-        (the value the build used), ``clipped``, ``chunks`` and ``build_s`` (and
+        (the value the build used), ``clipped``, ``chunks``, ``chunk_tokens_mean`` and ``build_s`` (and
         ``same_index_as`` where an earlier value built the same index), plus ``corpus``,
         ``default_point`` (the value judged as the default) and ``warnings``.
 
@@ -173,7 +186,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
         raise ConfigError(f"eval sweep --param {args.param} needs --index DIR (the index whose config is varied)")
     manifest = read_manifest(index_dir)
     base = manifest["config"]
-    configs = [from_dict(IndexConfig, apply_overrides(json.loads(json.dumps(base)), [f"{path}={json.dumps(v)}"]),
+    configs = [from_dict(IndexConfig, apply_overrides(copy.deepcopy(base), [f"{path}={json.dumps(v)}"]),
                          source=f"eval sweep {args.param}={v}") for v in values]
     # the --index's own setting, as built (an unset chunk size is the model's window)
     default = _effective(manifest, path)
@@ -215,6 +228,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
                     built_manifest = build_index(records, folder, icfg, embedder=embedder)
                     point["build_s"] = round(time.perf_counter() - t0, 2)
                     built[key] = (value, folder, built_manifest)
+                point["chunk_tokens_mean"] = _chunk_tokens_mean(folder)
                 effective = _effective(built_manifest, path)
                 # None (unset) is fitted to the model, not clipped
                 point.update(effective=effective, clipped=value is not None and effective != value,

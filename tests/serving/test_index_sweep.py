@@ -94,6 +94,7 @@ def test_chunk_size_sweep_builds_one_index_per_value_in_the_sweep_format(sweep_s
     assert out["corpus"] == str(corpus) and out["index"] == str(index) and out["warnings"] == []
     by_value = {p["value"]: p for p in out["points"]}
     assert by_value[16]["chunks"] > by_value[48]["chunks"] >= len(DOCS)
+    assert 0 < by_value[16]["chunk_tokens_mean"] <= 16 < by_value[48]["chunk_tokens_mean"] <= 48
     for p in out["points"]:
         assert p["effective"] == p["value"] and p["clipped"] is False and p["build_s"] > 0
         for name in ("support_recall", "retrieval_recall", "citation_recall", "f1"):
