@@ -386,7 +386,9 @@ def plot_bandit(path: Path, result: dict[str, Any]) -> Path:
                 ys = cur["fixed"][p]
                 ax.plot(xs, ys, color=colour, linewidth=1, linestyle=styles[j % len(styles)], label=f"{p} {lam}")
         ax.set_xlabel("questions answered")
-        ax.set_ylabel("cumulative regret vs the oracle")
+        # λ scales the regret: a symmetric log axis keeps the small-λ curves readable
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylabel("cumulative regret vs the oracle (symlog)")
         ax.legend(fontsize=6, ncol=max(1, len(result["by_lambda"])))
 
     return save_plot(path, draw, f"LinUCB vs fixed presets ({result['n']} questions, {len(result['seeds'])} "
