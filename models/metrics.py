@@ -5,6 +5,8 @@ metrics such as token F1 are in :mod:`searchsmith.models.text`).
   :func:`attribution_metrics` (P/R/F1 at a threshold and ROC AUC of a probability);
 * sets: :func:`set_prf` (found vs gold ids: support and citation recall of an answer);
 * ranking: :func:`ndcg_at_k`, :func:`mrr_at_k`, :func:`recall_at_k`, :func:`ranking_metrics`;
+* decompositions (Break's metrics over QDMR steps): :func:`qdmr_sari` (:func:`sari`),
+  :func:`qdmr_exact_match`, :func:`qdmr_normalized_em`, :func:`qdmr_ged`;
 * latency: :func:`percentiles`.
 
 Ranking metrics take the relevance labels in the order the system ranked the documents
@@ -203,6 +205,204 @@ class BM25:
         return [(i, all_scores[i]) for i in order[:k] if all_scores[i] > 0]
 
 
+# --------------------------------------------------------------------------- QDMR (Break)
+#
+# The Break paper's metrics (Wolfson et al., TACL 2020; allenai/Break, evaluation/), so that a
+# decomposition figure can be read beside the published ones. A QDMR is a list of step strings
+# where ``#k`` is the answer of step k (1-based) plus, optionally, extra 1-based dependencies.
+# Differences from the reference scripts are stated in each docstring.
+
+_QDMR_REF_RE = re.compile(r"#\s*(\d+)")
+_QDMR_PUNCT_RE = re.compile(r"[^\w\s#@]")
+_QDMR_ARTICLES = frozenset({"a", "an", "the"})
+#: Break's step separator in the flat decomposition string that SARI reads
+QDMR_SEP = "@@SEP@@"
+# Wall-clock budget of one exact graph edit distance; past it the best edit path found so far
+# is kept (an upper bound), as Break keeps networkx's last approximation when its timer fires.
+GED_TIMEOUT_S = 2.0
+
+
+def qdmr_tokens(steps: Sequence[str]) -> list[str]:
+    """The tokens SARI compares: Break's flat string ``step @@SEP@@ step ...`` with ``#k`` written
+    ``@@k@@``, lower-cased and split on white space (Break splits on single spaces)."""
+    text = f" {QDMR_SEP} ".join(_QDMR_REF_RE.sub(lambda m: f"@@{int(m.group(1))}@@", s) for s in steps)
+    return text.lower().split()
+
+
+def _ngram_set(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
+    # Break's (tensor2tensor's) SARI counts each distinct n-gram once
+    return Counter({g: 1 for g in {tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}})
+
+
+def _fbeta(tp: float, selected: float, relevant: float, beta: float = 1.0) -> float:
+    # tensor2tensor's convention: an empty selection has precision 1, an empty reference recall 1
+    precision = tp / selected if selected > 0 else 1.0
+    if beta == 0:
+        return precision
+    recall = tp / relevant if relevant > 0 else 1.0
+    if precision > 0 and recall > 0:
+        b2 = beta * beta
+        return (1 + b2) * precision * recall / (b2 * precision + recall)
+    return 0.0
+
+
+def sari(source: Sequence[str], prediction: Sequence[str], target: Sequence[str],
+         max_gram: int = 4) -> dict[str, float]:
+    """SARI of one prediction against one target (Xu et al. 2016, tensor2tensor's variant, which
+    Break's ``sari_hook.get_sari`` copies): the mean over n = 1..``max_gram`` of the keep F1, the
+    add F1 and the delete precision of distinct n-grams, relative to the ``source`` tokens.
+
+    Returns:
+        ``{"sari", "keep", "add", "delete"}``, each in [0, 1]; an exact copy of the target scores 1.
+    """
+    keep = add = delete = 0.0
+    for n in range(1, max_gram + 1):
+        s, p, t = _ngram_set(source, n), _ngram_set(prediction, n), _ngram_set(target, n)
+        sp, st = s & p, s & t
+        keep += _fbeta(sum((sp & st).values()), sum(sp.values()), sum(st.values()))
+        s_p, s_t = s - p, s - t
+        delete += _fbeta(sum((s_p & s_t).values()), sum(s_p.values()), sum(s_t.values()), beta=0)
+        p_s = p - s
+        add += _fbeta(sum((p_s & t).values()), sum(p_s.values()), sum((t - s).values()))
+    keep, add, delete = keep / max_gram, add / max_gram, delete / max_gram
+    return {"sari": (keep + add + delete) / 3, "keep": keep, "add": add, "delete": delete}
+
+
+def qdmr_sari(question: str, pred_steps: Sequence[str], gold_steps: Sequence[str]) -> float:
+    """Break's SARI of a decomposition: the question is the source, the flat decomposition
+    strings (:func:`qdmr_tokens`) are the prediction and the target."""
+    return sari(question.lower().split(), qdmr_tokens(pred_steps), qdmr_tokens(gold_steps))["sari"]
+
+
+def qdmr_exact_match(pred_steps: Sequence[str], gold_steps: Sequence[str]) -> float:
+    """Break's ``exact_match``: the flat decomposition strings are equal, ignoring case (and, here,
+    white space)."""
+    return float(qdmr_tokens(pred_steps) == qdmr_tokens(gold_steps))
+
+
+def _qdmr_deps(steps: Sequence[str], deps: Sequence[Sequence[int]] | None) -> list[list[int]]:
+    """1-based dependencies of each step: its ``#k`` references merged with ``deps``; references
+    outside 1..n (or to the step itself or a later one) are dropped, so the graph is a DAG."""
+    out = []
+    for i, step in enumerate(steps):
+        found = [int(k) for k in _QDMR_REF_RE.findall(step)]
+        found += [int(k) for k in (deps[i] if deps is not None and i < len(deps) else [])]
+        out.append([k for k in dict.fromkeys(found) if 1 <= k <= i])
+    return out
+
+
+def qdmr_normal_step(step: str) -> str:
+    """A step as normalized exact match compares it: lower-cased, a leading ``return`` and the
+    articles dropped, punctuation removed, references written ``#k``, white space collapsed."""
+    text = _QDMR_REF_RE.sub(lambda m: f" #{int(m.group(1))} ", step.lower())
+    words = _QDMR_PUNCT_RE.sub(" ", text).split()
+    if words and words[0] == "return":
+        words = words[1:]
+    return " ".join(w for w in words if w not in _QDMR_ARTICLES)
+
+
+def qdmr_normal_form(steps: Sequence[str], deps: Sequence[Sequence[int]] | None = None) -> tuple[str, tuple[str, ...]]:
+    """(the answer step's expansion, the sorted expansions of every step).
+
+    A step's expansion is its :func:`qdmr_normal_step` text with each ``#k`` replaced by the
+    bracketed expansion of step k (and extra dependencies appended in brackets), so two QDMRs
+    that differ only in the numbering of independent steps have the same normal form.
+    """
+    if not steps:
+        return "", ()
+    dep_lists = _qdmr_deps(steps, deps)
+    memo: dict[int, str] = {}
+
+    def expand(k: int) -> str:  # 1-based; dependencies point to earlier steps only
+        if k not in memo:
+            text = qdmr_normal_step(steps[k - 1])
+            refs = {int(r) for r in _QDMR_REF_RE.findall(text)}
+            text = _QDMR_REF_RE.sub(lambda m: f"( {expand(int(m.group(1)))} )"
+                                    if int(m.group(1)) in dep_lists[k - 1] else m.group(0), text)
+            extra = [d for d in dep_lists[k - 1] if d not in refs]
+            memo[k] = text + "".join(f" [ {expand(d)} ]" for d in extra)
+        return memo[k]
+
+    return expand(len(steps)), tuple(sorted(expand(k) for k in range(1, len(steps) + 1)))
+
+
+def qdmr_normalized_em(pred_steps: Sequence[str], gold_steps: Sequence[str],
+                       pred_deps: Sequence[Sequence[int]] | None = None,
+                       gold_deps: Sequence[Sequence[int]] | None = None) -> float:
+    """1.0 when the two QDMRs have the same :func:`qdmr_normal_form`, else 0.0.
+
+    Break's normalized EM rewrites both QDMRs into a normal form with hand-written rules
+    (lemmas, operator-specific rewrites) before comparing; this is a smaller, documented
+    version: step text normalized by :func:`qdmr_normal_step` and step order canonicalised by
+    dependency (references replaced by what they refer to), so it forgives case, articles,
+    punctuation and the order of independent steps, and nothing else.
+    """
+    return float(qdmr_normal_form(pred_steps, pred_deps) == qdmr_normal_form(gold_steps, gold_deps))
+
+
+def step_similarity(a: str, b: str) -> float:
+    """difflib's ratio of the two steps' :func:`qdmr_normal_step` tokens, references as ``#``
+    (Break's ``SequenceMatchScorer.get_match_score``, which GED's node substitution uses)."""
+    import difflib
+
+    ta = ["#" if t.startswith("#") else t for t in qdmr_normal_step(a).split()]
+    tb = ["#" if t.startswith("#") else t for t in qdmr_normal_step(b).split()]
+    if not ta and not tb:
+        return 1.0
+    return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+
+
+def _qdmr_graph(steps: Sequence[str], deps: Sequence[Sequence[int]] | None) -> object:
+    import networkx as nx  # a dependency of torch; imported here so the module stays light
+
+    g = nx.DiGraph()
+    for i, step in enumerate(steps, start=1):
+        g.add_node(i, label=step)
+    for i, ds in enumerate(_qdmr_deps(steps, deps), start=1):
+        g.add_edges_from((d, i) for d in ds)
+    return g
+
+
+def qdmr_ged(pred_steps: Sequence[str], gold_steps: Sequence[str],
+             pred_deps: Sequence[Sequence[int]] | None = None,
+             gold_deps: Sequence[Sequence[int]] | None = None,
+             timeout_s: float = GED_TIMEOUT_S) -> tuple[float, bool]:
+    """Break's normalized graph edit distance (GED) between two QDMR graphs; lower is better.
+
+    Graphs: one node per step (its text), an edge k -> i when step i depends on step k. Costs
+    as Break's ``GraphMatchScorer``: node substitution ``1 - step_similarity``, node and edge
+    insertion / deletion 1; the distance is divided by ``max(nodes + edges)`` of the two graphs,
+    so it lies in [0, 1] (0: identical up to node order). networkx's exact search runs for at
+    most ``timeout_s`` (Break: networkx's approximations under a timer).
+
+    Returns:
+        ``(distance, exact)``: ``exact`` is False when the timeout cut the search and the
+        distance is the best upper bound found.
+    """
+    import time
+
+    import networkx as nx
+
+    g1, g2 = _qdmr_graph(pred_steps, pred_deps), _qdmr_graph(gold_steps, gold_deps)
+    norm = max(g1.number_of_nodes() + g1.number_of_edges(), g2.number_of_nodes() + g2.number_of_edges())
+    if norm == 0:
+        return 0.0, True
+    sims: dict[tuple[str, str], float] = {}
+
+    def subst(a: dict, b: dict) -> float:
+        key = (a["label"], b["label"])
+        if key not in sims:
+            sims[key] = 1.0 - step_similarity(*key)
+        return sims[key]
+
+    start = time.monotonic()
+    cost = nx.graph_edit_distance(g1, g2, node_subst_cost=subst, timeout=timeout_s)
+    exact = time.monotonic() - start < timeout_s
+    if cost is None:  # no complete edit path within the budget: delete all, insert all
+        cost, exact = float(norm), False
+    return min(float(cost) / norm, 1.0), exact
+
+
 __all__ = [
     "BM25",
     "attribution_metrics",
@@ -211,11 +411,20 @@ __all__ = [
     "dcg",
     "mrr_at_k",
     "ndcg_at_k",
+    "qdmr_exact_match",
+    "qdmr_ged",
+    "qdmr_normal_form",
+    "qdmr_normal_step",
+    "qdmr_normalized_em",
+    "qdmr_sari",
+    "qdmr_tokens",
     "rank_by_scores",
     "ranking_metrics",
     "recall_at_k",
     "roc_auc",
+    "sari",
     "span_prf",
+    "step_similarity",
 ]
 
 

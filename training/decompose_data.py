@@ -136,7 +136,9 @@ def load_hotpotqa(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def load_trec_cast(rows: Iterable[dict[str, Any]], max_history_turns: int = 3) -> list[dict[str, Any]]:
-    """TREC CAsT turns: (``history_utterances`` + ``raw_utterance``) -> ``manual_rewritten_utterance``."""
+    """TREC CAsT turns: (``history_utterances`` + ``raw_utterance``) -> ``manual_rewritten_utterance``;
+    ``canonical_response`` (2021/2022) is kept as ``passage``, the known item ``eval rewrite``
+    retrieves with each rewrite."""
     out = []
     for r in rows:
         query, rewrite = r.get("raw_utterance"), r.get("manual_rewritten_utterance")
@@ -144,7 +146,11 @@ def load_trec_cast(rows: Iterable[dict[str, Any]], max_history_turns: int = 3) -
             continue
         history = [str(h) for h in r.get("history_utterances") or []]
         group = f"cast:{r.get('year', '')}_{r.get('topic_id', '')}"
-        out.append(_rewrite_example(history, query, rewrite, group, "trec_cast", max_history_turns))
+        ex = _rewrite_example(history, query, rewrite, group, "trec_cast", max_history_turns)
+        passage = r.get("canonical_response")
+        if isinstance(passage, str) and passage.strip():  # 2021/2022: the turn's answer passage
+            ex["passage"] = " ".join(passage.split())
+        out.append(ex)
     return out
 
 
@@ -296,8 +302,11 @@ def to_decomposition_record(ex: dict[str, Any]) -> dict[str, Any]:
 
 def to_rewrite_record(ex: dict[str, Any]) -> dict[str, Any]:
     """An example as a record of the "rewrite" format of ``searchsmith eval --help``."""
-    return {"history": [{"role": "user", "content": h} for h in ex["history"]],
-            "query": ex["query"], "rewrite": ex["target"]}
+    rec = {"history": [{"role": "user", "content": h} for h in ex["history"]],
+           "query": ex["query"], "rewrite": ex["target"]}
+    if ex.get("passage"):  # CAsT's canonical answer passage: the rewrite's retrieval target
+        rec["passage"] = ex["passage"]
+    return rec
 
 
 def export_eval_sets(examples: Sequence[dict[str, Any]], out_dir: str | Path) -> dict[str, int]:
@@ -349,7 +358,8 @@ def read_rewrite_eval(path: str | Path) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Export the held-out split as eval files (decompose.jsonl, rewrite.jsonl).
+    """Export the held-out split as eval files (decompose.jsonl, rewrite.jsonl), and
+    passages.jsonl (every CAsT answer passage: ``searchsmith eval rewrite --corpus``).
 
     ``python -m searchsmith.training.decompose_data --data-dir ../shared/data --out DIR``; the
     split matches the recipe's for the same ``--seed`` / ``--heldout-ratio`` (data.split_seed,
@@ -373,6 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if e["task"] != "decompose" or len(e["graph"]["nodes"]) <= args.max_nodes]
     train, heldout = split_examples(examples, args.seed, args.heldout_ratio)
     counts = export_eval_sets(heldout if args.split == "heldout" else train, args.out)
+    # every CAsT answer passage of both splits: the retrieval corpus of ``eval rewrite --corpus``
+    # (passages are documents, not labels, so the training split's ones are fair distractors)
+    passages = dict.fromkeys(e["passage"] for e in examples if e.get("passage"))
+    if passages:
+        counts["passages.jsonl"] = _write_jsonl_atomic(
+            Path(args.out) / "passages.jsonl", ({"id": f"p{i}", "text": p} for i, p in enumerate(passages)))
     print(json.dumps(counts))
     return 0
 

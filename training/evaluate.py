@@ -14,6 +14,14 @@ beside BM25.
 
 ``python -m searchsmith.training.evaluate scifact-beir OUT_DIR`` writes the SciFact open
 part (../shared/data/scifact) as such a folder, with its BM25 top-10 as ``run.bm25.trec``.
+``python -m searchsmith.training.evaluate beir-full DIR`` is the BEIR-style run on such a
+folder: BM25 top-100 over the whole corpus, the bi-encoder over the whole corpus, and the BM25
+top-100 reranked by a cross-encoder when one is given (:data:`SCIFACT_PROTOCOL` says why the
+reranking figures of ``eval rerank`` are not BEIR's).
+
+``eval decompose`` and ``eval rewrite`` report the field's own metrics beside ours: Break's
+SARI, exact match, normalized exact match and GED (:mod:`searchsmith.models.metrics`), and the
+retrieval a rewrite drives (:func:`rewrite_retrieval`), each beside its untrained baseline.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import functools
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +41,18 @@ from typing import Any
 import numpy as np
 from searchsmith.models import tasks
 from searchsmith.models.errors import ConfigError, SearchsmithError, ValidationError
-from searchsmith.models.intervals import with_bootstrap
+from searchsmith.models.intervals import attach_intervals, with_bootstrap
 from searchsmith.models.io import read_json_object
-from searchsmith.models.metrics import BM25, mrr_at_k, ndcg_at_k, recall_at_k
+from searchsmith.models.metrics import (
+    BM25,
+    mrr_at_k,
+    ndcg_at_k,
+    qdmr_exact_match,
+    qdmr_ged,
+    qdmr_normalized_em,
+    qdmr_sari,
+    recall_at_k,
+)
 from searchsmith.models.text import iter_jsonl, read_jsonl
 from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
 
@@ -45,6 +63,18 @@ RERANK_DEPTH = 20
 NDCG_K = 10
 # Tokens per (query, passage) pair of a cross-encoder run whose run.json records none.
 RERANK_MAX_LENGTH = 256
+# The BEIR-style full-corpus run: first-stage depth and its recall cut-off (BEIR's recall@100).
+FULL_CORPUS_DEPTH = 100
+
+#: Why the SciFact reranking figures are not BEIR's (the ``protocol`` of rerank / retrieve
+#: outputs on a folder written by ``scifact-beir``).
+SCIFACT_PROTOCOL = (
+    "SciFact: 'eval rerank --run run.bm25.trec' reranks a BM25 top-10 (computed over all 5,183 abstracts) "
+    "of the evidence-bearing claims only (claims with qrels; open part of the dev split = BEIR's test "
+    "queries), and the folder's corpus is a 1,491-abstract subset (every gold, cited and BM25 top-10 "
+    "abstract), so its nDCG@10 is not comparable to BEIR's full-corpus SciFact figures (5,183 abstracts, "
+    "300 claims). The BEIR-style run on this folder is 'python -m searchsmith.training.evaluate beir-full "
+    "DIR' (BM25 top-100 over every abstract here, still the 1,491-abstract subset: easier than BEIR's corpus).")
 
 
 # ----------------------------------------------------------------------------- BEIR I/O
@@ -419,6 +449,14 @@ def _eval_qids(queries: dict[str, str], qrels: dict[str, dict[str, int]], args: 
     return qids[:limit] if limit else qids
 
 
+def _protocol(data_dir: str | Path, what: str) -> str:
+    """What an evaluation on ``data_dir`` measured, plus the folder's own note (``protocol.json``
+    ``"note"``, written by :func:`write_scifact_beir`)."""
+    path = Path(data_dir) / "protocol.json"
+    note = _read_json(path, "--data").get("note") if path.is_file() else None
+    return f"{what}. {note}" if note else f"{what}."
+
+
 def _mean_rows(rows: list[dict[str, float]], prefix: str = "") -> dict[str, float]:
     return {f"{prefix}{key}": sum(r[key] for r in rows) / len(rows) for key in rows[0]}
 
@@ -463,6 +501,10 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
         write_jsonl_atomic(args.per_item, items)
     out: dict[str, Any] = {"task": "rerank", "model": em.origin, "queries": len(qids), "first_stage": stage,
                            "rerank_depth": RERANK_DEPTH if not getattr(args, "run", None) else None}
+    where = (f"the candidates of the TREC run {Path(args.run).name}" if getattr(args, "run", None)
+             else f"the {stage} top {RERANK_DEPTH} over the folder's {len(corpus)} documents")
+    out["protocol"] = _protocol(args.data, f"reranks {where}, for the {len(qids)} queries with a relevant "
+                                           "document; a relevant document outside the candidates counts as missed")
     out.update(_mean_rows(reranks))
     out.update(_mean_rows(firsts, "first_stage/"))
     return with_bootstrap(out, items)
@@ -513,8 +555,87 @@ def eval_retrieve(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, items)
     out: dict[str, Any] = {"task": "retrieve", "model": em.origin, "queries": len(qids), "documents": len(ids)}
+    out["protocol"] = _protocol(args.data, f"the embedder and BM25 each rank all {len(ids)} documents of the "
+                                           f"folder, for the {len(qids)} queries with a relevant document")
     out.update(_mean_rows(rows))
     out.update(_mean_rows(bm_rows, "bm25/"))
+    return with_bootstrap(out, items)
+
+
+# ----------------------------------------------------------------------------- BEIR-style full-corpus run
+
+
+def _full_corpus_note(data_dir: str | Path, n_docs: int) -> str:
+    path = Path(data_dir) / "protocol.json"
+    info = _read_json(path, "--data") if path.is_file() else {}
+    if info.get("dataset") != "scifact":
+        return ""
+    return (f" SciFact: the corpus here is the open {n_docs}-abstract subset of SciFact's 5,183 (every gold, "
+            "cited and BM25 top-10 abstract of the claims) and the queries are the open part's claims with "
+            "qrels, so this run is a sub-corpus result, easier than BEIR's SciFact (the BEIR paper reports "
+            "BM25 nDCG@10 0.665 over 5,183 abstracts and 300 claims).")
+
+
+def eval_full_corpus(args: argparse.Namespace) -> dict[str, Any]:
+    """The BEIR-style run on a BEIR folder: every system ranks the whole corpus.
+
+    * ``bm25/``: BM25 over every document, its top ``args.depth`` (default 100);
+    * ``bi_encoder/``: the default embedder's cosine over every document (unless ``args.no_dense``);
+    * ``rerank/``: the BM25 top ``depth`` reranked by ``args.bundle`` / ``args.checkpoint`` (a
+      ``rerank`` model; skipped when neither is given). Its recall@depth is BM25's by construction.
+
+    Each reports nDCG@10 and recall@depth (BEIR's pair) with a bootstrap 95 % interval over the
+    queries; ``args.limit`` keeps the first N queries, ``args.per_item`` writes one line per query.
+    """
+    corpus, queries, qrels = read_beir(args.data)
+    qids = _eval_qids(queries, qrels, args)
+    depth = int(getattr(args, "depth", None) or FULL_CORPUS_DEPTH)
+    if depth < NDCG_K:
+        raise ConfigError(f"--depth must be >= {NDCG_K} (nDCG@{NDCG_K} reads the top {NDCG_K}), got {depth}")
+    ids = list(corpus)
+    bm = BM25([corpus[i] for i in ids])
+    ranked: dict[str, dict[str, list[str]]] = {
+        "bm25": {q: [ids[i] for i, _ in bm.top_k(queries[q], depth)] for q in qids}}
+    origins = {"bm25": "BM25 (k1=0.9, b=0.4)"}
+    if not getattr(args, "no_dense", False):
+        from searchsmith.serving.embedder import Embedder
+
+        with progress_bar("beir-full bi-encoder", len(ids) + len(qids), "text") as bar:
+            model = Chunked(Embedder(), bar)
+            docs = np.asarray(model.encode([corpus[i] for i in ids]), dtype=np.float32)  # (P, D)
+            qv = np.asarray(model.encode([queries[q] for q in qids]), dtype=np.float32)  # (Q, D)
+        sims = qv @ docs.T  # (Q, P)
+        ranked["bi_encoder"] = {q: [ids[i] for i in np.argsort(-sims[r], kind="stable")[:depth]]
+                                for r, q in enumerate(qids)}
+        origins["bi_encoder"] = "default embedder (torch), cosine"
+    em = load_eval_model("rerank", args, required=False)
+    if em is not None:
+        pairs = [(queries[q], corpus[d]) for q in qids for d in ranked["bm25"][q]]
+        with progress_bar("beir-full rerank", len(pairs), "pair") as bar:
+            scores = Chunked(em.model, bar).score_pairs(pairs)
+        start, reranked = 0, {}
+        for q in qids:
+            docs_q = ranked["bm25"][q]
+            s = scores[start:start + len(docs_q)]
+            start += len(docs_q)
+            reranked[q] = [d for _, d in sorted(zip(s, docs_q, strict=True), key=lambda t: -t[0])]
+        ranked["rerank"] = reranked
+        origins["rerank"] = f"{em.origin} over the BM25 top {depth}"
+    items = []
+    for q in qids:
+        row: dict[str, Any] = {"qid": q}
+        for name, lists in ranked.items():
+            row.update({f"{name}/{key}": v for key, v in _list_metrics(lists[q], qrels[q], depth).items()
+                        if not key.startswith("mrr")})
+        items.append(row)
+    if getattr(args, "per_item", None):
+        write_jsonl_atomic(args.per_item, items)
+    out: dict[str, Any] = {"task": "beir-full", "queries": len(qids), "documents": len(ids), "depth": depth,
+                           "systems": origins}
+    out.update(_mean_rows([{k: v for k, v in r.items() if k != "qid"} for r in items]))
+    out["protocol"] = (f"BEIR-style: BM25 and the bi-encoder each rank all {len(ids)} documents of the folder "
+                       f"for the {len(qids)} queries with a relevant document; the reranker reorders the BM25 top "
+                       f"{depth}; nDCG@{NDCG_K} and recall@{depth}." + _full_corpus_note(args.data, len(ids)))
     return with_bootstrap(out, items)
 
 
@@ -754,7 +875,8 @@ def write_scifact_beir(out_dir: str | Path,
                        claims: str | Path = "../shared/data/scifact/claims_dev.jsonl",
                        corpus: str | Path = "../shared/data/scifact/corpus_subset.jsonl",
                        only_ids: set[str] | None = None) -> Path:
-    """Write the SciFact open part as a BEIR folder plus ``run.bm25.trec`` (its BM25 top-10).
+    """Write the SciFact open part as a BEIR folder plus ``run.bm25.trec`` (its BM25 top-10) and
+    ``protocol.json`` (:data:`SCIFACT_PROTOCOL`, repeated in the rerank / retrieve outputs).
 
     Args:
         only_ids: keep only these claim ids (e.g. a run's held-out split, ``split.json``).
@@ -776,8 +898,9 @@ def write_scifact_beir(out_dir: str | Path,
         for rank, (d, s) in enumerate(c.get("bm25_top10") or [], start=1):
             run.append(f"{cid} Q0 {d} {rank} {s} bm25")
     write_jsonl_atomic(out / "queries.jsonl", qrows)
+    note = {"dataset": "scifact", "documents": len(docs), "queries": len(qrows), "note": SCIFACT_PROTOCOL}
     for name, lines in (("qrels/test.tsv", ["query-id\tcorpus-id\tscore", *rows]),
-                        ("run.bm25.trec", run)):
+                        ("run.bm25.trec", run), ("protocol.json", [json.dumps(note, indent=2)])):
         tmp = out / f"{name}.tmp"
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         tmp.replace(out / name)
@@ -792,7 +915,21 @@ def _main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--claims", default="../shared/data/scifact/claims_dev.jsonl")
     s.add_argument("--corpus", default="../shared/data/scifact/corpus_subset.jsonl")
     s.add_argument("--heldout-of", help="a reranker run folder: keep only its held-out claims")
+    f = sub.add_parser("beir-full", help="BEIR-style run on a BEIR folder: BM25 top-100 and the bi-encoder over "
+                                         "the whole corpus, and the BM25 top-100 reranked by --bundle/--checkpoint")
+    f.add_argument("data", help="a BEIR folder (e.g. written by scifact-beir)")
+    f.add_argument("--bundle", metavar="DIR", help="a 'rerank' bundle to rerank the BM25 top --depth")
+    f.add_argument("--checkpoint", metavar="RUN_DIR", help="a reranker training run (instead of --bundle)")
+    f.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    f.add_argument("--depth", type=int, default=FULL_CORPUS_DEPTH,
+                   help="first-stage depth and recall cut-off (default %(default)s, BEIR's recall@100)")
+    f.add_argument("--no-dense", action="store_true", help="skip the bi-encoder")
+    f.add_argument("--limit", type=int, default=0, help="only the first N queries")
+    f.add_argument("--per-item", help="also write one JSON line per query to this file")
     a = p.parse_args(argv)
+    if a.cmd == "beir-full":
+        print(json.dumps(eval_full_corpus(a), indent=2, sort_keys=True))
+        return 0
     only = None
     if a.heldout_of:
         split = Path(a.heldout_of) / "split.json"
@@ -811,21 +948,181 @@ def _main(argv: Sequence[str] | None = None) -> int:
 # model with load_eval_model, so --bundle and --checkpoint go through the same code.
 
 
+def _qdmr(graph: dict[str, Any]) -> tuple[list[str], list[list[int]]]:
+    """(steps, 1-based dependencies) of a graph's JSON, its ``#id`` references renumbered by
+    position (Break numbers steps 1..n)."""
+    nodes = graph["nodes"]
+    pos = {str(n["id"]): i for i, n in enumerate(nodes, start=1)}
+
+    def renumber(m: Any) -> str:
+        return f"#{pos.get(str(int(m.group(1))), int(m.group(1)))}"
+
+    steps = [re.sub(r"#\s*(\d+)", renumber, str(n["text"])) for n in nodes]
+    deps = [[pos[str(d)] for d in n.get("depends_on", []) if str(d) in pos] for n in nodes]
+    return steps, deps
+
+
+def break_figures(question: str, pred: dict[str, Any], gold: dict[str, Any], suffix: str = "") -> dict[str, float]:
+    """Break's metrics of one predicted graph (JSON) against the gold one: ``decompose_sari``,
+    ``decompose_em``, ``decompose_normalized_em``, ``decompose_ged`` (lower is better) and
+    ``decompose_ged_exact`` (1 when the edit-distance search finished), each name + ``suffix``."""
+    ps, pd = _qdmr(pred)
+    gs, gd = _qdmr(gold)
+    ged, exact = qdmr_ged(ps, gs, pd, gd)
+    return {f"decompose_sari{suffix}": qdmr_sari(question, ps, gs),
+            f"decompose_em{suffix}": qdmr_exact_match(ps, gs),
+            f"decompose_normalized_em{suffix}": qdmr_normalized_em(ps, gs, pd, gd),
+            f"decompose_ged{suffix}": ged, f"decompose_ged_exact{suffix}": float(exact)}
+
+
+def _one_node(question: str) -> dict[str, Any]:
+    return {"type": "terminal", "nodes": [{"id": "1", "text": question, "depends_on": []}]}
+
+
 def eval_decompose(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: graph
-    validity, type, node-count accuracy and node-text F1 (write a held-out file with
-    ``python -m searchsmith.training.decompose_data --out DIR``)."""
-    from searchsmith.training.decomposer import eval_decompose as run
+    validity, type, node-count accuracy and node-text F1 (the recipe's figures,
+    :func:`searchsmith.training.decomposer.evaluate`), and beside them Break's SARI, exact match,
+    normalized exact match and GED (:func:`break_figures`), each also for the untrained baseline
+    that keeps the question as one node (``..._one_node``), with bootstrap 95 % intervals over the
+    items. Write a held-out file with ``python -m searchsmith.training.decompose_data --out DIR``.
+    """
+    from searchsmith.models.qdg import QDG
+    from searchsmith.training.decompose_data import read_decomposition_eval
+    from searchsmith.training.decomposer import evaluate, node_f1
 
-    return run(args)
+    rows = read_decomposition_eval(args.data)
+    if getattr(args, "limit", 0):
+        rows = rows[: args.limit]
+    em = load_eval_model("decompose", args)
+    items = [{"id": r.get("id", n), "task": "decompose", "query": r["query"],
+              "graph": QDG.from_json({"type": r["type"], "nodes": r["nodes"]}).to_json()}
+             for n, r in enumerate(rows)]
+    per_item: list[dict[str, Any]] = []
+    with progress_bar("eval decompose", len(items)) as bar:
+        metrics: dict[str, Any] = {"task": "decompose", "model": em.origin,
+                                   **evaluate(Chunked(em.model, bar, 16), items, per_item=per_item)}
+    for row in per_item:
+        one = _one_node(row["query"])
+        row["decompose_node_f1_one_node"] = node_f1(QDG.from_json(one), QDG.from_json(row["gold"]))
+        row.update(break_figures(row["query"], row["pred"], row["gold"]))
+        row.update(break_figures(row["query"], one, row["gold"], "_one_node"))
+    if per_item:
+        for key in [k for k in per_item[0] if k.startswith(("decompose_sari", "decompose_em", "decompose_normalized",
+                                                             "decompose_ged", "decompose_node_f1_one"))]:
+            metrics[key] = sum(r[key] for r in per_item) / len(per_item)
+    metrics["break_metrics"] = (
+        "Break's metrics (Wolfson et al. 2020): SARI over the flat step string ('#k' as '@@k@@', steps joined "
+        "by '@@SEP@@') with the question as source; exact match of that string; normalized exact match "
+        "(a smaller normal form than Break's: case, articles, punctuation, 'return', and the order of "
+        "independent steps); GED normalized to [0, 1], lower is better (networkx, node substitution "
+        "1 - difflib ratio of step tokens). *_one_node: the question kept as one node.")
+    _write_per_item(getattr(args, "per_item", None), per_item)
+    return with_bootstrap(metrics, per_item)
+
+
+def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:
+    if path:
+        write_jsonl_atomic(path, rows)
+
+
+def rewrite_retrieval(rows: Sequence[dict[str, Any]], preds: Sequence[str],
+                      extra_docs: Sequence[str] = (), k: int = NDCG_K) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The retrieval each rewrite drives, for the turns that carry their answer ``passage``.
+
+    Protocol (the CAsT qrels and collections are not in ../shared/data): the corpus is every
+    distinct ``passage`` of ``rows`` (CAsT's canonical answer passages, so the earlier turns of
+    the same topic are hard distractors) plus ``extra_docs``; a turn's own passage is its one
+    relevant document (a known-item search). BM25 ranks the corpus with the model's rewrite,
+    the raw query (copy baseline) and the manual rewrite (upper bound). Reported: nDCG@k and
+    MRR@k of each, and ``agreement@k``: nDCG@k of a ranking against the manual rewrite's top k
+    taken as relevant (a proxy; the manual rewrite scores 1 by construction). This is not CAsT's
+    official NDCG (graded qrels over the full collections).
+
+    Returns:
+        ``(metrics, per-turn rows)``; empty when no row has a passage.
+    """
+    turns = [(r, p) for r, p in zip(rows, preds, strict=True) if isinstance(r.get("passage"), str) and r["passage"]]
+    if not turns:
+        return {}, []
+    passages = list(dict.fromkeys(" ".join(r["passage"].split()) for r, _ in turns))
+    docs = passages + [d for d in extra_docs if d not in set(passages)]
+    gold_of = {p: i for i, p in enumerate(passages)}
+    bm = BM25(docs)
+    out_rows = []
+    for r, pred in turns:
+        gold = gold_of[" ".join(r["passage"].split())]
+        lists = {v: [i for i, _ in bm.top_k(text, k)] for v, text in
+                 (("model", pred), ("copy_query", r["query"]), ("manual", r["rewrite"]))}
+        reference = set(lists["manual"])
+        row: dict[str, Any] = {"id": r.get("id"), "query": r["query"], "pred": pred}
+        for v, ranked in lists.items():
+            suffix = "" if v == "model" else f"_{v}"
+            labels = [int(i == gold) for i in ranked]
+            row[f"rewrite_retrieval_ndcg@{k}{suffix}"] = ndcg_at_k(labels, k, [1])
+            row[f"rewrite_retrieval_mrr@{k}{suffix}"] = mrr_at_k(labels, k)
+            if v != "manual":
+                agree = [int(i in reference) for i in ranked]
+                row[f"rewrite_retrieval_agreement@{k}{suffix}"] = ndcg_at_k(agree, k, [1] * len(reference))
+        out_rows.append(row)
+    keys = [key for key in out_rows[0] if key.startswith("rewrite_retrieval")]
+    metrics: dict[str, Any] = {key: sum(r[key] for r in out_rows) / len(out_rows) for key in keys}
+    metrics["rewrite_retrieval_turns"] = len(out_rows)
+    metrics["rewrite_retrieval_documents"] = len(docs)
+    return attach_intervals(metrics, out_rows, keys=keys), out_rows
+
+
+REWRITE_RETRIEVAL_PROTOCOL = (
+    "rewrite_retrieval_*: a known-item proxy, not CAsT's official NDCG (no CAsT qrels or collection here): "
+    "BM25 over the turns' canonical answer passages (CAsT 2021/2022 canonical_response, exported as 'passage'; "
+    "plus --corpus JSONL 'text' when given), each turn's own passage relevant; the model rewrite, the raw query "
+    "(_copy_query) and the manual rewrite (_manual, upper bound). agreement@10: nDCG@10 against the manual "
+    "rewrite's top 10 taken as relevant.")
 
 
 def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval rewrite --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: rewrite
-    EM / token F1 beside the copy-the-query baseline."""
-    from searchsmith.training.decomposer import eval_rewrite as run
+    EM / token F1 beside the copy-the-query baseline and, for the turns whose record carries its
+    answer ``passage`` (the CAsT export does), the NDCG of the retrieval each rewrite drives
+    (:func:`rewrite_retrieval`: model, raw query, manual rewrite), each with its bootstrap 95 %
+    interval. ``args.corpus`` (JSONL with ``text``) adds distractor documents.
+    """
+    from searchsmith.training.decompose_data import read_rewrite_eval
+    from searchsmith.training.decomposer import evaluate, rewrite_metrics
 
-    return run(args)
+    rows = read_rewrite_eval(args.data)
+    if getattr(args, "limit", 0):
+        rows = rows[: args.limit]
+    em = load_eval_model("rewrite", args)
+    items = [{"id": r.get("id", n), "task": "rewrite", "query": r["query"], "target": r["rewrite"],
+              "history": [h["content"] for h in r.get("history", []) if h.get("role", "user") == "user"]}
+             for n, r in enumerate(rows)]
+    per_item: list[dict[str, Any]] = []
+    with progress_bar("eval rewrite", len(items)) as bar:
+        metrics: dict[str, Any] = {"task": "rewrite", "model": em.origin,
+                                   **evaluate(Chunked(em.model, bar, 16), items, per_item=per_item)}
+    for row, r in zip(per_item, rows, strict=True):  # the copy-the-query baseline, item by item
+        copy = rewrite_metrics([r["query"]], [r["rewrite"]])
+        row.update(rewrite_em_copy_query=copy["rewrite_em"], rewrite_f1_copy_query=copy["rewrite_f1"])
+    copy = rewrite_metrics([r["query"] for r in rows], [r["rewrite"] for r in rows])
+    metrics["rewrite_em_copy_query"] = copy["rewrite_em"]
+    metrics["rewrite_f1_copy_query"] = copy["rewrite_f1"]
+    out = with_bootstrap(metrics, per_item)
+    extra: list[str] = []
+    if getattr(args, "corpus", None):
+        extra = [f"{d.get('title') or ''} {d['text']}".strip() for d in read_jsonl(args.corpus, required=("text",))]
+    retrieval, retrieval_rows = rewrite_retrieval(
+        [{**r, "id": item["id"]} for r, item in zip(rows, items, strict=True)], [row["pred"] for row in per_item], extra)
+    if retrieval:
+        by_id = {row["id"]: row for row in retrieval_rows}
+        for row in per_item:
+            row.update({k: v for k, v in by_id.get(row["id"], {}).items() if k.startswith("rewrite_retrieval")})
+        bootstrap = out.pop("bootstrap")
+        out.update(retrieval)
+        out["rewrite_retrieval_protocol"] = REWRITE_RETRIEVAL_PROTOCOL
+        out["bootstrap"] = bootstrap
+    _write_per_item(getattr(args, "per_item", None), per_item)
+    return out
 
 
 def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
