@@ -125,8 +125,14 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- pipeline --------------------------------------------------------------------------------
-def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any]) -> dict[str, float]:
-    """Metrics of one answer against ``{"answer", "supporting"}``.
+# The ruler of ``redundancy``: the papers' near-duplicate cosine (Xinyu et al.), fixed here so that
+# a sweep of retrieval.dedup_threshold does not move its own yardstick.
+REDUNDANT_COSINE = 0.8
+
+
+def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
+                          passages: PassageLookup | None = None) -> dict[str, float]:
+    """Metrics of one answer against ``{"answer", "supporting", "events"?, "images"?}``.
 
     * ``support_recall``: share of the gold supporting documents among those the answer
       used (its cited documents; every passage given to the generator when it cites none);
@@ -134,26 +140,151 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any]) -> dict[str
     * ``f1`` / ``contains``: token F1 of the plain answer, and whether it contains the gold
       answer's normalised tokens in order;
     * ``citation_precision`` / ``citation_recall``: cited documents vs ``supporting``
-      (precision of an answer with no citation is 0 when it has sentences).
+      (precision of an answer with no citation is 0 when it has sentences);
+    * ``passages``, ``timeline_events``, ``images_placed``: how many the answer was given,
+      lists and places (no gold needed);
+    * with ``events`` gold: :func:`timeline_metrics`; with ``images`` gold: :func:`image_metrics`;
+    * with a :class:`PassageLookup`: ``context_tokens`` and ``redundancy`` of the passages given.
+
+    A metric whose gold the item lacks is absent from its dict (summaries average each metric
+    over the items that have it).
     """
     gold = item["supporting"]
     cited = {r["doc_id"] for r in ans["references"]}
-    passages = {p["doc_id"] for p in ans["passages"]}
-    used = cited or passages
+    given = {p["doc_id"] for p in ans["passages"]}
+    used = cited or given
     citations = set_prf(cited, gold)
     plain = " ".join(answer_tokens(ans["answer_text"], generated=True))
     gold_words = " ".join(answer_tokens(str(item["answer"]), generated=True))
-    return {
+    events = timeline_events(ans)
+    out = {
         "support_recall": set_prf(used, gold)["recall"],
-        "retrieval_recall": set_prf(passages, gold)["recall"],
+        "retrieval_recall": set_prf(given, gold)["recall"],
         "f1": token_f1(ans["answer_text"], str(item["answer"]), generated=True),
         "contains": float(bool(gold_words) and f" {gold_words} " in f" {plain} "),
         "citation_precision": citations["precision"],
         "citation_recall": citations["recall"],
+        "passages": float(len(ans["passages"])),
+        "timeline_events": float(len(events)),
+        "images_placed": float(len(ans["images"])),
+    }
+    if item.get("events") is not None:
+        out.update(timeline_metrics(events, item["events"]))
+    if item.get("images") is not None:
+        out.update(image_metrics([im["image_id"] for im in ans["images"]], item["images"]))
+    if passages is not None:
+        out.update(passages.metrics(ans))
+    out.update({
         "model_calls": float(ans["trace"]["model_calls"]),
         "tokens": float(ans["trace"]["tokens_in"] + ans["trace"]["tokens_out"]),
         "latency_ms": float(ans["trace"]["total_ms"]),
-    }
+    })
+    return out
+
+
+def timeline_events(ans: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answer's timeline as one list of events (``{date, precision, text, sources}``)."""
+    return [e for group in ans.get("timeline") or [] for e in group["events"]]
+
+
+def _same_day(a: str, b: str) -> bool:
+    """Compatible ISO dates: one is a prefix of the other (``2024-03`` and ``2024-03-12``)."""
+    return a.startswith(b) or b.startswith(a)
+
+
+def timeline_metrics(events: list[dict[str, Any]], gold: list[dict[str, Any]]) -> dict[str, float]:
+    """Events listed against the gold dated events ``[{"date", "sources": [doc ids]}]``.
+
+    An event matches a gold event when their dates are compatible and it cites one of the
+    documents that report it; each gold event is matched once, in timeline order, and a later
+    event that matches an already matched one is a duplicate (what the merge should have joined).
+
+    Returns:
+        ``timeline_duplicates`` (count), ``timeline_recall`` (gold events found), ``timeline_f1``
+        (2 matched / (events + gold)), and ``timeline_precision`` (matched / events) when the
+        answer lists any event.
+    """
+    matched: set[int] = set()
+    duplicates = 0
+    for e in events:
+        hits = [j for j, g in enumerate(gold)
+                if _same_day(str(e["date"]), str(g["date"])) and set(e["sources"]) & set(g["sources"])]
+        free = [j for j in hits if j not in matched]
+        if free:
+            matched.add(free[0])
+        elif hits:
+            duplicates += 1
+    tp = len(matched)
+    out = {"timeline_duplicates": float(duplicates),
+           "timeline_f1": 2 * tp / (len(events) + len(gold)) if events or gold else 1.0}
+    if gold:
+        out["timeline_recall"] = tp / len(gold)
+    if events:
+        out["timeline_precision"] = tp / len(events)
+    return out
+
+
+def image_metrics(placed: list[str], gold: list[str]) -> dict[str, float]:
+    """Images placed next to the answer against the ids that belong there (``[]``: none does).
+
+    Returns:
+        ``image_wrong`` (placed images that do not belong, a count), ``image_f1`` (1.0 when
+        none belongs and none is placed), ``image_precision`` when any is placed and
+        ``image_recall`` when any belongs.
+    """
+    got, want = set(placed), set(gold)
+    tp = len(got & want)
+    out = {"image_wrong": float(len(got - want)),
+           "image_f1": 2 * tp / (len(got) + len(want)) if got or want else 1.0}
+    if got:
+        out["image_precision"] = tp / len(got)
+    if want:
+        out["image_recall"] = tp / len(want)
+    return out
+
+
+class PassageLookup:
+    """Text and vector of each chunk an answer was given, read back from the pipeline's index.
+
+    The answer names its passages (``chunk_id``) without their text; ``context_tokens`` (the
+    whitespace tokens given to the generator, the keep ratio's cost) and ``redundancy`` (the
+    share of passage pairs at cosine >= :data:`REDUNDANT_COSINE`, what dedup removes) need it.
+    Texts and vectors are cached by chunk id across :meth:`bind` calls (one per pipeline of a
+    sweep or an ablation over the same index). Planning compresses passages; these count the
+    chunks as indexed.
+    """
+
+    def __init__(self, pipe: Any) -> None:
+        self._texts: dict[str, str] = {}
+        self._vecs: dict[str, np.ndarray] = {}
+        self.bind(pipe)
+
+    def bind(self, pipe: Any) -> None:
+        """Read from ``pipe``'s index and embed with its embedder from now on."""
+        self.store, self.embedder = pipe.index.store, pipe.embedder
+
+    def texts(self, chunk_ids: list[str], doc_ids: list[str]) -> list[str]:
+        for cid, doc in zip(chunk_ids, doc_ids, strict=True):
+            if cid not in self._texts:
+                self._texts.update({c.chunk_id: c.text for c in self.store.chunks_of_doc(doc)})
+        return [self._texts.get(c, "") for c in chunk_ids]
+
+    def metrics(self, ans: dict[str, Any]) -> dict[str, float]:
+        from searchsmith.serving.pipeline.state import estimate_tokens
+
+        ids = [p["chunk_id"] for p in ans["passages"]]
+        texts = self.texts(ids, [p["doc_id"] for p in ans["passages"]])
+        out = {"context_tokens": float(sum(estimate_tokens(t) for t in texts))}
+        if len(ids) >= 2:
+            todo = [(c, t) for c, t in zip(ids, texts, strict=True) if c not in self._vecs]
+            if todo:
+                vecs = np.asarray(self.embedder.encode([t for _, t in todo]), dtype=np.float32)
+                self._vecs.update(zip([c for c, _ in todo], vecs, strict=True))
+            v = np.stack([self._vecs[c] for c in ids])  # (N, D) unit rows
+            sims = v @ v.T  # (N, N)
+            upper = sims[np.triu_indices(len(ids), k=1)]
+            out["redundancy"] = float(np.mean(upper >= REDUNDANT_COSINE))
+        return out
 
 
 def _p50_ms(latency_ms: np.ndarray) -> Callable[[np.ndarray], float]:
@@ -162,13 +293,23 @@ def _p50_ms(latency_ms: np.ndarray) -> Callable[[np.ndarray], float]:
 
 
 def _summary(rows: list[dict[str, float]]) -> dict[str, Any]:
-    """Mean of each per-item metric and the median latency, each with its bootstrap interval."""
+    """Mean of each per-item metric and the median latency, each with its bootstrap interval.
 
-    keys = [k for k in rows[0] if k != "latency_ms"]
-    out: dict[str, Any] = {k: round(sum(r[k] for r in rows) / len(rows), 4) for k in keys}
+    A metric that only some items have (their gold has it) is averaged over those, with its
+    count under ``<metric>_n``."""
+
+    keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "latency_ms"]
+    out: dict[str, Any] = {}
+    for k in keys:
+        have = [r for r in rows if r.get(k) is not None]
+        out[k] = round(sum(r[k] for r in have) / len(have), 4)
+        out.update(attach_intervals({k: out[k]}, have, keys=[k]))
+        if len(have) < len(rows):
+            out[f"{k}_n"] = len(have)
     latency = np.asarray([r["latency_ms"] for r in rows], dtype=np.float64)
     out["latency_ms_p50"] = round(_p50_ms(latency)(np.arange(len(rows))), 1)
-    out = attach_intervals(out, rows, keys=keys, pooled={"latency_ms_p50": _p50_ms(latency)}, digits=1)
+    out.update(attach_intervals({"latency_ms_p50": out["latency_ms_p50"]}, rows,
+                                pooled={"latency_ms_p50": _p50_ms(latency)}, keys=[], digits=1))
     out["n"] = len(rows)
     return out
 
@@ -256,6 +397,7 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         raise ValidationError("eval pipeline needs --index DIR (built with 'searchsmith index') or 'index:' "
                               "in the --config file")
     pipe = load_pipeline(cfg, args.index)
+    lookup = PassageLookup(pipe)
     per_item: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, float]]] = {}
     traces: list[dict[str, Any]] = []
@@ -268,7 +410,7 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
             for name, kwargs, subset in variants:
                 for i, it in enumerate(subset):
                     ans = pipe.ask(it["query"], it.get("history"), query_id=str(it.get("id", i)), **kwargs)
-                    m = pipeline_item_metrics(ans, it)
+                    m = pipeline_item_metrics(ans, it, lookup)
                     runs.setdefault(name, []).append(m)
                     if name == "routed":
                         traces.append(ans["trace"])

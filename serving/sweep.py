@@ -10,6 +10,16 @@ against the default (paired difference, its interval and a permutation p-value):
 default marked; ``--per-item FILE`` writes one line per (question, value) for
 ``searchsmith eval compare`` (filter two values into two files).
 
+Besides the answer metrics, each answer's passages (how many, their tokens, their
+redundancy), timeline (duplicate events, precision and recall against gold dated events) and
+placed images (wrong placements, precision, recall against gold image ids) are measured
+(``serving.evaluate.pipeline_item_metrics``); the last two need gold that
+``models/demo/stages.jsonl`` has and ``qa.jsonl`` lacks, and are averaged over the questions
+that have it::
+
+    searchsmith eval sweep --data models/demo/stages.jsonl --index indexes/demo \\
+        --param timeline.merge_threshold --values 0.8,0.9,0.97
+
 ::
 
     searchsmith eval sweep --data models/demo/qa.jsonl --index indexes/demo \\
@@ -35,10 +45,21 @@ from searchsmith.models.text import read_jsonl
 __all__ = ["SWEEP_METRICS", "eval_sweep", "parse_values"]
 
 # The answer metrics a sweep reports (serving.evaluate.pipeline_item_metrics), best = highest
-# except latency.
+# except the costs and errors below. The passage, timeline and image metrics are what the
+# dedup / keep-ratio, timeline.merge_threshold and images.threshold sweeps move; a metric whose
+# gold no item has (events, images: models/demo/stages.jsonl has both) is left out of the output.
 SWEEP_METRICS = ("support_recall", "retrieval_recall", "citation_precision", "citation_recall", "f1", "contains",
+                 "passages", "context_tokens", "redundancy",
+                 "timeline_events", "timeline_duplicates", "timeline_precision", "timeline_recall",
+                 "images_placed", "image_wrong", "image_precision", "image_recall", "image_f1",
                  "latency_ms")
-LOWER_IS_BETTER = frozenset({"latency_ms"})
+LOWER_IS_BETTER = frozenset({"latency_ms", "passages", "context_tokens", "redundancy", "timeline_duplicates",
+                             "image_wrong"})
+# Counts, neither better high nor low: reported, never judged.
+NEUTRAL = frozenset({"timeline_events", "images_placed"})
+# Plotted against the value (the rates in [0, 1]; counts and latency are in the JSON).
+PLOTTED = ("support_recall", "retrieval_recall", "citation_precision", "citation_recall", "f1", "contains",
+           "redundancy", "timeline_precision", "timeline_recall", "image_precision", "image_recall", "image_f1")
 # Reported, never judged: the values run one after another, so a shared machine's load moves them.
 TIMING = frozenset({"latency_ms"})
 
@@ -69,13 +90,25 @@ def _setting(cfg: object, dotted: str) -> object:
 
 
 def _summary(rows: list[dict[str, float]], resamples: int, seed: int) -> dict[str, object]:
+    """Each metric's mean over the items that have it (``<metric>_n`` when not all do)."""
     out: dict[str, object] = {}
     for m in SWEEP_METRICS:
-        xs = [r[m] for r in rows]
+        xs = [r[m] for r in rows if r.get(m) is not None]
+        if not xs:
+            continue
         out[m] = round(sum(xs) / len(xs), 4)
         lo, hi = bootstrap_ci(xs, resamples=resamples, seed=seed)
         out[f"{m}_ci95"] = [round(lo, 4), round(hi, 4)]
+        if len(xs) < len(rows):
+            out[f"{m}_n"] = len(xs)
     return out
+
+
+def paired(a: list[dict[str, float]], b: list[dict[str, float]], metric: str) -> tuple[list[float], list[float]]:
+    """The metric's values in two runs over the same items, on the items both have it for."""
+    pairs = [(x[metric], y[metric]) for x, y in zip(a, b, strict=True)
+             if x.get(metric) is not None and y.get(metric) is not None]
+    return [x for x, _ in pairs], [y for _, y in pairs]
 
 
 def _verdicts(points: list[dict[str, Any]], default: object, rows: dict[str, list[dict[str, float]]],
@@ -86,21 +119,29 @@ def _verdicts(points: list[dict[str, Any]], default: object, rows: dict[str, lis
     out: dict[str, dict[str, object]] = {}
     key = repr(default)
     for m in SWEEP_METRICS:
+        scored = [p for p in points if m in p["metrics"]]
+        if not scored:  # no item has the gold this metric needs
+            continue
         sign = -1.0 if m in LOWER_IS_BETTER else 1.0
-        best = max(points, key=lambda p: sign * float(p["metrics"][m]))
-        verdict: dict[str, object] = {"best_value": best["value"], "best": best["metrics"][m]}
+        verdict: dict[str, object] = {}
+        if m not in NEUTRAL:  # a count of events or images is not better high or low
+            best = max(scored, key=lambda p: sign * float(p["metrics"][m]))
+            verdict.update({"best_value": best["value"], "best": best["metrics"][m]})
         if key in rows:
-            base = [r[m] for r in rows[key]]
             against = {}
             for p in points:
                 if repr(p["value"]) == key:
                     continue
-                c = paired_difference(base, [r[m] for r in rows[repr(p["value"])]], m, resamples=resamples,
-                                      seed=seed).to_dict()
+                base, other = paired(rows[key], rows[repr(p["value"])], m)
+                if not base:
+                    continue
+                c = paired_difference(base, other, m, resamples=resamples, seed=seed).to_dict()
                 against[str(p["value"])] = {k: c[k] for k in ("diff", "diff_ci95", "p_value")}
-            verdict.update({"default": next(p["metrics"][m] for p in points if repr(p["value"]) == key),
+            verdict.update({"default": next((p["metrics"].get(m) for p in points if repr(p["value"]) == key), None),
                             "vs_default": against})
-            if m not in TIMING:  # quality only: the values run one after another, so time drifts with the load
+            if m in LOWER_IS_BETTER and m not in TIMING:
+                verdict["beats_default"] = [v for v, c in against.items() if c["diff_ci95"][1] < 0]
+            elif m not in TIMING | NEUTRAL:  # quality only: the values run one after another, so time drifts
                 verdict["beats_default"] = [v for v, c in against.items() if c["diff_ci95"][0] > 0]
         out[m] = verdict
     return out
@@ -112,7 +153,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     Raises:
         ConfigError: no --param / --values, an unknown key, a value the config refuses.
     """
-    from searchsmith.serving.evaluate import pipeline_item_metrics, with_eval_bundles
+    from searchsmith.serving.evaluate import PassageLookup, pipeline_item_metrics, with_eval_bundles
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
@@ -142,13 +183,17 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     points: list[dict[str, Any]] = []
     per_item: list[dict[str, object]] = []
     by_value: dict[str, list[dict[str, float]]] = {}
+    lookup: PassageLookup | None = None
     with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
         for value, cfg in zip(values, configs, strict=True):
             pipe = load_pipeline(cfg, args.index)
+            if lookup is None:
+                lookup = PassageLookup(pipe)
+            lookup.bind(pipe)
             try:
                 rows = []
                 for i, it in enumerate(items):
-                    m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history"), query_id=str(i)), it)
+                    m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history"), query_id=str(i)), it, lookup)
                     rows.append(m)
                     per_item.append({"id": it.get("id", i), "value": value, **m})
                     bar.update(1)
@@ -179,8 +224,8 @@ def plot_sweep(path: Path, result: dict[str, Any]) -> Path:
     xs = [p["value"] if numeric else i for i, p in enumerate(points)]
 
     def draw(fig: Any, ax: Any) -> None:
-        for m in SWEEP_METRICS:
-            if m in LOWER_IS_BETTER:
+        for m in PLOTTED:
+            if not all(m in p["metrics"] for p in points):
                 continue
             ys = [p["metrics"][m] for p in points]
             lo = [y - p["metrics"][f"{m}_ci95"][0] for y, p in zip(ys, points, strict=True)]

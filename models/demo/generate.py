@@ -1,4 +1,4 @@
-"""Generate the demo knowledge base: corpus, images, routing set, QA set and README.
+"""Generate the demo knowledge base: corpus, images, routing set, QA set, stage gold set and README.
 
 Run ``python -m searchsmith.models.demo.generate [--out DIR]`` (default: this folder). The
 output is a pure function of the data in ``source/*.yaml`` (read by ``records.py``), the
@@ -44,6 +44,7 @@ SEED = 20240312
 CORPUS_FILE = "corpus.jsonl"
 ROUTING_FILE = "routing.jsonl"
 QA_FILE = "qa.jsonl"
+STAGES_FILE = "stages.jsonl"
 README_FILE = "README.md"
 IMAGES_DIR = "images"
 SOURCE_GLOB = f"{SOURCE_DIR.name}/*.yaml"  # read, never written
@@ -840,6 +841,57 @@ def qa_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
     return out
 
 
+def stage_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[dict[str, object]]:
+    """Pipeline eval items with gold for the timeline and images stages (``eval ablate`` / ``sweep``).
+
+    Each is a QA item (``id``, ``query``, ``answer``, ``supporting``) plus, for a timeline
+    question, ``events``: the one dated event it is about with every document that reports it
+    (both outlets and the year in review, whose line carries the first report's title), so that
+    events from these documents which stay apart are duplicates; and for an image question,
+    ``images``: the ids of the images whose caption states what the answer states (none for a
+    question whose document carries an image that says nothing about the answer).
+    """
+    out: list[dict[str, object]] = []
+
+    def add(query: str, answer: str, supporting: list[str], **gold: object) -> None:
+        out.append({"id": f"stage-{len(out) + 1:03d}", "query": query, "answer": answer,
+                    "supporting": supporting, **gold})
+
+    def reports(ids: list[str], iso: str) -> list[str]:
+        review = docs.get(f"news-{iso[:4]}-12-30-year-in-review")
+        first = docs[ids[0]]
+        return ids + ([review.id] if review and f"{first.title}." in review.text else [])
+
+    for o in src.outages:
+        ids = where.outage_docs[o.product]
+        if len(ids) > 1:
+            add(f"When did the {o.product} Cloud outage happen?", fmt_date(o.date, "dmy"), list(ids),
+                events=[{"date": o.date, "sources": reports(ids, o.date)}])
+    for acq in src.acquisitions:
+        ids = where.acquisition_docs[acq.target]
+        add(f"When did {acq.acquirer} acquire {acq.target}?", fmt_date(acq.date, "dmy"), list(ids),
+            events=[{"date": acq.date, "sources": reports(ids, acq.date)}])
+    for name in ("Quarry", "Lumen", "Tidewater", "Ferrow"):
+        p = src.product(name)
+        add(f"Which parts is a {name} deployment built from?", _and(list(p.components)),
+            [product_doc_id(p, "overview")], images=[f"{p.slug}_arch"])
+    quarry = src.product("Quarry")
+    add("How much did Quarry 3.0 cut the p99 query latency?", "from 48 ms to 21 ms",
+        [release_doc_id(quarry, quarry.releases[-1])], images=["quarry_latency"])
+    add("Which month of 2024 had the lowest Stackyard uptime?", "July", ["faq-uptime-2024"],
+        images=["stackyard_uptime_2024"])
+    add("Which capital cities lie on the Danube?", "Vienna, Bratislava, Budapest and Belgrade", ["enc-danube"],
+        images=["danube_map"])
+    add("How far from the Sun does Mars orbit on average?", "1.52 astronomical units", ["enc-mars"],
+        images=["inner_planets"])
+    # The documents of these answers carry an image that states nothing the answer does.
+    add("What are the names of the moons of Mars?", "Phobos and Deimos", ["enc-mars"], images=[])
+    add("Which language is Kestrel written in?", src.product("Kestrel").language,
+        [product_doc_id(src.product("Kestrel"), "overview")], images=[])
+    add("Under which licence is Quarry published?", "Apache-2.0", [product_doc_id(quarry, "overview")], images=[])
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Assembly, checks, writing
 # ---------------------------------------------------------------------------------------------
@@ -850,6 +902,7 @@ class DemoSet:
     images: dict[str, Image.Image]  # file name -> image
     routing: list[Item]
     qa: list[QA]
+    stages: list[dict[str, object]] = field(default_factory=list)
 
 
 def build(src: Source | None = None) -> DemoSet:
@@ -873,7 +926,8 @@ def build(src: Source | None = None) -> DemoSet:
         by_id[spec.doc_id].images.append(
             {"id": Path(spec.file).stem, "path": f"{IMAGES_DIR}/{spec.file}", "caption": spec.caption})
         images[spec.file] = spec.image
-    return DemoSet(docs, images, routing_items(rng, src, where), qa_items(src, by_id, where))
+    return DemoSet(docs, images, routing_items(rng, src, where), qa_items(src, by_id, where),
+                   stage_items(src, by_id, where))
 
 
 def check(demo: DemoSet) -> None:
@@ -899,6 +953,20 @@ def check(demo: DemoSet) -> None:
         union = " ".join(by_id[t].text for t in qa.supporting).lower()
         if qa.answer.lower() not in union:
             problems.append(f"{qa.id}: answer {qa.answer!r} is not in {qa.supporting}")
+    images = {Path(name).stem for name in demo.images}
+    for item in demo.stages:
+        sid, gold = item["id"], [str(t) for t in item["supporting"]]  # type: ignore[union-attr]
+        if any(t not in by_id for t in gold):
+            problems.append(f"{sid}: unknown supporting ids {gold}")
+            continue
+        if str(item["answer"]).lower() not in " ".join(by_id[t].text for t in gold).lower():
+            problems.append(f"{sid}: answer {item['answer']!r} is not in {gold}")
+        for ev in item.get("events", []):  # type: ignore[attr-defined]
+            missing = [t for t in ev["sources"] if t not in by_id]
+            problems += [f"{sid}: event sources {missing} unknown"] if missing else []
+        carried = {im["id"] for t in gold for im in by_id[t].images}
+        stray = [i for i in item.get("images", []) if i not in images or i not in carried]  # type: ignore[attr-defined]
+        problems += [f"{sid}: gold images {stray} are not carried by {gold}"] if stray else []
     if problems:
         raise ValidationError("demo data is inconsistent:\n  " + "\n  ".join(problems)
                               + "\nfix the facts in searchsmith/models/demo/source/*.yaml or the templates "
@@ -953,6 +1021,7 @@ Regenerate with `python -m searchsmith.models.demo.generate` (writes this folder
 | `{IMAGES_DIR}/*.png` | palette PNG | {len(demo.images)} images (diagrams, logos, charts, maps); paths in the corpus are relative to this folder |
 | `{ROUTING_FILE}` | routing eval | {len(demo.routing)} queries, {follow_ups} of them follow-ups whose referent is only in the history |
 | `{QA_FILE}` | pipeline eval | {len(demo.qa)} questions ({two_turn_qa} two-turn, some multi-hop); each answer occurs in its `supporting` documents |
+| `{STAGES_FILE}` | pipeline eval + stage gold | {len(demo.stages)} questions for `eval ablate` / `eval sweep`: {sum(1 for s in demo.stages if "events" in s)} with gold dated `events` (every document reporting the event), {sum(1 for s in demo.stages if "images" in s)} with gold `images` (the image ids that belong next to the answer; {sum(1 for s in demo.stages if s.get("images") == [])} where none does) |
 | `{SOURCE_GLOB}` | YAML, edited by hand | the facts and prose it is all rendered from: {_and([f'`{n}`' for n in SOURCE_FILES])} |
 
 ## Sources
@@ -988,7 +1057,7 @@ def write_all(out_dir: Path) -> dict[str, int]:
             generator no longer produces are removed so the folder matches the generator.
 
     Returns:
-        Counts: ``documents``, ``images``, ``routing``, ``follow_ups``, ``qa`` and one
+        Counts: ``documents``, ``images``, ``routing``, ``follow_ups``, ``qa``, ``stages`` and one
         ``source:<name>`` entry per source.
 
     Raises:
@@ -1013,9 +1082,11 @@ def write_all(out_dir: Path) -> dict[str, int]:
     _write_atomic(out_dir / QA_FILE, _jsonl(
         [{"id": q.id, "query": q.query, **({"history": q.history} if q.history else {}),
           "answer": q.answer, "supporting": q.supporting} for q in demo.qa]))
+    _write_atomic(out_dir / STAGES_FILE, _jsonl(demo.stages))
     _write_atomic(out_dir / README_FILE, readme(demo).encode("utf-8"))
     counts = {"documents": len(demo.docs), "images": len(demo.images), "routing": len(demo.routing),
-              "follow_ups": sum(1 for i in demo.routing if i.history), "qa": len(demo.qa)}
+              "follow_ups": sum(1 for i in demo.routing if i.history), "qa": len(demo.qa),
+              "stages": len(demo.stages)}
     counts.update({f"source:{s}": n for s, n in Counter(d.source for d in demo.docs).items()})
     return counts
 

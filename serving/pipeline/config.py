@@ -117,6 +117,8 @@ class RetrievalConfig:
         min_keep: never keep fewer than this many chunks (when there are that many).
         compress_sentences: planning: after each round an accumulated passage is cut to
             its this-many sentences most similar to the question and the answers so far.
+        edge_order: order the passages "lost in the middle" (the strongest at both ends);
+            False keeps them best first (the ablation of ``searchsmith eval ablate``).
     """
 
     retrieve_k: int = 10
@@ -124,6 +126,7 @@ class RetrievalConfig:
     keep_ratio: float = 0.7
     min_keep: int = 2
     compress_sentences: int = 4
+    edge_order: bool = True
 
     def __post_init__(self) -> None:
         if self.retrieve_k < 1:

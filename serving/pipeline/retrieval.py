@@ -3,7 +3,7 @@
 Per node (Xinyu et al.): search the routed sources for the top ``retrieve_k`` chunks;
 drop near-duplicates (cosine >= ``dedup_threshold``, the ``dedup_mask`` kernel); keep the
 best ``keep_ratio`` of the rest; rerank with the reranker bundle (else keep the retrieval
-order); order the context "lost in the middle": the strongest passages at both ends.
+order); order the context "lost in the middle": the strongest passages at both ends (``edge_order``).
 
 Strategies (SRSA):
 
@@ -169,7 +169,11 @@ class Retriever:
                 kept = self.rerank(text, kept, state)
             else:
                 st.skipped = True
-        return lost_in_the_middle(kept)
+        return self.order(kept)
+
+    def order(self, ranked: list[Passage]) -> list[Passage]:
+        """Lost-in-the-middle order of best-first passages (``edge_order``), else best first."""
+        return lost_in_the_middle(ranked) if self.config.edge_order else list(ranked)
 
     def compress(self, passages: list[Passage], anchors: Sequence[str], state: PipelineState) -> list[Passage]:
         """Planning, after a round: keep the passages and sentences closest to ``anchors``.
@@ -249,7 +253,7 @@ class RetrievalStage:
                             accumulated, [question, *answers.values()], state)
             state.nodes = done
             state.node_answers = answers
-            state.passages = lost_in_the_middle(_merge(accumulated))
+            state.passages = self.retriever.order(_merge(accumulated))
             if not state.passages:
                 st.note = "no passage found"
 
