@@ -570,7 +570,7 @@ def _full_corpus_note(data_dir: str | Path, n_docs: int) -> str:
     info = _read_json(path, "--data") if path.is_file() else {}
     if info.get("dataset") != "scifact":
         return ""
-    return (f" SciFact: the corpus here is the open {n_docs}-abstract subset of SciFact's 5,183 (every gold, "
+    return (f" SciFact: the corpus here is the open {n_docs:,}-abstract subset of SciFact's 5,183 (every gold, "
             "cited and BM25 top-10 abstract of the claims) and the queries are the open part's claims with "
             "qrels, so this run is a sub-corpus result, easier than BEIR's SciFact (the BEIR paper reports "
             "BM25 nDCG@10 0.665 over 5,183 abstracts and 300 claims).")
@@ -633,9 +633,11 @@ def eval_full_corpus(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"task": "beir-full", "queries": len(qids), "documents": len(ids), "depth": depth,
                            "systems": origins}
     out.update(_mean_rows([{k: v for k, v in r.items() if k != "qid"} for r in items]))
-    out["protocol"] = (f"BEIR-style: BM25 and the bi-encoder each rank all {len(ids)} documents of the folder "
-                       f"for the {len(qids)} queries with a relevant document; the reranker reorders the BM25 top "
-                       f"{depth}; nDCG@{NDCG_K} and recall@{depth}." + _full_corpus_note(args.data, len(ids)))
+    firsts = " and the bi-encoder each rank" if "bi_encoder" in ranked else " ranks"
+    rerank = f"; the reranker reorders the BM25 top {depth}" if "rerank" in ranked else ""
+    out["protocol"] = (f"BEIR-style: BM25{firsts} all {len(ids):,} documents of the folder for the {len(qids)} "
+                       f"queries with a relevant document{rerank}; nDCG@{NDCG_K} and recall@{depth}."
+                       + _full_corpus_note(args.data, len(ids)))
     return with_bootstrap(out, items)
 
 
