@@ -230,7 +230,10 @@ tasks, their --data and their model:
              --checkpoint (a sentence-transformers folder); default: the default embedder
   rerank     BEIR folder (as retrieve); candidates from --run FILE (TREC "qid Q0 docid rank
              score tag") or --first-stage bm25|dense; --bundle ('rerank') or --checkpoint
-  rewrite    JSONL {"history": [{"role","content"}], "query", "rewrite"}; a 'decompose' model
+  rewrite    JSONL {"history": [{"role","content"}], "query", "rewrite", "passage"?}; a
+             'decompose' model; turns with a passage also score the retrieval the rewrite
+             drives (BM25 over the turns' passages, + --corpus JSONL distractors): nDCG@10
+             of the model's rewrite, the raw query and the manual rewrite
   decompose  JSONL {"query", "type": "terminal|chain|split", "nodes": [{"id","text",
              "depends_on": [ids]}]}; a 'decompose' model
   cite       JSONL {"sentence", "documents": [{"id","text"}], "cited": [ids],
@@ -243,7 +246,8 @@ tasks, their --data and their model:
   sweep      pipeline data (as pipeline) + --index, --param KEY (a pipeline config key) and
              --values V1,V2,...: every answer metric per value with its interval, the best
              value per metric and whether the default is within the noise of it (--plot PNG);
-             an index.* key (index.chunk_size, index.chunk_overlap) re-indexes --corpus per value
+             an index.* key (index.chunker.chunk_tokens, index.chunker.overlap_ratio)
+             re-indexes --corpus per value
   ablate     pipeline data (as pipeline) + --index: each stage switched off in turn (--stages
              NAME,...; default all), the metric each stage exists for, with and without it
   bandit     pipeline data (as pipeline) + --index: the LinUCB protocol router vs each fixed
@@ -258,7 +262,9 @@ Every figure comes with a seeded bootstrap 95 % interval (<metric>_ci95).
 
 Write held-out files with: python -m searchsmith.training.decompose_data --out DIR;
 python -m searchsmith.training.cite_data --write-eval F; python -m searchsmith.training.images
-write-eval F; python -m searchsmith.training.evaluate scifact-beir DIR.
+write-eval F; python -m searchsmith.training.evaluate scifact-beir DIR. The BEIR-style
+SciFact run over the whole corpus (BM25 top-100, the bi-encoder, a reranker on BM25's
+top-100): python -m searchsmith.training.evaluate beir-full DIR [--bundle B].
 """
 
 
@@ -289,7 +295,8 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="PNG", help="sweep, ablate, bandit: draw the result with its "
                         "intervals (PNG)")
     parser.add_argument("--corpus", metavar="JSONL", help="sweep of an index.* key: the corpus to re-index per "
-                        "value (default: the corpus the --index was built from)")
+                        "value (default: the corpus the --index was built from); rewrite: distractor documents "
+                        "for the retrieval the rewrite drives")
     parser.add_argument("--stages", metavar="NAME,...", help="ablate: the stages to switch off, one at a time "
                         "(default: every stage)")
     parser.add_argument("--lambdas", metavar="L1,L2,...", help="bandit: cost weights lambda "

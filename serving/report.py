@@ -1,31 +1,42 @@
 """``searchsmith report --out DIR``: every design claim measured, with intervals, in one folder.
 
 It runs evaluations that already exist (nothing is measured here that ``searchsmith eval``
-cannot measure alone) on the demo data shipped with the package, and writes, like a model
-card::
+cannot measure alone) on the demo data shipped with the package and, with ``--data-dir``,
+on sets built from the open parts of ``../shared/data`` (TREC CAsT follow-ups for routing,
+MuSiQue + HotpotQA for the answer sections), and writes, like a model card::
 
-    DIR/report.md       tables and verdicts: routing (KIMAs), strategies (SRSA), threshold
-                        sweeps (Xinyu), with the header (date, machine, commit, commands, seeds)
-    DIR/report.json     every evaluation's raw output, under the same section names
-    DIR/*.png           routing and strategy bars with intervals, one curve per sweep
-    DIR/index/          the demo index the evaluations used (unless --index names one)
+    DIR/report.md       one section per design claim: routing (KIMAs), strategies (SRSA), the
+                        protocol router (IMACS), stage ablations and threshold sweeps (Xinyu),
+                        the configured models against their baselines; the header says the
+                        date, machine, commit, data, commands and seeds
+    DIR/report.json     every evaluation's raw output under its section and data set, and
+                        ``claims``: one verdict per design claim (the README's quality table)
+    DIR/*.png           bars with intervals, sweep curves, regret curves
+    DIR/items/*.jsonl   the per-item files behind the paired verdicts (``eval compare`` reads them)
+    DIR/index/, DIR/data/   the indexes and data sets the evaluations used (unless --index)
     DIR/manifest.json   the files above: a later report may replace this folder, nothing else may
 
-``--quick`` is the CI size (20 questions, three values per sweep, three sweeps); the full
-size asks every demo question and sweeps five thresholds over five values each.
+``--quick`` is the CI size (demo data only, 20 questions, fewer sweeps and seeds); the full
+size asks every demo question and, with ``--data-dir``, ``MULTIHOP_QUESTIONS`` multi-hop
+ones. ``--readme README.md`` rewrites the README's quality table (between
+``<!-- quality:start -->`` and ``<!-- quality:end -->``) from the report's claims;
+``--from DIR`` does that from an existing report without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchsmith.models.errors import BundleError, ValidationError
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import (
     check_replaceable,
     read_json_object,
@@ -35,45 +46,686 @@ from searchsmith.models.io import (
     write_text_atomic,
 )
 
-__all__ = ["SWEEPS", "configure_report", "run_report", "write_report"]
+__all__ = ["SECTIONS", "SWEEPS", "configure_report", "quality_table", "run_report", "write_report"]
 
 MANIFEST = "manifest.json"
 KIND = "report"
+QUALITY_START, QUALITY_END = "<!-- quality:start -->", "<!-- quality:end -->"
 
 #: pipeline config key -> (its values at the full size, at the quick size); each list holds the
-#: default, so that every other value is judged against it on the same questions.
+#: default, so that every other value is judged against it on the same questions. ``index.*``
+#: keys build one index per value (serving/index_sweep.py) and run on the multi-hop set when
+#: there is one (its paragraphs are long enough for the chunk size to matter).
 SWEEPS: dict[str, tuple[tuple[float, ...], tuple[float, ...] | None]] = {
     "citation.cosine_threshold": ((0.4, 0.5, 0.6, 0.7, 0.8), (0.4, 0.6, 0.8)),
     "retrieval.dedup_threshold": ((0.7, 0.75, 0.8, 0.9, 0.95), (0.7, 0.8, 0.95)),
     "retrieval.keep_ratio": ((0.5, 0.6, 0.7, 0.85, 1.0), (0.5, 0.7, 1.0)),
     "timeline.merge_threshold": ((0.8, 0.85, 0.9, 0.93, 0.97), None),  # None: full size only
     "images.threshold": ((0.1, 0.2, 0.3, 0.4, 0.5), None),
+    "index.chunker.chunk_tokens": ((150, 250, 350, 500), None),
+    "index.chunker.overlap_ratio": ((0.0, 0.1, 0.25, 0.4), None),
 }
 QUICK_QUESTIONS = 20
+MULTIHOP_QUESTIONS = 80  # the multi-hop set's questions (of 250) and only their candidate paragraphs
+QUICK_SEEDS, FULL_SEEDS = 3, 10  # bandit streams
 # The figures of the strategy table: (key in eval pipeline's summary, column heading).
 STRATEGY_COLUMNS = (("support_recall", "support recall"), ("f1", "answer F1"),
                     ("latency_ms_p50", "latency p50 (ms)"), ("model_calls", "model calls"))
 
 
+# -- what a report is built from --------------------------------------------------------------
+@dataclass(frozen=True)
+class Dataset:
+    """One evaluation set and the index of its corpus.
+
+    Attributes:
+        name: its key in report.json (``demo``, ``cast``, ``multihop``).
+        about: where it comes from and its licence, for the header.
+        corpus: the corpus JSONL its index was built from.
+        index: the index folder the evaluations read.
+        shown: ``index`` as the commands in report.md show it (inside the final folder).
+        qa: pipeline items (``{id, query, answer, supporting}``), if it has them.
+        routing: routing items (``{query, history, sources}``), if it has them.
+        stages: pipeline items with timeline and image gold (the stage ablations and the
+            timeline / image sweeps), if it has them.
+        questions: how many pipeline items the answer sections ask (0: all).
+    """
+
+    name: str
+    about: str
+    corpus: Path
+    index: Path
+    shown: str
+    qa: Path | None = None
+    routing: Path | None = None
+    stages: Path | None = None
+    questions: int = 0
+
+
+@dataclass
+class Build:
+    """What the sections share while one report is built (in the temporary folder ``tmp``)."""
+
+    tmp: Path
+    quick: bool
+    config: str | None
+    routing_limit: int
+    datasets: dict[str, Dataset]
+    say: Callable[[str], None]
+    commands: dict[str, str] = field(default_factory=dict)
+
+    def with_qa(self) -> list[Dataset]:
+        return [d for d in self.datasets.values() if d.qa is not None]
+
+    def with_routing(self) -> list[Dataset]:
+        return [d for d in self.datasets.values() if d.routing is not None]
+
+    def args(self, ds: Dataset, *, data: Path, limit: int = 0, **kw: Any) -> argparse.Namespace:
+        """The Namespace ``searchsmith eval`` would parse for ``ds``, with ``kw`` set."""
+        from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+        base = {"data": str(data), "index": str(ds.index), "bundle": None, "checkpoint": None, "device": "auto",
+                "config": self.config, "k": 3, "limit": limit, "per_item": None, "param": None, "values": None,
+                "plot": None, "corpus": None, "stages": None, "lambdas": None, "seeds": 5, "quality": "f1",
+                "resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "json": True}
+        return argparse.Namespace(**{**base, **kw})
+
+    def command(self, key: str, task: str, ds: Dataset, data: Path, limit: int = 0, extra: str = "",
+                config: str | None = None) -> None:
+        """Record the ``searchsmith eval`` command that reruns one evaluation alone."""
+        cfg = config or self.config
+        parts = [f"searchsmith eval {task} --data {self.shown(data)} --index {ds.shown}"]
+        parts += [f"--config {self.shown(Path(cfg))}"] if cfg else []
+        parts += [f"--limit {limit}"] if limit else []
+        parts += [extra] if extra else []
+        self.commands[key] = " ".join(parts)
+
+    def shown(self, path: Path) -> str:
+        """A path inside the report being built, as it will be once swapped in."""
+        try:
+            return str(Path("OUT") / Path(path).relative_to(self.tmp))
+        except ValueError:
+            return str(path)
+
+    def item_file(self, name: str) -> Path:
+        (self.tmp / "items").mkdir(exist_ok=True)
+        return self.tmp / "items" / f"{name}.jsonl"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the report.
+
+    Attributes:
+        key: its key in report.json.
+        title: its heading in report.md.
+        run: runs its evaluations; the result is stored under ``key`` (a dict per data set).
+        render: report.md lines from its result and the whole report.
+        claims: one row per design claim it settles (the README's quality table).
+        quick: whether ``--quick`` runs it.
+    """
+
+    key: str
+    title: str
+    run: Callable[[Build], dict[str, Any]]
+    render: Callable[[dict[str, Any]], list[str]]
+    claims: Callable[[dict[str, Any]], list[dict[str, str]]]
+    quick: bool = True
+
+
+def _claim(claim: str, data: str, measured: str, verdict: str) -> dict[str, str]:
+    return {"claim": claim, "data": data, "measured": measured, "verdict": verdict}
+
+
+def _diff_text(c: dict[str, Any], digits: int = 3) -> str:
+    lo, hi = c["diff_ci95"]
+    return f"{c['diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], p={c['p_value']:.2g}"
+
+
+def _direction(c: dict[str, Any]) -> int:
+    """+1 when the paired difference's interval is above 0, -1 below, 0 when it holds 0."""
+    lo, hi = c["diff_ci95"]
+    return 1 if lo > 0 else -1 if hi < 0 else 0
+
+
+def _ci(value: Any, ci: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{value:g}"
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _paired(file: Path, a: dict[str, str], b: dict[str, str], metric: str, key: str = "id") -> dict[str, Any]:
+    """B − A on ``metric`` over the items of the per-item ``file`` whose fields match ``a`` / ``b``."""
+    from searchsmith.models.stats import paired_difference
+    from searchsmith.models.text import read_jsonl
+
+    rows = read_jsonl(file, what="report per-item file")
+
+    def pick(sel: dict[str, str]) -> dict[Any, float]:
+        return {str(r[key]): float(r[metric]) for r in rows if all(r.get(k) == v for k, v in sel.items())}
+
+    xa, xb = pick(a), pick(b)
+    shared = [k for k in xa if k in xb]
+    return paired_difference([xa[k] for k in shared], [xb[k] for k in shared], metric).to_dict()
+
+
+# -- 1. routing (KIMAs) --------------------------------------------------------------------------
+# eval route's modes, as the claim names them: parallel routes the raw query, serial the rewrite
+# fused with it; the rewrite alone is serial with serial_raw_weight 0 (a router config).
+ROUTE_VARIANTS = (("raw query", "parallel", False), ("rewrite + raw fusion", "serial", False),
+                  ("rewrite alone", "serial", True), ("auto", "auto", False))
+
+
+def _run_routing(b: Build) -> dict[str, Any]:
+    from searchsmith.serving.evaluate import eval_route
+
+    rewrite_only = b.tmp / "data" / "router_rewrite_only.yaml"
+    rewrite_only.parent.mkdir(exist_ok=True)
+    write_text_atomic(rewrite_only, "# routing by the rewrite alone: the raw query's weight in serial mode is 0\n"
+                                    "serial_raw_weight: 0.0\n")
+    out: dict[str, Any] = {}
+    for ds in b.with_routing():
+        assert ds.routing is not None
+        b.say(f"report: routing on {ds.name} (eval route)")
+        runs = {}
+        for tag, cfg in (("", None), ("_rewrite_only", str(rewrite_only))):
+            items = b.item_file(f"route_{ds.name}{tag}")
+            runs[tag] = eval_route(b.args(ds, data=ds.routing, limit=b.routing_limit, config=cfg,
+                                          per_item=str(items)))
+            b.command(f"routing {ds.name}{tag.replace('_', ' ')}", "route", ds, ds.routing, b.routing_limit,
+                      f"--per-item {b.shown(items)}", config=cfg)
+        res = runs[""]
+        res["rewrite_alone"] = runs["_rewrite_only"]["modes"]["serial"]
+        # paired on the follow-ups: each variant against the raw query
+        followups = _followup_positions(ds.routing, b.routing_limit)
+        res["paired_followups"] = {}
+        if followups:
+            for label, mode, alone in ROUTE_VARIANTS[1:]:
+                tag = "_rewrite_only" if alone else ""
+                res["paired_followups"][label] = _route_pair(b.item_file(f"route_{ds.name}"),
+                                                             b.item_file(f"route_{ds.name}{tag}"), mode, followups)
+        png = b.tmp / f"routing_{ds.name}.png"
+        _plot_routing(png, res)
+        res["plot"] = png.name
+        out[ds.name] = res
+    return out
+
+
+def _followup_positions(path: Path, limit: int) -> set[int]:
+    """Positions (eval route's ``i``) of the routing items that have a history."""
+    from searchsmith.models.text import read_jsonl
+
+    items = read_jsonl(path, ("query", "sources"), "routing data")
+    return {i for i, it in enumerate(items[:limit] if limit else items) if it.get("history")}
+
+
+def _route_pair(raw_file: Path, other_file: Path, mode: str, positions: set[int]) -> dict[str, Any]:
+    """recall@1 of ``mode`` (in ``other_file``) − the raw query's, on the items at ``positions``."""
+    from searchsmith.models.stats import paired_difference
+    from searchsmith.models.text import read_jsonl
+
+    raw = {r["i"]: r for r in read_jsonl(raw_file, what="report per-item file") if r["mode"] == "parallel"}
+    other = {r["i"]: r for r in read_jsonl(other_file, what="report per-item file") if r["mode"] == mode}
+    keys = sorted(i for i in positions if i in raw and i in other)
+    return paired_difference([raw[i]["recall@1"] for i in keys], [other[i]["recall@1"] for i in keys],
+                             "recall@1").to_dict()
+
+
+def _render_routing(section: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, r in section.items():
+        lines += [f"### {name}: {r['n']} items ({r['followups']} follow-ups)", "",
+                  "recall@1 with its 95 % interval; recall@K and MRR are in report.json.", "",
+                  "| variant | follow-ups | single turns | all |", "|---|---|---|---|"]
+        for label, mode, alone in ROUTE_VARIANTS:
+            parts = r["rewrite_alone"] if alone else r["modes"][mode]
+            cells = [_ci(parts[p]["recall@1"], parts[p].get("recall@1_ci95")) if p in parts else "-"
+                     for p in ("followups", "single", "all")]
+            lines.append(f"| {label} (`{mode}`{', serial_raw_weight 0' if alone else ''}) | " + " | ".join(cells) + " |")
+        if r.get("paired_followups"):
+            lines += ["", "Paired against the raw query on the follow-ups (recall@1, B − A, 95 % interval, "
+                      "permutation p): " + "; ".join(f"{k} {_diff_text(c)}" for k, c in r["paired_followups"].items())]
+        if r.get("latency_ms"):
+            lines += ["", "Latency per query (p50 ms): " + ", ".join(f"{m} {v['p50_ms']:g}"
+                                                                    for m, v in r["latency_ms"].items())]
+        lines += ["", f"![routing {name}]({r['plot']})", ""]
+    return lines
+
+
+def _claims_routing(section: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for name, r in section.items():
+        c = r.get("paired_followups", {}).get("rewrite + raw fusion")
+        if not c:
+            continue
+        verdict = {1: "holds", 0: "not shown: inside the noise", -1: "refuted: the raw query routes better"}
+        out.append(_claim("KIMAs: rewriting a follow-up before routing finds its source more often than the raw "
+                          "query", f"{name} follow-ups (n={c['n']})",
+                          f"recall@1 raw {c['a']:.3f}, fusion {c['b']:.3f}: {_diff_text(c)}",
+                          verdict[_direction(c)]))
+    return out
+
+
+def _plot_routing(path: Path, routing: dict[str, Any]) -> Path:
+    modes = list(routing["modes"])
+    parts = [p for p in ("followups", "single") if any(p in routing["modes"][m] for m in modes)]
+    groups = modes + ["rewrite alone"]
+    rows = [routing["modes"][m] for m in modes] + [routing["rewrite_alone"]]
+    series = {p: [(r[p]["recall@1"], r[p]["recall@1_ci95"]) if p in r else (0.0, [0.0, 0.0]) for r in rows]
+              for p in parts}
+    return _bars(path, groups, series, "recall@1 (95 % bootstrap interval)",
+                 f"routing recall@1 per mode ({routing['n']} items)")
+
+
+# -- 2. strategies (SRSA) ------------------------------------------------------------------------
+def _run_strategies(b: Build) -> dict[str, Any]:
+    from searchsmith.serving.evaluate import eval_pipeline
+
+    out = {}
+    for ds in b.with_qa():
+        assert ds.qa is not None
+        b.say(f"report: strategies on {ds.name} (eval pipeline)")
+        items = b.item_file(f"pipeline_{ds.name}")
+        res = eval_pipeline(b.args(ds, data=ds.qa, limit=ds.questions, per_item=str(items)))
+        b.command(f"strategies {ds.name}", "pipeline", ds, ds.qa, ds.questions, f"--per-item {b.shown(items)}")
+        forced = {n: s for n, s in res["strategy_ablation"].items() if n.startswith("forced_")}
+        best = max(forced, key=lambda n: (forced[n]["f1"], forced[n]["support_recall"]))
+        res["best_forced"] = best
+        res["routed_vs_best_forced"] = {m: _paired(items, {"variant": best}, {"variant": "routed"}, m)
+                                        for m in ("f1", "support_recall", "model_calls")}
+        png = b.tmp / f"strategies_{ds.name}.png"
+        _plot_strategies(png, res)
+        res["plot"] = png.name
+        out[ds.name] = res
+    return out
+
+
+def _render_strategies(section: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, pipe in section.items():
+        lines += [f"### {name}: {pipe['n']} questions, generation backend {pipe['generation']}", "",
+                  "| variant | " + " | ".join(h for _, h in STRATEGY_COLUMNS) + " |",
+                  "|---" * (len(STRATEGY_COLUMNS) + 1) + "|"]
+        for v, s in pipe["strategy_ablation"].items():
+            lines.append(f"| {v} | " + " | ".join(_ci(s.get(k), s.get(f"{k}_ci95")) for k, _ in STRATEGY_COLUMNS)
+                         + " |")
+        lines += ["", f"Routed against the best forced strategy ({pipe['best_forced']}), paired: "
+                  + "; ".join(f"{m} {_diff_text(c)}" for m, c in pipe["routed_vs_best_forced"].items()), "",
+                  f"![strategies {name}]({pipe['plot']})", ""]
+    return lines
+
+
+def _claims_strategies(section: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for name, pipe in section.items():
+        f1, calls = pipe["routed_vs_best_forced"]["f1"], pipe["routed_vs_best_forced"]["model_calls"]
+        d = _direction(f1)
+        verdict = ("holds: routed answers better" if d > 0 else "refuted: the forced strategy answers better"
+                   if d < 0 else "not shown: inside the noise")
+        out.append(_claim(f"SRSA: choosing the strategy per question answers as well as the best forced one "
+                          f"({pipe['best_forced'].removeprefix('forced_')})", f"{name} (n={f1['n']})",
+                          f"answer F1 {f1['a']:.3f} forced vs {f1['b']:.3f} routed: {_diff_text(f1)}; "
+                          f"model calls {calls['a']:.2f} vs {calls['b']:.2f}", verdict))
+    return out
+
+
+def _plot_strategies(path: Path, pipeline: dict[str, Any]) -> Path:
+    ablation = pipeline["strategy_ablation"]
+    names = list(ablation)
+    series = {m: [(ablation[n][m], ablation[n][f"{m}_ci95"]) for n in names] for m in ("support_recall", "f1")}
+    return _bars(path, names, series, "mean over questions (95 % bootstrap interval)",
+                 f"routed vs forced strategies ({pipeline['n']} questions)")
+
+
+# -- 3. protocol router (IMACS) ------------------------------------------------------------------
+def _run_bandit(b: Build) -> dict[str, Any]:
+    from searchsmith.serving.bandit_eval import eval_bandit
+
+    seeds = QUICK_SEEDS if b.quick else FULL_SEEDS
+    out = {}
+    for ds in b.with_qa():
+        assert ds.qa is not None
+        b.say(f"report: protocol router on {ds.name} (eval bandit)")
+        png = b.tmp / f"bandit_{ds.name}.png"
+        items = b.item_file(f"bandit_{ds.name}")
+        res = eval_bandit(b.args(ds, data=ds.qa, limit=ds.questions, seeds=seeds, plot=str(png),
+                                 per_item=str(items)))
+        b.command(f"bandit {ds.name}", "bandit", ds, ds.qa, ds.questions,
+                  f"--seeds {seeds} --plot {png.name} --per-item {b.shown(items)}")
+        res["plot"] = png.name
+        out[ds.name] = res
+    return out
+
+
+def _render_bandit(section: dict[str, Any]) -> list[str]:
+    from searchsmith.serving.bandit_eval import render_markdown as render
+
+    lines = []
+    for name, res in section.items():
+        lines += [f"### {name}", "", *render(res), "", f"![bandit {name}]({res['plot']})", ""]
+    return lines
+
+
+def _claims_bandit(section: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for name, res in section.items():
+        for row in res["by_lambda"]:
+            bandit, vs = row["bandit"], row["vs_best_fixed"]
+            lo, hi = bandit["regret_vs_oracle_ci95"]
+            verdict = {"better": "holds: better than every fixed preset",
+                       "worse": f"refuted: the fixed preset {row['best_fixed']} earns more",
+                       }.get(vs["verdict"], f"not shown: within the noise of the fixed preset {row['best_fixed']}")
+            out.append(_claim(f"IMACS: the LinUCB router earns more reward than any fixed preset (lambda "
+                              f"{row['lambda']:g})", f"{name} (n={res['n']}, {len(res['seeds'])} seeds)",
+                              f"reward/question {bandit['mean_reward']:.3f} vs {row['best_fixed']} "
+                              f"{row['fixed'][row['best_fixed']]['mean_reward']:.3f}: {_diff_text(vs)}; "
+                              f"regret vs oracle {bandit['regret_vs_oracle']:.2f} [{lo:.2f}, {hi:.2f}]", verdict))
+    return out
+
+
+# -- 4. stage ablations (Xinyu) ------------------------------------------------------------------
+def _stage_data(b: Build, ds: Dataset) -> Path:
+    """The set a stage ablation asks: the QA items and, where the set has them, the stage items
+    (timeline and image gold), each cut to the set's question count."""
+    from searchsmith.models.io import write_jsonl_atomic
+    from searchsmith.models.text import read_jsonl
+
+    assert ds.qa is not None
+    if ds.stages is None:
+        return ds.qa
+    rows = []
+    for path in (ds.qa, ds.stages):
+        items = read_jsonl(path, ("query", "answer", "supporting"), "pipeline data")
+        rows += items[: ds.questions] if ds.questions else items
+    out = b.tmp / "data" / f"ablation_{ds.name}.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    write_jsonl_atomic(out, rows)
+    return out
+
+
+def _run_ablation(b: Build) -> dict[str, Any]:
+    from searchsmith.serving.ablation import eval_ablate
+
+    out = {}
+    for ds in b.with_qa():
+        b.say(f"report: stage ablations on {ds.name} (eval ablate)")
+        png = b.tmp / f"ablation_{ds.name}.png"
+        items = b.item_file(f"ablation_{ds.name}")
+        data = _stage_data(b, ds)
+        res = eval_ablate(b.args(ds, data=data, plot=str(png), per_item=str(items)))
+        b.command(f"ablation {ds.name}", "ablate", ds, data, 0, f"--plot {png.name} --per-item {b.shown(items)}")
+        res["plot"] = png.name
+        out[ds.name] = res
+    return out
+
+
+def _render_ablation(section: dict[str, Any]) -> list[str]:
+    from searchsmith.serving.ablation import render_markdown as render
+
+    lines = []
+    for name, res in section.items():
+        lines += [f"### {name}", "", *render(res), "", f"![ablation {name}]({res['plot']})", ""]
+    return lines
+
+
+ABLATION_VERDICTS = {"helps": "holds", "hurts": "refuted: it hurts", "no measurable effect": "not shown: inside the noise"}
+
+
+def _claims_ablation(section: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for name, res in section.items():
+        for stage, st in res["stages"].items():
+            if st.get("inactive"):
+                out.append(_claim(f"Xinyu: {stage}: {st['claim']}", f"{name} (n={res['n']})", "-",
+                                  f"not measured: {st['inactive']}"))
+                continue
+            metric, m = next(iter(st["metrics"].items()))
+            if not m.get("n"):
+                out.append(_claim(f"Xinyu: {stage}: {st['claim']}", name, "-", f"not measured: {m.get('note', '')}"))
+                continue
+            out.append(_claim(f"Xinyu: {stage}: {st['claim']}", f"{name} (n={m['n']})",
+                              f"{metric} {m['with']:.3f} with, {m['without']:.3f} without ({st['switch']}): "
+                              f"{_diff_text(m)}", ABLATION_VERDICTS.get(st["verdict"], st["verdict"])))
+    return out
+
+
+# -- 5. threshold sweeps (Xinyu) -----------------------------------------------------------------
+def _run_sweeps(b: Build) -> dict[str, Any]:
+    from searchsmith.serving.sweep import eval_sweep
+
+    out: dict[str, Any] = {}
+    for param, (full, quick) in SWEEPS.items():
+        values = quick if b.quick else full
+        if values is None:
+            continue
+        for ds, data in _sweep_sets(b, param):
+            b.say(f"report: sweep of {param} over {list(values)} on {ds.name}")
+            png = b.tmp / f"sweep_{ds.name}_{param.replace('.', '_')}.png"
+            csv = ",".join(str(v) for v in values)
+            res = eval_sweep(b.args(ds, data=data, limit=ds.questions, param=param, values=csv, plot=str(png),
+                                    corpus=str(ds.corpus)))
+            res["plot"] = png.name
+            res["dataset"] = ds.name
+            out.setdefault(ds.name, {})[param] = res
+            corpus = f" --corpus {b.shown(ds.corpus)}" if param.startswith("index.") else ""
+            b.command(f"sweep {ds.name} {param}", "sweep", ds, data, ds.questions,
+                      f"--param {param} --values {csv}{corpus} --plot {png.name}")
+    return out
+
+
+def _sweep_sets(b: Build, param: str) -> list[tuple[Dataset, Path]]:
+    """Where a setting is swept: the timeline and image thresholds on the sets with their gold
+    (stage items), the index's settings on the set with the longest passages (multi-hop), the
+    other pipeline settings on every QA set."""
+    if param.startswith(("timeline.", "images.")):
+        return [(d, d.stages) for d in b.datasets.values() if d.stages is not None]
+    sets = [(d, d.qa) for d in b.with_qa() if d.qa is not None]
+    if param.startswith("index."):
+        return [(d, d.qa) for d in b.datasets.values() if d.name == "multihop" and d.qa is not None] or sets[:1]
+    return sets
+
+
+#: the metrics a setting exists for (the first is shown per value); a sweep's verdict judges
+#: only these: a cheaper context (fewer passages) is a cost, not a quality.
+SWEEP_FOCUS: dict[str, tuple[str, ...]] = {
+    "citation.": ("citation_precision", "citation_recall"),
+    "retrieval.dedup_threshold": ("support_recall", "f1", "redundancy"),
+    "retrieval.": ("support_recall", "f1"),
+    "timeline.": ("timeline_recall", "timeline_precision", "timeline_duplicates"),
+    "images.": ("image_f1", "image_precision", "image_recall"),
+    "index.": ("retrieval_recall", "support_recall", "f1"),
+}
+
+
+def sweep_focus(param: str) -> tuple[str, ...]:
+    """The :data:`SWEEP_FOCUS` metrics of ``param`` (the longest matching prefix; default: answer F1)."""
+    keys = sorted((k for k in SWEEP_FOCUS if param.startswith(k)), key=len, reverse=True)
+    return SWEEP_FOCUS[keys[0]] if keys else ("support_recall", "f1")
+
+
+def _beats(res: dict[str, Any], metrics: Sequence[str] | None = None) -> list[str]:
+    found = []
+    for metric, verdict in res["verdicts"].items():
+        if metrics is not None and metric not in metrics:
+            continue
+        for value in verdict.get("beats_default", []):
+            c = verdict["vs_default"][value]
+            found.append(f"{value} on {metric} ({_diff_text(c)})")
+    return found
+
+
+def _loses(res: dict[str, Any], value: str, metrics: Sequence[str]) -> list[str]:
+    """The focus metrics on which ``value`` is worse than the default beyond the noise."""
+    from searchsmith.serving.sweep import LOWER_IS_BETTER
+
+    out = []
+    for m in metrics:
+        c = res["verdicts"].get(m, {}).get("vs_default", {}).get(value)
+        if c and ((c["diff_ci95"][0] > 0) if m in LOWER_IS_BETTER else (c["diff_ci95"][1] < 0)):
+            out.append(m)
+    return out
+
+
+def _render_sweeps(section: dict[str, Any]) -> list[str]:
+    lines = ["Each setting varied alone on the same questions; a value beats the default only when the "
+             "interval of its paired difference excludes zero (latency is reported, never judged). The verdict "
+             "judges the metrics the setting exists for; every metric's curve is in the plot and report.json.", ""]
+    for name, sweeps in section.items():
+        for param, res in sweeps.items():
+            focus = sweep_focus(param)
+            lines += [f"### {name}: {param} (values {', '.join(str(v) for v in res['values'])})", "",
+                      "| value | " + " | ".join(focus) + " |", "|---" * (len(focus) + 1) + "|"]
+            for pt in res["points"]:
+                mark = " (default)" if pt["value"] == res["default"] else ""
+                lines.append(f"| {pt['value']}{mark} | " + " | ".join(
+                    _ci(pt["metrics"].get(m), pt["metrics"].get(f"{m}_ci95")) for m in focus) + " |")
+            lines += ["", f"values that beat the default {res['default']} beyond the noise: "
+                      + ("; ".join(_beats(res)) or "none"), ""]
+            for w in res.get("warnings", []):
+                lines += [f"note: {w}", ""]
+            lines += [f"![{param}]({res['plot']})", ""]
+    return lines
+
+
+def _claims_sweeps(section: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for name, sweeps in section.items():
+        for param, res in sweeps.items():
+            focus = sweep_focus(param)
+            beats = _beats(res, focus)
+            winners = {b.split(" on ")[0] for b in beats}
+            trade = {v: lost for v in winners if (lost := _loses(res, v, focus))}
+            if not beats:
+                verdict = "holds: no value beats it beyond the noise"
+            elif trade and set(trade) == winners:
+                verdict = ("a trade-off: " + "; ".join(beats) + "; but worse on "
+                           + "; ".join(f"{v}: {', '.join(m)}" for v, m in trade.items()))
+            else:
+                verdict = "refuted on our data: " + "; ".join(beats)
+            first = focus[0]
+            out.append(_claim(f"Xinyu: {param} = {res['default']} is as good as any value in "
+                              f"{res['values'][0]}-{res['values'][-1]}", f"{name} (n={res['n']})",
+                              f"{first}: " + ", ".join(f"{p['value']}: {_num(p['metrics'].get(first))}"
+                                                       for p in res["points"]), verdict))
+    return out
+
+
+# -- 6. models against their baselines -----------------------------------------------------------
+def _run_models(b: Build) -> dict[str, Any]:
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+    from searchsmith.serving.pipeline.gates import decide
+
+    cfg = load_pipeline_config(b.config)
+    bundles = {role: path for role in ("decomposer", "reranker", "citation", "images")
+               if (path := getattr(cfg.bundles, role, None))}
+    decisions = decide(bundles, cfg.bundles)
+    return {"config": b.config, "bundles": bundles, "gates": {use: d.to_dict() for use, d in decisions.items()}}
+
+
+def _render_models(section: dict[str, Any]) -> list[str]:
+    if not section["gates"]:
+        return ["No trained model is configured (pass `--config` with a pipeline config that names bundles, such "
+                "as the quickstart's `searchsmith-work/pipeline.yaml`): every figure above is the pipeline's "
+                "untrained stand-ins (bi-encoder order, cosine attribution, caption-cosine placement, the "
+                "question as one node, the heuristic rewrite).", ""]
+    lines = ["Each model's held-out figure (recorded in its bundle) beside the untrained baseline it must beat; "
+             "a model that does not beat it is gated off.", "",
+             "| model | use | figure | baseline | used? |", "|---|---|---|---|---|"]
+    for use, g in section["gates"].items():
+        for f in g["figures"]:
+            got = "-" if f["value"] is None else f"{f['value']:.3f}"
+            base = "-" if f["baseline_value"] is None else f"{f['baseline_value']:.3f}"
+            lines.append(f"| {g['role']} | {use} | {f['metric']} {got} | {f['baseline']} {base} | "
+                         f"{'yes' if g['used'] else 'no'} |")
+    return [*lines, ""]
+
+
+def _claims_models(section: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for use, g in section["gates"].items():
+        figs = "; ".join(f"{f['metric']} {f['value']} vs {f['baseline']} {f['baseline_value']}" for f in g["figures"])
+        out.append(_claim(f"the trained {g['role']} ({use}) beats its untrained baseline",
+                          "its held-out split (bundle manifest)", figs,
+                          "holds: used" if g["used"] else "refuted: gated off"))
+    return out
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("routing", "Routing (KIMAs): the raw query, the rewrite and their fusion", _run_routing,
+            _render_routing, _claims_routing),
+    Section("strategies", "Strategies (SRSA): routed vs each forced strategy", _run_strategies,
+            _render_strategies, _claims_strategies),
+    Section("bandit", "Protocol router (IMACS): LinUCB vs fixed presets and the oracle, real rewards", _run_bandit,
+            _render_bandit, _claims_bandit),
+    Section("ablation", "Stage ablations (Xinyu): each stage switched off in turn", _run_ablation,
+            _render_ablation, _claims_ablation),
+    Section("sweeps", "Threshold sweeps (Xinyu)", _run_sweeps, _render_sweeps, _claims_sweeps),
+    Section("models", "Models against their untrained baselines", _run_models, _render_models, _claims_models),
+)
+
+
 # -- command line ------------------------------------------------------------------------------
 def configure_report(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.split("\n\n")[0] if __doc__ else None
-    parser.add_argument("--out", required=True, help="folder to write: new or empty, or a previous report "
-                        "(replaced whole); any other folder is refused")
-    parser.add_argument("--quick", action="store_true", help=f"CI size: {QUICK_QUESTIONS} questions, 3 values "
-                        f"per sweep, {sum(q is not None for _, q in SWEEPS.values())} sweeps")
+    parser.add_argument("--out", help="folder to write: new or empty, or a previous report (replaced whole); any "
+                        "other folder is refused")
+    parser.add_argument("--quick", action="store_true", help=f"CI size: demo data, {QUICK_QUESTIONS} questions, "
+                        f"{QUICK_SEEDS} bandit seeds, {sum(q is not None for _, q in SWEEPS.values())} sweeps")
+    parser.add_argument("--data-dir", metavar="DIR", help="also evaluate on sets built from this copy of the "
+                        "shared data (../shared/data): CAsT routing, MuSiQue + HotpotQA answers")
+    parser.add_argument("--config", metavar="YAML", help="pipeline config of every evaluation (its bundles are "
+                        "the models section; default: no bundles)")
     parser.add_argument("--index", metavar="DIR", help="reuse this index of the demo corpus (default: build one "
                         "into OUT/index)")
     parser.add_argument("--limit", type=int, default=0, help="ask only the first N questions and route only the "
-                        "first N routing items (0 = the size's own; for tests)")
+                        "first N routing items on every set (0 = the size's own; for tests)")
+    parser.add_argument("--sections", metavar="NAME,...", help="run only these sections (default: all; "
+                        f"{', '.join(s.key for s in SECTIONS)})")
+    parser.add_argument("--readme", metavar="FILE", help="rewrite the quality table of this README (between "
+                        f"{QUALITY_START} and {QUALITY_END}) from the report's claims")
+    parser.add_argument("--from", dest="from_dir", metavar="DIR", help="with --readme: take the claims from this "
+                        "existing report instead of running one")
     parser.set_defaults(func=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
+    if args.from_dir:
+        if not args.readme or args.out:
+            raise ConfigError("report --from DIR: give --readme FILE (the table to rewrite) and no --out; --from "
+                              "reads an existing report and runs nothing")
+        report = read_report(Path(args.from_dir))
+        changed = update_readme(Path(args.readme), report)
+        print(f"{args.readme}: quality table {'rewritten' if changed else 'already up to date'} from "
+              f"{args.from_dir}")
+        return 0
+    if not args.out:
+        raise ConfigError("report: --out DIR is required (or --from DIR --readme FILE to only rewrite a README "
+                          "table)")
+    sections = _pick_sections(args.sections)
     out = write_report(Path(args.out), quick=args.quick, index=args.index, limit=args.limit,
+                       data_dir=args.data_dir, config=args.config, sections=sections,
+                       command=" ".join(["searchsmith", "report", *map(shlex.quote, sys.argv[2:])]),
                        say=lambda line: print(line, file=sys.stderr, flush=True))
+    if args.readme:
+        update_readme(Path(args.readme), read_report(out))
     print(out / "report.md")
     return 0
+
+
+def _pick_sections(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    known = [s.key for s in SECTIONS]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise ConfigError(f"report --sections: unknown section(s) {bad or text!r}; the sections are "
+                          f"{', '.join(known)}")
+    return names
 
 
 # -- the output folder -------------------------------------------------------------------------
@@ -101,17 +753,20 @@ def check_report_out(out: Path) -> None:
                       replace_hint="")  # replace=True: a previous report is always replaced
 
 
+def read_report(folder: Path) -> dict[str, Any]:
+    """A report folder's report.json.
+
+    Raises:
+        ValidationError: the folder holds no report.
+    """
+    path = Path(folder) / "report.json"
+    if _listed(Path(folder)) is None or not path.is_file():
+        raise ValidationError(f"report --from {folder}: not a searchsmith report (no manifest.json of kind "
+                              f"'report' and report.json); write one with searchsmith report --out {folder}")
+    return read_json_object(path, "report.json", error=ValidationError)
+
+
 # -- the report --------------------------------------------------------------------------------
-def _eval_args(**kw: Any) -> argparse.Namespace:
-    """The Namespace ``searchsmith eval`` would parse, with ``kw`` set."""
-    from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-
-    base = {"data": None, "index": None, "bundle": None, "checkpoint": None, "device": "auto", "config": None,
-            "k": 3, "limit": 0, "per_item": None, "param": None, "values": None, "plot": None,
-            "resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "json": True}
-    return argparse.Namespace(**{**base, **kw})
-
-
 def _git_commit() -> str:
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
@@ -121,89 +776,109 @@ def _git_commit() -> str:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
 
 
+def _datasets(b: Build, *, index: str | Path | None, data_dir: str | None, limit: int) -> dict[str, Dataset]:
+    """The demo set (always) and, with ``data_dir``, the CAsT routing and multi-hop sets, indexed."""
+    from searchsmith.models.demo import corpus_path, qa_path, routing_path, stages_path
+    from searchsmith.serving.corpus import read_corpus
+    from searchsmith.serving.index import IndexConfig, build_index
+
+    questions = limit or (QUICK_QUESTIONS if b.quick else 0)
+    if index is None:
+        b.say(f"report: indexing the demo corpus {corpus_path()}")
+        build_index(read_corpus(corpus_path()), b.tmp / "index", IndexConfig())
+        demo_index, shown = b.tmp / "index", "OUT/index"
+    else:
+        demo_index, shown = Path(index), str(index)
+    sets = {"demo": Dataset("demo", "the demo knowledge base (models/demo, generated by searchsmith, Apache-2.0)",
+                            corpus_path(), demo_index, shown, qa=qa_path(), routing=routing_path(),
+                            stages=stages_path(), questions=questions)}
+    if data_dir is None:
+        return sets
+    from searchsmith.serving.routing_sets import BUILDERS, PIPELINE_BUILDERS, write_set
+
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise ValidationError(f"report --data-dir {data_dir}: not a folder; give the shared data folder "
+                              "(../shared/data) or drop --data-dir")
+    built = (("cast", BUILDERS["cast"], "routing.jsonl",
+              "TREC CAsT 2021/2022 conversations (daltonj/treccastweb, MIT; passages: CAsT research-use terms)"),
+             ("multihop", PIPELINE_BUILDERS["multihop"], "qa.jsonl",
+              "MuSiQue-Ans (CC BY 4.0) + HotpotQA distractor (CC BY-SA 4.0), open parts"))
+    for name, builder, items_file, about in built:
+        b.say(f"report: building the {name} set from {root}")
+        folder = b.tmp / "data" / name
+        # the multi-hop set: the questions asked and only their candidates (a pool they share)
+        corpus, items = builder(root, limit or MULTIHOP_QUESTIONS) if items_file == "qa.jsonl" else builder(root)
+        write_set(folder, corpus, items, items_file)
+        b.say(f"report: indexing the {name} corpus ({len(corpus)} documents)")
+        build_index(read_corpus(folder / "corpus.jsonl"), folder / "index", IndexConfig())
+        qs = f" --questions {limit or MULTIHOP_QUESTIONS}" if items_file == "qa.jsonl" else ""
+        b.commands[f"data {name}"] = (f"searchsmith make-{'routing' if items_file == 'routing.jsonl' else 'pipeline'}"
+                                      f"-set {name} --data-dir {data_dir}{qs} --out OUT/data/{name} && searchsmith "
+                                      f"index OUT/data/{name}/corpus.jsonl --out OUT/data/{name}/index")
+        qa = folder / items_file if items_file == "qa.jsonl" else None
+        routing = folder / items_file if items_file == "routing.jsonl" else None
+        sets[name] = Dataset(name, about, folder / "corpus.jsonl", folder / "index", f"OUT/data/{name}/index",
+                             qa=qa, routing=routing, questions=limit or MULTIHOP_QUESTIONS)
+    return sets
+
+
 def write_report(out: Path, *, quick: bool = False, index: str | Path | None = None, limit: int = 0,
-                 say: Any = print) -> Path:
+                 data_dir: str | None = None, config: str | None = None, sections: Sequence[str] | None = None,
+                 command: str = "", say: Callable[[str], None] = print) -> Path:
     """Run the evaluations and write the report folder ``out`` (module docstring).
 
     Args:
         out: the report folder; built beside it and swapped in when complete.
-        quick: the CI size (see :data:`SWEEPS` and :data:`QUICK_QUESTIONS`).
+        quick: the CI size (see :data:`SWEEPS`, :data:`QUICK_QUESTIONS`; demo data only).
         index: an index of the demo corpus to reuse; None builds one into ``out/index``.
-        limit: questions and routing items to use (0: all, or ``QUICK_QUESTIONS`` when quick).
+        limit: questions and routing items per set (0: the size's own).
+        data_dir: the shared data folder; None evaluates on the demo data only.
+        config: the pipeline config of every evaluation (None: defaults, no bundles).
+        sections: the :data:`SECTIONS` keys to run (None: all the size runs).
+        command: the command line, for the header.
         say: where the step lines go.
 
     Returns:
         ``out``.
 
     Raises:
-        ValidationError: ``out`` is a folder that is not a previous report, or ``index`` is missing.
+        ValidationError: ``out`` is a folder that is not a previous report, ``index`` or
+            ``data_dir`` is missing.
     """
-    from searchsmith.models.demo import corpus_path, qa_path, routing_path
     from searchsmith.models.intervals import bootstrap_info
-    from searchsmith.serving.evaluate import eval_pipeline, eval_route
     from searchsmith.serving.profiling.common import machine_info
-    from searchsmith.serving.sweep import eval_sweep
 
     out = Path(out)
     check_report_out(out)
     if index is not None and not (Path(index) / "manifest.json").is_file():
         raise ValidationError(f"report --index {index}: not an index folder (no manifest.json); build one with "
-                              f"searchsmith index {corpus_path()} --out DIR, or drop --index")
-    questions = limit or (QUICK_QUESTIONS if quick else 0)
-    routing_limit = limit  # routing is cheap: every item at both sizes
-    sweeps = {k: (q if quick else full) for k, (full, q) in SWEEPS.items() if not quick or q is not None}
+                              "searchsmith index models/demo/corpus.jsonl --out DIR, or drop --index")
+    if config is not None and not Path(config).is_file():
+        raise ValidationError(f"report --config {config}: no such file; give a pipeline config YAML "
+                              "(searchsmith config pipeline prints every key) or drop --config")
+    if quick and data_dir:
+        raise ConfigError("report --quick --data-dir: the quick size runs on the demo data only; drop one")
+    chosen = [s for s in SECTIONS if (sections is None and (s.quick or not quick)) or (sections and s.key in sections)]
     started = time.perf_counter()
     tmp = temp_dir_beside(out)
     try:
-        # 1. Index
-        if index is None:
-            from searchsmith.serving.corpus import read_corpus
-            from searchsmith.serving.index import IndexConfig, build_index
-
-            say(f"report: indexing the demo corpus {corpus_path()}")
-            build_index(read_corpus(corpus_path()), tmp / "index", IndexConfig())
-            index_dir, index_shown = tmp / "index", str(out / "index")
-        else:
-            index_dir, index_shown = Path(index), str(index)
-        lim = f" --limit {questions}" if questions else ""
-        rlim = f" --limit {routing_limit}" if routing_limit else ""
-        commands: dict[str, str] = {}
-
-        # 2. Routing (KIMAs): the rewrite and the routing modes
-        say("report: routing (eval route)")
-        routing = eval_route(_eval_args(data=str(routing_path()), index=str(index_dir), limit=routing_limit))
-        commands["routing"] = f"searchsmith eval route --data {routing_path()} --index {index_shown}{rlim}"
-
-        # 3. Strategies (SRSA): routed vs each forced strategy
-        say("report: strategies (eval pipeline)")
-        pipeline = eval_pipeline(_eval_args(data=str(qa_path()), index=str(index_dir), limit=questions))
-        commands["pipeline"] = f"searchsmith eval pipeline --data {qa_path()} --index {index_shown}{lim}"
-
-        # 4. Threshold sweeps (Xinyu)
-        sweep_out: dict[str, Any] = {}
-        for param, values in sweeps.items():
-            say(f"report: sweep of {param} over {list(values)}")
-            png = tmp / f"sweep_{param.replace('.', '_')}.png"
-            csv = ",".join(str(v) for v in values)
-            res = eval_sweep(_eval_args(data=str(qa_path()), index=str(index_dir), limit=questions, param=param,
-                                        values=csv, plot=str(png)))
-            res["plot"] = png.name
-            sweep_out[param] = res
-            commands[f"sweep {param}"] = (f"searchsmith eval sweep --data {qa_path()} --index {index_shown}{lim} "
-                                          f"--param {param} --values {csv} --plot {png.name}")
-
-        # 5. Plots, report.json, report.md, manifest
-        plots = {"routing": _plot_routing(tmp / "routing.png", routing).name,
-                 "strategies": _plot_strategies(tmp / "strategies.png", pipeline).name}
+        b = Build(tmp=tmp, quick=quick, config=config, routing_limit=limit, datasets={}, say=say)
+        b.datasets = _datasets(b, index=index, data_dir=data_dir, limit=limit)
+        results: dict[str, Any] = {}
+        for s in chosen:
+            results[s.key] = s.run(b)
+        claims = [c for s in chosen for c in s.claims(results[s.key])]
         report = {
-            "kind": KIND, "size": "quick" if quick else "full",
+            "kind": KIND, "size": "quick" if quick else "full", "command": command or "searchsmith report",
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(time.perf_counter() - started, 1), "git_commit": _git_commit(),
-            "machine": machine_info(), "bootstrap": bootstrap_info(),
-            "data": {"corpus": str(corpus_path()), "routing": str(routing_path()), "qa": str(qa_path()),
-                     "index": index_shown, "questions": pipeline["n"], "routing_items": routing["n"]},
-            "commands": commands, "plots": plots,
-            "routing": routing, "strategies": pipeline, "sweeps": sweep_out,
+            "machine": machine_info(), "bootstrap": bootstrap_info(), "config": config,
+            "data": {d.name: {"about": d.about, "corpus": str(d.corpus), "index": d.shown,
+                              "qa": str(d.qa) if d.qa else None, "routing": str(d.routing) if d.routing else None,
+                              "questions": d.questions or "all"} for d in b.datasets.values()},
+            "sections": [s.key for s in chosen], "titles": {s.key: s.title for s in chosen},
+            "commands": b.commands, "claims": claims, **results,
         }
         write_json_atomic(tmp / "report.json", report)
         write_text_atomic(tmp / "report.md", render_markdown(report))
@@ -232,7 +907,7 @@ def _bars(path: Path, groups: list[str], series: dict[str, list[tuple[float, lis
             ys = [v for v, _ in points]
             err = [[v - ci[0] for v, ci in points], [ci[1] - v for v, ci in points]]
             ax.bar(xs, ys, width, yerr=err, capsize=3, label=name)
-        ax.set_xticks(range(len(groups)), groups)
+        ax.set_xticks(range(len(groups)), groups, fontsize=7)
         ax.set_ylabel(ylabel)
         ax.set_ylim(0, 1.05)
         ax.legend(fontsize=7)
@@ -240,87 +915,53 @@ def _bars(path: Path, groups: list[str], series: dict[str, list[tuple[float, lis
     return save_plot(path, draw, title)
 
 
-def _plot_routing(path: Path, routing: dict[str, Any]) -> Path:
-    modes = list(routing["modes"])
-    parts = [p for p in ("followups", "single") if any(p in routing["modes"][m] for m in modes)]
-    series = {p: [(routing["modes"][m][p]["recall@1"], routing["modes"][m][p]["recall@1_ci95"])
-                  if p in routing["modes"][m] else (0.0, [0.0, 0.0]) for m in modes] for p in parts}
-    return _bars(path, modes, series, "recall@1 (95 % bootstrap interval)",
-                 f"routing recall@1 per mode ({routing['n']} items)")
-
-
-def _plot_strategies(path: Path, pipeline: dict[str, Any]) -> Path:
-    ablation = pipeline["strategy_ablation"]
-    names = list(ablation)
-    series = {m: [(ablation[n][m], ablation[n][f"{m}_ci95"]) for n in names] for m in ("support_recall", "f1")}
-    return _bars(path, names, series, "mean over questions (95 % bootstrap interval)",
-                 f"routed vs forced strategies ({pipeline['n']} questions)")
-
-
-# -- report.md ---------------------------------------------------------------------------------
-def _ci(value: Any, ci: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{value:g}"
-
-
-def _sweep_line(res: dict[str, Any]) -> str:
-    """"default X; values that beat it beyond the noise on <metric>: ..." or "... none"."""
-    found = []
-    for metric, verdict in res["verdicts"].items():
-        for value in verdict.get("beats_default", []):
-            c = verdict["vs_default"][value]
-            found.append(f"on {metric}: {value} ({c['diff']:+.3f}, [{c['diff_ci95'][0]:+.3f}, "
-                         f"{c['diff_ci95'][1]:+.3f}], p={c['p_value']:.3g})")
-    return f"default {res['default']}; values that beat it beyond the noise: " + ("; ".join(found) or "none")
-
-
+# -- report.md and the README table ---------------------------------------------------------------
 def render_markdown(report: dict[str, Any]) -> str:
     """The report's Markdown from its JSON (``report.json`` holds everything shown here)."""
-    m, d, boot = report["machine"], report["data"], report["bootstrap"]
+    m, boot = report["machine"], report["bootstrap"]
     gpu = m.get("gpu") or "none"
     lines = [
         f"# searchsmith evaluation report ({report['size']})", "",
+        f"- command: `{report['command']}`",
         f"- date: {report['date']} (took {report['seconds']:.0f} s)",
         f"- git commit: {report['git_commit']}",
         f"- machine: {m.get('cpu')}, {m.get('cores')} cores, GPU {gpu}; Python {m.get('python')}, torch "
         f"{m.get('torch')}, onnxruntime {m.get('onnxruntime')}, faiss {m.get('faiss')}",
-        f"- data: demo corpus {d['corpus']} (index {d['index']}); routing set {d['routing']} "
-        f"({d['routing_items']} items); QA set {d['qa']} ({d['questions']} questions)",
-        f"- intervals: bootstrap 95 %, {boot['resamples']} resamples, seed {boot['seed']}; sweep verdicts are "
-        "paired differences vs the default on the same questions, with a permutation p-value",
-        "- commands (each section can be rerun alone):", "",
+        f"- pipeline config: {report.get('config') or 'the defaults, no trained models'}",
+        "- data (read in place; the held-out parts of the public sets are not used):",
+        *(f"  - {name}: {d['about']}; corpus {d['corpus']}, index {d['index']}, questions asked: {d['questions']}"
+          for name, d in report["data"].items()),
+        f"- intervals: bootstrap 95 %, {boot['resamples']} resamples, seed {boot['seed']}; verdicts are paired "
+        "differences on the same items with a permutation p-value",
+        "- commands (OUT is this folder; each evaluation can be rerun alone):", "",
         *(f"      {c}" for c in report["commands"].values()), "",
+        "## Claims and verdicts", "", *quality_table(report).splitlines(), "",
     ]
-
-    # 1. Routing
-    routing = report["routing"]
-    lines += ["## 1. Routing (KIMAs): rewrite and routing modes", "",
-              f"recall@1 with its 95 % interval, {routing['n']} items ({routing['followups']} follow-ups); "
-              f"recall@{routing['k']} and MRR are in report.json.", "",
-              "| mode | follow-ups | single turns | all |", "|---|---|---|---|"]
-    for mode, parts in routing["modes"].items():
-        cells = [_ci(parts[p]["recall@1"], parts[p].get("recall@1_ci95")) if p in parts else "-"
-                 for p in ("followups", "single", "all")]
-        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
-    lines += ["", f"![routing]({report['plots']['routing']})", ""]
-
-    # 2. Strategies
-    pipe = report["strategies"]
-    lines += ["## 2. Strategies (SRSA): routed vs each forced strategy", "",
-              f"{pipe['n']} questions, generation backend {pipe['generation']}.", "",
-              "| variant | " + " | ".join(h for _, h in STRATEGY_COLUMNS) + " |",
-              "|---" * (len(STRATEGY_COLUMNS) + 1) + "|"]
-    for name, s in pipe["strategy_ablation"].items():
-        lines.append(f"| {name} | " + " | ".join(_ci(s.get(k), s.get(f"{k}_ci95")) for k, _ in STRATEGY_COLUMNS)
-                     + " |")
-    lines += ["", f"![strategies]({report['plots']['strategies']})", ""]
-
-    # 3. Sweeps
-    lines += ["## 3. Threshold sweeps (Xinyu)", "",
-              "Each setting varied alone on the same questions; a value beats the default only when the "
-              "interval of its paired difference excludes zero (latency is reported, never judged).", ""]
-    for param, res in report["sweeps"].items():
-        lines += [f"### {param} (values {', '.join(str(v) for v in res['values'])})", "",
-                  _sweep_line(res), "", f"![{param}]({res['plot']})", ""]
+    by_key = {s.key: s for s in SECTIONS}
+    for n, key in enumerate(report["sections"], 1):
+        lines += [f"## {n}. {report['titles'][key]}", "", *by_key[key].render(report[key])]
     return "\n".join(lines)
+
+
+def quality_table(report: dict[str, Any]) -> str:
+    """The claims as a Markdown table (report.md's summary and the README's quality table)."""
+    rows = ["| claim | data | measured (95 % interval) | verdict |", "|---|---|---|---|"]
+    rows += [f"| {c['claim']} | {c['data']} | {c['measured']} | {c['verdict']} |" for c in report["claims"]]
+    m = report["machine"]
+    rows += ["", f"From `{report['command']}` ({report['size']} size, {report['date'][:10]}, {m.get('cpu')}, "
+             f"{m.get('cores')} cores, commit {report['git_commit'][:10]}); the report's `report.md` has every table "
+             "and plot behind these lines."]
+    return "\n".join(rows)
+
+
+def update_readme(readme: Path, report: dict[str, Any]) -> bool:
+    """Rewrite ``readme``'s quality table from ``report``; True when it changed.
+
+    Raises:
+        ConfigError: the file lacks the markers (nothing is written).
+    """
+    from searchsmith.serving.profiling.readme import update_markers
+
+    if not readme.is_file():
+        raise ConfigError(f"report --readme {readme}: no such file")
+    return update_markers(readme, QUALITY_START, QUALITY_END, quality_table(report))

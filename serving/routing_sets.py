@@ -111,10 +111,15 @@ def _paragraph_id(prefix: str, title: str, text: str) -> str:
     return f"{prefix}-{digest}"
 
 
-def multihop_pipeline(data_dir: Path) -> tuple[list[dict], list[dict]]:
-    """MuSiQue + HotpotQA: (corpus, qa items); see the module docstring."""
+def multihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], list[dict]]:
+    """MuSiQue + HotpotQA: (corpus, qa items); see the module docstring.
+
+    ``questions`` > 0 keeps the first that many items (alternating the two sets) and only the
+    candidate paragraphs of those questions: a smaller pool, still shared by every question.
+    """
     corpus: dict[str, dict] = {}
     by_set: dict[str, list[dict]] = {"musique": [], "hotpotqa": []}
+    candidates: dict[str, list[str]] = {}  # item id -> its candidate paragraphs
 
     def add(source: str, title: str, text: str) -> str:
         doc_id = _paragraph_id(source, title, text)
@@ -125,14 +130,20 @@ def multihop_pipeline(data_dir: Path) -> tuple[list[dict], list[dict]]:
         ids = [(add("musique", p["title"], p["paragraph_text"]), bool(p["is_supporting"])) for p in r["paragraphs"]]
         by_set["musique"].append({"id": f"musique-{r['id']}", "query": r["question"], "answer": r["answer"],
                                   "supporting": [d for d, gold in ids if gold]})
+        candidates[f"musique-{r['id']}"] = [d for d, _ in ids]
     for r in _read(data_dir / "hotpotqa" / "hotpotqa_dev_distractor.jsonl"):
         gold = set(r["supporting_titles"])
         ids = [(add("hotpotqa", t, "".join(s) if not isinstance(s, str) else s), t in gold) for t, s in r["context"]]
         by_set["hotpotqa"].append({"id": f"hotpotqa-{r['_id']}", "query": r["question"], "answer": r["answer"],
                                    "supporting": [d for d, g in ids if g]})
+        candidates[f"hotpotqa-{r['_id']}"] = [d for d, _ in ids]
     # Alternate the two sets, so that ``eval pipeline --limit N`` takes some of each.
     mq, hp = by_set["musique"], by_set["hotpotqa"]
     items = [x for pair in zip(mq, hp, strict=False) for x in pair] + mq[len(hp):] + hp[len(mq):]
+    if questions > 0:
+        items = items[:questions]
+        keep = {d for it in items for d in candidates[it["id"]]}
+        return [doc for doc_id, doc in corpus.items() if doc_id in keep], items
     return list(corpus.values()), items
 
 
@@ -146,7 +157,7 @@ def configure_make_routing_set(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_make_routing_set)
 
 
-def _write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str) -> dict[str, Any]:
+def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in (("corpus.jsonl", corpus), (items_file, items)):
         tmp = out / (name + ".tmp")
@@ -157,7 +168,7 @@ def _write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str
 
 def run_make_routing_set(args: argparse.Namespace) -> int:
     corpus, queries = BUILDERS[args.name](Path(args.data_dir))
-    summary = _write_set(Path(args.out), corpus, queries, "routing.jsonl")
+    summary = write_set(Path(args.out), corpus, queries, "routing.jsonl")
     print(json.dumps({**summary, "queries": len(queries), "followups": sum(1 for q in queries if q["history"])}))
     return 0
 
@@ -166,11 +177,15 @@ def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(PIPELINE_BUILDERS))
     parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
     parser.add_argument("--out", required=True, help="folder for corpus.jsonl and qa.jsonl")
+    parser.add_argument("--questions", type=int, default=0, help="keep the first N questions and only their "
+                        "candidate paragraphs (default: every question and paragraph)")
     parser.set_defaults(func=run_make_pipeline_set)
 
 
 def run_make_pipeline_set(args: argparse.Namespace) -> int:
-    corpus, items = PIPELINE_BUILDERS[args.name](Path(args.data_dir))
-    summary = _write_set(Path(args.out), corpus, items, "qa.jsonl")
+    if args.questions < 0:
+        raise ValidationError(f"make-pipeline-set --questions: expected a count >= 0, got {args.questions}")
+    corpus, items = PIPELINE_BUILDERS[args.name](Path(args.data_dir), args.questions)
+    summary = write_set(Path(args.out), corpus, items, "qa.jsonl")
     print(json.dumps({**summary, "questions": len(items)}))
     return 0

@@ -29,3 +29,9 @@ def routing_path() -> Path:
 def qa_path() -> Path:
     """The demo pipeline evaluation set (JSONL: id, query, history?, answer, supporting)."""
     return demo_dir() / "qa.jsonl"
+
+
+def stages_path() -> Path:
+    """The demo stage evaluation set: pipeline items with gold dated ``events`` and ``images``
+    (the timeline and image stages' metrics; ``searchsmith eval ablate``)."""
+    return demo_dir() / "stages.jsonl"

@@ -53,3 +53,17 @@ def test_make_pipeline_set_command_writes_both_files(data_dir, tmp_path, capsys)
 def test_missing_data_names_the_file(tmp_path) -> None:
     with pytest.raises(ValidationError, match=r"musique_ans_200.jsonl not found; pass --data-dir"):
         multihop_pipeline(tmp_path)
+
+
+def test_questions_keeps_the_first_items_and_only_their_candidates(data_dir, tmp_path, capsys) -> None:
+    corpus, items = multihop_pipeline(data_dir, questions=2)
+    assert [i["id"] for i in items] == ["musique-m0", "hotpotqa-h0"]
+    # m0's three candidates (the shared one included) and h0's three; m1's and m2's own are gone
+    assert sorted(d["title"] for d in corpus) == ["Gold 0", "Other 0", "Shared", "T1", "T2", "T3"]
+    assert all(s in {d["id"] for d in corpus} for it in items for s in it["supporting"])
+    out = tmp_path / "small"
+    assert main(["make-pipeline-set", "multihop", "--data-dir", str(data_dir), "--out", str(out),
+                 "--questions", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["documents"] == 3
+    assert main(["make-pipeline-set", "multihop", "--data-dir", str(data_dir), "--out", str(out),
+                 "--questions", "-1"]) == 1

@@ -1,44 +1,136 @@
-"""searchsmith report: the evaluations run, report.md / report.json / plots written, user folders refused."""
+"""searchsmith report: the evaluations run, report.md / report.json / plots written, the README's
+quality table generated from the claims, user folders refused."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from searchsmith.models.errors import ValidationError
+from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.serving.main import main
-from searchsmith.serving.report import check_report_out
+from searchsmith.serving.report import (
+    QUALITY_END,
+    QUALITY_START,
+    SECTIONS,
+    Build,
+    _claims_models,
+    _run_models,
+    check_report_out,
+    read_report,
+)
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    """A quick report on the demo data, at three questions and three routing items (index built inside)."""
+    """A quick report on the demo data, at three questions and six routing items (index built inside)."""
     out = tmp_path_factory.mktemp("report") / "r"
-    assert main(["report", "--out", str(out), "--quick", "--limit", "3"]) == 0
+    assert main(["report", "--out", str(out), "--quick", "--limit", "6"]) == 0
     return out
 
 
 def test_report_writes_every_section_with_its_plots(report) -> None:
     md = (report / "report.md").read_text()
-    for heading in ("# searchsmith evaluation report (quick)", "## 1. Routing (KIMAs)", "## 2. Strategies (SRSA)",
-                    "## 3. Threshold sweeps (Xinyu)", "### citation.cosine_threshold", "### retrieval.dedup_threshold",
-                    "### retrieval.keep_ratio"):
+    for heading in ("# searchsmith evaluation report (quick)", "## Claims and verdicts", "Routing (KIMAs)",
+                    "Strategies (SRSA)", "Protocol router (IMACS)", "Stage ablations (Xinyu)",
+                    "Threshold sweeps (Xinyu)", "Models against their untrained baselines",
+                    "### demo: citation.cosine_threshold", "### demo: retrieval.dedup_threshold",
+                    "### demo: retrieval.keep_ratio"):
         assert heading in md, heading
     assert "- git commit: " in md and "- machine: " in md and "searchsmith eval route --data" in md
-    assert md.count("values that beat it beyond the noise: ") == 3
+    assert "searchsmith eval bandit --data" in md and "searchsmith eval ablate --data" in md
     data = json.loads((report / "report.json").read_text())
     assert data["size"] == "quick" and data["bootstrap"]["resamples"] > 0
-    assert set(data["routing"]["modes"]) == {"parallel", "serial", "auto"}
-    assert "forced_direct" in data["strategies"]["strategy_ablation"] and data["strategies"]["n"] == 3
-    assert set(data["sweeps"]) == {"citation.cosine_threshold", "retrieval.dedup_threshold", "retrieval.keep_ratio"}
-    for res in data["sweeps"].values():
+    assert data["sections"] == [s.key for s in SECTIONS]
+    assert set(data["routing"]["demo"]["modes"]) == {"parallel", "serial", "auto"}
+    assert "recall@1" in data["routing"]["demo"]["rewrite_alone"]["all"]
+    assert "forced_direct" in data["strategies"]["demo"]["strategy_ablation"]
+    assert data["strategies"]["demo"]["n"] == 6
+    assert data["bandit"]["demo"]["n"] == 6 and len(data["bandit"]["demo"]["seeds"]) == 3
+    assert set(data["sweeps"]["demo"]) == {"citation.cosine_threshold", "retrieval.dedup_threshold",
+                                           "retrieval.keep_ratio"}
+    for res in data["sweeps"]["demo"].values():
         assert res["default"] in res["values"] and "vs_default" in res["verdicts"]["f1"]
+    # one claim per design claim measured: SRSA once, IMACS per lambda, each sweep, each ablated stage
+    claims = [c["claim"] for c in data["claims"]]
+    assert sum(c.startswith("SRSA") for c in claims) == 1
+    assert sum(c.startswith("IMACS") for c in claims) == len(data["bandit"]["demo"]["lambdas"])
+    assert sum(c.startswith("Xinyu: retrieval.") or c.startswith("Xinyu: citation.") for c in claims) == 3
+    assert any(c.startswith("Xinyu") and "." not in c.split(":")[1].split()[0] for c in claims)  # a stage
+    for c in data["claims"]:
+        assert set(c) == {"claim", "data", "measured", "verdict"} and all(c.values())
     pngs = sorted(report.glob("*.png"))
-    assert len(pngs) == 5 and all(p.stat().st_size > 1000 for p in pngs)
+    assert len(pngs) == 7 and all(p.stat().st_size > 1000 for p in pngs)
     listed = json.loads((report / "manifest.json").read_text())["files"]
     assert {p.name for p in pngs} | {"report.md", "report.json"} <= set(listed)
     assert any(f.startswith("index/") for f in listed)  # the index it built is part of the report
+    assert "items/pipeline_demo.jsonl" in listed and "items/route_demo.jsonl" in listed
     check_report_out(report)  # a previous report may be replaced
+
+
+def test_routing_verdict_pairs_the_follow_ups(tmp_path) -> None:
+    """The KIMAs claim is a paired test on the follow-ups only (the demo set's first follow-ups)."""
+    out = tmp_path / "r"
+    assert main(["report", "--out", str(out), "--quick", "--sections", "routing", "--limit", "60"]) == 0
+    data = read_report(out)
+    paired = data["routing"]["demo"]["paired_followups"]
+    assert set(paired) == {"rewrite + raw fusion", "rewrite alone", "auto"}
+    assert paired["auto"]["n"] == data["routing"]["demo"]["followups"] > 0
+    (claim,) = data["claims"]
+    assert claim["claim"].startswith("KIMAs") and f"n={paired['auto']['n']}" in claim["data"]
+    assert claim["verdict"].split(":")[0] in ("holds", "not shown", "refuted")
+
+
+def test_readme_table_comes_from_the_report(tmp_path, report) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{QUALITY_START}\nold table\n{QUALITY_END}\nafter\n")
+    assert main(["report", "--from", str(report), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    data = read_report(report)
+    assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
+    table = text.split(QUALITY_START)[1].split(QUALITY_END)[0]
+    assert table.count("\n| ") == len(data["claims"]) + 1  # the header, then one row per claim
+    assert data["claims"][0]["verdict"] in table and data["command"] in table
+    # a README without the markers is refused and kept as it was
+    other = tmp_path / "OTHER.md"
+    other.write_text("no markers\n")
+    assert main(["report", "--from", str(report), "--readme", str(other)]) == 1
+    assert other.read_text() == "no markers\n"
+
+
+def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys) -> None:
+    out = tmp_path / "r"
+    for argv, words in ((["--out", str(out), "--sections", "routing,nope"], "unknown section"),
+                        (["--out", str(out), "--quick", "--data-dir", str(tmp_path)], "demo data only"),
+                        (["--from", str(tmp_path)], "give --readme"),
+                        (["--quick"], "--out DIR is required"),
+                        (["--out", str(out), "--data-dir", str(tmp_path / "none")], "not a folder"),
+                        (["--out", str(out), "--config", str(tmp_path / "none.yaml")], "no such file")):
+        assert main(["report", *argv]) == 1, argv
+        assert words in capsys.readouterr().err, argv
+    assert not out.exists()
+    with pytest.raises(ValidationError, match="not a searchsmith report"):
+        read_report(tmp_path)
+
+
+def test_models_section_reads_the_configured_bundles_gates(tmp_path) -> None:
+    def bundle(name: str, task: str, metrics: dict) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "manifest.json").write_text(json.dumps({"task": task, "heldout_metrics": metrics}))
+        return str(folder)
+
+    good = bundle("rr", "rerank", {"ndcg@10": 0.9, "baselines": {"bi_encoder_ndcg@10": 0.8}})
+    bad = bundle("im", "images", {"placement_accuracy": 0.5, "baselines": {"cosine_placement_accuracy": 0.6}})
+    cfg = tmp_path / "pipeline.yaml"
+    cfg.write_text(f"bundles:\n  reranker: {good}\n  images: {bad}\n")
+    b = Build(tmp=tmp_path, quick=True, config=str(cfg), routing_limit=0, datasets={}, say=print)
+    res = _run_models(b)
+    assert res["gates"]["rerank"]["used"] is True and res["gates"]["images"]["used"] is False
+    claims = {c["claim"]: c for c in _claims_models(res)}
+    assert claims["the trained reranker (rerank) beats its untrained baseline"]["verdict"] == "holds: used"
+    assert claims["the trained images (images) beats its untrained baseline"]["verdict"] == "refuted: gated off"
+    empty = _run_models(Build(tmp=tmp_path, quick=True, config=None, routing_limit=0, datasets={}, say=print))
+    assert empty["gates"] == {} and _claims_models(empty) == []
 
 
 def test_report_refuses_a_folder_it_did_not_write(tmp_path, report, capsys) -> None:
@@ -55,3 +147,22 @@ def test_report_refuses_a_folder_it_did_not_write(tmp_path, report, capsys) -> N
             check_report_out(report)
     finally:
         (report / "mine.txt").unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_report_on_the_shared_data_adds_cast_and_multihop(tmp_path, shared_data) -> None:
+    out = tmp_path / "r"
+    assert main(["report", "--out", str(out), "--data-dir", str(shared_data), "--limit", "4",
+                 "--sections", "routing,strategies"]) == 0
+    data = read_report(out)
+    assert set(data["data"]) == {"demo", "cast", "multihop"}
+    assert set(data["routing"]) == {"demo", "cast"} and set(data["strategies"]) == {"demo", "multihop"}
+    assert (out / "data" / "multihop" / "index" / "manifest.json").is_file()
+
+
+def test_claims_of_unknown_report_sections_fail_loudly() -> None:
+    with pytest.raises(ConfigError, match="unknown section"):
+        from searchsmith.serving.report import _pick_sections
+
+        _pick_sections("routing,bandits")
