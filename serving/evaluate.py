@@ -85,7 +85,9 @@ def _router_for_eval(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def eval_route(args: argparse.Namespace) -> dict[str, Any]:
-    """Routing recall@1 / recall@K / MRR per mode, on all items, follow-ups and single turns.
+    """Routing recall@1 / recall@K / MRR per mode, on all items, follow-ups and single turns, and
+    each mode's latency until the sources are known (``latency_ms``: p50 / p95 per mode; the
+    rewrite's time counts in serial mode, where routing waits for it).
 
     ``args.bundle`` / ``args.checkpoint`` (optional): an ``embed`` model embeds the queries
     (the index's centroids stay), a ``decompose`` model rewrites the follow-ups.
@@ -106,19 +108,26 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
     per_item = []
     summary: dict[str, Any] = {"task": "route", "data": str(args.data), "index": str(args.index),
                                "model": model, "k": k, "n": len(items),
-                               "followups": sum(1 for it in items if it.get("history")), "modes": {}}
+                               "followups": sum(1 for it in items if it.get("history")), "modes": {},
+                               "latency_ms": {}}
     with progress_bar("eval route", len(MODES) * len(items), "query") as bar:
         for mode in MODES:
             rows: dict[str, list[dict[str, float]]] = {"all": [], "followups": [], "single": []}
+            decision: list[float] = []
             for i, it in enumerate(items):
                 res = router.route(it["query"], it.get("history"), mode=mode, top_k=k)
                 m = route_metrics(res.names, list(it["sources"]), k)
                 rows["all"].append(m)
                 rows["followups" if it.get("history") else "single"].append(m)
+                # until the sources are known: parallel routes while the rewrite runs, serial after it
+                decision.append(res.latency_ms["route"] + res.latency_ms.get("rewrite", 0.0))
                 per_item.append({"i": i, "mode": mode, "query": it["query"], "gold": it["sources"],
-                                 "ranked": res.names, "routed_text": res.routed_text, **m})
+                                 "followup": bool(it.get("history")), "ranked": res.names,
+                                 "routed_text": res.routed_text, "latency_ms": round(decision[-1], 3), **m})
                 bar.update(1)
             summary["modes"][mode] = {part: _mean(r) for part, r in rows.items() if r}
+            summary["latency_ms"][mode] = {q: round(v, 3) for q, v in
+                                           percentiles([x / 1e3 for x in decision]).items() if q.endswith("_ms")}
     if args.per_item:
         write_jsonl_atomic(args.per_item, per_item)
     return {**summary, "bootstrap": bootstrap_info()}

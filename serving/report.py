@@ -305,9 +305,16 @@ def _claims_routing(section: dict[str, Any]) -> list[dict[str, str]]:
         verdict = {1: "holds", 0: "not shown: inside the noise", -1: "refuted: the raw query routes better"}
         out.append(_claim("KIMAs: rewriting a follow-up before routing finds its source more often than the raw "
                           "query", f"{name} follow-ups (n={c['n']})",
-                          f"recall@1 raw {c['a']:.3f}, fusion {c['b']:.3f}: {_diff_text(c)}",
+                          f"recall@1 raw {c['a']:.3f}, fusion {c['b']:.3f}: {_diff_text(c)}{_route_latency(r)}",
                           verdict[_direction(c)]))
     return out
+
+
+def _route_latency(r: dict[str, Any]) -> str:
+    lat = r.get("latency_ms") or {}
+    if "parallel" not in lat or "serial" not in lat:
+        return ""
+    return f"; routing p50 {lat['parallel']['p50_ms']:.1f} ms raw vs {lat['serial']['p50_ms']:.1f} ms fusion"
 
 
 def _plot_routing(path: Path, routing: dict[str, Any]) -> Path:

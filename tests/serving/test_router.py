@@ -123,6 +123,10 @@ def test_eval_route_with_gold_labels(labelled_index, tmp_path, intervals_hold) -
     lines = [json.loads(x) for x in per.read_text().splitlines()]
     assert len({(r["i"], r["mode"]) for r in lines}) == len(lines) == 9
     assert all(isinstance(r["recall@1"], float) and isinstance(r["mrr"], float) for r in lines)
+    # each mode's latency until the sources are known, per item and as percentiles
+    assert set(out["latency_ms"]) == {"parallel", "serial", "auto"}
+    assert all(0 < v["p50_ms"] <= v["p95_ms"] for v in out["latency_ms"].values())
+    assert all(r["latency_ms"] > 0 and r["followup"] is False for r in lines)
 
 
 def test_pipeline_trace_names_labels(labelled_index, embedder) -> None:
