@@ -31,7 +31,7 @@ from typing import Any
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import percentiles
-from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, paired_difference
+from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, direction, paired_difference
 from searchsmith.models.text import read_jsonl
 from searchsmith.serving.pipeline.config import PipelineConfig
 from searchsmith.serving.sweep import LOWER_IS_BETTER, paired
@@ -129,11 +129,12 @@ def parse_stages(text: str | None) -> list[str]:
     return names
 
 
-def verdict(metric: str, ci95: list[float]) -> str:
-    """``helps`` / ``hurts`` / ``no measurable effect`` of a with - without interval."""
-    lo, hi = ci95
-    if lo > 0 or hi < 0:
-        better = (hi < 0) if metric in LOWER_IS_BETTER else (lo > 0)
+def verdict(metric: str, ci95: list[float], p_value: float = 0.0) -> str:
+    """``helps`` / ``hurts`` / ``no measurable effect`` of a with - without difference: beyond
+    the noise when its interval excludes 0 and its permutation p-value is below 0.05."""
+    d = direction(ci95, p_value)
+    if d:
+        better = (d < 0) if metric in LOWER_IS_BETTER else (d > 0)
         return "helps" if better else "hurts"
     return "no measurable effect"
 
@@ -154,7 +155,7 @@ def compare_stage(stage: StageSwitch, full: list[dict[str, float]], off: list[di
         c = paired_difference(without, with_, m, resamples=resamples, seed=seed).to_dict()
         out[m] = {"n": c["n"], "with": c["b"], "without": c["a"], "diff": c["diff"], "diff_ci95": c["diff_ci95"],
                   "p_value": c["p_value"], "lower_is_better": m in LOWER_IS_BETTER,
-                  "verdict": verdict(m, c["diff_ci95"])}
+                  "verdict": verdict(m, c["diff_ci95"], c["p_value"])}
     return out
 
 

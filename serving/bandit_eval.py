@@ -60,6 +60,7 @@ from searchsmith.models.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     bootstrap_ci,
+    direction,
     paired_difference,
 )
 from searchsmith.serving.pipeline.config import ProtocolConfig
@@ -224,8 +225,8 @@ def policy_comparison(table: PresetTable, cost_lambda: float, protocol: Protocol
     fixed_curves = {p: np.mean([cumulative_regret(rewards, r.order, rewards[r.order, j]) for r in runs], axis=0)
                     for j, p in enumerate(presets)}
     vs = paired_difference(rewards[:, best], per_question, "reward", resamples=resamples, seed=seed).to_dict()
-    lo, hi = vs["diff_ci95"]
-    verdict = "better" if lo > 0 else "worse" if hi < 0 else "within the noise"
+    d = direction(vs["diff_ci95"], vs["p_value"])  # interval and permutation test must agree
+    verdict = "better" if d > 0 else "worse" if d < 0 else "within the noise"
     return {
         "lambda": cost_lambda,
         "bandit": {

@@ -20,7 +20,8 @@ MuSiQue + HotpotQA for the answer sections), and writes, like a model card::
 size asks every demo question and, with ``--data-dir``, ``MULTIHOP_QUESTIONS`` multi-hop
 ones. ``--readme README.md`` rewrites the README's quality table (between
 ``<!-- quality:start -->`` and ``<!-- quality:end -->``) from the report's claims;
-``--from DIR`` does that from an existing report without running anything.
+``--from DIR`` does that from an existing report without running any evaluation (its claims
+and report.md are recomputed from the stored results with the current verdict rules).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from searchsmith.models.io import (
     write_text_atomic,
 )
 
-__all__ = ["SECTIONS", "SWEEPS", "configure_report", "quality_table", "run_report", "write_report"]
+__all__ = ["SECTIONS", "SWEEPS", "configure_report", "quality_table", "refresh_report", "run_report",
+           "write_report"]
 
 MANIFEST = "manifest.json"
 KIND = "report"
@@ -183,15 +185,26 @@ def _diff_text(c: dict[str, Any], digits: int = 3) -> str:
 
 
 def _direction(c: dict[str, Any]) -> int:
-    """+1 when the paired difference's interval is above 0, -1 below, 0 when it holds 0."""
-    lo, hi = c["diff_ci95"]
-    return 1 if lo > 0 else -1 if hi < 0 else 0
+    """+1 / -1 when a paired difference is above / below 0 beyond the noise (its interval
+    excludes 0 and its permutation p-value is below 0.05), else 0."""
+    from searchsmith.models.stats import direction
+
+    return direction(c["diff_ci95"], c["p_value"])
 
 
 def _ci(value: Any, ci: Any) -> str:
     if value is None:
         return "-"
     return f"{value:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{value:g}"
+
+
+DATASET_ORDER = ("demo", "cast", "multihop")
+
+
+def _sets(section: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A section's per-set results in a fixed order (report.json stores its keys sorted)."""
+    rank = {n: i for i, n in enumerate(DATASET_ORDER)}
+    return sorted(section.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
 
 
 def _num(value: Any) -> str:
@@ -277,7 +290,7 @@ def _route_pair(raw_file: Path, other_file: Path, mode: str, positions: set[int]
 
 def _render_routing(section: dict[str, Any]) -> list[str]:
     lines = []
-    for name, r in section.items():
+    for name, r in _sets(section):
         lines += [f"### {name}: {r['n']} items ({r['followups']} follow-ups)", "",
                   "recall@1 with its 95 % interval; recall@K and MRR are in report.json.", "",
                   "| variant | follow-ups | single turns | all |", "|---|---|---|---|"]
@@ -298,7 +311,7 @@ def _render_routing(section: dict[str, Any]) -> list[str]:
 
 def _claims_routing(section: dict[str, Any]) -> list[dict[str, str]]:
     out = []
-    for name, r in section.items():
+    for name, r in _sets(section):
         c = r.get("paired_followups", {}).get("rewrite + raw fusion")
         if not c:
             continue
@@ -342,6 +355,7 @@ def _run_strategies(b: Build) -> dict[str, Any]:
         forced = {n: s for n, s in res["strategy_ablation"].items() if n.startswith("forced_")}
         best = max(forced, key=lambda n: (forced[n]["f1"], forced[n]["support_recall"]))
         res["best_forced"] = best
+        res["routed_strategies"] = routed_strategies(items)
         res["routed_vs_best_forced"] = {m: _paired(items, {"variant": best}, {"variant": "routed"}, m)
                                         for m in ("f1", "support_recall", "model_calls")}
         png = b.tmp / f"strategies_{ds.name}.png"
@@ -351,9 +365,19 @@ def _run_strategies(b: Build) -> dict[str, Any]:
     return out
 
 
+def routed_strategies(items: Path) -> dict[str, int]:
+    """How often the routed variant chose each strategy (from eval pipeline's per-item file)."""
+    from collections import Counter
+
+    from searchsmith.models.text import read_jsonl
+
+    rows = read_jsonl(items, what="report per-item file")
+    return dict(Counter(str(r["strategy"]) for r in rows if r.get("variant") == "routed"))
+
+
 def _render_strategies(section: dict[str, Any]) -> list[str]:
     lines = []
-    for name, pipe in section.items():
+    for name, pipe in _sets(section):
         lines += [f"### {name}: {pipe['n']} questions, generation backend {pipe['generation']}", "",
                   "| variant | " + " | ".join(h for _, h in STRATEGY_COLUMNS) + " |",
                   "|---" * (len(STRATEGY_COLUMNS) + 1) + "|"]
@@ -368,11 +392,15 @@ def _render_strategies(section: dict[str, Any]) -> list[str]:
 
 def _claims_strategies(section: dict[str, Any]) -> list[dict[str, str]]:
     out = []
-    for name, pipe in section.items():
+    for name, pipe in _sets(section):
         f1, calls = pipe["routed_vs_best_forced"]["f1"], pipe["routed_vs_best_forced"]["model_calls"]
         d = _direction(f1)
+        chosen = pipe.get("routed_strategies") or {}
         verdict = ("holds: routed answers better" if d > 0 else "refuted: the forced strategy answers better"
                    if d < 0 else "not shown: inside the noise")
+        if len(chosen) == 1:
+            verdict = (f"not testable here: the router chose {next(iter(chosen))} for every question (no "
+                       "decomposer passes its gate, so every question stays one node)")
         out.append(_claim(f"SRSA: choosing the strategy per question answers as well as the best forced one "
                           f"({pipe['best_forced'].removeprefix('forced_')})", f"{name} (n={f1['n']})",
                           f"answer F1 {f1['a']:.3f} forced vs {f1['b']:.3f} routed: {_diff_text(f1)}; "
@@ -412,20 +440,20 @@ def _render_bandit(section: dict[str, Any]) -> list[str]:
     from searchsmith.serving.bandit_eval import render_markdown as render
 
     lines = []
-    for name, res in section.items():
+    for name, res in _sets(section):
         lines += [f"### {name}", "", *render(res), "", f"![bandit {name}]({res['plot']})", ""]
     return lines
 
 
 def _claims_bandit(section: dict[str, Any]) -> list[dict[str, str]]:
     out = []
-    for name, res in section.items():
+    for name, res in _sets(section):
         for row in res["by_lambda"]:
             bandit, vs = row["bandit"], row["vs_best_fixed"]
             lo, hi = bandit["regret_vs_oracle_ci95"]
-            verdict = {"better": "holds: better than every fixed preset",
-                       "worse": f"refuted: the fixed preset {row['best_fixed']} earns more",
-                       }.get(vs["verdict"], f"not shown: within the noise of the fixed preset {row['best_fixed']}")
+            verdict = {1: "holds: better than every fixed preset",
+                       -1: f"refuted: the fixed preset {row['best_fixed']} earns more",
+                       0: f"not shown: within the noise of the fixed preset {row['best_fixed']}"}[_direction(vs)]
             out.append(_claim(f"IMACS: the LinUCB router earns more reward than any fixed preset (lambda "
                               f"{row['lambda']:g})", f"{name} (n={res['n']}, {len(res['seeds'])} seeds)",
                               f"reward/question {bandit['mean_reward']:.3f} vs {row['best_fixed']} "
@@ -474,7 +502,7 @@ def _render_ablation(section: dict[str, Any]) -> list[str]:
     from searchsmith.serving.ablation import render_markdown as render
 
     lines = []
-    for name, res in section.items():
+    for name, res in _sets(section):
         lines += [f"### {name}", "", *render(res), "", f"![ablation {name}]({res['plot']})", ""]
     return lines
 
@@ -482,21 +510,38 @@ def _render_ablation(section: dict[str, Any]) -> list[str]:
 ABLATION_VERDICTS = {"helps": "holds", "hurts": "refuted: it hurts", "no measurable effect": "not shown: inside the noise"}
 
 
+def _stage_rank(stage: str) -> tuple[int, str]:
+    from searchsmith.serving.ablation import STAGES
+
+    keys = list(STAGES)
+    return (keys.index(stage) if stage in keys else len(keys), stage)
+
+
+def _stage_metric(stage: str, st: dict[str, Any]) -> str:
+    """The metric the stage exists for (the first of its ``STAGES`` row; report.json sorts keys)."""
+    from searchsmith.serving.ablation import STAGES
+
+    first = STAGES[stage].metrics[0] if stage in STAGES else None
+    return first if first in st["metrics"] else next(iter(st["metrics"]))
+
+
 def _claims_ablation(section: dict[str, Any]) -> list[dict[str, str]]:
     out = []
-    for name, res in section.items():
-        for stage, st in res["stages"].items():
+    for name, res in _sets(section):
+        for stage, st in sorted(res["stages"].items(), key=lambda kv: _stage_rank(kv[0])):
             if st.get("inactive"):
                 out.append(_claim(f"Xinyu: {stage}: {st['claim']}", f"{name} (n={res['n']})", "-",
                                   f"not measured: {st['inactive']}"))
                 continue
-            metric, m = next(iter(st["metrics"].items()))
-            if not m.get("n"):
-                out.append(_claim(f"Xinyu: {stage}: {st['claim']}", name, "-", f"not measured: {m.get('note', '')}"))
+            metric = _stage_metric(stage, st)
+            m = st["metrics"][metric]
+            if not m.get("n"):  # the set has no gold for it (timeline, images on multi-hop): not a claim here
                 continue
+            d = _direction(m) * (-1 if m.get("lower_is_better") else 1)
+            verdict = "helps" if d > 0 else "hurts" if d < 0 else "no measurable effect"
             out.append(_claim(f"Xinyu: {stage}: {st['claim']}", f"{name} (n={m['n']})",
                               f"{metric} {m['with']:.3f} with, {m['without']:.3f} without ({st['switch']}): "
-                              f"{_diff_text(m)}", ABLATION_VERDICTS.get(st["verdict"], st["verdict"])))
+                              f"{_diff_text(m)}", ABLATION_VERDICTS[verdict]))
     return out
 
 
@@ -524,6 +569,11 @@ def _run_sweeps(b: Build) -> dict[str, Any]:
     return out
 
 
+def _sweep_rank(param: str) -> tuple[int, str]:
+    keys = list(SWEEPS)
+    return (keys.index(param) if param in keys else len(keys), param)
+
+
 def _sweep_sets(b: Build, param: str) -> list[tuple[Dataset, Path]]:
     """Where a setting is swept: the timeline and image thresholds on the sets with their gold
     (stage items), the index's settings on the set with the longest passages (multi-hop), the
@@ -543,7 +593,7 @@ SWEEP_FOCUS: dict[str, tuple[str, ...]] = {
     "retrieval.dedup_threshold": ("support_recall", "f1", "redundancy"),
     "retrieval.": ("support_recall", "f1"),
     "timeline.": ("timeline_recall", "timeline_precision", "timeline_duplicates"),
-    "images.": ("image_f1", "image_precision", "image_recall"),
+    "images.": ("image_f1", "image_wrong", "image_recall", "image_precision"),
     "index.": ("retrieval_recall", "support_recall", "f1"),
 }
 
@@ -555,13 +605,18 @@ def sweep_focus(param: str) -> tuple[str, ...]:
 
 
 def _beats(res: dict[str, Any], metrics: Sequence[str] | None = None) -> list[str]:
+    """The values that beat the default beyond the noise, per quality metric (recomputed from
+    the stored paired differences, so a report's verdicts follow the current rule)."""
+    from searchsmith.serving.sweep import LOWER_IS_BETTER, NEUTRAL, TIMING
+
     found = []
     for metric, verdict in res["verdicts"].items():
-        if metrics is not None and metric not in metrics:
+        if (metrics is not None and metric not in metrics) or metric in TIMING | NEUTRAL:
             continue
-        for value in verdict.get("beats_default", []):
-            c = verdict["vs_default"][value]
-            found.append(f"{value} on {metric} ({_diff_text(c)})")
+        want = -1 if metric in LOWER_IS_BETTER else 1
+        for value, c in verdict.get("vs_default", {}).items():
+            if _direction(c) == want:
+                found.append(f"{value} on {metric} ({_diff_text(c)})")
     return found
 
 
@@ -572,7 +627,7 @@ def _loses(res: dict[str, Any], value: str, metrics: Sequence[str]) -> list[str]
     out = []
     for m in metrics:
         c = res["verdicts"].get(m, {}).get("vs_default", {}).get(value)
-        if c and ((c["diff_ci95"][0] > 0) if m in LOWER_IS_BETTER else (c["diff_ci95"][1] < 0)):
+        if c and _direction(c) == (1 if m in LOWER_IS_BETTER else -1):
             out.append(m)
     return out
 
@@ -581,8 +636,8 @@ def _render_sweeps(section: dict[str, Any]) -> list[str]:
     lines = ["Each setting varied alone on the same questions; a value beats the default only when the "
              "interval of its paired difference excludes zero (latency is reported, never judged). The verdict "
              "judges the metrics the setting exists for; every metric's curve is in the plot and report.json.", ""]
-    for name, sweeps in section.items():
-        for param, res in sweeps.items():
+    for name, sweeps in _sets(section):
+        for param, res in sorted(sweeps.items(), key=lambda kv: _sweep_rank(kv[0])):
             focus = sweep_focus(param)
             lines += [f"### {name}: {param} (values {', '.join(str(v) for v in res['values'])})", "",
                       "| value | " + " | ".join(focus) + " |", "|---" * (len(focus) + 1) + "|"]
@@ -600,8 +655,8 @@ def _render_sweeps(section: dict[str, Any]) -> list[str]:
 
 def _claims_sweeps(section: dict[str, Any]) -> list[dict[str, str]]:
     out = []
-    for name, sweeps in section.items():
-        for param, res in sweeps.items():
+    for name, sweeps in _sets(section):
+        for param, res in sorted(sweeps.items(), key=lambda kv: _sweep_rank(kv[0])):
             focus = sweep_focus(param)
             beats = _beats(res, focus)
             winners = {b.split(" on ")[0] for b in beats}
@@ -651,11 +706,17 @@ def _render_models(section: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+MODEL_NAMES = {"citation": "citation scorer", "images": "image model"}
+
+
 def _claims_models(section: dict[str, Any]) -> list[dict[str, str]]:
     out = []
-    for use, g in section["gates"].items():
-        figs = "; ".join(f"{f['metric']} {f['value']} vs {f['baseline']} {f['baseline_value']}" for f in g["figures"])
-        out.append(_claim(f"the trained {g['role']} ({use}) beats its untrained baseline",
+    from searchsmith.serving.pipeline.gates import USES
+
+    for use, g in sorted(section["gates"].items(), key=lambda kv: USES.index(kv[0]) if kv[0] in USES else 99):
+        figs = "; ".join(f"{f['metric']} {_num(f['value'])} vs {f['baseline']} {_num(f['baseline_value'])}"
+                         for f in g["figures"])
+        out.append(_claim(f"the trained {MODEL_NAMES.get(g['role'], g['role'])} ({use}) beats its untrained baseline",
                           "its held-out split (bundle manifest)", figs,
                           "holds: used" if g["used"] else "refuted: gated off"))
     return out
@@ -695,7 +756,8 @@ def configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--readme", metavar="FILE", help="rewrite the quality table of this README (between "
                         f"{QUALITY_START} and {QUALITY_END}) from the report's claims")
     parser.add_argument("--from", dest="from_dir", metavar="DIR", help="with --readme: take the claims from this "
-                        "existing report instead of running one")
+                        "existing report instead of running one (recomputed from its stored results with this "
+                        "version's rules; its report.md is rewritten to match)")
     parser.set_defaults(func=run_report)
 
 
@@ -704,10 +766,10 @@ def run_report(args: argparse.Namespace) -> int:
         if not args.readme or args.out:
             raise ConfigError("report --from DIR: give --readme FILE (the table to rewrite) and no --out; --from "
                               "reads an existing report and runs nothing")
-        report = read_report(Path(args.from_dir))
+        report = refresh_report(Path(args.from_dir))
         changed = update_readme(Path(args.readme), report)
         print(f"{args.readme}: quality table {'rewritten' if changed else 'already up to date'} from "
-              f"{args.from_dir}")
+              f"{args.from_dir} ({len(report['claims'])} claims)")
         return 0
     if not args.out:
         raise ConfigError("report: --out DIR is required (or --from DIR --readme FILE to only rewrite a README "
@@ -771,6 +833,27 @@ def read_report(folder: Path) -> dict[str, Any]:
         raise ValidationError(f"report --from {folder}: not a searchsmith report (no manifest.json of kind "
                               f"'report' and report.json); write one with searchsmith report --out {folder}")
     return read_json_object(path, "report.json", error=ValidationError)
+
+
+def refresh_report(folder: Path) -> dict[str, Any]:
+    """Recompute a report's claims (and report.md) from its stored results and per-item files
+    with this version's rules; nothing is measured again. Only report.json and report.md,
+    files the report lists, are rewritten.
+
+    Raises:
+        ValidationError: the folder holds no report.
+    """
+    folder = Path(folder)
+    report = read_report(folder)
+    for name, pipe in report.get("strategies", {}).items():
+        items = folder / "items" / f"pipeline_{name}.jsonl"
+        if "routed_strategies" not in pipe and items.is_file():
+            pipe["routed_strategies"] = routed_strategies(items)
+    by_key = {s.key: s for s in SECTIONS}
+    report["claims"] = [c for key in report["sections"] for c in by_key[key].claims(report[key])]
+    write_json_atomic(folder / "report.json", report)
+    write_text_atomic(folder / "report.md", render_markdown(report))
+    return report
 
 
 # -- the report --------------------------------------------------------------------------------

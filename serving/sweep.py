@@ -38,6 +38,7 @@ from searchsmith.models.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     bootstrap_ci,
+    direction,
     paired_difference,
 )
 from searchsmith.models.text import read_jsonl
@@ -139,10 +140,13 @@ def _verdicts(points: list[dict[str, Any]], default: object, rows: dict[str, lis
                 against[str(p["value"])] = {k: c[k] for k in ("diff", "diff_ci95", "p_value")}
             verdict.update({"default": next((p["metrics"].get(m) for p in points if repr(p["value"]) == key), None),
                             "vs_default": against})
+            # beyond the noise: the interval excludes 0 and the permutation p-value is below 0.05
             if m in LOWER_IS_BETTER and m not in TIMING:
-                verdict["beats_default"] = [v for v, c in against.items() if c["diff_ci95"][1] < 0]
+                verdict["beats_default"] = [v for v, c in against.items()
+                                            if direction(c["diff_ci95"], c["p_value"]) < 0]
             elif m not in TIMING | NEUTRAL:  # quality only: the values run one after another, so time drifts
-                verdict["beats_default"] = [v for v, c in against.items() if c["diff_ci95"][0] > 0]
+                verdict["beats_default"] = [v for v, c in against.items()
+                                            if direction(c["diff_ci95"], c["p_value"]) > 0]
         out[m] = verdict
     return out
 

@@ -82,3 +82,19 @@ def test_compare_rows_pairs_by_key_and_refuses_ambiguous_files() -> None:
         compare_rows(a + a[:1], b, ["id", "mode"])
     with pytest.raises(ValidationError, match="no item is in both"):
         compare_rows(a, [{"id": "x", "mode": "y", "recall@1": 1.0}], ["id", "mode"])
+
+
+def test_direction_needs_the_interval_and_the_permutation_test_to_agree() -> None:
+    from searchsmith.models.stats import direction, paired_difference
+
+    # 4 of 8 items better by 1, the rest tied: the percentile bootstrap interval excludes 0, but
+    # the exact sign-flip p-value is 2/16 = 0.125 (all four up, or all four down): inside the noise
+    c = paired_difference([0.0] * 8, [1.0, 1.0, 1.0, 1.0, 0, 0, 0, 0], "m").to_dict()
+    assert c["diff_ci95"][0] > 0 and c["p_value"] > 0.05
+    assert direction(c["diff_ci95"], c["p_value"]) == 0
+    # a clear shift on 40 items, up and down
+    up = paired_difference([0.0] * 40, [1.0] * 30 + [0.0] * 10, "m").to_dict()
+    assert direction(up["diff_ci95"], up["p_value"]) == 1
+    down = paired_difference([1.0] * 40, [0.0] * 30 + [1.0] * 10, "m").to_dict()
+    assert direction(down["diff_ci95"], down["p_value"]) == -1
+    assert direction([-0.1, 0.2], 0.001) == 0  # an interval holding 0 is never a direction
