@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import types
@@ -228,10 +229,41 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _seed_from_defaults(cls: type, raw: dict[str, Any], overrides: Iterable[str]) -> None:
+    """Copy into ``raw`` the default mappings an override reaches into but ``raw`` lacks.
+
+    ``presets.large.rerank=false`` on a config that does not set ``presets`` changes one key of
+    the default presets; without the defaults copied first, the override's one-entry mapping
+    would replace the whole table (the other presets would be lost). A mapping the file sets
+    itself is left as the file wrote it.
+    """
+    try:
+        defaults = to_dict(cls())
+    except TypeError:  # a config with required fields has no defaults to copy
+        return
+    for item in overrides:
+        if "=" not in item:
+            continue  # apply_overrides reports it
+        parts = item.split("=", 1)[0].strip().split(".")
+        node, default = raw, defaults
+        for part in parts[:-1]:
+            if not isinstance(default, dict) or not isinstance(node, dict) or part not in default:
+                break
+            if part not in node and isinstance(default[part], dict):
+                node[part] = copy.deepcopy(default[part])
+            node, default = node.get(part), default[part]
+
+
 def load_config(cls: type[T], path: str | Path | None = None,
                 overrides: Iterable[str] = (), data: Mapping[str, Any] | None = None) -> T:
-    """Load ``cls`` from a YAML file (or ``data``) plus CLI overrides; defaults when neither."""
+    """Load ``cls`` from a YAML file (or ``data``) plus CLI overrides; defaults when neither.
+
+    An override changes one key: a mapping it reaches into that the file does not set starts
+    from the default mapping (``presets.large.rerank=false`` keeps the other presets).
+    """
     raw: dict[str, Any] = dict(read_yaml(path)) if path is not None else dict(data or {})
+    overrides = list(overrides)
+    _seed_from_defaults(cls, raw, overrides)
     apply_overrides(raw, overrides)
     return from_dict(cls, raw, source=str(path) if path is not None else cls.__name__)
 

@@ -178,7 +178,7 @@ def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
     parser.add_argument("--out", required=True, help="folder for corpus.jsonl and qa.jsonl")
     parser.add_argument("--questions", type=int, default=0, help="keep the first N questions and only their "
-                        "candidate paragraphs (default: every question and paragraph)")
+                        "candidate paragraphs; 0 keeps every question and paragraph (default %(default)s)")
     parser.set_defaults(func=run_make_pipeline_set)
 
 

@@ -89,3 +89,24 @@ def test_bundle_of_the_wrong_task(monkeypatch):
     assert load_optional_bundle(None, "cite", "auto", "auto", None) is None
     with pytest.raises(ConfigError, match="is a 'rerank' bundle, expected a 'cite' bundle"):
         load_optional_bundle("/b", "cite", "auto", "auto", None)
+
+
+def test_an_override_of_one_preset_keeps_the_other_presets(tmp_path) -> None:
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+
+    cfg = load_pipeline_config(None, ["presets.large.rerank=false"])
+    assert set(cfg.presets) == {"turbo", "small", "large"}
+    assert cfg.presets["large"].rerank is False and cfg.presets["small"].rerank is True
+    assert cfg.presets["large"].decompose is True  # the rest of the preset keeps its defaults
+    # a presets table the file writes itself is the file's: the override changes only its key
+    path = tmp_path / "p.yaml"
+    path.write_text("presets:\n  large: {}\nprotocol:\n  default_preset: large\n")
+    cfg = load_pipeline_config(str(path), ["presets.large.images=false"])
+    assert set(cfg.presets) == {"large"} and cfg.presets["large"].images is False
+    # an override of a plain key still works, and an unknown key is still refused
+    assert load_pipeline_config(None, ["retrieval.keep_ratio=0.5"]).retrieval.keep_ratio == 0.5
+    import pytest
+    from searchsmith.models.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        load_pipeline_config(None, ["presets.large.nonsense=1"])
