@@ -27,6 +27,7 @@ and report.md are recomputed from the stored results with the current verdict ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import shlex
 import subprocess
@@ -115,6 +116,7 @@ class Build:
     datasets: dict[str, Dataset]
     say: Callable[[str], None]
     commands: dict[str, str] = field(default_factory=dict)
+    data_dir: str | None = None
 
     def with_qa(self) -> list[Dataset]:
         return [d for d in self.datasets.values() if d.qa is not None]
@@ -165,6 +167,8 @@ class Section:
         render: report.md lines from its result and the whole report.
         claims: one row per design claim it settles (the README's quality table).
         quick: whether ``--quick`` runs it.
+        uses_sets: whether it reads the indexed evaluation sets (a report of only the sections
+            that do not builds no index).
     """
 
     key: str
@@ -173,6 +177,7 @@ class Section:
     render: Callable[[dict[str, Any]], list[str]]
     claims: Callable[[dict[str, Any]], list[dict[str, str]]]
     quick: bool = True
+    uses_sets: bool = True
 
 
 def _claim(claim: str, data: str, measured: str, verdict: str) -> dict[str, str]:
@@ -722,6 +727,126 @@ def _claims_models(section: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+# -- 7. the field's own metrics -------------------------------------------------------------------
+#: (claim, evaluation, model key, baseline key, baseline name, lower is better); the keys are the
+#: per-item fields of eval decompose / eval rewrite / beir-full.
+FIELD_ROWS = (
+    ("Break: the trained decomposer's QDMR beats the question as one node (SARI)", "decompose",
+     "decompose_sari", "decompose_sari_one_node", "the question as one node", False),
+    ("Break: ... (graph edit distance, lower is better)", "decompose",
+     "decompose_ged", "decompose_ged_one_node", "the question as one node", True),
+    ("CAsT: the trained rewrite drives better retrieval than the raw query (nDCG@10, known-item proxy)",
+     "rewrite", "rewrite_retrieval_ndcg@10", "rewrite_retrieval_ndcg@10_copy_query", "the raw query", False),
+    ("SciFact (BEIR-style, BM25 top-100 over the whole corpus): the trained reranker beats BM25's order "
+     "(nDCG@10)", "beir", "rerank/ndcg@10", "bm25/ndcg@10", "BM25", False),
+)
+
+
+FIELD_DATA = {"decompose": "Break QDMR, held-out split of the open part",
+              "rewrite": "TREC CAsT turns with an answer passage, held-out split of the open part",
+              "beir": "SciFact open part: claims with qrels, 1,491 abstracts"}
+
+
+def _run_field(b: Build) -> dict[str, Any]:
+    """Break, CAsT and SciFact with the field's metrics, for the config's decomposer and reranker
+    and their untrained baselines (needs --data-dir)."""
+    if b.data_dir is None:
+        return {}
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+    from searchsmith.training import decompose_data
+    from searchsmith.training.evaluate import EVALUATORS, eval_full_corpus, write_scifact_beir
+
+    root = Path(b.data_dir)
+    bundles = load_pipeline_config(b.config).bundles
+    folder = b.tmp / "data" / "field"
+    b.say(f"report: field metrics: writing the Break / CAsT held-out files and the SciFact BEIR folder from {root}")
+    with contextlib.redirect_stdout(sys.stderr):  # its counts line; the report's stdout is the report's path
+        decompose_data.main(["--data-dir", str(root), "--out", str(folder)])
+    beir = write_scifact_beir(folder / "scifact", str(root / "scifact" / "claims_dev.jsonl"),
+                              str(root / "scifact" / "corpus_subset.jsonl"), None)
+    b.commands["data field"] = (f"python -m searchsmith.training.decompose_data --data-dir {root} --out OUT/data/field "
+                                f"&& python -m searchsmith.training.evaluate scifact-beir OUT/data/field/scifact")
+    out: dict[str, Any] = {"bundles": {"decomposer": bundles.decomposer, "reranker": bundles.reranker}}
+    base = {"index": None, "checkpoint": None, "device": "auto", "config": None, "k": 3, "limit": b.routing_limit,
+            "json": True}
+    if bundles.decomposer:
+        for task, data, extra in (("decompose", folder / "decompose.jsonl", {}),
+                                  ("rewrite", folder / "rewrite.jsonl", {"corpus": str(folder / "passages.jsonl")})):
+            b.say(f"report: field metrics: eval {task}")
+            items = b.item_file(f"field_{task}")
+            out[task] = EVALUATORS[task](argparse.Namespace(**base, data=str(data), bundle=bundles.decomposer,
+                                                            per_item=str(items), **extra))
+            corpus = f" --corpus {b.shown(folder / 'passages.jsonl')}" if extra else ""
+            b.commands[f"field {task}"] = (f"searchsmith eval {task} --data {b.shown(data)} --bundle "
+                                           f"{bundles.decomposer}{corpus} --per-item {b.shown(items)}")
+    b.say("report: field metrics: SciFact BEIR-style run over the whole corpus")
+    items = b.item_file("field_beir")
+    out["beir"] = eval_full_corpus(argparse.Namespace(
+        data=str(beir), bundle=bundles.reranker, checkpoint=None, device="auto", depth=100, no_dense=False,
+        limit=b.routing_limit,
+        per_item=str(items)))
+    rr = f" --bundle {bundles.reranker}" if bundles.reranker else ""
+    b.commands["field beir"] = (f"python -m searchsmith.training.evaluate beir-full {b.shown(Path(beir))}{rr} "
+                                f"--per-item {b.shown(items)}")
+    out["paired"] = {}
+    for _claim, task, model, baseline, _, _ in FIELD_ROWS:
+        path = b.item_file(f"field_{task}")
+        if task in out and path.is_file():
+            pair = _paired_fields(path, baseline, model)
+            if pair is not None:
+                out["paired"][f"{task}:{model}"] = pair
+    return out
+
+
+def _paired_fields(path: Path, a: str, b_key: str) -> dict[str, Any] | None:
+    """``b_key`` − ``a`` over the per-item rows that have both, or None when none has."""
+    from searchsmith.models.stats import paired_difference
+    from searchsmith.models.text import read_jsonl
+
+    rows = [r for r in read_jsonl(path, what="report per-item file") if r.get(a) is not None
+            and r.get(b_key) is not None]
+    if not rows:
+        return None
+    return paired_difference([float(r[a]) for r in rows], [float(r[b_key]) for r in rows], b_key).to_dict()
+
+
+def _render_field(section: dict[str, Any]) -> list[str]:
+    if not section:
+        return ["Not run: the field's benchmarks need `--data-dir` (the open parts of ../shared/data).", ""]
+    lines = ["The field's own metrics on the open data's held-out split (seed 0), each model beside its untrained "
+             "baseline, paired item by item.", "",
+             "| benchmark | model | baseline | difference (95 % interval) |", "|---|---|---|---|"]
+    for _claim, task, model, _baseline, base_name, _ in FIELD_ROWS:
+        c = section.get("paired", {}).get(f"{task}:{model}")
+        if c:
+            lines.append(f"| {task}: {model} | {c['b']:.3f} | {base_name} {c['a']:.3f} | {_diff_text(c)} |")
+    beir = section.get("beir", {})
+    if beir:
+        lines += ["", "SciFact BEIR-style, every system: " + "; ".join(
+            f"{name} nDCG@10 {_ci(beir.get(f'{name}/ndcg@10'), beir.get(f'{name}/ndcg@10_ci95'))}, recall@100 "
+            f"{_num(beir.get(f'{name}/recall@100'))}" for name in beir.get("systems", {})), "",
+            f"Protocol: {beir.get('protocol', '')}"]
+    rewrite = section.get("rewrite", {})
+    if rewrite.get("rewrite_retrieval_protocol"):
+        lines += ["", f"CAsT: {rewrite['rewrite_retrieval_protocol']} The manual rewrite (upper bound) reaches "
+                  f"nDCG@10 {_num(rewrite.get('rewrite_retrieval_ndcg@10_manual'))}."]
+    return [*lines, ""]
+
+
+def _claims_field(section: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for claim, task, model, _baseline, base_name, lower in FIELD_ROWS:
+        c = section.get("paired", {}).get(f"{task}:{model}")
+        if not c:
+            continue
+        d = _direction(c) * (-1 if lower else 1)
+        verdict = "holds" if d > 0 else "refuted: the baseline is better" if d < 0 else "not shown: inside the noise"
+        name = claim.replace("...", "the trained decomposer's QDMR is closer to the gold graph than one node")
+        out.append(_claim(name, f"{FIELD_DATA[task]} (n={c['n']})",
+                          f"{model} {c['b']:.3f} vs {base_name} {c['a']:.3f}: {_diff_text(c)}", verdict))
+    return out
+
+
 SECTIONS: tuple[Section, ...] = (
     Section("routing", "Routing (KIMAs): the raw query, the rewrite and their fusion", _run_routing,
             _render_routing, _claims_routing),
@@ -732,7 +857,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("ablation", "Stage ablations (Xinyu): each stage switched off in turn", _run_ablation,
             _render_ablation, _claims_ablation),
     Section("sweeps", "Threshold sweeps (Xinyu)", _run_sweeps, _render_sweeps, _claims_sweeps),
-    Section("models", "Models against their untrained baselines", _run_models, _render_models, _claims_models),
+    Section("models", "Models against their untrained baselines", _run_models, _render_models, _claims_models,
+            uses_sets=False),
+    Section("field", "The field's metrics: Break, CAsT, SciFact (with --data-dir)", _run_field, _render_field,
+            _claims_field, quick=False, uses_sets=False),
 )
 
 
@@ -887,9 +1015,6 @@ def _datasets(b: Build, *, index: str | Path | None, data_dir: str | None, limit
     from searchsmith.serving.routing_sets import BUILDERS, PIPELINE_BUILDERS, write_set
 
     root = Path(data_dir)
-    if not root.is_dir():
-        raise ValidationError(f"report --data-dir {data_dir}: not a folder; give the shared data folder "
-                              "(../shared/data) or drop --data-dir")
     built = (("cast", BUILDERS["cast"], "routing.jsonl",
               "TREC CAsT 2021/2022 conversations (daltonj/treccastweb, MIT; passages: CAsT research-use terms)"),
              ("multihop", PIPELINE_BUILDERS["multihop"], "qa.jsonl",
@@ -947,14 +1072,18 @@ def write_report(out: Path, *, quick: bool = False, index: str | Path | None = N
     if config is not None and not Path(config).is_file():
         raise ValidationError(f"report --config {config}: no such file; give a pipeline config YAML "
                               "(searchsmith config pipeline prints every key) or drop --config")
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise ValidationError(f"report --data-dir {data_dir}: not a folder; give the shared data folder "
+                              "(../shared/data) or drop --data-dir")
     if quick and data_dir:
         raise ConfigError("report --quick --data-dir: the quick size runs on the demo data only; drop one")
     chosen = [s for s in SECTIONS if (sections is None and (s.quick or not quick)) or (sections and s.key in sections)]
     started = time.perf_counter()
     tmp = temp_dir_beside(out)
     try:
-        b = Build(tmp=tmp, quick=quick, config=config, routing_limit=limit, datasets={}, say=say)
-        b.datasets = _datasets(b, index=index, data_dir=data_dir, limit=limit)
+        b = Build(tmp=tmp, quick=quick, config=config, routing_limit=limit, datasets={}, say=say, data_dir=data_dir)
+        if any(sec.uses_sets for sec in chosen):
+            b.datasets = _datasets(b, index=index, data_dir=data_dir, limit=limit)
         results: dict[str, Any] = {}
         for s in chosen:
             results[s.key] = s.run(b)

@@ -128,7 +128,7 @@ def test_models_section_reads_the_configured_bundles_gates(tmp_path) -> None:
     assert res["gates"]["rerank"]["used"] is True and res["gates"]["images"]["used"] is False
     claims = {c["claim"]: c for c in _claims_models(res)}
     assert claims["the trained reranker (rerank) beats its untrained baseline"]["verdict"] == "holds: used"
-    assert claims["the trained images (images) beats its untrained baseline"]["verdict"] == "refuted: gated off"
+    assert claims["the trained image model (images) beats its untrained baseline"]["verdict"] == "refuted: gated off"
     empty = _run_models(Build(tmp=tmp_path, quick=True, config=None, routing_limit=0, datasets={}, say=print))
     assert empty["gates"] == {} and _claims_models(empty) == []
 
@@ -166,3 +166,38 @@ def test_claims_of_unknown_report_sections_fail_loudly() -> None:
         from searchsmith.serving.report import _pick_sections
 
         _pick_sections("routing,bandits")
+
+
+def test_field_section_claims_pair_each_model_with_its_baseline(tmp_path) -> None:
+    from searchsmith.serving.report import _claims_field, _render_field, _run_field
+
+    assert _run_field(Build(tmp=tmp_path, quick=False, config=None, routing_limit=0, datasets={}, say=print)) == {}
+    assert "need `--data-dir`" in "\n".join(_render_field({}))
+
+    def pair(a: float, b: float, lo: float, hi: float, p: float) -> dict:
+        return {"n": 50, "a": a, "b": b, "diff": b - a, "diff_ci95": [lo, hi], "p_value": p}
+
+    section = {"paired": {"decompose:decompose_sari": pair(0.49, 0.31, -0.2, -0.16, 0.0001),
+                          "decompose:decompose_ged": pair(0.81, 0.76, -0.07, -0.03, 0.001),  # lower is better
+                          "beir:rerank/ndcg@10": pair(0.837, 0.84, -0.02, 0.03, 0.7)},
+               "beir": {"systems": {"bm25": "BM25"}, "bm25/ndcg@10": 0.837, "bm25/ndcg@10_ci95": [0.78, 0.89],
+                        "bm25/recall@100": 0.98, "protocol": "BEIR-style"}}
+    claims = {c["claim"].split(":")[0] + ":" + c["measured"].split()[0]: c["verdict"] for c in _claims_field(section)}
+    assert claims == {"Break:decompose_sari": "refuted: the baseline is better",
+                      "Break:decompose_ged": "holds",
+                      "SciFact (BEIR-style, BM25 top-100 over the whole corpus):rerank/ndcg@10":
+                          "not shown: inside the noise"}
+    text = "\n".join(_render_field(section))
+    assert "| decompose: decompose_sari | 0.310 | the question as one node 0.490 |" in text
+    assert "bm25 nDCG@10 0.837 [0.78, 0.89]" in text
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_field_section_runs_on_the_shared_data(tmp_path, shared_data) -> None:
+    out = tmp_path / "r"
+    assert main(["report", "--out", str(out), "--data-dir", str(shared_data), "--sections", "field",
+                 "--limit", "2"]) == 0
+    data = read_report(out)
+    assert "beir" in data["field"] and data["field"]["beir"]["queries"] > 0
+    assert any(c["claim"].startswith("SciFact") for c in data["claims"]) is False  # no reranker configured
