@@ -32,7 +32,6 @@ from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import percentiles
 from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, direction, paired_difference
-from searchsmith.models.text import read_jsonl
 from searchsmith.serving.pipeline.config import PipelineConfig
 from searchsmith.serving.sweep import LOWER_IS_BETTER, paired
 
@@ -165,7 +164,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ConfigError: an unknown --stages name, no index.
     """
-    from searchsmith.serving.evaluate import PassageLookup, with_eval_bundles
+    from searchsmith.serving.evaluate import PassageLookup, pipeline_items, with_eval_bundles
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
@@ -177,9 +176,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
         raise ValidationError("eval ablate needs --index DIR (built with 'searchsmith index') or 'index:' in the "
                               "--config file")
     offs = {n: STAGES[n].off(base) for n in names}
-    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
-    if args.limit:
-        items = items[: args.limit]
+    items = pipeline_items(args)
     resamples = int(getattr(args, "resamples", DEFAULT_RESAMPLES))
     seed = int(getattr(args, "seed", DEFAULT_SEED))
 

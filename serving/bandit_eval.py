@@ -316,8 +316,7 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
             is asked), or a bad config.
         ValidationError: no --index.
     """
-    from searchsmith.models.text import read_jsonl
-    from searchsmith.serving.evaluate import with_eval_bundles
+    from searchsmith.serving.evaluate import pipeline_items, with_eval_bundles
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
 
@@ -329,9 +328,7 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
     if not (args.index or cfg.index):
         raise ValidationError("eval bandit needs --index DIR (built with 'searchsmith index') or 'index:' in the "
                               "--config file")
-    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
-    if getattr(args, "limit", 0):
-        items = items[: args.limit]
+    items = pipeline_items(args)
     presets = tuple(cfg.presets)
     # Presets are forced on every answer, so the pipeline's own router is off (and its state
     # file untouched); the replay builds fresh routers with the config's alpha and ridge.

@@ -139,6 +139,14 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
 REDUNDANT_COSINE = 0.8
 
 
+def pipeline_items(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``--data`` pipeline items (``{id?, query, history?, answer, supporting}``), the first
+    ``--limit`` of them when it is set; every answer-level evaluation reads them so."""
+    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
+    limit = getattr(args, "limit", 0)
+    return items[:limit] if limit else items
+
+
 def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
                           passages: PassageLookup | None = None) -> dict[str, float]:
     """Metrics of one answer against ``{"answer", "supporting", "events"?, "images"?}``.
@@ -398,9 +406,7 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
 
-    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
-    if args.limit:
-        items = items[: args.limit]
+    items = pipeline_items(args)
     cfg = with_eval_bundles(load_pipeline_config(args.config), args)
     if not (args.index or cfg.index):
         raise ValidationError("eval pipeline needs --index DIR (built with 'searchsmith index') or 'index:' "

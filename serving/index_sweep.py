@@ -38,7 +38,6 @@ from searchsmith.models.config import apply_overrides, closest_key, from_dict, t
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from searchsmith.models.text import read_jsonl
 from searchsmith.serving.chunker import ChunkerConfig
 from searchsmith.serving.index import IndexConfig
 from searchsmith.serving.sweep import _summary, _verdicts, parse_values, plot_sweep
@@ -171,7 +170,11 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     """
     from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.embedder import Embedder
-    from searchsmith.serving.evaluate import pipeline_item_metrics, with_eval_bundles
+    from searchsmith.serving.evaluate import (
+        pipeline_item_metrics,
+        pipeline_items,
+        with_eval_bundles,
+    )
     from searchsmith.serving.index import build_index, read_manifest
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
@@ -192,9 +195,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     default = _effective(manifest, path)
 
     # 2. Questions and corpus
-    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
-    if args.limit:
-        items = items[: args.limit]
+    items = pipeline_items(args)
     corpus = _corpus_path(args, str(index_dir))
     records = read_corpus(corpus)
     warnings = _check_gold(items, records, corpus)

@@ -441,13 +441,18 @@ def _run_bandit(b: Build) -> dict[str, Any]:
     return out
 
 
-def _render_bandit(section: dict[str, Any]) -> list[str]:
-    from searchsmith.serving.bandit_eval import render_markdown as render
-
+def _render_per_set(section: dict[str, Any], render: Callable[[dict[str, Any]], list[str]], label: str) -> list[str]:
+    """Each set's result as its evaluation renders it, under the set's heading, with its plot."""
     lines = []
     for name, res in _sets(section):
-        lines += [f"### {name}", "", *render(res), "", f"![bandit {name}]({res['plot']})", ""]
+        lines += [f"### {name}", "", *render(res), "", f"![{label} {name}]({res['plot']})", ""]
     return lines
+
+
+def _render_bandit(section: dict[str, Any]) -> list[str]:
+    from searchsmith.serving.bandit_eval import render_markdown
+
+    return _render_per_set(section, render_markdown, "bandit")
 
 
 def _claims_bandit(section: dict[str, Any]) -> list[dict[str, str]]:
@@ -504,12 +509,9 @@ def _run_ablation(b: Build) -> dict[str, Any]:
 
 
 def _render_ablation(section: dict[str, Any]) -> list[str]:
-    from searchsmith.serving.ablation import render_markdown as render
+    from searchsmith.serving.ablation import render_markdown
 
-    lines = []
-    for name, res in _sets(section):
-        lines += [f"### {name}", "", *render(res), "", f"![ablation {name}]({res['plot']})", ""]
-    return lines
+    return _render_per_set(section, render_markdown, "ablation")
 
 
 ABLATION_VERDICTS = {"helps": "holds", "hurts": "refuted: it hurts", "no measurable effect": "not shown: inside the noise"}

@@ -41,7 +41,6 @@ from searchsmith.models.stats import (
     direction,
     paired_difference,
 )
-from searchsmith.models.text import read_jsonl
 
 __all__ = ["SWEEP_METRICS", "eval_sweep", "parse_values"]
 
@@ -157,7 +156,12 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     Raises:
         ConfigError: no --param / --values, an unknown key, a value the config refuses.
     """
-    from searchsmith.serving.evaluate import PassageLookup, pipeline_item_metrics, with_eval_bundles
+    from searchsmith.serving.evaluate import (
+        PassageLookup,
+        pipeline_item_metrics,
+        pipeline_items,
+        with_eval_bundles,
+    )
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
@@ -179,9 +183,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     except AttributeError:  # a section, not a setting (e.g. --param citation)
         raise ConfigError(f"eval sweep --param: {args.param!r} is not a single pipeline setting (searchsmith "
                           "config pipeline lists them)") from None
-    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
-    if args.limit:
-        items = items[: args.limit]
+    items = pipeline_items(args)
     resamples = int(getattr(args, "resamples", DEFAULT_RESAMPLES))
     seed = int(getattr(args, "seed", DEFAULT_SEED))
     points: list[dict[str, Any]] = []
