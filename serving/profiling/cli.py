@@ -1,7 +1,7 @@
 """``searchsmith profile SUITE``: each suite compares against a baseline in the same run.
 
-Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``; groups:
-``all`` (every suite; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
+Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``; groups:
+``all`` (every suite but ``llm``; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
 
 The GPU check (the one command of ``../shared/GPU.md``, sized for about 5 minutes on one H200)::
 
@@ -42,6 +42,8 @@ SUITES: dict[str, str] = {
     "rerank": "searchsmith.serving.profiling.rerank",
     "pipeline": "searchsmith.serving.profiling.pipeline",
     "server": "searchsmith.serving.profiling.server",
+    # the openai backend on a local llama.cpp server (pip install -e '.[llm]'); in no group
+    "llm": "searchsmith.serving.profiling.llm",
 }
 # ``all`` and ``gpu`` are sequences of steps: a suite name, or ``suite:backend`` to run a
 # suite with ``--backend`` set (``embed:onnx``).
