@@ -365,6 +365,8 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
             specs = og.rerank_graphs(src.model_dir, tokenizer)
         elif src.task == "cite":
             specs = og.cite_graphs(src.model_dir, tokenizer)
+        elif src.task == "read":
+            specs = og.read_graphs(src.model_dir, tokenizer)
         elif src.task == "decompose":
             from searchsmith.models.decomposer import Decomposer
 

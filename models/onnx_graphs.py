@@ -17,6 +17,9 @@ V vocabulary, L labels):
              decoder: decoder_input_ids (B, t), encoder_hidden_states (B, S, D),
              encoder_attention_mask (B, S) -> logits (B, V) of the last position. The decoder
              recomputes the prefix at each step (no KV cache: see ``decompose_graphs``);
+* read:      model:   (B, T) ids -> logits (B, T, 6): start and end logits per token in
+             channels 0 and 1, the four answer-kind logits of the [CLS] state repeated
+             along T in channels 2..5 (one output, as every graph here has);
 * images:    text:    input_ids, attention_mask (B, T) -> embeddings (B, d);
              vision:  pixel_values (B, 3, H, W) -> embeddings (B, d).
 """
@@ -170,6 +173,31 @@ def cite_graphs(model_dir: Path, tokenizer: Any) -> dict[str, GraphSpec]:
         example, dynamic = _text_example(names, len(tokenizer))
         out[name] = GraphSpec(_Kwargs(model, names, "logits").eval(), names, ["logits"], example, dynamic)
     return out
+
+
+class _ReaderGraph(torch.nn.Module):
+    """A :class:`~searchsmith.models.reader.SpanReader` as one (B, T, 6) output."""
+
+    def __init__(self, model: torch.nn.Module, names: list[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        feeds = dict(zip(self.names, tensors, strict=True))
+        start, end, kind = self.model(feeds["input_ids"], feeds["attention_mask"], feeds.get("token_type_ids"))
+        t = start.shape[1]
+        return torch.cat([torch.stack([start, end], -1), kind.unsqueeze(1).expand(-1, t, -1)], -1)
+
+
+def read_graphs(model_dir: Path, tokenizer: Any) -> dict[str, GraphSpec]:
+    """The reader: one ``model`` graph, logits (B, T, 6) (``models/reader.py``)."""
+    from searchsmith.models.reader_model import load_reader
+
+    model = load_reader(model_dir, attn_implementation=EXPORT_ATTN_IMPLEMENTATION)
+    names = text_inputs(model.encoder, tokenizer)
+    example, dynamic = _text_example(names, len(tokenizer))
+    return {"model": GraphSpec(_ReaderGraph(model, names).eval(), names, ["logits"], example, dynamic)}
 
 
 class _Encoder(torch.nn.Module):

@@ -158,6 +158,7 @@ class Int8Scheme:
 INT8_DEFAULTS: dict[str, Int8Scheme] = {
     "embed": Int8Scheme(fuse_attention=False, fp32_blocks=0, down_projections="int8", activations="token"),
     "rerank": Int8Scheme(fuse_attention=False, fp32_blocks=0, down_projections="int8", activations="token"),
+    "read": Int8Scheme(fuse_attention=False, fp32_blocks=0, down_projections="int8", activations="token"),
     "cite": Int8Scheme(fuse_attention=True),
     "images": Int8Scheme(fuse_attention=True),
     "decompose": Int8Scheme(fuse_attention=False),

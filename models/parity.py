@@ -37,6 +37,8 @@ class ParityThresholds:
         rerank_min_kendall_tau: a query's ranking passes when its top-10 is identical or its
             Kendall tau against torch is at least this.
         decompose_min_identical: share of held-out inputs whose generated text is identical.
+        read_min_agreement: share of held-out questions whose reader answer (text and kind) is
+            the torch model's (fp16/int8).
         cite_min_agreement: share of tagger labels and of scorer decisions (at the support
             threshold) that agree with torch (fp16/int8).
         heldout_texts: held-out texts (and decomposer inputs; rerank groups: a quarter as
@@ -49,6 +51,7 @@ class ParityThresholds:
     rerank_min_kendall_tau: float = 0.95
     decompose_min_identical: float = 0.98
     cite_min_agreement: float = 0.98
+    read_min_agreement: float = 0.95
     heldout_texts: int = 32
 
     def __post_init__(self) -> None:
@@ -72,6 +75,9 @@ def calibration_feeds(task: str, bundle: Bundle, graph: str, n: int,
     names = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
     if not names <= {"input_ids", "attention_mask", "token_type_ids"}:
         return None
+    if task == "read":
+        groups = inputs.calibration_groups[: max(1, n // 4)]
+        return _read_feeds(bundle, groups) if groups else None
     if task == "rerank":
         pairs = [(q, p) for q, ps in inputs.calibration_groups for p in ps][:n]
         return _raw_feeds(bundle, graph, [q for q, _ in pairs], [p for _, p in pairs]) if pairs else None
@@ -114,6 +120,18 @@ def _raw_feeds(bundle: Bundle, graph: str, texts: list[str], second: list[str] |
     names = {i["name"] for i in bundle.manifest["graphs"][graph]["inputs"]}
     return [{k: v for k, v in feeds.items() if k in names}
             for _, feeds in bundle._encode_text(texts, second, max_length)]
+
+
+def _read_feeds(bundle: Bundle, groups: list[tuple[str, list[str]]]) -> list[dict[str, np.ndarray]]:
+    """Padded window feeds of (question, passages) groups, as the reader runs them."""
+    from searchsmith.models.reader import encode_windows, join_passages, pad_windows
+
+    wins = encode_windows(bundle.tokenizer, [q for q, _ in groups],
+                          [join_passages([("", p) for p in ps])[0] for _, ps in groups], bundle.settings)
+    names = {i["name"] for i in bundle.manifest["graphs"]["model"]["inputs"]}
+    pad = bundle.tokenizer.pad_token_id or 0
+    return [{k: v for k, v in pad_windows(wins.windows[s:s + 8], pad).items() if k in names}
+            for s in range(0, len(wins.windows), 8)]
 
 
 def _max_abs(ref: Callable, got: Callable, feeds: list[dict[str, np.ndarray]]) -> float:
@@ -182,6 +200,18 @@ def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dty
             checks[f"{dtype}_queries_passing"].update(
                 {"min_kendall_tau": float(min(taus)), "mean_kendall_tau": float(np.mean(taus)),
                  "top10_identical": float(np.mean(top_same)), "queries": len(groups)})
+    elif task == "read":
+        groups = inputs.groups
+        check("logits_fp32_max_abs", _max_abs(ref.graphs["model"], fp32.graphs["model"], _read_feeds(ref, groups)),
+              th.fp32_max_abs, False)
+        if dtype != "fp32":
+            a = ref.read_batch([q for q, _ in groups], [ps for _, ps in groups])
+            b = final.read_batch([q for q, _ in groups], [ps for _, ps in groups])
+            same = [(x.text, x.kind) == (y.text, y.kind) for x, y in zip(a, b, strict=True)]
+            check(f"{dtype}_answer_agreement", float(np.mean(same)), th.read_min_agreement, True)
+            checks[f"{dtype}_answer_agreement"]["differing"] = [
+                {"question": q, "torch": x.text, "onnx": y.text}
+                for (q, _), x, y, ok in zip(groups, a, b, same, strict=True) if not ok][:5]
     elif task == "cite":
         pairs_a = [t for t in texts]
         pairs_b = [texts[(i + 1) % len(texts)] for i in range(len(texts))]

@@ -181,10 +181,10 @@ def file_inputs(path: Path, task: str, n: int, calibration: int = 128) -> Parity
     texts, groups = read_parity_data(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     source = f"{path.name} (sha256 {digest[:16]})"
-    if task == "rerank":
+    if task in ("rerank", "read"):
         want = max(2, n // 4)
         if len(groups) < want:
-            raise ConfigError(f"{_FLAG}: the reranker's parity needs {want} (query, passages) groups, "
+            raise ConfigError(f"{_FLAG}: the {'reranker' if task == 'rerank' else 'reader'}'s parity needs {want} (query, passages) groups, "
                               f"{path.name} has {len(groups)}; add lines {{\"query\": ..., \"passages\": [...]}} "
                               "or lower the parity inputs (--parity-inputs)")
         return ParityInputs(source, groups=groups[:want],

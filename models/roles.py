@@ -19,8 +19,9 @@ import numpy as np
 
 if TYPE_CHECKING:
     from searchsmith.models.qdg import QDG
+    from searchsmith.models.reader import PassageAnswer
 
-__all__ = ["Citer", "Decomposer", "Embedder", "EntitySpan", "ImageScorer", "Meta", "ModelOfTask", "Reranker",
+__all__ = ["Citer", "Decomposer", "Embedder", "EntitySpan", "ImageScorer", "Meta", "ModelOfTask", "Reader", "Reranker",
            "Turn", "role_protocol"]
 
 Meta = Mapping[str, object]
@@ -91,9 +92,29 @@ class ImageScorer(Protocol):
         ...
 
 
-ModelOfTask = Embedder | Reranker | Decomposer | Citer | ImageScorer
+@runtime_checkable
+class Reader(Protocol):
+    """Task ``read``: short answers to questions from their passages (``models/reader.py``).
+
+    ``min_score`` is the trained reader's no-answer threshold: an answer whose score is below
+    it is no answer.
+    """
+
+    min_score: float
+
+    def read(self, question: str, passages: Sequence[object], return_meta: bool = False) -> PassageAnswer:
+        """The answer to ``question`` from ``passages`` (strings, (title, text) pairs or dicts)."""
+        ...
+
+    def read_batch(self, questions: Sequence[str], passages: Sequence[Sequence[object]],
+                   return_meta: bool = False) -> list[PassageAnswer]:
+        """One answer per question from its own passages."""
+        ...
+
+
+ModelOfTask = Embedder | Reranker | Decomposer | Citer | Reader | ImageScorer
 _PROTOCOLS: dict[str, type] = {"embed": Embedder, "rerank": Reranker, "decompose": Decomposer, "cite": Citer,
-                               "images": ImageScorer}
+                               "read": Reader, "images": ImageScorer}
 
 
 def role_protocol(task: str) -> type:

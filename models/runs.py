@@ -105,6 +105,14 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
         extra["labels"] = list(meta["labels"])
         extra["thresholds"] = {k: v for k, v in meta.items() if "threshold" in k}
         extra["thresholds"].setdefault("support_threshold", 0.5)
+    elif task == "read":
+        from searchsmith.models.reader import ReaderSettings
+
+        settings = ReaderSettings.from_json(meta)
+        max_len = settings.max_length
+        steps = int(meta.get("trained_steps", steps) or 0)
+        extra["reader"] = settings.to_json()
+        extra["thresholds"] = {"no_answer_threshold": float(meta.get("no_answer_threshold", 0.5))}
     else:
         max_len = int(meta.get("max_length") or 64)
         steps = int(meta.get("trained_steps", steps) or 0)

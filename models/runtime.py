@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         Embedder,
         EntitySpan,
         ImageScorer,
+        Reader,
         Reranker,
         Turn,
     )
@@ -592,6 +593,61 @@ class DecomposeBundle(Bundle):
         return (out, meta) if return_meta else out
 
 
+class ReadBundle(Bundle):
+    """Extractive question answering (``models/reader.py``): the short answer to a question
+    from its passages, read in overlapping windows, with the passage it comes from."""
+
+    TASK = "read"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from searchsmith.models.reader import ReaderSettings
+
+        super().__init__(*args, **kwargs)
+        self.settings = ReaderSettings.from_json(self.manifest.get("reader") or {"max_length": self.max_length})
+        self.min_score = float((self.manifest.get("thresholds") or {}).get("no_answer_threshold", 0.5))
+
+    def logits(self, feeds: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start (b, T), end (b, T), kind (b, 4)) logits of padded window feeds."""
+        names = {i["name"] for i in self.manifest["graphs"]["model"]["inputs"]}
+        out = self.graphs["model"]({k: v for k, v in feeds.items() if k in names})  # (b, T, 6)
+        return out[..., 0], out[..., 1], out[:, 0, 2:]
+
+    def read_batch(self, questions: Sequence[str], passages: Sequence[Sequence[Any]],
+                   return_meta: bool = False) -> WithMeta[list[Any]]:
+        """One :class:`~searchsmith.models.reader.PassageAnswer` per question from its passages.
+
+        Args:
+            questions: the questions.
+            passages: per question, its passages (strings, ``(title, text)`` pairs or
+                ``{"title", "text"}`` dicts) in the order they are read.
+
+        The meta's ``truncated`` lists the questions cut to ``max_question_tokens`` (a long
+        context is never cut: it is read in windows).
+        """
+        from searchsmith.models.reader import as_passage, read_passages
+
+        questions = _check_texts(questions, "read_batch")
+        if not isinstance(passages, (list, tuple)) or len(passages) != len(questions):
+            raise ValidationError(f"read_batch: expected one list of passages per question ({len(questions)}), "
+                                  f"got {type(passages).__name__} of {len(passages) if isinstance(passages, (list, tuple)) else '?'}")
+        items = [[as_passage(p, f"read_batch passages[{i}][{j}]") for j, p in enumerate(ps)]
+                 for i, ps in enumerate(passages)]
+        with_tok = self._tokenizer_call
+        out, wins = with_tok(lambda: read_passages(self.logits, self.tokenizer, questions, items, self.settings,
+                                                   self.batch_size))
+        if not return_meta:
+            return out
+        return out, {"truncated": wins.questions_cut, "max_length": self.max_length,
+                     "max_question_tokens": self.settings.max_question_tokens, "windows": len(wins.windows)}
+
+    def read(self, question: str, passages: Sequence[Any], return_meta: bool = False) -> WithMeta[Any]:
+        """The :class:`~searchsmith.models.reader.PassageAnswer` to ``question`` from ``passages``."""
+        if not isinstance(question, str):
+            raise ValidationError(f"read: question is {type(question).__name__}, expected a string")
+        got = self.read_batch([question], [passages], return_meta=return_meta)
+        return (got[0][0], got[1]) if return_meta else got[0]
+
+
 class ImagesBundle(Bundle):
     """Dual encoder: texts and images to the same normalised space."""
 
@@ -639,7 +695,7 @@ class ImagesBundle(Bundle):
 
 # task (models/tasks.py) -> its bundle class; tests/models/test_tasks.py checks it covers the registry
 BUNDLE_CLASSES: dict[str, type[Bundle]] = {cls.TASK: cls for cls in (EmbedBundle, RerankBundle, DecomposeBundle,
-                                                                     CiteBundle, ImagesBundle)}
+                                                                     CiteBundle, ReadBundle, ImagesBundle)}
 
 
 # ----------------------------------------------------------------------------- loading
@@ -743,6 +799,8 @@ def _torch_graphs(path: Path, manifest: dict[str, Any], tokenizer: Any, device: 
         specs = og.cite_graphs(root, tokenizer)
     elif task == "decompose":
         specs = og.decompose_graphs(root, tokenizer)
+    elif task == "read":
+        specs = og.read_graphs(root, tokenizer)
     else:
         specs, _ = og.image_graphs(root)
     fp16 = manifest.get("dtype") == "fp16"
@@ -765,6 +823,10 @@ def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., 
 def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
                 task: Literal["cite"], allow_untrained: bool = ..., batch_size: int = ...,
                 max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> Citer: ...
+@overload
+def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
+                task: Literal["read"], allow_untrained: bool = ..., batch_size: int = ...,
+                max_batch_tokens: int | None = ..., memory_arena: bool = ...) -> Reader: ...
 @overload
 def load_bundle(path: str | os.PathLike, device: str = ..., backend: str = ..., threads: int | None = ..., *,
                 task: Literal["images"], allow_untrained: bool = ..., batch_size: int = ...,
@@ -874,5 +936,5 @@ def graphs_on_cuda(graphs: Mapping[str, Graph]) -> bool:
 
 
 __all__ = ["BUNDLE_CLASSES", "Bundle", "CiteBundle", "DecomposeBundle", "EmbedBundle", "FORMAT_VERSION",
-           "ImagesBundle", "OrtGraph", "RerankBundle", "TorchGraph", "load_bundle", "read_manifest",
+           "ImagesBundle", "OrtGraph", "ReadBundle", "RerankBundle", "TorchGraph", "load_bundle", "read_manifest",
            "verify_files"]

@@ -73,6 +73,8 @@ TASKS: tuple[Task, ...] = (
          evaluations=("decompose", "rewrite", "route")),
     Task("cite", "citation", "entity tagging and (sentence, passage) attribution",
          run_names=("cite",), run_meta="citation.json", tokenizer_subdir="tagger", evaluations=("cite",)),
+    Task("read", "reader", "extractive question answering: a short answer span, yes / no or none",
+         run_names=("read",), run_meta="reader.json", evaluations=("read",)),
     Task("images", "images", "image-paragraph relevance (text and vision towers)",
          run_names=("images",), run_meta="image_relevance.json", tokenizer_subdir="text", evaluations=("images",)),
 )

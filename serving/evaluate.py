@@ -154,8 +154,10 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
     * ``support_recall``: share of the gold supporting documents among those the answer
       used (its cited documents; every passage given to the generator when it cites none);
     * ``retrieval_recall``: share of the gold supporting documents among all passages;
-    * ``f1`` / ``contains``: token F1 of the plain answer, and whether it contains the gold
-      answer's normalised tokens in order;
+    * ``f1`` / ``contains``: token F1 of the answer (the reader's short answer when there is
+      one, else the plain answer text), and whether the plain answer text contains the gold
+      answer's normalised tokens in order; ``text_f1``: token F1 of the plain answer text
+      (short answer and support together);
     * ``citation_precision`` / ``citation_recall``: cited documents vs ``supporting``
       (precision of an answer with no citation is 0 when it has sentences);
     * ``passages``, ``timeline_events``, ``images_placed``: how many the answer was given,
@@ -177,7 +179,8 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
     out = {
         "support_recall": set_prf(used, gold)["recall"],
         "retrieval_recall": set_prf(given, gold)["recall"],
-        "f1": token_f1(ans["answer_text"], str(item["answer"]), generated=True),
+        "f1": token_f1(ans.get("short_answer") or ans["answer_text"], str(item["answer"]), generated=True),
+        "text_f1": token_f1(ans["answer_text"], str(item["answer"]), generated=True),
         "contains": float(bool(gold_words) and f" {gold_words} " in f" {plain} "),
         "citation_precision": citations["precision"],
         "citation_recall": citations["recall"],

@@ -207,6 +207,7 @@ EVAL_TASKS: dict[str, Callable[[argparse.Namespace], Metrics]] = {
     "rewrite": _eval_model,
     "decompose": _eval_model,
     "cite": _eval_model,
+    "read": _eval_model,
     "images": _eval_model,
     "pipeline": _eval_pipeline,
     "sweep": _eval_sweep,
@@ -238,6 +239,9 @@ tasks, their --data and their model:
              "depends_on": [ids]}]}; a 'decompose' model
   cite       JSONL {"sentence", "documents": [{"id","text"}], "cited": [ids],
              "entities"?: [[start, end, label]]}; a 'cite' model
+  read       JSONL {"id", "question", "answers": [str], "passages": [{"title","text"} | str],
+             "supporting"?: [passage indices]}; a 'read' model: EM / F1 (SQuAD), answered
+             rate, no-answer accuracy over the non-supporting passages
   images     JSONL {"paragraphs": [str], "images": [{"id","path","caption"?}], "gold":
              {image_id: paragraph index or null}} (paths relative to the file); 'images'
   pipeline   JSONL {"id", "query", "history"?, "answer", "supporting": [corpus ids]} + --index
@@ -261,7 +265,8 @@ tasks, their --data and their model:
 Every figure comes with a seeded bootstrap 95 % interval (<metric>_ci95).
 
 Write held-out files with: python -m searchsmith.training.decompose_data --out DIR;
-python -m searchsmith.training.cite_data --write-eval F; python -m searchsmith.training.images
+python -m searchsmith.training.cite_data --write-eval F; python
+-m searchsmith.training.evaluate_read write-eval F; python -m searchsmith.training.images
 write-eval F; python -m searchsmith.training.evaluate scifact-beir DIR. The BEIR-style
 SciFact run over the whole corpus (BM25 top-100, the bi-encoder, a reranker on BM25's
 top-100): python -m searchsmith.training.evaluate beir-full DIR [--bundle B].

@@ -115,7 +115,8 @@ async def _search_events(ans: dict[str, Any], chunk_chars: int):
     text = ans.get("answer_text") or ""
     for i in range(0, len(text), chunk_chars):
         yield _sse("answer", {"delta": text[i: i + chunk_chars]})
-    yield _sse("citations", {"answer": ans.get("answer"), "references": ans.get("references", []),
+    yield _sse("citations", {"answer": ans.get("answer"), "short_answer": ans.get("short_answer", ""),
+                             "support": ans.get("support", []), "references": ans.get("references", []),
                              "sentences": ans.get("sentences", [])})
     yield _sse("timeline", {"timeline": ans.get("timeline", [])})
     yield _sse("images", {"images": ans.get("images", [])})

@@ -424,6 +424,10 @@ def _load_checkpoint_model(eval_task: str, path: Path, allowed: Sequence[str]) -
         from searchsmith.models.image_relevance import ImageRelevanceModel
 
         return EvalModel(ImageRelevanceModel.load(path), task, origin)
+    if task == "read":
+        from searchsmith.models.reader_model import TorchReader
+
+        return EvalModel(TorchReader.load(path), task, origin)
     from searchsmith.serving.embedder import Embedder, EmbedderConfig
 
     if not (path / "config.json").is_file():
@@ -720,8 +724,10 @@ def heldout_figures(task: str, run_dir: Path, model: Any, limit: int | None = No
         figs, where = _cite_run_split(run_dir, model, limit)
     elif task == "images":
         figs, where = _images_run_split(run_dir, model, limit)
+    elif task == "read":
+        figs, where = _read_run_split(run_dir, model, limit)
     else:
-        raise ConfigError(f"held-out figures: task {task!r} has no held-out split (one of rerank, decompose, "
+        raise ConfigError(f"held-out figures: task {task!r} has no held-out split (one of rerank, decompose, read, "
                           "cite, images)")
     return {**_numbers(figs), **run_baselines(run_dir)}, where
 
@@ -842,6 +848,14 @@ def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
     with progress_bar("held-out cite", None, "input") as bar:
         figs, _ = cite_report(Chunked(model, bar), items, float(model.support_threshold))
     return figs, f"the run's held-out split ({part} sentences of heldout.cite.jsonl)"
+
+
+def _read_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
+    from searchsmith.training.evaluate_read import heldout_items, read_report
+
+    items, part = _first(heldout_items(run_dir), limit)
+    figs, _ = read_report(model, items, float(model.min_score))
+    return figs, f"the run's held-out split ({part} questions)"
 
 
 def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
@@ -1135,6 +1149,14 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     return run(args)
 
 
+def eval_read(args: argparse.Namespace) -> dict[str, Any]:
+    """``searchsmith eval read --data F.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: short-answer
+    EM / F1 per source, answered rate and no-answer accuracy."""
+    from searchsmith.training.evaluate_read import eval_read as run
+
+    return run(args)
+
+
 def eval_images(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval images --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: placement
     accuracy and image/text recall@1/@5."""
@@ -1148,7 +1170,7 @@ def eval_images(args: argparse.Namespace) -> dict[str, Any]:
 #: (``models.tasks.Task.evaluations``) except ``route``, which the serving layer evaluates
 EVALUATORS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "retrieve": eval_retrieve, "rerank": eval_rerank, "decompose": eval_decompose, "rewrite": eval_rewrite,
-    "cite": eval_cite, "images": eval_images,
+    "cite": eval_cite, "read": eval_read, "images": eval_images,
 }
 
 

@@ -28,6 +28,7 @@ RECIPE_MODULES: tuple[str, ...] = (
     "searchsmith.training.decomposer",
     "searchsmith.training.citation",
     "searchsmith.training.images",
+    "searchsmith.training.reader",
 )
 
 

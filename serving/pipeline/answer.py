@@ -42,13 +42,17 @@ class AnswerTrace(TypedDict):
 
 
 class Answer(TypedDict):
-    """One answer: the cited text, its references, timeline, images, passages, graph and trace."""
+    """One answer: the cited text (``answer``; ``answer_text`` without markers), the reader's short
+    answer and the sentences supporting it (``short_answer`` "" and ``support`` [] when no reader
+    answered), its references, timeline, images, passages, graph and trace."""
 
     query_id: str
     query: str
     rewrite: str
     answer: str
     answer_text: str
+    short_answer: str
+    support: list[str]
     references: list[Json]
     sentences: list[Json]
     timeline: list[Json]

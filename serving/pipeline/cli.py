@@ -23,8 +23,11 @@ def configure_ask(parser: argparse.ArgumentParser) -> None:
 
 
 def format_answer(ans: Answer) -> str:
-    """The answer for a terminal: text with [n] markers, references, timeline, images, trace."""
+    """The answer for a terminal: the short answer first (a reader's), then the text with [n]
+    markers (the support), references, timeline, images, trace."""
     lines = [ans["answer"] or "(no answer found)", ""]
+    if ans.get("short_answer"):
+        lines = [f"Answer: {ans['short_answer']}", "", f"Support: {ans['answer']}", ""]
     if ans["rewrite"] != ans["query"]:
         lines.insert(0, f"(understood as: {ans['rewrite']})\n")
     if ans["references"]:

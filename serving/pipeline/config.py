@@ -38,6 +38,10 @@ class BundlesConfig:
         reranker: ``rerank`` bundle; without one the retrieval order is kept.
         citation: ``cite`` bundle; without one, embedding cosine attributes sentences.
         images: ``images`` bundle; without one, captions are compared with paragraphs.
+        reader: ``read`` bundle (extractive QA): with ``generation.backend: auto`` (the
+            default) or ``reader`` the answer is its short answer and the sentence supporting
+            it; it is also the answer an LLM backend falls back to. Without one, the extractive
+            generator's sentences.
         device: ``auto`` = CUDA when available.
         backend: ``auto`` = ONNX when the bundle has it.
         threads: intra-op threads per bundle (None = the runtime's default).
@@ -51,6 +55,8 @@ class BundlesConfig:
             beat cosine attribution's; the cosine fallback cites instead.
         gate_images: skip the image model unless its held-out placement accuracy beats
             caption-cosine placement; captions are compared with paragraphs instead.
+        gate_read: skip the reader unless its held-out answer F1 beats the extractive
+            stand-in's (the context sentence closest to the question); sentences answer instead.
 
     Every gate (serving/pipeline/gates.py) needs the bundle to beat its baseline, a tie is
     not enough, and a bundle that records no held-out figure is skipped too.
@@ -61,6 +67,7 @@ class BundlesConfig:
     reranker: str | None = None
     citation: str | None = None
     images: str | None = None
+    reader: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     backend: Literal["auto", "onnx", "torch"] = "auto"
     threads: int | None = None
@@ -74,6 +81,7 @@ class BundlesConfig:
     gate_rerank: bool = True
     gate_cite: bool = True
     gate_images: bool = True
+    gate_read: bool = True
 
 
 @dataclass(frozen=True)
@@ -175,19 +183,43 @@ class OpenAIConfig:
         base_url: e.g. ``http://localhost:8000/v1``.
         model: the model name the server expects.
         api_key_env: environment variable holding the key (never the key itself).
-        timeout_s: per request.
+        timeout_s: deadline of one answer, retries included: past it the call gives up
+            (RunnerError, so the extractive answer is used), however the server behaves.
+        connect_timeout_s: to open the TCP connection (a server that is down fails fast).
+        first_token_timeout_s: from sending the request to the first token of the answer
+            (prompt processing: it grows with the passages' length on a CPU server).
+        retries: extra attempts after a connection error or a 5xx status, only while no
+            token has arrived (a half-streamed answer is never repeated).
+        retry_backoff_s: wait before the first retry, doubled before each next one.
         max_tokens: most tokens the LLM may write per answer.
         temperature: sampling temperature (0 = greedy, reproducible answers).
-        stream: stream the answer token by token (``/v1/search`` with ``stream: true``).
+        stream: stream the answer token by token (server-sent events); False waits for
+            the whole answer (the first-token timeout then covers all of it).
+        stop: the server ends the answer at the first of these strings (the API's ``stop``),
+            e.g. ``["\\nQuestion:"]`` for a base model that would write the next question.
     """
 
     base_url: str = "http://localhost:8000/v1"
     model: str = "default"
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = 60.0
+    connect_timeout_s: float = 5.0
+    first_token_timeout_s: float = 30.0
+    retries: int = 1
+    retry_backoff_s: float = 0.5
     max_tokens: int = 512
     temperature: float = 0.0
     stream: bool = True
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "connect_timeout_s", "first_token_timeout_s"):
+            if not 0.0 < getattr(self, name) < float("inf"):
+                raise ValueError(f"generation.openai.{name} must be a finite number of seconds > 0, "
+                                 f"got {getattr(self, name)}")
+        if self.retries < 0 or self.retry_backoff_s < 0:
+            raise ValueError(f"generation.openai: retries and retry_backoff_s must be >= 0, got "
+                             f"{self.retries} and {self.retry_backoff_s}")
 
 
 @dataclass(frozen=True)
@@ -199,18 +231,58 @@ class HFConfig:
         max_new_tokens: most tokens generated per answer.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         max_input_tokens: the prompt is cut to this many tokens (passages first).
+        stop: generation ends at the first of these strings, which is cut from the answer
+            (e.g. ``["\\n\\nQuestion:"]`` for a base model that would write the next question).
     """
 
     model: str = ""
     max_new_tokens: int = 256
     device: str = "auto"
     max_input_tokens: int = 2048
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"generation.hf.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if any(not s for s in self.stop):
+            raise ValueError("generation.hf.stop: an empty string would stop before the first token")
+
+
+@dataclass(frozen=True)
+class ReaderGenConfig:
+    """How the ``read`` bundle (``bundles.reader``) answers.
+
+    Attributes:
+        min_score: below this reader score (``1 - P(no answer)`` of the window it answers
+            from) the node has no answer; when no final node has one, the answer is
+            ``no_answer_text`` ("it does not know" instead of guessing). None: the threshold
+            the reader was trained with (its bundle's ``no_answer_threshold``).
+        max_passages: passages read per sub-question, the best-scored first (the reader reads
+            them joined, in overlapping windows).
+        support_sentences: passage sentences quoted after the short answer (the one holding
+            the span first).
+    """
+
+    min_score: float | None = None
+    max_passages: int = 6
+    support_sentences: int = 1
+
+    def __post_init__(self) -> None:
+        if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:
+            raise ValueError(f"generation.reader.min_score must be in [0, 1] (or null: the bundle's own), "
+                             f"got {self.min_score}")
+        if self.max_passages < 1 or self.support_sentences < 1:
+            raise ValueError("generation.reader.max_passages and support_sentences must be >= 1, got "
+                             f"{self.max_passages} and {self.support_sentences}")
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
     """Attributes:
-        backend: ``extractive`` (offline, no LLM), ``openai`` or ``hf``.
+        backend: ``auto`` (the default: the reader when ``bundles.reader`` is configured and
+            passes its gate, else ``extractive``), ``reader``, ``extractive`` (offline, no
+            model), ``openai`` or ``hf``. An LLM backend that fails falls back to the reader's
+            answer when there is a reader, else to the extractive one.
         prompt: file name under ``serving/pipeline/prompts/`` or a path.
         node_prompt: the prompt for the answer of one sub-question (parallel and planning
             strategies), as ``prompt``.
@@ -227,9 +299,10 @@ class GenerationConfig:
             about something else ("By default the server listens on port 9464" for Redis's
             port) score high, but the sources do not cover the question.
         no_answer_text: the answer given when the sources do not support one.
+        reader: how the reader answers (:class:`ReaderGenConfig`).
     """
 
-    backend: Literal["extractive", "openai", "hf"] = "extractive"
+    backend: Literal["auto", "reader", "extractive", "openai", "hf"] = "auto"
     prompt: str = "answer.txt"
     node_prompt: str = "node_answer.txt"
     fallback_extractive: bool = True
@@ -237,6 +310,7 @@ class GenerationConfig:
     no_answer_threshold: float | None = 0.5
     no_answer_missing_names: bool = True
     no_answer_text: str = "No answer found in the sources."
+    reader: ReaderGenConfig = field(default_factory=ReaderGenConfig)
     extractive: ExtractiveConfig = field(default_factory=ExtractiveConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
     hf: HFConfig = field(default_factory=HFConfig)

@@ -26,8 +26,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -185,7 +188,23 @@ class ExtractiveGenerator:
 
 
 class OpenAIGenerator:
-    """An OpenAI-compatible chat endpoint, streamed over httpx."""
+    """An OpenAI-compatible chat endpoint, streamed over httpx; a call never hangs.
+
+    Three clocks bound one answer: ``connect_timeout_s`` to open the connection,
+    ``first_token_timeout_s`` from the request to the first token, and ``timeout_s`` for the
+    whole answer, retries included. The HTTP exchange runs on a worker thread that hands each
+    line to the caller through a queue, so the caller's waits are exact whatever the server
+    does (a stalled socket, bytes that never end a line, keep-alive comments); a worker left
+    behind by a timeout ends at its own read timeout (``timeout_s``).
+
+    A connection error or a 5xx before any token is retried ``retries`` times after
+    ``retry_backoff_s`` (doubled each time); every other failure (a 4xx, a malformed chunk,
+    an error event, a stream that ends without ``data: [DONE]``, a timeout) raises
+    RunnerError at once, and GenerationStage answers extractively with a note in the trace.
+    """
+
+    class _Retryable(Exception):
+        """A failure before any token that another attempt may not meet (connect error, 5xx)."""
 
     def __init__(self, config: OpenAIConfig) -> None:
         import httpx
@@ -195,59 +214,167 @@ class OpenAIGenerator:
         key = os.environ.get(config.api_key_env) if config.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self._client = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers,
-                                    timeout=config.timeout_s)
+        # The read timeout only ends a worker the caller has stopped waiting for.
+        timeout = httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s)
+        self._client = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers, timeout=timeout)
 
-    def complete(self, messages: list[dict[str, str]]) -> tuple[str, int, int]:
-        import httpx
+    def complete(self, messages: list[dict[str, str]],
+                 on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]:
+        """``(answer, tokens in, tokens out)``; ``on_token`` gets each text piece as it arrives.
 
+        The answer is the pieces joined, stripped. Token counts are the server's ``usage``
+        when it reports one, else estimates.
+
+        Raises:
+            RunnerError: the server failed, misbehaved or was too slow (the message says which).
+        """
         cfg = self.config
         body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": cfg.max_tokens,
                                 "temperature": cfg.temperature, "stream": cfg.stream}
         if cfg.stream:
             body["stream_options"] = {"include_usage": True}
+        if cfg.stop:
+            body["stop"] = list(cfg.stop)
+        deadline = time.monotonic() + cfg.timeout_s
+        for attempt in range(cfg.retries + 1):
+            try:
+                text, usage, pieces = self._attempt(body, deadline, on_token)
+                break
+            except self._Retryable as exc:
+                wait = cfg.retry_backoff_s * 2 ** attempt
+                if attempt == cfg.retries or time.monotonic() + wait >= deadline:
+                    raise RunnerError(f"generation.openai: {exc} (after {attempt + 1} attempt(s); "
+                                      f"generation.openai.retries={cfg.retries})") from None
+                log.warning("generation.openai: %s; retrying in %.2f s", exc, wait)
+                time.sleep(wait)
+        tokens_in = int(usage.get("prompt_tokens") or sum(estimate_tokens(m["content"]) for m in messages))
+        # Without usage (llama.cpp does not send it when streaming) each streamed piece is at
+        # least one token: the count of pieces is exact for servers that send one per chunk.
+        tokens_out = int(usage.get("completion_tokens") or max(pieces, estimate_tokens(text)))
+        return text, tokens_in, tokens_out
+
+    def _exchange(self, body: dict[str, Any], items: queue.Queue, stop: threading.Event) -> None:
+        """Worker: one HTTP exchange, put on ``items`` as ``(kind, value)`` pairs.
+
+        Kinds: ``status`` (code, body) for an HTTP error, ``line`` per SSE line, ``body`` for a
+        non-streamed answer, ``end`` when the response is over, ``error`` for an exception.
+        """
+        try:
+            with self._client.stream("POST", "/chat/completions", json=body) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    items.put(("status", (r.status_code, r.text)))
+                    return
+                if not body["stream"]:
+                    r.read()
+                    items.put(("body", r.text))
+                    return
+                for line in r.iter_lines():
+                    if stop.is_set():
+                        return
+                    items.put(("line", line))
+            items.put(("end", None))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller's thread
+            items.put(("error", exc))
+
+    def _attempt(self, body: dict[str, Any], deadline: float,
+                 on_token: Callable[[str], None] | None) -> tuple[str, dict[str, Any], int]:
+        """One request: ``(answer, usage, pieces)``; raises ``_Retryable`` or RunnerError."""
+        import httpx
+
+        cfg, url = self.config, self.config.base_url
+        items: queue.Queue = queue.Queue()
+        stop = threading.Event()
+        threading.Thread(target=self._exchange, args=(body, items, stop), name="openai-generation",
+                         daemon=True).start()
+        first_by = min(deadline, time.monotonic() + cfg.first_token_timeout_s)
         parts: list[str] = []
         usage: dict[str, Any] = {}
+        finished = False  # a chunk carried a finish_reason ("stop", "length")
         try:
-            if cfg.stream:
-                with self._client.stream("POST", "/chat/completions", json=body) as r:
-                    if r.status_code >= 400:
-                        r.read()
-                        raise RunnerError(f"generation.openai: {cfg.base_url} answered {r.status_code}: "
-                                          f"{r.text[:200]}")
-                    for line in r.iter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            break
-                        event = json.loads(data)
-                        usage = event.get("usage") or usage
-                        for choice in event.get("choices") or []:
-                            parts.append((choice.get("delta") or {}).get("content") or "")
-            else:
-                r = self._client.post("/chat/completions", json=body)
-                if r.status_code >= 400:
-                    raise RunnerError(f"generation.openai: {cfg.base_url} answered {r.status_code}: {r.text[:200]}")
-                event = r.json()
-                usage = event.get("usage") or {}
-                parts.append(event["choices"][0]["message"]["content"] or "")
-        except httpx.HTTPError as exc:
-            raise RunnerError(f"generation.openai: request to {cfg.base_url} failed ({exc}); "
-                              "check generation.openai.base_url and that the server is up") from None
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            raise RunnerError(f"generation.openai: {cfg.base_url} sent a malformed response ({exc})") from None
-        text = "".join(parts).strip()
-        tokens_in = int(usage.get("prompt_tokens") or sum(estimate_tokens(m["content"]) for m in messages))
-        tokens_out = int(usage.get("completion_tokens") or estimate_tokens(text))
-        return text, tokens_in, tokens_out
+            while True:
+                until = deadline if parts else first_by
+                try:
+                    kind, value = items.get(timeout=max(0.0, until - time.monotonic()))
+                except queue.Empty:
+                    if not parts and first_by < deadline:
+                        raise RunnerError(f"generation.openai: no token from {url} within "
+                                          f"first_token_timeout_s={cfg.first_token_timeout_s} s (a slow or "
+                                          "overloaded server; long prompts take longer on a CPU)") from None
+                    raise RunnerError(f"generation.openai: the answer from {url} took longer than "
+                                      f"timeout_s={cfg.timeout_s} s ({len(parts)} pieces received)") from None
+                if kind == "status":
+                    code, text = value
+                    msg = f"{url} answered {code}: {text[:200]}"
+                    if code >= 500:
+                        raise self._Retryable(msg)
+                    raise RunnerError(f"generation.openai: {msg}")
+                if kind == "error":
+                    if isinstance(value, (httpx.ConnectError, httpx.ConnectTimeout)):
+                        raise self._Retryable(f"cannot connect to {url} ({value}); check "
+                                              "generation.openai.base_url and that the server is up")
+                    raise RunnerError(f"generation.openai: the connection to {url} broke after {len(parts)} "
+                                      f"pieces ({type(value).__name__}: {value})")
+                if kind == "end":
+                    raise RunnerError(f"generation.openai: {url} ended the stream after {len(parts)} pieces "
+                                      "without 'data: [DONE]' (the server stopped mid-answer)")
+                if kind == "body":
+                    try:
+                        event = json.loads(value)
+                        text = event["choices"][0]["message"]["content"] or ""
+                    except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+                        raise RunnerError(f"generation.openai: {url} sent a malformed response "
+                                          f"({type(exc).__name__}: {exc}): {value[:200]!r}") from None
+                    if on_token is not None and text:
+                        on_token(text)
+                    return text.strip(), event.get("usage") or {}, 1
+                # an SSE line: "data: {...}", "data: [DONE]", or a comment / field to skip
+                if not value.startswith("data:"):
+                    continue
+                data = value[5:].strip()
+                if data == "[DONE]":
+                    if not finished:
+                        log.warning("generation.openai: %s ended the answer without a finish_reason after %d "
+                                    "pieces: it may be cut short (llama.cpp's server interrupts a stream when "
+                                    "another request arrives unless started with --interrupt_requests False)",
+                                    url, len(parts))
+                    return "".join(parts).strip(), usage, len(parts)
+                try:
+                    event = json.loads(data)
+                    if event.get("error"):
+                        raise RunnerError(f"generation.openai: {url} sent an error mid-stream: "
+                                          f"{str(event['error'])[:200]}")
+                    usage = event.get("usage") or usage
+                    choices = event.get("choices") or []
+                    pieces = [(c.get("delta") or {}).get("content") or "" for c in choices]
+                    finished = finished or any(c.get("finish_reason") for c in choices)
+                except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+                    raise RunnerError(f"generation.openai: {url} sent a malformed stream chunk "
+                                      f"({type(exc).__name__}: {exc}): {data[:200]!r}") from None
+                for piece in pieces:
+                    if piece:
+                        parts.append(piece)
+                        if on_token is not None:
+                            on_token(piece)
+        finally:
+            stop.set()  # a worker still reading drops the rest of the response
 
     def close(self) -> None:
         self._client.close()
 
 
 class HFGenerator:
-    """A local transformers causal LM, greedy decoding."""
+    """A local transformers causal LM, greedy decoding.
+
+    Generation ends at ``max_new_tokens`` or at the first of ``stop`` (cut from the answer).
+    With ``on_token`` the text is streamed (transformers' ``TextIteratorStreamer``, the model
+    on a worker thread); the pieces hold back the last ``len(longest stop) - 1`` characters
+    until they cannot be the start of a stop string, so no piece ever shows part of one.
+    """
+
+    # Decoding without the tokenizer's space clean-up: the streamed pieces and the whole
+    # answer then decode alike (clean-up can rewrite text a piece has already shown).
+    DECODE = {"skip_special_tokens": True, "clean_up_tokenization_spaces": False}
 
     def __init__(self, config: HFConfig) -> None:
         import torch
@@ -272,21 +399,92 @@ class HFGenerator:
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return "\n\n".join(m["content"] for m in messages)
 
-    def complete(self, messages: list[dict[str, str]]) -> tuple[str, int, int]:
+    def _stop_at(self, text: str) -> int | None:
+        """Where the first stop string starts in ``text`` (None: none occurs)."""
+        hits = [i for i in (text.find(s) for s in self.config.stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def _stopping_criteria(self, prompt_len: int) -> list[Any]:
+        """A criterion ending generation once the new text contains a stop string."""
         import torch
+        from transformers import StoppingCriteria
+
+        outer = self
+
+        class StopStrings(StoppingCriteria):
+            def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+                texts = outer.tokenizer.batch_decode(input_ids[:, prompt_len:], **outer.DECODE)  # (B,)
+                return torch.tensor([outer._stop_at(t) is not None for t in texts], device=input_ids.device)
+
+        return [StopStrings()] if self.config.stop else []
+
+    def complete(self, messages: list[dict[str, str]],
+                 on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]:
+        """``(answer, prompt tokens, generated tokens)``; ``on_token`` gets the text piece by piece.
+
+        The answer is the pieces joined, stripped; generated tokens count those of a cut stop
+        string too (they were computed).
+        """
+        import torch
+        from transformers import StoppingCriteriaList
 
         enc = self.tokenizer(self._prompt(messages), return_tensors="pt", truncation=True,
                              max_length=self.config.max_input_tokens, add_special_tokens=False)
-        ids = enc["input_ids"].to(self.device)
+        ids = enc["input_ids"].to(self.device)  # (1, T)
         pad = self.tokenizer.pad_token_id
         if pad is None:
             pad = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
-        with torch.inference_mode():
-            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                      max_new_tokens=self.config.max_new_tokens, pad_token_id=pad)
-        new = out[0, ids.shape[1]:]
-        text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
-        return text, int(ids.shape[1]), int(new.shape[0])
+        kwargs = {"attention_mask": torch.ones_like(ids), "do_sample": False, "pad_token_id": pad,
+                  "max_new_tokens": self.config.max_new_tokens,
+                  "stopping_criteria": StoppingCriteriaList(self._stopping_criteria(ids.shape[1]))}
+        if on_token is None:
+            with torch.inference_mode():
+                out = self.model.generate(ids, **kwargs)  # (1, T + new)
+            text = self.tokenizer.decode(out[0, ids.shape[1]:], **self.DECODE)
+            cut = self._stop_at(text)
+            text = text if cut is None else text[:cut]
+        else:
+            text, out = self._stream(ids, kwargs, on_token)
+        return text.strip(), int(ids.shape[1]), int(out.shape[1] - ids.shape[1])
+
+    def _stream(self, ids: Any, kwargs: dict[str, Any], on_token: Callable[[str], None]) -> tuple[str, Any]:
+        """Generate on a worker thread, passing text pieces to ``on_token``: ``(text, output ids)``."""
+        import torch
+        from transformers import TextIteratorStreamer
+
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, **self.DECODE)
+        result: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                with torch.inference_mode():
+                    result["out"] = self.model.generate(ids, streamer=streamer, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - re-raised on the caller's thread
+                result["error"] = exc
+                streamer.end()  # the caller's loop over the streamer ends
+
+        worker = threading.Thread(target=work, name="hf-generation", daemon=True)
+        worker.start()
+        hold = max((len(s) for s in self.config.stop), default=1) - 1
+        text, sent, stopped = "", 0, False
+        for piece in streamer:
+            if stopped:
+                continue  # the stopping criterion ends generation at this step
+            text += piece
+            cut = self._stop_at(text)
+            if cut is not None:
+                text, stopped = text[:cut], True
+            ready = len(text) if stopped else len(text) - hold
+            if ready > sent:
+                on_token(text[sent:ready])
+                sent = ready
+        worker.join()
+        if "error" in result:
+            raise RunnerError(f"generation.hf: {self.config.model} failed while generating "
+                              f"({type(result['error']).__name__}: {result['error']})") from result["error"]
+        if len(text) > sent:
+            on_token(text[sent:])
+        return text, result["out"]
 
 
 def build_generator(config: GenerationConfig) -> Generator | None:
@@ -304,12 +502,17 @@ class GenerationStage:
 
     name = "generation"
     reads = ("query", "rewrite", "nodes", "passages", "node_answers")
-    writes = ("answer", "answer_found", "used_passages")
+    writes = ("answer", "answer_found", "used_passages", "short_answer", "support")
 
-    def __init__(self, extractive: ExtractiveGenerator, llm: Generator | None, config: GenerationConfig) -> None:
+    def __init__(self, extractive: ExtractiveGenerator, llm: Generator | None, config: GenerationConfig,
+                 reader: Any = None) -> None:
+        from searchsmith.serving.pipeline.reading import ReaderAnswers
+
         self.extractive = extractive
         self.llm = llm
         self.config = config
+        # the reader answers when no LLM does (backend auto / reader), and when an LLM fails
+        self.reading = ReaderAnswers(reader, config) if reader is not None and config.backend != "extractive" else None
         self.prompt = load_prompt(config.prompt) if llm is not None else None
         self.node_prompt = load_prompt(config.node_prompt) if llm is not None else None
 
@@ -322,8 +525,13 @@ class GenerationStage:
                 state.trace.count("generation.nodes", 1, t_in, t_out)
                 if text:
                     return strip_markers(text)
-            except Exception as exc:  # noqa: BLE001 - fall back to the extractive answer
-                state.trace.note(f"generation: node answer failed ({type(exc).__name__}: {exc}); extractive used")
+            except Exception as exc:  # noqa: BLE001 - fall back to the offline answer
+                state.trace.note(f"generation: node answer failed ({type(exc).__name__}: {exc}); "
+                                 f"{'reader' if self.reading is not None else 'extractive'} used")
+        if self.reading is not None:
+            short = self.reading.node_short(question, passages, state)
+            if short:
+                return short
         picked = self.extractive.select(question, passages, state, n=1)
         return picked[0] if picked else ""
 
@@ -347,6 +555,7 @@ class GenerationStage:
 
     def _not_found(self, state: PipelineState, note: str) -> None:
         state.answer, state.answer_found, state.used_passages = self.config.no_answer_text, False, []
+        state.short_answer, state.support = "", []
         state.trace.get(self.name).note = note
         state.trace.note(f"generation: {note}")
 
@@ -355,7 +564,7 @@ class GenerationStage:
         consumed = set(state.node_answers)
         final = [n for n in state.nodes if n.id not in consumed] or state.nodes
         with state.trace.stage(self.name) as st:
-            state.answer_found, state.used_passages = True, []
+            state.answer_found, state.used_passages, state.short_answer, state.support = True, [], "", []
             if not state.passages:
                 self._not_found(state, "no passages: nothing to answer from")
                 return
@@ -390,7 +599,19 @@ class GenerationStage:
                 except Exception as exc:  # noqa: BLE001 - degrade to extractive
                     if not self.config.fallback_extractive:
                         raise
-                    failed = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); extractive answer"
+                    fallback = "the reader's answer" if self.reading is not None else "extractive answer"
+                    failed = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); {fallback}"
                     st.note += f"; {failed}"
                     state.trace.note(f"generation: {failed}")
+            if self.reading is not None:
+                read = self.reading.compose(self.reading.readings(final, state), ranked)
+                if read is None:
+                    self._not_found(state, f"no answer: the reader's best score is below generation.reader.min_score "
+                                           f"{self.reading.min_score} (best support {best:.4f})")
+                    return
+                state.answer, state.short_answer, state.support, state.used_passages = read
+                st.note += f"; reader (min_score {self.reading.min_score})"
+                return
+            if self.config.backend == "reader":
+                st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
             state.answer, state.used_passages = self.extractive.compose(ranked)

@@ -113,8 +113,6 @@ class Pipeline:
         self.router = (CentroidRouter(index, embedder, cfg.routing.router)
                        if cfg.routing.enabled and "routing" in cfg.stages else None)
         llm = generator if generator is not None else build_generator(cfg.generation)
-        self.generation = GenerationStage(ExtractiveGenerator(embedder, cfg.generation.extractive), llm,
-                                          cfg.generation)
         # Each bundle is used only where its recorded held-out figure beats the fallback the
         # pipeline has anyway (gates.py); the others are left out and every answer says why.
         self.gates: dict[str, GateDecision] = decide(self.bundles, cfg.bundles)
@@ -124,6 +122,9 @@ class Pipeline:
 
         def use(what: str) -> bool:
             return what in self.gates and self.gates[what].used
+
+        self.generation = GenerationStage(ExtractiveGenerator(embedder, cfg.generation.extractive), llm,
+                                          cfg.generation, self.bundles.get("reader") if use("read") else None)
 
         self.rewrite_note = self.gates["rewrite"].reason if "rewrite" in self.gates else None
         self.decompose_note = self.gates["decompose"].reason if "decompose" in self.gates else None
@@ -250,6 +251,8 @@ class Pipeline:
             "rewrite": state.rewrite,
             "answer": state.cited_answer,
             "answer_text": state.answer,
+            "short_answer": state.short_answer,
+            "support": list(state.support),
             "references": state.references,
             "sentences": state.sentences,
             "timeline": state.timeline,

@@ -151,6 +151,10 @@ class PipelineState:
     passages: list[Passage] = field(default_factory=list)
     # generation
     answer: str = ""
+    # the reader's short answer ("Ed Wood", "yes") and the passage sentences supporting it;
+    # "" and [] when the answer is not a reader's (extractive, LLM, not found)
+    short_answer: str = ""
+    support: list[str] = field(default_factory=list)
     node_answers: dict[str, str] = field(default_factory=dict)
     # False when no passage supports an answer (generation.no_answer_threshold): "not found"
     answer_found: bool = True

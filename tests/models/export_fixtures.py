@@ -107,6 +107,29 @@ def decompose_run() -> Path:
 
 
 @functools.cache
+def read_run() -> Path:
+    """A tiny random reader with decisive heads (weights x 30): random but far from ties, so an
+    int8 export must give the same answers to pass parity."""
+    from searchsmith.models.reader import META_FILE, ReaderSettings
+    from searchsmith.models.reader_model import SpanReader
+    from transformers import AutoModel
+
+    torch.manual_seed(5)
+    model = SpanReader(AutoModel.from_config(_bert_config(), add_pooling_layer=False))
+    with torch.no_grad():
+        for layer in (model.span, model.kind):
+            layer.weight.mul_(30.0)
+    run = ROOT / "read"
+    model.save_pretrained(run / "model")
+    tokenizer().save_pretrained(run / "model")
+    settings = ReaderSettings(max_length=64, stride=16, max_question_tokens=24, max_answer_tokens=8)
+    (run / "model" / META_FILE).write_text(json.dumps({**settings.to_json(), "trained_steps": 2,
+                                                       "no_answer_threshold": 0.5}))
+    _run_json(run, "read", 2)
+    return run
+
+
+@functools.cache
 def images_run() -> Path:
     from searchsmith.models.image_relevance import (
         ImageRelevanceConfig,
@@ -135,6 +158,6 @@ def bundle(task: str, dtype: str = "fp32", torch_weights: bool = False) -> Path:
     if task == "embed":
         export_embedder(out, str(embedder_dir()), opts)
     else:
-        export_run({"rerank": rerank_run, "cite": cite_run, "decompose": decompose_run,
+        export_run({"rerank": rerank_run, "cite": cite_run, "decompose": decompose_run, "read": read_run,
                     "images": images_run}[task](), out, opts)
     return out

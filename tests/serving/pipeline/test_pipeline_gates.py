@@ -143,7 +143,7 @@ def test_figures_are_read_flat_or_nested_from_a_manifest_a_bundle_or_a_folder(tm
 
 def test_every_bundle_use_has_a_config_switch_and_a_gate():
     uses = {r.use for r in GATES}
-    assert uses == {"rewrite", "decompose", "rerank", "cite", "images"}
+    assert uses == {"rewrite", "decompose", "rerank", "cite", "read", "images"}
     for r in GATES:
         assert isinstance(getattr(BundlesConfig(), r.setting), bool), r.setting
 

@@ -1,0 +1,151 @@
+"""The reader as the generator: short answers with the sentences that support them.
+
+Per final sub-question the ``read`` bundle (``models/reader.py``) reads the node's best
+``generation.reader.max_passages`` passages and gives a short answer (a span, ``yes`` or
+``no``) with a score; below ``generation.reader.min_score`` the node has no answer. The
+pipeline's answer is then the short answer(s) followed by the supporting sentence(s): the
+passage sentence that holds the span (for yes / no, the best extractive sentence of the
+passages the reader read); the citation stage gives each its ``[n]``. When no final node has
+an answer above the threshold, the answer is "not found": the reader says it does not know
+instead of guessing. In ``planning`` a parent's short answer fills its children's ``#n``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from searchsmith.models.reader import passage_piece
+from searchsmith.models.text import split_sentences
+from searchsmith.serving.pipeline.config import GenerationConfig
+from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
+
+
+class NodeReading(NamedTuple):
+    """The reader's answer to one node, located in the passage it read it from."""
+
+    node: NodeResult
+    text: str
+    kind: str
+    score: float
+    passage: Passage | None  # the span's passage (None for yes / no / no answer)
+    sentence: str  # the passage sentence holding the span ("" when none)
+    window: tuple[Passage, ...]  # the passages the answering window read
+
+
+class ReaderAnswer(NamedTuple):
+    """What :meth:`ReaderAnswers.compose` gives the generation stage."""
+
+    answer: str
+    short: str
+    support: list[str]
+    used: list[str]  # chunk ids of the supporting passages
+
+
+def span_sentence(title: str, text: str, start: int, end: int) -> str:
+    """The sentence of a passage holding the span ``[start, end)`` of its :func:`passage_piece`,
+    with the piece's title prefix removed."""
+    piece = passage_piece(title, text)
+    for a, b in split_sentences(piece):
+        if a <= start < b:
+            sent = piece[a:max(b, min(end, len(piece)))].strip()
+            head = f"{' '.join(str(title or '').split())}. "
+            if title and sent.startswith(head) and len(sent) > len(head):
+                sent = sent[len(head):]
+            return sent
+    return ""
+
+
+class ReaderAnswers:
+    """Reads nodes with a ``read`` bundle and composes the answer.
+
+    Args:
+        reader: a ``read`` bundle (``models.roles.Reader``).
+        config: the generation config (``generation.reader``).
+    """
+
+    def __init__(self, reader: Any, config: GenerationConfig) -> None:
+        self.reader = reader
+        self.config = config
+        cfg = config.reader.min_score
+        self.min_score = float(cfg) if cfg is not None else float(getattr(reader, "min_score", 0.5))
+
+    def read(self, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+             state: PipelineState) -> list[tuple[Any, list[Passage]]]:
+        """``(PassageAnswer, the passages read)`` per question; one model call for all."""
+        k = self.config.reader.max_passages
+        chosen = [sorted(ps, key=lambda p: -p.score)[:k] for ps in passages]
+        todo = [i for i, ps in enumerate(chosen) if ps]
+        out: list[tuple[Any, list[Passage]]] = [(None, ps) for ps in chosen]
+        if not todo:
+            return out
+        got, meta = self.reader.read_batch([questions[i] for i in todo],
+                                           [[(p.title or "", p.text) for p in chosen[i]] for i in todo],
+                                           return_meta=True)
+        state.trace.count("generation.reader", 1, 0, 0)
+        if meta.get("truncated"):
+            state.trace.note(f"generation: reader: {len(meta['truncated'])} question(s) over "
+                             f"{meta.get('max_question_tokens')} tokens were cut to that length")
+        for i, a in zip(todo, got, strict=True):
+            out[i] = (a, chosen[i])
+        return out
+
+    def node_short(self, question: str, passages: Sequence[Passage], state: PipelineState) -> str | None:
+        """A sub-question's short answer (planning fills its children with it); None below min_score."""
+        a, _ = self.read([question], [passages], state)[0]
+        if a is None or a.score < self.min_score or not a.text:
+            return None
+        return a.text
+
+    def readings(self, nodes: Sequence[NodeResult], state: PipelineState) -> list[NodeReading]:
+        """Each node's reading (score 0 and no text when it has no passage)."""
+        out = []
+        for node, (a, read) in zip(nodes, self.read([n.text for n in nodes], [n.passages for n in nodes], state),
+                                   strict=True):
+            if a is None:
+                out.append(NodeReading(node, "", "none", 0.0, None, "", ()))
+                continue
+            window = tuple(read[i] for i in a.window_passages if 0 <= i < len(read)) or tuple(read)
+            p = read[a.passage] if a.kind == "span" and 0 <= a.passage < len(read) else None
+            sent = span_sentence(p.title or "", p.text, a.start, a.end) if p is not None else ""
+            out.append(NodeReading(node, a.text, a.kind, float(a.score), p, sent, window))
+        return out
+
+    def compose(self, readings: Sequence[NodeReading], ranked: Sequence[Sequence[Any]]) -> ReaderAnswer | None:
+        """The answer from the final nodes' readings; None when none reaches ``min_score``.
+
+        Args:
+            ranked: per node, the extractive generator's ranked supports (``Support``), the
+                supporting sentence of a yes / no answer.
+        """
+        shorts: list[str] = []
+        support: list[str] = []
+        used: list[str] = []
+        n_support = self.config.reader.support_sentences
+        for r, node_ranked in zip(readings, ranked, strict=True):
+            if r.score < self.min_score or not r.text:
+                continue
+            if r.text.lower() not in (s.lower() for s in shorts):
+                shorts.append(r.text)
+            picked: list[tuple[str, tuple[str, ...]]] = []
+            if r.sentence and r.passage is not None:
+                picked.append((r.sentence, (r.passage.chunk_id,)))
+            window_ids = {p.chunk_id for p in r.window}
+            for c in node_ranked:  # the best extractive sentences of the passages it read
+                if len(picked) >= n_support:
+                    break
+                if c.text not in (t for t, _ in picked) and (not window_ids or set(c.chunk_ids) & window_ids):
+                    picked.append((c.text, tuple(i for i in c.chunk_ids if not window_ids or i in window_ids)))
+            for text, ids in picked[:n_support]:
+                if text not in support:
+                    support.append(text)
+                    used.extend(i for i in ids if i not in used)
+        if not shorts:
+            return None
+        short = "; ".join(shorts)
+        lead = short.capitalize() if short.lower() in ("yes", "no") else short
+        lead = lead if lead[-1:] in ".!?" else f"{lead}."
+        return ReaderAnswer(" ".join([lead, *support]), short, support, used)
+
+
+__all__ = ["NodeReading", "ReaderAnswer", "ReaderAnswers", "span_sentence"]

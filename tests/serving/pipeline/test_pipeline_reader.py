@@ -1,0 +1,95 @@
+"""The reader as the generator (serving/pipeline/reading.py): short answers with cited support,
+"does not know" below its score, planning filled with short answers, the gate, the fallback."""
+
+from __future__ import annotations
+
+from searchsmith.models.reader import PassageAnswer, passage_piece
+
+PASSING_READ = {"f1": 0.6, "baselines/sentence_f1": 0.1}
+
+CHAIN = {"type": "chain", "nodes": [{"id": "1", "text": "Which class implements Lumen eviction?"},
+                                    {"id": "2", "text": "Where are the tests of #1?", "depends_on": ["1"]}]}
+
+
+class FakeReader:
+    """A ``read`` bundle answering with the first of ``spans`` found in the passages read."""
+
+    task = "read"
+
+    def __init__(self, spans, score=0.9, min_score=0.5, figures=None):
+        self.spans, self.score, self.min_score = list(spans), score, min_score
+        self.manifest = {"task": "read", "heldout_metrics": dict(figures or PASSING_READ)}
+        self.questions = []
+
+    def read_batch(self, questions, passages, return_meta=False):
+        out = []
+        for q, ps in zip(questions, passages):
+            self.questions.append(q)
+            got = PassageAnswer("", "none", 0.05)
+            for i, (title, text) in enumerate(ps):
+                piece = passage_piece(title, text)
+                hit = next((s for s in self.spans if s in piece), None)
+                if hit is not None:
+                    at = piece.index(hit)
+                    got = PassageAnswer(hit, "span", self.score, i, at, at + len(hit), (i,))
+                    break
+            out.append(got)
+        meta = {"truncated": [], "max_length": 64, "max_question_tokens": 24, "windows": len(out)}
+        return (out, meta) if return_meta else out
+
+
+def test_the_answer_is_the_short_answer_then_its_cited_support(make_pipeline):
+    ans = make_pipeline(bundles={"reader": FakeReader(["9.46 trillion kilometres"])}).ask(
+        "How far does light travel in one year?")
+    assert ans["short_answer"] == "9.46 trillion kilometres"
+    assert ans["support"] == ["A light-year is the distance light travels in one year, about 9.46 trillion "
+                              "kilometres."]
+    assert ans["answer_text"].startswith("9.46 trillion kilometres. A light-year is")
+    assert ans["references"] and "[1]" in ans["answer"]  # the support sentence is cited
+    assert ans["references"][0]["doc_id"] == "astronomy-1"
+    assert ans["trace"]["gates"]["read"]["used"] is True
+    assert "reader" in ans["trace"]["stages"]["generation"]["note"]
+
+
+def test_below_its_score_the_reader_says_it_does_not_know(make_pipeline):
+    ans = make_pipeline(bundles={"reader": FakeReader(["9.46 trillion kilometres"], score=0.3)}).ask(
+        "How far does light travel in one year?")
+    assert ans["answer_text"] == "No answer found in the sources." and ans["short_answer"] == ""
+    assert ans["references"] == []
+    assert any("generation.reader.min_score 0.5" in n for n in ans["trace"]["notes"])
+    # the threshold is a setting: lowered, the same reading answers
+    ans = make_pipeline(bundles={"reader": FakeReader(["9.46 trillion kilometres"], score=0.3)},
+                        generation={"reader": {"min_score": 0.2}}).ask("How far does light travel in one year?")
+    assert ans["short_answer"] == "9.46 trillion kilometres"
+
+
+def test_extractive_backend_and_a_losing_reader_leave_the_reader_out(make_pipeline):
+    q = "How far does light travel in one year?"
+    ans = make_pipeline(bundles={"reader": FakeReader(["9.46"])}, generation={"backend": "extractive"}).ask(q)
+    assert ans["short_answer"] == "" and "9.46 trillion" in ans["answer_text"]
+    losing = FakeReader(["9.46"], figures={"f1": 0.1, "baselines/sentence_f1": 0.1})
+    ans = make_pipeline(bundles={"reader": losing}).ask(q)
+    assert ans["short_answer"] == "" and losing.questions == []
+    assert ans["trace"]["gates"]["read"]["used"] is False
+    assert any(n.startswith("read:") for n in ans["trace"]["notes"])
+
+
+def test_planning_fills_children_with_the_parents_short_answer(make_pipeline, fakes):
+    reader = FakeReader(["Evictor", "tests/test_evict.py"])
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader}).ask(
+        "Where are the tests of the class that implements Lumen eviction?")
+    first, second = ans["nodes"]
+    assert first["answer"] == "Evictor"  # the short answer, not a sentence
+    assert second["text"] == "Where are the tests of Evictor?"
+    assert ans["short_answer"] == "tests/test_evict.py"
+
+
+def test_a_failing_llm_falls_back_to_the_readers_answer(make_pipeline):
+    class Broken:
+        def complete(self, messages, on_token=None):
+            raise RuntimeError("server down")
+
+    ans = make_pipeline(bundles={"reader": FakeReader(["9.46 trillion kilometres"])}, generator=Broken(),
+                        generation={"backend": "openai"}).ask("How far does light travel in one year?")
+    assert ans["short_answer"] == "9.46 trillion kilometres"
+    assert any("server down" in n and "the reader's answer" in n for n in ans["trace"]["notes"])

@@ -1,0 +1,265 @@
+"""The reader recipe's data: questions with their paragraphs and short answers.
+
+Each source gives :class:`ReadItem` records: a question, its paragraphs (``(title, text)``,
+gold and distractors), the short answer (and aliases) and which paragraphs support it.
+
+* ``hotpotqa``: the distractor setting (2 gold + 8 distractor paragraphs); comparison
+  questions answered ``yes`` / ``no``.
+* ``musique``: the question over its gold paragraphs plus ``data.max_distractors`` of its
+  distractors; with ``data.musique_hops`` also every hop of the gold decomposition as a
+  question of its own (``#k`` filled with the earlier hops' answers) over its support
+  paragraph and distractors: single-hop questions with their intermediate answers.
+* ``2wikimultihopqa``: 10 paragraphs, the titles of ``supporting_facts`` are gold.
+* ``demo``: the project's demo questions (``models/demo/qa.jsonl``) over their supporting
+  documents and distractors from the demo corpus.
+* ``synthetic``: questions about made-up animal fact sheets (:func:`synthetic_facts`),
+  for the tiny twin and the quickstart, which run without ``../shared``.
+
+Items are split into train and held-out by question id (seeded): a MuSiQue record's hops
+follow their record, so no held-out question is seen in any form.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import normalize_answer, read_jsonl
+from searchsmith.training.data import resolve_data_path, synthetic_facts
+
+SOURCES = ("hotpotqa", "musique", "2wikimultihopqa", "demo", "synthetic")
+
+
+@dataclass(frozen=True)
+class ReaderData:
+    """Attributes:
+        sources: datasets to read, from :data:`SOURCES`.
+        hotpotqa, musique, wikimultihop: JSONL paths (the open parts in ``../shared/data``).
+        musique_hops: also train on MuSiQue's per-hop sub-questions.
+        max_distractors: MuSiQue: distractor paragraphs read beside the gold ones.
+        synthetic_questions: questions generated for ``synthetic``.
+        eval_ratio: share of question ids held out.
+        split_seed: seed of the split and of distractor sampling.
+        negatives_per_positive: training windows without the answer kept per window with it
+            (the rest are dropped: most windows of a 10-paragraph context are negatives).
+        max_items: per source, at most this many records (0 = all); smoke runs.
+    """
+
+    sources: tuple[str, ...] = ("hotpotqa", "musique", "2wikimultihopqa")
+    hotpotqa: str = "../shared/data/hotpotqa/hotpotqa_dev_distractor.jsonl"
+    musique: str = "../shared/data/musique/musique_ans_200.jsonl"
+    wikimultihop: str = "../shared/data/2wikimultihopqa/2wikimultihopqa_dev.jsonl"
+    musique_hops: bool = True
+    max_distractors: int = 4
+    synthetic_questions: int = 120
+    eval_ratio: float = 0.2
+    split_seed: int = 13
+    negatives_per_positive: float = 1.0
+    max_items: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.sources if s not in SOURCES]
+        if unknown or not self.sources:
+            raise ValueError(f"data.sources: {list(self.sources)} has unknown or no sources {unknown}; "
+                             f"choose from {list(SOURCES)}")
+        if not 0.0 < self.eval_ratio < 1.0:
+            raise ValueError(f"data.eval_ratio must be in (0, 1), got {self.eval_ratio}")
+        if self.negatives_per_positive < 0 or self.max_distractors < 0:
+            raise ValueError("data.negatives_per_positive and data.max_distractors must be >= 0")
+
+
+@dataclass(frozen=True)
+class ReadItem:
+    """One question to read.
+
+    Attributes:
+        qid: the split key (a MuSiQue hop carries its record's id).
+        uid: unique id of this item.
+        answers: the answer first, then its aliases.
+        support: indices of the gold paragraphs in ``paragraphs``.
+    """
+
+    qid: str
+    uid: str
+    source: str
+    question: str
+    paragraphs: list[tuple[str, str]]
+    answers: list[str]
+    support: list[int] = field(default_factory=list)
+    hop: bool = False
+
+    @property
+    def kind(self) -> str:
+        """``yes`` / ``no`` for yes-no answers, else ``span``."""
+        a = normalize_answer(self.answers[0])
+        return a if a in ("yes", "no") else "span"
+
+
+def _check(r: dict, where: str, *keys: str) -> None:
+    for k in keys:
+        if not r.get(k):
+            raise ValidationError(f"{where}: field {k!r} is empty or missing; every record needs a "
+                                  "question, an answer and paragraphs")
+
+
+def _limit(items: list, n: int) -> list:
+    return items[:n] if n else items
+
+
+def hotpotqa_items(data: ReaderData) -> list[ReadItem]:
+    path = resolve_data_path(data.hotpotqa, "data.hotpotqa")
+    out = []
+    for n, r in enumerate(_limit(read_jsonl(path, required=("_id", "question", "answer", "context"),
+                                            what="data.hotpotqa"), data.max_items)):
+        _check(r, f"data.hotpotqa {path} line {n + 1}", "question", "answer", "context")
+        gold = set(r.get("supporting_titles") or [t for t, _ in r.get("supporting_facts") or []])
+        paras = [(t, " ".join(s) if isinstance(s, list) else str(s)) for t, s in r["context"]]
+        out.append(ReadItem(f"hotpotqa-{r['_id']}", f"hotpotqa-{r['_id']}", "hotpotqa", r["question"], paras,
+                            [r["answer"]], [i for i, (t, _) in enumerate(paras) if t in gold]))
+    return out
+
+
+def wikimultihop_items(data: ReaderData) -> list[ReadItem]:
+    path = resolve_data_path(data.wikimultihop, "data.wikimultihop")
+    out = []
+    for n, r in enumerate(_limit(read_jsonl(path, required=("_id", "question", "answer", "context"),
+                                            what="data.wikimultihop"), data.max_items)):
+        _check(r, f"data.wikimultihop {path} line {n + 1}", "question", "answer", "context")
+        gold = {t for t, _ in r.get("supporting_facts") or []}
+        paras = [(t, " ".join(s) if isinstance(s, list) else str(s)) for t, s in r["context"]]
+        out.append(ReadItem(f"2wiki-{r['_id']}", f"2wiki-{r['_id']}", "2wikimultihopqa", r["question"], paras,
+                            [r["answer"]], [i for i, (t, _) in enumerate(paras) if t in gold]))
+    return out
+
+
+def _musique_context(rng: random.Random, paras: list[dict], gold: Sequence[int], k: int) -> tuple[list[tuple[str, str]], list[int]]:
+    others = [i for i in range(len(paras)) if i not in gold]
+    pick = list(gold) + rng.sample(others, min(k, len(others)))
+    rng.shuffle(pick)
+    chosen = [(paras[i]["title"], paras[i]["paragraph_text"]) for i in pick]
+    return chosen, [j for j, i in enumerate(pick) if i in gold]
+
+
+def musique_items(data: ReaderData) -> list[ReadItem]:
+    path = resolve_data_path(data.musique, "data.musique")
+    rng = random.Random(data.split_seed)
+    out = []
+    for n, r in enumerate(_limit(read_jsonl(path, required=("id", "question", "answer", "paragraphs"),
+                                            what="data.musique"), data.max_items)):
+        _check(r, f"data.musique {path} line {n + 1}", "question", "answer", "paragraphs")
+        paras = r["paragraphs"]
+        qid = f"musique-{r['id']}"
+        gold = [i for i, p in enumerate(paras) if p.get("is_supporting")]
+        ctx, support = _musique_context(rng, paras, gold, data.max_distractors)
+        answers = [r["answer"], *(r.get("answer_aliases") or [])]
+        out.append(ReadItem(qid, qid, "musique", r["question"], ctx, answers, support))
+        if not data.musique_hops:
+            continue
+        found: list[str] = []
+        for h, step in enumerate(r.get("question_decomposition") or []):
+            q = re.sub(r"#(\d+)", lambda m: found[int(m.group(1)) - 1] if int(m.group(1)) <= len(found) else m.group(0),
+                       str(step.get("question", "")))
+            found.append(str(step.get("answer", "")))
+            idx = step.get("paragraph_support_idx")
+            if ">>" in q or "#" in q or not found[-1] or not isinstance(idx, int) or not 0 <= idx < len(paras):
+                continue  # KB-style "subject >> relation" steps are not questions
+            hop_ctx, hop_support = _musique_context(rng, paras, [idx], data.max_distractors)
+            out.append(ReadItem(qid, f"{qid}-hop{h + 1}", "musique", q, hop_ctx, [found[-1]], hop_support, hop=True))
+    return out
+
+
+def demo_items(data: ReaderData) -> list[ReadItem]:
+    from searchsmith.models.demo import corpus_path, qa_path
+
+    docs = {d["id"]: d for d in read_jsonl(corpus_path(), required=("id", "text"))}
+    ids = sorted(docs)
+    rng = random.Random(data.split_seed)
+    out = []
+    for r in _limit(read_jsonl(qa_path(), required=("id", "query", "answer")), data.max_items):
+        gold = [g for g in r.get("supporting") or [] if g in docs]
+        if not gold:
+            continue
+        others = rng.sample([i for i in ids if i not in gold], min(data.max_distractors, len(ids) - len(gold)))
+        pick = gold + others
+        rng.shuffle(pick)
+        out.append(ReadItem(f"demo-{r['id']}", f"demo-{r['id']}", "demo", r["query"],
+                            [(docs[i].get("title", ""), docs[i]["text"]) for i in pick], [str(r["answer"])],
+                            [j for j, i in enumerate(pick) if i in gold]))
+    return out
+
+
+SYNTHETIC_QUESTIONS = {
+    "habitat": ["Where does the {name} live?", "What habitat is the {name} found in?"],
+    "food": ["What does the {name} eat?", "What is the main food of the {name}?"],
+    "colour": ["What colour is the {name}?", "Which colour does the {name} have?"],
+    "trait": ["What kind of animal is the {name} known as?"],
+}
+
+
+def synthetic_items(data: ReaderData) -> list[ReadItem]:
+    """Questions about made-up fact sheets; a third of the sheets are asked yes/no."""
+    rng = random.Random(data.split_seed + 1)
+    facts = synthetic_facts(max(8, data.synthetic_questions // 2), seed=data.split_seed)
+
+    def sheet(f: dict[str, str]) -> tuple[str, str]:
+        return (f"The {f['name']}", f"The {f['name']} lives in {f['habitat']} and feeds mostly on {f['food']}. "
+                f"It is a {f['trait']} animal with {f['colour']} fur.")
+
+    out = []
+    for i in range(data.synthetic_questions):
+        f = facts[i % len(facts)]
+        others = rng.sample([g for g in facts if g["name"] != f["name"]], min(3, len(facts) - 1))
+        pick = [f, *others]
+        rng.shuffle(pick)
+        paras = [sheet(g) for g in pick]
+        support = [pick.index(f)]
+        if i % 3 == 2:
+            other = rng.choice(others)
+            asked = f["food"] if rng.random() < 0.5 else other["food"]
+            q = f"Does the {f['name']} eat {asked}?"
+            ans = "yes" if asked == f["food"] else "no"
+        else:
+            slot = rng.choice(sorted(SYNTHETIC_QUESTIONS))
+            q = rng.choice(SYNTHETIC_QUESTIONS[slot]).format(name=f["name"])
+            ans = f[slot]
+        out.append(ReadItem(f"synthetic-{i}", f"synthetic-{i}", "synthetic", q, paras, [ans], support))
+    return out
+
+
+LOADERS = {"hotpotqa": hotpotqa_items, "musique": musique_items, "2wikimultihopqa": wikimultihop_items,
+           "demo": demo_items, "synthetic": synthetic_items}
+
+
+def load_items(data: ReaderData) -> list[ReadItem]:
+    """Every item of ``data.sources``, in source order."""
+    out: list[ReadItem] = []
+    for s in data.sources:
+        out.extend(LOADERS[s](data))
+    if not out:
+        raise ValidationError(f"data.sources {list(data.sources)}: no questions were read; check the paths")
+    return out
+
+
+def find_answer(context: str, answers: Sequence[str], prefer: Sequence[tuple[int, int]] = ()) -> tuple[int, int] | None:
+    """Character range of the first occurrence of an answer in ``context`` (case-insensitive,
+    on word boundaries), preferring one inside a ``prefer`` range (the gold paragraphs)."""
+    hits: list[tuple[int, int]] = []
+    low = context.lower()
+    for a in answers:
+        a = " ".join(str(a).split())
+        if not a or normalize_answer(a) in ("yes", "no"):
+            continue
+        for m in re.finditer(r"(?<!\w)" + re.escape(a.lower()) + r"(?!\w)", low):
+            hits.append((m.start(), m.end()))
+        if hits:
+            break
+    for h in hits:
+        if any(a <= h[0] and h[1] <= b for a, b in prefer):
+            return h
+    return hits[0] if hits else None
+
+
+__all__ = ["LOADERS", "SOURCES", "ReadItem", "ReaderData", "find_answer", "load_items"]

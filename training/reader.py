@@ -1,0 +1,377 @@
+"""Reader recipe: extractive question answering (short answer spans, yes / no / no answer).
+
+The model (:class:`~searchsmith.models.reader.SpanReader`) reads ``[CLS] question [SEP]
+context [SEP]`` windows of a question's paragraphs joined into one context
+(:func:`~searchsmith.models.reader.join_passages`), so a multi-hop question sees both hops
+when they fit one window. Training windows are labelled:
+
+* ``span`` with the answer's start and end tokens when the window holds the whole answer
+  (the occurrence inside a gold paragraph preferred);
+* ``yes`` / ``no`` for a yes-no question's windows that overlap a gold paragraph;
+* ``none`` otherwise; ``data.negatives_per_positive`` of them are kept per positive window.
+
+Loss: cross-entropy of the start and end tokens (context tokens only; span windows only)
+plus cross-entropy of the answer kind.
+
+Held-out evaluation (question ids never trained on, in any form): SQuAD EM and token F1
+(best over the answer's aliases) per source, reading every paragraph of the item; no-answer
+accuracy on the same questions over their distractor paragraphs only (the answer is
+"none" when the reader's score is below ``no_answer_threshold``). Baseline: the pipeline's
+no-model answer, the context sentence closest to the question by the bi-encoder's cosine
+(``sentence_f1``); the serving gate uses the reader only where it beats it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.hub import model_display_name, resolve_model
+from searchsmith.models.reader import (
+    ANSWER_KINDS,
+    META_FILE,
+    ReaderSettings,
+    encode_windows,
+    join_passages,
+)
+from searchsmith.models.reader_model import SpanReader, TorchReader
+from searchsmith.models.text import exact_match, sentence_texts, token_f1
+from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
+from searchsmith.training.data import CachedEmbedder, split_by_key
+from searchsmith.training.read_data import ReaderData, ReadItem, find_answer, load_items
+from searchsmith.training.registry import register_recipe
+from searchsmith.training.trainer import train, write_json_atomic
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class ReaderModel:
+    """Attributes:
+        config: a transformers config dict (needs ``model_type``) building a random-init
+            encoder (the tiny twin) instead of loading ``base_model``.
+        tokenizer: ``default`` (the base model's own, or the bundled MiniLM one) or a folder.
+    """
+
+    config: dict[str, Any] | None = None
+    tokenizer: str = "default"
+
+
+@dataclass(frozen=True)
+class ReaderRecipe:
+    """The reader recipe (YAML key = field name = override path).
+
+    Attributes:
+        recipe: ``reader``.
+        output_dir: the run folder (``model/`` with ``reader.json``, ``metrics.json``, ...).
+        base_model: the encoder to start from: ``default`` (bundled all-MiniLM-L6-v2), a
+            folder or a hub id (e.g. a SQuAD-trained reader for the GPU variant).
+        max_length, stride, max_question_tokens, max_answer_tokens: windowing and decoding
+            (:class:`~searchsmith.models.reader.ReaderSettings`), saved for serving.
+        no_answer_threshold: the reader's score below which the answer is "none" (held-out
+            no-answer accuracy; the pipeline's ``generation.reader.min_score`` default).
+        eval_batch_size: windows per forward pass at evaluation.
+        mine_with: the bi-encoder of the sentence baseline (``none`` skips it).
+    """
+
+    recipe: str
+    output_dir: str
+    base_model: str = "default"
+    max_length: int = 256
+    stride: int = 96
+    max_question_tokens: int = 64
+    max_answer_tokens: int = 24
+    no_answer_threshold: float = 0.5
+    eval_batch_size: int = 32
+    mine_with: str = "default"
+    data: ReaderData = field(default_factory=ReaderData)
+    model: ReaderModel = field(default_factory=ReaderModel)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+    def __post_init__(self) -> None:
+        self.settings()  # checks the lengths
+        if not 0.0 < self.no_answer_threshold < 1.0:
+            raise ValueError(f"no_answer_threshold must be in (0, 1), got {self.no_answer_threshold}")
+        if self.eval_batch_size < 1:
+            raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+
+    def settings(self) -> ReaderSettings:
+        return ReaderSettings(self.max_length, self.stride, self.max_question_tokens, self.max_answer_tokens)
+
+
+def build_model(cfg: ReaderRecipe) -> tuple[SpanReader, Any]:
+    """The reader (encoder + fresh heads) and its fast tokenizer."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    if cfg.lora.enabled:
+        raise ConfigError("lora.enabled: the reader is fine-tuned fully (its heads are new); set lora.enabled: false")
+    tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
+    if cfg.model.config is not None:
+        conf = dict(cfg.model.config)
+        model_type = conf.pop("model_type", None)
+        if not model_type:
+            raise ConfigError("model.config: needs 'model_type' (e.g. bert) to build a model")
+        try:
+            encoder = AutoModel.from_config(AutoConfig.for_model(model_type, **conf), add_pooling_layer=False)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"model.config: {exc}") from None
+    else:
+        path = resolve_model(cfg.base_model)
+        encoder = AutoModel.from_pretrained(path, add_pooling_layer=False)
+        if cfg.model.tokenizer == "default" and cfg.base_model != "default":
+            tok_path = path
+    tokenizer = AutoTokenizer.from_pretrained(tok_path)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(f"model.tokenizer: {tok_path!r} is not a fast tokenizer; the reader needs offset "
+                          "mappings (use a model with a tokenizer.json)")
+    if encoder.config.vocab_size < len(tokenizer):
+        raise ConfigError(f"model: vocab_size {encoder.config.vocab_size} is smaller than the tokenizer's "
+                          f"{len(tokenizer)} tokens; raise model.config.vocab_size")
+    limit = int(getattr(encoder.config, "max_position_embeddings", 512))
+    if cfg.max_length > limit:
+        raise ConfigError(f"max_length {cfg.max_length} is over the encoder's {limit} positions; lower it "
+                          "(long contexts are read in windows anyway)")
+    return SpanReader(encoder), tokenizer
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+@dataclass
+class TrainWindow:
+    """One labelled training window."""
+
+    input_ids: list[int]
+    token_type_ids: list[int] | None
+    context: list[int]  # 1 for context tokens
+    start: int
+    end: int
+    kind: int
+
+
+def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSettings,
+                  negatives_per_positive: float, seed: int) -> tuple[list[TrainWindow], dict[str, int]]:
+    """Labelled windows of ``items``; items whose answer is nowhere in their context are skipped."""
+    rng = random.Random(seed)
+    contexts = [join_passages(it.paragraphs) for it in items]
+    wins = encode_windows(tokenizer, [it.question for it in items], [c for c, _ in contexts], settings)
+    by_item: dict[int, list[Any]] = {}
+    for w in wins.windows:
+        by_item.setdefault(w.item, []).append(w)
+    out: list[TrainWindow] = []
+    counts = {"items": len(items), "skipped_no_answer_in_context": 0, "positive": 0, "negative": 0}
+    for i, it in enumerate(items):
+        ctx, ranges = contexts[i]
+        gold = [ranges[j] for j in it.support if 0 <= j < len(ranges)]
+        kind = it.kind
+        span = find_answer(ctx, it.answers, gold) if kind == "span" else None
+        if kind == "span" and span is None:
+            counts["skipped_no_answer_in_context"] += 1
+            continue
+        pos, neg = [], []
+        for w in by_item.get(i, []):
+            ctxmask = [int(o is not None) for o in w.offsets]
+            lo = min((o[0] for o in w.offsets if o is not None), default=0)
+            hi = max((o[1] for o in w.offsets if o is not None), default=0)
+            tw = TrainWindow(w.input_ids, w.token_type_ids, ctxmask, IGNORE, IGNORE, ANSWER_KINDS.index("none"))
+            if kind == "span":
+                assert span is not None
+                if lo <= span[0] and span[1] <= hi:
+                    s = next(t for t, o in enumerate(w.offsets) if o is not None and o[1] > span[0])
+                    e = max(t for t, o in enumerate(w.offsets) if o is not None and o[0] < span[1])
+                    tw.start, tw.end, tw.kind = s, e, ANSWER_KINDS.index("span")
+            elif any(a < hi and lo < b for a, b in gold):
+                tw.kind = ANSWER_KINDS.index(kind)
+            (neg if tw.kind == ANSWER_KINDS.index("none") else pos).append(tw)
+        keep = min(len(neg), int(round(negatives_per_positive * max(1, len(pos)))))
+        out.extend(pos)
+        out.extend(rng.sample(neg, keep))
+        counts["positive"] += len(pos)
+        counts["negative"] += keep
+    return out, counts
+
+
+def batch_stream(windows: Sequence[TrainWindow], pad_id: int, batch_size: int, seed: int) -> Any:
+    """``epoch -> micro-batches`` of shuffled windows (the ragged tail dropped)."""
+
+    def stream(epoch: int) -> Iterator[dict[str, Any]]:
+        rng = random.Random(seed * 100_003 + epoch)
+        order = list(range(len(windows)))
+        rng.shuffle(order)
+        for b in range(0, len(order) - batch_size + 1, batch_size):
+            chunk = [windows[i] for i in order[b:b + batch_size]]
+            width = max(len(w.input_ids) for w in chunk)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            types = torch.zeros((len(chunk), width), dtype=torch.long)
+            ctx = torch.zeros((len(chunk), width), dtype=torch.bool)
+            for r, w in enumerate(chunk):
+                n = len(w.input_ids)
+                ids[r, :n] = torch.tensor(w.input_ids)
+                mask[r, :n] = 1
+                if w.token_type_ids is not None:
+                    types[r, :n] = torch.tensor(w.token_type_ids)
+                ctx[r, :n] = torch.tensor(w.context, dtype=torch.bool)
+            yield {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "context": ctx,
+                   "start": torch.tensor([w.start for w in chunk]), "end": torch.tensor([w.end for w in chunk]),
+                   "kind": torch.tensor([w.kind for w in chunk])}
+
+    return stream
+
+
+def reader_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Start/end cross-entropy over context tokens (span windows) + answer-kind cross-entropy."""
+    start, end, kind = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    neg = torch.finfo(start.dtype).min / 2
+    start = start.float().masked_fill(~batch["context"], neg)
+    end = end.float().masked_fill(~batch["context"], neg)
+    loss = F.cross_entropy(kind.float(), batch["kind"])
+    if bool((batch["start"] != IGNORE).any()):
+        loss = loss + 0.5 * (F.cross_entropy(start, batch["start"], ignore_index=IGNORE)
+                             + F.cross_entropy(end, batch["end"], ignore_index=IGNORE))
+    return loss
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def best_f1(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
+    """(EM, F1) of ``prediction`` against the best of ``answers`` (SQuAD normalisation)."""
+    return (max(exact_match(prediction, a) for a in answers), max(token_f1(prediction, a) for a in answers))
+
+
+def no_answer_items(items: Sequence[ReadItem]) -> list[ReadItem]:
+    """The items over their non-gold paragraphs only (the answer is not there)."""
+    out = []
+    for it in items:
+        rest = [p for j, p in enumerate(it.paragraphs) if j not in it.support]
+        if rest and it.support:
+            out.append(ReadItem(it.qid, it.uid + "-noans", it.source, it.question, rest, it.answers))
+    return out
+
+
+def score_items(model: Any, items: Sequence[ReadItem], threshold: float) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """EM / F1 per source and overall, answered rate and no-answer accuracy.
+
+    Args:
+        model: a reader with ``read_batch(questions, passages)`` (a ``read`` bundle or
+            :class:`~searchsmith.models.reader.TorchReader`).
+        threshold: an answer scoring below it is no answer.
+    """
+    answers = model.read_batch([it.question for it in items], [it.paragraphs for it in items]) if items else []
+    rows = []
+    for it, a in zip(items, answers, strict=True):
+        em, f1 = best_f1(a.text, it.answers)
+        rows.append({"id": it.uid, "source": it.source, "question": it.question, "gold": it.answers[0],
+                     "prediction": a.text, "kind": a.kind, "score": round(float(a.score), 4), "em": em, "f1": f1,
+                     "answered": float(a.score >= threshold)})
+    out = _means(rows, "")
+    for source in sorted({r["source"] for r in rows}):
+        out.update(_means([r for r in rows if r["source"] == source], f"{source}/"))
+    out["answered_rate"] = float(np.mean([r["answered"] for r in rows])) if rows else 0.0
+    none = no_answer_items(items)
+    if none:
+        got = model.read_batch([it.question for it in none], [it.paragraphs for it in none])
+        out["no_answer_accuracy"] = float(np.mean([a.score < threshold for a in got]))
+    return out, rows
+
+
+def _means(rows: Sequence[dict[str, Any]], prefix: str) -> dict[str, float]:
+    if not rows:
+        return {}
+    return {f"{prefix}em": float(np.mean([r["em"] for r in rows])),
+            f"{prefix}f1": float(np.mean([r["f1"] for r in rows])), f"{prefix}n": float(len(rows))}
+
+
+def sentence_baseline(items: Sequence[ReadItem], encode: Any) -> dict[str, float]:
+    """The no-model answer: the context sentence closest to the question (bi-encoder cosine)."""
+    rows = []
+    for it in items:
+        sents = [s for _, text in it.paragraphs for s in sentence_texts(text) if len(s) > 3]
+        if not sents:
+            rows.append({"source": it.source, "em": 0.0, "f1": 0.0})
+            continue
+        vec = encode([it.question, *sents])
+        pick = sents[int(np.argmax(vec[1:] @ vec[0]))]
+        em, f1 = best_f1(pick, it.answers)
+        rows.append({"source": it.source, "em": em, "f1": f1})
+    out = {f"sentence_{k}": v for k, v in _means(rows, "").items() if k != "n"}
+    for source in sorted({r["source"] for r in rows}):
+        out.update({f"sentence_{source}/{k}": v
+                    for k, v in _means([r for r in rows if r["source"] == source], "").items() if k != "n"})
+    return out
+
+
+# ----------------------------------------------------------------------------- recipe
+
+
+@register_recipe("reader", ReaderRecipe)
+def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, Any]:
+    """Train the reader; return the held-out metrics (also in ``metrics.json``)."""
+    run_dir = Path(run_dir)
+    settings = cfg.settings()
+    model, tokenizer = build_model(cfg)
+
+    items = load_items(cfg.data)
+    train_ids, eval_ids = split_by_key(sorted({it.qid for it in items}), cfg.data.eval_ratio, cfg.data.split_seed)
+    train_items = [it for it in items if it.qid in train_ids]
+    eval_items = [it for it in items if it.qid in eval_ids and not it.hop]
+    if not train_items or not eval_items:
+        raise ValidationError(f"data: {len(items)} questions cannot be split into train and held-out "
+                              f"(data.eval_ratio={cfg.data.eval_ratio}); add data")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "split.json", {"seed": cfg.data.split_seed, "train": sorted(train_ids),
+                                               "eval": sorted(eval_ids)})
+    windows, counts = label_windows(train_items, tokenizer, settings, cfg.data.negatives_per_positive,
+                                    cfg.data.split_seed)
+    if len(windows) < cfg.optim.batch_size:
+        raise ValidationError(f"data: {len(windows)} training windows, fewer than optim.batch_size="
+                              f"{cfg.optim.batch_size}; add data or lower it")
+    baselines: dict[str, Any] = {"data": {**counts, "train_questions": len(train_items),
+                                          "eval_questions": len(eval_items), "train_windows": len(windows)}}
+    if cfg.mine_with != "none":
+        embedder = CachedEmbedder(cfg.mine_with, run_dir / "cache")
+        baselines.update(sentence_baseline(eval_items, embedder.encode))
+        del embedder
+
+    def eval_fn(m: Any) -> dict[str, float]:
+        reader = TorchReader(m, tokenizer, settings, cfg.no_answer_threshold, cfg.eval_batch_size)
+        return score_items(reader, eval_items, cfg.no_answer_threshold)[0]
+
+    result = train(
+        model, reader_loss, batch_stream(windows, tokenizer.pad_token_id or 0, cfg.optim.batch_size,
+                                         cfg.train.seed),
+        cfg, run_dir, eval_fn, tokenizer=tokenizer, baselines=baselines, force=force,
+        run_info={"task": "read", "recipe": cfg.recipe,
+                  "base_model": "random-init (model.config)" if cfg.model.config is not None
+                  else model_display_name(cfg.base_model), "max_length": cfg.max_length},
+    )
+    write_json_atomic(run_dir / "model" / META_FILE, {
+        **settings.to_json(), "trained_steps": result.step, "no_answer_threshold": cfg.no_answer_threshold,
+        "kinds": list(ANSWER_KINDS)})
+    return result.final_metrics
+
+
+__all__ = [
+    "ReaderModel",
+    "ReaderRecipe",
+    "TrainWindow",
+    "batch_stream",
+    "best_f1",
+    "build_model",
+    "label_windows",
+    "no_answer_items",
+    "reader",
+    "reader_loss",
+    "score_items",
+    "sentence_baseline",
+]
