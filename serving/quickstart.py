@@ -62,6 +62,8 @@ MODELS: tuple[ModelStep, ...] = (
               ("data.sources=[synthetic]",)),
     ModelStep("images", "images/quick/minilm_cnn.yaml", "images/minilm_cnn.yaml",
               ("data.sources=[synthetic_images]",)),
+    ModelStep("reader", "reader/quick/minilm_full.yaml", "reader/minilm_full.yaml",
+              ("data.sources=[synthetic,demo]",)),
 )
 
 

@@ -70,6 +70,7 @@ class ServeBundles:
         decomposer: ``decompose`` bundle: /v1/decompose and the pipeline's rewrite + QDG.
         citation: ``cite`` bundle: /v1/cite and the pipeline's citation (fallback: cosine).
         images: ``images`` bundle: /v1/images/place and the pipeline's placement.
+        reader: ``read`` bundle: the pipeline's short answers (``generation.backend: auto``).
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         backend: ``auto`` (ONNX Runtime), ``onnx`` or ``torch``.
         threads: intra-op threads per bundle (None: the runtime's default).
@@ -80,6 +81,8 @@ class ServeBundles:
             bi-encoder order (and BM25 when recorded).
         gate_cite: /v1/search cites with the model only when it beats cosine attribution.
         gate_images: /v1/search places images with the model only when it beats caption cosine.
+        gate_read: /v1/search answers with the reader only when its held-out answer F1 beats
+            the best-cosine sentence.
             The gates apply to /v1/search; each model's own endpoint serves it regardless, and
             ``/ready`` and ``/v1/models`` show every decision.
     """
@@ -89,6 +92,7 @@ class ServeBundles:
     decomposer: str | None = None
     citation: str | None = None
     images: str | None = None
+    reader: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     backend: Literal["auto", "onnx", "torch"] = "auto"
     threads: int | None = None
@@ -97,6 +101,7 @@ class ServeBundles:
     gate_rerank: bool = BundlesConfig.gate_rerank
     gate_cite: bool = BundlesConfig.gate_cite
     gate_images: bool = BundlesConfig.gate_images
+    gate_read: bool = BundlesConfig.gate_read
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,9 @@ class ServeConfig:
     server: ServerLimits = field(default_factory=ServerLimits)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
+
+# The bundles the pipeline (/v1/search) uses; the embedder is the index's.
+PIPELINE_ROLES = ("reranker", "decomposer", "citation", "images", "reader")
 
 # The environment variables ``searchsmith serve`` reads (listed by its --help).
 ENVIRONMENT: dict[str, str] = {
@@ -254,7 +262,7 @@ def load_models(cfg: ServeConfig, state: ServingState, *, warm: bool = True) -> 
         index = Index.load(cfg.index, embedder=index_embedder)
         if cfg.search:
             pipeline = Pipeline(cfg.pipeline, index, index_embedder,
-                                {role: loaded[role] for role in ("reranker", "decomposer", "citation", "images")})
+                                {role: loaded[role] for role in PIPELINE_ROLES})
         router = (pipeline.router if pipeline is not None and pipeline.router is not None
                   else CentroidRouter(index, index_embedder, cfg.pipeline.routing.router))
         embedder = index_embedder
@@ -269,7 +277,7 @@ def load_models(cfg: ServeConfig, state: ServingState, *, warm: bool = True) -> 
     # and say so
     from searchsmith.serving.pipeline.gates import decide, gate_report
 
-    decisions = decide({role: loaded[role] for role in ("reranker", "decomposer", "citation", "images")},
+    decisions = decide({role: loaded[role] for role in PIPELINE_ROLES},
                        cfg.pipeline.bundles)
     state.model_gates = {use: d.to_dict() for use, d in decisions.items()}
     for line in gate_report(decisions):

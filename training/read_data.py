@@ -45,6 +45,9 @@ class ReaderData:
         split_seed: seed of the split and of distractor sampling.
         negatives_per_positive: training windows without the answer kept per window with it
             (the rest are dropped: most windows of a 10-paragraph context are negatives).
+        no_answer_ratio: this share of the training questions is also read over its
+            non-gold paragraphs only, every window labelled ``none`` (SQuAD 2.0's unanswerable
+            questions): the reader learns to say there is no answer.
         max_items: per source, at most this many records (0 = all); smoke runs.
     """
 
@@ -58,6 +61,7 @@ class ReaderData:
     eval_ratio: float = 0.2
     split_seed: int = 13
     negatives_per_positive: float = 1.0
+    no_answer_ratio: float = 0.3
     max_items: int = 0
 
     def __post_init__(self) -> None:
@@ -67,6 +71,8 @@ class ReaderData:
                              f"choose from {list(SOURCES)}")
         if not 0.0 < self.eval_ratio < 1.0:
             raise ValueError(f"data.eval_ratio must be in (0, 1), got {self.eval_ratio}")
+        if not 0.0 <= self.no_answer_ratio <= 1.0:
+            raise ValueError(f"data.no_answer_ratio must be in [0, 1], got {self.no_answer_ratio}")
         if self.negatives_per_positive < 0 or self.max_distractors < 0:
             raise ValueError("data.negatives_per_positive and data.max_distractors must be >= 0")
 
@@ -93,7 +99,10 @@ class ReadItem:
 
     @property
     def kind(self) -> str:
-        """``yes`` / ``no`` for yes-no answers, else ``span``."""
+        """``yes`` / ``no`` for yes-no answers, ``none`` without answers (the answer is not in
+        the paragraphs), else ``span``."""
+        if not self.answers:
+            return "none"
         a = normalize_answer(self.answers[0])
         return a if a in ("yes", "no") else "span"
 
@@ -185,7 +194,11 @@ def demo_items(data: ReaderData) -> list[ReadItem]:
         others = rng.sample([i for i in ids if i not in gold], min(data.max_distractors, len(ids) - len(gold)))
         pick = gold + others
         rng.shuffle(pick)
-        out.append(ReadItem(f"demo-{r['id']}", f"demo-{r['id']}", "demo", r["query"],
+        # a follow-up reads with its conversation's user turns before it, as a rewrite gives it
+        history = " ".join(t.get("content", "") for t in r.get("history") or []
+                           if isinstance(t, dict) and t.get("role") == "user")
+        question = f"{history} {r['query']}".strip()
+        out.append(ReadItem(f"demo-{r['id']}", f"demo-{r['id']}", "demo", question,
                             [(docs[i].get("title", ""), docs[i]["text"]) for i in pick], [str(r["answer"])],
                             [j for j, i in enumerate(pick) if i in gold]))
     return out

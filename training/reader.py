@@ -173,6 +173,13 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
         ctx, ranges = contexts[i]
         gold = [ranges[j] for j in it.support if 0 <= j < len(ranges)]
         kind = it.kind
+        if kind == "none":  # an unanswerable variant: a few of its windows, all "none"
+            wins_i = by_item.get(i, [])
+            for w in rng.sample(wins_i, min(len(wins_i), max(1, int(round(negatives_per_positive))))):
+                out.append(TrainWindow(w.input_ids, w.token_type_ids, [int(o is not None) for o in w.offsets],
+                                       IGNORE, IGNORE, ANSWER_KINDS.index("none")))
+                counts["negative"] += 1
+            continue
         span = find_answer(ctx, it.answers, gold) if kind == "span" else None
         if kind == "span" and span is None:
             counts["skipped_no_answer_in_context"] += 1
@@ -249,13 +256,15 @@ def best_f1(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
     return (max(exact_match(prediction, a) for a in answers), max(token_f1(prediction, a) for a in answers))
 
 
-def no_answer_items(items: Sequence[ReadItem]) -> list[ReadItem]:
-    """The items over their non-gold paragraphs only (the answer is not there)."""
+def no_answer_items(items: Sequence[ReadItem], keep_answers: bool = True) -> list[ReadItem]:
+    """The items over their non-gold paragraphs only (the answer is not there); with
+    ``keep_answers=False`` their answers are dropped (training: every window is ``none``)."""
     out = []
     for it in items:
         rest = [p for j, p in enumerate(it.paragraphs) if j not in it.support]
-        if rest and it.support:
-            out.append(ReadItem(it.qid, it.uid + "-noans", it.source, it.question, rest, it.answers))
+        if rest and it.support and not it.hop:
+            out.append(ReadItem(it.qid, it.uid + "-noans", it.source, it.question, rest,
+                                it.answers if keep_answers else []))
     return out
 
 
@@ -331,8 +340,11 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "split.json", {"seed": cfg.data.split_seed, "train": sorted(train_ids),
                                                "eval": sorted(eval_ids)})
-    windows, counts = label_windows(train_items, tokenizer, settings, cfg.data.negatives_per_positive,
-                                    cfg.data.split_seed)
+    unanswerable = no_answer_items(train_items, keep_answers=False)
+    random.Random(cfg.data.split_seed).shuffle(unanswerable)
+    unanswerable = unanswerable[: int(round(cfg.data.no_answer_ratio * len(train_items)))]
+    windows, counts = label_windows([*train_items, *unanswerable], tokenizer, settings,
+                                    cfg.data.negatives_per_positive, cfg.data.split_seed)
     if len(windows) < cfg.optim.batch_size:
         raise ValidationError(f"data: {len(windows)} training windows, fewer than optim.batch_size="
                               f"{cfg.optim.batch_size}; add data or lower it")

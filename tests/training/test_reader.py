@@ -1,0 +1,124 @@
+"""Reader recipe: data loaders, window labels, the tiny twin end to end (resume, export, eval read)."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.hub import resolve_model
+from searchsmith.models.reader import ANSWER_KINDS, ReaderSettings, join_passages
+from searchsmith.training.config import load_recipe_config
+from searchsmith.training.read_data import ReaderData, ReadItem, find_answer, load_items
+from searchsmith.training.reader import best_f1, label_windows, no_answer_items
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "recipes" / "reader" / "tiny" / "bert-tiny_full.yaml"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model("default"))
+
+
+def test_find_answer_prefers_the_gold_paragraph_and_word_boundaries() -> None:
+    ctx = "Paris hosts the Louvre. Parisian cafes. The capital of France is Paris."
+    assert find_answer(ctx, ["Paris"]) == (0, 5)
+    gold = [(40, len(ctx))]
+    assert find_answer(ctx, ["Paris"], gold) == (ctx.rindex("Paris"), len(ctx) - 1)
+    assert find_answer(ctx, ["Lyon", "paris"]) == (0, 5)  # an alias, case-insensitive
+    assert find_answer(ctx, ["yes"]) is None and find_answer(ctx, ["Rome"]) is None
+
+
+def test_windows_are_labelled_with_the_answer_tokens_and_kinds(tok) -> None:
+    settings = ReaderSettings(max_length=40, stride=8, max_question_tokens=12, max_answer_tokens=8)
+    filler = [("Filler", "Nothing about rivers is said in this long paragraph of words " * 3)]
+    span = ReadItem("a", "a", "t", "Which river flows through Cairo?",
+                    [*filler, ("Nile", "The Nile flows through Cairo.")], ["The Nile"], [1])
+    yes = ReadItem("b", "b", "t", "Is the Nile long?", [("Nile", "The Nile is very long.")], ["yes"], [0])
+    none = ReadItem("c", "c", "t", "Which river?", filler, [], [])
+    missing = ReadItem("d", "d", "t", "Which river?", filler, ["Danube"], [])
+    wins, counts = label_windows([span, yes, none, missing], tok, settings, 1.0, 0)
+    assert counts["skipped_no_answer_in_context"] == 1  # the Danube is nowhere in its context
+    spans = [w for w in wins if w.kind == ANSWER_KINDS.index("span")]
+    assert spans
+    for w in spans:
+        assert tok.decode(w.input_ids[w.start:w.end + 1]).lower() == "the nile"
+        assert w.context[w.start] == 1 and w.context[w.end] == 1
+    assert any(w.kind == ANSWER_KINDS.index("yes") and w.start == -100 for w in wins)
+    assert sum(w.kind == ANSWER_KINDS.index("none") for w in wins) >= 2  # the negatives and the unanswerable
+
+
+def test_no_answer_items_keep_only_the_distractors() -> None:
+    it = ReadItem("q", "q", "t", "Q?", [("A", "a"), ("B", "b"), ("C", "c")], ["x"], [1])
+    (na,) = no_answer_items([it])
+    assert na.paragraphs == [("A", "a"), ("C", "c")] and na.answers == ["x"]
+    assert no_answer_items([it], keep_answers=False)[0].kind == "none"
+    assert best_f1("the Nile river", ["Nile", "Nile delta"]) == (0.0, pytest.approx(2 / 3))
+
+
+def test_the_shared_sets_load_with_gold_answers_in_context(shared_data) -> None:
+    data = ReaderData(hotpotqa=str(shared_data / "hotpotqa/hotpotqa_dev_distractor.jsonl"),
+                      musique=str(shared_data / "musique/musique_ans_200.jsonl"),
+                      wikimultihop=str(shared_data / "2wikimultihopqa/2wikimultihopqa_dev.jsonl"), max_items=20)
+    items = load_items(data)
+    sources = {it.source for it in items}
+    assert sources == {"hotpotqa", "musique", "2wikimultihopqa"}
+    hops = [it for it in items if it.hop]
+    assert hops and all("#" not in it.question for it in hops)  # #k filled with earlier answers
+    found = [find_answer(join_passages(it.paragraphs)[0], it.answers) is not None for it in items if it.kind == "span"]
+    assert sum(found) / len(found) > 0.8
+
+
+def test_a_bad_record_names_its_field(tmp_path) -> None:
+    p = tmp_path / "h.jsonl"
+    p.write_text(json.dumps({"_id": "1", "question": "Q?", "answer": "", "context": [["t", ["s"]]]}) + "\n")
+    with pytest.raises(ValidationError, match="field 'answer'"):
+        load_items(ReaderData(sources=("hotpotqa",), hotpotqa=str(p)))
+    with pytest.raises(ValueError, match="data.sources"):
+        ReaderData(sources=("squad",))
+
+
+def test_eval_read_data_errors_name_line_and_field(tmp_path) -> None:
+    from searchsmith.training.evaluate_read import read_items
+
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps({"question": "Q?", "answers": ["a"], "passages": ["p"], "supporting": [3]}) + "\n")
+    with pytest.raises(ValidationError, match=r"r.jsonl:1: 'supporting' must list passage indices in 0..0"):
+        read_items(p)
+    p.write_text(json.dumps({"question": "Q?", "answers": [], "passages": ["p"]}) + "\n")
+    with pytest.raises(ValidationError, match="'answers' must be a non-empty list"):
+        read_items(p)
+    with pytest.raises(ConfigError, match="not found"):
+        read_items(tmp_path / "none.jsonl")
+
+
+def test_tiny_reader_trains_resumes_exports_and_evaluates(tmp_path) -> None:
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.training.evaluate import EVALUATORS, heldout_figures
+    from searchsmith.training.evaluate_read import write_eval
+    from searchsmith.training.registry import get_recipe
+
+    run = tmp_path / "run"
+    cfg = load_recipe_config(TINY, [f"output_dir={run}"])
+    metrics = get_recipe("reader").fn(cfg, run_dir=run)
+    assert {"f1", "em", "answered_rate", "synthetic/f1"} <= set(metrics)
+    meta = json.loads((run / "model" / "reader.json").read_text())
+    assert meta["trained_steps"] == cfg.optim.max_steps and meta["max_length"] == cfg.max_length
+    # a rerun resumes the finished run instead of training again
+    again = get_recipe("reader").fn(cfg, run_dir=run)
+    assert again == metrics
+    bundle = tmp_path / "bundle"
+    manifest = export_run(run, bundle, ExportOptions(heldout_scorer=heldout_figures))
+    assert manifest["heldout_source"].startswith("bundle:fp32 on the run's held-out split")
+    assert manifest["heldout_metrics"]["f1"] == pytest.approx(metrics["f1"], abs=1e-6)
+    data = tmp_path / "eval.jsonl"
+    assert write_eval(data, TINY) == int(metrics["n"])
+    out = EVALUATORS["read"](Namespace(data=str(data), bundle=str(bundle), checkpoint=None, device="cpu",
+                                       limit=0, per_item=str(tmp_path / "items.jsonl")))
+    assert out["f1"] == pytest.approx(metrics["f1"], abs=1e-6) and "f1_ci95" in out
+    assert len((tmp_path / "items.jsonl").read_text().splitlines()) == int(metrics["n"])
