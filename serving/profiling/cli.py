@@ -1,7 +1,7 @@
 """``searchsmith profile SUITE``: each suite compares against a baseline in the same run.
 
-Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``; groups:
-``all`` (every suite but ``llm``; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
+Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``, ``read``; groups:
+``all`` (every suite but ``llm`` and ``read``; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
 
 The GPU check (the one command of ``../shared/GPU.md``, sized for about 5 minutes on one H200)::
 
@@ -44,6 +44,8 @@ SUITES: dict[str, str] = {
     "server": "searchsmith.serving.profiling.server",
     # the openai backend on a local llama.cpp server (pip install -e '.[llm]'); in no group
     "llm": "searchsmith.serving.profiling.llm",
+    # the reader: torch fp32 vs ONNX fp32 vs int8 (--run READER_RUN); in no group
+    "read": "searchsmith.serving.profiling.read",
 }
 # ``all`` and ``gpu`` are sequences of steps: a suite name, or ``suite:backend`` to run a
 # suite with ``--backend`` set (``embed:onnx``).
@@ -82,7 +84,8 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--backend", default="torch", help="embed: torch or onnx")
     parser.add_argument("--index", help="route/pipeline: an index directory to use")
-    parser.add_argument("--run", help="rerank: a trained reranker run (default: untrained MiniLM cross-encoder)")
+    parser.add_argument("--run", help="rerank: a trained reranker run (default: untrained MiniLM cross-encoder); "
+                        "read, llm: a trained reader run")
     parser.add_argument("--config", help="pipeline: a pipeline config YAML (bundles, presets, thresholds)")
     parser.add_argument("--record", metavar="DIR", default=None,
                         help="append the headline figures to DIR/performance.jsonl and regenerate the "

@@ -12,9 +12,9 @@ step, what a user waits before text appears) and the decoding rate after the fir
 The server keeps the KV cache of its last prompt, and every prompt starts with the same
 system text, so TTFT here is that of a warm server with a shared prefix, as in serving.
 
-The ``reader`` row is a hook: an extractive reader model's latency on the same questions
-and passages belongs there, beside the LLM's (:func:`measure_reader`); until one exists the
-row says it was not measured.
+The ``reader`` row is the int8 reader's latency on the same questions and passages
+(``--run READER_RUN``, exported to int8 for the run), beside the LLM's (:func:`measure_reader`);
+without ``--run`` the row says it was not measured.
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ def demo_prompts(n: int, max_passage_chars: int = 600) -> list[dict[str, Any]]:
         passages = [Passage(f"{d}#0", d, docs[d]["source"], docs[d]["text"][:max_passage_chars], 1.0,
                             title=docs[d].get("title")) for d in item["supporting"]]
         out.append({"id": item["id"], "question": item["query"],
+                    "passages": [(p.title or "", p.text) for p in passages],
                     "messages": render(template, item["query"], passages, max_chars=4000)})
         if len(out) == n:
             break
@@ -210,14 +211,24 @@ def measure_llm(base_url: str, prompts: list[dict[str, Any]], *, max_tokens: int
     return rows
 
 
-def measure_reader(prompts: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """HOOK: an extractive reader model's latency on the same questions and passages.
+def measure_reader(prompts: list[dict[str, Any]], run_dir: str | None) -> dict[str, Any] | None:
+    """The int8 reader's latency on the same questions and passages (``--run READER_RUN``), so
+    that the summary sets it beside the LLM's time to first token and whole-answer time;
+    None without a reader run."""
+    if not run_dir:
+        return None
+    import tempfile
 
-    Returns None until the reader exists; then ``{"reader_p50_ms": ..., "reader_p95_ms": ...}``
-    over ``prompts`` (each has ``question`` and the rendered ``messages``), so that the summary
-    sets the reader beside the LLM's time to first token and whole-answer time.
-    """
-    return None
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.models.runtime import load_bundle
+    from searchsmith.serving.profiling.read import time_reader
+
+    with tempfile.TemporaryDirectory(prefix="searchsmith-profile-llm-reader-") as tmp:
+        export_run(run_dir, Path(tmp) / "reader", ExportOptions(dtype="int8", allow_drift=True))
+        reader = load_bundle(Path(tmp) / "reader", device="cpu", task="read")
+        times, _ = time_reader(reader, [(p["question"], p["passages"]) for p in prompts], 1)
+    pct = percentiles(times)
+    return {"backend": "reader-int8", "reader_p50_ms": pct["p50_ms"], "reader_p95_ms": pct["p95_ms"]}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -255,9 +266,8 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         rows = measure_llm(server.url, prompts, max_tokens=max_tokens)
     for r in rows:
         ctx.emit({"suite": "llm", "backend": "openai", "server": "llama.cpp", **r})
-    reader = measure_reader(prompts)
+    reader = measure_reader(prompts, getattr(args, "run", None))
     ctx.emit({"suite": "llm", "stage": "reader",
-              **(reader if reader is not None else {"skipped": "no extractive reader model yet "
-                                                                "(hook: serving/profiling/llm.py measure_reader)"})})
+              **(reader if reader is not None else {"skipped": "no reader run given (--run READER_RUN)"})})
     ctx.emit({"suite": "llm", "summary": True, "backend": "openai", "server": "llama.cpp",
               "model": model.name, "n_threads": threads, "max_tokens": max_tokens, **summarize(rows)})

@@ -374,3 +374,22 @@ def test_record_writes_only_into_the_folder_it_is_given(tmp_path, tiny_profile) 
     (mine / "RESULTS.md").write_text("my notes\n")
     assert main(["profile", "embed", "--quick", "--out", str(tmp_path / "p2"), "--record", str(mine)]) == 1
     assert (mine / "RESULTS.md").read_text() == "my notes\n" and not (mine / "performance.jsonl").exists()
+
+
+def test_profile_read_compares_torch_onnx_and_int8(tmp_path, capsys) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from export_fixtures import read_run
+
+    out = tmp_path / "p"
+    assert main(["profile", "read", "--quick", "--run", str(read_run()), "--out", str(out)]) == 0
+    recs = _records(out)
+    rows = {r["backend"]: r for r in recs if r.get("suite") == "read" and "backend" in r}
+    assert set(rows) == {"torch-fp32", "onnx-fp32", "onnx-int8"}
+    assert rows["onnx-fp32"]["answer_agreement_vs_torch_fp32"] == 1.0  # fp32 ONNX answers as torch
+    assert rows["torch-fp32"]["speedup_vs_torch_fp32"] == 1.0
+    summary = [r for r in recs if r.get("summary")][0]
+    assert summary["questions"] == 12 and summary["onnx-int8_speedup"] == rows["onnx-int8"]["speedup_vs_torch_fp32"]
+    assert main(["profile", "read", "--quick", "--out", str(tmp_path / "q")]) != 0
+    assert "give --run RUN_DIR, a trained reader" in capsys.readouterr().err
