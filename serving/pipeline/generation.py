@@ -1,6 +1,10 @@
-"""Stage ``generation``: one interface, three backends.
+"""Stage ``generation``: one interface, four backends.
 
-* ``extractive`` (the offline default, no LLM): per sub-question, the sentences of its
+* ``reader`` (the default, ``backend: auto``, when ``bundles.reader`` is configured and passes
+  its gate): the reader's short answer per final sub-question and the sentence supporting it
+  (``serving/pipeline/reading.py``); below ``generation.reader.min_score`` it says it does not
+  know.
+* ``extractive`` (the offline default without a reader, no model): per sub-question, the sentences of its
   passages are scored by support = cosine(sentence, sub-question) + ``lexical_weight`` x
   the share of the sub-question's content words the sentence contains; the best one is
   selected, then the next ones only while their support stays within ``min_relative_score``
@@ -12,7 +16,8 @@
 
 The LLM prompts are files under ``serving/pipeline/prompts/`` (``[system]`` and ``[user]``
 sections; ``{context}``, ``{question}``, ``{subanswers}`` are filled in). When an LLM
-backend fails the answer falls back to the extractive one (noted in the trace).
+backend fails the answer falls back to the reader's (with a reader) or the extractive one
+(noted in the trace).
 
 Whatever the backend, when the best support of any sentence of the final sub-questions'
 passages is below ``no_answer_threshold``, or (``no_answer_missing_names``) the user's
@@ -108,9 +113,11 @@ class Support(NamedTuple):
 
 
 class Generator(Protocol):
-    """Answers a question from passages; reports (text, model calls, tokens in, tokens out)."""
+    """Answers chat messages: ``(text, tokens in, tokens out)``; ``on_token`` (optional) gets each
+    piece of text as it is generated (both LLM backends stream through it)."""
 
-    def complete(self, messages: list[dict[str, str]]) -> tuple[str, int, int]: ...
+    def complete(self, messages: list[dict[str, str]],
+                 on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]: ...
 
 
 class ExtractiveGenerator:
