@@ -27,7 +27,10 @@ def format_answer(ans: Answer) -> str:
     markers (the support), references, timeline, images, trace."""
     lines = [ans["answer"] or "(no answer found)", ""]
     if ans.get("short_answer"):
-        lines = [f"Answer: {ans['short_answer']}", "", f"Support: {ans['answer']}", ""]
+        support = [s for s in ans.get("sentences", []) if s["text"] in ans.get("support", [])]
+        cited = [s["text"].rstrip(".") + (" " + "".join(f"[{c['n']}]" for c in s["citations"]) if s["citations"]
+                                          else "") + "." for s in support]
+        lines = [f"Answer: {ans['short_answer']}", "", "Support: " + (" ".join(cited) or " ".join(ans["support"])), ""]
     if ans["rewrite"] != ans["query"]:
         lines.insert(0, f"(understood as: {ans['rewrite']})\n")
     if ans["references"]:

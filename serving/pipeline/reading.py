@@ -56,6 +56,15 @@ def span_sentence(title: str, text: str, start: int, end: int) -> str:
     return ""
 
 
+def body_sentence(text: str, answer: str) -> str:
+    """The first sentence of ``text`` that contains ``answer`` (case-insensitive), or ""."""
+    low = answer.lower()
+    for a, b in split_sentences(text):
+        if low and low in text[a:b].lower():
+            return " ".join(text[a:b].split())
+    return ""
+
+
 class ReaderAnswers:
     """Reads nodes with a ``read`` bundle and composes the answer.
 
@@ -108,6 +117,9 @@ class ReaderAnswers:
             window = tuple(read[i] for i in a.window_passages if 0 <= i < len(read)) or tuple(read)
             p = read[a.passage] if a.kind == "span" and 0 <= a.passage < len(read) else None
             sent = span_sentence(p.title or "", p.text, a.start, a.end) if p is not None else ""
+            title = " ".join((p.title or "").split()) if p is not None else ""
+            if p is not None and (not sent or sent.rstrip(".") == title or a.start < len(title)):
+                sent = body_sentence(p.text, a.text) or sent  # the span was in the title: quote the text
             out.append(NodeReading(node, a.text, a.kind, float(a.score), p, sent, window))
         return out
 
@@ -148,4 +160,4 @@ class ReaderAnswers:
         return ReaderAnswer(" ".join([lead, *support]), short, support, used)
 
 
-__all__ = ["NodeReading", "ReaderAnswer", "ReaderAnswers", "span_sentence"]
+__all__ = ["NodeReading", "ReaderAnswer", "ReaderAnswers", "body_sentence", "span_sentence"]

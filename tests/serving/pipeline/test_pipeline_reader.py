@@ -93,3 +93,20 @@ def test_a_failing_llm_falls_back_to_the_readers_answer(make_pipeline):
                         generation={"backend": "openai"}).ask("How far does light travel in one year?")
     assert ans["short_answer"] == "9.46 trillion kilometres"
     assert any("server down" in n and "the reader's answer" in n for n in ans["trace"]["notes"])
+
+
+def test_support_sentences_come_from_the_text_and_ask_prints_the_short_answer_first(make_pipeline):
+    from searchsmith.serving.pipeline.cli import format_answer
+    from searchsmith.serving.pipeline.reading import body_sentence, span_sentence
+
+    title, text = "Lumen source: lumen/evict.py", "Lumen's eviction is implemented in lumen/evict.py. It frees keys."
+    piece = passage_piece(title, text)
+    at = piece.index("lumen/evict.py")  # the first occurrence is in the title
+    assert span_sentence(title, text, piece.rindex("frees"), piece.rindex("frees") + 5) == "It frees keys."
+    assert body_sentence(text, "LUMEN/EVICT.PY") == "Lumen's eviction is implemented in lumen/evict.py."
+    assert at < len(title) and body_sentence(text, "nowhere") == ""
+    ans = make_pipeline(bundles={"reader": FakeReader(["9.46 trillion kilometres"])}).ask(
+        "How far does light travel in one year?")
+    out = format_answer(ans).splitlines()
+    assert out[0] == "Answer: 9.46 trillion kilometres"
+    assert out[2].startswith("Support: A light-year is the distance") and out[2].endswith("[1].")
