@@ -30,7 +30,7 @@ weights) and ``reader.json`` (lengths and decoding settings). This module import
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -274,7 +274,11 @@ def passage_piece(title: str, text: str) -> str:
     return f"{title}. {body}" if title and not body.startswith(title) else body
 
 
-def as_passage(p: Any, where: str) -> tuple[str, str]:
+# A passage as the reader takes it: a string, a ``(title, text)`` pair or ``{"title", "text"}``.
+PassageLike = str | tuple[str, str] | Mapping[str, str]
+
+
+def as_passage(p: object, where: str) -> tuple[str, str]:
     """``(title, text)`` from a string, a ``(title, text)`` pair or a ``{"title", "text"}`` dict."""
     if isinstance(p, str):
         return "", p
@@ -360,6 +364,7 @@ def passage_of(ranges: Sequence[tuple[int, int]], char: int) -> int:
 __all__ = [
     "ANSWER_KINDS",
     "PassageAnswer",
+    "PassageLike",
     "as_passage",
     "locate",
     "passage_piece",

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
     from searchsmith.models.constrained import CopyConstraint, EditConstraint, GraphGrammar
     from searchsmith.models.qdg import QDG
+    from searchsmith.models.reader import PassageAnswer, PassageLike
     from searchsmith.models.roles import (
         Citer,
         Decomposer,
@@ -599,10 +600,12 @@ class ReadBundle(Bundle):
 
     TASK = "read"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, path: Path, manifest: Manifest, tokenizer: PreTrainedTokenizerBase,
+                 graphs: Mapping[str, Graph], backend: str,
+                 batch_size: int = 32, max_batch_tokens: int | None = None) -> None:
         from searchsmith.models.reader import ReaderSettings
 
-        super().__init__(*args, **kwargs)
+        super().__init__(path, manifest, tokenizer, graphs, backend, batch_size, max_batch_tokens)
         self.settings = ReaderSettings.from_json(self.manifest.get("reader") or {"max_length": self.max_length})
         self.min_score = float((self.manifest.get("thresholds") or {}).get("no_answer_threshold", 0.5))
 
@@ -612,8 +615,8 @@ class ReadBundle(Bundle):
         out = self.graphs["model"]({k: v for k, v in feeds.items() if k in names})  # (b, T, 6)
         return out[..., 0], out[..., 1], out[:, 0, 2:]
 
-    def read_batch(self, questions: Sequence[str], passages: Sequence[Sequence[Any]],
-                   return_meta: bool = False) -> WithMeta[list[Any]]:
+    def read_batch(self, questions: Sequence[str], passages: Sequence[Sequence[PassageLike]],
+                   return_meta: bool = False) -> WithMeta[list[PassageAnswer]]:
         """One :class:`~searchsmith.models.reader.PassageAnswer` per question from its passages.
 
         Args:
@@ -640,7 +643,8 @@ class ReadBundle(Bundle):
         return out, {"truncated": wins.questions_cut, "max_length": self.max_length,
                      "max_question_tokens": self.settings.max_question_tokens, "windows": len(wins.windows)}
 
-    def read(self, question: str, passages: Sequence[Any], return_meta: bool = False) -> WithMeta[Any]:
+    def read(self, question: str, passages: Sequence[PassageLike],
+             return_meta: bool = False) -> WithMeta[PassageAnswer]:
         """The :class:`~searchsmith.models.reader.PassageAnswer` to ``question`` from ``passages``."""
         if not isinstance(question, str):
             raise ValidationError(f"read: question is {type(question).__name__}, expected a string")

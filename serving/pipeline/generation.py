@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, RunnerError
-from searchsmith.models.roles import Embedder
+from searchsmith.models.roles import Embedder, Reader
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import content_words, embed, sentences, strip_markers
 from searchsmith.serving.pipeline.config import (
@@ -512,7 +512,7 @@ class GenerationStage:
     writes = ("answer", "answer_found", "used_passages", "short_answer", "support")
 
     def __init__(self, extractive: ExtractiveGenerator, llm: Generator | None, config: GenerationConfig,
-                 reader: Any = None) -> None:
+                 reader: Reader | None = None) -> None:
         from searchsmith.serving.pipeline.reading import ReaderAnswers
 
         self.extractive = extractive

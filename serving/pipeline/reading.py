@@ -13,12 +13,16 @@ instead of guessing. In ``planning`` a parent's short answer fills its children'
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from searchsmith.models.reader import passage_piece
+from searchsmith.models.reader import PassageAnswer, passage_piece
+from searchsmith.models.roles import Reader
 from searchsmith.models.text import split_sentences
 from searchsmith.serving.pipeline.config import GenerationConfig
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
+
+if TYPE_CHECKING:
+    from searchsmith.serving.pipeline.generation import Support
 
 
 class NodeReading(NamedTuple):
@@ -73,19 +77,20 @@ class ReaderAnswers:
         config: the generation config (``generation.reader``).
     """
 
-    def __init__(self, reader: Any, config: GenerationConfig) -> None:
+    def __init__(self, reader: Reader, config: GenerationConfig) -> None:
         self.reader = reader
         self.config = config
         cfg = config.reader.min_score
         self.min_score = float(cfg) if cfg is not None else float(getattr(reader, "min_score", 0.5))
 
     def read(self, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
-             state: PipelineState) -> list[tuple[Any, list[Passage]]]:
-        """``(PassageAnswer, the passages read)`` per question; one model call for all."""
+             state: PipelineState) -> list[tuple[PassageAnswer | None, list[Passage]]]:
+        """``(PassageAnswer, the passages read)`` per question (None without passages); one
+        model call for all."""
         k = self.config.reader.max_passages
         chosen = [sorted(ps, key=lambda p: -p.score)[:k] for ps in passages]
         todo = [i for i, ps in enumerate(chosen) if ps]
-        out: list[tuple[Any, list[Passage]]] = [(None, ps) for ps in chosen]
+        out: list[tuple[PassageAnswer | None, list[Passage]]] = [(None, ps) for ps in chosen]
         if not todo:
             return out
         got, meta = self.reader.read_batch([questions[i] for i in todo],
@@ -123,7 +128,7 @@ class ReaderAnswers:
             out.append(NodeReading(node, a.text, a.kind, float(a.score), p, sent, window))
         return out
 
-    def compose(self, readings: Sequence[NodeReading], ranked: Sequence[Sequence[Any]]) -> ReaderAnswer | None:
+    def compose(self, readings: Sequence[NodeReading], ranked: Sequence[Sequence[Support]]) -> ReaderAnswer | None:
         """The answer from the final nodes' readings; None when none reaches ``min_score``.
 
         Args:

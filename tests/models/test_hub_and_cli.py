@@ -88,14 +88,15 @@ def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, mo
     monkeypatch.setattr(qs, "demo_corpus", lambda: corpus)  # indexing the full demo corpus takes minutes
     tiny = tuple(qs.ModelStep(m.name, t, t, ()) for m, t in zip(qs.MODELS, (
         "reranker/tiny/bert-tiny_full.yaml", "decomposer/tiny/bert-tiny_bert2bert.yaml",
-        "citation/tiny/bert-tiny_full.yaml", "images/tiny/bert-tiny_cnn.yaml"), strict=True))
+        "citation/tiny/bert-tiny_full.yaml", "images/tiny/bert-tiny_cnn.yaml", "reader/tiny/bert-tiny_full.yaml"),
+        strict=True))
     monkeypatch.setattr(qs, "MODELS", tiny)
     monkeypatch.setattr(qs, "_exported", lambda bundle, source: (bundle / "manifest.json").is_file())
     work = tmp_path / "w"
     assert main(["quickstart", "--workdir", str(work)]) == 0
     out = capsys.readouterr().out
     assert "18 documents" in out and "user: Where can I find the code for it?" in out
-    for name in ("reranker", "decomposer", "citation", "images", "embedder"):
+    for name in ("reranker", "decomposer", "citation", "images", "reader", "embedder"):
         assert (work / "bundles" / name / "manifest.json").is_file(), name
     assert (work / "indexes" / "demo" / "manifest.json").is_file()
     assert "bundles:" in (work / "pipeline.yaml").read_text()
