@@ -118,30 +118,27 @@ def _limit(items: list, n: int) -> list:
     return items[:n] if n else items
 
 
-def hotpotqa_items(data: ReaderData) -> list[ReadItem]:
-    path = resolve_data_path(data.hotpotqa, "data.hotpotqa")
+def _context_items(path_setting: str, field: str, prefix: str, source: str, max_items: int) -> list[ReadItem]:
+    """HotpotQA-format records (``context`` = ``[title, sentences]``; gold titles from
+    ``supporting_titles`` or ``supporting_facts``): HotpotQA and 2WikiMultihopQA."""
+    path = resolve_data_path(path_setting, field)
     out = []
-    for n, r in enumerate(_limit(read_jsonl(path, required=("_id", "question", "answer", "context"),
-                                            what="data.hotpotqa"), data.max_items)):
-        _check(r, f"data.hotpotqa {path} line {n + 1}", "question", "answer", "context")
+    for n, r in enumerate(_limit(read_jsonl(path, required=("_id", "question", "answer", "context"), what=field),
+                                 max_items)):
+        _check(r, f"{field} {path} line {n + 1}", "question", "answer", "context")
         gold = set(r.get("supporting_titles") or [t for t, _ in r.get("supporting_facts") or []])
         paras = [(t, " ".join(s) if isinstance(s, list) else str(s)) for t, s in r["context"]]
-        out.append(ReadItem(f"hotpotqa-{r['_id']}", f"hotpotqa-{r['_id']}", "hotpotqa", r["question"], paras,
+        out.append(ReadItem(f"{prefix}-{r['_id']}", f"{prefix}-{r['_id']}", source, r["question"], paras,
                             [r["answer"]], [i for i, (t, _) in enumerate(paras) if t in gold]))
     return out
+
+
+def hotpotqa_items(data: ReaderData) -> list[ReadItem]:
+    return _context_items(data.hotpotqa, "data.hotpotqa", "hotpotqa", "hotpotqa", data.max_items)
 
 
 def wikimultihop_items(data: ReaderData) -> list[ReadItem]:
-    path = resolve_data_path(data.wikimultihop, "data.wikimultihop")
-    out = []
-    for n, r in enumerate(_limit(read_jsonl(path, required=("_id", "question", "answer", "context"),
-                                            what="data.wikimultihop"), data.max_items)):
-        _check(r, f"data.wikimultihop {path} line {n + 1}", "question", "answer", "context")
-        gold = {t for t, _ in r.get("supporting_facts") or []}
-        paras = [(t, " ".join(s) if isinstance(s, list) else str(s)) for t, s in r["context"]]
-        out.append(ReadItem(f"2wiki-{r['_id']}", f"2wiki-{r['_id']}", "2wikimultihopqa", r["question"], paras,
-                            [r["answer"]], [i for i, (t, _) in enumerate(paras) if t in gold]))
-    return out
+    return _context_items(data.wikimultihop, "data.wikimultihop", "2wiki", "2wikimultihopqa", data.max_items)
 
 
 def _musique_context(rng: random.Random, paras: list[dict], gold: Sequence[int], k: int) -> tuple[list[tuple[str, str]], list[int]]:
