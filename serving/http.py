@@ -22,8 +22,10 @@ Endpoints (request and response examples: ``/docs``, from ``schemas.py``):
                          one paragraph per image (Hungarian assignment) or unplaced (the
                          pipeline's placement: ``pipeline.images.place_images``)
     POST /v1/search      the pipeline: JSON, or Server-Sent Events with ``"stream": true``
+    GET  /v1/images/file ``?doc_id=&image_id=``: an image of the index (what an answer placed)
     POST /v1/feedback    ``{"query_id", "quality"}``: the protocol router's reward (accepted and
                          ``"recorded": false`` while the router is off)
+    GET  /               the answer page (``serving/static/ui``; off with ``server.ui: false``)
     GET  /docs           Swagger UI from ``serving/static`` (no CDN: works offline); /openapi.json
     GET  /health         200 while the process serves HTTP (liveness)
     GET  /ready          200 once the models are loaded and warm, else 503 (readiness)
@@ -102,6 +104,26 @@ SWAGGER_DIR = STATIC_DIR / "swagger-ui"
 DOCS_ASSETS = "/docs/assets"
 
 
+UI_DIR = STATIC_DIR / "ui"
+UI_ASSETS = "/ui"
+# The page loads only its own files and talks only to this server.
+UI_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+             "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def _add_ui(app: FastAPI) -> None:
+    """The answer page at ``/`` and its assets under ``/ui`` (``serving/static/ui``, no CDN)."""
+    from starlette.staticfiles import StaticFiles
+
+    app.mount(UI_ASSETS, StaticFiles(directory=UI_DIR), name="ui-assets")
+    page = (UI_DIR / "index.html").read_text(encoding="utf-8")
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page, headers={"Content-Security-Policy": UI_POLICY, "Cache-Control": "no-cache",
+                                           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+
+
 def _add_docs(app: FastAPI) -> None:
     """Swagger UI at /docs from the assets shipped in ``serving/static/swagger-ui`` (no CDN)."""
     from fastapi.openapi.docs import get_swagger_ui_html
@@ -176,6 +198,8 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     app.state.serving = state
     app.router.route_class = AnswerErrors  # before any route is added
     _add_docs(app)
+    if config.ui:
+        _add_ui(app)
 
     for exc_type in (RequestValidationError, StarletteHTTPException, SearchsmithError,
                      TimeoutError, Exception):

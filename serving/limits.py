@@ -72,6 +72,10 @@ class ServerLimits:
         stream_chunk_chars: characters of answer text per Server-Sent Event of /v1/search.
         embeddings_model: the name and aliases of the /v1/embeddings model (``model``).
         rerank_model: the name and aliases of the /v1/rerank model.
+        ui: serve the answer page at ``/`` (static files of the package: a question box,
+            the answer streamed with its citations, timeline, images and trace); false
+            turns it off (``/`` is then 404). The page needs no key to load; its requests
+            send the key the user types (kept in the page's memory, never in the URL).
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -93,6 +97,7 @@ class ServerLimits:
     stream_chunk_chars: int = 64
     embeddings_model: ServedModel = field(default_factory=ServedModel)
     rerank_model: ServedModel = field(default_factory=ServedModel)
+    ui: bool = True
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -102,8 +107,9 @@ class ServerLimits:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.append(f"{name}: expected an int >= 1, got {value!r}")
-        if not isinstance(self.truncate, bool):
-            problems.append(f"truncate: expected true or false, got {self.truncate!r}")
+        for name in ("truncate", "ui"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.api_keys, (list, tuple)) or not all(
                 isinstance(k, str) and k.strip() for k in self.api_keys):
             problems.append("api_keys: expected a list of non-empty strings (empty list = no auth)")

@@ -15,6 +15,7 @@ import base64
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from searchsmith.models.errors import (
     ValidationError,
 )
 from searchsmith.serving.batcher import DynamicBatcher
+from searchsmith.serving.http_errors import error_response, with_param
 from searchsmith.serving.pipeline.citation import cite_sentences, support_threshold
 from searchsmith.serving.pipeline.images import place_images
 from searchsmith.serving.request_checks import (
@@ -49,7 +51,11 @@ from searchsmith.serving.schemas import (
     route_responses,
 )
 from searchsmith.serving.state import ServingState, check_dimensions, check_model
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+# the image files /v1/images/file serves, by suffix
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+               ".webp": "image/webp"}
 FEEDBACK_OFF = ("feedback is accepted but not used: the protocol router is off, so every answer uses "
                 "pipeline.protocol.default_preset; to learn from feedback set pipeline.protocol.enabled: true "
                 "(and pipeline.protocol.state_path to keep what it learns) in serve.yaml and restart")
@@ -109,12 +115,8 @@ def _sse(name: str, data: Any) -> str:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
-async def _search_events(ans: dict[str, Any], chunk_chars: int):
-    """Server-Sent Events of one answer: the text in chunks, then citations (look-back: the
-    cited text with [n] markers), timeline, images, trace, and ``[DONE]``."""
-    text = ans.get("answer_text") or ""
-    for i in range(0, len(text), chunk_chars):
-        yield _sse("answer", {"delta": text[i: i + chunk_chars]})
+def _final_events(ans: dict[str, Any]):
+    """The events after the answer text: citations, timeline, images, trace, ``[DONE]``."""
     yield _sse("citations", {"answer": ans.get("answer"), "short_answer": ans.get("short_answer", ""),
                              "support": ans.get("support", []), "references": ans.get("references", []),
                              "sentences": ans.get("sentences", [])})
@@ -122,6 +124,54 @@ async def _search_events(ans: dict[str, Any], chunk_chars: int):
     yield _sse("images", {"images": ans.get("images", [])})
     yield _sse("trace", {k: ans.get(k) for k in ("query_id", "query", "rewrite", "nodes", "passages", "trace")})
     yield "data: [DONE]\n\n"
+
+
+async def _search_events(ans: dict[str, Any], chunk_chars: int):
+    """Server-Sent Events of a finished answer: the text in chunks, then :func:`_final_events`."""
+    text = ans.get("answer_text") or ""
+    for i in range(0, len(text), chunk_chars):
+        yield _sse("answer", {"delta": text[i: i + chunk_chars]})
+    for event in _final_events(ans):
+        yield event
+
+
+def _error_event(exc: BaseException) -> str:
+    """An error after the stream began: the status and body the request would have had."""
+    resp = error_response(exc)
+    return _sse("error", {**json.loads(bytes(resp.body)), "status": resp.status_code})
+
+
+async def _live_events(first: str, deltas: asyncio.Queue, task: asyncio.Future):
+    """Server-Sent Events of an answer an LLM is generating: each piece as it comes, then the
+    final text when it differs (``{"delta": "", "replace": text}``) and :func:`_final_events`;
+    a failure after the first piece is an ``error`` event (the status is already sent)."""
+    streamed = [first]
+    yield _sse("answer", {"delta": first})
+    try:
+        while True:
+            get = asyncio.ensure_future(deltas.get())
+            await asyncio.wait({get, task}, return_when=asyncio.FIRST_COMPLETED)
+            if not get.done():
+                get.cancel()
+                break
+            streamed.append(get.result())
+            yield _sse("answer", {"delta": streamed[-1]})
+        while not deltas.empty():
+            streamed.append(deltas.get_nowait())
+            yield _sse("answer", {"delta": streamed[-1]})
+        try:
+            ans = task.result()
+        except Exception as exc:  # noqa: BLE001 - the client hears it as an event
+            yield _error_event(exc)
+            return
+        final = ans.get("answer_text") or ""
+        if final != "".join(streamed):
+            yield _sse("answer", {"delta": "", "replace": final})
+        for event in _final_events(ans):
+            yield event
+    finally:
+        if not task.done():  # the client went away: drop the call if it has not started
+            task.cancel()
 
 
 def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Request], None]) -> None:
@@ -332,17 +382,63 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         if not req.query.strip():
             raise EmptyInputError("query: is empty; send a question")
 
+        loop = asyncio.get_running_loop()
+        deltas: asyncio.Queue[str] = asyncio.Queue()
+
+        def on_delta(piece: str) -> None:  # on the worker thread
+            loop.call_soon_threadsafe(deltas.put_nowait, piece)
+
         def work() -> dict[str, Any]:
             return pipe.ask(req.query, req.history, query_id=req.query_id, preset=req.preset,
-                            strategy=req.strategy, routing_mode=req.routing_mode)
+                            strategy=req.strategy, routing_mode=req.routing_mode,
+                            on_delta=on_delta if req.stream else None)
 
-        # The answer is complete before the first byte: errors keep their status codes, and the
-        # stream then carries the text and the look-back citations after it.
-        ans = await _call(state, "search", work, "/v1/search")
         if not req.stream:
-            return JSONResponse(ans)
+            return JSONResponse(await _call(state, "search", work, "/v1/search"))
+        # The stream starts with the first piece an LLM backend generates, or with the whole
+        # answer when the offline backends write it at once: errors before that (429, 504, a
+        # bad history) keep their status codes; one after it is an ``error`` event.
+        task = asyncio.ensure_future(_call(state, "search", work, "/v1/search"))
+        first = asyncio.ensure_future(deltas.get())
+        await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        if first.done():
+            return StreamingResponse(_live_events(first.result(), deltas, task), media_type="text/event-stream",
+                                     headers=headers)
+        first.cancel()
+        ans = task.result()  # raises: the error's own status
         return StreamingResponse(_search_events(ans, config.stream_chunk_chars), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                                 headers=headers)
+
+    @app.get("/v1/images/file", dependencies=auth, responses=route_responses("", 404, 413))
+    async def image_file(doc_id: str, image_id: str) -> Response:
+        """An image of the index's corpus (an answer's ``images[].doc_id`` and ``image_id``):
+        the answer page shows placements with it. The file is the one the index recorded for
+        that document; nothing of the request is used as a path."""
+        pipe = state.pipeline
+        if pipe is None or state.shutting_down:
+            raise NotReadyError("/v1/images/file: no pipeline is loaded; start the server with an index")
+        media = None
+        found = None
+        for chunk in await asyncio.to_thread(pipe.index.store.chunks_of_doc, doc_id):
+            found = next((im for im in chunk.images if im.get("id") == image_id), None)
+            if found is not None:
+                break
+        if found is not None:
+            path = Path(found["path"])
+            media = IMAGE_TYPES.get(path.suffix.lower())
+        if found is None or media is None or not path.is_file():
+            why = ("no such image in the index" if found is None else
+                   "the index's file for it is missing" if media is not None else "not an image file")
+            raise with_param(StarletteHTTPException(404, f"image_id: {image_id!r} of doc_id {doc_id!r}: {why}"),
+                             "image_id", "image_not_found")
+        size = path.stat().st_size
+        if size > config.max_image_bytes:
+            raise with_param(PayloadTooLargeError(
+                f"image_id: {image_id!r} has {size} bytes, more than server.max_image_bytes "
+                f"{config.max_image_bytes}"), "image_id")
+        data = await asyncio.to_thread(path.read_bytes)
+        return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
     @app.post("/v1/feedback", dependencies=auth, responses=route_responses("/v1/feedback", 500))
     async def feedback(req: FeedbackRequest) -> JSONResponse:

@@ -306,11 +306,14 @@ RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
                    "answer_text": "About ten minutes. Knead the dough for about ten minutes.",
                    "short_answer": "About ten minutes", "support": ["Knead the dough for about ten minutes."],
                    "references": [{"n": 1, "doc_id": "bread-101", "chunk_id": "bread-101#0", "title": "Bread basics",
-                                   "source": "cooking", "url": "https://example.com/bread"}],
+                                   "source": "cooking", "url": "https://example.com/bread", "score": 0.83,
+                                   "text": "Knead the dough for about ten minutes. The recipe was updated on 1 May 2024."}],
                    "sentences": [{"text": "Knead the dough for about ten minutes.", "entities": [],
-                                  "citations": [{"n": 1, "score": 0.81}]}],
-                   "timeline": [{"date": "2024-05-01", "precision": "day", "text": "The recipe was updated on "
-                                 "1 May 2024.", "sources": ["bread-101"]}], "images": [],
+                                  "citations": [{"n": 1, "score": 0.81, "chunk_id": "bread-101#0",
+                                                 "quote": "Knead the dough for about ten minutes."}]}],
+                   "timeline": [{"year": "2024", "events": [
+                       {"date": "2024-05-01", "precision": "day", "text": "The recipe was updated on 1 May 2024.",
+                        "sources": ["bread-101"]}]}], "images": [],
                    "passages": [{"chunk_id": "bread-101#0", "doc_id": "bread-101", "source": "cooking",
                                  "title": "Bread basics", "score": 0.83, "node_id": "1", "date": "2024-05-01",
                                  "url": "https://example.com/bread"}],

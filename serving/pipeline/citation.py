@@ -10,7 +10,9 @@ candidate is scored with the citation bundle's
 bundle, the best cosine between the sentence and the passage's sentences, cut at
 ``cosine_threshold`` (0.6). Below the cut a sentence gets no citation rather than a wrong
 one. Markers ``[n]`` are numbered by first use and always match the reference list
-(markers the generator wrote itself are removed first). An answer that is "not found"
+(markers the generator wrote itself are removed first). Each sentence's citation gives its
+reference number, score, chunk and ``quote``: the sentence of the passage that supports it
+best, which the answer page highlights in the reference's ``text``. An answer that is "not found"
 (generation.no_answer_threshold) cites nothing. The cited passages join the answer's
 ``used_passages`` (the timeline reads them).
 
@@ -33,7 +35,8 @@ from searchsmith.models.text import (
     pattern_entities,
     split_sentences,
 )
-from searchsmith.serving.pipeline.common import embed, sentences, strip_markers
+from searchsmith.serving.pipeline.common import content_words, embed, strip_markers
+from searchsmith.serving.pipeline.common import sentences as split_text
 from searchsmith.serving.pipeline.config import CitationConfig, Preset
 from searchsmith.serving.pipeline.state import PipelineState, Trace, estimate_tokens
 
@@ -54,12 +57,16 @@ class SentenceCitations:
         citations: (passage index, score), best first: one passage per document key, each
             scoring >= the threshold, at most ``max_per_sentence``.
         vetoed: passages the entity veto removed before scoring.
+        quotes: per citation, the sentence of its passage that supports the sentence best
+            (closest by cosine, or by shared content words without an encoder): what a
+            reader is shown highlighted in the passage.
     """
 
     text: str
     entities: list[Span]
     citations: list[tuple[int, float]]
     vetoed: int = 0
+    quotes: tuple[str, ...] = ()
 
 
 def support_threshold(bundle: Citer | None, config: CitationConfig) -> float:
@@ -115,7 +122,9 @@ def cite_sentences(sentences: Sequence[str], passages: Sequence[tuple[str, str]]
     limit = max_per_sentence or config.max_per_sentence
     keys, texts = [k for k, _ in passages], [t for _, t in passages]
     spans = _entity_spans(sentences, bundle, trace)
-    score = _support_scorer(sentences, texts, bundle, encode, trace)
+    parts = [[" ".join(x.split()) for x in split_text(t)] or [" ".join(t.split())] for t in texts]
+    closest = _closest_sentence(sentences, parts, encode)
+    score = _support_scorer(sentences, texts, bundle, closest, trace)
     out = []
     for i, (sentence, found) in enumerate(zip(sentences, spans, strict=True)):
         cands, vetoed = _candidates(sentence, [sentence[a:b] for a, b, _ in found], texts, config.entity_veto)
@@ -135,7 +144,8 @@ def cite_sentences(sentences: Sequence[str], passages: Sequence[tuple[str, str]]
             if keys[j] not in seen:
                 seen.add(keys[j])
                 cited.append((j, float(scores[k])))
-        out.append(SentenceCitations(sentence, found, cited, vetoed))
+        quotes = tuple(parts[j][closest(i, j)[1]] for j, _ in cited)
+        out.append(SentenceCitations(sentence, found, cited, vetoed, quotes))
     return out
 
 
@@ -166,13 +176,39 @@ def _candidates(sentence: str, entities: list[str], texts: list[str], entity_vet
     return keep or list(range(len(texts))), 0
 
 
+def _closest_sentence(sents: Sequence[str], parts: list[list[str]],
+                      encode: Callable[[list[str]], np.ndarray] | None) -> Callable[[int, int], tuple[float, int]]:
+    """``closest(i, j)``: (cosine, index) of passage j's sentence closest to sentence i.
+
+    With ``encode`` every text is embedded in one call on first use; without one the
+    closeness is the share of sentence i's content words a passage sentence contains.
+    """
+    vecs: dict[str, np.ndarray] = {}
+
+    def closest(i: int, j: int) -> tuple[float, int]:
+        s = " ".join(sents[i].split())
+        if encode is None:
+            words = content_words(s)
+            share = [len(words & content_words(x)) / max(1, len(words)) for x in parts[j]]
+            k = int(np.argmax(share))
+            return float(share[k]), k
+        if not vecs:
+            flat = list(dict.fromkeys([" ".join(x.split()) for x in sents] + [x for p in parts for x in p]))
+            vecs.update(zip(flat, np.asarray(encode(flat), dtype=np.float64), strict=True))
+        cos = np.stack([vecs[x] for x in parts[j]]) @ vecs[s]  # (sentences of passage j,)
+        k = int(np.argmax(cos))
+        return float(cos[k]), k
+
+    return closest
+
+
 def _support_scorer(sents: Sequence[str], texts: list[str], bundle: Any | None,
-                    encode: Callable[[list[str]], np.ndarray] | None, trace: Trace | None
+                    closest: Callable[[int, int], tuple[float, int]], trace: Trace | None
                     ) -> Callable[[int, list[int]], np.ndarray]:
     """``score(i, cands)``: the support of sentence i by each candidate passage, shape (len(cands),).
 
     The bundle's P(supports), one call per sentence; else the best cosine between the sentence
-    and the passage's sentences, every text embedded in one call on first use.
+    and the passage's sentences (:func:`_closest_sentence`).
     """
     if bundle is not None:
         def attribute(i: int, cands: list[int]) -> np.ndarray:
@@ -183,15 +219,9 @@ def _support_scorer(sents: Sequence[str], texts: list[str], bundle: Any | None,
             return out.reshape(-1)
 
         return attribute
-    parts = [[" ".join(x.split()) for x in sentences(t)] or [t] for t in texts]
-    vecs: dict[str, np.ndarray] = {}
 
     def cosine(i: int, cands: list[int]) -> np.ndarray:
-        if not vecs:
-            flat = list(dict.fromkeys([" ".join(s.split()) for s in sents] + [x for p in parts for x in p]))
-            vecs.update(zip(flat, np.asarray(encode(flat), dtype=np.float64), strict=True))
-        s = vecs[" ".join(sents[i].split())]  # (D,)
-        return np.asarray([float((np.stack([vecs[x] for x in parts[j]]) @ s).max()) for j in cands])
+        return np.asarray([closest(i, j)[0] for j in cands])
 
     return cosine
 
@@ -228,19 +258,21 @@ class CitationStage:
             refs: list[dict[str, Any]] = []
             cited_per_sentence: list[list[int]] = []
             for sent in found:
-                marks: list[tuple[int, float]] = []
-                for j, score in sent.citations:
+                marks: list[dict[str, Any]] = []
+                for (j, score), quote in zip(sent.citations, sent.quotes, strict=True):
                     p = state.passages[j]
                     if p.doc_id not in ref_no:
                         ref_no[p.doc_id] = len(refs) + 1
                         refs.append({"n": ref_no[p.doc_id], "doc_id": p.doc_id, "chunk_id": p.chunk_id,
-                                     "title": p.title, "source": p.source, "url": p.url})
-                    marks.append((ref_no[p.doc_id], round(score, 4)))
+                                     "title": p.title, "source": p.source, "url": p.url,
+                                     "score": round(float(p.score), 4), "text": p.text})
+                    marks.append({"n": ref_no[p.doc_id], "score": round(score, 4), "chunk_id": p.chunk_id,
+                                  "quote": quote})
                     if p.chunk_id not in state.used_passages:
                         state.used_passages.append(p.chunk_id)
-                cited_per_sentence.append([m for m, _ in marks])
+                cited_per_sentence.append([m["n"] for m in marks])
                 state.sentences.append({"text": sent.text, "entities": [sent.text[a:b] for a, b, _ in sent.entities],
-                                        "citations": [{"n": m, "score": s} for m, s in marks]})
+                                        "citations": marks})
             # insert markers right after each sentence (end to start keeps offsets valid)
             out = answer
             for (_a, b), ns in reversed(list(zip(spans, cited_per_sentence))):

@@ -596,7 +596,9 @@ class GenerationStage:
                 try:
                     msgs = render(self.prompt, state.question(), state.passages, self.config.max_context_chars,
                                   state.node_answers, state.nodes)
-                    text, t_in, t_out = self.llm.complete(msgs)
+                    # the final answer streams to the listener (the server's /v1/search events)
+                    text, t_in, t_out = (self.llm.complete(msgs) if state.on_delta is None
+                                         else self.llm.complete(msgs, on_token=state.on_delta))
                     state.trace.count(self.name, 1, t_in, t_out)
                     if text:
                         # which passages an LLM drew on is unknown: the citations will say

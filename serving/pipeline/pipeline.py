@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,7 +177,7 @@ class Pipeline:
 
     def ask(self, query: str, history: Sequence[Turn] | None = None, *, query_id: str | None = None,
             preset: str | None = None, strategy: str | None = None,
-            routing_mode: str | None = None) -> Answer:
+            routing_mode: str | None = None, on_delta: Callable[[str], None] | None = None) -> Answer:
         """Answer one (possibly follow-up) question.
 
         Args:
@@ -187,6 +187,11 @@ class Pipeline:
             preset: force a preset (else the protocol router's choice, or the default).
             strategy: force ``direct``/``parallel``/``planning`` (the SRSA ablation).
             routing_mode: force ``serial``/``parallel``/``auto``.
+            on_delta: gets each piece of the final answer's text as an LLM backend
+                (``openai``, ``hf``) generates it, on the calling thread; the offline backends
+                write the answer at once and call nothing. The returned ``answer_text`` is the
+                final word (an LLM's own ``[n]`` markers removed, or another backend's answer
+                when the LLM failed part-way).
 
         Returns:
             The answer as a JSON-ready dict (:meth:`answer_dict`).
@@ -199,7 +204,8 @@ class Pipeline:
             raise ValidationError(f"routing_mode: expected serial, parallel or auto, got {routing_mode!r}")
         features = task_features(query, turns)
         name, chosen = self._preset(preset, features)
-        state = PipelineState(query=query, history=turns, query_id=query_id or uuid.uuid4().hex, preset_name=name)
+        state = PipelineState(query=query, history=turns, query_id=query_id or uuid.uuid4().hex, preset_name=name,
+                              on_delta=on_delta)
         for d in self.gates.values():
             if not d.used:
                 state.trace.note(f"{d.use}: {d.reason}")

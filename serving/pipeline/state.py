@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -171,6 +171,9 @@ class PipelineState:
     trace: Trace = field(default_factory=Trace)
     # text -> (D,) unit vector; shared by stages so a sentence is embedded once per answer
     embeddings: dict[str, Any] = field(default_factory=dict, repr=False)
+    # gets each piece of the final answer as an LLM backend generates it (the server's
+    # /v1/search stream); None: nobody is listening
+    on_delta: Callable[[str], None] | None = field(default=None, repr=False)
 
     def question(self) -> str:
         """The standalone question: the rewrite when there is one."""

@@ -133,7 +133,7 @@ class FakePipeline:
     def __init__(self) -> None:
         self.answered: set[str] = set()
 
-    def ask(self, query, history=None, *, query_id=None, preset=None, strategy=None, routing_mode=None):
+    def ask(self, query, history=None, *, query_id=None, preset=None, strategy=None, routing_mode=None, on_delta=None):
         from searchsmith.models.errors import ValidationError
         from searchsmith.serving.rewrite import parse_history
 
