@@ -978,32 +978,59 @@ def _qdmr(graph: dict[str, Any]) -> tuple[list[str], list[list[int]]]:
     return steps, deps
 
 
-def break_figures(question: str, pred: dict[str, Any], gold: dict[str, Any], suffix: str = "") -> dict[str, float]:
-    """Break's metrics of one predicted graph (JSON) against the gold one: ``decompose_sari``,
-    ``decompose_em``, ``decompose_normalized_em``, ``decompose_ged`` (lower is better) and
-    ``decompose_ged_exact`` (1 when the edit-distance search finished), each name + ``suffix``."""
+def break_figures(question: str, pred: dict[str, Any], gold: dict[str, Any], suffix: str = "",
+                  item: object = "") -> dict[str, float]:
+    """Break's metrics of one predicted graph (JSON) against the gold one, each name + ``suffix``.
+
+    * ``decompose_sari``, ``decompose_em``, ``decompose_normalized_em``, ``decompose_ged`` (lower
+      is better), ``decompose_ged_exact`` (1 when the edit-distance search finished): the
+      approximations of :mod:`searchsmith.models.metrics` (lower-cased SARI; GED with articles,
+      punctuation and reference numbers ignored by the node similarity), kept so that figures
+      recorded before stay comparable;
+    * ``decompose_break_sari``, ``decompose_break_em``, ``decompose_break_normalized_em``,
+      ``decompose_break_ged``, ``decompose_break_ged_exact``: as Break's official scorer computes
+      them (:mod:`searchsmith.training.break_metrics`, which lists what still differs): the
+      figures to set beside the Break leaderboard.
+
+    Raises:
+        ValidationError: naming ``item`` and ``pred`` or ``gold`` when a graph has no steps.
+    """
+    from searchsmith.training.break_metrics import break_scores
+
     ps, pd = _qdmr(pred)
     gs, gd = _qdmr(gold)
     ged, exact = qdmr_ged(ps, gs, pd, gd)
+    scores = break_scores(question, ps, gs, pd, gd, field=f"item {item}" if item != "" else "")
     return {f"decompose_sari{suffix}": qdmr_sari(question, ps, gs),
             f"decompose_em{suffix}": qdmr_exact_match(ps, gs),
             f"decompose_normalized_em{suffix}": qdmr_normalized_em(ps, gs, pd, gd),
-            f"decompose_ged{suffix}": ged, f"decompose_ged_exact{suffix}": float(exact)}
+            f"decompose_ged{suffix}": ged, f"decompose_ged_exact{suffix}": float(exact),
+            f"decompose_break_sari{suffix}": scores.sari,
+            f"decompose_break_em{suffix}": scores.exact_match,
+            f"decompose_break_normalized_em{suffix}": scores.normalized_em,
+            f"decompose_break_ged{suffix}": scores.ged,
+            f"decompose_break_ged_exact{suffix}": float(scores.ged_exact)}
 
 
 def _one_node(question: str) -> dict[str, Any]:
-    return {"type": "terminal", "nodes": [{"id": "1", "text": question, "depends_on": []}]}
+    # A "#1" in a question is text (a title such as "Computer Geek #1"), not a reference: written
+    # without the "#", as the QDG's repair writes such literals, so the graph stays valid.
+    text = re.sub(r"#\s*(\d+)", r"\1", question)
+    return {"type": "terminal", "nodes": [{"id": "1", "text": text, "depends_on": []}]}
 
 
 def eval_decompose(args: argparse.Namespace) -> dict[str, Any]:
     """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN_DIR | --bundle DIR)``: graph
     validity, type, node-count accuracy and node-text F1 (the recipe's figures,
     :func:`searchsmith.training.decomposer.evaluate`), and beside them Break's SARI, exact match,
-    normalized exact match and GED (:func:`break_figures`), each also for the untrained baseline
-    that keeps the question as one node (``..._one_node``), with bootstrap 95 % intervals over the
-    items. Write a held-out file with ``python -m searchsmith.training.decompose_data --out DIR``.
+    normalized exact match and GED (:func:`break_figures`: ``decompose_break_*`` as Break's
+    official scorer computes them, ``decompose_sari`` etc. the earlier approximations), each also
+    for the untrained baseline that keeps the question as one node (``..._one_node``), with
+    bootstrap 95 % intervals over the items. Write a held-out file with
+    ``python -m searchsmith.training.decompose_data --out DIR``.
     """
     from searchsmith.models.qdg import QDG
+    from searchsmith.training.break_metrics import GED_TIMEOUT_S
     from searchsmith.training.decompose_data import read_decomposition_eval
     from searchsmith.training.decomposer import evaluate, node_f1
 
@@ -1021,18 +1048,25 @@ def eval_decompose(args: argparse.Namespace) -> dict[str, Any]:
     for row in per_item:
         one = _one_node(row["query"])
         row["decompose_node_f1_one_node"] = node_f1(QDG.from_json(one), QDG.from_json(row["gold"]))
-        row.update(break_figures(row["query"], row["pred"], row["gold"]))
-        row.update(break_figures(row["query"], one, row["gold"], "_one_node"))
+        row.update(break_figures(row["query"], row["pred"], row["gold"], item=row["id"]))
+        row.update(break_figures(row["query"], one, row["gold"], "_one_node", item=row["id"]))
     if per_item:
         for key in [k for k in per_item[0] if k.startswith(("decompose_sari", "decompose_em", "decompose_normalized",
-                                                             "decompose_ged", "decompose_node_f1_one"))]:
+                                                             "decompose_ged", "decompose_break_",
+                                                             "decompose_node_f1_one"))]:
             metrics[key] = sum(r[key] for r in per_item) / len(per_item)
     metrics["break_metrics"] = (
-        "Break's metrics (Wolfson et al. 2020): SARI over the flat step string ('#k' as '@@k@@', steps joined "
-        "by '@@SEP@@') with the question as source; exact match of that string; normalized exact match "
-        "(a smaller normal form than Break's: case, articles, punctuation, 'return', and the order of "
-        "independent steps); GED normalized to [0, 1], lower is better (networkx, node substitution "
-        "1 - difflib ratio of step tokens). *_one_node: the question kept as one node.")
+        "Break's metrics (Wolfson et al. 2020). decompose_break_*: as Break's official scorer computes them "
+        "(searchsmith.training.break_metrics): SARI (n-grams 1-4, case-sensitive) of the flat step string "
+        "('return' dropped, '#k' as '@@k@@', steps joined by ' @@SEP@@ ', split on spaces) with the question "
+        "split on spaces as source; exact match of the lower-cased strings; GED normalized by max(nodes + edges), "
+        f"lower is better (exact networkx search within {GED_TIMEOUT_S:g} s per item, else the best upper bound: "
+        "decompose_break_ged_exact is the share that finished; node substitution 1 - the edit-distance match "
+        "ratio of the steps' lemmas, rule-based lemmas instead of spaCy's); normalized exact match with a "
+        "smaller normal form than Break's (lemmas, case, articles, punctuation, the order of independent steps). "
+        "decompose_sari / _em / _normalized_em / _ged: the earlier approximations (lower-cased SARI; GED node "
+        "similarity of difflib over tokens without articles, punctuation or reference numbers), kept for "
+        "comparison with recorded runs. *_one_node: the question kept as one node.")
     _write_per_item(getattr(args, "per_item", None), per_item)
     return with_bootstrap(metrics, per_item)
 
