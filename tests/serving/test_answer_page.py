@@ -1,0 +1,458 @@
+"""The answer page in a real browser: headless Chromium (Debian's chromium and chromium-driver,
+driven by Selenium) against a real ``searchsmith serve`` on loopback.
+
+The server indexes the demo knowledge base (models/demo) with the offline base embedder and
+answers through ``generation.backend: openai`` from an OpenAI-compatible stand-in started here:
+it copies the context sentence sharing most words with the question and streams it word by
+word, slowly enough that the page's intermediate states can be seen. The server requires an
+API key, and its question queue holds one waiting call, so a third concurrent question is 429.
+
+Screenshots of the main states go to a folder printed at the end of the run
+(``SEARCHSMITH_UI_SHOTS`` to choose it). Every test fails on any JavaScript error or console
+error in the browser; failed requests are allowed only where the test provokes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+DRIVER = shutil.which("chromedriver")
+if CHROMIUM is None or DRIVER is None:
+    pytest.skip("needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver; "
+                ".ci/run installs them)", allow_module_level=True)
+webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_CORPUS = REPO / "models" / "demo" / "corpus.jsonl"
+KEY = "page-test-key"
+# The demo's two-turn question as the page is tested with it: the first turn's answer has an
+# image placed beside it; the follow-up names no product (the history does) and has a timeline.
+FIRST = "Which parts is a Quarry deployment built from?"
+FOLLOW_UP = "When did Northwind Labs release it?"
+WORD_DELAY_S = 0.12
+
+
+# ---- an OpenAI-compatible stand-in that streams slowly ---------------------------------------
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
+
+
+def stand_in_answer(prompt: str) -> str:
+    """The context sentence sharing most words with the question's own part (the rewrite's
+    added history terms only break ties), with the passage's marker."""
+    question = prompt.rsplit("Question:", 1)[-1].split("\nAnswer:", 1)[0].strip()
+    own = _words(question.split(" (", 1)[0])
+    every = _words(question)
+    best, best_score = "I could not find it.", 0.0
+    for line in prompt.splitlines():
+        m = re.match(r"\[(\d+)\] (?:[^:]*: )?(.*)", line)
+        if not m:
+            continue
+        for sent in re.split(r"(?<=[.!?])\s+", m.group(2)):
+            w = _words(sent)
+            score = 10 * len(own & w) + len(every & w)
+            if score > best_score:
+                best, best_score = f"{sent.strip()} [{m.group(1)}]", score
+    return best
+
+
+class StandIn(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests: list[str] = []
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][-1]["content"]
+        StandIn.requests.append(prompt)
+        text = stand_in_answer(prompt)
+        delay = 0.8 if "slowly" in prompt else WORD_DELAY_S
+        if not body.get("stream"):
+            data = json.dumps({"choices": [{"message": {"content": text}, "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        pieces = re.findall(r"\S+\s*", text)
+        try:
+            for i, piece in enumerate(pieces):
+                chunk = {"choices": [{"delta": {"content": piece},
+                                      "finish_reason": "stop" if i == len(pieces) - 1 else None}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(delay)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llm_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+# ---- the server ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo_index(tmp_path_factory):
+    from searchsmith.serving.main import main
+
+    out = tmp_path_factory.mktemp("page") / "index"
+    assert main(["index", str(DEMO_CORPUS), "--out", str(out)]) == 0
+    return out
+
+
+class Server:
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path) -> None:
+        self.url, self.proc, self.log = url, proc, log
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(demo_index, llm_url, tmp_path_factory):
+    work = tmp_path_factory.mktemp("serve")
+    cfg = {
+        "index": str(demo_index),
+        "server": {"api_keys": [KEY], "calls": {"max_batch_size": 1, "max_wait_ms": 0.0, "max_queue": 1, "workers": 1}},
+        "pipeline": {"generation": {"backend": "openai", "openai": {"base_url": llm_url, "model": "stand-in"}}},
+    }
+    (work / "serve.yaml").write_text(json.dumps(cfg), encoding="utf-8")  # JSON is YAML
+    port = _free_port()
+    log = work / "serve.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SEARCHSMITH_LOG": "warning"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "searchsmith.serving.main", "serve", "--config",
+                                 str(work / "serve.yaml"), "--port", str(port)], stdout=out, stderr=subprocess.STDOUT,
+                                env=env)
+    srv = Server(f"http://127.0.0.1:{port}", proc, log)
+    deadline = time.monotonic() + 240
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"searchsmith serve exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{srv.url}/ready", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            srv.stop()
+            pytest.fail(f"searchsmith serve was not ready within 240 s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    yield srv
+    srv.stop()
+
+
+# ---- the browser -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shots(request, tmp_path_factory) -> Path:
+    folder = Path(os.environ.get("SEARCHSMITH_UI_SHOTS") or tmp_path_factory.mktemp("answer-page-screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\nanswer page screenshots: {folder}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,1000", "--lang=en-US"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+class Console:
+    """The browser's console since the last check; failed requests only with an allowed status."""
+
+    def __init__(self, driver) -> None:
+        self.driver = driver
+        self.allowed: set[int] = set()
+        self.refused = False  # the server is down: refused connections are expected
+
+    def allow(self, *statuses: int) -> None:
+        self.allowed.update(statuses)
+
+    def check(self) -> None:
+        bad = []
+        for entry in self.driver.get_log("browser"):
+            if entry["level"] not in ("SEVERE", "ERROR"):
+                continue
+            status = re.search(r"status of (\d{3})", entry["message"])
+            if entry.get("source") == "network" and status and int(status.group(1)) in self.allowed:
+                continue
+            if entry.get("source") == "network" and self.refused and "ERR_CONNECTION_REFUSED" in entry["message"]:
+                continue
+            bad.append(entry["message"])
+        assert not bad, f"errors in the browser console: {bad}"
+
+
+@pytest.fixture
+def console(browser):
+    con = Console(browser)
+    browser.get_log("browser")  # start clean
+    yield con
+    con.check()
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition", poll: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def last_turn(driver):
+    turns = driver.find_elements(By.CSS_SELECTOR, "#conversation .turn")
+    return turns[-1] if turns else None
+
+
+def open_page(driver, server, console) -> None:
+    console.allow(401)  # the page's first request finds out that a key is needed
+    driver.get(server.url + "/")
+    panel = driver.find_element(By.ID, "key-panel")
+    wait_for(panel.is_displayed, 20, "the API key panel")
+    key = driver.find_element(By.ID, "api-key")
+    assert driver.switch_to.active_element == key  # focused for the keyboard
+    key.send_keys(KEY, Keys.ENTER)
+    wait_for(lambda: driver.find_element(By.ID, "server-status").text.startswith("Connected"), 20, "connected")
+    assert not panel.is_displayed()
+    assert KEY not in driver.current_url
+
+
+def ask(driver, question: str):
+    """Types the question and presses Enter; returns (turn, the answer text's successive states)."""
+    before = len(driver.find_elements(By.CSS_SELECTOR, "#conversation .turn"))
+    box = driver.find_element(By.ID, "question")
+    box.send_keys(question, Keys.ENTER)
+    wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#conversation .turn")) > before, 10, "a new turn")
+    turn = last_turn(driver)
+    states: list[str] = []
+    while True:
+        state = turn.get_attribute("data-state")
+        if state == "streaming":
+            text = driver.execute_script("return arguments[0].querySelector('.answer-text')?.textContent ?? ''", turn)
+            if text and (not states or text != states[-1]):
+                states.append(text)
+        if state in ("done", "error"):
+            return turn, states
+        time.sleep(0.03)
+
+
+# ---- the tests -------------------------------------------------------------------------------
+def test_a_two_turn_conversation_streams_cites_places_and_traces(browser, server, console, shots) -> None:
+    d = browser
+    open_page(d, server, console)
+    d.save_screenshot(str(shots / "01-connected.png"))
+
+    # Turn 1: the text arrives piece by piece
+    turn, states = ask(d, FIRST)
+    assert turn.get_attribute("data-state") == "done", turn.text
+    assert len(states) >= 3, f"expected the answer to grow in several steps, saw {states}"
+    for a, b in zip(states, states[1:]):
+        assert b.startswith(a) and len(b) > len(a), (a, b)
+    assert int(turn.get_attribute("data-deltas")) >= 4
+
+    # ... then the cited answer replaces it: entities marked, [n] buttons, references
+    server_ans = httpx.post(f"{server.url}/v1/search", headers={"Authorization": f"Bearer {KEY}"},
+                            json={"query": FIRST}, timeout=60).json()
+    sentences = turn.find_elements(By.CSS_SELECTOR, ".answer .sentence")
+    assert [s.text.split("[")[0].strip() for s in sentences] == [s["text"] for s in server_ans["sentences"]]
+    marks = [m.text for m in turn.find_elements(By.CSS_SELECTOR, "mark.entity")]
+    assert marks and set(marks) <= {e for s in server_ans["sentences"] for e in s["entities"]}
+    refs = {r["n"]: r for r in server_ans["references"]}
+    listed = turn.find_elements(By.CSS_SELECTOR, ".reference-list li")
+    assert [int(li.get_attribute("data-n")) for li in listed] == sorted(refs)
+
+    # every [n] opens its passage: hover for one, keyboard focus for each, Tab to the next
+    quotes = [c["quote"] for s in server_ans["sentences"] for c in s["citations"]]
+    buttons = turn.find_elements(By.CSS_SELECTOR, "button.cite")
+    assert len(buttons) == len(quotes) >= 1
+    from selenium.webdriver import ActionChains
+
+    ActionChains(d).move_to_element(buttons[0]).perform()
+    pop = d.find_element(By.ID, "cite-pop")
+    wait_for(pop.is_displayed, 5, "the passage on hover")
+    for i, (btn, quote) in enumerate(zip(buttons, quotes)):
+        if i == 0:
+            d.execute_script("arguments[0].focus()", btn)
+        else:
+            d.switch_to.active_element.send_keys(Keys.TAB)
+            assert d.switch_to.active_element == btn
+        n = int(btn.get_attribute("data-n"))
+        wait_for(lambda n=n: pop.is_displayed() and pop.get_attribute("data-n") == str(n), 5, f"passage [{n}]")
+        assert pop.find_element(By.CSS_SELECTOR, ".pop-title").text == f"[{n}] {refs[n]['title']}"
+        assert refs[n]["source"] in pop.find_element(By.CSS_SELECTOR, ".pop-meta").text
+        assert pop.find_element(By.CSS_SELECTOR, "mark.support").text == " ".join(quote.split())
+        assert btn.get_attribute("aria-expanded") == "true"
+    d.save_screenshot(str(shots / "02-citation-open.png"))
+    d.switch_to.active_element.send_keys(Keys.ESCAPE)
+    wait_for(lambda: not pop.is_displayed(), 5, "Escape to close the passage")
+
+    # the image beside the unit it was assigned to, loaded through /v1/images/file
+    assert server_ans["images"], "the demo answer should place an image (caption cosine)"
+    fig = wait_for(lambda: turn.find_elements(By.CSS_SELECTOR, ".unit figure.placed-image[data-loaded=true]"),
+                   15, "the placed image")[0]
+    im = server_ans["images"][0]
+    assert fig.get_attribute("data-image-id") == im["image_id"]
+    assert d.execute_script("return arguments[0].querySelector('img').naturalWidth", fig) > 0
+    assert f"placement score {im['score']:.3f}" in fig.text
+    unit = fig.find_element(By.XPATH, "./ancestor::div[contains(@class,'unit')]")
+    assert im["after"][:30] in unit.text
+
+    # the trace panel: routed sources with scores, the graph, stage latencies as bars
+    trace = d.find_element(By.ID, "trace")
+    routed = [r["source"] for r in server_ans["trace"]["routing"]["sources"]]
+    assert [li.get_attribute("data-name") for li in trace.find_elements(By.CSS_SELECTOR, "li.bar-row.source")] == routed
+    stages = {li.get_attribute("data-name"): li for li in trace.find_elements(By.CSS_SELECTOR, "li.bar-row.stage")}
+    assert {"routing", "retrieval", "generation", "citation"} <= set(stages)
+    assert re.search(r"\d+(\.\d)? (ms|s)", stages["generation"].text)
+    widths = [d.execute_script("return arguments[0].querySelector('.bar-fill').style.width", li) for li in stages.values()]
+    assert max(float(w.rstrip("%")) for w in widths) == pytest.approx(100.0)  # the slowest fills its bar
+    assert trace.find_elements(By.CSS_SELECTOR, "svg.graph-svg g.node")
+    assert "Preset (protocol router)" in trace.text and "model calls" in trace.text
+
+    # Turn 2: a follow-up that only the history makes answerable
+    turn2, states2 = ask(d, FOLLOW_UP)
+    assert turn2.get_attribute("data-state") == "done", turn2.text
+    assert len(states2) >= 2
+    facts = dict(zip([e.text for e in trace.find_elements(By.CSS_SELECTOR, ".facts dt")],
+                     [e.text for e in trace.find_elements(By.CSS_SELECTOR, ".facts dd")]))
+    assert facts["Question"] == FOLLOW_UP and "Quarry" in facts["Rewritten query"]  # the history was sent
+    events = turn2.find_elements(By.CSS_SELECTOR, ".timeline .event time")
+    assert events and all(re.match(r"\d{4}", e.get_attribute("datetime")) for e in events)
+    assert "Quarry" in turn2.find_element(By.CSS_SELECTOR, ".timeline").text
+
+    # feedback: posted and confirmed (the protocol router is off here, as in the quickstart's
+    # serve.yaml: the server accepts the rating and says it does not learn from it)
+    turn2.find_element(By.CSS_SELECTOR, ".feedback .thumb.up").click()
+    wait_for(lambda: turn2.get_attribute("data-feedback") == "accepted", 10, "feedback confirmed")
+    status = turn2.find_element(By.CSS_SELECTOR, ".feedback-status")
+    assert status.text.startswith("Thanks: received") and "protocol.enabled" in status.get_attribute("title")
+    assert turn2.find_element(By.CSS_SELECTOR, ".feedback .thumb.up").get_attribute("aria-pressed") == "true"
+    d.execute_script("window.scrollTo(0, 0)")
+    d.save_screenshot(str(shots / "03-two-turns.png"))
+
+    # readable at phone width: nothing wider than the window
+    d.set_window_size(390, 844)
+    time.sleep(0.3)
+    assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+    d.save_screenshot(str(shots / "04-phone.png"))
+    d.set_window_size(1280, 1000)
+
+    # a new conversation forgets the history
+    d.find_element(By.ID, "new-conversation").click()
+    assert not d.find_elements(By.CSS_SELECTOR, "#conversation .turn")
+    assert d.switch_to.active_element == d.find_element(By.ID, "question")
+
+
+def test_every_control_is_labelled_and_reachable_by_keyboard(browser, server, console) -> None:
+    d = browser
+    open_page(d, server, console)
+    unlabeled = d.execute_script("""
+        const out = [];
+        for (const c of document.querySelectorAll('input, textarea, select')) {
+          if (!c.id || !document.querySelector(`label[for="${c.id}"]`)) out.push(c.outerHTML);
+        }
+        for (const b of document.querySelectorAll('button, a[href]')) {
+          if (!(b.getAttribute('aria-label') || b.textContent.trim())) out.push(b.outerHTML);
+        }
+        return out;""")
+    assert unlabeled == []
+    # the skip link is the first stop of Tab, shows itself when focused, and leads to the question box
+    first = d.execute_script("return document.querySelector('a[href], button, input, textarea, select')")
+    assert first.get_attribute("class") == "skip-link"
+    d.execute_script("arguments[0].focus()", first)
+    assert d.execute_script("return arguments[0].getBoundingClientRect().left >= 0", first)
+    first.send_keys(Keys.ENTER)
+    assert d.execute_script("return location.hash") == "#question"
+    wait_for(lambda: d.switch_to.active_element == d.find_element(By.ID, "question"), 5, "focus on the question box")
+    # the question box and the Ask button follow each other in Tab order
+    d.switch_to.active_element.send_keys(Keys.TAB)
+    assert d.switch_to.active_element == d.find_element(By.ID, "ask")
+    assert d.find_element(By.CSS_SELECTOR, "main[id=main]")
+    assert d.find_element(By.ID, "trace-panel").get_attribute("aria-labelledby") == "trace-title"
+
+
+def test_server_errors_are_shown_not_a_blank_page(browser, server, console, shots) -> None:
+    d = browser
+    open_page(d, server, console)
+    # two slow questions hold the one worker and the one queue place: the page's is 429
+    console.allow(429)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    held = [threading.Thread(target=lambda: httpx.post(f"{server.url}/v1/search", headers=headers, timeout=120,
+                                                       json={"query": "Which parts is a Lumen deployment built from slowly?"}))
+            for _ in range(2)]
+    for t in held:
+        t.start()
+        time.sleep(0.4)
+    time.sleep(0.5)
+    turn, _ = ask(d, "How does Quarry store segments?")
+    err = turn.find_element(By.CSS_SELECTOR, ".error[role=alert]")
+    assert re.search(r"busy \(429\).*Retry in \d+ s\.", err.text), err.text
+    d.save_screenshot(str(shots / "05-busy-429.png"))
+    for t in held:
+        t.join()
+
+    # the server goes away: the page says so (Chrome logs the refused connection)
+    console.refused = True
+    server.stop()
+    turn, _ = ask(d, "Is anyone there?")
+    err = turn.find_element(By.CSS_SELECTOR, ".error[role=alert]")
+    assert "cannot be reached" in err.text and "searchsmith serve" in err.text
+    d.save_screenshot(str(shots / "06-server-down.png"))
