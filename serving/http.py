@@ -21,7 +21,12 @@ Endpoints (request and response examples: ``/docs``, from ``schemas.py``):
     POST /v1/images/place  ``{"paragraphs", "images": [{"id", "caption"?, "url"?, "data"?}]}`` ->
                          one paragraph per image (Hungarian assignment) or unplaced (the
                          pipeline's placement: ``pipeline.images.place_images``)
-    POST /v1/search      the pipeline: JSON, or Server-Sent Events with ``"stream": true``
+    POST /v1/search      the pipeline: JSON, or Server-Sent Events with ``"stream": true``:
+                         ``answer`` events (``{"delta"}``: pieces as an LLM backend generates
+                         them, or the finished text in chunks; ``{"delta": "", "replace"}`` when
+                         the final text differs from the pieces), then ``citations``, ``timeline``,
+                         ``images``, ``trace`` and ``data: [DONE]``; an error after the first
+                         piece is an ``error`` event (``{"error", "status"}``)
     GET  /v1/images/file ``?doc_id=&image_id=``: an image of the index (what an answer placed)
     POST /v1/feedback    ``{"query_id", "quality"}``: the protocol router's reward (accepted and
                          ``"recorded": false`` while the router is off)

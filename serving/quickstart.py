@@ -247,5 +247,6 @@ def run_quickstart(args: argparse.Namespace) -> int:
     print(f"\ndone in {time.perf_counter() - t0:.0f} s. Work folder: {work}\n"
           f"  ask again:  searchsmith ask \"...\" --config {pipe_w.kept or pipe_w.path}\n"
           f"  serve:      searchsmith serve --config {serve_w.kept or serve_w.path}\n"
+          f"  answer page: http://127.0.0.1:8000/ once it serves (ask the two questions above)\n"
           f"  metrics:    {work / 'runs' / '<model>' / 'metrics.json'}")
     return 0

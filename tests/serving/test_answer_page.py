@@ -152,6 +152,29 @@ class Server:
                 self.proc.kill()
 
 
+def start_server(config: Path, log: Path) -> Server:
+    """``searchsmith serve --config CONFIG`` on a free loopback port, once /ready says so."""
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SEARCHSMITH_LOG": "warning"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "searchsmith.serving.main", "serve", "--config", str(config),
+                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
+    srv = Server(f"http://127.0.0.1:{port}", proc, log)
+    deadline = time.monotonic() + 240
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"searchsmith serve exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{srv.url}/ready", timeout=2).status_code == 200:
+                return srv
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            srv.stop()
+            pytest.fail(f"searchsmith serve was not ready within 240 s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def server(demo_index, llm_url, tmp_path_factory):
     work = tmp_path_factory.mktemp("serve")
@@ -161,27 +184,7 @@ def server(demo_index, llm_url, tmp_path_factory):
         "pipeline": {"generation": {"backend": "openai", "openai": {"base_url": llm_url, "model": "stand-in"}}},
     }
     (work / "serve.yaml").write_text(json.dumps(cfg), encoding="utf-8")  # JSON is YAML
-    port = _free_port()
-    log = work / "serve.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SEARCHSMITH_LOG": "warning"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "searchsmith.serving.main", "serve", "--config",
-                                 str(work / "serve.yaml"), "--port", str(port)], stdout=out, stderr=subprocess.STDOUT,
-                                env=env)
-    srv = Server(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.monotonic() + 240
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"searchsmith serve exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{srv.url}/ready", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            srv.stop()
-            pytest.fail(f"searchsmith serve was not ready within 240 s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
+    srv = start_server(work / "serve.yaml", work / "serve.log")
     yield srv
     srv.stop()
 
@@ -429,6 +432,26 @@ def test_every_control_is_labelled_and_reachable_by_keyboard(browser, server, co
     assert d.find_element(By.ID, "trace-panel").get_attribute("aria-labelledby") == "trace-title"
 
 
+def test_the_decomposition_graph_draws_every_node_and_edge(browser, server, console) -> None:
+    d = browser
+    open_page(d, server, console)
+    nodes = [{"id": "1", "text": "Who directed Ed Wood?", "depends_on": [], "answer": "Tim Burton"},
+             {"id": "2", "text": "When was #1 born?", "depends_on": ["1"], "answer": None},
+             {"id": "3", "text": "Where was #1 born?", "depends_on": ["1"], "answer": None},
+             {"id": "4", "text": "Compare #2 and #3", "depends_on": ["2", "3"], "answer": None}]
+    d.execute_script("window.searchsmithPage.renderTrace(arguments[0])", {
+        "query_id": "g", "query": "q", "rewrite": "q", "nodes": nodes,
+        "trace": {"preset": "large", "strategy": "planning", "graph_type": "planning", "stages": {}}})
+    svg = d.find_element(By.CSS_SELECTOR, "#trace svg.graph-svg")
+    assert svg.get_attribute("aria-label") == "Decomposition graph: 4 nodes, 4 edges"
+    edges = {(e.get_attribute("data-from"), e.get_attribute("data-to")) for e in svg.find_elements(By.CSS_SELECTOR, "line.edge")}
+    assert edges == {("1", "2"), ("1", "3"), ("2", "4"), ("3", "4")}
+    x = {g.get_attribute("data-id"): float(g.find_element(By.TAG_NAME, "rect").get_attribute("x"))
+         for g in svg.find_elements(By.CSS_SELECTOR, "g.node")}
+    assert x["1"] < x["2"] == x["3"] < x["4"]  # a node sits right of what it depends on
+    assert "Tim Burton" in svg.find_element(By.CSS_SELECTOR, "g.node[data-id='1'] title").get_attribute("textContent")
+
+
 def test_server_errors_are_shown_not_a_blank_page(browser, server, console, shots) -> None:
     d = browser
     open_page(d, server, console)
@@ -456,3 +479,26 @@ def test_server_errors_are_shown_not_a_blank_page(browser, server, console, shot
     err = turn.find_element(By.CSS_SELECTOR, ".error[role=alert]")
     assert "cannot be reached" in err.text and "searchsmith serve" in err.text
     d.save_screenshot(str(shots / "06-server-down.png"))
+
+
+@pytest.mark.skipif(not os.environ.get("SEARCHSMITH_UI_SERVE_CONFIG"),
+                    reason="set SEARCHSMITH_UI_SERVE_CONFIG to a serve.yaml (the quickstart's) to make the README's screenshot")
+def test_readme_screenshot_of_the_quickstart_server(browser, console, shots, tmp_path) -> None:
+    """The README's picture: the quickstart's models answering the demo's two-turn question."""
+    from searchsmith.serving.quickstart import SAMPLES
+
+    history, follow_up = SAMPLES[0]
+    srv = start_server(Path(os.environ["SEARCHSMITH_UI_SERVE_CONFIG"]), tmp_path / "serve.log")
+    try:
+        d = browser
+        d.set_window_size(1280, 960)
+        d.get(srv.url + "/")
+        wait_for(lambda: d.find_element(By.ID, "server-status").text.startswith("Connected"), 20, "connected")
+        for question in (history[0]["content"], follow_up):
+            turn, _ = ask(d, question)
+            assert turn.get_attribute("data-state") == "done", turn.text
+            assert turn.find_elements(By.CSS_SELECTOR, "button.cite"), turn.text
+        d.execute_script("window.scrollTo(0, 0)")
+        d.save_screenshot(str(shots / "readme-answer-page.png"))
+    finally:
+        srv.stop()

@@ -94,15 +94,17 @@
     } catch (_) {
       message = "";
     }
+    message = message.trim();
+    if (message && !/[.!?]$/.test(message)) message += ".";
     const status = res.status;
     if (status === 429) {
       const after = res.headers.get("Retry-After");
-      return `The server is busy (429): ${message || "too many requests"}` +
+      return `The server is busy (429): ${message || "too many requests."}` +
         (after ? ` Retry in ${after} s.` : " Retry in a moment.");
     }
-    if (status === 504) return `The answer took too long (504): ${message || "timeout"} Try again, or a shorter question.`;
-    if (status === 503) return `The server is not ready (503): ${message || "models are loading"}`;
-    if (status === 401) return `The server needs an API key (401): ${message || "missing or wrong key"}`;
+    if (status === 504) return `The answer took too long (504): ${message || "timeout."} Try again, or a shorter question.`;
+    if (status === 503) return `The server is not ready (503): ${message || "the models are loading."}`;
+    if (status === 401) return `The server needs an API key (401): ${message || "missing or wrong key."}`;
     return `The server answered ${status}: ${message || res.statusText || "error"}`;
   }
 
@@ -444,7 +446,8 @@
       const img = el("img", { alt: caption || `An image of ${im.doc_id}`, loading: "lazy" });
       const fig = el("figure", { class: "placed-image", "data-image-id": im.image_id },
         img, el("figcaption", {}, `${caption ? caption + " · " : ""}placement score ${fmtScore(im.score)}`));
-      (unit || turn.querySelector(".answer")).append(fig);
+      // first in its unit, floated right: the paragraph's text runs beside it
+      (unit || turn.querySelector(".answer")).prepend(fig);
       loadImage(img, fig, im);
     }
   }
@@ -677,6 +680,9 @@
     window.addEventListener("resize", () => hidePop(true));
     checkServer();
   }
+
+  // for the browser tests: draw a trace without asking the server
+  window.searchsmithPage = Object.freeze({ renderTrace: renderTrace });
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
