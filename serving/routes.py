@@ -416,11 +416,12 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         the answer page shows placements with it. The file is the one the index recorded for
         that document; nothing of the request is used as a path."""
         pipe = state.pipeline
-        if pipe is None or state.shutting_down:
-            raise NotReadyError("/v1/images/file: no pipeline is loaded; start the server with an index")
+        index = getattr(pipe, "index", None)
+        if index is None or state.shutting_down:
+            raise NotReadyError("/v1/images/file: no index is loaded; start the server with one (serve.yaml 'index:')")
         media = None
         found = None
-        for chunk in await asyncio.to_thread(pipe.index.store.chunks_of_doc, doc_id):
+        for chunk in await asyncio.to_thread(index.store.chunks_of_doc, doc_id):
             found = next((im for im in chunk.images if im.get("id") == image_id), None)
             if found is not None:
                 break

@@ -127,11 +127,21 @@ class FakeRouter:
         pass
 
 
+class FakeStore:
+    def chunks_of_doc(self, doc_id):
+        return []  # no document has images: /v1/images/file answers 404
+
+
+class FakeIndex:
+    store = FakeStore()
+
+
 class FakePipeline:
     """``ask`` echoes the query; ``feedback`` knows the ids it answered (as the LinUCB router)."""
 
     def __init__(self) -> None:
         self.answered: set[str] = set()
+        self.index = FakeIndex()
 
     def ask(self, query, history=None, *, query_id=None, preset=None, strategy=None, routing_mode=None, on_delta=None):
         from searchsmith.models.errors import ValidationError
