@@ -72,7 +72,7 @@ from searchsmith.training.cite_data import (
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
 from searchsmith.training.registry import register_dataset, register_recipe
-from searchsmith.training.trainer import apply_lora, train, write_json_atomic
+from searchsmith.training.trainer import apply_lora, seed_everything, train, write_json_atomic
 
 # The pair sources, as the datasets ``citation/<name>`` that ``data.sources`` names. Registered
 # here, not in cite_data, so that ``python -m searchsmith.training.cite_data`` (which runs that
@@ -401,6 +401,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     wall_start = time.perf_counter()
 
     # 1. Models (both from the base; LoRA when enabled, merged at save).
+    seed_everything(cfg.train.seed)  # the new heads' initial weights: the same every run
     tagger, scorer, tokenizer = build_models(cfg)
     tagger = apply_lora(tagger, cfg.lora, "TOKEN_CLS", modules_to_save=["classifier"])
     scorer = apply_lora(scorer, cfg.lora, "SEQ_CLS", modules_to_save=["classifier", "score"])

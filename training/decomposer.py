@@ -405,13 +405,14 @@ def output_vocabs(dec: Decomposer, train_ex: Sequence[dict[str, Any]], size: int
 @register_recipe("decomposer", DecomposerRecipe)
 def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dict[str, float]:
     """Train the decomposer; write ``run_dir/model`` (with ``decomposer.json``) and metrics.json."""
-    from searchsmith.training.trainer import apply_lora, train, write_json_atomic
+    from searchsmith.training.trainer import apply_lora, seed_everything, train, write_json_atomic
 
     if cfg.recipe != "decomposer":
         raise ConfigError(f"recipe: expected 'decomposer', got {cfg.recipe!r}")
     run_dir = Path(run_dir)
 
-    # 1. Model
+    # 1. Model (seeded first: new weights start the same every run)
+    seed_everything(cfg.train.seed)
     dec = build_decomposer(cfg.model)
     task_type = "CAUSAL_LM" if cfg.model.arch == "causal" else "SEQ_2_SEQ_LM"
     model = apply_lora(dec.model, cfg.lora, task_type)

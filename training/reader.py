@@ -47,7 +47,7 @@ from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key
 from searchsmith.training.read_data import ReaderData, ReadItem, find_answer, load_items
 from searchsmith.training.registry import register_recipe
-from searchsmith.training.trainer import train, write_json_atomic
+from searchsmith.training.trainer import seed_everything, train, write_json_atomic
 
 IGNORE = -100
 
@@ -328,6 +328,7 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
     """Train the reader; return the held-out metrics (also in ``metrics.json``)."""
     run_dir = Path(run_dir)
     settings = cfg.settings()
+    seed_everything(cfg.train.seed)  # the new heads' initial weights: the same every run
     model, tokenizer = build_model(cfg)
 
     items = load_items(cfg.data)

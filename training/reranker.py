@@ -44,7 +44,7 @@ from searchsmith.training.rerank_data import (
     synthetic_groups,
     wikimultihop_groups,
 )
-from searchsmith.training.trainer import apply_lora, train, write_json_atomic
+from searchsmith.training.trainer import apply_lora, seed_everything, train, write_json_atomic
 
 # The query-group sources, as the datasets data.sources names.
 register_dataset("scifact")(scifact_groups)
@@ -326,6 +326,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
     loss = get_loss(cfg.loss, field="loss")
 
     # 1. Model
+    seed_everything(cfg.train.seed)  # the new heads' initial weights: the same every run
     model, tokenizer = build_model(cfg)
     model = apply_lora(model, cfg.lora, "SEQ_CLS", modules_to_save=["classifier", "score"])
 

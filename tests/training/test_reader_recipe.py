@@ -122,3 +122,21 @@ def test_tiny_reader_trains_resumes_exports_and_evaluates(tmp_path) -> None:
                                        limit=0, per_item=str(tmp_path / "items.jsonl")))
     assert out["f1"] == pytest.approx(metrics["f1"], abs=1e-6) and "f1_ci95" in out
     assert len((tmp_path / "items.jsonl").read_text().splitlines()) == int(metrics["n"])
+
+
+def test_two_runs_of_a_recipe_train_the_same_weights(tmp_path) -> None:
+    """Seeds are set before the new heads are built: a run is reproducible, not a draw."""
+    import torch
+    from searchsmith.training.registry import get_recipe
+
+    weights = []
+    for name in ("a", "b"):
+        run = tmp_path / name
+        torch.manual_seed(1000 + len(weights))  # whatever the global state was before
+        get_recipe("reader").fn(load_recipe_config(TINY, [f"output_dir={run}"]), run_dir=run)
+        (path,) = (run / "model").glob("*.safetensors")
+        from safetensors.torch import load_file
+
+        weights.append(load_file(str(path)))
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
