@@ -452,6 +452,49 @@ def test_the_decomposition_graph_draws_every_node_and_edge(browser, server, cons
     assert "Tim Burton" in svg.find_element(By.CSS_SELECTOR, "g.node[data-id='1'] title").get_attribute("textContent")
 
 
+def _sse(*events) -> str:
+    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+
+
+def test_a_readers_short_answer_is_shown_once_with_its_citation(browser, server, console) -> None:
+    """A recorded reader answer replayed through the page's own parser and renderer."""
+    d = browser
+    open_page(d, server, console)
+    ref = {"n": 1, "doc_id": "film-1", "chunk_id": "film-1#0", "title": "Ed Wood (film)", "source": "films",
+           "url": None, "score": 0.9, "text": "Ed Wood is a 1994 film. It was directed by Tim Burton."}
+    transcript = _sse(
+        ("answer", {"delta": "Tim Burton. It was directed "}), ("answer", {"delta": "by Tim Burton."}),
+        ("citations", {"answer": "Tim Burton [1]. It was directed by Tim Burton [1].", "short_answer": "Tim Burton",
+                       "support": ["It was directed by Tim Burton."], "references": [ref],
+                       "sentences": [{"text": "Tim Burton.", "entities": ["Tim Burton"],
+                                      "citations": [{"n": 1, "score": 0.8, "chunk_id": "film-1#0",
+                                                     "quote": "It was directed by Tim Burton."}]},
+                                     {"text": "It was directed by Tim Burton.", "entities": ["Tim Burton"],
+                                      "citations": [{"n": 1, "score": 0.9, "chunk_id": "film-1#0",
+                                                     "quote": "It was directed by Tim Burton."}]}]}),
+        ("timeline", {"timeline": []}), ("images", {"images": []}),
+        ("trace", {"query_id": "r1", "query": "Who directed Ed Wood?", "rewrite": "Who directed Ed Wood?",
+                   "nodes": [], "passages": [], "trace": {"stages": {}}})) + "data: [DONE]\n\n"
+    turn_id = d.execute_script("return window.searchsmithPage.replay(arguments[0], arguments[1])",
+                               "Who directed Ed Wood?", transcript)
+    turn = d.find_element(By.ID, turn_id)
+    assert turn.get_attribute("data-state") == "done"
+    lead = turn.find_element(By.CSS_SELECTOR, ".unit.lead .short-answer")
+    assert lead.text == "Answer: Tim Burton[1]"  # the lead sentence is not repeated below it
+    assert [s.text for s in turn.find_elements(By.CSS_SELECTOR, ".sentence")] == ["It was directed by Tim Burton.[1]"]
+    d.execute_script("arguments[0].focus()", lead.find_element(By.CSS_SELECTOR, "button.cite"))
+    pop = d.find_element(By.ID, "cite-pop")
+    assert pop.is_displayed() and pop.find_element(By.CSS_SELECTOR, "mark.support").text == "It was directed by Tim Burton."
+
+    # an error after the first piece, and a stream that stops without [DONE]
+    broken = _sse(("answer", {"delta": "Tim "}), ("error", {"status": 500, "error": {"message": "the LLM went away"}}))
+    turn = d.find_element(By.ID, d.execute_script("return window.searchsmithPage.replay('q2', arguments[0])", broken))
+    assert "The server failed while answering (500): the LLM went away" in turn.find_element(By.CSS_SELECTOR, ".error").text
+    cut = _sse(("answer", {"delta": "Tim "}))
+    turn = d.find_element(By.ID, d.execute_script("return window.searchsmithPage.replay('q3', arguments[0])", cut))
+    assert "ended before the server finished" in turn.find_element(By.CSS_SELECTOR, ".error").text
+
+
 def test_server_errors_are_shown_not_a_blank_page(browser, server, console, shots) -> None:
     d = browser
     open_page(d, server, console)

@@ -208,14 +208,7 @@
       turnError(turn, `The answer stream broke off (${err && err.message ? err.message : err}).`);
       return finish();
     }
-    if (result.error) {
-      turnError(turn, result.error);
-    } else if (!result.done) {
-      turnError(turn, "The answer stream ended before the server finished; ask again.");
-    } else {
-      turn.dataset.state = "done";
-      state.history.push({ role: "user", content: question }, { role: "assistant", content: result.text });
-    }
+    conclude(turn, question, result);
     return finish();
 
     function finish() {
@@ -224,68 +217,81 @@
     }
   }
 
+  // A finished stream: the turn is done and joins the history, or says what went wrong.
+  function conclude(turn, question, result) {
+    if (result.error) {
+      turnError(turn, result.error);
+    } else if (!result.done) {
+      turnError(turn, "The answer stream ended before the server finished; ask again.");
+    } else {
+      turn.dataset.state = "done";
+      state.history.push({ role: "user", content: question }, { role: "assistant", content: result.text });
+    }
+  }
+
   // Reads the event stream: text pieces as they come, then the rest of the answer.
   async function readStream(res, turn) {
     const reader = res.body.getReader();
     const decoder = new TextDecoder();
-    const textNode = turn.querySelector(".answer-text");
-    let buffer = "";
-    let text = "";
-    let deltas = 0;
-    const out = { done: false, error: null, text: "" };
-    const handle = (name, data) => {
-      if (name === "answer") {
-        if (typeof data.replace === "string") text = data.replace;
-        else text += data.delta || "";
-        deltas += 1;
-        turn.dataset.state = "streaming";
-        turn.dataset.deltas = String(deltas);
-        textNode.textContent = text;
-        const progress = turn.querySelector(".progress");
-        if (progress) progress.textContent = "Writing the answer…";
-      } else if (name === "citations") {
-        renderAnswer(turn, data);
-      } else if (name === "timeline") {
-        renderTimeline(turn, data.timeline || []);
-      } else if (name === "images") {
-        renderImages(turn, data.images || []);
-      } else if (name === "trace") {
-        turn.dataset.queryId = data.query_id || "";
-        renderTrace(data);
-        addTurnTools(turn, data);
-      } else if (name === "error") {
-        const e = (data && data.error) || {};
-        out.error = `The server failed while answering (${data.status || "error"}): ${e.message || "unknown error"}`;
-      }
-    };
+    const acc = { done: false, error: null, text: "", deltas: 0, buffer: "" };
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        let name = "message";
-        const data = [];
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event:")) name = line.slice(6).trim();
-          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-        }
-        const payload = data.join("\n");
-        if (payload === "[DONE]") {
-          out.done = true;
-          continue;
-        }
-        if (!payload) continue;
-        handle(name, JSON.parse(payload));
-      }
+      feed(turn, acc, decoder.decode(value, { stream: true }));
     }
-    out.text = text;
+    return settle(turn, acc);
+  }
+
+  // Splits what has arrived into events (blank-line separated) and applies the complete ones.
+  function feed(turn, acc, chunk) {
+    acc.buffer += chunk.replace(/\r\n/g, "\n");
+    let cut;
+    while ((cut = acc.buffer.indexOf("\n\n")) >= 0) {
+      const block = acc.buffer.slice(0, cut);
+      acc.buffer = acc.buffer.slice(cut + 2);
+      let name = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      const payload = data.join("\n");
+      if (payload === "[DONE]") acc.done = true;
+      else if (payload) applyEvent(turn, acc, name, JSON.parse(payload));
+    }
+  }
+
+  function applyEvent(turn, acc, name, data) {
+    if (name === "answer") {
+      if (typeof data.replace === "string") acc.text = data.replace;
+      else acc.text += data.delta || "";
+      acc.deltas += 1;
+      turn.dataset.state = "streaming";
+      turn.dataset.deltas = String(acc.deltas);
+      turn.querySelector(".answer-text").textContent = acc.text;
+      const progress = turn.querySelector(".progress");
+      if (progress) progress.textContent = "Writing the answer…";
+    } else if (name === "citations") {
+      renderAnswer(turn, data);
+    } else if (name === "timeline") {
+      renderTimeline(turn, data.timeline || []);
+    } else if (name === "images") {
+      renderImages(turn, data.images || []);
+    } else if (name === "trace") {
+      turn.dataset.queryId = data.query_id || "";
+      renderTrace(data);
+      addTurnTools(turn, data);
+    } else if (name === "error") {
+      const e = (data && data.error) || {};
+      acc.error = `The server failed while answering (${data.status || "error"}): ${e.message || "unknown error"}`;
+    }
+  }
+
+  function settle(turn, acc) {
     turn.querySelector(".answer").setAttribute("aria-busy", "false");
     const progress = turn.querySelector(".progress");
     if (progress) progress.remove();
-    return out;
+    return { done: acc.done, error: acc.error, text: acc.text };
   }
 
   // ---- the answer: sentences, entities, [n] markers, references ---------------------------
@@ -294,12 +300,22 @@
     const refs = new Map((cit.references || []).map((r) => [r.n, r]));
     turn._refs = refs;
     const parts = [];
-    if (cit.short_answer) {
-      parts.push(el("p", { class: "short-answer" }, el("span", { class: "label" }, "Answer: "),
-        el("strong", {}, cit.short_answer)));
-    }
-    const sentences = cit.sentences || [];
     const units = [];
+    let sentences = cit.sentences || [];
+    if (cit.short_answer) {
+      // the reader's short answer leads the answer as its own sentence: shown once, as the
+      // answer, with that sentence's citations (and still the first unit images count)
+      const lead = el("p", { class: "short-answer" }, el("span", { class: "label" }, "Answer: "),
+        el("strong", {}, cit.short_answer));
+      const bare = (t) => t.replace(/[.!?]+$/, "").trim().toLowerCase();
+      if (sentences.length && bare(sentences[0].text) === bare(cit.short_answer)) {
+        for (const c of sentences[0].citations || []) lead.append(citeButton(c, refs, turn));
+        sentences = sentences.slice(1);
+        units.push(el("div", { class: "unit lead" }, lead));
+      } else {
+        parts.push(lead);
+      }
+    }
     if (sentences.length) {
       // one block per paragraph of the answer, or per sentence when it is one paragraph (the
       // units images are placed beside, as the server's images stage counts them)
@@ -344,27 +360,30 @@
   function renderSentence(s, refs, turn) {
     const span = el("span", { class: "sentence" });
     span.append(markText(s.text, s.entities || [], "entity", "cited entity"));
-    for (const c of s.citations || []) {
-      const r = refs.get(c.n);
-      const label = `Source ${c.n}${r && r.title ? `: ${r.title}` : ""}`;
-      const btn = el("button", {
-        type: "button", class: "cite", "data-n": c.n, "aria-label": label, "aria-expanded": "false",
-        "aria-controls": "cite-pop",
-      }, `[${c.n}]`);
-      btn._citation = c;
-      btn._turn = turn;
-      btn.addEventListener("mouseenter", () => showPop(btn));
-      btn.addEventListener("mouseleave", () => hidePop(false));
-      btn.addEventListener("focus", () => showPop(btn));
-      btn.addEventListener("blur", () => hidePop(false));
-      btn.addEventListener("click", () => {
-        state.pinned = state.pinned === btn ? null : btn;
-        if (state.pinned) showPop(btn);
-        else hidePop(true);
-      });
-      span.append(btn);
-    }
+    for (const c of s.citations || []) span.append(citeButton(c, refs, turn));
     return span;
+  }
+
+  // An [n] marker: shows its passage on hover and on keyboard focus; a click keeps it open.
+  function citeButton(c, refs, turn) {
+    const r = refs.get(c.n);
+    const label = `Source ${c.n}${r && r.title ? `: ${r.title}` : ""}`;
+    const btn = el("button", {
+      type: "button", class: "cite", "data-n": c.n, "aria-label": label, "aria-expanded": "false",
+      "aria-controls": "cite-pop",
+    }, `[${c.n}]`);
+    btn._citation = c;
+    btn._turn = turn;
+    btn.addEventListener("mouseenter", () => showPop(btn));
+    btn.addEventListener("mouseleave", () => hidePop(false));
+    btn.addEventListener("focus", () => showPop(btn));
+    btn.addEventListener("blur", () => hidePop(false));
+    btn.addEventListener("click", () => {
+      state.pinned = state.pinned === btn ? null : btn;
+      if (state.pinned) showPop(btn);
+      else hidePop(true);
+    });
+    return btn;
   }
 
   // The cited passage: title, source, score, and its text around the supporting sentence,
@@ -681,8 +700,16 @@
     checkServer();
   }
 
-  // for the browser tests: draw a trace without asking the server
-  window.searchsmithPage = Object.freeze({ renderTrace: renderTrace });
+  // For the browser tests: draw a trace, or replay a recorded /v1/search event stream as a
+  // turn (the same parsing and rendering as a live answer), without asking the server.
+  function replay(question, transcript) {
+    const turn = makeTurn(question);
+    const acc = { done: false, error: null, text: "", deltas: 0, buffer: "" };
+    feed(turn, acc, transcript);
+    conclude(turn, question, settle(turn, acc));
+    return turn.id;
+  }
+  window.searchsmithPage = Object.freeze({ renderTrace: renderTrace, replay: replay });
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
