@@ -42,6 +42,7 @@ META_FILE = "reader.json"
 ANSWER_KINDS = ("span", "yes", "no", "none")
 NONE = ANSWER_KINDS.index("none")
 PASSAGE_SEPARATOR = "\n\n"
+SELECT = ("answerable", "span")
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,20 @@ class ReaderSettings:
         stride: tokens two consecutive windows of one context share.
         max_question_tokens: a longer question is cut to this many tokens (reported).
         max_answer_tokens: longest answer span, in tokens.
+        select: how the answer's window is chosen among a question's windows: ``answerable``
+            (the window whose answer-kind head gives the least P(none); for readers trained
+            with each window's span scores normalised on its own) or ``span`` (the best
+            start + end score over all windows; for readers trained with shared
+            normalisation, whose scores compare across windows). Either way the answer's
+            score is the question's best 1 - P(none), and a yes / no answer comes from that
+            window's kind head.
     """
 
     max_length: int = 256
     stride: int = 96
     max_question_tokens: int = 64
     max_answer_tokens: int = 24
+    select: str = "answerable"
 
     def __post_init__(self) -> None:
         if self.max_length < 32:
@@ -70,14 +79,20 @@ class ReaderSettings:
             raise ValueError(f"reader max_question_tokens must be in [4, max_length/2], got {self.max_question_tokens}")
         if self.max_answer_tokens < 1:
             raise ValueError(f"reader max_answer_tokens must be >= 1, got {self.max_answer_tokens}")
+        if self.select not in SELECT:
+            raise ValueError(f"reader select must be one of {list(SELECT)}, got {self.select!r}")
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, Any]:
         return {"max_length": self.max_length, "stride": self.stride,
-                "max_question_tokens": self.max_question_tokens, "max_answer_tokens": self.max_answer_tokens}
+                "max_question_tokens": self.max_question_tokens, "max_answer_tokens": self.max_answer_tokens,
+                "select": self.select}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReaderSettings:
-        return cls(**{k: int(data[k]) for k in cls().to_json() if k in data})
+        """From ``reader.json`` (a bundle written before ``select`` existed selects ``answerable``)."""
+        fields = {k: int(data[k]) for k in ("max_length", "stride", "max_question_tokens", "max_answer_tokens")
+                  if k in data}
+        return cls(**fields, select=str(data.get("select", "answerable")))
 
 
 # ----------------------------------------------------------------------------- windows
@@ -198,7 +213,7 @@ def best_span(start: np.ndarray, end: np.ndarray, context: np.ndarray, max_token
 
 
 def decode(windows: Sequence[Window], contexts: Sequence[str], start: np.ndarray, end: np.ndarray,
-           kind: np.ndarray, max_answer_tokens: int) -> list[ReadAnswer]:
+           kind: np.ndarray, max_answer_tokens: int, select: str = "answerable") -> list[ReadAnswer]:
     """One :class:`ReadAnswer` per item from the windows' logits.
 
     Args:
@@ -206,13 +221,23 @@ def decode(windows: Sequence[Window], contexts: Sequence[str], start: np.ndarray
         contexts: the items' contexts (the answer text is cut from them).
         start, end: (W, T) logits, zero-padded past each window's length.
         kind: (W, 4) logits.
+        select: ``answerable`` or ``span`` (:class:`ReaderSettings`).
     """
-    best: dict[int, tuple[float, int]] = {}
+    if select not in SELECT:
+        raise ValueError(f"decode: select must be one of {list(SELECT)}, got {select!r}")
     probs = _softmax(kind.astype(np.float64))
+    best: dict[int, tuple[float, int]] = {}  # item -> (1 - P(none), window): its most answerable window
+    spans: dict[int, tuple[float, int, int, int]] = {}  # item -> (span score, window, s, e): its best span
     for w, win in enumerate(windows):
         p = 1.0 - float(probs[w, NONE])
         if win.item not in best or p > best[win.item][0]:
             best[win.item] = (p, w)
+        if select == "span":
+            n = len(win.input_ids)
+            mask = np.array([o is not None for o in win.offsets], dtype=bool)
+            s, e, score = best_span(start[w, :n], end[w, :n], mask, max_answer_tokens)
+            if s >= 0 and (win.item not in spans or score > spans[win.item][0]):
+                spans[win.item] = (score, w, s, e)
     out = []
     for item, ctx in enumerate(contexts):
         if item not in best:
@@ -223,13 +248,20 @@ def decode(windows: Sequence[Window], contexts: Sequence[str], start: np.ndarray
         if k != "span":
             out.append(ReadAnswer(k, k, p, window=w))
             continue
+        if select == "span":
+            if item not in spans:
+                out.append(ReadAnswer("", "none", p, window=w))
+                continue
+            _, w, s, e = spans[item]
+        else:
+            win = windows[w]
+            n = len(win.input_ids)
+            mask = np.array([o is not None for o in win.offsets], dtype=bool)
+            s, e, _ = best_span(start[w, :n], end[w, :n], mask, max_answer_tokens)
+            if s < 0:
+                out.append(ReadAnswer("", "none", p, window=w))
+                continue
         win = windows[w]
-        n = len(win.input_ids)
-        mask = np.array([o is not None for o in win.offsets], dtype=bool)
-        s, e, _ = best_span(start[w, :n], end[w, :n], mask, max_answer_tokens)
-        if s < 0:
-            out.append(ReadAnswer("", "none", p, window=w))
-            continue
         cs, ce = win.offsets[s][0], win.offsets[e][1]
         out.append(ReadAnswer(ctx[cs:ce].strip(), "span", p, cs, ce, w))
     return out
@@ -260,7 +292,7 @@ def read(logits_fn: LogitsFn, tokenizer: Any, questions: Sequence[str], contexts
         s, e, k = logits_fn(pad_windows([wins.windows[i] for i in idx], pad))
         t = s.shape[1]
         start[idx, :t], end[idx, :t], kind[idx] = s, e, k
-    return decode(wins.windows, contexts, start, end, kind, settings.max_answer_tokens), wins
+    return decode(wins.windows, contexts, start, end, kind, settings.max_answer_tokens, settings.select), wins
 
 
 # ----------------------------------------------------------------------------- passages

@@ -79,6 +79,12 @@ class ReaderRecipe:
             no-answer accuracy; the pipeline's ``generation.reader.min_score`` default).
         eval_batch_size: windows per forward pass at evaluation.
         mine_with: the bi-encoder of the sentence baseline (``none`` skips it).
+        shared_norm: train with shared normalisation (Clark & Gardner 2018): a question's
+            windows are batched together and its start / end scores are normalised over all
+            of them, so that scores compare across windows; the reader then picks its answer
+            as the best span over all windows (``select: span`` in ``reader.json``) instead of
+            in the window its answer-kind head finds most answerable. The answer-kind loss
+            weighs a question's windows without the answer together as much as those with it.
     """
 
     recipe: str
@@ -91,6 +97,7 @@ class ReaderRecipe:
     no_answer_threshold: float = 0.5
     eval_batch_size: int = 32
     mine_with: str = "default"
+    shared_norm: bool = False
     data: ReaderData = field(default_factory=ReaderData)
     model: ReaderModel = field(default_factory=ReaderModel)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -105,7 +112,8 @@ class ReaderRecipe:
             raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
 
     def settings(self) -> ReaderSettings:
-        return ReaderSettings(self.max_length, self.stride, self.max_question_tokens, self.max_answer_tokens)
+        return ReaderSettings(self.max_length, self.stride, self.max_question_tokens, self.max_answer_tokens,
+                              select="span" if self.shared_norm else "answerable")
 
 
 def build_model(cfg: ReaderRecipe) -> tuple[SpanReader, Any]:
@@ -156,6 +164,8 @@ class TrainWindow:
     start: int
     end: int
     kind: int
+    group: int = 0  # the question it belongs to (shared normalisation batches a question's windows together)
+    weight: float = 1.0  # of its answer-kind loss
 
 
 def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSettings,
@@ -175,9 +185,10 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
         kind = it.kind
         if kind == "none":  # an unanswerable variant: a few of its windows, all "none"
             wins_i = by_item.get(i, [])
-            for w in rng.sample(wins_i, min(len(wins_i), max(1, int(round(negatives_per_positive))))):
+            picked = rng.sample(wins_i, min(len(wins_i), max(1, int(round(negatives_per_positive)))))
+            for w in picked:
                 out.append(TrainWindow(w.input_ids, w.token_type_ids, [int(o is not None) for o in w.offsets],
-                                       IGNORE, IGNORE, ANSWER_KINDS.index("none")))
+                                       IGNORE, IGNORE, ANSWER_KINDS.index("none"), i, 1.0 / len(picked)))
                 counts["negative"] += 1
             continue
         span = find_answer(ctx, it.answers, gold) if kind == "span" else None
@@ -189,7 +200,7 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
             ctxmask = [int(o is not None) for o in w.offsets]
             lo = min((o[0] for o in w.offsets if o is not None), default=0)
             hi = max((o[1] for o in w.offsets if o is not None), default=0)
-            tw = TrainWindow(w.input_ids, w.token_type_ids, ctxmask, IGNORE, IGNORE, ANSWER_KINDS.index("none"))
+            tw = TrainWindow(w.input_ids, w.token_type_ids, ctxmask, IGNORE, IGNORE, ANSWER_KINDS.index("none"), i)
             if kind == "span":
                 assert span is not None
                 if lo <= span[0] and span[1] <= hi:
@@ -201,50 +212,100 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
             (neg if tw.kind == ANSWER_KINDS.index("none") else pos).append(tw)
         keep = min(len(neg), int(round(negatives_per_positive * max(1, len(pos)))))
         out.extend(pos)
-        out.extend(rng.sample(neg, keep))
+        for tw in rng.sample(neg, keep):
+            # together, a question's negatives weigh as much as its positives in the kind loss
+            tw.weight = max(1, len(pos)) / keep
+            out.append(tw)
         counts["positive"] += len(pos)
         counts["negative"] += keep
     return out, counts
 
 
-def batch_stream(windows: Sequence[TrainWindow], pad_id: int, batch_size: int, seed: int) -> Any:
-    """``epoch -> micro-batches`` of shuffled windows (the ragged tail dropped)."""
+def batch_stream(windows: Sequence[TrainWindow], pad_id: int, batch_size: int, seed: int,
+                 grouped: bool = False) -> Any:
+    """``epoch -> micro-batches`` of shuffled windows (the ragged tail dropped).
+
+    ``grouped``: whole questions (all their labelled windows) in a shuffled question order,
+    a batch being the questions that reach ``batch_size`` windows (shared normalisation).
+    """
+
+    def collate(chunk: list[TrainWindow]) -> dict[str, Any]:
+        width = max(len(w.input_ids) for w in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        types = torch.zeros((len(chunk), width), dtype=torch.long)
+        ctx = torch.zeros((len(chunk), width), dtype=torch.bool)
+        for r, w in enumerate(chunk):
+            n = len(w.input_ids)
+            ids[r, :n] = torch.tensor(w.input_ids)
+            mask[r, :n] = 1
+            if w.token_type_ids is not None:
+                types[r, :n] = torch.tensor(w.token_type_ids)
+            ctx[r, :n] = torch.tensor(w.context, dtype=torch.bool)
+        batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "context": ctx,
+                 "start": torch.tensor([w.start for w in chunk]), "end": torch.tensor([w.end for w in chunk]),
+                 "kind": torch.tensor([w.kind for w in chunk])}
+        if grouped:
+            batch["group"] = torch.tensor([w.group for w in chunk])
+            batch["weight"] = torch.tensor([w.weight for w in chunk], dtype=torch.float32)
+        return batch
+
+    groups: dict[int, list[TrainWindow]] = {}
+    for w in windows:
+        groups.setdefault(w.group, []).append(w)
+    keys = sorted(groups)
 
     def stream(epoch: int) -> Iterator[dict[str, Any]]:
         rng = random.Random(seed * 100_003 + epoch)
+        if grouped:
+            order = list(keys)
+            rng.shuffle(order)
+            chunk: list[TrainWindow] = []
+            for g in order:
+                chunk.extend(groups[g])
+                if len(chunk) >= batch_size:
+                    yield collate(chunk)
+                    chunk = []
+            return
         order = list(range(len(windows)))
         rng.shuffle(order)
         for b in range(0, len(order) - batch_size + 1, batch_size):
-            chunk = [windows[i] for i in order[b:b + batch_size]]
-            width = max(len(w.input_ids) for w in chunk)
-            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            types = torch.zeros((len(chunk), width), dtype=torch.long)
-            ctx = torch.zeros((len(chunk), width), dtype=torch.bool)
-            for r, w in enumerate(chunk):
-                n = len(w.input_ids)
-                ids[r, :n] = torch.tensor(w.input_ids)
-                mask[r, :n] = 1
-                if w.token_type_ids is not None:
-                    types[r, :n] = torch.tensor(w.token_type_ids)
-                ctx[r, :n] = torch.tensor(w.context, dtype=torch.bool)
-            yield {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "context": ctx,
-                   "start": torch.tensor([w.start for w in chunk]), "end": torch.tensor([w.end for w in chunk]),
-                   "kind": torch.tensor([w.kind for w in chunk])}
+            yield collate([windows[i] for i in order[b:b + batch_size]])
 
     return stream
 
 
 def reader_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Start/end cross-entropy over context tokens (span windows) + answer-kind cross-entropy."""
+    """Start/end cross-entropy over context tokens (span windows) + answer-kind cross-entropy.
+
+    With ``group`` in the batch (shared normalisation): the start and end distributions of a
+    question span all its windows' context tokens, the gold being every window's answer
+    position (their probabilities summed), and the kind loss is weighted (``weight``).
+    """
     start, end, kind = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    neg = torch.finfo(start.dtype).min / 2
+    neg = torch.finfo(torch.float32).min / 2
     start = start.float().masked_fill(~batch["context"], neg)
     end = end.float().masked_fill(~batch["context"], neg)
-    loss = F.cross_entropy(kind.float(), batch["kind"])
-    if bool((batch["start"] != IGNORE).any()):
-        loss = loss + 0.5 * (F.cross_entropy(start, batch["start"], ignore_index=IGNORE)
-                             + F.cross_entropy(end, batch["end"], ignore_index=IGNORE))
+    if "group" not in batch:
+        loss = F.cross_entropy(kind.float(), batch["kind"])
+        if bool((batch["start"] != IGNORE).any()):
+            loss = loss + 0.5 * (F.cross_entropy(start, batch["start"], ignore_index=IGNORE)
+                                 + F.cross_entropy(end, batch["end"], ignore_index=IGNORE))
+        return loss
+    weight = batch["weight"]
+    loss = (F.cross_entropy(kind.float(), batch["kind"], reduction="none") * weight).sum() / weight.sum()
+    span_losses = []
+    for g in torch.unique(batch["group"]):
+        rows = batch["group"] == g
+        gold = rows & (batch["start"] != IGNORE)
+        if not bool(gold.any()):
+            continue
+        for logits, target in ((start, batch["start"]), (end, batch["end"])):
+            total = torch.logsumexp(logits[rows].reshape(-1), dim=0)
+            picked = logits[gold].gather(1, target[gold].unsqueeze(1)).squeeze(1)
+            span_losses.append(total - torch.logsumexp(picked, dim=0))
+    if span_losses:
+        loss = loss + 0.5 * torch.stack(span_losses).sum() / (len(span_losses) / 2)
     return loss
 
 
@@ -362,7 +423,7 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
 
     result = train(
         model, reader_loss, batch_stream(windows, tokenizer.pad_token_id or 0, cfg.optim.batch_size,
-                                         cfg.train.seed),
+                                         cfg.train.seed, grouped=cfg.shared_norm),
         cfg, run_dir, eval_fn, tokenizer=tokenizer, baselines=baselines, force=force,
         run_info={"task": "read", "recipe": cfg.recipe,
                   "base_model": "random-init (model.config)" if cfg.model.config is not None

@@ -73,6 +73,35 @@ def test_decode_picks_the_window_most_likely_to_answer_and_its_kind() -> None:
     assert decode([], ["x"], start[:0], end[:0], kind[:0], 4) == [ReadAnswer("", "none", 0.0)]
 
 
+def test_decode_by_span_score_compares_spans_across_windows() -> None:
+    ctx = "The Nile is long. Yes it is."
+    offsets = [None, (0, 3), (4, 8), (9, 11), (12, 16), None]
+    wins = [_window(0, 6, offsets), _window(0, 6, offsets)]
+    start = np.zeros((2, 6), np.float32)
+    end = np.zeros((2, 6), np.float32)
+    start[0, 4], end[0, 4] = 2, 2  # "long": 4, in the window the kind head finds most answerable
+    start[1, 2], end[1, 2] = 5, 5  # "Nile": 10, in the other window
+    kind = np.array([[9, 0, 0, 0], [3, 0, 0, 2]], np.float32)
+    by_kind = decode(wins, [ctx], start, end, kind, 4)[0]
+    by_span = decode(wins, [ctx], start, end, kind, 4, select="span")[0]
+    assert (by_kind.text, by_kind.window) == ("long", 0)
+    assert (by_span.text, by_span.window) == ("Nile", 1)
+    assert by_span.score == pytest.approx(by_kind.score)  # the question's best 1 - P(none) either way
+    # a yes / no answer still comes from the most answerable window's kind head
+    kind[0] = [0, 9, 0, 0]
+    assert decode(wins, [ctx], start, end, kind, 4, select="span")[0].kind == "yes"
+    with pytest.raises(ValueError, match="select"):
+        decode(wins, [ctx], start, end, kind, 4, select="best")
+
+
+def test_settings_round_trip_and_old_bundles_select_by_answerability() -> None:
+    s = ReaderSettings(max_length=64, stride=8, max_question_tokens=16, select="span")
+    assert ReaderSettings.from_json(s.to_json()) == s
+    assert ReaderSettings.from_json({"max_length": 64, "stride": 8, "max_question_tokens": 16}).select == "answerable"
+    with pytest.raises(ValueError, match="select must be one of"):
+        ReaderSettings(select="window")
+
+
 def test_passages_join_and_answers_locate_in_their_passage() -> None:
     ctx, ranges = join_passages([("Nile", "The Nile is 6,650 km long."), ("", "Cairo lies on it.")])
     assert ctx[ranges[1][0]:ranges[1][1]] == "Cairo lies on it."

@@ -140,3 +140,56 @@ def test_two_runs_of_a_recipe_train_the_same_weights(tmp_path) -> None:
         weights.append(load_file(str(path)))
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_shared_normalisation_spans_a_questions_windows() -> None:
+    """The loss by hand: two questions, the first over two windows with its answer in one."""
+    import torch
+    from searchsmith.training.reader import reader_loss
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, start, end, kind) -> None:
+            super().__init__()
+            self.out = (start, end, kind)
+
+        def forward(self, *args):
+            return self.out
+
+    start = torch.tensor([[0.0, 1.0, 2.0], [0.0, 3.0, 0.0], [0.0, 0.5, 0.0]])
+    end = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.5]])
+    kind = torch.zeros(3, 4)
+    batch = {"input_ids": torch.zeros(3, 3, dtype=torch.long), "attention_mask": torch.ones(3, 3, dtype=torch.long),
+             "token_type_ids": torch.zeros(3, 3, dtype=torch.long),
+             "context": torch.tensor([[False, True, True]] * 3),
+             "start": torch.tensor([-100, 1, 1]), "end": torch.tensor([-100, 2, 1]), "kind": torch.tensor([3, 0, 0]),
+             "group": torch.tensor([0, 0, 1]), "weight": torch.tensor([1.0, 1.0, 1.0])}
+    got = reader_loss(Fixed(start, end, kind), batch)
+    lse = torch.logsumexp
+    # question 0: start over the 4 context tokens of both windows, gold = window 1 token 1
+    q0 = (lse(torch.tensor([1.0, 2.0, 3.0, 0.0]), 0) - 3.0) + (lse(torch.tensor([0.0, 1.0, 1.0, 1.0]), 0) - 1.0)
+    q1 = (lse(torch.tensor([0.5, 0.0]), 0) - 0.5) + (lse(torch.tensor([0.0, 0.5]), 0) - 0.0)
+    kind_ce = float(torch.log(torch.tensor(4.0)))  # uniform kind logits
+    assert float(got) == pytest.approx(kind_ce + 0.5 * float(q0 + q1) / 2, rel=1e-6)
+
+
+def test_grouped_batches_keep_a_questions_windows_together() -> None:
+    from searchsmith.training.reader import TrainWindow, batch_stream
+
+    wins = [TrainWindow([1, 2, 3], None, [0, 1, 1], 1, 1, 0, group=g) for g in (0, 0, 0, 1, 2, 2, 3)]
+    batches = list(batch_stream(wins, 0, 3, seed=0, grouped=True)(0))
+    seen = []
+    for b in batches:
+        groups = b["group"].tolist()
+        assert len(groups) >= 3 and "weight" in b
+        seen.extend(sorted(set(groups)))
+    assert len(seen) == len(set(seen))  # no question is split across batches
+
+
+def test_tiny_reader_with_shared_normalisation_selects_by_span(tmp_path) -> None:
+    from searchsmith.training.registry import get_recipe
+
+    run = tmp_path / "run"
+    cfg = load_recipe_config(TINY, [f"output_dir={run}", "shared_norm=true"])
+    metrics = get_recipe("reader").fn(cfg, run_dir=run)
+    assert 0.0 <= metrics["f1"] <= 1.0
+    assert json.loads((run / "model" / "reader.json").read_text())["select"] == "span"
