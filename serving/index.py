@@ -4,7 +4,9 @@ Layout of an index folder (every file's sha256 is in the manifest)::
 
     manifest.json            model, dimension, counts, config, sha256 of every file
     chunks.sqlite            chunk text + metadata; row id = FAISS id
-    faiss/<stem>.faiss       IndexIDMap2 over flat IP (default), IVF or HNSW
+    faiss/<stem>.faiss       IndexIDMap2 over flat IP (default), IVF or HNSW; a source of more
+                             than ``shard_max_vectors`` vectors is several shards instead,
+                             faiss/<stem>.<k>.faiss (IVF shards share one coarse quantizer)
     vectors/<stem>.npy       (n, D) float32 unit vectors, same order as ...
     vectors/<stem>.ids.npy   (n,) int64 chunk rows
     centroids.npy            (C, D) k-means centroids of every source's chunks
@@ -18,6 +20,12 @@ Writes are atomic: a new or updated index is built in a temporary folder next to
 target and swapped in by rename, so a crash leaves the old index intact. Nothing else is
 replaced: ``--out`` must be new, an empty folder, or (with ``overwrite``) an index holding
 only the files its manifest lists (:func:`check_out_path`).
+
+A sharded source is searched as one (``faiss.IndexShards``: the shards in parallel threads,
+their top-k merged), with the same results as one index over the same vectors. With ``mmap``
+the FAISS files are memory-mapped read-only instead of read into RAM (IVF: only the probed
+lists are touched; flat and HNSW: the codes are paged in as they are scanned), so an index
+larger than RAM stays searchable, and a fresh process answers without loading it first.
 
 Search runs on FAISS on the CPU (or faiss-gpu where it has GPUs); on a CUDA machine
 without faiss-gpu, flat search runs through ``searchsmith.kernels.similarity_topk``
@@ -108,6 +116,10 @@ class IndexConfig:
         search_backend: ``auto`` = faiss-gpu if it has GPUs, the Triton kernel on CUDA
             without it, faiss on the CPU.
         max_documents: refuse corpora above this (a guard against the wrong file).
+        shard_max_vectors: a source with more vectors is written as several FAISS shards of
+            at most this many (searched in parallel, top-k merged); 0 = one file per source.
+        mmap: memory-map the FAISS files read-only when the index is loaded, instead of
+            reading them into RAM (``Index.load(mmap=...)`` overrides it per process).
     """
 
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
@@ -121,6 +133,21 @@ class IndexConfig:
     hnsw_ef_search: int = 64
     search_backend: Literal["auto", "faiss", "kernel"] = "auto"
     max_documents: int = 10_000_000
+    shard_max_vectors: int = 0
+    mmap: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shard_max_vectors, bool) or not isinstance(self.shard_max_vectors, int) \
+                or self.shard_max_vectors < 0:
+            raise ValueError(f"shard_max_vectors: expected an int >= 0 (0 = no shards), got {self.shard_max_vectors!r}")
+        if not isinstance(self.mmap, bool):
+            raise ValueError(f"mmap: expected true or false, got {self.mmap!r}")
+
+    def shards_for(self, n: int) -> int:
+        """How many FAISS shards a source of ``n`` vectors is written as."""
+        if self.shard_max_vectors <= 0 or n <= self.shard_max_vectors:
+            return 1
+        return -(-n // self.shard_max_vectors)
 
 
 @dataclass
@@ -211,7 +238,8 @@ class ChunkStore:
 
 
 # -- FAISS helpers --------------------------------------------------------------------------
-def _make_faiss_index(cfg: IndexConfig, vectors: np.ndarray, ids: np.ndarray):
+def _empty_faiss_index(cfg: IndexConfig, vectors: np.ndarray):
+    """The source's FAISS index without vectors (an IVF one trained on all of them): ``(index, kind)``."""
     import faiss
 
     n, d = vectors.shape
@@ -230,9 +258,39 @@ def _make_faiss_index(cfg: IndexConfig, vectors: np.ndarray, ids: np.ndarray):
         base.hnsw.efSearch = cfg.hnsw_ef_search
     else:
         base = faiss.IndexFlatIP(d)
-    index = faiss.IndexIDMap2(base)
-    index.add_with_ids(vectors, ids.astype(np.int64))
-    return index, kind
+    return base, kind
+
+
+def _filled(base: Any, vectors: np.ndarray, ids: np.ndarray) -> Any:
+    """A copy of ``base`` (empty, trained) holding ``vectors`` under ``ids``."""
+    import faiss
+
+    index = faiss.IndexIDMap2(faiss.clone_index(base))
+    index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids.astype(np.int64))
+    return index
+
+
+def shard_files(stem: str, shards: int) -> list[str]:
+    """The FAISS files of a source, relative to the index folder."""
+    if shards <= 1:
+        return [f"faiss/{stem}.faiss"]
+    return [f"faiss/{stem}.{k}.faiss" for k in range(shards)]
+
+
+MMAP_FLAGS = {"ivf": "IO_FLAG_MMAP", "flat": "IO_FLAG_MMAP_IFC", "hnsw": "IO_FLAG_MMAP_IFC"}
+
+
+def read_faiss(path: Path, kind: str, mmap: bool = False) -> Any:
+    """Read one FAISS file, memory-mapped read-only with ``mmap`` (IVF: its inverted lists; flat
+    and HNSW: their codes); RuntimeError as FAISS raises it."""
+    import faiss
+
+    if not mmap:
+        return faiss.read_index(str(path))
+    flag = getattr(faiss, MMAP_FLAGS.get(kind, "IO_FLAG_MMAP_IFC"))
+    if kind == "ivf":
+        flag |= faiss.IO_FLAG_READ_ONLY
+    return faiss.read_index(str(path), flag)
 
 
 def compute_centroids(vectors: np.ndarray, cfg: CentroidConfig) -> np.ndarray:
@@ -407,9 +465,19 @@ def _write_source(tmp: Path, cfg: IndexConfig, stem: str, vectors: np.ndarray, i
     (tmp / "vectors").mkdir(exist_ok=True)
     np.save(tmp / "vectors" / f"{stem}.npy", vectors.astype(np.float32))
     np.save(tmp / "vectors" / f"{stem}.ids.npy", ids.astype(np.int64))
-    index, kind = _make_faiss_index(cfg, vectors, ids)
-    faiss.write_index(index, str(tmp / "faiss" / f"{stem}.faiss"))
-    return {"chunks": int(len(ids)), "index_type": kind, "file": stem}
+    # an update rewrites the source: its earlier FAISS files (one, or shards) go first
+    for old in (tmp / "faiss").iterdir():
+        if re.fullmatch(re.escape(stem) + r"(\.\d+)?\.faiss", old.name):
+            old.unlink()
+    base, kind = _empty_faiss_index(cfg, vectors)
+    shards = cfg.shards_for(len(ids))
+    parts = np.array_split(np.arange(len(ids)), shards)
+    for rel, part in zip(shard_files(stem, shards), parts, strict=True):
+        faiss.write_index(_filled(base, vectors[part], ids[part]), str(tmp / rel))
+    out = {"chunks": int(len(ids)), "index_type": kind, "file": stem}
+    if shards > 1:
+        out["shards"] = shards
+    return out
 
 
 def _write_centroids(tmp: Path, cfg: IndexConfig, sources: dict[str, Any]) -> None:
@@ -651,13 +719,23 @@ class Index:
         self._stems = _stems_of(manifest)
         self.store = ChunkStore(index_dir / "chunks.sqlite", readonly=True)
         self._faiss = {}
+        self._shards: dict[str, list[Any]] = {}  # a sharded source's parts (IndexShards does not own them)
         for s in self.sources:
-            rel = f"faiss/{self._stems[s]}.faiss"
-            try:
-                self._faiss[s] = faiss.read_index(str(index_dir / rel))
-            except RuntimeError as exc:
-                raise BundleError(f"index {index_dir}: {rel} (source {s!r}) cannot be read ({exc}); "
-                                  "rebuild the index") from None
+            info = manifest["sources"][s]
+            parts = []
+            for rel in shard_files(self._stems[s], int(info.get("shards", 1))):
+                try:
+                    parts.append(read_faiss(index_dir / rel, info.get("index_type", "flat"), config.mmap))
+                except RuntimeError as exc:
+                    raise BundleError(f"index {index_dir}: {rel} (source {s!r}) cannot be read ({exc}); "
+                                      "rebuild the index") from None
+            if len(parts) == 1:
+                self._faiss[s] = parts[0]
+                continue
+            shards = faiss.IndexShards(self.dim, True, False)  # threaded; ids are the chunk rows
+            for part in parts:
+                shards.add_shard(part)
+            self._faiss[s], self._shards[s] = shards, parts
         self.centroids = np.load(index_dir / "centroids.npy")
         self.centroid_sources = json.loads((index_dir / "centroids.json").read_text())["sources"]
         self.backend = self._pick_backend(config.search_backend)
@@ -672,14 +750,20 @@ class Index:
 
     @classmethod
     def load(cls, index_dir: str | Path, *, embedder: Embedder | None = None, verify: bool = True,
-             search_backend: str | None = None) -> Index:
-        """Open an index folder; validates the manifest, the files and (given one) the embedder."""
+             search_backend: str | None = None, mmap: bool | None = None) -> Index:
+        """Open an index folder; validates the manifest, the files and (given one) the embedder.
+
+        ``mmap`` (None: the index's own ``mmap`` setting) memory-maps the FAISS files.
+        """
         d = Path(index_dir)
         manifest = read_manifest(d)
         verify_files(manifest, d, checksums=verify)
         cfg = from_dict(IndexConfig, manifest["config"], source=f"{d}/manifest.json:config")
-        if search_backend:
-            cfg = from_dict(IndexConfig, {**manifest["config"], "search_backend": search_backend})
+        if search_backend or mmap is not None:
+            over = {"search_backend": search_backend} if search_backend else {}
+            if mmap is not None:
+                over["mmap"] = mmap
+            cfg = from_dict(IndexConfig, {**manifest["config"], **over})
         if embedder is not None:
             check_model(manifest, embedder, d)
         return cls(d, manifest, cfg)
