@@ -1,6 +1,7 @@
 """``searchsmith profile SUITE``: each suite compares against a baseline in the same run.
 
-Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``, ``read``; groups:
+Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``, ``read``,
+``shards``; groups:
 ``all`` (every suite but ``llm`` and ``read``; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
 
 The GPU check (the one command of ``../shared/GPU.md``, sized for about 5 minutes on one H200)::
@@ -46,6 +47,8 @@ SUITES: dict[str, str] = {
     "llm": "searchsmith.serving.profiling.llm",
     # the reader: torch fp32 vs ONNX fp32 vs int8 (--run READER_RUN); in no group
     "read": "searchsmith.serving.profiling.read",
+    # one index shard by kind (flat, 2 shards, IVF, IVF mmap): the capacity model's inputs
+    "shards": "searchsmith.serving.profiling.shards",
 }
 # ``all`` and ``gpu`` are sequences of steps: a suite name, or ``suite:backend`` to run a
 # suite with ``--backend`` set (``embed:onnx``).

@@ -393,3 +393,18 @@ def test_profile_read_compares_torch_onnx_and_int8(tmp_path, capsys) -> None:
     assert summary["questions"] == 12 and summary["onnx-int8_speedup"] == rows["onnx-int8"]["speedup_vs_torch_fp32"]
     assert main(["profile", "read", "--quick", "--out", str(tmp_path / "q")]) != 0
     assert "give --run RUN_DIR, a trained reader" in capsys.readouterr().err
+
+
+def test_profile_shards_measures_every_kind_against_exact_search(tmp_path, tiny_profile) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", "shards", "--out", str(out)]) == 0
+    rows = [r for r in _records(out) if r.get("suite") == "shards" and "vectors" in r]
+    assert [r["vectors"] for r in rows] == [2000, 8000]
+    for r in rows:
+        kinds = r["kinds"]
+        assert set(kinds) == {"flat", "flat_2_shards", "ivf", "ivf_mmap"}
+        assert kinds["flat"]["recall_at_10"] == 1.0 and kinds["flat_2_shards"]["recall_at_10"] == 1.0
+        assert kinds["ivf_mmap"]["recall_at_10"] == kinds["ivf"]["recall_at_10"] > 0.3
+        assert kinds["flat"]["bytes_per_vector"] >= 4 * 384  # float32 codes, plus the id map
+        assert r["speedup_p50_vs_flat"]["flat"] == pytest.approx(1.0)
+    assert (out / "shards_latency.png").stat().st_size > 1000
