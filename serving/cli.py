@@ -16,7 +16,8 @@ from searchsmith.models.errors import ValidationError
 
 # -- index -----------------------------------------------------------------------------------
 def configure_index(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("corpus", help="corpus JSONL: {id, source, text, title?, date?, url?, images?}")
+    parser.add_argument("corpus", help="corpus JSONL: {id, source, text, title?, date?, url?, images?}; several "
+                        "files separated by commas, or a quoted glob ('data/*.jsonl')")
     parser.add_argument("--out", required=True, help="index folder to write: a new or empty folder (an existing "
                         "index only with --force; anything else is refused, never replaced)")
     parser.add_argument("--config", help="index config YAML (embedder, chunker, centroids, index_type)")
@@ -24,31 +25,47 @@ def configure_index(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--add", action="store_true", help="add the documents to the existing index at --out")
     mode.add_argument("--force", action="store_true", help="rebuild the existing index at --out (replaced "
                       "atomically; refused if the folder holds files the index did not write)")
+    parser.add_argument("--ray", action="store_true", help="embed on Ray Data actors (pip install "
+                        "'searchsmith[ray]'): a local Ray, or the cluster of --address")
+    parser.add_argument("--address", help="--ray: a running Ray cluster's HOST:PORT (default: start a local one)")
+    parser.add_argument("--workers", type=int, help="--ray: embedding actors (default: one per CPU of the cluster)")
     parser.add_argument("overrides", nargs="*", help="config overrides KEY=VALUE, e.g. chunker.chunk_tokens=200")
     parser.set_defaults(func=run_index)
 
 
 def run_index(args: argparse.Namespace) -> int:
     from searchsmith.models.config import load_config
-    from searchsmith.serving.corpus import read_corpus
+    from searchsmith.serving.corpus import read_corpora
     from searchsmith.serving.index import IndexConfig, add_documents, build_index, check_out_path
 
     def say(line: str) -> None:  # step lines on stderr: stdout is the JSON summary
         print(line, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
+    if (args.address or args.workers) and not args.ray:
+        raise ValidationError("--address and --workers go with --ray")
     if args.add:
         if args.config or args.overrides:
             raise ValidationError("index --add uses the config the index was built with; drop --config/overrides")
+        if args.ray:
+            raise ValidationError("index --add embeds in this process; drop --ray (or rebuild with --ray --force)")
     else:
         cfg = load_config(IndexConfig, args.config, args.overrides)
         check_out_path(args.out, overwrite=args.force)  # before reading a large corpus
+    embed = None
+    if args.ray:
+        from searchsmith.serving.index_ray import check_address, ray_embed
+
+        if args.address:
+            check_address(args.address)  # before reading a large corpus
+        embed = ray_embed(cfg.embedder, address=args.address, workers=args.workers, report=say)
     say(f"index: reading {args.corpus}")
-    records = read_corpus(args.corpus)
+    records = read_corpora(args.corpus)
     if args.add:
         manifest = add_documents(args.out, records, report=say, show_progress=True)
     else:
-        manifest = build_index(records, args.out, cfg, overwrite=args.force, report=say, show_progress=True)
+        manifest = build_index(records, args.out, cfg, overwrite=args.force, report=say, show_progress=True,
+                               embed=embed)
     seconds = round(time.perf_counter() - t0, 2)
     say(f"index: wrote {args.out} in {seconds:.1f} s")
     summary = {"index": str(args.out), "documents": manifest["documents"], "chunks": manifest["chunks"],

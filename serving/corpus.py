@@ -167,3 +167,42 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
     if not records:
         raise ValidationError(f"corpus {p} is empty: expected at least one JSON line with id, source and text")
     return records
+
+
+def corpus_files(spec: str) -> list[Path]:
+    """The files a corpus argument names: a path, a glob (``'data/*.jsonl'``), or several of
+    them separated by commas; sorted, each once.
+
+    Raises:
+        ValidationError: a pattern matching nothing, or a named file that does not exist.
+    """
+    import glob as globlib
+
+    files: list[Path] = []
+    for part in [p.strip() for p in spec.split(",") if p.strip()]:
+        if any(ch in part for ch in "*?["):
+            found = sorted(Path(f) for f in globlib.glob(part, recursive=True) if Path(f).is_file())
+            if not found:
+                raise ValidationError(f"corpus: the pattern {part!r} matches no file; check the path "
+                                      "(quote it so the shell does not expand it)")
+            files.extend(found)
+        else:
+            files.append(Path(part))
+    if not files:
+        raise ValidationError("corpus: no file given; name a JSONL file, several separated by commas, or a glob")
+    return list(dict.fromkeys(files))
+
+
+def read_corpora(spec: str, **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`read_corpus` of every file :func:`corpus_files` names; ids must be unique across them."""
+    records: list[dict[str, Any]] = []
+    seen: dict[str, Path] = {}
+    for path in corpus_files(spec):
+        for rec in read_corpus(path, **kwargs):
+            if rec["id"] in seen:
+                raise ValidationError(f"corpus: id {rec['id']!r} is in both {seen[rec['id']]} and {path}; "
+                                      "ids must be unique across the files")
+            seen[rec["id"]] = path
+            records.append(rec)
+    return records
+

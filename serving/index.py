@@ -425,8 +425,13 @@ def check_out_path(out: str | Path, *, overwrite: bool = False) -> None:
 EMBED_SLICE = 256  # chunks per embedding call: the progress bar moves every few seconds on 2 cores
 
 
+def _chunk_text(c: Chunk) -> str:
+    """What is embedded for a chunk: its title, then its text."""
+    return f"{c.title}. {c.text}" if c.title else c.text
+
+
 def _embed_chunks(embedder: Embedder, chunks: Sequence[Chunk], bar: Any = None) -> np.ndarray:
-    texts = [f"{c.title}. {c.text}" if c.title else c.text for c in chunks]
+    texts = [_chunk_text(c) for c in chunks]
     if bar is None:
         return embedder.encode(texts)
     parts = []
@@ -547,7 +552,8 @@ def _by_source(chunker: Chunker, records: Sequence[dict[str, Any]]) -> dict[str,
 
 def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: IndexConfig | None = None,
                 embedder: Embedder | None = None, *, overwrite: bool = False, report: Report | None = None,
-                show_progress: bool = False) -> dict[str, Any]:
+                show_progress: bool = False,
+                embed: Callable[[Sequence[str]], np.ndarray] | None = None) -> dict[str, Any]:
     """Chunk, embed and index validated corpus records into ``out_dir`` (atomically).
 
     Args:
@@ -555,6 +561,9 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
             :func:`check_out_path`, checked before any work and again before the swap).
         report: called with one line per step (the CLI prints them).
         show_progress: a progress bar over the chunks embedded (on a terminal).
+        embed: ``texts -> (N, D)`` for every chunk at once, in place of ``embedder.encode``
+            (``index_ray.ray_embed``: Ray Data actors); the embedder still chunks (its
+            tokenizer) and names the model in the manifest, and must be the same model.
 
     Returns:
         The manifest written.
@@ -582,12 +591,19 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
         store = ChunkStore(tmp / "chunks.sqlite")
         sources: dict[str, Any] = {}
         row = 0
-        with _embed_progress(n_chunks, show_progress) as bar:
+        every = None
+        if embed is not None:  # one distributed job over every chunk, then sliced per source
+            every = np.asarray(embed([_chunk_text(c) for name in sorted(by_source) for c in by_source[name]]),
+                               dtype=np.float32)
+            if every.shape != (n_chunks, embedder.dim):
+                raise BundleError(f"index: the embedding job returned {every.shape}, expected ({n_chunks}, "
+                                  f"{embedder.dim}); is it the index's model ({embedder.model_name})?")
+        with _embed_progress(n_chunks if embed is None else 0, show_progress and embed is None) as bar:
             for name in sorted(by_source):
                 chunks = by_source[name]
                 ids = np.asarray(store.add(chunks, row), dtype=np.int64)
+                vecs = _embed_chunks(embedder, chunks, bar) if every is None else every[row: row + len(chunks)]
                 row += len(chunks)
-                vecs = _embed_chunks(embedder, chunks, bar)
                 sources[name] = _write_source(tmp, cfg, stems[name], vecs, ids)
                 sources[name]["documents"] = len({c.doc_id for c in chunks})
         store.close()
