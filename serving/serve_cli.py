@@ -60,7 +60,8 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--ray", action="store_true", help="serve through Ray Serve (pip install 'searchsmith[ray]')")
-    parser.add_argument("--replicas", type=int, default=1, help="--ray: number of replicas (each loads every model)")
+    parser.add_argument("--replicas", type=int, default=None, help="--ray: number of replicas (each loads every "
+                        "model); default: serve.yaml's ray.replicas, or autoscaling within ray.min/max_replicas")
     parser.add_argument("overrides", nargs="*",
                         help="config overrides KEY=VALUE, e.g. server.batcher.max_batch_size=64")
     parser.set_defaults(func=run_serve)
@@ -110,32 +111,51 @@ def _replica_app(config: str | None, overrides: list[str], index: str | None):
     return build_app(args, background=False)[1]
 
 
-def run_ray(args: argparse.Namespace, cfg: Any) -> int:
-    """Serve the same FastAPI app through Ray Serve with ``--replicas`` replicas.
+def start_ray_serve(args: argparse.Namespace, cfg: Any) -> str:
+    """Deploy the app on Ray Serve (``--replicas`` or serve.yaml ``ray``) and return a line
+    saying how many replicas serve where; the deployment keeps running (``serve.shutdown()``).
 
     Raises:
-        ConfigError: Ray Serve is not installed, or ``--replicas`` < 1.
+        ConfigError: Ray Serve is not installed, ``--replicas`` < 1, or ``ray.address`` does
+            not answer.
     """
-    if args.replicas < 1:
+    if args.replicas is not None and args.replicas < 1:
         raise ConfigError(f"--replicas: expected an int >= 1, got {args.replicas}")
     try:
+        import ray
         from ray import serve
     except ImportError:
         raise ConfigError(RAY_MISSING) from None
     config, overrides, index = args.config, list(args.overrides), args.index
+    rcfg = cfg.ray
+    if rcfg.address:
+        from searchsmith.serving.index_ray import check_address
+
+        check_address(rcfg.address)
+        ray.init(address=rcfg.address, ignore_reinit_error=True)
 
     def builder():  # a plain function: Ray Serve calls it on each replica (a partial is taken for an app)
         return _replica_app(config, overrides, index)
 
+    opts = rcfg.deployment_options(args.replicas)
     deployment = serve.deployment(
-        name="searchsmith", num_replicas=args.replicas,
+        name="searchsmith", **opts,
         # Ray waits this long for requests in flight when a replica stops (graceful shutdown).
         graceful_shutdown_timeout_s=float(cfg.server.request_timeout_s),
     )(serve.ingress(builder)())
     serve.start(http_options={"host": args.host, "port": args.port})
     serve.run(deployment.bind(), name="searchsmith", route_prefix="/")
-    print(f"searchsmith: {args.replicas} Ray Serve replica(s) at http://{args.host}:{args.port} (Ctrl-C stops)",
-          flush=True)
+    scale = (f"{opts['num_replicas']} Ray Serve replica(s)" if "num_replicas" in opts else
+             f"Ray Serve, {rcfg.min_replicas}-{rcfg.max_replicas} replicas (autoscaling)")
+    return f"searchsmith: {scale} at http://{args.host}:{args.port}"
+
+
+def run_ray(args: argparse.Namespace, cfg: Any) -> int:
+    """Serve the same FastAPI app through Ray Serve until Ctrl-C (:func:`start_ray_serve`)."""
+    line = start_ray_serve(args, cfg)
+    print(f"{line} (Ctrl-C stops)", flush=True)
+    from ray import serve
+
     try:
         while True:
             time.sleep(3600)
@@ -147,7 +167,7 @@ def run_ray(args: argparse.Namespace, cfg: Any) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     if args.ray:
         return run_ray(args, load_config(args))
-    if args.replicas != 1:
+    if args.replicas is not None:
         raise ConfigError("--replicas: only with --ray (one uvicorn process serves one replica)")
     import uvicorn
 

@@ -105,6 +105,63 @@ class ServeBundles:
 
 
 @dataclass(frozen=True)
+class RayServeConfig:
+    """Ray Serve replicas (``searchsmith serve --ray``; serve.yaml ``ray``).
+
+    Example (serve.yaml)::
+
+        ray:
+          min_replicas: 1          # autoscaling between these bounds
+          max_replicas: 4
+          target_ongoing_requests: 4
+          num_cpus: 1
+
+    Attributes:
+        replicas: fixed number of replicas (``--replicas`` overrides it); ignored when
+            ``max_replicas`` is set.
+        min_replicas, max_replicas: autoscaling bounds (Ray Serve adds replicas while each
+            has more than ``target_ongoing_requests`` in flight, and removes idle ones).
+        target_ongoing_requests: the in-flight requests per replica autoscaling aims at.
+        max_ongoing_requests: requests one replica takes at once; more wait in Serve's queue.
+        max_queued_requests: requests waiting for a replica; past it Ray Serve answers 503
+            (-1: no limit).
+        num_cpus: CPUs reserved per replica (each loads every model).
+        address: a running Ray cluster's ``HOST:PORT`` (None: a local Ray in this process).
+    """
+
+    replicas: int = 1
+    min_replicas: int = 1
+    max_replicas: int | None = None
+    target_ongoing_requests: float = 2.0
+    max_ongoing_requests: int = 8
+    max_queued_requests: int = 256
+    num_cpus: float = 1.0
+    address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1 or self.min_replicas < 1:
+            raise ValueError(f"ray.replicas and ray.min_replicas must be >= 1, got {self.replicas}, {self.min_replicas}")
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            raise ValueError(f"ray.max_replicas ({self.max_replicas}) must be >= ray.min_replicas ({self.min_replicas})")
+        if self.target_ongoing_requests <= 0 or self.max_ongoing_requests < 1 or self.num_cpus <= 0:
+            raise ValueError("ray.target_ongoing_requests and ray.num_cpus must be > 0, ray.max_ongoing_requests >= 1")
+        if self.max_queued_requests < -1 or self.max_queued_requests == 0:
+            raise ValueError(f"ray.max_queued_requests must be >= 1 or -1 (no limit), got {self.max_queued_requests}")
+
+    def deployment_options(self, replicas: int | None = None) -> dict[str, Any]:
+        """Keyword arguments of ``serve.deployment`` (``replicas``: the ``--replicas`` override)."""
+        opts: dict[str, Any] = {"max_ongoing_requests": self.max_ongoing_requests,
+                                "max_queued_requests": self.max_queued_requests,
+                                "ray_actor_options": {"num_cpus": self.num_cpus}}
+        if self.max_replicas is not None and replicas is None:
+            opts["autoscaling_config"] = {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
+                                          "target_ongoing_requests": self.target_ongoing_requests}
+        else:
+            opts["num_replicas"] = replicas or self.replicas
+        return opts
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """The whole server (serve.yaml top level).
 
@@ -114,6 +171,7 @@ class ServeConfig:
         bundles: the model bundles.
         server: limits, security and batchers.
         pipeline: the pipeline's stages and thresholds (also the cite / images thresholds).
+        ray: replicas and autoscaling under ``searchsmith serve --ray``.
     """
 
     index: str | None = None
@@ -121,6 +179,7 @@ class ServeConfig:
     bundles: ServeBundles = field(default_factory=ServeBundles)
     server: ServerLimits = field(default_factory=ServerLimits)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    ray: RayServeConfig = field(default_factory=RayServeConfig)
 
 
 # The bundles the pipeline (/v1/search) uses; the embedder is the index's.
