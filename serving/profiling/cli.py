@@ -1,7 +1,7 @@
 """``searchsmith profile SUITE``: each suite compares against a baseline in the same run.
 
 Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``, ``read``,
-``shards``; groups:
+``shards``, ``ray``; groups:
 ``all`` (every suite but ``llm`` and ``read``; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
 
 The GPU check (the one command of ``../shared/GPU.md``, sized for about 5 minutes on one H200)::
@@ -49,6 +49,8 @@ SUITES: dict[str, str] = {
     "read": "searchsmith.serving.profiling.read",
     # one index shard by kind (flat, 2 shards, IVF, IVF mmap): the capacity model's inputs
     "shards": "searchsmith.serving.profiling.shards",
+    # one process vs Ray Serve with 1 and 2 replicas under the same load (--index; .[ray]); in no group
+    "ray": "searchsmith.serving.profiling.ray_serve",
 }
 # ``all`` and ``gpu`` are sequences of steps: a suite name, or ``suite:backend`` to run a
 # suite with ``--backend`` set (``embed:onnx``).

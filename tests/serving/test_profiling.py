@@ -408,3 +408,21 @@ def test_profile_shards_measures_every_kind_against_exact_search(tmp_path, tiny_
         assert kinds["flat"]["bytes_per_vector"] >= 4 * 384  # float32 codes, plus the id map
         assert r["speedup_p50_vs_flat"]["flat"] == pytest.approx(1.0)
     assert (out / "shards_latency.png").stat().st_size > 1000
+
+
+def test_profile_ray_compares_one_process_with_serve_replicas(tmp_path, tiny_profile, small_index) -> None:
+    pytest.importorskip("ray.serve", reason="needs Ray Serve (pip install -e '.[ray]')")
+    out = tmp_path / "p"
+    assert main(["profile", "ray", "--index", str(small_index), "--out", str(out)]) == 0
+    rows = [r for r in _records(out) if r.get("suite") == "ray" and "requests_per_s" in r]
+    assert [(r["setup"], r["replicas"]) for r in rows] == [
+        ("one process (uvicorn)", 1), ("Ray Serve, 1 replica(s)", 1), ("Ray Serve, 2 replica(s)", 2)]
+    assert all(r["errors"] == 0 and r["requests_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] for r in rows)
+    summary = [r for r in _records(out) if r.get("summary") and r.get("suite") == "ray"]
+    assert [s["ratio_vs_one_process"] for s in summary] == pytest.approx(
+        [r["requests_per_s"] / rows[0]["requests_per_s"] for r in rows[1:]])
+
+
+def test_profile_ray_needs_an_index(tmp_path, tiny_profile, capsys) -> None:
+    assert main(["profile", "ray", "--out", str(tmp_path / "p")]) != 0
+    assert "needs --index" in capsys.readouterr().err

@@ -1,0 +1,103 @@
+"""``searchsmith profile ray --index DIR``: the server under load, one process against Ray Serve
+with 1 and 2 replicas.
+
+The same app (``serve.yaml``: the index, no pipeline) and the same closed-loop load on
+``/v1/route`` (``concurrency`` raw asyncio clients in a separate process, pre-encoded requests,
+``server.py``'s client) against: uvicorn in one process (the baseline), Ray Serve with one
+replica, and Ray Serve with two (a local Ray with the machine's CPUs). Reported per setup:
+requests/s, p50 / p99 latency and errors. Needs Ray (``pip install -e '.[ray]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.server import LoopbackServer, _free_port, load_in_process
+
+QUERIES = ["How do I configure the Lumen cache?", "When did Kestrel 2 ship?", "bread dough kneading",
+           "Which port does Lumen listen on?", "What is the largest planet?", "How do I fix a merge conflict?"]
+
+
+def _wait_ready(url: str, timeout_s: float = 240) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"profile ray: {url} was not ready within {timeout_s:.0f} s")
+
+
+def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    if not getattr(args, "index", None):
+        raise ConfigError("profile ray: needs --index DIR (an index from 'searchsmith index')")
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        raise ConfigError("profile ray: needs Ray (pip install -e '.[ray]')") from None
+    from searchsmith.serving.serve_cli import (
+        build_app,
+        configure_serve,
+        load_config,
+        start_ray_serve,
+    )
+
+    tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
+    n, concurrency = (40, 4) if tiny else (300, 8) if ctx.quick else (1500, 16)
+    bodies = [{"query": f"{QUERIES[i % len(QUERIES)]} {i}"} for i in range(n)]
+    work = Path(ctx.out_dir) / "ray-serve"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "serve.yaml").write_text(f"index: {Path(args.index).resolve()}\nsearch: false\n", encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    configure_serve(parser)
+
+    def measure(port: int, setup: str, replicas: int) -> dict:
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            pool.submit(load_in_process, port, "/v1/route", bodies[:concurrency * 2], concurrency).result()  # warm
+            latencies, errors, wall = pool.submit(load_in_process, port, "/v1/route", bodies, concurrency).result()
+        rec = {"suite": "ray", "setup": setup, "replicas": replicas, "requests": n, "concurrency": concurrency,
+               "requests_per_s": len(latencies) / wall, "errors": errors, **percentiles(latencies)}
+        ctx.emit(rec)
+        return rec
+
+    rows = []
+    base_args = parser.parse_intermixed_args(["--config", str(work / "serve.yaml")])
+    _, app = build_app(base_args)
+    with LoopbackServer(app) as srv:
+        rows.append(measure(srv.port, "one process (uvicorn)", 1))
+    app.state.serving.close()
+
+    ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        for replicas in (1, 2):
+            port = _free_port()
+            argv = ["--config", str(work / "serve.yaml"), "--ray", "--replicas", str(replicas), "--port", str(port)]
+            ray_args = parser.parse_intermixed_args(argv)
+            start_ray_serve(ray_args, load_config(ray_args))
+            _wait_ready(f"http://127.0.0.1:{port}")
+            rows.append(measure(port, f"Ray Serve, {replicas} replica(s)", replicas))
+            serve.shutdown()
+    finally:
+        ray.shutdown()
+    base = rows[0]["requests_per_s"]
+    for r in rows[1:]:
+        ctx.emit({"suite": "ray", "summary": True, "setup": r["setup"], "ratio_vs_one_process": r["requests_per_s"] / base})
+
+    def draw(fig, ax) -> None:
+        names = [r["setup"] for r in rows]
+        ax.bar(names, [r["requests_per_s"] for r in rows])
+        ax.set_ylabel("requests/s (/v1/route)")
+        ax.set_xlabel(f"setup ({concurrency} clients, {n} requests)")
+
+    save_plot(ctx.out_dir / "ray_serve.png", draw, "One process vs Ray Serve replicas")
