@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from searchsmith.models.errors import ConfigError
@@ -56,8 +57,12 @@ def run_train(args: argparse.Namespace) -> int:
     entry = get_recipe(cfg.recipe)
     run_dir = Path(cfg.output_dir)
     check_run_dir(run_dir)
-    print(f"searchsmith train: recipe {entry.name!r} -> {run_dir}", flush=True)
+    # under accelerate launch / torchrun only the main process (RANK 0) reports
+    main_process = os.environ.get("RANK", "0") == "0"
+    if main_process:
+        print(f"searchsmith train: recipe {entry.name!r} -> {run_dir}", flush=True)
     final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))
-    print(f"run: {run_dir}  (model: {run_dir / 'model'}, metrics: {run_dir / 'metrics.json'})")
-    print(json.dumps(final, indent=2, sort_keys=True))
+    if main_process:
+        print(f"run: {run_dir}  (model: {run_dir / 'model'}, metrics: {run_dir / 'metrics.json'})")
+        print(json.dumps(final, indent=2, sort_keys=True))
     return 0

@@ -286,7 +286,9 @@ def train(
 
     # 1. Seeds and devices.
     seed_everything(tcfg.seed)
-    accelerator = Accelerator(mixed_precision=resolve_mixed_precision(tcfg.mixed_precision))
+    # cpu=True without CUDA: processes started by torchrun form a gloo group (MULTI_CPU)
+    accelerator = Accelerator(mixed_precision=resolve_mixed_precision(tcfg.mixed_precision),
+                              cpu=not torch.cuda.is_available())
     is_main = accelerator.is_main_process
 
     optimizer = torch.optim.AdamW(_param_groups(model, optim.weight_decay), lr=optim.lr)
@@ -435,7 +437,7 @@ def train(
     metrics = {
         "final": final, "steps": step, "history": history, "eval_history": eval_history,
         "baselines": dict(baselines or {}), "train_time_s_this_invocation": round(train_time_s, 2),
-        "resumed_from_step": resumed_from,
+        "resumed_from_step": resumed_from, "processes": accelerator.num_processes,
     }
     write_json_atomic(run_dir / "metrics.json", metrics)
     title = f"{(run_info or {}).get('recipe', 'run')}: {run_dir.name}"

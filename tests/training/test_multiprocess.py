@@ -1,0 +1,79 @@
+"""``accelerate launch --multi_gpu --num_processes 2`` on a CPU-only machine: 2 processes (gloo): a recipe trains data-parallel (each process
+takes every other micro-batch), writes one run, and a killed launch resumes from its last
+checkpoint. The tiny reranker recipe, in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "recipes" / "reranker" / "tiny" / "bert-tiny_full.yaml"
+ACCELERATE = Path(sys.executable).with_name("accelerate")
+
+pytestmark = pytest.mark.skipif(not ACCELERATE.exists(), reason="needs accelerate's launcher next to python")
+
+
+def _launch(run: Path, *overrides: str, processes: int = 2) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    # --multi_gpu picks the multi-process launcher; on a machine without CUDA the trainer's
+    # Accelerator(cpu=True) makes the processes a gloo group (accelerate's --cpu runs one process)
+    multi = ["--multi_gpu"] if processes > 1 else []
+    cmd = [str(ACCELERATE), "launch", *multi, "--num_processes", str(processes), "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "searchsmith.serving.main", "train",
+           str(TINY), "--output-dir", str(run), *overrides]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def test_two_processes_train_one_run_like_one_process(tmp_path) -> None:
+    one = tmp_path / "one"
+    two = tmp_path / "two"
+    _finish(_launch(one, processes=1))
+    out = _finish(_launch(two))
+    m1 = json.loads((one / "metrics.json").read_text())
+    m2 = json.loads((two / "metrics.json").read_text())
+    run = json.loads((two / "run.json").read_text())
+    assert (m1["processes"], m2["processes"]) == (1, 2)
+    assert m2["steps"] == m1["steps"]  # the same optimizer steps, each over both processes' batches
+    assert (two / "model").is_dir() and not list(tmp_path.glob("two*/**/*.tmp-*"))
+    # only the main process reports and writes the run
+    assert out.count('"synthetic/recall@10"') == 1 and run["steps"] == m2["steps"]
+    for key in ("ndcg@10", "mrr@10"):
+        assert abs(m2["final"][key] - m1["final"][key]) <= 0.25, (key, m1["final"], m2["final"])
+
+
+def test_a_killed_two_process_run_resumes(tmp_path) -> None:
+    run = tmp_path / "run"
+    proc = _launch(run, "optim.max_steps=60", "train.save_every_steps=10", "train.eval_every_steps=0")
+    deadline = time.monotonic() + 240
+    ckpts = run / "checkpoints"
+    while time.monotonic() < deadline:
+        if ckpts.is_dir() and any((p / "state.json").exists() for p in ckpts.glob("step-*")):
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before its first checkpoint:\n{proc.stdout.read()[-2000:]}")
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both workers, mid-run
+    proc.wait(timeout=60)
+    saved = max(int(p.name.split("-")[1]) for p in ckpts.glob("step-*") if (p / "state.json").exists())
+    assert 0 < saved < 60
+    out = _finish(_launch(run, "optim.max_steps=60", "train.save_every_steps=10", "train.eval_every_steps=0"))
+    assert f"resuming {run} from step-" in out
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] == 60 and metrics["resumed_from_step"] >= saved and metrics["processes"] == 2
+    shutil.rmtree(run, ignore_errors=True)
