@@ -6,6 +6,7 @@ negatives with and compare against). JSONL reading is :func:`searchsmith.models.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,7 +109,7 @@ class CachedEmbedder:
         emb = emb.astype(np.float32)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.stem}.tmp.npy")
+            tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npy")  # per process: several may write at once
             np.save(tmp, emb)
             tmp.replace(path)
         return emb

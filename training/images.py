@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -248,7 +249,7 @@ def pooled_text_features(model: ImageRelevanceModel, texts: Sequence[str], cache
     feats[torch.tensor(order)] = torch.cat(out)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.tmp.npy")
+        tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npy")  # per process: several may write at once
         np.save(tmp, feats.numpy())
         tmp.replace(path)
     return feats
