@@ -119,8 +119,10 @@ class RayServeConfig:
     Attributes:
         replicas: fixed number of replicas (``--replicas`` overrides it); ignored when
             ``max_replicas`` is set.
-        min_replicas, max_replicas: autoscaling bounds (Ray Serve adds replicas while each
-            has more than ``target_ongoing_requests`` in flight, and removes idle ones).
+        min_replicas: autoscaling's lower bound (with ``max_replicas``).
+        max_replicas: autoscaling's upper bound; set, it turns autoscaling on (Ray Serve adds
+            replicas while each has more than ``target_ongoing_requests`` in flight, and
+            removes idle ones).
         target_ongoing_requests: the in-flight requests per replica autoscaling aims at.
         max_ongoing_requests: requests one replica takes at once; more wait in Serve's queue.
         max_queued_requests: requests waiting for a replica; past it Ray Serve answers 503
