@@ -286,9 +286,14 @@ def train(
 
     # 1. Seeds and devices.
     seed_everything(tcfg.seed)
-    # cpu=True without CUDA: processes started by torchrun form a gloo group (MULTI_CPU)
+    # cpu=True without CUDA: processes started by torchrun form a gloo group (MULTI_CPU).
+    # find_unused_parameters: a recipe's model may hold parameters a loss does not use (the
+    # encoder's pooler, a head of another task), which DDP otherwise refuses on the 2nd step.
+    from accelerate.utils import DistributedDataParallelKwargs
+
     accelerator = Accelerator(mixed_precision=resolve_mixed_precision(tcfg.mixed_precision),
-                              cpu=not torch.cuda.is_available())
+                              cpu=not torch.cuda.is_available(),
+                              kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
     is_main = accelerator.is_main_process
 
     optimizer = torch.optim.AdamW(_param_groups(model, optim.weight_decay), lr=optim.lr)

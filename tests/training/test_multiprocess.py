@@ -77,3 +77,59 @@ def test_a_killed_two_process_run_resumes(tmp_path) -> None:
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["steps"] == 60 and metrics["resumed_from_step"] >= saved and metrics["processes"] == 2
     shutil.rmtree(run, ignore_errors=True)
+
+
+UNUSED_PARAMETER_RUN = '''
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from searchsmith.training.config import OptimConfig, TrainConfig
+from searchsmith.training.trainer import train
+
+
+@dataclass(frozen=True)
+class Cfg:
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(max_steps=4, batch_size=2, lr=1e-2))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(save_every_steps=0, log_every_steps=1))
+
+
+class TwoHeads(torch.nn.Module):  # a head the loss never uses, as a pooler or another task's head
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Linear(4, 1)
+        self.unused = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.used(x)
+
+    def save_pretrained(self, path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        torch.save(self.state_dict(), Path(path) / "model.pt")
+
+
+def batches(epoch):
+    g = torch.Generator().manual_seed(epoch)
+    for _ in range(8):
+        yield {"x": torch.randn(2, 4, generator=g)}
+
+
+result = train(TwoHeads(), lambda m, b: m(b["x"]).pow(2).mean(), batches, Cfg(), sys.argv[1])
+print("steps", result.step)
+'''
+
+
+def test_two_processes_train_a_model_with_an_unused_parameter(tmp_path) -> None:
+    """DDP refuses a second step when a parameter got no gradient, unless told to look for them
+    (the CPU default reranker's MiniLM pooler did this under 2 processes)."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("needs torchrun next to python")
+    script = tmp_path / "run.py"
+    script.write_text(UNUSED_PARAMETER_RUN, encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([str(torchrun), "--nproc_per_node", "2", str(script), str(tmp_path / "run")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["processes"] == 2
