@@ -37,7 +37,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_dict
 from searchsmith.models.errors import ConfigError
@@ -104,6 +104,16 @@ class ServeBundles:
     gate_read: bool = BundlesConfig.gate_read
 
 
+class DeploymentOptions(TypedDict, total=False):
+    """Keyword arguments of ``ray.serve.deployment`` (:meth:`RayServeConfig.deployment_options`)."""
+
+    num_replicas: int
+    autoscaling_config: dict[str, float]
+    max_ongoing_requests: int
+    max_queued_requests: int
+    ray_actor_options: dict[str, float]
+
+
 @dataclass(frozen=True)
 class RayServeConfig:
     """Ray Serve replicas (``searchsmith serve --ray``; serve.yaml ``ray``).
@@ -150,11 +160,11 @@ class RayServeConfig:
         if self.max_queued_requests < -1 or self.max_queued_requests == 0:
             raise ValueError(f"ray.max_queued_requests must be >= 1 or -1 (no limit), got {self.max_queued_requests}")
 
-    def deployment_options(self, replicas: int | None = None) -> dict[str, Any]:
+    def deployment_options(self, replicas: int | None = None) -> DeploymentOptions:
         """Keyword arguments of ``serve.deployment`` (``replicas``: the ``--replicas`` override)."""
-        opts: dict[str, Any] = {"max_ongoing_requests": self.max_ongoing_requests,
-                                "max_queued_requests": self.max_queued_requests,
-                                "ray_actor_options": {"num_cpus": self.num_cpus}}
+        opts: DeploymentOptions = {"max_ongoing_requests": self.max_ongoing_requests,
+                                   "max_queued_requests": self.max_queued_requests,
+                                   "ray_actor_options": {"num_cpus": self.num_cpus}}
         if self.max_replicas is not None and replicas is None:
             opts["autoscaling_config"] = {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
                                           "target_ongoing_requests": self.target_ongoing_requests}
