@@ -28,9 +28,11 @@ class DecompositionStage:
     reads = ("query", "rewrite")
     writes = ("graph", "strategy")
 
-    def __init__(self, bundle: Decomposer | None, config: DecompositionConfig) -> None:
+    def __init__(self, bundle: Decomposer | None, config: DecompositionConfig, gated: bool = False) -> None:
+        """``gated``: a decomposer is configured but its gate keeps it off (the trace says so)."""
         self.bundle = bundle
         self.config = config
+        self.gated = gated
 
     def run(self, state: PipelineState, preset: Preset, strategy: str | None = None) -> None:
         question = state.question()
@@ -39,7 +41,9 @@ class DecompositionStage:
             if not preset.decompose:
                 st.skipped, st.note = True, f"preset {state.preset_name!r} does not decompose"
             elif self.bundle is None:
-                st.skipped, st.note = True, "no decomposer bundle: the question is one terminal node"
+                why = ("the decomposer is gated off (its held-out figure does not beat one node; see the "
+                       "trace's notes)" if self.gated else "no decomposer bundle")
+                st.skipped, st.note = True, f"{why}: the question is one terminal node"
             else:
                 try:
                     raw = self.bundle.decompose(question, max_nodes=self.config.max_nodes)

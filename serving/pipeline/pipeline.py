@@ -133,7 +133,8 @@ class Pipeline:
         built: dict[str, Any] = {
             "context": self.context,
             "routing": self.routing,
-            "decomposition": DecompositionStage(dec if use("decompose") else None, cfg.decomposition),
+            "decomposition": DecompositionStage(dec if use("decompose") else None, cfg.decomposition,
+                                                gated=dec is not None and not use("decompose")),
             "retrieval": RetrievalStage(Retriever(index, embedder, cfg.retrieval,
                                                   self.bundles.get("reranker") if use("rerank") else None),
                                         cfg.decomposition, self.generation.answer_node),

@@ -125,6 +125,11 @@ def test_decomposer_measured_below_one_node_is_not_used(make_pipeline, fakes, lo
     ans = pipe.ask("Which planet is the largest and when was it named?")
     assert ans["trace"]["strategy"] == "direct" and len(ans["nodes"]) == 1
     assert not [c for c in dec.calls if c[0] == "decompose"]
+    # the stage says the decomposer is gated off, not that there is none
+    note = ans["trace"]["stages"]["decomposition"]["note"]
+    assert note.startswith("the decomposer is gated off") and "no decomposer bundle" not in note
+    assert make_pipeline().ask("How long do I knead bread dough?")["trace"]["stages"]["decomposition"][
+        "note"].startswith("no decomposer bundle")
     from searchsmith.models.config import from_dict
     from searchsmith.serving.pipeline.config import PipelineConfig
     from searchsmith.serving.pipeline.pipeline import Pipeline
