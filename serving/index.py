@@ -42,7 +42,7 @@ import re
 import shutil
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,6 +63,7 @@ from searchsmith.models.io import (
 from searchsmith.serving.chunker import DEFAULT_CHUNK_TOKENS, Chunk, Chunker, ChunkerConfig
 from searchsmith.serving.corpus import source_key
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
+from searchsmith.serving.index_parts import BuildParts, job_key
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ INDEX_FORMAT = "searchsmith-index"
 INDEX_FORMAT_VERSION = 2
 
 Report = Callable[[str], None]
+# an embedding job: the texts still to embed -> (positions, vectors) pieces, in any order
+EmbedJob = Callable[[Sequence[str]], Iterable[tuple[np.ndarray, np.ndarray]]]
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,9 @@ class IndexConfig:
             at most this many (searched in parallel, top-k merged); 0 = one file per source.
         mmap: memory-map the FAISS files read-only when the index is loaded, instead of
             reading them into RAM (``Index.load(mmap=...)`` overrides it per process).
+        build_part_chunks: a build saves its embeddings in parts of this many chunks beside
+            the output (``.<out>.build/``, each with its sha256); run a build that died again
+            and it embeds only the parts that are missing or corrupt.
     """
 
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
@@ -135,11 +141,15 @@ class IndexConfig:
     max_documents: int = 10_000_000
     shard_max_vectors: int = 0
     mmap: bool = False
+    build_part_chunks: int = 8192
 
     def __post_init__(self) -> None:
         if isinstance(self.shard_max_vectors, bool) or not isinstance(self.shard_max_vectors, int) \
                 or self.shard_max_vectors < 0:
             raise ValueError(f"shard_max_vectors: expected an int >= 0 (0 = no shards), got {self.shard_max_vectors!r}")
+        if isinstance(self.build_part_chunks, bool) or not isinstance(self.build_part_chunks, int) \
+                or self.build_part_chunks < 1:
+            raise ValueError(f"build_part_chunks: expected an int >= 1, got {self.build_part_chunks!r}")
         if not isinstance(self.mmap, bool):
             raise ValueError(f"mmap: expected true or false, got {self.mmap!r}")
 
@@ -543,6 +553,31 @@ def _embed_progress(n_chunks: int, show: bool) -> Iterator[Any]:
         bar.close()
 
 
+def _local_pieces(embedder: Embedder, texts: Sequence[str], bar: Any = None
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(positions, vectors)`` slices of ``texts`` embedded in this process, in order."""
+    for i in range(0, len(texts), EMBED_SLICE):
+        vectors = embedder.encode(texts[i: i + EMBED_SLICE], show_progress=False)
+        if bar is not None:
+            bar.update(len(vectors))
+        yield np.arange(i, i + len(vectors)), vectors
+
+
+def _embedded_parts(out: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg: ChunkerConfig,
+                    texts: list[str], embed: EmbedJob | None, say: Report, show_progress: bool) -> BuildParts:
+    """Every chunk embedded, in saved parts (:mod:`index_parts`): the parts an earlier run of
+    the same job finished are kept, the others embedded here or by ``embed``."""
+    identity = {"model": embedder.model_name, "dim": embedder.dim, "max_seq_length": embedder.max_seq_length,
+                "pooling": embedder.pooling, "chunker": to_dict(chunker_cfg), "part_rows": cfg.build_part_chunks}
+    parts = BuildParts(out, job_key(texts, identity), len(texts), cfg.build_part_chunks, embedder.dim, say)
+    rows = parts.missing_rows()
+    if len(rows):
+        todo = [texts[r] for r in rows]
+        with _embed_progress(len(todo), show_progress and embed is None) as bar:
+            parts.fill(embed(todo) if embed is not None else _local_pieces(embedder, todo, bar), rows)
+    return parts
+
+
 def _by_source(chunker: Chunker, records: Sequence[dict[str, Any]]) -> dict[str, list[Chunk]]:
     by_source: dict[str, list[Chunk]] = {}
     for c in chunker.chunk_all(records):
@@ -553,7 +588,7 @@ def _by_source(chunker: Chunker, records: Sequence[dict[str, Any]]) -> dict[str,
 def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: IndexConfig | None = None,
                 embedder: Embedder | None = None, *, overwrite: bool = False, report: Report | None = None,
                 show_progress: bool = False,
-                embed: Callable[[Sequence[str]], np.ndarray] | None = None) -> dict[str, Any]:
+                embed: EmbedJob | None = None) -> dict[str, Any]:
     """Chunk, embed and index validated corpus records into ``out_dir`` (atomically).
 
     Args:
@@ -561,8 +596,9 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
             :func:`check_out_path`, checked before any work and again before the swap).
         report: called with one line per step (the CLI prints them).
         show_progress: a progress bar over the chunks embedded (on a terminal).
-        embed: ``texts -> (N, D)`` for every chunk at once, in place of ``embedder.encode``
-            (``index_ray.ray_embed``: Ray Data actors); the embedder still chunks (its
+        embed: ``texts -> (positions, vectors)`` pieces in any order, for every chunk still to
+            embed, in place of ``embedder.encode`` (``index_ray.ray_embed``: Ray Data
+            actors); the embedder still chunks (its
             tokenizer) and names the model in the manifest, and must be the same model.
 
     Returns:
@@ -586,31 +622,27 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
     n_chunks = sum(len(v) for v in by_source.values())
     say(f"index: {len(records)} documents -> {n_chunks} chunks of <= {chunker_cfg.chunk_tokens} tokens "
         f"in {len(by_source)} source(s); embedding with {embedder.model_name}")
+    parts = _embedded_parts(out, cfg, embedder, chunker_cfg,
+                            [_chunk_text(c) for name in sorted(by_source) for c in by_source[name]],
+                            embed, say, show_progress)
+    every = parts.load()
     tmp = temp_dir_beside(out)
     with _removed_on_error(tmp):
         store = ChunkStore(tmp / "chunks.sqlite")
         sources: dict[str, Any] = {}
         row = 0
-        every = None
-        if embed is not None:  # one distributed job over every chunk, then sliced per source
-            every = np.asarray(embed([_chunk_text(c) for name in sorted(by_source) for c in by_source[name]]),
-                               dtype=np.float32)
-            if every.shape != (n_chunks, embedder.dim):
-                raise BundleError(f"index: the embedding job returned {every.shape}, expected ({n_chunks}, "
-                                  f"{embedder.dim}); is it the index's model ({embedder.model_name})?")
-        with _embed_progress(n_chunks if embed is None else 0, show_progress and embed is None) as bar:
-            for name in sorted(by_source):
-                chunks = by_source[name]
-                ids = np.asarray(store.add(chunks, row), dtype=np.int64)
-                vecs = _embed_chunks(embedder, chunks, bar) if every is None else every[row: row + len(chunks)]
-                row += len(chunks)
-                sources[name] = _write_source(tmp, cfg, stems[name], vecs, ids)
-                sources[name]["documents"] = len({c.doc_id for c in chunks})
+        for name in sorted(by_source):
+            chunks = by_source[name]
+            ids = np.asarray(store.add(chunks, row), dtype=np.int64)
+            sources[name] = _write_source(tmp, cfg, stems[name], every[row: row + len(chunks)], ids)
+            sources[name]["documents"] = len({c.doc_id for c in chunks})
+            row += len(chunks)
         store.close()
         _write_centroids(tmp, cfg, sources)
         manifest = _write_manifest(tmp, cfg, embedder, chunker_cfg, sources, len(records), row)
         check_out_path(out, overwrite=overwrite)  # something may have appeared there meanwhile
         replace_dir(tmp, out)
+    parts.remove()
     return manifest
 
 

@@ -7,9 +7,10 @@ one per actor on GPU nodes), and the vectors come back in order to the same writ
 (``build_index(..., embed=...)``): FAISS files (or shards), routing centroids, chunk store
 and manifest are written by the one code path, atomically.
 
-Recovery is Ray's: an actor that dies is restarted and its batches are run again
-(``max_restarts`` / ``max_task_retries``); finished batches are kept. A driver that dies
-leaves no index (the staging folder goes with it): run the command again.
+Recovery: an actor that dies is restarted by Ray and its batches are run again
+(``max_restarts`` / ``max_task_retries``). The vectors are saved in parts as they come back
+(``index_parts``: ``.<out>.build/``, sha256 per part), so a driver that dies (or a machine)
+loses only the parts it had not finished: run the same command again and it resumes.
 
 Usage::
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,8 +78,9 @@ def check_address(address: str, timeout_s: float = 5.0) -> None:
 def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: int | None = None,
               num_cpus: float = 1.0, num_gpus: float = 0.0, batch_size: int = 64,
               fail_marker: str | None = None, report: Callable[[str], None] | None = None
-              ) -> Callable[[Sequence[str]], np.ndarray]:
-    """``embed(texts) -> (N, D)`` through Ray Data actors (started on the first call).
+              ) -> Callable[[Sequence[str]], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """``embed(texts)``: ``(positions, vectors)`` pieces as Ray Data actors finish batches (in
+    any order; ``build_index`` saves each finished part of the build as they come).
 
     Args:
         config: the embedder of every actor (the index's ``embedder``).
@@ -99,7 +101,7 @@ def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: in
     if batch_size < 1 or (workers is not None and workers < 1):
         raise ConfigError(f"--ray: batch_size and --workers must be >= 1, got {batch_size} and {workers}")
 
-    def embed(texts: Sequence[str]) -> np.ndarray:
+    def embed(texts: Sequence[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if not ray.is_initialized():
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
                      include_dashboard=False)
@@ -115,20 +117,12 @@ def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: in
                                                "fail_marker": fail_marker},
             batch_size=batch_size, batch_format="numpy", concurrency=pool, num_cpus=num_cpus,
             num_gpus=num_gpus or None, max_restarts=-1, max_task_retries=-1)
-        order: list[np.ndarray] = []
-        vecs: list[np.ndarray] = []
+        n = 0
         for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
-            order.append(np.asarray(batch["i"], dtype=np.int64))
-            vecs.append(np.stack(batch["vector"]).astype(np.float32))
-        if not vecs:
-            return np.zeros((0, 0), dtype=np.float32)
-        idx, mat = np.concatenate(order), np.concatenate(vecs)
-        if len(idx) != len(texts) or set(idx.tolist()) != set(range(len(texts))):
-            raise RuntimeError(f"--ray: {len(idx)} vectors came back for {len(texts)} chunks")
-        result = np.empty_like(mat)
-        result[idx] = mat
-        say(f"index: Ray Data embedded {len(texts)} chunks in {time.perf_counter() - t0:.1f} s")
-        return result
+            vectors = np.stack(batch["vector"]).astype(np.float32)
+            n += len(vectors)
+            yield np.asarray(batch["i"], dtype=np.int64), vectors
+        say(f"index: Ray Data embedded {n} chunks in {time.perf_counter() - t0:.1f} s")
 
     return embed
 
