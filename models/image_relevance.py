@@ -293,6 +293,25 @@ class ImageRelevanceModel(nn.Module):
 
     # -- forward pieces (tensors)
 
+    def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, text_features: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One training step's tensors: (image vectors (B, D), text vectors (B, D), the logit
+        scale). The text side is ``input_ids`` + ``attention_mask``, or the frozen encoder's
+        cached pooled ``text_features`` (B, H), which go through the projection only.
+
+        Training calls the model (not its towers) so that a DistributedDataParallel wrapper
+        sees the forward pass and averages the gradients across processes.
+        """
+        image_emb = self.vision_tower(pixel_values)
+        if text_features is not None:
+            text_emb = F.normalize(self.text_tower.proj(text_features), dim=-1)
+        elif input_ids is not None and attention_mask is not None:
+            text_emb = self.text_tower(input_ids, attention_mask)
+        else:
+            raise ValueError("ImageRelevanceModel.forward: give input_ids and attention_mask, or text_features")
+        return image_emb, text_emb, self.temperature_scale()
+
     def temperature_scale(self) -> torch.Tensor:
         """exp(logit_scale), clamped to at most 100."""
         return self.logit_scale.clamp(max=MAX_LOGIT_SCALE).exp()

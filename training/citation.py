@@ -72,7 +72,13 @@ from searchsmith.training.cite_data import (
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
 from searchsmith.training.registry import register_dataset, register_recipe
-from searchsmith.training.trainer import apply_lora, seed_everything, train, write_json_atomic
+from searchsmith.training.trainer import (
+    apply_lora,
+    is_main_process,
+    seed_everything,
+    train,
+    write_json_atomic,
+)
 
 # The pair sources, as the datasets ``citation/<name>`` that ``data.sources`` names. Registered
 # here, not in cite_data, so that ``python -m searchsmith.training.cite_data`` (which runs that
@@ -500,7 +506,10 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                              {"untrained_scorer": baselines["untrained_scorer"]}, force),
     }
 
-    # 5. Save: RUN_DIR/model/{tagger,scorer,citation.json}, metrics.json, run.json, curve.
+    # 5. Save: RUN_DIR/model/{tagger,scorer,citation.json}, metrics.json, run.json, curve
+    # (by the main process only: the others of an accelerate launch stop here).
+    if not is_main_process():
+        return {**stages["scorer"]["final"], **stages["tagger"]["final"]}
     tmp = run_dir / f".model.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -517,7 +526,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     final = {**stages["scorer"]["final"], **stages["tagger"]["final"]}
     metrics = {
         "final": final, "baselines": baselines, "support_threshold": cfg.support_threshold,
-        "stages": {n: {"steps": m["steps"], "reused": m["reused"],
+        "stages": {n: {"steps": m["steps"], "reused": m["reused"], "processes": m.get("processes"),
                        "resumed_from_step": m.get("resumed_from_step"),
                        "train_time_s_this_invocation": m.get("train_time_s_this_invocation"),
                        "history": m.get("history", [])} for n, m in stages.items()},

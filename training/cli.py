@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from searchsmith.models.errors import ConfigError
@@ -57,8 +56,9 @@ def run_train(args: argparse.Namespace) -> int:
     entry = get_recipe(cfg.recipe)
     run_dir = Path(cfg.output_dir)
     check_run_dir(run_dir)
-    # under accelerate launch / torchrun only the main process (RANK 0) reports
-    main_process = os.environ.get("RANK", "0") == "0"
+    from searchsmith.training.trainer import is_main_process
+
+    main_process = is_main_process()  # under accelerate launch / torchrun only rank 0 reports
     if main_process:
         print(f"searchsmith train: recipe {entry.name!r} -> {run_dir}", flush=True)
     final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))

@@ -405,7 +405,13 @@ def output_vocabs(dec: Decomposer, train_ex: Sequence[dict[str, Any]], size: int
 @register_recipe("decomposer", DecomposerRecipe)
 def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dict[str, float]:
     """Train the decomposer; write ``run_dir/model`` (with ``decomposer.json``) and metrics.json."""
-    from searchsmith.training.trainer import apply_lora, seed_everything, train, write_json_atomic
+    from searchsmith.training.trainer import (
+        apply_lora,
+        is_main_process,
+        seed_everything,
+        train,
+        write_json_atomic,
+    )
 
     if cfg.recipe != "decomposer":
         raise ConfigError(f"recipe: expected 'decomposer', got {cfg.recipe!r}")
@@ -483,6 +489,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     tagger = heads.get("rewrite")
     if use_tagger and tagger is None:
         tagger = fit_rewrite_head(view_of(result.model), train_ex, cfg.model)
+    if not is_main_process():  # the main process writes the run (accelerate launch)
+        return result.final_metrics
     write_json_atomic(run_dir / "model" / "decomposer.json", {
         "arch": dec.arch, "trained_steps": result.step,
         "max_source_tokens": dec.max_source_tokens, "max_target_tokens": dec.max_target_tokens,

@@ -418,12 +418,11 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
     v = cfg.model.vision
 
     def loss_fn(m: Any, batch: dict[str, Any]) -> torch.Tensor:
-        image_emb = m.vision_tower(normalise_pixels(batch["pixels"], v.mean, v.std))  # (B, D)
-        if "text_features" in batch:
-            text_emb = F.normalize(m.text_tower.proj(batch["text_features"]), dim=-1)  # (B, D)
-        else:
-            text_emb = m.text_tower(batch["input_ids"], batch["attention_mask"])
-        return infonce_loss(image_emb, text_emb, m.temperature_scale(), batch["targets"])
+        # through the model's forward (a DDP wrapper syncs gradients only for what it runs)
+        image_emb, text_emb, scale = m(normalise_pixels(batch["pixels"], v.mean, v.std),
+                                       input_ids=batch.get("input_ids"), attention_mask=batch.get("attention_mask"),
+                                       text_features=batch.get("text_features"))  # (B, D) each
+        return infonce_loss(image_emb, text_emb, scale, batch["targets"])
 
     def on_step(step: int, m: Any) -> None:
         getattr(m, "module", m).trained_steps.fill_(step)

@@ -47,7 +47,7 @@ from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key
 from searchsmith.training.read_data import ReaderData, ReadItem, find_answer, load_items
 from searchsmith.training.registry import register_recipe
-from searchsmith.training.trainer import seed_everything, train, write_json_atomic
+from searchsmith.training.trainer import is_main_process, seed_everything, train, write_json_atomic
 
 IGNORE = -100
 
@@ -429,6 +429,8 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
                   "base_model": "random-init (model.config)" if cfg.model.config is not None
                   else model_display_name(cfg.base_model), "max_length": cfg.max_length},
     )
+    if not is_main_process():  # the main process writes the run (accelerate launch)
+        return result.final_metrics
     write_json_atomic(run_dir / "model" / META_FILE, {
         **settings.to_json(), "trained_steps": result.step, "no_answer_threshold": cfg.no_answer_threshold,
         "kinds": list(ANSWER_KINDS)})

@@ -232,6 +232,12 @@ def save_training_curve(path: Path, history: list[dict[str, float]],
 # ----------------------------------------------------------------------------- the loop
 
 
+def is_main_process() -> bool:
+    """Whether this is the process that writes a run's files: the only one, or rank 0 of an
+    ``accelerate launch`` / ``torchrun`` group (the others train, then leave the writing to it)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def train(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
@@ -436,6 +442,8 @@ def train(
     if final:
         eval_history.append({"step": step, **final})
     if not is_main:
+        # the main process writes the run's files; code after train() may read them on any process
+        accelerator.wait_for_everyone()
         return TrainResult(run_dir, model, step, final, history, eval_history, resumed_from)
     if tcfg.save_every_steps and (step % tcfg.save_every_steps != 0):
         save_checkpoint()  # so that a rerun of a finished run is a no-op resume
@@ -451,12 +459,14 @@ def train(
     save_model(plain, tokenizer, run_dir / "model")
     write_json_atomic(run_dir / "run.json", {**dict(run_info or {}), "config": to_dict(cfg),
                                              "config_hash": cfg_hash, "steps": step})
+    accelerator.wait_for_everyone()  # the other processes wait for these files (see above)
     return TrainResult(run_dir, plain, step, final, history, eval_history, resumed_from)
 
 
 __all__ = [
     "TrainResult",
     "apply_lora",
+    "is_main_process",
     "latest_checkpoint",
     "merged_model",
     "resolve_mixed_precision",
