@@ -16,8 +16,8 @@ from searchsmith.models.errors import ValidationError
 
 # -- index -----------------------------------------------------------------------------------
 def configure_index(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("corpus", help="corpus JSONL: {id, source, text, title?, date?, url?, images?}; several "
-                        "files separated by commas, or a quoted glob ('data/*.jsonl')")
+    parser.add_argument("corpus", nargs="?", help="corpus JSONL: {id, source, text, title?, date?, url?, images?}; "
+                        "several files separated by commas, or a quoted glob ('data/*.jsonl'); not with --repair")
     parser.add_argument("--out", required=True, help="index folder to write: a new or empty folder (an existing "
                         "index only with --force; anything else is refused, never replaced)")
     parser.add_argument("--config", help="index config YAML (embedder, chunker, centroids, index_type)")
@@ -25,6 +25,8 @@ def configure_index(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--add", action="store_true", help="add the documents to the existing index at --out")
     mode.add_argument("--force", action="store_true", help="rebuild the existing index at --out (replaced "
                       "atomically; refused if the folder holds files the index did not write)")
+    mode.add_argument("--repair", action="store_true", help="check every file of the index at --out against its "
+                      "sha256 and rebuild the damaged ones from the rest (no corpus needed)")
     parser.add_argument("--ray", action="store_true", help="embed on Ray Data actors (pip install "
                         "'searchsmith[ray]'): a local Ray, or the cluster of --address")
     parser.add_argument("--address", help="--ray: a running Ray cluster's HOST:PORT (default: start a local one)")
@@ -42,6 +44,11 @@ def run_index(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
+    if args.repair:
+        return _run_repair(args, say)
+    if not args.corpus:
+        raise ValidationError("index: give the corpus (CORPUS.jsonl, a comma list or a quoted glob), or --repair "
+                              "--out DIR to repair an index")
     if (args.address or args.workers) and not args.ray:
         raise ValidationError("--address and --workers go with --ray")
     if args.add:
@@ -73,6 +80,17 @@ def run_index(args: argparse.Namespace) -> int:
                "chunk_tokens": manifest["chunker"]["chunk_tokens"],
                "embedding_model": manifest["embedding_model"], "seconds": seconds}
     print(json.dumps(summary))
+    return 0
+
+
+def _run_repair(args: argparse.Namespace, say) -> int:
+    from searchsmith.serving.index_repair import repair_index
+
+    if args.corpus or args.config or args.overrides or args.ray:
+        raise ValidationError("index --repair uses the index's own config and model; drop the corpus, --config, "
+                              "--ray and overrides")
+    out = repair_index(args.out, report=say)
+    print(json.dumps({"index": str(args.out), **out}))
     return 0
 
 

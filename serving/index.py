@@ -739,9 +739,11 @@ def verify_files(manifest: dict[str, Any], index_dir: Path, *, checksums: bool =
     for rel, digest in manifest["files"].items():
         p = index_dir / rel
         if not p.is_file():
-            raise BundleError(f"index {index_dir}: file {rel} is missing; rebuild the index")
+            raise BundleError(f"index {index_dir}: file {rel} is missing; repair it with 'searchsmith index "
+                              f"--repair --out {index_dir}', or rebuild the index")
         if checksums and sha256_file(p) != digest:
-            raise BundleError(f"index {index_dir}: file {rel} is corrupt (sha256 mismatch); rebuild the index")
+            raise BundleError(f"index {index_dir}: file {rel} is corrupt (sha256 mismatch); repair it with "
+                              f"'searchsmith index --repair --out {index_dir}', or rebuild the index")
 
 
 def check_model(manifest: dict[str, Any], embedder: Embedder, index_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """Sharded sources and memory-mapped FAISS files (serving/index.py): the same top-k as one
-index, stale shards never left behind, corrupt shards refused, and an mmap index that a fresh
-process searches without reading it into RAM."""
+index, stale shards never left behind, corrupt shards refused and repaired (``index --repair``),
+and an mmap index that a fresh process searches without reading it into RAM."""
 
 from __future__ import annotations
 
@@ -141,3 +141,74 @@ def test_an_mmap_ivf_index_is_searched_without_reading_it_into_ram(tmp_path) -> 
     assert runs["ram"][0] > 0.8 * size_mb  # read into memory
     assert runs["mmap"][0] < 0.1 * size_mb, runs  # only mapped
     assert runs["mmap"][1] == runs["ram"][1] and runs["mmap"][1][0] == "0"  # same answers; finds itself
+
+
+def _damage(path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_shard_is_refused_then_repaired_from_the_saved_vectors(tmp_path, embedder, write_corpus) -> None:
+    from searchsmith.serving.index_repair import repair_index
+
+    many = _build(tmp_path, embedder, write_corpus, "many", shard_max_vectors=2)
+    index = Index.load(many, embedder=embedder)
+    before = _topk(index, embedder)
+    index.close()
+    manifest = json.loads((many / "manifest.json").read_text())
+    shard = next(f for f in manifest["files"] if f.endswith(".1.faiss"))
+    _damage(many / shard)
+    (many / "centroids.npy").unlink()
+    with pytest.raises(BundleError, match=r"repair it with 'searchsmith index --repair"):
+        Index.load(many, embedder=embedder)
+    lines: list[str] = []
+    out = repair_index(many, embedder=embedder, report=lines.append)
+    assert out["damaged"] == sorted([shard, "centroids.npy"]) and out["rebuilt"] == out["damaged"]
+    assert out["reembedded_sources"] == []  # the saved vectors were enough
+    index = Index.load(many, embedder=embedder)
+    try:
+        assert _topk(index, embedder) == before
+    finally:
+        index.close()
+    assert repair_index(many, embedder=embedder)["damaged"] == []  # nothing left to repair
+
+
+def test_damaged_vectors_are_embedded_again_from_the_chunk_store(tmp_path, embedder, write_corpus, capsys) -> None:
+    from searchsmith.serving.main import main
+
+    one = _build(tmp_path, embedder, write_corpus, "one")
+    index = Index.load(one, embedder=embedder)
+    before = _topk(index, embedder)
+    index.close()
+    manifest = json.loads((one / "manifest.json").read_text())
+    label = sorted(manifest["sources"])[0]
+    stem = manifest["sources"][label]["file"]
+    _damage(one / "vectors" / f"{stem}.npy")
+    (one / "vectors" / f"{stem}.ids.npy").unlink()
+    (one / "faiss" / f"{stem}.faiss").unlink()
+    assert main(["index", "--repair", "--out", str(one)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["reembedded_sources"] == [label] and len(summary["rebuilt"]) == 3
+    index = Index.load(one, embedder=embedder)
+    try:
+        got = _topk(index, embedder)
+    finally:
+        index.close()
+    assert [[c for c, _ in row] for row in got] == [[c for c, _ in row] for row in before]
+    assert np.allclose([[s for _, s in row] for row in got], [[s for _, s in row] for row in before], atol=1e-4)
+
+
+def test_a_corrupt_chunk_store_cannot_be_repaired_without_the_corpus(tmp_path, embedder, write_corpus,
+                                                                     capsys) -> None:
+    from searchsmith.serving.index_repair import repair_index
+    from searchsmith.serving.main import main
+
+    one = _build(tmp_path, embedder, write_corpus, "one")
+    _damage(one / "chunks.sqlite")
+    with pytest.raises(BundleError, match=r"chunk store .* rebuild from the corpus: searchsmith index CORPUS"):
+        repair_index(one, embedder=embedder)
+    assert main(["index", "corpus.jsonl", "--repair", "--out", str(one)]) != 0
+    assert "drop the corpus" in capsys.readouterr().err
+    assert main(["index", "--out", str(one)]) != 0
+    assert "give the corpus" in capsys.readouterr().err
