@@ -20,6 +20,7 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,7 +35,8 @@ RAY_MISSING = ("--ray: Ray Data is not installed; install it with pip install 's
 
 
 class EmbedActor:
-    """A Ray Data actor: one embedder, batches of ``{"i", "text"}`` -> ``{"i", "vector"}``."""
+    """A Ray Data actor: one embedder, batches of ``{"i", "text"}`` -> ``{"i", "vector", "node"}``
+    (``node``: the Ray node that embedded the row)."""
 
     def __init__(self, config: dict[str, Any], threads: int, fail_marker: str | None = None) -> None:
         import torch
@@ -54,8 +56,12 @@ class EmbedActor:
             if not marker.exists():
                 marker.write_text(str(os.getpid()), encoding="utf-8")
                 os._exit(1)
+        import ray
+
         vectors = self.embedder.encode([str(t) for t in batch["text"]], show_progress=False)
-        return {"i": np.asarray(batch["i"], dtype=np.int64), "vector": vectors.astype(np.float32)}
+        node = ray.get_runtime_context().get_node_id()
+        return {"i": np.asarray(batch["i"], dtype=np.int64), "vector": vectors.astype(np.float32),
+                "node": np.asarray([node] * len(vectors))}
 
 
 def check_address(address: str, timeout_s: float = 5.0) -> None:
@@ -77,8 +83,8 @@ def check_address(address: str, timeout_s: float = 5.0) -> None:
 
 def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: int | None = None,
               num_cpus: float = 1.0, num_gpus: float = 0.0, batch_size: int = 64,
-              fail_marker: str | None = None, report: Callable[[str], None] | None = None
-              ) -> Callable[[Sequence[str]], Iterator[tuple[np.ndarray, np.ndarray]]]:
+              fail_marker: str | None = None, report: Callable[[str], None] | None = None,
+              start_timeout_s: float = 600.0) -> Callable[[Sequence[str]], Iterator[tuple[np.ndarray, np.ndarray]]]:
     """``embed(texts)``: ``(positions, vectors)`` pieces as Ray Data actors finish batches (in
     any order; ``build_index`` saves each finished part of the build as they come).
 
@@ -90,6 +96,9 @@ def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: in
         num_cpus, num_gpus: resources of one actor.
         batch_size: texts per batch handed to an actor.
         fail_marker: tests only: the first actor call creates this file and dies.
+        start_timeout_s: the job waits until every actor is up (its model loaded), so that the
+            work is spread over all of them; a cluster without the resources for them fails
+            after this long instead of waiting for ever.
     """
     try:
         import ray
@@ -110,6 +119,7 @@ def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: in
         t0 = time.perf_counter()
         from searchsmith.models.config import to_dict
 
+        ray.data.DataContext.get_current().wait_for_min_actors_s = max(1, int(start_timeout_s))
         ds = ray.data.from_items([{"i": i, "text": t} for i, t in enumerate(texts)],
                                  override_num_blocks=max(pool, -(-len(texts) // batch_size)))
         out = ds.map_batches(
@@ -117,12 +127,21 @@ def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: in
                                                "fail_marker": fail_marker},
             batch_size=batch_size, batch_format="numpy", concurrency=pool, num_cpus=num_cpus,
             num_gpus=num_gpus or None, max_restarts=-1, max_task_retries=-1)
-        n = 0
-        for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
+        n, nodes = 0, set()
+        try:
+            batches = iter(out.iter_batches(batch_size=None, batch_format="numpy"))
+            first = next(batches, None)
+        except ray.exceptions.GetTimeoutError:
+            raise ConfigError(
+                f"--ray: {pool} embedding actor(s) of {num_cpus:g} CPU{f' and {num_gpus:g} GPU' if num_gpus else ''} "
+                f"each did not all start within {start_timeout_s:.0f} s (the cluster has "
+                f"{ray.cluster_resources().get('CPU', 0):g} CPUs); lower --workers or add nodes") from None
+        for batch in ([] if first is None else itertools.chain([first], batches)):
             vectors = np.stack(batch["vector"]).astype(np.float32)
             n += len(vectors)
+            nodes.update(str(x) for x in batch["node"])
             yield np.asarray(batch["i"], dtype=np.int64), vectors
-        say(f"index: Ray Data embedded {n} chunks in {time.perf_counter() - t0:.1f} s")
+        say(f"index: Ray Data embedded {n} chunks in {time.perf_counter() - t0:.1f} s on {len(nodes)} node(s)")
 
     return embed
 
