@@ -483,14 +483,14 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
                    baselines=baselines(train_ex, eval_items), force=force, on_step=on_step)
 
     # 5. Save: the trainer wrote run_dir/model; mark it trained so Decomposer.load accepts it.
+    if not is_main_process():  # the main process writes the run (accelerate launch)
+        return result.final_metrics
     head = heads.get("last")  # the final eval (always run, also on a finished run) fit it
     if use_head and head is None:
         head = fit_type_head(view_of(result.model), train_ex, cfg.model.type_head_l2)
     tagger = heads.get("rewrite")
     if use_tagger and tagger is None:
         tagger = fit_rewrite_head(view_of(result.model), train_ex, cfg.model)
-    if not is_main_process():  # the main process writes the run (accelerate launch)
-        return result.final_metrics
     write_json_atomic(run_dir / "model" / "decomposer.json", {
         "arch": dec.arch, "trained_steps": result.step,
         "max_source_tokens": dec.max_source_tokens, "max_target_tokens": dec.max_target_tokens,

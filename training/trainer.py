@@ -360,7 +360,7 @@ def train(
         return final
 
     def run_eval() -> dict[str, float]:
-        if eval_fn is None:
+        if eval_fn is None or not is_main:  # the main process evaluates and reports
             return {}
         unwrapped = accelerator.unwrap_model(model)
         unwrapped.eval()
@@ -429,7 +429,8 @@ def train(
         if (eval_fn is not None and tcfg.eval_every_steps and step % tcfg.eval_every_steps == 0
                 and step < optim.max_steps):
             eval_history.append({"step": step, **run_eval()})
-            bar.write(f"step {step}: {eval_history[-1]}")
+            if is_main:  # tqdm.write prints even for a disabled bar
+                bar.write(f"step {step}: {eval_history[-1]}")
         if tcfg.save_every_steps and step % tcfg.save_every_steps == 0:
             last_good = save_checkpoint() or last_good
         if on_step is not None:
