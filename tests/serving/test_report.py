@@ -177,18 +177,18 @@ def test_field_section_claims_pair_each_model_with_its_baseline(tmp_path) -> Non
     def pair(a: float, b: float, lo: float, hi: float, p: float) -> dict:
         return {"n": 50, "a": a, "b": b, "diff": b - a, "diff_ci95": [lo, hi], "p_value": p}
 
-    section = {"paired": {"decompose:decompose_sari": pair(0.49, 0.31, -0.2, -0.16, 0.0001),
-                          "decompose:decompose_ged": pair(0.81, 0.76, -0.07, -0.03, 0.001),  # lower is better
+    section = {"paired": {"decompose:decompose_break_sari": pair(0.49, 0.31, -0.2, -0.16, 0.0001),
+                          "decompose:decompose_break_ged": pair(0.81, 0.76, -0.07, -0.03, 0.001),  # lower is better
                           "beir:rerank/ndcg@10": pair(0.837, 0.84, -0.02, 0.03, 0.7)},
                "beir": {"systems": {"bm25": "BM25"}, "bm25/ndcg@10": 0.837, "bm25/ndcg@10_ci95": [0.78, 0.89],
                         "bm25/recall@100": 0.98, "protocol": "BEIR-style"}}
     claims = {c["claim"].split(":")[0] + ":" + c["measured"].split()[0]: c["verdict"] for c in _claims_field(section)}
-    assert claims == {"Break:decompose_sari": "refuted: the baseline is better",
-                      "Break:decompose_ged": "holds",
+    assert claims == {"Break:decompose_break_sari": "refuted: the baseline is better",
+                      "Break:decompose_break_ged": "holds",
                       "SciFact (BEIR-style, BM25 top-100 over the whole corpus):rerank/ndcg@10":
                           "not shown: inside the noise"}
     text = "\n".join(_render_field(section))
-    assert "| decompose: decompose_sari | 0.310 | the question as one node 0.490 |" in text
+    assert "| decompose: decompose_break_sari | 0.310 | the question as one node 0.490 |" in text
     assert "bm25 nDCG@10 0.837 [0.78, 0.89]" in text
 
 
