@@ -105,19 +105,17 @@ def build_app(args: argparse.Namespace, *, background: bool = False):
     return cfg, app
 
 
-def _replica_app(config: str | None, overrides: list[str], index: str | None):
-    """The app of one Ray Serve replica (built on the replica: models load there, once each)."""
-    args = argparse.Namespace(config=config, overrides=overrides, index=index)
-    return build_app(args, background=False)[1]
-
-
 def start_ray_serve(args: argparse.Namespace, cfg: Any) -> str:
     """Deploy the app on Ray Serve (``--replicas`` or serve.yaml ``ray``) and return a line
     saying how many replicas serve where; the deployment keeps running (``serve.shutdown()``).
 
+    With ``ray.gateway`` (the default) a thin gateway deployment takes the HTTP requests and
+    forwards them to the model replicas: a request whose replica dies is retried on another one
+    or answered 503 (``searchsmith.serving.ray_gateway``). One HTTP proxy, on the head node.
+
     Raises:
         ConfigError: Ray Serve is not installed, ``--replicas`` < 1, or ``ray.address`` does
-            not answer.
+            not answer (or does not let this process join: token authentication).
     """
     if args.replicas is not None and args.replicas < 1:
         raise ConfigError(f"--replicas: expected an int >= 1, got {args.replicas}")
@@ -126,25 +124,42 @@ def start_ray_serve(args: argparse.Namespace, cfg: Any) -> str:
         from ray import serve
     except ImportError:
         raise ConfigError(RAY_MISSING) from None
-    config, overrides, index = args.config, list(args.overrides), args.index
+    from searchsmith.serving.ray_gateway import GATEWAY_OPTIONS, GatewayDeployment, ModelReplica
+
     rcfg = cfg.ray
     if rcfg.address:
         from searchsmith.serving.index_ray import check_address
 
-        check_address(rcfg.address)
-        ray.init(address=rcfg.address, ignore_reinit_error=True)
-
-    def builder():  # a plain function: Ray Serve calls it on each replica (a partial is taken for an app)
-        return _replica_app(config, overrides, index)
+        try:
+            check_address(rcfg.address)
+        except ConfigError as exc:
+            why = f" ({exc.__context__})" if exc.__context__ is not None else ""
+            raise ConfigError(f"ray.address {rcfg.address!r} (serve.yaml): no Ray head answers there{why}; start "
+                              "one with 'ray start --head --port PORT', or remove ray.address for a local Ray") from None
+        try:
+            ray.init(address=rcfg.address, ignore_reinit_error=True)
+        except ConnectionError as exc:
+            causes = f"{exc} {exc.__cause__}"
+            fix = ("the cluster uses token authentication (Ray's default for 'ray start --head'): run with "
+                   "RAY_AUTH_MODE=token and the head's token (its ~/.ray/auth_token) in ~/.ray/auth_token or "
+                   "RAY_AUTH_TOKEN" if "Auth" in causes else
+                   "check the address, and that this Ray is the cluster's version")
+            raise ConfigError(f"ray.address {rcfg.address!r} (serve.yaml): joining the Ray cluster failed "
+                              f"({exc}); {fix}") from exc
 
     opts = rcfg.deployment_options(args.replicas)
-    deployment = serve.deployment(
-        name="searchsmith", **opts,
-        # Ray waits this long for requests in flight when a replica stops (graceful shutdown).
-        graceful_shutdown_timeout_s=float(cfg.server.request_timeout_s),
-    )(serve.ingress(builder)())
-    serve.start(http_options={"host": args.host, "port": args.port})
-    serve.run(deployment.bind(), name="searchsmith", route_prefix="/")
+    # Ray waits this long for requests in flight when a replica stops (graceful shutdown).
+    grace_s = float(cfg.server.request_timeout_s)
+    models = serve.deployment(name="searchsmith", **opts, graceful_shutdown_timeout_s=grace_s)(
+        serve.ingress()(ModelReplica))
+    app = models.bind(args.config, list(args.overrides), args.index)
+    if rcfg.gateway:
+        gateway = serve.deployment(name="gateway", **GATEWAY_OPTIONS,
+                                   graceful_shutdown_timeout_s=grace_s)(GatewayDeployment)
+        app = gateway.bind(app, rcfg.retries, cfg.server.max_body_bytes)
+    # One proxy (on the head): on one machine, a proxy per node would all bind the same port.
+    serve.start(proxy_location="HeadOnly", http_options={"host": args.host, "port": args.port})
+    serve.run(app, name="searchsmith", route_prefix="/")
     scale = (f"{opts['num_replicas']} Ray Serve replica(s)" if "num_replicas" in opts else
              f"Ray Serve, {rcfg.min_replicas}-{rcfg.max_replicas} replicas (autoscaling)")
     return f"searchsmith: {scale} at http://{args.host}:{args.port}"

@@ -135,10 +135,20 @@ class RayServeConfig:
             removes idle ones).
         target_ongoing_requests: the in-flight requests per replica autoscaling aims at.
         max_ongoing_requests: requests one replica takes at once; more wait in Serve's queue.
-        max_queued_requests: requests waiting for a replica; past it Ray Serve answers 503
+        max_queued_requests: requests waiting for a replica; past it the answer is 429
+            ``overloaded`` with Retry-After (without the gateway: Ray Serve's plain 503)
             (-1: no limit).
         num_cpus: CPUs reserved per replica (each loads every model).
-        address: a running Ray cluster's ``HOST:PORT`` (None: a local Ray in this process).
+        address: a running Ray cluster's ``HOST:PORT`` (None: a local Ray in this process),
+            e.g. one started with ``ray start --head --port 6379`` plus ``ray start --address
+            HEAD:6379`` on each other node.
+        gateway: put a thin gateway deployment (no models, 0 CPUs) in front of the replicas:
+            a request whose replica dies is sent to another one (``retries``) or answered 503
+            with Retry-After in the server's error shape; False: Ray Serve's HTTP proxy calls
+            the replicas directly (one hop less, but such a request gets Ray's plain 500).
+        retries: with ``gateway``, how many times a request whose replica died before any byte
+            of its answer was sent goes to another replica; requests that change state
+            (POST /v1/feedback) are never sent again (503 at once).
     """
 
     replicas: int = 1
@@ -149,6 +159,8 @@ class RayServeConfig:
     max_queued_requests: int = 256
     num_cpus: float = 1.0
     address: str | None = None
+    gateway: bool = True
+    retries: int = 2
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.min_replicas < 1:
@@ -159,6 +171,8 @@ class RayServeConfig:
             raise ValueError("ray.target_ongoing_requests and ray.num_cpus must be > 0, ray.max_ongoing_requests >= 1")
         if self.max_queued_requests < -1 or self.max_queued_requests == 0:
             raise ValueError(f"ray.max_queued_requests must be >= 1 or -1 (no limit), got {self.max_queued_requests}")
+        if self.retries < 0:
+            raise ValueError(f"ray.retries must be >= 0 (0: answer 503 at once), got {self.retries}")
 
     def deployment_options(self, replicas: int | None = None) -> DeploymentOptions:
         """Keyword arguments of ``serve.deployment`` (``replicas``: the ``--replicas`` override)."""
