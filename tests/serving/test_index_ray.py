@@ -91,3 +91,37 @@ def test_an_address_that_does_not_answer_is_a_clear_error_not_a_hang() -> None:
     assert time.perf_counter() - t0 < 10
     with pytest.raises(ConfigError, match="HOST:PORT"):
         check_address("not-an-address")
+
+
+def test_a_build_on_a_two_node_cluster_uses_both_nodes(tmp_path, embedder, write_corpus, ray_cluster) -> None:
+    """``--address`` of a cluster started with ``ray start --head`` + ``ray start --address``
+    (two nodes of 1 CPU each on this machine, the ``ray_cluster`` fixture): one actor per node,
+    the same index as the in-process build."""
+    from searchsmith.serving.index_ray import ray_embed
+
+    if ray.is_initialized():
+        ray.shutdown()  # the module's local Ray: this test is a driver of the cluster
+    records = read_corpus(write_corpus(tmp_path / "corpus.jsonl"))
+    cfg = IndexConfig(centroids=CentroidConfig(chunks_per_centroid=3))
+    build_index(records, tmp_path / "local", cfg, embedder=embedder)
+    lines: list[str] = []
+    try:
+        embed = ray_embed(cfg.embedder, address=ray_cluster, workers=2, batch_size=2, report=lines.append)
+        build_index(records, tmp_path / "cluster", cfg, embedder=embedder, embed=embed, report=lines.append)
+    finally:
+        ray.shutdown()
+    assert any("Ray Data with 2 actor(s)" in line for line in lines), lines
+    assert any(line.endswith("on 2 node(s)") for line in lines), lines
+    ids_a, scores_a = _topk(tmp_path / "local", embedder)
+    ids_b, scores_b = _topk(tmp_path / "cluster", embedder)
+    assert ids_a == ids_b and np.allclose(scores_a, scores_b, atol=1e-5)
+
+
+def test_more_workers_than_the_cluster_holds_is_a_clear_error(tmp_path, embedder, write_corpus, local_ray) -> None:
+    from searchsmith.serving.index_ray import ray_embed
+
+    records = read_corpus(write_corpus(tmp_path / "corpus.jsonl"))
+    embed = ray_embed(IndexConfig().embedder, workers=3, start_timeout_s=5)  # 3 actors of 1 CPU on 2 CPUs
+    with pytest.raises(ConfigError, match=r"3 embedding actor\(s\) of 1 CPU each did not all start within 5 s"):
+        build_index(records, tmp_path / "idx", IndexConfig(), embedder=embedder, embed=embed)
+    assert not (tmp_path / "idx").exists()
