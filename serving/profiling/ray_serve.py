@@ -3,9 +3,12 @@ with 1 and 2 replicas.
 
 The same app (``serve.yaml``: the index, no pipeline) and the same closed-loop load on
 ``/v1/route`` (``concurrency`` raw asyncio clients in a separate process, pre-encoded requests,
-``server.py``'s client) against: uvicorn in one process (the baseline), Ray Serve with one
-replica, and Ray Serve with two (a local Ray with the machine's CPUs). Reported per setup:
-requests/s, p50 / p99 latency and errors. Needs Ray (``pip install -e '.[ray]'``).
+``server.py``'s client) against: uvicorn in one process (the baseline), then Ray Serve with
+one and two replicas (a local Ray with the machine's CPUs) as ``searchsmith serve --ray``
+runs it: proxy -> gateway -> replica (``ray.gateway``: a replica's death is retried or
+answered 503). With ``SEARCHSMITH_PROFILE_RAY_DIRECT=1`` also without the gateway (proxy ->
+replica, ``ray.gateway: false``: one hop less), to see what the gateway costs. Reported per
+setup: requests/s, p50 / p99 latency and errors. Needs Ray (``pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations
@@ -80,14 +83,18 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
 
     ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
-        for replicas in (1, 2):
-            port = _free_port()
-            argv = ["--config", str(work / "serve.yaml"), "--ray", "--replicas", str(replicas), "--port", str(port)]
-            ray_args = parser.parse_intermixed_args(argv)
-            start_ray_serve(ray_args, load_config(ray_args))
-            _wait_ready(f"http://127.0.0.1:{port}")
-            rows.append(measure(port, f"Ray Serve, {replicas} replica(s)", replicas))
-            serve.shutdown()
+        direct = os.environ.get("SEARCHSMITH_PROFILE_RAY_DIRECT") == "1"
+        for gateway in (True, False) if direct else (True,):
+            for replicas in (1, 2):
+                port = _free_port()
+                argv = ["--config", str(work / "serve.yaml"), "--ray", "--replicas", str(replicas),
+                        "--port", str(port), f"ray.gateway={str(gateway).lower()}"]
+                ray_args = parser.parse_intermixed_args(argv)
+                start_ray_serve(ray_args, load_config(ray_args))
+                _wait_ready(f"http://127.0.0.1:{port}")
+                via = "" if gateway else ", no gateway"
+                rows.append(measure(port, f"Ray Serve, {replicas} replica(s){via}", replicas))
+                serve.shutdown()
     finally:
         ray.shutdown()
     base = rows[0]["requests_per_s"]
@@ -95,7 +102,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         ctx.emit({"suite": "ray", "summary": True, "setup": r["setup"], "ratio_vs_one_process": r["requests_per_s"] / base})
 
     def draw(fig, ax) -> None:
-        names = [r["setup"] for r in rows]
+        names = [r["setup"].replace(", ", "\n") for r in rows]  # short lines: five labels fit side by side
         ax.bar(names, [r["requests_per_s"] for r in rows])
         ax.set_ylabel("requests/s (/v1/route)")
         ax.set_xlabel(f"setup ({concurrency} clients, {n} requests)")
