@@ -16,6 +16,7 @@ from searchsmith.serving.batcher import BatcherConfig
 from searchsmith.serving.http import create_app
 from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.profiling.server import LoopbackServer
+from sse_parse import sse_events
 
 # ---- fake bundles (the runtime API of contract.md, no model) --------------------------------
 
@@ -499,15 +500,6 @@ def search_client(small_index, embedder):
         yield c
 
 
-def _events(text: str) -> list[tuple[str, object]]:
-    out = []
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.split("\n"))
-        data = lines["data"]
-        out.append((lines.get("event", "message"), data if data == "[DONE]" else json.loads(data)))
-    return out
-
-
 def test_search_json_and_stream_carry_the_same_answer(search_client) -> None:
     q = {"query": "How long should I knead bread dough?", "query_id": "q1"}
     ans = search_client.post("/v1/search", json=q).json()
@@ -515,7 +507,7 @@ def test_search_json_and_stream_carry_the_same_answer(search_client) -> None:
     assert ans["references"] and ans["references"][0]["source"] == "cooking"
     resp = search_client.post("/v1/search", json={**q, "query_id": "q2", "stream": True})
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
-    events = _events(resp.text)
+    events = sse_events(resp.text)
     names = [e for e, _ in events]
     n_text = len([e for e in names if e == "answer"])
     assert n_text >= 2 and names[:n_text] == ["answer"] * n_text

@@ -9,7 +9,6 @@ as a package); without it the module is skipped.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -25,6 +24,7 @@ from searchsmith.serving.profiling.llm import (
     missing_llm_packages,
     summarize,
 )
+from sse_parse import sse_events
 
 _missing = missing_llm_packages()
 if _missing:
@@ -125,19 +125,10 @@ def app_client(llama, small_index, embedder, tmp_path_factory):
         yield c
 
 
-def _events(text: str) -> list[tuple[str, object]]:
-    out = []
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.split("\n"))
-        data = lines["data"]
-        out.append((lines.get("event", "message"), data if data == "[DONE]" else json.loads(data)))
-    return out
-
-
 def test_search_streams_the_llm_answer_with_matching_citations(app_client) -> None:
     resp = app_client.post("/v1/search", json={"query": QUESTION, "query_id": "llm-1", "stream": True})
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
-    events = _events(resp.text)
+    events = sse_events(resp.text)
     names = [e for e, _ in events]
     n_text = names.count("answer")
     assert n_text >= 1 and names[:n_text] == ["answer"] * n_text

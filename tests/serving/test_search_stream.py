@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from searchsmith.models.config import from_dict
 from searchsmith.serving.http import create_app
 from searchsmith.serving.limits import ServerLimits
+from sse_parse import sse_events
 
 QUESTION = "How long should I knead bread dough?"
 
@@ -49,19 +50,10 @@ def _pipeline(small_index, embedder, llm, **generation):
     return pipe
 
 
-def _events(text: str) -> list[tuple[str, object]]:
-    out = []
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.split("\n"))
-        data = lines["data"]
-        out.append((lines.get("event", "message"), data if data == "[DONE]" else json.loads(data)))
-    return out
-
-
 def _stream(client, **body):
     resp = client.post("/v1/search", json={"query": QUESTION, "stream": True, **body})
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream"), resp.text
-    return _events(resp.text)
+    return sse_events(resp.text)
 
 
 def test_the_llm_answer_streams_piece_by_piece_then_the_final_text(small_index, embedder) -> None:
