@@ -1,4 +1,5 @@
-"""Shared helpers for benchmark scripts: timing, percentiles, machine info, JSON lines, plots.
+"""Shared helpers for benchmark scripts: timing, percentiles, machine info, JSON lines, plots,
+token counts.
 
 Every suite measures its baseline in the same run and reports the ratio, because absolute
 times on shared machines are noise. Records are plain dicts printed as JSON lines and
@@ -12,15 +13,20 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from searchsmith.models.int8_cpu import cpu_int8_isa  # one detector for export, load and profiles
 from searchsmith.models.metrics import percentiles  # noqa: F401 - the suites import it from here
+
+if TYPE_CHECKING:
+    from searchsmith.models.runtime import Bundle
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+    from transformers import PreTrainedTokenizerBase
 
 # PNG text chunk that carries what a plot shows (see save_plot and plot_info).
 PLOT_META_KEY = "searchsmith-plot"
@@ -224,3 +230,121 @@ def interleaved_best(fns: dict[str, Any], rounds: int) -> tuple[dict[str, Any], 
             best[k] = min(best[k], time.perf_counter() - t0)
     return results, best
 
+
+
+# -- tokens -------------------------------------------------------------------------------
+# Every embed / rerank row reports tokens/s beside texts/s (or pairs/s): texts/s alone hides
+# how long the texts were, and the share of padding says how much of the work was thrown away.
+
+
+class TokenFields(TypedDict):
+    """The token figures of one measured row (see :meth:`TokenCount.fields`)."""
+
+    tokens: int
+    tokens_per_s: float
+    padding_fraction: float | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """What one call of a system fed its model.
+
+    Attributes:
+        tokens: real tokens: each input tokenized as the system tokenizes it (special tokens
+            included), truncated at its max length as the system truncates.
+        positions: positions fed to the model, padding included (sum over batches of batch
+            size x longest input of the batch); None where the system's batching is unknown.
+    """
+
+    tokens: int
+    positions: int | None
+
+    def __add__(self, other: TokenCount) -> TokenCount:
+        positions = None if self.positions is None or other.positions is None else self.positions + other.positions
+        return TokenCount(self.tokens + other.tokens, positions)
+
+    @property
+    def padding_fraction(self) -> float | None:
+        """Share of padded positions among all positions fed: ``1 - tokens / positions``."""
+        if self.positions is None:
+            return None
+        return 1.0 - self.tokens / self.positions if self.positions else 0.0
+
+    def fields(self, seconds: float) -> TokenFields:
+        """``tokens``, ``tokens_per_s`` (over the row's measured ``seconds``), ``padding_fraction``."""
+        return {"tokens": self.tokens, "tokens_per_s": self.tokens / seconds,
+                "padding_fraction": self.padding_fraction, "seconds": seconds}
+
+
+def batched_count(lengths: Sequence[int], batches: Iterable[Sequence[int]]) -> TokenCount:
+    """Tokens and positions fed when each batch is padded to its longest input.
+
+    Args:
+        lengths: tokens per input (special tokens included, after truncation).
+        batches: indices into ``lengths``, one list per model call; every index once.
+    """
+    tokens = positions = 0
+    for batch in batches:
+        if len(batch):
+            tokens += sum(lengths[i] for i in batch)
+            positions += len(batch) * max(lengths[i] for i in batch)
+    return TokenCount(tokens, positions)
+
+
+def padding_fraction(lengths: Sequence[int], batches: Iterable[Sequence[int]]) -> float:
+    """``1 - real / padded`` over ``batches``, each padded to its longest input.
+
+    ``lengths [5, 3, 2, 7]`` in batches ``[[3, 0], [1, 2]]``: 12 real of 2 x 7 and 5 real of
+    2 x 3, so ``1 - 17 / 20 = 0.15``.
+    """
+    return batched_count(lengths, batches).padding_fraction or 0.0
+
+
+def token_lengths(tokenizer: PreTrainedTokenizerBase, first: Sequence[str], second: Sequence[str] | None = None,
+                  *, max_length: int, truncation: bool | str = True) -> list[int]:
+    """Tokens per input (or per ``(first[i], second[i])`` pair) as the model sees it: special
+    tokens included, truncated at ``max_length`` with the ``truncation`` strategy."""
+    kwargs = {"truncation": truncation, "max_length": max_length, "padding": False,
+              "return_attention_mask": False, "return_token_type_ids": False}
+    enc = tokenizer(list(first), **kwargs) if second is None else tokenizer(list(first), list(second), **kwargs)
+    return [len(ids) for ids in enc["input_ids"]]
+
+
+def sentence_transformers_count(model: SentenceTransformer | CrossEncoder, inputs: Sequence[str | tuple[str, str]],
+                                batch_size: int) -> TokenCount:
+    """What ``SentenceTransformer.encode(inputs)`` / ``CrossEncoder.predict(inputs)`` feed the model.
+
+    Both (sentence-transformers 6, ``_inference``) sort the inputs by character length, longest
+    first (``np.argsort`` of ``-model._input_length(x)``; a pair counts both texts), cut them
+    every ``batch_size`` and tokenize each batch with ``padding=True`` (to its longest) and
+    ``truncation="longest_first"`` at ``model.max_seq_length``. A model that flattens text
+    inputs (FlashAttention varlen) pads nothing. A version without ``_input_length`` sorts in a
+    way not reproduced here: its positions are None (unknown).
+    """
+    import numpy as np
+
+    firsts = [x if isinstance(x, str) else x[0] for x in inputs]
+    pairs = None if all(isinstance(x, str) for x in inputs) else [x[1] for x in inputs]
+    lengths = token_lengths(model.tokenizer, firsts, pairs, max_length=model.max_seq_length,
+                            truncation="longest_first")
+    flattens = getattr(model, "_can_flatten_inputs", None)
+    if flattens is not None and flattens():
+        return TokenCount(sum(lengths), sum(lengths))
+    input_length = getattr(model, "_input_length", None)
+    if input_length is None:
+        return TokenCount(sum(lengths), None)
+    order = np.argsort([-input_length(x) for x in inputs])  # the same call, so ties break the same way
+    return batched_count(lengths, [order[i:i + batch_size] for i in range(0, len(order), batch_size)])
+
+
+def bundle_count(bundle: Bundle, first: list[str], second: list[str] | None = None) -> TokenCount:
+    """What one ``encode(first)`` / ``score_pairs(zip(first, second))`` of ``bundle`` feeds its
+    graph: the batches come from the bundle's own tokenization and packing
+    (``Bundle._encode_text``), read back from their attention masks."""
+    tokens = positions = 0
+    for _, feeds in bundle._encode_text(first, second):
+        mask = feeds["attention_mask"]  # (b, T)
+        tokens += int(mask.sum())
+        positions += int(mask.size)
+    return TokenCount(tokens, positions)

@@ -4,6 +4,12 @@ Same texts (mixed lengths: the demo corpus's documents and short queries, shuffl
 model, same device, one run. Reports texts/s of both, their ratio, the cosine agreement of
 the vectors, and throughput against batch size for both (PNG).
 
+Every row also has ``tokens`` (real tokens: each text as the system tokenizes and truncates
+it, [CLS]/[SEP] included), ``tokens_per_s`` (over the row's ``seconds``) and
+``padding_fraction`` (the share of the positions fed to the model that are padding, from the
+batches that system forms: searchsmith's own count of its length-packed batches,
+sentence-transformers' sort-by-length-then-cut-every-batch_size, the bundles' packing).
+
 ``--backend onnx``: the exported embedder bundles (int8 and fp32, ONNX Runtime on the CPU,
 pooling and normalisation inside the graph) against ``SentenceTransformer.encode`` (torch
 fp32) on the same texts: texts/s, ratio, and cosine agreement per text.
@@ -17,7 +23,14 @@ import random
 import time
 
 import numpy as np
-from searchsmith.serving.profiling.common import ProfileContext, interleaved_best, save_plot
+from searchsmith.serving.profiling.common import (
+    ProfileContext,
+    TokenCount,
+    bundle_count,
+    interleaved_best,
+    save_plot,
+    sentence_transformers_count,
+)
 
 
 def mixed_texts(n: int, seed: int = 0) -> list[str]:
@@ -55,6 +68,12 @@ def neighbour_overlap(ref: np.ndarray, got: np.ndarray, k: int = 10, queries: in
     ta = np.argpartition(-sa, k, axis=1)[:, :k]
     tb = np.argpartition(-sb, k, axis=1)[:, :k]
     return float(np.mean([len(set(x.tolist()) & set(y.tolist())) / k for x, y in zip(ta, tb, strict=True)]))
+
+
+def embedder_count(stats: dict[str, float]) -> TokenCount:
+    """Tokens and padded positions of the embedder's last ``encode``, as it counted them while
+    packing its batches (``Embedder.last_stats``)."""
+    return TokenCount(int(stats["tokens"]), int(stats["padded_tokens"]))
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
@@ -104,25 +123,33 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     for b in budgets:
         emb = Embedder(EmbedderConfig(device=device, dtype=dtype, max_batch_tokens=b, max_batch_size=1024))
         emb.model, emb.tokenizer = ours.model, ours.tokenizer  # share weights: only packing differs
-        s = timed(emb.encode)
+        s = timed(emb.encode)  # its last call encoded every text: last_stats counts them
         curve["searchsmith"].append((b, n / s))
         ctx.emit({"suite": "embed", "impl": "searchsmith", "max_batch_tokens": b, "texts_per_s": n / s,
-                  "padding_efficiency": emb.last_stats.get("padding_efficiency"), **workload})
+                  "padding_efficiency": emb.last_stats.get("padding_efficiency"),
+                  **embedder_count(emb.last_stats).fields(s), **workload})
+    st_counts = {bs: sentence_transformers_count(st, texts, bs) for bs in {*sizes, 32}}
     for bs in sizes:
         s = timed(lambda t: st.encode(t, batch_size=bs, normalize_embeddings=True))
         curve["sentence-transformers"].append((bs, n / s))
         ctx.emit({"suite": "embed", "impl": "sentence-transformers", "batch_size": bs,
-                  "texts_per_s": n / s, **workload})
+                  "texts_per_s": n / s, **st_counts[bs].fields(s), **workload})
     # headline: each at its default setting, plus agreement of the vectors
     with ctx.profiled("embed"):
         ours_s = timed(ours.encode)
         st_s = timed(lambda t: st.encode(t, batch_size=32, normalize_embeddings=True))
+    ours_tok = embedder_count(ours.last_stats).fields(ours_s)
+    st_tok = st_counts[32].fields(st_s)
     a = ours.encode(texts)
     b = st.encode(texts, batch_size=32, normalize_embeddings=True)
     cos = np.sum(a * b, axis=1)
     best_st = max(v for _, v in curve["sentence-transformers"])
     ctx.emit({"suite": "embed", "summary": True, "searchsmith_texts_per_s": n / ours_s,
               "st_default_texts_per_s": n / st_s, "ratio_vs_st_default": st_s / ours_s,
+              "tokens": ours_tok["tokens"], "searchsmith_tokens_per_s": ours_tok["tokens_per_s"],
+              "searchsmith_padding_fraction": ours_tok["padding_fraction"],
+              "st_default_tokens_per_s": st_tok["tokens_per_s"],
+              "st_default_padding_fraction": st_tok["padding_fraction"],
               "st_best_texts_per_s": best_st, "ratio_vs_st_best": (n / ours_s) / best_st,
               "min_cosine": float(cos.min()), "padding_efficiency": ours.last_stats.get("padding_efficiency"),
               **workload})
@@ -185,18 +212,24 @@ def run_onnx(ctx: ProfileContext, args: argparse.Namespace) -> None:
                **{d: (lambda b=b: b.encode(texts)) for d, b in bundles.items()}}
         results, best = interleaved_best(fns, 2 if (ctx.quick or tiny) else 3)  # warm-up + timed
         st_s, ref = best["st"], results["st"]
+        st_tok = sentence_transformers_count(st, texts, 32).fields(st_s)
         ctx.emit({"suite": "embed", "impl": "sentence-transformers", "dtype": "fp32", "texts_per_s": n / st_s,
-                  **workload})
+                  **st_tok, **workload})
         figures = {}
         for dtype in bundles:
             s = best[dtype]
             cos = np.sum(results[dtype] * ref, axis=1)
             figures[dtype] = {"texts_per_s": n / s, "ratio_vs_st": st_s / s, "min_cosine": float(cos.min()),
                               "mean_cosine": float(cos.mean()),
-                              "top10_neighbour_overlap": neighbour_overlap(ref, results[dtype])}
+                              "top10_neighbour_overlap": neighbour_overlap(ref, results[dtype]),
+                              **bundle_count(bundles[dtype], texts).fields(s)}
             ctx.emit({"suite": "embed", "impl": f"onnx-{dtype}", "dtype": dtype, **figures[dtype], **workload})
         ctx.emit({"suite": "embed", "summary": True, "onnx_int8_texts_per_s": figures["int8"]["texts_per_s"],
                   "onnx_fp32_texts_per_s": figures["fp32"]["texts_per_s"], "st_texts_per_s": n / st_s,
+                  "tokens": figures["int8"]["tokens"], "onnx_int8_tokens_per_s": figures["int8"]["tokens_per_s"],
+                  "onnx_int8_padding_fraction": figures["int8"]["padding_fraction"],
+                  "onnx_fp32_tokens_per_s": figures["fp32"]["tokens_per_s"],
+                  "st_tokens_per_s": st_tok["tokens_per_s"], "st_padding_fraction": st_tok["padding_fraction"],
                   "ratio_int8_vs_st": figures["int8"]["ratio_vs_st"],
                   "ratio_fp32_vs_st": figures["fp32"]["ratio_vs_st"],
                   "min_cosine": figures["int8"]["min_cosine"], "mean_cosine": figures["int8"]["mean_cosine"],

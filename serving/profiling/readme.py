@@ -43,6 +43,16 @@ def _machine(rec: dict[str, Any]) -> str:
     return f"{rec.get('cpu', '?')}, {rec.get('cores', '?')} cores{isa}"
 
 
+def _tokens(r: dict[str, Any], prefix: str) -> str:
+    """``", 5120 tokens/s, padding 3.1%"`` from ``r[prefix + "tokens_per_s"]`` and
+    ``r[prefix + "padding_fraction"]``; "" for a record from before those fields."""
+    rate = r.get(f"{prefix}tokens_per_s")
+    if rate is None:
+        return ""
+    pad = r.get(f"{prefix}padding_fraction")
+    return f", {rate:.0f} tokens/s, padding " + ("unknown" if pad is None else f"{pad:.1%}")
+
+
 def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows worth keeping from one profile run's records."""
     records = list(records)
@@ -52,16 +62,19 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         base = {"date": r.get("date"), "machine": _machine(machine), "command": r.get("command")}
         if r.get("suite") == "embed" and r.get("summary") and r.get("backend") == "onnx":
             rows.append({**base, "what": f"embed {r['texts']} mixed-length texts, int8 ONNX ({r['device']})",
-                         "figure": (f"{r['onnx_int8_texts_per_s']:.1f} texts/s, min cosine {r['min_cosine']:.3f}"
+                         "figure": (f"{r['onnx_int8_texts_per_s']:.1f} texts/s{_tokens(r, 'onnx_int8_')}, "
+                                    f"min cosine {r['min_cosine']:.3f}"
                                     + (f", top-10 neighbour overlap {r['top10_neighbour_overlap']:.3f}"
                                        if "top10_neighbour_overlap" in r else "")),
-                         "baseline": (f"SentenceTransformer.encode fp32: {r['st_texts_per_s']:.1f} texts/s "
+                         "baseline": (f"SentenceTransformer.encode fp32: {r['st_texts_per_s']:.1f} texts/s"
+                                      f"{_tokens(r, 'st_')} "
                                       f"(fp32 ONNX: {r['onnx_fp32_texts_per_s']:.1f})"),
                          "ratio": round(r["ratio_int8_vs_st"], 2)})
         elif r.get("suite") == "embed" and r.get("summary"):
             rows.append({**base, "what": f"embed {r['texts']} mixed-length texts ({r['device']}, {r['dtype']})",
-                         "figure": f"{r['searchsmith_texts_per_s']:.1f} texts/s",
-                         "baseline": (f"SentenceTransformer.encode batch 32: {r['st_default_texts_per_s']:.1f} texts/s "
+                         "figure": f"{r['searchsmith_texts_per_s']:.1f} texts/s{_tokens(r, 'searchsmith_')}",
+                         "baseline": (f"SentenceTransformer.encode batch 32: {r['st_default_texts_per_s']:.1f} texts/s"
+                                      f"{_tokens(r, 'st_default_')} "
                                       f"(its best batch size: {r['st_best_texts_per_s']:.1f} texts/s, "
                                       f"{r['ratio_vs_st_best']:.2f}x)"),
                          "ratio": round(r["ratio_vs_st_default"], 2)})
@@ -89,16 +102,17 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "ratio": round(r["ratio_vs_torch"], 2) if r.get("ratio_vs_torch") else None})
         elif r.get("suite") == "rerank" and r.get("summary") and "onnx_int8_pairs_per_s" in r:
             rows.append({**base, "what": f"rerank {r['pairs']} pairs / {r['queries']} queries, int8 ONNX (cpu)",
-                         "figure": f"{r['onnx_int8_pairs_per_s']:.1f} pairs/s, top-10 overlap "
+                         "figure": f"{r['onnx_int8_pairs_per_s']:.1f} pairs/s{_tokens(r, 'onnx_int8_')}, top-10 overlap "
                                    f"{r['top10_overlap']:.3f}, top-10 identical {r['top10_identical']:.2f}, "
                                    f"Kendall tau {r['kendall_tau_mean']:.3f}",
-                         "baseline": f"{r.get('baseline', 'CrossEncoder.predict fp32 torch')}: {r['st_pairs_per_s']:.1f} pairs/s",
+                         "baseline": (f"{r.get('baseline', 'CrossEncoder.predict fp32 torch')}: "
+                                      f"{r['st_pairs_per_s']:.1f} pairs/s{_tokens(r, 'st_')}"),
                          "ratio": round(r["ratio_int8_vs_st"], 2)})
         elif r.get("suite") == "rerank" and r.get("summary") and "st_fp16_pairs_per_s" in r:
             rows.append({**base, "what": f"rerank {r['pairs']} pairs / {r['queries']} queries, {r['impl']} ({r['device']})",
-                         "figure": f"{r['pairs_per_s']:.0f} pairs/s, top-10 identical {r['top10_identical']:.2f}",
-                         "baseline": (f"CrossEncoder.predict fp16: {r['st_fp16_pairs_per_s']:.0f} pairs/s "
-                                      f"(fp32: {r['st_fp32_pairs_per_s']:.0f})"),
+                         "figure": f"{r['pairs_per_s']:.0f} pairs/s{_tokens(r, '')}, top-10 identical {r['top10_identical']:.2f}",
+                         "baseline": (f"CrossEncoder.predict fp16: {r['st_fp16_pairs_per_s']:.0f} pairs/s"
+                                      f"{_tokens(r, 'st_fp16_')} (fp32: {r['st_fp32_pairs_per_s']:.0f})"),
                          "ratio": round(r["ratio_vs_st_fp16"], 2)})
         elif r.get("suite") == "pipeline" and r.get("summary"):
             presets = ", ".join(f"{k} {v:.0f} ms" for k, v in r["p50_ms"].items())

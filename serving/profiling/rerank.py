@@ -9,7 +9,10 @@ Same model, same (query, candidates) groups from the demo data, same CPU, one ru
 * ``sentence-transformers``: ``CrossEncoder.predict`` on the torch fp32 model (batch 32).
 
 Reported: pairs/s of each, the ratio int8 / CrossEncoder, and agreement of the int8 ranking
-with the torch ranking per query (Kendall tau, top-10 identical, top-10 overlap).
+with the torch ranking per query (Kendall tau, top-10 identical, top-10 overlap). Every row
+also has ``tokens`` (real tokens of the (query, passage) pairs as that system tokenizes and
+truncates them, [CLS]/[SEP] included), ``tokens_per_s`` (over the row's ``seconds``) and
+``padding_fraction`` (padded share of the positions fed, from the batches that system forms).
 
 The model: ``--run DIR`` (a trained reranker run) or, without one, a cross-encoder built from
 the default all-MiniLM-L6-v2 with a fresh (untrained) one-logit head: speed does not depend
@@ -35,7 +38,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from searchsmith.serving.profiling.common import ProfileContext, interleaved_best, save_plot
+from searchsmith.serving.profiling.common import (
+    ProfileContext,
+    TokenCount,
+    batched_count,
+    bundle_count,
+    interleaved_best,
+    save_plot,
+    sentence_transformers_count,
+    token_lengths,
+)
 
 # One untrained cross-encoder and its exported bundles per process: ``profile all`` runs the
 # rerank and server suites, which would otherwise each build and export the same model.
@@ -146,7 +158,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
             bundles[dtype] = load_bundle(exported(src, dtype, trained), device="cpu", allow_untrained=not trained)
         pairs = [(q, p) for q, ps in groups for p in ps]
         n_pairs = len(pairs)
-        baseline, st_scores = _torch_baseline(src, pairs, groups)
+        baseline, st_scores, st_count = _torch_baseline(src, pairs, groups)
 
         # Interleaved rounds, best of each: on a shared machine the load drifts, and timing
         # one implementation after the other would hand the drift to one of them.
@@ -158,18 +170,24 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         st_s, ref = best["st"], results["st"]
         workload = {"queries": len(groups), "pairs": n_pairs, "device": "cpu", "model": model_name,
                     "trained": trained, "max_length": src.max_length}
+        st_tok = st_count.fields(st_s)
         ctx.emit({"suite": "rerank", "impl": "sentence-transformers", "dtype": "fp32", "baseline": baseline,
-                  "pairs_per_s": n_pairs / st_s, **workload})
+                  "pairs_per_s": n_pairs / st_s, **st_tok, **workload})
+        qs, ps = [q for q, _ in pairs], [p for _, p in pairs]
         figures = {}
         for dtype in bundles:
             s = best[dtype]
-            figures[dtype] = (s, agreement(ref, results[dtype]))
+            figures[dtype] = (s, agreement(ref, results[dtype]), bundle_count(bundles[dtype], qs, ps).fields(s))
             ctx.emit({"suite": "rerank", "impl": f"onnx-{dtype}", "dtype": dtype, "pairs_per_s": n_pairs / s,
-                      "ratio_vs_st": st_s / s, **figures[dtype][1], **workload})
-        s8, agree8 = figures["int8"]
+                      "ratio_vs_st": st_s / s, **figures[dtype][1], **figures[dtype][2], **workload})
+        s8, agree8, tok8 = figures["int8"]
         s32 = figures["fp32"][0] if "fp32" in figures else None
         ctx.emit({"suite": "rerank", "summary": True, "baseline": baseline, "onnx_int8_pairs_per_s": n_pairs / s8,
                   "onnx_fp32_pairs_per_s": n_pairs / s32 if s32 else None, "st_pairs_per_s": n_pairs / st_s,
+                  "tokens": tok8["tokens"], "onnx_int8_tokens_per_s": tok8["tokens_per_s"],
+                  "onnx_int8_padding_fraction": tok8["padding_fraction"],
+                  "onnx_fp32_tokens_per_s": figures["fp32"][2]["tokens_per_s"] if "fp32" in figures else None,
+                  "st_tokens_per_s": st_tok["tokens_per_s"], "st_padding_fraction": st_tok["padding_fraction"],
                   "ratio_int8_vs_st": st_s / s8, "ratio_fp32_vs_st": st_s / s32 if s32 else None,
                   "target": ">= 2x with top-10 agreement >= 0.95", **agree8,
                   "note": None if trained else "untrained head: speed is what is measured; agreement "
@@ -179,10 +197,14 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
 
 
 def _torch_baseline(src: Any, pairs: list[tuple[str, str]], groups: list[tuple[str, list[str]]]
-                    ) -> tuple[str, Any]:
+                    ) -> tuple[str, Any, TokenCount]:
     """The fp32 torch baseline on the CPU: ``CrossEncoder.predict`` for a [CLS] cross-encoder;
     for a segment-cosine reranker (which CrossEncoder would load with a random [CLS] head) the
-    model's own torch forward, batched 32 pairs at a time in input order as CrossEncoder does."""
+    model's own torch forward, batched 32 pairs at a time in input order.
+
+    Returns:
+        ``(description, scores_fn, tokens)``: ``tokens`` is what one call feeds the model.
+    """
     import torch
     from searchsmith.models.reranker import load_reranker, read_head
     from sentence_transformers import CrossEncoder
@@ -190,7 +212,8 @@ def _torch_baseline(src: Any, pairs: list[tuple[str, str]], groups: list[tuple[s
     if read_head(src.model_dir).get("head") != "segment_cosine":
         st = CrossEncoder(str(src.model_dir), device="cpu", max_length=src.max_length)
         return "CrossEncoder.predict (fp32 torch, batch 32)", lambda: _split(
-            np.asarray(st.predict(pairs, batch_size=32, show_progress_bar=False), dtype=np.float32), groups)
+            np.asarray(st.predict(pairs, batch_size=32, show_progress_bar=False), dtype=np.float32),
+            groups), sentence_transformers_count(st, pairs, 32)
     from transformers import AutoTokenizer
 
     model = load_reranker(src.model_dir)
@@ -206,7 +229,11 @@ def _torch_baseline(src: Any, pairs: list[tuple[str, str]], groups: list[tuple[s
                 out.append(model(**enc).logits.reshape(-1).float().numpy())
         return _split(np.concatenate(out), groups)
 
-    return "torch fp32 forward of the segment-cosine reranker (batch 32; CrossEncoder cannot load its head)", scores
+    lengths = token_lengths(tok, [q for q, _ in pairs], [p for _, p in pairs], max_length=src.max_length,
+                            truncation="only_second")
+    count = batched_count(lengths, [range(i, min(i + 32, len(pairs))) for i in range(0, len(pairs), 32)])
+    return ("torch fp32 forward of the segment-cosine reranker (batch 32; CrossEncoder cannot load its head)",
+            scores, count)
 
 
 def _split(flat: np.ndarray, groups: list[tuple[str, list[str]]]) -> list[np.ndarray]:
@@ -267,6 +294,12 @@ def _run_gpu(ctx: ProfileContext, src: Any, groups: list[tuple[str, list[str]]],
     with ctx.profiled("rerank"):
         results, best = interleaved_best(fns, 3)
     ref = results["st-fp32"]
+    # what one call of each feeds the model: CrossEncoder sorts every pair and cuts every 32;
+    # a bundle's score(q, ps) packs each query's passages on their own
+    st_count = sentence_transformers_count(st32, pairs, 32)
+    counts = {"st-fp32": st_count, "st-fp16": st_count,
+              **{k: sum((bundle_count(b, [q] * len(ps), ps) for q, ps in groups), TokenCount(0, 0))
+                 for k, b in bundles.items()}}
     workload = {"queries": len(groups), "pairs": n_pairs, "device": device, "model": model_name,
                 "trained": trained, "max_length": src.max_length,
                 "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
@@ -274,10 +307,15 @@ def _run_gpu(ctx: ProfileContext, src: Any, groups: list[tuple[str, list[str]]],
         ctx.emit({"suite": "rerank", "impl": "sentence-transformers" if k.startswith("st-") else k,
                   "dtype": "fp16" if "16" in k else "fp32", "pairs_per_s": n_pairs / s,
                   "ratio_vs_st_fp32": best["st-fp32"] / s, "ratio_vs_st_fp16": best["st-fp16"] / s,
-                  **agreement(ref, results[k]), **workload})
+                  **agreement(ref, results[k]), **counts[k].fields(s), **workload})
     ours = "onnx-cuda-fp16" if "onnx-cuda-fp16" in best else "torch-fp16"
     ctx.emit({"suite": "rerank", "summary": True, "impl": ours, "pairs_per_s": n_pairs / best[ours],
               "st_fp32_pairs_per_s": n_pairs / best["st-fp32"], "st_fp16_pairs_per_s": n_pairs / best["st-fp16"],
+              **counts[ours].fields(best[ours]),
+              "st_fp32_tokens_per_s": st_count.tokens / best["st-fp32"],
+              "st_fp16_tokens_per_s": st_count.tokens / best["st-fp16"],
+              "st_fp32_padding_fraction": st_count.padding_fraction,
+              "st_fp16_padding_fraction": st_count.padding_fraction,
               "ratio_vs_st_fp32": best["st-fp32"] / best[ours], "ratio_vs_st_fp16": best["st-fp16"] / best[ours],
               **agreement(ref, results[ours]), **workload})
 

@@ -139,8 +139,17 @@ def test_rerank_gpu_comparison_runs_on_cpu(tmp_path, tiny_profile) -> None:
     # the torch backend runs the exported model's own weights: same ranking as CrossEncoder fp32
     assert summary["top10_identical"] == 1.0
     assert summary["ratio_vs_st_fp32"] == pytest.approx(summary["pairs_per_s"] / summary["st_fp32_pairs_per_s"])
+    # every row: the same real tokens (both cut each pair at 64), tokens/s over its own seconds
+    measured = [r for r in recs if r.get("pairs_per_s")]
+    assert len(measured) == 5 and len({r["tokens"] for r in measured}) == 1 and summary["tokens"] > 24 * 3
+    for r in measured:
+        assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+        assert r["pairs_per_s"] == pytest.approx(24 / r["seconds"]) and 0.0 <= r["padding_fraction"] < 1.0
+    assert summary["st_fp16_tokens_per_s"] == pytest.approx(summary["st_fp16_pairs_per_s"] * summary["tokens"] / 24)
     row = readme.headline_rows([{"suite": "machine", "cpu": "X", "cores": 2}, summary])[0]
     assert "torch-fp16" in row["what"] and "CrossEncoder.predict fp16" in row["baseline"]
+    assert f"{summary['tokens_per_s']:.0f} tokens/s, padding" in row["figure"]
+    assert f"{summary['st_fp16_tokens_per_s']:.0f} tokens/s, padding" in row["baseline"]
     assert (tmp_path / "p" / "rerank_gpu.png").stat().st_size > 1000
 
 
@@ -154,12 +163,18 @@ def test_profile_embed_onnx_backend(tmp_path, tiny_profile) -> None:
     assert summary["min_cosine"] > 0.99  # int8 vs SentenceTransformer.encode fp32
     fp32 = [r for r in _records(out) if r.get("impl") == "onnx-fp32"][0]
     assert fp32["min_cosine"] > 0.9999 and fp32["top10_neighbour_overlap"] == 1.0
+    # the same texts cut at the same length: the same real tokens for the bundles and the baseline
+    rows = [r for r in _records(out) if r.get("impl")]
+    assert len(rows) == 3 and {r["tokens"] for r in rows} == {summary["tokens"]}
+    for r in rows:
+        assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"]) and 0.0 <= r["padding_fraction"] < 1.0
+    assert summary["onnx_int8_tokens_per_s"] == pytest.approx(summary["onnx_int8_texts_per_s"] * summary["tokens"] / 24)
     assert 0.0 <= summary["top10_neighbour_overlap"] <= 1.0
     from searchsmith.serving.profiling import readme
 
     row = readme.headline_rows(_records(out))[0]
     assert "int8 ONNX" in row["what"] and row["ratio"] == round(summary["ratio_int8_vs_st"], 2)
-    assert "top-10 neighbour overlap" in row["figure"]
+    assert "top-10 neighbour overlap" in row["figure"] and "tokens/s, padding" in row["baseline"]
 
 
 def test_machine_column_names_the_cpus_int8_instructions() -> None:
@@ -268,6 +283,13 @@ def test_gpu_group_runs_every_step_under_the_interpreter(gpu_run) -> None:
     assert {r["impl"] for r in recs if r["suite"] == "kernels" and r.get("impl")} >= {"torch", "triton"}
     assert [r for r in recs if r.get("summary") and r["suite"] == "embed"][0]["texts"] == 24
     assert [r for r in recs if r.get("summary") and r["suite"] == "rerank"][0]["pairs"] == 24
+    # every embed / rerank row reports real tokens, tokens/s over its seconds, and padding
+    measured = [r for r in recs if r["suite"] in ("embed", "rerank") and not r.get("summary")
+                and ("texts_per_s" in r or "pairs_per_s" in r)]
+    assert {r["suite"] for r in measured} == {"embed", "rerank"}
+    for r in measured:
+        assert r["tokens"] > 24 and r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+        assert 0.0 <= r["padding_fraction"] < 1.0
 
 
 def test_pipeline_stages_per_preset_with_config(gpu_run, small_index) -> None:
