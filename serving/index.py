@@ -553,11 +553,13 @@ def _embed_progress(n_chunks: int, show: bool) -> Iterator[Any]:
         bar.close()
 
 
-def _local_pieces(embedder: Embedder, texts: Sequence[str], bar: Any = None
+def _local_pieces(embedder: Embedder, texts: Sequence[str], bar: Any = None, step: int = EMBED_SLICE
                   ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(positions, vectors)`` slices of ``texts`` embedded in this process, in order."""
-    for i in range(0, len(texts), EMBED_SLICE):
-        vectors = embedder.encode(texts[i: i + EMBED_SLICE], show_progress=False)
+    """``(positions, vectors)`` slices of ``step`` texts embedded in this process, in order
+    (with a progress bar, slices of ``EMBED_SLICE`` so that it moves)."""
+    step = EMBED_SLICE if bar is not None else max(1, step)
+    for i in range(0, len(texts), step):
+        vectors = embedder.encode(texts[i: i + step], show_progress=False)
         if bar is not None:
             bar.update(len(vectors))
         yield np.arange(i, i + len(vectors)), vectors
@@ -574,7 +576,9 @@ def _embedded_parts(out: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg
     if len(rows):
         todo = [texts[r] for r in rows]
         with _embed_progress(len(todo), show_progress and embed is None) as bar:
-            parts.fill(embed(todo) if embed is not None else _local_pieces(embedder, todo, bar), rows)
+            pieces = (embed(todo) if embed is not None  # one slice per part: each is saved as it ends
+                      else _local_pieces(embedder, todo, bar, step=cfg.build_part_chunks))
+            parts.fill(pieces, rows)
     return parts
 
 
