@@ -3,6 +3,7 @@
 Public entry points (see ``kernels/dispatch.py`` for the backend rules):
 
 * ``pool_normalize(hidden, mask)``: (B, T, D), (B, T) -> (B, D) masked mean, L2-normalised.
+* ``pool_normalize_packed(hidden, cu_seqlens)``: (T, D), (B+1,) -> (B, D), the same over packed sequences.
 * ``similarity_topk(queries, matrix, k)``: exact top-k inner products, (B, k') scores and ids.
 * ``route_sources(queries, centroids, centroid_source, source_scale, k)``: top-k sources.
 * ``dedup_mask(embeddings, threshold)``: greedy near-duplicate keep-mask.
@@ -34,6 +35,7 @@ __all__ = [
     "KernelInputError",
     "dedup_mask",
     "pool_normalize",
+    "pool_normalize_packed",
     "resolve_backend",
     "route_sources",
     "similarity_topk",

@@ -1,4 +1,4 @@
-"""Entry points for the four search kernels: validate once, then run Triton or the torch twin.
+"""Entry points for the search kernels: validate once, then run Triton or the torch twin.
 
 The index, router and pipeline call only these functions. The backend is chosen per call:
 
@@ -54,6 +54,7 @@ __all__ = [
     "dedup_mask",
     "interpreter_enabled",
     "pool_normalize",
+    "pool_normalize_packed",
     "resolve_backend",
     "route_sources",
     "similarity_topk",
@@ -75,12 +76,18 @@ ENV_BACKEND = "SEARCHSMITH_KERNEL_BACKEND"
 #   route_sources    2/6 faster (median 0.87x) in one run, 4/6 (median 1.07x) in the
 #                    other: within run-to-run noise of 1x, so it stays on torch.
 # ``backend="triton"|"torch"`` or SEARCHSMITH_KERNEL_BACKEND selects one explicitly.
+# pool_normalize_packed is not listed: it has not been measured on the GPU yet, so "auto"
+# runs its torch twin (one index_add) everywhere; see PACKED_POOL_TRITON_BY_DEFAULT.
 TRITON_BY_DEFAULT: dict[str, bool] = {
     "pool_normalize": True,
     "similarity_topk": True,
     "route_sources": False,
     "dedup_mask": True,
 }
+
+# The "auto" choice for pool_normalize_packed on CUDA. False until a measured run shows the
+# Triton kernel beating ``reference.pool_normalize_packed_ref`` there.
+PACKED_POOL_TRITON_BY_DEFAULT = False
 
 
 # --------------------------------------------------------------------------- backend choice
@@ -127,6 +134,34 @@ def pool_normalize(hidden: torch.Tensor, mask: torch.Tensor, *, backend: str | N
 
             return _pool_normalize_launch(hidden, mask)
     return reference.pool_normalize_ref(hidden, mask)
+
+
+def pool_normalize_packed(hidden: torch.Tensor, cu_seqlens: torch.Tensor, *, backend: str | None = None
+                          ) -> torch.Tensor:
+    """Mean pooling over each packed segment, then L2 normalisation (eps 1e-12).
+
+    The padding-free twin of ``pool_normalize``: B sequences concatenated along the token
+    axis, sequence b being ``hidden[cu_seqlens[b]:cu_seqlens[b + 1]]``.
+
+    Args:
+        hidden: (T, D) token embeddings of B concatenated sequences, float32 / float16 / bfloat16.
+        cu_seqlens: (B+1,) int32 / int64 offsets, starting at 0, non-decreasing, ending at T.
+        backend: None / "auto", "torch" or "triton" (see the module docstring; "auto" picks the
+            torch twin on every device until the kernel is measured, PACKED_POOL_TRITON_BY_DEFAULT).
+
+    Returns:
+        (B, D) float32 unit vectors; an empty segment comes back as zeros.
+    """
+    reference.check_pool_normalize_packed(hidden, cu_seqlens)
+    choice = backend if backend is not None else os.environ.get(ENV_BACKEND) or "auto"
+    if choice == "auto" and not PACKED_POOL_TRITON_BY_DEFAULT:
+        choice = "torch"
+    if resolve_backend("pool_normalize", choice, hidden, cu_seqlens) == "triton":
+        if hidden.shape[1] <= MAX_TRITON_POOL_D or backend == "triton":
+            from .pool_normalize_kernel import _pool_normalize_packed_launch
+
+            return _pool_normalize_packed_launch(hidden, cu_seqlens)
+    return reference.pool_normalize_packed_ref(hidden, cu_seqlens)
 
 
 def similarity_topk(

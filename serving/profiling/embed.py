@@ -10,6 +10,12 @@ it, [CLS]/[SEP] included), ``tokens_per_s`` (over the row's ``seconds``) and
 batches that system forms: searchsmith's own count of its length-packed batches,
 sentence-transformers' sort-by-length-then-cut-every-batch_size, the bundles' packing).
 
+On CUDA, ``packed_vs_padded`` adds the padding-free embedder (``embedder.packed``: sequences
+concatenated with cu_seqlens, varlen attention) against the padded fp16 one on the same
+texts and weights: a row for each (``searchsmith-padded`` / ``searchsmith-packed``, with the
+token fields) and a ``comparison: packed_vs_padded`` row with both texts/s and tokens/s, their
+ratio and the min cosine between the two (and against ``SentenceTransformer.encode``).
+
 ``--backend onnx``: the exported embedder bundles (int8 and fp32, ONNX Runtime on the CPU,
 pooling and normalisation inside the graph) against ``SentenceTransformer.encode`` (torch
 fp32) on the same texts: texts/s, ratio, and cosine agreement per text.
@@ -18,9 +24,11 @@ fp32) on the same texts: texts/s, ratio, and cosine agreement per text.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 from searchsmith.serving.profiling.common import (
@@ -31,6 +39,9 @@ from searchsmith.serving.profiling.common import (
     save_plot,
     sentence_transformers_count,
 )
+
+if TYPE_CHECKING:
+    from searchsmith.serving.embedder import Embedder
 
 
 def mixed_texts(n: int, seed: int = 0) -> list[str]:
@@ -74,6 +85,65 @@ def embedder_count(stats: dict[str, float]) -> TokenCount:
     """Tokens and padded positions of the embedder's last ``encode``, as it counted them while
     packing its batches (``Embedder.last_stats``)."""
     return TokenCount(int(stats["tokens"]), int(stats["padded_tokens"]))
+
+
+def packed_vs_padded(padded: Embedder, texts: list[str], rounds: int, *,
+                     reference: np.ndarray | None = None) -> list[dict[str, object]]:
+    """The packed (padding-free) embedder against ``padded`` on the same texts, weights and dtype.
+
+    Interleaved rounds, best of each (``interleaved_best``); the packed embedder shares
+    ``padded``'s model and tokenizer and keeps its settings, so its ``max_batch_tokens`` counts
+    real tokens where the padded one counts padded positions.
+
+    Args:
+        padded: an embedder on the padded path (``config.packed`` off).
+        texts: the texts both embed.
+        rounds: timed rounds after one warm-up.
+        reference: optional (N, D) vectors of ``SentenceTransformer.encode`` on ``texts``.
+
+    Returns:
+        Three rows: ``searchsmith-padded`` and ``searchsmith-packed`` (texts/s and the token
+        fields) and the ``comparison: packed_vs_padded`` row.
+    """
+    from searchsmith.models.packed import resolve_attention
+    from searchsmith.serving.embedder import Embedder
+
+    packed = Embedder(dataclasses.replace(padded.config, packed=True))
+    packed.model, packed.tokenizer = padded.model, padded.tokenizer  # same weights: only the layout differs
+    n = len(texts)
+    results, best = interleaved_best({"padded": lambda: padded.encode(texts),
+                                      "packed": lambda: packed.encode(texts)}, rounds)
+    attention = "none (model not packable)"
+    if packed.packed:
+        probe = next(padded.model.parameters())
+        attention = resolve_attention("auto", probe.new_empty(0))
+    fields = {name: embedder_count(emb.last_stats).fields(best[name])
+              for name, emb in (("padded", padded), ("packed", packed))}
+    workload = {"texts": n, "device": padded.device.type, "dtype": str(padded.dtype).replace("torch.", ""),
+                "model": padded.model_name, "max_batch_tokens": padded.max_batch_tokens}
+    rows: list[dict[str, object]] = [
+        {"suite": "embed", "impl": f"searchsmith-{name}", "texts_per_s": n / best[name], **fields[name], **workload}
+        for name in ("padded", "packed")
+    ]
+    cos = np.sum(results["packed"] * results["padded"], axis=1)
+    row: dict[str, object] = {
+        "suite": "embed", "comparison": "packed_vs_padded", "packed": packed.packed, "attention": attention,
+        "packed_texts_per_s": n / best["packed"], "padded_texts_per_s": n / best["padded"],
+        "ratio_packed_vs_padded": best["padded"] / best["packed"],
+        "tokens": fields["packed"]["tokens"],
+        "packed_tokens_per_s": fields["packed"]["tokens_per_s"],
+        "padded_tokens_per_s": fields["padded"]["tokens_per_s"],
+        "packed_padding_fraction": fields["packed"]["padding_fraction"],
+        "padded_padding_fraction": fields["padded"]["padding_fraction"],
+        "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean()),
+        "target": "packed min cosine >= 0.999 vs SentenceTransformer.encode; packed texts/s >= padded",
+        **workload,
+    }
+    if reference is not None:
+        row["packed_min_cosine_vs_st"] = float(np.sum(results["packed"] * reference, axis=1).min())
+        row["padded_min_cosine_vs_st"] = float(np.sum(results["padded"] * reference, axis=1).min())
+    rows.append(row)
+    return rows
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
@@ -153,6 +223,9 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
               "st_best_texts_per_s": best_st, "ratio_vs_st_best": (n / ours_s) / best_st,
               "min_cosine": float(cos.min()), "padding_efficiency": ours.last_stats.get("padding_efficiency"),
               **workload})
+    if device == "cuda":  # padding-free (varlen attention) against the padded fp16 path, same texts
+        for row in packed_vs_padded(ours, texts, 1 if ctx.quick else 3, reference=b):
+            ctx.emit({**row, **workload})
 
     def draw(fig, ax) -> None:
         xs, ys = zip(*curve["searchsmith"])
