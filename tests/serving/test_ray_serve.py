@@ -160,6 +160,21 @@ def _unavailable(resp) -> dict:
     return err
 
 
+# The POST routes whose replica's death the gateway may answer by sending them again: they read.
+READ_POSTS = {"/v1/embeddings", "/v1/route", "/v1/rerank", "/v1/decompose", "/v1/cite", "/v1/images/place",
+              "/v1/search"}
+
+
+def test_every_write_route_is_one_the_gateway_never_retries() -> None:
+    """A new route that changes state must go into ray_gateway.STATEFUL_PATHS (or, if it only
+    reads, into READ_POSTS here): a retry after a replica's death would apply it twice."""
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.ray_gateway import STATEFUL_PATHS
+
+    posts = {r.path for r in create_app().routes if "POST" in (getattr(r, "methods", None) or set())}
+    assert posts == READ_POSTS | STATEFUL_PATHS, sorted(posts ^ (READ_POSTS | STATEFUL_PATHS))
+
+
 def test_gateway_sends_a_read_again_when_its_replica_dies() -> None:
     replicas = _Replicas(deaths=[0])  # the first replica dies before it answers
     resp = _through_gateway(replicas, "POST", "/v1/route", json={"query": "bread"})
