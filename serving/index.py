@@ -219,6 +219,11 @@ class ChunkStore:
             out = self._db.execute("SELECT max(row) FROM chunks").fetchone()[0]
         return -1 if out is None else int(out)
 
+    def rows_of_source(self, source: str) -> list[int]:
+        """The rows of one source, in order (the order of its vectors in the index)."""
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT row FROM chunks WHERE source=? ORDER BY row", (source,))]
+
     def doc_ids(self) -> set[str]:
         with self._lock:
             return {r[0] for r in self._db.execute("SELECT DISTINCT doc_id FROM chunks")}

@@ -20,7 +20,6 @@ Usage::
 
 from __future__ import annotations
 
-import itertools
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -128,19 +127,17 @@ def ray_embed(config: EmbedderConfig, *, address: str | None = None, workers: in
             batch_size=batch_size, batch_format="numpy", concurrency=pool, num_cpus=num_cpus,
             num_gpus=num_gpus or None, max_restarts=-1, max_task_retries=-1)
         n, nodes = 0, set()
-        try:
-            batches = iter(out.iter_batches(batch_size=None, batch_format="numpy"))
-            first = next(batches, None)
+        try:  # the actors start (wait_for_min_actors_s) when the first batch is asked for
+            for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
+                vectors = np.stack(batch["vector"]).astype(np.float32)
+                n += len(vectors)
+                nodes.update(str(x) for x in batch["node"])
+                yield np.asarray(batch["i"], dtype=np.int64), vectors
         except ray.exceptions.GetTimeoutError:
             raise ConfigError(
                 f"--ray: {pool} embedding actor(s) of {num_cpus:g} CPU{f' and {num_gpus:g} GPU' if num_gpus else ''} "
                 f"each did not all start within {start_timeout_s:.0f} s (the cluster has "
                 f"{ray.cluster_resources().get('CPU', 0):g} CPUs); lower --workers or add nodes") from None
-        for batch in ([] if first is None else itertools.chain([first], batches)):
-            vectors = np.stack(batch["vector"]).astype(np.float32)
-            n += len(vectors)
-            nodes.update(str(x) for x in batch["node"])
-            yield np.asarray(batch["i"], dtype=np.int64), vectors
         say(f"index: Ray Data embedded {n} chunks in {time.perf_counter() - t0:.1f} s on {len(nodes)} node(s)")
 
     return embed

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,6 @@ def damaged_files(manifest: dict[str, Any], index_dir: Path) -> list[str]:
     """The manifest's files that are missing or fail their sha256."""
     return [rel for rel, digest in sorted(manifest["files"].items())
             if not (index_dir / rel).is_file() or sha256_file(index_dir / rel) != digest]
-
-
-def _source_rows(store_path: Path, source: str) -> np.ndarray:
-    db = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True)
-    try:
-        rows = [r[0] for r in db.execute("SELECT row FROM chunks WHERE source=? ORDER BY row", (source,))]
-    finally:
-        db.close()
-    return np.asarray(rows, dtype=np.int64)
 
 
 def repair_index(index_dir: str | Path, embedder: Embedder | None = None,
@@ -90,18 +80,18 @@ def repair_index(index_dir: str | Path, embedder: Embedder | None = None,
                     or re.fullmatch(rf"faiss/{re.escape(stem)}(\.\d+)?\.faiss", rel)]
             if not mine:
                 continue
-            ids = (_source_rows(tmp / "chunks.sqlite", name) if ids_rel in damaged
-                   else np.load(tmp / ids_rel))
+            store = ChunkStore(tmp / "chunks.sqlite", readonly=True)
+            try:
+                ids = (np.asarray(store.rows_of_source(name), dtype=np.int64) if ids_rel in damaged
+                       else np.load(tmp / ids_rel))
+                got = store.get(ids.tolist()) if vec_rel in damaged else {}
+            finally:
+                store.close()
             if vec_rel in damaged:
                 if embedder is None:
                     say(f"index --repair: loading the embedding model to embed source {name!r} again")
                     embedder = Embedder(cfg.embedder)
                 check_model(manifest, embedder, index_dir)
-                store = ChunkStore(tmp / "chunks.sqlite", readonly=True)
-                try:
-                    got = store.get(ids.tolist())
-                finally:
-                    store.close()
                 vectors = np.asarray(embedder.encode([_chunk_text(got[int(r)]) for r in ids]), dtype=np.float32)
                 reembedded.append(name)
             else:

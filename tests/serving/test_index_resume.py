@@ -48,6 +48,19 @@ def _topk(path, embedder):
         index.close()
 
 
+def _died(records, out, embedder, calls: list[int]) -> None:
+    """A build of ``records`` into ``out`` whose embedding dies after 3 pieces (9 rows)."""
+    with pytest.raises(Died):
+        build_index(records, out, CFG, embedder=embedder, embed=_job(embedder, calls, die_after=3))
+
+
+def _rebuilt(records, out, embedder, calls: list[int]) -> list[str]:
+    """The same build run again to the end; its report lines."""
+    lines: list[str] = []
+    build_index(records, out, CFG, embedder=embedder, embed=_job(embedder, calls), report=lines.append)
+    return lines
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, embedder, write_corpus):
     d = tmp_path_factory.mktemp("ref")
@@ -61,14 +74,12 @@ def test_a_build_that_died_embeds_only_what_is_missing(tmp_path, embedder, refer
     records, (ids, scores) = reference
     out = tmp_path / "index"
     calls: list[int] = []
-    with pytest.raises(Died):
-        build_index(records, out, CFG, embedder=embedder, embed=_job(embedder, calls, die_after=3))
+    _died(records, out, embedder, calls)
     assert not out.exists()  # no half index
     saved = json.loads((build_dir_for(out) / "build.json").read_text())["parts"]
     assert len(saved) == 2  # 9 rows came back: parts 0 (rows 0-3) and 1 (4-7) were complete
     total = calls[0]
-    lines: list[str] = []
-    build_index(records, out, CFG, embedder=embedder, embed=_job(embedder, calls), report=lines.append)
+    lines = _rebuilt(records, out, embedder, calls)
     assert calls[1] == total - 8  # the two saved parts were not embedded again
     assert any("resuming: 2 of" in line for line in lines), lines
     got_ids, got_scores = _topk(out, embedder)
@@ -80,14 +91,12 @@ def test_a_corrupt_part_is_refused_and_embedded_again(tmp_path, embedder, refere
     records, (ids, scores) = reference
     out = tmp_path / "index"
     calls: list[int] = []
-    with pytest.raises(Died):
-        build_index(records, out, CFG, embedder=embedder, embed=_job(embedder, calls, die_after=3))
+    _died(records, out, embedder, calls)
     part = build_dir_for(out) / "part-00001.npy"
     data = bytearray(part.read_bytes())
     data[-8:] = b"\x7f" * 8  # a flipped tail: still a loadable array, wrong numbers
     part.write_bytes(bytes(data))
-    lines: list[str] = []
-    build_index(records, out, CFG, embedder=embedder, embed=_job(embedder, calls), report=lines.append)
+    lines = _rebuilt(records, out, embedder, calls)
     assert calls[1] == calls[0] - 4  # only part 0 was kept
     assert any("part(s) 1 of the earlier build are missing or corrupt" in line for line in lines), lines
     got_ids, got_scores = _topk(out, embedder)
@@ -98,11 +107,9 @@ def test_parts_of_another_corpus_are_dropped(tmp_path, embedder, reference) -> N
     records, _ = reference
     out = tmp_path / "index"
     calls: list[int] = []
-    with pytest.raises(Died):
-        build_index(records, out, CFG, embedder=embedder, embed=_job(embedder, calls, die_after=3))
+    _died(records, out, embedder, calls)
     changed = [dict(r, text=r["text"] + " Edited.") if i == 0 else r for i, r in enumerate(records)]
-    lines: list[str] = []
-    build_index(changed, out, CFG, embedder=embedder, embed=_job(embedder, calls), report=lines.append)
+    lines = _rebuilt(changed, out, embedder, calls)
     assert calls[1] >= calls[0]  # everything embedded again
     assert any("earlier build of another corpus or model were dropped" in line for line in lines), lines
 
