@@ -5,11 +5,13 @@ Public entry points (see ``kernels/dispatch.py`` for the backend rules):
 * ``pool_normalize(hidden, mask)``: (B, T, D), (B, T) -> (B, D) masked mean, L2-normalised.
 * ``pool_normalize_packed(hidden, cu_seqlens)``: (T, D), (B+1,) -> (B, D), the same over packed sequences.
 * ``similarity_topk(queries, matrix, k)``: exact top-k inner products, (B, k') scores and ids.
+* ``similarity_topk_candidates(queries, matrix, k, oversample=4)``: the same from float16 /
+  bfloat16 candidates re-scored exactly in float32 (``candidate_copy(matrix)`` builds their rows).
 * ``route_sources(queries, centroids, centroid_source, source_scale, k)``: top-k sources.
 * ``dedup_mask(embeddings, threshold)``: greedy near-duplicate keep-mask.
 
-Each takes ``backend=None | "auto" | "torch" | "triton"``; ``$SEARCHSMITH_KERNEL_BACKEND``
-sets the default. Bad inputs raise ``KernelInputError`` (a ``ValueError``). This package
+Each but ``similarity_topk_candidates`` (pure torch) takes ``backend=None | "auto" | "torch" |
+"triton"``; ``$SEARCHSMITH_KERNEL_BACKEND`` sets the default. Bad inputs raise ``KernelInputError`` (a ``ValueError``). This package
 imports nothing else from the project, and ``triton`` only when a Triton path runs.
 """
 
@@ -30,14 +32,17 @@ def __getattr__(name: str):
 __all__ = [
     "BACKENDS",
     "DEFAULT_DEDUP_THRESHOLD",
+    "DEFAULT_OVERSAMPLE",
     "ENV_BACKEND",
     "TRITON_BY_DEFAULT",
     "KernelInputError",
+    "candidate_copy",
     "dedup_mask",
     "pool_normalize",
     "pool_normalize_packed",
     "resolve_backend",
     "route_sources",
     "similarity_topk",
+    "similarity_topk_candidates",
 ]
 

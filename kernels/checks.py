@@ -25,9 +25,15 @@ MAX_ROWS = 2**31 - 1
 MAX_TRITON_K = 1024
 # pool_normalize keeps one whole (padded) hidden row in registers.
 MAX_TRITON_POOL_D = 8192
+# similarity_topk_candidates re-scores k * oversample reduced-precision candidates exactly.
+# On 16 random unit queries against 1e5 unit rows (D = 384, bfloat16 candidates, CPU),
+# oversample 1 found 95.6% of the exact top 10 and 2 and 4 found all of the top 10 and top
+# 100; 4 leaves a margin for real embeddings, which have more near-ties than random ones.
+DEFAULT_OVERSAMPLE = 4
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _SEARCH_DTYPES = (torch.float32, torch.float16)
+_CANDIDATE_DTYPES = (torch.float16, torch.bfloat16)
 _INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
@@ -111,6 +117,41 @@ def check_similarity_topk(queries: torch.Tensor, matrix: torch.Tensor, k: object
         raise KernelInputError(f"matrix: N = {matrix.shape[0]} rows exceeds the limit {MAX_ROWS}; shard the matrix")
     _check_same_device(queries=queries, matrix=matrix)
     return min(_check_k(k), matrix.shape[0])
+
+
+def check_candidate_copy(matrix: torch.Tensor) -> None:
+    """Raise KernelInputError unless matrix is a (N, D) float32 / float16 search matrix."""
+    _check_tensor("matrix", matrix, 2, "(N, D)")
+    _check_dtype("matrix", matrix, _SEARCH_DTYPES)
+    _check_dim_d("matrix", matrix.shape[1])
+
+
+def check_similarity_topk_candidates(
+    queries: torch.Tensor, matrix: torch.Tensor, k: object, oversample: object,
+    candidate_matrix: torch.Tensor | None,
+) -> tuple[int, int]:
+    """Validate similarity_topk_candidates inputs; return (k' = min(k, N), M = min(k' * oversample, N))."""
+    k_eff = check_similarity_topk(queries, matrix, k)
+    if isinstance(oversample, bool) or not isinstance(oversample, int):
+        raise KernelInputError(
+            f"oversample: expected an int >= 1, got {type(oversample).__name__} {oversample!r}; "
+            f"pass a whole number such as the default {DEFAULT_OVERSAMPLE}"
+        )
+    if oversample < 1:
+        raise KernelInputError(
+            f"oversample: must be >= 1, got {oversample}; k * oversample candidates are re-scored exactly "
+            f"(default {DEFAULT_OVERSAMPLE}, 1 keeps only the reduced-precision top k)"
+        )
+    if candidate_matrix is not None:
+        _check_tensor("candidate_matrix", candidate_matrix, 2, "(N, D)")
+        _check_dtype("candidate_matrix", candidate_matrix, _CANDIDATE_DTYPES)
+        if tuple(candidate_matrix.shape) != tuple(matrix.shape):
+            raise KernelInputError(
+                f"candidate_matrix: shape {tuple(candidate_matrix.shape)} does not match matrix's "
+                f"{tuple(matrix.shape)}; build it from the same matrix with candidate_copy(matrix), or pass None"
+            )
+        _check_same_device(matrix=matrix, candidate_matrix=candidate_matrix)
+    return k_eff, min(k_eff * oversample, matrix.shape[0])
 
 
 def check_route_sources(

@@ -1,6 +1,8 @@
 """Entry points for the search kernels: validate once, then run Triton or the torch twin.
 
-The index, router and pipeline call only these functions. The backend is chosen per call:
+The index, router and pipeline call only these functions. ``similarity_topk_candidates`` (a
+reduced-precision candidate pass re-scored exactly, ``topk_candidates.py``) is pure torch
+on every device; for the others the backend is chosen per call:
 
 * ``backend=None`` / ``"auto"``: ``$SEARCHSMITH_KERNEL_BACKEND`` if set, else Triton when
   every tensor is on CUDA, ``triton`` imports and the op is in ``TRITON_BY_DEFAULT``;
@@ -21,17 +23,20 @@ import os
 
 import torch
 
-from . import reference
+from . import reference, topk_candidates
 from .checks import (
     DEFAULT_DEDUP_THRESHOLD,
+    DEFAULT_OVERSAMPLE,
     MAX_ROWS,
     MAX_TRITON_K,
     MAX_TRITON_POOL_D,
     KernelInputError,
+    check_candidate_copy,
     check_dedup_mask,
     check_pool_normalize,
     check_route_sources,
     check_similarity_topk,
+    check_similarity_topk_candidates,
     interpreter_enabled,
     triton_available,
 )
@@ -41,16 +46,20 @@ from .checks import (
 __all__ = [
     "BACKENDS",
     "DEFAULT_DEDUP_THRESHOLD",
+    "DEFAULT_OVERSAMPLE",
     "ENV_BACKEND",
     "MAX_ROWS",
     "MAX_TRITON_K",
     "MAX_TRITON_POOL_D",
     "TRITON_BY_DEFAULT",
     "KernelInputError",
+    "candidate_copy",
+    "check_candidate_copy",
     "check_dedup_mask",
     "check_pool_normalize",
     "check_route_sources",
     "check_similarity_topk",
+    "check_similarity_topk_candidates",
     "dedup_mask",
     "interpreter_enabled",
     "pool_normalize",
@@ -58,6 +67,7 @@ __all__ = [
     "resolve_backend",
     "route_sources",
     "similarity_topk",
+    "similarity_topk_candidates",
     "triton_available",
 ]
 
@@ -186,6 +196,45 @@ def similarity_topk(
 
             return _similarity_topk_launch(queries, matrix, k_eff)
     return reference.similarity_topk_ref(queries, matrix, k_eff)
+
+
+def similarity_topk_candidates(
+    queries: torch.Tensor,
+    matrix: torch.Tensor,
+    k: int,
+    *,
+    oversample: int = DEFAULT_OVERSAMPLE,
+    candidate_matrix: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k inner products via reduced-precision candidates re-scored exactly in float32.
+
+    Scores every row in float16 (CUDA) or bfloat16 (CPU), keeps the best
+    M = min(k' * oversample, N) per query and returns the exact float32 top k' of those
+    (``kernels/topk_candidates.py`` explains the choice of precision). Returned scores are
+    float32 products like ``similarity_topk``'s, with the same tie order; a true top-k row
+    is missed only if its reduced-precision score ranked below M others. With M >= N it is
+    ``similarity_topk``'s torch path. Pure torch on every device: no ``backend`` argument.
+
+    Args:
+        queries: (B, D) float32 / float16.
+        matrix: (N, D) float32 / float16, same device as ``queries``.
+        k: results per query, >= 1, clamped to N: k' = min(k, N).
+        oversample: candidates per result, >= 1 (``DEFAULT_OVERSAMPLE``).
+        candidate_matrix: optional (N, D) float16 / bfloat16 copy of ``matrix`` from
+            ``candidate_copy(matrix)``, built once; without it each call casts the matrix.
+
+    Returns:
+        (scores (B, k') float32, indices (B, k') int64), best first; equal scores are
+        ordered by the lower index.
+    """
+    k_eff, m = check_similarity_topk_candidates(queries, matrix, k, oversample, candidate_matrix)
+    return topk_candidates.similarity_topk_candidates_torch(queries, matrix, k_eff, m, candidate_matrix)
+
+
+def candidate_copy(matrix: torch.Tensor) -> torch.Tensor:
+    """(N, D) float32 / float16 -> its reduced-precision copy for ``similarity_topk_candidates``."""
+    check_candidate_copy(matrix)
+    return topk_candidates.candidate_copy(matrix)
 
 
 def route_sources(

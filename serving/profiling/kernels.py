@@ -8,8 +8,8 @@ Three size plans, picked by where it runs:
   pool_normalize over B. Budgeted to about 3 minutes on an H200: the largest matrix is
   4e6 x 384 float16 = 3 GB on the GPU and 6 GB float32 for faiss on the CPU, and the slowest
   faiss calls (B = 256 at N = 4e6) run once.
-* ``cpu`` (no CUDA, ``--device cpu`` or ``--quick``): small sizes, torch twin vs faiss
-  only (Triton runs on a CPU only in its interpreter); well under a minute.
+* ``cpu`` (no CUDA, ``--device cpu`` or ``--quick``): small sizes, torch twin vs the
+  candidates path and faiss (Triton runs on a CPU only in its interpreter); well under a minute.
 * ``tiny`` (``TRITON_INTERPRET=1`` or ``$SEARCHSMITH_PROFILE_KERNELS_TINY=1``): toy sizes so
   the whole suite, Triton included, runs end to end in the test suite.
 
@@ -19,6 +19,13 @@ fraction of the H200's ~4.3 TB/s and the matrix rate in TFLOP/s (as a fraction o
 TFLOP/s for 16-bit dot products). One verdict line per op says whether Triton beat torch
 in most workloads of this run, which is what ``kernels.dispatch.TRITON_BY_DEFAULT`` should
 follow. A PNG of the ratios goes to ``<out>/kernels.png``.
+
+similarity_topk has two more rows per workload beside the Triton kernel and the torch twin:
+``torch_mm_topk`` (CUDA only: one matmul in the input dtype, then ``torch.topk``) and
+``candidates`` (``similarity_topk_candidates``: float16 / bfloat16 candidates, k * 4 of them,
+re-scored exactly in float32, from a reduced-precision copy built once per matrix). Those
+two and Triton carry ``recall_at_k``, the share of the torch twin's top-k ids they returned;
+the verdict line gives each one's worst recall beside its speed against Triton.
 """
 
 from __future__ import annotations
@@ -122,14 +129,19 @@ def _measure(fn: Callable[[], Any], plan: Plan, device: torch.device, *, once: b
 
 
 def _emit_impls(ctx: ProfileContext, base: dict[str, Any], timings: dict[str, dict[str, float]],
-                bytes_moved: float, flops: float, device: torch.device, dtype_bits: int) -> list[dict[str, Any]]:
-    """One record per implementation, ratios against the torch twin measured in the same run."""
+                bytes_moved: float, flops: float, device: torch.device, dtype_bits: int,
+                recall: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """One record per implementation, ratios against the torch twin measured in the same run.
+
+    ``recall`` maps an implementation to its recall@k against the torch twin's ids (search only).
+    """
     torch_ms = timings["torch"]["p50_ms"]
     out = []
     for impl, stats in timings.items():
         sec = stats["p50_ms"] / 1e3
         rec = {
             **base, "impl": impl, "device": device.type, **stats,
+            **({"recall_at_k": recall[impl]} if recall and impl in recall else {}),
             "torch_p50_ms": torch_ms,
             "ratio_vs_torch": torch_ms / stats["p50_ms"] if stats["p50_ms"] > 0 else None,
             "bytes_moved": bytes_moved, "gbytes_per_s": bytes_moved / sec / 1e9 if sec > 0 else None,
@@ -143,8 +155,14 @@ def _emit_impls(ctx: ProfileContext, base: dict[str, Any], timings: dict[str, di
     return out
 
 
+def recall_at_k(ids: torch.Tensor, exact_ids: torch.Tensor) -> float:
+    """Share of the exact (B, k) ids that ``ids`` (B, k) also returned, over all queries."""
+    hits = sum(len(set(a) & set(b)) for a, b in zip(ids.tolist(), exact_ids.tolist()))
+    return hits / max(1, exact_ids.numel())
+
+
 def _bench_search(ctx: ProfileContext, plan: Plan, device: torch.device, use_triton: bool) -> list[dict[str, Any]]:
-    from searchsmith.kernels import similarity_topk
+    from searchsmith.kernels import candidate_copy, similarity_topk, similarity_topk_candidates
 
     try:
         import faiss
@@ -157,6 +175,9 @@ def _bench_search(ctx: ProfileContext, plan: Plan, device: torch.device, use_tri
         by_matrix.setdefault((n, dtype), []).append((b, k))
     for (n, dtype), cases in by_matrix.items():
         matrix = torch.randn(n, plan.dim, device=device, generator=gen, dtype=torch.float32).to(dtype)
+        # The candidates path's reduced-precision rows, built once as an index would keep them
+        # (float16 on CUDA: the float16 matrix itself; bfloat16 on the CPU).
+        low = candidate_copy(matrix)
         index = None
         if faiss is not None:
             index = faiss.IndexFlatIP(plan.dim)
@@ -166,13 +187,24 @@ def _bench_search(ctx: ProfileContext, plan: Plan, device: torch.device, use_tri
             def call(backend: str, q=queries, m=matrix, k=k):
                 return similarity_topk(q, m, k, backend=backend)
 
-            timings = {"torch": _measure(lambda: call("torch"), plan, device)}
-            if device.type == "cuda":
+            def mm_topk(q=queries, m=matrix, k=k):
                 # What a user would write: one (B, N) matmul in the input dtype, then topk.
-                timings["torch_mm_topk"] = _measure(lambda q=queries, m=matrix, k=k: torch.topk(q @ m.T, k, dim=1),
-                                                    plan, device)
+                return torch.topk(q @ m.T, k, dim=1)
+
+            def candidates(q=queries, m=matrix, k=k, low=low):
+                return similarity_topk_candidates(q, m, k, candidate_matrix=low)
+
+            timings = {"torch": _measure(lambda: call("torch"), plan, device)}
+            approx = {"candidates": candidates}  # impl -> call whose recall@k is reported
+            if device.type == "cuda":
+                timings["torch_mm_topk"] = _measure(mm_topk, plan, device)
+                approx["torch_mm_topk"] = mm_topk
+            timings["candidates"] = _measure(candidates, plan, device)
             if use_triton:
                 timings["triton"] = _measure(lambda: call("triton"), plan, device)
+                approx["triton"] = lambda: call("triton")
+            exact_ids = call("torch")[1]
+            recall = {impl: recall_at_k(fn()[1], exact_ids) for impl, fn in approx.items()}
             flops = 2.0 * b * n * plan.dim
             if index is not None:
                 q_np = queries.float().cpu().numpy()
@@ -182,8 +214,8 @@ def _bench_search(ctx: ProfileContext, plan: Plan, device: torch.device, use_tri
             base = {"suite": "kernels", "op": "similarity_topk", "N": n, "B": b, "k": k, "D": plan.dim,
                     "dtype": str(dtype).replace("torch.", ""), "plan": plan.name}
             records += _emit_impls(ctx, base, timings, float(n * plan.dim * elem + b * plan.dim * elem),
-                                   flops, device, torch.finfo(dtype).bits)
-        matrix = index = None  # free the 3 GB (GPU) / 6 GB (faiss) before the next size
+                                   flops, device, torch.finfo(dtype).bits, recall)
+        matrix = low = index = None  # free the 3 GB (GPU) / 6 GB (faiss) before the next size
     return records
 
 
@@ -276,6 +308,10 @@ def _verdicts(ctx: ProfileContext, records: list[dict[str, Any]], use_triton: bo
         faster_than_triton = {impl: {"workloads_faster": sum(1 for x in xs if x < 1.0), "workloads": len(xs),
                                      "median_speedup_over_triton": float(1.0 / np.median(xs))}
                               for impl, xs in others.items() if xs}
+        for impl, summary in faster_than_triton.items():  # approximate impls: their worst recall@k
+            recalls = [o["recall_at_k"] for o in records if o["op"] == op and o["impl"] == impl and "recall_at_k" in o]
+            if recalls:
+                summary["min_recall_at_k"] = float(min(recalls))
         on_cuda = mine[0]["device"] == "cuda"
         ctx.emit({"suite": "kernels", "op": op, "verdict": "triton faster" if wins * 2 > len(mine) else "torch faster",
                   "triton_wins": wins, "workloads": len(mine), "device": mine[0]["device"], "plan": mine[0]["plan"],

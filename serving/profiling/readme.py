@@ -86,7 +86,9 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         elif r.get("suite") == "kernels" and r.get("verdict") and r.get("plan") == "gpu":
             # the GPU grid is dozens of workloads: one row per op, the per-workload lines stay in results.jsonl
             others = "; ".join(f"{impl} faster than triton in {o['workloads_faster']}/{o['workloads']} "
-                               f"(median {o['median_speedup_over_triton']:.2f}x triton's speed)"
+                               f"(median {o['median_speedup_over_triton']:.2f}x triton's speed"
+                               + (f", min recall@k {o['min_recall_at_k']:.3f}" if "min_recall_at_k" in o else "")
+                               + ")"
                                for impl, o in sorted(r.get("other_impls", {}).items()))
             rows.append({**base, "what": f"kernel {r['op']}, {r['workloads']} workloads of the GPU grid ({r['device']})",
                          "figure": (f"triton faster than the torch twin in {r['triton_wins']}/{r['workloads']}; "
@@ -97,7 +99,8 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 and r.get("plan") != "gpu":
             shape = ", ".join(f"{k}={r[k]}" for k in ("N", "C", "S", "B", "T", "k", "D") if k in r)
             rows.append({**base, "what": f"kernel {r['op']} ({shape}, {r.get('dtype', '')}, {r['device']})",
-                         "figure": f"{r['impl']}: p50 {r['p50_ms']:.3f} ms",
+                         "figure": f"{r['impl']}: p50 {r['p50_ms']:.3f} ms"
+                                   + (f", recall@k {r['recall_at_k']:.3f}" if "recall_at_k" in r else ""),
                          "baseline": f"torch twin: p50 {r['torch_p50_ms']:.3f} ms",
                          "ratio": round(r["ratio_vs_torch"], 2) if r.get("ratio_vs_torch") else None})
         elif r.get("suite") == "rerank" and r.get("summary") and "onnx_int8_pairs_per_s" in r:

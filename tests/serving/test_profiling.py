@@ -24,12 +24,26 @@ def test_profile_route_end_to_end(tmp_path, tiny_profile, small_index) -> None:
     recs = _records(out)
     assert recs[0]["suite"] == "machine" and recs[0]["cores"] >= 1
     grid = [r for r in recs if "sources" in r]
-    assert [r["sources"] for r in grid] == [3, 10]
+    assert [r["sources"] for r in grid] == [3, 10, 40]  # 40: the tiny stand-in for 10,000 sources
     for r in grid:
         assert r["searchsmith"]["p50_ms"] > 0 and r["faiss_cpu"]["p99_ms"] >= r["faiss_cpu"]["p50_ms"]
         assert r["ratio_p50"] == pytest.approx(r["faiss_cpu"]["p50_ms"] / r["searchsmith"]["p50_ms"])
+        assert r["searchsmith_backend"] == "torch" and r["searchsmith"] == r["torch"]  # auto on the CPU
+        # Triton runs here in its interpreter (tests/conftest.py sets TRITON_INTERPRET=1 without a GPU)
+        assert r["triton"]["p99_ms"] >= r["triton"]["p50_ms"] > 0
+    scale = grid[-1]
+    assert scale["scale"] is True and scale["p99_target_ms_h200"] == 1.0 and scale["queries"] == 8
+    assert "meets_target" not in scale  # an H200 target: not judged from a CPU run
+    assert not any(r.get("scale") for r in grid[:-1])
     assert {r["mode"] for r in recs if r.get("end_to_end")} == {"parallel", "serial"}
     assert (out / "route_latency.png").stat().st_size > 1000
+
+
+def test_route_scale_workload_is_the_issues() -> None:
+    from searchsmith.serving.profiling import route
+
+    assert (route.SCALE_SOURCES, route.CENTROIDS_PER_SOURCE, route.SCALE_P99_TARGET_MS) == (10_000, 16, 1.0)
+    assert route.SOURCES == (10, 100, 1000)
 
 
 def test_profile_embed_end_to_end(tmp_path, tiny_profile) -> None:
@@ -280,7 +294,8 @@ def test_gpu_group_runs_every_step_under_the_interpreter(gpu_run) -> None:
     assert steps == ["embed", "rerank", "pipeline", "kernels"] and skipped == ["embed:onnx"]
     assert "CUDAExecutionProvider" in [r for r in recs if r.get("skipped")][0]["skipped"]
     assert {r["plan"] for r in recs if r["suite"] == "kernels" and r.get("impl")} == {"tiny"}
-    assert {r["impl"] for r in recs if r["suite"] == "kernels" and r.get("impl")} >= {"torch", "triton"}
+    assert {r["impl"] for r in recs if r["suite"] == "kernels" and r.get("impl")} >= {"torch", "triton", "candidates"}
+    assert {r["recall_at_k"] for r in recs if r["suite"] == "kernels" and r.get("impl") == "candidates"} == {1.0}
     assert [r for r in recs if r.get("summary") and r["suite"] == "embed"][0]["texts"] == 24
     assert [r for r in recs if r.get("summary") and r["suite"] == "rerank"][0]["pairs"] == 24
     # every embed / rerank row reports real tokens, tokens/s over its seconds, and padding
