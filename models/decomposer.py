@@ -27,6 +27,11 @@ Architectures (``arch`` in ``decomposer.json`` beside the weights):
 * ``seq2seq``: any ``AutoModelForSeq2SeqLM`` (e.g. google/flan-t5-base).
 * ``causal``: any ``AutoModelForCausalLM``; the prompt is ``<source> => `` and the loss is
   taken on the continuation only.
+* ``tagger`` (the CPU default): no decoder. A token-classification head over the encoder
+  gives every word of the question its depth in a tree of nested spans
+  (:mod:`searchsmith.models.qdg_spans`); the graph is read from the depths, so every step is
+  copied from the question and every output is a valid graph. Rewrites come from the rewrite
+  tagger only (without one the query is kept).
 
 A model is only loadable for serving when a training run wrote ``decomposer.json`` with
 ``trained_steps > 0`` and no weight was MISSING at load: an untrained bert2bert generates
@@ -50,7 +55,8 @@ from searchsmith.models.rewrite_edit import REWRITE_TARGETS, apply_edits, edit_t
 
 log = logging.getLogger(__name__)
 
-Arch = Literal["encoder-decoder", "seq2seq", "causal"]
+Arch = Literal["encoder-decoder", "seq2seq", "causal", "tagger"]
+TAGGER = "tagger"
 META_FILE = "decomposer.json"
 CAUSAL_SEP = " => "
 DECOMPOSE_PREFIX = "decompose: "
@@ -131,6 +137,61 @@ def build_tiny(tokenizer_base: str | None = "default", hidden: int = 32, layers:
     model = EncoderDecoderModel(EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec))
     _set_special_tokens(model, tokenizer)
     return model, tokenizer
+
+
+def build_tagger(base: str | None = "default", depth: int = 4, tiny_hidden: int = 0) -> tuple[Any, Any]:
+    """The ``tagger`` decomposer: ``base``'s encoder with a new ``depth``-label token head.
+
+    Args:
+        base: ``default`` (all-MiniLM-L6-v2, offline), a local BERT-style folder or a hub id.
+        depth: labels of the head (word depths 0..depth-1).
+        tiny_hidden: > 0: a random-init one-layer encoder of this width with ``base``'s
+            tokenizer instead (the tests' twin).
+    """
+    from searchsmith.models.hub import resolve_model
+    from transformers import (
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+        BertConfig,
+        BertForTokenClassification,
+    )
+
+    path = resolve_model(base)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(f"model.arch tagger: {base!r} has no fast tokenizer (word alignment needs one); "
+                          "use a model with a tokenizer.json")
+    if tiny_hidden > 0:
+        cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=tiny_hidden, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=tiny_hidden * 2,
+                         max_position_embeddings=512, num_labels=depth)
+        return BertForTokenClassification(cfg), tokenizer
+    return AutoModelForTokenClassification.from_pretrained(path, num_labels=depth), tokenizer
+
+
+def tag_encode(tokenizer: Any, questions: Sequence[str], max_length: int, return_tensors: str = "pt",
+               ) -> tuple[Any, list[list[int]]]:
+    """Tokenize questions word by word (:func:`~searchsmith.models.qdg_spans.question_words`)
+    for the tagger; also, per question, the position of each word's first token (words cut
+    off by ``max_length`` have none and count as depth 0)."""
+    from searchsmith.models.qdg_spans import question_words
+
+    words = [[q[a:b] for a, b in question_words(q)] or ["?"] for q in questions]
+    enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length,
+                    padding=True, return_tensors=return_tensors)
+    firsts = []
+    for i in range(len(words)):
+        pos: dict[int, int] = {}
+        for t, w in enumerate(enc.word_ids(i)):
+            if w is not None and w not in pos:
+                pos[w] = t
+        firsts.append([pos.get(w, -1) for w in range(len(words[i]))])
+    return enc, firsts
+
+
+def depths_of(logits_row: Any, firsts: Sequence[int]) -> list[int]:
+    """Per-word depth: the argmax label at each word's first token (0 where it has none)."""
+    return [int(logits_row[t].argmax()) if t >= 0 else 0 for t in firsts]
 
 
 def build_hub(base: str, arch: Arch) -> tuple[Any, Any]:
@@ -269,6 +330,56 @@ class Decomposer:
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": torch.as_tensor(labels)}
 
+    def _encoder(self) -> Any:
+        """The encoder whose token states the heads read (the tagger's is its base model)."""
+        return self.model.base_model if self.arch == TAGGER else self.model.get_encoder()
+
+    def prepare_tag_batch(self, questions: Sequence[str], depths: Sequence[Sequence[int]]) -> dict[str, Any]:
+        """Tensors for the tagger's ``model(**batch).loss``: each word's depth on its first
+        token, -100 on the other tokens, special tokens and padding."""
+        import torch
+
+        enc, firsts = tag_encode(self.tokenizer, questions, self.max_source_tokens)
+        labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
+        for i, (pos, ds) in enumerate(zip(firsts, depths, strict=True)):
+            for t, d in zip(pos, ds, strict=False):
+                if t >= 0:
+                    labels[i, t] = int(d)
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+    def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
+        """Per question, each word's predicted depth (the tagger; batched, no grad)."""
+        import torch
+
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        out: list[list[int]] = []
+        try:
+            for start in range(0, len(questions), self.batch_size):
+                chunk = list(questions[start:start + self.batch_size])
+                enc, firsts = tag_encode(self.tokenizer, chunk, self.max_source_tokens)
+                feeds = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                with torch.no_grad():
+                    logits = self.model(**feeds).logits.float().cpu().numpy()
+                out += [depths_of(logits[i], firsts[i]) for i in range(len(chunk))]
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _tag_generate(self, sources: Sequence[str]) -> list[str]:
+        # What the tagger "writes": the compact form of its graph for decompose: sources,
+        # nothing for other sources (it has no decoder); the same as DecomposeBundle.generate.
+        from searchsmith.models.qdg import linearize
+        from searchsmith.models.qdg_spans import graph_from_depths
+
+        out = [""] * len(sources)
+        todo = [i for i, s in enumerate(sources) if s.startswith(DECOMPOSE_PREFIX)]
+        questions = [sources[i][len(DECOMPOSE_PREFIX):] for i in todo]
+        for i, q, d in zip(todo, questions, self.tag_depths(questions), strict=True):
+            out[i] = linearize(graph_from_depths(q, d, self.max_nodes))
+        return out
+
     # ----------------------------------------------------------------- generation
 
     def generate(self, sources: Sequence[str], constraint: Any = None,
@@ -285,6 +396,8 @@ class Decomposer:
         import torch
         from transformers.modeling_outputs import BaseModelOutput
 
+        if self.arch == TAGGER:
+            return self._tag_generate(sources)
         out: list[str] = []
         device = next(self.model.parameters()).device
         was_training = self.model.training
@@ -331,7 +444,7 @@ class Decomposer:
         import numpy as np
 
         rows = [states.mean(0) for states, _ in self.token_states(sources)]
-        width = self.model.get_encoder().config.hidden_size
+        width = self._encoder().config.hidden_size
         return np.stack(rows).astype(np.float32) if rows else np.zeros((0, width), np.float32)
 
     def fit_type_head(self, questions: Sequence[str], types: Sequence[str], l2: float = 1e-3,
@@ -372,7 +485,7 @@ class Decomposer:
                 offsets = enc.pop("offset_mapping").tolist()
                 feeds = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
                 with torch.no_grad():
-                    hidden = self.model.get_encoder()(**feeds).last_hidden_state.float().cpu().numpy()
+                    hidden = self._encoder()(**feeds).last_hidden_state.float().cpu().numpy()
                 for i, n in enumerate(enc["attention_mask"].sum(1).tolist()):
                     out.append((hidden[i, :n], [tuple(o) for o in offsets[i][:n]]))
         finally:
@@ -425,6 +538,17 @@ class Decomposer:
                         max_nodes: int | None = None) -> list[tuple[QDG, bool, str]]:
         """(graph, well-formed as generated, raw generation) per question; never raises."""
         cap = max_nodes or self.max_nodes
+        if self.arch == TAGGER:
+            from searchsmith.models.qdg import linearize
+            from searchsmith.models.qdg_spans import graph_from_depths
+
+            try:
+                depths = self.tag_depths(list(questions))
+            except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
+                log.warning("decomposer: tagging failed (%s); answering terminal graphs", exc)
+                return [(terminal(q), False, "") for q in questions]
+            graphs = [graph_from_depths(q, d, cap) for q, d in zip(questions, depths, strict=True)]
+            return [(g, True, linearize(g)) for g in graphs]
         try:
             texts = self.generate([decompose_source(q) for q in questions], self._grammar,
                                   use_type_head=True)
@@ -454,6 +578,8 @@ class Decomposer:
             except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
                 log.warning("decomposer: rewrite tagging failed (%s); keeping the queries", exc)
                 return out
+        if self.arch == TAGGER:  # no decoder: without the rewrite tagger the query is kept
+            return out
         todo = [i for i, (h, _) in enumerate(items) if _user_turns(h)]
         sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns)
                    for i in todo]
@@ -517,15 +643,16 @@ class Decomposer:
         from transformers import (
             AutoModelForCausalLM,
             AutoModelForSeq2SeqLM,
+            AutoModelForTokenClassification,
             AutoTokenizer,
             EncoderDecoderModel,
         )
 
-        loader = {"encoder-decoder": EncoderDecoderModel, "seq2seq": AutoModelForSeq2SeqLM,
-                  "causal": AutoModelForCausalLM}.get(arch)
+        loaders = {"encoder-decoder": EncoderDecoderModel, "seq2seq": AutoModelForSeq2SeqLM,
+                   "causal": AutoModelForCausalLM, TAGGER: AutoModelForTokenClassification}
+        loader = loaders.get(arch)
         if loader is None:
-            raise BundleError(f"decomposer: {META_FILE} arch {arch!r} is not one of "
-                              "['encoder-decoder', 'seq2seq', 'causal']")
+            raise BundleError(f"decomposer: {META_FILE} arch {arch!r} is not one of {sorted(loaders)}")
         model = load_complete(loader, p, "decomposer",
                               "the checkpoint is incomplete. Re-save it from a training run")
         tokenizer = AutoTokenizer.from_pretrained(p)
@@ -611,6 +738,34 @@ def head_probs(head: dict[str, Any], states: Any) -> Any:
     z = states @ head["weight"].T + head["bias"]
     z = np.exp(z - z.max(-1, keepdims=True))
     return z / z.sum(-1, keepdims=True)
+
+
+def depth_head_json(model: Any) -> dict[str, Any]:
+    """The tagger's token head (``classifier``) as JSON lists: what an exported bundle applies
+    to its encoder graph's states (``generation.depth_head``)."""
+    layer = model.classifier
+    return {"weight": layer.weight.detach().float().cpu().tolist(),
+            "bias": layer.bias.detach().float().cpu().tolist()}
+
+
+def check_depth_head(head: Any) -> dict[str, Any]:
+    """A depth head as saved by :func:`depth_head_json`: ``weight`` (L x H) and ``bias`` (L),
+    L >= 1. Raises ValidationError naming what is wrong."""
+    import numpy as np
+
+    if not isinstance(head, dict) or "weight" not in head or "bias" not in head:
+        raise ValidationError("depth head: expected an object with 'weight' and 'bias'")
+    try:
+        weight = np.asarray(head["weight"], dtype=np.float32)
+        bias = np.asarray(head["bias"], dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValidationError("depth head: 'weight' and 'bias' must be numbers") from None
+    if weight.ndim != 2 or bias.shape != (weight.shape[0],) or weight.shape[0] < 1:
+        raise ValidationError(f"depth head: weight {weight.shape} and bias {bias.shape} do not make an "
+                              "L x H head with L >= 1 labels")
+    if not (np.isfinite(weight).all() and np.isfinite(bias).all()):
+        raise ValidationError("depth head: weights are not all finite")
+    return head
 
 
 def check_type_head(head: Any) -> dict[str, Any]:

@@ -372,8 +372,16 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
 
             model, meta = og.load_decomposer_model(src.model_dir)
             specs = og.decompose_graphs(src.model_dir, tokenizer, model)
-            dec = Decomposer(model, tokenizer, max_source_tokens=src.max_length,
-                             max_target_tokens=manifest["generation"]["max_target_tokens"], num_beams=1)
+            gen = manifest["generation"]
+            if gen.get("arch") == "tagger":
+                from searchsmith.models.decomposer import TAGGER, depth_head_json
+
+                gen["depth_head"] = depth_head_json(model)
+                dec = Decomposer(model, tokenizer, TAGGER, max_source_tokens=src.max_length,
+                                 max_nodes=int(gen["max_nodes"]))
+            else:
+                dec = Decomposer(model, tokenizer, max_source_tokens=src.max_length,
+                                 max_target_tokens=gen["max_target_tokens"], num_beams=1)
             reference_generate = dec.generate
         else:
             specs, img_model = og.image_graphs(src.model_dir)

@@ -212,6 +212,15 @@ class _Encoder(torch.nn.Module):
         return self.proj(hidden) if self.proj is not None else hidden  # (B, S, D)
 
 
+class _TaggerEncoder(torch.nn.Module):
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.encoder = model.base_model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, S, D)
+
+
 class _Decoder(torch.nn.Module):
     def __init__(self, model: Any) -> None:
         super().__init__()
@@ -225,10 +234,11 @@ class _Decoder(torch.nn.Module):
 
 
 def load_decomposer_model(model_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """The bert2bert ``EncoderDecoderModel`` and ``decomposer.json`` of a trained decomposer.
+    """The model (bert2bert ``EncoderDecoderModel``, or the tagger's token classifier) and
+    ``decomposer.json`` of a trained decomposer.
 
     Raises:
-        BundleError: not a trained encoder-decoder decomposer.
+        BundleError: not a trained encoder-decoder or tagger decomposer.
     """
     from searchsmith.models.decomposer import META_FILE
     from transformers import EncoderDecoderModel
@@ -242,9 +252,13 @@ def load_decomposer_model(model_dir: Path) -> tuple[Any, dict[str, Any]]:
         raise BundleError(f"export decompose: {str(model_dir)!r} was never fine-tuned (trained_steps=0 in "
                           f"{META_FILE}); an untrained model generates noise. Train it first")
     arch = meta.get("arch", "encoder-decoder")
+    if arch == "tagger":
+        from transformers import AutoModelForTokenClassification
+
+        return load_hf(AutoModelForTokenClassification, model_dir, "export decompose"), meta
     if arch != "encoder-decoder":
-        raise BundleError(f"export decompose: arch {arch!r} is not exported yet (only 'encoder-decoder', "
-                          "the default bert2bert); serve it with the torch Decomposer")
+        raise BundleError(f"export decompose: arch {arch!r} is not exported yet (only 'tagger' and "
+                          "'encoder-decoder'); serve it with the torch Decomposer")
     if int(meta.get("num_beams", 1)) != 1:
         raise BundleError(f"export decompose: num_beams={meta['num_beams']} in {META_FILE}; the ONNX "
                           "loop is greedy. Set num_beams: 1 in the recipe or serve with torch")
@@ -252,7 +266,7 @@ def load_decomposer_model(model_dir: Path) -> tuple[Any, dict[str, Any]]:
 
 
 def decompose_graphs(model_dir: Path, tokenizer: Any, model: Any = None) -> dict[str, GraphSpec]:
-    """The decomposer as ``encoder`` and ``decoder`` graphs.
+    """The decomposer as ``encoder`` and ``decoder`` graphs (the tagger: ``encoder`` only).
 
     The decoder recomputes the whole prefix each step instead of taking past key values:
     transformers 5 passes the KV cache as ``EncoderDecoderCache`` objects, which the dynamo
@@ -267,6 +281,10 @@ def decompose_graphs(model_dir: Path, tokenizer: Any, model: Any = None) -> dict
     src = torch.randint(5, vocab, (2, 7))
     src_mask = torch.ones_like(src)
     src_mask[1, 5:] = 0
+    if not hasattr(model, "decoder"):  # the tagger: its encoder's states; the depth head is in the manifest
+        return {"encoder": GraphSpec(_TaggerEncoder(model).eval(), ["input_ids", "attention_mask"],
+                                     ["encoder_hidden_states"], (src, src_mask),
+                                     {"input_ids": {0: "batch", 1: "src"}, "attention_mask": {0: "batch", 1: "src"}})}
     d = model.decoder.config.hidden_size
     enc = GraphSpec(_Encoder(model).eval(), ["input_ids", "attention_mask"], ["encoder_hidden_states"],
                     (src, src_mask), {"input_ids": {0: "batch", 1: "src"}, "attention_mask": {0: "batch", 1: "src"}})

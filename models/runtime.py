@@ -450,7 +450,9 @@ class CiteBundle(Bundle):
 
 
 class DecomposeBundle(Bundle):
-    """Greedy decoding over the encoder and decoder graphs, parsed like ``Decomposer``."""
+    """Greedy decoding over the encoder and decoder graphs, parsed like ``Decomposer``; for a
+    ``tagger`` decomposer (``generation.arch``), the encoder graph and the manifest's depth
+    head give each question word its depth, read back as a graph (models/qdg_spans.py)."""
 
     TASK = "decompose"
 
@@ -459,10 +461,20 @@ class DecomposeBundle(Bundle):
                  max_batch_tokens: int | None = None) -> None:
         super().__init__(path, manifest, tokenizer, graphs, backend, batch_size, max_batch_tokens)
         gen = self.manifest["generation"]
-        self.start_id = int(gen["decoder_start_token_id"])
-        self.eos_id = int(gen["eos_token_id"])
-        self.pad_id = int(gen["pad_token_id"])
-        self.max_new_tokens = int(gen["max_target_tokens"])
+        self.tagger = gen.get("arch") == "tagger"
+        self.depth_head: tuple[np.ndarray, np.ndarray] | None = None
+        if self.tagger:
+            from searchsmith.models.decomposer import check_depth_head
+
+            try:
+                head = check_depth_head(gen.get("depth_head"))
+            except ValidationError as exc:
+                raise BundleError(f"bundle {self.path}: manifest generation.depth_head: {exc}; re-export it") from None
+            self.depth_head = (np.asarray(head["weight"], np.float32), np.asarray(head["bias"], np.float32))
+        self.start_id = int(gen.get("decoder_start_token_id", -1))
+        self.eos_id = int(gen.get("eos_token_id", -1))
+        self.pad_id = int(gen.get("pad_token_id", 0))
+        self.max_new_tokens = int(gen.get("max_target_tokens", 0))
         self.max_nodes = int(gen["max_nodes"])
         self.max_history_turns = int(gen["max_history_turns"])
         self.grammar: Any = None
@@ -506,6 +518,8 @@ class DecomposeBundle(Bundle):
         from searchsmith.models.decomposer import predict_types
 
         sources = _check_texts(sources, "generate")
+        if self.tagger:
+            return self._meta(self._tag_generate(sources), return_meta, sources)
         texts = [""] * len(sources)
         for idx, feeds in self._encode_text(sources):
             mask = feeds["attention_mask"]
@@ -539,6 +553,42 @@ class DecomposeBundle(Bundle):
                 texts[i] = text
         return self._meta(texts, return_meta, sources)
 
+    def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
+        """Per question, each word's depth from the encoder graph and the depth head (tagger)."""
+        from searchsmith.models.decomposer import depths_of, tag_encode
+
+        if self.depth_head is None:
+            raise BundleError(f"bundle {self.path}: not a tagger decomposer (generation.arch)")
+        weight, bias = self.depth_head
+        out: list[list[int]] = []
+        for start in range(0, len(questions), self.batch_size):
+            chunk = list(questions[start:start + self.batch_size])
+            enc, firsts = self._tokenizer_call(tag_encode, self.tokenizer, chunk, self.max_length, "np")
+            hidden = self.graphs["encoder"]({"input_ids": enc["input_ids"].astype(np.int64),
+                                             "attention_mask": enc["attention_mask"].astype(np.int64)})
+            logits = hidden.astype(np.float32) @ weight.T + bias
+            out += [depths_of(logits[i], firsts[i]) for i in range(len(chunk))]
+        return out
+
+    def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
+        """The tagger's graph of each question."""
+        from searchsmith.models.qdg_spans import graph_from_depths
+
+        cap = max_nodes or self.max_nodes
+        return [graph_from_depths(q, d, cap) for q, d in zip(questions, self.tag_depths(questions), strict=True)]
+
+    def _tag_generate(self, sources: Sequence[str]) -> list[str]:
+        # as Decomposer._tag_generate: the graph's compact form for decompose: sources, "" else
+        from searchsmith.models.decomposer import DECOMPOSE_PREFIX
+        from searchsmith.models.qdg import linearize
+
+        out = [""] * len(sources)
+        todo = [i for i, s in enumerate(sources) if s.startswith(DECOMPOSE_PREFIX)]
+        graphs = self.tag_graphs([sources[i][len(DECOMPOSE_PREFIX):] for i in todo]) if todo else []
+        for i, g in zip(todo, graphs, strict=True):
+            out[i] = linearize(g)
+        return out
+
     def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> WithMeta[QDG]:
         """The QDG of ``question`` (``terminal`` with the question when the output is unusable)."""
         from searchsmith.models.decomposer import decompose_source
@@ -551,6 +601,8 @@ class DecomposeBundle(Bundle):
         if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
             raise ValidationError(f"decompose: max_nodes must be an int >= 1, got {max_nodes!r}")
         source = decompose_source(question)
+        if self.tagger:
+            return self._meta(self.tag_graphs([question], max_nodes)[0], return_meta, [question])
         text, meta = self.generate([source], return_meta=True, constraint=self.grammar,
                                    use_type_head=True)
         graph, _ = parse_linear(text[0], question, max_nodes=max_nodes or self.max_nodes)
@@ -584,6 +636,8 @@ class DecomposeBundle(Bundle):
             out = tag_rewrite(query, turns, source, offsets, head_probs(head, hidden[0]),
                               head["threshold"], head["extend"])
             return self._meta(out, return_meta, [source])
+        if self.tagger:  # no decoder: without the rewrite tagger the query is kept
+            return self._meta(query, return_meta, [source])
         text, meta = self.generate([source], return_meta=True, constraint=self.copy)
         if self.rewrite_target == "edit":
             from searchsmith.models.rewrite_edit import apply_edits

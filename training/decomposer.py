@@ -1,4 +1,11 @@
-"""Recipe ``decomposer``: one seq2seq model for ``rewrite:`` and ``decompose:``.
+"""Recipe ``decomposer``: one model for ``rewrite:`` and ``decompose:``.
+
+``model.arch: tagger`` (the CPU default) fine-tunes an encoder to tag each word of the
+question with its depth in a tree of nested spans (:mod:`searchsmith.models.qdg_spans`): the
+gold graphs are aligned to such spans first (``depths_from_graph``), those that are not
+nested spans are left out of training (they stay in the held-out scoring), and rewrites come
+from the rewrite tagger fitted after training. The other archs are seq2seq models trained
+on the linearised graph and on the rewrite.
 
 Data contract: ``data.sources`` names real sets under ``data.data_dir`` (../shared/data
 layout: break_qdmr, musique, strategyqa, hotpotqa, trec_cast) and/or ``synthetic``; see
@@ -31,9 +38,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from searchsmith.models.decomposer import (
+    TAGGER,
     Decomposer,
     build_bert2bert,
     build_hub,
+    build_tagger,
     build_tiny,
     type_head_json,
 )
@@ -65,17 +74,24 @@ class DecomposerModelConfig:
             encoder that warm-starts both the encoder and the decoder (``default``: the
             bundled all-MiniLM-L6-v2); for ``tiny`` only its tokenizer is used; for
             ``seq2seq`` / ``causal`` a local folder or hub id of such a model.
-        arch: ``encoder-decoder`` (bert2bert), ``tiny`` (a random-init one-layer bert2bert
+        arch: ``tagger`` (``base_model``'s encoder tags each question word with its depth in
+            a tree of nested spans: every step is copied from the question; no decoder),
+            ``tiny-tagger`` (its random-init one-layer twin for the tests),
+            ``encoder-decoder`` (bert2bert), ``tiny`` (a random-init one-layer bert2bert
             that trains in seconds: the tests' twin), ``seq2seq`` (AutoModelForSeq2SeqLM) or
             ``causal`` (AutoModelForCausalLM). Constrained decoding and the type head need
             ``encoder-decoder`` or ``tiny``; the rewrite head any but ``causal``.
+        tag_depth: ``tagger`` only: depth labels of the head (a word inside more nested
+            steps than ``tag_depth - 1`` gets the deepest label); 4 covers 3 nested steps
+            inside the question, 97 % of the aligned training graphs.
         decoder_layers: bert2bert only: keep the first N decoder layers (0 = as many as the
             base has, 6 for MiniLM); fewer make a faster step at some quality.
         init_cross_from_self: bert2bert only: start each decoder layer's new cross-attention
             as a copy of its pretrained self-attention instead of random weights.
         freeze_encoder: keep the encoder's weights fixed and train the rest; a cheaper step
             at some quality. No effect on a model without an encoder (``causal``).
-        tiny_hidden: hidden size of the ``tiny`` model (ignored by the other archs).
+        tiny_hidden: hidden size of the ``tiny`` and ``tiny-tagger`` models (ignored by the
+            other archs).
         max_source_tokens: token limit of the model input (the prefixed question, or the
             prefixed conversation and query); longer inputs are truncated.
         max_target_tokens: token limit of a training target (longer ones are truncated) and
@@ -100,7 +116,8 @@ class DecomposerModelConfig:
     """
 
     base_model: str = "default"
-    arch: Literal["encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
+    arch: Literal["tagger", "tiny-tagger", "encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
+    tag_depth: int = 4
     decoder_layers: int = 0  # bert2bert: keep the first N decoder layers (0 = all 6)
     init_cross_from_self: bool = False  # bert2bert: cross-attention starts as a self-attention copy
     freeze_encoder: bool = False
@@ -143,7 +160,7 @@ class DecomposerModelConfig:
         if self.output_vocab_size < 0:
             raise ValueError(f"model.output_vocab_size must be >= 0, got {self.output_vocab_size}")
         for name in ("max_source_tokens", "max_target_tokens", "max_nodes", "num_beams",
-                     "eval_batch_size", "tiny_hidden"):
+                     "eval_batch_size", "tiny_hidden", "tag_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.decoder_layers < 0:
@@ -264,8 +281,22 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
             epoch: int, rewrite_repeat: int = 1) -> Iterator[dict[str, Any]]:
     """Seeded micro-batches for one epoch: shuffled, then length-bucketed to cut padding.
 
-    Same ``(seed, epoch)`` -> same batches, which resuming relies on.
+    Same ``(seed, epoch)`` -> same batches, which resuming relies on. The tagger trains on the
+    decompositions that :func:`tag_examples` aligned (their ``depths``) only.
     """
+    if dec.arch == TAGGER:
+        tagged = [e for e in examples if e.get("depths") is not None]
+        rng = random.Random(seed * 1_000_003 + epoch)
+        rng.shuffle(tagged)
+        window = batch_size * 32
+        groups = []
+        for start in range(0, len(tagged), window):
+            block = sorted(tagged[start:start + window], key=lambda e: len(e["query"]))
+            groups += [block[i:i + batch_size] for i in range(0, len(block), batch_size)]
+        rng.shuffle(groups)
+        for group in groups:
+            yield dec.prepare_tag_batch([e["query"] for e in group], [e["depths"] for e in group])
+        return
     pool = [e for e in examples for _ in range(rewrite_repeat if e["task"] == "rewrite" else 1)]
     pool = [{**e, "target": dec.target_for(e)} for e in pool]
     rng = random.Random(seed * 1_000_003 + epoch)
@@ -369,9 +400,28 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
 # --------------------------------------------------------------------------- recipe
 
 
+def tag_examples(examples: Sequence[dict[str, Any]], depth: int) -> tuple[list[dict[str, Any]], int]:
+    """The examples, each decomposition with its gold graph's per-word ``depths`` (None when
+    the graph is not a tree of nested spans of the question), and how many were aligned."""
+    from searchsmith.models.qdg_spans import depths_from_graph
+
+    out, aligned = [], 0
+    for e in examples:
+        if e["task"] == "decompose":
+            d = depths_from_graph(e["query"], e["graph"], depth)
+            aligned += d is not None
+            e = {**e, "depths": d}
+        out.append(e)
+    return out, aligned
+
+
 def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
     """The untrained model of ``m`` wrapped in a :class:`Decomposer`."""
-    if m.arch == "tiny":
+    if m.arch in ("tagger", "tiny-tagger"):
+        model, tok = build_tagger(m.base_model, m.tag_depth,
+                                  tiny_hidden=m.tiny_hidden if m.arch == "tiny-tagger" else 0)
+        arch = TAGGER
+    elif m.arch == "tiny":
         model, tok = build_tiny(m.base_model, hidden=m.tiny_hidden)
         arch = "encoder-decoder"
     elif m.arch == "encoder-decoder":
@@ -420,7 +470,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     # 1. Model (seeded first: new weights start the same every run)
     seed_everything(cfg.train.seed)
     dec = build_decomposer(cfg.model)
-    task_type = "CAUSAL_LM" if cfg.model.arch == "causal" else "SEQ_2_SEQ_LM"
+    task_type = {"causal": "CAUSAL_LM", TAGGER: "TOKEN_CLS"}.get(dec.arch, "SEQ_2_SEQ_LM")
     model = apply_lora(dec.model, cfg.lora, task_type)
 
     # 2. Data
@@ -429,11 +479,19 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     print(f"decomposer: {counts['decompose']} decompose + {counts['rewrite']} rewrite training "
           f"examples, {len(heldout)} held out, {dropped} graphs over model.max_nodes dropped",
           flush=True)
+    if dec.arch == TAGGER:
+        train_ex, aligned = tag_examples(train_ex, cfg.model.tag_depth)
+        print(f"decomposer: {aligned} of {counts['decompose']} training graphs are nested spans of their "
+              "question (the tagger trains on those; rewrites come from the rewrite tagger)", flush=True)
+        if not aligned:
+            raise ValidationError("decomposer: no training decomposition aligns to nested spans of its question; "
+                                  "check data.sources (the tagger needs graphs whose steps copy the question)")
 
     # Scored on the real held-out items when there are any: synthetic templates are there so
     # the recipe runs without ../shared, and scoring them would flatter the figures.
     eval_items = [e for e in heldout if e["origin"] != "synthetic"] or heldout
-    vocabs = output_vocabs(dec, train_ex, cfg.model.output_vocab_size)
+    vocabs = (output_vocabs(dec, train_ex, cfg.model.output_vocab_size) if dec.arch != TAGGER
+              else {"decompose": [], "rewrite": []})  # the tagger generates no text
     constrained = cfg.model.constrained and dec.arch == "encoder-decoder"  # WordPiece grammar
     use_head = cfg.model.type_head and constrained and any(e["task"] == "decompose" for e in train_ex)
     use_tagger = (cfg.model.rewrite_head and dec.arch != "causal"
@@ -500,6 +558,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         "rewrite_vocab": vocabs["rewrite"], "rewrite_target": dec.rewrite_target,
         "type_head": type_head_json(head) if use_head else None,
         "rewrite_head": type_head_json(tagger) if use_tagger else None,
+        **({"tag_depth": cfg.model.tag_depth} if dec.arch == TAGGER else {}),
     })
     return result.final_metrics
 

@@ -271,6 +271,10 @@ class BundleDecomposer:
         from searchsmith.models.qdg import parse_linear
 
         b = self.bundle
+        if getattr(b, "tagger", False):  # graphs straight from the depths, as Decomposer does
+            from searchsmith.models.qdg import linearize
+
+            return [(g, True, linearize(g)) for g in b.tag_graphs(list(questions), max_nodes)] if questions else []
         texts = b.generate([decompose_source(q) for q in questions], constraint=b.grammar,
                            use_type_head=True) if questions else []
         out = []

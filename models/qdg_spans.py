@@ -1,0 +1,204 @@
+"""Decomposition as nested spans of the question: the copy-based form of a QDG.
+
+Most sub-questions of the public decomposition sets are *spans of the question*, with the
+span of an earlier step replaced by its reference (Break, HotpotQA's high-level QDMR)::
+
+    Where was [the home of [the author of Leviathan]]?
+    1: the author of Leviathan    2: the home of #1    3: Where was #2?
+
+Such a graph is a tree of nested, non-crossing spans, and is written down by giving every
+word of the question its **depth**: the number of step spans around it (0 = only the last
+step, the question itself). The decomposer's ``tagger`` architecture predicts these depths
+with one token-classification pass over the question (no decoder), and :func:`graph_from_depths`
+reads the graph back:
+
+* a maximal run of words deeper than ``d`` inside a step of depth ``d`` is a child step; the
+  parent's text has ``#k`` (the child's id) in its place;
+* steps are numbered children first, left to right, so references always point back;
+* a step with no words of its own and one child is that child; one with several children
+  and no words of its own joins them (``#1 and #2``);
+* sibling children of the last step (a comparison of two things) make a ``split`` graph, a
+  nest of steps a ``chain``, no step at all ``terminal``: the type follows the structure.
+
+Every depth sequence gives a valid graph (:func:`searchsmith.models.qdg.validate`): the
+tagger cannot produce a malformed decomposition. :func:`depths_from_graph` goes the other
+way for training: it aligns a gold graph's steps to spans of the question (each step to the
+span of highest token F1 that contains its children's spans) and returns ``None`` when the
+steps cannot be nested spans (they cross, or a child is referenced twice); such examples
+are left out of the tagger's training.
+
+Standard library only (serving imports it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from searchsmith.models.qdg import QDG, QDGNode, infer_type, terminal
+from searchsmith.models.text import token_f1
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+_REF = re.compile(r"#\s*(\d+)")
+_CONTENT = re.compile(r"\w")
+# "#2 ?" -> "#2?": the space put between a reference and the punctuation that followed its span
+_SPACE_AFTER_REF = re.compile(r"(#\d+) ([?.,!;:)%])")
+# words of a step's own text that carry no content: a step made only of these is no step
+_JOIN = " and "
+
+
+def question_words(question: str) -> list[tuple[int, int]]:
+    """Character spans of the question's words (runs of word characters, single punctuation)."""
+    return [m.span() for m in _WORD.finditer(question)]
+
+
+def _literal(text: str) -> str:
+    # "#1" written in a question is a title ("Computer Geek #1"), not a reference
+    return _REF.sub(lambda m: m.group(1), text)
+
+
+def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8) -> QDG:
+    """The QDG that per-word ``depths`` describe (module docstring); never raises.
+
+    Args:
+        question: the question.
+        depths: one depth (>= 0) per word of :func:`question_words`; missing words (past a
+            model's input limit) count as depth 0, extra values are ignored.
+        max_nodes: largest graph; a deeper or wider tree keeps ``terminal``.
+    """
+    words = question_words(question)
+    if not words:
+        return terminal(question)
+    d = [max(0, int(x)) for x in list(depths)[: len(words)]] + [0] * max(0, len(words) - len(depths))
+    steps: list[tuple[str, list[int]]] = []
+
+    def text_of(parts: list[tuple[int, int] | int]) -> str:
+        out, run = [], None
+        for p in parts:
+            if isinstance(p, tuple):
+                run = (run[0], p[1]) if run else p
+                continue
+            if run:
+                out.append(_literal(question[run[0]:run[1]]))
+                run = None
+            out.append(f"#{p}")
+        if run:
+            out.append(_literal(question[run[0]:run[1]]))
+        return _SPACE_AFTER_REF.sub(r"\1\2", " ".join(" ".join(out).split()))
+
+    def build(a: int, b: int, depth: int) -> int | None:
+        parts: list[tuple[int, int] | int] = []
+        children: list[int] = []
+        own_content = False
+        i = a
+        while i < b:
+            if d[i] <= depth:
+                parts.append(words[i])
+                own_content = own_content or bool(_CONTENT.search(question[words[i][0]:words[i][1]]))
+                i += 1
+                continue
+            j = i
+            while j < b and d[j] > depth:
+                j += 1
+            child = build(i, j, depth + 1)
+            if child is not None:
+                parts.append(child)
+                children.append(child)
+            i = j
+        if not own_content:
+            if not children:
+                return None
+            if len(children) == 1:
+                return children[0]
+            steps.append((_JOIN.join(f"#{c}" for c in children), children))
+            return len(steps)
+        steps.append((text_of(parts), children))
+        return len(steps)
+
+    build(0, len(words), 0)
+    if len(steps) <= 1 or len(steps) > max_nodes:
+        return terminal(_literal(question))
+    nodes = tuple(QDGNode(str(k), text, tuple(str(c) for c in kids))
+                  for k, (text, kids) in enumerate(steps, 1))
+    return QDG(infer_type(nodes), nodes)
+
+
+def _span_text(question: str, words: Sequence[tuple[int, int]], a: int, b: int,
+               children: Sequence[tuple[int, int, str]]) -> str:
+    out, i = [], a
+    for ca, cb, cid in sorted(children):
+        if ca > i:
+            out.append(question[words[i][0]:words[ca - 1][1]])
+        out.append(f"#{cid}")
+        i = cb
+    if b > i:
+        out.append(question[words[i][0]:words[b - 1][1]])
+    return " ".join(out)
+
+
+def _raw_f1(a: str, b: str) -> float:
+    ta, tb = _WORD.findall(a.lower()), _WORD.findall(b.lower())
+    common = sum((Counter(ta) & Counter(tb)).values())
+    return 0.0 if not common else 2 * common / (len(ta) + len(tb))
+
+
+def depths_from_graph(question: str, graph: QDG | dict[str, Any], max_depth: int,
+                      max_words: int = 64) -> list[int] | None:
+    """Per-word depths of the nested spans that best match ``graph``'s steps, or None.
+
+    Each step is aligned, in order, to the span of the question with the highest token F1
+    against its text, among the spans that contain the spans of the steps it references
+    (their ``#k`` replaced as in the step); the last step is the whole question. ``None``
+    when the graph is not a tree of nested spans (crossing spans, a step referenced by two
+    steps), when the question has no words or more than ``max_words`` (the search is
+    quadratic in the words), or when a step has no span.
+
+    Args:
+        question: the question.
+        graph: its gold decomposition.
+        max_depth: the tagger's number of depth labels; deeper words get ``max_depth - 1``.
+        max_words: longest question aligned.
+    """
+    g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
+    words = question_words(question)
+    n = len(words)
+    if not n or n > max_words or max_depth < 1:
+        return None
+    spans: dict[str, tuple[int, int]] = {}
+    used: set[str] = set()
+    ids = [node.id for node in g.nodes]
+    for node in g.nodes[:-1]:
+        kids = [k for k in node.depends_on if k in spans]
+        if any(k in used for k in kids):
+            return None  # a step referenced twice is not a tree of spans
+        used.update(kids)
+        cs = sorted((spans[k][0], spans[k][1], k) for k in kids)
+        if any(y[0] < x[1] for x, y in zip(cs, cs[1:], strict=False)):
+            return None
+        lo = min((c[0] for c in cs), default=None)
+        hi = max((c[1] for c in cs), default=None)
+        best: tuple[float, float, int, int, int] | None = None
+        for a in range(0, (lo if lo is not None else n - 1) + 1):
+            for b in range(max(a + 1, hi if hi is not None else a + 1), n + 1):
+                text = _span_text(question, words, a, b, cs)
+                # token F1 (SQuAD normalisation: articles and punctuation do not count), then
+                # F1 of the raw words (keeps "the" the step has), then the shorter span, then the leftmost
+                key = (round(token_f1(text, node.text), 9), round(_raw_f1(text, node.text), 9), a - b, -a, b)
+                if best is None or key > best:
+                    best = key
+        if best is None or best[0] <= 0.0:
+            return None
+        spans[node.id] = (-best[3], best[4])
+    if ids and ids[-1] in spans:
+        return None
+    inner = sorted(set(spans.values()))
+    for i, (a, b) in enumerate(inner):
+        for c, e in inner[i + 1:]:
+            if not (b <= c or e <= a or (a <= c and e <= b) or (c <= a and b <= e)):
+                return None  # crossing spans
+    return [min(max_depth - 1, sum(a <= i < b for a, b in inner)) for i in range(n)]
+
+
+__all__ = ["depths_from_graph", "graph_from_depths", "question_words"]

@@ -1,0 +1,168 @@
+"""The copy-based decomposer (``model.arch: tagger``): training on aligned depths, reload,
+ONNX export with parity, the bundle's graphs equal to torch's, and failures that degrade."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from searchsmith.models.decomposer import (
+    TAGGER,
+    Decomposer,
+    build_tagger,
+    check_depth_head,
+    tag_encode,
+)
+from searchsmith.models.errors import BundleError, ValidationError
+from searchsmith.models.qdg import validate
+from searchsmith.models.qdg_spans import question_words
+from searchsmith.training.config import load_recipe_config
+from searchsmith.training.decomposer import tag_examples
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_TAGGER = REPO / "recipes" / "decomposer" / "tiny" / "bert-tiny_tagger.yaml"
+QUESTIONS = ["When was the founder of Lumen born?", "Which is taller, the Eiffel Tower or Big Ben?",
+             "who sang Computer Geek #1 first", "?", "é" * 3 + " café au lait " * 40]
+
+
+@pytest.fixture(scope="module")
+def tagger_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    from searchsmith.training.registry import get_recipe
+
+    run_dir = tmp_path_factory.mktemp("decomposer_tagger_tiny")
+    cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0",
+                                           "train.save_every_steps=3", f"output_dir={run_dir}"])
+    final = get_recipe("decomposer").fn(cfg, run_dir=run_dir)
+    return run_dir, final
+
+
+@pytest.fixture(scope="module")
+def tagger_bundle(tagger_run: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from searchsmith.models.export import ExportOptions, export_run
+
+    out = tmp_path_factory.mktemp("tagger_bundle") / "b"
+    export_run(tagger_run[0], out, ExportOptions(dtype="fp32"))
+    return out
+
+
+def test_prepare_tag_batch_labels_each_words_first_token_only() -> None:
+    model, tok = build_tagger("default", depth=4, tiny_hidden=16)
+    dec = Decomposer(model, tok, TAGGER, max_source_tokens=32)
+    q = "When was the founder of Lumenexpress born?"
+    n = len(question_words(q))
+    depths = [0, 0, 1, 1, 1, 2, 0, 0][:n]
+    batch = dec.prepare_tag_batch([q], [depths])
+    enc, firsts = tag_encode(tok, [q], 32)
+    labels = batch["labels"][0].tolist()
+    assert [labels[t] for t in firsts[0]] == depths
+    assert sum(v != -100 for v in labels) == n  # sub-word pieces, [CLS], [SEP]: ignored
+    assert len(enc["input_ids"][0]) > n + 2  # "Lumenexpress" is split, so some tokens are not firsts
+
+
+def test_words_past_the_token_limit_count_as_depth_zero() -> None:
+    model, tok = build_tagger("default", depth=4, tiny_hidden=16)
+    _, firsts = tag_encode(tok, ["word " * 50], 16)
+    assert firsts[0][:14] == list(range(1, 15)) and set(firsts[0][14:]) == {-1}
+    dec = Decomposer(model, tok, TAGGER, max_source_tokens=16)
+    assert len(dec.tag_depths(["word " * 50])[0]) == 50
+
+
+def test_tag_examples_aligns_decompositions_and_leaves_rewrites() -> None:
+    from searchsmith.training.decompose_data import synthetic
+
+    examples = synthetic(20, 5, seed=0)
+    tagged, aligned = tag_examples(examples, 4)
+    assert len(tagged) == len(examples) and aligned >= 15
+    for e in tagged:
+        if e["task"] == "decompose" and e["depths"] is not None:
+            assert len(e["depths"]) == len(question_words(e["query"]))
+        assert (e["task"] == "rewrite") == ("depths" not in e)
+
+
+def test_tiny_tagger_trains_reloads_and_always_gives_valid_graphs(tagger_run: tuple[Path, dict]) -> None:
+    run_dir, final = tagger_run
+    meta = json.loads((run_dir / "model" / "decomposer.json").read_text())
+    assert meta["arch"] == "tagger" and meta["tag_depth"] == 4 and meta["trained_steps"] == 3
+    assert meta["rewrite_head"]["tags"] == ["O", "REF", "TGT"]
+    assert final["decompose_validity"] == 1.0
+    dec = Decomposer.load(run_dir)
+    assert dec.arch == TAGGER and dec.model.config.num_labels == 4
+    for g, valid, raw in dec.decompose_batch(QUESTIONS):
+        assert valid and validate(g) == [] and raw.startswith(g.type)
+    assert isinstance(dec.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?"), str)
+    assert dec.rewrite([], "who founded it?") == "who founded it?"
+
+
+def test_tagger_failure_degrades_to_one_node(tagger_run: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    dec = Decomposer.load(tagger_run[0])
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(dec, "tag_depths", broken)
+    with caplog.at_level("WARNING"):
+        out = dec.decompose_batch(["When was the founder of Lumen born?"])
+    assert out[0][0].type == "terminal" and not out[0][1] and "tagging failed" in caplog.text
+
+
+def test_tagger_without_rewrite_head_keeps_the_query(tagger_run: tuple[Path, dict]) -> None:
+    dec = Decomposer.load(tagger_run[0], rewrite_head=None)
+    assert dec.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?") == "who founded it?"
+
+
+def test_tagger_bundle_has_one_graph_passes_parity_and_matches_torch(tagger_run: tuple[Path, dict],
+                                                                    tagger_bundle: Path) -> None:
+    from searchsmith.models.runtime import load_bundle
+
+    m = json.loads((tagger_bundle / "manifest.json").read_text())
+    assert sorted(m["graphs"]) == ["encoder"]
+    assert m["generation"]["arch"] == "tagger" and len(m["generation"]["depth_head"]["weight"]) == 4
+    checks = m["parity"]["checks"]
+    assert checks["fp32_identical_generations"] == 1.0 and "decoder_fp32_max_abs" not in checks
+    dec = Decomposer.load(tagger_run[0])
+    b = load_bundle(tagger_bundle)
+    torch_graphs = [g.to_json() for g, _, _ in dec.decompose_batch(QUESTIONS)]
+    assert [b.decompose(q).to_json() for q in QUESTIONS] == torch_graphs
+    assert [g.to_json() for g in b.tag_graphs(QUESTIONS)] == torch_graphs
+    history = [{"role": "user", "content": "Lumen"}]
+    assert b.rewrite(history, "who founded it?") == dec.rewrite(history, "who founded it?")
+    with pytest.raises(ValidationError, match="empty"):
+        b.decompose("  ")
+
+
+def test_eval_decompose_scores_the_tagger_bundle_as_the_run(tagger_run: tuple[Path, dict], tagger_bundle: Path,
+                                                            tmp_path: Path) -> None:
+    from searchsmith.training.decompose_data import export_eval_sets, synthetic
+    from searchsmith.training.evaluate import eval_decompose
+
+    export_eval_sets(synthetic(12, 0, seed=3), tmp_path)
+    common = {"data": str(tmp_path / "decompose.jsonl"), "limit": 0, "per_item": None, "json": True}
+    by_bundle = eval_decompose(argparse.Namespace(**common, bundle=str(tagger_bundle), checkpoint=None))
+    by_run = eval_decompose(argparse.Namespace(**common, bundle=None, checkpoint=str(tagger_run[0])))
+    for key in ("decompose_node_f1", "decompose_validity", "decompose_break_sari", "decompose_break_ged"):
+        assert by_bundle[key] == pytest.approx(by_run[key]), key
+
+
+def test_a_bundle_with_a_broken_depth_head_is_refused(tagger_bundle: Path, tmp_path: Path) -> None:
+    from searchsmith.models.runtime import load_bundle
+
+    out = tmp_path / "b"
+    shutil.copytree(tagger_bundle, out)
+    path = out / "manifest.json"
+    m = json.loads(path.read_text())
+    m["generation"]["depth_head"]["bias"] = [0.0]
+    path.write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="depth_head"):
+        load_bundle(out)
+
+
+@pytest.mark.parametrize(("head", "match"), [
+    (None, "weight"), ({"weight": [[1.0]]}, "weight"), ({"weight": "x", "bias": [1]}, "numbers"),
+    ({"weight": [[1.0, 2.0]], "bias": [0.0, 1.0]}, "L x H"), ({"weight": [[float("nan")]], "bias": [0.0]}, "finite")])
+def test_check_depth_head_names_the_problem(head: object, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        check_depth_head(head)
