@@ -56,7 +56,7 @@ class ModelStep:
 MODELS: tuple[ModelStep, ...] = (
     ModelStep("reranker", "reranker/quick/minilm_full.yaml", "reranker/minilm_full.yaml",
               ("data.sources=[synthetic]",)),
-    ModelStep("decomposer", "decomposer/quick/minilm_bert2bert.yaml", "decomposer/minilm_bert2bert.yaml",
+    ModelStep("decomposer", "decomposer/quick/minilm_tagger.yaml", "decomposer/minilm_tagger.yaml",
               ("data.sources=[synthetic]",)),
     ModelStep("citation", "citation/quick/minilm_full.yaml", "citation/minilm_full.yaml",
               ("data.sources=[synthetic]",)),

@@ -83,7 +83,7 @@ class DecomposerModelConfig:
             ``encoder-decoder`` or ``tiny``; the rewrite head any but ``causal``.
         tag_depth: ``tagger`` only: depth labels of the head (a word inside more nested
             steps than ``tag_depth - 1`` gets the deepest label); 4 covers 3 nested steps
-            inside the question, 97 % of the aligned training graphs.
+            inside the question: 2,467 of the 2,470 aligned training graphs of the CPU default.
         decoder_layers: bert2bert only: keep the first N decoder layers (0 = as many as the
             base has, 6 for MiniLM); fewer make a faster step at some quality.
         init_cross_from_self: bert2bert only: start each decoder layer's new cross-attention

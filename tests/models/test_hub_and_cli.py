@@ -87,7 +87,7 @@ def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, mo
     corpus = write_corpus(tmp_path / "c.jsonl")
     monkeypatch.setattr(qs, "demo_corpus", lambda: corpus)  # indexing the full demo corpus takes minutes
     tiny = tuple(qs.ModelStep(m.name, t, t, ()) for m, t in zip(qs.MODELS, (
-        "reranker/tiny/bert-tiny_full.yaml", "decomposer/tiny/bert-tiny_bert2bert.yaml",
+        "reranker/tiny/bert-tiny_full.yaml", "decomposer/tiny/bert-tiny_tagger.yaml",
         "citation/tiny/bert-tiny_full.yaml", "images/tiny/bert-tiny_cnn.yaml", "reader/tiny/bert-tiny_full.yaml"),
         strict=True))
     monkeypatch.setattr(qs, "MODELS", tiny)

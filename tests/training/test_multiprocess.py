@@ -136,6 +136,7 @@ def test_two_processes_train_a_model_with_an_unused_parameter(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("recipe", ["citation/tiny/bert-tiny_full.yaml", "decomposer/tiny/bert-tiny_bert2bert.yaml",
+                                    "decomposer/tiny/bert-tiny_tagger.yaml",
                                     "images/tiny/bert-tiny_cnn.yaml", "reader/tiny/bert-tiny_full.yaml"])
 def test_every_family_trains_with_two_processes(tmp_path, recipe) -> None:
     """The other four families' tiny twins (the reranker's is above). Two bugs this caught: the
