@@ -68,11 +68,21 @@ class PackedBatch:
         """T, the number of real tokens (no padding)."""
         return int(self.input_ids.shape[0])
 
-    def to(self, device: torch.device | str) -> PackedBatch:
-        """The same batch with its tensors on ``device``."""
-        return PackedBatch(self.input_ids.to(device), self.position_ids.to(device),
-                           self.token_type_ids.to(device), self.cu_seqlens.to(device),
-                           self.max_seqlen, self.lengths)
+    @property
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The four tensors: ids, positions, token types, cu_seqlens."""
+        return (self.input_ids, self.position_ids, self.token_type_ids, self.cu_seqlens)
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> PackedBatch:
+        """The same batch with its tensors on ``device`` (``non_blocking`` copies from pinned memory
+        run asynchronously on the current CUDA stream)."""
+        ids, pos, types, cu = (t.to(device, non_blocking=non_blocking) for t in self.tensors)
+        return PackedBatch(ids, pos, types, cu, self.max_seqlen, self.lengths)
+
+    def pin_memory(self) -> PackedBatch:
+        """The same batch in page-locked host memory (CUDA only), for asynchronous copies."""
+        ids, pos, types, cu = (t.pin_memory() for t in self.tensors)
+        return PackedBatch(ids, pos, types, cu, self.max_seqlen, self.lengths)
 
 
 def pack_sequences(
@@ -346,12 +356,32 @@ def embed_packed(
         ValidationError: bad sequences (empty list, an empty sequence, one over the model's
             max_position_embeddings) or an unsupported model.
     """
-    from searchsmith.kernels import pool_normalize_packed
-
     check_packable(model)
     device = next(model.parameters()).device
     batch = pack_sequences(sequences, max_length=max_packed_length(model), limit_name="max_position_embeddings",
                            position_offset=position_offset(model)).to(device)
+    return embed_packed_batch(model, batch, pooling=pooling, attention=attention, pool_backend=pool_backend)
+
+
+def embed_packed_batch(
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    *,
+    pooling: Literal["mean", "cls"] = "mean",
+    attention: AttentionBackend = "auto",
+    pool_backend: str | None = None,
+) -> torch.Tensor:
+    """A ``PackedBatch`` already on the model's device -> (B, H) float32 unit vectors.
+
+    ``embed_packed`` after its packing step: the embedder packs (and on CUDA copies) the next
+    batch while the current one runs, then calls this.
+
+    Raises:
+        ValidationError: an unsupported model, a sequence over max_position_embeddings, or an
+            unknown pooling.
+    """
+    from searchsmith.kernels import pool_normalize_packed
+
     hidden = packed_encode(model, batch, attention=attention)  # (T, H)
     if pooling == "cls":
         first = hidden[batch.cu_seqlens[:-1].to(torch.int64)]  # (B, H)

@@ -17,23 +17,47 @@ Triton on CUDA, torch on CPU).
 ``packed: true`` runs BERT-family models padding-free (``models/packed.py``): each batch's
 sequences are concatenated with ``cu_seqlens``, attention runs per sequence (FlashAttention
 varlen on CUDA), and ``max_batch_tokens`` then counts real tokens only.
+
+``tokenize_workers`` takes host work off the model's critical path: while window w's batches
+run, a small thread pool tokenizes window w+1 (fast tokenizers release the GIL), and while
+batch i runs, it assembles batch i+1's tensors; on CUDA it also copies them to the device
+from pinned memory with ``non_blocking=True`` on a side stream that the compute stream waits
+for. The batches, their order and the vectors are those of the inline loop (0 workers), bit
+for bit; an error of window w+1 is raised where the inline loop would raise it, after window
+w is yielded. Batches are formed from a whole window's token lengths, so a window's own
+tokenization cannot overlap its batches: a call of up to ``window_texts`` texts (each slice of
+an index build) gains the per-batch assembly and copy only; a longer stream (``encode_iter``,
+``encode_to_file``) also tokenizes each next window in the background. The server's
+``EmbeddingRunner`` calls ``embed_ids`` batch by batch and is not affected.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import numpy as np
 from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, read_st_layout, resolve_model
 
+if TYPE_CHECKING:
+    import torch
+    from searchsmith.models.packed import PackedBatch
+
 log = logging.getLogger(__name__)
+
+# Threads of the tokenize / prefetch pool are named with this prefix (tests look for leftovers).
+PREFETCH_THREAD_PREFIX = "searchsmith-tokenize"
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -63,6 +87,17 @@ class EmbedderConfig:
             cores, 256 mixed demo texts, fp32, ``profiling.embed.packed_vs_padded``, two
             runs): 1.18x the padded path's texts/s. Off by default until the CUDA path is
             measured on the H200 (``searchsmith profile embed`` reports it there).
+        tokenize_workers: threads that prepare work ahead of the model (module docstring):
+            tokenize the next window, assemble the next batch's tensors and, on CUDA, copy
+            them to the device (pinned memory, ``non_blocking``, side stream) while the
+            current batch runs. 0 = all inline, as before; vectors are identical either way.
+            None = 2 on CUDA (one thread tokenizes the next window while the other stages the
+            next batch; more gain nothing, as calls of one tokenizer are serialised by its lock
+            and a fast tokenizer already spreads a window over the cores) and 0 on a CPU, where
+            the threads would compete with the model for the same cores for little: 256 mixed
+            demo texts took 25 ms to tokenize and 2 ms to stage against seconds of model time
+            on 2 cores, and prefetch ran 0.87x and 1.02x the inline loop's texts/s there (two
+            runs on a loaded machine; serving/profiling/RESULTS.md).
     """
 
     model: str = "default"
@@ -75,15 +110,77 @@ class EmbedderConfig:
     max_text_chars: int = 20000
     min_padding_efficiency: float = 0.75
     packed: bool = False
+    tokenize_workers: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_padding_efficiency <= 1.0:
             raise ValueError(f"embedder.min_padding_efficiency must be in [0, 1], got {self.min_padding_efficiency}")
+        if self.tokenize_workers is not None and not 0 <= self.tokenize_workers <= 16:
+            raise ValueError(f"embedder.tokenize_workers must be in 0..16 (0 = tokenize inline, None = auto), "
+                             f"got {self.tokenize_workers}")
         for name in ("max_batch_tokens", "max_batch_size", "window_texts", "max_text_chars"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"embedder.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_seq_length is not None and self.max_seq_length < 2:
             raise ValueError(f"embedder.max_seq_length must be >= 2, got {self.max_seq_length}")
+
+
+def map_ahead(fn: Callable[[_T], _R], items: Iterable[_T], pool: Executor | None) -> Iterator[_R]:
+    """``fn(item)`` for each item, in order; with a pool, ``fn`` of the next item runs there
+    while the caller works on the current result (one item ahead).
+
+    An exception of ``fn``, or of reading ``items``, for item i+1 is raised when the caller
+    asks for result i+1, as plain ``map`` raises it, never while it still holds result i.
+    ``items`` is read on the caller's thread. Without a pool this is plain ``map``.
+    """
+    if pool is None:
+        yield from map(fn, items)
+        return
+    it = iter(items)
+
+    def submit_next() -> Future[_R] | None:
+        try:
+            item = next(it)
+        except StopIteration:
+            return None
+        except Exception as exc:  # noqa: BLE001 - kept for the caller, raised in order below
+            failed: Future[_R] = Future()
+            failed.set_exception(exc)
+            return failed
+        return pool.submit(fn, item)
+
+    pending = submit_next()
+    try:
+        while pending is not None:
+            result = pending.result()  # re-raises fn's exception, as the inline call would
+            pending = submit_next()
+            yield result
+    finally:  # the caller stopped early: drop the work queued for it
+        if pending is not None:
+            pending.cancel()
+
+
+def _windows(texts: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
+    """``(offset, texts)`` windows of up to ``size`` texts; offset = index of the first one."""
+    it = iter(texts)
+    offset = 0
+    while window := list(itertools.islice(it, size)):
+        yield offset, window
+        offset += len(window)
+
+
+@dataclass(frozen=True)
+class _StagedBatch:
+    """One batch's model inputs, assembled (and on CUDA copied) before its forward pass.
+
+    Attributes:
+        inputs: padded ``input_ids`` and ``attention_mask`` (b, T) int64, or a ``PackedBatch``.
+        ready: CUDA event recorded on ``Embedder.copy_stream`` after the inputs' copy; None
+            when they are host tensors (the forward pass copies them, blocking, as inline).
+    """
+
+    inputs: dict[str, torch.Tensor] | PackedBatch
+    ready: torch.cuda.Event | None = None
 
 
 class Embedder:
@@ -140,6 +237,12 @@ class Embedder:
                 self.max_seq_length = min(self.max_seq_length, max_packed_length(self.model))
             else:
                 log.info("embedder.packed: %s; using the padded path", reason)
+        workers = config.tokenize_workers
+        self.tokenize_workers = (2 if self.device.type == "cuda" else 0) if workers is None else workers
+        # Batches staged ahead are copied to the GPU on this stream (None: no asynchronous copy;
+        # host tensors go to the device in the forward pass, blocking, as on the inline path).
+        self.copy_stream = (torch.cuda.Stream(device=self.device)
+                            if self.device.type == "cuda" and self.tokenize_workers else None)
         self.last_stats: dict[str, float] = {}
 
     # -- tokens ---------------------------------------------------------------------------
@@ -173,34 +276,78 @@ class Embedder:
         return [len(ids) for ids in enc["input_ids"]]
 
     # -- embedding ------------------------------------------------------------------------
-    def embed_ids(self, ids: list[list[int]]):
+    def embed_ids(self, ids: list[list[int]]) -> torch.Tensor:
         """One batch of token ids -> (b, D) float32 unit vectors (torch, on CPU).
 
         Padded (one (b, T) batch), or packed when ``self.packed`` (``embed_ids_packed``).
         """
-        if self.packed:
-            return self.embed_ids_packed(ids)
-        return self.embed_ids_padded(ids)
+        return self._forward(self._stage(ids, packed=self.packed))
 
-    def embed_ids_packed(self, ids: list[list[int]]):
+    def embed_ids_packed(self, ids: list[list[int]]) -> torch.Tensor:
         """One batch of token ids, padding-free -> (b, D) float32 unit vectors (torch, on CPU)."""
-        from searchsmith.models.packed import embed_packed
+        return self._forward(self._stage(ids, packed=True))
 
-        return embed_packed(self.model, ids, pooling=self.pooling).float().cpu()  # (b, D)
-
-    def embed_ids_padded(self, ids: list[list[int]]):
+    def embed_ids_padded(self, ids: list[list[int]]) -> torch.Tensor:
         """One padded batch of token ids -> (b, D) float32 unit vectors (torch, on CPU)."""
+        return self._forward(self._stage(ids, packed=False))
+
+    def _stage(self, ids: list[list[int]], *, packed: bool, ahead: bool = False) -> _StagedBatch:
+        """Assemble one batch's model inputs on the host; ``ahead`` on CUDA (a prefetch worker):
+        also copy them to the device from pinned memory on ``copy_stream``, asynchronously."""
+        import torch
+
+        inputs: dict[str, torch.Tensor] | PackedBatch
+        if packed:
+            from searchsmith.models.packed import (
+                check_packable,
+                max_packed_length,
+                pack_sequences,
+                position_offset,
+            )
+
+            check_packable(self.model)
+            inputs = pack_sequences(ids, max_length=max_packed_length(self.model),
+                                    limit_name="max_position_embeddings", position_offset=position_offset(self.model))
+        else:
+            width = max(len(x) for x in ids)
+            pad = self.tokenizer.pad_token_id or 0
+            input_ids = torch.full((len(ids), width), pad, dtype=torch.long)  # (b, T)
+            mask = torch.zeros((len(ids), width), dtype=torch.long)
+            for r, row in enumerate(ids):
+                input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+                mask[r, : len(row)] = 1
+            inputs = {"input_ids": input_ids, "attention_mask": mask}
+        if not ahead or self.copy_stream is None:
+            return _StagedBatch(inputs)
+        # Pinned (page-locked) memory lets the copy run as DMA while the current batch computes;
+        # it is issued on a side stream so it does not queue behind that batch's kernels.
+        with torch.cuda.stream(self.copy_stream):
+            if isinstance(inputs, dict):
+                inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in inputs.items()}
+            else:
+                inputs = inputs.pin_memory().to(self.device, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(self.copy_stream)
+        return _StagedBatch(inputs, ready)
+
+    def _forward(self, staged: _StagedBatch) -> torch.Tensor:
+        """Run one staged batch -> (b, D) float32 unit vectors (torch, on CPU)."""
         import torch
         from searchsmith.kernels import pool_normalize
 
-        width = max(len(x) for x in ids)
-        pad = self.tokenizer.pad_token_id or 0
-        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for r, row in enumerate(ids):
-            input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[r, : len(row)] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        inputs = staged.inputs
+        if staged.ready is not None:  # copied ahead on the side stream
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(staged.ready)
+            # the copies' memory belongs to the copy stream: keep the allocator from reusing it
+            # there before this stream's kernels are done with it
+            for t in (inputs.values() if isinstance(inputs, dict) else inputs.tensors):
+                t.record_stream(stream)
+        if not isinstance(inputs, dict):
+            from searchsmith.models.packed import embed_packed_batch
+
+            return embed_packed_batch(self.model, inputs.to(self.device), pooling=self.pooling).float().cpu()  # (b, D)
+        input_ids, mask = inputs["input_ids"].to(self.device), inputs["attention_mask"].to(self.device)
         kwargs = {"input_ids": input_ids, "attention_mask": mask}
         if self._accepts_token_types:
             kwargs["token_type_ids"] = torch.zeros_like(input_ids)
@@ -210,6 +357,11 @@ class Embedder:
             cls_mask[:, 0] = 1
             mask = cls_mask
         return pool_normalize(hidden, mask).float().cpu()  # (b, D)
+
+    def _tokenize_window(self, window: tuple[int, list[str]]) -> list[list[int]]:
+        """Check, cut and tokenize one window of texts (``offset``, texts); runs in the pool."""
+        offset, texts = window
+        return self.tokenize(self._clean(texts, offset))
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         """Index batches of one window: real-token budget when packed, padded budget otherwise."""
@@ -222,7 +374,11 @@ class Embedder:
 
     def encode_iter(self, texts: Iterable[str], *, show_progress: bool | None = None,
                     total: int | None = None) -> Iterator[np.ndarray]:
-        """Embed a stream of texts; yields (w, D) float32 arrays, one per window, in order."""
+        """Embed a stream of texts; yields (w, D) float32 arrays, one per window, in order.
+
+        With ``tokenize_workers``, the next window is read from ``texts`` (and tokenized) before
+        this one is yielded: host memory holds two windows of texts and ids, not one.
+        """
         import torch
         from searchsmith.models.console import progress
 
@@ -231,35 +387,32 @@ class Embedder:
             show_progress = bool(total and total > 4 * cfg.window_texts)
         bar = progress(total=total, desc="embed", unit="text", enabled=show_progress)
         stats = {"texts": 0, "batches": 0, "tokens": 0, "padded_tokens": 0, "truncated": 0}
-        offset = 0
-        window: list[str] = []
-        it = iter(texts)
-        with torch.inference_mode():
-            while True:
-                window.clear()
-                for t in it:
-                    window.append(t)
-                    if len(window) >= cfg.window_texts:
-                        break
-                if not window:
-                    break
-                clean = self._clean(window, offset)
-                ids = self.tokenize(clean)
-                lengths = [len(x) for x in ids]
-                stats["truncated"] += sum(1 for n in lengths if n >= self.max_seq_length)
-                out = np.empty((len(ids), self.dim), dtype=np.float32)
-                for batch in self._batches(lengths):
-                    vecs = self.embed_ids([ids[i] for i in batch])
-                    out[batch] = vecs.numpy()
-                    stats["batches"] += 1
-                    stats["tokens"] += sum(lengths[i] for i in batch)
-                    # positions fed to the model: a packed batch has no padding
-                    stats["padded_tokens"] += (sum(lengths[i] for i in batch) if self.packed
-                                               else len(batch) * max(lengths[i] for i in batch))
-                    bar.update(len(batch))
-                stats["texts"] += len(ids)
-                offset += len(ids)
-                yield out
+        pool = (ThreadPoolExecutor(self.tokenize_workers, thread_name_prefix=PREFETCH_THREAD_PREFIX)
+                if self.tokenize_workers else None)
+        try:
+            with torch.inference_mode():
+                # the next window is tokenized in the pool while this one's batches run
+                for ids in map_ahead(self._tokenize_window, _windows(texts, cfg.window_texts), pool):
+                    lengths = [len(x) for x in ids]
+                    stats["truncated"] += sum(1 for n in lengths if n >= self.max_seq_length)
+                    out = np.empty((len(ids), self.dim), dtype=np.float32)
+                    batches = self._batches(lengths)
+                    staged = map_ahead(lambda b, ids=ids: self._stage([ids[i] for i in b], packed=self.packed,
+                                                                     ahead=pool is not None), batches, pool)
+                    for batch, inputs in zip(batches, staged, strict=True):
+                        vecs = self._forward(inputs)
+                        out[batch] = vecs.numpy()
+                        stats["batches"] += 1
+                        stats["tokens"] += sum(lengths[i] for i in batch)
+                        # positions fed to the model: a packed batch has no padding
+                        stats["padded_tokens"] += (sum(lengths[i] for i in batch) if self.packed
+                                                   else len(batch) * max(lengths[i] for i in batch))
+                        bar.update(len(batch))
+                    stats["texts"] += len(ids)
+                    yield out
+        finally:  # also on an error or an abandoned stream: no worker outlives the call
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
         stats["padding_efficiency"] = stats["tokens"] / max(stats["padded_tokens"], 1)
         self.last_stats = stats

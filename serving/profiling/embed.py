@@ -16,6 +16,14 @@ texts and weights: a row for each (``searchsmith-padded`` / ``searchsmith-packed
 token fields) and a ``comparison: packed_vs_padded`` row with both texts/s and tokens/s, their
 ratio and the min cosine between the two (and against ``SentenceTransformer.encode``).
 
+``prefetch_vs_inline`` (every device) runs the embedder with ``tokenize_workers`` (the next
+window tokenized and the next batch staged, on CUDA copied from pinned memory, while the current
+one runs) against the inline loop on the same texts and weights, in windows of a quarter of the
+texts so that three of the four windows' tokenization can overlap: a row for each
+(``searchsmith-prefetch`` / ``searchsmith-inline``, with the token fields) and a ``comparison:
+prefetch_vs_inline`` row with both texts/s and tokens/s, their ratio and whether the vectors are
+identical.
+
 ``--backend onnx``: the exported embedder bundles (int8 and fp32, ONNX Runtime on the CPU,
 pooling and normalisation inside the graph) against ``SentenceTransformer.encode`` (torch
 fp32) on the same texts: texts/s, ratio, and cosine agreement per text.
@@ -146,6 +154,58 @@ def packed_vs_padded(padded: Embedder, texts: list[str], rounds: int, *,
     return rows
 
 
+def prefetch_vs_inline(base: Embedder, texts: list[str], rounds: int, *, workers: int = 2,
+                       window_texts: int | None = None) -> list[dict[str, object]]:
+    """The embedder with ``workers`` prefetch threads against the inline loop (0 workers).
+
+    Both share ``base``'s model and tokenizer and keep its settings but ``window_texts``
+    (default: a quarter of the texts, at least 1, so that the next window's tokenization has
+    something to overlap); interleaved rounds, best of each (``interleaved_best``).
+
+    Args:
+        base: a loaded embedder (its own ``tokenize_workers`` is not used).
+        texts: the texts both embed.
+        rounds: timed rounds after one warm-up.
+        workers: ``tokenize_workers`` of the prefetching embedder (>= 1).
+        window_texts: texts per window of both; None = ``max(1, len(texts) // 4)``.
+
+    Returns:
+        Three rows: ``searchsmith-prefetch`` and ``searchsmith-inline`` (texts/s and the token
+        fields) and the ``comparison: prefetch_vs_inline`` row.
+    """
+    from searchsmith.serving.embedder import Embedder
+
+    window = window_texts or max(1, len(texts) // 4)
+    embedders = {}
+    for name, w in (("prefetch", workers), ("inline", 0)):
+        emb = Embedder(dataclasses.replace(base.config, tokenize_workers=w, window_texts=window))
+        emb.model, emb.tokenizer = base.model, base.tokenizer  # same weights: only the loop differs
+        embedders[name] = emb
+    n = len(texts)
+    results, best = interleaved_best({k: (lambda e=e: e.encode(texts)) for k, e in embedders.items()}, rounds)
+    fields = {k: embedder_count(e.last_stats).fields(best[k]) for k, e in embedders.items()}
+    workload = {"texts": n, "device": base.device.type, "dtype": str(base.dtype).replace("torch.", ""),
+                "model": base.model_name, "max_batch_tokens": base.max_batch_tokens, "window_texts": window,
+                "windows": -(-n // window)}
+    rows: list[dict[str, object]] = [
+        {"suite": "embed", "impl": f"searchsmith-{k}", "tokenize_workers": e.tokenize_workers,
+         "texts_per_s": n / best[k], **fields[k], **workload}
+        for k, e in embedders.items()
+    ]
+    rows.append({
+        "suite": "embed", "comparison": "prefetch_vs_inline", "tokenize_workers": workers,
+        "async_copy": embedders["prefetch"].copy_stream is not None,
+        "prefetch_texts_per_s": n / best["prefetch"], "inline_texts_per_s": n / best["inline"],
+        "ratio_prefetch_vs_inline": best["inline"] / best["prefetch"],
+        "tokens": fields["prefetch"]["tokens"],
+        "prefetch_tokens_per_s": fields["prefetch"]["tokens_per_s"],
+        "inline_tokens_per_s": fields["inline"]["tokens_per_s"],
+        "identical": bool(np.array_equal(results["prefetch"], results["inline"])),
+        "target": "prefetch texts/s >= inline; vectors identical", **workload,
+    })
+    return rows
+
+
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     import torch
     from searchsmith.serving.embedder import Embedder, EmbedderConfig
@@ -226,6 +286,10 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     if device == "cuda":  # padding-free (varlen attention) against the padded fp16 path, same texts
         for row in packed_vs_padded(ours, texts, 1 if ctx.quick else 3, reference=b):
             ctx.emit({**row, **workload})
+    # tokenization / staging / copy ahead of the model against inline; --quick on a CPU: 32 texts
+    some = texts[:32] if (ctx.quick and device == "cpu") else texts
+    for row in prefetch_vs_inline(ours, some, 1 if ctx.quick else 3):
+        ctx.emit({**workload, **row})
 
     def draw(fig, ax) -> None:
         xs, ys = zip(*curve["searchsmith"])

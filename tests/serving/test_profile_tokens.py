@@ -132,7 +132,9 @@ def test_profile_embed_rows_report_tokens_per_s(tmp_path, monkeypatch) -> None:
     recs = _records(out)
     tokens = sum(min(len(t.split()) + 2, 256) for t in texts)  # 400 cats are cut at 256
     rows = [r for r in recs if r.get("impl")]
-    assert {r["impl"] for r in rows} == {"searchsmith", "sentence-transformers"}
+    # the prefetch rows (tokenize_workers 2 vs 0) embed the same 24 texts, in 4 windows
+    assert {r["impl"] for r in rows} == {"searchsmith", "sentence-transformers", "searchsmith-prefetch",
+                                         "searchsmith-inline"}
     for r in rows:
         _check_row(r, 24, "texts_per_s", tokens)
     # length-packed batches pad less than 16 texts at a time padded to the longest

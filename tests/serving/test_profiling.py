@@ -54,6 +54,16 @@ def test_profile_embed_end_to_end(tmp_path, tiny_profile) -> None:
     assert summary["ratio_vs_st_default"] == pytest.approx(
         summary["searchsmith_texts_per_s"] / summary["st_default_texts_per_s"], rel=1e-6)
     assert (out / "embed_throughput.png").stat().st_size > 1000
+    # tokenize_workers: prefetch on vs off, same texts in 4 windows (CPU: no async copy)
+    rows = {r["impl"]: r for r in _records(out) if r.get("impl") in ("searchsmith-prefetch", "searchsmith-inline")}
+    assert {k: r["tokenize_workers"] for k, r in rows.items()} == {"searchsmith-prefetch": 2, "searchsmith-inline": 0}
+    for r in rows.values():
+        assert r["texts"] == 24 and r["windows"] == 4 and r["tokens"] > 24
+        assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+    (cmp,) = [r for r in _records(out) if r.get("comparison") == "prefetch_vs_inline"]
+    assert cmp["identical"] is True and cmp["async_copy"] is False
+    assert cmp["ratio_prefetch_vs_inline"] == pytest.approx(cmp["prefetch_texts_per_s"] / cmp["inline_texts_per_s"])
+    assert cmp["prefetch_tokens_per_s"] == pytest.approx(rows["searchsmith-prefetch"]["tokens_per_s"])
 
 
 def test_readme_table_is_generated_from_the_results_file(tmp_path) -> None:
