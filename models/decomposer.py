@@ -233,6 +233,8 @@ class Decomposer:
         type_head: ``{"types", "weight" (T x H), "bias" (T)}`` from :meth:`fit_type_head`.
         rewrite_head: the rewrite tagger from :meth:`fit_rewrite_head`; when set, rewrites
             come from it instead of the decoder.
+        tag_depth: ``tagger`` only: how many of the token head's labels are depths (default:
+            all of them).
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
@@ -241,7 +243,7 @@ class Decomposer:
                  max_history_turns: int = 3, constrained: bool = False,
                  decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = (),
                  rewrite_target: str = "full", type_head: dict[str, Any] | None = None,
-                 rewrite_head: dict[str, Any] | None = None) -> None:
+                 rewrite_head: dict[str, Any] | None = None, tag_depth: int | None = None) -> None:
         if rewrite_target not in REWRITE_TARGETS:
             raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
@@ -258,6 +260,9 @@ class Decomposer:
         self.rewrite_target = rewrite_target
         self.type_head = check_type_head(type_head) if type_head else None
         self.rewrite_head = check_rewrite_head(rewrite_head) if rewrite_head else None
+        # the tagger's depth labels: the first tag_depth of its head's labels (the next three,
+        # when trained jointly, are the rewrite tags O/REF/TGT: rewrite_head_from_classifier)
+        self.tag_depth = int(tag_depth or (model.config.num_labels if arch == TAGGER else 0))
         self.constrained = False
         self._grammar: Any = None
         self._copy: Any = None
@@ -347,6 +352,39 @@ class Decomposer:
                     labels[i, t] = int(d)
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
 
+    def prepare_rewrite_tag_batch(self, items: Sequence[tuple[Sequence[Any], str, str]]) -> dict[str, Any]:
+        """Tensors for training the rewrite tags jointly with the depths: ``(history, query,
+        gold rewrite)`` items, each token's tag (:func:`~searchsmith.models.rewrite_edit.tag_labels`)
+        offset by ``tag_depth`` (labels ``tag_depth + 0/1/2`` = O/REF/TGT), -100 on padding."""
+        import torch
+        from searchsmith.models.rewrite_edit import tag_labels
+
+        sources = [rewrite_source(_user_turns(h), q, self.max_history_turns) for h, q, _ in items]
+        enc = self.tokenizer(sources, padding=True, truncation=True, max_length=self.max_source_tokens,
+                             return_tensors="pt", return_offsets_mapping=True)
+        offsets = enc.pop("offset_mapping").tolist()
+        labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
+        for i, ((_h, q, gold), src) in enumerate(zip(items, sources, strict=True)):
+            n = int(enc["attention_mask"][i].sum())
+            tags = tag_labels(src, [tuple(o) for o in offsets[i][:n]], q, gold)
+            labels[i, :n] = torch.tensor(tags, dtype=torch.long) + self.tag_depth
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+    def rewrite_head_from_classifier(self, threshold: float, extend: float) -> dict[str, Any]:
+        """Set (and return) the rewrite tagger from the token head's rewrite labels (rows
+        ``tag_depth`` .. ``tag_depth + 2``: O, REF, TGT), trained with the depths."""
+        from searchsmith.models.rewrite_edit import TAGS
+
+        layer = self.model.classifier
+        lo, hi = self.tag_depth, self.tag_depth + len(TAGS)
+        if layer.weight.shape[0] < hi:
+            raise ConfigError(f"rewrite head: the token head has {layer.weight.shape[0]} labels, not the "
+                              f"{hi} of {self.tag_depth} depths plus {list(TAGS)}; train with model.joint_rewrite")
+        self.rewrite_head = check_rewrite_head({
+            "tags": list(TAGS), "weight": layer.weight[lo:hi].detach().float().cpu().numpy(),
+            "bias": layer.bias[lo:hi].detach().float().cpu().numpy(), "threshold": threshold, "extend": extend})
+        return self.rewrite_head
+
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
         """Per question, each word's predicted depth (the tagger; batched, no grad)."""
         import torch
@@ -361,7 +399,7 @@ class Decomposer:
                 enc, firsts = tag_encode(self.tokenizer, chunk, self.max_source_tokens)
                 feeds = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
                 with torch.no_grad():
-                    logits = self.model(**feeds).logits.float().cpu().numpy()
+                    logits = self.model(**feeds).logits[..., : self.tag_depth].float().cpu().numpy()
                 out += [depths_of(logits[i], firsts[i]) for i in range(len(chunk))]
         finally:
             self.model.train(was_training)
@@ -665,7 +703,7 @@ class Decomposer:
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
                                        "num_beams", "max_history_turns", "constrained",
                                        "decompose_vocab", "rewrite_vocab", "rewrite_target",
-                                       "type_head", "rewrite_head") if k in meta}
+                                       "type_head", "rewrite_head", "tag_depth") if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)
 
@@ -740,12 +778,13 @@ def head_probs(head: dict[str, Any], states: Any) -> Any:
     return z / z.sum(-1, keepdims=True)
 
 
-def depth_head_json(model: Any) -> dict[str, Any]:
-    """The tagger's token head (``classifier``) as JSON lists: what an exported bundle applies
-    to its encoder graph's states (``generation.depth_head``)."""
+def depth_head_json(model: Any, depth: int) -> dict[str, Any]:
+    """The tagger's depth labels of its token head (``classifier`` rows ``0 .. depth - 1``) as
+    JSON lists: what an exported bundle applies to its encoder graph's states
+    (``generation.depth_head``)."""
     layer = model.classifier
-    return {"weight": layer.weight.detach().float().cpu().tolist(),
-            "bias": layer.bias.detach().float().cpu().tolist()}
+    return {"weight": layer.weight[:depth].detach().float().cpu().tolist(),
+            "bias": layer.bias[:depth].detach().float().cpu().tolist()}
 
 
 def check_depth_head(head: Any) -> dict[str, Any]:

@@ -376,9 +376,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
             if gen.get("arch") == "tagger":
                 from searchsmith.models.decomposer import TAGGER, depth_head_json
 
-                gen["depth_head"] = depth_head_json(model)
+                gen["depth_head"] = depth_head_json(model, int(gen["tag_depth"]))
                 dec = Decomposer(model, tokenizer, TAGGER, max_source_tokens=src.max_length,
-                                 max_nodes=int(gen["max_nodes"]))
+                                 max_nodes=int(gen["max_nodes"]), tag_depth=int(gen["tag_depth"]))
             else:
                 dec = Decomposer(model, tokenizer, max_source_tokens=src.max_length,
                                  max_target_tokens=gen["max_target_tokens"], num_beams=1)

@@ -81,6 +81,10 @@ class DecomposerModelConfig:
             that trains in seconds: the tests' twin), ``seq2seq`` (AutoModelForSeq2SeqLM) or
             ``causal`` (AutoModelForCausalLM). Constrained decoding and the type head need
             ``encoder-decoder`` or ``tiny``; the rewrite head any but ``causal``.
+        joint_rewrite: ``tagger`` only: train the rewrite tags (O / REF / TGT, three more
+            labels of the token head, on ``rewrite:`` inputs) together with the depths, and take
+            the rewrite tagger from those labels; false: fit it on the trained encoder's frozen
+            states afterwards (``rewrite_head_l2``), as for the seq2seq archs.
         tag_depth: ``tagger`` only: depth labels of the head (a word inside more nested
             steps than ``tag_depth - 1`` gets the deepest label); 4 covers 3 nested steps
             inside the question: 2,467 of the 2,470 aligned training graphs of the CPU default.
@@ -118,6 +122,7 @@ class DecomposerModelConfig:
     base_model: str = "default"
     arch: Literal["tagger", "tiny-tagger", "encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
     tag_depth: int = 4
+    joint_rewrite: bool = True
     decoder_layers: int = 0  # bert2bert: keep the first N decoder layers (0 = all 6)
     init_cross_from_self: bool = False  # bert2bert: cross-attention starts as a self-attention copy
     freeze_encoder: bool = False
@@ -285,17 +290,27 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
     decompositions that :func:`tag_examples` aligned (their ``depths``) only.
     """
     if dec.arch == TAGGER:
+        # depths on the aligned decompositions; with joint rewrite tags (a head of more labels
+        # than depths) also the rewrites that have history, in batches of their own
         tagged = [e for e in examples if e.get("depths") is not None]
+        if dec.model.config.num_labels > dec.tag_depth:
+            tagged += [e for e in examples for _ in range(rewrite_repeat)
+                       if e["task"] == "rewrite" and e["history"]]
         rng = random.Random(seed * 1_000_003 + epoch)
         rng.shuffle(tagged)
         window = batch_size * 32
         groups = []
         for start in range(0, len(tagged), window):
-            block = sorted(tagged[start:start + window], key=lambda e: len(e["query"]))
-            groups += [block[i:i + batch_size] for i in range(0, len(block), batch_size)]
+            block = sorted(tagged[start:start + window], key=lambda e: (e["task"], len(e["source"])))
+            groups += [[e for e in block[i:i + batch_size] if e["task"] == task]
+                       for i in range(0, len(block), batch_size) for task in ("decompose", "rewrite")]
+        groups = [g for g in groups if g]
         rng.shuffle(groups)
         for group in groups:
-            yield dec.prepare_tag_batch([e["query"] for e in group], [e["depths"] for e in group])
+            if group[0]["task"] == "decompose":
+                yield dec.prepare_tag_batch([e["query"] for e in group], [e["depths"] for e in group])
+            else:
+                yield dec.prepare_rewrite_tag_batch([(e["history"], e["query"], e["target"]) for e in group])
         return
     pool = [e for e in examples for _ in range(rewrite_repeat if e["task"] == "rewrite" else 1)]
     pool = [{**e, "target": dec.target_for(e)} for e in pool]
@@ -418,9 +433,13 @@ def tag_examples(examples: Sequence[dict[str, Any]], depth: int) -> tuple[list[d
 def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
     """The untrained model of ``m`` wrapped in a :class:`Decomposer`."""
     if m.arch in ("tagger", "tiny-tagger"):
-        model, tok = build_tagger(m.base_model, m.tag_depth,
+        from searchsmith.models.rewrite_edit import TAGS
+
+        labels = m.tag_depth + (len(TAGS) if m.joint_rewrite else 0)
+        model, tok = build_tagger(m.base_model, labels,
                                   tiny_hidden=m.tiny_hidden if m.arch == "tiny-tagger" else 0)
-        arch = TAGGER
+        return Decomposer(model, tok, TAGGER, max_source_tokens=m.max_source_tokens, max_nodes=m.max_nodes,
+                          batch_size=m.eval_batch_size, tag_depth=m.tag_depth)
     elif m.arch == "tiny":
         model, tok = build_tiny(m.base_model, hidden=m.tiny_hidden)
         arch = "encoder-decoder"
@@ -501,9 +520,13 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         return batches(train_ex, dec, cfg.optim.batch_size, cfg.train.seed, epoch,
                        cfg.data.rewrite_repeat)
 
-    # 3. Loss: token cross-entropy of the target (the model's own loss; padding is -100).
+    # 3. Loss: token cross-entropy of the target (the model's own loss; padding is -100). The
+    # tagger's depths and rewrite tags are two softmaxes over their own labels of one head.
     def loss_fn(m: Any, batch: dict[str, Any]) -> Any:
-        return m(**batch).loss
+        if dec.arch != TAGGER:
+            return m(**batch).loss
+        return tagger_loss(m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                           batch["labels"], dec.tag_depth)
 
     # 4. Train (evaluating on the held-out split; the last eval covers all of it)
     # eval_fn must know whether it is the final eval (all held-out items) or an intermediate
@@ -517,6 +540,10 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         progress["step"] = step
 
     def view_of(m: Any) -> Decomposer:
+        if dec.arch == TAGGER:
+            return Decomposer(m, dec.tokenizer, TAGGER, max_source_tokens=dec.max_source_tokens,
+                              max_nodes=dec.max_nodes, batch_size=dec.batch_size,
+                              max_history_turns=cfg.data.max_history_turns, tag_depth=dec.tag_depth)
         return Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
@@ -563,8 +590,26 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     return result.final_metrics
 
 
+def tagger_loss(logits: Any, labels: Any, depth: int) -> Any:
+    """Cross-entropy of the tagger: labels below ``depth`` over the depth logits, the others
+    (rewrite tags, offset by ``depth``) over the rest; -100 ignored; averaged over tokens."""
+    import torch.nn.functional as F
+
+    flat, y = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    parts = []
+    is_depth, is_tag = (y >= 0) & (y < depth), y >= depth
+    if is_depth.any():
+        parts.append(F.cross_entropy(flat[is_depth][:, :depth], y[is_depth], reduction="sum"))
+    if is_tag.any():
+        parts.append(F.cross_entropy(flat[is_tag][:, depth:], y[is_tag] - depth, reduction="sum"))
+    return sum(parts) / max(int((y >= 0).sum()), 1) if parts else flat.sum() * 0.0
+
+
 def fit_rewrite_head(dec: Decomposer, train_ex: Sequence[dict[str, Any]], m: DecomposerModelConfig) -> dict[str, Any]:
-    """Fit ``dec``'s rewrite tagger on the training rewrites (history, query -> gold rewrite)."""
+    """Fit ``dec``'s rewrite tagger on the training rewrites (history, query -> gold rewrite);
+    a tagger trained with joint rewrite tags takes it from its token head instead."""
+    if dec.arch == TAGGER and m.joint_rewrite:
+        return dec.rewrite_head_from_classifier(m.rewrite_threshold, m.rewrite_extend)
     items = [(e["history"], e["query"], e["target"]) for e in train_ex if e["task"] == "rewrite"]
     return dec.fit_rewrite_head(items, l2=m.rewrite_head_l2, threshold=m.rewrite_threshold,
                                 extend=m.rewrite_extend)

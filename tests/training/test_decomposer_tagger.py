@@ -8,7 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from searchsmith.models.decomposer import (
     TAGGER,
     Decomposer,
@@ -20,7 +22,7 @@ from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.qdg import validate
 from searchsmith.models.qdg_spans import question_words
 from searchsmith.training.config import load_recipe_config
-from searchsmith.training.decomposer import tag_examples
+from searchsmith.training.decomposer import tag_examples, tagger_loss
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_TAGGER = REPO / "recipes" / "decomposer" / "tiny" / "bert-tiny_tagger.yaml"
@@ -89,7 +91,10 @@ def test_tiny_tagger_trains_reloads_and_always_gives_valid_graphs(tagger_run: tu
     assert meta["rewrite_head"]["tags"] == ["O", "REF", "TGT"]
     assert final["decompose_validity"] == 1.0
     dec = Decomposer.load(run_dir)
-    assert dec.arch == TAGGER and dec.model.config.num_labels == 4
+    # 4 depths + the rewrite tags O/REF/TGT trained with them (model.joint_rewrite)
+    assert dec.arch == TAGGER and dec.model.config.num_labels == 7 and dec.tag_depth == 4
+    head = dec.model.classifier
+    np.testing.assert_allclose(dec.rewrite_head["weight"], head.weight[4:7].detach().numpy(), rtol=0, atol=1e-6)
     for g, valid, raw in dec.decompose_batch(QUESTIONS):
         assert valid and validate(g) == [] and raw.startswith(g.type)
     assert isinstance(dec.rewrite([{"role": "user", "content": "Lumen"}], "who founded it?"), str)
@@ -121,6 +126,7 @@ def test_tagger_bundle_has_one_graph_passes_parity_and_matches_torch(tagger_run:
     m = json.loads((tagger_bundle / "manifest.json").read_text())
     assert sorted(m["graphs"]) == ["encoder"]
     assert m["generation"]["arch"] == "tagger" and len(m["generation"]["depth_head"]["weight"]) == 4
+    assert len(m["generation"]["rewrite_head"]["weight"]) == 3
     checks = m["parity"]["checks"]
     assert checks["fp32_identical_generations"] == 1.0 and "decoder_fp32_max_abs" not in checks
     dec = Decomposer.load(tagger_run[0])
@@ -166,3 +172,26 @@ def test_a_bundle_with_a_broken_depth_head_is_refused(tagger_bundle: Path, tmp_p
 def test_check_depth_head_names_the_problem(head: object, match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         check_depth_head(head)
+
+
+def test_tagger_loss_takes_each_task_over_its_own_labels() -> None:
+    logits = torch.tensor([[[2.0, 0.0, 0.0, 0.0, 9.0, 9.0, 9.0], [0.0, 0.0, 0.0, 0.0, 1.0, 3.0, 0.0],
+                            [5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]]])
+    labels = torch.tensor([[0, 5, -100]])
+    # token 0: depth 0 over the 4 depth logits (the large rewrite logits do not count);
+    # token 1: REF (5 - 4 = 1) over the 3 rewrite logits; token 2 ignored
+    want = (torch.nn.functional.cross_entropy(logits[0, :1, :4], labels[0, :1], reduction="sum")
+            + torch.nn.functional.cross_entropy(logits[0, 1:2, 4:], labels[0, 1:2] - 4, reduction="sum")) / 2
+    assert tagger_loss(logits, labels, 4).item() == pytest.approx(want.item())
+    assert tagger_loss(logits, torch.full((1, 3), -100), 4).item() == 0.0
+
+
+def test_rewrite_tag_batch_offsets_the_tags_by_the_depths() -> None:
+    model, tok = build_tagger("default", depth=7, tiny_hidden=16)
+    dec = Decomposer(model, tok, TAGGER, max_source_tokens=48, tag_depth=4)
+    batch = dec.prepare_rewrite_tag_batch([([{"role": "user", "content": "What is throat cancer?"}],
+                                            "Is it treatable?", "Is throat cancer treatable?")])
+    labels = [v for v in batch["labels"][0].tolist() if v != -100]
+    assert set(labels) <= {4, 5, 6} and labels.count(5) == 2 and labels.count(6) == 1  # throat cancer / it
+    with pytest.raises(Exception, match="joint_rewrite"):
+        Decomposer(*build_tagger("default", depth=4, tiny_hidden=16), TAGGER).rewrite_head_from_classifier(0.3, 0.15)
