@@ -1,6 +1,6 @@
 """``searchsmith profile SUITE``: each suite compares against a baseline in the same run.
 
-Suites: ``embed``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``, ``read``,
+Suites: ``embed``, ``ladder``, ``rerank``, ``route``, ``kernels``, ``pipeline``, ``server``, ``llm``, ``read``,
 ``shards``, ``ray``; groups:
 ``all`` (every suite but ``llm`` and ``read``; ``--quick``: small sizes on the CPU, a few minutes) and ``gpu``.
 
@@ -9,7 +9,8 @@ The GPU check (the one command of ``../shared/GPU.md``, sized for about 5 minute
     searchsmith profile --suite gpu --out gpu-results
 
 runs embed (torch fp16 vs sentence-transformers), embed ``--backend onnx`` (only when
-onnxruntime has the CUDA provider, else a ``skipped`` line), rerank (fp16 bundle vs
+onnxruntime has the CUDA provider, else a ``skipped`` line), the embedder's throughput ladder
+(1 to 1e6 texts, short / mixed / long, capped in time), rerank (fp16 bundle vs
 CrossEncoder fp32/fp16 on the GPU), pipeline and, last, kernels (Triton vs torch vs faiss CPU), and writes ``gpu-results/results.jsonl`` plus one PNG per suite.
 Under the Triton interpreter it runs end to end at toy sizes (the test)::
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 # suite -> module with ``run(ctx: ProfileContext, args: argparse.Namespace) -> None``
 SUITES: dict[str, str] = {
     "embed": "searchsmith.serving.profiling.embed",
+    # the embedder's throughput ladder: 1 ... 1e6 texts x short / mixed / long texts vs ST
+    "ladder": "searchsmith.serving.profiling.ladder",
     "route": "searchsmith.serving.profiling.route",
     "kernels": "searchsmith.serving.profiling.kernels",
     "rerank": "searchsmith.serving.profiling.rerank",
@@ -58,7 +61,7 @@ GROUPS: dict[str, list[str]] = {
     "all": ["embed", "rerank", "route", "kernels", "pipeline", "server"],
     # Kernels last: a fault in a Triton kernel can poison the CUDA context for the rest of
     # the process, and the other steps' figures should survive it.
-    "gpu": ["embed", "embed:onnx", "rerank", "pipeline", "kernels"],
+    "gpu": ["embed", "embed:onnx", "ladder", "rerank", "pipeline", "kernels"],
 }
 
 

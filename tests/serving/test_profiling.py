@@ -301,7 +301,7 @@ def test_gpu_group_runs_every_step_under_the_interpreter(gpu_run) -> None:
     steps = [r["step"] for r in recs if "step_wall_s" in r]
     skipped = [r["step"] for r in recs if r.get("skipped")]
     # embed:onnx needs onnxruntime's CUDA provider, which this CPU machine lacks
-    assert steps == ["embed", "rerank", "pipeline", "kernels"] and skipped == ["embed:onnx"]
+    assert steps == ["embed", "ladder", "rerank", "pipeline", "kernels"] and skipped == ["embed:onnx"]
     assert "CUDAExecutionProvider" in [r for r in recs if r.get("skipped")][0]["skipped"]
     assert {r["plan"] for r in recs if r["suite"] == "kernels" and r.get("impl")} == {"tiny"}
     assert {r["impl"] for r in recs if r["suite"] == "kernels" and r.get("impl")} >= {"torch", "triton", "candidates"}
@@ -345,7 +345,7 @@ def test_every_plot_opens_and_shows_its_title(gpu_run) -> None:
     _, out = gpu_run
     plots = {r["plot"]: r for r in _records(out) if r.get("plot")}
     assert set(plots) == {p.name for p in out.glob("*.png")} == {
-        "kernels.png", "embed_throughput.png", "pipeline_stages.png"}
+        "kernels.png", "embed_throughput.png", "ladder.png", "pipeline_stages.png"}
     for name, rec in plots.items():
         with Image.open(out / name) as im:
             im.load()
