@@ -186,6 +186,10 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             raise NotReadyError("/v1/embeddings: the embedding model is not loaded yet; retry shortly")
         served = check_model(req.model, str(embedder_.model_name), config.embeddings_model, "embeddings_model")
         dims = check_dimensions(req.dimensions, embedder_)
+        if req.embedding_dtype == "float16" and req.encoding_format != "base64":
+            raise ValidationError("embedding_dtype: float16 is sent as base64 only; add \"encoding_format\": "
+                                  "\"base64\", or drop embedding_dtype for JSON floats")
+        wire = "<f2" if req.embedding_dtype == "float16" else "<f4"
         texts = [req.input] if isinstance(req.input, str) else req.input
         if not texts:
             raise EmptyInputError("input: the list is empty; send at least one string")
@@ -210,7 +214,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                 vec = np.asarray(vec, dtype=np.float32)[:dims]
                 vec = vec / max(float(np.linalg.norm(vec)), 1e-12)
             if req.encoding_format == "base64":
-                emb: Any = base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode()
+                emb: Any = base64.b64encode(np.asarray(vec, dtype=wire).tobytes()).decode()
             else:
                 emb = np.asarray(vec, dtype=np.float32).tolist()
             data.append({"object": "embedding", "index": i, "embedding": emb})

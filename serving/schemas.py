@@ -111,17 +111,22 @@ class EmbeddingsRequest(RequestBody):
 
     ``dimensions`` must be the model's dimension, or one of the truncations the bundle was
     trained for (``matryoshka_dims`` in its manifest); ``encoding_format: base64`` returns
-    each vector as base64 of little-endian float32, as OpenAI does.
+    each vector as base64 of little-endian float32, as OpenAI does. ``embedding_dtype:
+    float16`` (a searchsmith extension, base64 only) sends little-endian float16 instead: half
+    the bytes, about 3 significant digits; OpenAI's clients decode base64 as float32, so decode
+    it yourself (``numpy.frombuffer(base64.b64decode(s), "<f2")``).
     """
 
     model_config = _examples(
         {"input": ["How long should I knead bread dough?", "Saturn's rings are made of ice."],
          "model": "embedder", "encoding_format": "float"},
-        {"input": "one text", "encoding_format": "base64"})
+        {"input": "one text", "encoding_format": "base64"},
+        {"input": ["one text", "another"], "encoding_format": "base64", "embedding_dtype": "float16"})
 
     input: str | list[str]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
+    embedding_dtype: Literal["float32", "float16"] = "float32"
     dimensions: int | None = Field(default=None, ge=1)
     user: str | None = None  # accepted for OpenAI compatibility, unused
 

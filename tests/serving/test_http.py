@@ -112,6 +112,25 @@ def test_base64_encoding(client) -> None:
     np.testing.assert_allclose(decoded, f, atol=1e-6)
 
 
+def test_base64_float16_halves_the_bytes_and_keeps_the_vector(client) -> None:
+    import base64
+
+    texts = ["hi", TEXTS[1]]
+    f32 = client.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64"}).json()["data"]
+    r = client.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64", "embedding_dtype": "float16"})
+    assert r.status_code == 200
+    for a, b in zip(f32, r.json()["data"], strict=True):
+        full = base64.b64decode(a["embedding"])
+        half = base64.b64decode(b["embedding"])
+        assert len(half) * 2 == len(full)
+        np.testing.assert_allclose(np.frombuffer(half, "<f2").astype(np.float32), np.frombuffer(full, "<f4"),
+                                   atol=1e-3)
+    # float16 is base64 only; anything else is named
+    assert "embedding_dtype" in _error(client.post("/v1/embeddings", json={"input": "hi", "embedding_dtype": "float16"}),
+                                       422, "validation_error")
+    assert client.post("/v1/embeddings", json={"input": "hi", "embedding_dtype": "int8"}).status_code == 422
+
+
 def test_empty_list_is_400(client) -> None:
     assert "empty" in _error(client.post("/v1/embeddings", json={"input": []}), 400, "empty_input")
 
