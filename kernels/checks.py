@@ -106,6 +106,33 @@ def check_pool_normalize(hidden: torch.Tensor, mask: torch.Tensor) -> None:
     _check_same_device(hidden=hidden, mask=mask)
 
 
+
+def check_pool_normalize_packed(hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
+    """Raise KernelInputError unless hidden is (T, D) float and cu_seqlens a valid (B+1,) offset list.
+
+    ``dispatch.pool_normalize_packed`` and the Triton launcher both call it.
+    ``cu_seqlens`` must start at 0, never decrease and end at T: the launcher trusts it for
+    its loads, so a bad offset list would read out of bounds. Checking the values costs one
+    device-to-host copy of a bool.
+    """
+    _check_tensor("hidden", hidden, 2, "(T, D)")
+    _check_tensor("cu_seqlens", cu_seqlens, 1, "(B+1,)")
+    _check_dtype("hidden", hidden, (torch.float32, torch.float16, torch.bfloat16))
+    _check_dtype("cu_seqlens", cu_seqlens, (torch.int32, torch.int64))
+    _check_dim_d("hidden", hidden.shape[1])
+    _check_same_device(hidden=hidden, cu_seqlens=cu_seqlens)
+    if cu_seqlens.shape[0] == 0:
+        raise KernelInputError("cu_seqlens: empty; it needs B+1 >= 1 entries, starting with 0 (use [0] for B = 0)")
+    n_t = hidden.shape[0]
+    bad = (cu_seqlens[0] != 0) | (cu_seqlens[-1] != n_t) | (cu_seqlens[1:] < cu_seqlens[:-1]).any()
+    if bool(bad):
+        head = cu_seqlens[:8].tolist()
+        raise KernelInputError(
+            f"cu_seqlens: must start at 0, never decrease and end at T = {n_t} (hidden's rows), got "
+            f"{head}{' ...' if cu_seqlens.shape[0] > 8 else ''} ending at {int(cu_seqlens[-1])}; "
+            f"build it as [0, *cumsum(lengths)]"
+        )
+
 def check_similarity_topk(queries: torch.Tensor, matrix: torch.Tensor, k: object) -> int:
     """Validate similarity_topk inputs; return k' = min(k, N)."""
     _check_tensor("queries", queries, 2, "(B, D)")

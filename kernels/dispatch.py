@@ -34,6 +34,7 @@ from .checks import (
     check_candidate_copy,
     check_dedup_mask,
     check_pool_normalize,
+    check_pool_normalize_packed,
     check_route_sources,
     check_similarity_topk,
     check_similarity_topk_candidates,
@@ -162,7 +163,7 @@ def pool_normalize_packed(hidden: torch.Tensor, cu_seqlens: torch.Tensor, *, bac
     Returns:
         (B, D) float32 unit vectors; an empty segment comes back as zeros.
     """
-    reference.check_pool_normalize_packed(hidden, cu_seqlens)
+    check_pool_normalize_packed(hidden, cu_seqlens)
     choice = backend if backend is not None else os.environ.get(ENV_BACKEND) or "auto"
     if choice == "auto" and not PACKED_POOL_TRITON_BY_DEFAULT:
         choice = "torch"

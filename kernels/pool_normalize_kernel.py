@@ -23,8 +23,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import MAX_TRITON_POOL_D, KernelInputError, check_pool_normalize, interpreter_enabled
-from .reference import POOL_EPS, check_pool_normalize_packed
+from .checks import (
+    MAX_TRITON_POOL_D,
+    KernelInputError,
+    check_pool_normalize,
+    check_pool_normalize_packed,
+    interpreter_enabled,
+)
+from .reference import POOL_EPS
 
 # Elements of the (BLOCK_T, BLOCK_D) tile a program holds at once.
 _TILE_ELEMENTS = 4096

@@ -15,7 +15,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .checks import KernelInputError, _check_dim_d, _check_dtype, _check_same_device, _check_tensor
 from .host import greedy_keep
 
 # similarity_topk_ref / route_sources_ref work on chunks of rows so that neither the (B, chunk)
@@ -155,34 +154,6 @@ def dedup_mask_ref(embeddings: torch.Tensor, threshold: float) -> torch.Tensor:
 
     keep = greedy_keep(e.shape[0], hits)
     return torch.from_numpy(keep).to(embeddings.device)
-
-
-def check_pool_normalize_packed(hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
-    """Raise KernelInputError unless hidden is (T, D) float and cu_seqlens a valid (B+1,) offset list.
-
-    It lives here rather than in ``checks.py`` only because this change was limited to the
-    pool files; ``dispatch.pool_normalize_packed`` and the Triton launcher both call it.
-    ``cu_seqlens`` must start at 0, never decrease and end at T: the launcher trusts it for
-    its loads, so a bad offset list would read out of bounds. Checking the values costs one
-    device-to-host copy of a bool.
-    """
-    _check_tensor("hidden", hidden, 2, "(T, D)")
-    _check_tensor("cu_seqlens", cu_seqlens, 1, "(B+1,)")
-    _check_dtype("hidden", hidden, (torch.float32, torch.float16, torch.bfloat16))
-    _check_dtype("cu_seqlens", cu_seqlens, (torch.int32, torch.int64))
-    _check_dim_d("hidden", hidden.shape[1])
-    _check_same_device(hidden=hidden, cu_seqlens=cu_seqlens)
-    if cu_seqlens.shape[0] == 0:
-        raise KernelInputError("cu_seqlens: empty; it needs B+1 >= 1 entries, starting with 0 (use [0] for B = 0)")
-    n_t = hidden.shape[0]
-    bad = (cu_seqlens[0] != 0) | (cu_seqlens[-1] != n_t) | (cu_seqlens[1:] < cu_seqlens[:-1]).any()
-    if bool(bad):
-        head = cu_seqlens[:8].tolist()
-        raise KernelInputError(
-            f"cu_seqlens: must start at 0, never decrease and end at T = {n_t} (hidden's rows), got "
-            f"{head}{' ...' if cu_seqlens.shape[0] > 8 else ''} ending at {int(cu_seqlens[-1])}; "
-            f"build it as [0, *cumsum(lengths)]"
-        )
 
 
 def pool_normalize_packed_ref(hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
