@@ -44,7 +44,8 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -187,6 +188,20 @@ def tag_encode(tokenizer: Any, questions: Sequence[str], max_length: int, return
                 pos[w] = t
         firsts.append([pos.get(w, -1) for w in range(len(words[i]))])
     return enc, firsts
+
+
+def tag_generate(sources: Sequence[str], tag_graphs: Callable[[list[str]], list[QDG]]) -> list[str]:
+    """What a tagger "writes" for prefixed sources (it has no decoder): the compact form of
+    its graph for ``decompose:`` sources, "" for the others. ``Decomposer.generate`` and
+    ``DecomposeBundle.generate`` of a tagger, so that parity compares the same thing."""
+    from searchsmith.models.qdg import linearize
+
+    out = [""] * len(sources)
+    todo = [i for i, s in enumerate(sources) if s.startswith(DECOMPOSE_PREFIX)]
+    graphs = tag_graphs([sources[i][len(DECOMPOSE_PREFIX):] for i in todo]) if todo else []
+    for i, g in zip(todo, graphs, strict=True):
+        out[i] = linearize(g)
+    return out
 
 
 def depths_of(logits_row: Any, firsts: Sequence[int]) -> list[int]:
@@ -335,6 +350,17 @@ class Decomposer:
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": torch.as_tensor(labels)}
 
+    @contextmanager
+    def _eval_mode(self) -> Iterator[Any]:
+        """The model in eval mode for a batched pass (its training mode restored after); yields
+        its device."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            yield next(self.model.parameters()).device
+        finally:
+            self.model.train(was_training)
+
     def _encoder(self) -> Any:
         """The encoder whose token states the heads read (the tagger's is its base model)."""
         return self.model.base_model if self.arch == TAGGER else self.model.get_encoder()
@@ -389,11 +415,8 @@ class Decomposer:
         """Per question, each word's predicted depth (the tagger; batched, no grad)."""
         import torch
 
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
         out: list[list[int]] = []
-        try:
+        with self._eval_mode() as device:
             for start in range(0, len(questions), self.batch_size):
                 chunk = list(questions[start:start + self.batch_size])
                 enc, firsts = tag_encode(self.tokenizer, chunk, self.max_source_tokens)
@@ -401,22 +424,14 @@ class Decomposer:
                 with torch.no_grad():
                     logits = self.model(**feeds).logits[..., : self.tag_depth].float().cpu().numpy()
                 out += [depths_of(logits[i], firsts[i]) for i in range(len(chunk))]
-        finally:
-            self.model.train(was_training)
         return out
 
-    def _tag_generate(self, sources: Sequence[str]) -> list[str]:
-        # What the tagger "writes": the compact form of its graph for decompose: sources,
-        # nothing for other sources (it has no decoder); the same as DecomposeBundle.generate.
-        from searchsmith.models.qdg import linearize
+    def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
+        """The tagger's graph of each question (models/qdg_spans.py)."""
         from searchsmith.models.qdg_spans import graph_from_depths
 
-        out = [""] * len(sources)
-        todo = [i for i, s in enumerate(sources) if s.startswith(DECOMPOSE_PREFIX)]
-        questions = [sources[i][len(DECOMPOSE_PREFIX):] for i in todo]
-        for i, q, d in zip(todo, questions, self.tag_depths(questions), strict=True):
-            out[i] = linearize(graph_from_depths(q, d, self.max_nodes))
-        return out
+        cap = max_nodes or self.max_nodes
+        return [graph_from_depths(q, d, cap) for q, d in zip(questions, self.tag_depths(questions), strict=True)]
 
     # ----------------------------------------------------------------- generation
 
@@ -435,12 +450,9 @@ class Decomposer:
         from transformers.modeling_outputs import BaseModelOutput
 
         if self.arch == TAGGER:
-            return self._tag_generate(sources)
+            return tag_generate(sources, self.tag_graphs)
         out: list[str] = []
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with self._eval_mode() as device:
             for start in range(0, len(sources), self.batch_size):
                 chunk = list(sources[start:start + self.batch_size])
                 if self.arch == "causal":
@@ -471,8 +483,6 @@ class Decomposer:
                     ids = ids[:, enc["attention_mask"].shape[1]:]
                 out.extend(self.tokenizer.batch_decode(ids, skip_special_tokens=True,
                                                        clean_up_tokenization_spaces=True))
-        finally:
-            self.model.train(was_training)
         return out
 
     # ----------------------------------------------------------------- type head
@@ -511,11 +521,8 @@ class Decomposer:
 
         if self.arch == "causal":
             raise ConfigError("decomposer heads: arch 'causal' has no encoder")
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
         out = []
-        try:
+        with self._eval_mode() as device:
             for start in range(0, len(sources), self.batch_size):
                 chunk = list(sources[start:start + self.batch_size])
                 enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_source_tokens,
@@ -526,8 +533,6 @@ class Decomposer:
                     hidden = self._encoder()(**feeds).last_hidden_state.float().cpu().numpy()
                 for i, n in enumerate(enc["attention_mask"].sum(1).tolist()):
                     out.append((hidden[i, :n], [tuple(o) for o in offsets[i][:n]]))
-        finally:
-            self.model.train(was_training)
         return out
 
     def fit_rewrite_head(self, items: Sequence[tuple[Sequence[Any], str, str]], l2: float = 1e-3,
@@ -578,14 +583,12 @@ class Decomposer:
         cap = max_nodes or self.max_nodes
         if self.arch == TAGGER:
             from searchsmith.models.qdg import linearize
-            from searchsmith.models.qdg_spans import graph_from_depths
 
             try:
-                depths = self.tag_depths(list(questions))
+                graphs = self.tag_graphs(list(questions), cap)
             except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
                 log.warning("decomposer: tagging failed (%s); answering terminal graphs", exc)
                 return [(terminal(q), False, "") for q in questions]
-            graphs = [graph_from_depths(q, d, cap) for q, d in zip(questions, depths, strict=True)]
             return [(g, True, linearize(g)) for g in graphs]
         try:
             texts = self.generate([decompose_source(q) for q in questions], self._grammar,

@@ -519,7 +519,9 @@ class DecomposeBundle(Bundle):
 
         sources = _check_texts(sources, "generate")
         if self.tagger:
-            return self._meta(self._tag_generate(sources), return_meta, sources)
+            from searchsmith.models.decomposer import tag_generate
+
+            return self._meta(tag_generate(sources, self.tag_graphs), return_meta, sources)
         texts = [""] * len(sources)
         for idx, feeds in self._encode_text(sources):
             mask = feeds["attention_mask"]
@@ -576,18 +578,6 @@ class DecomposeBundle(Bundle):
 
         cap = max_nodes or self.max_nodes
         return [graph_from_depths(q, d, cap) for q, d in zip(questions, self.tag_depths(questions), strict=True)]
-
-    def _tag_generate(self, sources: Sequence[str]) -> list[str]:
-        # as Decomposer._tag_generate: the graph's compact form for decompose: sources, "" else
-        from searchsmith.models.decomposer import DECOMPOSE_PREFIX
-        from searchsmith.models.qdg import linearize
-
-        out = [""] * len(sources)
-        todo = [i for i, s in enumerate(sources) if s.startswith(DECOMPOSE_PREFIX)]
-        graphs = self.tag_graphs([sources[i][len(DECOMPOSE_PREFIX):] for i in todo]) if todo else []
-        for i, g in zip(todo, graphs, strict=True):
-            out[i] = linearize(g)
-        return out
 
     def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> WithMeta[QDG]:
         """The QDG of ``question`` (``terminal`` with the question when the output is unusable)."""

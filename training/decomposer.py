@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -282,6 +282,24 @@ def make_splits(cfg: DecomposerRecipe) -> tuple[list[dict[str, Any]], list[dict[
     return train, heldout, len(examples) - len(keep)
 
 
+def _bucketed(pool: list[dict[str, Any]], batch_size: int, rng: random.Random,
+              key: Callable[[dict[str, Any]], Any], by_task: bool = False) -> list[list[dict[str, Any]]]:
+    """``pool`` shuffled, sorted by ``key`` within windows of 32 batches, cut into batches of
+    ``batch_size`` (with ``by_task``, a batch of two tasks is split in two), and the batches
+    shuffled."""
+    rng.shuffle(pool)
+    window = batch_size * 32
+    chunks = []
+    for start in range(0, len(pool), window):
+        block = sorted(pool[start:start + window], key=key)
+        for i in range(0, len(block), batch_size):
+            chunk = block[i:i + batch_size]
+            tasks = dict.fromkeys(e["task"] for e in chunk) if by_task else [None]
+            chunks += [[e for e in chunk if t is None or e["task"] == t] for t in tasks]
+    rng.shuffle(chunks)
+    return chunks
+
+
 def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int, seed: int,
             epoch: int, rewrite_repeat: int = 1) -> Iterator[dict[str, Any]]:
     """Seeded micro-batches for one epoch: shuffled, then length-bucketed to cut padding.
@@ -289,6 +307,7 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
     Same ``(seed, epoch)`` -> same batches, which resuming relies on. The tagger trains on the
     decompositions that :func:`tag_examples` aligned (their ``depths``) only.
     """
+    rng = random.Random(seed * 1_000_003 + epoch)
     if dec.arch == TAGGER:
         # depths on the aligned decompositions; with joint rewrite tags (a head of more labels
         # than depths) also the rewrites that have history, in batches of their own
@@ -296,17 +315,7 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
         if dec.model.config.num_labels > dec.tag_depth:
             tagged += [e for e in examples for _ in range(rewrite_repeat)
                        if e["task"] == "rewrite" and e["history"]]
-        rng = random.Random(seed * 1_000_003 + epoch)
-        rng.shuffle(tagged)
-        window = batch_size * 32
-        groups = []
-        for start in range(0, len(tagged), window):
-            block = sorted(tagged[start:start + window], key=lambda e: (e["task"], len(e["source"])))
-            groups += [[e for e in block[i:i + batch_size] if e["task"] == task]
-                       for i in range(0, len(block), batch_size) for task in ("decompose", "rewrite")]
-        groups = [g for g in groups if g]
-        rng.shuffle(groups)
-        for group in groups:
+        for group in _bucketed(tagged, batch_size, rng, lambda e: (e["task"], len(e["source"])), by_task=True):
             if group[0]["task"] == "decompose":
                 yield dec.prepare_tag_batch([e["query"] for e in group], [e["depths"] for e in group])
             else:
@@ -314,15 +323,7 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
         return
     pool = [e for e in examples for _ in range(rewrite_repeat if e["task"] == "rewrite" else 1)]
     pool = [{**e, "target": dec.target_for(e)} for e in pool]
-    rng = random.Random(seed * 1_000_003 + epoch)
-    rng.shuffle(pool)
-    window = batch_size * 32
-    chunks = []
-    for start in range(0, len(pool), window):
-        block = sorted(pool[start:start + window], key=lambda e: len(e["source"]) + len(e["target"]))
-        chunks += [block[i:i + batch_size] for i in range(0, len(block), batch_size)]
-    rng.shuffle(chunks)
-    for chunk in chunks:
+    for chunk in _bucketed(pool, batch_size, rng, lambda e: len(e["source"]) + len(e["target"])):
         yield dec.prepare_batch([e["source"] for e in chunk], [e["target"] for e in chunk])
 
 
