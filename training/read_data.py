@@ -15,6 +15,19 @@ gold and distractors), the short answer (and aliases) and which paragraphs suppo
 * ``synthetic``: questions about made-up animal fact sheets (:func:`synthetic_facts`),
   for the tiny twin and the quickstart, which run without ``../shared``.
 
+Two kinds of single-hop questions are made from the *training* questions only (after the
+split, so nothing of a held-out question is read):
+
+* ``data.wiki_relations``: every evidence triple of a 2WikiMultihopQA record (``[subject,
+  relation, object]``, the gold reasoning chain) becomes "What is the <relation> of
+  <subject>?" over the subject's paragraph and the record's others, when the object is in
+  that paragraph (:func:`relation_items`);
+* ``data.cloze_per_item``: cloze questions (Lewis et al. 2019, unsupervised QA) cut from the
+  record's paragraphs: a sentence whose date, year or capitalised name is replaced by a
+  wh-word, a leading pronoun replaced by the paragraph's title, a few words dropped
+  (:func:`cloze_items`). They teach the span heads to find a phrase that the question's
+  words point at, which 300 multi-hop questions alone teach too rarely.
+
 Items are split into train and held-out by question id (seeded): a MuSiQue record's hops
 follow their record, so no held-out question is seen in any form.
 """
@@ -49,6 +62,11 @@ class ReaderData:
             non-gold paragraphs only, every window labelled ``none`` (SQuAD 2.0's unanswerable
             questions): the reader learns to say there is no answer.
         max_items: per source, at most this many records (0 = all); smoke runs.
+        wiki_relations: also train on 2WikiMultihopQA's evidence triples as single-hop
+            questions (training records only).
+        cloze_per_item: cloze questions made from each training record's paragraphs (0 = none).
+        cloze_drop: share of a cloze question's other words dropped (noise, so that the
+            question is not a copy of its sentence).
     """
 
     sources: tuple[str, ...] = ("hotpotqa", "musique", "2wikimultihopqa")
@@ -63,6 +81,9 @@ class ReaderData:
     negatives_per_positive: float = 1.0
     no_answer_ratio: float = 0.3
     max_items: int = 0
+    wiki_relations: bool = False
+    cloze_per_item: int = 0
+    cloze_drop: float = 0.15
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.sources if s not in SOURCES]
@@ -75,6 +96,10 @@ class ReaderData:
             raise ValueError(f"data.no_answer_ratio must be in [0, 1], got {self.no_answer_ratio}")
         if self.negatives_per_positive < 0 or self.max_distractors < 0:
             raise ValueError("data.negatives_per_positive and data.max_distractors must be >= 0")
+        if self.cloze_per_item < 0:
+            raise ValueError(f"data.cloze_per_item must be >= 0, got {self.cloze_per_item}")
+        if not 0.0 <= self.cloze_drop < 1.0:
+            raise ValueError(f"data.cloze_drop must be in [0, 1), got {self.cloze_drop}")
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,7 @@ class ReadItem:
     answers: list[str]
     support: list[int] = field(default_factory=list)
     hop: bool = False
+    evidences: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def kind(self) -> str:
@@ -128,8 +154,11 @@ def _context_items(path_setting: str, field: str, prefix: str, source: str, max_
         _check(r, f"{field} {path} line {n + 1}", "question", "answer", "context")
         gold = set(r.get("supporting_titles") or [t for t, _ in r.get("supporting_facts") or []])
         paras = [(t, " ".join(s) if isinstance(s, list) else str(s)) for t, s in r["context"]]
+        evidences = tuple(tuple(str(x) for x in e) for e in r.get("evidences") or []
+                          if isinstance(e, list) and len(e) == 3)
         out.append(ReadItem(f"{prefix}-{r['_id']}", f"{prefix}-{r['_id']}", source, r["question"], paras,
-                            [r["answer"]], [i for i, (t, _) in enumerate(paras) if t in gold]))
+                            [r["answer"]], [i for i, (t, _) in enumerate(paras) if t in gold],
+                            evidences=evidences))
     return out
 
 
@@ -253,6 +282,105 @@ def load_items(data: ReaderData) -> list[ReadItem]:
     return out
 
 
+# ----------------------------------------------------------------------------- single-hop questions
+
+RELATION_QUESTIONS = {
+    "director": "Who directed {s}?",
+    "date of birth": "When was {s} born?",
+    "date of death": "When did {s} die?",
+    "publication date": "When was {s} released?",
+    "place of birth": "Where was {s} born?",
+    "place of death": "Where did {s} die?",
+    "country of citizenship": "What is the nationality of {s}?",
+    "spouse": "Who was the spouse of {s}?",
+    "father": "Who was the father of {s}?",
+    "mother": "Who was the mother of {s}?",
+    "inception": "When was {s} founded?",
+}
+
+
+def relation_items(items: Sequence[ReadItem]) -> list[ReadItem]:
+    """Single-hop questions from the evidence triples of ``items`` (2WikiMultihopQA): one per
+    triple whose subject is a paragraph title and whose object that paragraph contains."""
+    out = []
+    for it in items:
+        titles = {t.lower(): j for j, (t, _) in enumerate(it.paragraphs)}
+        for n, (subj, rel, obj) in enumerate(it.evidences):
+            j = titles.get(subj.lower())
+            if j is None or not obj or obj.lower() not in it.paragraphs[j][1].lower():
+                continue
+            q = RELATION_QUESTIONS.get(rel, "What is the " + rel + " of {s}?").format(s=subj)
+            out.append(ReadItem(it.qid, f"{it.uid}-rel{n + 1}", it.source, q, it.paragraphs, [obj], [j], hop=True))
+    return out
+
+
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS})(?: \d{{4}})?|(?:{_MONTHS}) \d{{1,2}}, \d{{4}}|(?:{_MONTHS}) \d{{4}}"
+                   rf"|(?:1[0-9]|20)\d{{2}})\b")
+_NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+(?:(?:of|the|de|von|van|and|la|del)\s+)*[A-Z][\w'\-]*){0,4}")
+_PRONOUN = re.compile(r"^(He|She|It|They|His|Her|Its|Their)\b")
+_WHO_BEFORE = re.compile(r"\b(by|and|with|to|of|married|son of|daughter of)\s*$")
+
+
+def cloze_question(sentence: str, title: str, rng: random.Random, drop: float) -> tuple[str, str] | None:
+    """``(question, answer)`` cut from ``sentence``, or None when it has no usable answer.
+
+    The answer is a date / year (asked "when") or a capitalised name that is not the title
+    and not the sentence's first word (asked "who" after "by", "son of", ...; else "what").
+    """
+    cands = [(m.start(), m.end(), "when") for m in _DATE.finditer(sentence)]
+    dates = list(cands)
+    for m in _NAME.finditer(sentence):
+        if (m.start() == 0 or m.group(0).lower() in title.lower()
+                or any(a < m.end() and m.start() < b for a, b, _ in dates)):
+            continue
+        who = bool(_WHO_BEFORE.search(sentence[: m.start()]))
+        cands.append((m.start(), m.end(), "who" if who else "what"))
+    cands = [c for c in cands if 1 <= len(sentence[c[0]:c[1]].split()) <= 6]
+    if not cands:
+        return None
+    a, b, wh = rng.choice(cands)
+    answer = sentence[a:b]
+    before, after = sentence[:a], sentence[b:]
+    pron = _PRONOUN.match(before)
+    if pron and title:
+        owner = pron.group(1) in ("His", "Her", "Its", "Their")
+        before = (title + ("'s" if owner else "")) + before[pron.end():]
+    words = [w for w in f"{before} {wh.upper()} {after}".replace(".", " ").split() if w]
+    keep = [w for w in words if w == wh.upper() or rng.random() >= drop]
+    if len(keep) < 4:
+        return None
+    q = " ".join(keep).replace(wh.upper(), wh).rstrip(",;:") + "?"
+    return q[0].upper() + q[1:], answer
+
+
+def cloze_items(items: Sequence[ReadItem], per_item: int, drop: float, seed: int) -> list[ReadItem]:
+    """``per_item`` cloze questions (:func:`cloze_question`) from each item's paragraphs, read
+    over the item's paragraphs (the sentence's own and the others as distractors)."""
+    from searchsmith.models.text import sentence_texts
+
+    rng = random.Random(seed)
+    out = []
+    for it in items:
+        if it.source in ("synthetic", "demo") or not it.paragraphs:
+            continue
+        tries, made = 0, 0
+        while made < per_item and tries < 6 * per_item:
+            tries += 1
+            j = rng.randrange(len(it.paragraphs))
+            title, text = it.paragraphs[j]
+            sents = [x for x in sentence_texts(text) if len(x.split()) >= 5]
+            if not sents:
+                continue
+            got = cloze_question(rng.choice(sents), title, rng, drop)
+            if got is None:
+                continue
+            made += 1
+            out.append(ReadItem(it.qid, f"{it.uid}-cloze{made}", it.source, got[0], it.paragraphs, [got[1]], [j],
+                                hop=True))
+    return out
+
+
 def find_answer(context: str, answers: Sequence[str], prefer: Sequence[tuple[int, int]] = ()) -> tuple[int, int] | None:
     """Character range of the first occurrence of an answer in ``context`` (case-insensitive,
     on word boundaries), preferring one inside a ``prefer`` range (the gold paragraphs)."""
@@ -272,4 +400,5 @@ def find_answer(context: str, answers: Sequence[str], prefer: Sequence[tuple[int
     return hits[0] if hits else None
 
 
-__all__ = ["LOADERS", "SOURCES", "ReadItem", "ReaderData", "find_answer", "load_items"]
+__all__ = ["LOADERS", "SOURCES", "ReadItem", "ReaderData", "cloze_items", "cloze_question", "find_answer",
+           "load_items", "relation_items"]

@@ -45,7 +45,14 @@ from searchsmith.models.reader_model import SpanReader, TorchReader
 from searchsmith.models.text import exact_match, sentence_texts, token_f1
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key
-from searchsmith.training.read_data import ReaderData, ReadItem, find_answer, load_items
+from searchsmith.training.read_data import (
+    ReaderData,
+    ReadItem,
+    cloze_items,
+    find_answer,
+    load_items,
+    relation_items,
+)
 from searchsmith.training.registry import register_recipe
 from searchsmith.training.trainer import is_main_process, seed_everything, train, write_json_atomic
 
@@ -405,8 +412,12 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
     unanswerable = no_answer_items(train_items, keep_answers=False)
     random.Random(cfg.data.split_seed).shuffle(unanswerable)
     unanswerable = unanswerable[: int(round(cfg.data.no_answer_ratio * len(train_items)))]
-    windows, counts = label_windows([*train_items, *unanswerable], tokenizer, settings,
+    records = [it for it in train_items if not it.hop]
+    single = (relation_items(records) if cfg.data.wiki_relations else []) + cloze_items(
+        records, cfg.data.cloze_per_item, cfg.data.cloze_drop, cfg.data.split_seed)
+    windows, counts = label_windows([*train_items, *single, *unanswerable], tokenizer, settings,
                                     cfg.data.negatives_per_positive, cfg.data.split_seed)
+    counts["single_hop_made"] = len(single)
     if len(windows) < cfg.optim.batch_size:
         raise ValidationError(f"data: {len(windows)} training windows, fewer than optim.batch_size="
                               f"{cfg.optim.batch_size}; add data or lower it")

@@ -193,3 +193,46 @@ def test_tiny_reader_with_shared_normalisation_selects_by_span(tmp_path) -> None
     metrics = get_recipe("reader").fn(cfg, run_dir=run)
     assert 0.0 <= metrics["f1"] <= 1.0
     assert json.loads((run / "model" / "reader.json").read_text())["select"] == "span"
+
+
+def test_cloze_questions_hide_their_answer_and_resolve_pronouns() -> None:
+    import random
+
+    from searchsmith.training.read_data import cloze_question
+
+    rng = random.Random(0)
+    sentence = "He was born in Vienna on 3 May 1901 and was married to Clara Haskil."
+    got = {cloze_question(sentence, "Otto Weber", random.Random(s), 0.0) for s in range(40)}
+    got.discard(None)
+    answers = {a for _, a in got}
+    assert answers <= {"Vienna", "3 May 1901", "Clara Haskil"} and len(answers) >= 2
+    for q, a in got:
+        assert a not in q and q.startswith("Otto Weber was born") and q.endswith("?")
+        wh = {"3 May 1901": "when", "Clara Haskil": "who", "Vienna": "what"}[a]
+        assert f" {wh} " in f" {q[:-1]} "
+    # a sentence without a date or a name (other than its first word) gives nothing
+    assert cloze_question("It was small and very quiet in the morning.", "x", rng, 0.0) is None
+
+
+def test_relation_and_cloze_items_stay_with_their_record() -> None:
+    from searchsmith.training.read_data import cloze_items, relation_items
+
+    paras = [("Payment on Demand", "Payment on Demand is a 1951 film directed by Curtis Bernhardt."),
+             ("Curtis Bernhardt", "Curtis Bernhardt was a German film director. He died on 22 February 1981 in "
+                                  "Pacific Palisades.")]
+    it = ReadItem("2wiki-1", "2wiki-1", "2wikimultihopqa", "When did the director of Payment on Demand die?",
+                  paras, ["22 February 1981"], [0, 1],
+                  evidences=(("Payment on Demand", "director", "Curtis Bernhardt"),
+                             ("Curtis Bernhardt", "date of death", "22 February 1981"),
+                             ("Nobody", "director", "Someone")))
+    rel = relation_items([it])
+    assert [(r.question, r.answers, r.support) for r in rel] == [
+        ("Who directed Payment on Demand?", ["Curtis Bernhardt"], [0]),
+        ("When did Curtis Bernhardt die?", ["22 February 1981"], [1])]
+    assert all(r.qid == it.qid and r.hop for r in rel)  # split with their record, never evaluated
+    cz = cloze_items([it], 3, 0.0, seed=1)
+    assert len(cz) == 3 and all(c.qid == it.qid and c.hop for c in cz)
+    for c in cz:
+        assert c.answers[0] in paras[c.support[0]][1] and c.answers[0] not in c.question
+    with pytest.raises(ValueError, match="cloze_per_item"):
+        ReaderData(cloze_per_item=-1)
