@@ -33,7 +33,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1081,7 +1081,8 @@ def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:
 
 
 def rewrite_retrieval(rows: Sequence[dict[str, Any]], preds: Sequence[str],
-                      extra_docs: Sequence[str] = (), k: int = NDCG_K) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                      extra_docs: Sequence[str] = (), k: int = NDCG_K,
+                      others: Mapping[str, Sequence[str]] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The retrieval each rewrite drives, for the turns that carry their answer ``passage``.
 
     Protocol (the CAsT qrels and collections are not in ../shared/data): the corpus is every
@@ -1091,23 +1092,31 @@ def rewrite_retrieval(rows: Sequence[dict[str, Any]], preds: Sequence[str],
     the raw query (copy baseline) and the manual rewrite (upper bound). Reported: nDCG@k and
     MRR@k of each, and ``agreement@k``: nDCG@k of a ranking against the manual rewrite's top k
     taken as relevant (a proxy; the manual rewrite scores 1 by construction). This is not CAsT's
-    official NDCG (graded qrels over the full collections).
+    official NDCG (graded qrels over the full collections). ``others``: more rewrites to rank
+    with, one per row, by name (``heuristic``: the pipeline's no-model rewrite), reported with
+    the suffix ``_<name>``.
 
     Returns:
         ``(metrics, per-turn rows)``; empty when no row has a passage.
     """
-    turns = [(r, p) for r, p in zip(rows, preds, strict=True) if isinstance(r.get("passage"), str) and r["passage"]]
+    others = dict(others or {})
+    for name, texts in others.items():
+        if len(texts) != len(rows):
+            raise ValueError(f"rewrite_retrieval: others[{name!r}] has {len(texts)} rewrites for {len(rows)} rows")
+    turns = [(n, r, p) for n, (r, p) in enumerate(zip(rows, preds, strict=True))
+             if isinstance(r.get("passage"), str) and r["passage"]]
     if not turns:
         return {}, []
-    passages = list(dict.fromkeys(" ".join(r["passage"].split()) for r, _ in turns))
+    passages = list(dict.fromkeys(" ".join(r["passage"].split()) for _, r, _ in turns))
     docs = passages + [d for d in extra_docs if d not in set(passages)]
     gold_of = {p: i for i, p in enumerate(passages)}
     bm = BM25(docs)
     out_rows = []
-    for r, pred in turns:
+    for n, r, pred in turns:
         gold = gold_of[" ".join(r["passage"].split())]
         lists = {v: [i for i, _ in bm.top_k(text, k)] for v, text in
-                 (("model", pred), ("copy_query", r["query"]), ("manual", r["rewrite"]))}
+                 (("model", pred), ("copy_query", r["query"]), *((name, t[n]) for name, t in others.items()),
+                  ("manual", r["rewrite"]))}
         reference = set(lists["manual"])
         row: dict[str, Any] = {"id": r.get("id"), "query": r["query"], "pred": pred}
         for v, ranked in lists.items():
@@ -1130,8 +1139,19 @@ REWRITE_RETRIEVAL_PROTOCOL = (
     "rewrite_retrieval_*: a known-item proxy, not CAsT's official NDCG (no CAsT qrels or collection here): "
     "BM25 over the turns' canonical answer passages (CAsT 2021/2022 canonical_response, exported as 'passage'; "
     "plus --corpus JSONL 'text' when given), each turn's own passage relevant; the model rewrite, the raw query "
-    "(_copy_query) and the manual rewrite (_manual, upper bound). agreement@10: nDCG@10 against the manual "
+    "(_copy_query), the pipeline's heuristic rewrite without a model (_heuristic: the query plus salient history "
+    "terms) and the manual rewrite (_manual, upper bound). agreement@10: nDCG@10 against the manual "
     "rewrite's top 10 taken as relevant.")
+
+
+def heuristic_rewrites(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The pipeline's no-model rewrite (:class:`~searchsmith.serving.rewrite.HeuristicRewriter`)
+    of each ``{"history", "query"}`` row."""
+    from searchsmith.serving.rewrite import HeuristicRewriter, parse_history
+
+    rewriter = HeuristicRewriter()
+    return [rewriter.rewrite(parse_history(r.get("history") or [], field=f"rows[{n}].history"), r["query"])
+            for n, r in enumerate(rows)]
 
 
 def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
@@ -1161,12 +1181,17 @@ def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
     copy = rewrite_metrics([r["query"] for r in rows], [r["rewrite"] for r in rows])
     metrics["rewrite_em_copy_query"] = copy["rewrite_em"]
     metrics["rewrite_f1_copy_query"] = copy["rewrite_f1"]
+    heuristic = heuristic_rewrites(rows)  # what the pipeline does without a model
+    for row, r, h in zip(per_item, rows, heuristic, strict=True):
+        row["rewrite_f1_heuristic"] = rewrite_metrics([h], [r["rewrite"]])["rewrite_f1"]
+    metrics["rewrite_f1_heuristic"] = rewrite_metrics(heuristic, [r["rewrite"] for r in rows])["rewrite_f1"]
     out = with_bootstrap(metrics, per_item)
     extra: list[str] = []
     if getattr(args, "corpus", None):
         extra = [f"{d.get('title') or ''} {d['text']}".strip() for d in read_jsonl(args.corpus, required=("text",))]
     retrieval, retrieval_rows = rewrite_retrieval(
-        [{**r, "id": item["id"]} for r, item in zip(rows, items, strict=True)], [row["pred"] for row in per_item], extra)
+        [{**r, "id": item["id"]} for r, item in zip(rows, items, strict=True)], [row["pred"] for row in per_item], extra,
+        others={"heuristic": heuristic})
     if retrieval:
         by_id = {row["id"]: row for row in retrieval_rows}
         for row in per_item:

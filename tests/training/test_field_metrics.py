@@ -120,6 +120,10 @@ def test_rewrite_retrieval_copying_the_manual_rewrite_scores_its_upper_bound() -
     assert metrics["rewrite_retrieval_ndcg@10_copy_query"] < 1.0
     assert isinstance(metrics["rewrite_retrieval_ndcg@10_ci95"], list)
     assert ev.rewrite_retrieval(TURNS[3:], ["x"]) == ({}, [])
+    with pytest.raises(ValueError, match="heuristic"):
+        ev.rewrite_retrieval(TURNS, [t["rewrite"] for t in TURNS], others={"heuristic": ["only one"]})
+    got, _ = ev.rewrite_retrieval(TURNS, [t["rewrite"] for t in TURNS], others={"heuristic": [t["query"] for t in TURNS]})
+    assert got["rewrite_retrieval_ndcg@10_heuristic"] == got["rewrite_retrieval_ndcg@10_copy_query"]
 
 
 def test_rewrite_retrieval_on_a_hand_ranked_case() -> None:
@@ -146,6 +150,11 @@ def test_eval_rewrite_reports_retrieval_for_model_copy_and_manual(
     assert out["rewrite_retrieval_ndcg@10"] == 1.0 == out["rewrite_retrieval_ndcg@10_manual"]
     assert out["rewrite_retrieval_ndcg@10_copy_query"] < 1.0
     assert isinstance(out["rewrite_retrieval_ndcg@10_copy_query_ci95"], list)
+    # the heuristic rewrite appends the history's salient terms ("Lumen lighthouse", "Varok glacier"):
+    # it finds the passages the raw follow-ups miss
+    assert out["rewrite_retrieval_ndcg@10_copy_query"] < out["rewrite_retrieval_ndcg@10_heuristic"] == 1.0
+    assert 0.0 < out["rewrite_f1_heuristic"] < 1.0 and "rewrite_f1_heuristic" in out
+    assert "_heuristic" in out["rewrite_retrieval_protocol"]
     assert "not CAsT's official NDCG" in out["rewrite_retrieval_protocol"]
     assert list(out)[-1] == "bootstrap"
     rows = [json.loads(x) for x in per_item.read_text().splitlines()]
