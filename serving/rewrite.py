@@ -115,3 +115,18 @@ class HeuristicRewriter:
             return query
         terms = self.salient_terms(history, query)
         return f"{query} ({' '.join(terms)})" if terms else query
+
+
+_APPENDED_TERMS = re.compile(r" \(([^()]+)\)")
+
+
+def appended_terms(query: str, rewrite: str) -> tuple[str, str]:
+    """``(question, suffix)``: a :class:`HeuristicRewriter` rewrite split into the query it
+    kept and the `` (history terms)`` it appended (``suffix`` "" for any other rewrite).
+
+    The terms are context for retrieval, not part of the question: the decomposition stage
+    decomposes the question and gives each step the suffix.
+    """
+    if rewrite != query and rewrite.startswith(query) and _APPENDED_TERMS.fullmatch(rewrite[len(query):]):
+        return query, rewrite[len(query):]
+    return rewrite, ""

@@ -2,7 +2,9 @@
 
 The decomposer bundle's ``decompose(question, max_nodes)`` gives a QDG (repaired, never
 trusted raw); without a bundle, or under a preset that skips decomposition, the question
-is one ``terminal`` node. Strategies after SRSA map onto the graph's type:
+is one ``terminal`` node. The history terms the heuristic rewrite appends (`` (Lumen
+eviction)``) are context, not question: the question is decomposed without them and every
+step carries them (:func:`~searchsmith.serving.rewrite.appended_terms`). Strategies after SRSA map onto the graph's type:
 ``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` -> ``planning``; a config
 or request may force one (the router ablation of ``searchsmith eval pipeline``).
 """
@@ -11,10 +13,11 @@ from __future__ import annotations
 
 import logging
 
-from searchsmith.models.qdg import QDG, repair, terminal
+from searchsmith.models.qdg import QDG, QDGNode, repair, terminal
 from searchsmith.models.roles import Decomposer
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset
 from searchsmith.serving.pipeline.state import PipelineState, estimate_tokens
+from searchsmith.serving.rewrite import appended_terms
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,15 @@ class DecompositionStage:
                 st.skipped, st.note = True, f"{why}: the question is one terminal node"
             else:
                 try:
-                    raw = self.bundle.decompose(question, max_nodes=self.config.max_nodes)
-                    graph = repair(raw, question, max_nodes=self.config.max_nodes)
+                    # the heuristic rewrite's appended history terms are not part of the question
+                    base, terms = appended_terms(state.query, question)
+                    raw = self.bundle.decompose(base, max_nodes=self.config.max_nodes)
+                    graph = repair(raw, base, max_nodes=self.config.max_nodes)
+                    if terms:
+                        graph = QDG(graph.type, tuple(QDGNode(n.id, f"{n.text}{terms}", n.depends_on)
+                                                      for n in graph.nodes))
+                        st.note = (f"decomposed the question without the history terms the rewrite appended "
+                                   f"({terms.strip()}); every step carries them")
                     state.trace.count(self.name, 1, estimate_tokens(question),
                                       sum(estimate_tokens(n.text) for n in graph.nodes))
                 except Exception as exc:  # noqa: BLE001 - degrade to one terminal node

@@ -63,6 +63,28 @@ def test_rewrite_model_measured_below_copying_the_query_is_not_used(make_pipelin
     assert "0.764 only ties with copying the query (0.764)" in make_pipeline(bundles={"decomposer": dec}).rewrite_note
 
 
+def test_heuristic_history_terms_are_not_decomposed(make_pipeline, fakes):
+    """The heuristic rewrite's " (Lumen ...)" is context: the decomposer reads the question
+    alone (the quick tagger used to split the terms off as one-word steps) and every step
+    carries the terms to retrieval."""
+    from searchsmith.serving.rewrite import appended_terms
+
+    split = {"type": "split", "nodes": [{"id": "1", "text": "Where is the code?"},
+                                        {"id": "2", "text": "Where are the tests?"}]}
+    dec = fakes["decomposer"](graph=split)
+    dec.manifest["heldout_metrics"].update(rewrite_f1=0.1)  # the rewrite gated off: the heuristic rewrites
+    ans = make_pipeline(bundles={"decomposer": dec}).ask("Where is the code and the tests for it?", HISTORY)
+    assert ans["rewrite"].startswith("Where is the code and the tests for it? (Lumen")
+    assert ("decompose", "Where is the code and the tests for it?") in dec.calls
+    terms = ans["rewrite"][len("Where is the code and the tests for it?"):]
+    assert [n["text"] for n in ans["nodes"]] == [f"Where is the code?{terms}", f"Where are the tests?{terms}"]
+    assert "without the history terms" in ans["trace"]["stages"]["decomposition"]["note"]
+    # only the heuristic's own form is split: a model rewrite or a query with brackets of its own is not
+    assert appended_terms("Where is it?", "Where is the Lumen code?") == ("Where is the Lumen code?", "")
+    assert appended_terms("What is (x)?", "What is (x)?") == ("What is (x)?", "")
+    assert appended_terms("q", "q (a (b))") == ("q (a (b))", "")
+
+
 def test_failing_rewrite_degrades(make_pipeline, fakes):
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](fail=True)}).ask("Where is it?", HISTORY)
     assert ans["rewrite"] == "Where is it?"
