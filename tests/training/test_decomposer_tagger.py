@@ -195,3 +195,11 @@ def test_rewrite_tag_batch_offsets_the_tags_by_the_depths() -> None:
     assert set(labels) <= {4, 5, 6} and labels.count(5) == 2 and labels.count(6) == 1  # throat cancer / it
     with pytest.raises(Exception, match="joint_rewrite"):
         Decomposer(*build_tagger("default", depth=4, tiny_hidden=16), TAGGER).rewrite_head_from_classifier(0.3, 0.15)
+
+
+@pytest.mark.parametrize("depth", [0, -1])
+def test_a_recipe_with_fewer_than_one_depth_label_is_refused(depth: int) -> None:
+    from searchsmith.training.decomposer import DecomposerModelConfig
+
+    with pytest.raises(ValueError, match="model.tag_depth must be >= 1"):
+        DecomposerModelConfig(arch="tagger", tag_depth=depth)
