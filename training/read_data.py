@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.text import normalize_answer, read_jsonl
+from searchsmith.models.text import normalize_answer, read_jsonl, sentence_texts
 from searchsmith.training.data import resolve_data_path, synthetic_facts
 
 SOURCES = ("hotpotqa", "musique", "2wikimultihopqa", "demo", "synthetic")
@@ -309,7 +309,7 @@ def relation_items(items: Sequence[ReadItem]) -> list[ReadItem]:
             j = titles.get(subj.lower())
             if j is None or not obj or obj.lower() not in it.paragraphs[j][1].lower():
                 continue
-            q = RELATION_QUESTIONS.get(rel, "What is the " + rel + " of {s}?").format(s=subj)
+            q = RELATION_QUESTIONS.get(rel, "What is the {r} of {s}?").format(s=subj, r=rel)
             out.append(ReadItem(it.qid, f"{it.uid}-rel{n + 1}", it.source, q, it.paragraphs, [obj], [j], hop=True))
     return out
 
@@ -357,8 +357,6 @@ def cloze_question(sentence: str, title: str, rng: random.Random, drop: float) -
 def cloze_items(items: Sequence[ReadItem], per_item: int, drop: float, seed: int) -> list[ReadItem]:
     """``per_item`` cloze questions (:func:`cloze_question`) from each item's paragraphs, read
     over the item's paragraphs (the sentence's own and the others as distractors)."""
-    from searchsmith.models.text import sentence_texts
-
     rng = random.Random(seed)
     out = []
     for it in items:

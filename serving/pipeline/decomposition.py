@@ -4,8 +4,8 @@ The decomposer bundle's ``decompose(question, max_nodes)`` gives a QDG (repaired
 trusted raw); without a bundle, or under a preset that skips decomposition, the question
 is one ``terminal`` node. The history terms the heuristic rewrite appends (`` (Lumen
 eviction)``) are context, not question: the question is decomposed without them and every
-step carries them (:func:`~searchsmith.serving.rewrite.appended_terms`). Strategies after SRSA map onto the graph's type:
-``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` -> ``planning``; a config
+step carries them (:func:`~searchsmith.serving.rewrite.appended_terms`). Strategies after
+SRSA map onto the graph's type: ``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` -> ``planning``; a config
 or request may force one (the router ablation of ``searchsmith eval pipeline``).
 """
 
@@ -58,7 +58,7 @@ class DecompositionStage:
                                                       for n in graph.nodes))
                         st.note = (f"decomposed the question without the history terms the rewrite appended "
                                    f"({terms.strip()}); every step carries them")
-                    state.trace.count(self.name, 1, estimate_tokens(question),
+                    state.trace.count(self.name, 1, estimate_tokens(base),
                                       sum(estimate_tokens(n.text) for n in graph.nodes))
                 except Exception as exc:  # noqa: BLE001 - degrade to one terminal node
                     log.warning("decomposition failed (%s); searching the question as it is", exc)
