@@ -5,7 +5,14 @@ A trained model folder (``RUN_DIR/model``)::
     tagger/          HF AutoModelForTokenClassification + tokenizer, id2label = BIO labels
     scorer/          HF AutoModelForSequenceClassification (1 logit = supports)
     citation.json    {"labels", "max_length", "tagger_max_length", "support_threshold",
-                      "trained_steps": {"tagger": n, "scorer": m}, ...}
+                      "trained_steps": {"tagger": n, "scorer": m},
+                      "cosine_residual": {...} or absent, ...}
+
+With ``cosine_residual`` (:class:`CosineResidual`) the scorer's logit is a correction added to
+a logistic fit of the bi-encoder cosine, so that the trained scorer starts from, and can be
+shrunk back to, the pipeline's untrained cosine attribution: callers pass each pair's cosine
+(the best cosine between the sentence and one sentence of the passage, by the embedder the
+residual names) to ``attribute(pairs, cosine=...)``.
 
 Example::
 
@@ -16,7 +23,9 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +60,109 @@ def decode_spans(offsets: Sequence[tuple[int, int]], label_ids: Sequence[int],
     return spans
 
 
+@dataclass(frozen=True)
+class CosineResidual:
+    """How the scorer's logit combines with the bi-encoder cosine of the pair.
+
+    ``logit = cross_weight * scorer_logit + scale * cosine + bias``; P(supports) = sigmoid.
+    ``scale`` and ``bias`` are a logistic regression of the cosine on the training pairs
+    (the untrained baseline as a probability), ``cross_weight`` in [0, 1] is how much of the
+    trained scorer's correction is kept (chosen on the calibration claims: 0 serves the
+    cosine alone).
+
+    Attributes:
+        scale: weight of the cosine.
+        bias: intercept.
+        cross_weight: weight of the cross-encoder's logit.
+        embedder: the bi-encoder whose cosine was fitted (a display name; the pipeline's
+            embedder should be the same model).
+    """
+
+    scale: float
+    bias: float
+    cross_weight: float = 1.0
+    embedder: str = "all-MiniLM-L6-v2"
+
+    def __post_init__(self) -> None:
+        for name in ("scale", "bias", "cross_weight"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                raise BundleError(f"cosine_residual.{name}: expected a finite number, got {v!r}")
+        if not 0.0 <= self.cross_weight <= 1.0:
+            raise BundleError(f"cosine_residual.cross_weight must be in [0, 1], got {self.cross_weight}")
+
+    @classmethod
+    def from_json(cls, raw: Any) -> CosineResidual | None:
+        """None for an absent (null) entry; :class:`BundleError` for a malformed one."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or not {"scale", "bias"} <= set(raw):
+            raise BundleError(f"cosine_residual: expected {{'scale', 'bias', 'cross_weight', 'embedder'}}, "
+                              f"got {str(raw)[:120]}; re-export the bundle or retrain the citation model")
+        return cls(scale=raw["scale"], bias=raw["bias"], cross_weight=raw.get("cross_weight", 1.0),
+                   embedder=str(raw.get("embedder", "all-MiniLM-L6-v2")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scale": self.scale, "bias": self.bias, "cross_weight": self.cross_weight,
+                "embedder": self.embedder, "feature": "best cosine of the sentence with one passage sentence"}
+
+    def logits(self, cross_logits: np.ndarray, cosine: Any) -> np.ndarray:
+        """(N,) combined logits from the scorer's (N,) logits and the (N,) cosines.
+
+        Raises:
+            ValidationError: ``cosine`` is missing, of another length, or not finite.
+        """
+        n = len(cross_logits)
+        if cosine is None:
+            raise ValidationError(f"attribute: this scorer adds the bi-encoder cosine ({self.embedder}); pass "
+                                  "cosine=[the best cosine of each sentence with one sentence of its passage]")
+        cos = np.asarray(cosine, dtype=np.float64).reshape(-1)
+        if len(cos) != n or not np.all(np.isfinite(cos)):
+            raise ValidationError(f"attribute: cosine needs {n} finite values (one per pair), got "
+                                  f"{len(cos)}{'' if np.all(np.isfinite(cos)) else ' with NaN or inf'}")
+        return self.cross_weight * np.asarray(cross_logits, np.float64) + self.scale * cos + self.bias
+
+    def probs(self, cross_logits: np.ndarray, cosine: Any) -> np.ndarray:
+        """(N,) float32 P(supports)."""
+        return sigmoid(self.logits(cross_logits, cosine)).astype(np.float32)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Numerically stable logistic function."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(x >= 0, 1.0 / (1.0 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1.0 + np.exp(-np.abs(x))))
+
+
+def fit_cosine_logistic(cosine: Sequence[float], labels: Sequence[int], l2: float = 1e-3,
+                        steps: int = 50) -> tuple[float, float]:
+    """``(scale, bias)`` of a logistic regression of ``labels`` on ``cosine`` (Newton's method).
+
+    Raises:
+        ValidationError: fewer than two pairs, or a single class.
+    """
+    x = np.asarray(cosine, dtype=np.float64).reshape(-1)
+    y = np.asarray(labels, dtype=np.float64).reshape(-1)
+    if len(x) != len(y) or len(x) < 2 or len(set(y.tolist())) < 2:
+        raise ValidationError(f"fit_cosine_logistic: needs pairs of both labels, got {len(x)} cosines "
+                              f"and {len(y)} labels with classes {sorted(set(y.tolist()))}")
+    X = np.stack([x, np.ones_like(x)], 1)  # (N, 2)
+    w = np.zeros(2)
+    reg = np.diag([l2, 0.0]) * len(x)
+    for _ in range(steps):
+        p = sigmoid(X @ w)
+        grad = X.T @ (p - y) + reg @ w
+        hess = (X * (p * (1 - p))[:, None]).T @ X + reg + 1e-9 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return float(w[0]), float(w[1])
+
+
 def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int,
-                batch_size: int = 64) -> np.ndarray:
-    """P(supports) = sigmoid(logit) of (sentence, passage) pairs, (N,) float32, input order."""
+                batch_size: int = 64, return_logits: bool = False) -> np.ndarray:
+    """P(supports) = sigmoid(logit) of (sentence, passage) pairs, (N,) float32, input order
+    (the raw logits with ``return_logits``)."""
     import torch
 
     was_training = model.training
@@ -68,7 +177,7 @@ def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], ma
             enc = tokenizer([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padding=True,
                             truncation="only_second", max_length=max_length, return_tensors="pt")
             logits = model(**enc.to(device)).logits.view(-1).float()  # (B,)
-            probs[idx] = torch.sigmoid(logits).cpu().numpy()
+            probs[idx] = (logits if return_logits else torch.sigmoid(logits)).cpu().numpy()
     if was_training:
         model.train()
     return probs
@@ -123,6 +232,8 @@ class CitationModel:
         max_length: token limit of a (sentence, passage) pair.
         tagger_max_length: token limit of a tagged sentence.
         support_threshold: P(supports) at or above which a passage counts as supporting.
+        cosine_residual: how the scorer adds to the bi-encoder cosine, or None (the scorer
+            alone).
     """
 
     def __init__(self, tagger: Any, scorer: Any, tokenizer: Any, meta: dict[str, Any],
@@ -133,6 +244,7 @@ class CitationModel:
         self.max_length = int(meta["max_length"])
         self.tagger_max_length = int(meta.get("tagger_max_length", self.max_length))
         self.support_threshold = float(meta["support_threshold"])
+        self.cosine_residual = CosineResidual.from_json(meta.get("cosine_residual"))
         self.device = device
 
     @classmethod
@@ -207,9 +319,15 @@ class CitationModel:
                 "max_length": self.tagger_max_length}
         return spans, meta
 
-    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False
-                  ) -> np.ndarray | tuple[np.ndarray, dict]:
+    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False,
+                  cosine: Sequence[float] | None = None) -> np.ndarray | tuple[np.ndarray, dict]:
         """P(the passage supports the sentence) for each ``(sentence, passage)`` pair.
+
+        Args:
+            pairs: (N,) ``(sentence, passage)`` string pairs.
+            return_meta: also return ``{"truncated", "max_length"}``.
+            cosine: (N,) the bi-encoder cosine of each pair; required when the model has a
+                ``cosine_residual``, ignored otherwise.
 
         Returns:
             (N,) float32 probabilities (and the meta dict when ``return_meta``).
@@ -221,8 +339,13 @@ class CitationModel:
                     or not all(isinstance(x, str) for x in p)):
                 raise ValidationError(f"attribute[{i}]: expected a (sentence, passage) pair of "
                                       f"strings, got {str(p)[:80]}")
+        res = self.cosine_residual
+        if res is not None:
+            res.logits(np.zeros(len(pairs)), cosine)  # checks the cosines before the model runs
         probs = score_pairs(self.scorer, self.tokenizer, [tuple(p) for p in pairs],
-                            self.max_length)
+                            self.max_length, return_logits=res is not None)
+        if res is not None:
+            probs = res.probs(probs, cosine)
         if not return_meta:
             return probs
         enc = self.tokenizer([p[0] for p in pairs], [p[1] for p in pairs])["input_ids"]
@@ -231,4 +354,5 @@ class CitationModel:
         return probs, meta
 
 
-__all__ = ["ENTITY_TYPES", "LABELS", "CitationModel", "decode_spans", "score_pairs", "tag_sentences"]
+__all__ = ["ENTITY_TYPES", "LABELS", "CitationModel", "CosineResidual", "decode_spans", "fit_cosine_logistic",
+           "score_pairs", "sigmoid", "tag_sentences"]

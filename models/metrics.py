@@ -86,11 +86,59 @@ def roc_auc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
     return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def balanced_accuracy(labels: Sequence[int], predicted: Sequence[int]) -> float | None:
+    """Mean of the recall of each class (LLM-AggreFact's measure); None when a class is absent."""
+    pairs = list(zip(labels, predicted, strict=True))
+    pos = [p for y, p in pairs if y == 1]
+    neg = [p for y, p in pairs if y != 1]
+    if not pos or not neg:
+        return None
+    return 0.5 * (sum(1 for p in pos if p == 1) / len(pos) + sum(1 for p in neg if p != 1) / len(neg))
+
+
 def attribution_metrics(labels: Sequence[int], probs: Sequence[float],
                         threshold: float) -> dict[str, float | None]:
-    """``precision, recall, f1`` at ``threshold`` and ``roc_auc`` of P(positive)."""
+    """``precision, recall, f1`` and ``balanced_accuracy`` at ``threshold``, ``roc_auc`` of P(positive)."""
     pred = [int(p >= threshold) for p in probs]
-    return {**binary_prf(labels, pred), "roc_auc": roc_auc(labels, probs)}
+    return {**binary_prf(labels, pred), "balanced_accuracy": balanced_accuracy(labels, pred),
+            "roc_auc": roc_auc(labels, probs)}
+
+
+def top1_per_group(sizes: Sequence[int], scores: Sequence[float]) -> list[int]:
+    """0/1 per score: 1 for the best score of each consecutive group of ``sizes`` (first on ties)."""
+    x = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if sum(sizes) != len(x) or any(n < 1 for n in sizes):
+        raise ValidationError(f"top1_per_group: group sizes {list(sizes)[:8]}... must be >= 1 and sum to "
+                              f"the {len(x)} scores")
+    out, k = [0] * len(x), 0
+    for n in sizes:
+        out[k + int(np.argmax(x[k:k + n]))] = 1
+        k += n
+    return out
+
+
+def best_f1_threshold(labels: Sequence[int], scores: Sequence[float]) -> tuple[float, float]:
+    """``(threshold, f1)``: the cut among the scores that maximises F1 of ``score >= cut``
+    (ties: the higher cut, fewer citations).
+
+    Raises:
+        ValidationError: no positive label or an empty input.
+    """
+    y = np.asarray(labels, dtype=np.int64).reshape(-1)
+    x = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if len(y) != len(x) or not len(y) or not y.sum():
+        raise ValidationError(f"best_f1_threshold: needs scores with at least one positive label, got "
+                              f"{len(x)} scores and {int(y.sum()) if len(y) else 0} positives")
+    order = np.argsort(-x, kind="stable")
+    xs, ys = x[order], y[order]
+    tp = np.cumsum(ys)  # cut after position k: predicted = k + 1
+    n_pred = np.arange(1, len(ys) + 1)
+    f1 = 2 * tp / (n_pred + ys.sum())
+    last = np.r_[xs[1:] != xs[:-1], True]  # a cut keeps every tie of its score
+    f1 = np.where(last, f1, -1.0)
+    best = float(f1.max())
+    k = int(np.flatnonzero(f1 == best)[0])  # the first maximum: the highest cut
+    return float(xs[k]), best
 
 
 # --------------------------------------------------------------------------- ranking
@@ -406,6 +454,8 @@ def qdmr_ged(pred_steps: Sequence[str], gold_steps: Sequence[str],
 __all__ = [
     "BM25",
     "attribution_metrics",
+    "balanced_accuracy",
+    "best_f1_threshold",
     "binary_prf",
     "bm25_tokens",
     "dcg",
@@ -425,6 +475,7 @@ __all__ = [
     "sari",
     "span_prf",
     "step_similarity",
+    "top1_per_group",
 ]
 
 

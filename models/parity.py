@@ -229,8 +229,10 @@ def parity_check(task: str, ref: Bundle, fp32: Bundle, final: Bundle, dtype: Dty
                 total += int(mask.sum())
             check(f"{dtype}_tagger_label_agreement", agree / max(total, 1), th.cite_min_agreement, True)
             thr = ref.support_threshold
-            pa = ref.attribute(list(zip(pairs_a, pairs_b, strict=True)))
-            pb = final.attribute(list(zip(pairs_a, pairs_b, strict=True)))
+            # a residual scorer adds the pair's cosine: one plausible value for every pair
+            cos = {"cosine": [0.5] * len(pairs_a)} if ref.cosine_residual is not None else {}
+            pa = ref.attribute(list(zip(pairs_a, pairs_b, strict=True)), **cos)
+            pb = final.attribute(list(zip(pairs_a, pairs_b, strict=True)), **cos)
             check(f"{dtype}_scorer_decision_agreement", float(np.mean((pa >= thr) == (pb >= thr))),
                   th.cite_min_agreement, True)
     elif task == "decompose":

@@ -74,8 +74,10 @@ class Citer(Protocol):
         """Character spans ``(start, end, type)`` per sentence."""
         ...
 
-    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> np.ndarray:
-        """(n,) float32 P(supports) of (sentence, source text) pairs."""
+    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False,
+                  cosine: Sequence[float] | None = None) -> np.ndarray:
+        """(n,) float32 P(supports) of (sentence, source text) pairs (``cosine``: each pair's
+        bi-encoder cosine, for a scorer with a ``cosine_residual``)."""
         ...
 
 

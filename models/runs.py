@@ -105,6 +105,8 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
         extra["labels"] = list(meta["labels"])
         extra["thresholds"] = {k: v for k, v in meta.items() if "threshold" in k}
         extra["thresholds"].setdefault("support_threshold", 0.5)
+        if meta.get("cosine_residual") is not None:
+            extra["cosine_residual"] = meta["cosine_residual"]
     elif task == "read":
         from searchsmith.models.reader import ReaderSettings
 

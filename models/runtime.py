@@ -418,6 +418,9 @@ class CiteBundle(Bundle):
         self.labels: list[str] = list(self.manifest["labels"])
         self.support_threshold = float(self.manifest["thresholds"]["support_threshold"])
         self.tagger_max_length = int(self.manifest.get("tagger_max_length", self.max_length))
+        from searchsmith.models.citation import CosineResidual
+
+        self.cosine_residual = CosineResidual.from_json(self.manifest.get("cosine_residual"))
 
     def entities(self, sentences: Sequence[str], return_meta: bool = False) -> WithMeta[list[list[EntitySpan]]]:
         """Character spans ``(start, end, type)`` of the entities in each sentence."""
@@ -438,14 +441,22 @@ class CiteBundle(Bundle):
                 out.append(decode_spans([k[0] for k in keep], [k[1] for k in keep], self.labels))
         return self._meta(out, return_meta, sentences, max_length=limit)
 
-    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> WithMeta[np.ndarray]:
-        """P(supports) (n,) float32 for (sentence, source text) pairs."""
+    def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False,
+                  cosine: Sequence[float] | None = None) -> WithMeta[np.ndarray]:
+        """P(supports) (n,) float32 for (sentence, source text) pairs; ``cosine`` (n,), the
+        bi-encoder cosine of each pair, is required when the manifest has a ``cosine_residual``
+        (:class:`searchsmith.models.citation.CosineResidual`) and ignored otherwise."""
+        from searchsmith.models.citation import sigmoid
+
         pairs = _check_pairs(pairs, "attribute")
         a, b = [x for x, _ in pairs], [y for _, y in pairs]
+        res = self.cosine_residual
+        if res is not None:
+            res.logits(np.zeros(len(pairs)), cosine)  # checks the cosines before the model runs
         probs = np.zeros((0,), np.float32)
         if pairs:
             logits = self._run_text("scorer", self._encode_text(a, b), len(pairs)).reshape(-1)
-            probs = (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+            probs = res.probs(logits, cosine) if res is not None else sigmoid(logits).astype(np.float32)
         return self._meta(probs, return_meta, a, b)
 
 

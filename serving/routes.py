@@ -320,6 +320,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         if bundle is None and encode is None:
             raise NotReadyError("/v1/cite: no citation bundle and no embedder are loaded; add bundles.citation "
                                 "or bundles.embedder to serve.yaml")
+        if encode is None and getattr(bundle, "cosine_residual", None) is not None:
+            raise NotReadyError("/v1/cite: the citation bundle's scorer adds the bi-encoder cosine and no embedder "
+                                "is loaded; add bundles.embedder to serve.yaml")
         threshold = support_threshold(bundle, cfg) if req.threshold is None else req.threshold
         found = await _call(state, "cite", lambda: cite_sentences(
             sentences, docs, config=cfg, bundle=bundle, encode=encode, threshold=threshold,

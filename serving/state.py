@@ -163,7 +163,8 @@ def _warm(task: str, bundle: Any) -> None:
         bundle.decompose("warm up")
     elif task == "cite":
         bundle.entities(["warm up"])
-        bundle.attribute([("warm up", "warm up")])
+        bundle.attribute([("warm up", "warm up")],
+                         **({"cosine": [1.0]} if getattr(bundle, "cosine_residual", None) is not None else {}))
     elif task == "images":
         bundle.encode_text(["warm up"])
 

@@ -15,14 +15,25 @@ Two models, both from the base model (default: the bundled all-MiniLM-L6-v2):
    ``searchsmith eval cite`` scores real labels when the eval file has ``entities``.
 2. **Attribution scorer**: a cross-encoder, ``(sentence, passage) -> 1 logit``;
    ``sigmoid(logit)`` is P(the passage supports the sentence), trained with binary
-   cross-entropy. ``support_threshold`` turns it into a decision.
+   cross-entropy. ``support_threshold`` turns it into a decision. With
+   ``model.cosine_residual`` the logit is a correction of the untrained baseline: a logistic
+   fit of the pipeline's cosine attribution (the best cosine between the sentence and one
+   passage sentence) on the training pairs is added to it, its head starts at zero (so the
+   untrained model *is* the cosine baseline), and on the calibration claims
+   (``data.calibration_ratio``, never trained on) the share of the correction kept,
+   ``cross_weight`` in ``model.cross_weights``, is the one with the best ROC AUC (0 serves
+   the cosine alone); ``calibrate_threshold`` sets the support threshold there too, where
+   F1 is best.
 
 The pairs, their sources and the split are in :mod:`searchsmith.training.cite_data`; the
 metrics in :mod:`searchsmith.models.metrics`; ``searchsmith eval cite`` in
 :mod:`searchsmith.training.evaluate_cite`. Metrics on the held-out split: attribution
-precision / recall / F1 at ``support_threshold``, ROC AUC (overall and per source) and
-entity F1, beside untrained baselines: the untuned bi-encoder's cosine (ROC AUC), the
-pipeline's cosine attribution, the untrained scorer and tagger, and "always supports".
+precision / recall / F1 and balanced accuracy at ``support_threshold``, ROC AUC (overall and
+per source) and entity F1, beside untrained baselines: the untuned bi-encoder's cosine (ROC
+AUC), the pipeline's cosine attribution, the untrained scorer and tagger, and "always
+supports"; with ``wice`` among the sources, WiCE's sentence-level task (``wice_sentence/*``,
+each sentence of the cited page scored on its own against the union of the supporting sets,
+on the WiCE claims never trained on) beside cosine top-1 and cosine at its threshold.
 
 Layout of the run folder::
 
@@ -30,6 +41,7 @@ Layout of the run folder::
     RUN_DIR/stages/scorer/  trainer.train run of the scorer
     RUN_DIR/model/tagger/   RUN_DIR/model/scorer/   RUN_DIR/model/citation.json
     RUN_DIR/metrics.json    RUN_DIR/run.json   RUN_DIR/split.json   RUN_DIR/heldout.cite.jsonl
+    RUN_DIR/heldout.wice_sentences.cite.jsonl   (WiCE's sentence-level task, with ``wice``)
 
 Each stage resumes on its own: kill the run while the scorer trains and rerun the same
 command; the finished tagger is reused and the scorer continues from its last checkpoint.
@@ -47,19 +59,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from searchsmith.models.citation import ENTITY_TYPES, LABELS, score_pairs, tag_sentences
+from searchsmith.models.citation import (
+    ENTITY_TYPES,
+    LABELS,
+    CosineResidual,
+    fit_cosine_logistic,
+    score_pairs,
+    sigmoid,
+    tag_sentences,
+)
 from searchsmith.models.config import to_dict
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.io import replace_dir
-from searchsmith.models.metrics import attribution_metrics, binary_prf, roc_auc, span_prf
+from searchsmith.models.metrics import (
+    attribution_metrics,
+    balanced_accuracy,
+    best_f1_threshold,
+    binary_prf,
+    roc_auc,
+    span_prf,
+    top1_per_group,
+)
 from searchsmith.models.text import entity_spans, sentence_texts
 from searchsmith.training.cite_data import (
     DATASET_PREFIX,
     CitationData,
     Pair,
+    calibration_split,
     eval_items,
     expertqa_pairs,
     load_pairs,
@@ -68,6 +98,7 @@ from searchsmith.training.cite_data import (
     synthetic_pairs,
     token_labels,
     wice_pairs,
+    wice_sentence_items,
 )
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
@@ -104,13 +135,27 @@ class CitationModelSpec:
             all-MiniLM-L6-v2 one for ``base_model: default`` or with ``config``); else a
             local folder or hub id. It must be a fast tokenizer (the tagger needs character
             offsets) that the models' vocabulary covers.
+        freeze_embeddings: keep the token/position embeddings fixed in both models (on
+            MiniLM half of the 22.7 M weights: halves AdamW's work and each checkpoint).
+        cosine_residual: train the scorer as a correction of the pipeline's cosine
+            attribution (module docstring); needs ``data.baseline_embedder``, whose cosine
+            the served model is then given with each pair.
+        cross_weights: the shares of the trained correction tried on the calibration claims
+            (the best ROC AUC wins, ties the smaller share); each in [0, 1]. Without
+            calibration claims the correction is kept whole.
     """
 
     config: dict[str, Any] | None = None
     tokenizer: str = "default"
-    # Keep the token/position embeddings fixed in both models: on MiniLM they are half of
-    # the 22.7 M weights, so freezing them halves AdamW's work and each checkpoint.
     freeze_embeddings: bool = False
+    cosine_residual: bool = False
+    cross_weights: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+
+    def __post_init__(self) -> None:
+        if not self.cross_weights or not all(isinstance(w, (int, float)) and 0 <= w <= 1
+                                             for w in self.cross_weights):
+            raise ValueError(f"model.cross_weights must be a non-empty list of numbers in [0, 1], got "
+                             f"{self.cross_weights}")
 
 
 @dataclass(frozen=True)
@@ -157,6 +202,9 @@ class CitationRecipe:
             citations. In (0, 1).
         eval_batch_size: pairs (scorer) or sentences (tagger) per forward pass in the
             held-out evaluation; speed and memory only.
+        calibrate_threshold: replace ``support_threshold`` by the cut with the best F1 on
+            the calibration claims (``data.calibration_ratio`` must be > 0); the saved
+            model and the held-out figures use it.
         optim: the attribution scorer's AdamW settings.
     """
 
@@ -166,6 +214,7 @@ class CitationRecipe:
     max_length: int = 128
     support_threshold: float = 0.5
     eval_batch_size: int = 64
+    calibrate_threshold: bool = False
     data: CitationData = field(default_factory=CitationData)
     model: CitationModelSpec = field(default_factory=CitationModelSpec)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -180,6 +229,12 @@ class CitationRecipe:
             raise ValueError(f"support_threshold must be in (0, 1), got {self.support_threshold}")
         if self.eval_batch_size < 1:
             raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        if self.calibrate_threshold and not self.data.calibration_ratio:
+            raise ValueError("calibrate_threshold needs calibration claims: set data.calibration_ratio "
+                             "(e.g. 0.15) or calibrate_threshold: false")
+        if self.model.cosine_residual and self.data.baseline_embedder == "none":
+            raise ValueError("model.cosine_residual needs the bi-encoder it corrects: set "
+                             "data.baseline_embedder (e.g. default) or model.cosine_residual: false")
 
 
 @dataclass(frozen=True)
@@ -241,15 +296,39 @@ def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
     if tagger.config.vocab_size < len(tokenizer):
         raise ConfigError(f"model: vocab_size {tagger.config.vocab_size} is smaller than the "
                           f"tokenizer's {len(tokenizer)} tokens; raise model.config.vocab_size")
+    if cfg.model.cosine_residual:
+        zero_score_head(scorer)
     return tagger, scorer, tokenizer
+
+
+def zero_score_head(scorer: Any) -> None:
+    """Zero the last projection to the single logit, so that the untrained correction is 0
+    and the residual scorer starts as the cosine baseline (the weights get gradients at once;
+    the encoder from the first step on).
+
+    Raises:
+        ConfigError: no final ``Linear(..., 1)`` in the model.
+    """
+    last = None
+    for _, mod in scorer.named_modules():
+        if isinstance(mod, torch.nn.Linear) and mod.out_features == 1:
+            last = mod
+    if last is None:
+        raise ConfigError(f"model.cosine_residual: {type(scorer).__name__} has no Linear(..., 1) head to "
+                          "start at zero; use a sequence-classification model with one logit")
+    with torch.no_grad():
+        last.weight.zero_()
+        if last.bias is not None:
+            last.bias.zero_()
 
 
 # ----------------------------------------------------------------------------- batches
 
 
-def scorer_batches(pairs: Sequence[Pair], tokenizer: Any, cfg: CitationRecipe
-                   ) -> Callable[[int], Iterator[dict[str, Any]]]:
-    """``epoch -> micro-batches`` of tokenized pairs with their 0/1 labels (B,)."""
+def scorer_batches(pairs: Sequence[Pair], tokenizer: Any, cfg: CitationRecipe,
+                   offsets: Sequence[float] | None = None) -> Callable[[int], Iterator[dict[str, Any]]]:
+    """``epoch -> micro-batches`` of tokenized pairs with their 0/1 labels (B,) and, given
+    ``offsets`` (one logit per pair: the residual's cosine term), ``offset`` (B,)."""
     bs = cfg.optim.batch_size
 
     def stream(epoch: int) -> Iterator[dict[str, Any]]:
@@ -260,8 +339,10 @@ def scorer_batches(pairs: Sequence[Pair], tokenizer: Any, cfg: CitationRecipe
             enc = tokenizer([pairs[i].sentence for i in idx], [pairs[i].passage for i in idx],
                             padding=True, truncation="only_second", max_length=cfg.max_length,
                             return_tensors="pt")
-            yield {"inputs": dict(enc),
-                   "labels": torch.tensor([float(pairs[i].label) for i in idx])}
+            batch = {"inputs": dict(enc), "labels": torch.tensor([float(pairs[i].label) for i in idx])}
+            if offsets is not None:
+                batch["offset"] = torch.tensor([float(offsets[i]) for i in idx])
+            yield batch
 
     return stream
 
@@ -347,34 +428,47 @@ def _cosine_scores(name: str, pairs: Sequence[Pair], cache: Path) -> list[float]
     return [float(se[si[p.sentence]] @ de[di[p.passage]]) for p in pairs]
 
 
-def cosine_attribution_scores(name: str, pairs: Sequence[Pair], cache: Path) -> list[float]:
+def cosine_attribution_scores(name: str, pairs: Sequence[Pair], cache: Path | None) -> list[float]:
     """The pipeline's fallback attribution: for each pair the best cosine between the sentence
     and one sentence of the passage (serving/pipeline/citation.py without a bundle)."""
+    return best_sentence_cosines(name, [(p.sentence, p.passage) for p in pairs], cache)
+
+
+def best_sentence_cosines(name: str, pairs: Sequence[tuple[str, str]], cache: Path | None) -> list[float]:
+    """For each ``(sentence, passage)`` the best cosine between the sentence and one sentence of
+    the passage, by the embedder ``name`` (the feature a residual scorer is given)."""
     from searchsmith.training.data import CachedEmbedder
 
     def parts(text: str) -> list[str]:
-        return [" ".join(s.split()) for s in sentence_texts(text)] or [text]
+        return [" ".join(s.split()) for s in sentence_texts(text)] or [" ".join(text.split())]
 
     emb = CachedEmbedder(name, cache)
-    texts = list(dict.fromkeys([" ".join(p.sentence.split()) for p in pairs]
-                               + [t for p in pairs for t in parts(p.passage)]))
+    texts = list(dict.fromkeys([" ".join(a.split()) for a, _ in pairs] + [t for _, b in pairs for t in parts(b)]))
     vecs = emb.encode(texts)  # (N, D) unit rows
     row = {t: i for i, t in enumerate(texts)}
     out = []
-    for p in pairs:
-        s = vecs[row[" ".join(p.sentence.split())]]
-        out.append(float(max(vecs[row[t]] @ s for t in parts(p.passage))))
+    for a, b in pairs:
+        s = vecs[row[" ".join(a.split())]]
+        out.append(float(max(vecs[row[t]] @ s for t in parts(b))))
     return out
 
 
 def cosine_attribution_baseline(y: Sequence[int], scores: Sequence[float], threshold: float
                                 ) -> dict[str, float]:
     """Flat baseline figures the serving gate reads (``baselines/cosine_attribution_*``)."""
-    prf = binary_prf(y, [int(c >= threshold) for c in scores])
-    auc = roc_auc(y, scores)
-    out = {f"cosine_attribution_{k}": v for k, v in prf.items()}
-    if auc is not None:
-        out["cosine_attribution_roc_auc"] = auc
+    pred = [int(c >= threshold) for c in scores]
+    prf = {**binary_prf(y, pred), "balanced_accuracy": balanced_accuracy(y, pred), "roc_auc": roc_auc(y, scores)}
+    return {f"cosine_attribution_{k}": v for k, v in prf.items() if v is not None}
+
+
+def sentence_level_figures(items: Sequence[dict[str, Any]], scores: Sequence[float], threshold: float,
+                           prefix: str) -> dict[str, float]:
+    """P/R/F1 (pooled over the pairs) at ``threshold`` and of each item's top document, and ROC
+    AUC, of ``scores`` on the pairs of cite-format ``items`` (``prefix``: the keys' start)."""
+    y = [int(d["id"] in it["cited"]) for it in items for d in it["documents"]]
+    out = {f"{prefix}{k}": v for k, v in attribution_metrics(y, scores, threshold).items() if v is not None}
+    top1 = top1_per_group([len(it["documents"]) for it in items], scores)
+    out.update({f"{prefix}top1_{k}": v for k, v in binary_prf(y, top1).items()})
     return out
 
 
@@ -400,6 +494,29 @@ def _save_curve(path: Path, stages: dict[str, dict[str, Any]], title: str) -> No
     os.replace(tmp, path)
 
 
+def _calibrate(cfg: CitationRecipe, labels: Sequence[int], logits: np.ndarray, cosine: Sequence[float],
+               residual: CosineResidual | None) -> tuple[CosineResidual | None, float, dict[str, Any]]:
+    """On the calibration pairs (``labels``, the scorer's raw ``logits`` and, for a residual,
+    their ``cosine``): the residual's ``cross_weight`` (best ROC AUC, ties the smaller) and
+    the support threshold (best F1 when ``calibrate_threshold``). Returns (residual,
+    threshold, the report)."""
+    from dataclasses import replace
+
+    report: dict[str, Any] = {"pairs": len(labels)}
+    if residual is not None:
+        aucs = {w: roc_auc(labels, replace(residual, cross_weight=w).probs(logits, cosine).tolist()) or 0.0
+                for w in sorted(set(cfg.model.cross_weights))}
+        best = min(aucs, key=lambda w: (-aucs[w], w))
+        residual = replace(residual, cross_weight=best)
+        report["roc_auc_by_cross_weight"] = {str(w): a for w, a in aucs.items()}
+        report["cross_weight"] = best
+    probs = (residual.probs(logits, cosine) if residual is not None else sigmoid(logits)).tolist()
+    threshold = best_f1_threshold(labels, probs)[0] if cfg.calibrate_threshold else cfg.support_threshold
+    report["support_threshold"] = threshold
+    report.update({f"attribution/{k}": v for k, v in attribution_metrics(labels, probs, threshold).items()})
+    return residual, threshold, report
+
+
 @register_recipe("citation", CitationRecipe)
 def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[str, Any]:
     """Train the entity tagger, then the attribution scorer; return the held-out metrics."""
@@ -415,8 +532,9 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     # 2. Data: pairs split by claim; sentences for the tagger; baselines on the held-out split.
     pairs = load_pairs(cfg.data)
     train_p, eval_p = split_pairs(pairs, cfg.data)
-    if len(train_p) < cfg.optim.batch_size:
-        raise ValidationError(f"data: {len(train_p)} training pairs, fewer than "
+    fit_p, cal_p = calibration_split(train_p, cfg.data)  # the scorer trains on fit_p only
+    if len(fit_p) < cfg.optim.batch_size:
+        raise ValidationError(f"data: {len(fit_p)} training pairs, fewer than "
                               f"optim.batch_size={cfg.optim.batch_size}; add data or lower it")
     train_sents = list(dict.fromkeys(p.sentence for p in train_p))
     eval_sents = list(dict.fromkeys(p.sentence for p in eval_p))
@@ -426,17 +544,42 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     eval_gold = [entity_spans(s) for s in eval_sents]
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "split.json", {
-        "seed": cfg.data.split_seed, "train": sorted({p.key for p in train_p}),
-        "eval": sorted({p.key for p in eval_p})})
+        "seed": cfg.data.split_seed, "train": sorted({p.key for p in fit_p}),
+        "calibration": sorted({p.key for p in cal_p}), "eval": sorted({p.key for p in eval_p})})
     write_jsonl_atomic(run_dir / "heldout.cite.jsonl", eval_items(eval_p))
+    # WiCE's sentence-level task on the WiCE claims neither trained nor calibrated on
+    wice_items = wice_sentence_items(cfg.data, {p.key for p in train_p}) if "wice" in cfg.data.sources else []
+    if wice_items:
+        write_jsonl_atomic(run_dir / "heldout.wice_sentences.cite.jsonl", wice_items)
+    wice_pairs_ = [(it["sentence"], d["text"]) for it in wice_items for d in it["documents"]]
     y_eval = [p.label for p in eval_p]
     eval_pairs = [(p.sentence, p.passage) for p in eval_p]
     sources = sorted({p.source for p in eval_p})
+    cache = run_dir / "cache"
 
-    def scorer_eval(m: Any) -> dict[str, float]:
-        probs = score_pairs(m, tokenizer, eval_pairs, cfg.max_length, cfg.eval_batch_size)
-        out = {f"attribution/{k}": v for k, v in
-               attribution_metrics(y_eval, probs.tolist(), cfg.support_threshold).items()}
+    # The residual's cosine term: a logistic fit of the pipeline's cosine attribution on the
+    # training pairs; each pair's term is an offset of the scorer's logit.
+    residual: CosineResidual | None = None
+    cos_eval: list[float] = []
+    if cfg.model.cosine_residual:
+        cos_fit = cosine_attribution_scores(cfg.data.baseline_embedder, fit_p, cache)
+        scale, bias = fit_cosine_logistic(cos_fit, [p.label for p in fit_p])
+        residual = CosineResidual(scale, bias, 1.0, model_display_name(cfg.data.baseline_embedder))
+        cos_eval = cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache)
+        fit_offsets = [scale * c + bias for c in cos_fit]
+
+    def probs_of(m: Any, pairs_: Sequence[tuple[str, str]], cos: Sequence[float],
+                 res: CosineResidual | None) -> np.ndarray:
+        """(N,) P(supports) of the scorer ``m`` (with its residual's cosine term)."""
+        if res is None:  # P(supports) as CitationModel.attribute computes it (torch's float32 sigmoid)
+            return score_pairs(m, tokenizer, pairs_, cfg.max_length, cfg.eval_batch_size)
+        return res.probs(score_pairs(m, tokenizer, pairs_, cfg.max_length, cfg.eval_batch_size,
+                                     return_logits=True), cos)
+
+    def scorer_eval(m: Any, res: CosineResidual | None = None, threshold: float | None = None) -> dict[str, float]:
+        probs = probs_of(m, eval_pairs, cos_eval, res or residual)
+        cut = cfg.support_threshold if threshold is None else threshold
+        out = {f"attribution/{k}": v for k, v in attribution_metrics(y_eval, probs.tolist(), cut).items()}
         for src in sources:
             idx = [i for i, p in enumerate(eval_p) if p.source == src]
             auc = roc_auc([y_eval[i] for i in idx], [float(probs[i]) for i in idx])
@@ -456,7 +599,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     base_key = config_hash({"data": cfg.data, "model": cfg.model, "base_model": cfg.base_model,
                             "max_length": cfg.max_length, "tagger_max_length": cfg.tagger.max_length,
                             "support_threshold": cfg.support_threshold, "seed": cfg.train.seed,
-                            "lora": cfg.lora, "baselines": 2})
+                            "lora": cfg.lora, "baselines": 3})
     cached = json.loads(baselines_path.read_text("utf-8")) if baselines_path.is_file() else {}
     if cached.get("key") == base_key:
         baselines = cached["baselines"]
@@ -482,8 +625,12 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                     [c for c, p in zip(cos, eval_p, strict=True) if p.source == s])
                 for s in sources}}
             baselines.update(cosine_attribution_baseline(
-                y_eval, cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, run_dir / "cache"),
+                y_eval, cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache),
                 cfg.data.baseline_cosine_threshold))
+            if wice_items:  # cosine at the pipeline's threshold and cosine top-1 (the best sentence)
+                baselines.update(sentence_level_figures(
+                    wice_items, best_sentence_cosines(cfg.data.baseline_embedder, wice_pairs_, cache),
+                    cfg.data.baseline_cosine_threshold, "wice_sentence_cosine_"))
         write_json_atomic(baselines_path, {"key": base_key, "baselines": baselines})
 
     # 3. Losses.
@@ -493,8 +640,10 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                                ignore_index=-100)
 
     def scorer_loss(m: Any, batch: dict[str, Any]) -> torch.Tensor:
-        logits = m(**batch["inputs"]).logits.view(-1)  # (B,)
-        return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"].float())
+        logits = m(**batch["inputs"]).logits.view(-1).float()  # (B,)
+        if "offset" in batch:  # the residual: the scorer learns a correction of the cosine's logit
+            logits = logits + batch["offset"].to(logits.device)
+        return F.binary_cross_entropy_with_logits(logits, batch["labels"].float())
 
     # 4. Train: each stage in its own folder, so that each resumes on its own.
     stages = {
@@ -502,7 +651,8 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                              tagger_batches(train_sents, tokenizer, cfg), tagger_eval, tokenizer,
                              {"untrained_tagger": baselines["untrained_tagger"]}, force),
         "scorer": _run_stage("scorer", cfg, run_dir, scorer, scorer_loss,
-                             scorer_batches(train_p, tokenizer, cfg), scorer_eval, tokenizer,
+                             scorer_batches(fit_p, tokenizer, cfg, fit_offsets if residual else None),
+                             scorer_eval, tokenizer,
                              {"untrained_scorer": baselines["untrained_scorer"]}, force),
     }
 
@@ -510,6 +660,24 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     # (by the main process only: the others of an accelerate launch stop here).
     if not is_main_process():
         return {**stages["scorer"]["final"], **stages["tagger"]["final"]}
+    threshold, calibration = cfg.support_threshold, {}
+    if cal_p or wice_items:
+        from transformers import AutoModelForSequenceClassification
+
+        trained = AutoModelForSequenceClassification.from_pretrained(run_dir / "stages" / "scorer" / "model").eval()
+    if cal_p:
+        cal_logits = score_pairs(trained, tokenizer, [(p.sentence, p.passage) for p in cal_p], cfg.max_length,
+                                 cfg.eval_batch_size, return_logits=True)
+        cal_cos = cosine_attribution_scores(cfg.data.baseline_embedder, cal_p, cache) if residual else []
+        residual, threshold, calibration = _calibrate(cfg, [p.label for p in cal_p], cal_logits, cal_cos, residual)
+        calibration["claims"] = len({p.key for p in cal_p})
+        scorer_final = scorer_eval(trained, residual, threshold)
+        stages["scorer"]["final"] = {**{k: v for k, v in stages["scorer"]["final"].items()
+                                        if not k.startswith("attribution/")}, **scorer_final}
+    if wice_items:
+        wice_cos = best_sentence_cosines(cfg.data.baseline_embedder, wice_pairs_, cache) if residual else []
+        stages["scorer"]["final"].update(sentence_level_figures(
+            wice_items, probs_of(trained, wice_pairs_, wice_cos, residual).tolist(), threshold, "wice_sentence/"))
     tmp = run_dir / f".model.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -517,15 +685,17 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
         shutil.copytree(run_dir / "stages" / name / "model", tmp / name)
     write_json_atomic(tmp / "citation.json", {
         "labels": list(LABELS), "max_length": cfg.max_length,
-        "tagger_max_length": cfg.tagger.max_length, "support_threshold": cfg.support_threshold,
+        "tagger_max_length": cfg.tagger.max_length, "support_threshold": threshold,
         "trained_steps": {n: int(m["steps"]) for n, m in stages.items()},
+        **({"cosine_residual": residual.to_json()} if residual is not None else {}),
         "base_model": model_display_name(cfg.base_model) if cfg.model.config is None
         else "random-init (model.config)", "recipe": cfg.recipe,
     })
     replace_dir(tmp, run_dir / "model")
     final = {**stages["scorer"]["final"], **stages["tagger"]["final"]}
     metrics = {
-        "final": final, "baselines": baselines, "support_threshold": cfg.support_threshold,
+        "final": final, "baselines": baselines, "support_threshold": threshold, "calibration": calibration,
+        "cosine_residual": residual.to_json() if residual is not None else None,
         "stages": {n: {"steps": m["steps"], "reused": m["reused"], "processes": m.get("processes"),
                        "resumed_from_step": m.get("resumed_from_step"),
                        "train_time_s_this_invocation": m.get("train_time_s_this_invocation"),

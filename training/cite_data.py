@@ -81,6 +81,10 @@ class CitationData:
         eval_ratio: share of the claims/questions (all sources together, by id) held out
             for evaluation and never trained on; a synthetic claim's id is its document, so
             one document's claims stay on one side. Both sides need both labels.
+        calibration_ratio: share of the training claims kept out of the scorer's training
+            to calibrate it (the residual's ``cross_weight`` and, with
+            ``calibrate_threshold``, the support threshold); 0 keeps none (the recipe's
+            settings are used as given). In [0, 0.5).
         split_seed: seed of the train/held-out split and of the random choices in building
             the pairs (sampled negatives, caps, synthetic windows).
     """
@@ -108,6 +112,7 @@ class CitationData:
     # Caps per source, to keep a CPU run in minutes (0 = no cap); counted in claims.
     max_claims_per_source: int = 0
     eval_ratio: float = 0.2
+    calibration_ratio: float = 0.0
     split_seed: int = 13
     # Embedder whose cosine(sentence, passage) is the untuned baseline ("none": skip it).
     baseline_embedder: str = "default"
@@ -126,6 +131,8 @@ class CitationData:
             raise ValueError(f"data.synthetic_window must be >= 1, got {self.synthetic_window}")
         if self.negatives_per_positive < 1:
             raise ValueError(f"data.negatives_per_positive must be >= 1, got {self.negatives_per_positive}")
+        if not 0 <= self.calibration_ratio < 0.5:
+            raise ValueError(f"data.calibration_ratio must be in [0, 0.5), got {self.calibration_ratio}")
         if not 0 < self.synthetic_max_negative_overlap <= 1:
             raise ValueError("data.synthetic_max_negative_overlap must be in (0, 1], got "
                              f"{self.synthetic_max_negative_overlap}")
@@ -372,6 +379,51 @@ def split_pairs(pairs: Sequence[Pair], data: CitationData) -> tuple[list[Pair], 
     return train_p, eval_p
 
 
+def calibration_split(train_p: Sequence[Pair], data: CitationData) -> tuple[list[Pair], list[Pair]]:
+    """(pairs the scorer trains on, calibration pairs): ``data.calibration_ratio`` of the
+    training claims, by key, kept out of training; ``(train_p, [])`` when the ratio is 0.
+
+    Raises:
+        ValidationError: a side without both labels.
+    """
+    if not data.calibration_ratio:
+        return list(train_p), []
+    fit_keys, cal_keys = split_by_key([p.key for p in train_p], data.calibration_ratio, data.split_seed + 1)
+    fit_p = [p for p in train_p if p.key in fit_keys]
+    cal_p = [p for p in train_p if p.key in cal_keys]
+    if len({p.label for p in fit_p}) < 2 or len({p.label for p in cal_p}) < 2:
+        raise ValidationError(f"data.calibration_ratio={data.calibration_ratio}: the {len(cal_keys)} calibration "
+                              f"claims or the {len(fit_keys)} others lack supporting or non-supporting pairs; "
+                              "raise the ratio, add data, or set it to 0")
+    return fit_p, cal_p
+
+
+def wice_sentence_items(data: CitationData, trained_keys: set[str]) -> list[dict[str, Any]]:
+    """WiCE's sentence-level task on the claims the scorer never saw, in the "cite" format.
+
+    One item per WiCE claim with a supporting set (supported or partially supported) whose key
+    is not in ``trained_keys``: the claim vs each sentence of its cited page as its own
+    document, ``cited`` = the union of the supporting sets. Pooled over the pairs, attribution
+    P/R/F1 of these items is sentence-level P/R/F1 against WiCE's sets.
+    """
+    path = resolve_data_path(data.wice, "data.wice")
+    recs = _cap(read_jsonl(path, required=("label", "claim", "evidence", "supporting_sentences")),
+                data, data.split_seed)
+    items = []
+    for n, r in enumerate(recs):
+        key = f"wice-{(r.get('meta') or {}).get('id', n)}"
+        ev = r["evidence"]
+        gold = sorted({i for st in r["supporting_sentences"] or [] for i in st if 0 <= i < len(ev)})
+        if key in trained_keys or r["label"] == "not_supported" or not gold:
+            continue
+        docs = [{"id": f"{key}:s{i}", "text": t} for i, t in enumerate(ev) if t.strip()]
+        cited = [f"{key}:s{i}" for i in gold if ev[i].strip()]
+        if cited:
+            items.append({"id": key, "source": "wice_sentences", "label": r["label"], "sentence": r["claim"],
+                          "documents": docs, "cited": cited})
+    return items
+
+
 # ----------------------------------------------------------------------------- weak entity labels
 
 
@@ -432,6 +484,7 @@ __all__ = [
     "DATASET_PREFIX",
     "CitationData",
     "Pair",
+    "calibration_split",
     "eval_items",
     "expertqa_pairs",
     "load_pairs",
@@ -441,6 +494,7 @@ __all__ = [
     "synthetic_pairs",
     "token_labels",
     "wice_pairs",
+    "wice_sentence_items",
     "write_eval_file",
 ]
 

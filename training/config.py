@@ -48,6 +48,10 @@ class OptimConfig:
             micro-batch, for that many forward/backward passes per step.
         max_grad_norm: the global L2 norm gradients are clipped to before each optimizer
             step; lower damps the updates of outlier batches.
+        head_lr_scale: the learning rate of a classification head (parameters under a module
+            named ``classifier`` or ``score``) is ``lr`` times this: a head that starts at zero
+            (the citation scorer's cosine residual) needs to move faster than the encoder
+            under it. 1 treats it like the rest.
     """
 
     lr: float = 3.0e-5
@@ -57,8 +61,11 @@ class OptimConfig:
     batch_size: int = 8
     grad_accum_steps: int = 1
     max_grad_norm: float = 1.0
+    head_lr_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.head_lr_scale > 0:
+            raise ValueError(f"optim.head_lr_scale must be > 0, got {self.head_lr_scale}")
         if not self.lr > 0:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
         if self.weight_decay < 0:

@@ -295,6 +295,9 @@ def as_eval_model(task: str, model: Any) -> Any:
     return model
 
 
+_PER_ITEM_KWARGS = frozenset({"cosine"})
+
+
 class Chunked:
     """``model`` whose batch methods are called on slices of inputs, advancing ``bar``.
 
@@ -316,7 +319,10 @@ class Chunked:
             parts = []
             for s in range(0, len(items), self._chunk):
                 part = items[s:s + self._chunk]
-                parts.append(attr(part, *args, **kwargs))
+                # keyword arguments with one value per item (a residual scorer's cosine) are sliced alike
+                kw = {k: (v[s:s + self._chunk] if k in _PER_ITEM_KWARGS and v is not None else v)
+                      for k, v in kwargs.items()}
+                parts.append(attr(part, *args, **kw))
                 self._bar.update(len(part))
             if isinstance(parts[0], np.ndarray):
                 return np.concatenate(parts)
@@ -843,14 +849,15 @@ def _decompose_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[
 
 
 def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.evaluate_cite import cite_report, read_cite_items
+    from searchsmith.training.evaluate_cite import cite_report, read_cite_items, residual_cosines
 
     path = run_dir / "heldout.cite.jsonl"  # written by the citation recipe
     if not path.is_file():
         raise ConfigError(f"{path} is missing (the citation recipe writes the held-out split there)")
     items, part = _first(read_cite_items(path, model.labels), limit)
     with progress_bar("held-out cite", None, "input") as bar:
-        figs, _ = cite_report(Chunked(model, bar), items, float(model.support_threshold))
+        figs, _ = cite_report(Chunked(model, bar), items, float(model.support_threshold),
+                              residual_cosines(model, items))
     return figs, f"the run's held-out split ({part} sentences of heldout.cite.jsonl)"
 
 

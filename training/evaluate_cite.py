@@ -16,7 +16,14 @@ import numpy as np
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.intervals import SLOW_RESAMPLES, Pooled, prf, with_bootstrap
-from searchsmith.models.metrics import attribution_metrics, roc_auc, set_prf, span_prf
+from searchsmith.models.metrics import (
+    attribution_metrics,
+    binary_prf,
+    roc_auc,
+    set_prf,
+    span_prf,
+    top1_per_group,
+)
 from searchsmith.models.text import iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
 
@@ -84,26 +91,49 @@ def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[di
     return items
 
 
-def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float
-                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def cite_pairs(items: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (sentence, document text) pairs of :func:`read_cite_items` items, in order."""
+    return [(it["sentence"], d["text"]) for it in items for d in it["documents"]]
+
+
+def residual_cosines(model: Any, items: Sequence[dict[str, Any]]) -> list[float] | None:
+    """For a model whose scorer corrects the bi-encoder cosine (``cosine_residual``), the cosine
+    of each pair of :func:`cite_pairs` by the embedder it names (as the recipe computed it);
+    None for any other model."""
+    residual = getattr(model, "cosine_residual", None)
+    if residual is None:
+        return None
+    from searchsmith.training.citation import best_sentence_cosines
+
+    return best_sentence_cosines(residual.embedder, cite_pairs(items), None)
+
+
+def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float,
+                cosine: Sequence[float] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Attribution and entity figures of ``model`` (a citation bundle or ``CitationModel``: their
     ``attribute`` and ``entities``) on items of :func:`read_cite_items`.
 
+    Args:
+        cosine: the bi-encoder cosine of each pair of :func:`cite_pairs`, for a model whose
+            scorer has a ``cosine_residual``.
+
     Returns:
         ``(metrics, rows)``: the keys of the recipe's ``metrics.json`` (``attribution/f1``,
-        ``attribution/<source>/roc_auc`` for items that name a source, ``entity/f1``, ...) and
-        one row per item (its scores, predictions and entities).
+        ``attribution/balanced_accuracy``, ``attribution/top1_f1`` (each item's best document
+        predicted), ``attribution/<source>/roc_auc`` for items that name a source,
+        ``entity/f1``, ...) and one row per item (its scores, predictions and entities).
     """
-    pairs, y, src = [], [], []
+    pairs, y, src = cite_pairs(items), [], []
     for it in items:
-        for d, i in zip(it["documents"], it["ids"], strict=True):
-            pairs.append((it["sentence"], d["text"]))
-            y.append(int(i in it["cited"]))
-            src.append(it.get("source"))
-    probs = np.asarray(model.attribute(pairs), dtype=np.float32)
+        y.extend(int(i in it["cited"]) for i in it["ids"])
+        src.extend(it.get("source") for _ in it["ids"])
+    extra = {} if cosine is None else {"cosine": list(cosine)}
+    probs = np.asarray(model.attribute(pairs, **extra), dtype=np.float32)
     out: dict[str, Any] = {"items": len(items), "pairs": len(pairs), "positive_pairs": sum(y),
                            "support_threshold": threshold}
     out.update({f"attribution/{k}": v for k, v in attribution_metrics(y, probs.tolist(), threshold).items()})
+    top1 = top1_per_group([len(it["ids"]) for it in items], probs.tolist())
+    out.update({f"attribution/top1_{m}": v for m, v in binary_prf(y, top1).items()})
     for name in sorted({s for s in src if s}):
         idx = [j for j, s in enumerate(src) if s == name]
         auc = roc_auc([y[j] for j in idx], [float(probs[j]) for j in idx])
@@ -166,7 +196,10 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     is in ``cited``. Reports attribution precision / recall / F1 at the model's
     ``support_threshold`` and ROC AUC (null when one class is absent), and entity
     precision / recall / F1 of exact (start, end, type) spans over the items with
-    ``entities``. Every figure is pooled over the pairs or spans; its bootstrap 95 % interval
+    ``entities``; balanced accuracy at the threshold, and P/R/F1 when each item cites its best
+    document only (``attribution/top1_*``: on WiCE's sentence-level file, the cosine top-1
+    baseline's form). A scorer with a ``cosine_residual`` is given each pair's cosine by the
+    embedder it names. Every figure is pooled over the pairs or spans; its bootstrap 95 % interval
     (``<name>_ci95``, 1,000 resamples of the items) recomputes it on each resample.
     ``--per-item F`` writes one JSON line per item, identified by ``id`` (the record's, else its
     position in the file), with the item's own attribution and entity P/R/F1 under the
@@ -181,13 +214,17 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
     items = read_cite_items(args.data, list(em.model.labels))
     if limit:
         items = items[:limit]
+    residual = getattr(em.model, "cosine_residual", None)
+    cosine = residual_cosines(em.model, items)
     total = sum(len(it["ids"]) for it in items) + sum(it["entities"] is not None for it in items)
     with progress_bar("eval cite", total, "input") as bar:
-        metrics, rows = cite_report(Chunked(em.model, bar), items, float(em.model.support_threshold))
+        metrics, rows = cite_report(Chunked(em.model, bar), items, float(em.model.support_threshold), cosine)
+    if residual is not None:
+        metrics["cosine_residual"] = residual.to_json()
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, rows)
     return with_bootstrap({"task": "cite", "model": em.origin, **metrics}, rows, pooled=_pooled(items, rows),
                           resamples=SLOW_RESAMPLES)
 
 
-__all__ = ["cite_report", "eval_cite", "read_cite_items"]
+__all__ = ["cite_pairs", "cite_report", "eval_cite", "read_cite_items", "residual_cosines"]

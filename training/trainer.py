@@ -184,14 +184,20 @@ def _lr_lambda(optim: OptimConfig) -> Callable[[int], float]:
     return fn
 
 
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    # No decay on biases and LayerNorm weights (1-D tensors), as in BERT fine-tuning.
-    decay, no_decay = [], []
-    for p in model.parameters():
+HEAD_MODULES = frozenset({"classifier", "score"})  # a classification head's module names (optim.head_lr_scale)
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float, lr: float,
+                  head_lr_scale: float = 1.0) -> list[dict[str, Any]]:
+    # No decay on biases and LayerNorm weights (1-D tensors), as in BERT fine-tuning; the
+    # classification head's own learning rate (optim.head_lr_scale).
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+            head = head_lr_scale != 1.0 and bool(HEAD_MODULES & set(name.split(".")))
+            groups.setdefault((p.ndim >= 2, head), []).append(p)
+    return [{"params": ps, "weight_decay": weight_decay if decay else 0.0, "lr": lr * (head_lr_scale if head else 1.0)}
+            for (decay, head), ps in sorted(groups.items())]
 
 
 def save_training_curve(path: Path, history: list[dict[str, float]],
@@ -302,7 +308,7 @@ def train(
                               kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
     is_main = accelerator.is_main_process
 
-    optimizer = torch.optim.AdamW(_param_groups(model, optim.weight_decay), lr=optim.lr)
+    optimizer = torch.optim.AdamW(_param_groups(model, optim.weight_decay, optim.lr, optim.head_lr_scale), lr=optim.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The scheduler is stepped once per optimizer step in every process (not prepared, so
     # accelerate does not multiply its steps by the number of processes).

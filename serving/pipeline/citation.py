@@ -8,7 +8,8 @@ however similar; a sentence without such entities may be supported by any passag
 candidate is scored with the citation bundle's
 ``attribute(sentence, passage)`` (P(supports), cut at its support threshold) or, without a
 bundle, the best cosine between the sentence and the passage's sentences, cut at
-``cosine_threshold`` (0.6). Below the cut a sentence gets no citation rather than a wrong
+``cosine_threshold`` (0.6). A bundle with a ``cosine_residual`` (a scorer trained as a
+correction of that cosine) is given the same cosine, from the pipeline's embedder. Below the cut a sentence gets no citation rather than a wrong
 one. Markers ``[n]`` are numbered by first use and always match the reference list
 (markers the generator wrote itself are removed first). Each sentence's citation gives its
 reference number, score, chunk and ``quote``: the sentence of the passage that supports it
@@ -116,8 +117,11 @@ def cite_sentences(sentences: Sequence[str], passages: Sequence[tuple[str, str]]
     Returns:
         S :class:`SentenceCitations`, in order.
     """
-    if bundle is None and encode is None:
-        raise ValueError("cite_sentences: without a citation bundle an encode function is needed")
+    residual = getattr(bundle, "cosine_residual", None) if bundle is not None else None
+    if encode is None and (bundle is None or residual is not None):
+        raise ValueError("cite_sentences: without a citation bundle an encode function is needed" if bundle is None
+                         else "cite_sentences: the citation bundle's scorer adds the bi-encoder cosine "
+                              f"({residual.embedder}); an encode function is needed")
     cut = support_threshold(bundle, config) if threshold is None else threshold
     limit = max_per_sentence or config.max_per_sentence
     keys, texts = [k for k, _ in passages], [t for _, t in passages]
@@ -207,13 +211,17 @@ def _support_scorer(sents: Sequence[str], texts: list[str], bundle: Any | None,
                     ) -> Callable[[int, list[int]], np.ndarray]:
     """``score(i, cands)``: the support of sentence i by each candidate passage, shape (len(cands),).
 
-    The bundle's P(supports), one call per sentence; else the best cosine between the sentence
-    and the passage's sentences (:func:`_closest_sentence`).
+    The bundle's P(supports), one call per sentence (given each pair's best cosine when the
+    bundle's scorer is a residual on it); else the best cosine between the sentence and the
+    passage's sentences (:func:`_closest_sentence`).
     """
     if bundle is not None:
+        residual = getattr(bundle, "cosine_residual", None) is not None
+
         def attribute(i: int, cands: list[int]) -> np.ndarray:
             s = " ".join(sents[i].split())
-            out = np.asarray(bundle.attribute([(s, texts[j]) for j in cands]), dtype=np.float64)
+            extra = {"cosine": [closest(i, j)[0] for j in cands]} if residual else {}
+            out = np.asarray(bundle.attribute([(s, texts[j]) for j in cands], **extra), dtype=np.float64)
             if trace is not None:
                 trace.count(STAGE, 1, sum(estimate_tokens(s) + estimate_tokens(texts[j]) for j in cands))
             return out.reshape(-1)

@@ -317,5 +317,5 @@ def test_cosine_attribution_baseline_is_the_pipelines_fallback(tmp_path: Path) -
     assert scores[0] == pytest.approx(1.0, abs=1e-5) and scores[1] < 0.6
     assert cit.cosine_attribution_baseline([1, 0], scores, 0.6) == {
         "cosine_attribution_precision": 1.0, "cosine_attribution_recall": 1.0, "cosine_attribution_f1": 1.0,
-        "cosine_attribution_roc_auc": 1.0}
+        "cosine_attribution_balanced_accuracy": 1.0, "cosine_attribution_roc_auc": 1.0}
     assert cit.cosine_attribution_baseline([1, 0], [0.5, 0.7], 0.6)["cosine_attribution_f1"] == 0.0
