@@ -582,9 +582,8 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
         out = {f"attribution/{k}": v for k, v in attribution_metrics(y_eval, probs.tolist(), cut).items()}
         for src in sources:
             idx = [i for i, p in enumerate(eval_p) if p.source == src]
-            auc = roc_auc([y_eval[i] for i in idx], [float(probs[i]) for i in idx])
-            if auc is not None:
-                out[f"attribution/{src}/roc_auc"] = auc
+            per = attribution_metrics([y_eval[i] for i in idx], [float(probs[i]) for i in idx], cut)
+            out.update({f"attribution/{src}/{k}": per[k] for k in ("roc_auc", "balanced_accuracy", "f1")})
         return {k: v for k, v in out.items() if v is not None}
 
     def tagger_eval(m: Any) -> dict[str, float]:
@@ -624,9 +623,14 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                     [y for y, p in zip(y_eval, eval_p, strict=True) if p.source == s],
                     [c for c, p in zip(cos, eval_p, strict=True) if p.source == s])
                 for s in sources}}
-            baselines.update(cosine_attribution_baseline(
-                y_eval, cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache),
-                cfg.data.baseline_cosine_threshold))
+            cos_attr = cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache)
+            baselines.update(cosine_attribution_baseline(y_eval, cos_attr, cfg.data.baseline_cosine_threshold))
+            for src in sources:  # per source: the out-of-domain comparison of a data.leave_out run
+                idx = [i for i, p in enumerate(eval_p) if p.source == src]
+                per = cosine_attribution_baseline([y_eval[i] for i in idx], [cos_attr[i] for i in idx],
+                                                  cfg.data.baseline_cosine_threshold)
+                baselines.update({k.replace("cosine_attribution_", f"cosine_attribution_{src}_"): v
+                                  for k, v in per.items()})
             if wice_items:  # cosine at the pipeline's threshold and cosine top-1 (the best sentence)
                 baselines.update(sentence_level_figures(
                     wice_items, best_sentence_cosines(cfg.data.baseline_embedder, wice_pairs_, cache),
@@ -696,6 +700,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     metrics = {
         "final": final, "baselines": baselines, "support_threshold": threshold, "calibration": calibration,
         "cosine_residual": residual.to_json() if residual is not None else None,
+        "leave_out": list(cfg.data.leave_out),
         "stages": {n: {"steps": m["steps"], "reused": m["reused"], "processes": m.get("processes"),
                        "resumed_from_step": m.get("resumed_from_step"),
                        "train_time_s_this_invocation": m.get("train_time_s_this_invocation"),

@@ -43,7 +43,12 @@ from typing import Any, Literal
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.text import BM25_STOP_WORDS, entity_spans, read_jsonl, sentence_texts
-from searchsmith.training.data import resolve_data_path, split_by_key, write_jsonl_atomic
+from searchsmith.training.data import (
+    resolve_data_path,
+    split_by_key,
+    split_leaving_out,
+    write_jsonl_atomic,
+)
 from searchsmith.training.registry import get_dataset
 
 SHARED = "../shared/data"
@@ -81,6 +86,9 @@ class CitationData:
         eval_ratio: share of the claims/questions (all sources together, by id) held out
             for evaluation and never trained on; a synthetic claim's id is its document, so
             one document's claims stay on one side. Both sides need both labels.
+        leave_out: sources whose claims are all held out (never trained or calibrated on): a
+            leave-one-dataset-out evaluation; their figures (``attribution/<source>/*``)
+            are then out-of-domain. Each must be in ``sources``; empty: the usual split.
         calibration_ratio: share of the training claims kept out of the scorer's training
             to calibrate it (the residual's ``cross_weight`` and, with
             ``calibrate_threshold``, the support threshold); 0 keeps none (the recipe's
@@ -112,6 +120,7 @@ class CitationData:
     # Caps per source, to keep a CPU run in minutes (0 = no cap); counted in claims.
     max_claims_per_source: int = 0
     eval_ratio: float = 0.2
+    leave_out: list[str] = field(default_factory=list)
     calibration_ratio: float = 0.0
     split_seed: int = 13
     # Embedder whose cosine(sentence, passage) is the untuned baseline ("none": skip it).
@@ -131,6 +140,9 @@ class CitationData:
             raise ValueError(f"data.synthetic_window must be >= 1, got {self.synthetic_window}")
         if self.negatives_per_positive < 1:
             raise ValueError(f"data.negatives_per_positive must be >= 1, got {self.negatives_per_positive}")
+        unknown = [s for s in self.leave_out if s not in self.sources]
+        if unknown:
+            raise ValueError(f"data.leave_out: {unknown} not in data.sources {self.sources}; name sources to hold out")
         if not 0 <= self.calibration_ratio < 0.5:
             raise ValueError(f"data.calibration_ratio must be in [0, 0.5), got {self.calibration_ratio}")
         if not 0 < self.synthetic_max_negative_overlap <= 1:
@@ -367,7 +379,8 @@ def eval_items(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
 
 def split_pairs(pairs: Sequence[Pair], data: CitationData) -> tuple[list[Pair], list[Pair]]:
     """Train and held-out pairs, split by claim/question key; both classes held out."""
-    train_keys, eval_keys = split_by_key([p.key for p in pairs], data.eval_ratio, data.split_seed)
+    train_keys, eval_keys = split_leaving_out([p.key for p in pairs], [p.source for p in pairs], data.leave_out,
+                                              data.eval_ratio, data.split_seed)
     train_p = [p for p in pairs if p.key in train_keys]
     eval_p = [p for p in pairs if p.key in eval_keys]
     if not train_p or not eval_p or len({p.label for p in eval_p}) < 2 \

@@ -58,6 +58,30 @@ def split_by_key(keys: Sequence[T], eval_ratio: float, seed: int) -> tuple[set[T
     return set(uniq[n_eval:]), set(uniq[:n_eval])
 
 
+def split_leaving_out(keys: Sequence[T], sources: Sequence[str], leave_out: Sequence[str], eval_ratio: float,
+                      seed: int, field: str = "data.leave_out") -> tuple[set[T], set[T]]:
+    """:func:`split_by_key`, except that every key of a source in ``leave_out`` is held out:
+    a leave-one-dataset-out evaluation (train without SciFact, test on SciFact) beside the
+    usual held-out split of the other sources. ``sources[i]`` is the source of ``keys[i]``.
+
+    Raises:
+        ConfigError: a left-out source that gave no key, or no source left to train on.
+    """
+    out = set(leave_out)
+    present = set(sources)
+    missing = sorted(out - present)
+    if missing:
+        raise ConfigError(f"{field}: {missing} gave no data; name sources of data.sources "
+                          f"({sorted(present)})")
+    if present <= out:
+        raise ConfigError(f"{field}: {sorted(out)} leaves no source to train on; keep at least one of "
+                          f"{sorted(present)}")
+    kept = [k for k, s in zip(keys, sources, strict=True) if s not in out]
+    train, held = split_by_key(kept, eval_ratio, seed)
+    return train - {k for k, s in zip(keys, sources, strict=True) if s in out}, \
+        held | {k for k, s in zip(keys, sources, strict=True) if s in out}
+
+
 # ------------------------------------------------------------------ synthetic text helpers
 
 ANIMALS = ["otter", "falcon", "lynx", "heron", "badger", "gecko", "walrus", "marmot", "ibis",
@@ -120,6 +144,7 @@ __all__ = [
     "REPO_ROOT",
     "resolve_data_path",
     "split_by_key",
+    "split_leaving_out",
     "synthetic_facts",
     "write_jsonl_atomic",
 ]

@@ -58,6 +58,10 @@ class RerankerData:
             evaluation and never trained on; at least one query.
         split_seed: seed of the train/held-out split (and of the random negatives when
             ``mine_with`` is ``none``); another value gives another split.
+        leave_out: sources whose queries are all held out (never trained on): a
+            leave-one-dataset-out evaluation, whose per-source figures
+            (``<source>/ndcg@10`` beside BM25's and the bi-encoder's) are out-of-domain.
+            Each must be in ``sources``; empty: the usual split.
         mine_pool: how many non-relevant passages each training query keeps as its negative
             pool (those the ``mine_with`` bi-encoder ranks highest; random ones with
             ``none``); every epoch samples ``negatives_per_group`` of them. Larger: more
@@ -80,6 +84,7 @@ class RerankerData:
     synthetic_paraphrase: float = 0.0
     eval_ratio: float = 0.2
     split_seed: int = 13
+    leave_out: list[str] = field(default_factory=list)
     # Group size = 1 positive + negatives_per_group; sampled each epoch from the mined pool.
     negatives_per_group: int = 7
     mine_pool: int = 20
@@ -93,6 +98,9 @@ class RerankerData:
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("data.sources is empty; name at least one, e.g. [synthetic]")
+        unknown = [s for s in self.leave_out if s not in self.sources]
+        if unknown:
+            raise ValueError(f"data.leave_out: {unknown} not in data.sources {self.sources}; name sources to hold out")
         if self.negatives_per_group < 1:
             raise ValueError(f"data.negatives_per_group must be >= 1, got {self.negatives_per_group}")
         if self.mine_pool < self.negatives_per_group:

@@ -24,7 +24,7 @@ from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.metrics import BM25, ranking_metrics
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
-from searchsmith.training.data import CachedEmbedder, split_by_key
+from searchsmith.training.data import CachedEmbedder, split_leaving_out
 from searchsmith.training.registry import (
     get_loss,
     register_dataset,
@@ -332,8 +332,8 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
 
     # 2. Data: groups, split by query, hard negatives, baselines on the held-out split.
     groups = load_groups(cfg.data)
-    train_ids, eval_ids = split_by_key([g.qid for g in groups], cfg.data.eval_ratio,
-                                       cfg.data.split_seed)
+    train_ids, eval_ids = split_leaving_out([g.qid for g in groups], [g.source for g in groups],
+                                            cfg.data.leave_out, cfg.data.eval_ratio, cfg.data.split_seed)
     train_groups = [g for g in groups if g.qid in train_ids]
     eval_groups = [g for g in groups if g.qid in eval_ids]
     if not train_groups or not eval_groups:

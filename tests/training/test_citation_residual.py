@@ -257,3 +257,27 @@ def test_head_lr_scale_gives_the_classification_head_its_own_rate() -> None:
     assert {g["lr"] for g in _param_groups(model, 0.01, 1e-3)} == {1e-3}
     with pytest.raises(ConfigError, match="head_lr_scale"):
         load_recipe_config(TINY, ["optim.head_lr_scale=0"])
+
+
+def test_leave_out_holds_out_every_key_of_a_source() -> None:
+    from searchsmith.training.data import split_leaving_out
+
+    keys = [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(5)]
+    srcs = ["a"] * 10 + ["b"] * 5
+    train, held = split_leaving_out(keys, srcs, ["b"], 0.2, 13)
+    assert {f"b{i}" for i in range(5)} <= held and not {k for k in train if k.startswith("b")}
+    assert len(held - {f"b{i}" for i in range(5)}) == 2 and len(train) == 8  # the usual 20 % of a
+    assert split_leaving_out(keys, srcs, [], 0.2, 13) == split_leaving_out(keys[:10] + keys[10:], srcs, [], 0.2, 13)
+    with pytest.raises(ConfigError, match="leaves no source to train on"):
+        split_leaving_out(keys, srcs, ["a", "b"], 0.2, 13)
+    with pytest.raises(ConfigError, match=r"\['c'\] gave no data"):
+        split_leaving_out(keys, srcs, ["c"], 0.2, 13)
+
+
+def test_leave_out_must_name_configured_sources() -> None:
+    with pytest.raises(ConfigError, match="data.leave_out"):
+        load_recipe_config(TINY, ["data.leave_out=[wice]"])  # the tiny twin reads synthetic only
+    from searchsmith.training.rerank_data import RerankerData
+
+    with pytest.raises(ValueError, match="data.leave_out"):
+        RerankerData(sources=["synthetic"], leave_out=["scifact"])
