@@ -256,11 +256,7 @@ class CitationModel:
                 whose labels differ from ``citation.json``.
         """
         import torch
-        from transformers import (
-            AutoModelForSequenceClassification,
-            AutoModelForTokenClassification,
-            AutoTokenizer,
-        )
+        from transformers import AutoModelForTokenClassification, AutoTokenizer
 
         root = Path(model_dir)
         if (root / "model" / "citation.json").is_file():
@@ -289,16 +285,16 @@ class CitationModel:
             tokenizer = AutoTokenizer.from_pretrained(root / "tagger")
         except (OSError, ValueError) as exc:
             raise BundleError(f"{root / 'tagger'}: cannot load the tokenizer ({exc})") from None
+        from searchsmith.models.reranker import load_reranker
+
         tagger = AutoModelForTokenClassification.from_pretrained(root / "tagger").to(dev).eval()
-        scorer = AutoModelForSequenceClassification.from_pretrained(root / "scorer").to(dev).eval()
+        # a [CLS] cross-encoder (exactly one logit, else BundleError) or the segment-cosine head
+        scorer = load_reranker(root / "scorer").to(dev).eval()
         id2label = [tagger.config.id2label[i] for i in range(tagger.config.num_labels)]
         if id2label != list(meta["labels"]):
             raise BundleError(f"{root / 'tagger'}: its labels {id2label} differ from "
                               f"citation.json {meta['labels']}; the tagger was not trained by "
                               "the citation recipe")
-        if scorer.config.num_labels != 1:
-            raise BundleError(f"{root / 'scorer'}: {scorer.config.num_labels} labels; the "
-                              "attribution scorer has 1 logit")
         return cls(tagger, scorer, tokenizer, meta, dev)
 
     def entities(self, sentences: Sequence[str], return_meta: bool = False

@@ -160,13 +160,14 @@ def rerank_graphs(model_dir: Path, tokenizer: Any) -> dict[str, GraphSpec]:
 
 def cite_graphs(model_dir: Path, tokenizer: Any) -> dict[str, GraphSpec]:
     """The citation models: ``tagger`` (token classes, (B, T, L)) and ``scorer`` ((B, 1))."""
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    from searchsmith.models.reranker import load_reranker
+    from transformers import AutoModelForTokenClassification
 
     attn = EXPORT_ATTN_IMPLEMENTATION
     tagger = load_hf(AutoModelForTokenClassification, model_dir / "tagger", "export cite tagger",
                      attn_implementation=attn)
-    scorer = load_hf(AutoModelForSequenceClassification, model_dir / "scorer", "export cite scorer",
-                     attn_implementation=attn)
+    # the scorer's head: a [CLS] cross-encoder or the segment-cosine one (models/reranker.py)
+    scorer = load_reranker(model_dir / "scorer", attn_implementation=attn)
     out = {}
     for name, model in (("tagger", tagger), ("scorer", scorer)):
         names = text_inputs(model, tokenizer)

@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -143,6 +143,12 @@ class CitationModelSpec:
         cross_weights: the shares of the trained correction tried on the calibration claims
             (the best ROC AUC wins, ties the smaller share); each in [0, 1]. Without
             calibration claims the correction is kept whole.
+        scorer_head: ``cls``: a linear layer on the pooled ``[CLS]`` state (a usual
+            cross-encoder; zeroed at the start with ``cosine_residual``); ``segment_cosine``:
+            ``scale * cos(mean sentence tokens, mean passage tokens)`` over the joint
+            encoding (models/reranker.py), a second, cross-attended view of the cosine
+            that is informative from the first step, so the encoder learns at once.
+        segment_scale: the ``segment_cosine`` head's initial scale (learnt).
     """
 
     config: dict[str, Any] | None = None
@@ -150,6 +156,8 @@ class CitationModelSpec:
     freeze_embeddings: bool = False
     cosine_residual: bool = False
     cross_weights: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    scorer_head: Literal["cls", "segment_cosine"] = "cls"
+    segment_scale: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.cross_weights or not all(isinstance(w, (int, float)) and 0 <= w <= 1
@@ -254,13 +262,18 @@ class StageConfig:
 def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
     """(tagger, scorer, tokenizer): token classification over :data:`LABELS` and
     sequence classification with one logit, both from the base model (or ``model.config``)."""
+    from searchsmith.models.reranker import SegmentCosineReranker
     from transformers import (
         AutoConfig,
+        AutoModel,
         AutoModelForSequenceClassification,
         AutoModelForTokenClassification,
         AutoTokenizer,
     )
 
+    segment = cfg.model.scorer_head == "segment_cosine"
+    if segment and cfg.lora.enabled:
+        raise ConfigError("lora.enabled: LoRA is wired for model.scorer_head 'cls' only; use full fine-tuning")
     id2label = dict(enumerate(LABELS))
     label2id = {v: k for k, v in id2label.items()}
     tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
@@ -276,12 +289,14 @@ def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"model.config: {exc}") from None
         tagger = AutoModelForTokenClassification.from_config(t_cfg)
-        scorer = AutoModelForSequenceClassification.from_config(s_cfg)
+        scorer = (SegmentCosineReranker(AutoModel.from_config(s_cfg), cfg.model.segment_scale) if segment
+                  else AutoModelForSequenceClassification.from_config(s_cfg))
     else:
         path = resolve_model(cfg.base_model)
         tagger = AutoModelForTokenClassification.from_pretrained(
             path, num_labels=len(LABELS), id2label=id2label, label2id=label2id)
-        scorer = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+        scorer = (SegmentCosineReranker(AutoModel.from_pretrained(path), cfg.model.segment_scale) if segment
+                  else AutoModelForSequenceClassification.from_pretrained(path, num_labels=1))
         if cfg.model.tokenizer == "default" and cfg.base_model != "default":
             tok_path = path  # a hub model brings its own tokenizer
     tokenizer = AutoTokenizer.from_pretrained(tok_path)
@@ -296,7 +311,10 @@ def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
     if tagger.config.vocab_size < len(tokenizer):
         raise ConfigError(f"model: vocab_size {tagger.config.vocab_size} is smaller than the "
                           f"tokenizer's {len(tokenizer)} tokens; raise model.config.vocab_size")
-    if cfg.model.cosine_residual:
+    if segment and "token_type_ids" not in tokenizer.model_input_names:
+        raise ConfigError("model.scorer_head: segment_cosine splits the pair by token_type_ids, which "
+                          f"the tokenizer {tok_path} does not emit; use scorer_head: cls")
+    if cfg.model.cosine_residual and not segment:
         zero_score_head(scorer)
     return tagger, scorer, tokenizer
 
@@ -666,9 +684,9 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
         return {**stages["scorer"]["final"], **stages["tagger"]["final"]}
     threshold, calibration = cfg.support_threshold, {}
     if cal_p or wice_items:
-        from transformers import AutoModelForSequenceClassification
+        from searchsmith.models.reranker import load_reranker
 
-        trained = AutoModelForSequenceClassification.from_pretrained(run_dir / "stages" / "scorer" / "model").eval()
+        trained = load_reranker(run_dir / "stages" / "scorer" / "model")  # either head
     if cal_p:
         cal_logits = score_pairs(trained, tokenizer, [(p.sentence, p.passage) for p in cal_p], cfg.max_length,
                                  cfg.eval_batch_size, return_logits=True)

@@ -49,9 +49,9 @@ class OptimConfig:
         max_grad_norm: the global L2 norm gradients are clipped to before each optimizer
             step; lower damps the updates of outlier batches.
         head_lr_scale: the learning rate of a classification head (parameters under a module
-            named ``classifier`` or ``score``) is ``lr`` times this: a head that starts at zero
-            (the citation scorer's cosine residual) needs to move faster than the encoder
-            under it. 1 treats it like the rest.
+            named ``classifier`` or ``score``, or a cosine head's own ``scale`` and ``bias``) is
+            ``lr`` times this: a head that starts at zero (the citation scorer's cosine
+            residual) needs to move faster than the encoder under it. 1 treats it like the rest.
     """
 
     lr: float = 3.0e-5

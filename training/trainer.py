@@ -185,6 +185,7 @@ def _lr_lambda(optim: OptimConfig) -> Callable[[int], float]:
 
 
 HEAD_MODULES = frozenset({"classifier", "score"})  # a classification head's module names (optim.head_lr_scale)
+HEAD_PARAMETERS = frozenset({"scale", "bias"})  # a cosine head's own top-level parameters (models/reranker.py)
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float, lr: float,
@@ -194,7 +195,7 @@ def _param_groups(model: torch.nn.Module, weight_decay: float, lr: float,
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if p.requires_grad:
-            head = head_lr_scale != 1.0 and bool(HEAD_MODULES & set(name.split(".")))
+            head = head_lr_scale != 1.0 and (bool(HEAD_MODULES & set(name.split("."))) or name in HEAD_PARAMETERS)
             groups.setdefault((p.ndim >= 2, head), []).append(p)
     return [{"params": ps, "weight_decay": weight_decay if decay else 0.0, "lr": lr * (head_lr_scale if head else 1.0)}
             for (decay, head), ps in sorted(groups.items())]

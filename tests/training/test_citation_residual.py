@@ -281,3 +281,27 @@ def test_leave_out_must_name_configured_sources() -> None:
 
     with pytest.raises(ValueError, match="data.leave_out"):
         RerankerData(sources=["synthetic"], leave_out=["scifact"])
+
+
+def test_segment_cosine_scorer_trains_reloads_and_exports(tmp_path: Path) -> None:
+    """``model.scorer_head: segment_cosine``: the scorer is the reranker's segment-cosine head,
+    saved with its head file, reloaded by CitationModel and exported with parity."""
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.models.reranker import SegmentCosineReranker
+    from searchsmith.models.runtime import load_bundle
+
+    run = tmp_path / "run"
+    cfg = load_recipe_config(TINY, [f"output_dir={run}", *RESIDUAL, "model.scorer_head=segment_cosine",
+                                    "model.segment_scale=3.0", "optim.head_lr_scale=10"])
+    cit.citation(cfg, run)
+    assert json.loads((run / "model" / "scorer" / "reranker_head.json").read_text())["head"] == "segment_cosine"
+    m = CitationModel.load(run)
+    assert isinstance(m.scorer, SegmentCosineReranker) and m.cosine_residual is not None
+    pairs = [("Quarry is written in Rust.", "Quarry is a database written in Rust."), ("a", "b")]
+    want = m.attribute(pairs, cosine=[0.8, 0.2])
+    out = tmp_path / "bundle"
+    export_run(run, out, ExportOptions(dtype="fp32"))  # raises BundleError when parity fails
+    got = load_bundle(out, device="cpu").attribute(pairs, cosine=[0.8, 0.2])
+    assert np.allclose(got, want, atol=1e-4)
+    with pytest.raises(ConfigError, match="LoRA"):
+        cit.build_models(load_recipe_config(TINY, ["model.scorer_head=segment_cosine", "lora.enabled=true"]))
