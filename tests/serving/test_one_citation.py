@@ -10,6 +10,7 @@ import base64
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from searchsmith.models.citation import CosineResidual
 from searchsmith.serving.http import create_app
 from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.pipeline.citation import CitationStage
@@ -41,6 +42,18 @@ class CiterWithoutThreshold:
         return np.array([len(words(s) & words(p)) / len(words(s)) for s, p in pairs], dtype=np.float32)
 
 
+class ResidualCiter(CiterWithoutThreshold):
+    """A bundle whose scorer corrects the bi-encoder cosine (``cosine_residual``): it needs
+    each pair's cosine, which the stage and the endpoint compute from the served embedder."""
+
+    support_threshold = 0.5
+    cosine_residual = CosineResidual(scale=10.0, bias=-6.0, cross_weight=0.5)
+
+    def attribute(self, pairs, cosine=None):
+        share = super().attribute(pairs)
+        return self.cosine_residual.probs(share, cosine)
+
+
 def _cite_by_the_stage(embedder, config, bundle):
     st = PipelineState(query="q", rewrite="q", passages=list(PASSAGES), answer=" ".join(SENTENCES))
     CitationStage(embedder, config, bundle).run(st, Preset())
@@ -48,7 +61,8 @@ def _cite_by_the_stage(embedder, config, bundle):
     return [(s["text"], [(doc[c["n"]], c["score"]) for c in s["citations"]]) for s in st.sentences]
 
 
-@pytest.mark.parametrize("bundle", [CiterWithoutThreshold(), None], ids=["bundle", "embedding"])
+@pytest.mark.parametrize("bundle", [CiterWithoutThreshold(), ResidualCiter(), None],
+                         ids=["bundle", "residual-bundle", "embedding"])
 def test_cite_endpoint_cites_as_the_citation_stage(embedder, bundle) -> None:
     config = CitationConfig()
     by_stage = _cite_by_the_stage(embedder, config, bundle)
@@ -65,6 +79,13 @@ def test_cite_endpoint_cites_as_the_citation_stage(embedder, bundle) -> None:
     assert by_endpoint == by_stage
     # the cases the comparison must cover: the veto (Voyager 1 lacks "2"), a citation, none
     assert [[d for d, _ in cited] for _, cited in by_stage] == [["voyager-2"], ["kestrel"], []]
+
+
+def test_cite_endpoint_refuses_a_residual_bundle_without_an_embedder() -> None:
+    app = create_app(ServerLimits(), citation=ResidualCiter(), pipeline_config=PipelineConfig())
+    with TestClient(app) as c:
+        resp = c.post("/v1/cite", json={"sentences": SENTENCES[:1], "documents": [{"id": "a", "text": "x"}]})
+    assert resp.status_code == 503 and "bundles.embedder" in resp.text
 
 
 class ColourImages:
