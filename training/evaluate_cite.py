@@ -18,6 +18,7 @@ from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.intervals import SLOW_RESAMPLES, Pooled, prf, with_bootstrap
 from searchsmith.models.metrics import (
     attribution_metrics,
+    balanced_accuracy,
     binary_prf,
     roc_auc,
     set_prf,
@@ -162,9 +163,10 @@ def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float,
     return out, rows
 
 
-def _pooled(items: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> dict[str, Pooled]:
+def _pooled(items: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], threshold: float) -> dict[str, Pooled]:
     """The statistics of :func:`cite_report`'s pooled figures on a resample of item indices:
-    attribution P/R/F1 and ROC AUC over the pairs, entity P/R/F1 over the spans."""
+    attribution P/R/F1, balanced accuracy (at ``threshold``) and ROC AUC over the pairs, top-1
+    P/R/F1 over the items, entity P/R/F1 over the spans."""
     counts = np.asarray([[len(set(r["predicted"]) & it["cited"]), len(r["predicted"]), len(it["cited"])]
                          for it, r in zip(items, rows, strict=True)], dtype=np.float64)  # (items, 3)
     out = prf(counts[:, 0], counts[:, 1], counts[:, 2], "attribution/")
@@ -183,6 +185,17 @@ def _pooled(items: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> 
             return roc_auc([y for y, _, _ in picked], [s for _, s, _ in picked])
         return stat
 
+    # each item's best document predicted (the first on ties, as top1_per_group)
+    top = [max(it["ids"], key=lambda i, r=r: (r["scores"][i], -it["ids"].index(i))) for it, r in zip(items, rows, strict=True)]
+    tops = np.asarray([[int(t in it["cited"]), 1, len(it["cited"])] for t, it in zip(top, items, strict=True)],
+                      dtype=np.float64)
+    out.update(prf(tops[:, 0], tops[:, 1], tops[:, 2], "attribution/top1_"))
+
+    def balanced(idx: np.ndarray) -> float | None:
+        picked = [p for n in idx.astype(np.int64) for p in pairs[n]]
+        return balanced_accuracy([y for y, _, _ in picked], [int(sc >= threshold) for _, sc, _ in picked])
+
+    out["attribution/balanced_accuracy"] = balanced
     out["attribution/roc_auc"] = auc(None)
     for name in sorted({it.get("source") for it in items if it.get("source")}):
         out[f"attribution/{name}/roc_auc"] = auc(name)
@@ -223,7 +236,7 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
         metrics["cosine_residual"] = residual.to_json()
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, rows)
-    return with_bootstrap({"task": "cite", "model": em.origin, **metrics}, rows, pooled=_pooled(items, rows),
+    return with_bootstrap({"task": "cite", "model": em.origin, **metrics}, rows, pooled=_pooled(items, rows, float(em.model.support_threshold)),
                           resamples=SLOW_RESAMPLES)
 
 
