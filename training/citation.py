@@ -49,6 +49,7 @@ command; the finished tagger is reused and the scorer continues from its last ch
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -570,6 +571,10 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     if wice_items:
         write_jsonl_atomic(run_dir / "heldout.wice_sentences.cite.jsonl", wice_items)
     wice_pairs_ = [(it["sentence"], d["text"]) for it in wice_items for d in it["documents"]]
+
+    @functools.cache
+    def wice_cosines() -> list[float]:  # the baseline's and the residual's feature: computed once
+        return best_sentence_cosines(cfg.data.baseline_embedder, wice_pairs_, cache)
     y_eval = [p.label for p in eval_p]
     eval_pairs = [(p.sentence, p.passage) for p in eval_p]
     sources = sorted({p.source for p in eval_p})
@@ -641,7 +646,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                     [y for y, p in zip(y_eval, eval_p, strict=True) if p.source == s],
                     [c for c, p in zip(cos, eval_p, strict=True) if p.source == s])
                 for s in sources}}
-            cos_attr = cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache)
+            cos_attr = cos_eval or cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache)
             baselines.update(cosine_attribution_baseline(y_eval, cos_attr, cfg.data.baseline_cosine_threshold))
             for src in sources:  # per source: the out-of-domain comparison of a data.leave_out run
                 idx = [i for i, p in enumerate(eval_p) if p.source == src]
@@ -651,7 +656,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                                   for k, v in per.items()})
             if wice_items:  # cosine at the pipeline's threshold and cosine top-1 (the best sentence)
                 baselines.update(sentence_level_figures(
-                    wice_items, best_sentence_cosines(cfg.data.baseline_embedder, wice_pairs_, cache),
+                    wice_items, wice_cosines(),
                     cfg.data.baseline_cosine_threshold, "wice_sentence_cosine_"))
         write_json_atomic(baselines_path, {"key": base_key, "baselines": baselines})
 
@@ -697,7 +702,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
         stages["scorer"]["final"] = {**{k: v for k, v in stages["scorer"]["final"].items()
                                         if not k.startswith("attribution/")}, **scorer_final}
     if wice_items:
-        wice_cos = best_sentence_cosines(cfg.data.baseline_embedder, wice_pairs_, cache) if residual else []
+        wice_cos = wice_cosines() if residual else []
         stages["scorer"]["final"].update(sentence_level_figures(
             wice_items, probs_of(trained, wice_pairs_, wice_cos, residual).tolist(), threshold, "wice_sentence/"))
     tmp = run_dir / f".model.tmp-{os.getpid()}"
