@@ -80,7 +80,10 @@ class ServeBundles:
         gate_rerank: /v1/search reranks only with a reranker whose held-out nDCG@10 beats the
             bi-encoder order (and BM25 when recorded).
         gate_cite: /v1/search cites with the model only when it beats cosine attribution.
-        gate_images: /v1/search places images with the model only when it beats caption cosine.
+        gate_images: /v1/search places captioned images with the model only when, on held-out
+            photos, it beats caption cosine.
+        gate_vision: /v1/search places uncaptioned images by the model's vision tower only
+            when, on held-out photos, that beats leaving them out.
         gate_read: /v1/search answers with the reader only when its held-out answer F1 beats
             the best-cosine sentence.
             The gates apply to /v1/search; each model's own endpoint serves it regardless, and
@@ -101,6 +104,7 @@ class ServeBundles:
     gate_rerank: bool = BundlesConfig.gate_rerank
     gate_cite: bool = BundlesConfig.gate_cite
     gate_images: bool = BundlesConfig.gate_images
+    gate_vision: bool = BundlesConfig.gate_vision
     gate_read: bool = BundlesConfig.gate_read
 
 

@@ -870,19 +870,21 @@ def _read_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
 
 
 def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.data import split_by_key
-    from searchsmith.training.evaluate_images import placement_report, retrieval_report
-    from searchsmith.training.image_data import placement_docs
-    from searchsmith.training.images import load_records
+    from searchsmith.training.evaluate_images import (
+        ood_placement_report,
+        placement_report,
+        retrieval_report,
+    )
+    from searchsmith.training.image_data import placement_docs, split_records
+    from searchsmith.training.images import load_records, ood_label
 
     cfg = run_recipe_config(run_dir)
     by_source = load_records(cfg.data)
     ids = _split_eval_ids(run_dir)
-    held = []
-    for recs in by_source.values():  # the recipe's order: per source, then per record
-        ev = ids if ids is not None else split_by_key([r.id for r in recs], cfg.data.eval_ratio,
-                                                      cfg.data.split_seed)[1]
-        held += [r for r in recs if r.id in ev]
+    if ids is None:  # the recipe's split, rebuilt
+        held = split_records(by_source, cfg.data.eval_ratio, cfg.data.split_seed, cfg.data.leave_out)[1]
+    else:  # the recipe's order: per source, then per record
+        held = [r for recs in by_source.values() for r in recs if r.id in ids]
     if not held:
         raise ValidationError("no held-out image of split.json is in the recipe's data any more")
     held, part = _first(held, limit)
@@ -892,6 +894,8 @@ def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
         figs = retrieval_report(model, held, size)
         if placement_docs(held, seed):  # as the recipe: placement documents over the held-out images
             figs.update(placement_report(model, held, size, seed))
+        # and the held-out photos' documents, which the pipeline's images gates read
+        figs.update(ood_placement_report(model, held, size, ood_label(by_source, cfg.data), cfg.data.ood_docs, seed))
     return figs, f"the run's held-out split ({part} images)"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from searchsmith.training.image_data import (
     load_image,
     placement_docs,
     record_image,
+    sampled_placement_docs,
 )
 
 RECALL_KS = (1, 5)
@@ -190,6 +191,55 @@ def placement_report(model: Any, recs: Sequence[ImageRecord], render_size: int, 
     docs = placement_docs(recs, seed)
     img = np.asarray(model.encode_images([record_image(r, render_size) for r in recs]), dtype=np.float32)
     return placement_figures(docs, lambda t: np.asarray(model.encode_text(t)), img, placement or PlacementConfig())
+
+
+def ood_docs(recs: Sequence[ImageRecord], source: str, n_docs: int, seed: int) -> list[PlacementDoc]:
+    """The placement documents behind the pipeline's images gates: ``n_docs`` documents drawn
+    from the held-out records ``recs`` whose ``source`` label is ``source`` (photos no run
+    trained on); [] when too few for one document, or ``source`` is ``none``."""
+    rows = [i for i, r in enumerate(recs) if r.source == source]
+    return sampled_placement_docs(recs, rows, n_docs, seed) if source != "none" else []
+
+
+def ood_placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[str]], np.ndarray],
+                          image_emb: np.ndarray | None, placement: PlacementConfig) -> dict[str, float]:
+    """The figures the pipeline's two images gates read, ``ood/...``, on :func:`ood_docs`.
+
+    With ``image_emb`` (a model's picture vectors): ``ood/placement_*``, the model's
+    placement of captioned images (its mix against the caption-cosine fallback), and
+    ``ood/vision_placement_*``, the same documents with every caption hidden (the vision
+    tower alone, against leaving uncaptioned images out). Without (the fallback itself):
+    ``ood/placement_*`` only. ``ood/docs``: the number of documents. {} without documents.
+    """
+    if not docs:
+        return {}
+    out = {"ood/docs": float(len(docs))}
+    out.update({f"ood/{k}": v for k, v in placement_figures(docs, embed_text, image_emb, placement).items()})
+    if image_emb is not None:
+        bare = [replace(d, captions=[None] * len(d.captions)) for d in docs]
+        out.update({f"ood/vision_{k}": v for k, v in placement_figures(bare, embed_text, image_emb, placement).items()})
+    return out
+
+
+def no_placement_accuracy(docs: Sequence[PlacementDoc]) -> float:
+    """Placement accuracy of placing nothing: the share of distractors (gold None)."""
+    gold = [g for d in docs for g in d.gold]
+    return sum(g is None for g in gold) / len(gold) if gold else 0.0
+
+
+def ood_placement_report(model: Any, recs: Sequence[ImageRecord], render_size: int, source: str, n_docs: int,
+                         seed: int, placement: PlacementConfig | None = None) -> dict[str, float]:
+    """:func:`ood_placement_figures` of a model with ``encode_text`` / ``encode_images`` (a
+    bundle or ``ImageRelevanceModel``) on :func:`ood_docs` over ``recs``."""
+    docs = ood_docs(recs, source, n_docs, seed)
+    if not docs:
+        return {}
+    rows = sorted({i for d in docs for i in d.images})
+    vecs = np.asarray(model.encode_images([record_image(recs[i], render_size) for i in rows]), dtype=np.float32)
+    img = np.zeros((len(recs), vecs.shape[1]), dtype=np.float32)
+    img[rows] = vecs  # only the documents' pictures are encoded
+    return ood_placement_figures(docs, lambda t: np.asarray(model.encode_text(t)), img,
+                                 placement or PlacementConfig())
 
 
 # ----------------------------------------------------------------------------- eval file
@@ -386,6 +436,10 @@ __all__ = [
     "eval_images",
     "evaluate_model",
     "make_eval_set",
+    "no_placement_accuracy",
+    "ood_docs",
+    "ood_placement_figures",
+    "ood_placement_report",
     "placement_figures",
     "placement_metrics",
     "placement_report",

@@ -15,7 +15,8 @@ Each record has two phrasings of its caption. Pictures are described by a small 
 and rendered on demand (:func:`render`), so thousands of records cost no memory until used.
 
 Also here: the recipe's split by image id (:func:`split_records`), the held-out placement
-documents the recipe scores (:func:`placement_docs`) and the eval file of
+documents the recipe scores (:func:`placement_docs`; :func:`sampled_placement_docs` for the
+few held-out photos behind the pipeline's images gates) and the eval file of
 ``searchsmith eval images`` (:func:`write_placement_file`).
 """
 
@@ -310,11 +311,15 @@ def record_image(rec: ImageRecord, render_size: int = 128) -> Any:
 # ----------------------------------------------------------------------------- split and eval documents
 
 
-def split_records(by_source: dict[str, list[ImageRecord]], eval_ratio: float,
-                  seed: int) -> tuple[list[ImageRecord], list[ImageRecord]]:
-    """Per-source seeded split by image id into (train, held-out)."""
+def split_records(by_source: dict[str, list[ImageRecord]], eval_ratio: float, seed: int,
+                  leave_out: Sequence[str] = ()) -> tuple[list[ImageRecord], list[ImageRecord]]:
+    """Per-source seeded split by image id into (train, held-out); every record of a source
+    named in ``leave_out`` is held out (never trained on: its figures are out of domain)."""
     train_recs, eval_recs = [], []
     for name, recs in by_source.items():
+        if name in leave_out:
+            eval_recs += recs
+            continue
         tr, ev = split_by_key([r.id for r in recs], eval_ratio, seed)
         if not tr or not ev:
             raise ValidationError(f"data: source {name!r} has {len(recs)} image(s), too few to split "
@@ -336,24 +341,44 @@ class PlacementDoc:
     gold: list[int | None]
 
 
+def _placement_doc(recs: Sequence[ImageRecord], group: Sequence[int], rng: random.Random,
+                   paragraphs_per_doc: int, images_per_doc: int) -> PlacementDoc:
+    """One document over the records ``group`` (rows of ``recs``): the first
+    ``paragraphs_per_doc`` give a paragraph each (their first caption), ``images_per_doc`` of
+    them are placed (their last caption as the image's caption) and the rest are distractors."""
+    paras, extra = list(group[:paragraphs_per_doc]), list(group[paragraphs_per_doc:])
+    shown = rng.sample(range(paragraphs_per_doc), images_per_doc)
+    images = [paras[j] for j in shown] + extra
+    return PlacementDoc([recs[i].captions[0] for i in paras], images,
+                        [recs[i].captions[-1] if len(recs[i].captions) > 1 else None for i in images],
+                        [*shown, *([None] * len(extra))])
+
+
 def placement_docs(recs: Sequence[ImageRecord], seed: int, paragraphs_per_doc: int = 10,
                    images_per_doc: int = 4, distractors: int = 1) -> list[PlacementDoc]:
     """Placement documents over held-out records, as :func:`write_placement_file` builds them
-    (each picture's first caption is a paragraph, its last caption the image's caption)."""
+    (each picture's first caption is a paragraph, its last caption the image's caption); each
+    record is in at most one document."""
     rng = random.Random(seed)
     order = list(range(len(recs)))
     rng.shuffle(order)
     per_doc = paragraphs_per_doc + distractors
-    docs = []
-    for d in range(len(order) // per_doc):
-        group = order[d * per_doc:(d + 1) * per_doc]
-        paras, extra = group[:paragraphs_per_doc], group[paragraphs_per_doc:]
-        shown = rng.sample(range(paragraphs_per_doc), images_per_doc)
-        images = [paras[j] for j in shown] + extra
-        docs.append(PlacementDoc([recs[i].captions[0] for i in paras], images,
-                                 [recs[i].captions[-1] if len(recs[i].captions) > 1 else None for i in images],
-                                 [*shown, *([None] * len(extra))]))
-    return docs
+    return [_placement_doc(recs, order[d * per_doc:(d + 1) * per_doc], rng, paragraphs_per_doc, images_per_doc)
+            for d in range(len(order) // per_doc)]
+
+
+def sampled_placement_docs(recs: Sequence[ImageRecord], rows: Sequence[int], n_docs: int, seed: int,
+                           paragraphs_per_doc: int = 10, images_per_doc: int = 4,
+                           distractors: int = 1) -> list[PlacementDoc]:
+    """``n_docs`` placement documents, each over a fresh random draw of distinct records among
+    ``rows`` (rows of ``recs``): documents overlap, so a few held-out pictures still give a
+    figure that does not hang on one grouping. [] when ``rows`` cannot fill one document."""
+    per_doc = paragraphs_per_doc + distractors
+    if len(rows) < per_doc:
+        return []
+    rng = random.Random(seed)
+    return [_placement_doc(recs, rng.sample(list(rows), per_doc), rng, paragraphs_per_doc, images_per_doc)
+            for _ in range(n_docs)]
 
 
 def write_placement_file(out_path: str | Path, source: str = "synthetic", docs: int = 40,
@@ -421,6 +446,7 @@ __all__ = [
     "coco_records",
     "load_image",
     "placement_docs",
+    "sampled_placement_docs",
     "record_image",
     "render",
     "split_records",

@@ -52,7 +52,14 @@ from searchsmith.models.image_relevance import (
     normalise_pixels,
 )
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
-from searchsmith.training.evaluate_images import evaluate_model, make_eval_set, placement_figures
+from searchsmith.training.evaluate_images import (
+    evaluate_model,
+    make_eval_set,
+    no_placement_accuracy,
+    ood_docs,
+    ood_placement_figures,
+    placement_figures,
+)
 from searchsmith.training.image_data import (
     KINDS,
     ImageRecord,
@@ -99,6 +106,17 @@ class ImagesData:
             id); a held-out image and its captions are never trained on.
         split_seed: seed of the train/held-out split and of the held-out placement
             documents built from it.
+        leave_out: sources held out whole: none of their images is trained on, all are
+            evaluated (a leave-one-dataset-out run; e.g. ``[coco_captions]`` to judge the
+            vision tower on photos of a kind it never saw). At least one source must stay
+            in training.
+        ood_source: the source whose held-out images give the out-of-domain placement
+            figures (``ood/...``) that the pipeline's images gates read: photos, the kind of
+            image users' documents carry, not the generated pictures the tower learns from.
+            ``none``, or a source not in ``sources``, records none, and the gates then leave
+            the model out.
+        ood_docs: placement documents drawn (with overlap) from ``ood_source``'s held-out
+            images; more: a steadier figure, longer evaluation.
     """
 
     sources: list[str] = field(default_factory=lambda: ["synthetic_images", "coco_captions"])
@@ -113,10 +131,22 @@ class ImagesData:
     # Text embedder of the caption-cosine placement baseline (the pipeline's placement without
     # an images bundle), measured on the held-out placement documents; "none" skips it.
     baseline_embedder: str = "default"
+    leave_out: list[str] = field(default_factory=list)
+    ood_source: str = "coco_captions"
+    ood_docs: int = 40
 
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("data.sources is empty; name at least one, e.g. [synthetic_images]")
+        unknown = [s for s in self.leave_out if s not in self.sources]
+        if unknown:
+            raise ValueError(f"data.leave_out: {unknown} are not in data.sources {self.sources}; "
+                             "leave out only sources the run reads")
+        if not set(self.sources) - set(self.leave_out):
+            raise ValueError(f"data.leave_out {self.leave_out} leaves no source to train on; keep at least one "
+                             "of data.sources in training")
+        if not 1 <= self.ood_docs <= 10_000:
+            raise ValueError(f"data.ood_docs must be in [1, 10000], got {self.ood_docs}")
         if not 16 <= self.render_size <= 1024:
             raise ValueError(f"data.render_size must be in [16, 1024] px, got {self.render_size}")
 
@@ -201,6 +231,13 @@ def synthetic_image_records(data: ImagesData) -> list[ImageRecord]:
 def coco_caption_records(data: ImagesData) -> list[ImageRecord]:
     """The COCO open part from ``data.coco_dir``."""
     return coco_records(data.coco_dir, field="data.coco_dir")
+
+
+def ood_label(by_source: dict[str, list[ImageRecord]], data: ImagesData) -> str:
+    """The records' ``source`` label of ``data.ood_source`` (a data set name, as in
+    ``data.sources``), or ``none`` when the run does not read that set."""
+    recs = by_source.get(data.ood_source) or []
+    return recs[0].source if recs else "none"
 
 
 def load_records(data: ImagesData) -> dict[str, list[ImageRecord]]:
@@ -352,7 +389,7 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
 
     # 2. Data: records, per-source split by image id, pixels, cached caption features.
     by_source = load_records(cfg.data)
-    train_recs, eval_recs = split_records(by_source, cfg.data.eval_ratio, cfg.data.split_seed)
+    train_recs, eval_recs = split_records(by_source, cfg.data.eval_ratio, cfg.data.split_seed, cfg.data.leave_out)
     if len(train_recs) < cfg.optim.batch_size:
         raise ValidationError(f"data: {len(train_recs)} training images, fewer than optim.batch_size="
                               f"{cfg.optim.batch_size}; add images (data.synthetic_images) or lower it")
@@ -371,15 +408,17 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
         cached = dict(zip(texts, feats, strict=True))
     embed_texts = _text_embed_fn(model, cached)
 
-    # Held-out placement documents: what the pipeline's images gate compares (placement by
-    # this model against caption-cosine placement, the pipeline's fallback).
+    # Held-out placement documents: all held-out images pooled (in domain), and documents of
+    # held-out photos (ood_docs), what the pipeline's images gates compare: this model's
+    # placement against caption-cosine placement and, captions hidden, against placing nothing.
     docs = placement_docs(eval_recs, cfg.data.split_seed)
+    photo_docs = ood_docs(eval_recs, ood_label(by_source, cfg.data), cfg.data.ood_docs, cfg.data.split_seed)
     placement = PlacementConfig()
     vis = cfg.model.vision
 
     def eval_fn(m: Any) -> dict[str, float]:
         out = evaluate_model(m, eval_set, embed_texts, cfg.eval_batch_size)
-        if docs:
+        if docs or photo_docs:
             was = m.training
             m.eval()
             device = next(m.parameters()).device
@@ -391,7 +430,9 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
                 def text(texts: list[str]) -> np.ndarray:
                     return embed_texts(texts).float().cpu().numpy()
 
-                out.update(placement_figures(docs, text, img, placement))
+                if docs:
+                    out.update(placement_figures(docs, text, img, placement))
+                out.update(ood_placement_figures(photo_docs, text, img, placement))
             m.train(was)
         return out
 
@@ -403,15 +444,25 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
                  "eval_texts": len(eval_set.texts),
                  "train_images_per_source": {s: sum(r.source == s for r in train_recs)
                                              for s in sorted({r.source for r in train_recs})},
-                 "placement_docs": len(docs)},
+                 "placement_docs": len(docs), "ood_source": cfg.data.ood_source, "ood_docs": len(photo_docs),
+                 "leave_out": list(cfg.data.leave_out)},
     }
-    if docs and cfg.data.baseline_embedder != "none":
+    if photo_docs:
+        baselines["ood_no_placement_accuracy"] = no_placement_accuracy(photo_docs)
+    if (docs or photo_docs) and cfg.data.baseline_embedder != "none":
         from searchsmith.training.data import CachedEmbedder
 
         emb = CachedEmbedder(cfg.data.baseline_embedder, run_dir / "cache")
-        cosine = placement_figures(docs, lambda t: emb.encode(list(t)), None, placement)
+
+        def encode(t: list[str]) -> np.ndarray:
+            return emb.encode(list(t))
+
         # flat: the export copies flat baselines into the bundle manifest, where the gate reads them
-        baselines.update({f"cosine_{k}": v for k, v in cosine.items()})
+        if docs:
+            baselines.update({f"cosine_{k}": v for k, v in placement_figures(docs, encode, None, placement).items()})
+        if photo_docs:
+            baselines.update({f"ood_cosine_{k}": v for k, v in
+                              placement_figures(photo_docs, encode, None, placement).items()})
         del emb
 
     # 3. Loss: symmetric InfoNCE over the in-batch pairs.

@@ -53,8 +53,12 @@ class BundlesConfig:
             bi-encoder order (and BM25 when recorded); the retrieval order is kept instead.
         gate_cite: skip the citation model unless its held-out attribution ROC AUC and F1
             beat cosine attribution's; the cosine fallback cites instead.
-        gate_images: skip the image model unless its held-out placement accuracy beats
-            caption-cosine placement; captions are compared with paragraphs instead.
+        gate_images: place images that carry a caption with the image model's mix only when
+            its placement accuracy on held-out photos beats caption-cosine placement's;
+            otherwise their captions are compared with the paragraphs (the default).
+        gate_vision: place images without a caption by the image model's vision tower only
+            when, on held-out photos with captions hidden, its placement accuracy beats
+            leaving them out (a wrong place counts against it); otherwise they are left out.
         gate_read: skip the reader unless its held-out answer F1 beats the extractive
             stand-in's (the context sentence closest to the question); sentences answer instead.
 
@@ -81,6 +85,7 @@ class BundlesConfig:
     gate_rerank: bool = True
     gate_cite: bool = True
     gate_images: bool = True
+    gate_vision: bool = True
     gate_read: bool = True
 
 

@@ -15,6 +15,12 @@ that it helps (``bundles.gate_<use>: false`` uses it anyway).
 :data:`GATES` is the table: one row per (use, metric); a use with several rows (citation:
 ROC AUC and F1) must pass every row. A row names its baselines; the first must be recorded,
 the others count when recorded, and the model must beat the best of them (a tie fails).
+
+The image model has two uses, each gated by figures on held-out photos (the kind of image
+users' documents carry; its training pictures are mostly generated): ``images``, its mix for
+images that carry a caption, against caption-cosine placement, and ``vision``, its vision
+tower alone for images without one, against leaving them out. Caption-cosine placement is
+the default wherever the model has not shown it does better.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ class GateRow:
         baselines: ``(key, name)`` of the stand-ins' figures; the first is required.
         fallback: what the pipeline does instead.
         setting: the ``bundles.*`` switch that turns the gate off.
+        how: how to get the figure recorded, said when it is missing.
     """
 
     role: str
@@ -46,6 +53,7 @@ class GateRow:
     baselines: tuple[tuple[str, str], ...]
     fallback: str
     setting: str
+    how: str = ""
 
 
 GATES: tuple[GateRow, ...] = (
@@ -67,9 +75,15 @@ GATES: tuple[GateRow, ...] = (
     GateRow("reader", "read", "f1", "answer F1",
             (("baselines/sentence_f1", "the context sentence closest to the question"),),
             "the extractive sentences", "gate_read"),
-    GateRow("images", "images", "placement_accuracy", "placement accuracy",
-            (("baselines/cosine_placement_accuracy", "caption-cosine placement"),),
-            "caption-cosine placement", "gate_images"),
+    GateRow("images", "images", "ood/placement_accuracy", "placement accuracy on unseen photos",
+            (("baselines/ood_cosine_placement_accuracy", "caption-cosine placement"),),
+            "caption-cosine placement", "gate_images",
+            "train with data.sources including coco_captions (photos); pictures of the training kind say nothing "
+            "about users' photos"),
+    GateRow("images", "vision", "ood/vision_placement_accuracy", "placement accuracy of uncaptioned unseen photos",
+            (("baselines/ood_no_placement_accuracy", "leaving images without a caption out"),),
+            "no placement for images without a caption", "gate_vision",
+            "train with data.sources including coco_captions (photos)"),
 )
 USES: tuple[str, ...] = tuple(dict.fromkeys(r.use for r in GATES))
 
@@ -184,7 +198,8 @@ def check_row(row: GateRow, figures: Mapping[str, float]) -> tuple[Figure, str |
         missing = [k for k in (row.metric, required_key) if k not in figures]
         return fig, (f"the {_model_name(row.role)}'s bundle has no held-out figure recorded "
                      f"({', '.join(missing)} missing from its manifest's heldout_metrics); {row.fallback} "
-                     f"is used (no held-out figure recorded; set bundles.{row.setting}: false to use it)")
+                     f"is used (no held-out figure recorded{'; ' + row.how if row.how else ''}; set "
+                     f"bundles.{row.setting}: false to use it)")
     assert best is not None
     if got <= best[1]:
         relation = "is below" if got < best[1] else "only ties with"

@@ -141,7 +141,9 @@ class Pipeline:
             "generation": self.generation,
             "citation": CitationStage(embedder, cfg.citation, self.bundles.get("citation") if use("cite") else None),
             "timeline": TimelineStage(embedder, cfg.timeline),
-            "images": ImagesStage(embedder, cfg.images, self.bundles.get("images") if use("images") else None),
+            "images": ImagesStage(embedder, cfg.images,
+                                  self.bundles.get("images") if use("images") or use("vision") else None,
+                                  mix=use("images"), vision=use("vision")),
         }
         stages: list[Stage] = []
         names = list(cfg.stages)

@@ -32,7 +32,8 @@ PASSING = {
     "rerank": {"ndcg@10": 0.9, "baselines/bi_encoder_ndcg@10": 0.8, "baselines/bm25_ndcg@10": 0.7},
     "cite": {"attribution/roc_auc": 0.95, "baselines/cosine_attribution_roc_auc": 0.8,
              "attribution/f1": 0.9, "baselines/cosine_attribution_f1": 0.7},
-    "images": {"placement_accuracy": 0.8, "baselines/cosine_placement_accuracy": 0.6},
+    "images": {"ood/placement_accuracy": 0.8, "baselines/ood_cosine_placement_accuracy": 0.6,
+               "ood/vision_placement_accuracy": 0.5, "baselines/ood_no_placement_accuracy": 0.2},
 }
 
 

@@ -31,7 +31,8 @@ FAILING = {
     "rerank": {"ndcg@10": 0.483, "baselines/bi_encoder_ndcg@10": 0.810, "baselines/bm25_ndcg@10": 0.7},
     "cite": {"attribution/roc_auc": 0.7, "baselines/cosine_attribution_roc_auc": 0.9,
              "attribution/f1": 0.5, "baselines/cosine_attribution_f1": 0.8},
-    "images": {"placement_accuracy": 0.4, "baselines/cosine_placement_accuracy": 0.7},
+    "images": {"ood/placement_accuracy": 0.4, "baselines/ood_cosine_placement_accuracy": 0.7,
+               "ood/vision_placement_accuracy": 0.2, "baselines/ood_no_placement_accuracy": 0.2},
 }
 
 
@@ -98,10 +99,10 @@ def _bundles(figures, fakes):
 # -- the table ---------------------------------------------------------------------------------
 def test_a_model_must_beat_its_baseline_a_tie_is_not_enough():
     row = next(r for r in GATES if r.use == "images")
-    assert check_row(row, {"placement_accuracy": 0.71, "baselines/cosine_placement_accuracy": 0.7})[1] is None
-    fig, why = check_row(row, {"placement_accuracy": 0.7, "baselines/cosine_placement_accuracy": 0.7})
-    assert "placement accuracy 0.700 only ties with caption-cosine placement (0.700)" in why
-    fig, why = check_row(row, {"placement_accuracy": 0.4, "baselines/cosine_placement_accuracy": 0.7})
+    assert check_row(row, {"ood/placement_accuracy": 0.71, "baselines/ood_cosine_placement_accuracy": 0.7})[1] is None
+    fig, why = check_row(row, {"ood/placement_accuracy": 0.7, "baselines/ood_cosine_placement_accuracy": 0.7})
+    assert "placement accuracy on unseen photos 0.700 only ties with caption-cosine placement (0.700)" in why
+    fig, why = check_row(row, {"ood/placement_accuracy": 0.4, "baselines/ood_cosine_placement_accuracy": 0.7})
     assert "0.400 is below caption-cosine placement (0.700)" in why and "bundles.gate_images: false" in why
     assert (fig.value, fig.baseline) == (0.4, 0.7)
 
@@ -143,7 +144,7 @@ def test_figures_are_read_flat_or_nested_from_a_manifest_a_bundle_or_a_folder(tm
 
 def test_every_bundle_use_has_a_config_switch_and_a_gate():
     uses = {r.use for r in GATES}
-    assert uses == {"rewrite", "decompose", "rerank", "cite", "read", "images"}
+    assert uses == {"rewrite", "decompose", "rerank", "cite", "read", "images", "vision"}
     for r in GATES:
         assert isinstance(getattr(BundlesConfig(), r.setting), bool), r.setting
 
@@ -158,10 +159,10 @@ def test_gated_bundles_are_not_called_and_every_trace_says_why(make_pipeline, fa
     assert bundles["decomposer"].calls == []
     gates = ans["trace"]["gates"]
     assert {u: g["used"] for u, g in gates.items()} == dict.fromkeys(
-        ("rewrite", "decompose", "rerank", "cite", "images"), False)
+        ("rewrite", "decompose", "rerank", "cite", "images", "vision"), False)
     assert "nDCG@10 0.483 is below the bi-encoder order (0.810)" in gates["rerank"]["reason"]
     notes = "\n".join(ans["trace"]["notes"])
-    for use in ("rewrite", "decompose", "rerank", "cite", "images"):
+    for use in ("rewrite", "decompose", "rerank", "cite", "images", "vision"):
         assert f"{use}: the " in notes
     assert ans["trace"]["stages"]["rerank"]["skipped"]
     lines = gate_report(pipe.gates)
@@ -172,7 +173,8 @@ def test_gated_bundles_are_not_called_and_every_trace_says_why(make_pipeline, fa
 
 def test_gates_switched_off_use_every_bundle(loaded_index, embedder, fakes):
     bundles = _bundles(FAILING, fakes)
-    off = dict.fromkeys(("gate_rewrite", "gate_decompose", "gate_rerank", "gate_cite", "gate_images"), False)
+    off = dict.fromkeys(("gate_rewrite", "gate_decompose", "gate_rerank", "gate_cite", "gate_images",
+                         "gate_vision"), False)
     pipe = Pipeline(from_dict(PipelineConfig, {"bundles": off}), loaded_index, embedder, bundles)
     ans = pipe.ask("Which planet is the largest?")
     assert bundles["reranker"].calls > 0 and bundles["citation"].calls > 0
@@ -252,7 +254,7 @@ def test_gated_bundles_give_the_no_bundle_answers_on_the_demo_qa(demo_subset, em
     assert run(_bundles(FAILING, fakes)) == plain
     # the same bundles with their gates off do change the answers: the comparison can fail
     off = {"bundles": dict.fromkeys(("gate_rewrite", "gate_decompose", "gate_rerank", "gate_cite",
-                                     "gate_images"), False)}
+                                     "gate_images", "gate_vision"), False)}
     assert run(_bundles(FAILING, fakes), off) != plain
 
 
