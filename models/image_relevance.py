@@ -5,18 +5,24 @@ in one shared space of ``embed_dim`` dimensions:
 
 * text tower: a Hugging Face encoder (all-MiniLM-L6-v2 by default; frozen, LoRA or fully
   trained) -> mean pooling over real tokens -> linear projection -> L2 normalisation;
-* vision tower: a small CNN trained from scratch in plain torch (stride-2 conv stages on
-  ``image_size`` px RGB, the last feature map flattened so that positions survive) ->
-  linear projection -> L2 normalisation;
+* vision tower (``vision.kind``): ``cnn``, a small CNN trained from scratch in plain torch
+  (stride-2 conv stages on ``image_size`` px RGB, the last feature map flattened so that
+  positions survive) -> linear projection; or ``clip``, a CLIP vision transformer
+  (transformers' ``CLIPVisionModelWithProjection``, pretrained from ``vision.clip_model`` or
+  random-init from ``vision.clip_config``; frozen or trained) -> its own visual projection
+  -> an added linear projection to ``embed_dim``; then L2 normalisation;
 * a learnable temperature (``logit_scale = log(1 / T)``) used by the contrastive loss.
 
 Saved layout (``ImageRelevanceModel.save``; shared contract, the exporter reads it)::
 
     model/text/                  HF AutoModel + tokenizer (the text tower's encoder, LoRA merged)
-    model/vision.pt              {"vision": CNN state dict, "text_projection": Linear state
-                                  dict, "logit_scale": tensor}
+    model/vision.pt              {"vision": the vision tower's state dict (SmallCNN or
+                                  ClipVision), "text_projection": Linear state dict,
+                                  "logit_scale": tensor}
     model/image_relevance.json   architecture config, image_size, embed_dim, mean/std,
-                                  text projection shape, temperature, trained_steps, version
+                                  text projection shape, temperature, trained_steps, version;
+                                  for kind clip, architecture.vision.clip_config holds the
+                                  CLIP vision config, so loading needs no hub
 
 Placement (the Xinyu design): :func:`combined_scores` mixes image-paragraph,
 caption-paragraph and image-query relevance into a (P, I) matrix; :func:`assign_images`
@@ -37,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from searchsmith.models.config import from_dict
+from searchsmith.models.config import closest_key, from_dict
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import replace_dir, write_json_atomic
 from searchsmith.models.placement import (  # torch-free
@@ -59,22 +65,48 @@ MAX_LOGIT_SCALE = math.log(100.0)
 # ----------------------------------------------------------------------------- configs
 
 
+# The CLIPVisionConfig fields that describe the architecture (transformers 5 declares them as
+# dataclass fields of CLIPVisionConfig); ``vision.clip_config`` takes these keys only.
+CLIP_CONFIG_KEYS = ("hidden_size", "intermediate_size", "projection_dim", "num_hidden_layers",
+                    "num_attention_heads", "num_channels", "image_size", "patch_size", "hidden_act",
+                    "layer_norm_eps", "attention_dropout", "initializer_range", "initializer_factor")
+CLIP_DEFAULT_IMAGE_SIZE = 224  # CLIPVisionConfig's default image_size
+
+
 @dataclass(frozen=True)
 class VisionConfig:
-    """The vision tower. ``kind: cnn`` is trained from scratch; ``kind: clip`` names a hub
-    CLIP (``clip_model``) and is not available in this build (see ``build_vision``).
+    """The vision tower: a small CNN trained from scratch (``kind: cnn``) or a CLIP vision
+    transformer (``kind: clip``), pretrained (``clip_model``) or random-init (``clip_config``).
 
     Attributes:
-        kind: ``cnn``: the small CNN trained from scratch; ``clip``: a hub CLIP vision tower
-            (``clip_model``), which this build rejects with a ConfigError.
+        kind: ``cnn``: the small CNN trained from scratch; ``clip``: transformers'
+            ``CLIPVisionModelWithProjection`` (from ``clip_model``, or random-init from
+            ``clip_config``) followed by a linear projection from its ``projection_dim`` to
+            ``embed_dim`` (always added, so a frozen CLIP still has a trained layer).
         image_size: side in pixels every image is resized to (squashed, bilinear) before the
-            tower, in training and serving; divisible by ``2 ** len(channels)``. A step's
-            cost grows with its square.
+            tower, in training and serving. ``cnn``: divisible by ``2 ** len(channels)``; a
+            step's cost grows with its square. ``clip``: must equal the CLIP config's
+            ``image_size`` (224 for openai/clip-vit-base-patch32).
+        channels: ``cnn`` only: output channels of each stage (one halving per stage).
         extra_convs: stride-1 conv3x3 -> BN -> ReLU layers added to each stage before its
-            halving conv (0 to 4); each roughly doubles that stage's cost.
+            halving conv (0 to 4); each roughly doubles that stage's cost. ``cnn`` only.
+        mean: per-channel (RGB) offset of the normalisation ``(pixel / 255 - mean) / std``;
+            three values (CLIP checkpoints expect CLIP's own, see the clip recipe).
         std: per-channel (RGB) divisor of the normalisation ``(pixel / 255 - mean) / std``;
             three values, each > 0.
-        clip_model: hub id of the CLIP model for ``kind: clip``; unused by ``kind: cnn``.
+        clip_model: ``kind: clip``: the pretrained CLIP to load (a local folder or a hub id,
+            which needs ``HF_HUB_OFFLINE=0`` or the model in the local hub cache); a full
+            CLIPModel checkpoint works, its vision half is taken. Unused by ``kind: cnn`` and
+            when ``clip_config`` is set.
+        clip_config: ``kind: clip``: a CLIPVisionConfig as a dict (keys such as
+            ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
+            ``intermediate_size``, ``patch_size``, ``image_size``, ``projection_dim``) that
+            builds a random-init CLIP instead of loading ``clip_model`` (no hub access); the
+            tiny twin uses it, and a saved model stores its CLIP's config here.
+        freeze: ``kind: clip``: true freezes the CLIP backbone (its visual projection
+            included) so only the added projection learns: cheap, and keeps a pretrained
+            CLIP's features; false fine-tunes it all (use a GPU and a small ``optim.lr``).
+            ``kind: cnn`` trains from scratch and rejects true.
     """
 
     kind: Literal["cnn", "clip"] = "cnn"
@@ -87,10 +119,17 @@ class VisionConfig:
     mean: list[float] = field(default_factory=lambda: [0.5, 0.5, 0.5])
     std: list[float] = field(default_factory=lambda: [0.5, 0.5, 0.5])
     clip_model: str = "openai/clip-vit-base-patch32"
+    clip_config: dict[str, Any] | None = None
+    freeze: bool = False
 
     def __post_init__(self) -> None:
         if not 16 <= self.image_size <= 512:
             raise ValueError(f"vision.image_size must be in [16, 512] px, got {self.image_size}")
+        if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
+            raise ValueError(f"vision.mean/std need 3 values each (RGB), std > 0; got {self.mean} / {self.std}")
+        if self.kind == "clip":
+            self._check_clip()
+            return
         if not self.channels or any(c < 1 for c in self.channels):
             raise ValueError(f"vision.channels must be a non-empty list of positive ints, got {self.channels}")
         if not 0 <= self.extra_convs <= 4:
@@ -98,8 +137,34 @@ class VisionConfig:
         if self.image_size % (2 ** len(self.channels)) != 0:
             raise ValueError(f"vision.image_size ({self.image_size}) must be divisible by "
                              f"2**len(vision.channels) = {2 ** len(self.channels)} (one halving per stage)")
-        if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
-            raise ValueError(f"vision.mean/std need 3 values each (RGB), std > 0; got {self.mean} / {self.std}")
+        if self.freeze:
+            raise ValueError("vision.freeze: true freezes a pretrained CLIP backbone (vision.kind: clip); "
+                             "the CNN of vision.kind: cnn starts from scratch and must train: set "
+                             "vision.freeze=false")
+
+    def _check_clip(self) -> None:
+        if self.clip_config is None:
+            if not self.clip_model or self.clip_model == "default":
+                raise ValueError("vision.clip_model: name a CLIP (e.g. openai/clip-vit-base-patch32 or a "
+                                 "local folder), or set vision.clip_config for a random-init one")
+            return  # the image size is checked against the hub config when the tower is built
+        for key in self.clip_config:
+            if key not in CLIP_CONFIG_KEYS:
+                hint = closest_key(str(key), CLIP_CONFIG_KEYS)
+                fix = f"did you mean {hint!r}?" if hint else f"valid keys: {list(CLIP_CONFIG_KEYS)}"
+                raise ValueError(f"vision.clip_config.{key}: unknown CLIPVisionConfig key; {fix}")
+        check_clip_image_size(self.image_size, self.clip_config.get("image_size", CLIP_DEFAULT_IMAGE_SIZE),
+                              "vision.clip_config")
+
+
+def check_clip_image_size(image_size: int, clip_size: Any, source: str) -> None:
+    """Raise ValueError unless ``vision.image_size`` equals the CLIP config's (square) image size."""
+    sizes = set(clip_size) if isinstance(clip_size, list | tuple) else {clip_size}
+    if sizes != {image_size}:
+        want = next(iter(sizes)) if len(sizes) == 1 else clip_size
+        raise ValueError(f"vision.image_size ({image_size}) must equal the CLIP config's image_size "
+                         f"({clip_size}, from {source}): CLIP's position embeddings are learnt for that "
+                         f"size; set model.vision.image_size={want}")
 
 
 @dataclass(frozen=True)
@@ -181,26 +246,130 @@ class TextTower(nn.Module):
         return F.normalize(self.proj(self.pooled(input_ids, attention_mask)), dim=-1)  # (N, D)
 
 
-class VisionTower(nn.Module):
-    """CNN -> L2 norm; ``forward(pixel_values (M, 3, S, S) float32) -> (M, D)``."""
+class ClipVision(nn.Module):
+    """A CLIP vision transformer (its pooled [CLS] state and visual projection), then a linear
+    projection to ``embed_dim``.
 
-    def __init__(self, cnn: SmallCNN) -> None:
+    Input (M, 3, S, S) normalised pixels, S = the CLIP config's image_size; output
+    (M, embed_dim), not normalised. With ``freeze`` the CLIP part gets no gradients and stays
+    in eval mode (no attention dropout), so only ``proj`` learns.
+    """
+
+    def __init__(self, clip: nn.Module, embed_dim: int, freeze: bool = False) -> None:
         super().__init__()
-        self.cnn = cnn
+        self.clip = clip  # transformers.CLIPVisionModelWithProjection
+        self.proj = nn.Linear(int(clip.config.projection_dim), embed_dim)
+        self.freeze = freeze
+        if freeze:
+            self.clip.requires_grad_(False)
+            self.clip.eval()
+
+    def train(self, mode: bool = True) -> ClipVision:
+        super().train(mode)
+        if self.freeze:
+            self.clip.eval()
+        return self
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.cnn(pixel_values), dim=-1)
+        feats = self.clip(pixel_values=pixel_values).image_embeds  # (M, projection_dim)
+        return self.proj(feats)  # (M, D)
 
 
-def build_vision(cfg: ImageRelevanceConfig) -> SmallCNN:
-    """The from-scratch vision tower; ConfigError for ``kind: clip`` (not in this build)."""
-    if cfg.vision.kind == "clip":
-        raise ConfigError(
-            f"model.vision.kind: 'clip' ({cfg.vision.clip_model}) is not implemented in this build: "
-            "the hub-CLIP towers (CLIPVisionModelWithProjection / CLIPTextModelWithProjection) need "
-            "their own save layout and ONNX export, which do not exist yet. Use "
-            "model.vision.kind=cnn (the small CNN trained from scratch; see recipes/images/minilm_cnn.yaml)")
-    return SmallCNN(cfg.vision, cfg.embed_dim)
+class VisionTower(nn.Module):
+    """Vision network (:class:`SmallCNN` or :class:`ClipVision`) -> L2 norm;
+    ``forward(pixel_values (M, 3, S, S) float32) -> (M, D)``."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        # Trainer checkpoints (model.pt) written before kind clip name the network "cnn".
+        self._register_load_state_dict_pre_hook(_rename_cnn_keys)
+
+    @property
+    def cnn(self) -> nn.Module:
+        """The vision network under its name from before ``kind: clip`` (now ``net``)."""
+        return self.net
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.net(pixel_values), dim=-1)
+
+
+def _rename_cnn_keys(state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    for key in [k for k in state_dict if k.startswith(prefix + "cnn.")]:
+        state_dict[prefix + "net." + key[len(prefix) + len("cnn."):]] = state_dict.pop(key)
+
+
+def _resolve_clip(name: str) -> str:
+    from searchsmith.models.hub import resolve_model
+
+    try:
+        return resolve_model(name, field="model.vision.clip_model")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}. For a CLIP without a hub, set model.vision.clip_config (a random-init "
+                          "CLIPVisionConfig, as recipes/images/tiny/bert-tiny_clip-tiny.yaml does)") from None
+
+
+def clip_vision_config(v: VisionConfig) -> Any:
+    """The ``CLIPVisionConfig`` of a ``kind: clip`` tower: from ``clip_config``, or read
+    (config only, no weights) from ``clip_model``; ``image_size`` checked against it.
+
+    Raises:
+        ConfigError: ``clip_model`` cannot be found or holds no CLIP, the config is invalid,
+            or ``vision.image_size`` differs from the CLIP's.
+    """
+    from huggingface_hub.errors import StrictDataclassError  # transformers 5's config checks
+    from transformers import CLIPVisionConfig
+
+    if v.clip_config is not None:
+        source = "model.vision.clip_config"
+        try:
+            conf = CLIPVisionConfig(**v.clip_config)
+        except (TypeError, ValueError, StrictDataclassError) as exc:  # field types, architecture
+            raise ConfigError(f"{source}: {' '.join(str(exc).split())}") from None
+    else:
+        source = f"model.vision.clip_model {v.clip_model!r}"
+        path = _resolve_clip(v.clip_model)
+        try:
+            conf = CLIPVisionConfig.from_pretrained(path)
+        except (OSError, ValueError, TypeError, StrictDataclassError) as exc:
+            raise ConfigError(f"model.vision.clip_model: cannot read a CLIP vision config from {v.clip_model!r} "
+                              f"({str(exc).splitlines()[0][:300]}); name a CLIP checkpoint "
+                              "(e.g. openai/clip-vit-base-patch32)") from None
+    try:
+        check_clip_image_size(v.image_size, conf.image_size, source)
+    except ValueError as exc:
+        raise ConfigError(f"model.{exc}") from None
+    return conf
+
+
+def clip_config_dict(conf: Any) -> dict[str, Any]:
+    """A CLIPVisionConfig's architecture as a plain dict (``vision.clip_config``, JSON-ready)."""
+    out = {k: getattr(conf, k) for k in CLIP_CONFIG_KEYS}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
+def build_vision(cfg: ImageRelevanceConfig) -> nn.Module:
+    """The vision network: a :class:`SmallCNN` (``kind: cnn``) or a :class:`ClipVision`
+    (``kind: clip``: random-init from ``clip_config``, else pretrained from ``clip_model``).
+
+    Raises:
+        ConfigError: see :func:`clip_vision_config`; ``clip_model``'s weights do not load.
+    """
+    v = cfg.vision
+    if v.kind == "cnn":
+        return SmallCNN(v, cfg.embed_dim)
+    from transformers import CLIPVisionModelWithProjection
+
+    conf = clip_vision_config(v)
+    if v.clip_config is not None:
+        clip = CLIPVisionModelWithProjection(conf)
+    else:
+        try:
+            clip = CLIPVisionModelWithProjection.from_pretrained(_resolve_clip(v.clip_model), dtype=torch.float32)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"model.vision.clip_model: cannot load the CLIP vision weights of {v.clip_model!r} "
+                              f"({str(exc).splitlines()[0][:300]})") from None
+    return ClipVision(clip, cfg.embed_dim, freeze=v.freeze)
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -248,6 +417,8 @@ class ImageRelevanceModel(nn.Module):
     """
 
     def __init__(self, encoder: nn.Module, tokenizer: Any, cfg: ImageRelevanceConfig) -> None:
+        """Text tower from ``encoder``; a new vision tower (:func:`build_vision`; a
+        ``clip_model`` is loaded here)."""
         super().__init__()
         hidden = int(encoder.config.hidden_size)
         self.config = cfg
@@ -265,11 +436,13 @@ class ImageRelevanceModel(nn.Module):
     def build(cls, cfg: ImageRelevanceConfig, text_model: str = "default",
               text_config: dict[str, Any] | None = None, tokenizer: str = "default") -> ImageRelevanceModel:
         """A fresh model: pretrained text encoder ``text_model`` (or random-init from the HF
-        config dict ``text_config``, which needs ``model_type``), new vision tower."""
+        config dict ``text_config``, which needs ``model_type``), new vision tower (a CNN
+        from scratch, or a CLIP from ``vision.clip_model`` / ``vision.clip_config``)."""
         from searchsmith.models.hub import resolve_model
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        build_vision(cfg)  # fail on an unavailable vision kind before loading anything
+        if cfg.vision.kind == "clip":
+            clip_vision_config(cfg.vision)  # fail on a bad CLIP before loading the text encoder
         if text_config is not None:
             conf = dict(text_config)
             model_type = conf.pop("model_type", None)
@@ -402,14 +575,14 @@ class ImageRelevanceModel(nn.Module):
         steps = int(self.trained_steps) if trained_steps is None else int(trained_steps)
         self._text_encoder_plain().save_pretrained(p / TEXT_DIR)
         self.tokenizer.save_pretrained(p / TEXT_DIR)
-        torch.save({"vision": self.vision_tower.cnn.state_dict(),
+        torch.save({"vision": self.vision_tower.net.state_dict(),
                     "text_projection": self.text_tower.proj.state_dict(),
                     "logit_scale": self.logit_scale.detach().cpu()}, p / VISION_FILE)
         proj = self.text_tower.proj
         meta = {
             "format_version": FORMAT_VERSION,
             "task": "images",
-            "architecture": asdict(self.config),
+            "architecture": self._architecture(),
             "image_size": self.image_size,
             "embed_dim": self.config.embed_dim,
             "max_length": self.max_length,
@@ -422,6 +595,15 @@ class ImageRelevanceModel(nn.Module):
             "trained_steps": steps,
         }
         write_json_atomic(p / META_FILE, meta)
+
+    def _architecture(self) -> dict[str, Any]:
+        """``asdict(config)``; for kind clip with the built CLIP's config as ``clip_config``,
+        so that :meth:`load` rebuilds the architecture without the hub."""
+        arch = asdict(self.config)
+        net = self.vision_tower.net
+        if isinstance(net, ClipVision):
+            arch["vision"]["clip_config"] = clip_config_dict(net.clip.config)
+        return arch
 
     @classmethod
     def load(cls, model_dir: str | Path, device: str | None = None) -> ImageRelevanceModel:
@@ -460,14 +642,20 @@ class ImageRelevanceModel(nn.Module):
             tokenizer = AutoTokenizer.from_pretrained(p / TEXT_DIR)
         except (OSError, ValueError) as exc:
             raise BundleError(f"image relevance: cannot load the text tower from {p / TEXT_DIR}: {exc}") from None
-        model = cls(encoder, tokenizer, cfg)
+        if cfg.vision.kind == "clip" and cfg.vision.clip_config is None:
+            raise BundleError(f"image relevance: {meta_path} has vision.kind clip without vision.clip_config "
+                              "(the CLIP architecture, needed to rebuild it offline); re-save the model")
+        try:
+            model = cls(encoder, tokenizer, cfg)
+        except ConfigError as exc:
+            raise BundleError(f"image relevance: cannot rebuild the vision tower of {meta_path}: {exc}") from None
         want_in = meta.get("text_projection", {}).get("in_features")
         if want_in is not None and want_in != encoder.config.hidden_size:
             raise BundleError(f"image relevance: text projection expects {want_in} features but "
                               f"{p / TEXT_DIR} has hidden_size {encoder.config.hidden_size}")
         try:
             state = torch.load(p / VISION_FILE, map_location="cpu", weights_only=True)
-            model.vision_tower.cnn.load_state_dict(state["vision"])
+            model.vision_tower.net.load_state_dict(state["vision"])
             model.text_tower.proj.load_state_dict(state["text_projection"])
             model.logit_scale.data.copy_(state["logit_scale"])
         except (RuntimeError, KeyError, TypeError, EOFError, OSError) as exc:
@@ -482,12 +670,15 @@ class ImageRelevanceModel(nn.Module):
 __all__ = [
     "ImageRelevanceConfig",
     "ImageRelevanceModel",
+    "ClipVision",
     "PlacementConfig",
     "SmallCNN",
     "TextTower",
     "VisionConfig",
     "VisionTower",
     "assign_images",
+    "build_vision",
+    "clip_vision_config",
     "combined_scores",
     "images_to_uint8",
     "mean_pool",

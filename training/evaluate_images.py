@@ -148,7 +148,9 @@ def retrieval_report(model: Any, recs: Sequence[ImageRecord], render_size: int) 
 
 def placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[str]], np.ndarray],
                       image_emb: np.ndarray | None, placement: PlacementConfig) -> dict[str, float]:
-    """Placement accuracy / precision / recall over ``docs``, scored as the pipeline scores.
+    """Placement accuracy / precision / recall over ``docs``, scored as the pipeline scores, and
+    ``placement_net``: (images placed right - images placed wrong) / images, 0 for placing
+    nothing, above 0 only when more placements are right than wrong.
 
     Args:
         embed_text: texts -> (N, d) unit vectors.
@@ -181,7 +183,9 @@ def placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[s
         with_gold += sum(g is not None for g in doc.gold)
     return {"placement_accuracy": correct / total if total else 0.0,
             "placement_precision": placed_right / placed if placed else 0.0,
-            "placement_recall": placed_right / with_gold if with_gold else 0.0}
+            "placement_recall": placed_right / with_gold if with_gold else 0.0,
+            # a wrong place costs what a right one earns: placing nothing scores 0
+            "placement_net": (2 * placed_right - placed) / total if total else 0.0}
 
 
 def placement_report(model: Any, recs: Sequence[ImageRecord], render_size: int, seed: int,
@@ -221,10 +225,12 @@ def ood_placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[li
     return out
 
 
-def no_placement_accuracy(docs: Sequence[PlacementDoc]) -> float:
-    """Placement accuracy of placing nothing: the share of distractors (gold None)."""
+def no_placement_figures(docs: Sequence[PlacementDoc]) -> dict[str, float]:
+    """The figures of placing nothing (what the pipeline does with an image it cannot score):
+    accuracy is the share of distractors (gold None), the net figure 0."""
     gold = [g for d in docs for g in d.gold]
-    return sum(g is None for g in gold) / len(gold) if gold else 0.0
+    return {"placement_accuracy": sum(g is None for g in gold) / len(gold) if gold else 0.0,
+            "placement_net": 0.0}
 
 
 def ood_placement_report(model: Any, recs: Sequence[ImageRecord], render_size: int, source: str, n_docs: int,
@@ -436,7 +442,7 @@ __all__ = [
     "eval_images",
     "evaluate_model",
     "make_eval_set",
-    "no_placement_accuracy",
+    "no_placement_figures",
     "ood_docs",
     "ood_placement_figures",
     "ood_placement_report",

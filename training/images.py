@@ -2,8 +2,10 @@
 
 Model (:class:`searchsmith.models.image_relevance.ImageRelevanceModel`): the MiniLM text
 tower (frozen by default; ``lora.enabled`` for LoRA, ``text.freeze: false`` to train it
-fully) with mean pooling and a linear projection, and a small CNN vision tower trained
-from scratch; both L2-normalised into one space, with a learnable temperature.
+fully) with mean pooling and a linear projection, and a vision tower: a small CNN trained
+from scratch, or a CLIP vision tower (``model.vision.kind: clip``, from a hub or a local
+folder, or random-init from ``model.vision.clip_config``) with a linear projection; both
+L2-normalised into one space, with a learnable temperature.
 
 Data sources (``data.sources``; registered dataset builders returning image records):
 
@@ -55,7 +57,7 @@ from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.evaluate_images import (
     evaluate_model,
     make_eval_set,
-    no_placement_accuracy,
+    no_placement_figures,
     ood_docs,
     ood_placement_figures,
     placement_figures,
@@ -448,7 +450,7 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
                  "leave_out": list(cfg.data.leave_out)},
     }
     if photo_docs:
-        baselines["ood_no_placement_accuracy"] = no_placement_accuracy(photo_docs)
+        baselines.update({f"ood_no_{k}": v for k, v in no_placement_figures(photo_docs).items()})
     if (docs or photo_docs) and cfg.data.baseline_embedder != "none":
         from searchsmith.training.data import CachedEmbedder
 
@@ -487,7 +489,9 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
                   "base_model": "random-init (text.config)" if cfg.text.config is not None
                   else model_display_name(cfg.base_model),
                   "text_tower": "lora" if cfg.lora.enabled else "frozen" if frozen else "full",
-                  "vision_tower": f"{v.kind} {v.channels} @ {v.image_size}px",
+                  "vision_tower": (f"{v.kind} {v.channels} @ {v.image_size}px" if v.kind == "cnn" else
+                                   f"clip {'random-init (clip_config)' if v.clip_config is not None else v.clip_model}"
+                                   f"{' frozen' if v.freeze else ''} @ {v.image_size}px"),
                   "max_length": cfg.model.max_length, "image_size": v.image_size},
     )
     return result.final_metrics

@@ -45,8 +45,9 @@ class BundlesConfig:
         device: ``auto`` = CUDA when available.
         backend: ``auto`` = ONNX when the bundle has it.
         threads: intra-op threads per bundle (None = the runtime's default).
-        gate_rewrite: skip the decomposer's rewrites when its recorded held-out rewrite F1 is
-            below the copy-the-query baseline (the heuristic rewrite is used instead).
+        gate_rewrite: use the decomposer's rewrites only when the retrieval they drive
+            (held-out nDCG@10 of each turn's answer passage) beats the heuristic rewrite's and
+            the raw query's (the heuristic rewrite is used instead).
         gate_decompose: skip the decomposer's graphs when its recorded held-out node-text F1
             is below keeping the question as one terminal node (the question is used as is).
         gate_rerank: skip the reranker unless its recorded held-out nDCG@10 beats the
@@ -57,8 +58,8 @@ class BundlesConfig:
             its placement accuracy on held-out photos beats caption-cosine placement's;
             otherwise their captions are compared with the paragraphs (the default).
         gate_vision: place images without a caption by the image model's vision tower only
-            when, on held-out photos with captions hidden, its placement accuracy beats
-            leaving them out (a wrong place counts against it); otherwise they are left out.
+            when, on held-out photos with captions hidden, it places more of them right than
+            wrong (leaving them out scores 0); otherwise they are left out.
         gate_read: skip the reader unless its held-out answer F1 beats the extractive
             stand-in's (the context sentence closest to the question); sentences answer instead.
 
@@ -75,8 +76,8 @@ class BundlesConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     backend: Literal["auto", "onnx", "torch"] = "auto"
     threads: int | None = None
-    # Use the decomposer's rewrite only when its recorded held-out rewrite F1 beats copying the
-    # query (serving/pipeline/gates.py).
+    # Use the decomposer's rewrite only when the retrieval its held-out rewrites drive beats the
+    # heuristic rewrite's (serving/pipeline/gates.py).
     gate_rewrite: bool = True
     # Likewise its graphs, against the question as one node.
     gate_decompose: bool = True

@@ -19,7 +19,8 @@ the others count when recorded, and the model must beat the best of them (a tie 
 The image model has two uses, each gated by figures on held-out photos (the kind of image
 users' documents carry; its training pictures are mostly generated): ``images``, its mix for
 images that carry a caption, against caption-cosine placement, and ``vision``, its vision
-tower alone for images without one, against leaving them out. Caption-cosine placement is
+tower alone for images without one, against leaving them out (a wrong place counts as
+much against it as a right one for it: a misplaced photo misleads). Caption-cosine placement is
 the default wherever the model has not shown it does better.
 """
 
@@ -57,9 +58,11 @@ class GateRow:
 
 
 GATES: tuple[GateRow, ...] = (
-    GateRow("decomposer", "rewrite", "rewrite_f1", "rewrite F1",
-            (("baselines/rewrite_f1_copy_query", "copying the query"),),
-            "the heuristic rewrite", "gate_rewrite"),
+    GateRow("decomposer", "rewrite", "rewrite_retrieval_ndcg@10", "retrieval nDCG@10 of its rewrites",
+            (("baselines/rewrite_retrieval_ndcg@10_heuristic", "the heuristic rewrite's"),
+             ("baselines/rewrite_retrieval_ndcg@10_copy_query", "the raw query's")),
+            "the heuristic rewrite", "gate_rewrite",
+            "train with data.sources including trec_cast (its 2021/2022 turns carry their answer passages)"),
     GateRow("decomposer", "decompose", "decompose_node_f1", "node-text F1",
             (("baselines/decompose_node_f1_question_as_terminal", "keeping the question as one node"),),
             "the question as one node", "gate_decompose"),
@@ -80,8 +83,9 @@ GATES: tuple[GateRow, ...] = (
             "caption-cosine placement", "gate_images",
             "train with data.sources including coco_captions (photos); pictures of the training kind say nothing "
             "about users' photos"),
-    GateRow("images", "vision", "ood/vision_placement_accuracy", "placement accuracy of uncaptioned unseen photos",
-            (("baselines/ood_no_placement_accuracy", "leaving images without a caption out"),),
+    GateRow("images", "vision", "ood/vision_placement_net",
+            "right minus wrong placements per uncaptioned unseen photo",
+            (("baselines/ood_no_placement_net", "leaving images without a caption out"),),
             "no placement for images without a caption", "gate_vision",
             "train with data.sources including coco_captions (photos)"),
 )

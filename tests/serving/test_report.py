@@ -120,9 +120,9 @@ def test_models_section_reads_the_configured_bundles_gates(tmp_path) -> None:
         return str(folder)
 
     good = bundle("rr", "rerank", {"ndcg@10": 0.9, "baselines": {"bi_encoder_ndcg@10": 0.8}})
-    bad = bundle("im", "images", {"ood": {"placement_accuracy": 0.5, "vision_placement_accuracy": 0.2},
+    bad = bundle("im", "images", {"ood": {"placement_accuracy": 0.5, "vision_placement_net": -0.2},
                                   "baselines": {"ood_cosine_placement_accuracy": 0.6,
-                                                "ood_no_placement_accuracy": 0.2}})
+                                                "ood_no_placement_net": 0.0}})
     cfg = tmp_path / "pipeline.yaml"
     cfg.write_text(f"bundles:\n  reranker: {good}\n  images: {bad}\n")
     b = Build(tmp=tmp_path, quick=True, config=str(cfg), routing_limit=0, datasets={}, say=print)

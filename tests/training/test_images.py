@@ -141,10 +141,7 @@ def test_unknown_recipe_key_suggests() -> None:
         load_recipe_config(TINY, ["model.vision.chanels=[8]"])
 
 
-def test_clip_vision_kind_explains_it_is_not_available() -> None:
-    cfg = load_recipe_config(REPO / "recipes" / "images" / "minilm_clip-vit-b32.yaml")
-    with pytest.raises(ConfigError, match=r"model.vision.kind: 'clip' .* not implemented in this build"):
-        images(cfg, Path("/nonexistent-run-dir"))
+# kind: clip (the hub-CLIP recipe and its tiny twin): tests/models/test_clip_vision.py
 
 
 # ------------------------------------------------------------------ eval file
@@ -340,7 +337,7 @@ def test_placement_figures_score_as_the_pipeline_does_with_and_without_a_model()
     placement = PlacementConfig(threshold=0.3)
     # cosine placement with exact caption vectors: every shown image placed, the distractor not
     assert placement_figures(docs, onehot, None, placement) == {
-        "placement_accuracy": 1.0, "placement_precision": 1.0, "placement_recall": 1.0}
+        "placement_accuracy": 1.0, "placement_precision": 1.0, "placement_recall": 1.0, "placement_net": 0.8}
     # image vectors of zero: the caption term alone, 0.3 * 1 / (0.5 + 0.3) = 0.375 >= 0.3, still
     # places the shown images; anti-aligned pictures, (0.5 * -1 + 0.3) / 0.8 < 0.3, place none
     assert placement_figures(docs, onehot, np.zeros((n, n)), placement)["placement_recall"] == 1.0

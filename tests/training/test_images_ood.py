@@ -13,7 +13,7 @@ from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.placement import PlacementConfig
 from searchsmith.training.config import load_recipe_config
 from searchsmith.training.evaluate_images import (
-    no_placement_accuracy,
+    no_placement_figures,
     ood_docs,
     ood_placement_figures,
     placement_figures,
@@ -71,18 +71,22 @@ def test_ood_figures_hide_captions_for_the_vision_gate() -> None:
     good = ood_placement_figures(docs, onehot, np.eye(n), cfg)
     assert good["ood/docs"] == 10.0
     assert good["ood/placement_accuracy"] == 1.0 and good["ood/vision_placement_accuracy"] == 1.0
+    assert good["ood/vision_placement_net"] == pytest.approx(0.8)  # 4 of 5 placed right, none wrong
     # pictures pointing nowhere: the captions still place them, the vision tower alone cannot
     blind = ood_placement_figures(docs, onehot, np.zeros((n, n)), cfg)
     assert blind["ood/placement_accuracy"] == 1.0
-    assert blind["ood/vision_placement_accuracy"] == pytest.approx(no_placement_accuracy(docs)) == 0.2
+    assert blind["ood/vision_placement_accuracy"] == pytest.approx(no_placement_figures(docs)["placement_accuracy"])
+    assert no_placement_figures(docs) == {"placement_accuracy": 0.2, "placement_net": 0.0}
+    assert blind["ood/vision_placement_net"] == 0.0  # placed nothing: ties with leaving them out
     # the fallback (no model) has no vision figures
     assert set(ood_placement_figures(docs, onehot, None, cfg)) == {
-        "ood/docs", "ood/placement_accuracy", "ood/placement_precision", "ood/placement_recall"}
+        "ood/docs", "ood/placement_accuracy", "ood/placement_precision", "ood/placement_recall", "ood/placement_net"}
     assert ood_placement_figures([], onehot, None, cfg) == {}
     # a wrong place counts against the vision tower: pictures shifted by one paragraph
     shifted = np.roll(np.eye(n), 1, axis=1)
     bare = [replace(d, captions=[None] * 5) for d in docs]
-    assert placement_figures(bare, onehot, shifted, cfg)["placement_accuracy"] < 0.2
+    wrong = placement_figures(bare, onehot, shifted, cfg)
+    assert wrong["placement_accuracy"] < 0.2 and wrong["placement_net"] < 0
 
 
 def test_leave_out_holds_a_whole_source_out_of_training() -> None:
@@ -116,10 +120,10 @@ def ood_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 def test_the_recipe_records_the_gates_figures_and_baselines(ood_run) -> None:
     run, final = ood_run
-    assert {"ood/placement_accuracy", "ood/vision_placement_accuracy", "ood/docs"} <= set(final)
+    assert {"ood/placement_accuracy", "ood/vision_placement_net", "ood/docs"} <= set(final)
     assert final["ood/docs"] == 6.0
     base = json.loads((run / "metrics.json").read_text())["baselines"]
-    assert base["ood_no_placement_accuracy"] == pytest.approx(0.2)
+    assert base["ood_no_placement_accuracy"] == pytest.approx(0.2) and base["ood_no_placement_net"] == 0.0
     assert 0.0 <= base["ood_cosine_placement_accuracy"] <= 1.0
     assert base["data"]["ood_source"] == "synthetic_images" and base["data"]["ood_docs"] == 6
     assert "ood/placement_accuracy" in base["untrained"]
@@ -136,7 +140,7 @@ def test_the_export_rescoring_records_the_ood_figures(ood_run) -> None:
     figs, where = heldout_figures("images", run, ImageRelevanceModel.load(run))
     assert "held-out split" in where
     assert figs["ood/placement_accuracy"] == pytest.approx(final["ood/placement_accuracy"], abs=1e-6)
-    assert figs["ood/vision_placement_accuracy"] == pytest.approx(final["ood/vision_placement_accuracy"], abs=1e-6)
+    assert figs["ood/vision_placement_net"] == pytest.approx(final["ood/vision_placement_net"], abs=1e-6)
     decisions = decide({"images": {"heldout_metrics": figs}}, BundlesConfig())
     assert set(decisions) == {"images", "vision"}
     for d in decisions.values():  # each decided from the recorded figures, never "not recorded"
