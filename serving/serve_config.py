@@ -75,7 +75,8 @@ class ServeBundles:
         backend: ``auto`` (ONNX Runtime), ``onnx`` or ``torch``.
         threads: intra-op threads per bundle (None: the runtime's default).
         gate_rewrite: the pipeline's rewrite gate (``pipeline.bundles.gate_rewrite``: the
-            decomposer's rewrites only when their held-out F1 beats copying the query).
+            decomposer's rewrites only when the retrieval they drive beats the heuristic
+            rewrite's).
         gate_decompose: likewise its graphs, against the question as one node.
         gate_rerank: /v1/search reranks only with a reranker whose held-out nDCG@10 beats the
             bi-encoder order (and BM25 when recorded).

@@ -21,7 +21,13 @@ Metrics on the held-out split (``metrics.json`` -> ``final``), beside ``baseline
 * ``decompose_node_f1``: SQuAD token F1 of node texts aligned by position, averaged over
   ``max(#predicted, #gold)`` nodes per question (missing or extra nodes score 0); baseline:
   the ``terminal`` graph holding the question itself;
-* ``rewrite_em`` / ``rewrite_f1`` against the human rewrite; baseline: copy the query.
+* ``rewrite_em`` / ``rewrite_f1`` against the human rewrite; baselines: copy the query, and
+  the heuristic rewrite (what the pipeline does without the model);
+* ``rewrite_retrieval_ndcg@10`` (and MRR, agreement): the retrieval each rewrite drives, for the
+  held-out turns that carry their answer passage (CAsT 2021/2022), over those passages
+  (:func:`retrieval_of_rewrites`); baselines: the raw query, the heuristic rewrite and, as the
+  ceiling, the human rewrite. The pipeline's rewrite gate reads this figure against the
+  heuristic's: rewrites are judged by the retrieval they drive.
 
 When real sources are present, only their held-out items are scored (synthetic ones would
 flatter the figures); the same items are exported by ``python -m
@@ -364,6 +370,39 @@ def rewrite_metrics(preds: Sequence[str], golds: Sequence[str]) -> dict[str, flo
     }
 
 
+def _retrieval_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": e.get("id", n), "query": e["query"], "rewrite": e["target"], "passage": e.get("passage")}
+            for n, e in enumerate(items)]
+
+
+def retrieval_of_rewrites(items: Sequence[dict[str, Any]], rewrites: Sequence[str]) -> dict[str, float]:
+    """The retrieval figures of ``rewrites`` (one per held-out rewrite item) by
+    :func:`searchsmith.training.evaluate.rewrite_retrieval`, over the items' own answer
+    passages (the earlier turns of a topic are the hard distractors); {} when no item has one."""
+    from searchsmith.training.evaluate import rewrite_retrieval
+
+    metrics, _ = rewrite_retrieval(_retrieval_rows(items), list(rewrites))
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+
+def heuristic_rewrite_figures(items: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Token F1 and retrieval of the pipeline's no-model rewrite (the fallback the rewrite gate
+    compares against), named ``*_heuristic``; the raw query's and the human rewrite's
+    retrieval come with it (``*_copy_query``, ``*_manual``)."""
+    from searchsmith.training.evaluate import heuristic_rewrites
+
+    rows = [{"history": [{"role": "user", "content": h} for h in e.get("history") or []], "query": e["query"]}
+            for e in items]
+    heur = heuristic_rewrites(rows)
+    out = {"rewrite_f1_heuristic": rewrite_metrics(heur, [e["target"] for e in items])["rewrite_f1"]}
+    for key, value in retrieval_of_rewrites(items, heur).items():
+        if key.endswith(("_copy_query", "_manual")) or key == "rewrite_retrieval_turns":
+            out[key] = value
+        else:
+            out[f"{key}_heuristic"] = value
+    return out
+
+
 def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Untrained references on the held-out split (see the module docstring)."""
     out: dict[str, float] = {}
@@ -383,6 +422,7 @@ def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]
         copy = rewrite_metrics([e["query"] for e in rw_held], [e["target"] for e in rw_held])
         out["rewrite_em_copy_query"] = copy["rewrite_em"]
         out["rewrite_f1_copy_query"] = copy["rewrite_f1"]
+        out.update(heuristic_rewrite_figures(rw_held))
     return out
 
 
@@ -409,8 +449,10 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
         for n, (e, r) in enumerate(zip(rw_items, rewrites, strict=True)):
             per_item.append({"id": e.get("id", n), "task": "rewrite", "query": e["query"], "pred": r,
                              "gold": e["target"], **_item_figures(rewrite_metrics([r], [e["target"]]))})
+    retrieval = {k: v for k, v in retrieval_of_rewrites(rw_items, rewrites).items()
+                 if not k.endswith(("_copy_query", "_manual"))}  # those are baselines
     return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
-            **rewrite_metrics(rewrites, [e["target"] for e in rw_items])}
+            **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **retrieval}
 
 
 # --------------------------------------------------------------------------- recipe

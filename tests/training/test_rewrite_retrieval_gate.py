@@ -1,0 +1,85 @@
+"""Issue 17, item 3: the decomposer recipe judges rewrites by the retrieval they drive, beside
+the heuristic rewrite (the pipeline's fallback), and the rewrite gate reads that figure."""
+
+from __future__ import annotations
+
+import pytest
+from searchsmith.serving.pipeline.config import BundlesConfig
+from searchsmith.serving.pipeline.gates import decide
+from searchsmith.training.decomposer import (
+    baselines,
+    evaluate,
+    heuristic_rewrite_figures,
+    retrieval_of_rewrites,
+)
+
+TURNS = [  # the same follow-up in every topic: only its history says which passage it wants
+    ("Tell me about the Eiffel Tower in Paris.", "What is the history of it?", "What is the history of the Eiffel Tower?",
+     "The Eiffel Tower in Paris was finished in 1889 for the world's fair; its history is told here."),
+    ("What is the Colosseum in Rome?", "What is the history of it?", "What is the history of the Colosseum?",
+     "The Colosseum in Rome was built between 70 and 80 AD; its history spans two thousand years."),
+    ("Tell me about the Louvre pyramid.", "What is the history of it?", "What is the history of the Louvre pyramid?",
+     "The Louvre pyramid was designed by I. M. Pei and opened in 1989; its history is short."),
+    ("What is the Golden Gate Bridge?", "What is the history of it?", "What is the history of the Golden Gate Bridge?",
+     "The Golden Gate Bridge opened in 1937 at San Francisco; its history includes a long strike."),
+]
+
+
+def _items(with_passage: bool = True) -> list[dict]:
+    return [{"id": f"t{n}", "task": "rewrite", "history": [h], "query": q, "target": t,
+             **({"passage": p} if with_passage else {})} for n, (h, q, t, p) in enumerate(TURNS)]
+
+
+class FixedRewrites:
+    """A decomposer stand-in whose rewrites are given."""
+
+    def __init__(self, rewrites):
+        self.rewrites = rewrites
+
+    def decompose_batch(self, queries):
+        return []
+
+    def rewrite_batch(self, pairs):
+        return [self.rewrites[(history[-1], q)] for history, q in pairs]
+
+
+def test_the_baselines_hold_the_heuristic_and_the_raw_query_retrieval():
+    out = baselines([], _items())
+    for key in ("rewrite_f1_heuristic", "rewrite_retrieval_ndcg@10_heuristic", "rewrite_retrieval_ndcg@10_copy_query",
+                "rewrite_retrieval_ndcg@10_manual", "rewrite_f1_copy_query"):
+        assert key in out, key
+    assert out["rewrite_retrieval_ndcg@10_manual"] == pytest.approx(1.0)  # the human rewrite finds every passage
+    assert out["rewrite_retrieval_ndcg@10_copy_query"] < 1.0  # the bare follow-up cannot
+    assert out["rewrite_retrieval_turns"] == 4
+    assert heuristic_rewrite_figures(_items())["rewrite_f1_heuristic"] == out["rewrite_f1_heuristic"]
+
+
+def test_the_model_figures_are_the_retrieval_of_its_own_rewrites():
+    perfect = FixedRewrites({(h, q): t for h, q, t, _ in TURNS})
+    blind = FixedRewrites({(h, q): q for h, q, _, _ in TURNS})
+    good, bad = evaluate(perfect, _items()), evaluate(blind, _items())
+    assert good["rewrite_retrieval_ndcg@10"] == pytest.approx(1.0) and good["rewrite_f1"] == pytest.approx(1.0)
+    base = baselines([], _items())
+    assert bad["rewrite_retrieval_ndcg@10"] == pytest.approx(base["rewrite_retrieval_ndcg@10_copy_query"])
+    assert not any(k.endswith(("_copy_query", "_manual")) for k in good)  # those are the baselines'
+    # turns without an answer passage: no retrieval figure at all (the gate then says how to get one)
+    assert "rewrite_retrieval_ndcg@10" not in evaluate(perfect, _items(with_passage=False))
+    assert retrieval_of_rewrites(_items(with_passage=False), [t for _, _, t, _ in TURNS]) == {}
+
+
+def test_the_rewrite_gate_reads_retrieval_against_the_heuristic():
+    base = {f"baselines/{k}": v for k, v in baselines([], _items()).items()}
+    # here the heuristic (history terms appended) already finds every passage
+    assert base["baselines/rewrite_retrieval_ndcg@10_heuristic"] == pytest.approx(1.0)
+
+    def decision(rewrites, baseline):
+        figs = {**evaluate(FixedRewrites(rewrites), _items()), **baseline}
+        return decide({"decomposer": {"heldout_metrics": figs}}, BundlesConfig())["rewrite"]
+
+    perfect = {(h, q): t for h, q, t, _ in TURNS}
+    blind = {(h, q): q for h, q, _, _ in TURNS}
+    assert "only ties with the heuristic rewrite's" in decision(perfect, base).reason  # a tie is not a win
+    assert "is below the heuristic rewrite's" in decision(blind, base).reason
+    weaker = {**base, "baselines/rewrite_retrieval_ndcg@10_heuristic": 0.5}
+    assert decision(perfect, weaker).used
+    assert "the raw query's" in decision(blind, weaker).reason  # the best baseline is named
