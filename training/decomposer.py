@@ -375,17 +375,28 @@ def _retrieval_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for n, e in enumerate(items)]
 
 
-def retrieval_of_rewrites(items: Sequence[dict[str, Any]], rewrites: Sequence[str]) -> dict[str, float]:
+def rewrite_passages(examples: Sequence[dict[str, Any]]) -> list[str]:
+    """The distinct answer passages of the rewrite examples (CAsT 2021/2022 turns carry one)."""
+    return list(dict.fromkeys(e["passage"] for e in examples if e.get("task") == "rewrite" and e.get("passage")))
+
+
+def retrieval_of_rewrites(items: Sequence[dict[str, Any]], rewrites: Sequence[str],
+                          extra_docs: Sequence[str] = ()) -> dict[str, float]:
     """The retrieval figures of ``rewrites`` (one per held-out rewrite item) by
     :func:`searchsmith.training.evaluate.rewrite_retrieval`, over the items' own answer
-    passages (the earlier turns of a topic are the hard distractors); {} when no item has one."""
+    passages (the earlier turns of a topic are the hard distractors) plus ``extra_docs`` (the
+    recipe passes the training split's passages: documents, not labels); {} when no item has
+    a passage."""
     from searchsmith.training.evaluate import rewrite_retrieval
 
-    metrics, _ = rewrite_retrieval(_retrieval_rows(items), list(rewrites))
+    metrics, _ = rewrite_retrieval(_retrieval_rows(items), list(rewrites), extra_docs)
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
 
-def heuristic_rewrite_figures(items: Sequence[dict[str, Any]]) -> dict[str, float]:
+COUNTS = ("_turns", "_documents")  # retrieval keys that count, the same for every rewrite
+
+
+def heuristic_rewrite_figures(items: Sequence[dict[str, Any]], extra_docs: Sequence[str] = ()) -> dict[str, float]:
     """Token F1 and retrieval of the pipeline's no-model rewrite (the fallback the rewrite gate
     compares against), named ``*_heuristic``; the raw query's and the human rewrite's
     retrieval come with it (``*_copy_query``, ``*_manual``)."""
@@ -395,8 +406,8 @@ def heuristic_rewrite_figures(items: Sequence[dict[str, Any]]) -> dict[str, floa
             for e in items]
     heur = heuristic_rewrites(rows)
     out = {"rewrite_f1_heuristic": rewrite_metrics(heur, [e["target"] for e in items])["rewrite_f1"]}
-    for key, value in retrieval_of_rewrites(items, heur).items():
-        if key.endswith(("_copy_query", "_manual")) or key == "rewrite_retrieval_turns":
+    for key, value in retrieval_of_rewrites(items, heur, extra_docs).items():
+        if key.endswith(("_copy_query", "_manual", *COUNTS)):
             out[key] = value
         else:
             out[f"{key}_heuristic"] = value
@@ -422,7 +433,7 @@ def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]
         copy = rewrite_metrics([e["query"] for e in rw_held], [e["target"] for e in rw_held])
         out["rewrite_em_copy_query"] = copy["rewrite_em"]
         out["rewrite_f1_copy_query"] = copy["rewrite_f1"]
-        out.update(heuristic_rewrite_figures(rw_held))
+        out.update(heuristic_rewrite_figures(rw_held, rewrite_passages(train)))
     return out
 
 
@@ -432,8 +443,9 @@ def _item_figures(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
-             per_item: list[dict[str, Any]] | None = None) -> dict[str, float]:
-    """Generate for held-out examples (the first ``limit`` of each task when > 0) and score them."""
+             per_item: list[dict[str, Any]] | None = None, extra_docs: Sequence[str] = ()) -> dict[str, float]:
+    """Generate for held-out examples (the first ``limit`` of each task when > 0) and score them;
+    ``extra_docs``: more documents for the rewrites' retrieval (:func:`retrieval_of_rewrites`)."""
     dec_items = [e for e in heldout if e["task"] == "decompose"]
     rw_items = [e for e in heldout if e["task"] == "rewrite"]
     if limit > 0:
@@ -449,7 +461,7 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
         for n, (e, r) in enumerate(zip(rw_items, rewrites, strict=True)):
             per_item.append({"id": e.get("id", n), "task": "rewrite", "query": e["query"], "pred": r,
                              "gold": e["target"], **_item_figures(rewrite_metrics([r], [e["target"]]))})
-    retrieval = {k: v for k, v in retrieval_of_rewrites(rw_items, rewrites).items()
+    retrieval = {k: v for k, v in retrieval_of_rewrites(rw_items, rewrites, extra_docs).items()
                  if not k.endswith(("_copy_query", "_manual"))}  # those are baselines
     return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
             **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **retrieval}
@@ -603,7 +615,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
             heads["last"] = fit_type_head(view, train_ex, cfg.model.type_head_l2)
         if use_tagger:
             heads["rewrite"] = fit_rewrite_head(view, train_ex, cfg.model)
-        return evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit)
+        return evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit,
+                        extra_docs=rewrite_passages(train_ex))
 
     result = train(model, loss_fn, train_batches, cfg, run_dir, eval_fn, tokenizer=dec.tokenizer,
                    run_info={"task": "decompose+rewrite", "recipe": "decomposer",

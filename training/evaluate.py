@@ -832,17 +832,17 @@ def _rerank_demo(model: Any, limit: int | None) -> tuple[dict[str, float], str]:
 
 
 def _decompose_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.decomposer import evaluate, make_splits
+    from searchsmith.training.decomposer import evaluate, make_splits, rewrite_passages
 
     cfg = run_recipe_config(run_dir)
-    _, heldout, _ = make_splits(cfg)
+    train, heldout, _ = make_splits(cfg)
     # as the recipe scores it: the real held-out items when there are any (recipes/decomposer)
     items = [e for e in heldout if e["origin"] != "synthetic"] or heldout
     n_dec = sum(e["task"] == "decompose" for e in items)
     n_rw = len(items) - n_dec
     total = min(n_dec, limit or n_dec) + min(n_rw, limit or n_rw)
     with progress_bar("held-out decompose", total) as bar:
-        figs = evaluate(Chunked(model, bar, 16), items, limit=limit or 0)
+        figs = evaluate(Chunked(model, bar, 16), items, limit=limit or 0, extra_docs=rewrite_passages(train))
     part = f"{int(figs.get('decompose_items', 0))} of {n_dec} decompositions, " \
            f"{int(figs.get('rewrite_items', 0))} of {n_rw} rewrites"
     return figs, f"the run's held-out split ({part})"

@@ -11,6 +11,7 @@ from searchsmith.training.decomposer import (
     evaluate,
     heuristic_rewrite_figures,
     retrieval_of_rewrites,
+    rewrite_passages,
 )
 
 TURNS = [  # the same follow-up in every topic: only its history says which passage it wants
@@ -83,3 +84,21 @@ def test_the_rewrite_gate_reads_retrieval_against_the_heuristic():
     weaker = {**base, "baselines/rewrite_retrieval_ndcg@10_heuristic": 0.5}
     assert decision(perfect, weaker).used
     assert "the raw query's" in decision(blind, weaker).reason  # the best baseline is named
+
+
+def test_the_training_passages_join_the_corpus_as_distractors():
+    """The recipe passes the training split's passages as more documents (never as labels)."""
+    train = [{"task": "rewrite", "passage": "What is the history of it? The history of the Eiffel Tower."},
+             {"task": "rewrite", "passage": "What is the history of it? The history of the Eiffel Tower."},
+             {"task": "decompose", "passage": "not a rewrite"}, {"task": "rewrite"}]
+    extra = rewrite_passages(train)
+    assert extra == ["What is the history of it? The history of the Eiffel Tower."]
+    alone = heuristic_rewrite_figures(_items())
+    more = heuristic_rewrite_figures(_items(), extra)
+    assert alone["rewrite_retrieval_documents"] == 4 and more["rewrite_retrieval_documents"] == 5
+    assert "rewrite_retrieval_documents_heuristic" not in more  # a count, not a figure of the heuristic
+    raw = {(h, q): q for h, q, _, _ in TURNS}
+    # the distractor matches the bare follow-up word for word: the raw query now retrieves it first
+    assert more["rewrite_retrieval_ndcg@10_copy_query"] < alone["rewrite_retrieval_ndcg@10_copy_query"]
+    assert evaluate(FixedRewrites(raw), _items(), extra_docs=extra)["rewrite_retrieval_ndcg@10"] == pytest.approx(
+        more["rewrite_retrieval_ndcg@10_copy_query"])
