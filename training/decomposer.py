@@ -686,90 +686,9 @@ __all__ = [
     "build_decomposer",
     "decompose_metrics",
     "decomposer",
-    "eval_decompose",
-    "eval_rewrite",
     "evaluate",
     "load_examples",
     "make_splits",
     "node_f1",
     "rewrite_metrics",
 ]
-
-
-# --------------------------------------------------------------------------- searchsmith eval
-
-
-def _load_for_eval(args: Any, task: str) -> Any:
-    """The decomposer to score: a run (--checkpoint, torch) or an exported bundle (--bundle, any
-    dtype), both with ``decompose_batch`` / ``rewrite_batch`` (training/evaluate.py)."""
-    from searchsmith.training.evaluate import load_eval_model
-
-    return load_eval_model(task, args)
-
-
-def _score(em: Any, items: list[dict[str, Any]], task: str, per_item: list[dict[str, Any]]) -> dict[str, Any]:
-    from searchsmith.training.evaluate import Chunked, progress_bar
-
-    with progress_bar(f"eval {task}", len(items)) as bar:
-        metrics = evaluate(Chunked(em.model, bar, 16), items, per_item=per_item)
-    return {"task": task, "model": em.origin, **metrics}
-
-
-def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:
-    if path:
-        from searchsmith.training.data import write_jsonl_atomic
-
-        write_jsonl_atomic(path, rows)
-
-
-def eval_decompose(args: Any) -> dict[str, Any]:
-    """``searchsmith eval decompose --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
-
-    ``--data`` is the "decompose" format of ``searchsmith eval --help``; export one from the held-out split with
-    ``python -m searchsmith.training.decompose_data --out DIR``. Each figure (a mean over the
-    items) has its bootstrap 95 % interval (``<name>_ci95``); a ``--per-item`` line is
-    identified by ``id`` (the record's, else its position in the file).
-    """
-    from searchsmith.models.intervals import with_bootstrap
-    from searchsmith.training.decompose_data import read_decomposition_eval
-
-    rows = read_decomposition_eval(args.data)
-    if getattr(args, "limit", 0):
-        rows = rows[: args.limit]
-    em = _load_for_eval(args, "decompose")
-    items = [{"id": r.get("id", n), "task": "decompose", "query": r["query"],
-              "graph": QDG.from_json({"type": r["type"], "nodes": r["nodes"]}).to_json()}
-             for n, r in enumerate(rows)]
-    per_item: list[dict[str, Any]] = []
-    metrics = _score(em, items, "decompose", per_item)
-    _write_per_item(getattr(args, "per_item", None), per_item)
-    return with_bootstrap(metrics, per_item)
-
-
-def eval_rewrite(args: Any) -> dict[str, Any]:
-    """``searchsmith eval rewrite --data D.jsonl (--checkpoint RUN | --bundle DIR)``.
-
-    ``--data`` is the "rewrite" format of ``searchsmith eval --help``. The copy-the-query baseline is reported
-    beside the model's figures, each with its bootstrap 95 % interval (``<name>_ci95``); a
-    ``--per-item`` line is identified by ``id`` (the record's, else its position in the file).
-    """
-    from searchsmith.models.intervals import with_bootstrap
-    from searchsmith.training.decompose_data import read_rewrite_eval
-
-    rows = read_rewrite_eval(args.data)
-    if getattr(args, "limit", 0):
-        rows = rows[: args.limit]
-    em = _load_for_eval(args, "rewrite")
-    items = [{"id": r.get("id", n), "task": "rewrite", "query": r["query"], "target": r["rewrite"],
-              "history": [h["content"] for h in r.get("history", []) if h.get("role", "user") == "user"]}
-             for n, r in enumerate(rows)]
-    per_item: list[dict[str, Any]] = []
-    metrics = _score(em, items, "rewrite", per_item)
-    for row, r in zip(per_item, rows, strict=True):  # the copy-the-query baseline, item by item
-        copy = rewrite_metrics([r["query"]], [r["rewrite"]])
-        row.update(rewrite_em_copy_query=copy["rewrite_em"], rewrite_f1_copy_query=copy["rewrite_f1"])
-    copy = rewrite_metrics([r["query"] for r in rows], [r["rewrite"] for r in rows])
-    metrics["rewrite_em_copy_query"] = copy["rewrite_em"]
-    metrics["rewrite_f1_copy_query"] = copy["rewrite_f1"]
-    _write_per_item(getattr(args, "per_item", None), per_item)
-    return with_bootstrap(metrics, per_item)

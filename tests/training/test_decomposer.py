@@ -26,11 +26,10 @@ from searchsmith.training.decompose_data import (
 )
 from searchsmith.training.decomposer import (
     decompose_metrics,
-    eval_decompose,
-    eval_rewrite,
     node_f1,
     rewrite_metrics,
 )
+from searchsmith.training.evaluate import eval_decompose, eval_rewrite
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "decomposer" / "tiny" / "bert-tiny_bert2bert.yaml"
@@ -340,7 +339,7 @@ def test_eval_commands_on_exported_sets(tiny_run: tuple[Path, dict], tmp_path: P
     export_eval_sets(load_break([BREAK_ROW]) + load_trec_cast(CAST_ROWS), tmp_path)
     per_item = tmp_path / "items.jsonl"
     args = argparse.Namespace(data=str(tmp_path / "decompose.jsonl"), checkpoint=str(run_dir),
-                              bundle=None, per_item=str(per_item), limit=0, json=True)
+                              bundle=None, per_item=str(per_item), limit=0, json=True, corpus=None)
     m = eval_decompose(args)
     assert m["decompose_items"] == 1.0 and 0.0 <= m["decompose_node_f1"] <= 1.0
     assert json.loads(per_item.read_text().splitlines()[0])["gold"]["type"] == "split"
