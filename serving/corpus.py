@@ -1,6 +1,9 @@
 """Reading and validating corpus files: JSONL, one document per line:
 
-``{"id", "source", "text", "title"?, "date"?, "url"?, "images"?: [{"id","path","caption"?}]}``
+``{"id", "source", "text", "title"?, "date"?, "url"?, "images"?: [{"id","path","caption"?,"alt"?}]}``
+
+An image's ``alt`` (a web page's alt text) stands in for its ``caption`` when it has none:
+the pipeline places images by their text (caption-paragraph cosine) by default.
 
 Nothing is dropped silently: a bad line is an error naming the file and line, and all
 problems of a file are reported together (up to ``max_errors``).
@@ -103,6 +106,11 @@ def _check_record(rec: Any, where: str) -> list[str]:
             for j, im in enumerate(images):
                 if not isinstance(im, dict) or not isinstance(im.get("id"), str) or not isinstance(im.get("path"), str):
                     errs.append(f"{where}: images[{j}] needs string fields 'id' and 'path'")
+                    continue
+                for key in ("caption", "alt"):
+                    if im.get(key) is not None and not isinstance(im[key], str):
+                        errs.append(f"{where}: images[{j}].{key} must be a string (the image's text), got "
+                                    f"{type(im[key]).__name__}")
     return errs
 
 
@@ -160,6 +168,8 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
         for im in rec.get("images") or []:
             im_path = Path(im["path"])
             im["path"] = str(im_path if im_path.is_absolute() else (p.parent / im_path).resolve())
+            if not (im.get("caption") or "").strip() and (im.get("alt") or "").strip():
+                im["caption"] = im["alt"]  # alt text: the image's text when it has no caption
         records.append(rec)
     if errors:
         raise ValidationError(f"corpus {p}: {len(errors)} problem(s)\n  " + "\n  ".join(errors))

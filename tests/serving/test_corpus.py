@@ -26,6 +26,25 @@ def test_reads_valid_corpus_and_resolves_image_paths(tmp_path) -> None:
     assert recs[0]["images"][0]["path"] == str((tmp_path / "img/x.png").resolve())
 
 
+def test_alt_text_stands_in_for_a_missing_caption(tmp_path) -> None:
+    """Issue 17, item 6: images place by their text; a web page's alt text is that text."""
+    p = _write(tmp_path, [json.dumps({"id": 1, "source": "a", "text": "hello", "images": [
+        {"id": "i1", "path": "x.png", "alt": "A bar chart of sales"},
+        {"id": "i2", "path": "y.png", "caption": "The real caption", "alt": "alt text"},
+        {"id": "i3", "path": "z.png", "caption": " ", "alt": "fallback alt"},
+        {"id": "i4", "path": "w.png"}]})])
+    ims = read_corpus(p)[0]["images"]
+    assert [im.get("caption") for im in ims] == ["A bar chart of sales", "The real caption", "fallback alt", None]
+
+
+@pytest.mark.parametrize("key", ["caption", "alt"])
+def test_an_image_text_that_is_not_a_string_names_the_field(tmp_path, key) -> None:
+    p = _write(tmp_path, [json.dumps({"id": 1, "source": "a", "text": "hello",
+                                      "images": [{"id": "i1", "path": "x.png", key: 42}]})])
+    with pytest.raises(ValidationError, match=rf"images\[0\]\.{key} must be a string"):
+        read_corpus(p)
+
+
 def test_empty_corpus(tmp_path) -> None:
     with pytest.raises(ValidationError, match="is empty"):
         read_corpus(_write(tmp_path, [""]))
