@@ -723,9 +723,11 @@ def _claims_models(section: dict[str, Any]) -> list[dict[str, str]]:
     for use, g in sorted(section["gates"].items(), key=lambda kv: USES.index(kv[0]) if kv[0] in USES else 99):
         figs = "; ".join(f"{f['metric']} {_num(f['value'])} vs {f['baseline']} {_num(f['baseline_value'])}"
                          for f in g["figures"])
+        unmeasured = any(f["value"] is None or f["baseline_value"] is None for f in g["figures"])
+        verdict = (f"not testable here: the bundle records no such figure ({'used: gate off' if g['used'] else 'gated off'})"
+                   if unmeasured else "holds: used" if g["used"] else "refuted: gated off")
         out.append(_claim(f"the trained {MODEL_NAMES.get(g['role'], g['role'])} ({use}) beats its untrained baseline",
-                          "its held-out split (bundle manifest)", figs,
-                          "holds: used" if g["used"] else "refuted: gated off"))
+                          "its held-out split (bundle manifest)", figs, verdict))
     return out
 
 

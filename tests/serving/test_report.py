@@ -131,6 +131,14 @@ def test_models_section_reads_the_configured_bundles_gates(tmp_path) -> None:
     claims = {c["claim"]: c for c in _claims_models(res)}
     assert claims["the trained reranker (rerank) beats its untrained baseline"]["verdict"] == "holds: used"
     assert claims["the trained image model (images) beats its untrained baseline"]["verdict"] == "refuted: gated off"
+    # a bundle that records no figure for a use is not refuted by it: nothing was measured
+    assert claims["the trained image model (vision) beats its untrained baseline"]["verdict"] == "refuted: gated off"
+    blank = bundle("im2", "images", {})
+    cfg.write_text(f"bundles:\n  images: {blank}\n")
+    res = _run_models(Build(tmp=tmp_path, quick=True, config=str(cfg), routing_limit=0, datasets={}, say=print))
+    verdicts = {c["claim"]: c["verdict"] for c in _claims_models(res)}
+    assert verdicts["the trained image model (images) beats its untrained baseline"] == (
+        "not testable here: the bundle records no such figure (gated off)")
     empty = _run_models(Build(tmp=tmp_path, quick=True, config=None, routing_limit=0, datasets={}, say=print))
     assert empty["gates"] == {} and _claims_models(empty) == []
 
