@@ -443,9 +443,11 @@ def _item_figures(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
-             per_item: list[dict[str, Any]] | None = None, extra_docs: Sequence[str] = ()) -> dict[str, float]:
+             per_item: list[dict[str, Any]] | None = None, extra_docs: Sequence[str] = (),
+             retrieval: bool = True) -> dict[str, float]:
     """Generate for held-out examples (the first ``limit`` of each task when > 0) and score them;
-    ``extra_docs``: more documents for the rewrites' retrieval (:func:`retrieval_of_rewrites`)."""
+    ``extra_docs``: more documents for the rewrites' retrieval (:func:`retrieval_of_rewrites`);
+    ``retrieval=False`` leaves it to the caller (``eval rewrite`` measures it per turn)."""
     dec_items = [e for e in heldout if e["task"] == "decompose"]
     rw_items = [e for e in heldout if e["task"] == "rewrite"]
     if limit > 0:
@@ -461,10 +463,10 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
         for n, (e, r) in enumerate(zip(rw_items, rewrites, strict=True)):
             per_item.append({"id": e.get("id", n), "task": "rewrite", "query": e["query"], "pred": r,
                              "gold": e["target"], **_item_figures(rewrite_metrics([r], [e["target"]]))})
-    retrieval = {k: v for k, v in retrieval_of_rewrites(rw_items, rewrites, extra_docs).items()
-                 if not k.endswith(("_copy_query", "_manual"))}  # those are baselines
+    found = {k: v for k, v in retrieval_of_rewrites(rw_items, rewrites, extra_docs).items()
+             if not k.endswith(("_copy_query", "_manual"))} if retrieval else {}  # those are baselines
     return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
-            **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **retrieval}
+            **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **found}
 
 
 # --------------------------------------------------------------------------- recipe

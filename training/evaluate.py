@@ -1185,7 +1185,7 @@ def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
     per_item: list[dict[str, Any]] = []
     with progress_bar("eval rewrite", len(items)) as bar:
         metrics: dict[str, Any] = {"task": "rewrite", "model": em.origin,
-                                   **evaluate(Chunked(em.model, bar, 16), items, per_item=per_item)}
+                                   **evaluate(Chunked(em.model, bar, 16), items, per_item=per_item, retrieval=False)}
     for row, r in zip(per_item, rows, strict=True):  # the copy-the-query baseline, item by item
         copy = rewrite_metrics([r["query"]], [r["rewrite"]])
         row.update(rewrite_em_copy_query=copy["rewrite_em"], rewrite_f1_copy_query=copy["rewrite_f1"])
