@@ -35,6 +35,13 @@ from searchsmith.serving.profiling.common import ProfileContext, percentiles
 CACHE_DIR = Path.home() / ".cache" / "searchsmith" / "llm"
 INSTALL = "pip install -e '.[llm]'"
 MODEL = "gemma-3-270m"  # the server's --model_alias: generation.openai.model
+# A portable llama.cpp build (AVX2, no -march=native). The native build pip makes by default
+# compiles ggml's AMX kernels on CPUs that have AMX (Intel Sapphire Rapids and later), and
+# llama-cpp-python 0.3.36 built so crashes (SIGSEGV in ggml_backend_amx_mul_mat) on the first
+# completion on such a CPU with 2 threads; .ci/run builds with these flags.
+PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+REBUILD = (f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --no-cache-dir --force-reinstall --no-deps '
+           "'llama-cpp-python[server]'")
 
 
 def missing_llm_packages() -> str | None:
@@ -131,6 +138,7 @@ class LlamaServer:
                                    f"({' '.join(self.command())}); its log:\n{self.log_tail()}")
             try:
                 if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
+                    self._probe(deadline)
                     return self
             except httpx.HTTPError:
                 pass
@@ -139,6 +147,45 @@ class LlamaServer:
                 raise RuntimeError(f"llama.cpp server did not answer {self.url}/models within "
                                    f"{self.startup_timeout_s} s; its log:\n{self.log_tail()}")
             time.sleep(0.5)
+
+    def _exit_status(self) -> str:
+        import signal
+
+        code = self.proc.returncode if self.proc is not None else None
+        if code is not None and code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def _probe(self, deadline: float) -> None:
+        """One token of one completion: a server that answers ``/models`` can still die on its
+        first matrix product (a native build on an AMX CPU); say so at start-up, with the fix."""
+        import httpx
+
+        error: Exception | None = None
+        try:
+            r = httpx.post(f"{self.url}/completions", json={"prompt": "Hello", "max_tokens": 1},
+                           timeout=max(5.0, deadline - time.monotonic()))
+            if r.status_code == 200:
+                return
+            error = RuntimeError(f"status {r.status_code}: {r.text[:200]}")
+        except httpx.HTTPError as exc:
+            error = exc
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.poll() is None:
+            self.__exit__()
+            raise RuntimeError(f"llama.cpp server at {self.url} failed its first completion ({error}); its log:\n"
+                               f"{self.log_tail()}")
+        raise RuntimeError(
+            f"llama.cpp server {self._exit_status()} on its first completion (one token of 'Hello'), after "
+            f"loading the model: its llama.cpp build does not run on this CPU. A build made with "
+            f"-march=native (pip's default) crashes in ggml's AMX kernels on some CPUs with AMX; "
+            f"rebuild it portable: {REBUILD}. Its log:\n{self.log_tail()}")
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is None or self.proc.poll() is not None:
