@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from searchsmith.serving.profiling.llm import PORTABLE_CMAKE_ARGS, LlamaServer
 
 STANDIN = r'''
