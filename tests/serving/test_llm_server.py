@@ -103,7 +103,17 @@ Copy the sentence that answers the question."""
 
 
 @pytest.fixture(scope="module")
-def app_client(llama, small_index, embedder, tmp_path_factory):
+def fresh_llama(tmp_path_factory):
+    """A server of its own whose first chat request is the pipeline's: Gemma 3 270M's greedy answer
+    to the copy prompt changes with the KV state earlier requests leave (on the portable
+    llama.cpp build it then lists "[2] [3] ..." instead of copying the sentence)."""
+    log = tmp_path_factory.mktemp("llama_fresh") / "server.log"
+    with LlamaServer(gemma_gguf(), n_ctx=2048, startup_timeout_s=120, log_path=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def app_client(fresh_llama, small_index, embedder, tmp_path_factory):
     from fastapi.testclient import TestClient
     from searchsmith.models.config import from_dict
     from searchsmith.serving.http import create_app
@@ -119,7 +129,7 @@ def app_client(llama, small_index, embedder, tmp_path_factory):
     prompt.write_text(COPY_PROMPT, encoding="utf-8")
     cfg = from_dict(PipelineConfig, {"citation": {"entity_veto": False}, "retrieval": {"retrieve_k": 1}, "generation": {
         "backend": "openai", "prompt": str(prompt),
-        "openai": {"base_url": llama.url, "model": MODEL, "max_tokens": 48, "stop": ["\nQuestion:"]}}})
+        "openai": {"base_url": fresh_llama.url, "model": MODEL, "max_tokens": 48, "stop": ["\nQuestion:"]}}})
     pipe = Pipeline(cfg, Index.load(small_index, embedder=embedder), embedder)
     with TestClient(create_app(ServerLimits(stream_chunk_chars=16), pipeline=pipe)) as c:
         yield c
