@@ -764,7 +764,7 @@ def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
                               "longer in the recipe's data")
     held, part = _first(held, limit)
     with progress_bar("held-out rerank", sum(len(g.candidates) for g in held), "pair") as bar:
-        figs = evaluate_groups(Chunked(model, bar).score_pairs, held)
+        figs = evaluate_groups(Chunked(model, bar).score_pairs, held, ood_sources=cfg.data.leave_out)
     return figs, f"the run's held-out split ({part} queries)"
 
 

@@ -60,7 +60,9 @@ class RerankerData:
             ``mine_with`` is ``none``); another value gives another split.
         leave_out: sources whose queries are all held out (never trained on): a
             leave-one-dataset-out evaluation, whose per-source figures
-            (``<source>/ndcg@10`` beside BM25's and the bi-encoder's) are out-of-domain.
+            (``<source>/ndcg@10`` beside BM25's and the bi-encoder's) are out-of-domain;
+            together they are ``ood/ndcg@10`` (``baselines/ood_bm25_ndcg@10``, ...), the
+            figures the pipeline's gate then reads instead of the pooled split's.
             Each must be in ``sources``; empty: the usual split.
         mine_pool: how many non-relevant passages each training query keeps as its negative
             pool (those the ``mine_with`` bi-encoder ranks highest; random ones with

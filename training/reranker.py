@@ -206,8 +206,14 @@ def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], ma
 
 
 def evaluate_groups(score_fn: Callable[[list[tuple[str, str]]], list[float]],
-                    groups: Sequence[QueryGroup], k: int = 10) -> dict[str, float]:
-    """nDCG@k / MRR@k / recall@k overall and per source (keys like ``scifact/ndcg@10``)."""
+                    groups: Sequence[QueryGroup], k: int = 10,
+                    ood_sources: Sequence[str] = ()) -> dict[str, float]:
+    """nDCG@k / MRR@k / recall@k overall and per source (keys like ``scifact/ndcg@10``).
+
+    ``ood_sources``: the sources left out of training (``data.leave_out``); their queries
+    together are also scored as ``ood/<metric>``, the out-of-domain figures the serving gate
+    prefers (serving/pipeline/gates.py). No ``ood/`` key when none of the groups is from one.
+    """
     pairs = [(g.query, c) for g in groups for c in g.candidates]
     flat = score_fn(pairs)
     per_group, i = [], 0
@@ -219,6 +225,10 @@ def evaluate_groups(score_fn: Callable[[list[tuple[str, str]]], list[float]],
         sub = [pg for pg, g in zip(per_group, groups, strict=True) if g.source == source]
         for key, v in ranking_metrics(sub, k).items():
             out[f"{source}/{key}"] = v
+    ood = [pg for pg, g in zip(per_group, groups, strict=True) if g.source in set(ood_sources)]
+    if ood:
+        for key, v in ranking_metrics(ood, k).items():
+            out[f"{OOD_PREFIX}{key}"] = v
     return out
 
 
@@ -251,10 +261,13 @@ def bm25_score_fn(groups: Sequence[QueryGroup]) -> Callable[[list[tuple[str, str
 # (serving/pipeline/gates.py reads "baselines/<name>_<metric>" from the bundle's manifest).
 GATE_BASELINES = ("bi_encoder", "bm25")
 GATE_METRICS = ("ndcg@10", "mrr@10")
+# Figures on the queries of the sources left out of training (data.leave_out).
+OOD_PREFIX = "ood/"
 
 
 def flat_baselines(baselines: dict[str, Any]) -> dict[str, float]:
-    """``{"bi_encoder_ndcg@10": .., "bm25_ndcg@10": .., ...}`` from the nested baseline figures.
+    """``{"bi_encoder_ndcg@10": .., "bm25_ndcg@10": .., ...}`` from the nested baseline figures,
+    and ``ood_bi_encoder_ndcg@10`` ... from their ``ood/`` figures when a source was left out.
 
     The export copies only flat numbers of ``metrics.json`` "baselines" into a bundle's
     manifest (``models.export.heldout_metrics``), where the pipeline's gate reads them.
@@ -266,6 +279,8 @@ def flat_baselines(baselines: dict[str, Any]) -> dict[str, float]:
             for key in GATE_METRICS:
                 if isinstance(figures.get(key), (int, float)):
                     out[f"{name}_{key}"] = float(figures[key])
+                if isinstance(figures.get(OOD_PREFIX + key), (int, float)):
+                    out[f"ood_{name}_{key}"] = float(figures[OOD_PREFIX + key])
     return out
 
 
@@ -342,7 +357,8 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "split.json", {"seed": cfg.data.split_seed,
                                                "train": sorted(train_ids), "eval": sorted(eval_ids)})
-    baselines: dict[str, Any] = {"bm25": evaluate_groups(bm25_score_fn(groups), eval_groups)}
+    ood = cfg.data.leave_out
+    baselines: dict[str, Any] = {"bm25": evaluate_groups(bm25_score_fn(groups), eval_groups, ood_sources=ood)}
     if cfg.data.mine_with != "none":
         embedder = CachedEmbedder(cfg.data.mine_with, run_dir / "cache")
         mine_hard_negatives(train_groups, embedder.encode, cfg.data.mine_pool,
@@ -355,7 +371,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
             di = {d: i for i, d in enumerate(dict.fromkeys(d for _, d in pairs))}
             return [float(qs[qi[q]] @ ds[di[d]]) for q, d in pairs]
 
-        baselines["bi_encoder"] = evaluate_groups(cosine, eval_groups)
+        baselines["bi_encoder"] = evaluate_groups(cosine, eval_groups, ood_sources=ood)
         del embedder
     else:
         random_negatives(train_groups, cfg.data.mine_pool, cfg.data.split_seed)
@@ -377,7 +393,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
     def eval_fn(m: Any) -> dict[str, float]:
         return evaluate_groups(
             lambda pairs: score_pairs(m, tokenizer, pairs, cfg.data.max_length,
-                                      cfg.eval_batch_size), eval_groups)
+                                      cfg.eval_batch_size), eval_groups, ood_sources=ood)
 
     # 4. Train (5. saving of the merged model, metrics and run.json happens inside).
     result = train(
@@ -394,6 +410,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
 __all__ = [
     "GATE_BASELINES",
     "GATE_METRICS",
+    "OOD_PREFIX",
     "RerankerModel",
     "RerankerRecipe",
     "bce_loss",

@@ -1,0 +1,96 @@
+"""Out-of-domain figures of the reranker recipe (``data.leave_out``) and the gate that reads
+them instead of the pooled held-out split's (issue 17, item 5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from searchsmith.serving.pipeline.config import BundlesConfig
+from searchsmith.serving.pipeline.gates import GATES, check_row, decide
+from searchsmith.training.config import load_recipe_config
+from searchsmith.training.rerank_data import QueryGroup
+from searchsmith.training.reranker import evaluate_groups, flat_baselines
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "recipes" / "reranker" / "tiny" / "bert-tiny_full.yaml"
+
+
+def _groups() -> list[QueryGroup]:
+    # "a" queries: the relevant passage is the one with the query's word; "b": the reverse
+    return [QueryGroup("a1", "a", "red", ["red x", "blue y", "green z"], [1, 0, 0]),
+            QueryGroup("a2", "a", "blue", ["red x", "blue y", "green z"], [0, 1, 0]),
+            QueryGroup("b1", "b", "red", ["red x", "blue y", "green z"], [0, 0, 1]),
+            QueryGroup("b2", "b", "blue", ["red x", "blue y", "green z"], [0, 0, 1])]
+
+
+def _word_match(pairs: list[tuple[str, str]]) -> list[float]:
+    return [float(q in d) for q, d in pairs]
+
+
+def test_left_out_sources_are_scored_together_as_ood() -> None:
+    groups = _groups()
+    out = evaluate_groups(_word_match, groups, ood_sources=["b"])
+    assert out["a/ndcg@10"] == 1.0 and out["b/ndcg@10"] < 1.0
+    assert out["ood/ndcg@10"] == out["b/ndcg@10"] and out["ood/mrr@10"] == out["b/mrr@10"]
+    assert out["ndcg@10"] == pytest.approx((out["a/ndcg@10"] + out["b/ndcg@10"]) / 2)
+    both = evaluate_groups(_word_match, groups, ood_sources=["a", "b"])
+    assert both["ood/ndcg@10"] == pytest.approx(both["ndcg@10"])
+    # no left-out source among the groups: no ood figure (the gate then reads the pooled one)
+    assert not any(k.startswith("ood/") for k in evaluate_groups(_word_match, groups))
+    assert not any(k.startswith("ood/") for k in evaluate_groups(_word_match, groups, ood_sources=["c"]))
+
+
+def test_flat_baselines_carry_the_ood_figures_under_the_names_the_gate_reads() -> None:
+    nested = {"bi_encoder": {"ndcg@10": 0.81, "ood/ndcg@10": 0.84, "ood/mrr@10": 0.8},
+              "bm25": {"ndcg@10": 0.6, "ood/ndcg@10": 0.837}}
+    assert flat_baselines(nested) == {"bi_encoder_ndcg@10": 0.81, "ood_bi_encoder_ndcg@10": 0.84,
+                                      "ood_bi_encoder_mrr@10": 0.8, "bm25_ndcg@10": 0.6,
+                                      "ood_bm25_ndcg@10": 0.837}
+
+
+# The figures of the SciFact-left-out run of RESULTS.md: above both baselines pooled, below both
+# on SciFact.
+LOO = {"ndcg@10": 0.849, "baselines/bi_encoder_ndcg@10": 0.838, "baselines/bm25_ndcg@10": 0.775,
+       "ood/ndcg@10": 0.831, "baselines/ood_bi_encoder_ndcg@10": 0.840, "baselines/ood_bm25_ndcg@10": 0.837}
+
+
+def test_the_reranker_gate_reads_the_out_of_domain_figures_when_recorded() -> None:
+    row = next(r for r in GATES if r.use == "rerank")
+    fig, why = check_row(row, LOO)
+    assert "nDCG@10 on datasets left out of training 0.831 is below the bi-encoder order (0.840)" in why
+    assert fig.text() == "nDCG@10 on datasets left out of training 0.831 vs the bi-encoder order 0.840, BM25 0.837"
+    assert not decide({"reranker": {"heldout_metrics": LOO}}, BundlesConfig())["rerank"].used
+    better = {**LOO, "ood/ndcg@10": 0.85}
+    assert check_row(row, better)[1] is None
+    assert decide({"reranker": {"heldout_metrics": better}}, BundlesConfig())["rerank"].used
+    # no dataset left out: the pooled figures, as before
+    pooled = {k: v for k, v in LOO.items() if "ood" not in k}
+    fig, why = check_row(row, pooled)
+    assert why is None and fig.what == "nDCG@10"
+    # an ood figure without the baselines there is not judged against the pooled ones
+    _, why = check_row(row, {**pooled, "ood/ndcg@10": 0.99})
+    assert "baselines/ood_bi_encoder_ndcg@10 missing" in why
+
+
+def test_gates_without_ood_figures_are_unchanged() -> None:
+    row = next(r for r in GATES if r.use == "cite")
+    assert not row.ood
+    figures = {"attribution/roc_auc": 0.9, "baselines/cosine_attribution_roc_auc": 0.8, "ood/attribution/roc_auc": 0.1}
+    assert check_row(row, figures)[1] is None
+
+
+def test_a_tiny_run_leaving_a_source_out_records_ood_figures_and_baselines(tmp_path: Path, shared_data: Path) -> None:
+    from searchsmith.training.registry import get_recipe
+
+    cfg = load_recipe_config(TINY, [f"output_dir={tmp_path}", "optim.max_steps=2", "data.sources=[synthetic,musique]",
+                                    f"data.musique={shared_data / 'musique' / 'musique_ans_200.jsonl'}",
+                                    "data.leave_out=[musique]", "data.synthetic_queries=24"])
+    final = get_recipe("reranker").fn(cfg, run_dir=tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert final["ood/ndcg@10"] == final["musique/ndcg@10"]
+    assert metrics["baselines"]["bm25"]["ood/ndcg@10"] == metrics["baselines"]["bm25"]["musique/ndcg@10"]
+    assert metrics["baselines"]["ood_bm25_ndcg@10"] == metrics["baselines"]["bm25"]["ood/ndcg@10"]
+    split = json.loads((tmp_path / "split.json").read_text())
+    assert not any(q.startswith("musique") for q in split["train"])
