@@ -92,6 +92,10 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
                               "lengths and thresholds); rerun the recipe")
     if task == "rerank":
         max_len = int(info.get("max_length") or min(_model_max(model_dir), 512))
+        final = heldout_metrics(run_dir)
+        if isinstance(final.get("cross_weight"), (int, float)):  # calibrated: models/rerank_mix.py
+            extra["retrieval_mix"] = {"cross_weight": float(final["cross_weight"]),
+                                      "embedder": str(info.get("mix_embedder") or "default")}
     elif task == "decompose":
         steps = int(meta.get("trained_steps", steps))
         max_len = int(meta.get("max_source_tokens", 128))

@@ -388,6 +388,15 @@ class RerankBundle(Bundle):
 
     TASK = "rerank"
 
+    def __init__(self, path: Path, manifest: Manifest, tokenizer: PreTrainedTokenizerBase,
+                 graphs: Mapping[str, Graph], backend: str, batch_size: int = 32,
+                 max_batch_tokens: int | None = None) -> None:
+        super().__init__(path, manifest, tokenizer, graphs, backend, batch_size, max_batch_tokens)
+        from searchsmith.models.rerank_mix import RetrievalMix
+
+        #: the calibrated share against the retrieval cosine the pipeline mixes with, or None
+        self.retrieval_mix = RetrievalMix.from_json(self.manifest.get("retrieval_mix"))
+
     def score_pairs(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """Logits (n,) float32 of (query, passage) pairs, in input order."""
         pairs = _check_pairs(pairs, "score_pairs")

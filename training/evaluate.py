@@ -749,6 +749,7 @@ def _first(items: list[Any], limit: int | None) -> tuple[list[Any], str]:
 
 
 def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
+    from searchsmith.models.rerank_mix import mixed_score_fn
     from searchsmith.training.data import split_by_key
     from searchsmith.training.rerank_data import load_groups
     from searchsmith.training.reranker import evaluate_groups
@@ -763,8 +764,18 @@ def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
         raise ValidationError(f"{len(ids) - len(held)} of the {len(ids)} held-out queries of split.json are no "
                               "longer in the recipe's data")
     held, part = _first(held, limit)
+    mix = getattr(model, "retrieval_mix", None)  # the bundle's calibrated share (models/rerank_mix.py)
     with progress_bar("held-out rerank", sum(len(g.candidates) for g in held), "pair") as bar:
-        figs = evaluate_groups(Chunked(model, bar).score_pairs, held, ood_sources=cfg.data.leave_out)
+        score = Chunked(model, bar).score_pairs
+        if mix is not None and mix.cross_weight < 1:
+            from searchsmith.training.data import CachedEmbedder
+            from searchsmith.training.reranker import cosine_score_fn
+
+            score = mixed_score_fn(score, cosine_score_fn(CachedEmbedder(mix.embedder, run_dir / "cache").encode),
+                                   mix.cross_weight)
+        figs = evaluate_groups(score, held, ood_sources=cfg.data.leave_out)
+    if mix is not None:
+        figs["cross_weight"] = mix.cross_weight
     return figs, f"the run's held-out split ({part} queries)"
 
 
@@ -798,6 +809,7 @@ def _demo_rerank_baselines(limit: int | None) -> dict[str, float]:
     from searchsmith.training.data import CachedEmbedder
     from searchsmith.training.reranker import (
         bm25_score_fn,
+        cosine_score_fn,
         evaluate_groups,
         flat_baselines,
     )
@@ -810,13 +822,7 @@ def _demo_rerank_baselines(limit: int | None) -> dict[str, float]:
         log.warning("held-out figures: no bi-encoder baseline on the demo data (%s)", exc)
         emb = None
     if emb is not None:
-        def cosine(pairs: list[tuple[str, str]]) -> list[float]:
-            qs, ds = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
-            qv, dv = emb.encode(qs), emb.encode(ds)
-            qi, di = {q: i for i, q in enumerate(qs)}, {d: i for i, d in enumerate(ds)}
-            return [float(qv[qi[q]] @ dv[di[d]]) for q, d in pairs]
-
-        baselines["bi_encoder"] = evaluate_groups(cosine, groups)
+        baselines["bi_encoder"] = evaluate_groups(cosine_score_fn(emb.encode), groups)
     return flat_numbers({**baselines, **flat_baselines(baselines)}, "baselines/")
 
 

@@ -64,6 +64,11 @@ class RerankerData:
             together they are ``ood/ndcg@10`` (``baselines/ood_bm25_ndcg@10``, ...), the
             figures the pipeline's gate then reads instead of the pooled split's.
             Each must be in ``sources``; empty: the usual split.
+        calibration_ratio: share of the training queries (by id, after the held-out split)
+            kept out of training to choose ``model.cross_weights``: the reranker's share
+            against the retrieval cosine (models/rerank_mix.py), recorded as the run's
+            ``cross_weight`` and served by the pipeline. 0: no calibration, the reranker alone.
+            Needs ``mine_with`` (the cosine's embedder).
         mine_pool: how many non-relevant passages each training query keeps as its negative
             pool (those the ``mine_with`` bi-encoder ranks highest; random ones with
             ``none``); every epoch samples ``negatives_per_group`` of them. Larger: more
@@ -87,6 +92,7 @@ class RerankerData:
     eval_ratio: float = 0.2
     split_seed: int = 13
     leave_out: list[str] = field(default_factory=list)
+    calibration_ratio: float = 0.0
     # Group size = 1 positive + negatives_per_group; sampled each epoch from the mined pool.
     negatives_per_group: int = 7
     mine_pool: int = 20
@@ -103,6 +109,9 @@ class RerankerData:
         unknown = [s for s in self.leave_out if s not in self.sources]
         if unknown:
             raise ValueError(f"data.leave_out: {unknown} not in data.sources {self.sources}; name sources to hold out")
+        if not 0 <= self.calibration_ratio < 0.5:
+            raise ValueError(f"data.calibration_ratio must be in [0, 0.5), got {self.calibration_ratio}; "
+                             "e.g. 0.15")
         if self.negatives_per_group < 1:
             raise ValueError(f"data.negatives_per_group must be >= 1, got {self.negatives_per_group}")
         if self.mine_pool < self.negatives_per_group:

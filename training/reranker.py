@@ -22,9 +22,10 @@ import torch.nn.functional as F
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.metrics import BM25, ranking_metrics
+from searchsmith.models.rerank_mix import mixed_score_fn
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
-from searchsmith.training.data import CachedEmbedder, split_leaving_out
+from searchsmith.training.data import CachedEmbedder, split_by_key, split_leaving_out
 from searchsmith.training.registry import (
     get_loss,
     register_dataset,
@@ -68,6 +69,10 @@ class RerankerModel:
         tokenizer: ``default``: the pretrained base model's own tokenizer (the bundled
             all-MiniLM-L6-v2 one for ``base_model: default`` or with ``config``); else a
             local folder or hub id. The model's vocabulary must cover it.
+        head: ``cls``, ``segment_cosine`` or ``cosine_residual`` (comments below).
+        cross_weights: the reranker's shares against the retrieval cosine tried on the
+            calibration queries (``data.calibration_ratio``; models/rerank_mix.py); the best
+            nDCG@10 wins, ties the smaller share; each in [0, 1] (0 = the retrieval order).
     """
 
     config: dict[str, Any] | None = None
@@ -78,6 +83,16 @@ class RerankerModel:
     # "cosine_residual": the bi-encoder's own cosine (query and passage encoded apart) plus a
     # zero-initialised cross-encoder residual: at step 0 it ranks exactly as the bi-encoder.
     head: Literal["cls", "segment_cosine", "cosine_residual"] = "cls"
+    # The shares of the reranker tried against the retrieval cosine on the calibration queries
+    # (data.calibration_ratio; models/rerank_mix.py): the best nDCG@10 wins, ties the smaller
+    # share. Without calibration queries the reranker is used alone (share 1).
+    cross_weights: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+
+    def __post_init__(self) -> None:
+        if not self.cross_weights or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
+                                             and 0 <= w <= 1 for w in self.cross_weights):
+            raise ValueError(f"model.cross_weights must be a non-empty list of numbers in [0, 1], got "
+                             f"{self.cross_weights}")
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,9 @@ class RerankerRecipe:
     def __post_init__(self) -> None:
         if self.eval_batch_size < 1:
             raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        if self.data.calibration_ratio and self.data.mine_with == "none":
+            raise ValueError("data.calibration_ratio needs the retrieval cosine of data.mine_with, which is none; "
+                             "set data.mine_with: default or data.calibration_ratio: 0")
 
 
 # ----------------------------------------------------------------------------- losses
@@ -284,6 +302,32 @@ def flat_baselines(baselines: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def cosine_score_fn(encode: Callable[[list[str]], Any]) -> Callable[[list[tuple[str, str]]], list[float]]:
+    """A pair scorer giving the bi-encoder cosine of each (query, passage): ``encode`` returns
+    unit vectors (n, d) for a list of texts; each distinct text is encoded once per call."""
+    def fn(pairs: list[tuple[str, str]]) -> list[float]:
+        qs, ds = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
+        qv, dv = encode(qs), encode(ds)
+        qi, di = {q: i for i, q in enumerate(qs)}, {d: i for i, d in enumerate(ds)}
+        return [float(qv[qi[q]] @ dv[di[d]]) for q, d in pairs]
+
+    return fn
+
+
+def choose_cross_weight(score_fn: Callable[[list[tuple[str, str]]], list[float]],
+                        cosine_fn: Callable[[list[tuple[str, str]]], list[float]],
+                        groups: Sequence[QueryGroup], weights: Sequence[float]) -> tuple[float, dict[float, float]]:
+    """The share of the reranker (models/rerank_mix.py) with the best nDCG@10 on ``groups``
+    (the calibration queries), ties the smaller share; and nDCG@10 per share tried."""
+    pairs = [(g.query, c) for g in groups for c in g.candidates]
+    logits, cosines = list(score_fn(pairs)), list(cosine_fn(pairs))
+    by_weight = {float(w): evaluate_groups(mixed_score_fn(lambda _p: logits, lambda _p: cosines, float(w)),
+                                           groups)["ndcg@10"]
+                 for w in sorted(set(weights))}
+    best = max(by_weight.values())
+    return min(w for w, v in by_weight.items() if v >= best - 1e-12), by_weight
+
+
 # ----------------------------------------------------------------------------- batches
 
 
@@ -349,30 +393,28 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
     groups = load_groups(cfg.data)
     train_ids, eval_ids = split_leaving_out([g.qid for g in groups], [g.source for g in groups],
                                             cfg.data.leave_out, cfg.data.eval_ratio, cfg.data.split_seed)
+    cal_ids: set[str] = set()
+    if cfg.data.calibration_ratio and len(train_ids) >= 2:
+        train_ids, cal_ids = split_by_key(sorted(train_ids), cfg.data.calibration_ratio, cfg.data.split_seed + 1)
     train_groups = [g for g in groups if g.qid in train_ids]
     eval_groups = [g for g in groups if g.qid in eval_ids]
+    cal_groups = [g for g in groups if g.qid in cal_ids]
     if not train_groups or not eval_groups:
         raise ValidationError(f"data: {len(groups)} queries cannot be split into train and "
                               f"held-out (data.eval_ratio={cfg.data.eval_ratio}); add data")
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "split.json", {"seed": cfg.data.split_seed,
-                                               "train": sorted(train_ids), "eval": sorted(eval_ids)})
+    write_json_atomic(run_dir / "split.json", {"seed": cfg.data.split_seed, "train": sorted(train_ids),
+                                               "calibration": sorted(cal_ids), "eval": sorted(eval_ids)})
     ood = cfg.data.leave_out
     baselines: dict[str, Any] = {"bm25": evaluate_groups(bm25_score_fn(groups), eval_groups, ood_sources=ood)}
+    cosine: Callable[[list[tuple[str, str]]], list[float]] | None = None
     if cfg.data.mine_with != "none":
         embedder = CachedEmbedder(cfg.data.mine_with, run_dir / "cache")
         mine_hard_negatives(train_groups, embedder.encode, cfg.data.mine_pool,
                             cfg.data.mine_corpus)
 
-        def cosine(pairs: list[tuple[str, str]]) -> list[float]:
-            qs = embedder.encode(list(dict.fromkeys(q for q, _ in pairs)))
-            ds = embedder.encode(list(dict.fromkeys(d for _, d in pairs)))
-            qi = {q: i for i, q in enumerate(dict.fromkeys(q for q, _ in pairs))}
-            di = {d: i for i, d in enumerate(dict.fromkeys(d for _, d in pairs))}
-            return [float(qs[qi[q]] @ ds[di[d]]) for q, d in pairs]
-
+        cosine = cosine_score_fn(embedder.encode)
         baselines["bi_encoder"] = evaluate_groups(cosine, eval_groups, ood_sources=ood)
-        del embedder
     else:
         random_negatives(train_groups, cfg.data.mine_pool, cfg.data.split_seed)
     examples = make_examples(train_groups)
@@ -380,7 +422,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
         raise ValidationError(f"data: {len(examples)} training examples, fewer than "
                               f"optim.batch_size={cfg.optim.batch_size}; add data or lower it")
     baselines["data"] = {"train_queries": len(train_groups), "eval_queries": len(eval_groups),
-                         "train_examples": len(examples)}
+                         "calibration_queries": len(cal_groups), "train_examples": len(examples)}
     baselines.update(flat_baselines(baselines))
 
     # 3. Loss: scores of each group's pairs against its labels.
@@ -391,9 +433,16 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
         return loss(scores, batch["labels"])
 
     def eval_fn(m: Any) -> dict[str, float]:
-        return evaluate_groups(
-            lambda pairs: score_pairs(m, tokenizer, pairs, cfg.data.max_length,
-                                      cfg.eval_batch_size), eval_groups, ood_sources=ood)
+        def model_scores(pairs: list[tuple[str, str]]) -> list[float]:
+            return score_pairs(m, tokenizer, pairs, cfg.data.max_length, cfg.eval_batch_size)
+
+        if not cal_groups or cosine is None:
+            return evaluate_groups(model_scores, eval_groups, ood_sources=ood)
+        weight, by_weight = choose_cross_weight(model_scores, cosine, cal_groups, cfg.model.cross_weights)
+        out = evaluate_groups(mixed_score_fn(model_scores, cosine, weight), eval_groups, ood_sources=ood)
+        out["cross_weight"] = weight
+        out.update({f"calibration/ndcg@10_cross_weight_{w:g}": v for w, v in by_weight.items()})
+        return out
 
     # 4. Train (5. saving of the merged model, metrics and run.json happens inside).
     result = train(
@@ -402,7 +451,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
         run_info={"task": "rerank", "recipe": cfg.recipe,
                   "base_model": "random-init (model.config)" if cfg.model.config is not None
                   else model_display_name(cfg.base_model),
-                  "max_length": cfg.data.max_length},
+                  "max_length": cfg.data.max_length, "mix_embedder": cfg.data.mine_with},
     )
     return result.final_metrics
 
@@ -416,6 +465,8 @@ __all__ = [
     "bce_loss",
     "bm25_score_fn",
     "build_model",
+    "choose_cross_weight",
+    "cosine_score_fn",
     "evaluate_groups",
     "flat_baselines",
     "listwise_loss",

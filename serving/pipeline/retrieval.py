@@ -144,11 +144,16 @@ class Retriever:
         return sorted(passages, key=lambda p: -p.score)[:keep]
 
     def rerank(self, question: str, passages: list[Passage], state: PipelineState) -> list[Passage]:
-        """Reorder by the reranker bundle's scores (the retrieval order without one)."""
+        """Reorder by the reranker bundle's scores (the retrieval order without one); a bundle
+        with a ``retrieval_mix`` is mixed with the passages' retrieval cosines at its share."""
         if self.reranker is None or len(passages) < 2:
             return passages
+        mix = getattr(self.reranker, "retrieval_mix", None)
         try:
             scores = np.asarray(self.reranker.score(question, [p.text for p in passages]), dtype=np.float32)
+            if mix is not None and mix.cross_weight < 1:
+                # the bundle's calibrated share against the retrieval cosine (models/rerank_mix.py)
+                scores = mix.apply(scores, [p.score for p in passages]).astype(np.float32)
         except Exception as exc:  # noqa: BLE001 - keep the retrieval order
             state.trace.note(f"retrieval: rerank failed ({type(exc).__name__}: {exc}); kept the retrieval order")
             return passages
