@@ -482,7 +482,9 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
     ``rerank`` bundle, any dtype), ``.run`` (TREC file) or ``.first_stage`` (bm25|dense),
     ``.k`` (recall cut-off), ``.limit`` (first N queries), ``.per_item`` (JSONL per query).
     Each figure has its bootstrap 95 % interval over the queries (``<name>_ci95``); a per-item
-    line is identified by ``qid`` and carries the figures under the summary's names.
+    line is identified by ``qid`` and carries the figures under the summary's names. A bundle
+    with a ``retrieval_mix`` is scored as the pipeline serves it: mixed with the cosine of its
+    embedder at its share (``cross_weight`` in the output; 1.0 = the reranker alone).
     """
     corpus, queries, qrels = read_beir(args.data)
     qids = _eval_qids(queries, qrels, args)
@@ -499,8 +501,17 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
         docs = [d for d, _ in cands.get(q, [])]
         spans.append((q, len(pairs), docs))
         pairs.extend((queries[q], corpus[d]) for d in docs)
+    mix = getattr(em.model, "retrieval_mix", None)  # a bundle's calibrated share (models/rerank_mix.py)
     with progress_bar("eval rerank", len(pairs), "pair") as bar:
-        scores = Chunked(em.model, bar).score_pairs(pairs)
+        score = Chunked(em.model, bar).score_pairs
+        if mix is not None and mix.cross_weight < 1:  # as the pipeline serves it
+            from searchsmith.models.rerank_mix import mixed_score_fn
+            from searchsmith.training.data import CachedEmbedder
+            from searchsmith.training.reranker import cosine_score_fn
+
+            score = mixed_score_fn(score, cosine_score_fn(CachedEmbedder(mix.embedder, None).encode),
+                                   mix.cross_weight)
+        scores = score(pairs)
     items, firsts, reranks = [], [], []
     for q, start, docs in spans:
         s = scores[start:start + len(docs)]
@@ -514,7 +525,8 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, items)
     out: dict[str, Any] = {"task": "rerank", "model": em.origin, "queries": len(qids), "first_stage": stage,
-                           "rerank_depth": RERANK_DEPTH if not getattr(args, "run", None) else None}
+                           "rerank_depth": RERANK_DEPTH if not getattr(args, "run", None) else None,
+                           "cross_weight": mix.cross_weight if mix is not None else 1.0}
     where = (f"the candidates of the TREC run {Path(args.run).name}" if getattr(args, "run", None)
              else f"the {stage} top {RERANK_DEPTH} over the folder's {len(corpus)} documents")
     out["protocol"] = _protocol(args.data, f"reranks {where}, for the {len(qids)} queries with a relevant "

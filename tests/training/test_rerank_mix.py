@@ -108,3 +108,18 @@ def test_a_calibrated_tiny_run_exports_its_share_and_the_bundle_scores_as_the_ru
     # the export re-scores the held-out split with the same mix: the run's figure comes back
     assert bundle.manifest["heldout_metrics"]["ndcg@10"] == pytest.approx(final["ndcg@10"], abs=1e-6)
     assert bundle.manifest["heldout_metrics"]["cross_weight"] == final["cross_weight"]
+    # eval rerank scores the bundle as the pipeline serves it: share 0 is the first-stage order
+    from argparse import Namespace
+
+    from beir_folder import synthetic_beir
+    from searchsmith.training.evaluate import eval_rerank
+
+    data = synthetic_beir(tmp_path / "beir")
+    manifest_path = tmp_path / "bundle" / "manifest.json"
+    m = json.loads(manifest_path.read_text())
+    m["retrieval_mix"]["cross_weight"] = 0.0
+    manifest_path.write_text(json.dumps(m))
+    out = eval_rerank(Namespace(data=str(data), checkpoint=None, bundle=str(tmp_path / "bundle"), run=None,
+                                first_stage="dense", per_item=None, limit=6, k=3, json=True))
+    assert out["cross_weight"] == 0.0
+    assert out["ndcg@10"] == pytest.approx(out["first_stage/ndcg@10"], abs=1e-9)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from beir_folder import synthetic_beir
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.metrics import (
     BM25,
@@ -219,31 +220,12 @@ def test_segment_cosine_with_lora_is_refused() -> None:
         build_model(cfg)
 
 
-def _beir(tmp_path: Path) -> Path:
-    from searchsmith.training.data import write_jsonl_atomic
-
-    groups = synthetic_groups(RerankerData(synthetic_queries=12))
-    corpus, queries, qrels = {}, [], ["query-id\tcorpus-id\tscore"]
-    for g in groups:
-        for c, y in zip(g.candidates, g.labels, strict=True):
-            did = corpus.setdefault(c, f"d{len(corpus)}")
-            if y:
-                qrels.append(f"{g.qid}\t{did}\t1")
-        queries.append({"_id": g.qid, "text": g.query})
-    write_jsonl_atomic(tmp_path / "corpus.jsonl", [{"_id": i, "title": "", "text": t}
-                                                    for t, i in corpus.items()])
-    write_jsonl_atomic(tmp_path / "queries.jsonl", queries)
-    (tmp_path / "qrels").mkdir()
-    (tmp_path / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
-    return tmp_path
-
-
 def test_eval_rerank_on_beir_folder(tiny_run: tuple[Path, dict], tmp_path: Path) -> None:
     from argparse import Namespace
 
     from searchsmith.training.evaluate import eval_rerank
 
-    data = _beir(tmp_path / "beir")
+    data = synthetic_beir(tmp_path / "beir")
     per_item = tmp_path / "items.jsonl"
     out = eval_rerank(Namespace(data=str(data), checkpoint=str(tiny_run[0]), bundle=None, run=None,
                                 first_stage="bm25", per_item=str(per_item), limit=5, k=3, json=True))
@@ -259,7 +241,7 @@ def test_eval_rerank_of_a_run_passed_as_bundle_is_a_clear_error(tiny_run: tuple[
 
     from searchsmith.training.evaluate import eval_rerank
 
-    data = _beir(tmp_path / "beir")
+    data = synthetic_beir(tmp_path / "beir")
     with pytest.raises(ConfigError, match="has no manifest.json.*pass it as --checkpoint"):
         eval_rerank(Namespace(data=str(data), checkpoint=None, bundle=str(tiny_run[0]), run=None,
                               first_stage="bm25", per_item=None, limit=0, k=3, json=True))
@@ -270,7 +252,7 @@ def test_eval_rerank_missing_qrels(tmp_path: Path) -> None:
 
     from searchsmith.training.evaluate import eval_rerank
 
-    data = _beir(tmp_path / "beir")
+    data = synthetic_beir(tmp_path / "beir")
     (data / "qrels" / "test.tsv").unlink()
     with pytest.raises(ConfigError, match=r"qrels/test.tsv is missing"):
         eval_rerank(Namespace(data=str(data), checkpoint="x", bundle=None, run=None,
