@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.io import read_json_object
+from searchsmith.models.tokenizer import encode_pairs
 
 # BIO labels of the entity tagger (training/citation.py documents what each type covers).
 LABELS: tuple[str, ...] = ("O", "B-ENT", "I-ENT", "B-NUM", "I-NUM", "B-DATE", "I-DATE")
@@ -174,8 +175,8 @@ def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], ma
         order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
         for s in range(0, len(order), batch_size):
             idx = order[s:s + batch_size]
-            enc = tokenizer([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padding=True,
-                            truncation="only_second", max_length=max_length, return_tensors="pt")
+            enc = encode_pairs(tokenizer, [pairs[i][0] for i in idx], [pairs[i][1] for i in idx], max_length,
+                               padding=True, return_tensors="pt")
             logits = model(**enc.to(device)).logits.view(-1).float()  # (B,)
             probs[idx] = (logits if return_logits else torch.sigmoid(logits)).cpu().numpy()
     if was_training:

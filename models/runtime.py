@@ -37,6 +37,7 @@ from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import read_json_object, sha256_file
 from searchsmith.models.tasks import TASK_NAMES
+from searchsmith.models.tokenizer import encode_pairs
 
 if TYPE_CHECKING:
     import torch
@@ -304,10 +305,9 @@ class Bundle:
         if second is None:
             enc = self._tokenizer_call(self.tokenizer, first, **kwargs)
         else:
-            try:  # cut the passage, as in training; a first text over the limit alone cuts both
-                enc = self._tokenizer_call(self.tokenizer, first, second, **{**kwargs, "truncation": "only_second"})
-            except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception here
-                enc = self._tokenizer_call(self.tokenizer, first, second, **{**kwargs, "truncation": "longest_first"})
+            # cut the passage, as in training; a first text over the limit alone cuts both
+            enc = encode_pairs(self.tokenizer, first, second, limit, padding=False,
+                               call=lambda a, b, **kw: self._tokenizer_call(self.tokenizer, a, b, **kw))
         ids = enc["input_ids"]
         types = enc.get("token_type_ids")
         budget = self.max_batch_tokens or self.batch_size * limit  # no budget: batch_size alone

@@ -85,4 +85,21 @@ def tokenizer_lock(tokenizer: Any) -> threading.RLock:
     return lock
 
 
-__all__ = ["FAST_CLASSES", "load_tokenizer", "tokenizer_lock"]
+def encode_pairs(tokenizer: Any, first: Any, second: Any, max_length: int, call: Any = None, **kwargs: Any) -> Any:
+    """Tokenize (first, second) text pairs cutting only the second text to ``max_length``
+    (``only_second``: the passage, never the query or the claim, as every pair model here
+    trains); where a first text alone is over the limit, both are cut (``longest_first``)
+    instead of the tokenizer's "Sequence to truncate too short" error.
+
+    Args:
+        call: how to call the tokenizer (default: ``tokenizer(first, second, **kw)``).
+        kwargs: passed on (``padding``, ``return_tensors``, ...).
+    """
+    call = call or tokenizer
+    try:
+        return call(first, second, truncation="only_second", max_length=max_length, **kwargs)
+    except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception for a first text over the limit
+        return call(first, second, truncation="longest_first", max_length=max_length, **kwargs)
+
+
+__all__ = ["FAST_CLASSES", "encode_pairs", "load_tokenizer", "tokenizer_lock"]

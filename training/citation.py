@@ -86,6 +86,7 @@ from searchsmith.models.metrics import (
     top1_per_group,
 )
 from searchsmith.models.text import entity_spans, sentence_texts
+from searchsmith.models.tokenizer import encode_pairs
 from searchsmith.training.cite_data import (
     DATASET_PREFIX,
     CitationData,
@@ -103,6 +104,7 @@ from searchsmith.training.cite_data import (
 )
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
+from searchsmith.training.evaluate_cite import ood_attribution
 from searchsmith.training.registry import register_dataset, register_recipe
 from searchsmith.training.trainer import (
     apply_lora,
@@ -355,9 +357,8 @@ def scorer_batches(pairs: Sequence[Pair], tokenizer: Any, cfg: CitationRecipe,
         random.Random(cfg.train.seed * 100_003 + epoch).shuffle(order)
         for s in range(0, len(order) - bs + 1, bs):  # drop the ragged tail
             idx = order[s:s + bs]
-            enc = tokenizer([pairs[i].sentence for i in idx], [pairs[i].passage for i in idx],
-                            padding=True, truncation="only_second", max_length=cfg.max_length,
-                            return_tensors="pt")
+            enc = encode_pairs(tokenizer, [pairs[i].sentence for i in idx], [pairs[i].passage for i in idx],
+                               cfg.max_length, padding=True, return_tensors="pt")
             batch = {"inputs": dict(enc), "labels": torch.tensor([float(pairs[i].label) for i in idx])}
             if offsets is not None:
                 batch["offset"] = torch.tensor([float(offsets[i]) for i in idx])
@@ -578,6 +579,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     y_eval = [p.label for p in eval_p]
     eval_pairs = [(p.sentence, p.passage) for p in eval_p]
     sources = sorted({p.source for p in eval_p})
+    eval_sources = [p.source for p in eval_p]
     cache = run_dir / "cache"
 
     # The residual's cosine term: a logistic fit of the pipeline's cosine attribution on the
@@ -607,6 +609,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
             idx = [i for i, p in enumerate(eval_p) if p.source == src]
             per = attribution_metrics([y_eval[i] for i in idx], [float(probs[i]) for i in idx], cut)
             out.update({f"attribution/{src}/{k}": per[k] for k in ("roc_auc", "balanced_accuracy", "f1")})
+        out.update(ood_attribution(y_eval, probs.tolist(), eval_sources, cfg.data.leave_out, cut))
         return {k: v for k, v in out.items() if v is not None}
 
     def tagger_eval(m: Any) -> dict[str, float]:
@@ -654,6 +657,11 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                                                   cfg.data.baseline_cosine_threshold)
                 baselines.update({k.replace("cosine_attribution_", f"cosine_attribution_{src}_"): v
                                   for k, v in per.items()})
+            ood = [i for i, p in enumerate(eval_p) if p.source in set(cfg.data.leave_out)]
+            if ood:  # the left-out sources together: what the gate reads (serving/pipeline/gates.py)
+                per = cosine_attribution_baseline([y_eval[i] for i in ood], [cos_attr[i] for i in ood],
+                                                  cfg.data.baseline_cosine_threshold)
+                baselines.update({f"ood_{k}": v for k, v in per.items()})
             if wice_items:  # cosine at the pipeline's threshold and cosine top-1 (the best sentence)
                 baselines.update(sentence_level_figures(
                     wice_items, wice_cosines(),

@@ -873,9 +873,13 @@ def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
     if not path.is_file():
         raise ConfigError(f"{path} is missing (the citation recipe writes the held-out split there)")
     items, part = _first(read_cite_items(path, model.labels), limit)
+    try:
+        ood = run_recipe_config(run_dir).data.leave_out
+    except (SearchsmithError, OSError):  # no recipe to read: no out-of-domain figures
+        ood = []
     with progress_bar("held-out cite", None, "input") as bar:
         figs, _ = cite_report(Chunked(model, bar), items, float(model.support_threshold),
-                              residual_cosines(model, items))
+                              residual_cosines(model, items), ood_sources=ood)
     return figs, f"the run's held-out split ({part} sentences of heldout.cite.jsonl)"
 
 

@@ -109,14 +109,29 @@ def residual_cosines(model: Any, items: Sequence[dict[str, Any]]) -> list[float]
     return best_sentence_cosines(residual.embedder, cite_pairs(items), None)
 
 
+def ood_attribution(labels: Sequence[int], probs: Sequence[float], sources: Sequence[str | None],
+                    ood_sources: Sequence[str], threshold: float) -> dict[str, float]:
+    """``ood/attribution/{roc_auc,f1,balanced_accuracy}`` over the pairs whose source is one of
+    ``ood_sources`` (left out of training); {} when there is none."""
+    idx = [j for j, s in enumerate(sources) if s in set(ood_sources)]
+    if not idx:
+        return {}
+    per = attribution_metrics([labels[j] for j in idx], [float(probs[j]) for j in idx], threshold)
+    return {f"ood/attribution/{k}": per[k] for k in ("roc_auc", "f1", "balanced_accuracy") if per.get(k) is not None}
+
+
 def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float,
-                cosine: Sequence[float] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                cosine: Sequence[float] | None = None,
+                ood_sources: Sequence[str] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Attribution and entity figures of ``model`` (a citation bundle or ``CitationModel``: their
     ``attribute`` and ``entities``) on items of :func:`read_cite_items`.
 
     Args:
         cosine: the bi-encoder cosine of each pair of :func:`cite_pairs`, for a model whose
             scorer has a ``cosine_residual``.
+        ood_sources: the sources left out of training (``data.leave_out``); the pairs of
+            their items together are also scored as ``ood/attribution/<k>`` (ROC AUC, F1,
+            balanced accuracy), the figures the pipeline's gate then reads.
 
     Returns:
         ``(metrics, rows)``: the keys of the recipe's ``metrics.json`` (``attribution/f1``,
@@ -140,6 +155,7 @@ def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float,
         auc = roc_auc([y[j] for j in idx], [float(probs[j]) for j in idx])
         if auc is not None:
             out[f"attribution/{name}/roc_auc"] = auc
+    out.update(ood_attribution(y, probs.tolist(), src, ood_sources, threshold))
     with_ents = [i for i, it in enumerate(items) if it["entities"] is not None]
     pred_ents: dict[int, list[tuple[int, int, str]]] = {}
     if with_ents:
@@ -240,4 +256,4 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
                           resamples=SLOW_RESAMPLES)
 
 
-__all__ = ["cite_pairs", "cite_report", "eval_cite", "read_cite_items", "residual_cosines"]
+__all__ = ["cite_pairs", "cite_report", "eval_cite", "ood_attribution", "read_cite_items", "residual_cosines"]

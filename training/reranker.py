@@ -24,6 +24,7 @@ from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.metrics import BM25, ranking_metrics
 from searchsmith.models.rerank_mix import mixed_score_fn
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
+from searchsmith.models.tokenizer import encode_pairs
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key, split_leaving_out
 from searchsmith.training.registry import (
@@ -212,8 +213,8 @@ def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], ma
     scores = [0.0] * len(pairs)
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
-        enc = tokenizer([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padding=True,
-                        truncation="only_second", max_length=max_length, return_tensors="pt")
+        enc = encode_pairs(tokenizer, [pairs[i][0] for i in idx], [pairs[i][1] for i in idx], max_length,
+                           padding=True, return_tensors="pt")
         logits = model(**enc.to(device)).logits.view(-1).float().cpu().tolist()
         for i, v in zip(idx, logits, strict=True):
             scores[i] = v
@@ -366,8 +367,7 @@ def batch_stream(examples: Sequence[tuple[str, str, list[str]]], tokenizer: Any,
                 for d in [pos, *negs]:
                     queries.append(q)
                     docs.append(d)
-            enc = tokenizer(queries, docs, padding=True, truncation="only_second",
-                            max_length=cfg.data.max_length, return_tensors="pt")
+            enc = encode_pairs(tokenizer, queries, docs, cfg.data.max_length, padding=True, return_tensors="pt")
             labels = torch.zeros(bs, 1 + n_neg)
             labels[:, 0] = 1.0
             yield {"inputs": dict(enc), "labels": labels}

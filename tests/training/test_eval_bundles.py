@@ -363,7 +363,7 @@ INTERVALS = {
 }
 # figures that are counts or settings, not measured on the items
 NOT_FIGURES = {"queries", "documents", "rerank_depth", "items", "pairs", "positive_pairs", "support_threshold",
-               "entity_items", "images", "threshold", "placed", "decompose_items", "rewrite_items"}
+               "entity_items", "images", "threshold", "placed", "decompose_items", "rewrite_items", "cross_weight"}
 
 
 @pytest.mark.parametrize("task", sorted(CASES))
