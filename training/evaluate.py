@@ -475,6 +475,21 @@ def _mean_rows(rows: list[dict[str, float]], prefix: str = "") -> dict[str, floa
     return {f"{prefix}{key}": sum(r[key] for r in rows) / len(rows) for key in rows[0]}
 
 
+def served_rerank_scores(model: Any, bar: Any) -> Any:
+    """``pairs -> scores`` of a rerank model as the pipeline serves it: a bundle with a
+    ``retrieval_mix`` (models/rerank_mix.py) mixed with its embedder's cosine at its share,
+    any other model's own scores."""
+    score = Chunked(model, bar).score_pairs
+    mix = getattr(model, "retrieval_mix", None)
+    if mix is None or mix.cross_weight >= 1:
+        return score
+    from searchsmith.models.rerank_mix import mixed_score_fn
+    from searchsmith.training.data import CachedEmbedder
+    from searchsmith.training.reranker import cosine_score_fn
+
+    return mixed_score_fn(score, cosine_score_fn(CachedEmbedder(mix.embedder, None).encode), mix.cross_weight)
+
+
 def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
     """Rerank first-stage candidates with a cross-encoder; metrics of both orders.
 
@@ -501,17 +516,9 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
         docs = [d for d, _ in cands.get(q, [])]
         spans.append((q, len(pairs), docs))
         pairs.extend((queries[q], corpus[d]) for d in docs)
-    mix = getattr(em.model, "retrieval_mix", None)  # a bundle's calibrated share (models/rerank_mix.py)
+    mix = getattr(em.model, "retrieval_mix", None)
     with progress_bar("eval rerank", len(pairs), "pair") as bar:
-        score = Chunked(em.model, bar).score_pairs
-        if mix is not None and mix.cross_weight < 1:  # as the pipeline serves it
-            from searchsmith.models.rerank_mix import mixed_score_fn
-            from searchsmith.training.data import CachedEmbedder
-            from searchsmith.training.reranker import cosine_score_fn
-
-            score = mixed_score_fn(score, cosine_score_fn(CachedEmbedder(mix.embedder, None).encode),
-                                   mix.cross_weight)
-        scores = score(pairs)
+        scores = served_rerank_scores(em.model, bar)(pairs)
     items, firsts, reranks = [], [], []
     for q, start, docs in spans:
         s = scores[start:start + len(docs)]
@@ -638,7 +645,7 @@ def eval_full_corpus(args: argparse.Namespace) -> dict[str, Any]:
     if em is not None:
         pairs = [(queries[q], corpus[d]) for q in qids for d in ranked["bm25"][q]]
         with progress_bar("beir-full rerank", len(pairs), "pair") as bar:
-            scores = Chunked(em.model, bar).score_pairs(pairs)
+            scores = served_rerank_scores(em.model, bar)(pairs)
         start, reranked = 0, {}
         for q in qids:
             docs_q = ranked["bm25"][q]
@@ -646,7 +653,10 @@ def eval_full_corpus(args: argparse.Namespace) -> dict[str, Any]:
             start += len(docs_q)
             reranked[q] = [d for _, d in sorted(zip(s, docs_q, strict=True), key=lambda t: -t[0])]
         ranked["rerank"] = reranked
-        origins["rerank"] = f"{em.origin} over the BM25 top {depth}"
+        mix = getattr(em.model, "retrieval_mix", None)
+        origins["rerank"] = f"{em.origin} over the BM25 top {depth}" + (
+            f", mixed with the cosine at its share {mix.cross_weight:g}" if mix is not None and mix.cross_weight < 1
+            else "")
     items = []
     for q in qids:
         row: dict[str, Any] = {"qid": q}
@@ -761,7 +771,6 @@ def _first(items: list[Any], limit: int | None) -> tuple[list[Any], str]:
 
 
 def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.models.rerank_mix import mixed_score_fn
     from searchsmith.training.data import split_by_key
     from searchsmith.training.rerank_data import load_groups
     from searchsmith.training.reranker import evaluate_groups
@@ -778,14 +787,7 @@ def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
     held, part = _first(held, limit)
     mix = getattr(model, "retrieval_mix", None)  # the bundle's calibrated share (models/rerank_mix.py)
     with progress_bar("held-out rerank", sum(len(g.candidates) for g in held), "pair") as bar:
-        score = Chunked(model, bar).score_pairs
-        if mix is not None and mix.cross_weight < 1:
-            from searchsmith.training.data import CachedEmbedder
-            from searchsmith.training.reranker import cosine_score_fn
-
-            score = mixed_score_fn(score, cosine_score_fn(CachedEmbedder(mix.embedder, run_dir / "cache").encode),
-                                   mix.cross_weight)
-        figs = evaluate_groups(score, held, ood_sources=cfg.data.leave_out)
+        figs = evaluate_groups(served_rerank_scores(model, bar), held, ood_sources=cfg.data.leave_out)
     if mix is not None:
         figs["cross_weight"] = mix.cross_weight
     return figs, f"the run's held-out split ({part} queries)"
