@@ -55,7 +55,7 @@ class ModelStep:
 
 MODELS: tuple[ModelStep, ...] = (
     ModelStep("reranker", "reranker/quick/minilm_full.yaml", "reranker/minilm_full.yaml",
-              ("data.sources=[synthetic]",)),
+              ("data.sources=[synthetic]", "data.leave_out=[]")),
     ModelStep("decomposer", "decomposer/quick/minilm_tagger.yaml", "decomposer/minilm_tagger.yaml",
               ("data.sources=[synthetic]",)),
     ModelStep("citation", "citation/quick/minilm_full.yaml", "citation/minilm_full.yaml",
