@@ -249,7 +249,9 @@ class Decomposer:
         rewrite_head: the rewrite tagger from :meth:`fit_rewrite_head`; when set, rewrites
             come from it instead of the decoder.
         tag_depth: ``tagger`` only: how many of the token head's labels are depths (default:
-            all of them).
+            all of them); with ``tag_drop``, depths and delete tags (``tag_depth // 2`` depth
+            levels, each kept or dropped: :func:`~searchsmith.models.qdg_spans.edit_labels`).
+        tag_drop: ``tagger`` only: its labels carry delete tags (words a step leaves out).
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
@@ -258,7 +260,8 @@ class Decomposer:
                  max_history_turns: int = 3, constrained: bool = False,
                  decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = (),
                  rewrite_target: str = "full", type_head: dict[str, Any] | None = None,
-                 rewrite_head: dict[str, Any] | None = None, tag_depth: int | None = None) -> None:
+                 rewrite_head: dict[str, Any] | None = None, tag_depth: int | None = None,
+                 tag_drop: bool = False) -> None:
         if rewrite_target not in REWRITE_TARGETS:
             raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
@@ -278,6 +281,10 @@ class Decomposer:
         # the tagger's depth labels: the first tag_depth of its head's labels (the next three,
         # when trained jointly, are the rewrite tags O/REF/TGT: rewrite_head_from_classifier)
         self.tag_depth = int(tag_depth or (model.config.num_labels if arch == TAGGER else 0))
+        self.tag_drop = bool(tag_drop)
+        if self.tag_drop and (self.tag_depth < 2 or self.tag_depth % 2):
+            raise ConfigError(f"tag_drop: the tagger's {self.tag_depth} depth labels are not depth levels "
+                              "times kept / dropped (an even number >= 2); re-train with model.tag_drop")
         self.constrained = False
         self._grammar: Any = None
         self._copy: Any = None
@@ -412,7 +419,8 @@ class Decomposer:
         return self.rewrite_head
 
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
-        """Per question, each word's predicted depth (the tagger; batched, no grad)."""
+        """Per question, each word's predicted label (the tagger; batched, no grad): its depth,
+        or with ``tag_drop`` its depth and delete tag (:func:`~searchsmith.models.qdg_spans.edit_labels`)."""
         import torch
 
         out: list[list[int]] = []
@@ -428,10 +436,10 @@ class Decomposer:
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
         """The tagger's graph of each question (models/qdg_spans.py)."""
-        from searchsmith.models.qdg_spans import graph_from_depths
+        from searchsmith.models.qdg_spans import graph_from_labels
 
-        cap = max_nodes or self.max_nodes
-        return [graph_from_depths(q, d, cap) for q, d in zip(questions, self.tag_depths(questions), strict=True)]
+        cap, levels = max_nodes or self.max_nodes, self.tag_depth // 2 if self.tag_drop else 0
+        return [graph_from_labels(q, d, cap, levels) for q, d in zip(questions, self.tag_depths(questions), strict=True)]
 
     # ----------------------------------------------------------------- generation
 
@@ -706,7 +714,7 @@ class Decomposer:
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
                                        "num_beams", "max_history_turns", "constrained",
                                        "decompose_vocab", "rewrite_vocab", "rewrite_target",
-                                       "type_head", "rewrite_head", "tag_depth") if k in meta}
+                                       "type_head", "rewrite_head", "tag_depth", "tag_drop") if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)
 

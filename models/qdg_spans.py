@@ -59,7 +59,8 @@ def _literal(text: str) -> str:
     return _REF.sub(lambda m: m.group(1), text)
 
 
-def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8) -> QDG:
+def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8,
+                      drops: Sequence[bool] | None = None) -> QDG:
     """The QDG that per-word ``depths`` describe (module docstring); never raises.
 
     Args:
@@ -67,17 +68,26 @@ def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8) 
         depths: one depth (>= 0) per word of :func:`question_words`; missing words (past a
             model's input limit) count as depth 0, extra values are ignored.
         max_nodes: largest graph; a deeper or wider tree keeps ``terminal``.
+        drops: per word, True when the word is left out of its step's text (the tagger's
+            delete tags: "How many", "did", a final "?"). The graph's structure is the same
+            with or without them; a step whose words would all be dropped keeps them.
     """
     words = question_words(question)
     if not words:
         return terminal(question)
     d = [max(0, int(x)) for x in list(depths)[: len(words)]] + [0] * max(0, len(words) - len(depths))
+    drop = {words[i] for i, x in enumerate(list(drops or ())[: len(words)]) if x}
     steps: list[tuple[str, list[int]]] = []
 
-    def text_of(parts: list[tuple[int, int] | int]) -> str:
+    def text_of(parts: list[tuple[int, int] | int], keep_all: bool = False) -> str:
         out, run = [], None
         for p in parts:
             if isinstance(p, tuple):
+                if not keep_all and p in drop:
+                    if run:
+                        out.append(_literal(question[run[0]:run[1]]))
+                        run = None
+                    continue
                 run = (run[0], p[1]) if run else p
                 continue
             if run:
@@ -86,7 +96,10 @@ def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8) 
             out.append(f"#{p}")
         if run:
             out.append(_literal(question[run[0]:run[1]]))
-        return _SPACE_AFTER_REF.sub(r"\1\2", " ".join(" ".join(out).split()))
+        text = _SPACE_AFTER_REF.sub(r"\1\2", " ".join(" ".join(out).split()))
+        if not keep_all and drop and not _CONTENT.search(_REF.sub("", text)):
+            return text_of(parts, keep_all=True)  # every word of its own dropped: keep them
+        return text
 
     def build(a: int, b: int, depth: int) -> int | None:
         parts: list[tuple[int, int] | int] = []
@@ -144,27 +157,12 @@ def _raw_f1(a: str, b: str) -> float:
     return 0.0 if not common else 2 * common / (len(ta) + len(tb))
 
 
-def depths_from_graph(question: str, graph: QDG | dict[str, Any], max_depth: int,
-                      max_words: int = 64) -> list[int] | None:
-    """Per-word depths of the nested spans that best match ``graph``'s steps, or None.
-
-    Each step is aligned, in order, to the span of the question with the highest token F1
-    against its text, among the spans that contain the spans of the steps it references
-    (their ``#k`` replaced as in the step); the last step is the whole question. ``None``
-    when the graph is not a tree of nested spans (crossing spans, a step referenced by two
-    steps), when the question has no words or more than ``max_words`` (the search is
-    quadratic in the words), or when a step has no span.
-
-    Args:
-        question: the question.
-        graph: its gold decomposition.
-        max_depth: the tagger's number of depth labels; deeper words get ``max_depth - 1``.
-        max_words: longest question aligned.
-    """
-    g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
+def _aligned_spans(question: str, g: QDG, max_words: int) -> dict[str, tuple[int, int]] | None:
+    """Word span (a, b) of every step but the last, aligned as :func:`depths_from_graph`
+    says, or None when the steps are not nested spans of the question."""
     words = question_words(question)
     n = len(words)
-    if not n or n > max_words or max_depth < 1:
+    if not n or n > max_words:
         return None
     spans: dict[str, tuple[int, int]] = {}
     used: set[str] = set()
@@ -198,7 +196,79 @@ def depths_from_graph(question: str, graph: QDG | dict[str, Any], max_depth: int
         for c, e in inner[i + 1:]:
             if not (b <= c or e <= a or (a <= c and e <= b) or (c <= a and b <= e)):
                 return None  # crossing spans
-    return [min(max_depth - 1, sum(a <= i < b for a, b in inner)) for i in range(n)]
+    return spans
 
 
-__all__ = ["depths_from_graph", "graph_from_depths", "question_words"]
+def depths_from_graph(question: str, graph: QDG | dict[str, Any], max_depth: int,
+                      max_words: int = 64) -> list[int] | None:
+    """Per-word depths of the nested spans that best match ``graph``'s steps, or None.
+
+    Each step is aligned, in order, to the span of the question with the highest token F1
+    against its text, among the spans that contain the spans of the steps it references
+    (their ``#k`` replaced as in the step); the last step is the whole question. ``None``
+    when the graph is not a tree of nested spans (crossing spans, a step referenced by two
+    steps), when the question has no words or more than ``max_words`` (the search is
+    quadratic in the words), or when a step has no span.
+
+    Args:
+        question: the question.
+        graph: its gold decomposition.
+        max_depth: the tagger's number of depth labels; deeper words get ``max_depth - 1``.
+        max_words: longest question aligned.
+    """
+    g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
+    spans = _aligned_spans(question, g, max_words) if max_depth >= 1 else None
+    if spans is None:
+        return None
+    inner = sorted(set(spans.values()))
+    return [min(max_depth - 1, sum(a <= i < b for a, b in inner)) for i in range(len(question_words(question)))]
+
+
+def drops_from_graph(question: str, graph: QDG | dict[str, Any], max_words: int = 64) -> list[bool] | None:
+    """Per word, whether the gold step that owns it leaves it out (the tagger's delete tags),
+    or None where :func:`depths_from_graph` is None.
+
+    A word belongs to the innermost aligned step span around it (the last step when none);
+    it is dropped when its lower-cased form is not among that step's words: the "How many"
+    of "number of #1", the "did" of "yards of the passes of Brady", a "?" the step does not
+    write. Case-insensitive, so a step's different capitalisation is no drop.
+    """
+    g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
+    spans = _aligned_spans(question, g, max_words)
+    if spans is None:
+        return None
+    words = [question[a:b].lower() for a, b in question_words(question)]
+    text = {node.id: node.text for node in g.nodes}
+    vocab = {k: set(_WORD.findall(_REF.sub(" ", t.lower()))) for k, t in text.items()}
+    order = {node.id: i for i, node in enumerate(g.nodes)}
+    last = g.nodes[-1].id
+    out = []
+    for i, w in enumerate(words):
+        owners = [k for k, (a, b) in spans.items() if a <= i < b]
+        owner = min(owners, key=lambda k: (spans[k][1] - spans[k][0], order[k])) if owners else last
+        out.append(w not in vocab[owner])
+    return out
+
+
+def edit_labels(depths: Sequence[int], drops: Sequence[bool], levels: int) -> list[int]:
+    """One label per word for a tagger with delete tags: ``depth + levels * drop``
+    (:func:`split_edit_labels` reads it back)."""
+    return [min(int(d), levels - 1) + (levels if x else 0) for d, x in zip(depths, drops, strict=True)]
+
+
+def split_edit_labels(labels: Sequence[int], levels: int) -> tuple[list[int], list[bool]]:
+    """(depths, drops) of :func:`edit_labels`' labels."""
+    return [int(x) % levels for x in labels], [int(x) >= levels for x in labels]
+
+
+def graph_from_labels(question: str, labels: Sequence[int], max_nodes: int = 8, drop_levels: int = 0) -> QDG:
+    """The graph of a tagger's per-word labels: depths, or with delete tags (``drop_levels``
+    depth levels, :func:`edit_labels`) depths and drops."""
+    if drop_levels > 0:
+        depths, drops = split_edit_labels(labels, drop_levels)
+        return graph_from_depths(question, depths, max_nodes, drops)
+    return graph_from_depths(question, labels, max_nodes)
+
+
+__all__ = ["depths_from_graph", "drops_from_graph", "edit_labels", "graph_from_depths", "graph_from_labels", "question_words",
+           "split_edit_labels"]

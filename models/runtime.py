@@ -483,6 +483,7 @@ class DecomposeBundle(Bundle):
         gen = self.manifest["generation"]
         self.tagger = gen.get("arch") == "tagger"
         self.depth_head: tuple[np.ndarray, np.ndarray] | None = None
+        self.drop_levels = 0
         if self.tagger:
             from searchsmith.models.decomposer import check_depth_head
 
@@ -491,6 +492,12 @@ class DecomposeBundle(Bundle):
             except ValidationError as exc:
                 raise BundleError(f"bundle {self.path}: manifest generation.depth_head: {exc}; re-export it") from None
             self.depth_head = (np.asarray(head["weight"], np.float32), np.asarray(head["bias"], np.float32))
+            # with delete tags the head's labels are depth levels x kept / dropped
+            if gen.get("tag_drop"):
+                if len(head["bias"]) < 2 or len(head["bias"]) % 2:
+                    raise BundleError(f"bundle {self.path}: manifest generation.tag_drop is set but the depth head has "
+                                      f"{len(head['bias'])} labels, not depth levels x kept / dropped; re-export it")
+                self.drop_levels = len(head["bias"]) // 2
         self.start_id = int(gen.get("decoder_start_token_id", -1))
         self.eos_id = int(gen.get("eos_token_id", -1))
         self.pad_id = int(gen.get("pad_token_id", 0))
@@ -576,7 +583,8 @@ class DecomposeBundle(Bundle):
         return self._meta(texts, return_meta, sources)
 
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
-        """Per question, each word's depth from the encoder graph and the depth head (tagger)."""
+        """Per question, each word's label from the encoder graph and the depth head (tagger):
+        its depth, or with ``generation.tag_drop`` its depth and delete tag."""
         from searchsmith.models.decomposer import depths_of, tag_encode
 
         if self.depth_head is None:
@@ -594,10 +602,11 @@ class DecomposeBundle(Bundle):
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
         """The tagger's graph of each question."""
-        from searchsmith.models.qdg_spans import graph_from_depths
+        from searchsmith.models.qdg_spans import graph_from_labels
 
         cap = max_nodes or self.max_nodes
-        return [graph_from_depths(q, d, cap) for q, d in zip(questions, self.tag_depths(questions), strict=True)]
+        return [graph_from_labels(q, d, cap, self.drop_levels)
+                for q, d in zip(questions, self.tag_depths(questions), strict=True)]
 
     def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> WithMeta[QDG]:
         """The QDG of ``question`` (``terminal`` with the question when the output is unusable)."""

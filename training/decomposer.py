@@ -94,6 +94,11 @@ class DecomposerModelConfig:
         tag_depth: ``tagger`` only: depth labels of the head (a word inside more nested
             steps than ``tag_depth - 1`` gets the deepest label); 4 covers 3 nested steps
             inside the question: 2,467 of the 2,470 aligned training graphs of the CPU default.
+        tag_drop: ``tagger`` only: delete tags too: every depth label comes twice, the word
+            kept in its step's text or left out of it (LaserTagger's keep / delete, learnt
+            from the gold steps: "How many" of "number of #1", a "did", a "?";
+            :func:`~searchsmith.models.qdg_spans.drops_from_graph`). The structure is the same;
+            the steps' texts come closer to how the sets write them (Break's SARI, GED).
         decoder_layers: bert2bert only: keep the first N decoder layers (0 = as many as the
             base has, 6 for MiniLM); fewer make a faster step at some quality.
         init_cross_from_self: bert2bert only: start each decoder layer's new cross-attention
@@ -128,6 +133,7 @@ class DecomposerModelConfig:
     base_model: str = "default"
     arch: Literal["tagger", "tiny-tagger", "encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
     tag_depth: int = 4
+    tag_drop: bool = False
     joint_rewrite: bool = True
     decoder_layers: int = 0  # bert2bert: keep the first N decoder layers (0 = all 6)
     init_cross_from_self: bool = False  # bert2bert: cross-attention starts as a self-attention copy
@@ -472,15 +478,20 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
 # --------------------------------------------------------------------------- recipe
 
 
-def tag_examples(examples: Sequence[dict[str, Any]], depth: int) -> tuple[list[dict[str, Any]], int]:
+def tag_examples(examples: Sequence[dict[str, Any]], depth: int,
+                 drop: bool = False) -> tuple[list[dict[str, Any]], int]:
     """The examples, each decomposition with its gold graph's per-word ``depths`` (None when
-    the graph is not a tree of nested spans of the question), and how many were aligned."""
-    from searchsmith.models.qdg_spans import depths_from_graph
+    the graph is not a tree of nested spans of the question), and how many were aligned.
+    With ``drop`` the ``depths`` are the tagger's labels with delete tags
+    (:func:`~searchsmith.models.qdg_spans.edit_labels`, ``depth`` levels)."""
+    from searchsmith.models.qdg_spans import depths_from_graph, drops_from_graph, edit_labels
 
     out, aligned = [], 0
     for e in examples:
         if e["task"] == "decompose":
             d = depths_from_graph(e["query"], e["graph"], depth)
+            if d is not None and drop:
+                d = edit_labels(d, drops_from_graph(e["query"], e["graph"]) or [False] * len(d), depth)
             aligned += d is not None
             e = {**e, "depths": d}
         out.append(e)
@@ -492,11 +503,12 @@ def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
     if m.arch in ("tagger", "tiny-tagger"):
         from searchsmith.models.rewrite_edit import TAGS
 
-        labels = m.tag_depth + (len(TAGS) if m.joint_rewrite else 0)
+        depth_labels = m.tag_depth * (2 if m.tag_drop else 1)
+        labels = depth_labels + (len(TAGS) if m.joint_rewrite else 0)
         model, tok = build_tagger(m.base_model, labels,
                                   tiny_hidden=m.tiny_hidden if m.arch == "tiny-tagger" else 0)
         return Decomposer(model, tok, TAGGER, max_source_tokens=m.max_source_tokens, max_nodes=m.max_nodes,
-                          batch_size=m.eval_batch_size, tag_depth=m.tag_depth)
+                          batch_size=m.eval_batch_size, tag_depth=depth_labels, tag_drop=m.tag_drop)
     elif m.arch == "tiny":
         model, tok = build_tiny(m.base_model, hidden=m.tiny_hidden)
         arch = "encoder-decoder"
@@ -556,7 +568,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
           f"examples, {len(heldout)} held out, {dropped} graphs over model.max_nodes dropped",
           flush=True)
     if dec.arch == TAGGER:
-        train_ex, aligned = tag_examples(train_ex, cfg.model.tag_depth)
+        train_ex, aligned = tag_examples(train_ex, cfg.model.tag_depth, cfg.model.tag_drop)
         print(f"decomposer: {aligned} of {counts['decompose']} training graphs are nested spans of their "
               "question (the tagger trains on those; rewrites come from the rewrite tagger)", flush=True)
         if not aligned:
@@ -600,7 +612,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         if dec.arch == TAGGER:
             return Decomposer(m, dec.tokenizer, TAGGER, max_source_tokens=dec.max_source_tokens,
                               max_nodes=dec.max_nodes, batch_size=dec.batch_size,
-                              max_history_turns=cfg.data.max_history_turns, tag_depth=dec.tag_depth)
+                              max_history_turns=cfg.data.max_history_turns, tag_depth=dec.tag_depth,
+                              tag_drop=dec.tag_drop)
         return Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
@@ -643,7 +656,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         "rewrite_vocab": vocabs["rewrite"], "rewrite_target": dec.rewrite_target,
         "type_head": type_head_json(head) if use_head else None,
         "rewrite_head": type_head_json(tagger) if use_tagger else None,
-        **({"tag_depth": cfg.model.tag_depth} if dec.arch == TAGGER else {}),
+        **({"tag_depth": dec.tag_depth, "tag_drop": dec.tag_drop} if dec.arch == TAGGER else {}),
     })
     return result.final_metrics
 

@@ -136,3 +136,36 @@ def test_alignment_roundtrip_on_every_small_nest() -> None:
         assert depths_from_graph(q, g, 4) == depths
         seen += 1
     assert seen > 20
+
+
+def test_drops_leave_words_out_of_their_step_and_keep_the_structure() -> None:
+    from searchsmith.models.qdg_spans import drops_from_graph
+
+    q = "How many yards did Brady pass to Moss?"
+    gold = {"type": "chain", "nodes": [{"id": "1", "text": "yards Brady passed to Moss", "depends_on": []},
+                                       {"id": "2", "text": "number of #1", "depends_on": ["1"]}]}
+    depths = depths_from_graph(q, gold, 4)
+    drops = drops_from_graph(q, gold)
+    words = [q[a:b] for a, b in question_words(q)]
+    # the last step writes none of "How many ... ?"; the first has no "did" nor "pass" (it says "passed")
+    assert [w for w, x in zip(words, drops, strict=True) if x] == ["How", "many", "did", "pass", "?"]
+    # the last step would be "#1" alone, so it keeps its words
+    assert _texts(graph_from_depths(q, depths, drops=drops)) == ["yards Brady to Moss", "How many #1?"]
+    assert _texts(graph_from_depths(q, depths)) == ["yards did Brady pass to Moss", "How many #1?"]
+    # a step whose own words are all dropped keeps them: the structure never changes
+    assert _texts(graph_from_depths(q, depths, drops=[True] * len(words))) == _texts(graph_from_depths(q, depths))
+    assert drops_from_graph(q, {"type": "terminal", "nodes": [{"id": "1", "text": q, "depends_on": []}]}) == [
+        False] * len(words)
+    assert drops_from_graph("", gold) is None
+
+
+def test_edit_labels_round_trip() -> None:
+    from searchsmith.models.qdg_spans import edit_labels, graph_from_labels, split_edit_labels
+
+    depths, drops = [0, 1, 3, 5], [False, True, True, False]
+    labels = edit_labels(depths, drops, 4)
+    assert labels == [0, 5, 7, 3]
+    assert split_edit_labels(labels, 4) == ([0, 1, 3, 3], drops)
+    q = "when was lumen born"
+    assert graph_from_labels(q, [0, 0, 1, 0], drop_levels=0).to_json() == graph_from_depths(q, [0, 0, 1, 0]).to_json()
+    assert _texts(graph_from_labels(q, [4, 0, 1, 0], drop_levels=4)) == ["lumen", "was #1 born"]

@@ -203,3 +203,76 @@ def test_a_recipe_with_fewer_than_one_depth_label_is_refused(depth: int) -> None
 
     with pytest.raises(ValueError, match="model.tag_depth must be >= 1"):
         DecomposerModelConfig(arch="tagger", tag_depth=depth)
+
+
+# ----------------------------------------------------------------------------- delete tags
+
+
+@pytest.fixture(scope="module")
+def drop_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from searchsmith.training.registry import get_recipe
+
+    run_dir = tmp_path_factory.mktemp("decomposer_tagger_drop")
+    cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0", "model.tag_drop=true",
+                                           "train.save_every_steps=3", f"output_dir={run_dir}"])
+    get_recipe("decomposer").fn(cfg, run_dir=run_dir)
+    return run_dir
+
+
+def test_tag_examples_with_delete_tags_label_depth_and_drop() -> None:
+    from searchsmith.models.qdg_spans import depths_from_graph, drops_from_graph, split_edit_labels
+
+    q = "How many yards did Brady pass to Moss?"
+    ex = {"task": "decompose", "query": q, "graph": {"type": "chain", "nodes": [
+        {"id": "1", "text": "yards Brady passed to Moss", "depends_on": []},
+        {"id": "2", "text": "number of #1", "depends_on": ["1"]}]}}
+    (tagged,), aligned = tag_examples([ex], 4, drop=True)
+    assert aligned == 1
+    depths, drops = split_edit_labels(tagged["depths"], 4)
+    assert depths == depths_from_graph(q, ex["graph"], 4)
+    assert drops == drops_from_graph(q, ex["graph"]) and any(drops)
+
+
+def test_tagger_with_delete_tags_trains_exports_and_serves_the_same_graphs(drop_run: Path,
+                                                                          tmp_path: Path) -> None:
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.models.qdg_spans import graph_from_depths, split_edit_labels
+    from searchsmith.models.runtime import load_bundle
+    from searchsmith.training.decompose_data import synthetic
+
+    meta = json.loads((drop_run / "model" / "decomposer.json").read_text())
+    assert meta["tag_drop"] is True and meta["tag_depth"] == 8  # 4 depths x kept / dropped
+    dec = Decomposer.load(drop_run)
+    assert dec.tag_drop and dec.model.config.num_labels == 11  # + O / REF / TGT
+    np.testing.assert_allclose(dec.rewrite_head["weight"], dec.model.classifier.weight[8:11].detach().numpy(),
+                               rtol=0, atol=1e-6)
+    questions = QUESTIONS + [e["query"] for e in synthetic(30, 0, seed=5)]
+    graphs = dec.tag_graphs(questions)
+    assert all(validate(g) == [] for g in graphs)
+    # the delete tags change some step's text and never the structure (the random tiny head drops words)
+    plain = [graph_from_depths(q, split_edit_labels(d, 4)[0], dec.max_nodes)
+             for q, d in zip(questions, dec.tag_depths(questions), strict=True)]
+    assert [len(g.nodes) for g in graphs] == [len(g.nodes) for g in plain]
+    assert any(g.to_json() != p.to_json() for g, p in zip(graphs, plain, strict=True))
+
+    out = tmp_path / "b"
+    export_run(drop_run, out, ExportOptions(dtype="fp32"))
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["generation"]["tag_drop"] is True and len(m["generation"]["depth_head"]["weight"]) == 8
+    assert m["parity"]["checks"]["fp32_identical_generations"] == 1.0
+    b = load_bundle(out)
+    assert [g.to_json() for g in b.tag_graphs(questions)] == [g.to_json() for g in graphs]
+
+    m["generation"]["depth_head"]["weight"] = m["generation"]["depth_head"]["weight"][:7]
+    m["generation"]["depth_head"]["bias"] = m["generation"]["depth_head"]["bias"][:7]
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="tag_drop"):
+        load_bundle(out)
+
+
+def test_a_decomposer_with_delete_tags_needs_an_even_number_of_depth_labels() -> None:
+    from searchsmith.models.errors import ConfigError
+
+    model, tok = build_tagger("default", depth=5, tiny_hidden=16)
+    with pytest.raises(ConfigError, match="tag_drop"):
+        Decomposer(model, tok, TAGGER, tag_depth=5, tag_drop=True)
