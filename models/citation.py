@@ -290,7 +290,7 @@ class CitationModel:
 
         tagger = AutoModelForTokenClassification.from_pretrained(root / "tagger").to(dev).eval()
         # a [CLS] cross-encoder (exactly one logit, else BundleError) or the segment-cosine head
-        scorer = load_reranker(root / "scorer").to(dev).eval()
+        scorer = load_reranker(root / "scorer", "citation scorer").to(dev).eval()
         id2label = [tagger.config.id2label[i] for i in range(tagger.config.num_labels)]
         if id2label != list(meta["labels"]):
             raise BundleError(f"{root / 'tagger'}: its labels {id2label} differ from "

@@ -167,7 +167,7 @@ def cite_graphs(model_dir: Path, tokenizer: Any) -> dict[str, GraphSpec]:
     tagger = load_hf(AutoModelForTokenClassification, model_dir / "tagger", "export cite tagger",
                      attn_implementation=attn)
     # the scorer's head: a [CLS] cross-encoder or the segment-cosine one (models/reranker.py)
-    scorer = load_reranker(model_dir / "scorer", attn_implementation=attn)
+    scorer = load_reranker(model_dir / "scorer", "citation scorer", attn_implementation=attn)
     out = {}
     for name, model in (("tagger", tagger), ("scorer", scorer)):
         names = text_inputs(model, tokenizer)

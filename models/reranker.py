@@ -117,10 +117,11 @@ class SegmentCosineReranker(torch.nn.Module):
                                      "bias": float(self.bias.detach())}, 2, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> SegmentCosineReranker:
-        """Load a saved segment-cosine reranker; ``kwargs`` go to ``AutoModel.from_pretrained``."""
-        head = read_head(path)
-        return cls(_load_encoder(Path(path), **kwargs), head.get("scale", 20.0), head.get("bias", 0.0))
+    def from_pretrained(cls, path: str | os.PathLike, what: str = "reranker", **kwargs: Any) -> SegmentCosineReranker:
+        """Load a saved segment-cosine reranker; ``what`` names it in errors, ``kwargs`` go to
+        ``AutoModel.from_pretrained``."""
+        head = read_head(path, what)
+        return cls(_load_encoder(Path(path), what, **kwargs), head.get("scale", 20.0), head.get("bias", 0.0))
 
 class CosineResidualReranker(torch.nn.Module):
     """The bi-encoder's cosine plus a learnt cross-encoder residual (zero at the start).
@@ -205,57 +206,60 @@ class CosineResidualReranker(torch.nn.Module):
                          "bias": float(self.residual.bias.detach())}}, None, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> CosineResidualReranker:
-        """Load a saved cosine-residual reranker; ``kwargs`` go to ``AutoModel.from_pretrained``."""
-        head = read_head(path)
-        encoder = _load_encoder(Path(path), **kwargs)
+    def from_pretrained(cls, path: str | os.PathLike, what: str = "reranker", **kwargs: Any) -> CosineResidualReranker:
+        """Load a saved cosine-residual reranker; ``what`` names it in errors, ``kwargs`` go to
+        ``AutoModel.from_pretrained``."""
+        head = read_head(path, what)
+        encoder = _load_encoder(Path(path), what, **kwargs)
         if not isinstance(head.get("residual"), dict) or "weight" not in head["residual"]:
-            raise BundleError(f"reranker: {Path(path) / HEAD_FILE} has no 'residual' weights; re-save "
+            raise BundleError(f"{what}: {Path(path) / HEAD_FILE} has no 'residual' weights; re-save "
                               "it from a training run")
         return cls(encoder, head.get("scale", 20.0), head.get("bias", 0.0), head["residual"])
 
 
-def _load_encoder(path: Path, **kwargs: Any) -> Any:
+def _load_encoder(path: Path, what: str = "reranker", **kwargs: Any) -> Any:
     from transformers import AutoModel
 
     # The pooler is never used by either head, so a checkpoint saved without it is complete.
-    return load_complete(AutoModel, path, "reranker", "re-save it from a training run",
+    return load_complete(AutoModel, path, what, "re-save it from a training run",
                          ignore=("pooler",), **kwargs)
 
 
-def read_head(path: str | os.PathLike) -> dict[str, Any]:
-    """``reranker_head.json`` of a folder ({} when absent: a plain ``cls`` cross-encoder)."""
+def read_head(path: str | os.PathLike, what: str = "reranker") -> dict[str, Any]:
+    """``reranker_head.json`` of a folder ({} when absent: a plain ``cls`` cross-encoder);
+    ``what`` names the model in errors (the citation scorer is a reranker too)."""
     f = Path(path) / HEAD_FILE
     if not f.is_file():
         return {}
-    head = read_json(f, "reranker")
+    head = read_json(f, what)
     if not isinstance(head, dict) or head.get("head") not in HEADS:
-        raise BundleError(f"reranker: {f} names head {head.get('head') if isinstance(head, dict) else head!r}; "
+        raise BundleError(f"{what}: {f} names head {head.get('head') if isinstance(head, dict) else head!r}; "
                           f"expected one of {list(HEADS)}")
     return head
 
 
-def load_reranker(path: str | os.PathLike, **kwargs: Any) -> Any:
+def load_reranker(path: str | os.PathLike, what: str = "reranker", **kwargs: Any) -> Any:
     """The reranker saved in ``path`` (either head), in eval mode.
 
+    ``what`` names the model in errors ("citation scorer" for the citation recipe's scorer);
     ``kwargs`` go to ``from_pretrained`` (the export passes ``attn_implementation``).
 
     Raises:
         BundleError: unreadable head file, missing weights, or a ``cls`` model without exactly
             one logit.
     """
-    head = read_head(path)
+    head = read_head(path, what)
     if head.get("head") == "segment_cosine":
-        return SegmentCosineReranker.from_pretrained(path, **kwargs).eval()
+        return SegmentCosineReranker.from_pretrained(path, what, **kwargs).eval()
     if head.get("head") == "cosine_residual":
-        return CosineResidualReranker.from_pretrained(path, **kwargs).eval()
+        return CosineResidualReranker.from_pretrained(path, what, **kwargs).eval()
     from transformers import AutoModelForSequenceClassification
 
-    model = load_complete(AutoModelForSequenceClassification, path, "reranker",
+    model = load_complete(AutoModelForSequenceClassification, path, what,
                           "the classification head was never trained", **kwargs)
     if model.config.num_labels != 1:
-        raise BundleError(f"reranker: {str(path)!r} has num_labels={model.config.num_labels}; a "
-                          "reranker has 1 logit (train it with the reranker recipe)")
+        raise BundleError(f"{what}: {str(path)!r} has num_labels={model.config.num_labels}; a "
+                          f"{what} has 1 logit (train it with its recipe)")
     return model.eval()
 
 

@@ -699,7 +699,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     if cal_p or wice_items:
         from searchsmith.models.reranker import load_reranker
 
-        trained = load_reranker(run_dir / "stages" / "scorer" / "model")  # either head
+        trained = load_reranker(run_dir / "stages" / "scorer" / "model", "citation scorer")  # either head
     if cal_p:
         cal_logits = score_pairs(trained, tokenizer, [(p.sentence, p.passage) for p in cal_p], cfg.max_length,
                                  cfg.eval_batch_size, return_logits=True)

@@ -208,8 +208,15 @@ def test_segment_cosine_head_trains_saves_and_reloads_with_the_same_scores(tmp_p
     with pytest.raises(ValueError, match="token_type_ids"):
         model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
     (run / "model" / HEAD_FILE).write_text('{"head": "nope"}')
-    with pytest.raises(BundleError, match="expected one of"):
+    with pytest.raises(BundleError, match="^reranker: .*expected one of"):
         load_reranker(run / "model")
+    # the citation scorer is loaded by the same code: its errors name it
+    with pytest.raises(BundleError, match="^citation scorer: .*expected one of"):
+        load_reranker(run / "model", "citation scorer")
+    (run / "model" / HEAD_FILE).write_text('{"head": "segment_cosine"}')
+    (run / "model" / "model.safetensors").unlink()
+    with pytest.raises(BundleError, match="citation scorer"):
+        load_reranker(run / "model", "citation scorer")
 
 
 def test_segment_cosine_with_lora_is_refused() -> None:
