@@ -204,9 +204,39 @@ def tag_generate(sources: Sequence[str], tag_graphs: Callable[[list[str]], list[
     return out
 
 
-def depths_of(logits_row: Any, firsts: Sequence[int]) -> list[int]:
-    """Per-word depth: the argmax label at each word's first token (0 where it has none)."""
-    return [int(logits_row[t].argmax()) if t >= 0 else 0 for t in firsts]
+def depths_of(logits_row: Any, firsts: Sequence[int], switch_penalty: float = 0.0, levels: int = 0) -> list[int]:
+    """Per-word label from the logits at each word's first token (label 0 where it has none).
+
+    With ``switch_penalty`` 0: the argmax label of each word. Above 0: the label sequence of
+    highest total log-probability (Viterbi) when every change of depth between neighbouring
+    words costs ``switch_penalty`` nats, so that a step is not cut into one-word pieces by a
+    single uncertain word. ``levels``: depth levels of labels with delete tags (the depth of
+    label ``l`` is ``l % levels``; 0: the label is the depth).
+    """
+    import numpy as np
+
+    if switch_penalty <= 0.0 or len(firsts) < 2:
+        return [int(logits_row[t].argmax()) if t >= 0 else 0 for t in firsts]
+    z = np.asarray(logits_row, dtype=np.float64)
+    n_labels = z.shape[-1]
+    emit = np.full((len(firsts), n_labels), -np.inf)
+    for i, t in enumerate(firsts):
+        if t >= 0:
+            row = z[t] - z[t].max()
+            emit[i] = row - np.log(np.exp(row).sum())
+        else:
+            emit[i, 0] = 0.0
+    depth = np.arange(n_labels) % levels if levels > 0 else np.arange(n_labels)
+    trans = -switch_penalty * (depth[:, None] != depth[None, :])
+    score, back = emit[0], []
+    for i in range(1, len(firsts)):
+        cand = score[:, None] + trans
+        back.append(cand.argmax(0))
+        score = cand.max(0) + emit[i]
+    out = [int(score.argmax())]
+    for b in reversed(back):
+        out.append(int(b[out[-1]]))
+    return out[::-1]
 
 
 def build_hub(base: str, arch: Arch) -> tuple[Any, Any]:
@@ -252,6 +282,8 @@ class Decomposer:
             all of them); with ``tag_drop``, depths and delete tags (``tag_depth // 2`` depth
             levels, each kept or dropped: :func:`~searchsmith.models.qdg_spans.edit_labels`).
         tag_drop: ``tagger`` only: its labels carry delete tags (words a step leaves out).
+        switch_penalty: ``tagger`` only: cost of a change of depth between neighbouring words
+            when the labels are decoded (:func:`depths_of`; 0: each word's argmax).
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
@@ -261,7 +293,7 @@ class Decomposer:
                  decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = (),
                  rewrite_target: str = "full", type_head: dict[str, Any] | None = None,
                  rewrite_head: dict[str, Any] | None = None, tag_depth: int | None = None,
-                 tag_drop: bool = False) -> None:
+                 tag_drop: bool = False, switch_penalty: float = 0.0) -> None:
         if rewrite_target not in REWRITE_TARGETS:
             raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
@@ -282,6 +314,9 @@ class Decomposer:
         # when trained jointly, are the rewrite tags O/REF/TGT: rewrite_head_from_classifier)
         self.tag_depth = int(tag_depth or (model.config.num_labels if arch == TAGGER else 0))
         self.tag_drop = bool(tag_drop)
+        self.switch_penalty = float(switch_penalty)
+        if not self.switch_penalty >= 0.0:
+            raise ConfigError(f"switch_penalty: expected a number >= 0, got {switch_penalty!r}")
         if self.tag_drop and (self.tag_depth < 2 or self.tag_depth % 2):
             raise ConfigError(f"tag_drop: the tagger's {self.tag_depth} depth labels are not depth levels "
                               "times kept / dropped (an even number >= 2); re-train with model.tag_drop")
@@ -431,7 +466,8 @@ class Decomposer:
                 feeds = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
                 with torch.no_grad():
                     logits = self.model(**feeds).logits[..., : self.tag_depth].float().cpu().numpy()
-                out += [depths_of(logits[i], firsts[i]) for i in range(len(chunk))]
+                levels = self.tag_depth // 2 if self.tag_drop else 0
+                out += [depths_of(logits[i], firsts[i], self.switch_penalty, levels) for i in range(len(chunk))]
         return out
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
@@ -714,7 +750,8 @@ class Decomposer:
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
                                        "num_beams", "max_history_turns", "constrained",
                                        "decompose_vocab", "rewrite_vocab", "rewrite_target",
-                                       "type_head", "rewrite_head", "tag_depth", "tag_drop") if k in meta}
+                                       "type_head", "rewrite_head", "tag_depth", "tag_drop", "switch_penalty")
+                  if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)
 

@@ -379,7 +379,8 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
                 gen["depth_head"] = depth_head_json(model, int(gen["tag_depth"]))
                 dec = Decomposer(model, tokenizer, TAGGER, max_source_tokens=src.max_length,
                                  max_nodes=int(gen["max_nodes"]), tag_depth=int(gen["tag_depth"]),
-                                 tag_drop=bool(gen.get("tag_drop", False)))
+                                 tag_drop=bool(gen.get("tag_drop", False)),
+                                 switch_penalty=float(gen.get("switch_penalty", 0.0)))
             else:
                 dec = Decomposer(model, tokenizer, max_source_tokens=src.max_length,
                                  max_target_tokens=gen["max_target_tokens"], num_beams=1)

@@ -484,6 +484,7 @@ class DecomposeBundle(Bundle):
         self.tagger = gen.get("arch") == "tagger"
         self.depth_head: tuple[np.ndarray, np.ndarray] | None = None
         self.drop_levels = 0
+        self.switch_penalty = 0.0
         if self.tagger:
             from searchsmith.models.decomposer import check_depth_head
 
@@ -498,6 +499,13 @@ class DecomposeBundle(Bundle):
                     raise BundleError(f"bundle {self.path}: manifest generation.tag_drop is set but the depth head has "
                                       f"{len(head['bias'])} labels, not depth levels x kept / dropped; re-export it")
                 self.drop_levels = len(head["bias"]) // 2
+            try:
+                self.switch_penalty = float(gen.get("switch_penalty", 0.0))
+            except (TypeError, ValueError):
+                self.switch_penalty = -1.0
+            if not self.switch_penalty >= 0.0:
+                raise BundleError(f"bundle {self.path}: manifest generation.switch_penalty must be a number >= 0, "
+                                  f"got {gen.get('switch_penalty')!r}; re-export it")
         self.start_id = int(gen.get("decoder_start_token_id", -1))
         self.eos_id = int(gen.get("eos_token_id", -1))
         self.pad_id = int(gen.get("pad_token_id", 0))
@@ -597,7 +605,7 @@ class DecomposeBundle(Bundle):
             hidden = self.graphs["encoder"]({"input_ids": enc["input_ids"].astype(np.int64),
                                              "attention_mask": enc["attention_mask"].astype(np.int64)})
             logits = hidden.astype(np.float32) @ weight.T + bias
-            out += [depths_of(logits[i], firsts[i]) for i in range(len(chunk))]
+            out += [depths_of(logits[i], firsts[i], self.switch_penalty, self.drop_levels) for i in range(len(chunk))]
         return out
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:

@@ -58,6 +58,7 @@ from searchsmith.models.text import exact_match, token_f1
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.decompose_data import (
     REAL_SOURCES,
+    is_heldout,
     load_real,
     split_examples,
     synthetic,
@@ -99,6 +100,13 @@ class DecomposerModelConfig:
             from the gold steps: "How many" of "number of #1", a "did", a "?";
             :func:`~searchsmith.models.qdg_spans.drops_from_graph`). The structure is the same;
             the steps' texts come closer to how the sets write them (Break's SARI, GED).
+        switch_penalties: ``tagger`` only: candidate costs (nats) of a change of depth between
+            neighbouring words when the labels are decoded (Viterbi,
+            :func:`~searchsmith.models.decomposer.depths_of`; 0: each word's argmax, which can
+            cut a step into one-word pieces). With more than one candidate, the one of best
+            node-text F1 on the calibration graphs (``data.calibration_ratio``, never trained
+            on) is kept (ties: the smaller), saved as ``switch_penalty`` and used for the
+            held-out figures and in serving.
         decoder_layers: bert2bert only: keep the first N decoder layers (0 = as many as the
             base has, 6 for MiniLM); fewer make a faster step at some quality.
         init_cross_from_self: bert2bert only: start each decoder layer's new cross-attention
@@ -134,6 +142,7 @@ class DecomposerModelConfig:
     arch: Literal["tagger", "tiny-tagger", "encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
     tag_depth: int = 4
     tag_drop: bool = False
+    switch_penalties: list[float] = field(default_factory=lambda: [0.0])
     joint_rewrite: bool = True
     decoder_layers: int = 0  # bert2bert: keep the first N decoder layers (0 = all 6)
     init_cross_from_self: bool = False  # bert2bert: cross-attention starts as a self-attention copy
@@ -182,6 +191,10 @@ class DecomposerModelConfig:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.decoder_layers < 0:
             raise ValueError(f"model.decoder_layers must be >= 0 (0 = all), got {self.decoder_layers}")
+        if not self.switch_penalties or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in self.switch_penalties):
+            raise ValueError("model.switch_penalties must list one or more numbers >= 0 (0 = argmax decoding), "
+                             f"got {self.switch_penalties!r}")
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,9 @@ class DecomposerDataConfig:
         max_history_turns: conversation turns kept in a rewrite input: the first and the
             last N - 1 (0: none), so a long conversation does not push the query out of
             ``model.max_source_tokens``; saved in ``decomposer.json`` for serving.
+        calibration_ratio: share of the training decompositions (by source question, seeded
+            hash) kept out of training to choose ``model.switch_penalties`` on; in [0, 1).
+            0: none (then ``model.switch_penalties`` must have one value).
     """
 
     data_dir: str = "../shared/data"
@@ -221,6 +237,7 @@ class DecomposerDataConfig:
     rewrite_repeat: int = 2
     # Held-out items generated at each intermediate eval (0 = all); the final eval uses all.
     eval_limit: int = 64
+    calibration_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -235,6 +252,8 @@ class DecomposerDataConfig:
                 raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)}")
         if self.rewrite_repeat < 1:
             raise ValueError(f"data.rewrite_repeat must be >= 1, got {self.rewrite_repeat}")
+        if not 0 <= self.calibration_ratio < 1:
+            raise ValueError(f"data.calibration_ratio must be in [0, 1), got {self.calibration_ratio}")
 
 
 @dataclass(frozen=True)
@@ -257,6 +276,12 @@ class DecomposerRecipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
+    def __post_init__(self) -> None:
+        if len(self.model.switch_penalties) > 1 and not self.data.calibration_ratio:
+            raise ValueError(f"model.switch_penalties lists {len(self.model.switch_penalties)} candidates but "
+                             "data.calibration_ratio is 0: set it (0.1) to choose on graphs never trained on, "
+                             "or give one value")
+
 
 # --------------------------------------------------------------------------- data
 
@@ -275,6 +300,37 @@ def load_examples(data: DecomposerDataConfig, seed: int = 0) -> list[dict[str, A
         out += synthetic(data.synthetic_decompose, data.synthetic_rewrite, seed=seed,
                          max_history_turns=data.max_history_turns)
     return out
+
+
+def calibration_split(train: Sequence[dict[str, Any]], seed: int,
+                      ratio: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, calibration): the decompositions of a ``ratio`` share of the training source
+    questions (seeded hash by group, another seed than the held-out split's) set apart; rewrites
+    stay in training. ``ratio`` 0: nothing set apart."""
+    if ratio <= 0:
+        return list(train), []
+    keep, calib = [], []
+    for e in train:
+        apart = e["task"] == "decompose" and is_heldout(f"calibration:{e['group']}", seed, ratio)
+        (calib if apart else keep).append(e)
+    return keep, calib
+
+
+def choose_switch_penalty(dec: Decomposer, items: Sequence[dict[str, Any]],
+                          candidates: Sequence[float]) -> tuple[float, dict[str, float]]:
+    """The candidate of best node-text F1 on ``items`` (ties: the smaller), and each one's F1
+    (``dec.switch_penalty`` is left as it was)."""
+    golds = [QDG.from_json(e["graph"]) for e in items]
+    before, scores = dec.switch_penalty, {}
+    try:
+        for c in sorted(set(float(x) for x in candidates)):
+            dec.switch_penalty = c
+            preds = dec.decompose_batch([e["query"] for e in items])
+            scores[c] = decompose_metrics([(g, v) for g, v, _ in preds], golds)["decompose_node_f1"]
+    finally:
+        dec.switch_penalty = before
+    best = max(scores, key=lambda c: (round(scores[c], 9), -c))
+    return best, {f"{c:g}": f for c, f in scores.items()}
 
 
 def make_splits(cfg: DecomposerRecipe) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
@@ -567,10 +623,17 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     print(f"decomposer: {counts['decompose']} decompose + {counts['rewrite']} rewrite training "
           f"examples, {len(heldout)} held out, {dropped} graphs over model.max_nodes dropped",
           flush=True)
+    calib_ex: list[dict[str, Any]] = []
     if dec.arch == TAGGER:
         train_ex, aligned = tag_examples(train_ex, cfg.model.tag_depth, cfg.model.tag_drop)
         print(f"decomposer: {aligned} of {counts['decompose']} training graphs are nested spans of their "
               "question (the tagger trains on those; rewrites come from the rewrite tagger)", flush=True)
+        dec.switch_penalty = float(cfg.model.switch_penalties[0])
+        if len(cfg.model.switch_penalties) > 1:
+            train_ex, calib_ex = calibration_split(train_ex, cfg.data.split_seed, cfg.data.calibration_ratio)
+            print(f"decomposer: {len(calib_ex)} training graphs set apart to choose the switch penalty "
+                  f"among {cfg.model.switch_penalties}", flush=True)
+            aligned = sum(e.get("depths") is not None for e in train_ex)
         if not aligned:
             raise ValidationError("decomposer: no training decomposition aligns to nested spans of its question; "
                                   "check data.sources (the tagger needs graphs whose steps copy the question)")
@@ -613,7 +676,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
             return Decomposer(m, dec.tokenizer, TAGGER, max_source_tokens=dec.max_source_tokens,
                               max_nodes=dec.max_nodes, batch_size=dec.batch_size,
                               max_history_turns=cfg.data.max_history_turns, tag_depth=dec.tag_depth,
-                              tag_drop=dec.tag_drop)
+                              tag_drop=dec.tag_drop, switch_penalty=heads.get("switch", dec.switch_penalty))
         return Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
@@ -626,12 +689,18 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
     def eval_fn(m: Any) -> dict[str, float]:
         final = progress["step"] >= cfg.optim.max_steps
         view = view_of(m)
+        chosen: dict[str, float] = {}
+        if calib_ex:  # the switch penalty of best node-text F1 on graphs never trained on
+            heads["switch"], scores = choose_switch_penalty(view, calib_ex, cfg.model.switch_penalties)
+            view.switch_penalty = heads["switch"]
+            chosen = {"switch_penalty": heads["switch"],
+                      **{f"calibration/node_f1@switch_{c}": f for c, f in scores.items()}}
         if use_head:
             heads["last"] = fit_type_head(view, train_ex, cfg.model.type_head_l2)
         if use_tagger:
             heads["rewrite"] = fit_rewrite_head(view, train_ex, cfg.model)
-        return evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit,
-                        extra_docs=rewrite_passages(train_ex))
+        return {**evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit,
+                           extra_docs=rewrite_passages(train_ex)), **chosen}
 
     result = train(model, loss_fn, train_batches, cfg, run_dir, eval_fn, tokenizer=dec.tokenizer,
                    run_info={"task": "decompose+rewrite", "recipe": "decomposer",
@@ -656,7 +725,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         "rewrite_vocab": vocabs["rewrite"], "rewrite_target": dec.rewrite_target,
         "type_head": type_head_json(head) if use_head else None,
         "rewrite_head": type_head_json(tagger) if use_tagger else None,
-        **({"tag_depth": dec.tag_depth, "tag_drop": dec.tag_drop} if dec.arch == TAGGER else {}),
+        **({"tag_depth": dec.tag_depth, "tag_drop": dec.tag_drop,
+            "switch_penalty": float(heads.get("switch", dec.switch_penalty))} if dec.arch == TAGGER else {}),
     })
     return result.final_metrics
 

@@ -214,6 +214,7 @@ def drop_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     run_dir = tmp_path_factory.mktemp("decomposer_tagger_drop")
     cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0", "model.tag_drop=true",
+                                           "model.switch_penalties=[0.05]",
                                            "train.save_every_steps=3", f"output_dir={run_dir}"])
     get_recipe("decomposer").fn(cfg, run_dir=run_dir)
     return run_dir
@@ -242,8 +243,10 @@ def test_tagger_with_delete_tags_trains_exports_and_serves_the_same_graphs(drop_
 
     meta = json.loads((drop_run / "model" / "decomposer.json").read_text())
     assert meta["tag_drop"] is True and meta["tag_depth"] == 8  # 4 depths x kept / dropped
+    assert meta["switch_penalty"] == 0.05  # the one candidate, no calibration
     dec = Decomposer.load(drop_run)
     assert dec.tag_drop and dec.model.config.num_labels == 11  # + O / REF / TGT
+    assert dec.switch_penalty == 0.05
     np.testing.assert_allclose(dec.rewrite_head["weight"], dec.model.classifier.weight[8:11].detach().numpy(),
                                rtol=0, atol=1e-6)
     questions = QUESTIONS + [e["query"] for e in synthetic(30, 0, seed=5)]
@@ -259,10 +262,16 @@ def test_tagger_with_delete_tags_trains_exports_and_serves_the_same_graphs(drop_
     export_run(drop_run, out, ExportOptions(dtype="fp32"))
     m = json.loads((out / "manifest.json").read_text())
     assert m["generation"]["tag_drop"] is True and len(m["generation"]["depth_head"]["weight"]) == 8
+    assert m["generation"]["switch_penalty"] == 0.05
     assert m["parity"]["checks"]["fp32_identical_generations"] == 1.0
     b = load_bundle(out)
     assert [g.to_json() for g in b.tag_graphs(questions)] == [g.to_json() for g in graphs]
 
+    m["generation"]["switch_penalty"] = -1
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="switch_penalty"):
+        load_bundle(out)
+    m["generation"]["switch_penalty"] = 0.05
     m["generation"]["depth_head"]["weight"] = m["generation"]["depth_head"]["weight"][:7]
     m["generation"]["depth_head"]["bias"] = m["generation"]["depth_head"]["bias"][:7]
     (out / "manifest.json").write_text(json.dumps(m))
@@ -276,3 +285,47 @@ def test_a_decomposer_with_delete_tags_needs_an_even_number_of_depth_labels() ->
     model, tok = build_tagger("default", depth=5, tiny_hidden=16)
     with pytest.raises(ConfigError, match="tag_drop"):
         Decomposer(model, tok, TAGGER, tag_depth=5, tag_drop=True)
+
+
+def test_depths_of_with_a_switch_penalty_keeps_a_step_whole() -> None:
+    from searchsmith.models.decomposer import depths_of
+
+    # word 2 leans to depth 1 by a little inside a run of depth 0, word 4 by a lot
+    p = np.array([[0.9, 0.1], [0.9, 0.1], [0.45, 0.55], [0.9, 0.1], [0.02, 0.98], [0.02, 0.98]])
+    logits = np.log(p)
+    firsts = [0, 1, 2, 3, 4, 5]
+    assert depths_of(logits, firsts) == [0, 0, 1, 0, 1, 1]
+    assert depths_of(logits, firsts, switch_penalty=0.0) == [0, 0, 1, 0, 1, 1]
+    assert depths_of(logits, firsts, switch_penalty=0.5) == [0, 0, 0, 0, 1, 1]
+    assert depths_of(logits, firsts, switch_penalty=50.0) == [1] * 6  # no change pays: the likelier single depth
+    # a word without a token (past the limit) is label 0
+    assert depths_of(logits, [0, 1, -1], switch_penalty=0.5) == [0, 0, 0]
+    # with delete tags (2 levels: labels 0, 1 kept, 2, 3 dropped) a drop is no change of depth
+    q = np.log(np.array([[0.6, 0.05, 0.3, 0.05], [0.3, 0.05, 0.6, 0.05], [0.6, 0.05, 0.3, 0.05]]))
+    assert depths_of(q, [0, 1, 2], switch_penalty=5.0, levels=2) == [0, 2, 0]
+    assert depths_of(q, [0, 1, 2], switch_penalty=5.0, levels=0) == [0, 0, 0]
+
+
+def test_the_recipe_chooses_the_switch_penalty_on_calibration_graphs(tmp_path: Path) -> None:
+    from searchsmith.training.registry import get_recipe
+
+    cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0",
+                                           "model.switch_penalties=[0.0,0.5,8.0]", "data.calibration_ratio=0.3",
+                                           "data.synthetic_decompose=40", f"output_dir={tmp_path}"])
+    final = get_recipe("decomposer").fn(cfg, run_dir=tmp_path)
+    scores = {float(k.split("@switch_")[1]): v for k, v in final.items() if k.startswith("calibration/node_f1@")}
+    assert sorted(scores) == [0.0, 0.5, 8.0]
+    best = max(scores, key=lambda c: (round(scores[c], 9), -c))
+    assert final["switch_penalty"] == best
+    meta = json.loads((tmp_path / "model" / "decomposer.json").read_text())
+    assert meta["switch_penalty"] == best
+    assert Decomposer.load(tmp_path).switch_penalty == best
+
+
+def test_switch_penalties_without_calibration_graphs_are_refused() -> None:
+    with pytest.raises(ValueError, match="calibration_ratio"):
+        load_recipe_config(TINY_TAGGER, ["model.switch_penalties=[0.0,1.0]"])
+    with pytest.raises(ValueError, match="switch_penalties"):
+        load_recipe_config(TINY_TAGGER, ["model.switch_penalties=[-1.0]"])
+    with pytest.raises(ValueError, match="calibration_ratio"):
+        load_recipe_config(TINY_TAGGER, ["data.calibration_ratio=1.5"])
