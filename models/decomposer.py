@@ -453,6 +453,11 @@ class Decomposer:
             "bias": layer.bias[lo:hi].detach().float().cpu().numpy(), "threshold": threshold, "extend": extend})
         return self.rewrite_head
 
+    @property
+    def drop_levels(self) -> int:
+        """Depth levels of labels with delete tags (``tag_depth // 2``), 0 without them."""
+        return self.tag_depth // 2 if self.tag_drop else 0
+
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
         """Per question, each word's predicted label (the tagger; batched, no grad): its depth,
         or with ``tag_drop`` its depth and delete tag (:func:`~searchsmith.models.qdg_spans.edit_labels`)."""
@@ -466,16 +471,17 @@ class Decomposer:
                 feeds = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
                 with torch.no_grad():
                     logits = self.model(**feeds).logits[..., : self.tag_depth].float().cpu().numpy()
-                levels = self.tag_depth // 2 if self.tag_drop else 0
-                out += [depths_of(logits[i], firsts[i], self.switch_penalty, levels) for i in range(len(chunk))]
+                out += [depths_of(logits[i], firsts[i], self.switch_penalty, self.drop_levels)
+                        for i in range(len(chunk))]
         return out
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
         """The tagger's graph of each question (models/qdg_spans.py)."""
         from searchsmith.models.qdg_spans import graph_from_labels
 
-        cap, levels = max_nodes or self.max_nodes, self.tag_depth // 2 if self.tag_drop else 0
-        return [graph_from_labels(q, d, cap, levels) for q, d in zip(questions, self.tag_depths(questions), strict=True)]
+        cap = max_nodes or self.max_nodes
+        return [graph_from_labels(q, d, cap, self.drop_levels)
+                for q, d in zip(questions, self.tag_depths(questions), strict=True)]
 
     # ----------------------------------------------------------------- generation
 

@@ -235,8 +235,10 @@ def drops_from_graph(question: str, graph: QDG | dict[str, Any], max_words: int 
     """
     g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
     spans = _aligned_spans(question, g, max_words)
-    if spans is None:
-        return None
+    return None if spans is None else _drops(question, g, spans)
+
+
+def _drops(question: str, g: QDG, spans: dict[str, tuple[int, int]]) -> list[bool]:
     words = [question[a:b].lower() for a, b in question_words(question)]
     text = {node.id: node.text for node in g.nodes}
     vocab = {k: set(_WORD.findall(_REF.sub(" ", t.lower()))) for k, t in text.items()}
@@ -248,6 +250,19 @@ def drops_from_graph(question: str, graph: QDG | dict[str, Any], max_words: int 
         owner = min(owners, key=lambda k: (spans[k][1] - spans[k][0], order[k])) if owners else last
         out.append(w not in vocab[owner])
     return out
+
+
+def edit_labels_from_graph(question: str, graph: QDG | dict[str, Any], levels: int,
+                           max_words: int = 64) -> list[int] | None:
+    """:func:`edit_labels` of the gold graph's depths and drops, aligned once; None where
+    :func:`depths_from_graph` is None."""
+    g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
+    spans = _aligned_spans(question, g, max_words) if levels >= 1 else None
+    if spans is None:
+        return None
+    inner = sorted(set(spans.values()))
+    depths = [sum(a <= i < b for a, b in inner) for i in range(len(question_words(question)))]
+    return edit_labels(depths, _drops(question, g, spans), levels)
 
 
 def edit_labels(depths: Sequence[int], drops: Sequence[bool], levels: int) -> list[int]:
@@ -270,5 +285,5 @@ def graph_from_labels(question: str, labels: Sequence[int], max_nodes: int = 8, 
     return graph_from_depths(question, labels, max_nodes)
 
 
-__all__ = ["depths_from_graph", "drops_from_graph", "edit_labels", "graph_from_depths", "graph_from_labels", "question_words",
+__all__ = ["depths_from_graph", "drops_from_graph", "edit_labels", "edit_labels_from_graph", "graph_from_depths", "graph_from_labels", "question_words",
            "split_edit_labels"]

@@ -540,14 +540,13 @@ def tag_examples(examples: Sequence[dict[str, Any]], depth: int,
     the graph is not a tree of nested spans of the question), and how many were aligned.
     With ``drop`` the ``depths`` are the tagger's labels with delete tags
     (:func:`~searchsmith.models.qdg_spans.edit_labels`, ``depth`` levels)."""
-    from searchsmith.models.qdg_spans import depths_from_graph, drops_from_graph, edit_labels
+    from searchsmith.models.qdg_spans import depths_from_graph, edit_labels_from_graph
 
     out, aligned = [], 0
     for e in examples:
         if e["task"] == "decompose":
-            d = depths_from_graph(e["query"], e["graph"], depth)
-            if d is not None and drop:
-                d = edit_labels(d, drops_from_graph(e["query"], e["graph"]) or [False] * len(d), depth)
+            d = (edit_labels_from_graph(e["query"], e["graph"], depth) if drop
+                 else depths_from_graph(e["query"], e["graph"], depth))
             aligned += d is not None
             e = {**e, "depths": d}
         out.append(e)
