@@ -239,6 +239,17 @@ def depths_of(logits_row: Any, firsts: Sequence[int], switch_penalty: float = 0.
     return out[::-1]
 
 
+def adds_of(add_logits_row: Any, firsts: Sequence[int], phrases: Sequence[str]) -> list[str]:
+    """Per word, the phrase of its add tag (LaserTagger's add: written before the word in its
+    step; :func:`~searchsmith.models.qdg_spans.graph_from_depths`), "" for none: the argmax of
+    the add labels (0: none, ``k``: ``phrases[k - 1]``) at each word's first token."""
+    out = []
+    for t in firsts:
+        k = int(add_logits_row[t].argmax()) if t >= 0 else 0
+        out.append(phrases[k - 1] if 0 < k <= len(phrases) else "")
+    return out
+
+
 def build_hub(base: str, arch: Arch) -> tuple[Any, Any]:
     """Any hub seq2seq (``arch=seq2seq``) or causal LM (``arch=causal``) and its tokenizer."""
     from searchsmith.models.hub import resolve_model
@@ -284,6 +295,8 @@ class Decomposer:
         tag_drop: ``tagger`` only: its labels carry delete tags (words a step leaves out).
         switch_penalty: ``tagger`` only: cost of a change of depth between neighbouring words
             when the labels are decoded (:func:`depths_of`; 0: each word's argmax).
+        add_phrases: ``tagger`` only: the phrases of its add tags; the head's last
+            ``len(add_phrases) + 1`` labels are "no phrase" and these (:func:`adds_of`).
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
@@ -293,7 +306,8 @@ class Decomposer:
                  decompose_vocab: Sequence[int] = (), rewrite_vocab: Sequence[int] = (),
                  rewrite_target: str = "full", type_head: dict[str, Any] | None = None,
                  rewrite_head: dict[str, Any] | None = None, tag_depth: int | None = None,
-                 tag_drop: bool = False, switch_penalty: float = 0.0) -> None:
+                 tag_drop: bool = False, switch_penalty: float = 0.0,
+                 add_phrases: Sequence[str] = ()) -> None:
         if rewrite_target not in REWRITE_TARGETS:
             raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
@@ -320,6 +334,12 @@ class Decomposer:
         if self.tag_drop and (self.tag_depth < 2 or self.tag_depth % 2):
             raise ConfigError(f"tag_drop: the tagger's {self.tag_depth} depth labels are not depth levels "
                               "times kept / dropped (an even number >= 2); re-train with model.tag_drop")
+        self.add_phrases = [str(x) for x in add_phrases]
+        if self.add_phrases and (arch != TAGGER
+                                 or model.config.num_labels < self.tag_depth + len(self.add_phrases) + 1):
+            raise ConfigError(f"add_phrases: {len(self.add_phrases)} add phrases need a tagger whose token head has "
+                              f"{self.tag_depth} depth labels plus {len(self.add_phrases) + 1} add labels; re-train "
+                              "with model.tag_add_phrases")
         self.constrained = False
         self._grammar: Any = None
         self._copy: Any = None
@@ -407,9 +427,12 @@ class Decomposer:
         """The encoder whose token states the heads read (the tagger's is its base model)."""
         return self.model.base_model if self.arch == TAGGER else self.model.get_encoder()
 
-    def prepare_tag_batch(self, questions: Sequence[str], depths: Sequence[Sequence[int]]) -> dict[str, Any]:
+    def prepare_tag_batch(self, questions: Sequence[str], depths: Sequence[Sequence[int]],
+                          adds: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
         """Tensors for the tagger's ``model(**batch).loss``: each word's depth on its first
-        token, -100 on the other tokens, special tokens and padding."""
+        token, -100 on the other tokens, special tokens and padding; with ``add_phrases`` and
+        ``adds`` (per word a phrase, "" none) also ``add_labels``: 0 none, ``k`` the k-th
+        phrase (a phrase outside ``add_phrases`` counts as none)."""
         import torch
 
         enc, firsts = tag_encode(self.tokenizer, questions, self.max_source_tokens)
@@ -418,7 +441,16 @@ class Decomposer:
             for t, d in zip(pos, ds, strict=False):
                 if t >= 0:
                     labels[i, t] = int(d)
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+        out = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+        if self.add_phrases and adds is not None:
+            index = {x: k for k, x in enumerate(self.add_phrases, 1) if x}
+            add_labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
+            for i, (pos, xs) in enumerate(zip(firsts, adds, strict=True)):
+                for t, x in zip(pos, xs, strict=False):
+                    if t >= 0:
+                        add_labels[i, t] = index.get(x, 0)
+            out["add_labels"] = add_labels
+        return out
 
     def prepare_rewrite_tag_batch(self, items: Sequence[tuple[Sequence[Any], str, str]]) -> dict[str, Any]:
         """Tensors for training the rewrite tags jointly with the depths: ``(history, query,
@@ -461,18 +493,28 @@ class Decomposer:
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
         """Per question, each word's predicted label (the tagger; batched, no grad): its depth,
         or with ``tag_drop`` its depth and delete tag (:func:`~searchsmith.models.qdg_spans.edit_labels`)."""
+        return [labels for labels, _ in self.tag_labels(questions)]
+
+    def tag_labels(self, questions: Sequence[str]) -> list[tuple[list[int], list[str]]]:
+        """Per question, :meth:`tag_depths`' labels and each word's add phrase (:func:`adds_of`;
+        all "" without ``add_phrases``)."""
         import torch
 
-        out: list[list[int]] = []
+        out: list[tuple[list[int], list[str]]] = []
+        n_add = len(self.add_phrases) + 1 if self.add_phrases else 0
         with self._eval_mode() as device:
             for start in range(0, len(questions), self.batch_size):
                 chunk = list(questions[start:start + self.batch_size])
                 enc, firsts = tag_encode(self.tokenizer, chunk, self.max_source_tokens)
                 feeds = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
                 with torch.no_grad():
-                    logits = self.model(**feeds).logits[..., : self.tag_depth].float().cpu().numpy()
-                out += [depths_of(logits[i], firsts[i], self.switch_penalty, self.drop_levels)
-                        for i in range(len(chunk))]
+                    logits = self.model(**feeds).logits.float().cpu().numpy()
+                for i in range(len(chunk)):
+                    labels = depths_of(logits[i, :, : self.tag_depth], firsts[i], self.switch_penalty,
+                                       self.drop_levels)
+                    adds = (adds_of(logits[i, :, -n_add:], firsts[i], self.add_phrases) if n_add
+                            else [""] * len(firsts[i]))
+                    out.append((labels, adds))
         return out
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
@@ -480,8 +522,8 @@ class Decomposer:
         from searchsmith.models.qdg_spans import graph_from_labels
 
         cap = max_nodes or self.max_nodes
-        return [graph_from_labels(q, d, cap, self.drop_levels)
-                for q, d in zip(questions, self.tag_depths(questions), strict=True)]
+        return [graph_from_labels(q, labels, cap, self.drop_levels, adds)
+                for q, (labels, adds) in zip(questions, self.tag_labels(questions), strict=True)]
 
     # ----------------------------------------------------------------- generation
 
@@ -707,7 +749,9 @@ class Decomposer:
                 "constrained": self.constrained, "decompose_vocab": self.decompose_vocab,
                 "rewrite_vocab": self.rewrite_vocab, "rewrite_target": self.rewrite_target,
                 "type_head": type_head_json(self.type_head),
-                "rewrite_head": type_head_json(self.rewrite_head), **(extra or {})}
+                "rewrite_head": type_head_json(self.rewrite_head),
+                **({"tag_depth": self.tag_depth, "tag_drop": self.tag_drop, "switch_penalty": self.switch_penalty,
+                    "add_phrases": self.add_phrases} if self.arch == TAGGER else {}), **(extra or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         old = dest.with_name(f".{dest.name}.old")
         if dest.exists():
@@ -756,7 +800,8 @@ class Decomposer:
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
                                        "num_beams", "max_history_turns", "constrained",
                                        "decompose_vocab", "rewrite_vocab", "rewrite_target",
-                                       "type_head", "rewrite_head", "tag_depth", "tag_drop", "switch_penalty")
+                                       "type_head", "rewrite_head", "tag_depth", "tag_drop", "switch_penalty",
+                                       "add_phrases")
                   if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)
@@ -839,6 +884,28 @@ def depth_head_json(model: Any, depth: int) -> dict[str, Any]:
     layer = model.classifier
     return {"weight": layer.weight[:depth].detach().float().cpu().tolist(),
             "bias": layer.bias[:depth].detach().float().cpu().tolist()}
+
+
+def add_head_json(model: Any, phrases: Sequence[str]) -> dict[str, Any]:
+    """The tagger's add labels (the token head's last ``len(phrases) + 1`` rows: none, then
+    each phrase) and the phrases, as JSON: ``generation.add_head`` of an exported bundle."""
+    layer, n = model.classifier, len(phrases) + 1
+    return {"weight": layer.weight[-n:].detach().float().cpu().tolist(),
+            "bias": layer.bias[-n:].detach().float().cpu().tolist(), "phrases": [str(x) for x in phrases]}
+
+
+def check_add_head(head: Any) -> dict[str, Any]:
+    """An add head as saved by :func:`add_head_json`: a depth-head-like ``weight`` / ``bias``
+    of ``len(phrases) + 1`` labels and ``phrases``, strings without ``#`` (a phrase is never a
+    reference). Raises ValidationError naming what is wrong."""
+    check_depth_head(head)
+    phrases = head.get("phrases")
+    if not isinstance(phrases, list) or not all(isinstance(x, str) and "#" not in x for x in phrases):
+        raise ValidationError("add head: 'phrases' must be a list of strings without '#'")
+    if len(head["bias"]) != len(phrases) + 1:
+        raise ValidationError(f"add head: {len(head['bias'])} labels for {len(phrases)} phrases; expected "
+                              f"{len(phrases) + 1} (none, then one per phrase)")
+    return head
 
 
 def check_depth_head(head: Any) -> dict[str, Any]:

@@ -374,13 +374,16 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
             specs = og.decompose_graphs(src.model_dir, tokenizer, model)
             gen = manifest["generation"]
             if gen.get("arch") == "tagger":
-                from searchsmith.models.decomposer import TAGGER, depth_head_json
+                from searchsmith.models.decomposer import TAGGER, add_head_json, depth_head_json
 
                 gen["depth_head"] = depth_head_json(model, int(gen["tag_depth"]))
+                phrases = list(gen.pop("add_phrases", None) or [])
+                if phrases:  # add tags: the head's last labels, with their phrases
+                    gen["add_head"] = add_head_json(model, phrases)
                 dec = Decomposer(model, tokenizer, TAGGER, max_source_tokens=src.max_length,
                                  max_nodes=int(gen["max_nodes"]), tag_depth=int(gen["tag_depth"]),
                                  tag_drop=bool(gen.get("tag_drop", False)),
-                                 switch_penalty=float(gen.get("switch_penalty", 0.0)))
+                                 switch_penalty=float(gen.get("switch_penalty", 0.0)), add_phrases=phrases)
             else:
                 dec = Decomposer(model, tokenizer, max_source_tokens=src.max_length,
                                  max_target_tokens=gen["max_target_tokens"], num_beams=1)

@@ -60,7 +60,7 @@ def _literal(text: str) -> str:
 
 
 def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8,
-                      drops: Sequence[bool] | None = None) -> QDG:
+                      drops: Sequence[bool] | None = None, adds: Sequence[str] | None = None) -> QDG:
     """The QDG that per-word ``depths`` describe (module docstring); never raises.
 
     Args:
@@ -71,18 +71,27 @@ def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8,
         drops: per word, True when the word is left out of its step's text (the tagger's
             delete tags: "How many", "did", a final "?"). The graph's structure is the same
             with or without them; a step whose words would all be dropped keeps them.
+        adds: per word, a phrase ("" none) written into its step's text just before the word
+            (in its place when the word is dropped): the tagger's add tags, "number of" for
+            a dropped "How many" (:func:`adds_from_graph`).
     """
     words = question_words(question)
     if not words:
         return terminal(question)
     d = [max(0, int(x)) for x in list(depths)[: len(words)]] + [0] * max(0, len(words) - len(depths))
     drop = {words[i] for i, x in enumerate(list(drops or ())[: len(words)]) if x}
+    add = {words[i]: " ".join(x.split()) for i, x in enumerate(list(adds or ())[: len(words)]) if x and x.strip()}
     steps: list[tuple[str, list[int]]] = []
 
     def text_of(parts: list[tuple[int, int] | int], keep_all: bool = False) -> str:
         out, run = [], None
         for p in parts:
             if isinstance(p, tuple):
+                if p in add:
+                    if run:
+                        out.append(_literal(question[run[0]:run[1]]))
+                        run = None
+                    out.append(add[p])
                 if not keep_all and p in drop:
                     if run:
                         out.append(_literal(question[run[0]:run[1]]))
@@ -238,31 +247,122 @@ def drops_from_graph(question: str, graph: QDG | dict[str, Any], max_words: int 
     return None if spans is None else _drops(question, g, spans)
 
 
-def _drops(question: str, g: QDG, spans: dict[str, tuple[int, int]]) -> list[bool]:
-    words = [question[a:b].lower() for a, b in question_words(question)]
-    text = {node.id: node.text for node in g.nodes}
-    vocab = {k: set(_WORD.findall(_REF.sub(" ", t.lower()))) for k, t in text.items()}
+def _owners(g: QDG, spans: dict[str, tuple[int, int]], n: int) -> list[str]:
+    """Per word, the id of the innermost aligned step span around it (the last step's when none)."""
     order = {node.id: i for i, node in enumerate(g.nodes)}
-    last = g.nodes[-1].id
     out = []
-    for i, w in enumerate(words):
+    for i in range(n):
         owners = [k for k, (a, b) in spans.items() if a <= i < b]
-        owner = min(owners, key=lambda k: (spans[k][1] - spans[k][0], order[k])) if owners else last
-        out.append(w not in vocab[owner])
+        out.append(min(owners, key=lambda k: (spans[k][1] - spans[k][0], order[k])) if owners else g.nodes[-1].id)
     return out
 
 
-def edit_labels_from_graph(question: str, graph: QDG | dict[str, Any], levels: int,
-                           max_words: int = 64) -> list[int] | None:
-    """:func:`edit_labels` of the gold graph's depths and drops, aligned once; None where
-    :func:`depths_from_graph` is None."""
+def _drops(question: str, g: QDG, spans: dict[str, tuple[int, int]]) -> list[bool]:
+    words = [question[a:b].lower() for a, b in question_words(question)]
+    vocab = {node.id: set(_WORD.findall(_REF.sub(" ", node.text.lower()))) for node in g.nodes}
+    return [w not in vocab[k] for w, k in zip(words, _owners(g, spans, len(words)), strict=True)]
+
+
+_STEP_TOKEN = re.compile(r"#\s*\d+|\w+|[^\w\s]")
+
+
+def _lcs_pairs(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[int, int]]:
+    """Index pairs of a longest common subsequence of ``a`` and ``b`` (earliest matches first)."""
+    n, m = len(a), len(b)
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            best[i][j] = best[i + 1][j + 1] + 1 if a[i] == b[j] else max(best[i + 1][j], best[i][j + 1])
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if a[i] == b[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i + 1][j] >= best[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def _adds(question: str, g: QDG, spans: dict[str, tuple[int, int]], drops: Sequence[bool]) -> list[str]:
+    """Per word, the phrase the gold step that owns the word writes just before it and the
+    question does not have ("" none): the step's own kept words and its children's references
+    are matched to the gold step's words (longest common subsequence); each run of gold words
+    left over is put on the first of the step's own words between the matched item before it
+    and the one after (that one included). A run with a reference in it, or with no own word to
+    carry it (between two children), is left out."""
+    words = question_words(question)
+    n = len(words)
+    lw = [question[a:b].lower() for a, b in words]
+    owner = _owners(g, spans, n)
+    span_of = {**spans, g.nodes[-1].id: (0, n)}
+    out = [""] * n
+    for node in g.nodes:
+        a, b = span_of[node.id]
+        # the step as the depths read it: its own words and, in their place, its child steps
+        parts: list[tuple[str, Any, int]] = []
+        i = a
+        while i < b:
+            if owner[i] == node.id:
+                parts.append(("word", lw[i], i))
+                i += 1
+                continue
+            child = max((k for k, (c, e) in spans.items() if c <= i < e and a <= c and e <= b and k != node.id
+                         and (c, e) != (a, b)), key=lambda k: spans[k][1] - spans[k][0], default=None)
+            if child is None:  # a word of another step outside every child span: not a tree here
+                i += 1
+                continue
+            parts.append(("ref", spans[child], i))
+            i = spans[child][1]
+        kept = [k for k, p in enumerate(parts) if p[0] == "ref" or not drops[p[2]]]
+        gold = []
+        for t in _STEP_TOKEN.findall(node.text):
+            ref = _REF.fullmatch(t)
+            gold.append(("ref", spans.get(ref.group(1))) if ref else ("word", t.lower()))
+        pairs = _lcs_pairs([(parts[k][0], parts[k][1]) for k in kept], gold)
+        # runs of unmatched gold words, each before the matched kept item that follows it
+        bounds = [(-1, -1)] + pairs + [(len(kept), len(gold))]
+        for (ki, gi), (kj, gj) in zip(bounds, bounds[1:], strict=False):
+            run = gold[gi + 1:gj]
+            if not run or any(t[0] == "ref" for t in run):
+                continue
+            lo = kept[ki] + 1 if ki >= 0 else 0
+            hi = kept[kj] if kj < len(kept) else len(parts) - 1
+            carrier = next((parts[k][2] for k in range(lo, hi + 1) if parts[k][0] == "word"), None)
+            if carrier is not None and not out[carrier]:
+                out[carrier] = " ".join(t[1] for t in run)
+    return out
+
+
+def adds_from_graph(question: str, graph: QDG | dict[str, Any], max_words: int = 64) -> list[str] | None:
+    """Per word, the phrase its gold step writes before it that the question does not have
+    (the tagger's add tags; :func:`_adds`), or None where :func:`depths_from_graph` is None."""
+    g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
+    spans = _aligned_spans(question, g, max_words)
+    return None if spans is None else _adds(question, g, spans, _drops(question, g, spans))
+
+
+def gold_tags(question: str, graph: QDG | dict[str, Any], levels: int,
+              max_words: int = 64) -> tuple[list[int], list[str]] | None:
+    """(:func:`edit_labels`, :func:`adds_from_graph`) of the gold graph, aligned once; None
+    where :func:`depths_from_graph` is None."""
     g = graph if isinstance(graph, QDG) else QDG.from_json(graph)
     spans = _aligned_spans(question, g, max_words) if levels >= 1 else None
     if spans is None:
         return None
     inner = sorted(set(spans.values()))
     depths = [sum(a <= i < b for a, b in inner) for i in range(len(question_words(question)))]
-    return edit_labels(depths, _drops(question, g, spans), levels)
+    drops = _drops(question, g, spans)
+    return edit_labels(depths, drops, levels), _adds(question, g, spans, drops)
+
+
+def edit_labels_from_graph(question: str, graph: QDG | dict[str, Any], levels: int,
+                           max_words: int = 64) -> list[int] | None:
+    """:func:`edit_labels` of the gold graph's depths and drops, aligned once; None where
+    :func:`depths_from_graph` is None."""
+    tags = gold_tags(question, graph, levels, max_words)
+    return None if tags is None else tags[0]
 
 
 def edit_labels(depths: Sequence[int], drops: Sequence[bool], levels: int) -> list[int]:
@@ -276,14 +376,15 @@ def split_edit_labels(labels: Sequence[int], levels: int) -> tuple[list[int], li
     return [int(x) % levels for x in labels], [int(x) >= levels for x in labels]
 
 
-def graph_from_labels(question: str, labels: Sequence[int], max_nodes: int = 8, drop_levels: int = 0) -> QDG:
+def graph_from_labels(question: str, labels: Sequence[int], max_nodes: int = 8, drop_levels: int = 0,
+                      adds: Sequence[str] | None = None) -> QDG:
     """The graph of a tagger's per-word labels: depths, or with delete tags (``drop_levels``
-    depth levels, :func:`edit_labels`) depths and drops."""
+    depth levels, :func:`edit_labels`) depths and drops; ``adds``: its add tags' phrases."""
     if drop_levels > 0:
         depths, drops = split_edit_labels(labels, drop_levels)
-        return graph_from_depths(question, depths, max_nodes, drops)
-    return graph_from_depths(question, labels, max_nodes)
+        return graph_from_depths(question, depths, max_nodes, drops, adds)
+    return graph_from_depths(question, labels, max_nodes, adds=adds)
 
 
-__all__ = ["depths_from_graph", "drops_from_graph", "edit_labels", "edit_labels_from_graph", "graph_from_depths", "graph_from_labels", "question_words",
-           "split_edit_labels"]
+__all__ = ["adds_from_graph", "depths_from_graph", "drops_from_graph", "edit_labels", "edit_labels_from_graph",
+           "gold_tags", "graph_from_depths", "graph_from_labels", "question_words", "split_edit_labels"]

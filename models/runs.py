@@ -164,6 +164,7 @@ def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     if meta.get("arch") == "tagger":  # no decoder; export adds the depth head from the weights
         return {"arch": "tagger", "tag_depth": int(meta.get("tag_depth", 4)), "tag_drop": bool(meta.get("tag_drop", False)),
                 "switch_penalty": float(meta.get("switch_penalty", 0.0)),
+                "add_phrases": [str(x) for x in meta.get("add_phrases") or []],
                 "max_nodes": int(meta.get("max_nodes", 8)), "max_history_turns": int(meta.get("max_history_turns", 3)),
                 "constrained": False, "rewrite_target": str(meta.get("rewrite_target", "full")),
                 "type_head": None, "rewrite_head": meta.get("rewrite_head")}

@@ -485,6 +485,7 @@ class DecomposeBundle(Bundle):
         self.depth_head: tuple[np.ndarray, np.ndarray] | None = None
         self.drop_levels = 0
         self.switch_penalty = 0.0
+        self.add_head: tuple[np.ndarray, np.ndarray, list[str]] | None = None
         if self.tagger:
             from searchsmith.models.decomposer import check_depth_head
 
@@ -506,6 +507,18 @@ class DecomposeBundle(Bundle):
             if not self.switch_penalty >= 0.0:
                 raise BundleError(f"bundle {self.path}: manifest generation.switch_penalty must be a number >= 0, "
                                   f"got {gen.get('switch_penalty')!r}; re-export it")
+            if gen.get("add_head") is not None:  # add tags: a phrase written before a word
+                from searchsmith.models.decomposer import check_add_head
+
+                try:
+                    add = check_add_head(gen["add_head"])
+                except ValidationError as exc:
+                    raise BundleError(f"bundle {self.path}: manifest generation.add_head: {exc}; re-export it") from None
+                if np.asarray(add["weight"]).shape[1] != self.depth_head[0].shape[1]:
+                    raise BundleError(f"bundle {self.path}: manifest generation.add_head is not as wide as the depth "
+                                      "head; re-export it")
+                self.add_head = (np.asarray(add["weight"], np.float32), np.asarray(add["bias"], np.float32),
+                                 list(add["phrases"]))
         self.start_id = int(gen.get("decoder_start_token_id", -1))
         self.eos_id = int(gen.get("eos_token_id", -1))
         self.pad_id = int(gen.get("pad_token_id", 0))
@@ -593,19 +606,28 @@ class DecomposeBundle(Bundle):
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
         """Per question, each word's label from the encoder graph and the depth head (tagger):
         its depth, or with ``generation.tag_drop`` its depth and delete tag."""
-        from searchsmith.models.decomposer import depths_of, tag_encode
+        return [labels for labels, _ in self.tag_labels(questions)]
+
+    def tag_labels(self, questions: Sequence[str]) -> list[tuple[list[int], list[str]]]:
+        """Per question, :meth:`tag_depths`' labels and each word's add phrase from
+        ``generation.add_head`` (all "" without it), as ``Decomposer.tag_labels``."""
+        from searchsmith.models.decomposer import adds_of, depths_of, tag_encode
 
         if self.depth_head is None:
             raise BundleError(f"bundle {self.path}: not a tagger decomposer (generation.arch)")
         weight, bias = self.depth_head
-        out: list[list[int]] = []
+        out: list[tuple[list[int], list[str]]] = []
         for start in range(0, len(questions), self.batch_size):
             chunk = list(questions[start:start + self.batch_size])
             enc, firsts = self._tokenizer_call(tag_encode, self.tokenizer, chunk, self.max_length, "np")
             hidden = self.graphs["encoder"]({"input_ids": enc["input_ids"].astype(np.int64),
-                                             "attention_mask": enc["attention_mask"].astype(np.int64)})
-            logits = hidden.astype(np.float32) @ weight.T + bias
-            out += [depths_of(logits[i], firsts[i], self.switch_penalty, self.drop_levels) for i in range(len(chunk))]
+                                             "attention_mask": enc["attention_mask"].astype(np.int64)}).astype(np.float32)
+            logits = hidden @ weight.T + bias
+            add_logits = hidden @ self.add_head[0].T + self.add_head[1] if self.add_head is not None else None
+            for i in range(len(chunk)):
+                adds = (adds_of(add_logits[i], firsts[i], self.add_head[2]) if self.add_head is not None
+                        else [""] * len(firsts[i]))
+                out.append((depths_of(logits[i], firsts[i], self.switch_penalty, self.drop_levels), adds))
         return out
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
@@ -613,8 +635,8 @@ class DecomposeBundle(Bundle):
         from searchsmith.models.qdg_spans import graph_from_labels
 
         cap = max_nodes or self.max_nodes
-        return [graph_from_labels(q, d, cap, self.drop_levels)
-                for q, d in zip(questions, self.tag_depths(questions), strict=True)]
+        return [graph_from_labels(q, labels, cap, self.drop_levels, adds)
+                for q, (labels, adds) in zip(questions, self.tag_labels(questions), strict=True)]
 
     def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> WithMeta[QDG]:
         """The QDG of ``question`` (``terminal`` with the question when the output is unusable)."""

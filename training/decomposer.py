@@ -100,6 +100,11 @@ class DecomposerModelConfig:
             from the gold steps: "How many" of "number of #1", a "did", a "?";
             :func:`~searchsmith.models.qdg_spans.drops_from_graph`). The structure is the same;
             the steps' texts come closer to how the sets write them (Break's SARI, GED).
+        tag_add_phrases: ``tagger`` with ``tag_drop`` only: add tags too (LaserTagger's add):
+            each word may have a phrase written before it in its step ("number of" in place of
+            a dropped "How many", "that", "when was"), one of the this many phrases the gold
+            steps add most often in training (:func:`~searchsmith.models.qdg_spans.adds_from_graph`),
+            predicted by this many + 1 more labels of the token head. 0: copy only.
         switch_penalties: ``tagger`` only: candidate costs (nats) of a change of depth between
             neighbouring words when the labels are decoded (Viterbi,
             :func:`~searchsmith.models.decomposer.depths_of`; 0: each word's argmax, which can
@@ -142,6 +147,7 @@ class DecomposerModelConfig:
     arch: Literal["tagger", "tiny-tagger", "encoder-decoder", "tiny", "seq2seq", "causal"] = "encoder-decoder"
     tag_depth: int = 4
     tag_drop: bool = False
+    tag_add_phrases: int = 0
     switch_penalties: list[float] = field(default_factory=lambda: [0.0])
     joint_rewrite: bool = True
     decoder_layers: int = 0  # bert2bert: keep the first N decoder layers (0 = all 6)
@@ -189,6 +195,11 @@ class DecomposerModelConfig:
                      "eval_batch_size", "tiny_hidden", "tag_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.tag_add_phrases < 0:
+            raise ValueError(f"model.tag_add_phrases must be >= 0 (0 = no add tags), got {self.tag_add_phrases}")
+        if self.tag_add_phrases and not (self.tag_drop and self.arch in ("tagger", "tiny-tagger")):
+            raise ValueError("model.tag_add_phrases needs model.arch tagger (or tiny-tagger) with model.tag_drop: true "
+                             f"(got arch {self.arch!r}, tag_drop {self.tag_drop})")
         if self.decoder_layers < 0:
             raise ValueError(f"model.decoder_layers must be >= 0 (0 = all), got {self.decoder_layers}")
         if not self.switch_penalties or not all(
@@ -380,12 +391,13 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
         # depths on the aligned decompositions; with joint rewrite tags (a head of more labels
         # than depths) also the rewrites that have history, in batches of their own
         tagged = [e for e in examples if e.get("depths") is not None]
-        if dec.model.config.num_labels > dec.tag_depth:
+        if dec.model.config.num_labels > dec.tag_depth + add_labels(dec):
             tagged += [e for e in examples for _ in range(rewrite_repeat)
                        if e["task"] == "rewrite" and e["history"]]
         for group in _bucketed(tagged, batch_size, rng, lambda e: (e["task"], len(e["source"])), by_task=True):
             if group[0]["task"] == "decompose":
-                yield dec.prepare_tag_batch([e["query"] for e in group], [e["depths"] for e in group])
+                yield dec.prepare_tag_batch([e["query"] for e in group], [e["depths"] for e in group],
+                                            [e.get("adds") or [] for e in group] if dec.add_phrases else None)
             else:
                 yield dec.prepare_rewrite_tag_batch([(e["history"], e["query"], e["target"]) for e in group])
         return
@@ -539,18 +551,34 @@ def tag_examples(examples: Sequence[dict[str, Any]], depth: int,
     """The examples, each decomposition with its gold graph's per-word ``depths`` (None when
     the graph is not a tree of nested spans of the question), and how many were aligned.
     With ``drop`` the ``depths`` are the tagger's labels with delete tags
-    (:func:`~searchsmith.models.qdg_spans.edit_labels`, ``depth`` levels)."""
-    from searchsmith.models.qdg_spans import depths_from_graph, edit_labels_from_graph
+    (:func:`~searchsmith.models.qdg_spans.edit_labels`, ``depth`` levels) and ``adds`` each
+    word's gold add phrase (:func:`~searchsmith.models.qdg_spans.adds_from_graph`)."""
+    from searchsmith.models.qdg_spans import depths_from_graph, gold_tags
 
     out, aligned = [], 0
     for e in examples:
         if e["task"] == "decompose":
-            d = (edit_labels_from_graph(e["query"], e["graph"], depth) if drop
-                 else depths_from_graph(e["query"], e["graph"], depth))
-            aligned += d is not None
-            e = {**e, "depths": d}
+            if drop:
+                tags = gold_tags(e["query"], e["graph"], depth)
+                e = {**e, "depths": tags[0] if tags else None, "adds": tags[1] if tags else None}
+            else:
+                e = {**e, "depths": depths_from_graph(e["query"], e["graph"], depth)}
+            aligned += e["depths"] is not None
         out.append(e)
     return out, aligned
+
+
+def add_vocabulary(examples: Sequence[dict[str, Any]], size: int) -> list[str]:
+    """The ``size`` phrases the aligned training steps add most often (:func:`tag_examples`'
+    ``adds``; ties: alphabetical), padded with "" (a label never trained as a phrase)."""
+    counts = Counter(x for e in examples for x in (e.get("adds") or []) if x)
+    top = [x for x, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
+    return top + [""] * (size - len(top))
+
+
+def add_labels(dec: Decomposer) -> int:
+    """How many of the tagger's head labels are add labels (none + one per phrase; 0 without)."""
+    return len(dec.add_phrases) + 1 if dec.add_phrases else 0
 
 
 def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
@@ -560,10 +588,13 @@ def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
 
         depth_labels = m.tag_depth * (2 if m.tag_drop else 1)
         labels = depth_labels + (len(TAGS) if m.joint_rewrite else 0)
+        labels += m.tag_add_phrases + 1 if m.tag_add_phrases else 0  # none + one per phrase, last
         model, tok = build_tagger(m.base_model, labels,
                                   tiny_hidden=m.tiny_hidden if m.arch == "tiny-tagger" else 0)
+        # the phrases are chosen from the training data (add_vocabulary) once it is read
         return Decomposer(model, tok, TAGGER, max_source_tokens=m.max_source_tokens, max_nodes=m.max_nodes,
-                          batch_size=m.eval_batch_size, tag_depth=depth_labels, tag_drop=m.tag_drop)
+                          batch_size=m.eval_batch_size, tag_depth=depth_labels, tag_drop=m.tag_drop,
+                          add_phrases=[""] * m.tag_add_phrases)
     elif m.arch == "tiny":
         model, tok = build_tiny(m.base_model, hidden=m.tiny_hidden)
         arch = "encoder-decoder"
@@ -633,6 +664,12 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
             print(f"decomposer: {len(calib_ex)} training graphs set apart to choose the switch penalty "
                   f"among {cfg.model.switch_penalties}", flush=True)
             aligned = sum(e.get("depths") is not None for e in train_ex)
+        if cfg.model.tag_add_phrases:
+            dec.add_phrases = add_vocabulary(train_ex, cfg.model.tag_add_phrases)
+            covered = Counter(x for e in train_ex for x in (e.get("adds") or []) if x)
+            print(f"decomposer: add tags: {len([x for x in dec.add_phrases if x])} phrases cover "
+                  f"{sum(covered[x] for x in dec.add_phrases if x)} of {sum(covered.values())} phrases the "
+                  "training steps add", flush=True)
         if not aligned:
             raise ValidationError("decomposer: no training decomposition aligns to nested spans of its question; "
                                   "check data.sources (the tagger needs graphs whose steps copy the question)")
@@ -657,7 +694,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         if dec.arch != TAGGER:
             return m(**batch).loss
         return tagger_loss(m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
-                           batch["labels"], dec.tag_depth)
+                           batch["labels"], dec.tag_depth, batch.get("add_labels"), add_labels(dec))
 
     # 4. Train (evaluating on the held-out split; the last eval covers all of it)
     # eval_fn must know whether it is the final eval (all held-out items) or an intermediate
@@ -675,7 +712,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
             return Decomposer(m, dec.tokenizer, TAGGER, max_source_tokens=dec.max_source_tokens,
                               max_nodes=dec.max_nodes, batch_size=dec.batch_size,
                               max_history_turns=cfg.data.max_history_turns, tag_depth=dec.tag_depth,
-                              tag_drop=dec.tag_drop, switch_penalty=heads.get("switch", dec.switch_penalty))
+                              tag_drop=dec.tag_drop, switch_penalty=heads.get("switch", dec.switch_penalty),
+                              add_phrases=dec.add_phrases)
         return Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
@@ -724,24 +762,31 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         "rewrite_vocab": vocabs["rewrite"], "rewrite_target": dec.rewrite_target,
         "type_head": type_head_json(head) if use_head else None,
         "rewrite_head": type_head_json(tagger) if use_tagger else None,
-        **({"tag_depth": dec.tag_depth, "tag_drop": dec.tag_drop,
+        **({"tag_depth": dec.tag_depth, "tag_drop": dec.tag_drop, "add_phrases": dec.add_phrases,
             "switch_penalty": float(heads.get("switch", dec.switch_penalty))} if dec.arch == TAGGER else {}),
     })
     return result.final_metrics
 
 
-def tagger_loss(logits: Any, labels: Any, depth: int) -> Any:
+def tagger_loss(logits: Any, labels: Any, depth: int, add_labels: Any = None, n_add: int = 0) -> Any:
     """Cross-entropy of the tagger: labels below ``depth`` over the depth logits, the others
-    (rewrite tags, offset by ``depth``) over the rest; -100 ignored; averaged over tokens."""
+    (rewrite tags, offset by ``depth``) over the labels after them but before the last
+    ``n_add`` (the add labels, whose targets ``add_labels`` has on the same tokens as the
+    depths); -100 ignored; averaged over the labelled tokens (an add label counts with its word)."""
     import torch.nn.functional as F
 
-    flat, y = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    width = logits.shape[-1]
+    flat, y = logits.reshape(-1, width), labels.reshape(-1)
     parts = []
     is_depth, is_tag = (y >= 0) & (y < depth), y >= depth
     if is_depth.any():
         parts.append(F.cross_entropy(flat[is_depth][:, :depth], y[is_depth], reduction="sum"))
     if is_tag.any():
-        parts.append(F.cross_entropy(flat[is_tag][:, depth:], y[is_tag] - depth, reduction="sum"))
+        parts.append(F.cross_entropy(flat[is_tag][:, depth:width - n_add], y[is_tag] - depth, reduction="sum"))
+    if n_add and add_labels is not None:
+        a = add_labels.reshape(-1)
+        if (a >= 0).any():
+            parts.append(F.cross_entropy(flat[a >= 0][:, width - n_add:], a[a >= 0], reduction="sum"))
     return sum(parts) / max(int((y >= 0).sum()), 1) if parts else flat.sum() * 0.0
 
 

@@ -169,3 +169,35 @@ def test_edit_labels_round_trip() -> None:
     q = "when was lumen born"
     assert graph_from_labels(q, [0, 0, 1, 0], drop_levels=0).to_json() == graph_from_depths(q, [0, 0, 1, 0]).to_json()
     assert _texts(graph_from_labels(q, [4, 0, 1, 0], drop_levels=4)) == ["lumen", "was #1 born"]
+
+
+def test_add_tags_write_the_words_a_step_adds() -> None:
+    from searchsmith.models.qdg_spans import adds_from_graph, gold_tags, graph_from_labels, split_edit_labels
+
+    q = "How many yards did Brady pass to Moss?"
+    gold = {"type": "chain", "nodes": [{"id": "1", "text": "yards Brady passed to Moss", "depends_on": []},
+                                       {"id": "2", "text": "number of #1", "depends_on": ["1"]}]}
+    words = [q[a:b] for a, b in question_words(q)]
+    adds = adds_from_graph(q, gold)
+    # "number of" goes in place of the dropped "How"; "passed" in place of the dropped "pass"
+    assert {w: x for w, x in zip(words, adds, strict=True) if x} == {"How": "number of", "pass": "passed"}
+    labels, adds2 = gold_tags(q, gold, 4)
+    assert adds2 == adds
+    depths, drops = split_edit_labels(labels, 4)
+    # with the gold depths, drops and adds the steps are the gold steps
+    assert _texts(graph_from_labels(q, labels, drop_levels=4, adds=adds)) == ["yards Brady passed to Moss",
+                                                                              "number of #1"]
+    assert _texts(graph_from_depths(q, depths, drops=drops, adds=[""] * len(words))) == ["yards Brady to Moss",
+                                                                                          "How many #1?"]
+    # on a kept word the phrase comes before it; past the last word nothing is added
+    assert _texts(graph_from_depths("when was lumen born", [0, 0, 1, 0], adds=["", "", "the", ""])) == [
+        "the lumen", "when was #1 born"]
+    assert _texts(graph_from_depths("when was lumen born", [0, 0, 1, 0], adds=["", "", "", "", "x"])) == [
+        "lumen", "when was #1 born"]
+    # a run of added words between two children has no word to carry it: left out
+    q2 = "Paris Rome"
+    two = {"type": "split", "nodes": [{"id": "1", "text": "Paris", "depends_on": []},
+                                      {"id": "2", "text": "Rome", "depends_on": []},
+                                      {"id": "3", "text": "#1 is older than #2", "depends_on": ["1", "2"]}]}
+    assert adds_from_graph(q2, two) in (None, ["", ""])
+    assert adds_from_graph("", gold) is None

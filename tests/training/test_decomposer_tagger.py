@@ -108,7 +108,7 @@ def test_tagger_failure_degrades_to_one_node(tagger_run: tuple[Path, dict], monk
     def broken(*_a: object, **_k: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(dec, "tag_depths", broken)
+    monkeypatch.setattr(dec, "tag_labels", broken)
     with caplog.at_level("WARNING"):
         out = dec.decompose_batch(["When was the founder of Lumen born?"])
     assert out[0][0].type == "terminal" and not out[0][1] and "tagging failed" in caplog.text
@@ -329,3 +329,97 @@ def test_switch_penalties_without_calibration_graphs_are_refused() -> None:
         load_recipe_config(TINY_TAGGER, ["model.switch_penalties=[-1.0]"])
     with pytest.raises(ValueError, match="calibration_ratio"):
         load_recipe_config(TINY_TAGGER, ["data.calibration_ratio=1.5"])
+
+
+@pytest.fixture(scope="module")
+def add_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from searchsmith.training.registry import get_recipe
+
+    run_dir = tmp_path_factory.mktemp("decomposer_tagger_add")
+    cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0", "model.tag_drop=true",
+                                           "model.tag_add_phrases=6", "train.save_every_steps=3",
+                                           f"output_dir={run_dir}"])
+    get_recipe("decomposer").fn(cfg, run_dir=run_dir)
+    return run_dir
+
+
+def test_add_vocabulary_takes_the_most_frequent_phrases_and_pads() -> None:
+    from searchsmith.training.decomposer import add_vocabulary
+
+    examples = [{"adds": ["", "that", "of"]}, {"adds": ["that", "", "number of"]}, {"adds": None},
+                {"task": "rewrite"}, {"adds": ["of", "that"]}]
+    assert add_vocabulary(examples, 2) == ["that", "of"]
+    assert add_vocabulary(examples, 5) == ["that", "of", "number of", "", ""]
+    q = "How many yards did Brady pass to Moss?"
+    ex = {"task": "decompose", "query": q, "graph": {"type": "chain", "nodes": [
+        {"id": "1", "text": "yards Brady passed to Moss", "depends_on": []},
+        {"id": "2", "text": "number of #1", "depends_on": ["1"]}]}}
+    (tagged,), _ = tag_examples([ex], 4, drop=True)
+    assert [x for x in tagged["adds"] if x] == ["number of", "passed"]
+
+
+def test_tagger_loss_trains_the_add_labels_on_their_own_slice() -> None:
+    # 2 depth labels, 3 rewrite tags, 3 add labels (none + 2 phrases)
+    logits = torch.zeros(1, 3, 8, requires_grad=True)
+    labels = torch.tensor([[0, 1, -100]])
+    adds = torch.tensor([[2, 0, -100]])
+    loss = tagger_loss(logits, labels, 2, adds, 3)
+    loss.backward()
+    grad = logits.grad[0]
+    assert grad[0, 5:].abs().sum() > 0 and grad[0, 2:5].abs().sum() == 0  # add slice, not the rewrite tags
+    assert grad[2].abs().sum() == 0  # an unlabelled token
+    # without add labels the same logits give the depth loss alone
+    assert float(tagger_loss(logits, labels, 2, None, 3).detach()) < float(loss.detach())
+    # rewrite tags (labels >= depth) are scored over the rewrite slice only
+    rw = tagger_loss(torch.zeros(1, 1, 8), torch.tensor([[3]]), 2, None, 3)
+    assert abs(float(rw) - float(np.log(3))) < 1e-5
+
+
+def test_tagger_with_add_tags_trains_exports_and_serves_the_same_graphs(add_run: Path, tmp_path: Path) -> None:
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.models.runtime import load_bundle
+    from searchsmith.training.decompose_data import synthetic
+
+    meta = json.loads((add_run / "model" / "decomposer.json").read_text())
+    assert len(meta["add_phrases"]) == 6 and meta["tag_drop"] is True
+    dec = Decomposer.load(add_run)
+    assert dec.add_phrases == meta["add_phrases"]
+    assert dec.model.config.num_labels == 8 + 3 + 7  # depths x drop, O / REF / TGT, none + 6 phrases
+    questions = QUESTIONS + [e["query"] for e in synthetic(30, 0, seed=5)]
+    labelled = dec.tag_labels(questions)
+    graphs = dec.tag_graphs(questions)
+    assert all(validate(g) == [] for g in graphs)
+    assert [len(a) for _, a in labelled] == [len(question_words(q)) for q in questions]
+    assert all(x in dec.add_phrases for _, a in labelled for x in a if x)
+    assert any(x for _, a in labelled for x in a)  # the random head writes phrases: parity means something
+
+    out = tmp_path / "b"
+    export_run(add_run, out, ExportOptions(dtype="fp32"))
+    m = json.loads((out / "manifest.json").read_text())
+    head = m["generation"]["add_head"]
+    assert head["phrases"] == dec.add_phrases and len(head["weight"]) == 7
+    assert m["parity"]["checks"]["fp32_identical_generations"] == 1.0
+    b = load_bundle(out)
+    assert b.tag_labels(questions) == labelled
+    assert [g.to_json() for g in b.tag_graphs(questions)] == [g.to_json() for g in graphs]
+
+    head["phrases"] = head["phrases"][:5]
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="add_head"):
+        load_bundle(out)
+    head["phrases"] = ["#1 of"] * 6
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="add_head"):
+        load_bundle(out)
+
+
+def test_add_tags_need_a_tagger_with_delete_tags() -> None:
+    from searchsmith.models.errors import ConfigError
+
+    with pytest.raises(ValueError, match="tag_add_phrases"):
+        load_recipe_config(TINY_TAGGER, ["model.tag_add_phrases=4"])
+    with pytest.raises(ValueError, match="tag_add_phrases"):
+        load_recipe_config(TINY_TAGGER, ["model.tag_drop=true", "model.tag_add_phrases=-1"])
+    model, tok = build_tagger("default", depth=8, tiny_hidden=16)
+    with pytest.raises(ConfigError, match="add_phrases"):
+        Decomposer(model, tok, TAGGER, tag_depth=8, tag_drop=True, add_phrases=["that"])
