@@ -172,7 +172,12 @@ def test_edit_labels_round_trip() -> None:
 
 
 def test_add_tags_write_the_words_a_step_adds() -> None:
-    from searchsmith.models.qdg_spans import adds_from_graph, gold_tags, graph_from_labels, split_edit_labels
+    from searchsmith.models.qdg_spans import (
+        adds_from_graph,
+        gold_tags,
+        graph_from_labels,
+        split_edit_labels,
+    )
 
     q = "How many yards did Brady pass to Moss?"
     gold = {"type": "chain", "nodes": [{"id": "1", "text": "yards Brady passed to Moss", "depends_on": []},
