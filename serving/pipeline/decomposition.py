@@ -5,8 +5,10 @@ trusted raw); without a bundle, or under a preset that skips decomposition, the 
 is one ``terminal`` node. The history terms the heuristic rewrite appends (`` (Lumen
 eviction)``) are context, not question: the question is decomposed without them and every
 step carries them (:func:`~searchsmith.serving.rewrite.appended_terms`). Strategies after
-SRSA map onto the graph's type: ``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` -> ``planning``; a config
-or request may force one (the router ablation of ``searchsmith eval pipeline``).
+SRSA map onto the graph's type: ``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` -> ``planning``
+when the parents' answers are short answers (a reader or an LLM) and ``parallel`` when they are
+extractive sentences (``decomposition.chain_strategy``); a config or request may force one (the
+router ablation of ``searchsmith eval pipeline``).
 """
 
 from __future__ import annotations
@@ -31,11 +33,27 @@ class DecompositionStage:
     reads = ("query", "rewrite")
     writes = ("graph", "strategy")
 
-    def __init__(self, bundle: Decomposer | None, config: DecompositionConfig, gated: bool = False) -> None:
-        """``gated``: a decomposer is configured but its gate keeps it off (the trace says so)."""
+    def __init__(self, bundle: Decomposer | None, config: DecompositionConfig, gated: bool = False,
+                 short_answers: bool = True) -> None:
+        """``gated``: a decomposer is configured but its gate keeps it off (the trace says so).
+        ``short_answers``: the pipeline answers sub-questions with short answers (a reader or an
+        LLM), which ``chain_strategy: auto`` plans with."""
         self.bundle = bundle
         self.config = config
         self.gated = gated
+        self.short_answers = short_answers
+
+    def strategy_of(self, graph_type: str) -> tuple[str, str | None]:
+        """The strategy ``auto`` gives a graph of ``graph_type``, and a note when a chain is not planned."""
+        if graph_type != "chain":
+            return STRATEGY_OF_TYPE[graph_type], None
+        chain = self.config.chain_strategy
+        if chain == "auto":
+            chain = "planning" if self.short_answers else "parallel"
+            if chain == "parallel":
+                return chain, ("chain searched level by level (parallel), not planned: the parents' answers "
+                               "would be extractive sentences (no reader or LLM); decomposition.chain_strategy")
+        return chain, None
 
     def run(self, state: PipelineState, preset: Preset, strategy: str | None = None) -> None:
         question = state.question()
@@ -66,4 +84,9 @@ class DecompositionStage:
                     state.trace.note(f"decomposition: {st.note}")
             state.graph = graph
             forced = strategy or (self.config.strategy if self.config.strategy != "auto" else None)
-            state.strategy = forced or STRATEGY_OF_TYPE[graph.type]
+            if forced:
+                state.strategy = forced
+            else:
+                state.strategy, why = self.strategy_of(graph.type)
+                if why:
+                    state.trace.note(f"decomposition: {why}")

@@ -523,6 +523,11 @@ class GenerationStage:
         self.prompt = load_prompt(config.prompt) if llm is not None else None
         self.node_prompt = load_prompt(config.node_prompt) if llm is not None else None
 
+    @property
+    def short_answers(self) -> bool:
+        """Whether sub-questions get short answers (an LLM or the reader), not extractive sentences."""
+        return self.llm is not None or self.reading is not None
+
     def answer_node(self, question: str, passages: list[Passage], state: PipelineState) -> str:
         """A sub-question's short answer (planning fills children with it)."""
         if self.llm is not None:

@@ -78,6 +78,7 @@ def test_planning_fills_children_with_the_parents_short_answer(make_pipeline, fa
     reader = FakeReader(["Evictor", "tests/test_evict.py"])
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader}).ask(
         "Where are the tests of the class that implements Lumen eviction?")
+    assert ans["trace"]["strategy"] == "planning"  # chain_strategy auto plans with short answers
     first, second = ans["nodes"]
     assert first["answer"] == "Evictor"  # the short answer, not a sentence
     assert second["text"] == "Where are the tests of Evictor?"

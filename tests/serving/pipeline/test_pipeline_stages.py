@@ -200,7 +200,8 @@ def test_split_graph_runs_parallel_nodes_concurrently(make_pipeline, fakes):
 
 
 def test_chain_graph_plans_and_fills_references(make_pipeline, fakes):
-    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)},
+                        decomposition={"chain_strategy": "planning"}).ask(
         "Where are the tests of the class that implements Lumen eviction?")
     assert ans["trace"]["strategy"] == "planning"
     first, second = ans["nodes"]
@@ -208,6 +209,25 @@ def test_chain_graph_plans_and_fills_references(make_pipeline, fakes):
     assert "#1" not in second["text"] and first["answer"] in second["text"]
     assert second["round"] == 1
     assert "retrieval.compress" in ans["trace"]["stages"]
+
+
+def test_a_chain_without_short_answers_is_searched_level_by_level(make_pipeline, fakes):
+    q = "Where are the tests of the class that implements Lumen eviction?"
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q)
+    # extractive answers are sentences: chain_strategy auto does not plan with them, and says so
+    assert ans["trace"]["strategy"] == "parallel"
+    assert any("not planned" in n and "chain_strategy" in n for n in ans["trace"]["notes"])
+    assert "retrieval.compress" not in ans["trace"]["stages"]
+    assert [n["round"] for n in ans["nodes"]] == [0, 1]  # still parents first
+    forced = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)},
+                           decomposition={"chain_strategy": "parallel"}).ask(q)
+    assert forced["trace"]["strategy"] == "parallel"
+    assert not any("not planned" in n for n in forced["trace"]["notes"])  # chosen, not defaulted
+    # a split graph is parallel and a forced strategy wins, whatever chain_strategy says
+    assert make_pipeline(bundles={"decomposer": fakes["decomposer"](SPLIT)}).ask(
+        "Which planet is the largest?")["trace"]["strategy"] == "parallel"
+    assert make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(
+        q, strategy="planning")["trace"]["strategy"] == "planning"
 
 
 def test_max_rounds_drops_deeper_nodes(make_pipeline, fakes):
