@@ -108,18 +108,20 @@ class DecompositionConfig:
             chain -> ``chain_strategy``, after SRSA); any other value forces that strategy.
         chain_strategy: what ``auto`` does with a chain: ``planning`` (SRSA: a child's ``#k``
             filled with its parents' answers, the passages filtered and compressed after each
-            round), ``parallel`` (the levels retrieved in turn, nothing filtered), or ``auto``:
-            planning when the pipeline has short answers for the parents (a reader bundle in
-            use or an LLM backend), parallel when they are extractive sentences. Measured on
-            196 multi-hop questions with sentences: planning retrieval recall 0.647, parallel
-            0.734 (serving/profiling/RESULTS.md, "Strategies with the new decomposer").
+            round), ``parallel`` (the levels retrieved in turn, a child's ``#k`` filled the same
+            way, nothing filtered), or ``auto``: planning when the parents get short answers (a
+            reader bundle in use or an LLM backend), parallel when they would be extractive
+            sentences. The default is ``parallel``: on unseen multi-hop questions planning lost
+            retrieval recall both with sentences (0.647 vs 0.734, 196 questions) and with the
+            reader's short answers (0.630 vs 0.715, 43 questions; serving/profiling/RESULTS.md,
+            "Strategies with the new decomposer"). An LLM's answers were not measured.
         max_nodes: cap on sub-questions (each one costs a retrieval).
         max_rounds: cap on planning rounds (dependency levels); deeper nodes are dropped.
         parallel_workers: threads retrieving independent nodes concurrently.
     """
 
     strategy: Strategy = "auto"
-    chain_strategy: Literal["auto", "planning", "parallel"] = "auto"
+    chain_strategy: Literal["auto", "planning", "parallel"] = "parallel"
     max_nodes: int = 4
     max_rounds: int = 3
     parallel_workers: int = 4

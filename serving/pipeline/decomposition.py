@@ -5,10 +5,11 @@ trusted raw); without a bundle, or under a preset that skips decomposition, the 
 is one ``terminal`` node. The history terms the heuristic rewrite appends (`` (Lumen
 eviction)``) are context, not question: the question is decomposed without them and every
 step carries them (:func:`~searchsmith.serving.rewrite.appended_terms`). Strategies after
-SRSA map onto the graph's type: ``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` -> ``planning``
-when the parents' answers are short answers (a reader or an LLM) and ``parallel`` when they are
-extractive sentences (``decomposition.chain_strategy``); a config or request may force one (the
-router ablation of ``searchsmith eval pipeline``).
+SRSA map onto the graph's type: ``terminal`` -> ``direct``, ``split`` -> ``parallel``, ``chain`` ->
+``decomposition.chain_strategy``: ``parallel`` by default (measured: planning's filtering lost
+retrieval recall), ``planning`` (SRSA's), or ``auto`` (planning when the parents' answers are
+short answers from a reader or an LLM, parallel when they are extractive sentences); a config or
+request may force one (the router ablation of ``searchsmith eval pipeline``).
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ def test_extractive_backend_and_a_losing_reader_leave_the_reader_out(make_pipeli
 
 def test_planning_fills_children_with_the_parents_short_answer(make_pipeline, fakes):
     reader = FakeReader(["Evictor", "tests/test_evict.py"])
-    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader}).ask(
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader},
+                        decomposition={"chain_strategy": "auto"}).ask(
         "Where are the tests of the class that implements Lumen eviction?")
     assert ans["trace"]["strategy"] == "planning"  # chain_strategy auto plans with short answers
     first, second = ans["nodes"]

@@ -213,7 +213,10 @@ def test_chain_graph_plans_and_fills_references(make_pipeline, fakes):
 
 def test_a_chain_without_short_answers_is_searched_level_by_level(make_pipeline, fakes):
     q = "Where are the tests of the class that implements Lumen eviction?"
-    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q)
+    default = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q)
+    assert default["trace"]["strategy"] == "parallel"  # chain_strategy's default
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)},
+                        decomposition={"chain_strategy": "auto"}).ask(q)
     # extractive answers are sentences: chain_strategy auto does not plan with them, and says so
     assert ans["trace"]["strategy"] == "parallel"
     assert any("not planned" in n and "chain_strategy" in n for n in ans["trace"]["notes"])
