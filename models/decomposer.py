@@ -335,8 +335,7 @@ class Decomposer:
             raise ConfigError(f"tag_drop: the tagger's {self.tag_depth} depth labels are not depth levels "
                               "times kept / dropped (an even number >= 2); re-train with model.tag_drop")
         self.add_phrases = [str(x) for x in add_phrases]
-        if self.add_phrases and (arch != TAGGER
-                                 or model.config.num_labels < self.tag_depth + len(self.add_phrases) + 1):
+        if self.add_phrases and (arch != TAGGER or model.config.num_labels < self.tag_depth + self.add_labels):
             raise ConfigError(f"add_phrases: {len(self.add_phrases)} add phrases need a tagger whose token head has "
                               f"{self.tag_depth} depth labels plus {len(self.add_phrases) + 1} add labels; re-train "
                               "with model.tag_add_phrases")
@@ -490,6 +489,12 @@ class Decomposer:
         """Depth levels of labels with delete tags (``tag_depth // 2``), 0 without them."""
         return self.tag_depth // 2 if self.tag_drop else 0
 
+    @property
+    def add_labels(self) -> int:
+        """How many of the token head's labels (its last ones) are add labels: none + one per
+        phrase; 0 without ``add_phrases``."""
+        return len(self.add_phrases) + 1 if self.add_phrases else 0
+
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
         """Per question, each word's predicted label (the tagger; batched, no grad): its depth,
         or with ``tag_drop`` its depth and delete tag (:func:`~searchsmith.models.qdg_spans.edit_labels`)."""
@@ -501,7 +506,7 @@ class Decomposer:
         import torch
 
         out: list[tuple[list[int], list[str]]] = []
-        n_add = len(self.add_phrases) + 1 if self.add_phrases else 0
+        n_add = self.add_labels
         with self._eval_mode() as device:
             for start in range(0, len(questions), self.batch_size):
                 chunk = list(questions[start:start + self.batch_size])

@@ -357,14 +357,6 @@ def gold_tags(question: str, graph: QDG | dict[str, Any], levels: int,
     return edit_labels(depths, drops, levels), _adds(question, g, spans, drops)
 
 
-def edit_labels_from_graph(question: str, graph: QDG | dict[str, Any], levels: int,
-                           max_words: int = 64) -> list[int] | None:
-    """:func:`edit_labels` of the gold graph's depths and drops, aligned once; None where
-    :func:`depths_from_graph` is None."""
-    tags = gold_tags(question, graph, levels, max_words)
-    return None if tags is None else tags[0]
-
-
 def edit_labels(depths: Sequence[int], drops: Sequence[bool], levels: int) -> list[int]:
     """One label per word for a tagger with delete tags: ``depth + levels * drop``
     (:func:`split_edit_labels` reads it back)."""
@@ -386,5 +378,5 @@ def graph_from_labels(question: str, labels: Sequence[int], max_nodes: int = 8, 
     return graph_from_depths(question, labels, max_nodes, adds=adds)
 
 
-__all__ = ["adds_from_graph", "depths_from_graph", "drops_from_graph", "edit_labels", "edit_labels_from_graph",
+__all__ = ["adds_from_graph", "depths_from_graph", "drops_from_graph", "edit_labels",
            "gold_tags", "graph_from_depths", "graph_from_labels", "question_words", "split_edit_labels"]

@@ -391,7 +391,7 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
         # depths on the aligned decompositions; with joint rewrite tags (a head of more labels
         # than depths) also the rewrites that have history, in batches of their own
         tagged = [e for e in examples if e.get("depths") is not None]
-        if dec.model.config.num_labels > dec.tag_depth + add_labels(dec):
+        if dec.model.config.num_labels > dec.tag_depth + dec.add_labels:
             tagged += [e for e in examples for _ in range(rewrite_repeat)
                        if e["task"] == "rewrite" and e["history"]]
         for group in _bucketed(tagged, batch_size, rng, lambda e: (e["task"], len(e["source"])), by_task=True):
@@ -576,11 +576,6 @@ def add_vocabulary(examples: Sequence[dict[str, Any]], size: int) -> list[str]:
     return top + [""] * (size - len(top))
 
 
-def add_labels(dec: Decomposer) -> int:
-    """How many of the tagger's head labels are add labels (none + one per phrase; 0 without)."""
-    return len(dec.add_phrases) + 1 if dec.add_phrases else 0
-
-
 def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
     """The untrained model of ``m`` wrapped in a :class:`Decomposer`."""
     if m.arch in ("tagger", "tiny-tagger"):
@@ -694,7 +689,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         if dec.arch != TAGGER:
             return m(**batch).loss
         return tagger_loss(m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
-                           batch["labels"], dec.tag_depth, batch.get("add_labels"), add_labels(dec))
+                           batch["labels"], dec.tag_depth, batch.get("add_labels"), dec.add_labels)
 
     # 4. Train (evaluating on the held-out split; the last eval covers all of it)
     # eval_fn must know whether it is the final eval (all held-out items) or an intermediate
