@@ -24,6 +24,13 @@ and distractors), all pooled into one corpus with one source per dataset, so a q
 supporting paragraphs must be found among every other question's paragraphs too.
 Paragraphs that recur are kept once. Sources: StonyBrookNLP/musique (CC BY 4.0), hotpotqa
 (CC BY-SA 4.0), as ``../shared/data/README.md`` records.
+
+``searchsmith make-pipeline-set 2wikimultihop ...`` writes the same files from the
+2WikiMultihopQA open part (10 candidate paragraphs per question, the gold ones named by
+``supporting_facts``; one source): compositional, comparison and inference questions over
+film and person pages that no recipe trains the decomposer on, so a set to check a choice
+made on ``multihop``. Source: Alab-NII/2wikimultihop (the repository lists Apache-2.0; text
+from Wikipedia, CC BY-SA).
 """
 
 from __future__ import annotations
@@ -147,7 +154,32 @@ def multihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], l
     return list(corpus.values()), items
 
 
-PIPELINE_BUILDERS = {"multihop": multihop_pipeline}
+def wikimultihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], list[dict]]:
+    """2WikiMultihopQA: (corpus, qa items); see the module docstring. ``questions`` > 0 keeps
+    the first that many items and only their candidate paragraphs."""
+    corpus: dict[str, dict] = {}
+    items: list[dict] = []
+    candidates: dict[str, list[str]] = {}
+    for r in _read(data_dir / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl"):
+        gold = {str(t) for t, _ in r.get("supporting_facts") or []}
+        ids = []
+        for title, sents in r["context"]:
+            text = " ".join(" ".join(sents).split()) if not isinstance(sents, str) else sents
+            doc_id = _paragraph_id("2wikimultihop", title, text)
+            corpus.setdefault(doc_id, {"id": doc_id, "source": "2wikimultihop", "title": title, "text": text})
+            ids.append((doc_id, title in gold))
+        item_id = f"2wikimultihop-{r['_id']}"
+        items.append({"id": item_id, "query": r["question"], "answer": r["answer"],
+                      "supporting": list(dict.fromkeys(d for d, g in ids if g))})
+        candidates[item_id] = [d for d, _ in ids]
+    if questions > 0:
+        items = items[:questions]
+        keep = {d for it in items for d in candidates[it["id"]]}
+        return [doc for doc_id, doc in corpus.items() if doc_id in keep], items
+    return list(corpus.values()), items
+
+
+PIPELINE_BUILDERS = {"multihop": multihop_pipeline, "2wikimultihop": wikimultihop_pipeline}
 
 
 def configure_make_routing_set(parser: argparse.ArgumentParser) -> None:

@@ -174,6 +174,11 @@ class ExtractiveConfig:
             the node's answer (no unrelated tail after the sentence that answers).
         lexical_weight: weight of the query-term overlap next to the embedding cosine.
         max_sentences: sentences considered per node (the best passages' first).
+        node_answer: a sub-question's extractive answer, the text that fills its children's
+            ``#k`` in a chain: ``names`` (the names, dates and numbers of its best sentence
+            that the sub-question does not mention, at most ``node_answer_names`` of them;
+            the whole sentence when it has none) or ``sentence`` (the best sentence).
+        node_answer_names: most names a ``names`` answer keeps (the sentence's first).
     """
 
     sentences_per_node: int = 2
@@ -181,11 +186,20 @@ class ExtractiveConfig:
     min_relative_score: float = 0.85
     lexical_weight: float = 0.5
     max_sentences: int = 40
+    node_answer: Literal["names", "sentence"] = "names"
+    node_answer_names: int = 3
 
     def __post_init__(self) -> None:
         if self.sentences_per_node < 1 or self.max_sentences < 1:
             raise ValueError("generation.extractive.sentences_per_node and max_sentences must be >= 1, got "
                              f"{self.sentences_per_node} and {self.max_sentences}")
+        if self.node_answer not in ("names", "sentence"):
+            raise ValueError(f"generation.extractive.node_answer must be 'names' or 'sentence', "
+                             f"got {self.node_answer!r}")
+        if isinstance(self.node_answer_names, bool) or not isinstance(self.node_answer_names, int) \
+                or self.node_answer_names < 1:
+            raise ValueError(f"generation.extractive.node_answer_names must be a whole number >= 1, "
+                             f"got {self.node_answer_names!r}")
         if not 0.0 <= self.min_relative_score <= 1.0:
             raise ValueError(f"generation.extractive.min_relative_score must be in [0, 1] (a share of the "
                              f"best sentence's support), got {self.min_relative_score}")
@@ -315,6 +329,10 @@ class GenerationConfig:
             about something else ("By default the server listens on port 9464" for Redis's
             port) score high, but the sources do not cover the question.
         no_answer_text: the answer given when the sources do not support one.
+        chain_support: in a chain (a step whose answer fills a later step's ``#k``), the answer
+            also quotes, before the final steps' sentences, the sentence each earlier step was
+            answered from (the bridge), so it cites the passage of every hop; false: only the
+            final steps' sentences.
         reader: how the reader answers (:class:`ReaderGenConfig`).
     """
 
@@ -326,6 +344,7 @@ class GenerationConfig:
     no_answer_threshold: float | None = 0.5
     no_answer_missing_names: bool = True
     no_answer_text: str = "No answer found in the sources."
+    chain_support: bool = True
     reader: ReaderGenConfig = field(default_factory=ReaderGenConfig)
     extractive: ExtractiveConfig = field(default_factory=ExtractiveConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)

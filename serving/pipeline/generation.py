@@ -178,16 +178,46 @@ class ExtractiveGenerator:
         """The sentences answering ``question`` (:meth:`cut` of :meth:`support`)."""
         return [c.text for c in self.cut(self.support(question, passages, state), n)]
 
-    def compose(self, ranked: Sequence[Sequence[Support]]) -> tuple[str, list[str]]:
-        """(answer, chunk ids it drew on) from each final node's ranked sentences, in node order."""
+    def node_answer(self, question: str, passages: Sequence[Passage], state: PipelineState) -> str:
+        """A sub-question's answer, the text that fills its children's ``#k``
+        (``node_answer``): the names of its best sentence that ``question`` lacks ("Compaq" for
+        "Which was the top PC maker in 1994?"), or the sentence; "" without passages.
+
+        A whole sentence in a child's place ("Where is #1 based?") makes a query about
+        everything that sentence says; its new names are what the child asks about.
+        """
+        picked = self.select(question, passages, state, n=1)
+        if not picked:
+            return ""
+        if self.config.node_answer == "sentence":
+            return picked[0]
+        names = [e for e in pattern_entities(picked[0]) if missing_entities([e], question)]
+        return " ".join(names[: self.config.node_answer_names]) or picked[0]
+
+    def compose(self, ranked: Sequence[Sequence[Support]],
+                lead: Sequence[Support] = ()) -> tuple[str, list[str]]:
+        """(answer, chunk ids it drew on) from each final node's ranked sentences, in node order.
+
+        Args:
+            lead: sentences quoted first, as they are (a chain's bridges, :meth:`bridge`).
+        """
         chosen: list[str] = []
         used: list[str] = []
-        for node_ranked in ranked:
-            for c in self.cut(node_ranked):
+        for group in [list(lead), *(self.cut(r) for r in ranked)]:
+            for c in group:
                 if c.text not in chosen:
                     chosen.append(c.text)
                     used.extend(i for i in c.chunk_ids if i not in used)
         return " ".join(chosen), used
+
+    def bridge(self, node: NodeResult, state: PipelineState) -> Support | None:
+        """The sentence an answered step's answer came from: the best-supported sentence of its
+        passages that contains the answer (a reader's or an LLM's short answer), else its best."""
+        ranked = self.support(node.text, node.passages, state)
+        if not ranked:
+            return None
+        answer = (node.answer or "").lower()
+        return next((c for c in ranked if answer and answer in c.text.lower()), ranked[0])
 
     def answer(self, nodes: Sequence[NodeResult], state: PipelineState) -> str:
         """Fused sentences of the nodes that have no answered child (the final sub-questions)."""
@@ -544,8 +574,7 @@ class GenerationStage:
             short = self.reading.node_short(question, passages, state)
             if short:
                 return short
-        picked = self.extractive.select(question, passages, state, n=1)
-        return picked[0] if picked else ""
+        return self.extractive.node_answer(question, passages, state)
 
     @staticmethod
     def missing_names(state: PipelineState) -> list[str]:
@@ -617,8 +646,11 @@ class GenerationStage:
                     failed = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); {fallback}"
                     st.note += f"; {failed}"
                     state.trace.note(f"generation: {failed}")
+            # a chain's earlier steps: the sentences their answers came from lead the support
+            bridges = [b for n in state.nodes if n.id in consumed and n.answer and self.config.chain_support
+                       for b in [self.extractive.bridge(n, state)] if b is not None]
             if self.reading is not None:
-                read = self.reading.compose(self.reading.readings(final, state), ranked)
+                read = self.reading.compose(self.reading.readings(final, state), ranked, bridges)
                 if read is None:
                     self._not_found(state, f"no answer: the reader's best score is below generation.reader.min_score "
                                            f"{self.reading.min_score} (best support {best:.4f})")
@@ -628,4 +660,4 @@ class GenerationStage:
                 return
             if self.config.backend == "reader":
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
-            state.answer, state.used_passages = self.extractive.compose(ranked)
+            state.answer, state.used_passages = self.extractive.compose(ranked, bridges)

@@ -128,16 +128,23 @@ class ReaderAnswers:
             out.append(NodeReading(node, a.text, a.kind, float(a.score), p, sent, window))
         return out
 
-    def compose(self, readings: Sequence[NodeReading], ranked: Sequence[Sequence[Support]]) -> ReaderAnswer | None:
+    def compose(self, readings: Sequence[NodeReading], ranked: Sequence[Sequence[Support]],
+                bridges: Sequence[Support] = ()) -> ReaderAnswer | None:
         """The answer from the final nodes' readings; None when none reaches ``min_score``.
 
         Args:
             ranked: per node, the extractive generator's ranked supports (``Support``), the
                 supporting sentence of a yes / no answer.
+            bridges: sentences that lead the support (a chain's earlier steps, whose answers
+                filled the final ones).
         """
         shorts: list[str] = []
         support: list[str] = []
         used: list[str] = []
+        for b in bridges:
+            if b.text not in support:
+                support.append(b.text)
+                used.extend(i for i in b.chunk_ids if i not in used)
         n_support = self.config.reader.support_sentences
         for r, node_ranked in zip(readings, ranked, strict=True):
             if r.score < self.min_score or not r.text:

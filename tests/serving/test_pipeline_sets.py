@@ -67,3 +67,28 @@ def test_questions_keeps_the_first_items_and_only_their_candidates(data_dir, tmp
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["documents"] == 3
     assert main(["make-pipeline-set", "multihop", "--data-dir", str(data_dir), "--out", str(out),
                  "--questions", "-1"]) == 1
+
+
+def test_2wikimultihop_set_names_its_gold_paragraphs(tmp_path, capsys) -> None:
+    from searchsmith.serving.routing_sets import wikimultihop_pipeline
+
+    _write(tmp_path / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl", [
+        {"_id": "w0", "question": "Who directed the film Z?", "answer": "Ann",
+         "supporting_facts": [["Z", 0], ["Ann", 1], ["Z", 1]],
+         "context": [["Z", ["Z is a film", "directed by Ann."]], ["Ann", ["Ann was born in 1900."]],
+                     ["Noise", ["Unrelated."]]]},
+        {"_id": "w1", "question": "Where was Ann born?", "answer": "Oslo", "supporting_facts": [["Ann", 0]],
+         "context": [["Ann", ["Ann was born in 1900."]], ["Other", ["Other text."]]]}])
+    corpus, items = wikimultihop_pipeline(tmp_path)
+    by_id = {d["id"]: d for d in corpus}
+    assert len(corpus) == 4  # Ann's paragraph kept once
+    assert [by_id[d]["title"] for d in items[0]["supporting"]] == ["Z", "Ann"]  # each gold page once
+    assert by_id[items[0]["supporting"][0]]["text"] == "Z is a film directed by Ann."
+    assert items[1]["supporting"] == [items[0]["supporting"][1]]
+    small, first = wikimultihop_pipeline(tmp_path, questions=1)
+    assert [i["id"] for i in first] == ["2wikimultihop-w0"] and len(small) == 3
+    out = tmp_path / "set"
+    assert main(["make-pipeline-set", "2wikimultihop", "--data-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["questions"] == 2
+    with pytest.raises(ValidationError, match=r"2wikimultihopqa_dev.jsonl not found"):
+        wikimultihop_pipeline(tmp_path / "missing")

@@ -271,3 +271,60 @@ def test_images_bundle_uses_three_way_scores(tmp_path, embedder):
     ImagesStage(embedder, ImagesConfig(), FakeImages()).run(st, Preset())
     assert [(im["image_id"], im["paragraph"], im["score"]) for im in st.images] == [("arch", 0, 1.0)]
     assert st.trace.stages["images"].model_calls == 2
+
+
+@pytest.mark.parametrize("chain_support", [True, False])
+def test_a_chain_answer_leads_with_the_sentence_of_each_earlier_step(embedder, chain_support):
+    # step 1 answered (its answer filled step 2), step 2 final: the answer quotes step 1's
+    # sentence first, so the first hop's passage is cited too
+    q = "How long should the dough of the bread baked by Quarry's team be kneaded?"
+    st = PipelineState(query=q, rewrite=q)
+    st.passages = list(PASSAGES)
+    first = NodeResult("1", "Which port does Quarry listen on?", passages=[PASSAGES[0]],
+                       answer="By default the server listens on port 7420.")
+    second = NodeResult("2", "How long should bread dough be kneaded?", ("1",), passages=[PASSAGES[1]], round=1)
+    st.nodes, st.node_answers = [first, second], {"1": first.answer}
+    config = GenerationConfig(no_answer_missing_names=False, chain_support=chain_support)
+    GenerationStage(ExtractiveGenerator(embedder), None, config).run(st, Preset())
+    bread = "Knead the bread dough for ten minutes until it is smooth."
+    if chain_support:
+        assert st.answer == f"By default the server listens on port 7420. {bread}"
+        assert st.used_passages == ["a#0", "b#0"]
+    else:
+        assert st.answer == bread and st.used_passages == ["b#0"]
+
+
+def test_a_bridge_is_the_sentence_holding_a_short_answer(embedder):
+    gen = ExtractiveGenerator(embedder)
+    node = NodeResult("1", "Which port does Quarry listen on?", passages=list(PASSAGES), answer="Rust")
+    st = PipelineState(query="q", rewrite="q")
+    assert gen.bridge(node, st).text == "It is written in Rust."  # not the best-supported sentence
+    node.answer = "an answer no passage has"
+    assert gen.bridge(node, st).text == "By default the server listens on port 7420."
+    assert gen.bridge(NodeResult("1", "x", passages=[]), st) is None
+
+
+def test_a_sub_questions_extractive_answer_is_the_names_its_sentence_adds(embedder):
+    st = PipelineState(query="q", rewrite="q")
+    gen = ExtractiveGenerator(embedder)
+    # the best sentence names a port the question lacks: that fills the children's #k
+    assert gen.node_answer("Which port does Quarry listen on?", PASSAGES, st) == "7420"
+    # names the sub-question already has are not its answer; at most node_answer_names kept
+    p = [Passage("c#0", "c", "docs", "Quarry was written by Ada Lovelace and Alan Turing in London in 1950.", 0.9)]
+    assert gen.node_answer("Who wrote Quarry?", p, st) == "Ada Lovelace Alan Turing London"
+    two = ExtractiveGenerator(embedder, ExtractiveConfig(node_answer_names=2))
+    assert two.node_answer("Who wrote Quarry?", p, st) == "Ada Lovelace Alan Turing"
+    # a sentence with no new name answers whole; node_answer: sentence always does
+    bread = [PASSAGES[1]]
+    assert gen.node_answer("How long should dough be kneaded?", bread, st) == PASSAGES[1].text
+    whole = ExtractiveGenerator(embedder, ExtractiveConfig(node_answer="sentence"))
+    assert whole.node_answer("Which port does Quarry listen on?", PASSAGES, st) == \
+        "By default the server listens on port 7420."
+    assert gen.node_answer("anything", [], st) == ""
+
+
+@pytest.mark.parametrize("bad", [{"node_answer": "span"}, {"node_answer_names": 0}, {"node_answer_names": 1.5},
+                                 {"node_answer_names": True}])
+def test_bad_node_answer_settings_are_refused(bad):
+    with pytest.raises(ValueError, match="generation.extractive.node_answer"):
+        ExtractiveConfig(**bad)

@@ -84,6 +84,9 @@ def test_planning_fills_children_with_the_parents_short_answer(make_pipeline, fa
     assert first["answer"] == "Evictor"  # the short answer, not a sentence
     assert second["text"] == "Where are the tests of Evictor?"
     assert ans["short_answer"] == "tests/test_evict.py"
+    # the support leads with the sentence behind the first step's answer: both hops are cited
+    assert "Evictor class" in ans["support"][0] and "tests/test_evict.py" in ans["support"][-1]
+    assert len({r["doc_id"] for r in ans["references"]}) == 2
 
 
 def test_a_failing_llm_falls_back_to_the_readers_answer(make_pipeline):
