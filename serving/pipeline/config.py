@@ -287,17 +287,24 @@ class ReaderGenConfig:
             from) the node has no answer; when no final node has one, the answer is
             ``no_answer_text`` ("it does not know" instead of guessing). None: the threshold
             the reader was trained with (its bundle's ``no_answer_threshold``).
-        max_passages: passages read per sub-question, the best-scored first (the reader reads
-            them joined, in overlapping windows).
+        max_passages: passages read per sub-question, the best-scored first.
+        read: how the answer's passage is chosen among them. ``in_order``: each passage is
+            read alone and the first, in the ranking's order, whose answer reaches
+            ``min_score`` answers (the ranker chooses where to look, the reader what to
+            quote); ``together``: the passages are read joined, in overlapping windows, and
+            the reader's most answerable window answers.
         support_sentences: passage sentences quoted after the short answer (the one holding
             the span first).
     """
 
     min_score: float | None = None
     max_passages: int = 6
+    read: Literal["in_order", "together"] = "in_order"
     support_sentences: int = 1
 
     def __post_init__(self) -> None:
+        if self.read not in ("in_order", "together"):
+            raise ValueError(f"generation.reader.read must be 'in_order' or 'together', got {self.read!r}")
         if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:
             raise ValueError(f"generation.reader.min_score must be in [0, 1] (or null: the bundle's own), "
                              f"got {self.min_score}")

@@ -2,7 +2,9 @@
 
 Per final sub-question the ``read`` bundle (``models/reader.py``) reads the node's best
 ``generation.reader.max_passages`` passages and gives a short answer (a span, ``yes`` or
-``no``) with a score; below ``generation.reader.min_score`` the node has no answer. The
+``no``) with a score: by default each passage alone, the first in the ranking's order whose
+answer reaches ``generation.reader.min_score`` answering (``generation.reader.read``); below
+that score the node has no answer. The
 pipeline's answer is then the short answer(s) followed by the supporting sentence(s): the
 passage sentence that holds the span (for yes / no, the best extractive sentence of the
 passages the reader read); the citation stage gives each its ``[n]``. When no final node has
@@ -93,16 +95,37 @@ class ReaderAnswers:
         out: list[tuple[PassageAnswer | None, list[Passage]]] = [(None, ps) for ps in chosen]
         if not todo:
             return out
-        got, meta = self.reader.read_batch([questions[i] for i in todo],
-                                           [[(p.title or "", p.text) for p in chosen[i]] for i in todo],
+        in_order = self.config.reader.read == "in_order"
+        # in_order: one reading per (question, passage); together: one per question
+        asks = [(i, [p]) for i in todo for p in chosen[i]] if in_order else [(i, chosen[i]) for i in todo]
+        got, meta = self.reader.read_batch([questions[i] for i, _ in asks],
+                                           [[(p.title or "", p.text) for p in ps] for _, ps in asks],
                                            return_meta=True)
         state.trace.count("generation.reader", 1, 0, 0)
         if meta.get("truncated"):
-            state.trace.note(f"generation: reader: {len(meta['truncated'])} question(s) over "
+            cut = {asks[j][0] for j in meta["truncated"] if 0 <= j < len(asks)}
+            state.trace.note(f"generation: reader: {len(cut)} question(s) over "
                              f"{meta.get('max_question_tokens')} tokens were cut to that length")
-        for i, a in zip(todo, got, strict=True):
-            out[i] = (a, chosen[i])
+        if not in_order:
+            for i, a in zip(todo, got, strict=True):
+                out[i] = (a, chosen[i])
+            return out
+        per_question: dict[int, list[PassageAnswer]] = {}
+        for (i, _), a in zip(asks, got, strict=True):
+            per_question.setdefault(i, []).append(a)
+        for i, answers in per_question.items():
+            out[i] = (self.first_answer(answers), chosen[i])
         return out
+
+    def first_answer(self, answers: Sequence[PassageAnswer]) -> PassageAnswer:
+        """Of one question's readings of its passages alone (the ranking's order), the first that
+        answers at ``min_score`` or above, else the best scored; re-indexed to that passage."""
+        j = next((j for j, a in enumerate(answers) if a.kind != "none" and a.text and a.score >= self.min_score),
+                 None)
+        if j is None:
+            j = max(range(len(answers)), key=lambda x: (answers[x].kind != "none", answers[x].score))
+        a = answers[j]
+        return a._replace(passage=j if a.passage >= 0 else -1, window_passages=(j,))
 
     def node_short(self, question: str, passages: Sequence[Passage], state: PipelineState) -> str | None:
         """A sub-question's short answer (planning fills its children with it); None below min_score."""

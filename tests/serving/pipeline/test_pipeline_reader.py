@@ -115,3 +115,75 @@ def test_support_sentences_come_from_the_text_and_ask_prints_the_short_answer_fi
     out = format_answer(ans).splitlines()
     assert out[0] == "Answer: 9.46 trillion kilometres"
     assert out[2].startswith("Support: A light-year is the distance") and out[2].endswith("[1].")
+
+
+class ScoredReader:
+    """A ``read`` bundle whose answer over its passages is the best-scored of ``spans``
+    (span -> score) found in them: its "most answerable window"."""
+
+    task = "read"
+
+    def __init__(self, spans, cut=()):
+        self.spans, self.cut, self.calls = dict(spans), set(cut), []
+
+    def read_batch(self, questions, passages, return_meta=False):
+        out = []
+        self.calls.append([len(ps) for ps in passages])
+        for ps in passages:
+            found = [(self.spans[s], i, passage_piece(t, x).index(s), s) for i, (t, x) in enumerate(ps)
+                     for s in self.spans if s in passage_piece(t, x)]
+            if not found:
+                out.append(PassageAnswer("", "none", 0.05))
+                continue
+            score, i, at, s = max(found)
+            out.append(PassageAnswer(s, "span", score, i, at, at + len(s), (i,)))
+        meta = {"truncated": [j for j, q in enumerate(questions) if q in self.cut], "max_question_tokens": 24}
+        return (out, meta) if return_meta else out
+
+
+def _reading(read, reader):
+    from searchsmith.serving.pipeline.config import GenerationConfig, ReaderGenConfig
+    from searchsmith.serving.pipeline.reading import ReaderAnswers
+
+    return ReaderAnswers(reader, GenerationConfig(reader=ReaderGenConfig(min_score=0.5, read=read)))
+
+
+def test_in_order_the_first_ranked_passage_that_answers_wins():
+    from searchsmith.serving.pipeline.state import Passage, PipelineState
+
+    ps = [Passage("b#0", "b", "s", "Nothing to see here.", 0.9),
+          Passage("a#0", "a", "s", "The code of the cache is in cache.py.", 0.8),
+          Passage("c#0", "c", "s", "The licence is Apache-2.0.", 0.7)]
+    spans = {"cache.py": 0.6, "Apache-2.0": 0.95}
+    reader = ScoredReader(spans)
+    (a, read), = _reading("in_order", reader).read(["Where is the code?"], [ps], PipelineState(query="q"))
+    assert reader.calls == [[1, 1, 1]]  # one call, each passage read alone
+    assert (a.text, a.passage, a.window_passages) == ("cache.py", 1, (1,)) and read[1].doc_id == "a"
+    # together: the most answerable window over the joined passages, wherever it is
+    (b, _), = _reading("together", ScoredReader(spans)).read(["Where is the code?"], [ps], PipelineState(query="q"))
+    assert (b.text, b.passage) == ("Apache-2.0", 2)
+    # nothing reaches min_score: the best reading (below it: the node does not answer)
+    low = ScoredReader({"cache.py": 0.2, "Apache-2.0": 0.3})
+    (c, _), = _reading("in_order", low).read(["q"], [ps], PipelineState(query="q"))
+    assert (c.text, c.score, c.passage) == ("Apache-2.0", 0.3, 2)
+
+
+def test_in_order_readings_keep_each_question_apart_and_count_cut_questions():
+    from searchsmith.serving.pipeline.state import Passage, PipelineState
+
+    one = [Passage("a#0", "a", "s", "Oslo is the capital.", 0.9)]
+    two = [Passage("b#0", "b", "s", "Nothing.", 0.9), Passage("c#0", "c", "s", "It opened in 1999.", 0.5)]
+    reader = ScoredReader({"Oslo": 0.9, "1999": 0.8}, cut={"a long question"})
+    st = PipelineState(query="q")
+    got = _reading("in_order", reader).read(["a long question", "When?", "empty"], [one, two, []], st)
+    assert [a.text if a else None for a, _ in got] == ["Oslo", "1999", None]
+    assert got[1][0].passage == 1 and got[2][1] == []
+    assert any("1 question(s) over 24 tokens" in n for n in st.trace.notes)
+
+
+def test_bad_reader_read_setting_is_refused():
+    import pytest
+    from searchsmith.serving.pipeline.config import ReaderGenConfig
+
+    with pytest.raises(ValueError, match="generation.reader.read must be 'in_order' or 'together'"):
+        ReaderGenConfig(read="best")
