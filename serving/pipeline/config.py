@@ -293,6 +293,10 @@ class ReaderGenConfig:
             ``min_score`` answers (the ranker chooses where to look, the reader what to
             quote); ``together``: the passages are read joined, in overlapping windows, and
             the reader's most answerable window answers.
+        question: what the reader answers when the question was decomposed. ``user``: the
+            user's question (the rewrite) over the passages of every step, best first (the
+            steps serve retrieval, as an LLM's prompt has the question and every passage);
+            ``steps``: each final step over its own passages, the answers joined.
         support_sentences: passage sentences quoted after the short answer (the one holding
             the span first).
     """
@@ -300,9 +304,12 @@ class ReaderGenConfig:
     min_score: float | None = None
     max_passages: int = 6
     read: Literal["in_order", "together"] = "in_order"
+    question: Literal["user", "steps"] = "user"
     support_sentences: int = 1
 
     def __post_init__(self) -> None:
+        if self.question not in ("user", "steps"):
+            raise ValueError(f"generation.reader.question must be 'user' or 'steps', got {self.question!r}")
         if self.read not in ("in_order", "together"):
             raise ValueError(f"generation.reader.read must be 'in_order' or 'together', got {self.read!r}")
         if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:

@@ -650,7 +650,12 @@ class GenerationStage:
             bridges = [b for n in state.nodes if n.id in consumed and n.answer and self.config.chain_support
                        for b in [self.extractive.bridge(n, state)] if b is not None]
             if self.reading is not None:
-                read = self.reading.compose(self.reading.readings(final, state), ranked, bridges)
+                targets, target_ranked = final, ranked
+                if self.config.reader.question == "user" and len(state.nodes) > 1:
+                    # the user's question over every step's passages, not the final steps
+                    targets = [NodeResult("answer", state.question(), passages=list(state.passages))]
+                    target_ranked = [self.extractive.support(state.question(), state.passages, state)]
+                read = self.reading.compose(self.reading.readings(targets, state), target_ranked, bridges)
                 if read is None:
                     self._not_found(state, f"no answer: the reader's best score is below generation.reader.min_score "
                                            f"{self.reading.min_score} (best support {best:.4f})")

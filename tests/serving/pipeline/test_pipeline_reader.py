@@ -77,7 +77,7 @@ def test_extractive_backend_and_a_losing_reader_leave_the_reader_out(make_pipeli
 def test_planning_fills_children_with_the_parents_short_answer(make_pipeline, fakes):
     reader = FakeReader(["Evictor", "tests/test_evict.py"])
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader},
-                        decomposition={"chain_strategy": "auto"}).ask(
+                        decomposition={"chain_strategy": "auto"}, generation={"reader": {"question": "steps"}}).ask(
         "Where are the tests of the class that implements Lumen eviction?")
     assert ans["trace"]["strategy"] == "planning"  # chain_strategy auto plans with short answers
     first, second = ans["nodes"]
@@ -187,3 +187,20 @@ def test_bad_reader_read_setting_is_refused():
 
     with pytest.raises(ValueError, match="generation.reader.read must be 'in_order' or 'together'"):
         ReaderGenConfig(read="best")
+    with pytest.raises(ValueError, match="generation.reader.question must be 'user' or 'steps'"):
+        ReaderGenConfig(question="final")
+
+
+def test_a_decomposed_question_is_read_whole_over_every_steps_passages(make_pipeline, fakes):
+    q = "Where are the tests of the class that implements Lumen eviction?"
+    reader = FakeReader(["tests/test_evict.py"])
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader}).ask(q)
+    assert [n["id"] for n in ans["nodes"]] == ["1", "2"]
+    # the step answered first (its answer fills step 2), then the user's question, not step 2's text
+    assert reader.questions[-1] == q and "Where are the tests of" not in reader.questions[0]
+    assert ans["short_answer"] == "tests/test_evict.py"
+    # question: steps reads the final step, its #1 filled with the first step's answer
+    steps = FakeReader(["tests/test_evict.py"])
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": steps},
+                        generation={"reader": {"question": "steps"}}).ask(q)
+    assert steps.questions[-1] == ans["nodes"][1]["text"] != q
