@@ -109,9 +109,9 @@ class DecompositionConfig:
         chain_strategy: what ``auto`` does with a chain: ``planning`` (SRSA: a child's ``#k``
             filled with its parents' answers, the passages filtered and compressed after each
             round), ``parallel`` (the levels retrieved in turn, a child's ``#k`` filled the same
-            way, nothing filtered), or ``auto``: planning when the parents get short answers (a
-            reader bundle in use or an LLM backend), parallel when they would be extractive
-            sentences. The default is ``parallel``: on unseen multi-hop questions planning lost
+            way, nothing filtered), or ``auto``: planning when the parents get the generator's
+            short answers (a reader bundle in use or an LLM backend, with
+            ``generation.step_answers: generator``), parallel otherwise. The default is ``parallel``: on unseen multi-hop questions planning lost
             retrieval recall both with sentences (0.647 vs 0.734, 196 questions) and with the
             reader's short answers (0.630 vs 0.715, 43 questions; serving/profiling/RESULTS.md,
             "Strategies with the new decomposer"). An LLM's answers were not measured.
@@ -343,6 +343,12 @@ class GenerationConfig:
             about something else ("By default the server listens on port 9464" for Redis's
             port) score high, but the sources do not cover the question.
         no_answer_text: the answer given when the sources do not support one.
+        step_answers: how a step whose answer fills later steps' ``#k`` is answered:
+            ``names``, the names, dates and numbers its best sentence adds
+            (``extractive.node_answer``, no model); ``generator``, the LLM's or the reader's
+            short answer (the extractive one without either). With the reader, names retrieved
+            more of the supporting paragraphs at the same answer F1 (serving/profiling/RESULTS.md,
+            "Multi-hop answers"); an LLM's step answers were not measured.
         chain_support: in a chain (a step whose answer fills a later step's ``#k``), the answer
             also quotes, before the final steps' sentences, the sentence each earlier step was
             answered from (the bridge), so it cites the passage of every hop; false: only the
@@ -358,6 +364,7 @@ class GenerationConfig:
     no_answer_threshold: float | None = 0.5
     no_answer_missing_names: bool = True
     no_answer_text: str = "No answer found in the sources."
+    step_answers: Literal["names", "generator"] = "names"
     chain_support: bool = True
     reader: ReaderGenConfig = field(default_factory=ReaderGenConfig)
     extractive: ExtractiveConfig = field(default_factory=ExtractiveConfig)

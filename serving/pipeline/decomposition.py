@@ -37,8 +37,8 @@ class DecompositionStage:
     def __init__(self, bundle: Decomposer | None, config: DecompositionConfig, gated: bool = False,
                  short_answers: bool = True) -> None:
         """``gated``: a decomposer is configured but its gate keeps it off (the trace says so).
-        ``short_answers``: the pipeline answers sub-questions with short answers (a reader or an
-        LLM), which ``chain_strategy: auto`` plans with."""
+        ``short_answers``: the pipeline answers steps with the generator's short answers (a reader
+        or an LLM, ``generation.step_answers: generator``), which ``chain_strategy: auto`` plans with."""
         self.bundle = bundle
         self.config = config
         self.gated = gated
@@ -53,7 +53,8 @@ class DecompositionStage:
             chain = "planning" if self.short_answers else "parallel"
             if chain == "parallel":
                 return chain, ("chain searched level by level (parallel), not planned: the parents' answers "
-                               "would be extractive sentences (no reader or LLM); decomposition.chain_strategy")
+                               "would not be a reader's or an LLM's short answers (generation.step_answers, "
+                               "decomposition.chain_strategy)")
         return chain, None
 
     def run(self, state: PipelineState, preset: Preset, strategy: str | None = None) -> None:

@@ -555,11 +555,14 @@ class GenerationStage:
 
     @property
     def short_answers(self) -> bool:
-        """Whether sub-questions get short answers (an LLM or the reader), not extractive sentences."""
-        return self.llm is not None or self.reading is not None
+        """Whether steps get the generator's short answers (an LLM or the reader, with
+        ``step_answers: generator``)."""
+        return (self.llm is not None or self.reading is not None) and self.config.step_answers == "generator"
 
     def answer_node(self, question: str, passages: list[Passage], state: PipelineState) -> str:
-        """A sub-question's short answer (planning fills children with it)."""
+        """A step's answer, the text that fills its children's ``#k`` (``step_answers``)."""
+        if self.config.step_answers == "names":
+            return self.extractive.node_answer(question, passages, state)
         if self.llm is not None:
             try:
                 msgs = render(self.node_prompt, question, passages, self.config.max_context_chars)

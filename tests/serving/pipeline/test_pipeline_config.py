@@ -40,6 +40,13 @@ def test_unknown_backend():
         load_pipeline_config(None, ["generation.backend=gpt"])
 
 
+@pytest.mark.parametrize("key", ["generation.step_answers", "generation.reader.question", "generation.reader.read",
+                                 "generation.extractive.node_answer"])
+def test_multi_hop_answer_settings_name_their_choices(key):
+    with pytest.raises(ConfigError, match=rf"{key}: expected one of"):
+        load_pipeline_config(None, [f"{key}=maybe"])
+
+
 def test_default_preset_must_exist():
     with pytest.raises(ConfigError, match="protocol.default_preset 'huge' is not a preset"):
         load_pipeline_config(None, ["protocol.default_preset=huge"])

@@ -77,7 +77,8 @@ def test_extractive_backend_and_a_losing_reader_leave_the_reader_out(make_pipeli
 def test_planning_fills_children_with_the_parents_short_answer(make_pipeline, fakes):
     reader = FakeReader(["Evictor", "tests/test_evict.py"])
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader},
-                        decomposition={"chain_strategy": "auto"}, generation={"reader": {"question": "steps"}}).ask(
+                        decomposition={"chain_strategy": "auto"},
+                        generation={"step_answers": "generator", "reader": {"question": "steps"}}).ask(
         "Where are the tests of the class that implements Lumen eviction?")
     assert ans["trace"]["strategy"] == "planning"  # chain_strategy auto plans with short answers
     first, second = ans["nodes"]
@@ -195,12 +196,20 @@ def test_a_decomposed_question_is_read_whole_over_every_steps_passages(make_pipe
     q = "Where are the tests of the class that implements Lumen eviction?"
     reader = FakeReader(["tests/test_evict.py"])
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader}).ask(q)
-    assert [n["id"] for n in ans["nodes"]] == ["1", "2"]
-    # the step answered first (its answer fills step 2), then the user's question, not step 2's text
-    assert reader.questions[-1] == q and "Where are the tests of" not in reader.questions[0]
+    first, second = ans["nodes"]
+    # step 1 is answered by the names its sentence adds (step_answers: names), not by the reader,
+    # and the reader reads the user's question, not step 2's text
+    assert "Evictor" in first["answer"] and first["answer"] in second["text"]
+    assert reader.questions and set(reader.questions) == {q}
     assert ans["short_answer"] == "tests/test_evict.py"
+    # with the auto chain strategy, names are not the generator's short answers: not planned
+    auto = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": FakeReader(["x"])},
+                         decomposition={"chain_strategy": "auto"}).ask(q)
+    assert auto["trace"]["strategy"] == "parallel"
+    assert any("generation.step_answers" in n for n in auto["trace"]["notes"])
     # question: steps reads the final step, its #1 filled with the first step's answer
-    steps = FakeReader(["tests/test_evict.py"])
+    steps = FakeReader(["Evictor", "tests/test_evict.py"])
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": steps},
-                        generation={"reader": {"question": "steps"}}).ask(q)
-    assert steps.questions[-1] == ans["nodes"][1]["text"] != q
+                        generation={"step_answers": "generator", "reader": {"question": "steps"}}).ask(q)
+    assert ans["nodes"][0]["answer"] == "Evictor"  # step_answers: generator, the reader's span
+    assert steps.questions[-1] == ans["nodes"][1]["text"] == "Where are the tests of Evictor?"
