@@ -147,11 +147,18 @@ def multihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], l
     # Alternate the two sets, so that ``eval pipeline --limit N`` takes some of each.
     mq, hp = by_set["musique"], by_set["hotpotqa"]
     items = [x for pair in zip(mq, hp, strict=False) for x in pair] + mq[len(hp):] + hp[len(mq):]
-    if questions > 0:
-        items = items[:questions]
-        keep = {d for it in items for d in candidates[it["id"]]}
-        return [doc for doc_id, doc in corpus.items() if doc_id in keep], items
-    return list(corpus.values()), items
+    return _first_questions(corpus, items, candidates, questions)
+
+
+def _first_questions(corpus: dict[str, dict], items: list[dict], candidates: dict[str, list[str]],
+                     questions: int) -> tuple[list[dict], list[dict]]:
+    """(corpus, items), or with ``questions`` > 0 the first that many items and only their
+    candidate paragraphs."""
+    if questions <= 0:
+        return list(corpus.values()), items
+    items = items[:questions]
+    keep = {d for it in items for d in candidates[it["id"]]}
+    return [doc for doc_id, doc in corpus.items() if doc_id in keep], items
 
 
 def wikimultihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], list[dict]]:
@@ -172,11 +179,7 @@ def wikimultihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict
         items.append({"id": item_id, "query": r["question"], "answer": r["answer"],
                       "supporting": list(dict.fromkeys(d for d, g in ids if g))})
         candidates[item_id] = [d for d, _ in ids]
-    if questions > 0:
-        items = items[:questions]
-        keep = {d for it in items for d in candidates[it["id"]]}
-        return [doc for doc_id, doc in corpus.items() if doc_id in keep], items
-    return list(corpus.values()), items
+    return _first_questions(corpus, items, candidates, questions)
 
 
 PIPELINE_BUILDERS = {"multihop": multihop_pipeline, "2wikimultihop": wikimultihop_pipeline}

@@ -191,7 +191,7 @@ class ExtractiveGenerator:
             return ""
         if self.config.node_answer == "sentence":
             return picked[0]
-        names = [e for e in pattern_entities(picked[0]) if missing_entities([e], question)]
+        names = missing_entities(pattern_entities(picked[0]), question)  # in the sentence's order
         return " ".join(names[: self.config.node_answer_names]) or picked[0]
 
     def compose(self, ranked: Sequence[Sequence[Support]],
@@ -650,8 +650,8 @@ class GenerationStage:
                     st.note += f"; {failed}"
                     state.trace.note(f"generation: {failed}")
             # a chain's earlier steps: the sentences their answers came from lead the support
-            bridges = [b for n in state.nodes if n.id in consumed and n.answer and self.config.chain_support
-                       for b in [self.extractive.bridge(n, state)] if b is not None]
+            steps = [n for n in state.nodes if n.id in consumed and n.answer] if self.config.chain_support else []
+            bridges = [b for b in (self.extractive.bridge(n, state) for n in steps) if b is not None]
             if self.reading is not None:
                 targets, target_ranked = final, ranked
                 if self.config.reader.question == "user" and len(state.nodes) > 1:
