@@ -189,11 +189,24 @@ def configure_make_routing_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(BUILDERS))
     parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
     parser.add_argument("--out", required=True, help="folder for corpus.jsonl and routing.jsonl")
+    parser.add_argument("--force", action="store_true", help="replace files of those names not written by searchsmith")
     parser.set_defaults(func=run_make_routing_set)
 
 
-def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str) -> dict[str, Any]:
+SET_MARKER = ".searchsmith-set"  # written beside the files: this folder's sets are ours to replace
+
+
+def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str,
+              force: bool = False) -> dict[str, Any]:
+    """Write ``corpus.jsonl`` and ``items_file`` into ``out`` (atomically each). A file of those
+    names that an earlier make-*-set run did not write (no marker in ``out``) is refused
+    unless ``force``: it may be the user's own corpus."""
+    theirs = [n for n in ("corpus.jsonl", items_file) if (out / n).exists()]
+    if theirs and not (out / SET_MARKER).exists() and not force:
+        raise ValidationError(f"--out {out}: {', '.join(theirs)} already there and not written by searchsmith; "
+                              "choose another --out, or pass --force to replace them")
     out.mkdir(parents=True, exist_ok=True)
+    (out / SET_MARKER).write_text("written by searchsmith make-routing-set / make-pipeline-set\n", encoding="utf-8")
     for name, rows in (("corpus.jsonl", corpus), (items_file, items)):
         tmp = out / (name + ".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -203,7 +216,7 @@ def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str)
 
 def run_make_routing_set(args: argparse.Namespace) -> int:
     corpus, queries = BUILDERS[args.name](Path(args.data_dir))
-    summary = write_set(Path(args.out), corpus, queries, "routing.jsonl")
+    summary = write_set(Path(args.out), corpus, queries, "routing.jsonl", args.force)
     print(json.dumps({**summary, "queries": len(queries), "followups": sum(1 for q in queries if q["history"])}))
     return 0
 
@@ -212,6 +225,7 @@ def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(PIPELINE_BUILDERS))
     parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
     parser.add_argument("--out", required=True, help="folder for corpus.jsonl and qa.jsonl")
+    parser.add_argument("--force", action="store_true", help="replace files of those names not written by searchsmith")
     parser.add_argument("--questions", type=int, default=0, help="keep the first N questions and only their "
                         "candidate paragraphs; 0 keeps every question and paragraph (default %(default)s)")
     parser.set_defaults(func=run_make_pipeline_set)
@@ -221,6 +235,6 @@ def run_make_pipeline_set(args: argparse.Namespace) -> int:
     if args.questions < 0:
         raise ValidationError(f"make-pipeline-set --questions: expected a count >= 0, got {args.questions}")
     corpus, items = PIPELINE_BUILDERS[args.name](Path(args.data_dir), args.questions)
-    summary = write_set(Path(args.out), corpus, items, "qa.jsonl")
+    summary = write_set(Path(args.out), corpus, items, "qa.jsonl", args.force)
     print(json.dumps({**summary, "questions": len(items)}))
     return 0

@@ -92,3 +92,15 @@ def test_2wikimultihop_set_names_its_gold_paragraphs(tmp_path, capsys) -> None:
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["questions"] == 2
     with pytest.raises(ValidationError, match=r"2wikimultihopqa_dev.jsonl not found"):
         wikimultihop_pipeline(tmp_path / "missing")
+
+
+def test_a_corpus_the_project_did_not_write_is_not_overwritten(data_dir, tmp_path, capsys) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "corpus.jsonl").write_text("my own corpus\n")
+    args = ["make-pipeline-set", "multihop", "--data-dir", str(data_dir), "--out", str(out)]
+    assert main(args) == 1
+    assert "corpus.jsonl already there and not written by searchsmith" in capsys.readouterr().err
+    assert (out / "corpus.jsonl").read_text() == "my own corpus\n"  # untouched
+    assert main([*args, "--force"]) == 0 and "my own corpus" not in (out / "corpus.jsonl").read_text()
+    assert main(args) == 0  # a set it wrote is replaced without --force
