@@ -469,9 +469,12 @@ class Decomposer:
             labels[i, :n] = torch.tensor(tags, dtype=torch.long) + self.tag_depth
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
 
-    def rewrite_head_from_classifier(self, threshold: float, extend: float) -> dict[str, Any]:
+    def rewrite_head_from_classifier(self, threshold: float, extend: float,
+                                     expansion: dict[str, Any] | None = None) -> dict[str, Any]:
         """Set (and return) the rewrite tagger from the token head's rewrite labels (rows
-        ``tag_depth`` .. ``tag_depth + 2``: O, REF, TGT), trained with the depths."""
+        ``tag_depth`` .. ``tag_depth + 2``: O, REF, TGT), trained with the depths;
+        ``expansion``: its ``expand``, ``term_threshold`` and ``max_terms``
+        (:func:`~searchsmith.models.rewrite_edit.head_rewrite`; none: the edit alone)."""
         from searchsmith.models.rewrite_edit import TAGS
 
         layer = self.model.classifier
@@ -481,7 +484,8 @@ class Decomposer:
                               f"{hi} of {self.tag_depth} depths plus {list(TAGS)}; train with model.joint_rewrite")
         self.rewrite_head = check_rewrite_head({
             "tags": list(TAGS), "weight": layer.weight[lo:hi].detach().float().cpu().numpy(),
-            "bias": layer.bias[lo:hi].detach().float().cpu().numpy(), "threshold": threshold, "extend": extend})
+            "bias": layer.bias[lo:hi].detach().float().cpu().numpy(), "threshold": threshold, "extend": extend,
+            **(expansion or {})})
         return self.rewrite_head
 
     @property
@@ -633,12 +637,14 @@ class Decomposer:
         return out
 
     def fit_rewrite_head(self, items: Sequence[tuple[Sequence[Any], str, str]], l2: float = 1e-3,
-                         threshold: float = 0.3, extend: float = 0.15, max_iter: int = 200) -> dict[str, Any]:
+                         threshold: float = 0.3, extend: float = 0.15, max_iter: int = 200,
+                         expansion: dict[str, Any] | None = None) -> dict[str, Any]:
         """Fit (and set) the rewrite tagger on ``(history, query, gold rewrite)`` items.
 
         Token labels come from :func:`searchsmith.models.rewrite_edit.tag_labels`; the head is
         softmax regression over the encoder's token states (as the type head over pooled
-        ones). ``threshold`` and ``extend`` are :func:`tag_rewrite`'s.
+        ones). ``threshold`` and ``extend`` are :func:`tag_rewrite`'s; ``expansion`` as for
+        :meth:`rewrite_head_from_classifier`.
         """
         import numpy as np
         from searchsmith.models.rewrite_edit import TAGS, tag_labels
@@ -653,21 +659,20 @@ class Decomposer:
             ys += tag_labels(src, offs, q, gold)
         wt, bias = fit_softmax(np.concatenate(xs), ys, len(TAGS), l2, max_iter)
         self.rewrite_head = check_rewrite_head({"tags": list(TAGS), "weight": wt, "bias": bias,
-                                                "threshold": threshold, "extend": extend})
+                                                "threshold": threshold, "extend": extend, **(expansion or {})})
         return self.rewrite_head
 
     def tag_rewrites(self, items: Sequence[tuple[Sequence[Any], str]]) -> list[str]:
         """Rewrites of ``(history, query)`` pairs by the rewrite tagger (the query when it has
         no user history)."""
-        from searchsmith.models.rewrite_edit import tag_rewrite
+        from searchsmith.models.rewrite_edit import head_rewrite
 
         out = [q for _, q in items]
         todo = [i for i, (h, _) in enumerate(items) if _user_turns(h)]
         sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns) for i in todo]
         for i, src, (states, offs) in zip(todo, sources, self.token_states(sources), strict=True):
             head = self.rewrite_head
-            out[i] = tag_rewrite(items[i][1], _user_turns(items[i][0]), src, offs,
-                                 head_probs(head, states), head["threshold"], head["extend"])
+            out[i] = head_rewrite(items[i][1], _user_turns(items[i][0]), src, offs, head_probs(head, states), head)
         return out
 
     def predict_types(self, hidden: Any, mask: Any) -> list[str]:
@@ -856,7 +861,7 @@ def fit_softmax(x: Any, y: Sequence[int], n_classes: int, l2: float, max_iter: i
 def check_rewrite_head(head: Any) -> dict[str, Any]:
     """The rewrite tagger as saved in ``decomposer.json`` / a manifest, checked (BundleError)."""
     import numpy as np
-    from searchsmith.models.rewrite_edit import TAGS
+    from searchsmith.models.rewrite_edit import REWRITE_EXPANSIONS, TAGS
 
     if not isinstance(head, dict) or not {"tags", "weight", "bias", "threshold", "extend"} <= set(head):
         raise BundleError("rewrite_head: expected an object with 'tags', 'weight', 'bias', 'threshold' "
@@ -865,8 +870,17 @@ def check_rewrite_head(head: Any) -> dict[str, Any]:
     if list(head["tags"]) != list(TAGS) or w.ndim != 2 or w.shape[0] != len(TAGS) or b.shape != (len(TAGS),):
         raise BundleError(f"rewrite_head: tags must be {list(TAGS)} with weight (3 x hidden) and bias (3); "
                           f"got {head['tags']}, weight {w.shape}, bias {b.shape}")
+    expand = head.get("expand", "none")  # heads saved before term expansion append nothing
+    if expand not in REWRITE_EXPANSIONS:
+        raise BundleError(f"rewrite_head.expand: expected one of {list(REWRITE_EXPANSIONS)}, got {expand!r}")
+    term_threshold = float(head.get("term_threshold", head["threshold"]))
+    max_terms = head.get("max_terms", 8)
+    if not 0.0 < term_threshold < 1.0 or not isinstance(max_terms, int) or max_terms < 1:
+        raise BundleError(f"rewrite_head: term_threshold must be in (0, 1) and max_terms an integer >= 1, got "
+                          f"{term_threshold} and {max_terms!r}; re-save the model")
     return {"tags": list(TAGS), "weight": w, "bias": b, "threshold": float(head["threshold"]),
-            "extend": float(head["extend"])}
+            "extend": float(head["extend"]), "expand": expand, "term_threshold": term_threshold,
+            "max_terms": max_terms}
 
 
 def head_probs(head: dict[str, Any], states: Any) -> Any:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
+from typing import Any
 
 ARROW = "=>"
 OP_SEP = ";"
@@ -272,5 +273,80 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
     return apply_edits(f"{body[:len(body) - len(end)]} {new}{end}", "", [*history, query])
 
 
-__all__ = ["ARROW", "OP_SEP", "REWRITE_TARGETS", "TAGS", "apply_edits", "edit_target", "parse_edits",
-           "query_start", "tag_labels", "tag_rewrite"]
+# What a tagged rewrite appends (QuReTeC's term selection, Voskarides et al. 2020, with the REF
+# probabilities of the same head): ``none``, the edit alone; ``terms``, the query with the
+# history words the head scores REF at ``term_threshold`` or more appended in parentheses (the
+# heuristic rewrite's form, so the decomposition stage splits them off); ``fused``, the edit
+# rewrite with those of them it does not already hold appended.
+REWRITE_EXPANSIONS = ("none", "terms", "fused")
+
+
+def _history_words(source: str, offsets: Sequence[tuple[int, int]], start: int) -> list[tuple[str, list[int]]]:
+    """The history's words of a ``rewrite:`` source: runs of tokens with no space between them
+    (``lumen/evict.py`` is one), trimmed of punctuation at their ends, with their token
+    indices; the task prefix and the turn separators are not words."""
+    first = source.find(":") + 1 if source.startswith("rewrite:") else 0
+    out: list[tuple[str, list[int]]] = []
+    run: list[int] = []
+
+    def close() -> None:
+        if run:
+            a, b = offsets[run[0]][0], offsets[run[-1]][1]
+            text = source[a:b]
+            core = text.strip("|.,;:!?\"'()[]{}")
+            if core and any(ch.isalnum() for ch in core):
+                out.append((core, list(run)))
+            run.clear()
+
+    for k, (a, b) in enumerate(offsets):
+        if a == b or a >= start or a < first:
+            close()
+            continue
+        if run and offsets[run[-1]][1] != a:
+            close()
+        run.append(k)
+    close()
+    return out
+
+
+def tag_terms(source: str, offsets: Sequence[tuple[int, int]], probs: Sequence[Sequence[float]],
+              threshold: float, exclude: Sequence[str] = (), max_terms: int = 8) -> list[str]:
+    """The history words a tagging marks as the rewrite's (QuReTeC-style term selection): each
+    word's score is the best REF probability of its tokens; the words at ``threshold`` or
+    more, best first (ties: the earlier), at most ``max_terms``, leaving out function words,
+    one-letter words and the words of ``exclude`` (compared lower-cased)."""
+    from searchsmith.models.text import QUERY_STOP_WORDS
+
+    skip = {w.lower() for text in exclude for w in _WORD.findall(text)}
+    best: dict[str, tuple[float, int, str]] = {}
+    for pos, (word, toks) in enumerate(_history_words(source, offsets, query_start(source))):
+        low = word.lower()
+        if len(word) < 2 or low in QUERY_STOP_WORDS or low in skip:
+            continue
+        score = max(float(probs[k][1]) for k in toks)
+        if score >= threshold and (low not in best or score > best[low][0]):
+            best[low] = (score, best.get(low, (0.0, pos, word))[1], word)
+    ranked = sorted(best.values(), key=lambda t: (-t[0], t[1]))
+    return [word for _, _, word in ranked[:max_terms]]
+
+
+def with_terms(text: str, terms: Sequence[str]) -> str:
+    """``text`` with ``terms`` appended in parentheses (``text`` itself when there are none)."""
+    return f"{text} ({' '.join(terms)})" if terms else text
+
+
+def head_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequence[tuple[int, int]],
+                 probs: Sequence[Sequence[float]], head: dict[str, Any]) -> str:
+    """The rewrite a checked rewrite head gives (``Decomposer.check_rewrite_head``): the edit of
+    :func:`tag_rewrite` and, by the head's ``expand`` (:data:`REWRITE_EXPANSIONS`), the terms
+    of :func:`tag_terms` appended to the query or to the edit."""
+    edit = tag_rewrite(query, history, source, offsets, probs, head["threshold"], head["extend"])
+    expand = head.get("expand", "none")
+    if expand == "none":
+        return edit
+    base = query if expand == "terms" else edit
+    return with_terms(base, tag_terms(source, offsets, probs, head["term_threshold"], [base], head["max_terms"]))
+
+
+__all__ = ["ARROW", "OP_SEP", "REWRITE_EXPANSIONS", "REWRITE_TARGETS", "TAGS", "apply_edits", "edit_target",
+           "head_rewrite", "parse_edits", "query_start", "tag_labels", "tag_rewrite", "tag_terms", "with_terms"]

@@ -674,7 +674,7 @@ class DecomposeBundle(Bundle):
         source = rewrite_source(turns, query, self.max_history_turns)
         if self.rewrite_head is not None:  # the rewrite tagger over the encoder's token states
             from searchsmith.models.decomposer import head_probs
-            from searchsmith.models.rewrite_edit import tag_rewrite
+            from searchsmith.models.rewrite_edit import head_rewrite
 
             enc = self._tokenizer_call(self.tokenizer, [source], truncation=True, max_length=self.max_length,
                                  return_offsets_mapping=True, return_tensors="np")
@@ -682,8 +682,7 @@ class DecomposeBundle(Bundle):
                                              "attention_mask": enc["attention_mask"].astype(np.int64)})
             offsets = [tuple(int(v) for v in o) for o in enc["offset_mapping"][0]]
             head = self.rewrite_head
-            out = tag_rewrite(query, turns, source, offsets, head_probs(head, hidden[0]),
-                              head["threshold"], head["extend"])
+            out = head_rewrite(query, turns, source, offsets, head_probs(head, hidden[0]), head)
             return self._meta(out, return_meta, [source])
         if self.tagger:  # no decoder: without the rewrite tagger the query is kept
             return self._meta(query, return_meta, [source])

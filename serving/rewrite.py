@@ -121,12 +121,17 @@ _APPENDED_TERMS = re.compile(r" \(([^()]+)\)")
 
 
 def appended_terms(query: str, rewrite: str) -> tuple[str, str]:
-    """``(question, suffix)``: a :class:`HeuristicRewriter` rewrite split into the query it
-    kept and the `` (history terms)`` it appended (``suffix`` "" for any other rewrite).
+    """``(question, suffix)``: a rewrite split into the question and the `` (history terms)``
+    appended to it, by :class:`HeuristicRewriter` or a decomposer's term selection
+    (:func:`searchsmith.models.rewrite_edit.with_terms`) (``suffix`` "" when nothing was
+    appended: a parenthesis the query itself ends with stays in the question).
 
     The terms are context for retrieval, not part of the question: the decomposition stage
     decomposes the question and gives each step the suffix.
     """
-    if rewrite != query and rewrite.startswith(query) and _APPENDED_TERMS.fullmatch(rewrite[len(query):]):
-        return query, rewrite[len(query):]
-    return rewrite, ""
+    m = _APPENDED_TERMS.search(rewrite)
+    while m is not None and m.end() != len(rewrite):
+        m = _APPENDED_TERMS.search(rewrite, m.start() + 1)
+    if m is None or m.start() == 0 or query.endswith(m.group(0)):
+        return rewrite, ""
+    return rewrite[:m.start()], rewrite[m.start():]

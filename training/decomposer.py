@@ -141,6 +141,16 @@ class DecomposerModelConfig:
             with the head.
         rewrite_extend: least probability of the neighbouring tokens a REF or TGT run grows
             over; lower copies longer spans. In (0, 1); saved with the head.
+        rewrite_expand: what the rewrite tagger appends (QuReTeC-style term selection from the
+            same REF probabilities, :func:`~searchsmith.models.rewrite_edit.head_rewrite`):
+            ``terms`` (the query with the history words scored REF at
+            ``rewrite_term_threshold`` or more appended in parentheses, as the heuristic
+            rewrite appends its salient terms), ``fused`` (the edit rewrite with those words
+            appended) or ``none`` (the edit alone). BM25 retrieval needs the words, not the
+            sentence (serving/profiling/RESULTS.md, "Term selection for rewrites"). Saved with
+            the head.
+        rewrite_term_threshold: least REF probability of an appended history word, in (0, 1).
+        rewrite_max_terms: most history words appended (best first).
     """
 
     base_model: str = "default"
@@ -181,14 +191,19 @@ class DecomposerModelConfig:
     rewrite_head_l2: float = 1.0e-3
     rewrite_threshold: float = 0.3
     rewrite_extend: float = 0.15
+    rewrite_expand: Literal["none", "terms", "fused"] = "terms"
+    rewrite_term_threshold: float = 0.1
+    rewrite_max_terms: int = 8
 
     def __post_init__(self) -> None:
         if self.type_head_l2 < 0 or self.rewrite_head_l2 < 0:
             raise ValueError(f"model.type_head_l2 and model.rewrite_head_l2 must be >= 0, got "
                              f"{self.type_head_l2} and {self.rewrite_head_l2}")
-        for name in ("rewrite_threshold", "rewrite_extend"):
+        for name in ("rewrite_threshold", "rewrite_extend", "rewrite_term_threshold"):
             if not 0.0 < getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in (0, 1), got {getattr(self, name)}")
+        if self.rewrite_max_terms < 1:
+            raise ValueError(f"model.rewrite_max_terms must be >= 1, got {self.rewrite_max_terms}")
         if self.output_vocab_size < 0:
             raise ValueError(f"model.output_vocab_size must be >= 0, got {self.output_vocab_size}")
         for name in ("max_source_tokens", "max_target_tokens", "max_nodes", "num_beams",
@@ -469,6 +484,37 @@ def retrieval_of_rewrites(items: Sequence[dict[str, Any]], rewrites: Sequence[st
 
 COUNTS = ("_turns", "_documents")  # retrieval keys that count, the same for every rewrite
 
+#: the paired comparison of a model's rewrites with the heuristic rewrite's, per held-out turn
+#: (``<GAIN_KEY>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n`` and ``_direction``): the rewrite gate
+#: needs ``_direction`` +1, above the heuristic beyond the noise (a few dozen turns)
+GAIN_KEY = "rewrite_retrieval_ndcg@10_vs_heuristic"
+
+
+def _user_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"history": [{"role": "user", "content": h} for h in e.get("history") or []], "query": e["query"]}
+            for e in items]
+
+
+def rewrite_gain(items: Sequence[dict[str, Any]], rewrites: Sequence[str],
+                 extra_docs: Sequence[str] = ()) -> dict[str, float]:
+    """``rewrites`` against the heuristic rewrite of the same held-out items, turn by turn: the
+    mean paired difference of the retrieval nDCG@10 each drives (:func:`retrieval_of_rewrites`'
+    protocol), its bootstrap interval, sign-flip p-value and direction
+    (:func:`searchsmith.models.stats.direction`: +1 above beyond the noise, -1 below, 0
+    inside it), named ``<GAIN_KEY>_*``; {} when no item has a passage."""
+    from searchsmith.models.stats import direction, paired_difference
+    from searchsmith.training.evaluate import heuristic_rewrites, rewrite_retrieval
+
+    _, rows = rewrite_retrieval(_retrieval_rows(items), list(rewrites), extra_docs,
+                                others={"heuristic": heuristic_rewrites(_user_rows(items))})
+    if not rows:
+        return {}
+    c = paired_difference([r["rewrite_retrieval_ndcg@10_heuristic"] for r in rows],
+                          [r["rewrite_retrieval_ndcg@10"] for r in rows], GAIN_KEY)
+    return {f"{GAIN_KEY}_diff": c.diff, f"{GAIN_KEY}_lo": c.ci95[0], f"{GAIN_KEY}_hi": c.ci95[1],
+            f"{GAIN_KEY}_p": c.p_value, f"{GAIN_KEY}_n": float(c.n),
+            f"{GAIN_KEY}_direction": float(direction(c.ci95, c.p_value))}
+
 
 def heuristic_rewrite_figures(items: Sequence[dict[str, Any]], extra_docs: Sequence[str] = ()) -> dict[str, float]:
     """Token F1 and retrieval of the pipeline's no-model rewrite (the fallback the rewrite gate
@@ -476,9 +522,7 @@ def heuristic_rewrite_figures(items: Sequence[dict[str, Any]], extra_docs: Seque
     retrieval come with it (``*_copy_query``, ``*_manual``)."""
     from searchsmith.training.evaluate import heuristic_rewrites
 
-    rows = [{"history": [{"role": "user", "content": h} for h in e.get("history") or []], "query": e["query"]}
-            for e in items]
-    heur = heuristic_rewrites(rows)
+    heur = heuristic_rewrites(_user_rows(items))
     out = {"rewrite_f1_heuristic": rewrite_metrics(heur, [e["target"] for e in items])["rewrite_f1"]}
     for key, value in retrieval_of_rewrites(items, heur, extra_docs).items():
         if key.endswith(("_copy_query", "_manual", *COUNTS)):
@@ -539,6 +583,8 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
                              "gold": e["target"], **_item_figures(rewrite_metrics([r], [e["target"]]))})
     found = {k: v for k, v in retrieval_of_rewrites(rw_items, rewrites, extra_docs).items()
              if not k.endswith(("_copy_query", "_manual"))} if retrieval else {}  # those are baselines
+    if found:
+        found.update(rewrite_gain(rw_items, rewrites, extra_docs))
     return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
             **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **found}
 
@@ -788,11 +834,13 @@ def tagger_loss(logits: Any, labels: Any, depth: int, add_labels: Any = None, n_
 def fit_rewrite_head(dec: Decomposer, train_ex: Sequence[dict[str, Any]], m: DecomposerModelConfig) -> dict[str, Any]:
     """Fit ``dec``'s rewrite tagger on the training rewrites (history, query -> gold rewrite);
     a tagger trained with joint rewrite tags takes it from its token head instead."""
+    expansion = {"expand": m.rewrite_expand, "term_threshold": m.rewrite_term_threshold,
+                 "max_terms": m.rewrite_max_terms}
     if dec.arch == TAGGER and m.joint_rewrite:
-        return dec.rewrite_head_from_classifier(m.rewrite_threshold, m.rewrite_extend)
+        return dec.rewrite_head_from_classifier(m.rewrite_threshold, m.rewrite_extend, expansion)
     items = [(e["history"], e["query"], e["target"]) for e in train_ex if e["task"] == "rewrite"]
     return dec.fit_rewrite_head(items, l2=m.rewrite_head_l2, threshold=m.rewrite_threshold,
-                                extend=m.rewrite_extend)
+                                extend=m.rewrite_extend, expansion=expansion)
 
 
 def fit_type_head(dec: Decomposer, train_ex: Sequence[dict[str, Any]], l2: float) -> dict[str, Any]:

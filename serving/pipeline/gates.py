@@ -23,6 +23,12 @@ tower alone for images without one, against leaving them out (a wrong place coun
 much against it as a right one for it: a misplaced photo misleads). Caption-cosine placement is
 the default wherever the model has not shown it does better.
 
+A figure measured on few held-out items can lead its baseline by chance: the rewrite's is the
+retrieval of 28 CAsT turns, where a decomposer that led the heuristic rewrite by 0.005 garbled
+the quickstart's follow-up ("Where can I find the code the?"). Such a row (``beyond_noise``)
+also needs the recipe's paired test of the model against that baseline, turn by turn, to put
+the model above it beyond the noise.
+
 A reranker or a citation scorer trained with ``data.leave_out`` records its figures on the
 left-out datasets (the reranker: ``ood/ndcg@10`` beside BM25's and the bi-encoder's there;
 the citation scorer: ``ood/attribution/roc_auc`` and ``ood/attribution/f1`` beside the cosine
@@ -56,6 +62,11 @@ class GateRow:
         ood: the recipe can record the same figures on datasets left out of training
             (``ood/<metric>`` and ``baselines/ood_<name>``, from ``data.leave_out``): when the
             bundle has them, the row reads those instead (:func:`resolve_row`).
+        beyond_noise: for figures measured on few held-out items: the key of the recorded
+            paired comparison of the model with the first baseline, item by item
+            (``<key>_direction``, with ``_diff``, ``_lo``, ``_hi``, ``_p`` and ``_n``;
+            :func:`searchsmith.models.stats.direction`). The row then also needs
+            ``_direction`` +1: a lead inside the noise does not open the gate.
     """
 
     role: str
@@ -67,6 +78,7 @@ class GateRow:
     setting: str
     how: str = ""
     ood: bool = False
+    beyond_noise: str = ""
 
 
 OOD_PREFIX = "ood/"
@@ -92,7 +104,8 @@ GATES: tuple[GateRow, ...] = (
             (("baselines/rewrite_retrieval_ndcg@10_heuristic", "the heuristic rewrite's"),
              ("baselines/rewrite_retrieval_ndcg@10_copy_query", "the raw query's")),
             "the heuristic rewrite", "gate_rewrite",
-            "train with data.sources including trec_cast (its 2021/2022 turns carry their answer passages)"),
+            "train with data.sources including trec_cast (its 2021/2022 turns carry their answer passages)",
+            beyond_noise="rewrite_retrieval_ndcg@10_vs_heuristic"),
     GateRow("decomposer", "decompose", "decompose_node_f1", "node-text F1",
             (("baselines/decompose_node_f1_question_as_terminal", "keeping the question as one node"),),
             "the question as one node", "gate_decompose"),
@@ -131,12 +144,14 @@ class Figure:
     baseline: float | None
     baseline_name: str
     others: tuple[tuple[str, float], ...] = ()  # further recorded baselines (name, value)
+    noise: str = ""  # the paired test of a beyond_noise row, when it was read
 
     def text(self) -> str:
         got = "not recorded" if self.value is None else f"{self.value:.3f}"
         base = "not recorded" if self.baseline is None else f"{self.baseline:.3f}"
         more = "".join(f", {n} {v:.3f}" for n, v in self.others)
-        return f"{self.what} {got} vs {self.baseline_name} {base}{more}"
+        noise = f" ({self.noise})" if self.noise else ""
+        return f"{self.what} {got} vs {self.baseline_name} {base}{more}{noise}"
 
 
 @dataclass(frozen=True)
@@ -165,7 +180,8 @@ class GateDecision:
         if not self.gated:
             out["gate"] = f"off (bundles.{self.setting}: false)"
         out["figures"] = [{"metric": f.what, "value": f.value, "baseline": f.baseline_name,
-                           "baseline_value": f.baseline} for f in self.figures]
+                           "baseline_value": f.baseline, **({"paired_test": f.noise} if f.noise else {})}
+                          for f in self.figures]
         return out
 
 
@@ -241,6 +257,27 @@ def check_row(row: GateRow, figures: Mapping[str, float]) -> tuple[Figure, str |
         return fig, (f"the {_model_name(row.role)}'s held-out {row.what} {got:.3f} {relation} {best[0]} "
                      f"({best[1]:.3f}); {row.fallback} is used (bundles.{row.setting}: false to use the "
                      "model anyway)")
+    if row.beyond_noise:
+        return _beyond_noise(row, figures, fig)
+    return fig, None
+
+
+def _beyond_noise(row: GateRow, figures: Mapping[str, float], fig: Figure) -> tuple[Figure, str | None]:
+    """A row with ``beyond_noise`` whose point figure leads: the paired test decides."""
+    from dataclasses import replace
+
+    key, name = row.beyond_noise, row.baselines[0][1]
+    parts = {p: figures.get(f"{key}_{p}") for p in ("direction", "diff", "lo", "hi", "p", "n")}
+    if any(v is None for v in parts.values()):
+        return fig, (f"the {_model_name(row.role)}'s bundle records no paired test of its {row.what} against "
+                     f"{name} ({key}_direction missing from its manifest's heldout_metrics; re-export the run "
+                     f"with this version); {row.fallback} is used (bundles.{row.setting}: false to use it)")
+    test = (f"paired difference {parts['diff']:+.3f} [{parts['lo']:+.3f}, {parts['hi']:+.3f}], "
+            f"p {parts['p']:.2f}, {int(parts['n'])} items")
+    fig = replace(fig, noise=test)
+    if parts["direction"] != 1:
+        return fig, (f"the {_model_name(row.role)}'s held-out {row.what} leads {name} only inside the noise "
+                     f"({test}); {row.fallback} is used (bundles.{row.setting}: false to use the model anyway)")
     return fig, None
 
 

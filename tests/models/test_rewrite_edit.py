@@ -149,3 +149,57 @@ def test_tag_rewrite_replaces_the_reference_with_the_referent(tokenizer):
     assert tag_rewrite(q, hist, source, offs, probs(("Cancer",)), 0.3, 0.15) == "Is it treatable Cancer?"
     assert tag_rewrite(q, hist, source, offs, probs(("Cancer",), level=0.2), 0.3, 0.15) == q  # unsure
     assert tag_rewrite(q, [], source, offs, probs(), 0.3, 0.15) == q
+
+
+def _ref_probs(source, offs, scores):
+    """(tokens, 3) probabilities with REF = ``scores`` of the word a token lies in (the words
+    found in ``source`` as whole words), else 0."""
+    import re
+
+    spans = [(m.start(), m.end(), p) for w, p in scores.items() for m in re.finditer(rf"\b{re.escape(w)}\b", source)]
+    out = []
+    for a, b in offs:
+        p = max((q for x, y, q in spans if a != b and x <= a and b <= y), default=0.0)
+        out.append([1 - p, p, 0.0])
+    return out
+
+
+def test_tag_terms_selects_history_words_best_first(tokenizer):
+    """QuReTeC-style term selection: whole history words at the threshold or above, best
+    first, without function words, words of the excluded texts, or anything from the query."""
+    from searchsmith.models.rewrite_edit import tag_terms
+
+    source = "rewrite: Tell me about the lumen/evict.py module || and the Throat cancer? || Is it treatable?"
+    offs = _tokens(tokenizer, source)
+    scores = {"Throat": 0.6, "cancer": 0.9, "the": 0.95, "evict": 0.4, "lumen": 0.1, "Tell": 0.05,
+              "Is": 0.99, "treatable": 0.99}
+    probs = _ref_probs(source, offs, scores)
+    assert tag_terms(source, offs, probs, 0.3) == ["cancer", "Throat", "lumen/evict.py"]
+    assert tag_terms(source, offs, probs, 0.3, max_terms=2) == ["cancer", "Throat"]
+    assert tag_terms(source, offs, probs, 0.5, exclude=["Is throat cancer treatable?"]) == []
+    assert tag_terms(source, offs, probs, 0.99) == []  # the query's own words are never terms
+    assert tag_terms(source, offs, _ref_probs(source, offs, {}), 0.1) == []
+
+
+def test_head_rewrite_appends_terms_by_the_heads_expansion(tokenizer):
+    from searchsmith.models.rewrite_edit import head_rewrite, with_terms
+    from searchsmith.serving.rewrite import appended_terms
+
+    source = "rewrite: Tell me about Throat Cancer and its Treatment. || Is it treatable?"
+    offs = _tokens(tokenizer, source)
+    probs = _ref_probs(source, offs, {"Throat": 0.9, "Cancer": 0.9, "Treatment": 0.2})
+    for a, b in offs:  # "it" is the reference the edit replaces
+        if source[a:b] == "it" and a > source.index("||"):
+            probs[offs.index((a, b))] = [0.1, 0.0, 0.9]
+    q, hist = "Is it treatable?", ["Tell me about Throat Cancer and its Treatment."]
+    head = {"threshold": 0.3, "extend": 0.15, "term_threshold": 0.15, "max_terms": 8}
+    assert head_rewrite(q, hist, source, offs, probs, {**head, "expand": "none"}) == "Is Throat Cancer treatable?"
+    assert head_rewrite(q, hist, source, offs, probs, head) == "Is Throat Cancer treatable?"  # no key: none
+    terms = head_rewrite(q, hist, source, offs, probs, {**head, "expand": "terms"})
+    assert terms == "Is it treatable? (Throat Cancer Treatment)"
+    fused = head_rewrite(q, hist, source, offs, probs, {**head, "expand": "fused"})
+    assert fused == "Is Throat Cancer treatable? (Treatment)"  # only what the edit does not hold
+    # the decomposition stage splits either form into the question and its terms
+    assert appended_terms(q, terms) == (q, " (Throat Cancer Treatment)")
+    assert appended_terms(q, fused) == ("Is Throat Cancer treatable?", " (Treatment)")
+    assert with_terms("q", []) == "q"

@@ -307,6 +307,21 @@ def test_rewrite_head_needs_history_and_checks_its_shape(tiny: Decomposer) -> No
     with pytest.raises(BundleError, match="rewrite_head"):
         check_rewrite_head({"tags": ["O", "REF"], "weight": [[0.0]], "bias": [0.0], "threshold": 0.3,
                             "extend": 0.1})
+    ok = {"tags": ["O", "REF", "TGT"], "weight": [[0.0]] * 3, "bias": [0.0] * 3, "threshold": 0.3, "extend": 0.1}
+    assert check_rewrite_head(ok)["expand"] == "none"  # a head saved before term expansion
+    assert check_rewrite_head({**ok, "expand": "fused", "term_threshold": 0.2})["max_terms"] == 8
+    for bad, field in (({"expand": "all"}, "rewrite_head.expand"), ({"term_threshold": 1.5}, "term_threshold"),
+                       ({"max_terms": 0}, "max_terms")):
+        with pytest.raises(BundleError, match=field):
+            check_rewrite_head({**ok, **bad})
+    assert head["expand"] == "none"  # fit_rewrite_head without an expansion keeps the edit alone
+    head = tiny.fit_rewrite_head([(["Tell me about Lumen"], "who founded it?", "who founded Lumen?"),
+                                  (["Tell me about Quarry"], "where is it?", "where is Quarry?")], l2=1e-4,
+                                 expansion={"expand": "terms", "term_threshold": 1e-9, "max_terms": 2})
+    # the random tiny model scores every word low: at a negligible threshold the one content
+    # word of the history is appended (the prefix, the separators and function words never are)
+    out = tiny.rewrite([{"role": "user", "content": "Tell me about Lumen"}], "who founded it?")
+    assert out == "who founded it? (Lumen)"
     tiny.rewrite_head = None
 
 

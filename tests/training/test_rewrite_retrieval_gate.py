@@ -82,8 +82,28 @@ def test_the_rewrite_gate_reads_retrieval_against_the_heuristic():
     assert "only ties with the heuristic rewrite's" in decision(perfect, base).reason  # a tie is not a win
     assert "is below the heuristic rewrite's" in decision(blind, base).reason
     weaker = {**base, "baselines/rewrite_retrieval_ndcg@10_heuristic": 0.5}
-    assert decision(perfect, weaker).used
+    # the point figure leads a weaker heuristic, but the paired test was measured against the
+    # real one (as good as the perfect rewrites here): inside the noise
+    assert "only inside the noise (paired difference +0.000" in decision(perfect, weaker).reason
+    beyond = {"rewrite_retrieval_ndcg@10_vs_heuristic_direction": 1}
+    assert decision(perfect, {**weaker, **beyond}).used
     assert "the raw query's" in decision(blind, weaker).reason  # the best baseline is named
+
+
+def test_the_paired_test_compares_each_turn_with_the_heuristic():
+    """evaluate records the rewrites against the heuristic turn by turn: the mean difference,
+    its interval, the sign-flip p-value and the direction the gate reads."""
+    from searchsmith.training.decomposer import GAIN_KEY, rewrite_gain
+
+    perfect = {(h, q): t for h, q, t, _ in TURNS}
+    blind = {(h, q): q for h, q, _, _ in TURNS}
+    same = evaluate(FixedRewrites(perfect), _items())
+    assert same[f"{GAIN_KEY}_diff"] == pytest.approx(0.0) and same[f"{GAIN_KEY}_direction"] == 0
+    assert same[f"{GAIN_KEY}_n"] == 4
+    worse = rewrite_gain(_items(), [blind[(h, q)] for h, q, _, _ in TURNS])
+    assert worse[f"{GAIN_KEY}_diff"] < 0 and worse[f"{GAIN_KEY}_lo"] <= worse[f"{GAIN_KEY}_diff"]
+    assert worse[f"{GAIN_KEY}_p"] > 0.05 and worse[f"{GAIN_KEY}_direction"] == 0  # 4 turns: inside the noise
+    assert rewrite_gain(_items(with_passage=False), [t for _, _, t, _ in TURNS]) == {}
 
 
 def test_the_training_passages_join_the_corpus_as_distractors():

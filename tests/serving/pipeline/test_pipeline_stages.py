@@ -60,6 +60,14 @@ def test_rewrite_model_whose_rewrites_retrieve_worse_than_the_heuristic_is_not_u
                     embedder, {"decomposer": dec})
     assert pipe.rewrite_note is None and pipe.ask("Where is the code for it?", HISTORY)["rewrite"] == "how"
     dec.manifest["heldout_metrics"]["rewrite_retrieval_ndcg@10"] = 0.8
+    # a lead needs the paired test: missing, it is not taken on trust
+    assert "no paired test" in make_pipeline(bundles={"decomposer": dec}).rewrite_note
+    test = {"diff": 0.036, "lo": -0.05, "hi": 0.12, "p": 0.4, "n": 28, "direction": 0}
+    dec.manifest["heldout_metrics"].update({f"rewrite_retrieval_ndcg@10_vs_heuristic_{k}": v for k, v in test.items()})
+    note = make_pipeline(bundles={"decomposer": dec}).rewrite_note
+    assert "only inside the noise (paired difference +0.036 [-0.050, +0.120], p 0.40, 28 items)" in note
+    dec.manifest["heldout_metrics"].update({"rewrite_retrieval_ndcg@10_vs_heuristic_direction": 1,
+                                            "rewrite_retrieval_ndcg@10_vs_heuristic_lo": 0.01})
     assert make_pipeline(bundles={"decomposer": dec}).rewrite_note is None
     # a tie is not a win
     dec.manifest["heldout_metrics"]["rewrite_retrieval_ndcg@10"] = 0.764
@@ -90,10 +98,12 @@ def test_heuristic_history_terms_are_not_decomposed(make_pipeline, fakes):
     terms = ans["rewrite"][len("Where is the code and the tests for it?"):]
     assert [n["text"] for n in ans["nodes"]] == [f"Where is the code?{terms}", f"Where are the tests?{terms}"]
     assert "without the history terms" in ans["trace"]["stages"]["decomposition"]["note"]
-    # only the heuristic's own form is split: a model rewrite or a query with brackets of its own is not
+    # only appended terms are split (a decomposer's fused rewrite too), not a query's own brackets
     assert appended_terms("Where is it?", "Where is the Lumen code?") == ("Where is the Lumen code?", "")
     assert appended_terms("What is (x)?", "What is (x)?") == ("What is (x)?", "")
     assert appended_terms("q", "q (a (b))") == ("q (a (b))", "")
+    assert appended_terms("Is it fun?", "Is Lumen fun? (cache)") == ("Is Lumen fun?", " (cache)")
+    assert appended_terms("Tell me (briefly)", "Tell me (briefly)") == ("Tell me (briefly)", "")
 
 
 def test_failing_rewrite_degrades(make_pipeline, fakes):
