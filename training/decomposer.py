@@ -495,18 +495,14 @@ def _user_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for e in items]
 
 
-def rewrite_gain(items: Sequence[dict[str, Any]], rewrites: Sequence[str],
-                 extra_docs: Sequence[str] = ()) -> dict[str, float]:
-    """``rewrites`` against the heuristic rewrite of the same held-out items, turn by turn: the
-    mean paired difference of the retrieval nDCG@10 each drives (:func:`retrieval_of_rewrites`'
-    protocol), its bootstrap interval, sign-flip p-value and direction
-    (:func:`searchsmith.models.stats.direction`: +1 above beyond the noise, -1 below, 0
-    inside it), named ``<GAIN_KEY>_*``; {} when no item has a passage."""
+def gain_of_rows(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The paired comparison, turn by turn, of the model's retrieval nDCG@10 with the heuristic
+    rewrite's in per-turn rows of :func:`~searchsmith.training.evaluate.rewrite_retrieval` run
+    with ``others={"heuristic": ...}``: the mean difference, its bootstrap interval, sign-flip
+    p-value and direction (:func:`searchsmith.models.stats.direction`: +1 above beyond the
+    noise, -1 below, 0 inside it), named ``<GAIN_KEY>_*``; {} without rows."""
     from searchsmith.models.stats import direction, paired_difference
-    from searchsmith.training.evaluate import heuristic_rewrites, rewrite_retrieval
 
-    _, rows = rewrite_retrieval(_retrieval_rows(items), list(rewrites), extra_docs,
-                                others={"heuristic": heuristic_rewrites(_user_rows(items))})
     if not rows:
         return {}
     c = paired_difference([r["rewrite_retrieval_ndcg@10_heuristic"] for r in rows],
@@ -514,6 +510,24 @@ def rewrite_gain(items: Sequence[dict[str, Any]], rewrites: Sequence[str],
     return {f"{GAIN_KEY}_diff": c.diff, f"{GAIN_KEY}_lo": c.ci95[0], f"{GAIN_KEY}_hi": c.ci95[1],
             f"{GAIN_KEY}_p": c.p_value, f"{GAIN_KEY}_n": float(c.n),
             f"{GAIN_KEY}_direction": float(direction(c.ci95, c.p_value))}
+
+
+def _retrieval_with_heuristic(items: Sequence[dict[str, Any]], rewrites: Sequence[str],
+                              extra_docs: Sequence[str] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """:func:`~searchsmith.training.evaluate.rewrite_retrieval` of ``rewrites`` beside the
+    heuristic rewrite of the same items, in one ranking pass."""
+    from searchsmith.training.evaluate import heuristic_rewrites, rewrite_retrieval
+
+    return rewrite_retrieval(_retrieval_rows(items), list(rewrites), extra_docs,
+                             others={"heuristic": heuristic_rewrites(_user_rows(items))})
+
+
+def rewrite_gain(items: Sequence[dict[str, Any]], rewrites: Sequence[str],
+                 extra_docs: Sequence[str] = ()) -> dict[str, float]:
+    """``rewrites`` against the heuristic rewrite of the same held-out items, turn by turn
+    (:func:`gain_of_rows` over :func:`retrieval_of_rewrites`' protocol); {} when no item has a
+    passage."""
+    return gain_of_rows(_retrieval_with_heuristic(items, rewrites, extra_docs)[1])
 
 
 def heuristic_rewrite_figures(items: Sequence[dict[str, Any]], extra_docs: Sequence[str] = ()) -> dict[str, float]:
@@ -581,10 +595,12 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
         for n, (e, r) in enumerate(zip(rw_items, rewrites, strict=True)):
             per_item.append({"id": e.get("id", n), "task": "rewrite", "query": e["query"], "pred": r,
                              "gold": e["target"], **_item_figures(rewrite_metrics([r], [e["target"]]))})
-    found = {k: v for k, v in retrieval_of_rewrites(rw_items, rewrites, extra_docs).items()
-             if not k.endswith(("_copy_query", "_manual"))} if retrieval else {}  # those are baselines
-    if found:
-        found.update(rewrite_gain(rw_items, rewrites, extra_docs))
+    found: dict[str, float] = {}
+    if retrieval:  # the model's figures and its paired test against the heuristic, one ranking pass
+        metrics, rows = _retrieval_with_heuristic(rw_items, rewrites, extra_docs)
+        found = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))
+                 and not k.endswith(("_copy_query", "_manual", "_heuristic"))}  # those are baselines
+        found.update(gain_of_rows(rows))
     return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
             **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **found}
 

@@ -1228,15 +1228,14 @@ def eval_rewrite(args: argparse.Namespace) -> dict[str, Any]:
         [{**r, "id": item["id"]} for r, item in zip(rows, items, strict=True)], [row["pred"] for row in per_item], extra,
         others={"heuristic": heuristic})
     if retrieval:
-        from searchsmith.training.decomposer import rewrite_gain
+        from searchsmith.training.decomposer import gain_of_rows
 
         by_id = {row["id"]: row for row in retrieval_rows}
         for row in per_item:
             row.update({k: v for k, v in by_id.get(row["id"], {}).items() if k.startswith("rewrite_retrieval")})
         bootstrap = out.pop("bootstrap")
         out.update(retrieval)
-        out.update(rewrite_gain([{**item, "passage": r.get("passage")} for item, r in zip(items, rows, strict=True)],
-                                [row["pred"] for row in per_item], extra))
+        out.update(gain_of_rows(retrieval_rows))
         out["rewrite_retrieval_protocol"] = REWRITE_RETRIEVAL_PROTOCOL
         out["bootstrap"] = bootstrap
     _write_per_item(getattr(args, "per_item", None), per_item)
