@@ -17,6 +17,15 @@ imports nothing else from the project, and ``triton`` only when a Triton path ru
 
 from __future__ import annotations
 
+if __name__ == "kernels":
+    # Imported by its folder's name: the repository root is on sys.path (``python -m pytest``,
+    # ``python -c`` or a notebook started there) and someone ran ``import kernels``, which means
+    # Hugging Face's ``kernels`` package (transformers >= 5.25 imports it). Hand the name over
+    # to that package; this one is only ever imported as ``searchsmith.kernels``.
+    from ._shadow import hand_over
+
+    hand_over(__file__)  # the rest of this file then runs on a module nobody holds
+
 # The ops are loaded on first use (PEP 562): importing the package, or its torch-free
 # ``host`` module, does not import torch.
 
