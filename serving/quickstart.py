@@ -63,7 +63,7 @@ MODELS: tuple[ModelStep, ...] = (
     ModelStep("images", "images/quick/minilm_cnn.yaml", "images/minilm_cnn.yaml",
               ("data.sources=[synthetic_images]",)),
     ModelStep("reader", "reader/quick/minilm_full.yaml", "reader/minilm_full.yaml",
-              ("data.sources=[synthetic,demo]",)),
+              ("data.sources=[synthetic,demo]", "data.leave_out=[]")),
 )
 
 

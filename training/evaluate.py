@@ -889,7 +889,7 @@ def _read_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
     from searchsmith.training.evaluate_read import heldout_items, read_report
 
     items, part = _first(heldout_items(run_dir), limit)
-    figs, _ = read_report(model, items, float(model.min_score))
+    figs, _ = read_report(model, items, float(model.min_score), run_recipe_config(run_dir).data.leave_out)
     return figs, f"the run's held-out split ({part} questions)"
 
 

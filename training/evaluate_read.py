@@ -74,11 +74,13 @@ def item_json(it: ReadItem) -> dict[str, Any]:
             "passages": [{"title": t, "text": x} for t, x in it.paragraphs], "supporting": it.support}
 
 
-def read_report(model: Any, items: Sequence[ReadItem], threshold: float) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The recipe's held-out figures of ``model`` on ``items`` (``training.reader.score_items``)."""
+def read_report(model: Any, items: Sequence[ReadItem], threshold: float,
+                ood_sources: Sequence[str] = ()) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The recipe's held-out figures of ``model`` on ``items`` (``training.reader.score_items``;
+    ``ood_sources``: the run's ``data.leave_out``, whose questions also give the ``ood/`` figures)."""
     from searchsmith.training.reader import score_items
 
-    return score_items(model, items, threshold)
+    return score_items(model, items, threshold, ood_sources)
 
 
 def eval_read(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,12 +121,11 @@ def heldout_items(run_dir: Path) -> list[ReadItem]:
 def write_eval(out: str | Path, recipe: str | Path = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> int:
     """Write a recipe's held-out questions (its data, its split) to ``out``; returns how many."""
     from searchsmith.training.config import load_recipe_config
-    from searchsmith.training.data import split_by_key
-    from searchsmith.training.read_data import load_items
+    from searchsmith.training.read_data import load_items, split_items
 
     cfg = load_recipe_config(recipe, list(overrides))
     items = load_items(cfg.data)
-    _, eval_ids = split_by_key(sorted({it.qid for it in items}), cfg.data.eval_ratio, cfg.data.split_seed)
+    _, eval_ids = split_items(items, cfg.data)
     rows = [item_json(it) for it in items if it.qid in eval_ids and not it.hop]
     write_jsonl_atomic(out, rows)
     return len(rows)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.text import normalize_answer, read_jsonl, sentence_texts
-from searchsmith.training.data import resolve_data_path, synthetic_facts
+from searchsmith.training.data import resolve_data_path, split_leaving_out, synthetic_facts
 
 SOURCES = ("hotpotqa", "musique", "2wikimultihopqa", "demo", "synthetic")
 
@@ -67,6 +67,10 @@ class ReaderData:
         cloze_per_item: cloze questions made from each training record's paragraphs (0 = none).
         cloze_drop: share of a cloze question's other words dropped (noise, so that the
             question is not a copy of its sentence).
+        leave_out: sources of ``sources`` whose questions are all held out, never trained on:
+            the recipe reports its figures on them as ``ood/...`` beside the sentence
+            baseline's there (``baselines/ood_sentence_f1``), and the serving gate reads those
+            (users' documents are not the recipe's).
     """
 
     sources: tuple[str, ...] = ("hotpotqa", "musique", "2wikimultihopqa")
@@ -84,6 +88,7 @@ class ReaderData:
     wiki_relations: bool = False
     cloze_per_item: int = 0
     cloze_drop: float = 0.15
+    leave_out: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.sources if s not in SOURCES]
@@ -100,6 +105,12 @@ class ReaderData:
             raise ValueError(f"data.cloze_per_item must be >= 0, got {self.cloze_per_item}")
         if not 0.0 <= self.cloze_drop < 1.0:
             raise ValueError(f"data.cloze_drop must be in [0, 1), got {self.cloze_drop}")
+        stray = [s for s in self.leave_out if s not in self.sources]
+        if stray:
+            raise ValueError(f"data.leave_out: {stray} not in data.sources {list(self.sources)}; name sources "
+                             "to hold out")
+        if set(self.sources) <= set(self.leave_out):
+            raise ValueError(f"data.leave_out: {list(self.leave_out)} leaves no source to train on")
 
 
 @dataclass(frozen=True)
@@ -282,6 +293,14 @@ def load_items(data: ReaderData) -> list[ReadItem]:
     return out
 
 
+def split_items(items: Sequence[ReadItem], data: ReaderData) -> tuple[set[str], set[str]]:
+    """(train, held-out) question ids: ``data.eval_ratio`` of each kept source's ids held out
+    (``data.split_seed``), and every id of a ``data.leave_out`` source."""
+    source = {it.qid: it.source for it in items}
+    keys = sorted(source)
+    return split_leaving_out(keys, [source[k] for k in keys], data.leave_out, data.eval_ratio, data.split_seed)
+
+
 # ----------------------------------------------------------------------------- single-hop questions
 
 RELATION_QUESTIONS = {
@@ -399,4 +418,4 @@ def find_answer(context: str, answers: Sequence[str], prefer: Sequence[tuple[int
 
 
 __all__ = ["LOADERS", "SOURCES", "ReadItem", "ReaderData", "cloze_items", "cloze_question", "find_answer",
-           "load_items", "relation_items"]
+           "load_items", "relation_items", "split_items"]

@@ -18,7 +18,9 @@ Held-out evaluation (question ids never trained on, in any form): SQuAD EM and t
 accuracy on the same questions over their distractor paragraphs only (the answer is
 "none" when the reader's score is below ``no_answer_threshold``). Baseline: the pipeline's
 no-model answer, the context sentence closest to the question by the bi-encoder's cosine
-(``sentence_f1``); the serving gate uses the reader only where it beats it.
+(``sentence_f1``); the serving gate uses the reader only where it beats it. The sources of
+``data.leave_out`` are held out whole and also scored apart (``ood/f1`` against
+``baselines/ood_sentence_f1``): where they are recorded, the gate reads those.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from searchsmith.models.reader import (
 from searchsmith.models.reader_model import SpanReader, TorchReader
 from searchsmith.models.text import exact_match, sentence_texts, token_f1
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
-from searchsmith.training.data import CachedEmbedder, split_by_key
+from searchsmith.training.data import CachedEmbedder
 from searchsmith.training.read_data import (
     ReaderData,
     ReadItem,
@@ -52,11 +54,13 @@ from searchsmith.training.read_data import (
     find_answer,
     load_items,
     relation_items,
+    split_items,
 )
 from searchsmith.training.registry import register_recipe
 from searchsmith.training.trainer import is_main_process, seed_everything, train, write_json_atomic
 
 IGNORE = -100
+OOD_PREFIX = "ood/"  # the figures on data.leave_out's questions (serving/pipeline/gates.py reads them)
 
 
 @dataclass(frozen=True)
@@ -336,13 +340,16 @@ def no_answer_items(items: Sequence[ReadItem], keep_answers: bool = True) -> lis
     return out
 
 
-def score_items(model: Any, items: Sequence[ReadItem], threshold: float) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def score_items(model: Any, items: Sequence[ReadItem], threshold: float,
+                ood_sources: Sequence[str] = ()) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """EM / F1 per source and overall, answered rate and no-answer accuracy.
 
     Args:
         model: a reader with ``read_batch(questions, passages)`` (a ``read`` bundle or
             :class:`~searchsmith.models.reader.TorchReader`).
         threshold: an answer scoring below it is no answer.
+        ood_sources: the sources left out of training (``data.leave_out``): their questions'
+            figures also under ``ood/`` (``ood/f1``, ``ood/em``, ``ood/n``, ``ood/answered_rate``).
     """
     answers = model.read_batch([it.question for it in items], [it.paragraphs for it in items]) if items else []
     rows = []
@@ -355,6 +362,10 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float) -> tupl
     for source in sorted({r["source"] for r in rows}):
         out.update(_means([r for r in rows if r["source"] == source], f"{source}/"))
     out["answered_rate"] = float(np.mean([r["answered"] for r in rows])) if rows else 0.0
+    ood = [r for r in rows if r["source"] in set(ood_sources)]
+    if ood:
+        out.update(_means(ood, OOD_PREFIX))
+        out[f"{OOD_PREFIX}answered_rate"] = float(np.mean([r["answered"] for r in ood]))
     none = no_answer_items(items)
     if none:
         got = model.read_batch([it.question for it in none], [it.paragraphs for it in none])
@@ -369,8 +380,9 @@ def _means(rows: Sequence[dict[str, Any]], prefix: str) -> dict[str, float]:
             f"{prefix}f1": float(np.mean([r["f1"] for r in rows])), f"{prefix}n": float(len(rows))}
 
 
-def sentence_baseline(items: Sequence[ReadItem], encode: Any) -> dict[str, float]:
-    """The no-model answer: the context sentence closest to the question (bi-encoder cosine)."""
+def sentence_baseline(items: Sequence[ReadItem], encode: Any, ood_sources: Sequence[str] = ()) -> dict[str, float]:
+    """The no-model answer: the context sentence closest to the question (bi-encoder cosine);
+    on the ``ood_sources`` questions also as ``ood_sentence_*`` (the gate's out-of-domain baseline)."""
     rows = []
     for it in items:
         sents = [s for _, text in it.paragraphs for s in sentence_texts(text) if len(s) > 3]
@@ -385,6 +397,8 @@ def sentence_baseline(items: Sequence[ReadItem], encode: Any) -> dict[str, float
     for source in sorted({r["source"] for r in rows}):
         out.update({f"sentence_{source}/{k}": v
                     for k, v in _means([r for r in rows if r["source"] == source], "").items() if k != "n"})
+    ood = [r for r in rows if r["source"] in set(ood_sources)]
+    out.update({f"{OOD_PREFIX[:-1]}_sentence_{k}": v for k, v in _means(ood, "").items() if k != "n"})
     return out
 
 
@@ -400,7 +414,7 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
     model, tokenizer = build_model(cfg)
 
     items = load_items(cfg.data)
-    train_ids, eval_ids = split_by_key(sorted({it.qid for it in items}), cfg.data.eval_ratio, cfg.data.split_seed)
+    train_ids, eval_ids = split_items(items, cfg.data)
     train_items = [it for it in items if it.qid in train_ids]
     eval_items = [it for it in items if it.qid in eval_ids and not it.hop]
     if not train_items or not eval_items:
@@ -408,7 +422,7 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
                               f"(data.eval_ratio={cfg.data.eval_ratio}); add data")
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "split.json", {"seed": cfg.data.split_seed, "train": sorted(train_ids),
-                                               "eval": sorted(eval_ids)})
+                                               "eval": sorted(eval_ids), "leave_out": list(cfg.data.leave_out)})
     unanswerable = no_answer_items(train_items, keep_answers=False)
     random.Random(cfg.data.split_seed).shuffle(unanswerable)
     unanswerable = unanswerable[: int(round(cfg.data.no_answer_ratio * len(train_items)))]
@@ -425,12 +439,12 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
                                           "eval_questions": len(eval_items), "train_windows": len(windows)}}
     if cfg.mine_with != "none":
         embedder = CachedEmbedder(cfg.mine_with, run_dir / "cache")
-        baselines.update(sentence_baseline(eval_items, embedder.encode))
+        baselines.update(sentence_baseline(eval_items, embedder.encode, cfg.data.leave_out))
         del embedder
 
     def eval_fn(m: Any) -> dict[str, float]:
         reader = TorchReader(m, tokenizer, settings, cfg.no_answer_threshold, cfg.eval_batch_size)
-        return score_items(reader, eval_items, cfg.no_answer_threshold)[0]
+        return score_items(reader, eval_items, cfg.no_answer_threshold, cfg.data.leave_out)[0]
 
     result = train(
         model, reader_loss, batch_stream(windows, tokenizer.pad_token_id or 0, cfg.optim.batch_size,

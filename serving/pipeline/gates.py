@@ -29,13 +29,15 @@ the quickstart's follow-up ("Where can I find the code the?"). Such a row (``bey
 also needs the recipe's paired test of the model against that baseline, turn by turn, to put
 the model above it beyond the noise.
 
-A reranker or a citation scorer trained with ``data.leave_out`` records its figures on the
-left-out datasets (the reranker: ``ood/ndcg@10`` beside BM25's and the bi-encoder's there;
+A reranker, a citation scorer or a reader trained with ``data.leave_out`` records its figures
+on the left-out datasets (the reranker: ``ood/ndcg@10`` beside BM25's and the bi-encoder's there;
 the citation scorer: ``ood/attribution/roc_auc`` and ``ood/attribution/f1`` beside the cosine
-attribution's), and its gate reads those instead of the pooled split's: users' documents are
-not the recipe's, and a pooled split of the training distribution measures fit (a reranker
-trained on all four sets beat both baselines pooled, and one trained without SciFact fell
-below both on SciFact).
+attribution's; the reader: ``ood/f1`` beside the closest sentence's), and its gate reads those
+instead of the pooled split's: users' documents are not the recipe's, and a pooled split of the
+training distribution measures fit (a reranker trained on all four sets beat both baselines
+pooled, and one trained without SciFact fell below both on SciFact; the Wikipedia-trained reader
+led the closest sentence on its Wikipedia questions, 0.185 against 0.065, and trailed it on the
+demo's, 0.102 against 0.148).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ GATES: tuple[GateRow, ...] = (
             "cosine attribution", "gate_cite", ood=True),
     GateRow("reader", "read", "f1", "answer F1",
             (("baselines/sentence_f1", "the context sentence closest to the question"),),
-            "the extractive sentences", "gate_read"),
+            "the extractive answer", "gate_read", ood=True),
     GateRow("images", "images", "ood/placement_accuracy", "placement accuracy on unseen photos",
             (("baselines/ood_cosine_placement_accuracy", "caption-cosine placement"),),
             "caption-cosine placement", "gate_images",

@@ -236,3 +236,75 @@ def test_relation_and_cloze_items_stay_with_their_record() -> None:
         assert c.answers[0] in paras[c.support[0]][1] and c.answers[0] not in c.question
     with pytest.raises(ValueError, match="cloze_per_item"):
         ReaderData(cloze_per_item=-1)
+
+
+def test_leave_out_must_name_a_source_and_leave_one_to_train_on() -> None:
+    with pytest.raises(ValueError, match=r"data.leave_out: \['demo'\] not in data.sources"):
+        ReaderData(sources=("synthetic",), leave_out=("demo",))
+    with pytest.raises(ValueError, match="leaves no source to train on"):
+        ReaderData(sources=("demo",), leave_out=("demo",))
+
+
+def test_a_left_out_source_is_held_out_whole_and_scored_apart() -> None:
+    from searchsmith.training.read_data import split_items
+    from searchsmith.training.reader import score_items, sentence_baseline
+
+    data = ReaderData(sources=("synthetic", "demo"), synthetic_questions=40, leave_out=("demo",), eval_ratio=0.25)
+    items = load_items(data)
+    train, held = split_items(items, data)
+    demo = {it.qid for it in items if it.source == "demo"}
+    assert demo and demo <= held and not demo & train  # every demo question held out
+    synthetic = {it.qid for it in items if it.source == "synthetic"}
+    assert synthetic & held and synthetic & train  # the others split as before
+
+    class Echo:  # answers every question with its first paragraph's first word, score by source
+        def read_batch(self, questions, passages):
+            from types import SimpleNamespace
+
+            return [SimpleNamespace(text=ps[0][1].split()[0], kind="span", score=0.9 if "Lumen" in q else 0.2)
+                    for q, ps in zip(questions, passages, strict=True)]
+
+    held_items = [it for it in items if it.qid in held and not it.hop]
+    out, rows = score_items(Echo(), held_items, 0.5, ("demo",))
+    ood = [r for r in rows if r["source"] == "demo"]
+    assert out["ood/n"] == len(ood) == len([it for it in held_items if it.source == "demo"])
+    assert out["ood/f1"] == pytest.approx(sum(r["f1"] for r in ood) / len(ood))
+    assert out["ood/answered_rate"] == pytest.approx(sum(r["answered"] for r in ood) / len(ood))
+    assert "ood/f1" not in score_items(Echo(), held_items, 0.5)[0]  # nothing left out: no ood figures
+
+    def encode(texts):  # a bag-of-letters "embedding": deterministic, no model
+        import numpy as np
+
+        v = np.array([[t.lower().count(c) for c in "abcdefghijklmnopqrstuvwxyz"] for t in texts], dtype=float)
+        return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
+
+    base = sentence_baseline(held_items, encode, ("demo",))
+    assert base["ood_sentence_f1"] == pytest.approx(base["sentence_demo/f1"]) and "ood_sentence_n" not in base
+
+
+def test_the_reader_gate_reads_the_out_of_domain_figures_when_recorded() -> None:
+    from searchsmith.serving.pipeline.gates import GATES, check_row
+
+    (row,) = [r for r in GATES if r.role == "reader"]
+    pooled = {"f1": 0.185, "baselines/sentence_f1": 0.065}
+    assert check_row(row, pooled)[1] is None  # in-domain only: it leads
+    fig, why = check_row(row, {**pooled, "ood/f1": 0.102, "baselines/ood_sentence_f1": 0.148})
+    assert why is not None and "answer F1 on datasets left out of training 0.102 is below" in why
+    assert fig.baseline == pytest.approx(0.148)
+    assert check_row(row, {**pooled, "ood/f1": 0.2, "baselines/ood_sentence_f1": 0.148})[1] is None
+
+
+def test_tiny_reader_leaving_the_demo_out_records_ood_figures_in_its_bundle(tmp_path) -> None:
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.training.evaluate import heldout_figures
+    from searchsmith.training.registry import get_recipe
+
+    run = tmp_path / "run"
+    cfg = load_recipe_config(TINY, [f"output_dir={run}", "data.sources=[synthetic,demo]", "data.leave_out=[demo]"])
+    metrics = get_recipe("reader").fn(cfg, run_dir=run)
+    n_demo = len([it for it in load_items(cfg.data) if it.source == "demo" and not it.hop])
+    assert metrics["ood/n"] == n_demo == metrics["demo/n"] and "ood/f1" in metrics
+    split = json.loads((run / "split.json").read_text())
+    assert split["leave_out"] == ["demo"]
+    manifest = export_run(run, tmp_path / "bundle", ExportOptions(heldout_scorer=heldout_figures))
+    assert manifest["heldout_metrics"]["ood/f1"] == pytest.approx(metrics["ood/f1"], abs=1e-6)

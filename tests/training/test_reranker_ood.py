@@ -75,7 +75,7 @@ def test_the_reranker_gate_reads_the_out_of_domain_figures_when_recorded() -> No
 
 
 def test_gates_without_ood_figures_are_unchanged() -> None:
-    row = next(r for r in GATES if r.use == "read")
+    row = next(r for r in GATES if r.use == "decompose")
     assert not row.ood
     baseline = row.baselines[0][0]
     figures = {row.metric: 0.9, baseline: 0.8, f"ood/{row.metric}": 0.1}
