@@ -28,7 +28,7 @@ import numpy as np
 from searchsmith.models.errors import ValidationError
 
 __all__ = ["DEFAULT_RESAMPLES", "DEFAULT_SEED", "EXACT_MAX_ITEMS", "Comparison", "bootstrap_ci",
-           "compare_rows", "direction", "paired_difference", "permutation_p", "with_intervals"]
+           "compare_rows", "direction", "paired_difference", "paired_figures", "permutation_p", "with_intervals"]
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
@@ -141,6 +141,18 @@ def paired_difference(a: Sequence[float], b: Sequence[float], metric: str = "val
     d = y - x
     return Comparison(metric, int(x.size), float(x.mean()), float(y.mean()), float(d.mean()),
                       bootstrap_ci(d, resamples=resamples, seed=seed), permutation_p(d, seed=seed))
+
+
+def paired_figures(key: str, baseline: Sequence[float], model: Sequence[float]) -> dict[str, float]:
+    """A model against its baseline on the same items, as the flat figures a recipe records
+    and a ``beyond_noise`` gate reads (``serving/pipeline/gates.py``): ``<key>_diff`` (mean of
+    model - baseline), ``_lo`` / ``_hi`` (its bootstrap 95 % interval), ``_p`` (sign-flip
+    p-value), ``_n`` and ``_direction`` (:func:`direction`); {} without items."""
+    if not len(baseline):
+        return {}
+    c = paired_difference(baseline, model, key)
+    return {f"{key}_diff": c.diff, f"{key}_lo": c.ci95[0], f"{key}_hi": c.ci95[1], f"{key}_p": c.p_value,
+            f"{key}_n": float(c.n), f"{key}_direction": float(direction(c.ci95, c.p_value))}
 
 
 def direction(diff_ci95: Sequence[float], p_value: float, level: float = LEVEL) -> int:

@@ -488,6 +488,9 @@ COUNTS = ("_turns", "_documents")  # retrieval keys that count, the same for eve
 #: (``<GAIN_KEY>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n`` and ``_direction``): the rewrite gate
 #: needs ``_direction`` +1, above the heuristic beyond the noise (a few dozen turns)
 GAIN_KEY = "rewrite_retrieval_ndcg@10_vs_heuristic"
+#: the same for decompositions: node-text F1 against keeping the question as one node, per
+#: held-out question (the decompose gate needs ``_direction`` +1)
+NODE_GAIN_KEY = "decompose_node_f1_vs_terminal"
 
 
 def _user_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -501,15 +504,10 @@ def gain_of_rows(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     with ``others={"heuristic": ...}``: the mean difference, its bootstrap interval, sign-flip
     p-value and direction (:func:`searchsmith.models.stats.direction`: +1 above beyond the
     noise, -1 below, 0 inside it), named ``<GAIN_KEY>_*``; {} without rows."""
-    from searchsmith.models.stats import direction, paired_difference
+    from searchsmith.models.stats import paired_figures
 
-    if not rows:
-        return {}
-    c = paired_difference([r["rewrite_retrieval_ndcg@10_heuristic"] for r in rows],
-                          [r["rewrite_retrieval_ndcg@10"] for r in rows], GAIN_KEY)
-    return {f"{GAIN_KEY}_diff": c.diff, f"{GAIN_KEY}_lo": c.ci95[0], f"{GAIN_KEY}_hi": c.ci95[1],
-            f"{GAIN_KEY}_p": c.p_value, f"{GAIN_KEY}_n": float(c.n),
-            f"{GAIN_KEY}_direction": float(direction(c.ci95, c.p_value))}
+    return paired_figures(GAIN_KEY, [r["rewrite_retrieval_ndcg@10_heuristic"] for r in rows],
+                          [r["rewrite_retrieval_ndcg@10"] for r in rows])
 
 
 def _retrieval_with_heuristic(items: Sequence[dict[str, Any]], rewrites: Sequence[str],
@@ -558,8 +556,7 @@ def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]
         out["decompose_type_acc_majority"] = sum(g.type == major_type for g in golds) / len(golds)
         out["decompose_node_count_acc_majority"] = sum(len(g.nodes) == major_n for g in golds) / len(golds)
         out["decompose_node_f1_question_as_terminal"] = sum(
-            node_f1(QDG("terminal", (QDGNode("1", e["query"], ()),)), g)
-            for e, g in zip(dec_held, golds, strict=True)) / len(golds)
+            node_f1(terminal_graph(e["query"]), g) for e, g in zip(dec_held, golds, strict=True)) / len(golds)
     rw_held = [e for e in heldout if e["task"] == "rewrite"]
     if rw_held:
         copy = rewrite_metrics([e["query"] for e in rw_held], [e["target"] for e in rw_held])
@@ -601,8 +598,23 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
         found = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))
                  and not k.endswith(("_copy_query", "_manual", "_heuristic"))}  # those are baselines
         found.update(gain_of_rows(rows))
-    return {**decompose_metrics([(g, v) for g, v, _ in preds], golds),
+    return {**decompose_metrics([(g, v) for g, v, _ in preds], golds), **node_gain(dec_items, preds, golds),
             **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **found}
+
+
+def terminal_graph(query: str) -> QDG:
+    """The question kept whole: one terminal node (the decomposition baseline)."""
+    return QDG("terminal", (QDGNode("1", query, ()),))
+
+
+def node_gain(items: Sequence[dict[str, Any]], preds: Sequence[tuple[QDG, bool, Any]],
+              golds: Sequence[QDG]) -> dict[str, float]:
+    """The paired comparison, question by question, of the predictions' node-text F1 with
+    keeping each question as one node (``<NODE_GAIN_KEY>_*``, as :func:`gain_of_rows`)."""
+    from searchsmith.models.stats import paired_figures
+
+    return paired_figures(NODE_GAIN_KEY, [node_f1(terminal_graph(e["query"]), g) for e, g in zip(items, golds, strict=True)],
+                          [node_f1(p[0], g) for p, g in zip(preds, golds, strict=True)])
 
 
 # --------------------------------------------------------------------------- recipe

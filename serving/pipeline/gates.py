@@ -25,9 +25,10 @@ the default wherever the model has not shown it does better.
 
 A figure measured on few held-out items can lead its baseline by chance: the rewrite's is the
 retrieval of 28 CAsT turns, where a decomposer that led the heuristic rewrite by 0.005 garbled
-the quickstart's follow-up ("Where can I find the code the?"). Such a row (``beyond_noise``)
-also needs the recipe's paired test of the model against that baseline, turn by turn, to put
-the model above it beyond the noise.
+the quickstart's follow-up ("Where can I find the code the?"), and the quick decomposer's
+node-text F1 led keeping the question whole by 0.007 on 22 templates. Such a row
+(``beyond_noise``: the rewrite and the decomposition) also needs the recipe's paired test of the
+model against that baseline, item by item, to put the model above it beyond the noise.
 
 A reranker, a citation scorer or a reader trained with ``data.leave_out`` records its figures
 on the left-out datasets (the reranker: ``ood/ndcg@10`` beside BM25's and the bi-encoder's there;
@@ -110,7 +111,7 @@ GATES: tuple[GateRow, ...] = (
             beyond_noise="rewrite_retrieval_ndcg@10_vs_heuristic"),
     GateRow("decomposer", "decompose", "decompose_node_f1", "node-text F1",
             (("baselines/decompose_node_f1_question_as_terminal", "keeping the question as one node"),),
-            "the question as one node", "gate_decompose"),
+            "the question as one node", "gate_decompose", beyond_noise="decompose_node_f1_vs_terminal"),
     GateRow("reranker", "rerank", "ndcg@10", "nDCG@10",
             (("baselines/bi_encoder_ndcg@10", "the bi-encoder order"), ("baselines/bm25_ndcg@10", "BM25")),
             "the retrieval order", "gate_rerank", ood=True),

@@ -271,6 +271,12 @@ def test_tiny_recipe_trains_and_writes_metrics(tiny_run: tuple[Path, dict]) -> N
         assert 0.0 <= metrics["final"][key] <= 1.0 and key in final
     for key in ("decompose_type_acc_majority", "rewrite_f1_copy_query"):
         assert 0.0 <= metrics["baselines"][key] <= 1.0
+    # the paired test the decompose gate reads, against the baseline the recipe records
+    test = {k.rsplit("_", 1)[1]: v for k, v in final.items() if k.startswith("decompose_node_f1_vs_terminal_")}
+    assert set(test) == {"diff", "lo", "hi", "p", "n", "direction"}
+    assert test["diff"] == pytest.approx(final["decompose_node_f1"]
+                                         - metrics["baselines"]["decompose_node_f1_question_as_terminal"])
+    assert test["n"] == final["decompose_items"] and test["direction"] in (-1, 0, 1)
     assert (run_dir / "training_curve.png").stat().st_size > 0
 
 

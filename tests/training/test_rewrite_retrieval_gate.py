@@ -122,3 +122,62 @@ def test_the_training_passages_join_the_corpus_as_distractors():
     assert more["rewrite_retrieval_ndcg@10_copy_query"] < alone["rewrite_retrieval_ndcg@10_copy_query"]
     assert evaluate(FixedRewrites(raw), _items(), extra_docs=extra)["rewrite_retrieval_ndcg@10"] == pytest.approx(
         more["rewrite_retrieval_ndcg@10_copy_query"])
+
+
+def _decompositions(n: int) -> list[dict]:
+    return [{"id": f"d{k}", "task": "decompose", "query": f"Who founded company {k} and where was its founder born?",
+             "graph": {"type": "chain", "nodes": [
+                 {"id": "1", "text": f"Who founded company {k}?", "depends_on": []},
+                 {"id": "2", "text": "Where was #1 born?", "depends_on": ["1"]}]}} for k in range(n)]
+
+
+class FixedGraphs:
+    """A decomposer stand-in that splits the question at ' and ' (right) or keeps it whole."""
+
+    def __init__(self, split: bool):
+        self.split = split
+
+    def decompose_batch(self, queries):
+        from searchsmith.models.qdg import QDG, QDGNode
+
+        out = []
+        for q in queries:
+            if self.split:
+                a, b = q.rstrip("?").split(" and ")
+                g = QDG("chain", (QDGNode("1", a + "?", ()), QDGNode("2", "Where was #1 born?", ("1",))))
+            else:
+                g = QDG("terminal", (QDGNode("1", q, ()),))
+            out.append((g, True, ""))
+        return out
+
+    def rewrite_batch(self, pairs):
+        return []
+
+
+def test_the_decompose_gate_needs_a_lead_beyond_the_noise_over_one_node():
+    """The decompose gate reads the recipe's paired test of node-text F1 against keeping the
+    question whole (a lead of 0.007 on 22 quickstart templates opened it before)."""
+    from searchsmith.training.decomposer import NODE_GAIN_KEY
+
+    many, few = _decompositions(30), _decompositions(2)
+    right = evaluate(FixedGraphs(True), many)
+    assert right[f"{NODE_GAIN_KEY}_direction"] == 1 and right[f"{NODE_GAIN_KEY}_n"] == 30
+    assert right[f"{NODE_GAIN_KEY}_diff"] == pytest.approx(
+        right["decompose_node_f1"] - baselines(many, many)["decompose_node_f1_question_as_terminal"])
+    whole = evaluate(FixedGraphs(False), many)
+    assert whole[f"{NODE_GAIN_KEY}_diff"] == pytest.approx(0.0) and whole[f"{NODE_GAIN_KEY}_direction"] == 0
+    assert evaluate(FixedGraphs(True), few)[f"{NODE_GAIN_KEY}_direction"] == 0  # 2 questions: inside the noise
+
+    def gate(figures):
+        base = {"decompose_node_f1": figures["decompose_node_f1"],
+                "baselines/decompose_node_f1_question_as_terminal":
+                    baselines(many, many)["decompose_node_f1_question_as_terminal"]}
+        manifest = {"task": "decompose", "heldout_metrics": {**base, **{k: v for k, v in figures.items()
+                                                                        if k.startswith(NODE_GAIN_KEY)}}}
+        return decide({"decomposer": manifest}, BundlesConfig())["decompose"]
+
+    assert gate(right).used
+    small = evaluate(FixedGraphs(True), few)
+    assert not gate(small).used and "only inside the noise" in gate(small).reason
+    no_test = {"decompose_node_f1": right["decompose_node_f1"]}
+    assert not gate(no_test).used and "records no paired test" in gate(no_test).reason
