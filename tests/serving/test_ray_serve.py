@@ -216,6 +216,7 @@ def test_gateway_ends_a_stream_cut_after_its_first_byte() -> None:
 
 
 def test_gateway_answers_backpressure_429_and_bodies_over_the_limit_413() -> None:
+    pytest.importorskip("ray", reason="Ray's BackPressureError needs the ray extra (pip install -e '.[ray]')")
     from ray.serve.exceptions import BackPressureError
 
     resp = _through_gateway(_Replicas(refuse=BackPressureError(num_queued_requests=4, max_queued_requests=4)),
