@@ -886,10 +886,11 @@ def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
 
 
 def _read_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.evaluate_read import heldout_items, read_report
+    from searchsmith.training.evaluate_read import heldout_items, read_report, run_sentence_f1
 
     items, part = _first(heldout_items(run_dir), limit)
-    figs, _ = read_report(model, items, float(model.min_score), run_recipe_config(run_dir).data.leave_out)
+    figs, _ = read_report(model, items, float(model.min_score), run_recipe_config(run_dir).data.leave_out,
+                          run_sentence_f1(run_dir, items))
     return figs, f"the run's held-out split ({part} questions)"
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,27 @@ def item_json(it: ReadItem) -> dict[str, Any]:
             "passages": [{"title": t, "text": x} for t, x in it.paragraphs], "supporting": it.support}
 
 
-def read_report(model: Any, items: Sequence[ReadItem], threshold: float,
-                ood_sources: Sequence[str] = ()) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def read_report(model: Any, items: Sequence[ReadItem], threshold: float, ood_sources: Sequence[str] = (),
+                sentence_f1: Mapping[str, float] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """The recipe's held-out figures of ``model`` on ``items`` (``training.reader.score_items``;
-    ``ood_sources``: the run's ``data.leave_out``, whose questions also give the ``ood/`` figures)."""
+    ``ood_sources``: the run's ``data.leave_out``, whose questions also give the ``ood/`` figures;
+    ``sentence_f1``: the closest sentence's F1 per item, for the paired test against it)."""
     from searchsmith.training.reader import score_items
 
-    return score_items(model, items, threshold, ood_sources)
+    return score_items(model, items, threshold, ood_sources, sentence_f1)
+
+
+def run_sentence_f1(run_dir: Path, items: Sequence[ReadItem]) -> dict[str, float]:
+    """The closest sentence's F1 per held-out item, as the reader recipe measured it (its
+    ``mine_with`` bi-encoder, its embedding cache in ``run_dir/cache``); {} with ``mine_with: none``."""
+    from searchsmith.training.data import CachedEmbedder
+    from searchsmith.training.evaluate import run_recipe_config
+    from searchsmith.training.reader import sentence_rows
+
+    cfg = run_recipe_config(run_dir)
+    if cfg.mine_with == "none":
+        return {}
+    return {r["id"]: r["f1"] for r in sentence_rows(items, CachedEmbedder(cfg.mine_with, Path(run_dir) / "cache").encode)}
 
 
 def eval_read(args: argparse.Namespace) -> dict[str, Any]:
@@ -144,7 +158,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["eval_read", "heldout_items", "item_json", "read_items", "read_report", "write_eval"]
+__all__ = ["eval_read", "heldout_items", "item_json", "read_items", "read_report", "run_sentence_f1", "write_eval"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(_main())

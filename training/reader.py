@@ -26,7 +26,7 @@ no-model answer, the context sentence closest to the question by the bi-encoder'
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,10 @@ from searchsmith.training.trainer import is_main_process, seed_everything, train
 
 IGNORE = -100
 OOD_PREFIX = "ood/"  # the figures on data.leave_out's questions (serving/pipeline/gates.py reads them)
+#: the paired test of the reader's answer F1 against the closest sentence's, question by
+#: question (``<PAIRED_KEY>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n``, ``_direction``; also under
+#: ``ood/`` for the left-out sources): the reader gate needs ``_direction`` +1
+PAIRED_KEY = "f1_vs_sentence"
 
 
 @dataclass(frozen=True)
@@ -340,8 +344,8 @@ def no_answer_items(items: Sequence[ReadItem], keep_answers: bool = True) -> lis
     return out
 
 
-def score_items(model: Any, items: Sequence[ReadItem], threshold: float,
-                ood_sources: Sequence[str] = ()) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sources: Sequence[str] = (),
+                sentence_f1: Mapping[str, float] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """EM / F1 per source and overall, answered rate and no-answer accuracy.
 
     Args:
@@ -350,6 +354,8 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float,
         threshold: an answer scoring below it is no answer.
         ood_sources: the sources left out of training (``data.leave_out``): their questions'
             figures also under ``ood/`` (``ood/f1``, ``ood/em``, ``ood/n``, ``ood/answered_rate``).
+        sentence_f1: the closest sentence's F1 per item id (:func:`sentence_rows`): adds the
+            paired test of the reader against it (:data:`PAIRED_KEY`).
     """
     answers = model.read_batch([it.question for it in items], [it.paragraphs for it in items]) if items else []
     rows = []
@@ -366,11 +372,21 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float,
     if ood:
         out.update(_means(ood, OOD_PREFIX))
         out[f"{OOD_PREFIX}answered_rate"] = float(np.mean([r["answered"] for r in ood]))
+    if sentence_f1:
+        out.update(_paired(rows, sentence_f1, ""))
+        out.update(_paired(ood, sentence_f1, OOD_PREFIX))
     none = no_answer_items(items)
     if none:
         got = model.read_batch([it.question for it in none], [it.paragraphs for it in none])
         out["no_answer_accuracy"] = float(np.mean([a.score < threshold for a in got]))
     return out, rows
+
+
+def _paired(rows: Sequence[dict[str, Any]], sentence_f1: Mapping[str, float], prefix: str) -> dict[str, float]:
+    from searchsmith.models.stats import paired_figures
+
+    both = [(sentence_f1[r["id"]], r["f1"]) for r in rows if r["id"] in sentence_f1]
+    return paired_figures(prefix + PAIRED_KEY, [b for b, _ in both], [m for _, m in both])
 
 
 def _means(rows: Sequence[dict[str, Any]], prefix: str) -> dict[str, float]:
@@ -380,19 +396,29 @@ def _means(rows: Sequence[dict[str, Any]], prefix: str) -> dict[str, float]:
             f"{prefix}f1": float(np.mean([r["f1"] for r in rows])), f"{prefix}n": float(len(rows))}
 
 
-def sentence_baseline(items: Sequence[ReadItem], encode: Any, ood_sources: Sequence[str] = ()) -> dict[str, float]:
-    """The no-model answer: the context sentence closest to the question (bi-encoder cosine);
-    on the ``ood_sources`` questions also as ``ood_sentence_*`` (the gate's out-of-domain baseline)."""
+def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]]:
+    """The no-model answer per item: the context sentence closest to the question (bi-encoder
+    cosine), with its EM and F1 (``{"id", "source", "em", "f1"}``)."""
     rows = []
     for it in items:
         sents = [s for _, text in it.paragraphs for s in sentence_texts(text) if len(s) > 3]
         if not sents:
-            rows.append({"source": it.source, "em": 0.0, "f1": 0.0})
+            rows.append({"id": it.uid, "source": it.source, "em": 0.0, "f1": 0.0})
             continue
         vec = encode([it.question, *sents])
         pick = sents[int(np.argmax(vec[1:] @ vec[0]))]
         em, f1 = best_f1(pick, it.answers)
-        rows.append({"source": it.source, "em": em, "f1": f1})
+        rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1})
+    return rows
+
+
+def sentence_baseline(items: Sequence[ReadItem], encode: Any, ood_sources: Sequence[str] = (),
+                      rows: Sequence[dict[str, Any]] | None = None) -> dict[str, float]:
+    """The means of :func:`sentence_rows` (given, or computed with ``encode``) overall and per
+    source; on the ``ood_sources`` questions also as ``ood_sentence_*`` (the gate's
+    out-of-domain baseline)."""
+    if rows is None:
+        rows = sentence_rows(items, encode)
     out = {f"sentence_{k}": v for k, v in _means(rows, "").items() if k != "n"}
     for source in sorted({r["source"] for r in rows}):
         out.update({f"sentence_{source}/{k}": v
@@ -437,14 +463,17 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
                               f"{cfg.optim.batch_size}; add data or lower it")
     baselines: dict[str, Any] = {"data": {**counts, "train_questions": len(train_items),
                                           "eval_questions": len(eval_items), "train_windows": len(windows)}}
+    sentence_f1: dict[str, float] = {}
     if cfg.mine_with != "none":
         embedder = CachedEmbedder(cfg.mine_with, run_dir / "cache")
-        baselines.update(sentence_baseline(eval_items, embedder.encode, cfg.data.leave_out))
+        rows = sentence_rows(eval_items, embedder.encode)
+        baselines.update(sentence_baseline(eval_items, embedder.encode, cfg.data.leave_out, rows))
+        sentence_f1 = {r["id"]: r["f1"] for r in rows}
         del embedder
 
     def eval_fn(m: Any) -> dict[str, float]:
         reader = TorchReader(m, tokenizer, settings, cfg.no_answer_threshold, cfg.eval_batch_size)
-        return score_items(reader, eval_items, cfg.no_answer_threshold, cfg.data.leave_out)[0]
+        return score_items(reader, eval_items, cfg.no_answer_threshold, cfg.data.leave_out, sentence_f1)[0]
 
     result = train(
         model, reader_loss, batch_stream(windows, tokenizer.pad_token_id or 0, cfg.optim.batch_size,
@@ -475,4 +504,5 @@ __all__ = [
     "reader_loss",
     "score_items",
     "sentence_baseline",
+    "sentence_rows",
 ]

@@ -27,7 +27,7 @@ A figure measured on few held-out items can lead its baseline by chance: the rew
 retrieval of 28 CAsT turns, where a decomposer that led the heuristic rewrite by 0.005 garbled
 the quickstart's follow-up ("Where can I find the code the?"), and the quick decomposer's
 node-text F1 led keeping the question whole by 0.007 on 22 templates. Such a row
-(``beyond_noise``: the rewrite and the decomposition) also needs the recipe's paired test of the
+(``beyond_noise``: the rewrite, the decomposition and the reader) also needs the recipe's paired test of the
 model against that baseline, item by item, to put the model above it beyond the noise.
 
 A reranker, a citation scorer or a reader trained with ``data.leave_out`` records its figures
@@ -98,7 +98,8 @@ def resolve_row(row: GateRow, figures: Mapping[str, float]) -> GateRow:
     if OOD_PREFIX + row.metric in figures:
         return replace(row, metric=OOD_PREFIX + row.metric, what=f"{row.what} on datasets left out of training",
                        baselines=tuple((k.replace("baselines/", f"baselines/{OOD_PREFIX[:-1]}_", 1), n)
-                                       for k, n in row.baselines))
+                                       for k, n in row.baselines),
+                       beyond_noise=OOD_PREFIX + row.beyond_noise if row.beyond_noise else "")
     return row
 
 
@@ -123,7 +124,7 @@ GATES: tuple[GateRow, ...] = (
             "cosine attribution", "gate_cite", ood=True),
     GateRow("reader", "read", "f1", "answer F1",
             (("baselines/sentence_f1", "the context sentence closest to the question"),),
-            "the extractive answer", "gate_read", ood=True),
+            "the extractive answer", "gate_read", ood=True, beyond_noise="f1_vs_sentence"),
     GateRow("images", "images", "ood/placement_accuracy", "placement accuracy on unseen photos",
             (("baselines/ood_cosine_placement_accuracy", "caption-cosine placement"),),
             "caption-cosine placement", "gate_images",

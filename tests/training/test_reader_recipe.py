@@ -285,13 +285,44 @@ def test_a_left_out_source_is_held_out_whole_and_scored_apart() -> None:
 def test_the_reader_gate_reads_the_out_of_domain_figures_when_recorded() -> None:
     from searchsmith.serving.pipeline.gates import GATES, check_row
 
+    def test(prefix, diff, direction):
+        return {f"{prefix}f1_vs_sentence_{k}": v for k, v in
+                {"diff": diff, "lo": diff - 0.05, "hi": diff + 0.05, "p": 0.01 if direction else 0.4, "n": 60,
+                 "direction": direction}.items()}
+
     (row,) = [r for r in GATES if r.role == "reader"]
-    pooled = {"f1": 0.185, "baselines/sentence_f1": 0.065}
-    assert check_row(row, pooled)[1] is None  # in-domain only: it leads
+    pooled = {"f1": 0.185, "baselines/sentence_f1": 0.065, **test("", 0.12, 1)}
+    assert check_row(row, pooled)[1] is None  # in-domain only: it leads, beyond the noise
     fig, why = check_row(row, {**pooled, "ood/f1": 0.102, "baselines/ood_sentence_f1": 0.148})
     assert why is not None and "answer F1 on datasets left out of training 0.102 is below" in why
     assert fig.baseline == pytest.approx(0.148)
-    assert check_row(row, {**pooled, "ood/f1": 0.2, "baselines/ood_sentence_f1": 0.148})[1] is None
+    ood_lead = {**pooled, "ood/f1": 0.2, "baselines/ood_sentence_f1": 0.148}
+    assert "records no paired test" in check_row(row, ood_lead)[1]  # the ood row reads the ood test
+    assert check_row(row, {**ood_lead, **test("ood/", 0.052, 1)})[1] is None
+    assert "only inside the noise" in check_row(row, {**ood_lead, **test("ood/", 0.052, 0)})[1]
+    assert "only inside the noise" in check_row(row, {**pooled, **test("", 0.12, 0)})[1]
+
+
+def test_the_recipe_records_the_paired_test_against_the_closest_sentence() -> None:
+    from searchsmith.training.reader import score_items
+
+    data = ReaderData(sources=("synthetic", "demo"), synthetic_questions=40, leave_out=("demo",))
+    items = [it for it in load_items(data) if not it.hop]
+
+    class Gold:  # reads every answer right
+        def read_batch(self, questions, passages):
+            from types import SimpleNamespace
+
+            by_q = {it.question: it.answers[0] for it in items}
+            return [SimpleNamespace(text=by_q[q], kind="span", score=0.9) for q in questions]
+
+    sentence = {it.uid: 0.25 for it in items}
+    out, _ = score_items(Gold(), items, 0.5, ("demo",), sentence)
+    assert out["f1_vs_sentence_diff"] == pytest.approx(0.75) and out["f1_vs_sentence_direction"] == 1
+    assert out["f1_vs_sentence_n"] == len(items)
+    n_demo = sum(it.source == "demo" for it in items)
+    assert out["ood/f1_vs_sentence_n"] == n_demo and out["ood/f1_vs_sentence_direction"] == 1
+    assert not any(k.startswith("f1_vs") for k in score_items(Gold(), items, 0.5)[0])  # no baseline: no test
 
 
 def test_tiny_reader_leaving_the_demo_out_records_ood_figures_in_its_bundle(tmp_path) -> None:

@@ -78,7 +78,9 @@ def test_gates_without_ood_figures_are_unchanged() -> None:
     row = next(r for r in GATES if r.use == "decompose")
     assert not row.ood
     baseline = row.baselines[0][0]
-    figures = {row.metric: 0.9, baseline: 0.8, f"ood/{row.metric}": 0.1}
+    test = {f"{row.beyond_noise}_{k}": v for k, v in
+            {"diff": 0.1, "lo": 0.05, "hi": 0.15, "p": 0.01, "n": 50, "direction": 1}.items()}
+    figures = {row.metric: 0.9, baseline: 0.8, f"ood/{row.metric}": 0.1, **test}
     assert check_row(row, figures)[1] is None
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from searchsmith.models.reader import PassageAnswer, passage_piece
 
-PASSING_READ = {"f1": 0.6, "baselines/sentence_f1": 0.1}
+PASSING_READ = {"f1": 0.6, "baselines/sentence_f1": 0.1,
+                **{f"f1_vs_sentence_{k}": v for k, v in
+                   {"diff": 0.5, "lo": 0.4, "hi": 0.6, "p": 0.001, "n": 60, "direction": 1}.items()}}
 
 CHAIN = {"type": "chain", "nodes": [{"id": "1", "text": "Which class implements Lumen eviction?"},
                                     {"id": "2", "text": "Where are the tests of #1?", "depends_on": ["1"]}]}
