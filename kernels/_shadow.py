@@ -31,7 +31,7 @@ def hand_over(init_file: str) -> bool:
     import statement then returns it. False, and nothing replaced, when no such package is
     installed: this folder then imports as it always did (transformers probes ``import kernels``
     for its version and finds none, so it leaves the hub kernels off)."""
-    sys.modules.pop(f"{NAME}.{__name__.rsplit('.', 1)[-1]}", None)  # this module, imported as kernels._shadow
+    sys.modules.pop(f"{NAME}._shadow", None)  # this module, imported under the borrowed name
     root = Path(init_file).resolve().parent.parent
     path = [entry for entry in sys.path if not _same_dir(entry, root)]
     spec = importlib.machinery.PathFinder.find_spec(NAME, path)

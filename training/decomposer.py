@@ -53,7 +53,7 @@ from searchsmith.models.decomposer import (
     type_head_json,
 )
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDGNode
+from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, terminal
 from searchsmith.models.text import exact_match, token_f1
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.decompose_data import (
@@ -556,7 +556,7 @@ def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]
         out["decompose_type_acc_majority"] = sum(g.type == major_type for g in golds) / len(golds)
         out["decompose_node_count_acc_majority"] = sum(len(g.nodes) == major_n for g in golds) / len(golds)
         out["decompose_node_f1_question_as_terminal"] = sum(
-            node_f1(terminal_graph(e["query"]), g) for e, g in zip(dec_held, golds, strict=True)) / len(golds)
+            node_f1(terminal(e["query"]), g) for e, g in zip(dec_held, golds, strict=True)) / len(golds)
     rw_held = [e for e in heldout if e["task"] == "rewrite"]
     if rw_held:
         copy = rewrite_metrics([e["query"] for e in rw_held], [e["target"] for e in rw_held])
@@ -602,18 +602,13 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
             **rewrite_metrics(rewrites, [e["target"] for e in rw_items]), **found}
 
 
-def terminal_graph(query: str) -> QDG:
-    """The question kept whole: one terminal node (the decomposition baseline)."""
-    return QDG("terminal", (QDGNode("1", query, ()),))
-
-
 def node_gain(items: Sequence[dict[str, Any]], preds: Sequence[tuple[QDG, bool, Any]],
               golds: Sequence[QDG]) -> dict[str, float]:
     """The paired comparison, question by question, of the predictions' node-text F1 with
     keeping each question as one node (``<NODE_GAIN_KEY>_*``, as :func:`gain_of_rows`)."""
     from searchsmith.models.stats import paired_figures
 
-    return paired_figures(NODE_GAIN_KEY, [node_f1(terminal_graph(e["query"]), g) for e, g in zip(items, golds, strict=True)],
+    return paired_figures(NODE_GAIN_KEY, [node_f1(terminal(e["query"]), g) for e, g in zip(items, golds, strict=True)],
                           [node_f1(p[0], g) for p, g in zip(preds, golds, strict=True)])
 
 

@@ -888,9 +888,10 @@ def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
 def _read_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
     from searchsmith.training.evaluate_read import heldout_items, read_report, run_sentence_f1
 
+    cfg = run_recipe_config(run_dir)
     items, part = _first(heldout_items(run_dir), limit)
-    figs, _ = read_report(model, items, float(model.min_score), run_recipe_config(run_dir).data.leave_out,
-                          run_sentence_f1(run_dir, items))
+    figs, _ = read_report(model, items, float(model.min_score), cfg.data.leave_out,
+                          run_sentence_f1(run_dir, cfg.mine_with, items))
     return figs, f"the run's held-out split ({part} questions)"
 
 

@@ -84,17 +84,15 @@ def read_report(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
     return score_items(model, items, threshold, ood_sources, sentence_f1)
 
 
-def run_sentence_f1(run_dir: Path, items: Sequence[ReadItem]) -> dict[str, float]:
+def run_sentence_f1(run_dir: Path, mine_with: str, items: Sequence[ReadItem]) -> dict[str, float]:
     """The closest sentence's F1 per held-out item, as the reader recipe measured it (its
     ``mine_with`` bi-encoder, its embedding cache in ``run_dir/cache``); {} with ``mine_with: none``."""
     from searchsmith.training.data import CachedEmbedder
-    from searchsmith.training.evaluate import run_recipe_config
     from searchsmith.training.reader import sentence_rows
 
-    cfg = run_recipe_config(run_dir)
-    if cfg.mine_with == "none":
+    if mine_with == "none":
         return {}
-    return {r["id"]: r["f1"] for r in sentence_rows(items, CachedEmbedder(cfg.mine_with, Path(run_dir) / "cache").encode)}
+    return {r["id"]: r["f1"] for r in sentence_rows(items, CachedEmbedder(mine_with, Path(run_dir) / "cache").encode)}
 
 
 def eval_read(args: argparse.Namespace) -> dict[str, Any]:
