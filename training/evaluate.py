@@ -786,8 +786,10 @@ def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
                               "longer in the recipe's data")
     held, part = _first(held, limit)
     mix = getattr(model, "retrieval_mix", None)  # the bundle's calibrated share (models/rerank_mix.py)
+    # the baselines' nDCG@10 per query again (cheap: BM25, and the run's cached embeddings)
+    rows = rerank_baseline_rows(held, groups, cfg.data.mine_with, run_dir / "cache")
     with progress_bar("held-out rerank", sum(len(g.candidates) for g in held), "pair") as bar:
-        figs = evaluate_groups(served_rerank_scores(model, bar), held, ood_sources=cfg.data.leave_out)
+        figs = evaluate_groups(served_rerank_scores(model, bar), held, ood_sources=cfg.data.leave_out, vs=rows)
     if mix is not None:
         figs["cross_weight"] = mix.cross_weight
     return figs, f"the run's held-out split ({part} queries)"
@@ -814,11 +816,25 @@ def demo_rerank_groups(depth: int = RERANK_DEPTH) -> list[Any]:
     return groups
 
 
+def rerank_baseline_rows(groups: list[Any], bm25_groups: list[Any], embedder: str,
+                         cache: Path | None) -> dict[str, list[float]]:
+    """BM25's (statistics over ``bm25_groups``) and the bi-encoder ``embedder``'s (``none``:
+    left out) nDCG@10 on each of ``groups``: the baselines' side of the reranker's paired
+    tests (training/reranker.py ``paired_tests``), as the recipe measures them."""
+    from searchsmith.training.data import CachedEmbedder
+    from searchsmith.training.reranker import bm25_score_fn, cosine_score_fn, group_ndcgs
+
+    rows = {"bm25": group_ndcgs(bm25_score_fn(bm25_groups), groups)}
+    if embedder != "none":
+        rows["bi_encoder"] = group_ndcgs(cosine_score_fn(CachedEmbedder(embedder, cache).encode), groups)
+    return rows
+
+
 @functools.cache
-def _demo_rerank_baselines(limit: int | None) -> dict[str, float]:
+def _demo_rerank_baselines(limit: int | None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """BM25 and bi-encoder (the default embedder's cosine) figures on the demo groups, named as
-    the recipe names its baselines; they do not depend on the model under test, so they are
-    computed once per process."""
+    the recipe names its baselines, and their nDCG@10 per group; they do not depend on the
+    model under test, so they are computed once per process."""
     from searchsmith.models.export import flat_numbers
     from searchsmith.training.data import CachedEmbedder
     from searchsmith.training.reranker import (
@@ -826,27 +842,28 @@ def _demo_rerank_baselines(limit: int | None) -> dict[str, float]:
         cosine_score_fn,
         evaluate_groups,
         flat_baselines,
+        group_ndcgs,
     )
 
     groups, _ = _first(demo_rerank_groups(), limit)
-    baselines = {"bm25": evaluate_groups(bm25_score_fn(groups), groups)}
+    scorers = {"bm25": bm25_score_fn(groups)}
     try:
-        emb = CachedEmbedder("default", None)
+        scorers["bi_encoder"] = cosine_score_fn(CachedEmbedder("default", None).encode)
     except (SearchsmithError, OSError) as exc:  # no embedder on this machine: BM25 only
         log.warning("held-out figures: no bi-encoder baseline on the demo data (%s)", exc)
-        emb = None
-    if emb is not None:
-        baselines["bi_encoder"] = evaluate_groups(cosine_score_fn(emb.encode), groups)
-    return flat_numbers({**baselines, **flat_baselines(baselines)}, "baselines/")
+    baselines = {name: evaluate_groups(fn, groups) for name, fn in scorers.items()}
+    rows = {name: group_ndcgs(fn, groups) for name, fn in scorers.items()}
+    return flat_numbers({**baselines, **flat_baselines(baselines)}, "baselines/"), rows
 
 
 def _rerank_demo(model: Any, limit: int | None) -> tuple[dict[str, float], str]:
     from searchsmith.training.reranker import evaluate_groups
 
     groups, part = _first(demo_rerank_groups(), limit)
+    baselines, rows = _demo_rerank_baselines(limit)
     with progress_bar("held-out rerank (demo)", sum(len(g.candidates) for g in groups), "pair") as bar:
-        figs = _numbers(evaluate_groups(Chunked(model, bar).score_pairs, groups))
-    return {**figs, **_demo_rerank_baselines(limit)}, (
+        figs = _numbers(evaluate_groups(Chunked(model, bar).score_pairs, groups, vs=rows))
+    return {**figs, **baselines}, (
         f"the demo held-out data ({part} questions of models/demo/qa.jsonl, their BM25 top {RERANK_DEPTH} "
         "demo documents)")
 

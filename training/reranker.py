@@ -12,7 +12,7 @@ nDCG@10 and MRR@10 of the cross-encoder, beside the bi-encoder (cosine) and BM25
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -226,12 +226,16 @@ def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], ma
 
 def evaluate_groups(score_fn: Callable[[list[tuple[str, str]]], list[float]],
                     groups: Sequence[QueryGroup], k: int = 10,
-                    ood_sources: Sequence[str] = ()) -> dict[str, float]:
+                    ood_sources: Sequence[str] = (),
+                    vs: Mapping[str, Sequence[float]] | None = None) -> dict[str, float]:
     """nDCG@k / MRR@k / recall@k overall and per source (keys like ``scifact/ndcg@10``).
 
     ``ood_sources``: the sources left out of training (``data.leave_out``); their queries
     together are also scored as ``ood/<metric>``, the out-of-domain figures the serving gate
     prefers (serving/pipeline/gates.py). No ``ood/`` key when none of the groups is from one.
+
+    ``vs``: baseline name -> its nDCG@k per group (:func:`group_ndcgs`, in ``groups`` order):
+    adds the paired test of this scorer against each, query by query (:func:`paired_tests`).
     """
     pairs = [(g.query, c) for g in groups for c in g.candidates]
     flat = score_fn(pairs)
@@ -248,6 +252,41 @@ def evaluate_groups(score_fn: Callable[[list[tuple[str, str]]], list[float]],
     if ood:
         for key, v in ranking_metrics(ood, k).items():
             out[f"{OOD_PREFIX}{key}"] = v
+    if vs:
+        out.update(paired_tests([ranking_metrics([pg], k)[f"ndcg@{k}"] for pg in per_group], vs, groups,
+                                ood_sources))
+    return out
+
+
+def group_ndcgs(score_fn: Callable[[list[tuple[str, str]]], list[float]], groups: Sequence[QueryGroup],
+                k: int = 10) -> list[float]:
+    """nDCG@k of ``score_fn``'s order, one per group (a baseline's side of :func:`paired_tests`)."""
+    pairs = [(g.query, c) for g in groups for c in g.candidates]
+    flat, out, i = score_fn(pairs), [], 0
+    for g in groups:
+        out.append(ranking_metrics([(flat[i:i + len(g.candidates)], g.labels)], k)[f"ndcg@{k}"])
+        i += len(g.candidates)
+    return out
+
+
+def paired_tests(model: Sequence[float], vs: Mapping[str, Sequence[float]], groups: Sequence[QueryGroup],
+                 ood_sources: Sequence[str] = ()) -> dict[str, float]:
+    """The model's nDCG@10 against each baseline's, query by query: ``ndcg@10_vs_<name>_*``
+    (:func:`searchsmith.models.stats.paired_figures`), and ``ood/ndcg@10_vs_<name>_*`` over the
+    left-out sources' queries. The reranker gate needs each ``_direction`` +1: a lead of a
+    few held-out queries can be chance."""
+    from searchsmith.models.stats import paired_figures
+
+    out: dict[str, float] = {}
+    ood = [g.source in set(ood_sources) for g in groups]
+    for name, base in vs.items():
+        if len(base) != len(model):
+            raise ValueError(f"paired_tests: {len(base)} {name} figures for {len(model)} queries")
+        out.update(paired_figures(f"{PAIRED_PREFIX}{name}", base, model))
+        if any(ood):
+            out.update(paired_figures(f"{OOD_PREFIX}{PAIRED_PREFIX}{name}",
+                                      [b for b, o in zip(base, ood, strict=True) if o],
+                                      [m for m, o in zip(model, ood, strict=True) if o]))
     return out
 
 
@@ -282,6 +321,8 @@ GATE_BASELINES = ("bi_encoder", "bm25")
 GATE_METRICS = ("ndcg@10", "mrr@10")
 # Figures on the queries of the sources left out of training (data.leave_out).
 OOD_PREFIX = "ood/"
+# The paired tests against each of GATE_BASELINES: ndcg@10_vs_bi_encoder_{diff,lo,hi,p,n,direction}
+PAIRED_PREFIX = "ndcg@10_vs_"
 
 
 def flat_baselines(baselines: dict[str, Any]) -> dict[str, float]:
@@ -406,7 +447,9 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
     write_json_atomic(run_dir / "split.json", {"seed": cfg.data.split_seed, "train": sorted(train_ids),
                                                "calibration": sorted(cal_ids), "eval": sorted(eval_ids)})
     ood = cfg.data.leave_out
-    baselines: dict[str, Any] = {"bm25": evaluate_groups(bm25_score_fn(groups), eval_groups, ood_sources=ood)}
+    bm25 = bm25_score_fn(groups)
+    baselines: dict[str, Any] = {"bm25": evaluate_groups(bm25, eval_groups, ood_sources=ood)}
+    rows = {"bm25": group_ndcgs(bm25, eval_groups)}  # per query, for the model's paired tests
     cosine: Callable[[list[tuple[str, str]]], list[float]] | None = None
     if cfg.data.mine_with != "none":
         embedder = CachedEmbedder(cfg.data.mine_with, run_dir / "cache")
@@ -415,6 +458,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
 
         cosine = cosine_score_fn(embedder.encode)
         baselines["bi_encoder"] = evaluate_groups(cosine, eval_groups, ood_sources=ood)
+        rows["bi_encoder"] = group_ndcgs(cosine, eval_groups)
     else:
         random_negatives(train_groups, cfg.data.mine_pool, cfg.data.split_seed)
     examples = make_examples(train_groups)
@@ -437,9 +481,9 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
             return score_pairs(m, tokenizer, pairs, cfg.data.max_length, cfg.eval_batch_size)
 
         if not cal_groups or cosine is None:
-            return evaluate_groups(model_scores, eval_groups, ood_sources=ood)
+            return evaluate_groups(model_scores, eval_groups, ood_sources=ood, vs=rows)
         weight, by_weight = choose_cross_weight(model_scores, cosine, cal_groups, cfg.model.cross_weights)
-        out = evaluate_groups(mixed_score_fn(model_scores, cosine, weight), eval_groups, ood_sources=ood)
+        out = evaluate_groups(mixed_score_fn(model_scores, cosine, weight), eval_groups, ood_sources=ood, vs=rows)
         out["cross_weight"] = weight
         out.update({f"calibration/ndcg@10_cross_weight_{w:g}": v for w, v in by_weight.items()})
         return out
@@ -460,6 +504,7 @@ __all__ = [
     "GATE_BASELINES",
     "GATE_METRICS",
     "OOD_PREFIX",
+    "PAIRED_PREFIX",
     "RerankerModel",
     "RerankerRecipe",
     "bce_loss",
@@ -469,8 +514,10 @@ __all__ = [
     "cosine_score_fn",
     "evaluate_groups",
     "flat_baselines",
+    "group_ndcgs",
     "listwise_loss",
     "make_examples",
+    "paired_tests",
     "reranker",
     "score_pairs",
 ]

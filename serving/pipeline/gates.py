@@ -27,8 +27,9 @@ A figure measured on few held-out items can lead its baseline by chance: the rew
 retrieval of 28 CAsT turns, where a decomposer that led the heuristic rewrite by 0.005 garbled
 the quickstart's follow-up ("Where can I find the code the?"), and the quick decomposer's
 node-text F1 led keeping the question whole by 0.007 on 22 templates. Such a row
-(``beyond_noise``: the rewrite, the decomposition and the reader) also needs the recipe's paired test of the
-model against that baseline, item by item, to put the model above it beyond the noise.
+(``beyond_noise``: the rewrite, the decomposition, the reader and the reranker) also needs the
+recipe's paired test of the model against its baseline (the reranker: against each of BM25 and
+the bi-encoder), item by item, to put the model above it beyond the noise.
 
 A reranker, a citation scorer or a reader trained with ``data.leave_out`` records its figures
 on the left-out datasets (the reranker: ``ood/ndcg@10`` beside BM25's and the bi-encoder's there;
@@ -65,11 +66,12 @@ class GateRow:
         ood: the recipe can record the same figures on datasets left out of training
             (``ood/<metric>`` and ``baselines/ood_<name>``, from ``data.leave_out``): when the
             bundle has them, the row reads those instead (:func:`resolve_row`).
-        beyond_noise: for figures measured on few held-out items: the key of the recorded
-            paired comparison of the model with the first baseline, item by item
-            (``<key>_direction``, with ``_diff``, ``_lo``, ``_hi``, ``_p`` and ``_n``;
-            :func:`searchsmith.models.stats.direction`). The row then also needs
-            ``_direction`` +1: a lead inside the noise does not open the gate.
+        beyond_noise: for figures measured on few held-out items: per baseline (in
+            ``baselines`` order; "" or missing: none), the key of the recorded paired
+            comparison of the model with it, item by item (``<key>_direction``, with
+            ``_diff``, ``_lo``, ``_hi``, ``_p`` and ``_n``;
+            :func:`searchsmith.models.stats.direction`). The row then also needs each
+            recorded baseline's ``_direction`` +1: a lead inside the noise does not open the gate.
     """
 
     role: str
@@ -81,7 +83,7 @@ class GateRow:
     setting: str
     how: str = ""
     ood: bool = False
-    beyond_noise: str = ""
+    beyond_noise: tuple[str, ...] = ()
 
 
 OOD_PREFIX = "ood/"
@@ -99,7 +101,7 @@ def resolve_row(row: GateRow, figures: Mapping[str, float]) -> GateRow:
         return replace(row, metric=OOD_PREFIX + row.metric, what=f"{row.what} on datasets left out of training",
                        baselines=tuple((k.replace("baselines/", f"baselines/{OOD_PREFIX[:-1]}_", 1), n)
                                        for k, n in row.baselines),
-                       beyond_noise=OOD_PREFIX + row.beyond_noise if row.beyond_noise else "")
+                       beyond_noise=tuple(OOD_PREFIX + k if k else "" for k in row.beyond_noise))
     return row
 
 
@@ -109,13 +111,14 @@ GATES: tuple[GateRow, ...] = (
              ("baselines/rewrite_retrieval_ndcg@10_copy_query", "the raw query's")),
             "the heuristic rewrite", "gate_rewrite",
             "train with data.sources including trec_cast (its 2021/2022 turns carry their answer passages)",
-            beyond_noise="rewrite_retrieval_ndcg@10_vs_heuristic"),
+            beyond_noise=("rewrite_retrieval_ndcg@10_vs_heuristic",)),
     GateRow("decomposer", "decompose", "decompose_node_f1", "node-text F1",
             (("baselines/decompose_node_f1_question_as_terminal", "keeping the question as one node"),),
-            "the question as one node", "gate_decompose", beyond_noise="decompose_node_f1_vs_terminal"),
+            "the question as one node", "gate_decompose", beyond_noise=("decompose_node_f1_vs_terminal",)),
     GateRow("reranker", "rerank", "ndcg@10", "nDCG@10",
             (("baselines/bi_encoder_ndcg@10", "the bi-encoder order"), ("baselines/bm25_ndcg@10", "BM25")),
-            "the retrieval order", "gate_rerank", ood=True),
+            "the retrieval order", "gate_rerank", ood=True,
+            beyond_noise=("ndcg@10_vs_bi_encoder", "ndcg@10_vs_bm25")),
     GateRow("citation", "cite", "attribution/roc_auc", "attribution ROC AUC",
             (("baselines/cosine_attribution_roc_auc", "cosine attribution"),),
             "cosine attribution", "gate_cite", ood=True),
@@ -124,7 +127,7 @@ GATES: tuple[GateRow, ...] = (
             "cosine attribution", "gate_cite", ood=True),
     GateRow("reader", "read", "f1", "answer F1",
             (("baselines/sentence_f1", "the context sentence closest to the question"),),
-            "the extractive answer", "gate_read", ood=True, beyond_noise="f1_vs_sentence"),
+            "the extractive answer", "gate_read", ood=True, beyond_noise=("f1_vs_sentence",)),
     GateRow("images", "images", "ood/placement_accuracy", "placement accuracy on unseen photos",
             (("baselines/ood_cosine_placement_accuracy", "caption-cosine placement"),),
             "caption-cosine placement", "gate_images",
@@ -267,21 +270,31 @@ def check_row(row: GateRow, figures: Mapping[str, float]) -> tuple[Figure, str |
 
 
 def _beyond_noise(row: GateRow, figures: Mapping[str, float], fig: Figure) -> tuple[Figure, str | None]:
-    """A row with ``beyond_noise`` whose point figure leads: the paired test decides."""
+    """A row with ``beyond_noise`` whose point figure leads: the paired tests decide, one per
+    recorded baseline that has one."""
     from dataclasses import replace
 
-    key, name = row.beyond_noise, row.baselines[0][1]
-    parts = {p: figures.get(f"{key}_{p}") for p in ("direction", "diff", "lo", "hi", "p", "n")}
-    if any(v is None for v in parts.values()):
-        return fig, (f"the {_model_name(row.role)}'s bundle records no paired test of its {row.what} against "
-                     f"{name} ({key}_direction missing from its manifest's heldout_metrics; re-export the run "
-                     f"with this version); {row.fallback} is used (bundles.{row.setting}: false to use it)")
-    test = (f"paired difference {parts['diff']:+.3f} [{parts['lo']:+.3f}, {parts['hi']:+.3f}], "
-            f"p {parts['p']:.2f}, {int(parts['n'])} items")
-    fig = replace(fig, noise=test)
-    if parts["direction"] != 1:
-        return fig, (f"the {_model_name(row.role)}'s held-out {row.what} leads {name} only inside the noise "
-                     f"({test}); {row.fallback} is used (bundles.{row.setting}: false to use the model anyway)")
+    tests = []
+    for key, (base_key, name) in zip(row.beyond_noise, row.baselines, strict=False):
+        if not key or base_key not in figures:
+            continue
+        parts = {p: figures.get(f"{key}_{p}") for p in ("direction", "diff", "lo", "hi", "p", "n")}
+        if any(v is None for v in parts.values()):
+            return fig, (f"the {_model_name(row.role)}'s bundle records no paired test of its {row.what} against "
+                         f"{name} ({key}_direction missing from its manifest's heldout_metrics; re-export the "
+                         f"run with this version); {row.fallback} is used (bundles.{row.setting}: false to use it)")
+        text = (f"paired difference {parts['diff']:+.3f} [{parts['lo']:+.3f}, {parts['hi']:+.3f}], "
+                f"p {parts['p']:.2f}, {int(parts['n'])} items")
+        tests.append((name, text, parts["direction"] == 1))
+    if not tests:
+        return fig, None
+    several = len(tests) > 1
+    fig = replace(fig, noise="; ".join(f"vs {name}: {text}" if several else text for name, text, _ in tests))
+    for name, text, beyond in tests:
+        if not beyond:
+            return fig, (f"the {_model_name(row.role)}'s held-out {row.what} leads {name} only inside the noise "
+                         f"({text}); {row.fallback} is used (bundles.{row.setting}: false to use the model "
+                         "anyway)")
     return fig, None
 
 

@@ -251,6 +251,11 @@ def test_manifest_records_the_bundles_own_heldout_figures(tmp_path) -> None:
     # the exported model's own figures (fp32: the torch model's), not the run's metrics.json
     assert got["ndcg@10"] == pytest.approx(torch_figures["ndcg@10"], abs=1e-6) and got["ndcg@10"] != 0.123
     assert got["queries"] == 10 and got["baselines/bm25/ndcg@10"] == 0.9
+    # the paired test the reranker gate reads, with BM25 measured again query by query (the tiny
+    # recipe has no bi-encoder: mine_with none)
+    assert got["ndcg@10_vs_bm25_n"] == 10 and got["ndcg@10_vs_bm25_direction"] in (-1.0, 0.0, 1.0)
+    assert got["ndcg@10_vs_bm25_diff"] == pytest.approx(torch_figures["ndcg@10_vs_bm25_diff"], abs=1e-6)
+    assert not any(k.startswith("ndcg@10_vs_bi_encoder") for k in got)
     assert not any(k.startswith("baselines/data") for k in got)
 
     int8 = _manifest(_written(export_run(run, tmp_path / "int8", ExportOptions(dtype="int8", allow_drift=True,
@@ -263,7 +268,7 @@ def test_manifest_records_the_bundles_own_heldout_figures(tmp_path) -> None:
                                                                                 heldout_scorer=heldout_figures)),
                                     tmp_path / "cap"))
     assert capped["heldout_source"] == "bundle:fp32 on the run's held-out split (first 4 of 10 queries)"
-    assert capped["heldout_metrics"]["queries"] == 4
+    assert capped["heldout_metrics"]["queries"] == 4 and capped["heldout_metrics"]["ndcg@10_vs_bm25_n"] == 4
 
     skipped = _manifest(_written(export_run(run, tmp_path / "skip", ExportOptions(heldout_limit=0)), tmp_path / "skip"))
     assert skipped["heldout_metrics"] == {"ndcg@10": 0.123, "mrr@10": 0.1, "baselines/bm25/ndcg@10": 0.9}
@@ -292,6 +297,7 @@ def test_a_run_whose_split_cannot_be_rebuilt_is_scored_on_the_demo_data() -> Non
     for key in ("ndcg@10", "baselines/bm25/ndcg@10", "baselines/bi_encoder/ndcg@10", "baselines/bi_encoder_ndcg@10",
                 "baselines/bm25_ndcg@10"):
         assert 0.0 <= m["heldout_metrics"][key] <= 1.0, key
+    assert m["heldout_metrics"]["ndcg@10_vs_bm25_n"] == m["heldout_metrics"]["ndcg@10_vs_bi_encoder_n"] >= 1
     # no demo set for the citation model: the run's own figures (none here), and why
     c = _manifest(bundle("cite"))
     assert c["heldout_source"].startswith("run metrics.json (the torch run's figures; the bundle's could not be "

@@ -100,8 +100,10 @@ def test_rerank_off_skips_the_reranker_and_is_inactive_without_one(ask) -> None:
 
     class Reranker:  # prefers passages about rings; its held-out figures pass the gate
         task = "rerank"
-        manifest = {"task": "rerank", "heldout_metrics": {"ndcg@10": 0.9, "baselines/bi_encoder_ndcg@10": 0.8,
-                                                           "baselines/bm25_ndcg@10": 0.7}}
+        manifest = {"task": "rerank", "heldout_metrics": {
+            "ndcg@10": 0.9, "baselines/bi_encoder_ndcg@10": 0.8, "baselines/bm25_ndcg@10": 0.7,
+            **{f"ndcg@10_vs_{base}_{k}": v for base in ("bi_encoder", "bm25") for k, v in
+               {"diff": 0.1, "lo": 0.05, "hi": 0.15, "p": 0.001, "n": 100, "direction": 1}.items()}}}
 
         def score(self, query, passages):
             return np.array([float("rings" in p) for p in passages], dtype=np.float32)

@@ -119,7 +119,10 @@ def test_models_section_reads_the_configured_bundles_gates(tmp_path) -> None:
         (folder / "manifest.json").write_text(json.dumps({"task": task, "heldout_metrics": metrics}))
         return str(folder)
 
-    good = bundle("rr", "rerank", {"ndcg@10": 0.9, "baselines": {"bi_encoder_ndcg@10": 0.8}})
+    good = bundle("rr", "rerank", {"ndcg@10": 0.9, "baselines": {"bi_encoder_ndcg@10": 0.8},
+                                   **{f"ndcg@10_vs_bi_encoder_{k}": v for k, v in
+                                      {"diff": 0.1, "lo": 0.05, "hi": 0.15, "p": 0.001, "n": 100,
+                                       "direction": 1}.items()}})
     bad = bundle("im", "images", {"ood": {"placement_accuracy": 0.5, "vision_placement_net": -0.2},
                                   "baselines": {"ood_cosine_placement_accuracy": 0.6,
                                                 "ood_no_placement_net": 0.0}})

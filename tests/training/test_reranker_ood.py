@@ -62,15 +62,18 @@ def test_the_reranker_gate_reads_the_out_of_domain_figures_when_recorded() -> No
     assert "nDCG@10 on datasets left out of training 0.831 is below the bi-encoder order (0.840)" in why
     assert fig.text() == "nDCG@10 on datasets left out of training 0.831 vs the bi-encoder order 0.840, BM25 0.837"
     assert not decide({"reranker": {"heldout_metrics": LOO}}, BundlesConfig())["rerank"].used
-    better = {**LOO, "ood/ndcg@10": 0.85}
+    beyond = {f"ood/ndcg@10_vs_{base}_{k}": v for base in ("bi_encoder", "bm25") for k, v in
+              {"diff": 0.01, "lo": 0.005, "hi": 0.015, "p": 0.01, "n": 300, "direction": 1}.items()}
+    better = {**LOO, "ood/ndcg@10": 0.85, **beyond}
     assert check_row(row, better)[1] is None
     assert decide({"reranker": {"heldout_metrics": better}}, BundlesConfig())["rerank"].used
     # no dataset left out: the pooled figures, as before
     pooled = {k: v for k, v in LOO.items() if "ood" not in k}
-    fig, why = check_row(row, pooled)
+    pooled_tests = {k[len("ood/"):]: v for k, v in beyond.items()}
+    fig, why = check_row(row, {**pooled, **pooled_tests})
     assert why is None and fig.what == "nDCG@10"
     # an ood figure without the baselines there is not judged against the pooled ones
-    _, why = check_row(row, {**pooled, "ood/ndcg@10": 0.99})
+    _, why = check_row(row, {**pooled, **pooled_tests, "ood/ndcg@10": 0.99})
     assert "baselines/ood_bi_encoder_ndcg@10 missing" in why
 
 
@@ -78,7 +81,7 @@ def test_gates_without_ood_figures_are_unchanged() -> None:
     row = next(r for r in GATES if r.use == "decompose")
     assert not row.ood
     baseline = row.baselines[0][0]
-    test = {f"{row.beyond_noise}_{k}": v for k, v in
+    test = {f"{row.beyond_noise[0]}_{k}": v for k, v in
             {"diff": 0.1, "lo": 0.05, "hi": 0.15, "p": 0.01, "n": 50, "direction": 1}.items()}
     figures = {row.metric: 0.9, baseline: 0.8, f"ood/{row.metric}": 0.1, **test}
     assert check_row(row, figures)[1] is None
@@ -95,5 +98,29 @@ def test_a_tiny_run_leaving_a_source_out_records_ood_figures_and_baselines(tmp_p
     assert final["ood/ndcg@10"] == final["musique/ndcg@10"]
     assert metrics["baselines"]["bm25"]["ood/ndcg@10"] == metrics["baselines"]["bm25"]["musique/ndcg@10"]
     assert metrics["baselines"]["ood_bm25_ndcg@10"] == metrics["baselines"]["bm25"]["ood/ndcg@10"]
+    # the paired tests of the gate, pooled and on the left-out source's queries
+    assert final["ndcg@10_vs_bm25_n"] == final["queries"] and final["ood/ndcg@10_vs_bm25_n"] == final["ood/queries"]
+    assert final["ood/ndcg@10_vs_bm25_diff"] == pytest.approx(
+        final["ood/ndcg@10"] - metrics["baselines"]["bm25"]["ood/ndcg@10"], abs=1e-9)
     split = json.loads((tmp_path / "split.json").read_text())
     assert not any(q.startswith("musique") for q in split["train"])
+
+
+def test_paired_tests_against_each_baseline_query_by_query() -> None:
+    from searchsmith.training.reranker import group_ndcgs
+
+    groups = _groups()
+    reverse = lambda pairs: [-s for s in _word_match(pairs)]  # noqa: E731 - right on the "b" queries
+    rows = {"match": group_ndcgs(_word_match, groups), "reverse": group_ndcgs(reverse, groups)}
+    assert rows["match"][:2] == [1.0, 1.0] and rows["match"][2] < 1.0
+    out = evaluate_groups(_word_match, groups, ood_sources=["b"], vs=rows)
+    # against itself: no difference, inside the noise
+    assert out["ndcg@10_vs_match_diff"] == 0.0 and out["ndcg@10_vs_match_direction"] == 0.0
+    assert out["ndcg@10_vs_match_n"] == 4.0
+    d = [m - r for m, r in zip(rows["match"], rows["reverse"], strict=True)]
+    assert out["ndcg@10_vs_reverse_diff"] == pytest.approx(sum(d) / 4)
+    # the left-out source's queries alone: the word match loses there
+    assert out["ood/ndcg@10_vs_reverse_n"] == 2.0 and out["ood/ndcg@10_vs_reverse_diff"] == pytest.approx(sum(d[2:]) / 2)
+    assert out["ood/ndcg@10_vs_reverse_diff"] < 0
+    with pytest.raises(ValueError, match="3 short figures for 4 queries"):
+        evaluate_groups(_word_match, groups, vs={"short": [1.0, 1.0, 1.0]})

@@ -33,7 +33,9 @@ PASSING = {
                   "decompose_node_f1": 0.6, "baselines/decompose_node_f1_question_as_terminal": 0.3,
                   **{f"decompose_node_f1_vs_terminal_{k}": v for k, v in
                      {"diff": 0.3, "lo": 0.2, "hi": 0.4, "p": 0.001, "n": 100, "direction": 1}.items()}},
-    "rerank": {"ndcg@10": 0.9, "baselines/bi_encoder_ndcg@10": 0.8, "baselines/bm25_ndcg@10": 0.7},
+    "rerank": {"ndcg@10": 0.9, "baselines/bi_encoder_ndcg@10": 0.8, "baselines/bm25_ndcg@10": 0.7,
+               **{f"ndcg@10_vs_{base}_{k}": v for base in ("bi_encoder", "bm25") for k, v in
+                  {"diff": 0.1, "lo": 0.05, "hi": 0.15, "p": 0.001, "n": 100, "direction": 1}.items()}},
     "cite": {"attribution/roc_auc": 0.95, "baselines/cosine_attribution_roc_auc": 0.8,
              "attribution/f1": 0.9, "baselines/cosine_attribution_f1": 0.7},
     "images": {"ood/placement_accuracy": 0.8, "baselines/ood_cosine_placement_accuracy": 0.6,

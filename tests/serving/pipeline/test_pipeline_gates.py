@@ -113,10 +113,45 @@ def test_the_reranker_must_beat_the_best_recorded_baseline():
     fig, why = check_row(row, figures)
     assert "nDCG@10 0.850 is below BM25 (0.900)" in why
     assert fig.text() == "nDCG@10 0.850 vs BM25 0.900, the bi-encoder order 0.810"
-    # BM25 only counts when recorded; the bi-encoder order is required
-    assert check_row(row, {"ndcg@10": 0.85, "baselines/bi_encoder_ndcg@10": 0.81})[1] is None
+    # BM25 (and its paired test) only count when recorded; the bi-encoder order is required
+    assert check_row(row, {"ndcg@10": 0.85, "baselines/bi_encoder_ndcg@10": 0.81,
+                           **_paired("ndcg@10_vs_bi_encoder", 0.04, 1)})[1] is None
     _, why = check_row(row, {"ndcg@10": 0.85, "baselines/bm25_ndcg@10": 0.5})
     assert "baselines/bi_encoder_ndcg@10 missing" in why
+
+
+def _paired(key: str, diff: float, direction: int, n: int = 24) -> dict[str, float]:
+    lo, hi = (diff - 0.02, diff + 0.02) if direction else (diff - 0.1, diff + 0.1)
+    return {f"{key}_{k}": v for k, v in
+            {"diff": diff, "lo": lo, "hi": hi, "p": 0.001 if direction else 0.4, "n": n, "direction": direction}.items()}
+
+
+def test_the_reranker_must_lead_each_baseline_beyond_the_noise():
+    """A lead of 24 held-out queries can be chance: the paired test against each baseline decides."""
+    row = next(r for r in GATES if r.use == "rerank")
+    points = {"ndcg@10": 0.85, "baselines/bi_encoder_ndcg@10": 0.73, "baselines/bm25_ndcg@10": 0.57}
+    # no paired test recorded (a bundle exported before them): not used, and the fix said
+    fig, why = check_row(row, points)
+    assert "records no paired test of its nDCG@10 against the bi-encoder order" in why and "re-export" in why
+    both = {**points, **_paired("ndcg@10_vs_bi_encoder", 0.12, 1), **_paired("ndcg@10_vs_bm25", 0.28, 1)}
+    fig, why = check_row(row, both)
+    assert why is None
+    assert fig.text() == ("nDCG@10 0.850 vs the bi-encoder order 0.730, BM25 0.570 (vs the bi-encoder order: "
+                          "paired difference +0.120 [+0.100, +0.140], p 0.00, 24 items; vs BM25: paired "
+                          "difference +0.280 [+0.260, +0.300], p 0.00, 24 items)")
+    # beyond the noise against the bi-encoder but not against BM25: not used, and which one said
+    fig, why = check_row(row, {**both, **_paired("ndcg@10_vs_bm25", 0.28, 0)})
+    assert "leads BM25 only inside the noise (paired difference +0.280 [+0.180, +0.380], p 0.40" in why
+    assert "the retrieval order is used" in why
+    # a test against BM25 missing while BM25 is recorded: not used
+    _, why = check_row(row, {k: v for k, v in both.items() if not k.startswith("ndcg@10_vs_bm25")})
+    assert "no paired test of its nDCG@10 against BM25" in why
+    # left-out datasets: the ood tests are read
+    ood = {"ood/ndcg@10": 0.8, "baselines/ood_bi_encoder_ndcg@10": 0.7, "baselines/ood_bm25_ndcg@10": 0.6,
+           **_paired("ood/ndcg@10_vs_bi_encoder", 0.1, 1), **_paired("ood/ndcg@10_vs_bm25", 0.2, 0)}
+    _, why = check_row(row, {**both, **ood})
+    assert "on datasets left out of training leads BM25 only inside the noise" in why
+    assert check_row(row, {**both, **ood, **_paired("ood/ndcg@10_vs_bm25", 0.2, 1)})[1] is None
 
 
 def test_a_bundle_without_figures_is_skipped_and_says_how_to_use_it(fakes):
@@ -134,7 +169,8 @@ def test_figures_are_read_flat_or_nested_from_a_manifest_a_bundle_or_a_folder(tm
     assert heldout_figures(nested) == {"ndcg@10": 0.9, "baselines/bi_encoder_ndcg@10": 0.8,
                                        "baselines/data/n": 3.0, "baselines/data_n": 3.0}
     # an export that keeps the recipe's nested groups: the gate finds the same baseline
-    grouped = {"heldout_metrics": {"ndcg@10": 0.9, "baselines/bi_encoder/ndcg@10": 0.8}}
+    grouped = {"heldout_metrics": {"ndcg@10": 0.9, "baselines/bi_encoder/ndcg@10": 0.8,
+                                   **_paired("ndcg@10_vs_bi_encoder", 0.1, 1)}}
     assert heldout_figures(grouped)["baselines/bi_encoder_ndcg@10"] == 0.8
     assert decide({"reranker": grouped}, BundlesConfig())["rerank"].used
     (tmp_path / "manifest.json").write_text(json.dumps(nested))
