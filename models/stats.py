@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from searchsmith.models.errors import ValidationError
 
-__all__ = ["DEFAULT_RESAMPLES", "DEFAULT_SEED", "EXACT_MAX_ITEMS", "Comparison", "bootstrap_ci",
+__all__ = ["DEFAULT_RESAMPLES", "DEFAULT_SEED", "EXACT_MAX_ITEMS", "Comparison", "bootstrap_ci", "clustered_figures",
            "compare_rows", "direction", "paired_difference", "paired_figures", "permutation_p", "with_intervals"]
 
 DEFAULT_RESAMPLES = 2000
@@ -153,6 +153,39 @@ def paired_figures(key: str, baseline: Sequence[float], model: Sequence[float]) 
     c = paired_difference(baseline, model, key)
     return {f"{key}_diff": c.diff, f"{key}_lo": c.ci95[0], f"{key}_hi": c.ci95[1], f"{key}_p": c.p_value,
             f"{key}_n": float(c.n), f"{key}_direction": float(direction(c.ci95, c.p_value))}
+
+
+def clustered_figures(key: str, clusters: Sequence[Sequence[int]],
+                      difference: Callable[[np.ndarray], float | None], *, resamples: int = DEFAULT_RESAMPLES,
+                      seed: int = DEFAULT_SEED) -> dict[str, float]:
+    """:func:`paired_figures` for a figure that is not a mean over items (ROC AUC or F1 pooled
+    over pairs): ``difference(indices)`` is the model's figure minus the baseline's on those
+    pairs (None where undefined), and the items resampled are ``clusters`` of pair indices
+    (a claim's pairs go together). ``_diff`` is the difference on every pair, ``_lo`` / ``_hi``
+    its percentile bootstrap interval, ``_p`` the bootstrap's two-sided p-value (twice the
+    smaller share of resamples on either side of 0, each share ``(hits + 1) / (resamples + 1)``),
+    ``_n`` the number of clusters; {} without clusters or when the figure is undefined."""
+    _check(resamples, LEVEL)
+    arrays = [np.asarray(c, dtype=np.int64) for c in clusters if len(c)]
+    if not arrays:
+        return {}
+    point = difference(np.concatenate(arrays))
+    if point is None or math.isnan(float(point)):
+        return {}
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for row in rng.integers(0, len(arrays), size=(resamples, len(arrays))):
+        v = difference(np.concatenate([arrays[i] for i in row]))
+        if v is not None and not math.isnan(float(v)):
+            diffs.append(float(v))
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size == 0:
+        return {}
+    alpha = (1.0 - LEVEL) / 2
+    lo, hi = (float(x) for x in np.quantile(d, [alpha, 1.0 - alpha]))
+    p = min(1.0, 2 * min((int(np.sum(d <= 0)) + 1) / (d.size + 1), (int(np.sum(d >= 0)) + 1) / (d.size + 1)))
+    return {f"{key}_diff": float(point), f"{key}_lo": lo, f"{key}_hi": hi, f"{key}_p": p,
+            f"{key}_n": float(len(arrays)), f"{key}_direction": float(direction((lo, hi), p))}
 
 
 def direction(diff_ci95: Sequence[float], p_value: float, level: float = LEVEL) -> int:

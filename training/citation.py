@@ -104,7 +104,7 @@ from searchsmith.training.cite_data import (
 )
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
-from searchsmith.training.evaluate_cite import ood_attribution
+from searchsmith.training.evaluate_cite import ood_attribution, vs_cosine
 from searchsmith.training.registry import register_dataset, register_recipe
 from searchsmith.training.trainer import (
     apply_lora,
@@ -601,7 +601,14 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
         return res.probs(score_pairs(m, tokenizer, pairs_, cfg.max_length, cfg.eval_batch_size,
                                      return_logits=True), cos)
 
-    def scorer_eval(m: Any, res: CosineResidual | None = None, threshold: float | None = None) -> dict[str, float]:
+    @functools.cache
+    def attribution_cosines() -> list[float]:  # cosine attribution on the eval pairs: computed once
+        return cos_eval or cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache)
+
+    def scorer_eval(m: Any, res: CosineResidual | None = None, threshold: float | None = None,
+                    tests: bool = False) -> dict[str, float]:
+        """Held-out figures of the scorer ``m``; ``tests``: with the paired tests against cosine
+        attribution, claim by claim (the final model's; a bootstrap, too slow for every eval)."""
         probs = probs_of(m, eval_pairs, cos_eval, res or residual)
         cut = cfg.support_threshold if threshold is None else threshold
         out = {f"attribution/{k}": v for k, v in attribution_metrics(y_eval, probs.tolist(), cut).items()}
@@ -610,6 +617,9 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
             per = attribution_metrics([y_eval[i] for i in idx], [float(probs[i]) for i in idx], cut)
             out.update({f"attribution/{src}/{k}": per[k] for k in ("roc_auc", "balanced_accuracy", "f1")})
         out.update(ood_attribution(y_eval, probs.tolist(), eval_sources, cfg.data.leave_out, cut))
+        if tests and cfg.data.baseline_embedder != "none":
+            out.update(vs_cosine(y_eval, probs.tolist(), attribution_cosines(), [p.key for p in eval_p], cut,
+                                 cfg.data.baseline_cosine_threshold, eval_sources, cfg.data.leave_out))
         return {k: v for k, v in out.items() if v is not None}
 
     def tagger_eval(m: Any) -> dict[str, float]:
@@ -649,7 +659,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
                     [y for y, p in zip(y_eval, eval_p, strict=True) if p.source == s],
                     [c for c, p in zip(cos, eval_p, strict=True) if p.source == s])
                 for s in sources}}
-            cos_attr = cos_eval or cosine_attribution_scores(cfg.data.baseline_embedder, eval_p, cache)
+            cos_attr = attribution_cosines()
             baselines.update(cosine_attribution_baseline(y_eval, cos_attr, cfg.data.baseline_cosine_threshold))
             for src in sources:  # per source: the out-of-domain comparison of a data.leave_out run
                 idx = [i for i, p in enumerate(eval_p) if p.source == src]
@@ -696,17 +706,21 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
     if not is_main_process():
         return {**stages["scorer"]["final"], **stages["tagger"]["final"]}
     threshold, calibration = cfg.support_threshold, {}
-    if cal_p or wice_items:
+    paired = cfg.data.baseline_embedder != "none"
+    if cal_p or wice_items or paired:
         from searchsmith.models.reranker import load_reranker
 
         trained = load_reranker(run_dir / "stages" / "scorer" / "model", "citation scorer")  # either head
+    if not cal_p and paired:  # the paired tests of the final scorer (at the recipe's threshold)
+        stages["scorer"]["final"].update({k: v for k, v in scorer_eval(trained, tests=True).items()
+                                          if "_vs_cosine_" in k})
     if cal_p:
         cal_logits = score_pairs(trained, tokenizer, [(p.sentence, p.passage) for p in cal_p], cfg.max_length,
                                  cfg.eval_batch_size, return_logits=True)
         cal_cos = cosine_attribution_scores(cfg.data.baseline_embedder, cal_p, cache) if residual else []
         residual, threshold, calibration = _calibrate(cfg, [p.label for p in cal_p], cal_logits, cal_cos, residual)
         calibration["claims"] = len({p.key for p in cal_p})
-        scorer_final = scorer_eval(trained, residual, threshold)
+        scorer_final = scorer_eval(trained, residual, threshold, tests=paired)
         stages["scorer"]["final"] = {**{k: v for k, v in stages["scorer"]["final"].items()
                                         if not k.startswith("attribution/")}, **scorer_final}
     if wice_items:

@@ -886,19 +886,31 @@ def _decompose_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[
 
 
 def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.evaluate_cite import cite_report, read_cite_items, residual_cosines
+    from searchsmith.training.citation import best_sentence_cosines
+    from searchsmith.training.evaluate_cite import (
+        cite_pairs,
+        cite_report,
+        read_cite_items,
+        residual_cosines,
+    )
 
     path = run_dir / "heldout.cite.jsonl"  # written by the citation recipe
     if not path.is_file():
         raise ConfigError(f"{path} is missing (the citation recipe writes the held-out split there)")
     items, part = _first(read_cite_items(path, model.labels), limit)
     try:
-        ood = run_recipe_config(run_dir).data.leave_out
-    except (SearchsmithError, OSError):  # no recipe to read: no out-of-domain figures
-        ood = []
+        data = run_recipe_config(run_dir).data
+    except (SearchsmithError, OSError):  # no recipe to read: no out-of-domain figures, no paired tests
+        data = None
+    ood = data.leave_out if data is not None else []
+    # cosine attribution on the same pairs again (the run's embedding cache): the paired tests
+    attribution = None
+    if data is not None and data.baseline_embedder != "none":
+        attribution = (best_sentence_cosines(data.baseline_embedder, cite_pairs(items), run_dir / "cache"),
+                       float(data.baseline_cosine_threshold))
     with progress_bar("held-out cite", None, "input") as bar:
         figs, _ = cite_report(Chunked(model, bar), items, float(model.support_threshold),
-                              residual_cosines(model, items), ood_sources=ood)
+                              residual_cosines(model, items), ood_sources=ood, attribution_cosine=attribution)
     return figs, f"the run's held-out split ({part} sentences of heldout.cite.jsonl)"
 
 

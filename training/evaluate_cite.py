@@ -120,9 +120,62 @@ def ood_attribution(labels: Sequence[int], probs: Sequence[float], sources: Sequ
     return {f"ood/attribution/{k}": per[k] for k in ("roc_auc", "f1", "balanced_accuracy") if per.get(k) is not None}
 
 
+#: the paired tests of the citation scorer against cosine attribution (the pipeline's fallback),
+#: claim by claim (a bootstrap over claims; ``<key>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n``,
+#: ``_direction``, and ``ood/<key>_*`` over the left-out sources' pairs): the cite gate needs
+#: each ``_direction`` +1 (serving/pipeline/gates.py)
+AUC_VS_COSINE = "attribution/roc_auc_vs_cosine"
+F1_VS_COSINE = "attribution/f1_vs_cosine"
+
+
+def vs_cosine(labels: Sequence[int], probs: Sequence[float], cosines: Sequence[float], claims: Sequence[Any],
+              threshold: float, cosine_threshold: float, sources: Sequence[str | None] = (),
+              ood_sources: Sequence[str] = ()) -> dict[str, float]:
+    """The scorer's ROC AUC and F1 (at ``threshold``) against cosine attribution's (at
+    ``cosine_threshold``) on the same pairs, resampling claims (``claims``: each pair's claim
+    key; a claim's pairs go together): :data:`AUC_VS_COSINE` and :data:`F1_VS_COSINE` figures
+    (:func:`searchsmith.models.stats.clustered_figures`), pooled and, where ``sources`` name
+    left-out ones, ``ood/`` over their pairs alone."""
+    from searchsmith.models.stats import clustered_figures
+
+    y = np.asarray(labels, dtype=np.int64)
+    p, c = np.asarray(probs, dtype=np.float64), np.asarray(cosines, dtype=np.float64)
+    if not (len(y) == len(p) == len(c) == len(claims)):
+        raise ValueError(f"vs_cosine: {len(y)} labels, {len(p)} scores, {len(c)} cosines, {len(claims)} claims")
+    pred, base = (p >= threshold).astype(np.int64), (c >= cosine_threshold).astype(np.int64)
+
+    def f1(yy: np.ndarray, pp: np.ndarray) -> float:
+        denom = int(pp.sum() + yy.sum())
+        return 2.0 * int((yy & pp).sum()) / denom if denom else 0.0
+
+    def auc_diff(idx: np.ndarray) -> float | None:
+        a, b = roc_auc(y[idx], p[idx]), roc_auc(y[idx], c[idx])
+        return None if a is None or b is None else a - b
+
+    def f1_diff(idx: np.ndarray) -> float:
+        return f1(y[idx], pred[idx]) - f1(y[idx], base[idx])
+
+    def tests(prefix: str, keep: Sequence[bool]) -> dict[str, float]:
+        groups: dict[Any, list[int]] = {}
+        for j, (claim, k) in enumerate(zip(claims, keep, strict=True)):
+            if k:
+                groups.setdefault(claim, []).append(j)
+        clusters = list(groups.values())
+        return {**clustered_figures(prefix + AUC_VS_COSINE, clusters, auc_diff, resamples=SLOW_RESAMPLES),
+                **clustered_figures(prefix + F1_VS_COSINE, clusters, f1_diff, resamples=SLOW_RESAMPLES)}
+
+    out = tests("", [True] * len(y))
+    left_out = set(ood_sources)
+    if left_out and any(s in left_out for s in sources):
+        out.update(tests("ood/", [s in left_out for s in sources]))
+    return out
+
+
 def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float,
                 cosine: Sequence[float] | None = None,
-                ood_sources: Sequence[str] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                ood_sources: Sequence[str] = (),
+                attribution_cosine: tuple[Sequence[float], float] | None = None
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Attribution and entity figures of ``model`` (a citation bundle or ``CitationModel``: their
     ``attribute`` and ``entities``) on items of :func:`read_cite_items`.
 
@@ -132,6 +185,8 @@ def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float,
         ood_sources: the sources left out of training (``data.leave_out``); the pairs of
             their items together are also scored as ``ood/attribution/<k>`` (ROC AUC, F1,
             balanced accuracy), the figures the pipeline's gate then reads.
+        attribution_cosine: cosine attribution's score of each pair and its threshold (the
+            pipeline's fallback): adds the paired tests against it, item by item (:func:`vs_cosine`).
 
     Returns:
         ``(metrics, rows)``: the keys of the recipe's ``metrics.json`` (``attribution/f1``,
@@ -156,6 +211,10 @@ def cite_report(model: Any, items: Sequence[dict[str, Any]], threshold: float,
         if auc is not None:
             out[f"attribution/{name}/roc_auc"] = auc
     out.update(ood_attribution(y, probs.tolist(), src, ood_sources, threshold))
+    if attribution_cosine is not None:
+        claims = [it.get("id", n) for n, it in enumerate(items) for _ in it["ids"]]  # a claim's sentences together
+        out.update(vs_cosine(y, probs.tolist(), attribution_cosine[0], claims, threshold, attribution_cosine[1],
+                             src, ood_sources))
     with_ents = [i for i, it in enumerate(items) if it["entities"] is not None]
     pred_ents: dict[int, list[tuple[int, int, str]]] = {}
     if with_ents:
@@ -256,4 +315,5 @@ def eval_cite(args: argparse.Namespace) -> dict[str, Any]:
                           resamples=SLOW_RESAMPLES)
 
 
-__all__ = ["cite_pairs", "cite_report", "eval_cite", "ood_attribution", "read_cite_items", "residual_cosines"]
+__all__ = ["AUC_VS_COSINE", "F1_VS_COSINE", "cite_pairs", "cite_report", "eval_cite", "ood_attribution",
+           "read_cite_items", "residual_cosines", "vs_cosine"]

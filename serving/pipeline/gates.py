@@ -27,9 +27,10 @@ A figure measured on few held-out items can lead its baseline by chance: the rew
 retrieval of 28 CAsT turns, where a decomposer that led the heuristic rewrite by 0.005 garbled
 the quickstart's follow-up ("Where can I find the code the?"), and the quick decomposer's
 node-text F1 led keeping the question whole by 0.007 on 22 templates. Such a row
-(``beyond_noise``: the rewrite, the decomposition, the reader and the reranker) also needs the
-recipe's paired test of the model against its baseline (the reranker: against each of BM25 and
-the bi-encoder), item by item, to put the model above it beyond the noise.
+(``beyond_noise``: every row but the image model's) also needs the recipe's paired test of the
+model against its baseline (the reranker: against each of BM25 and the bi-encoder; the citation
+scorer's ROC AUC and F1, pooled over pairs: a bootstrap over claims), item by item, to put the
+model above it beyond the noise.
 
 A reranker, a citation scorer or a reader trained with ``data.leave_out`` records its figures
 on the left-out datasets (the reranker: ``ood/ndcg@10`` beside BM25's and the bi-encoder's there;
@@ -121,10 +122,10 @@ GATES: tuple[GateRow, ...] = (
             beyond_noise=("ndcg@10_vs_bi_encoder", "ndcg@10_vs_bm25")),
     GateRow("citation", "cite", "attribution/roc_auc", "attribution ROC AUC",
             (("baselines/cosine_attribution_roc_auc", "cosine attribution"),),
-            "cosine attribution", "gate_cite", ood=True),
+            "cosine attribution", "gate_cite", ood=True, beyond_noise=("attribution/roc_auc_vs_cosine",)),
     GateRow("citation", "cite", "attribution/f1", "attribution F1",
             (("baselines/cosine_attribution_f1", "cosine attribution at its threshold"),),
-            "cosine attribution", "gate_cite", ood=True),
+            "cosine attribution", "gate_cite", ood=True, beyond_noise=("attribution/f1_vs_cosine",)),
     GateRow("reader", "read", "f1", "answer F1",
             (("baselines/sentence_f1", "the context sentence closest to the question"),),
             "the extractive answer", "gate_read", ood=True, beyond_noise=("f1_vs_sentence",)),

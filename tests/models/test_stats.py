@@ -98,3 +98,28 @@ def test_direction_needs_the_interval_and_the_permutation_test_to_agree() -> Non
     down = paired_difference([1.0] * 40, [0.0] * 30 + [1.0] * 10, "m").to_dict()
     assert direction(down["diff_ci95"], down["p_value"]) == -1
     assert direction([-0.1, 0.2], 0.001) == 0  # an interval holding 0 is never a direction
+
+
+def test_clustered_figures_resample_whole_clusters() -> None:
+    from searchsmith.models.stats import clustered_figures
+
+    values = np.asarray([1.0, 1.0, 0.0, 3.0, 3.0, 3.0])
+    clusters = [[0, 1], [2], [3, 4, 5]]
+    seen: list[int] = []
+
+    def diff(idx: np.ndarray) -> float:
+        seen.append(len(idx))
+        return float(values[idx].mean())
+
+    out = clustered_figures("m", clusters, diff, resamples=200)
+    assert out["m_diff"] == pytest.approx(11 / 6) and out["m_n"] == 3
+    # every resample is a union of whole clusters: sizes are sums of 1, 2 and 3 over 3 draws
+    assert all(3 <= n <= 9 for n in seen[1:])
+    assert out["m_lo"] <= out["m_diff"] <= out["m_hi"]
+    # a constant positive difference is beyond the noise; an undefined one gives nothing
+    pos = clustered_figures("m", [[i] for i in range(30)], lambda idx: 0.1, resamples=200)
+    assert pos["m_direction"] == 1 and pos["m_p"] < 0.05 and pos["m_lo"] == pos["m_hi"] == pytest.approx(0.1)
+    assert clustered_figures("m", [[0], [1]], lambda idx: None, resamples=200) == {}
+    assert clustered_figures("m", [], lambda idx: 1.0) == {}
+    with pytest.raises(ValidationError, match="resamples"):
+        clustered_figures("m", [[0]], lambda idx: 1.0, resamples=5)

@@ -147,6 +147,12 @@ def test_untrained_residual_scorer_is_the_cosine_baseline(residual_run: Path) ->
     assert split["calibration"] and not set(split["calibration"]) & set(split["train"])
     for k in ("attribution/balanced_accuracy", "attribution/roc_auc", "attribution/f1"):
         assert 0.0 <= m["final"][k] <= 1.0
+    # the final scorer's paired tests against cosine attribution, claim by claim (the gate reads them)
+    claims = len({p for p in json.loads((residual_run / "split.json").read_text())["eval"]})
+    for key in ("attribution/roc_auc_vs_cosine", "attribution/f1_vs_cosine"):
+        assert m["final"][f"{key}_n"] == claims and m["final"][f"{key}_direction"] in (-1.0, 0.0, 1.0)
+    assert m["final"]["attribution/f1_vs_cosine_diff"] == pytest.approx(
+        m["final"]["attribution/f1"] - base["cosine_attribution_f1"], abs=1e-9)
 
 
 def _args(**kw: object) -> argparse.Namespace:
@@ -191,6 +197,9 @@ def test_residual_bundle_matches_the_torch_model(residual_run: Path, tmp_path: P
     final = json.loads((residual_run / "metrics.json").read_text())["final"]
     assert manifest["heldout_source"].startswith("bundle:fp32"), manifest["heldout_source"]
     assert manifest["heldout_metrics"]["attribution/roc_auc"] == pytest.approx(final["attribution/roc_auc"], abs=1e-3)
+    # the paired tests again, with cosine attribution measured again on the same pairs
+    for key in ("attribution/roc_auc_vs_cosine_diff", "attribution/f1_vs_cosine_diff", "attribution/f1_vs_cosine_n"):
+        assert manifest["heldout_metrics"][key] == pytest.approx(final[key], abs=1e-3), key
     assert manifest["cosine_residual"]["scale"] == pytest.approx(
         json.loads((residual_run / "model/citation.json").read_text())["cosine_residual"]["scale"])
     b = load_bundle(out, device="cpu")

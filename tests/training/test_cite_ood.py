@@ -62,7 +62,42 @@ def test_the_citation_gate_reads_the_out_of_domain_figures_when_recorded() -> No
     decision = decide({"citation": {"heldout_metrics": WICE_OUT}}, BundlesConfig())["cite"]
     assert not decision.used
     pooled = {k: v for k, v in WICE_OUT.items() if "ood" not in k}
-    assert decide({"citation": {"heldout_metrics": pooled}}, BundlesConfig())["cite"].used
+    # the pooled leads need their paired tests too (a bootstrap over claims)
+    _, why = check_row(auc_row, pooled)
+    assert "records no paired test of its attribution ROC AUC against cosine attribution" in why
+    tests = {f"attribution/{m}_vs_cosine_{k}": v for m in ("roc_auc", "f1") for k, v in
+             {"diff": 0.02, "lo": 0.01, "hi": 0.03, "p": 0.002, "n": 400, "direction": 1}.items()}
+    assert decide({"citation": {"heldout_metrics": {**pooled, **tests}}}, BundlesConfig())["cite"].used
+    inside = {**tests, "attribution/f1_vs_cosine_direction": 0.0, "attribution/f1_vs_cosine_p": 0.3}
+    _, why = check_row(f1_row, {**pooled, **inside})
+    assert "attribution F1 leads cosine attribution at its threshold only inside the noise" in why
+    assert not decide({"citation": {"heldout_metrics": {**pooled, **inside}}}, BundlesConfig())["cite"].used
+
+
+def test_paired_tests_against_cosine_attribution_resample_claims() -> None:
+    from searchsmith.training.evaluate_cite import vs_cosine
+
+    # 40 claims of 3 pairs: the first pair supports; the scorer ranks it first on every claim,
+    # the cosine on the "a" claims only; both cut at their own threshold
+    y, probs, cos, claims, src = [], [], [], [], []
+    for n in range(40):
+        right = n % 2 == 0
+        y += [1, 0, 0]
+        probs += [0.9, 0.2, 0.1]
+        cos += [0.8, 0.3, 0.2] if right else [0.3, 0.8, 0.2]
+        claims += [n] * 3
+        src += ["a" if right else "b"] * 3
+    out = vs_cosine(y, probs, cos, claims, 0.5, 0.5, src, ood_sources=["b"])
+    assert out["attribution/roc_auc_vs_cosine_n"] == 40 and out["ood/attribution/roc_auc_vs_cosine_n"] == 20
+    assert out["attribution/roc_auc_vs_cosine_diff"] > 0 and out["attribution/roc_auc_vs_cosine_direction"] == 1
+    assert out["attribution/f1_vs_cosine_diff"] == pytest.approx(1.0 - 0.5) and out["attribution/f1_vs_cosine_direction"] == 1
+    assert out["ood/attribution/f1_vs_cosine_diff"] == pytest.approx(1.0)  # the cosine cites only wrong pairs there
+    # against itself: no difference, inside the noise; no left-out source named: no ood keys
+    same = vs_cosine(y, probs, probs, claims, 0.5, 0.5, src)
+    assert same["attribution/roc_auc_vs_cosine_diff"] == 0.0 and same["attribution/roc_auc_vs_cosine_direction"] == 0
+    assert not any(k.startswith("ood/") for k in same)
+    with pytest.raises(ValueError, match="3 labels, 3 scores, 2 cosines"):
+        vs_cosine([1, 0, 0], [0.1, 0.2, 0.3], [0.1, 0.2], [0, 0, 0], 0.5, 0.5)
 
 
 def test_pair_encoding_cuts_both_texts_when_the_first_alone_is_too_long() -> None:
