@@ -237,12 +237,7 @@ def evaluate_groups(score_fn: Callable[[list[tuple[str, str]]], list[float]],
     ``vs``: baseline name -> its nDCG@k per group (:func:`group_ndcgs`, in ``groups`` order):
     adds the paired test of this scorer against each, query by query (:func:`paired_tests`).
     """
-    pairs = [(g.query, c) for g in groups for c in g.candidates]
-    flat = score_fn(pairs)
-    per_group, i = [], 0
-    for g in groups:
-        per_group.append((flat[i:i + len(g.candidates)], g.labels))
-        i += len(g.candidates)
+    per_group = score_groups(score_fn, groups)
     out = ranking_metrics(per_group, k)
     for source in sorted({g.source for g in groups}):
         sub = [pg for pg, g in zip(per_group, groups, strict=True) if g.source == source]
@@ -258,15 +253,21 @@ def evaluate_groups(score_fn: Callable[[list[tuple[str, str]]], list[float]],
     return out
 
 
+def score_groups(score_fn: Callable[[list[tuple[str, str]]], list[float]],
+                 groups: Sequence[QueryGroup]) -> list[tuple[Sequence[float], Sequence[float]]]:
+    """``(scores, labels)`` of each group: every (query, candidate) pair scored in one call."""
+    flat = score_fn([(g.query, c) for g in groups for c in g.candidates])
+    out, i = [], 0
+    for g in groups:
+        out.append((flat[i:i + len(g.candidates)], g.labels))
+        i += len(g.candidates)
+    return out
+
+
 def group_ndcgs(score_fn: Callable[[list[tuple[str, str]]], list[float]], groups: Sequence[QueryGroup],
                 k: int = 10) -> list[float]:
     """nDCG@k of ``score_fn``'s order, one per group (a baseline's side of :func:`paired_tests`)."""
-    pairs = [(g.query, c) for g in groups for c in g.candidates]
-    flat, out, i = score_fn(pairs), [], 0
-    for g in groups:
-        out.append(ranking_metrics([(flat[i:i + len(g.candidates)], g.labels)], k)[f"ndcg@{k}"])
-        i += len(g.candidates)
-    return out
+    return [ranking_metrics([pg], k)[f"ndcg@{k}"] for pg in score_groups(score_fn, groups)]
 
 
 def paired_tests(model: Sequence[float], vs: Mapping[str, Sequence[float]], groups: Sequence[QueryGroup],
@@ -519,5 +520,6 @@ __all__ = [
     "make_examples",
     "paired_tests",
     "reranker",
+    "score_groups",
     "score_pairs",
 ]
