@@ -50,6 +50,8 @@ SUITES: dict[str, str] = {
     "llm": "searchsmith.serving.profiling.llm",
     # the reader: torch fp32 vs ONNX fp32 vs int8 (--run READER_RUN); in no group
     "read": "searchsmith.serving.profiling.read",
+    # one training step of the default encoder by AdamW kernel (loop, foreach, fused); in no group
+    "train": "searchsmith.serving.profiling.train",
     # one index shard by kind (flat, 2 shards, IVF, IVF mmap): the capacity model's inputs
     "shards": "searchsmith.serving.profiling.shards",
     # one process vs Ray Serve with 1 and 2 replicas under the same load (--index; .[ray]); in no group

@@ -473,3 +473,18 @@ def test_profile_ray_compares_one_process_with_serve_replicas(tmp_path, tiny_pro
 def test_profile_ray_needs_an_index(tmp_path, tiny_profile, capsys) -> None:
     assert main(["profile", "ray", "--out", str(tmp_path / "p")]) != 0
     assert "needs --index" in capsys.readouterr().err
+
+
+def test_profile_train_times_each_adamw_kernel_and_they_agree(tmp_path, tiny_profile) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", "train", "--quick", "--out", str(out)]) == 0
+    recs = _records(out)
+    rows = {r["kernel"]: r for r in recs if r.get("suite") == "train" and "kernel" in r}
+    assert set(rows) == {"loop", "foreach", "fused"}
+    assert rows["loop"]["speedup_vs_loop"] == 1.0 and rows["loop"]["max_abs_weight_diff_vs_loop"] == 0.0
+    for row in rows.values():  # the same update rule: the weights agree to float rounding
+        assert row["max_abs_weight_diff_vs_loop"] < 1e-5
+        assert 0 < row["optimizer_step_ms"] <= row["train_step_ms"] * 2
+    summary = [r for r in recs if r.get("summary")][0]
+    assert summary["parameters"] > 20_000_000 and summary["batch"] == 2
+    assert summary["fused_optimizer_step_ms"] == rows["fused"]["optimizer_step_ms"]
