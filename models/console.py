@@ -83,6 +83,17 @@ def install_log_filter(be_verbose: bool | None = None) -> None:
             handler.addFilter(OwnRecordsOnly())
 
 
+def configure_process_logging() -> None:
+    """What every searchsmith process sets up before its work: third-party output held back
+    (unless verbose), log records at ``SEARCHSMITH_LOG``'s level (WARNING by default), and
+    the filter on the root handlers. The CLI calls it; so does each worker process it starts
+    (a spawned process inherits the environment, not the logging set-up)."""
+    quiet_third_party()
+    logging.basicConfig(level="DEBUG" if verbose() else os.environ.get("SEARCHSMITH_LOG", "WARNING").upper(),
+                        format="%(levelname)s %(name)s: %(message)s")
+    install_log_filter()
+
+
 @contextlib.contextmanager
 def quiet_block(enabled: bool | None = None) -> Iterator[None]:
     """Around third-party heavy lifting (``torch.onnx.export``, ONNX Runtime's optimizer):

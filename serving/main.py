@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchsmith.models import __version__
-from searchsmith.models.console import VERBOSE_ENV, install_log_filter, quiet_third_party, verbose
+from searchsmith.models.console import VERBOSE_ENV, configure_process_logging
 from searchsmith.models.errors import ConfigError, SearchsmithError
 
 __all__ = ["COMMANDS", "EVAL_TASKS", "Command", "configure_eval", "main"]
@@ -372,10 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Decided before the command's module is imported: transformers reads it at import.
     if "--verbose" in argv[1:]:
         os.environ[VERBOSE_ENV] = "1"
-    quiet_third_party()
-    logging.basicConfig(level="DEBUG" if verbose() else os.environ.get("SEARCHSMITH_LOG", "WARNING").upper(),
-                        format="%(levelname)s %(name)s: %(message)s")
-    install_log_filter()
+    configure_process_logging()
     spec = COMMANDS[command]
     parser = argparse.ArgumentParser(prog=f"searchsmith {command}", description=spec.help)
     try:

@@ -150,3 +150,35 @@ def test_record_is_per_file(tmp_path, name) -> None:
     written = {w.path.name: w.kept for w in write_configs(work, index, bundles)}
     assert written[f"{name}.new"] == work / name
     assert len(written) == 2
+
+
+def test_export_workers_one_per_two_cores_capped_by_the_bundles(monkeypatch) -> None:
+    from searchsmith.serving import quickstart
+
+    monkeypatch.setattr(quickstart.os, "sched_getaffinity", lambda pid: set(range(2)), raising=False)
+    assert quickstart.export_workers(6) == 2  # 2 cores: two single-threaded exports at once
+    assert quickstart.export_workers(1) == 1
+    assert quickstart.export_workers(6, asked=1) == 1 and quickstart.export_workers(3, asked=8) == 3
+    monkeypatch.setattr(quickstart.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert quickstart.export_workers(6) == 4
+    monkeypatch.setattr(quickstart.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert quickstart.export_workers(6) == 1
+
+
+def test_export_all_in_worker_processes_raises_the_first_failure(tmp_path) -> None:
+    from searchsmith.models.errors import SearchsmithError
+    from searchsmith.serving.quickstart import export_all
+
+    jobs = [(name, tmp_path / "runs" / name, tmp_path / "bundles" / name) for name in ("reranker", "reader")]
+    with pytest.raises(SearchsmithError, match="runs/reranker|runs/reader"):
+        export_all(jobs, workers=2)
+    assert not (tmp_path / "bundles").exists() or not any((tmp_path / "bundles").rglob("manifest.json"))
+
+
+def test_quickstart_refuses_a_bad_export_workers(capsys) -> None:
+    from searchsmith.serving.main import main
+
+    with pytest.raises(SystemExit):
+        main(["quickstart", "--export-workers", "0"])
+    err = capsys.readouterr().err
+    assert "--export-workers" in err and "expected a whole number >= 1, got '0'" in err
