@@ -290,7 +290,9 @@ def graph_signature(path: Path) -> dict[str, Any]:
     """Inputs and outputs (name, dtype, shape with axis names) as ONNX Runtime sees them."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the signature only: no fusions
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
     def rows(xs: Any) -> list[dict[str, Any]]:
         return [{"name": x.name, "dtype": _ORT_TO_NP.get(x.type, x.type),
@@ -410,6 +412,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
             calibration = (calibration_feeds(src.task, b32, name, scheme.calibration_inputs, inputs)
                            if opts.dtype == "int8" and scheme.down_projections == "smooth" else None)
             done = convert_graph(opt, final, opts.dtype, scheme, calibration)
+            if opts.dtype == "fp32":  # the same graph: its signature and session are the fp32 ones
+                final_graphs[name] = fp32_graphs[name]
+                continue
             graphs_meta[name] = {"file": f"{name}.onnx", **graph_signature(final), **({"int8": done} if done else {})}
             # loaded as load_bundle will (7-bit weights on a CPU without VNNI), so parity checks that
             final_graphs[name] = OrtGraph(final, ["CPUExecutionProvider"], None,

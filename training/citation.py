@@ -108,6 +108,7 @@ from searchsmith.training.evaluate_cite import ood_attribution, vs_cosine
 from searchsmith.training.registry import register_dataset, register_recipe
 from searchsmith.training.trainer import (
     apply_lora,
+    freeze_lower,
     is_main_process,
     seed_everything,
     train,
@@ -140,6 +141,8 @@ class CitationModelSpec:
             offsets) that the models' vocabulary covers.
         freeze_embeddings: keep the token/position embeddings fixed in both models (on
             MiniLM half of the 22.7 M weights: halves AdamW's work and each checkpoint).
+        freeze_layers: keep the lowest N transformer layers of both models fixed too (0:
+            train them all; :func:`~searchsmith.training.trainer.freeze_lower`).
         cosine_residual: train the scorer as a correction of the pipeline's cosine
             attribution (module docstring); needs ``data.baseline_embedder``, whose cosine
             the served model is then given with each pair.
@@ -157,6 +160,7 @@ class CitationModelSpec:
     config: dict[str, Any] | None = None
     tokenizer: str = "default"
     freeze_embeddings: bool = False
+    freeze_layers: int = 0
     cosine_residual: bool = False
     cross_weights: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     scorer_head: Literal["cls", "segment_cosine"] = "cls"
@@ -306,11 +310,8 @@ def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"model.tokenizer: {tok_path} has no fast tokenizer; the tagger needs "
                           "character offsets (return_offsets_mapping)")
-    if cfg.model.freeze_embeddings:
-        for m in (tagger, scorer):
-            for name, p in m.named_parameters():
-                if ".embeddings." in f".{name}":
-                    p.requires_grad = False
+    for m in (tagger, scorer):
+        freeze_lower(m, cfg.model.freeze_embeddings, cfg.model.freeze_layers)
     if tagger.config.vocab_size < len(tokenizer):
         raise ConfigError(f"model: vocab_size {tagger.config.vocab_size} is smaller than the "
                           f"tokenizer's {len(tokenizer)} tokens; raise model.config.vocab_size")

@@ -5,12 +5,13 @@ negatives with and compare against). JSONL reading is :func:`searchsmith.models.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from searchsmith.models.errors import ConfigError
@@ -111,16 +112,31 @@ def synthetic_facts(n_entities: int, seed: int) -> list[dict[str, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def _sentence_transformer(path: str) -> Any:
+    """One loaded model per path and process (a recipe measures several baselines with it)."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device="cpu" if not torch.cuda.is_available() else None)
+
+
 class CachedEmbedder:
-    """sentence-transformers ``encode`` with a per-run disk cache keyed by the texts' hash."""
+    """sentence-transformers ``encode`` with a per-run disk cache keyed by the texts' hash.
+
+    The model is loaded at the first texts the cache does not hold (an export re-measuring
+    a baseline from the run's cache never loads it)."""
 
     def __init__(self, name: str, cache_dir: Path | None, batch_size: int = 64) -> None:
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        self.model = SentenceTransformer(resolve_model(name, field="data.mine_with"), device="cpu"
-                                         if not torch.cuda.is_available() else None)
+        self.path = resolve_model(name, field="data.mine_with")  # a bad name fails here, not at the first miss
         self.cache_dir, self.batch_size = cache_dir, batch_size
+        self._model: Any = None
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            self._model = _sentence_transformer(self.path)
+        return self._model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-normalised embeddings, shape (N, D) float32."""

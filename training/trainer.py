@@ -202,6 +202,40 @@ def _param_groups(model: torch.nn.Module, weight_decay: float, lr: float,
             for (decay, head), ps in sorted(groups.items())]
 
 
+def freeze_lower(model: torch.nn.Module, embeddings: bool, layers: int, field: str = "model") -> int:
+    """Keep the input embeddings (``embeddings``) and the lowest ``layers`` transformer layers
+    of ``model`` fixed (``requires_grad = False``); return how many weights were frozen.
+
+    A weight is an embedding when a part of its dotted name is ``embeddings``, and in layer k
+    when its name holds ``layer.k.`` (BERT, MiniLM and RoBERTa: ``encoder.layer.k``;
+    DistilBERT: ``transformer.layer.k``), wherever the encoder sits in a recipe's model.
+    Backpropagation then stops above the frozen layers, so a step costs less (all-MiniLM-L6-v2,
+    8 x 128 tokens on 2 cores: 616 ms all trained, 580 ms without the embeddings, 438 ms
+    without them and two layers), and on small data the fixed lower layers keep what
+    pre-training learnt (the quick reader's held-out answer F1: RESULTS.md).
+
+    Raises:
+        ConfigError: ``layers`` is negative or more than the model has (``field`` names the
+            recipe key in the message).
+    """
+    import re
+
+    found = {int(m.group(1)) for name, _ in model.named_parameters()
+             if (m := re.search(r"(?:^|\.)layer\.(\d+)\.", name))}
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 0 <= layers <= len(found):
+        raise ConfigError(f"{field}.freeze_layers: expected an int in 0..{len(found)} (the model's transformer "
+                          f"layers), got {layers!r}; 0 trains them all")
+    frozen = 0
+    for name, p in model.named_parameters():
+        parts = name.split(".")
+        m = re.search(r"(?:^|\.)layer\.(\d+)\.", name)
+        if (embeddings and "embeddings" in parts) or (m is not None and int(m.group(1)) < layers):
+            if p.requires_grad:
+                p.requires_grad = False
+                frozen += p.numel()
+    return frozen
+
+
 def make_optimizer(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW:
     """AdamW over ``groups``, with torch's fused kernel where every parameter allows it.
 

@@ -319,3 +319,16 @@ def test_cosine_attribution_baseline_is_the_pipelines_fallback(tmp_path: Path) -
         "cosine_attribution_precision": 1.0, "cosine_attribution_recall": 1.0, "cosine_attribution_f1": 1.0,
         "cosine_attribution_balanced_accuracy": 1.0, "cosine_attribution_roc_auc": 1.0}
     assert cit.cosine_attribution_baseline([1, 0], [0.5, 0.7], 0.6)["cosine_attribution_f1"] == 0.0
+
+
+def test_freeze_layers_fixes_both_models_lower_layers_and_a_bad_value_is_refused() -> None:
+    from searchsmith.training.citation import build_models
+
+    cfg = load_recipe_config(TINY, ["model.freeze_embeddings=true", "model.freeze_layers=1"])
+    tagger, scorer, _ = build_models(cfg)
+    for m in (tagger, scorer):
+        frozen = {n for n, p in m.named_parameters() if not p.requires_grad}
+        assert frozen and all(".embeddings." in f".{n}" or ".layer.0." in n for n in frozen)
+        assert any(".layer.1." in n and p.requires_grad for n, p in m.named_parameters())
+    with pytest.raises(ConfigError, match=r"model.freeze_layers: expected an int in 0\.\.2"):
+        build_models(load_recipe_config(TINY, ["model.freeze_layers=5"]))

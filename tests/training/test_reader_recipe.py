@@ -339,3 +339,37 @@ def test_tiny_reader_leaving_the_demo_out_records_ood_figures_in_its_bundle(tmp_
     assert split["leave_out"] == ["demo"]
     manifest = export_run(run, tmp_path / "bundle", ExportOptions(heldout_scorer=heldout_figures))
     assert manifest["heldout_metrics"]["ood/f1"] == pytest.approx(metrics["ood/f1"], abs=1e-6)
+
+
+def test_frozen_embeddings_and_lower_layers_stay_as_they_started(tmp_path) -> None:
+    """model.freeze_embeddings / model.freeze_layers: the saved reader keeps the starting
+    embeddings and lowest layers; the layers above and the heads are trained."""
+    import torch
+    from safetensors.torch import load_file
+    from searchsmith.training.reader import build_model
+    from searchsmith.training.registry import get_recipe
+    from searchsmith.training.trainer import seed_everything
+
+    run = tmp_path / "r"
+    cfg = load_recipe_config(TINY, [f"output_dir={run}", "model.freeze_embeddings=true", "model.freeze_layers=1"])
+    seed_everything(cfg.train.seed)
+    start = {k: v.clone() for k, v in build_model(cfg)[0].state_dict().items()}
+    assert not any(p.requires_grad for n, p in build_model(cfg)[0].named_parameters()
+                   if ".embeddings." in n or ".layer.0." in n)
+    get_recipe("reader").fn(cfg, run_dir=run)
+    (path,) = (run / "model").glob("*.safetensors")
+    saved = load_file(str(path))
+    fixed = [k for k in saved if "embeddings." in k or "layer.0." in k]
+    trained = [k for k in saved if "layer.1." in k and k.endswith("weight")]
+    assert fixed and trained
+    for k in fixed:  # the encoder is saved as a plain transformers model: its own names
+        assert torch.equal(saved[k], start[f"encoder.{k}"]), k
+    assert any(not torch.equal(saved[k], start[f"encoder.{k}"]) for k in trained)
+
+
+@pytest.mark.parametrize("value", ["3", "-1", "true", "'two'"])
+def test_a_bad_freeze_layers_is_refused_naming_the_key(tmp_path, value) -> None:
+    from searchsmith.training.reader import build_model
+
+    with pytest.raises((ConfigError, ValueError, TypeError), match="freeze_layers"):
+        build_model(load_recipe_config(TINY, [f"output_dir={tmp_path}", f"model.freeze_layers={value}"]))
