@@ -14,10 +14,11 @@ Everything goes under the work folder (default ``./searchsmith-work``)::
     serve.yaml           a server config serving the same models (searchsmith serve --config)
 
 ``--profile quick`` (default) trains the ``recipes/<task>/quick/`` recipes: small budgets on the
-project's own synthetic data, about 6.5 minutes on 2 cores (381 s on 2026-12-03), and weaker models than the CPU
+project's own synthetic data, about 4 minutes on 2 cores (234 s on 2026-12-04), and weaker models than the CPU
 defaults. ``--profile full`` trains the CPU default recipes (``recipes/<task>/...``) on the
 real data of ``../shared/data`` where present, falling back to their synthetic sources
-where it is not. Re-running reuses every step whose output is already there.
+where it is not. The bundles are exported several at a time in worker processes (one per 2
+cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already there.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def configure_quickstart(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default="searchsmith-work", help="where everything is written "
                         "(default %(default)s, in the current folder)")
     parser.add_argument("--profile", choices=["quick", "full"], default="quick",
-                        help="quick: small budgets on synthetic data (~6.5 min on 2 cores, weaker models); full: the "
+                        help="quick: small budgets on synthetic data (~4 min on 2 cores, weaker models); full: the "
                         "CPU default recipes")
     parser.add_argument("--shared-data", default="../shared/data",
                         help="real data folder for --profile full (synthetic data where absent)")

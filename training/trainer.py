@@ -240,9 +240,10 @@ def make_optimizer(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW
     """AdamW over ``groups``, with torch's fused kernel where every parameter allows it.
 
     The fused kernel updates all parameters in one vectorised pass instead of a Python loop
-    of small ops per tensor: on 2 CPU cores an AdamW step over all-MiniLM-L6-v2's 22.4 M
-    weights takes 15 ms instead of 96 ms, and a whole step of 8 x 128 tokens 586 ms instead
-    of 646 ms (``searchsmith profile train``). The update rule is the same (the weights
+    of small ops per tensor: on 2 CPU cores an AdamW step over all-MiniLM-L6-v2's 22.6 M
+    weights takes 11.7 ms instead of 69.0 ms, and a whole step of 8 x 128 tokens 567 ms
+    instead of 618 ms (``searchsmith profile train``, serving/profiling/RESULTS.md). The
+    update rule is the same (the weights
     agree to float rounding; a checkpoint's optimizer state loads into either). Parameters
     of a dtype or device the kernel does not take (float64, meta) keep the per-tensor loop.
     """

@@ -131,6 +131,14 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                          "figure": f"{r['on_rps']:.1f} req/s, {r['errors']} errors{ceiling}",
                          "baseline": f"batching off (max_batch_size 1): {r['off_rps']:.1f} req/s",
                          "ratio": round(r["ratio_on_vs_off"], 2)})
+        elif r.get("suite") == "train" and r.get("summary"):
+            rows.append({**base, "what": (f"training step, {r['parameters'] / 1e6:.1f} M weights, {r['batch']} x "
+                                          f"{r['tokens']} tokens, fused AdamW ({r['device']})"),
+                         "figure": (f"{r['fused_train_step_ms']:.0f} ms per step, of which AdamW "
+                                    f"{r['fused_optimizer_step_ms']:.1f} ms"),
+                         "baseline": (f"AdamW's per-tensor loop (torch's CPU default): {r['loop_train_step_ms']:.0f} ms "
+                                      f"per step, of which AdamW {r['loop_optimizer_step_ms']:.1f} ms"),
+                         "ratio": round(r["loop_train_step_ms"] / r["fused_train_step_ms"], 2)})
         elif r.get("suite") == "route" and r.get("end_to_end"):
             rows.append({**base, "what": f"router.route end to end ({r['mode']}, embedding included)",
                          "figure": f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms",
