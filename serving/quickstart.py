@@ -105,12 +105,18 @@ def export_workers(bundles: int, asked: int | None = None) -> int:
 
     Tracing a model (``torch.onnx.export``) is single-threaded Python, about half of an
     export, so one export leaves a core idle; on 2 cores two processes of one torch thread
-    each export the quick profile's six bundles in 92 s instead of 109 s, one after the other.
+    each export the quick profile's six bundles in 72-78 s instead of 97-109 s one after the
+    other (serving/profiling/RESULTS.md).
     """
     if asked is not None:
         return max(1, min(asked, bundles))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = _cores()
     return max(1, min(bundles, 4, cores if cores <= 2 else cores // 2))
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _export_one(name: str, run_dir: Path | None, out: Path) -> str:
@@ -157,10 +163,9 @@ def export_all(jobs: list[tuple[str, Path | None, Path]], workers: int = 1) -> N
         import multiprocessing
         from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_export_worker_init,
-                                 initargs=(max(1, cores // workers),)) as pool:
+                                 initargs=(max(1, _cores() // workers),)) as pool:
             pending = {pool.submit(_export_one, *job) for job in jobs}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_EXCEPTION)

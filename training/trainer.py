@@ -202,6 +202,9 @@ def _param_groups(model: torch.nn.Module, weight_decay: float, lr: float,
             for (decay, head), ps in sorted(groups.items())]
 
 
+_LAYER = re.compile(r"(?:^|\.)layer\.(\d+)\.")  # a transformer layer's weights: ...layer.<k>.<name>
+
+
 def freeze_lower(model: torch.nn.Module, embeddings: bool, layers: int, field: str = "model") -> int:
     """Keep the input embeddings (``embeddings``) and the lowest ``layers`` transformer layers
     of ``model`` fixed (``requires_grad = False``); return how many weights were frozen.
@@ -209,7 +212,7 @@ def freeze_lower(model: torch.nn.Module, embeddings: bool, layers: int, field: s
     A weight is an embedding when a part of its dotted name is ``embeddings``, and in layer k
     when its name holds ``layer.k.`` (BERT, MiniLM and RoBERTa: ``encoder.layer.k``;
     DistilBERT: ``transformer.layer.k``), wherever the encoder sits in a recipe's model.
-    Backpropagation then stops above the frozen layers, so a step costs less (all-MiniLM-L6-v2,
+    Backpropagation then stops at the lowest trained layer, so a step costs less (all-MiniLM-L6-v2,
     8 x 128 tokens on 2 cores: 616 ms all trained, 580 ms without the embeddings, 438 ms
     without them and two layers), and on small data the fixed lower layers keep what
     pre-training learnt (the quick reader's held-out answer F1: RESULTS.md).
@@ -218,18 +221,14 @@ def freeze_lower(model: torch.nn.Module, embeddings: bool, layers: int, field: s
         ConfigError: ``layers`` is negative or more than the model has (``field`` names the
             recipe key in the message).
     """
-    import re
-
-    found = {int(m.group(1)) for name, _ in model.named_parameters()
-             if (m := re.search(r"(?:^|\.)layer\.(\d+)\.", name))}
+    found = {int(m.group(1)) for name, _ in model.named_parameters() if (m := _LAYER.search(name))}
     if isinstance(layers, bool) or not isinstance(layers, int) or not 0 <= layers <= len(found):
         raise ConfigError(f"{field}.freeze_layers: expected an int in 0..{len(found)} (the model's transformer "
                           f"layers), got {layers!r}; 0 trains them all")
     frozen = 0
     for name, p in model.named_parameters():
-        parts = name.split(".")
-        m = re.search(r"(?:^|\.)layer\.(\d+)\.", name)
-        if (embeddings and "embeddings" in parts) or (m is not None and int(m.group(1)) < layers):
+        m = _LAYER.search(name)
+        if (embeddings and "embeddings" in name.split(".")) or (m is not None and int(m.group(1)) < layers):
             if p.requires_grad:
                 p.requires_grad = False
                 frozen += p.numel()
@@ -243,9 +242,9 @@ def make_optimizer(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW
     of small ops per tensor: on 2 CPU cores an AdamW step over all-MiniLM-L6-v2's 22.6 M
     weights takes 11.7 ms instead of 69.0 ms, and a whole step of 8 x 128 tokens 567 ms
     instead of 618 ms (``searchsmith profile train``, serving/profiling/RESULTS.md). The
-    update rule is the same (the weights
-    agree to float rounding; a checkpoint's optimizer state loads into either). Parameters
-    of a dtype or device the kernel does not take (float64, meta) keep the per-tensor loop.
+    update rule is the same (the weights agree to float rounding; a checkpoint's optimizer
+    state loads into either). Parameters of a dtype or device the kernel does not take
+    (float64, meta) keep the per-tensor loop.
     """
     params = [p for g in groups for p in g["params"]]
     fused = bool(params) and all(p.dtype in FUSED_DTYPES and p.device.type in ("cpu", "cuda") for p in params)
