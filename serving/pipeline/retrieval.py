@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.qdg import QDG, QDGNode, fill_references
+from searchsmith.models.qdg import QDG, QDGNode, fill_references, terminal
 from searchsmith.models.roles import Embedder, Reranker
 from searchsmith.serving.dedup import dedup_keep_mask
 from searchsmith.serving.pipeline.common import embed, sentences
@@ -224,10 +224,10 @@ class RetrievalStage:
 
     def run(self, state: PipelineState, preset: Preset) -> None:
         question = state.question()
-        graph = state.graph if state.graph is not None else QDG("terminal", (QDGNode("1", question),))
+        graph = state.graph if state.graph is not None else terminal(question)
         with state.trace.stage(self.name) as st:
             if state.strategy == "direct" or len(graph.nodes) == 1:
-                rounds = [[QDGNode("1", question)]]
+                rounds = [list(terminal(question).nodes)]
             else:
                 rounds = levels(graph)
             if len(rounds) > self.config.max_rounds:
