@@ -950,7 +950,13 @@ def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
         if placement_docs(held, seed):  # as the recipe: placement documents over the held-out images
             figs.update(placement_report(model, held, size, seed))
         # and the held-out photos' documents, which the pipeline's images gates read
-        figs.update(ood_placement_report(model, held, size, ood_label(by_source, cfg.data), cfg.data.ood_docs, seed))
+        cosine_embed = None  # the caption-cosine placement the gate tests the model against
+        if cfg.data.baseline_embedder != "none":
+            from searchsmith.training.data import CachedEmbedder
+
+            cosine_embed = CachedEmbedder(cfg.data.baseline_embedder, run_dir / "cache").encode
+        figs.update(ood_placement_report(model, held, size, ood_label(by_source, cfg.data), cfg.data.ood_docs, seed,
+                                         cosine_embed=cosine_embed))
     return figs, f"the run's held-out split ({part} images)"
 
 

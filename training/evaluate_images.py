@@ -146,11 +146,57 @@ def retrieval_report(model: Any, recs: Sequence[ImageRecord], render_size: int) 
     return recall_per_source(img, txt, rel, recs)
 
 
-def placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[str]], np.ndarray],
-                      image_emb: np.ndarray | None, placement: PlacementConfig) -> dict[str, float]:
-    """Placement accuracy / precision / recall over ``docs``, scored as the pipeline scores, and
-    ``placement_net``: (images placed right - images placed wrong) / images, 0 for placing
-    nothing, above 0 only when more placements are right than wrong.
+@dataclass(frozen=True)
+class PlacementOutcomes:
+    """What a placement did with each image of a set of documents, in document order: the
+    per-image facts every placement figure is pooled from, so that two placements of the same
+    documents can be compared document by document (:func:`placement_vs`).
+
+    Attributes:
+        right: (N,) bool: the image went where its gold says (its paragraph, or nowhere for a
+            distractor).
+        placed: (N,) bool: the image was placed next to a paragraph.
+        placed_right: (N,) bool: placed, and next to its gold paragraph.
+        has_gold: (N,) bool: the image has a gold paragraph (not a distractor).
+        clusters: the image indices of each document (its images go together in a resample).
+    """
+
+    right: np.ndarray
+    placed: np.ndarray
+    placed_right: np.ndarray
+    has_gold: np.ndarray
+    clusters: tuple[tuple[int, ...], ...]
+
+    def figures(self, idx: np.ndarray | None = None) -> dict[str, float]:
+        """Placement accuracy / precision / recall / net over the images ``idx`` (default:
+        all; an index may repeat, as in a bootstrap resample); 0.0 where a denominator is 0."""
+        sel = slice(None) if idx is None else np.asarray(idx, dtype=np.int64)
+        right, placed = self.right[sel], self.placed[sel]
+        placed_right, with_gold = self.placed_right[sel], int(self.has_gold[sel].sum())
+        total, n_placed, n_right = len(right), int(placed.sum()), int(placed_right.sum())
+        return {"placement_accuracy": float(right.sum()) / total if total else 0.0,
+                "placement_precision": n_right / n_placed if n_placed else 0.0,
+                "placement_recall": n_right / with_gold if with_gold else 0.0,
+                # a wrong place costs what a right one earns: placing nothing scores 0
+                "placement_net": (2 * n_right - n_placed) / total if total else 0.0}
+
+
+def _outcomes(preds: Sequence[Sequence[int | None]], docs: Sequence[PlacementDoc]) -> PlacementOutcomes:
+    pred = [a for p in preds for a in p]
+    gold = [g for d in docs for g in d.gold]
+    clusters, start = [], 0
+    for d in docs:
+        clusters.append(tuple(range(start, start + len(d.gold))))
+        start += len(d.gold)
+    return PlacementOutcomes(np.array([a == b for a, b in zip(pred, gold, strict=True)], dtype=bool),
+                             np.array([a is not None for a in pred], dtype=bool),
+                             np.array([a is not None and a == b for a, b in zip(pred, gold, strict=True)], dtype=bool),
+                             np.array([g is not None for g in gold], dtype=bool), tuple(clusters))
+
+
+def placement_outcomes(docs: Sequence[PlacementDoc], embed_text: Callable[[list[str]], np.ndarray],
+                       image_emb: np.ndarray | None, placement: PlacementConfig) -> PlacementOutcomes:
+    """Each image of ``docs`` placed as the pipeline places it.
 
     Args:
         embed_text: texts -> (N, d) unit vectors.
@@ -159,7 +205,7 @@ def placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[s
             caption-paragraph cosine alone, uncaptioned images unscored (the pipeline's
             fallback without an images bundle).
     """
-    correct = placed = placed_right = with_gold = total = 0
+    preds = []
     for doc in docs:
         para = np.asarray(embed_text(doc.paragraphs), dtype=np.float64)  # (P, d)
         missing = [j for j, c in enumerate(doc.captions) if c is None]
@@ -175,17 +221,44 @@ def placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[s
             cp[:, missing] = np.nan
             ip = para @ np.asarray(image_emb, dtype=np.float64)[doc.images].T
             scores = combined_scores(ip, cp if len(missing) < len(doc.captions) else None, None, placement)
-        pred = assign_images(scores, placement.threshold)
-        total += len(pred)
-        correct += sum(int(a == b) for a, b in zip(pred, doc.gold, strict=True))
-        placed += sum(a is not None for a in pred)
-        placed_right += sum(a is not None and a == b for a, b in zip(pred, doc.gold, strict=True))
-        with_gold += sum(g is not None for g in doc.gold)
-    return {"placement_accuracy": correct / total if total else 0.0,
-            "placement_precision": placed_right / placed if placed else 0.0,
-            "placement_recall": placed_right / with_gold if with_gold else 0.0,
-            # a wrong place costs what a right one earns: placing nothing scores 0
-            "placement_net": (2 * placed_right - placed) / total if total else 0.0}
+        preds.append(assign_images(scores, placement.threshold))
+    return _outcomes(preds, docs)
+
+
+def no_placement_outcomes(docs: Sequence[PlacementDoc]) -> PlacementOutcomes:
+    """The outcomes of placing nothing (what the pipeline does with an image it cannot score)."""
+    return _outcomes([[None] * len(d.gold) for d in docs], docs)
+
+
+def placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[str]], np.ndarray],
+                      image_emb: np.ndarray | None, placement: PlacementConfig) -> dict[str, float]:
+    """Placement accuracy / precision / recall over ``docs``, scored as the pipeline scores
+    (:func:`placement_outcomes`, same arguments), and ``placement_net``: (images placed right -
+    images placed wrong) / images, 0 for placing nothing, above 0 only when more placements are
+    right than wrong."""
+    return placement_outcomes(docs, embed_text, image_emb, placement).figures()
+
+
+def placement_vs(key: str, metric: str, baseline: PlacementOutcomes, model: PlacementOutcomes) -> dict[str, float]:
+    """The paired test of two placements of the same documents on one pooled figure
+    (``metric``: a key of :meth:`PlacementOutcomes.figures`), as the flat figures a
+    ``beyond_noise`` gate reads (``<key>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n``,
+    ``_direction``): a bootstrap over documents, whose images are placed together
+    (:func:`searchsmith.models.stats.clustered_figures`). {} without documents.
+
+    Raises:
+        ValidationError: the two placements are not of the same documents.
+    """
+    from searchsmith.models.stats import clustered_figures
+
+    if baseline.clusters != model.clusters:
+        raise ValidationError(f"paired placement test {key!r}: the two placements are of different documents "
+                              f"({len(baseline.clusters)} and {len(model.clusters)}); score the same documents")
+
+    def difference(idx: np.ndarray) -> float:
+        return model.figures(idx)[metric] - baseline.figures(idx)[metric]
+
+    return clustered_figures(key, model.clusters, difference)
 
 
 def placement_report(model: Any, recs: Sequence[ImageRecord], render_size: int, seed: int,
@@ -206,46 +279,60 @@ def ood_docs(recs: Sequence[ImageRecord], source: str, n_docs: int, seed: int) -
 
 
 def ood_placement_figures(docs: Sequence[PlacementDoc], embed_text: Callable[[list[str]], np.ndarray],
-                          image_emb: np.ndarray | None, placement: PlacementConfig) -> dict[str, float]:
+                          image_emb: np.ndarray | None, placement: PlacementConfig,
+                          cosine: PlacementOutcomes | None = None) -> dict[str, float]:
     """The figures the pipeline's two images gates read, ``ood/...``, on :func:`ood_docs`.
 
     With ``image_emb`` (a model's picture vectors): ``ood/placement_*``, the model's
     placement of captioned images (its mix against the caption-cosine fallback), and
     ``ood/vision_placement_*``, the same documents with every caption hidden (the vision
-    tower alone, against leaving uncaptioned images out). Without (the fallback itself):
-    ``ood/placement_*`` only. ``ood/docs``: the number of documents. {} without documents.
+    tower alone, against leaving uncaptioned images out), with the paired test of the latter
+    against placing nothing (``ood/vision_placement_net_vs_none_*``) and, given ``cosine``
+    (the caption-cosine placement's outcomes on the same documents), of the former against it
+    (``ood/placement_accuracy_vs_cosine_*``; :func:`placement_vs`). Without (the fallback
+    itself): ``ood/placement_*`` only. ``ood/docs``: the number of documents. {} without
+    documents.
     """
     if not docs:
         return {}
     out = {"ood/docs": float(len(docs))}
-    out.update({f"ood/{k}": v for k, v in placement_figures(docs, embed_text, image_emb, placement).items()})
+    mixed = placement_outcomes(docs, embed_text, image_emb, placement)
+    out.update({f"ood/{k}": v for k, v in mixed.figures().items()})
     if image_emb is not None:
         bare = [replace(d, captions=[None] * len(d.captions)) for d in docs]
-        out.update({f"ood/vision_{k}": v for k, v in placement_figures(bare, embed_text, image_emb, placement).items()})
+        vision = placement_outcomes(bare, embed_text, image_emb, placement)
+        out.update({f"ood/vision_{k}": v for k, v in vision.figures().items()})
+        out.update(placement_vs("ood/vision_placement_net_vs_none", "placement_net", no_placement_outcomes(docs),
+                                vision))
+        if cosine is not None:
+            out.update(placement_vs("ood/placement_accuracy_vs_cosine", "placement_accuracy", cosine, mixed))
     return out
 
 
 def no_placement_figures(docs: Sequence[PlacementDoc]) -> dict[str, float]:
     """The figures of placing nothing (what the pipeline does with an image it cannot score):
     accuracy is the share of distractors (gold None), the net figure 0."""
-    gold = [g for d in docs for g in d.gold]
-    return {"placement_accuracy": sum(g is None for g in gold) / len(gold) if gold else 0.0,
-            "placement_net": 0.0}
+    figs = no_placement_outcomes(docs).figures()
+    return {"placement_accuracy": figs["placement_accuracy"], "placement_net": figs["placement_net"]}
 
 
 def ood_placement_report(model: Any, recs: Sequence[ImageRecord], render_size: int, source: str, n_docs: int,
-                         seed: int, placement: PlacementConfig | None = None) -> dict[str, float]:
+                         seed: int, placement: PlacementConfig | None = None,
+                         cosine_embed: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, float]:
     """:func:`ood_placement_figures` of a model with ``encode_text`` / ``encode_images`` (a
-    bundle or ``ImageRelevanceModel``) on :func:`ood_docs` over ``recs``."""
+    bundle or ``ImageRelevanceModel``) on :func:`ood_docs` over ``recs``; ``cosine_embed``
+    (the recipe's ``data.baseline_embedder``): the caption-cosine placement it is tested
+    against."""
     docs = ood_docs(recs, source, n_docs, seed)
     if not docs:
         return {}
+    placement = placement or PlacementConfig()
     rows = sorted({i for d in docs for i in d.images})
     vecs = np.asarray(model.encode_images([record_image(recs[i], render_size) for i in rows]), dtype=np.float32)
     img = np.zeros((len(recs), vecs.shape[1]), dtype=np.float32)
     img[rows] = vecs  # only the documents' pictures are encoded
-    return ood_placement_figures(docs, lambda t: np.asarray(model.encode_text(t)), img,
-                                 placement or PlacementConfig())
+    cosine = placement_outcomes(docs, cosine_embed, None, placement) if cosine_embed is not None else None
+    return ood_placement_figures(docs, lambda t: np.asarray(model.encode_text(t)), img, placement, cosine)
 
 
 # ----------------------------------------------------------------------------- eval file
@@ -442,10 +529,14 @@ __all__ = [
     "eval_images",
     "evaluate_model",
     "make_eval_set",
+    "PlacementOutcomes",
     "no_placement_figures",
+    "no_placement_outcomes",
     "ood_docs",
     "ood_placement_figures",
     "ood_placement_report",
+    "placement_outcomes",
+    "placement_vs",
     "placement_figures",
     "placement_metrics",
     "placement_report",

@@ -61,6 +61,7 @@ from searchsmith.training.evaluate_images import (
     ood_docs,
     ood_placement_figures,
     placement_figures,
+    placement_outcomes,
 )
 from searchsmith.training.image_data import (
     KINDS,
@@ -417,6 +418,22 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
     photo_docs = ood_docs(eval_recs, ood_label(by_source, cfg.data), cfg.data.ood_docs, cfg.data.split_seed)
     placement = PlacementConfig()
     vis = cfg.model.vision
+    # The caption-cosine placement (the pipeline's fallback) of the same documents, by the
+    # baseline embedder: its figures are the gates' baselines, and its outcomes on the photos
+    # are what each evaluation's paired test compares the model with.
+    cosine_figs: dict[str, float] = {}
+    photo_cosine = None
+    if (docs or photo_docs) and cfg.data.baseline_embedder != "none":
+        from searchsmith.training.data import CachedEmbedder
+
+        encode = CachedEmbedder(cfg.data.baseline_embedder, run_dir / "cache").encode
+        # flat: the export copies flat baselines into the bundle manifest, where the gate reads them
+        if docs:
+            cosine_figs.update({f"cosine_{k}": v for k, v in placement_figures(docs, encode, None, placement).items()})
+        if photo_docs:
+            photo_cosine = placement_outcomes(photo_docs, encode, None, placement)
+            cosine_figs.update({f"ood_cosine_{k}": v for k, v in photo_cosine.figures().items()})
+        del encode  # the embedder's model is not needed while training
 
     def eval_fn(m: Any) -> dict[str, float]:
         out = evaluate_model(m, eval_set, embed_texts, cfg.eval_batch_size)
@@ -434,7 +451,7 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
 
                 if docs:
                     out.update(placement_figures(docs, text, img, placement))
-                out.update(ood_placement_figures(photo_docs, text, img, placement))
+                out.update(ood_placement_figures(photo_docs, text, img, placement, photo_cosine))
             m.train(was)
         return out
 
@@ -451,21 +468,7 @@ def _run(cfg: ImagesRecipe, run_dir: Path, force: bool) -> dict[str, Any]:
     }
     if photo_docs:
         baselines.update({f"ood_no_{k}": v for k, v in no_placement_figures(photo_docs).items()})
-    if (docs or photo_docs) and cfg.data.baseline_embedder != "none":
-        from searchsmith.training.data import CachedEmbedder
-
-        emb = CachedEmbedder(cfg.data.baseline_embedder, run_dir / "cache")
-
-        def encode(t: list[str]) -> np.ndarray:
-            return emb.encode(list(t))
-
-        # flat: the export copies flat baselines into the bundle manifest, where the gate reads them
-        if docs:
-            baselines.update({f"cosine_{k}": v for k, v in placement_figures(docs, encode, None, placement).items()})
-        if photo_docs:
-            baselines.update({f"ood_cosine_{k}": v for k, v in
-                              placement_figures(photo_docs, encode, None, placement).items()})
-        del emb
+    baselines.update(cosine_figs)
 
     # 3. Loss: symmetric InfoNCE over the in-batch pairs.
     v = cfg.model.vision

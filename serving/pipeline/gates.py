@@ -26,11 +26,11 @@ the default wherever the model has not shown it does better.
 A figure measured on few held-out items can lead its baseline by chance: the rewrite's is the
 retrieval of 28 CAsT turns, where a decomposer that led the heuristic rewrite by 0.005 garbled
 the quickstart's follow-up ("Where can I find the code the?"), and the quick decomposer's
-node-text F1 led keeping the question whole by 0.007 on 22 templates. Such a row
-(``beyond_noise``: every row but the image model's) also needs the recipe's paired test of the
-model against its baseline (the reranker: against each of BM25 and the bi-encoder; the citation
-scorer's ROC AUC and F1, pooled over pairs: a bootstrap over claims), item by item, to put the
-model above it beyond the noise.
+node-text F1 led keeping the question whole by 0.007 on 22 templates. So every row
+(``beyond_noise``) also needs the recipe's paired test of the model against its baseline (the
+reranker: against each of BM25 and the bi-encoder; the citation scorer's ROC AUC and F1, pooled
+over pairs: a bootstrap over claims; the image model's placements, pooled over images: a
+bootstrap over documents), item by item, to put the model above it beyond the noise.
 
 A reranker, a citation scorer or a reader trained with ``data.leave_out`` records its figures
 on the left-out datasets (the reranker: ``ood/ndcg@10`` beside BM25's and the bi-encoder's there;
@@ -133,12 +133,13 @@ GATES: tuple[GateRow, ...] = (
             (("baselines/ood_cosine_placement_accuracy", "caption-cosine placement"),),
             "caption-cosine placement", "gate_images",
             "train with data.sources including coco_captions (photos); pictures of the training kind say nothing "
-            "about users' photos"),
+            "about users' photos", beyond_noise=("ood/placement_accuracy_vs_cosine",)),
     GateRow("images", "vision", "ood/vision_placement_net",
             "right minus wrong placements per uncaptioned unseen photo",
             (("baselines/ood_no_placement_net", "leaving images without a caption out"),),
             "no placement for images without a caption", "gate_vision",
-            "train with data.sources including coco_captions (photos)"),
+            "train with data.sources including coco_captions (photos)",
+            beyond_noise=("ood/vision_placement_net_vs_none",)),
 )
 USES: tuple[str, ...] = tuple(dict.fromkeys(r.use for r in GATES))
 

@@ -14,9 +14,12 @@ from searchsmith.models.placement import PlacementConfig
 from searchsmith.training.config import load_recipe_config
 from searchsmith.training.evaluate_images import (
     no_placement_figures,
+    no_placement_outcomes,
     ood_docs,
     ood_placement_figures,
     placement_figures,
+    placement_outcomes,
+    placement_vs,
 )
 from searchsmith.training.image_data import (
     ImageRecord,
@@ -89,6 +92,48 @@ def test_ood_figures_hide_captions_for_the_vision_gate() -> None:
     assert wrong["placement_accuracy"] < 0.2 and wrong["placement_net"] < 0
 
 
+def test_paired_placement_tests_resample_whole_documents() -> None:
+    """The images gates' paired tests (beyond the noise, as every other gate's)."""
+    recs = _recs(40, "coco_captions")
+    docs = ood_docs(recs, "coco_captions", n_docs=10, seed=2)
+    n = len(recs)
+
+    def onehot(texts: list[str]) -> np.ndarray:
+        return np.eye(n)[[int(t.split()[1]) for t in texts]]
+
+    cfg = PlacementConfig(threshold=0.3)
+    bare = [replace(d, captions=[None] * 5) for d in docs]
+    sees = placement_outcomes(bare, onehot, np.eye(n), cfg)
+    blind = placement_outcomes(bare, onehot, np.zeros((n, n)), cfg)
+    assert sees.clusters == tuple(tuple(range(5 * i, 5 * i + 5)) for i in range(10))
+    assert sees.figures() == placement_figures(bare, onehot, np.eye(n), cfg)
+    assert blind.figures()["placement_accuracy"] == no_placement_outcomes(docs).figures()["placement_accuracy"]
+    # a document's images are resampled together: one resample unit per document
+    vs = placement_vs("k", "placement_accuracy", blind, sees)
+    assert vs["k_n"] == 10.0 and vs["k_diff"] == pytest.approx(0.8) and vs["k_direction"] == 1.0
+    assert vs["k_lo"] > 0 and vs["k_p"] < 0.05
+    assert placement_vs("k", "placement_accuracy", sees, blind)["k_direction"] == -1.0
+    same = placement_vs("k", "placement_net", sees, sees)
+    assert same["k_diff"] == 0.0 and same["k_direction"] == 0.0
+    # a lead on one document of ten is inside the noise
+    one = replace(blind, right=blind.right.copy())
+    one.right[:5] = True
+    small = placement_vs("k", "placement_accuracy", blind, one)
+    assert small["k_diff"] == pytest.approx(0.08) and small["k_direction"] == 0.0
+    with pytest.raises(ValidationError, match="different documents"):
+        placement_vs("k", "placement_accuracy", blind, placement_outcomes(bare[:3], onehot, np.eye(n), cfg))
+    # ood_placement_figures records the vision tower's test against placing nothing always, and
+    # the mix's against caption-cosine placement when given its outcomes on the same documents
+    figs = ood_placement_figures(docs, onehot, np.eye(n), cfg)
+    assert figs["ood/vision_placement_net_vs_none_direction"] == 1.0
+    assert not any(k.startswith("ood/placement_accuracy_vs_cosine") for k in figs)
+    cosine = placement_outcomes(docs, onehot, None, cfg)
+    figs = ood_placement_figures(docs, onehot, np.eye(n), cfg, cosine)
+    assert figs["ood/placement_accuracy_vs_cosine_diff"] == 0.0  # both place every captioned image right
+    assert figs["ood/placement_accuracy_vs_cosine_direction"] == 0.0
+    assert figs["ood/placement_accuracy_vs_cosine_n"] == 10.0
+
+
 def test_leave_out_holds_a_whole_source_out_of_training() -> None:
     by_source = {"synthetic_images": _recs(40, "synthetic_images"), "coco_captions": _recs(20, "coco_captions", 40)}
     train, held = split_records(by_source, 0.25, 13, leave_out=["coco_captions"])
@@ -127,6 +172,13 @@ def test_the_recipe_records_the_gates_figures_and_baselines(ood_run) -> None:
     assert 0.0 <= base["ood_cosine_placement_accuracy"] <= 1.0
     assert base["data"]["ood_source"] == "synthetic_images" and base["data"]["ood_docs"] == 6
     assert "ood/placement_accuracy" in base["untrained"]
+    # the paired tests the gates read, one resample unit per photo document
+    for key in ("ood/placement_accuracy_vs_cosine", "ood/vision_placement_net_vs_none"):
+        assert final[f"{key}_n"] == 6.0 and final[f"{key}_direction"] in (-1.0, 0.0, 1.0)
+        assert final[f"{key}_lo"] <= final[f"{key}_diff"] <= final[f"{key}_hi"]
+    assert final["ood/vision_placement_net_vs_none_diff"] == pytest.approx(final["ood/vision_placement_net"])
+    assert final["ood/placement_accuracy_vs_cosine_diff"] == pytest.approx(
+        final["ood/placement_accuracy"] - base["ood_cosine_placement_accuracy"])
 
 
 def test_the_export_rescoring_records_the_ood_figures(ood_run) -> None:
@@ -141,6 +193,9 @@ def test_the_export_rescoring_records_the_ood_figures(ood_run) -> None:
     assert "held-out split" in where
     assert figs["ood/placement_accuracy"] == pytest.approx(final["ood/placement_accuracy"], abs=1e-6)
     assert figs["ood/vision_placement_net"] == pytest.approx(final["ood/vision_placement_net"], abs=1e-6)
+    for key in ("ood/placement_accuracy_vs_cosine", "ood/vision_placement_net_vs_none"):
+        for part in ("diff", "direction", "n"):  # the export measures the caption-cosine placement again
+            assert figs[f"{key}_{part}"] == pytest.approx(final[f"{key}_{part}"], abs=1e-6)
     decisions = decide({"images": {"heldout_metrics": figs}}, BundlesConfig())
     assert set(decisions) == {"images", "vision"}
     for d in decisions.values():  # each decided from the recorded figures, never "not recorded"

@@ -41,7 +41,9 @@ PASSING = {
              **{f"attribution/{m}_vs_cosine_{k}": v for m in ("roc_auc", "f1") for k, v in
                 {"diff": 0.15, "lo": 0.1, "hi": 0.2, "p": 0.001, "n": 100, "direction": 1}.items()}},
     "images": {"ood/placement_accuracy": 0.8, "baselines/ood_cosine_placement_accuracy": 0.6,
-               "ood/vision_placement_net": 0.5, "baselines/ood_no_placement_net": 0.0},
+               "ood/vision_placement_net": 0.5, "baselines/ood_no_placement_net": 0.0,
+               **{f"ood/{m}_{k}": v for m in ("placement_accuracy_vs_cosine", "vision_placement_net_vs_none")
+                  for k, v in {"diff": 0.2, "lo": 0.1, "hi": 0.3, "p": 0.001, "n": 40, "direction": 1}.items()}},
 }
 
 

@@ -100,14 +100,26 @@ def test_the_stage_says_what_placed_each_image_and_what_it_left_out(tmp_path, em
     assert {im["image_id"]: im["placed_by"] for im in st.images} == {"arch": "caption", "photo": "model"}
 
 
+def _paired(key, direction):
+    """The paired test a recipe records (``<key>_diff`` ... ``_direction``)."""
+    return {f"{key}_{k}": v for k, v in {"diff": 0.1, "lo": 0.05 if direction else -0.05, "hi": 0.2,
+                                          "p": 0.01 if direction else 0.4, "n": 40, "direction": direction}.items()}
+
+
 OOD = {"ood/placement_accuracy": 0.5, "baselines/ood_cosine_placement_accuracy": 0.6,
-       "ood/vision_placement_net": 0.3, "baselines/ood_no_placement_net": 0.0}
+       "ood/vision_placement_net": 0.3, "baselines/ood_no_placement_net": 0.0,
+       **_paired("ood/placement_accuracy_vs_cosine", 1), **_paired("ood/vision_placement_net_vs_none", 1)}
 
 
 @pytest.mark.parametrize(("figures", "mix", "vision"), [
     (OOD, False, True),  # the mix loses to captions on photos, the vision tower beats leaving out
     ({**OOD, "ood/vision_placement_net": 0.0}, False, False),  # a tie is not enough
     ({**OOD, "ood/placement_accuracy": 0.7}, True, True),
+    # leads inside the noise of the photos' documents do not open either gate
+    ({**OOD, "ood/placement_accuracy": 0.7, **_paired("ood/placement_accuracy_vs_cosine", 0),
+      **_paired("ood/vision_placement_net_vs_none", 0)}, False, False),
+    # a bundle exported before the paired tests records none: both gates closed
+    ({k: v for k, v in {**OOD, "ood/placement_accuracy": 0.7}.items() if "_vs_" not in k}, False, False),
     ({"placement_accuracy": 0.9, "baselines/cosine_placement_accuracy": 0.3}, False, False),  # in-domain only
 ])
 def test_the_pipeline_wires_each_gate_to_its_use(make_pipeline, figures, mix, vision):

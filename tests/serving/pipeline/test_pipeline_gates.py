@@ -99,7 +99,12 @@ def _bundles(figures, fakes):
 # -- the table ---------------------------------------------------------------------------------
 def test_a_model_must_beat_its_baseline_a_tie_is_not_enough():
     row = next(r for r in GATES if r.use == "images")
-    assert check_row(row, {"ood/placement_accuracy": 0.71, "baselines/ood_cosine_placement_accuracy": 0.7})[1] is None
+    beyond = {f"ood/placement_accuracy_vs_cosine_{k}": v for k, v in
+              {"diff": 0.01, "lo": 0.005, "hi": 0.02, "p": 0.01, "n": 40, "direction": 1}.items()}
+    assert check_row(row, {"ood/placement_accuracy": 0.71, "baselines/ood_cosine_placement_accuracy": 0.7,
+                           **beyond})[1] is None
+    _, why = check_row(row, {"ood/placement_accuracy": 0.71, "baselines/ood_cosine_placement_accuracy": 0.7})
+    assert "records no paired test" in why and "ood/placement_accuracy_vs_cosine_direction" in why
     fig, why = check_row(row, {"ood/placement_accuracy": 0.7, "baselines/ood_cosine_placement_accuracy": 0.7})
     assert "placement accuracy on unseen photos 0.700 only ties with caption-cosine placement (0.700)" in why
     fig, why = check_row(row, {"ood/placement_accuracy": 0.4, "baselines/ood_cosine_placement_accuracy": 0.7})
