@@ -251,9 +251,28 @@ def make_optimizer(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW
     return torch.optim.AdamW(groups, lr=lr, fused=fused or None)
 
 
+CURVE_MAX_LINES = 8
+
+
+def curve_keys(eval_history: list[dict[str, float]], limit: int = CURVE_MAX_LINES) -> tuple[list[str], int]:
+    """The held-out figures drawn on the training curve, and how many others were left out.
+
+    A recipe records dozens of figures per evaluation (per source, out of domain, the parts of
+    each paired test); a line is drawn only for a score, every value of which lies in [-1, 1]
+    (counts and p-values' companions are not scores on that axis), and never for a paired
+    test's parts (``*_vs_*``). At most ``limit`` lines: the top-level figures first (no ``/``),
+    then by name. The rest are in ``metrics.json``."""
+    keys = sorted({k for e in eval_history for k in e if k != "step"})
+    scores = [k for k in keys if "_vs_" not in k
+              and all(-1.0 <= float(e[k]) <= 1.0 for e in eval_history if k in e)]
+    scores.sort(key=lambda k: ("/" in k, k))
+    return scores[:limit], len(keys) - len(scores[:limit])
+
+
 def save_training_curve(path: Path, history: list[dict[str, float]],
                         eval_history: list[dict[str, float]], title: str) -> Path:
-    """Plot training loss (and eval metrics) against the step into a PNG (matplotlib Agg)."""
+    """Plot training loss (and the main held-out figures, :func:`curve_keys`) against the step
+    into a PNG (matplotlib Agg)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -269,13 +288,14 @@ def save_training_curve(path: Path, history: list[dict[str, float]],
     ax.grid(alpha=0.3)
     if eval_history:
         ax2 = axes[0][1]
-        keys = sorted({k for e in eval_history for k in e if k != "step"})
+        keys, others = curve_keys(eval_history)
         for k in keys:
             pts = [(e["step"], e[k]) for e in eval_history if k in e]
             ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k)
         ax2.set_xlabel("optimizer step")
-        ax2.set_ylabel("held-out metric")
-        ax2.legend(fontsize=8)
+        ax2.set_ylabel("held-out metric" + (f" ({others} more in metrics.json)" if others else ""), fontsize=8)
+        if keys:
+            ax2.legend(fontsize=7)
         ax2.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
@@ -529,6 +549,7 @@ __all__ = [
     "merged_model",
     "resolve_mixed_precision",
     "save_model",
+    "curve_keys",
     "save_training_curve",
     "seed_everything",
     "train",

@@ -173,3 +173,27 @@ def test_adamw_is_fused_where_the_parameters_allow_it_and_updates_as_the_loop() 
     assert any(not torch.equal(a, b) for a, b in zip(_model().parameters(), models[0].parameters(), strict=True))
     doubles = make_optimizer([{"params": [torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))]}], 1e-2)
     assert not doubles.defaults["fused"]
+
+
+def test_training_curve_draws_a_few_scores_not_every_recorded_figure(tmp_path: Path) -> None:
+    """A reranker records dozens of figures per evaluation: the curve draws the main scores and
+    says how many it left out, without matplotlib's layout warning."""
+    import warnings
+
+    from searchsmith.training.trainer import curve_keys, save_training_curve
+
+    figs = {"ndcg@10": 0.8, "mrr@10": 0.7, "queries": 96.0, "ood/ndcg@10": 0.7,
+            **{f"src{i}/ndcg@10": 0.5 for i in range(20)},
+            **{f"ndcg@10_vs_bm25_{k}": v for k, v in {"diff": 0.1, "lo": -0.1, "hi": 0.2, "p": 0.3,
+                                                      "n": 96.0, "direction": 0.0}.items()}}
+    history = [{"step": 10, **figs}, {"step": 20, **figs, "ndcg@10": 0.85}]
+    keys, others = curve_keys(history)
+    assert keys[:2] == ["mrr@10", "ndcg@10"] and len(keys) == 8  # top-level scores first, then by name
+    assert "queries" not in keys and not any("_vs_" in k for k in keys)
+    assert others == len(figs) - 8
+    assert curve_keys([{"step": 1, "loss_scale": 3.0}]) == ([], 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = save_training_curve(tmp_path / "curve.png", [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}],
+                                  history, "a long title " * 5)
+    assert out.is_file() and out.stat().st_size > 1000
