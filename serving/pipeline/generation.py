@@ -120,6 +120,29 @@ class Generator(Protocol):
                  on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]: ...
 
 
+def quotable_sentences(text: str) -> list[tuple[str, str]]:
+    """The sentences of ``text`` an extractive answer may quote, whitespace collapsed, each as
+    ``(sentence, quoted)``: what it is scored by and what the answer quotes.
+
+    A sentence that ends with a colon introduces what follows it ("Set it in lumen.yaml:",
+    then an indented block, which the sentence rule splits off at the blank line): it is
+    quoted with what follows (quoted alone it promises something the answer does not give) and
+    scored by itself (a block of settings or code repeats the topic's words, and the
+    history terms a rewrite appends would rank it first for any question on the topic); it is
+    left out when nothing follows it in the passage (a chunk that ends there).
+    """
+    parts = [" ".join(t.split()) for t in sentences(text)]
+    out = []
+    for i, s in enumerate(parts):
+        quoted, j = s, i
+        while quoted.endswith(":") and j + 1 < len(parts):  # "Example:" then "Run:" then the block
+            j += 1
+            quoted = f"{quoted} {parts[j]}"
+        if not quoted.endswith(":"):
+            out.append((s, quoted))
+    return out
+
+
 class ExtractiveGenerator:
     """Selects and fuses the best-supported sentences per sub-question (no LLM)."""
 
@@ -135,22 +158,24 @@ class ExtractiveGenerator:
         sentence about the topic contains, and they must not outvote the asked-for words.
         """
         cfg = self.config
-        where: dict[str, list[str]] = {}  # sentence -> chunk ids, in first-seen order
+        where: dict[str, list[str]] = {}  # quoted sentence -> chunk ids, in first-seen order
+        scored_as: dict[str, str] = {}  # quoted sentence -> the text its support is measured on
         for p in sorted(passages, key=lambda p: -p.score):
-            for s in sentences(p.text):
-                s = " ".join(s.split())
-                if len(s) > 3 and (s in where or len(where) < cfg.max_sentences):
-                    ids = where.setdefault(s, [])
+            for s, quoted in quotable_sentences(p.text):
+                if len(quoted) > 3 and (quoted in where or len(where) < cfg.max_sentences):
+                    scored_as.setdefault(quoted, s)
+                    ids = where.setdefault(quoted, [])
                     if p.chunk_id not in ids:
                         ids.append(p.chunk_id)
         cands = list(where)
         if not cands:
             return []
-        vecs = embed(state, self.embedder, [question, *cands])  # one encode call: (1 + S, D)
+        texts = [scored_as[c] for c in cands]
+        vecs = embed(state, self.embedder, [question, *texts])  # one encode call: (1 + S, D)
         cos = vecs[1:] @ vecs[0]  # (S,)
         words, own = content_words(question), content_words(state.query)
         lex = np.array([0.5 * len(words & cw) / max(1, len(words)) + 0.5 * len(own & cw) / max(1, len(own))
-                        for cw in (content_words(s) for s in cands)])
+                        for cw in (content_words(s) for s in texts)])
         score = cos + cfg.lexical_weight * lex
         order = np.argsort(-score, kind="stable")
         return [Support(float(score[i]), cands[i], tuple(where[cands[i]])) for i in order]

@@ -51,6 +51,36 @@ def _state(query: str, passages: list[Passage], answer: str = "") -> PipelineSta
 
 
 # -- 1. the extractive answer stops after the sentences that answer ---------------------------
+def test_a_sentence_ending_in_a_colon_is_quoted_with_what_it_introduces(embedder):
+    """The demo's config pages end "Set it in lumen.yaml:" then an indented block, which the
+    sentence rule splits off at the blank line; the full profile's sample answer quoted the
+    colon sentence alone ("Set it in lumen.yaml: [3][4]")."""
+    from searchsmith.serving.pipeline.generation import quotable_sentences
+
+    text = ("Default: `lru`.\n\nSet it in lumen.yaml:\n\n    eviction:\n      policy: lru\n\n"
+            "Changes take effect on the next reload.")
+    # quoted with its block, scored by itself
+    assert quotable_sentences(text) == [
+        ("Default: `lru`.", "Default: `lru`."),
+        ("Set it in lumen.yaml:", "Set it in lumen.yaml: eviction: policy: lru"),
+        ("eviction: policy: lru", "eviction: policy: lru"),
+        ("Changes take effect on the next reload.", "Changes take effect on the next reload.")]
+    # nothing after it in the passage (a chunk ending there): it is not quoted at all
+    assert quotable_sentences("Lumen caches keys.\n\nSet it in lumen.yaml:") == [("Lumen caches keys.",) * 2]
+    assert [q for _, q in quotable_sentences("Example:\n\nRun:\n\n    lumen reload")] == [
+        "Example: Run: lumen reload", "Run: lumen reload", "lumen reload"]
+    q = "Where do I set the eviction policy of Lumen?"
+    docs = [Passage("p#0", "lumen-policy", "docs", text, 0.9)]
+    gen = ExtractiveGenerator(embedder)
+    ranked = gen.support(q, docs, _state(q, docs))
+    quoted = next(c for c in ranked if c.text.startswith("Set it in lumen.yaml:"))
+    assert quoted.text == "Set it in lumen.yaml: eviction: policy: lru"
+    alone = gen.support(q, [Passage("p#0", "lumen-policy", "docs", "Set it in lumen.yaml:\n\nx", 0.9)],
+                        _state(q, docs))
+    assert quoted.score == pytest.approx(next(c.score for c in alone if c.text.startswith("Set it")), abs=1e-5)
+    assert not any(c.text.endswith(":") for c in ranked)
+
+
 def test_extractive_answer_has_no_unrelated_tail(embedder):
     q = "Which port does Quarry listen on by default?"
     # Kestrel's port sentence scores above min_support (it is about a default port), far below the best
