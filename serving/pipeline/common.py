@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from searchsmith.models.roles import Embedder, ModelOfTask
-from searchsmith.models.text import QUERY_STOP_WORDS, sentence_texts
+from searchsmith.models.text import QUERY_STOP_WORDS, sentence_texts, split_sentences
 from searchsmith.serving.pipeline.state import PipelineState
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*[A-Za-z0-9]|[A-Za-z0-9]")
@@ -29,6 +29,36 @@ def embed(state: PipelineState, embedder: Embedder, texts: Sequence[str]) -> np.
 def sentences(text: str) -> list[str]:
     """The sentences of ``text`` (the chunker's rule, so they agree with the index)."""
     return sentence_texts(text)
+
+
+def introduced(text: str, spans: Sequence[tuple[int, int]], i: int) -> str | None:
+    """Sentence ``i`` of ``text`` (``spans``: :func:`split_sentences`) as an answer quotes it,
+    whitespace collapsed: a sentence that ends with a colon introduces what follows it ("Set it
+    in lumen.yaml:", then an indented block that the sentence rule splits off at the blank
+    line), and is quoted with it, colon after colon; None when nothing follows the colon in
+    ``text`` (quoted alone it promises what the answer does not give)."""
+    quoted, j = " ".join(text[spans[i][0]:spans[i][1]].split()), i
+    while quoted.endswith(":") and j + 1 < len(spans):
+        j += 1
+        quoted = f"{quoted} {' '.join(text[spans[j][0]:spans[j][1]].split())}"
+    return None if quoted.endswith(":") else quoted
+
+
+def quotable_sentences(text: str) -> list[tuple[str, str]]:
+    """The sentences of ``text`` an extractive answer may quote, whitespace collapsed, each as
+    ``(sentence, quoted)``: what it is scored by and what the answer quotes (:func:`introduced`).
+
+    A sentence ending with a colon is scored by itself: a block of settings or code repeats the
+    topic's words, and the history terms a rewrite appends would rank it first for any
+    question on the topic.
+    """
+    spans = split_sentences(text)
+    out = []
+    for i, (a, b) in enumerate(spans):
+        quoted = introduced(text, spans, i)
+        if quoted is not None:
+            out.append((" ".join(text[a:b].split()), quoted))
+    return out
 
 
 def _stem(word: str) -> str:

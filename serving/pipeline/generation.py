@@ -43,7 +43,12 @@ import numpy as np
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
-from searchsmith.serving.pipeline.common import content_words, embed, sentences, strip_markers
+from searchsmith.serving.pipeline.common import (
+    content_words,
+    embed,
+    quotable_sentences,
+    strip_markers,
+)
 from searchsmith.serving.pipeline.config import (
     ExtractiveConfig,
     GenerationConfig,
@@ -118,29 +123,6 @@ class Generator(Protocol):
 
     def complete(self, messages: list[dict[str, str]],
                  on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]: ...
-
-
-def quotable_sentences(text: str) -> list[tuple[str, str]]:
-    """The sentences of ``text`` an extractive answer may quote, whitespace collapsed, each as
-    ``(sentence, quoted)``: what it is scored by and what the answer quotes.
-
-    A sentence that ends with a colon introduces what follows it ("Set it in lumen.yaml:",
-    then an indented block, which the sentence rule splits off at the blank line): it is
-    quoted with what follows (quoted alone it promises something the answer does not give) and
-    scored by itself (a block of settings or code repeats the topic's words, and the
-    history terms a rewrite appends would rank it first for any question on the topic); it is
-    left out when nothing follows it in the passage (a chunk that ends there).
-    """
-    parts = [" ".join(t.split()) for t in sentences(text)]
-    out = []
-    for i, s in enumerate(parts):
-        quoted, j = s, i
-        while quoted.endswith(":") and j + 1 < len(parts):  # "Example:" then "Run:" then the block
-            j += 1
-            quoted = f"{quoted} {parts[j]}"
-        if not quoted.endswith(":"):
-            out.append((s, quoted))
-    return out
 
 
 class ExtractiveGenerator:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from searchsmith.models.reader import PassageAnswer, passage_piece
 from searchsmith.models.roles import Reader
 from searchsmith.models.text import split_sentences
+from searchsmith.serving.pipeline.common import introduced
 from searchsmith.serving.pipeline.config import GenerationConfig
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
 
@@ -50,7 +51,8 @@ class ReaderAnswer(NamedTuple):
 
 def span_sentence(title: str, text: str, start: int, end: int) -> str:
     """The sentence of a passage holding the span ``[start, end)`` of its :func:`passage_piece`,
-    with the piece's title prefix removed."""
+    with the piece's title prefix removed (the piece has no blank lines, so a sentence ending
+    in a colon runs on into what it introduces)."""
     piece = passage_piece(title, text)
     for a, b in split_sentences(piece):
         if a <= start < b:
@@ -63,11 +65,14 @@ def span_sentence(title: str, text: str, start: int, end: int) -> str:
 
 
 def body_sentence(text: str, answer: str) -> str:
-    """The first sentence of ``text`` that contains ``answer`` (case-insensitive), or ""."""
+    """The first sentence of ``text`` that contains ``answer`` (case-insensitive; one that ends
+    with a colon, with what it introduces: :func:`~searchsmith.serving.pipeline.common.introduced`),
+    or ""."""
     low = answer.lower()
-    for a, b in split_sentences(text):
+    spans = split_sentences(text)
+    for i, (a, b) in enumerate(spans):
         if low and low in text[a:b].lower():
-            return " ".join(text[a:b].split())
+            return introduced(text, spans, i) or " ".join(text[a:b].split())
     return ""
 
 

@@ -55,7 +55,7 @@ def test_a_sentence_ending_in_a_colon_is_quoted_with_what_it_introduces(embedder
     """The demo's config pages end "Set it in lumen.yaml:" then an indented block, which the
     sentence rule splits off at the blank line; the full profile's sample answer quoted the
     colon sentence alone ("Set it in lumen.yaml: [3][4]")."""
-    from searchsmith.serving.pipeline.generation import quotable_sentences
+    from searchsmith.serving.pipeline.common import quotable_sentences
 
     text = ("Default: `lru`.\n\nSet it in lumen.yaml:\n\n    eviction:\n      policy: lru\n\n"
             "Changes take effect on the next reload.")
@@ -79,6 +79,16 @@ def test_a_sentence_ending_in_a_colon_is_quoted_with_what_it_introduces(embedder
                         _state(q, docs))
     assert quoted.score == pytest.approx(next(c.score for c in alone if c.text.startswith("Set it")), abs=1e-5)
     assert not any(c.text.endswith(":") for c in ranked)
+    # the reader's support sentence follows the same rule
+    from searchsmith.models.reader import passage_piece
+    from searchsmith.serving.pipeline.reading import body_sentence, span_sentence
+
+    assert body_sentence(text, "lumen.yaml") == "Set it in lumen.yaml: eviction: policy: lru"
+    assert body_sentence("Put it in lumen.yaml:", "lumen.yaml") == "Put it in lumen.yaml:"  # nothing follows
+    # the reader's passage piece has no blank lines: its sentence runs on into the block
+    piece = passage_piece("", text)
+    start = piece.index("lumen.yaml")
+    assert span_sentence("", text, start, start + 10).startswith("Set it in lumen.yaml: eviction: policy: lru")
 
 
 def test_extractive_answer_has_no_unrelated_tail(embedder):
