@@ -686,10 +686,10 @@ def _claims_sweeps(section: dict[str, Any]) -> list[dict[str, str]]:
 # -- 6. models against their baselines -----------------------------------------------------------
 def _run_models(b: Build) -> dict[str, Any]:
     from searchsmith.serving.pipeline.config import load_pipeline_config
-    from searchsmith.serving.pipeline.gates import decide
+    from searchsmith.serving.pipeline.gates import GATES, decide
 
     cfg = load_pipeline_config(b.config)
-    bundles = {role: path for role in ("decomposer", "reranker", "citation", "images")
+    bundles = {role: path for role in dict.fromkeys(r.role for r in GATES)  # every gated role, the reader too
                if (path := getattr(cfg.bundles, role, None))}
     decisions = decide(bundles, cfg.bundles)
     return {"config": b.config, "bundles": bundles, "gates": {use: d.to_dict() for use, d in decisions.items()}}
@@ -722,13 +722,34 @@ def _claims_models(section: dict[str, Any]) -> list[dict[str, str]]:
 
     for use, g in sorted(section["gates"].items(), key=lambda kv: USES.index(kv[0]) if kv[0] in USES else 99):
         figs = "; ".join(f"{f['metric']} {_num(f['value'])} vs {f['baseline']} {_num(f['baseline_value'])}"
-                         for f in g["figures"])
-        unmeasured = any(f["value"] is None or f["baseline_value"] is None for f in g["figures"])
-        verdict = (f"not testable here: the bundle records no such figure ({'used: gate off' if g['used'] else 'gated off'})"
-                   if unmeasured else "holds: used" if g["used"] else "refuted: gated off")
+                         + (f" ({f['paired_test']})" if f.get("paired_test") else "") for f in g["figures"])
         out.append(_claim(f"the trained {MODEL_NAMES.get(g['role'], g['role'])} ({use}) beats its untrained baseline",
-                          "its held-out split (bundle manifest)", figs, verdict))
+                          "its held-out split (bundle manifest)", figs, model_verdict(g)))
     return out
+
+
+def model_verdict(gate: dict[str, Any]) -> str:
+    """A trained model's verdict from its gate decision (``GateDecision.to_dict``): it holds
+    when the gate lets it in; it is refuted only when a figure is below its baseline; a lead
+    the paired test leaves inside the noise is "not shown", as for every other claim."""
+    figs = gate["figures"]
+    off = "gate" in gate  # bundles.gate_<use>: false
+    if any(f["value"] is None or f["baseline_value"] is None for f in figs):
+        return f"not testable here: the bundle records no such figure ({'used: gate off' if gate['used'] else 'gated off'})"
+    if gate["used"] and not off:
+        return "holds: used"
+    where = "used: gate off" if off else "gated off"
+    if any(f["value"] < f["baseline_value"] for f in figs):  # every gated figure is higher-is-better
+        return f"refuted: below its baseline ({where})"
+    if any(f["value"] == f["baseline_value"] for f in figs):
+        return f"not shown: it only ties with its baseline ({where})"
+    # a report written before the gates recorded ``beyond_noise`` has the tests' text only: a
+    # gate that read a test on every row and still left the leading model out found one inside
+    if any(f.get("beyond_noise") is False for f in figs) or (not gate["used"] and all("paired_test" in f for f in figs)):
+        return f"not shown: it leads inside the noise ({where})"
+    if off:
+        return "holds: used (gate off)"
+    return "not testable here: the bundle records no paired test of its lead (gated off; re-export it)"
 
 
 # -- 7. the field's own metrics -------------------------------------------------------------------

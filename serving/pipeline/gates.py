@@ -154,6 +154,7 @@ class Figure:
     baseline_name: str
     others: tuple[tuple[str, float], ...] = ()  # further recorded baselines (name, value)
     noise: str = ""  # the paired test of a beyond_noise row, when it was read
+    beyond: bool | None = None  # whether that test put the model above every baseline (None: not read)
 
     def text(self) -> str:
         got = "not recorded" if self.value is None else f"{self.value:.3f}"
@@ -189,7 +190,8 @@ class GateDecision:
         if not self.gated:
             out["gate"] = f"off (bundles.{self.setting}: false)"
         out["figures"] = [{"metric": f.what, "value": f.value, "baseline": f.baseline_name,
-                           "baseline_value": f.baseline, **({"paired_test": f.noise} if f.noise else {})}
+                           "baseline_value": f.baseline, **({"paired_test": f.noise} if f.noise else {}),
+                           **({"beyond_noise": f.beyond} if f.beyond is not None else {})}
                           for f in self.figures]
         return out
 
@@ -291,7 +293,8 @@ def _beyond_noise(row: GateRow, figures: Mapping[str, float], fig: Figure) -> tu
     if not tests:
         return fig, None
     several = len(tests) > 1
-    fig = replace(fig, noise="; ".join(f"vs {name}: {text}" if several else text for name, text, _ in tests))
+    fig = replace(fig, noise="; ".join(f"vs {name}: {text}" if several else text for name, text, _ in tests),
+                  beyond=all(beyond for _, _, beyond in tests))
     for name, text, beyond in tests:
         if not beyond:
             return fig, (f"the {_model_name(row.role)}'s held-out {row.what} leads {name} only inside the noise "

@@ -126,16 +126,22 @@ def test_models_section_reads_the_configured_bundles_gates(tmp_path) -> None:
     bad = bundle("im", "images", {"ood": {"placement_accuracy": 0.5, "vision_placement_net": -0.2},
                                   "baselines": {"ood_cosine_placement_accuracy": 0.6,
                                                 "ood_no_placement_net": 0.0}})
+    reader = bundle("rd", "read", {"ood": {"f1": 0.102}, "baselines": {"ood_sentence_f1": 0.148}})
     cfg = tmp_path / "pipeline.yaml"
-    cfg.write_text(f"bundles:\n  reranker: {good}\n  images: {bad}\n")
+    cfg.write_text(f"bundles:\n  reranker: {good}\n  images: {bad}\n  reader: {reader}\n")
     b = Build(tmp=tmp_path, quick=True, config=str(cfg), routing_limit=0, datasets={}, say=print)
     res = _run_models(b)
     assert res["gates"]["rerank"]["used"] is True and res["gates"]["images"]["used"] is False
     claims = {c["claim"]: c for c in _claims_models(res)}
     assert claims["the trained reranker (rerank) beats its untrained baseline"]["verdict"] == "holds: used"
-    assert claims["the trained image model (images) beats its untrained baseline"]["verdict"] == "refuted: gated off"
+    # every gated model has its row, the reader too (it was left out of the table)
+    assert claims["the trained reader (read) beats its untrained baseline"]["verdict"] == (
+        "refuted: below its baseline (gated off)")
+    assert claims["the trained image model (images) beats its untrained baseline"]["verdict"] == (
+        "refuted: below its baseline (gated off)")
     # a bundle that records no figure for a use is not refuted by it: nothing was measured
-    assert claims["the trained image model (vision) beats its untrained baseline"]["verdict"] == "refuted: gated off"
+    assert claims["the trained image model (vision) beats its untrained baseline"]["verdict"] == (
+        "refuted: below its baseline (gated off)")
     blank = bundle("im2", "images", {})
     cfg.write_text(f"bundles:\n  images: {blank}\n")
     res = _run_models(Build(tmp=tmp_path, quick=True, config=str(cfg), routing_limit=0, datasets={}, say=print))
@@ -144,6 +150,31 @@ def test_models_section_reads_the_configured_bundles_gates(tmp_path) -> None:
         "not testable here: the bundle records no such figure (gated off)")
     empty = _run_models(Build(tmp=tmp_path, quick=True, config=None, routing_limit=0, datasets={}, say=print))
     assert empty["gates"] == {} and _claims_models(empty) == []
+
+
+def test_a_model_leading_inside_the_noise_is_not_shown_not_refuted() -> None:
+    """The full profile's reranker led both baselines on SciFact by 0.025 and 0.028 with p 0.16
+    and 0.39: gated off, but not refuted; its claim carries the paired test."""
+    from searchsmith.serving.report import model_verdict
+
+    def gate(value, base, beyond=None, used=False, **extra):
+        f = {"metric": "nDCG@10", "value": value, "baseline": "BM25", "baseline_value": base}
+        if beyond is not None:
+            f.update(beyond_noise=beyond, paired_test="paired difference +0.025 [-0.008, +0.060], p 0.16, 96 items")
+        return {"role": "reranker", "used": used, "figures": [f], **extra}
+
+    assert model_verdict(gate(0.9, 0.8, True, used=True)) == "holds: used"
+    assert model_verdict(gate(0.865, 0.84, False)) == "not shown: it leads inside the noise (gated off)"
+    assert model_verdict(gate(0.8, 0.84, None)) == "refuted: below its baseline (gated off)"
+    assert model_verdict(gate(0.84, 0.84, None)) == "not shown: it only ties with its baseline (gated off)"
+    assert model_verdict(gate(0.9, 0.84, None)).startswith("not testable here: the bundle records no paired test")
+    off = gate(0.8, 0.84, None, used=True, gate="off (bundles.gate_rerank: false)")
+    assert model_verdict(off) == "refuted: below its baseline (used: gate off)"
+    older = gate(0.865, 0.84, False)  # a stored report from before the flag: the test's text only
+    del older["figures"][0]["beyond_noise"]
+    assert model_verdict(older) == "not shown: it leads inside the noise (gated off)"
+    claim = _claims_models({"gates": {"rerank": gate(0.865, 0.84, False)}})[0]
+    assert "(paired difference +0.025 [-0.008, +0.060], p 0.16, 96 items)" in claim["measured"]
 
 
 def test_report_refuses_a_folder_it_did_not_write(tmp_path, report, capsys) -> None:
