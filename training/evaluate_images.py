@@ -155,15 +155,14 @@ class PlacementOutcomes:
     Attributes:
         right: (N,) bool: the image went where its gold says (its paragraph, or nowhere for a
             distractor).
-        placed: (N,) bool: the image was placed next to a paragraph.
-        placed_right: (N,) bool: placed, and next to its gold paragraph.
+        placed: (N,) bool: the image was placed next to a paragraph (placed and right: next
+            to its gold paragraph).
         has_gold: (N,) bool: the image has a gold paragraph (not a distractor).
         clusters: the image indices of each document (its images go together in a resample).
     """
 
     right: np.ndarray
     placed: np.ndarray
-    placed_right: np.ndarray
     has_gold: np.ndarray
     clusters: tuple[tuple[int, ...], ...]
 
@@ -171,9 +170,8 @@ class PlacementOutcomes:
         """Placement accuracy / precision / recall / net over the images ``idx`` (default:
         all; an index may repeat, as in a bootstrap resample); 0.0 where a denominator is 0."""
         sel = slice(None) if idx is None else np.asarray(idx, dtype=np.int64)
-        right, placed = self.right[sel], self.placed[sel]
-        placed_right, with_gold = self.placed_right[sel], int(self.has_gold[sel].sum())
-        total, n_placed, n_right = len(right), int(placed.sum()), int(placed_right.sum())
+        right, placed, with_gold = self.right[sel], self.placed[sel], int(self.has_gold[sel].sum())
+        total, n_placed, n_right = len(right), int(placed.sum()), int((placed & right).sum())
         return {"placement_accuracy": float(right.sum()) / total if total else 0.0,
                 "placement_precision": n_right / n_placed if n_placed else 0.0,
                 "placement_recall": n_right / with_gold if with_gold else 0.0,
@@ -190,7 +188,6 @@ def _outcomes(preds: Sequence[Sequence[int | None]], docs: Sequence[PlacementDoc
         start += len(d.gold)
     return PlacementOutcomes(np.array([a == b for a, b in zip(pred, gold, strict=True)], dtype=bool),
                              np.array([a is not None for a in pred], dtype=bool),
-                             np.array([a is not None and a == b for a, b in zip(pred, gold, strict=True)], dtype=bool),
                              np.array([g is not None for g in gold], dtype=bool), tuple(clusters))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -61,15 +62,20 @@ def test_placement_docs_are_unchanged_by_the_shared_builder() -> None:
     assert [d.images for d in docs] == [[5, 16, 19, 6, 8], [20, 21, 0, 11, 7]]  # as before the change
 
 
-def test_ood_figures_hide_captions_for_the_vision_gate() -> None:
+def _photo_docs() -> tuple[list, int, Any, PlacementConfig]:
+    """10 documents over 40 photos, a text encoder that gives each picture's texts its own one-hot
+    vector (a picture matching its paragraph scores 1, any other 0), and the placement rule."""
     recs = _recs(40, "coco_captions")
-    docs = ood_docs(recs, "coco_captions", n_docs=10, seed=2)
     n = len(recs)
 
     def onehot(texts: list[str]) -> np.ndarray:
         return np.eye(n)[[int(t.split()[1]) for t in texts]]
 
-    cfg = PlacementConfig(threshold=0.3)
+    return ood_docs(recs, "coco_captions", n_docs=10, seed=2), n, onehot, PlacementConfig(threshold=0.3)
+
+
+def test_ood_figures_hide_captions_for_the_vision_gate() -> None:
+    docs, n, onehot, cfg = _photo_docs()
     # pictures that match their own paragraph: captions or not, every shown image is placed
     good = ood_placement_figures(docs, onehot, np.eye(n), cfg)
     assert good["ood/docs"] == 10.0
@@ -94,14 +100,7 @@ def test_ood_figures_hide_captions_for_the_vision_gate() -> None:
 
 def test_paired_placement_tests_resample_whole_documents() -> None:
     """The images gates' paired tests (beyond the noise, as every other gate's)."""
-    recs = _recs(40, "coco_captions")
-    docs = ood_docs(recs, "coco_captions", n_docs=10, seed=2)
-    n = len(recs)
-
-    def onehot(texts: list[str]) -> np.ndarray:
-        return np.eye(n)[[int(t.split()[1]) for t in texts]]
-
-    cfg = PlacementConfig(threshold=0.3)
+    docs, n, onehot, cfg = _photo_docs()
     bare = [replace(d, captions=[None] * 5) for d in docs]
     sees = placement_outcomes(bare, onehot, np.eye(n), cfg)
     blind = placement_outcomes(bare, onehot, np.zeros((n, n)), cfg)
