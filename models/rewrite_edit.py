@@ -22,6 +22,7 @@ Pure Python; used by training, ``Decomposer.rewrite`` and the exported bundle al
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 from collections.abc import Sequence
@@ -199,16 +200,22 @@ def query_start(source: str) -> int:
 
 def tag_labels(source: str, offsets: Sequence[tuple[int, int]], query: str, rewrite: str) -> list[int]:
     """Per source token: 1 (REF) for history words the gold rewrite brings in, 2 (TGT) for
-    query words it drops, else 0; from the ops of :func:`edit_target`."""
+    query words it drops, else 0; from the ops of :func:`edit_target`. A token is judged by
+    the whole word it is part of, so every word piece of a word split by the tokenizer
+    (``Var`` ``##ok`` ``##pel``) takes the word's tag: names, the referents that matter most,
+    are the words a WordPiece vocabulary splits."""
     start = query_start(source)
     out = [0] * len(offsets)
+    words = _words(source)
+    ends = [m.end() for m in words]
     for old, new in parse_edits(edit_target(query, rewrite)):
         old_w = set(old)
         new_w = {w.lower() for w in _WORD.findall(new)}
         for i, (a, b) in enumerate(offsets):
             if a == b:
                 continue
-            w = source[a:b].lower()
+            k = bisect.bisect_right(ends, a)  # the word holding the token's first character
+            w = words[k].group(0).lower() if k < len(words) and words[k].start() <= a else source[a:b].lower()
             if a < start and w in new_w and w not in old_w:
                 out[i] = 1
             elif a >= start and w in old_w and w not in new_w:

@@ -125,6 +125,27 @@ def test_tag_labels_mark_the_referent_and_the_reference(tokenizer):
     assert set(tag_labels(source, offs, "Is it treatable?", "Is it treatable?")) == {0}  # nothing to do
 
 
+
+def test_tag_labels_tag_every_piece_of_a_split_word(tokenizer):
+    """A name the tokenizer splits (Varokpel -> var ##ok ##pel) is a referent like any word:
+    each of its pieces is REF, and a split query word it drops is TGT piece by piece (the
+    labels used to compare a piece's text with the rewrite's words, so names were never REF)."""
+    from searchsmith.models.rewrite_edit import tag_labels
+
+    source = "rewrite: I want to learn about Varokpel. || Who founded it?"
+    offs = _tokens(tokenizer, source)
+    labels = tag_labels(source, offs, "Who founded it?", "Who founded Varokpel?")
+    lo = source.index("Varokpel")
+    name = [y for (a, b), y in zip(offs, labels, strict=True) if a != b and lo <= a and b <= lo + len("Varokpel")]
+    assert len(name) > 1 and name == [1] * len(name)  # split, and every piece tagged
+    words = {source[a:b]: y for (a, b), y in zip(offs, labels, strict=True) if a != b}
+    assert words["it"] == 2 and words["learn"] == 0 and words["Who"] == 0
+    source = "rewrite: tell me about throat cancer || is it untreatable?"
+    offs = _tokens(tokenizer, source)
+    labels = tag_labels(source, offs, "Is it untreatable?", "Is throat cancer treatable by surgery?")
+    tail = [y for (a, b), y in zip(offs, labels, strict=True) if a >= source.index("untreatable") and b <= source.index("?")]
+    assert len(tail) > 1 and set(tail) == {2}
+
 def test_tag_rewrite_replaces_the_reference_with_the_referent(tokenizer):
     from searchsmith.models.rewrite_edit import tag_rewrite
 
