@@ -473,7 +473,7 @@ class Decomposer:
                                      expansion: dict[str, Any] | None = None) -> dict[str, Any]:
         """Set (and return) the rewrite tagger from the token head's rewrite labels (rows
         ``tag_depth`` .. ``tag_depth + 2``: O, REF, TGT), trained with the depths;
-        ``expansion``: its ``expand``, ``term_threshold`` and ``max_terms``
+        ``expansion``: its ``expand``, ``term_threshold``, ``max_terms`` and ``max_drop``
         (:func:`~searchsmith.models.rewrite_edit.head_rewrite`; none: the edit alone)."""
         from searchsmith.models.rewrite_edit import TAGS
 
@@ -878,9 +878,13 @@ def check_rewrite_head(head: Any) -> dict[str, Any]:
     if not 0.0 < term_threshold < 1.0 or not isinstance(max_terms, int) or max_terms < 1:
         raise BundleError(f"rewrite_head: term_threshold must be in (0, 1) and max_terms an integer >= 1, got "
                           f"{term_threshold} and {max_terms!r}; re-save the model")
+    max_drop = head.get("max_drop", 1.0)  # heads saved before the cap let an edit drop any share
+    if isinstance(max_drop, bool) or not isinstance(max_drop, int | float) or not 0.0 < max_drop <= 1.0:
+        raise BundleError(f"rewrite_head.max_drop: expected a share of the query's words in (0, 1], got "
+                          f"{max_drop!r}; re-save the model")
     return {"tags": list(TAGS), "weight": w, "bias": b, "threshold": float(head["threshold"]),
             "extend": float(head["extend"]), "expand": expand, "term_threshold": term_threshold,
-            "max_terms": max_terms}
+            "max_terms": max_terms, "max_drop": float(max_drop)}
 
 
 def head_probs(head: dict[str, Any], states: Any) -> Any:

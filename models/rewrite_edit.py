@@ -240,10 +240,16 @@ def _run(scores: Sequence[float], seed: int, ok: Sequence[bool], low: float,
 
 
 def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequence[tuple[int, int]],
-                probs: Sequence[Sequence[float]], threshold: float, extend: float) -> str:
+                probs: Sequence[Sequence[float]], threshold: float, extend: float, max_drop: float = 1.0) -> str:
     """The rewrite that a tagging says: the best REF run of the history replaces the best TGT
     run of the query (or, without one, is added at the query's end); the query when no
     history token reaches ``threshold``. Runs grow over neighbours at ``extend`` or more.
+
+    Two checks keep the query when the tagging says something a rewrite cannot mean: a
+    rewrite that brings in no word the query lacks ("downtown Chattanooga" + "Chattanooga")
+    is no rewrite, and an edit replaces a reference, not the question: one that drops more
+    than ``max_drop`` of the query's words (at least one may always go) is refused ("What
+    happened next?" -> "the Watergate scandal?").
 
     Args:
         query, history: the follow-up and the conversation's texts (for casing).
@@ -252,6 +258,7 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
         probs: (tokens, 3) probabilities of O, REF, TGT.
         threshold: least REF (TGT) probability of a run's best token.
         extend: least probability of the tokens a run grows over.
+        max_drop: the largest share of the query's words an edit may drop, in (0, 1].
     """
     start = query_start(source)
     words = [a != b and source[a:b].strip() not in ("|", "") for a, b in offsets]
@@ -274,10 +281,32 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
         old = source[offsets[tlo][0]:offsets[thi][1]]
         out = apply_edits(query, f"{old} {ARROW} {new}", history)
         if out != query:
-            return out
+            return out if _adds(query, out) and _dropped(query, out) <= _drop_limit(query, max_drop) else query
     body = query.rstrip()
     end = body[-1] if body and body[-1] in "?.!" else ""
-    return apply_edits(f"{body[:len(body) - len(end)]} {new}{end}", "", [*history, query])
+    out = apply_edits(f"{body[:len(body) - len(end)]} {new}{end}", "", [*history, query])
+    return out if _adds(query, out) else query
+
+
+def _alnum_words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text) if w.isalnum()]
+
+
+def _adds(query: str, rewrite: str) -> bool:
+    """Whether ``rewrite`` holds a word that ``query`` does not."""
+    have = set(_alnum_words(query))
+    return any(w not in have for w in _alnum_words(rewrite))
+
+
+def _dropped(query: str, rewrite: str) -> int:
+    """How many of the query's words the rewrite no longer has, in order."""
+    q, r = _alnum_words(query), _alnum_words(rewrite)
+    kept = sum(b.size for b in difflib.SequenceMatcher(None, q, r, autojunk=False).get_matching_blocks())
+    return len(q) - kept
+
+
+def _drop_limit(query: str, max_drop: float) -> float:
+    return max(1.0, max_drop * len(_alnum_words(query)))
 
 
 # What a tagged rewrite appends (QuReTeC's term selection, Voskarides et al. 2020, with the REF
@@ -347,7 +376,8 @@ def head_rewrite(query: str, history: Sequence[str], source: str, offsets: Seque
     """The rewrite a checked rewrite head gives (``Decomposer.check_rewrite_head``): the edit of
     :func:`tag_rewrite` and, by the head's ``expand`` (:data:`REWRITE_EXPANSIONS`), the terms
     of :func:`tag_terms` appended to the query or to the edit."""
-    edit = tag_rewrite(query, history, source, offsets, probs, head["threshold"], head["extend"])
+    edit = tag_rewrite(query, history, source, offsets, probs, head["threshold"], head["extend"],
+                       head.get("max_drop", 1.0))
     expand = head.get("expand", "none")
     if expand == "none":
         return edit

@@ -151,6 +151,10 @@ class DecomposerModelConfig:
             the head.
         rewrite_term_threshold: least REF probability of an appended history word, in (0, 1).
         rewrite_max_terms: most history words appended (best first).
+        rewrite_max_drop: the largest share of a query's words the tagger's edit may drop
+            (at least one always may); an edit that drops more is refused and the query
+            kept: an edit replaces a reference, not the question. In (0, 1]; saved with the
+            head.
     """
 
     base_model: str = "default"
@@ -194,6 +198,7 @@ class DecomposerModelConfig:
     rewrite_expand: Literal["none", "terms", "fused"] = "terms"
     rewrite_term_threshold: float = 0.1
     rewrite_max_terms: int = 8
+    rewrite_max_drop: float = 0.25
 
     def __post_init__(self) -> None:
         if self.type_head_l2 < 0 or self.rewrite_head_l2 < 0:
@@ -202,6 +207,9 @@ class DecomposerModelConfig:
         for name in ("rewrite_threshold", "rewrite_extend", "rewrite_term_threshold"):
             if not 0.0 < getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in (0, 1), got {getattr(self, name)}")
+        if not 0.0 < self.rewrite_max_drop <= 1.0:
+            raise ValueError(f"model.rewrite_max_drop must be in (0, 1] (a share of the query's words), got "
+                             f"{self.rewrite_max_drop}")
         if self.rewrite_max_terms < 1:
             raise ValueError(f"model.rewrite_max_terms must be >= 1, got {self.rewrite_max_terms}")
         if self.output_vocab_size < 0:
@@ -858,7 +866,7 @@ def fit_rewrite_head(dec: Decomposer, train_ex: Sequence[dict[str, Any]], m: Dec
     """Fit ``dec``'s rewrite tagger on the training rewrites (history, query -> gold rewrite);
     a tagger trained with joint rewrite tags takes it from its token head instead."""
     expansion = {"expand": m.rewrite_expand, "term_threshold": m.rewrite_term_threshold,
-                 "max_terms": m.rewrite_max_terms}
+                 "max_terms": m.rewrite_max_terms, "max_drop": m.rewrite_max_drop}
     if dec.arch == TAGGER and m.joint_rewrite:
         return dec.rewrite_head_from_classifier(m.rewrite_threshold, m.rewrite_extend, expansion)
     items = [(e["history"], e["query"], e["target"]) for e in train_ex if e["task"] == "rewrite"]

@@ -172,6 +172,38 @@ def test_tag_rewrite_replaces_the_reference_with_the_referent(tokenizer):
     assert tag_rewrite(q, [], source, offs, probs(), 0.3, 0.15) == q
 
 
+def test_tag_rewrite_refuses_rewrites_that_add_nothing_or_drop_the_question(tokenizer):
+    """A referent the query already holds is no rewrite; an edit whose TGT run swallows more
+    than ``max_drop`` of the query's words is refused (one word may always go)."""
+    from searchsmith.models.rewrite_edit import tag_rewrite
+
+    def tagging(source, ref, tgt):  # REF on the history's words in ref (every piece), TGT on the query's in tgt
+        import re
+
+        offs, cut = _tokens(tokenizer, source), source.index("||")
+        word = {m.start(): m.group(0) for m in re.finditer(r"\w+", source)}
+        starts = sorted(word)
+
+        def word_of(a):
+            return word[max(x for x in starts if x <= a)]
+        return offs, [[0.1, 0.9, 0.0] if a != b and a < cut and word_of(a) in ref else
+                      [0.1, 0.0, 0.9] if a != b and a > cut and word_of(a) in tgt else [1.0, 0.0, 0.0]
+                      for a, b in offs]
+
+    source = "rewrite: Tell me about Chattanooga. || What is there to do in downtown Chattanooga?"
+    offs, p = tagging(source, ("Chattanooga",), ())
+    q = "What is there to do in downtown Chattanooga?"
+    assert tag_rewrite(q, ["Tell me about Chattanooga."], source, offs, p, 0.3, 0.15) == q  # not "... Chattanooga Chattanooga?"
+
+    source = "rewrite: Tell me about the Watergate scandal. || What happened next?"
+    hist, q = ["Tell me about the Watergate scandal."], "What happened next?"
+    offs, p = tagging(source, ("Watergate", "scandal"), ("What", "happened", "next"))
+    assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15, max_drop=1.0) == "Watergate scandal?"  # the question gone
+    assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15, max_drop=0.34) == q
+    offs, p = tagging(source, ("Watergate", "scandal"), ("next",))  # one word may always go
+    assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15, max_drop=0.01) == "What happened Watergate scandal?"
+
+
 def _ref_probs(source, offs, scores):
     """(tokens, 3) probabilities with REF = ``scores`` of the word a token lies in (the words
     found in ``source`` as whole words), else 0."""

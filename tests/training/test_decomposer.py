@@ -159,6 +159,13 @@ def test_recipe_config_rejects_unknown_source(tmp_path: Path) -> None:
         load_recipe_config(TINY, ["data.sources=[wiki]"])
 
 
+def test_recipe_config_rejects_a_drop_cap_outside_a_share() -> None:
+    for value in ("0", "1.5", "-0.2"):
+        with pytest.raises(ConfigError, match=r"model.rewrite_max_drop must be in \(0, 1\]"):
+            load_recipe_config(TINY, [f"model.rewrite_max_drop={value}"])
+    assert load_recipe_config(TINY, ["model.rewrite_max_drop=1"]).model.rewrite_max_drop == 1.0
+
+
 def test_recipe_config_rejects_string_lr() -> None:
     with pytest.raises(ConfigError, match="write 2.0e-5"):
         load_recipe_config(TINY, ["optim.lr='2e-5'"])
@@ -316,8 +323,11 @@ def test_rewrite_head_needs_history_and_checks_its_shape(tiny: Decomposer) -> No
     ok = {"tags": ["O", "REF", "TGT"], "weight": [[0.0]] * 3, "bias": [0.0] * 3, "threshold": 0.3, "extend": 0.1}
     assert check_rewrite_head(ok)["expand"] == "none"  # a head saved before term expansion
     assert check_rewrite_head({**ok, "expand": "fused", "term_threshold": 0.2})["max_terms"] == 8
+    assert check_rewrite_head(ok)["max_drop"] == 1.0  # a head saved before the cap drops as it did
+    assert check_rewrite_head({**ok, "max_drop": 0.25})["max_drop"] == 0.25
     for bad, field in (({"expand": "all"}, "rewrite_head.expand"), ({"term_threshold": 1.5}, "term_threshold"),
-                       ({"max_terms": 0}, "max_terms")):
+                       ({"max_terms": 0}, "max_terms"), ({"max_drop": 0}, "max_drop"),
+                       ({"max_drop": "all"}, "max_drop"), ({"max_drop": True}, "max_drop")):
         with pytest.raises(BundleError, match=field):
             check_rewrite_head({**ok, **bad})
     assert head["expand"] == "none"  # fit_rewrite_head without an expansion keeps the edit alone
