@@ -26,7 +26,7 @@ import os
 import random
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,9 +261,11 @@ def is_heldout(group: str, seed: int, heldout_ratio: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < heldout_ratio
 
 
-def split_examples(examples: Sequence[dict[str, Any]], seed: int,
-                   heldout_ratio: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train, held-out), split by ``group``; exact duplicates (same source and target) dropped."""
+def split_examples(examples: Sequence[dict[str, Any]], seed: int, heldout_ratio: float,
+                   task_ratios: Mapping[str, float] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, held-out), split by ``group``; exact duplicates (same source and target) dropped.
+    ``task_ratios``: another held-out share for the examples of a task (``{"rewrite": 0.3}``)."""
+    ratios = dict(task_ratios or {})
     seen: set[tuple[str, str]] = set()
     train, heldout = [], []
     for ex in examples:
@@ -271,7 +273,8 @@ def split_examples(examples: Sequence[dict[str, Any]], seed: int,
         if key in seen:
             continue
         seen.add(key)
-        (heldout if is_heldout(ex["group"], seed, heldout_ratio) else train).append(ex)
+        ratio = ratios.get(ex["task"], heldout_ratio)
+        (heldout if is_heldout(ex["group"], seed, ratio) else train).append(ex)
     return train, heldout
 
 

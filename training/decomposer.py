@@ -250,6 +250,12 @@ class DecomposerDataConfig:
         heldout_ratio: expected share of examples held out, decided per source question
             (per conversation for rewrites) by a seeded hash, so the held-out side is never
             trained on; in (0, 1).
+        rewrite_heldout_ratio: the share of conversations held out for rewrites, when it
+            differs from ``heldout_ratio`` (None: the same). The rewrite gate reads the
+            retrieval of the held-out CAsT turns that carry an answer passage, a few dozen at
+            0.1: a larger share buys the paired test its power at the cost of training
+            conversations. The hash is the same, so the conversations held out at 0.1 are held
+            out at any larger share too; in (0, 1).
         split_seed: seed of the split hash and of the synthetic examples; another value
             gives another split.
         max_history_turns: conversation turns kept in a rewrite input: the first and the
@@ -265,6 +271,7 @@ class DecomposerDataConfig:
     synthetic_decompose: int = 300
     synthetic_rewrite: int = 150
     heldout_ratio: float = 0.1
+    rewrite_heldout_ratio: float | None = None
     split_seed: int = 0
     max_history_turns: int = 3
     # Rewrite pairs are ~700 against ~2,800 decompositions: repeat them so both tasks are seen.
@@ -281,6 +288,9 @@ class DecomposerDataConfig:
             raise ValueError(f"data.sources: unknown {bad}; expected some of {list(ALL_SOURCES)}")
         if not 0 < self.heldout_ratio < 1:
             raise ValueError(f"data.heldout_ratio must be in (0, 1), got {self.heldout_ratio}")
+        if self.rewrite_heldout_ratio is not None and not 0 < self.rewrite_heldout_ratio < 1:
+            raise ValueError(f"data.rewrite_heldout_ratio must be in (0, 1) (or null: data.heldout_ratio), "
+                             f"got {self.rewrite_heldout_ratio}")
         for name in ("synthetic_decompose", "synthetic_rewrite", "eval_limit", "max_history_turns"):
             if getattr(self, name) < 0:
                 raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)}")
@@ -372,7 +382,8 @@ def make_splits(cfg: DecomposerRecipe) -> tuple[list[dict[str, Any]], list[dict[
     examples = load_examples(cfg.data, seed=cfg.data.split_seed)
     keep = [e for e in examples if e["task"] != "decompose"
             or len(e["graph"]["nodes"]) <= cfg.model.max_nodes]
-    train, heldout = split_examples(keep, cfg.data.split_seed, cfg.data.heldout_ratio)
+    ratios = {} if cfg.data.rewrite_heldout_ratio is None else {"rewrite": cfg.data.rewrite_heldout_ratio}
+    train, heldout = split_examples(keep, cfg.data.split_seed, cfg.data.heldout_ratio, ratios)
     if not train:
         raise ValidationError(
             f"decomposer: no training examples from data.sources={cfg.data.sources} (check "

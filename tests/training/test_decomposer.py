@@ -100,6 +100,22 @@ def test_split_is_seeded_by_group_and_disjoint() -> None:
     assert [e["source"] for e in held2] == [e["source"] for e in held]
 
 
+def test_split_holds_out_more_rewrites_at_their_own_ratio() -> None:
+    """data.rewrite_heldout_ratio: rewrites held out at their own share, the decompositions at
+    heldout_ratio, and every conversation held out at the smaller share is still held out."""
+    ex = synthetic(300, 300, seed=3)
+    _, held = split_examples(ex, seed=0, heldout_ratio=0.1)
+    _, more = split_examples(ex, seed=0, heldout_ratio=0.1, task_ratios={"rewrite": 0.5})
+    rw, rw_more = ([e["group"] for e in h if e["task"] == "rewrite"] for h in (held, more))
+    assert sum(e["task"] == "rewrite" for e in more) > 2 * sum(e["task"] == "rewrite" for e in held)
+    assert set(rw) <= set(rw_more)
+    assert [e["source"] for e in held if e["task"] == "decompose"] == \
+        [e["source"] for e in more if e["task"] == "decompose"]
+    with pytest.raises(ConfigError, match=r"data.rewrite_heldout_ratio must be in \(0, 1\)"):
+        load_recipe_config(TINY, ["data.rewrite_heldout_ratio=1.5"])
+    assert load_recipe_config(TINY, []).data.rewrite_heldout_ratio is None
+
+
 def test_synthetic_covers_every_type_and_both_tasks() -> None:
     ex = synthetic(60, 20, seed=0)
     types = {e["graph"]["type"] for e in ex if e["task"] == "decompose"}
