@@ -67,6 +67,11 @@ class ReaderData:
         cloze_per_item: cloze questions made from each training record's paragraphs (0 = none).
         cloze_drop: share of a cloze question's other words dropped (noise, so that the
             question is not a copy of its sentence).
+        answer_occurrences: which windows a span answer labels. ``first``: the windows that
+            hold its first occurrence (in a gold paragraph when one has it); every other window
+            is a negative, even one that holds the answer again. ``all``: a window that holds
+            another occurrence of the answer (the name repeated in the other hop's paragraph,
+            or in a distractor) is a positive at that occurrence, not a negative.
         leave_out: sources of ``sources`` whose questions are all held out, never trained on:
             the recipe reports its figures on them as ``ood/...`` beside the sentence
             baseline's there (``baselines/ood_sentence_f1``), and the serving gate reads those
@@ -88,6 +93,7 @@ class ReaderData:
     wiki_relations: bool = False
     cloze_per_item: int = 0
     cloze_drop: float = 0.15
+    answer_occurrences: str = "first"
     leave_out: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -101,6 +107,8 @@ class ReaderData:
             raise ValueError(f"data.no_answer_ratio must be in [0, 1], got {self.no_answer_ratio}")
         if self.negatives_per_positive < 0 or self.max_distractors < 0:
             raise ValueError("data.negatives_per_positive and data.max_distractors must be >= 0")
+        if self.answer_occurrences not in ("first", "all"):
+            raise ValueError(f"data.answer_occurrences must be 'first' or 'all', got {self.answer_occurrences!r}")
         if self.cloze_per_item < 0:
             raise ValueError(f"data.cloze_per_item must be >= 0, got {self.cloze_per_item}")
         if not 0.0 <= self.cloze_drop < 1.0:
@@ -401,6 +409,16 @@ def cloze_items(items: Sequence[ReadItem], per_item: int, drop: float, seed: int
 def find_answer(context: str, answers: Sequence[str], prefer: Sequence[tuple[int, int]] = ()) -> tuple[int, int] | None:
     """Character range of the first occurrence of an answer in ``context`` (case-insensitive,
     on word boundaries), preferring one inside a ``prefer`` range (the gold paragraphs)."""
+    hits = find_answers(context, answers)
+    for h in hits:
+        if any(a <= h[0] and h[1] <= b for a, b in prefer):
+            return h
+    return hits[0] if hits else None
+
+
+def find_answers(context: str, answers: Sequence[str]) -> list[tuple[int, int]]:
+    """Character ranges of every occurrence in ``context`` of the first of ``answers`` that
+    occurs (case-insensitive, on word boundaries), in order; yes / no are never spans."""
     hits: list[tuple[int, int]] = []
     low = context.lower()
     for a in answers:
@@ -411,11 +429,8 @@ def find_answer(context: str, answers: Sequence[str], prefer: Sequence[tuple[int
             hits.append((m.start(), m.end()))
         if hits:
             break
-    for h in hits:
-        if any(a <= h[0] and h[1] <= b for a, b in prefer):
-            return h
-    return hits[0] if hits else None
+    return hits
 
 
-__all__ = ["LOADERS", "SOURCES", "ReadItem", "ReaderData", "cloze_items", "cloze_question", "find_answer",
+__all__ = ["LOADERS", "SOURCES", "ReadItem", "ReaderData", "cloze_items", "cloze_question", "find_answer", "find_answers",
            "load_items", "relation_items", "split_items"]

@@ -52,6 +52,7 @@ from searchsmith.training.read_data import (
     ReadItem,
     cloze_items,
     find_answer,
+    find_answers,
     load_items,
     relation_items,
     split_items,
@@ -198,8 +199,11 @@ class TrainWindow:
 
 
 def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSettings,
-                  negatives_per_positive: float, seed: int) -> tuple[list[TrainWindow], dict[str, int]]:
-    """Labelled windows of ``items``; items whose answer is nowhere in their context are skipped."""
+                  negatives_per_positive: float, seed: int,
+                  occurrences: str = "first") -> tuple[list[TrainWindow], dict[str, int]]:
+    """Labelled windows of ``items``; items whose answer is nowhere in their context are skipped.
+    ``occurrences``: ``all`` labels a window without the chosen occurrence of a span answer
+    at another occurrence it holds instead of making it a negative (``data.answer_occurrences``)."""
     rng = random.Random(seed)
     contexts = [join_passages(it.paragraphs) for it in items]
     wins = encode_windows(tokenizer, [it.question for it in items], [c for c, _ in contexts], settings)
@@ -207,7 +211,8 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
     for w in wins.windows:
         by_item.setdefault(w.item, []).append(w)
     out: list[TrainWindow] = []
-    counts = {"items": len(items), "skipped_no_answer_in_context": 0, "positive": 0, "negative": 0}
+    counts = {"items": len(items), "skipped_no_answer_in_context": 0, "positive": 0, "negative": 0,
+              "positive_other_occurrence": 0}
     for i, it in enumerate(items):
         ctx, ranges = contexts[i]
         gold = [ranges[j] for j in it.support if 0 <= j < len(ranges)]
@@ -224,6 +229,7 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
         if kind == "span" and span is None:
             counts["skipped_no_answer_in_context"] += 1
             continue
+        others = [h for h in find_answers(ctx, it.answers) if h != span] if span and occurrences == "all" else []
         pos, neg = [], []
         for w in by_item.get(i, []):
             ctxmask = [int(o is not None) for o in w.offsets]
@@ -232,10 +238,12 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
             tw = TrainWindow(w.input_ids, w.token_type_ids, ctxmask, IGNORE, IGNORE, ANSWER_KINDS.index("none"), i)
             if kind == "span":
                 assert span is not None
-                if lo <= span[0] and span[1] <= hi:
-                    s = next(t for t, o in enumerate(w.offsets) if o is not None and o[1] > span[0])
-                    e = max(t for t, o in enumerate(w.offsets) if o is not None and o[0] < span[1])
+                at = next((h for h in (span, *others) if lo <= h[0] and h[1] <= hi), None)
+                if at is not None:
+                    s = next(t for t, o in enumerate(w.offsets) if o is not None and o[1] > at[0])
+                    e = max(t for t, o in enumerate(w.offsets) if o is not None and o[0] < at[1])
                     tw.start, tw.end, tw.kind = s, e, ANSWER_KINDS.index("span")
+                    counts["positive_other_occurrence"] += at != span
             elif any(a < hi and lo < b for a, b in gold):
                 tw.kind = ANSWER_KINDS.index(kind)
             (neg if tw.kind == ANSWER_KINDS.index("none") else pos).append(tw)
@@ -470,7 +478,8 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
     single = (relation_items(records) if cfg.data.wiki_relations else []) + cloze_items(
         records, cfg.data.cloze_per_item, cfg.data.cloze_drop, cfg.data.split_seed)
     windows, counts = label_windows([*train_items, *single, *unanswerable], tokenizer, settings,
-                                    cfg.data.negatives_per_positive, cfg.data.split_seed)
+                                    cfg.data.negatives_per_positive, cfg.data.split_seed,
+                                    cfg.data.answer_occurrences)
     counts["single_hop_made"] = len(single)
     if len(windows) < cfg.optim.batch_size:
         raise ValidationError(f"data: {len(windows)} training windows, fewer than optim.batch_size="

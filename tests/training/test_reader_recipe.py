@@ -53,6 +53,32 @@ def test_windows_are_labelled_with_the_answer_tokens_and_kinds(tok) -> None:
     assert sum(w.kind == ANSWER_KINDS.index("none") for w in wins) >= 2  # the negatives and the unanswerable
 
 
+def test_a_window_that_holds_the_answer_again_is_no_negative_with_all_occurrences(tok) -> None:
+    """data.answer_occurrences: with 'first' a window that holds the answer only where it is
+    repeated is a negative; with 'all' it is a positive at that occurrence."""
+    from searchsmith.training.read_data import find_answers
+
+    settings = ReaderSettings(max_length=40, stride=8, max_question_tokens=12, max_answer_tokens=8)
+    filler = "Nothing about rivers is said in this long paragraph of words " * 3
+    item = ReadItem("a", "a", "t", "Which river flows through Cairo?",
+                    [("Nile", "The Nile flows through Cairo."), ("Filler", filler),
+                     ("Egypt", "Egypt lies on the Nile.")], ["the Nile"], [0])
+    ctx = join_passages(item.paragraphs)[0]
+    assert len(find_answers(ctx, ["the Nile"])) == 2 and find_answers(ctx, ["yes"]) == []
+    kinds = {}
+    for occ in ("first", "all"):
+        wins, counts = label_windows([item], tok, settings, 100.0, 0, occ)
+        spans = [w for w in wins if w.kind == ANSWER_KINDS.index("span")]
+        for w in spans:
+            assert tok.decode(w.input_ids[w.start:w.end + 1]).lower() == "the nile"
+        kinds[occ] = (len(spans), counts["positive_other_occurrence"], len(wins))
+    assert kinds["first"][1] == 0 and kinds["all"][1] >= 1
+    assert kinds["all"][0] == kinds["first"][0] + kinds["all"][1]  # negatives turned positives
+    assert kinds["all"][2] <= kinds["first"][2]
+    with pytest.raises(ValueError, match="data.answer_occurrences"):
+        ReaderData(answer_occurrences="some")
+
+
 def test_no_answer_items_keep_only_the_distractors() -> None:
     it = ReadItem("q", "q", "t", "Q?", [("A", "a"), ("B", "b"), ("C", "c")], ["x"], [1])
     (na,) = no_answer_items([it])
