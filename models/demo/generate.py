@@ -134,6 +134,11 @@ def _errors_path(p: Product) -> str:
             "Python": f"{p.slug}/errors.py"}[p.language]
 
 
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article ("an in-memory cache", "a key-value store")."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def product_doc_id(p: Product, kind: str) -> str:
     return f"docs-{p.slug}-{kind}"
 
@@ -165,7 +170,7 @@ def product_docs(rng: random.Random, p: Product) -> list[Doc]:
     flow = " to ".join(p.components)
     first_limit = next(iter(p.limits))
     overview = [
-        f"{p.name} is a {p.kind} developed by {p.maker}. It {p.tagline}. {p.name} is written in "
+        f"{p.name} is {_a(p.kind)} developed by {p.maker}. It {p.tagline}. {p.name} is written in "
         f"{p.language} and published under the Apache-2.0 licence.",
         f"A {p.name} deployment is built from five parts: {_and(list(p.components))}. Work flows from "
         f"{flow}, and each part can be scaled on its own: the diagram on this page shows the path a "
@@ -188,7 +193,7 @@ def product_docs(rng: random.Random, p: Product) -> list[Doc]:
     docs = [Doc(product_doc_id(p, "overview"), "product_docs", f"{p.name} overview",
                 "\n\n".join(overview), f"{url}/overview")]
     docs.append(Doc(product_doc_id(p, "glossary"), "product_docs", f"What is {p.name}?",
-                    f"{p.name} is a {p.kind} made by {p.maker}.", f"{url}/glossary"))
+                    f"{p.name} is {_a(p.kind)} made by {p.maker}.", f"{url}/glossary"))
     verify = rng.choice(("curl", "health"))
     check = (f"`curl http://localhost:{p.port}/health` should answer `ok`." if verify == "curl"
              else f"`{p.slug} status` should report every part as healthy on port {p.port}.")
@@ -704,7 +709,7 @@ def routing_items(rng: random.Random, src: Source, where: NewsFacts) -> list[Ite
     release_q = ("When was it first released?", "When did the first stable version come out?")
     for i, p in enumerate(P[:6]):
         items.append(Item(release_q[i % 2], [release_doc_id(p, p.releases[0])],
-                          _turns((f"What is {p.name}?", f"{p.name} is a {p.kind} made by {p.maker}.")),
+                          _turns((f"What is {p.name}?", f"{p.name} is {_a(p.kind)} made by {p.maker}.")),
                           p.name))
     cost_q = ("How much does it cost?", "What does the managed version cost per month?",
               "Is it expensive?")
@@ -825,14 +830,14 @@ def qa_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
     add("About how many vacuum tubes did ENIAC use?", "17,500", ["enc-eniac"])
     q = src.product("Quarry")
     add("Which port does it listen on by default?", str(q.port), [product_doc_id(q, "overview")],
-        _turns(("Tell me about Quarry.", f"Quarry is a {q.kind} by {q.maker}.")))
+        _turns(("Tell me about Quarry.", f"Quarry is {_a(q.kind)} by {q.maker}.")))
     t = src.product("Tidewater")
     add("Which file implements it?", t.modules[2].path, [code_doc_id(t, t.modules[2])],
         _turns(("How do I change how often Tidewater retries a failing job?",
                 "Set retry.max_attempts; the delay grows from retry.backoff_s.")))
     k = src.product("Kestrel")
     add("When did its 3.0 release come out?", date_in(release_doc_id(k, k.releases[-1]), k.releases[-1].date),
-        [release_doc_id(k, k.releases[-1])], _turns(("What is Kestrel?", f"An {k.kind} by {k.maker}.")))
+        [release_doc_id(k, k.releases[-1])], _turns(("What is Kestrel?", f"{_a(k.kind)[:1].upper()}{_a(k.kind)[1:]} by {k.maker}.")))
     add("When was the dam on it completed?", "1970", ["enc-nile"],
         _turns(("Which river is the longest in the world?", "The Nile, about 6,650 km long.")))
     add("Which company is it owned by now?", "Harbor & Finch",
