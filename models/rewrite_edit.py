@@ -208,14 +208,18 @@ def tag_labels(source: str, offsets: Sequence[tuple[int, int]], query: str, rewr
     out = [0] * len(offsets)
     words = _words(source)
     ends = [m.end() for m in words]
+
+    def word_of(a: int, b: int) -> str:  # the word holding the token's first character
+        k = bisect.bisect_right(ends, a)
+        return words[k].group(0).lower() if k < len(words) and words[k].start() <= a else source[a:b].lower()
+
+    token_words = [word_of(a, b) if a != b else "" for a, b in offsets]
     for old, new in parse_edits(edit_target(query, rewrite)):
         old_w = set(old)
         new_w = {w.lower() for w in _WORD.findall(new)}
-        for i, (a, b) in enumerate(offsets):
+        for i, ((a, b), w) in enumerate(zip(offsets, token_words, strict=True)):
             if a == b:
                 continue
-            k = bisect.bisect_right(ends, a)  # the word holding the token's first character
-            w = words[k].group(0).lower() if k < len(words) and words[k].start() <= a else source[a:b].lower()
             if a < start and w in new_w and w not in old_w:
                 out[i] = 1
             elif a >= start and w in old_w and w not in new_w:

@@ -134,9 +134,11 @@ def _errors_path(p: Product) -> str:
             "Python": f"{p.slug}/errors.py"}[p.language]
 
 
-def _a(noun: str) -> str:
-    """``noun`` with its indefinite article ("an in-memory cache", "a key-value store")."""
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+def _a(noun: str, capital: bool = False) -> str:
+    """``noun`` with its indefinite article ("an in-memory cache", "a key-value store"; "An ..."
+    with ``capital``)."""
+    article = "an" if noun[:1].lower() in "aeiou" else "a"
+    return f"{article.capitalize() if capital else article} {noun}"
 
 
 def product_doc_id(p: Product, kind: str) -> str:
@@ -837,7 +839,7 @@ def qa_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
                 "Set retry.max_attempts; the delay grows from retry.backoff_s.")))
     k = src.product("Kestrel")
     add("When did its 3.0 release come out?", date_in(release_doc_id(k, k.releases[-1]), k.releases[-1].date),
-        [release_doc_id(k, k.releases[-1])], _turns(("What is Kestrel?", f"{_a(k.kind)[:1].upper()}{_a(k.kind)[1:]} by {k.maker}.")))
+        [release_doc_id(k, k.releases[-1])], _turns(("What is Kestrel?", f"{_a(k.kind, capital=True)} by {k.maker}.")))
     add("When was the dam on it completed?", "1970", ["enc-nile"],
         _turns(("Which river is the longest in the world?", "The Nile, about 6,650 km long.")))
     add("Which company is it owned by now?", "Harbor & Finch",
