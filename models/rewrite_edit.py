@@ -227,6 +227,9 @@ def tag_labels(source: str, offsets: Sequence[tuple[int, int]], query: str, rewr
     return out
 
 
+_JOINERS = {"-", "/", ".", "_", "&", "+"}  # characters that join a compound's parts
+
+
 def _run(scores: Sequence[float], seed: int, ok: Sequence[bool], low: float,
          alnum: Sequence[bool]) -> tuple[int, int]:
     """The run around ``seed`` over neighbours scoring ``low`` or more, without punctuation
@@ -274,11 +277,25 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
     if not ref or max(ref) < threshold:
         return query
     lo, hi = _run(ref, max(range(len(ref)), key=ref.__getitem__), in_hist, extend, alnum)
-    # whole words: a run may not start or end inside one
-    while lo > 0 and in_hist[lo - 1] and alnum[lo - 1] and offsets[lo - 1][1] == offsets[lo][0]:
-        lo -= 1
-    while hi + 1 < len(offsets) and in_hist[hi + 1] and alnum[hi + 1] and offsets[hi + 1][0] == offsets[hi][1]:
-        hi += 1
+    # whole words: a run may not start or end inside one, nor inside a compound joined without
+    # spaces ("Spider-Man", "lumen/evict.py")
+    def joined(a: int, b: int) -> bool:  # tokens a < b touch, both in the history
+        return in_hist[a] and in_hist[b] and offsets[a][1] == offsets[b][0]
+
+    def glue(k: int, step: int) -> int:  # tokens to take beyond k in direction step (0: none)
+        n = k + step
+        if not 0 <= n < len(offsets) or not joined(min(k, n), max(k, n)):
+            return 0
+        if alnum[n]:
+            return 1
+        m = n + step
+        ok = source[offsets[n][0]:offsets[n][1]] in _JOINERS and 0 <= m < len(offsets) and alnum[m]
+        return 2 if ok and joined(min(n, m), max(n, m)) else 0
+
+    while (g := glue(lo, -1)):
+        lo -= g
+    while (g := glue(hi, 1)):
+        hi += g
     new = source[offsets[lo][0]:offsets[hi][1]]
     if tgt and max(tgt) >= threshold:
         tlo, thi = _run(tgt, max(range(len(tgt)), key=tgt.__getitem__), in_query, extend, alnum)

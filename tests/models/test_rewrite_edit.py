@@ -204,6 +204,35 @@ def test_tag_rewrite_refuses_rewrites_that_add_nothing_or_drop_the_question(toke
     assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15, max_drop=0.01) == "What happened Watergate scandal?"
 
 
+def test_tag_rewrite_takes_whole_compounds(tokenizer):
+    """A referent run that ends inside a compound written without spaces ("Spider-Man",
+    "lumen/evict.py") grows to the whole compound (it gave "... Man?"); a possessive's "'s"
+    and a sentence's full stop are not parts of it."""
+    from searchsmith.models.rewrite_edit import tag_rewrite
+
+    def probs(source, offs, ref, tgt=(), level=0.9):
+        cut = source.index("||")
+        return [[1 - level, level, 0.0] if a != b and a < cut and source[a:b] in ref else
+                [1 - level, 0.0, level] if a != b and a > cut and source[a:b] in tgt else [1.0, 0.0, 0.0]
+                for a, b in offs]
+
+    source = "rewrite: Tell me about Spider-Man. || Is he strong?"
+    offs = _tokens(tokenizer, source)
+    hist, q = ["Tell me about Spider-Man."], "Is he strong?"
+    assert tag_rewrite(q, hist, source, offs, probs(source, offs, ("Man",), ("he",)), 0.3, 0.15) == "Is Spider-Man strong?"
+    assert tag_rewrite(q, hist, source, offs, probs(source, offs, ("Spider",), ("he",)), 0.3, 0.15) == "Is Spider-Man strong?"
+    source = "rewrite: Where is lumen/evict.py kept? || Who wrote it?"
+    offs = _tokens(tokenizer, source)
+    assert tag_rewrite("Who wrote it?", ["Where is lumen/evict.py kept?"], source, offs,
+                       probs(source, offs, ("ev",), ("it",)), 0.3, 0.15) == "Who wrote lumen/evict.py?"
+    source = "rewrite: Tell me about Norway's fjords. || Are they deep?"
+    offs = _tokens(tokenizer, source)
+    hist, q = ["Tell me about Norway's fjords."], "Are they deep?"
+    assert tag_rewrite(q, hist, source, offs, probs(source, offs, ("Norway",), ("they",)), 0.3, 0.15) == "Are Norway deep?"
+    assert tag_rewrite(q, hist, source, offs, probs(source, offs, ("fjord",), ("they",)), 0.3, 0.15) \
+        == "Are fjords deep?"  # not "fjords." with the full stop
+
+
 def _ref_probs(source, offs, scores):
     """(tokens, 3) probabilities with REF = ``scores`` of the word a token lies in (the words
     found in ``source`` as whole words), else 0."""
