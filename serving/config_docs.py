@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
+from searchsmith.models.tasks import TASKS
+
 
 def _pipeline() -> type:
     from searchsmith.serving.pipeline.config import PipelineConfig
@@ -42,28 +44,15 @@ def _router() -> type:
     return RouterConfig
 
 
-def _recipe_reranker() -> type:
-    from searchsmith.training.reranker import RerankerRecipe
+def _recipe(name: str) -> Callable[[], type]:
+    """A loader of recipe ``name``'s config class, from the training registry."""
 
-    return RerankerRecipe
+    def load() -> type:
+        from searchsmith.training.registry import get_recipe
 
+        return get_recipe(name).config_cls
 
-def _recipe_citation() -> type:
-    from searchsmith.training.citation import CitationRecipe
-
-    return CitationRecipe
-
-
-def _recipe_decomposer() -> type:
-    from searchsmith.training.decomposer import DecomposerRecipe
-
-    return DecomposerRecipe
-
-
-def _recipe_images() -> type:
-    from searchsmith.training.images import ImagesRecipe
-
-    return ImagesRecipe
+    return load
 
 
 # config name -> (the function that imports its root dataclass, what the config file is);
@@ -73,11 +62,10 @@ ROOTS: dict[str, tuple[Callable[[], type], str]] = {
     "serve": (_serve, "server YAML (searchsmith serve --config)"),
     "index": (_index, "index settings (searchsmith index CORPUS --out DIR key=value ...)"),
     "router": (_router, "router YAML (searchsmith route --config)"),
-    "recipe-reranker": (_recipe_reranker,
-                        "reranker recipe YAML (recipes/reranker/*.yaml; searchsmith train R.yaml key=value)"),
-    "recipe-citation": (_recipe_citation, "citation recipe YAML (recipes/citation/*.yaml)"),
-    "recipe-decomposer": (_recipe_decomposer, "decomposer recipe YAML (recipes/decomposer/*.yaml)"),
-    "recipe-images": (_recipe_images, "image relevance recipe YAML (recipes/images/*.yaml)"),
+    # one per trained task: the recipe registry's names are the tasks' bundle roles
+    # (tests/serving/test_config_docs.py checks the two lists agree)
+    **{f"recipe-{t.role}": (_recipe(t.role), f"{t.role} recipe YAML (recipes/{t.role}/*.yaml; "
+                            "searchsmith train R.yaml key=value)") for t in TASKS if t.trained},
 }
 
 

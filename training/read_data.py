@@ -50,7 +50,9 @@ SOURCES = ("hotpotqa", "musique", "2wikimultihopqa", "demo", "synthetic")
 class ReaderData:
     """Attributes:
         sources: datasets to read, from :data:`SOURCES`.
-        hotpotqa, musique, wikimultihop: JSONL paths (the open parts in ``../shared/data``).
+        hotpotqa: HotpotQA JSONL, distractor setting (the open part in ``../shared/data``).
+        musique: MuSiQue-Ans JSONL (the open part in ``../shared/data``).
+        wikimultihop: 2WikiMultihopQA JSONL (the open part in ``../shared/data``).
         musique_hops: also train on MuSiQue's per-hop sub-questions.
         max_distractors: MuSiQue: distractor paragraphs read beside the gold ones.
         synthetic_questions: questions generated for ``synthetic``.

@@ -102,8 +102,12 @@ class ReaderRecipe:
         output_dir: the run folder (``model/`` with ``reader.json``, ``metrics.json``, ...).
         base_model: the encoder to start from: ``default`` (bundled all-MiniLM-L6-v2), a
             folder or a hub id (e.g. a SQuAD-trained reader for the GPU variant).
-        max_length, stride, max_question_tokens, max_answer_tokens: windowing and decoding
-            (:class:`~searchsmith.models.reader.ReaderSettings`), saved for serving.
+        max_length: tokens per (question, passage) window; a longer passage is read in
+            overlapping windows (:class:`~searchsmith.models.reader.ReaderSettings`, saved
+            for serving, as the three below).
+        stride: tokens shared by neighbouring windows of one passage.
+        max_question_tokens: a longer question is cut to this many tokens (and says so).
+        max_answer_tokens: the longest answer span decoded, in tokens.
         no_answer_threshold: the reader's score below which the answer is "none" (held-out
             no-answer accuracy; the pipeline's ``generation.reader.min_score`` default).
         eval_batch_size: windows per forward pass at evaluation.

@@ -93,3 +93,13 @@ def test_every_environment_variable_is_in_the_readme():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = sorted(v for v in read | {"HF_HUB_OFFLINE", "TRITON_INTERPRET"} if f"`{v}`" not in readme)
     assert missing == [], f"document these environment variables in README.md: {missing}"
+
+
+def test_every_registered_recipe_has_its_config_reference():
+    """``searchsmith config recipe-<name>`` exists for every recipe the registry trains (the
+    reader recipe was missing from the list when it was written by hand)."""
+    from searchsmith.training.registry import recipe_names
+
+    assert sorted(n.removeprefix("recipe-") for n in ROOTS if n.startswith("recipe-")) == recipe_names()
+    for name in recipe_names():
+        assert load_root(f"recipe-{name}").__name__.endswith("Recipe")
