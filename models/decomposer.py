@@ -473,8 +473,9 @@ class Decomposer:
                                      expansion: dict[str, Any] | None = None) -> dict[str, Any]:
         """Set (and return) the rewrite tagger from the token head's rewrite labels (rows
         ``tag_depth`` .. ``tag_depth + 2``: O, REF, TGT), trained with the depths;
-        ``expansion``: its ``expand``, ``term_threshold``, ``max_terms`` and ``max_drop``
-        (:func:`~searchsmith.models.rewrite_edit.head_rewrite`; none: the edit alone)."""
+        ``expansion``: its ``expand``, ``term_threshold``, ``max_terms``, ``max_drop`` and
+        ``references_only`` (:func:`~searchsmith.models.rewrite_edit.head_rewrite`; none: the
+        edit alone)."""
         from searchsmith.models.rewrite_edit import TAGS
 
         layer = self.model.classifier
@@ -882,9 +883,13 @@ def check_rewrite_head(head: Any) -> dict[str, Any]:
     if isinstance(max_drop, bool) or not isinstance(max_drop, int | float) or not 0.0 < max_drop <= 1.0:
         raise BundleError(f"rewrite_head.max_drop: expected a share of the query's words in (0, 1], got "
                           f"{max_drop!r}; re-save the model")
+    references_only = head.get("references_only", False)  # heads saved before: any run may be replaced
+    if not isinstance(references_only, bool):
+        raise BundleError(f"rewrite_head.references_only: expected true or false, got {references_only!r}; "
+                          "re-save the model")
     return {"tags": list(TAGS), "weight": w, "bias": b, "threshold": float(head["threshold"]),
             "extend": float(head["extend"]), "expand": expand, "term_threshold": term_threshold,
-            "max_terms": max_terms, "max_drop": float(max_drop)}
+            "max_terms": max_terms, "max_drop": float(max_drop), "references_only": references_only}
 
 
 def head_probs(head: dict[str, Any], states: Any) -> Any:

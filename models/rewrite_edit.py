@@ -247,7 +247,8 @@ def _run(scores: Sequence[float], seed: int, ok: Sequence[bool], low: float,
 
 
 def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequence[tuple[int, int]],
-                probs: Sequence[Sequence[float]], threshold: float, extend: float, max_drop: float = 1.0) -> str:
+                probs: Sequence[Sequence[float]], threshold: float, extend: float, max_drop: float = 1.0,
+                references_only: bool = False) -> str:
     """The rewrite that a tagging says: the best REF run of the history replaces the best TGT
     run of the query (or, without one, is added at the query's end); the query when no
     history token reaches ``threshold``. Runs grow over neighbours at ``extend`` or more.
@@ -256,7 +257,10 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
     rewrite that brings in no word the query lacks ("downtown Chattanooga" + "Chattanooga")
     is no rewrite, and an edit replaces a reference, not the question: one that drops more
     than ``max_drop`` of the query's words (at least one may always go) is refused ("What
-    happened next?" -> "the Watergate scandal?").
+    happened next?" -> "the Watergate scandal?"). With ``references_only`` the query run an
+    edit replaces must hold a word that refers back (:data:`~searchsmith.models.text.REFERENCE_WORDS`:
+    "it", "their", "the second"): an edit of other words ("knowing multiple languages" ->
+    "knowing multiple Norse") is refused too.
 
     Args:
         query, history: the follow-up and the conversation's texts (for casing).
@@ -266,6 +270,7 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
         threshold: least REF (TGT) probability of a run's best token.
         extend: least probability of the tokens a run grows over.
         max_drop: the largest share of the query's words an edit may drop, in (0, 1].
+        references_only: replace only a run that holds a reference word (else keep the query).
     """
     start = query_start(source)
     words = [a != b and source[a:b].strip() not in ("|", "") for a, b in offsets]
@@ -300,6 +305,8 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
     if tgt and max(tgt) >= threshold:
         tlo, thi = _run(tgt, max(range(len(tgt)), key=tgt.__getitem__), in_query, extend, alnum)
         old = source[offsets[tlo][0]:offsets[thi][1]]
+        if references_only and not _refers(old):
+            return query
         out = apply_edits(query, f"{old} {ARROW} {new}", history)
         if out != query:
             return out if _adds(query, out) and _dropped(query, out) <= _drop_limit(query, max_drop) else query
@@ -307,6 +314,13 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
     end = body[-1] if body and body[-1] in "?.!" else ""
     out = apply_edits(f"{body[:len(body) - len(end)]} {new}{end}", "", [*history, query])
     return out if _adds(query, out) else query
+
+
+def _refers(text: str) -> bool:
+    """Whether ``text`` holds a word that refers back to the conversation."""
+    from searchsmith.models.text import REFERENCE_WORDS
+
+    return any(w in REFERENCE_WORDS for w in _alnum_words(text))
 
 
 def _alnum_words(text: str) -> list[str]:
@@ -398,7 +412,7 @@ def head_rewrite(query: str, history: Sequence[str], source: str, offsets: Seque
     :func:`tag_rewrite` and, by the head's ``expand`` (:data:`REWRITE_EXPANSIONS`), the terms
     of :func:`tag_terms` appended to the query or to the edit."""
     edit = tag_rewrite(query, history, source, offsets, probs, head["threshold"], head["extend"],
-                       head.get("max_drop", 1.0))
+                       head.get("max_drop", 1.0), head.get("references_only", False))
     expand = head.get("expand", "none")
     if expand == "none":
         return edit

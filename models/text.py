@@ -41,6 +41,15 @@ would you your yours yourself yourselves tell please thanks thank also get got f
 want need use using used one two much many way something anything does say said show give
 """.split())
 
+# Words by which a follow-up refers back to the conversation ("Is *it* treatable?", "What
+# about *the second*?"): the rewrite tagger's edit replaces a run of the query only when the
+# run holds one of them (models/rewrite_edit.py, tag_rewrite).
+REFERENCE_WORDS = frozenset("""
+it its they them their theirs this that these those he she him his her hers one ones there then
+here such same former latter last first second third other others another both each either
+neither
+""".split())
+
 # --------------------------------------------------------------------------- sentences
 # Two boundary rules are in use; both go through the one splitter below:
 # * "text" (serving: chunker, pipeline, server): a sentence ends at . ! ? (optionally followed

@@ -155,6 +155,10 @@ class DecomposerModelConfig:
             (at least one always may); an edit that drops more is refused and the query
             kept: an edit replaces a reference, not the question. In (0, 1]; saved with the
             head.
+        rewrite_references_only: the tagger's edit replaces only a query run that holds a
+            word referring back (``it``, ``their``, ``the second``:
+            :data:`~searchsmith.models.text.REFERENCE_WORDS`); an edit of other words is
+            refused and the query kept. Saved with the head.
     """
 
     base_model: str = "default"
@@ -199,6 +203,7 @@ class DecomposerModelConfig:
     rewrite_term_threshold: float = 0.1
     rewrite_max_terms: int = 8
     rewrite_max_drop: float = 0.25
+    rewrite_references_only: bool = True
 
     def __post_init__(self) -> None:
         if self.type_head_l2 < 0 or self.rewrite_head_l2 < 0:
@@ -877,7 +882,8 @@ def fit_rewrite_head(dec: Decomposer, train_ex: Sequence[dict[str, Any]], m: Dec
     """Fit ``dec``'s rewrite tagger on the training rewrites (history, query -> gold rewrite);
     a tagger trained with joint rewrite tags takes it from its token head instead."""
     expansion = {"expand": m.rewrite_expand, "term_threshold": m.rewrite_term_threshold,
-                 "max_terms": m.rewrite_max_terms, "max_drop": m.rewrite_max_drop}
+                 "max_terms": m.rewrite_max_terms, "max_drop": m.rewrite_max_drop,
+                 "references_only": m.rewrite_references_only}
     if dec.arch == TAGGER and m.joint_rewrite:
         return dec.rewrite_head_from_classifier(m.rewrite_threshold, m.rewrite_extend, expansion)
     items = [(e["history"], e["query"], e["target"]) for e in train_ex if e["task"] == "rewrite"]

@@ -204,6 +204,31 @@ def test_tag_rewrite_refuses_rewrites_that_add_nothing_or_drop_the_question(toke
     assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15, max_drop=0.01) == "What happened Watergate scandal?"
 
 
+def test_tag_rewrite_replaces_only_references_when_asked(tokenizer):
+    """``references_only``: the query run an edit replaces must hold a word that refers back;
+    "knowing multiple languages" -> "knowing multiple Norse" is refused, "it" is replaced."""
+    from searchsmith.models.rewrite_edit import tag_rewrite
+
+    def probs(source, offs, ref, tgt):
+        cut = source.index("||")
+        return [[0.1, 0.9, 0.0] if a != b and a < cut and source[a:b] in ref else
+                [0.1, 0.0, 0.9] if a != b and a > cut and source[a:b] in tgt else [1.0, 0.0, 0.0]
+                for a, b in offs]
+
+    hist = ["How is Norwegian related to Old Norse?"]
+    q = "Are there advantages of knowing multiple languages?"
+    source = f"rewrite: {hist[0]} || {q}"
+    offs = _tokens(tokenizer, source)
+    p = probs(source, offs, ("Norse",), ("languages",))
+    assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15) == "Are there advantages of knowing multiple Norse?"
+    assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15, references_only=True) == q
+    q = "Is it hard to learn?"
+    source = f"rewrite: {hist[0]} || {q}"
+    offs = _tokens(tokenizer, source)
+    p = probs(source, offs, ("Norwegian",), ("it",))
+    assert tag_rewrite(q, hist, source, offs, p, 0.3, 0.15, references_only=True) == "Is Norwegian hard to learn?"
+
+
 def test_tag_rewrite_takes_whole_compounds(tokenizer):
     """A referent run that ends inside a compound written without spaces ("Spider-Man",
     "lumen/evict.py") grows to the whole compound (it gave "... Man?"); a possessive's "'s"

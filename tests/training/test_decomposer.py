@@ -313,6 +313,8 @@ def test_tiny_recipe_reloads_and_decomposes(tiny_run: tuple[Path, dict],
     assert meta["type_head"]["types"] == ["terminal", "chain", "split"]
     assert meta["rewrite_head"]["tags"] == ["O", "REF", "TGT"] and dec.rewrite_head is not None
     assert meta["rewrite_head"]["threshold"] == 0.3 and meta["rewrite_head"]["extend"] == 0.15
+    assert meta["rewrite_head"]["max_drop"] == 0.25 and meta["rewrite_head"]["references_only"] is True  # the recipe's
+    assert dec.rewrite_head["references_only"] is True
     with caplog.at_level("WARNING"):
         graphs = dec.decompose_batch([Q, "Which is taller, the Eiffel Tower or Big Ben?"])
     assert "generation failed" not in caplog.text  # the head path generates, not the fallback
@@ -341,9 +343,12 @@ def test_rewrite_head_needs_history_and_checks_its_shape(tiny: Decomposer) -> No
     assert check_rewrite_head({**ok, "expand": "fused", "term_threshold": 0.2})["max_terms"] == 8
     assert check_rewrite_head(ok)["max_drop"] == 1.0  # a head saved before the cap drops as it did
     assert check_rewrite_head({**ok, "max_drop": 0.25})["max_drop"] == 0.25
+    assert check_rewrite_head(ok)["references_only"] is False  # saved before: any run may be replaced
+    assert check_rewrite_head({**ok, "references_only": True})["references_only"] is True
     for bad, field in (({"expand": "all"}, "rewrite_head.expand"), ({"term_threshold": 1.5}, "term_threshold"),
                        ({"max_terms": 0}, "max_terms"), ({"max_drop": 0}, "max_drop"),
-                       ({"max_drop": "all"}, "max_drop"), ({"max_drop": True}, "max_drop")):
+                       ({"max_drop": "all"}, "max_drop"), ({"max_drop": True}, "max_drop"),
+                       ({"references_only": "yes"}, "references_only")):
         with pytest.raises(BundleError, match=field):
             check_rewrite_head({**ok, **bad})
     assert head["expand"] == "none"  # fit_rewrite_head without an expansion keeps the edit alone
