@@ -31,17 +31,43 @@ def sentences(text: str) -> list[str]:
     return sentence_texts(text)
 
 
+def _indented(text: str, start: int) -> bool:
+    """Whether the sentence at ``start`` opens an indented block (four spaces or a tab before
+    it on its line: Markdown's code block), as a config page's settings do."""
+    line = text.rfind("\n", 0, start) + 1
+    indent = text[line:start]
+    return line > 0 and not indent.strip() and (indent.startswith("    ") or indent.startswith("\t"))
+
+
 def introduced(text: str, spans: Sequence[tuple[int, int]], i: int) -> str | None:
     """Sentence ``i`` of ``text`` (``spans``: :func:`split_sentences`) as an answer quotes it,
     whitespace collapsed: a sentence that ends with a colon introduces what follows it ("Set it
     in lumen.yaml:", then an indented block that the sentence rule splits off at the blank
     line), and is quoted with it, colon after colon; None when nothing follows the colon in
-    ``text`` (quoted alone it promises what the answer does not give)."""
-    quoted, j = " ".join(text[spans[i][0]:spans[i][1]].split()), i
-    while quoted.endswith(":") and j + 1 < len(spans):
+    ``text`` (quoted alone it promises what the answer does not give).
+
+    An indented block is quoted as code, in backticks ("Set it in lumen.yaml: `eviction:
+    policy: lru`"): its literals are what the sentence says, and citation takes a backticked
+    span as one entity, so a passage whose block differs ("max_memory_mb: 1024") cannot be
+    cited for it."""
+    parts: list[str] = []
+    code: list[str] = []
+    j, last = i, ""
+    while True:
+        last = " ".join(text[spans[j][0]:spans[j][1]].split())
+        if _indented(text, spans[j][0]):
+            code.append(last)
+        else:
+            if code:
+                parts.append(f"`{' '.join(code)}`")
+                code = []
+            parts.append(last)
+        if not last.endswith(":") or j + 1 >= len(spans):
+            break
         j += 1
-        quoted = f"{quoted} {' '.join(text[spans[j][0]:spans[j][1]].split())}"
-    return None if quoted.endswith(":") else quoted
+    if code:
+        parts.append(f"`{' '.join(code)}`")
+    return None if last.endswith(":") else " ".join(parts)
 
 
 def quotable_sentences(text: str) -> list[tuple[str, str]]:

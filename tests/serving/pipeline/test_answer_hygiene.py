@@ -62,19 +62,20 @@ def test_a_sentence_ending_in_a_colon_is_quoted_with_what_it_introduces(embedder
     # quoted with its block, scored by itself
     assert quotable_sentences(text) == [
         ("Default: `lru`.", "Default: `lru`."),
-        ("Set it in lumen.yaml:", "Set it in lumen.yaml: eviction: policy: lru"),
-        ("eviction: policy: lru", "eviction: policy: lru"),
+        ("Set it in lumen.yaml:", "Set it in lumen.yaml: `eviction: policy: lru`"),  # the block as code
+        ("eviction: policy: lru", "`eviction: policy: lru`"),
         ("Changes take effect on the next reload.", "Changes take effect on the next reload.")]
     # nothing after it in the passage (a chunk ending there): it is not quoted at all
     assert quotable_sentences("Lumen caches keys.\n\nSet it in lumen.yaml:") == [("Lumen caches keys.",) * 2]
     assert [q for _, q in quotable_sentences("Example:\n\nRun:\n\n    lumen reload")] == [
-        "Example: Run: lumen reload", "Run: lumen reload", "lumen reload"]
+        "Example: Run: `lumen reload`", "Run: `lumen reload`", "`lumen reload`"]
+    assert [q for _, q in quotable_sentences("Options:\n\n- lru\n- lfu")][0] == "Options: - lru - lfu"  # not indented
     q = "Where do I set the eviction policy of Lumen?"
     docs = [Passage("p#0", "lumen-policy", "docs", text, 0.9)]
     gen = ExtractiveGenerator(embedder)
     ranked = gen.support(q, docs, _state(q, docs))
     quoted = next(c for c in ranked if c.text.startswith("Set it in lumen.yaml:"))
-    assert quoted.text == "Set it in lumen.yaml: eviction: policy: lru"
+    assert quoted.text == "Set it in lumen.yaml: `eviction: policy: lru`"
     alone = gen.support(q, [Passage("p#0", "lumen-policy", "docs", "Set it in lumen.yaml:\n\nx", 0.9)],
                         _state(q, docs))
     assert quoted.score == pytest.approx(next(c.score for c in alone if c.text.startswith("Set it")), abs=1e-5)
@@ -83,7 +84,7 @@ def test_a_sentence_ending_in_a_colon_is_quoted_with_what_it_introduces(embedder
     from searchsmith.models.reader import passage_piece
     from searchsmith.serving.pipeline.reading import body_sentence, span_sentence
 
-    assert body_sentence(text, "lumen.yaml") == "Set it in lumen.yaml: eviction: policy: lru"
+    assert body_sentence(text, "lumen.yaml") == "Set it in lumen.yaml: `eviction: policy: lru`"
     assert body_sentence("Put it in lumen.yaml:", "lumen.yaml") == "Put it in lumen.yaml:"  # nothing follows
     # the reader's passage piece has no blank lines: its sentence runs on into the block
     piece = passage_piece("", text)
@@ -132,6 +133,29 @@ def test_voyager_1_never_cites_a_voyager_2_fact(embedder):
     st = _state("When did Voyager 2 fly past Saturn?", VOYAGER[:1], sentence)
     CitationStage(embedder, CitationConfig(entity_veto=False)).run(st, Preset())
     assert [r["doc_id"] for r in st.references] == ["voyager-1"]
+
+
+def test_a_quoted_settings_block_cites_only_the_page_that_has_it(embedder):
+    """The full profile's sample answer quoted "Set it in lumen.yaml: eviction: policy: lru"
+    and cited the eviction.max_memory_mb page beside the eviction.policy page: their
+    sentences differ only in the block, and the cosine of the two is above 0.6. The block is
+    now quoted as code, and a backticked span is an entity the passage must hold."""
+    from searchsmith.serving.pipeline.common import quotable_sentences
+
+    pages = [("lumen-policy", "Set it in lumen.yaml:\n\n    eviction:\n      policy: lru\n\nChanges take effect "
+              "on the next reload."),
+             ("lumen-memory", "Set it in lumen.yaml:\n\n    eviction:\n      max_memory_mb: 1024\n\nChanges take "
+              "effect immediately.")]
+    docs = [Passage(f"{d}#0", d, "product_docs", text, 0.9 - n / 10) for n, (d, text) in enumerate(pages)]
+    quoted = quotable_sentences(pages[0][1])[0][1]
+    assert quoted == "Set it in lumen.yaml: `eviction: policy: lru`"
+    st = _state("Where do I set the eviction policy?", docs, quoted)
+    CitationStage(embedder, CitationConfig()).run(st, Preset())
+    assert [r["doc_id"] for r in st.references] == ["lumen-policy"]
+    # as it was quoted before, without the backticks, the other page was cited too
+    st = _state("Where do I set the eviction policy?", docs, "Set it in lumen.yaml: eviction: policy: lru")
+    CitationStage(embedder, CitationConfig()).run(st, Preset())
+    assert [r["doc_id"] for r in st.references] == ["lumen-policy", "lumen-memory"]
 
 
 def test_citation_below_the_threshold_is_left_out(embedder):
