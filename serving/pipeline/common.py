@@ -76,13 +76,15 @@ def quotable_sentences(text: str) -> list[tuple[str, str]]:
 
     A sentence ending with a colon is scored by itself: a block of settings or code repeats the
     topic's words, and the history terms a rewrite appends would rank it first for any
-    question on the topic.
+    question on the topic. A question is not quoted: it answers nothing (an FAQ page opens
+    with its question, and "When did the Lumen Cloud outage happen?" was answered "... What
+    was your uptime in 2024?").
     """
     spans = split_sentences(text)
     out = []
     for i, (a, b) in enumerate(spans):
         quoted = introduced(text, spans, i)
-        if quoted is not None:
+        if quoted is not None and not quoted.rstrip(" \"')]").endswith("?"):
             out.append((" ".join(text[a:b].split()), quoted))
     return out
 

@@ -92,6 +92,22 @@ def test_a_sentence_ending_in_a_colon_is_quoted_with_what_it_introduces(embedder
     assert span_sentence("", text, start, start + 10).startswith("Set it in lumen.yaml: eviction: policy: lru")
 
 
+def test_a_question_is_never_quoted_as_an_answer(embedder):
+    """An FAQ page opens with its question; the full profile answered "When did the Lumen
+    Cloud outage happen?" with "In July 2024: Lumen Cloud outage in eu-west [1]. What was your
+    uptime in 2024 [2]?"."""
+    from searchsmith.serving.pipeline.common import quotable_sentences
+
+    faq = ("What was your uptime in 2024?\n\nMonthly uptime in 2024 was 99.9 %. The lowest month was July. "
+           "Why \"July?\"")
+    assert [q for _, q in quotable_sentences(faq)] == ["Monthly uptime in 2024 was 99.9 %.",
+                                                       "The lowest month was July."]
+    q = "What was the uptime in 2024?"
+    docs = [Passage("f#0", "faq-uptime", "faq", faq, 0.9)]
+    ranked = ExtractiveGenerator(embedder).support(q, docs, _state(q, docs))
+    assert ranked and not any(c.text.endswith("?") for c in ranked)
+
+
 def test_extractive_answer_has_no_unrelated_tail(embedder):
     q = "Which port does Quarry listen on by default?"
     # Kestrel's port sentence scores above min_support (it is about a default port), far below the best
