@@ -28,6 +28,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from searchsmith.models.text import QUERY_STOP_WORDS, REFERENCE_WORDS
+
 ARROW = "=>"
 OP_SEP = ";"
 REWRITE_TARGETS = ("edit", "full")
@@ -318,8 +320,6 @@ def tag_rewrite(query: str, history: Sequence[str], source: str, offsets: Sequen
 
 def _refers(text: str) -> bool:
     """Whether ``text`` holds a word that refers back to the conversation."""
-    from searchsmith.models.text import REFERENCE_WORDS
-
     return any(w in REFERENCE_WORDS for w in _alnum_words(text))
 
 
@@ -386,8 +386,6 @@ def tag_terms(source: str, offsets: Sequence[tuple[int, int]], probs: Sequence[S
     word's score is the best REF probability of its tokens; the words at ``threshold`` or
     more, best first (ties: the earlier), at most ``max_terms``, leaving out function words,
     one-letter words and the words of ``exclude`` (compared lower-cased)."""
-    from searchsmith.models.text import QUERY_STOP_WORDS
-
     skip = {w.lower() for text in exclude for w in _WORD.findall(text)}
     best: dict[str, tuple[float, int, str]] = {}
     for pos, (word, toks) in enumerate(_history_words(source, offsets, query_start(source))):

@@ -411,7 +411,11 @@ def cloze_items(items: Sequence[ReadItem], per_item: int, drop: float, seed: int
 def find_answer(context: str, answers: Sequence[str], prefer: Sequence[tuple[int, int]] = ()) -> tuple[int, int] | None:
     """Character range of the first occurrence of an answer in ``context`` (case-insensitive,
     on word boundaries), preferring one inside a ``prefer`` range (the gold paragraphs)."""
-    hits = find_answers(context, answers)
+    return preferred(find_answers(context, answers), prefer)
+
+
+def preferred(hits: Sequence[tuple[int, int]], prefer: Sequence[tuple[int, int]] = ()) -> tuple[int, int] | None:
+    """The first of ``hits`` (:func:`find_answers`) inside a ``prefer`` range, else the first."""
     for h in hits:
         if any(a <= h[0] and h[1] <= b for a, b in prefer):
             return h
@@ -435,4 +439,4 @@ def find_answers(context: str, answers: Sequence[str]) -> list[tuple[int, int]]:
 
 
 __all__ = ["LOADERS", "SOURCES", "ReadItem", "ReaderData", "cloze_items", "cloze_question", "find_answer", "find_answers",
-           "load_items", "relation_items", "split_items"]
+           "load_items", "preferred", "relation_items", "split_items"]

@@ -51,9 +51,9 @@ from searchsmith.training.read_data import (
     ReaderData,
     ReadItem,
     cloze_items,
-    find_answer,
     find_answers,
     load_items,
+    preferred,
     relation_items,
     split_items,
 )
@@ -229,11 +229,12 @@ def label_windows(items: Sequence[ReadItem], tokenizer: Any, settings: ReaderSet
                                        IGNORE, IGNORE, ANSWER_KINDS.index("none"), i, 1.0 / len(picked)))
                 counts["negative"] += 1
             continue
-        span = find_answer(ctx, it.answers, gold) if kind == "span" else None
+        hits = find_answers(ctx, it.answers) if kind == "span" else []  # the context scanned once
+        span = preferred(hits, gold)
         if kind == "span" and span is None:
             counts["skipped_no_answer_in_context"] += 1
             continue
-        others = [h for h in find_answers(ctx, it.answers) if h != span] if span and occurrences == "all" else []
+        others = [h for h in hits if h != span] if occurrences == "all" else []
         pos, neg = [], []
         for w in by_item.get(i, []):
             ctxmask = [int(o is not None) for o in w.offsets]
