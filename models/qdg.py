@@ -49,6 +49,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from searchsmith.models.text import RELATION_WORDS
+
 QDGType = Literal["terminal", "chain", "split"]
 QDG_TYPES: tuple[str, ...] = ("terminal", "chain", "split")
 
@@ -487,6 +489,39 @@ def fill_references(text: str, answers: Mapping[str, str]) -> str:
     return _REF.sub(sub, text)
 
 
+_WORD = re.compile(r"[\w'’&.-]+")
+_ARTICLES = frozenset(("a", "an", "the"))
+
+
+def names_itself(text: str) -> bool:
+    """Whether a step only names what it refers to: a noun phrase with no relation in it.
+
+    Break's first steps are often a plain ``select`` of something the question names ("return
+    the Lumen Cloud outage; return when did #1 happen"): ``#1`` is that outage, and an answer
+    looked up for the phrase ("July 2024", the date its best sentence adds) is not. A step
+    that looks something up holds a relation: a word of :data:`RELATION_WORDS` ("the director
+    *of* Titanic", "the team *that* plays ..."), a possessive ("Australia's leader"), a regular
+    past tense ("released a song"), a participle inside it ("province *containing* ..."), or an
+    article after its first word ("Quarry 3.0 cut *the* latency"). Questions ("?") and steps that refer to other steps (``#k``) never only name.
+    """
+    if "?" in text or _REF.search(text):
+        return False
+    words = _WORD.findall(text)
+    if not words:
+        return False
+    for i, word in enumerate(words):
+        low = word.lower().strip(".-")
+        if low in RELATION_WORDS or (i and low in _ARTICLES):
+            return False
+        if low.endswith(("'s", "’s", "'", "’")):
+            return False
+        if word.islower() and len(low) > 4 and low.endswith("ed") and not low.endswith("eed"):
+            return False
+        if word.islower() and 0 < i < len(words) - 1 and len(low) > 5 and low.endswith("ing"):
+            return False  # "province containing Bandar-e Gaz County", not "flowering plants"
+    return True
+
+
 __all__ = [
     "DEFAULT_MAX_NODES",
     "QDG",
@@ -496,6 +531,7 @@ __all__ = [
     "from_qdmr",
     "infer_type",
     "linearize",
+    "names_itself",
     "parse_linear",
     "references",
     "repair",

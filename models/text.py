@@ -50,6 +50,22 @@ here such same former latter last first second third other others another both e
 neither
 """.split())
 
+# Words that make a phrase a relation to look up rather than a name: prepositions, relative and
+# question words, auxiliaries, and common irregular past tenses ("the director *of* Titanic",
+# "the team *that* plays at ...", "the company Apple *bought*"). A decomposition step with none
+# of them (and no regular past tense, no inner article) only names its referent
+# (models/qdg.py, names_itself).
+RELATION_WORDS = frozenset("""
+of in on at by for from with to into onto about after before during since until under over
+between among through against within without near than as via per
+who whom whose which that where when what why how if whether not
+is are was were be been being am has have had do does did can could will would should may might
+must shall
+won bought made wrote sold built led ran sang took gave found held began became left lost met
+paid said saw sent taught told thought went came got brought fought drew drove grew knew threw
+flew rose fell kept spent struck shot born
+""".split())
+
 # --------------------------------------------------------------------------- sentences
 # Two boundary rules are in use; both go through the one splitter below:
 # * "text" (serving: chunker, pipeline, server): a sentence ends at . ! ? (optionally followed
@@ -340,6 +356,7 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
 __all__ = [
     "BM25_STOP_WORDS",
     "QUERY_STOP_WORDS",
+    "RELATION_WORDS",
     "SentenceRule",
     "answer_tokens",
     "entity_spans",

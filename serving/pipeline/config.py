@@ -118,6 +118,12 @@ class DecompositionConfig:
         max_nodes: cap on sub-questions (each one costs a retrieval).
         max_rounds: cap on planning rounds (dependency levels); deeper nodes are dropped.
         parallel_workers: threads retrieving independent nodes concurrently.
+        names_fill_with_text: a parent step that only names what it refers to (a noun phrase
+            with no relation in it: "the Lumen Cloud outage", "Harbor & Finch";
+            ``models.qdg.names_itself``) fills its children's ``#k`` with its own text, and is
+            not answered: Break's ``select`` step returns the thing it names, and the answer
+            looked up for it was what its best sentence adds ("July 2024", so the child asked
+            "When did July 2024 happen?"). False: every parent step is answered.
     """
 
     strategy: Strategy = "auto"
@@ -125,6 +131,7 @@ class DecompositionConfig:
     max_nodes: int = 4
     max_rounds: int = 3
     parallel_workers: int = 4
+    names_fill_with_text: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_nodes", "max_rounds", "parallel_workers"):

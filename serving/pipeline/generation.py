@@ -611,8 +611,9 @@ class GenerationStage:
         state.trace.note(f"generation: {note}")
 
     def run(self, state: PipelineState, preset: Preset) -> None:
-        # The final sub-questions: nodes whose answer no other node consumed.
-        consumed = set(state.node_answers)
+        # The final sub-questions: nodes no other searched node refers to (``#k``); a parent
+        # was answered (``node_answers``) or, when it only names its referent, filled by its text.
+        consumed = {d for n in state.nodes for d in n.depends_on}
         final = [n for n in state.nodes if n.id not in consumed] or state.nodes
         with state.trace.stage(self.name) as st:
             state.answer_found, state.used_passages, state.short_answer, state.support = True, [], "", []

@@ -11,7 +11,8 @@ Strategies (SRSA):
 * ``parallel``: the graph's nodes level by level, the nodes of a level retrieved
   concurrently (a split graph's roots are independent);
 * ``planning``: the nodes one by one, parents first; a child's ``#k`` is filled with its
-  parents' answers (:func:`searchsmith.models.qdg.fill_references`); after each round the
+  parents' answers (:func:`searchsmith.models.qdg.fill_references`), or with the parent's own
+  text when it only names what it refers to (``names_fill_with_text``); after each round the
   accumulated passages are filtered (the best ``keep_ratio`` by similarity to the question
   and the answers so far) and compressed (each to its ``compress_sentences`` best
   sentences).
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.qdg import QDG, QDGNode, fill_references, terminal
+from searchsmith.models.qdg import QDG, QDGNode, fill_references, names_itself, terminal
 from searchsmith.models.roles import Embedder, Reranker
 from searchsmith.serving.dedup import dedup_keep_mask
 from searchsmith.serving.pipeline.common import embed, sentences
@@ -236,11 +237,13 @@ class RetrievalStage:
                 st.note = f"max_rounds={self.config.max_rounds}: {dropped} deeper node(s) dropped"
                 state.trace.note(f"retrieval: {st.note}")
             answers: dict[str, str] = {}
+            fills: dict[str, str] = {}  # what replaces each #k: the step's answer, or its own text
+            named: list[str] = []
             done: list[NodeResult] = []
             accumulated: list[Passage] = []
             has_children = {d for n in graph.nodes for d in n.depends_on}
             for r, level in enumerate(rounds):
-                todo = [NodeResult(n.id, fill_references(n.text, answers), n.depends_on, round=r)
+                todo = [NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)
                         for n in level]
                 if state.strategy == "parallel" and len(todo) > 1:
                     results = list(self._pool.map(lambda nr: self._run_node(nr, state, preset), todo))
@@ -248,14 +251,22 @@ class RetrievalStage:
                     results = [self._run_node(nr, state, preset) for nr in todo]
                 for nr in results:
                     if nr.id in has_children and r + 1 < len(rounds):
-                        nr.answer = self.answer_node(nr.text, nr.passages, state)
-                        answers[nr.id] = nr.answer
+                        if self.config.names_fill_with_text and names_itself(nr.text):
+                            fills[nr.id] = nr.text
+                            named.append(nr.id)
+                        else:
+                            nr.answer = self.answer_node(nr.text, nr.passages, state)
+                            answers[nr.id] = fills[nr.id] = nr.answer
                     done.append(nr)
                     accumulated.extend(nr.passages)
                 if state.strategy == "planning":
                     with state.trace.stage("retrieval.compress"):
                         accumulated = self.retriever.compress(
                             accumulated, [question, *answers.values()], state)
+            if named:
+                note = (f"step(s) {', '.join(named)} only name what they refer to: their text fills "
+                        f"their children's #k (decomposition.names_fill_with_text)")
+                st.note = f"{st.note}; {note}" if st.note else note
             state.nodes = done
             state.node_answers = answers
             state.passages = self.retriever.order(_merge(accumulated))

@@ -15,6 +15,7 @@ from searchsmith.models.qdg import (
     from_qdmr,
     infer_type,
     linearize,
+    names_itself,
     parse_linear,
     repair,
     terminal,
@@ -243,6 +244,26 @@ def test_from_qdmr_break_rows() -> None:
     assert from_qdmr(["who is it"]).type == "terminal"
     # step_dependencies missing: the #k references alone give the edges.
     assert from_qdmr(["a", "b of #1"], None).nodes[1].depends_on == ("1",)
+
+
+@pytest.mark.parametrize("text, names", [
+    ("the Lumen Cloud outage", True),
+    ("Harbor & Finch", True),
+    ("Quarry 3.0", True),
+    ("flowering plants", True),
+    ("the director of Titanic", False),  # a relation: looked up
+    ("Australia's longest-serving leader", False),  # a possessive
+    ("the team that plays at Holman Stadium", False),
+    ("band released a song called Counterparts", False),  # a regular past tense
+    ("won academy awards", False),  # an irregular one
+    ("province containing Bandar-e Gaz County", False),  # a participle inside
+    ("Quarry 3.0 cut the p99 latency", False),  # an article after the first word
+    ("When did #1 happen", False),
+    ("Who directed Titanic?", False),
+    ("", False),
+])
+def test_names_itself(text, names) -> None:
+    assert names_itself(text) is names
 
 
 def test_fill_references() -> None:

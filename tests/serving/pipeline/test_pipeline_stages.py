@@ -221,6 +221,44 @@ def test_chain_graph_plans_and_fills_references(make_pipeline, fakes):
     assert "retrieval.compress" in ans["trace"]["stages"]
 
 
+NAMED_CHAIN = {"type": "chain", "nodes": [{"id": "1", "text": "the Lumen cache eviction policy"},
+                                          {"id": "2", "text": "Where is #1 implemented?", "depends_on": ["1"]}]}
+
+
+def test_a_step_that_only_names_its_referent_fills_its_children_with_its_text(make_pipeline, fakes):
+    q = "Where is the Lumen cache eviction policy implemented?"
+    for strategy in ("parallel", "planning"):
+        ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](NAMED_CHAIN)},
+                            decomposition={"chain_strategy": strategy}).ask(q)
+        first, second = ans["nodes"]
+        # Break's select: #1 is the policy itself, not an answer looked up for the phrase
+        assert first["answer"] is None and second["text"] == q
+        assert "names_fill_with_text" in ans["trace"]["stages"]["retrieval"]["note"]
+        assert "lumen/evict.py" in ans["answer_text"]  # the last step answers
+    # switched off, the naming step is answered like any other and its answer fills #1
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](NAMED_CHAIN)},
+                        decomposition={"names_fill_with_text": False}).ask(q)
+    first, second = ans["nodes"]
+    assert first["answer"] and second["text"] == f"Where is {first['answer']} implemented?"
+    assert "names_fill_with_text" not in (ans["trace"]["stages"]["retrieval"].get("note") or "")
+    # a step that looks something up is still answered
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(
+        "Where are the tests of the class that implements Lumen eviction?")
+    assert ans["nodes"][0]["answer"] and "Evictor" in ans["nodes"][1]["text"]
+
+
+def test_an_unanswered_naming_step_is_not_a_final_step(make_pipeline, fakes):
+    # the final steps are those no step refers to, whether their parents were answered or not:
+    # the naming step's passages (astronomy) must not be quoted as an answer of their own
+    graph = {"type": "chain", "nodes": [{"id": "1", "text": "Jupiter"},
+                                        {"id": "2", "text": "Which file implements Lumen eviction, not #1?",
+                                         "depends_on": ["1"]}]}
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](graph)}).ask(
+        "Which file implements Lumen eviction?")
+    assert ans["nodes"][0]["answer"] is None and "Jupiter" in ans["nodes"][1]["text"]
+    assert "lumen/evict.py" in ans["answer_text"] and "largest planet" not in ans["answer_text"]
+
+
 def test_a_chain_without_short_answers_is_searched_level_by_level(make_pipeline, fakes):
     q = "Where are the tests of the class that implements Lumen eviction?"
     default = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q)
