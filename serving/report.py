@@ -63,7 +63,8 @@ SWEEPS: dict[str, tuple[tuple[float, ...], tuple[float, ...] | None]] = {
     "citation.cosine_threshold": ((0.4, 0.5, 0.6, 0.7, 0.8), (0.4, 0.6, 0.8)),
     "retrieval.dedup_threshold": ((0.7, 0.75, 0.8, 0.9, 0.95), (0.7, 0.8, 0.95)),
     "retrieval.keep_ratio": ((0.5, 0.6, 0.7, 0.85, 1.0), (0.5, 0.7, 1.0)),
-    "timeline.merge_threshold": ((0.8, 0.85, 0.9, 0.93, 0.97), None),  # None: full size only
+    "timeline.merge_threshold": ((0.6, 0.7, 0.8, 0.9, 0.97), None),  # None: full size only
+    "timeline.relevance_ratio": ((0.0, 0.5, 0.7, 0.8, 0.9), None),
     "images.threshold": ((0.1, 0.2, 0.3, 0.4, 0.5), None),
     "index.chunker.chunk_tokens": ((150, 250, 350, 500), None),
     "index.chunker.overlap_ratio": ((0.0, 0.1, 0.25, 0.4), None),

@@ -405,12 +405,24 @@ class TimelineConfig:
         used_passages_only: events only from the passages the answer drew on (the extractive
             generator's sentences and the citations), not from every retrieved passage; when
             neither is known (an LLM answer without citations) every passage is used, noted.
+        relevance_ratio: a dated sentence enters only when its cosine with the question is at
+            least this share of the best one's of the same passage: a digest page ("2024 in
+            review", 19 dated lines) gives the lines about what was asked, an article its dated
+            sentence. 0 keeps every dated sentence of a used passage.
     """
 
     merge_threshold: float = 0.9
     max_events: int = 50
     use_document_dates: bool = True
     used_passages_only: bool = True
+    relevance_ratio: float = 0.8
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.relevance_ratio <= 1.0:
+            raise ValueError(f"timeline.relevance_ratio must be in [0, 1] (0 keeps every dated sentence), "
+                             f"got {self.relevance_ratio}")
+        if self.max_events < 1:
+            raise ValueError(f"timeline.max_events must be >= 1, got {self.max_events}")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ Dates are read in several formats: ``2024-03-12``, ``2024/03/12``, ``12 March 20
 ``March 12, 2024``, ``Mar. 12 2024``, ``March 2024`` and a year after a preposition
 (``in 1970``, ``since 2019``). Each event is the sentence carrying the date; a dated
 document whose text has no date gives one event (its title) at the document's date.
-Events whose dates are compatible (one is a prefix of the other: ``2024-03`` and
+A passage gives the dated sentences close to the question: those whose cosine with it is at
+least ``relevance_ratio`` (0.8) of the passage's best dated sentence's, so a digest page of
+nineteen dated lines gives the line about what was asked. Events whose dates are compatible (one is a prefix of the other: ``2024-03`` and
 ``2024-03-12``) and whose texts have cosine >= ``merge_threshold`` (0.9) are merged
 (their sources joined): outlets reporting the same outage become one event. Events are
 sorted by date and grouped by year.
@@ -117,27 +119,42 @@ class TimelineStage:
         return [p for p in state.passages if p.chunk_id in used]
 
     def events(self, state: PipelineState) -> list[Json]:
-        """Raw events, one per (dated sentence, date) of the used passages, in passage order."""
+        """Raw events, one per (dated sentence, date) of the used passages, in passage order,
+        each with the position of its passage (``passage``)."""
         out = []
-        for p in self.used(state):
+        for k, p in enumerate(self.used(state)):
             found = False
             for sent in sentences(p.text):
                 sent = " ".join(sent.split())
                 for iso, prec, _, _ in parse_dates(sent):
-                    out.append({"date": iso, "precision": prec, "text": sent, "sources": [p.doc_id]})
+                    out.append({"date": iso, "precision": prec, "text": sent, "sources": [p.doc_id], "passage": k})
                     found = True
             if not found and p.date and self.config.use_document_dates:
                 dates = parse_dates(p.date)
                 if dates:
-                    out.append({"date": dates[0][0], "precision": dates[0][1],
+                    out.append({"date": dates[0][0], "precision": dates[0][1], "passage": k,
                                 "text": p.title or (sentences(p.text) or [p.text])[0], "sources": [p.doc_id]})
         return out
 
-    def merge(self, events: list[Json], state: PipelineState) -> list[Json]:
-        """Near-duplicates (compatible dates, cosine >= ``merge_threshold``) become one event."""
+    def relevant(self, events: list[Json], vecs: np.ndarray, state: PipelineState) -> tuple[list[Json], np.ndarray]:
+        """The events whose cosine with the question is at least ``relevance_ratio`` of the best
+        one's of the same passage (a passage's best event always stays)."""
+        ratio = self.config.relevance_ratio
+        if not events or ratio <= 0.0:
+            return events, vecs
+        rel = vecs @ embed(state, self.embedder, [state.question()])[0]  # (E,)
+        best: dict[int, float] = {}
+        for e, r in zip(events, rel):
+            best[e["passage"]] = max(best.get(e["passage"], float("-inf")), float(r))
+        keep = [i for i, (e, r) in enumerate(zip(events, rel))
+                if float(r) >= best[e["passage"]] or float(r) >= ratio * max(best[e["passage"]], 0.0)]
+        return [events[i] for i in keep], vecs[keep]
+
+    def merge(self, events: list[Json], vecs: np.ndarray) -> list[Json]:
+        """Near-duplicates (compatible dates, cosine >= ``merge_threshold``) become one event;
+        ``vecs`` are the events' unit vectors."""
         if not events:
             return []
-        vecs = embed(state, self.embedder, [e["text"] for e in events])  # (E, D)
         merged: list[tuple[dict[str, Any], np.ndarray]] = []
         for ev, v in zip(events, vecs):
             for kept, kv in merged:
@@ -156,7 +173,14 @@ class TimelineStage:
             if not preset.timeline:
                 st.skipped, st.note = True, f"preset {state.preset_name!r} has no timeline"
                 return
-            events = self.merge(self.events(state), state)
+            raw = self.events(state)
+            vecs = embed(state, self.embedder, [e["text"] for e in raw])  # (E, D)
+            kept, vecs = self.relevant(raw, vecs, state)
+            if len(kept) < len(raw):
+                st.note = (f"{len(raw) - len(kept)} of {len(raw)} dated sentences left out: further from the "
+                           f"question than timeline.relevance_ratio {self.config.relevance_ratio} of their "
+                           f"passage's closest")
+            events = [{k: v for k, v in e.items() if k != "passage"} for e in self.merge(kept, vecs)]
             events.sort(key=lambda e: (e["date"], e["text"]))
             events = events[: self.config.max_events]
             groups: dict[str, list[dict[str, Any]]] = {}

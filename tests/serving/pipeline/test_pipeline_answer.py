@@ -231,6 +231,27 @@ def test_timeline_keeps_distinct_events_apart(embedder):
     assert len(st.timeline[0]["events"]) == 2
 
 
+def test_timeline_takes_a_digest_pages_lines_about_the_question(embedder):
+    digest = ("In January 2024: Northwind Labs names a chief product officer.\n"
+              "In March 2024: Harbor & Finch acquires Brightline Systems.\n"
+              "In July 2024: Lumen Cloud outage in eu-west.\n"
+              "In September 2024: Quarry 3.0 released.\n"
+              "In November 2024: Northwind Labs raises $120 million.")
+    st = PipelineState(query="When did the Lumen Cloud outage happen?")
+    st.passages = [Passage("r#0", "review", "news", digest, 1.0, title="2024 in review"),
+                   Passage("a#0", "a", "news", "On 18 July 2024, Lumen Cloud customers in eu-west lost service.", 0.9)]
+    TimelineStage(embedder, TimelineConfig()).run(st, Preset())
+    events = [(e["date"], e["sources"]) for g in st.timeline for e in g["events"]]
+    # the digest gives its outage line only; the article's own dated sentence always stays
+    assert ("2024-07", ["review"]) in events and ("2024-07-18", ["a"]) in events and len(events) == 2
+    assert "4 of 6 dated sentences left out" in st.trace.get("timeline").note
+    # 0 keeps every dated line (the old behaviour)
+    TimelineStage(embedder, TimelineConfig(relevance_ratio=0.0)).run(st, Preset())
+    assert len([e for g in st.timeline for e in g["events"]]) == 6
+    with pytest.raises(ValueError, match="timeline.relevance_ratio"):
+        TimelineConfig(relevance_ratio=1.5)
+
+
 # -- images -----------------------------------------------------------------------------------
 def _png(path, size=64):
     from PIL import Image
