@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from searchsmith.models.text import RELATION_WORDS
+from searchsmith.models.text import QUERY_STOP_WORDS, RELATION_WORDS
 
 QDGType = Literal["terminal", "chain", "split"]
 QDG_TYPES: tuple[str, ...] = ("terminal", "chain", "split")
@@ -522,11 +522,20 @@ def names_itself(text: str) -> bool:
     return True
 
 
+def asks_nothing(text: str) -> bool:
+    """Whether a step has no word of its own once its ``#k`` are taken out ("of #1",
+    "Which #2", "Who #2?", "#2 and #3"): the decomposer lost the question's words, and the
+    step, filled, asks for nothing but its parents' answers."""
+    words = _WORD.findall(_REF.sub(" ", text))
+    return not any(w.lower().strip(".-'’") not in QUERY_STOP_WORDS for w in words if w.strip(".-'’"))
+
+
 __all__ = [
     "DEFAULT_MAX_NODES",
     "QDG",
     "QDGNode",
     "QDG_TYPES",
+    "asks_nothing",
     "fill_references",
     "from_qdmr",
     "infer_type",

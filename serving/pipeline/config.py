@@ -124,6 +124,9 @@ class DecompositionConfig:
             not answered: Break's ``select`` step returns the thing it names, and the answer
             looked up for it was what its best sentence adds ("July 2024", so the child asked
             "When did July 2024 happen?"). False: every parent step is answered.
+        restate_empty_steps: a final step with no word of its own besides its ``#k`` ("of #1",
+            "Which #2": the decomposer lost the question's words) is searched and answered as
+            the question; its parents are still searched first. False: searched as it is.
     """
 
     strategy: Strategy = "auto"
@@ -132,6 +135,7 @@ class DecompositionConfig:
     max_rounds: int = 3
     parallel_workers: int = 4
     names_fill_with_text: bool = True
+    restate_empty_steps: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_nodes", "max_rounds", "parallel_workers"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from searchsmith.models.qdg import QDG, QDGNode, repair, terminal
+from searchsmith.models.qdg import QDG, QDGNode, asks_nothing, repair, terminal
 from searchsmith.models.roles import Decomposer
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset
 from searchsmith.serving.pipeline.state import PipelineState, estimate_tokens
@@ -57,6 +57,20 @@ class DecompositionStage:
                                "decomposition.chain_strategy)")
         return chain, None
 
+    def restate_empty_steps(self, graph: QDG, question: str) -> tuple[QDG, list[str]]:
+        """The graph with each final step that asks nothing of its own ("of #1", "Which #2";
+        :func:`~searchsmith.models.qdg.asks_nothing`) given the question's text (its edges
+        kept: its parents are still searched first, and their sentences lead the answer), and
+        the ids of those steps. Off with ``decomposition.restate_empty_steps: false``."""
+        if not self.config.restate_empty_steps or len(graph.nodes) < 2:
+            return graph, []
+        parents = {d for n in graph.nodes for d in n.depends_on}
+        empty = [n.id for n in graph.nodes if n.id not in parents and asks_nothing(n.text)]
+        if not empty:
+            return graph, []
+        nodes = tuple(QDGNode(n.id, question, n.depends_on) if n.id in empty else n for n in graph.nodes)
+        return QDG(graph.type, nodes), empty
+
     def run(self, state: PipelineState, preset: Preset, strategy: str | None = None) -> None:
         question = state.question()
         with state.trace.stage(self.name) as st:
@@ -73,11 +87,16 @@ class DecompositionStage:
                     base, terms = appended_terms(state.query, question)
                     raw = self.bundle.decompose(base, max_nodes=self.config.max_nodes)
                     graph = repair(raw, base, max_nodes=self.config.max_nodes)
+                    graph, restated = self.restate_empty_steps(graph, base)
+                    if restated:
+                        st.note = (f"step(s) {', '.join(restated)} asked nothing of their own besides their #k: "
+                                   f"searched as the question (decomposition.restate_empty_steps)")
                     if terms:
                         graph = QDG(graph.type, tuple(QDGNode(n.id, f"{n.text}{terms}", n.depends_on)
                                                       for n in graph.nodes))
-                        st.note = (f"decomposed the question without the history terms the rewrite appended "
-                                   f"({terms.strip()}); every step carries them")
+                        note = (f"decomposed the question without the history terms the rewrite appended "
+                                f"({terms.strip()}); every step carries them")
+                        st.note = f"{st.note}; {note}" if st.note else note
                     state.trace.count(self.name, 1, estimate_tokens(base),
                                       sum(estimate_tokens(n.text) for n in graph.nodes))
                 except Exception as exc:  # noqa: BLE001 - degrade to one terminal node

@@ -11,6 +11,7 @@ from searchsmith.models.errors import ValidationError
 from searchsmith.models.qdg import (
     QDG,
     QDGNode,
+    asks_nothing,
     fill_references,
     from_qdmr,
     infer_type,
@@ -264,6 +265,14 @@ def test_from_qdmr_break_rows() -> None:
 ])
 def test_names_itself(text, names) -> None:
     assert names_itself(text) is names
+
+
+@pytest.mark.parametrize("text, empty", [
+    ("of #1", True), ("Which #2", True), ("Who #2?", True), ("#2 and #3", True), ("If both #1 and #2", True),
+    ("When did #1 happen", False), ("default #1", False), ("#1 latency", False), ("the default value of #1", False),
+])
+def test_asks_nothing(text, empty) -> None:
+    assert asks_nothing(text) is empty
 
 
 def test_fill_references() -> None:

@@ -247,6 +247,19 @@ def test_a_step_that_only_names_its_referent_fills_its_children_with_its_text(ma
     assert ans["nodes"][0]["answer"] and "Evictor" in ans["nodes"][1]["text"]
 
 
+def test_a_final_step_that_asks_nothing_of_its_own_is_searched_as_the_question(make_pipeline, fakes):
+    graph = {"type": "chain", "nodes": [{"id": "1", "text": "the Lumen cache eviction policy"},
+                                        {"id": "2", "text": "of #1", "depends_on": ["1"]}]}
+    q = "Which file implements the Lumen cache eviction policy?"
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](graph)}).ask(q)
+    assert [n["text"] for n in ans["nodes"]] == ["the Lumen cache eviction policy", q]
+    assert "restate_empty_steps" in ans["trace"]["stages"]["decomposition"]["note"]
+    assert "lumen/evict.py" in ans["answer_text"]
+    off = make_pipeline(bundles={"decomposer": fakes["decomposer"](graph)},
+                        decomposition={"restate_empty_steps": False}).ask(q)
+    assert off["nodes"][1]["text"] == "of the Lumen cache eviction policy"
+
+
 def test_an_unanswered_naming_step_is_not_a_final_step(make_pipeline, fakes):
     # the final steps are those no step refers to, whether their parents were answered or not:
     # the naming step's passages (astronomy) must not be quoted as an answer of their own
