@@ -59,6 +59,14 @@ def _literal(text: str) -> str:
     return _REF.sub(lambda m: m.group(1), text)
 
 
+def _joiner(question: str, words: Sequence[tuple[int, int]], i: int) -> bool:
+    """Whether word ``i`` is punctuation inside a compound written without spaces: the ``.`` of
+    ``snapshot.interval_s``, the ``/`` of ``lumen/evict.py``, the ``-`` of ``Spider-Man``."""
+    (_, pe), (s, e), (ns, _) = words[i - 1], words[i], words[i + 1]
+    return (pe == s and e == ns and not _CONTENT.search(question[s:e])
+            and bool(_CONTENT.search(question[pe - 1])) and bool(_CONTENT.search(question[ns])))
+
+
 def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8,
                       drops: Sequence[bool] | None = None, adds: Sequence[str] | None = None) -> QDG:
     """The QDG that per-word ``depths`` describe (module docstring); never raises.
@@ -70,7 +78,9 @@ def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8,
         max_nodes: largest graph; a deeper or wider tree keeps ``terminal``.
         drops: per word, True when the word is left out of its step's text (the tagger's
             delete tags: "How many", "did", a final "?"). The graph's structure is the same
-            with or without them; a step whose words would all be dropped keeps them.
+            with or without them; a step whose words would all be dropped keeps them, and the
+            punctuation inside a compound whose neighbours are kept stays ("snapshot.interval_s",
+            never "snapshot interval_s": an identifier cut in two no longer finds its page).
         adds: per word, a phrase ("" none) written into its step's text just before the word
             (in its place when the word is dropped): the tagger's add tags, "number of" for
             a dropped "How many" (:func:`adds_from_graph`).
@@ -79,7 +89,11 @@ def graph_from_depths(question: str, depths: Sequence[int], max_nodes: int = 8,
     if not words:
         return terminal(question)
     d = [max(0, int(x)) for x in list(depths)[: len(words)]] + [0] * max(0, len(words) - len(depths))
-    drop = {words[i] for i, x in enumerate(list(drops or ())[: len(words)]) if x}
+    dropped = [bool(x) for x in list(drops or ())[: len(words)]] + [False] * max(0, len(words) - len(drops or ()))
+    for i in range(1, len(words) - 1):  # "snapshot.interval_s": a kept compound keeps its joiners
+        if dropped[i] and not dropped[i - 1] and not dropped[i + 1] and _joiner(question, words, i):
+            dropped[i] = False
+    drop = {words[i] for i, x in enumerate(dropped) if x}
     add = {words[i]: " ".join(x.split()) for i, x in enumerate(list(adds or ())[: len(words)]) if x and x.strip()}
     steps: list[tuple[str, list[int]]] = []
 

@@ -98,9 +98,13 @@ def _stem(word: str) -> str:
 
 
 def content_words(text: str) -> set[str]:
-    """Lower-cased, suffix-folded words of ``text`` that are not stop words (identifiers whole)."""
-    words = {w.lower().strip(".") for w in _WORD.findall(text)} - QUERY_STOP_WORDS - {""}
-    return {_stem(w) for w in words}
+    """Lower-cased, suffix-folded words of ``text`` that are not stop words: identifiers whole
+    and, for a dotted or slashed one, its parts too (``scrape.interval_s`` also meets the block
+    ``scrape: interval_s: 15`` that sets it, and ``lumen/evict.py`` meets "evict")."""
+    words = {w.lower().strip(".") for w in _WORD.findall(text)}
+    words |= {part for w in words if re.search(r"\w[./]\w", w) and re.search(r"[a-z]", w)
+              for part in re.split(r"[./]", w)}  # not a version's digits: "4.0" stays whole
+    return {_stem(w) for w in words - QUERY_STOP_WORDS - {""}}
 
 
 def strip_markers(text: str) -> str:

@@ -159,6 +159,21 @@ def test_drops_leave_words_out_of_their_step_and_keep_the_structure() -> None:
     assert drops_from_graph("", gold) is None
 
 
+def test_a_kept_compound_keeps_its_joiners() -> None:
+    q = "What is the default value of snapshot.interval_s in Lumen?"
+    words = [q[a:b] for a, b in question_words(q)]
+    assert words[6:9] == ["snapshot", ".", "interval_s"]
+    depths = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0]
+    drops = [True, True, True, False, False, False, False, True, False, False, False, True]
+    # the tagger dropped the "." alone: the identifier stays whole, the final "?" still goes
+    assert _texts(graph_from_depths(q, depths, drops=drops)) == ["snapshot.interval_s in Lumen", "default value of #1"]
+    # a possessive whose "s" is dropped loses its apostrophe with it
+    q = "Which file contains the code for Lumen's sharding?"
+    drops = [True, False, False, False, False, False, False, True, True, False, True]
+    assert _texts(graph_from_depths(q, [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0], drops=drops)) == [
+        "the code for Lumen sharding", "file contains #1"]
+
+
 def test_edit_labels_round_trip() -> None:
     from searchsmith.models.qdg_spans import edit_labels, graph_from_labels, split_edit_labels
 

@@ -231,6 +231,16 @@ def test_timeline_keeps_distinct_events_apart(embedder):
     assert len(st.timeline[0]["events"]) == 2
 
 
+def test_content_words_meet_an_identifiers_parts():
+    from searchsmith.serving.pipeline.common import content_words
+
+    asked = content_words("What is the default value of scrape.interval_s in Beacon?")
+    assert {"scrape.interval_s", "scrape", "interval_s"} <= asked
+    # the YAML block that sets the key shares its parts; a version is not split into digits
+    assert content_words("`scrape: interval_s: 15`") & asked == {"scrape", "interval_s"}
+    assert content_words("Lumen 4.0 released") & content_words("Lumen 4.0.1 is out") == {"lumen"}
+
+
 def test_timeline_takes_a_digest_pages_lines_about_the_question(embedder):
     digest = ("In January 2024: Northwind Labs names a chief product officer.\n"
               "In March 2024: Harbor & Finch acquires Brightline Systems.\n"
