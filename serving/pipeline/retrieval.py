@@ -38,6 +38,7 @@ from searchsmith.serving.dedup import dedup_keep_mask
 from searchsmith.serving.pipeline.common import embed, sentences
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset, RetrievalConfig
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
+from searchsmith.serving.rewrite import appended_terms
 
 if TYPE_CHECKING:
     from searchsmith.serving.index import Index
@@ -242,6 +243,8 @@ class RetrievalStage:
             done: list[NodeResult] = []
             accumulated: list[Passage] = []
             has_children = {d for n in graph.nodes for d in n.depends_on}
+            # the history terms every step carries (" (Lumen eviction)") are not a step's own words
+            terms = appended_terms(state.query, question)[1]
             for r, level in enumerate(rounds):
                 todo = [NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)
                         for n in level]
@@ -251,8 +254,9 @@ class RetrievalStage:
                     results = [self._run_node(nr, state, preset) for nr in todo]
                 for nr in results:
                     if nr.id in has_children and r + 1 < len(rounds):
-                        if self.config.names_fill_with_text and names_itself(nr.text):
-                            fills[nr.id] = nr.text
+                        own = nr.text[: -len(terms)] if terms and nr.text.endswith(terms) else nr.text
+                        if self.config.names_fill_with_text and names_itself(own):
+                            fills[nr.id] = own
                             named.append(nr.id)
                         else:
                             nr.answer = self.answer_node(nr.text, nr.passages, state)

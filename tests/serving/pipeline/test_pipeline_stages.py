@@ -247,6 +247,18 @@ def test_a_step_that_only_names_its_referent_fills_its_children_with_its_text(ma
     assert ans["nodes"][0]["answer"] and "Evictor" in ans["nodes"][1]["text"]
 
 
+def test_a_naming_step_is_judged_and_filled_without_the_history_terms(make_pipeline, fakes):
+    # a rewrite appends history terms to the question and every step carries them: they are
+    # neither part of the name that fills #1 nor a reason not to fill it ("made" is a relation word)
+    q = "Where is the Lumen cache eviction policy implemented?"
+    history = [{"role": "user", "content": "Who made Quarry?"}, {"role": "assistant", "content": "Northwind Labs."}]
+    decomposer = fakes["decomposer"](NAMED_CHAIN, rewrite_to=f"{q} (Quarry made)")
+    ans = make_pipeline(bundles={"decomposer": decomposer}).ask(q, history)
+    first, second = ans["nodes"]
+    assert first["text"] == "the Lumen cache eviction policy (Quarry made)" and first["answer"] is None
+    assert second["text"] == "Where is the Lumen cache eviction policy implemented? (Quarry made)"
+
+
 def test_a_final_step_that_asks_nothing_of_its_own_is_searched_as_the_question(make_pipeline, fakes):
     graph = {"type": "chain", "nodes": [{"id": "1", "text": "the Lumen cache eviction policy"},
                                         {"id": "2", "text": "of #1", "depends_on": ["1"]}]}
