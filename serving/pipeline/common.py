@@ -89,6 +89,11 @@ def quotable_sentences(text: str) -> list[tuple[str, str]]:
     return out
 
 
+_COMPOUND = re.compile(r"\w[./]\w")  # a dotted or slashed identifier: "scrape.interval_s"
+_PARTS = re.compile(r"[./]")
+_LETTER = re.compile(r"[a-z]")
+
+
 def _stem(word: str) -> str:
     # crude suffix folding so that "listens" meets "listen" and "releases" meets "released"
     for suffix in ("ing", "ed", "es", "s"):
@@ -102,8 +107,8 @@ def content_words(text: str) -> set[str]:
     and, for a dotted or slashed one, its parts too (``scrape.interval_s`` also meets the block
     ``scrape: interval_s: 15`` that sets it, and ``lumen/evict.py`` meets "evict")."""
     words = {w.lower().strip(".") for w in _WORD.findall(text)}
-    words |= {part for w in words if re.search(r"\w[./]\w", w) and re.search(r"[a-z]", w)
-              for part in re.split(r"[./]", w)}  # not a version's digits: "4.0" stays whole
+    words |= {part for w in words if _COMPOUND.search(w) and _LETTER.search(w)
+              for part in _PARTS.split(w)}  # not a version's digits: "4.0" stays whole
     return {_stem(w) for w in words - QUERY_STOP_WORDS - {""}}
 
 
