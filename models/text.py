@@ -271,6 +271,174 @@ def missing_entities(entities: Sequence[str], passage: str) -> list[str]:
     return out
 
 
+
+# --------------------------------------------------------------------------- short answers
+# Without a reader the answer is the best-supported sentence; the question's kind says which of
+# its entities answers it (the answer-type rule of rule-based QA): "When ...?" a date, "How many
+# ...?" or "What port ...?" a number, "Who / Which / What / Where ...?" a name or identifier that
+# the question does not already hold. Yes / no questions, questions that offer a choice ("A or
+# B?") and why / how questions have no such span: their answer stays the sentence.
+AnswerKind = Literal["DATE", "NUM", "ENT", "YESNO", "CHOICE", "OTHER"]
+
+# Nouns after "what" / "which" that ask for a quantity ("What *port* ...", "At what
+# *temperature* ...", "What is the default *value* of ...").
+MEASURE_WORDS = frozenset("""
+value port price cost fee fees temperature uptime percentage percent share number amount size
+length duration population height weight age distance speed limit rate capacity salary budget
+score timeout interval version
+""".split())
+_TIME_WORDS = frozenset("year years date month day decade century".split())
+_HOW_MUCH = frozenset("many much long old far big large tall high often fast heavy deep wide".split())
+_WH = re.compile(r"\b(who|whom|whose|when|where|which|what|how|why)\b", re.I)
+_AUXILIARY = re.compile(r"\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|"
+                        r"may|might|must)\b", re.I)
+_CHOICE = re.compile(r"\S\s+or\s+\S", re.I)
+_KIND_LABELS: dict[str, tuple[str, ...]] = {"DATE": ("DATE", "NUM"), "NUM": ("NUM", "ENT"), "ENT": ("ENT", "NUM")}
+#: the kinds of question a span answers (:func:`typed_span`)
+SPAN_KINDS = frozenset(_KIND_LABELS)
+_BARE_NUMBER = re.compile(r"[$£€]?\d+(?:[.,:-]\d+)*\s?%?")
+NEAR_WORDS = 8  # how near a candidate the question's words count (typed_span)
+_SPAN_WORD = re.compile(r"[\w][\w'’.\-/]*[\w]|[\w]")
+_LIST_GAP = re.compile(r"\s*(?:,\s*(?:and\s+|or\s+)?|\s(?:and|or)\s+)", re.I)
+_OBJECT_WORDS = frozenset("the a an it its this that these those his her their them him me us you our my "
+                          "your".split())
+_NOT_PLURAL = frozenset("does was has is this its his news series species analysis".split())
+_EDGE = "`'\"’‘“”.,:;!?()[]{}"
+
+
+def answer_kind(question: str) -> AnswerKind:
+    """What kind of span answers ``question`` (see the rule above ``MEASURE_WORDS``).
+
+    ``DATE``, ``NUM`` or ``ENT`` for a span; ``YESNO`` (it starts with an auxiliary and asks no
+    wh-question), ``CHOICE`` (it offers alternatives joined by "or"), ``OTHER`` (why, how,
+    or no question word).
+    """
+    m = _WH.search(question)
+    if m is None or (m.start() > 0 and _AUXILIARY.match(question)
+                     and not re.search(r"[,;]\s*$", question[:m.start()])):
+        return "YESNO" if _AUXILIARY.match(question) else "OTHER"
+    if _CHOICE.search(question[m.start():]) or _CHOICE.search(question[:m.start()]):
+        return "CHOICE"
+    wh = m.group(1).lower()
+    after = [w.lower() for w in re.findall(r"[A-Za-z]+", question[m.end():])][:5]
+    # the noun phrase after the question word, up to its first relation word ("of", "does")
+    head: list[str] = []
+    for w in after:
+        if w in RELATION_WORDS and w not in ("is", "was", "are", "were") or len(head) == 4:
+            break
+        head.append(w)
+    if wh == "when" or (wh in ("what", "which") and after[:1] and after[0] in _TIME_WORDS):
+        return "DATE"
+    if wh == "how":
+        return "NUM" if after[:1] and after[0] in _HOW_MUCH else "OTHER"
+    if wh == "why":
+        return "OTHER"
+    if wh in ("what", "which") and MEASURE_WORDS & set(head):
+        return "NUM"
+    return "ENT"
+
+
+def _question_words(question: str) -> set[str]:
+    """Lower-cased words of ``question``, possessives cut, dotted or slashed ones also in parts."""
+    words = set()
+    for w in re.findall(r"[\w][\w'’.\-/]*", question.lower()):
+        w = re.sub(r"['’]s?$", "", w.rstrip("."))
+        words.add(w)
+        words.update(p for p in re.split(r"[./]", w) if p)
+    return words
+
+
+def _trim_known(text: str, known: set[str]) -> str:
+    """``text`` without its leading and trailing words that are function words or in ``known``."""
+    words = text.split()
+
+    def is_known(w: str) -> bool:
+        core = re.sub(r"['’]s$", "", w.strip(_EDGE)).lower()
+        return not core or core in QUERY_STOP_WORDS or core in known or (
+            bool(re.search(r"[./]", core)) and all(p in known for p in re.split(r"[./]", core) if p))
+
+    while words and is_known(words[0]):
+        words.pop(0)
+    while words and is_known(words[-1]):
+        words.pop()
+    return " ".join(words).strip(_EDGE + " ")
+
+
+def _listed(sentence: str, found: Sequence[tuple[int, int, int, str, int, int]],
+            best: tuple[int, int, int, str, int, int]) -> list[str]:
+    """The candidates of ``sentence`` listed together with ``best`` ("A, B and C"): neighbours
+    joined only by commas, "and" or "or"."""
+    ordered = sorted(found, key=lambda f: f[4])
+    k = ordered.index(best)
+    lo = hi = k
+    while lo > 0 and _LIST_GAP.fullmatch(sentence[ordered[lo - 1][5]:ordered[lo][4]]):
+        lo -= 1
+    while hi + 1 < len(ordered) and _LIST_GAP.fullmatch(sentence[ordered[hi][5]:ordered[hi + 1][4]]):
+        hi += 1
+    return list(dict.fromkeys(f[3] for f in ordered[lo:hi + 1]))
+
+
+def plural_question(question: str) -> bool:
+    """Whether ``question`` asks for several things: "What are ...", "Which parts ...", "Which
+    capital cities ..." (a plural among the two words after the question word)."""
+    m = _WH.search(question)
+    if m is None:
+        return False
+    after = [w.lower() for w in re.findall(r"[A-Za-z]+(?:['’][A-Za-z]+)?", question[m.end():])][:3]
+    if after[:1] and after[0] in ("are", "were"):
+        return True
+    # a plural noun is followed by its verb ("cities lie"), a verb's "-s" by its object
+    # ("implements it", "contains the code")
+    return any(re.fullmatch(r"[a-z]{3,}(?:[^su]s|ies)", w) and w not in _NOT_PLURAL
+               and after[k + 1:k + 2] != [] and after[k + 1] not in _OBJECT_WORDS
+               for k, w in enumerate(after[:2]))
+
+
+def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
+               near: int = NEAR_WORDS) -> str:
+    """The short answer to ``question`` in ``sentences`` (best first), "" when there is none.
+
+    The candidates are the entities (:func:`entity_spans`) of the kind ``answer_kind`` expects,
+    with the question's own words cut from their ends ("Quarry 3.0.2" for "In which Quarry
+    version ...?" is "3.0.2"); an entity the question already names is none. Of them, the one
+    with the most of the question's words within ``near`` words of it answers (the first on a
+    tie: sentences best first); only when no sentence holds one is the fallback kind tried (a
+    date, else a number; a number, else a name; a name, else a number). A plural question
+    (:func:`plural_question`) gets every candidate of that sentence, "A, B and C". Yes / no,
+    choice and why / how questions get "".
+    """
+    kind = kind or answer_kind(question)
+    labels = _KIND_LABELS.get(kind)
+    if not labels:
+        return ""
+    known = _question_words(question)
+    asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
+    for label in labels:
+        # (-nearby question words, order, sentence, span, start, end)
+        found: list[tuple[int, int, int, str, int, int]] = []
+        for i, sentence in enumerate(sentences):
+            words = [(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
+                     for m in _SPAN_WORD.finditer(sentence)]
+            for s, e, lab in entity_spans(sentence):
+                span = _trim_known(sentence[s:e], known)
+                if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
+                    lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
+                if lab != label or not span or not missing_entities([span], question):
+                    continue
+                at = [j for j, (a, b, _) in enumerate(words) if a >= s and b <= e] or [0]
+                lo, hi = max(0, at[0] - near), at[-1] + near + 1
+                nearby = {w for a, b, w in words[lo:hi] if (b <= s or a >= e) and w in asked}
+                found.append((-len(nearby), len(found), i, span, s, e))
+        if not found:
+            continue
+        best = min(found)
+        if not plural_question(question):
+            return best[3]
+        listed = _listed(sentences[best[2]], [f for f in found if f[2] == best[2]], best)
+        return listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}"
+    return ""
+
+
 # --------------------------------------------------------------------------- JSONL
 MAX_SHOWN_ERRORS = 20
 
@@ -355,9 +523,12 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
 
 __all__ = [
     "BM25_STOP_WORDS",
+    "MEASURE_WORDS",
     "QUERY_STOP_WORDS",
     "RELATION_WORDS",
+    "AnswerKind",
     "SentenceRule",
+    "answer_kind",
     "answer_tokens",
     "entity_spans",
     "exact_match",
@@ -365,8 +536,10 @@ __all__ = [
     "missing_entities",
     "normalize_answer",
     "pattern_entities",
+    "plural_question",
     "read_jsonl",
     "sentence_texts",
     "split_sentences",
     "token_f1",
+    "typed_span",
 ]

@@ -915,12 +915,14 @@ def _cite_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[
 
 
 def _read_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.evaluate_read import heldout_items, read_report, run_sentence_f1
+    from searchsmith.training.evaluate_read import heldout_items, read_report, run_baseline_rows
 
     cfg = run_recipe_config(run_dir)
     items, part = _first(heldout_items(run_dir), limit)
+    # the run's own baselines win over these (run_baselines); a run recorded before the typed
+    # span's baseline gets it here
     figs, _ = read_report(model, items, float(model.min_score), cfg.data.leave_out,
-                          run_sentence_f1(run_dir, cfg.mine_with, items))
+                          run_baseline_rows(run_dir, cfg.mine_with, items))
     return figs, f"the run's held-out split ({part} questions)"
 
 

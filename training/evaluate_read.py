@@ -75,24 +75,32 @@ def item_json(it: ReadItem) -> dict[str, Any]:
 
 
 def read_report(model: Any, items: Sequence[ReadItem], threshold: float, ood_sources: Sequence[str] = (),
-                sentence_f1: Mapping[str, float] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
+                baseline_rows: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """The recipe's held-out figures of ``model`` on ``items`` (``training.reader.score_items``;
     ``ood_sources``: the run's ``data.leave_out``, whose questions also give the ``ood/`` figures;
-    ``sentence_f1``: the closest sentence's F1 per item, for the paired test against it)."""
-    from searchsmith.training.reader import score_items
+    ``baseline_rows``: the no-model answers per item (:func:`run_baseline_rows`), for the paired
+    tests against the closest sentence and its typed span, whose means are added as
+    ``baselines/...``)."""
+    from searchsmith.training.reader import score_items, sentence_baseline
 
-    return score_items(model, items, threshold, ood_sources, sentence_f1)
+    figs, rows = score_items(model, items, threshold, ood_sources, {r["id"]: r["f1"] for r in baseline_rows},
+                             {r["id"]: r["short_f1"] for r in baseline_rows if "short_f1" in r})
+    if baseline_rows:
+        base = sentence_baseline(items, None, ood_sources, [dict(r) for r in baseline_rows])
+        figs.update({f"baselines/{k}": v for k, v in base.items()})
+    return figs, rows
 
 
-def run_sentence_f1(run_dir: Path, mine_with: str, items: Sequence[ReadItem]) -> dict[str, float]:
-    """The closest sentence's F1 per held-out item, as the reader recipe measured it (its
-    ``mine_with`` bi-encoder, its embedding cache in ``run_dir/cache``); {} with ``mine_with: none``."""
+def run_baseline_rows(run_dir: Path, mine_with: str, items: Sequence[ReadItem]) -> list[dict[str, Any]]:
+    """The no-model answers per held-out item (``training.reader.sentence_rows``: the closest
+    sentence and its typed span, with their F1), as the reader recipe measured them (its
+    ``mine_with`` bi-encoder, its embedding cache in ``run_dir/cache``); [] with ``mine_with: none``."""
     from searchsmith.training.data import CachedEmbedder
     from searchsmith.training.reader import sentence_rows
 
     if mine_with == "none":
-        return {}
-    return {r["id"]: r["f1"] for r in sentence_rows(items, CachedEmbedder(mine_with, Path(run_dir) / "cache").encode)}
+        return []
+    return sentence_rows(items, CachedEmbedder(mine_with, Path(run_dir) / "cache").encode)
 
 
 def eval_read(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,7 +164,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["eval_read", "heldout_items", "item_json", "read_items", "read_report", "run_sentence_f1", "write_eval"]
+__all__ = ["eval_read", "heldout_items", "item_json", "read_items", "read_report", "run_baseline_rows",
+           "write_eval"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(_main())

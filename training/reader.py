@@ -16,11 +16,14 @@ plus cross-entropy of the answer kind.
 Held-out evaluation (question ids never trained on, in any form): SQuAD EM and token F1
 (best over the answer's aliases) per source, reading every paragraph of the item; no-answer
 accuracy on the same questions over their distractor paragraphs only (the answer is
-"none" when the reader's score is below ``no_answer_threshold``). Baseline: the pipeline's
-no-model answer, the context sentence closest to the question by the bi-encoder's cosine
-(``sentence_f1``); the serving gate uses the reader only where it beats it. The sources of
-``data.leave_out`` are held out whole and also scored apart (``ood/f1`` against
-``baselines/ood_sentence_f1``): where they are recorded, the gate reads those.
+"none" when the reader's score is below ``no_answer_threshold``). Baselines: the pipeline's
+no-model answers, the context sentence closest to the question by the bi-encoder's cosine
+(``sentence_f1``) and the span of that sentence the question asks for
+(``models.text.typed_span``, the sentence when it has none: ``short_f1``), the extractive
+backend's short answer; the serving gate uses the reader only where it beats both. The sources
+of ``data.leave_out`` are held out whole and also scored apart (``ood/f1`` against
+``baselines/ood_sentence_f1`` and ``baselines/ood_short_f1``): where they are recorded, the gate
+reads those.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from searchsmith.models.reader import (
     join_passages,
 )
 from searchsmith.models.reader_model import SpanReader, TorchReader
-from searchsmith.models.text import exact_match, sentence_texts, token_f1
+from searchsmith.models.text import exact_match, sentence_texts, token_f1, typed_span
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder
 from searchsmith.training.read_data import (
@@ -72,6 +75,8 @@ OOD_PREFIX = "ood/"  # the figures on data.leave_out's questions (serving/pipeli
 #: question (``<PAIRED_KEY>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n``, ``_direction``; also under
 #: ``ood/`` for the left-out sources): the reader gate needs ``_direction`` +1
 PAIRED_KEY = "f1_vs_sentence"
+#: the same against the closest sentence's typed span (the extractive short answer)
+SHORT_PAIRED_KEY = "f1_vs_short"
 
 
 @dataclass(frozen=True)
@@ -372,7 +377,8 @@ def no_answer_items(items: Sequence[ReadItem], keep_answers: bool = True) -> lis
 
 
 def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sources: Sequence[str] = (),
-                sentence_f1: Mapping[str, float] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
+                sentence_f1: Mapping[str, float] | None = None,
+                short_f1: Mapping[str, float] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """EM / F1 per source and overall, answered rate and no-answer accuracy.
 
     Args:
@@ -383,6 +389,8 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
             figures also under ``ood/`` (``ood/f1``, ``ood/em``, ``ood/n``, ``ood/answered_rate``).
         sentence_f1: the closest sentence's F1 per item id (:func:`sentence_rows`): adds the
             paired test of the reader against it (:data:`PAIRED_KEY`).
+        short_f1: that sentence's typed span's F1 per item id: the paired test against it
+            (:data:`SHORT_PAIRED_KEY`).
     """
     answers = model.read_batch([it.question for it in items], [it.paragraphs for it in items]) if items else []
     rows = []
@@ -399,9 +407,10 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
     if ood:
         out.update(_means(ood, OOD_PREFIX))
         out[f"{OOD_PREFIX}answered_rate"] = float(np.mean([r["answered"] for r in ood]))
-    if sentence_f1:
-        out.update(_paired(rows, sentence_f1, ""))
-        out.update(_paired(ood, sentence_f1, OOD_PREFIX))
+    for base, key in ((sentence_f1, PAIRED_KEY), (short_f1, SHORT_PAIRED_KEY)):
+        if base:
+            out.update(_paired(rows, base, "", key))
+            out.update(_paired(ood, base, OOD_PREFIX, key))
     none = no_answer_items(items)
     if none:
         got = model.read_batch([it.question for it in none], [it.paragraphs for it in none])
@@ -409,33 +418,42 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
     return out, rows
 
 
-def _paired(rows: Sequence[dict[str, Any]], sentence_f1: Mapping[str, float], prefix: str) -> dict[str, float]:
+def _paired(rows: Sequence[dict[str, Any]], baseline_f1: Mapping[str, float], prefix: str,
+            key: str = PAIRED_KEY) -> dict[str, float]:
     from searchsmith.models.stats import paired_figures
 
-    both = [(sentence_f1[r["id"]], r["f1"]) for r in rows if r["id"] in sentence_f1]
-    return paired_figures(prefix + PAIRED_KEY, [b for b, _ in both], [m for _, m in both])
+    both = [(baseline_f1[r["id"]], r["f1"]) for r in rows if r["id"] in baseline_f1]
+    return paired_figures(prefix + key, [b for b, _ in both], [m for _, m in both])
 
 
-def _means(rows: Sequence[dict[str, Any]], prefix: str) -> dict[str, float]:
+def _means(rows: Sequence[dict[str, Any]], prefix: str, col: str = "") -> dict[str, float]:
+    """Mean EM and F1 of ``rows`` (their ``{col}em`` / ``{col}f1``) as ``{prefix}em``,
+    ``{prefix}f1``, with ``{prefix}n``."""
     if not rows:
         return {}
-    return {f"{prefix}em": float(np.mean([r["em"] for r in rows])),
-            f"{prefix}f1": float(np.mean([r["f1"] for r in rows])), f"{prefix}n": float(len(rows))}
+    return {f"{prefix}em": float(np.mean([r[f"{col}em"] for r in rows])),
+            f"{prefix}f1": float(np.mean([r[f"{col}f1"] for r in rows])), f"{prefix}n": float(len(rows))}
 
 
 def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]]:
-    """The no-model answer per item: the context sentence closest to the question (bi-encoder
-    cosine), with its EM and F1 (``{"id", "source", "em", "f1"}``)."""
+    """The no-model answers per item: the context sentence closest to the question (bi-encoder
+    cosine) with its EM and F1, and the span of it the question asks for (``typed_span``; the
+    sentence when it has none), the extractive backend's short answer, with its
+    (``{"id", "source", "em", "f1", "short", "short_em", "short_f1"}``)."""
     rows = []
     for it in items:
         sents = [s for _, text in it.paragraphs for s in sentence_texts(text) if len(s) > 3]
         if not sents:
-            rows.append({"id": it.uid, "source": it.source, "em": 0.0, "f1": 0.0})
+            rows.append({"id": it.uid, "source": it.source, "em": 0.0, "f1": 0.0, "short": "",
+                         "short_em": 0.0, "short_f1": 0.0})
             continue
         vec = encode([it.question, *sents])
         pick = sents[int(np.argmax(vec[1:] @ vec[0]))]
         em, f1 = best_f1(pick, it.answers)
-        rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1})
+        short = typed_span(it.question, [pick]) or pick
+        short_em, short_f1 = best_f1(short, it.answers)
+        rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1, "short": short,
+                     "short_em": short_em, "short_f1": short_f1})
     return rows
 
 
@@ -446,12 +464,14 @@ def sentence_baseline(items: Sequence[ReadItem], encode: Any, ood_sources: Seque
     out-of-domain baseline)."""
     if rows is None:
         rows = sentence_rows(items, encode)
-    out = {f"sentence_{k}": v for k, v in _means(rows, "").items() if k != "n"}
-    for source in sorted({r["source"] for r in rows}):
-        out.update({f"sentence_{source}/{k}": v
-                    for k, v in _means([r for r in rows if r["source"] == source], "").items() if k != "n"})
+    out: dict[str, float] = {}
     ood = [r for r in rows if r["source"] in set(ood_sources)]
-    out.update({f"{OOD_PREFIX[:-1]}_sentence_{k}": v for k, v in _means(ood, "").items() if k != "n"})
+    for name, col in (("sentence", ""), ("short", "short_")):
+        out.update({f"{name}_{k}": v for k, v in _means(rows, "", col).items() if k != "n"})
+        for source in sorted({r["source"] for r in rows}):
+            out.update({f"{name}_{source}/{k}": v for k, v in
+                        _means([r for r in rows if r["source"] == source], "", col).items() if k != "n"})
+        out.update({f"{OOD_PREFIX[:-1]}_{name}_{k}": v for k, v in _means(ood, "", col).items() if k != "n"})
     return out
 
 
@@ -492,16 +512,19 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
     baselines: dict[str, Any] = {"data": {**counts, "train_questions": len(train_items),
                                           "eval_questions": len(eval_items), "train_windows": len(windows)}}
     sentence_f1: dict[str, float] = {}
+    short_f1: dict[str, float] = {}
     if cfg.mine_with != "none":
         embedder = CachedEmbedder(cfg.mine_with, run_dir / "cache")
         rows = sentence_rows(eval_items, embedder.encode)
         baselines.update(sentence_baseline(eval_items, embedder.encode, cfg.data.leave_out, rows))
         sentence_f1 = {r["id"]: r["f1"] for r in rows}
+        short_f1 = {r["id"]: r["short_f1"] for r in rows}
         del embedder
 
     def eval_fn(m: Any) -> dict[str, float]:
         reader = TorchReader(m, tokenizer, settings, cfg.no_answer_threshold, cfg.eval_batch_size)
-        return score_items(reader, eval_items, cfg.no_answer_threshold, cfg.data.leave_out, sentence_f1)[0]
+        return score_items(reader, eval_items, cfg.no_answer_threshold, cfg.data.leave_out, sentence_f1,
+                           short_f1)[0]
 
     result = train(
         model, reader_loss, batch_stream(windows, tokenizer.pad_token_id or 0, cfg.optim.batch_size,
@@ -520,6 +543,7 @@ def reader(cfg: ReaderRecipe, run_dir: Path, force: bool = False) -> dict[str, A
 
 
 __all__ = [
+    "SHORT_PAIRED_KEY",
     "ReaderModel",
     "ReaderRecipe",
     "TrainWindow",

@@ -190,6 +190,9 @@ class ExtractiveConfig:
             that the sub-question does not mention, at most ``node_answer_names`` of them;
             the whole sentence when it has none) or ``sentence`` (the best sentence).
         node_answer_names: most names a ``names`` answer keeps (the sentence's first).
+        short_answer: lead the answer with the short answer its sentences hold, the date,
+            number or name the question asks for (``models.text.typed_span``), and fill
+            ``short_answer`` and ``support`` as the reader does; off: the sentences alone.
     """
 
     sentences_per_node: int = 2
@@ -199,6 +202,7 @@ class ExtractiveConfig:
     max_sentences: int = 40
     node_answer: Literal["names", "sentence"] = "names"
     node_answer_names: int = 3
+    short_answer: bool = True
 
     def __post_init__(self) -> None:
         if self.sentences_per_node < 1 or self.max_sentences < 1:

@@ -9,7 +9,11 @@
   the share of the sub-question's content words the sentence contains; the best one is
   selected, then the next ones only while their support stays within ``min_relative_score``
   of the best (up to ``sentences_per_node``): the answer stops after the sentences that
-  answer. Nodes are fused in node order, without repeats.
+  answer. Nodes are fused in node order, without repeats. With ``short_answer`` (the
+  default) the answer leads with the span of those sentences that the question asks for
+  (``models.text.typed_span``: "When ...?" a date, "How many ...?" a number, "Who / Which
+  ...?" a name the question lacks), as the reader's does; yes / no, choice and why / how
+  questions keep the sentences alone.
 * ``openai``: any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, llama.cpp
   server, TGI, a hosted API) over httpx, streamed (server-sent events).
 * ``hf``: a local transformers causal LM (greedy decoding).
@@ -42,6 +46,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
+from searchsmith.models.text import SPAN_KINDS, answer_kind, typed_span
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import (
     content_words,
@@ -56,6 +61,7 @@ from searchsmith.serving.pipeline.config import (
     OpenAIConfig,
     Preset,
 )
+from searchsmith.serving.pipeline.reading import lead_sentence
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
 
 log = logging.getLogger(__name__)
@@ -201,9 +207,9 @@ class ExtractiveGenerator:
         names = missing_entities(pattern_entities(picked[0]), question)  # in the sentence's order
         return " ".join(names[: self.config.node_answer_names]) or picked[0]
 
-    def compose(self, ranked: Sequence[Sequence[Support]],
-                lead: Sequence[Support] = ()) -> tuple[str, list[str]]:
-        """(answer, chunk ids it drew on) from each final node's ranked sentences, in node order.
+    def chosen(self, ranked: Sequence[Sequence[Support]],
+               lead: Sequence[Support] = ()) -> tuple[list[str], list[str]]:
+        """(sentences, chunk ids they came from) of each final node's :meth:`cut`, in node order.
 
         Args:
             lead: sentences quoted first, as they are (a chain's bridges, :meth:`bridge`).
@@ -215,7 +221,33 @@ class ExtractiveGenerator:
                 if c.text not in chosen:
                     chosen.append(c.text)
                     used.extend(i for i in c.chunk_ids if i not in used)
+        return chosen, used
+
+    def compose(self, ranked: Sequence[Sequence[Support]],
+                lead: Sequence[Support] = ()) -> tuple[str, list[str]]:
+        """(answer, chunk ids it drew on): the :meth:`chosen` sentences joined."""
+        chosen, used = self.chosen(ranked, lead)
         return " ".join(chosen), used
+
+    def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]]) -> str:
+        """The short answer in each final step's :meth:`cut` sentences (``typed_span``: the
+        date, number or name its question asks for), "; "-joined; "" when no step has one or
+        ``short_answer`` is off.
+
+        A step asked as a question ("When was #1 founded?") says what it asks for; a step
+        that is a phrase ("default index.ef_construction", filled with its parent's answer)
+        does not, and the user's ``question`` does, with its own words. A yes / no or choice
+        question gets none, whatever its steps ask.
+        """
+        if not self.config.short_answer or answer_kind(question) in ("YESNO", "CHOICE"):
+            return ""
+        shorts: list[str] = []
+        for step, r in zip(steps, ranked, strict=True):
+            asked = step if answer_kind(step) in SPAN_KINDS else question
+            span = typed_span(asked, [c.text for c in self.cut(r)])
+            if span and span.lower() not in (s.lower() for s in shorts):
+                shorts.append(span)
+        return "; ".join(shorts)
 
     def bridge(self, node: NodeResult, state: PipelineState) -> Support | None:
         """The sentence an answered step's answer came from: the best-supported sentence of its
@@ -676,4 +708,11 @@ class GenerationStage:
                 return
             if self.config.backend == "reader":
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
-            state.answer, state.used_passages = self.extractive.compose(ranked, bridges)
+            chosen, state.used_passages = self.extractive.chosen(ranked, bridges)
+            state.answer = " ".join(chosen)
+            short = self.extractive.short_answer(state.question(), [n.text for n in final], ranked)
+            if short:
+                # the span of a date, number or name the question asks for, then its sentences
+                state.short_answer, state.support = short, chosen
+                state.answer = " ".join([lead_sentence(short), *chosen])
+                st.note += f"; short answer {short!r} (generation.extractive.short_answer)"

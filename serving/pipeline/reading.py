@@ -40,6 +40,12 @@ class NodeReading(NamedTuple):
     window: tuple[Passage, ...]  # the passages the answering window read
 
 
+def lead_sentence(short: str) -> str:
+    """A short answer as the answer's first sentence: "Yes." / "No.", else ending in a stop."""
+    lead = short.capitalize() if short.lower() in ("yes", "no") else short
+    return lead if lead[-1:] in ".!?" else f"{lead}."
+
+
 class ReaderAnswer(NamedTuple):
     """What :meth:`ReaderAnswers.compose` gives the generation stage."""
 
@@ -195,9 +201,7 @@ class ReaderAnswers:
         if not shorts:
             return None
         short = "; ".join(shorts)
-        lead = short.capitalize() if short.lower() in ("yes", "no") else short
-        lead = lead if lead[-1:] in ".!?" else f"{lead}."
-        return ReaderAnswer(" ".join([lead, *support]), short, support, used)
+        return ReaderAnswer(" ".join([lead_sentence(short), *support]), short, support, used)
 
 
-__all__ = ["NodeReading", "ReaderAnswer", "ReaderAnswers", "body_sentence", "span_sentence"]
+__all__ = ["NodeReading", "ReaderAnswer", "ReaderAnswers", "body_sentence", "lead_sentence", "span_sentence"]

@@ -8,6 +8,7 @@ from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.text import (
     BM25_STOP_WORDS,
     QUERY_STOP_WORDS,
+    answer_kind,
     answer_tokens,
     entity_spans,
     exact_match,
@@ -15,10 +16,12 @@ from searchsmith.models.text import (
     missing_entities,
     normalize_answer,
     pattern_entities,
+    plural_question,
     read_jsonl,
     sentence_texts,
     split_sentences,
     token_f1,
+    typed_span,
 )
 
 
@@ -159,3 +162,78 @@ def test_iter_jsonl_yields_line_numbers_and_stops_at_the_first_bad_line(tmp_path
     assert next(it) == (1, {"a": 1}) and next(it) == (3, {"a": 2})
     with pytest.raises(ValidationError, match=r"i\.jsonl:4: not valid JSON"):
         next(it)
+
+
+# -- short answers ---------------------------------------------------------------------------
+@pytest.mark.parametrize("question, kind", [
+    ("When was Quarry 3.0 released?", "DATE"),
+    ("In what year did the war end?", "DATE"),
+    ("How many vacuum tubes did ENIAC use?", "NUM"),
+    ("About how many vacuum tubes did ENIAC use?", "NUM"),
+    ("What is the default value of cron.timezone in Tidewater?", "NUM"),
+    ("At what temperature is focaccia baked?", "NUM"),
+    ("Which port does it listen on by default?", "NUM"),
+    ("In which Quarry version was the outage fixed?", "NUM"),
+    ("Who discovered Uranus?", "ENT"),
+    ("Which file contains the code for Quarry's HNSW index?", "ENT"),
+    ("What event caused the outage?", "ENT"),  # "event" asks for no quantity
+    ("The actor known as Freddie won what award?", "ENT"),
+    ("Is Quarry written in Rust?", "YESNO"),
+    ("Was the man who founded Quarry born in 1950?", "YESNO"),  # "who" only in a clause
+    ("Are Aladdin and Song of the South produced by the same company?", "YESNO"),
+    ("Who lived longer, Elia Kazan or Moustapha Akkad?", "CHOICE"),
+    ("Which band has more members, DC Talk or Manchester Orchestra?", "CHOICE"),
+    ("How do you fix the error?", "OTHER"),
+    ("Why did the outage happen?", "OTHER"),
+    ("Tell me about Quarry.", "OTHER"),
+])
+def test_answer_kind(question: str, kind: str) -> None:
+    assert answer_kind(question) == kind
+
+
+@pytest.mark.parametrize("question, plural", [
+    ("What are the names of the moons of Mars?", True),
+    ("Which capital cities lie on the Danube?", True),
+    ("Which parts is a Quarry deployment built from?", True),
+    ("Which file implements it?", False),
+    ("Who discovered Uranus?", False),
+    ("What does Quarry do?", False),
+    ("Which series won?", False),
+    ("Quarry is fast.", False),
+])
+def test_plural_question(question: str, plural: bool) -> None:
+    assert plural_question(question) is plural
+
+
+@pytest.mark.parametrize("question, sentences, span", [
+    # the kind asked for, not the first entity of the sentence
+    ("When was Quarry 3.0 released?", ["Northwind Labs released Quarry 3.0 on 2024-09-10."], "2024-09-10"),
+    # names the question holds are no answer; its words are cut from a candidate's ends
+    ("Who discovered Uranus?", ["Uranus was discovered by William Herschel in 1781."], "William Herschel"),
+    ("In which Quarry version was the outage fixed?", ["Northwind Labs fixed it in Quarry 3.0.2."], "3.0.2"),
+    ("What is the default value of snapshot.interval_s in Lumen?",
+     ["Set it in lumen.yaml: `snapshot: interval_s: 300`."], "300"),
+    # a name question takes a name before a bare number ("Lumen 4.0.1" is no company)
+    ("Which company acquired the maker of Lumen?", ["Lumen 4.0.1 was released by Brightline Systems."],
+     "Brightline Systems"),
+    # the candidate with the most of the question's words near it, over every sentence
+    ("Who sent the first message over ARPANET?",
+     ["ARPANET was funded by the Advanced Research Projects Agency.",
+      "The first message was sent by Charley Kline at UCLA in 1969."], "Charley Kline"),
+    # the fallback kind only when no sentence holds the first: a date, else a number
+    ("When was the dam completed?", ["The dam is 111 metres high.", "It was completed in 1970."], "1970"),
+    ("When was the dam completed?", ["The dam is 111 metres high."], "111"),
+    # a plural question takes the list its best candidate stands in
+    ("Which capital cities lie on the Danube?",
+     ["The Danube flows through Vienna, Bratislava, Budapest and Belgrade, said Ada Lovelace."],
+     "Vienna, Bratislava, Budapest and Belgrade"),
+    ("Which city lies on the Danube?", ["The Danube flows through Vienna, Bratislava and Budapest."], "Vienna"),
+    # no span for yes / no, choice or how questions, nor when no sentence has the kind
+    ("Is Quarry written in Rust?", ["Quarry is written in Rust."], ""),
+    ("Who lived longer, Elia Kazan or Moustapha Akkad?", ["Elia Kazan died in 2003 aged 94."], ""),
+    ("How do you fix the error?", ["Raise snapshot.interval_s to 600."], ""),
+    ("Who wrote Quarry?", ["Nobody remembers."], ""),
+    ("Who wrote Quarry?", [], ""),
+])
+def test_typed_span(question: str, sentences: list[str], span: str) -> None:
+    assert typed_span(question, sentences) == span

@@ -306,6 +306,45 @@ def test_a_left_out_source_is_held_out_whole_and_scored_apart() -> None:
 
     base = sentence_baseline(held_items, encode, ("demo",))
     assert base["ood_sentence_f1"] == pytest.approx(base["sentence_demo/f1"]) and "ood_sentence_n" not in base
+    # beside the sentence, its typed span (the extractive short answer): shorter, so better here
+    assert base["ood_short_f1"] == pytest.approx(base["short_demo/f1"])
+    assert base["short_f1"] > base["sentence_f1"]
+
+
+def test_the_typed_span_baseline_answers_with_the_span_the_question_asks_for() -> None:
+    from searchsmith.training.reader import score_items, sentence_rows
+
+    item = ReadItem("q1", "q1", "demo", "When was Quarry 3.0 released?",
+                    [("Quarry", "Northwind Labs released Quarry 3.0 on 2024-09-10. It is fast.")], ["2024-09-10"], [0])
+    yes_no = ReadItem("q2", "q2", "demo", "Is Quarry fast?", [("Quarry", "Quarry is fast. It is written in Rust.")],
+                      ["yes"], [0])
+
+    def encode(texts):  # the question is closest to the first sentence of each item
+        import numpy as np
+
+        return np.array([[1.0, 0.0]] + [[1.0, 0.0] if i == 0 else [0.0, 1.0] for i in range(len(texts) - 1)])
+
+    rows = sentence_rows([item, yes_no], encode)
+    assert rows[0]["short"] == "2024-09-10" and rows[0]["short_f1"] == 1.0 and rows[0]["f1"] < 1.0
+    assert rows[1]["short"] == "Quarry is fast." and rows[1]["short_f1"] == rows[1]["f1"]  # no span: the sentence
+
+    class Fixed:
+        def read_batch(self, questions, passages):
+            from types import SimpleNamespace
+
+            return [SimpleNamespace(text="2024-09-10", kind="span", score=0.9) for _ in questions]
+
+    out, _ = score_items(Fixed(), [item, yes_no], 0.5, (), {r["id"]: r["f1"] for r in rows},
+                         {r["id"]: r["short_f1"] for r in rows})
+    assert out["f1_vs_short_n"] == 2 and out["f1_vs_short_diff"] == pytest.approx(0.0)  # the same answers
+    assert out["f1_vs_sentence_diff"] > 0
+    # an export re-measures both, and records the baselines a run made before the span's lacks
+    from searchsmith.training.evaluate_read import read_report
+
+    figs, _ = read_report(Fixed(), [item, yes_no], 0.5, ("demo",), rows)
+    assert figs["baselines/short_f1"] == pytest.approx(0.5) and figs["baselines/ood_short_f1"] == pytest.approx(0.5)
+    assert figs["baselines/sentence_f1"] == pytest.approx((rows[0]["f1"] + rows[1]["f1"]) / 2)
+    assert {"f1_vs_short_direction", "ood/f1_vs_short_direction", "f1_vs_sentence_direction"} <= set(figs)
 
 
 def test_the_reader_gate_reads_the_out_of_domain_figures_when_recorded() -> None:
@@ -327,6 +366,16 @@ def test_the_reader_gate_reads_the_out_of_domain_figures_when_recorded() -> None
     assert check_row(row, {**ood_lead, **test("ood/", 0.052, 1)})[1] is None
     assert "only inside the noise" in check_row(row, {**ood_lead, **test("ood/", 0.052, 0)})[1]
     assert "only inside the noise" in check_row(row, {**pooled, **test("", 0.12, 0)})[1]
+    # the typed span of that sentence, where recorded, is a baseline too, with its own paired test
+    fig, why = check_row(row, {**pooled, "baselines/short_f1": 0.30})
+    assert "0.185 is below the span of that sentence the question asks for (0.300)" in why
+    with_short = {**pooled, "baselines/short_f1": 0.15}
+    assert "no paired test of its answer F1 against the span" in check_row(row, with_short)[1]
+    short_test = {k.replace("f1_vs_sentence", "f1_vs_short"): v for k, v in test("", 0.03, 0).items()}
+    assert "leads the span of that sentence the question asks for only inside the noise" in \
+        check_row(row, {**with_short, **short_test})[1]
+    short_test = {k.replace("f1_vs_sentence", "f1_vs_short"): v for k, v in test("", 0.03, 1).items()}
+    assert check_row(row, {**with_short, **short_test})[1] is None
 
 
 def test_the_recipe_records_the_paired_test_against_the_closest_sentence() -> None:

@@ -230,7 +230,7 @@ def test_a_name_no_passage_mentions_is_not_found(embedder):
     GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig()).run(st, Preset())
     assert st.answer_found and "7420" in st.answer
     assert "best support 1." in st.trace.stages["generation"].note
-    assert st.trace.stages["generation"].note.endswith(">= generation.no_answer_threshold 0.5")
+    assert ">= generation.no_answer_threshold 0.5" in st.trace.stages["generation"].note
 
 
 @pytest.mark.parametrize("query,names", [

@@ -359,3 +359,27 @@ def test_a_sub_questions_extractive_answer_is_the_names_its_sentence_adds(embedd
 def test_bad_node_answer_settings_are_refused(bad):
     with pytest.raises(ValueError, match="generation.extractive.node_answer"):
         ExtractiveConfig(**bad)
+
+
+def test_the_extractive_answer_leads_with_the_span_its_question_asks_for(embedder):
+    st = _state()
+    stage = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1)), None,
+                            GenerationConfig(no_answer_missing_names=False))
+    stage.run(st, Preset())
+    sentence = "By default the server listens on port 7420."
+    assert (st.short_answer, st.support) == ("7420", [sentence])
+    assert st.answer == f"7420. {sentence}" and st.used_passages == ["a#0"]
+    assert "short answer '7420' (generation.extractive.short_answer)" in st.trace.stages["generation"].note
+    # off: the sentences alone, as before
+    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1, short_answer=False)),
+                          None, GenerationConfig(no_answer_missing_names=False))
+    st = _state()
+    off.run(st, Preset())
+    assert (st.answer, st.short_answer, st.support) == (sentence, "", [])
+
+
+def test_a_yes_no_question_keeps_the_extractive_sentences(embedder):
+    st = _state(query="Is Quarry written in Rust?")
+    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1)), None,
+                    GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+    assert st.answer == "It is written in Rust." and (st.short_answer, st.support) == ("", [])
