@@ -200,7 +200,7 @@ class ExtractiveConfig:
     min_relative_score: float = 0.85
     lexical_weight: float = 0.5
     max_sentences: int = 40
-    node_answer: Literal["names", "span", "sentence"] = "names"
+    node_answer: Literal["names", "sentence"] = "names"
     node_answer_names: int = 3
     short_answer: bool = True
 
@@ -208,8 +208,8 @@ class ExtractiveConfig:
         if self.sentences_per_node < 1 or self.max_sentences < 1:
             raise ValueError("generation.extractive.sentences_per_node and max_sentences must be >= 1, got "
                              f"{self.sentences_per_node} and {self.max_sentences}")
-        if self.node_answer not in ("names", "span", "sentence"):
-            raise ValueError(f"generation.extractive.node_answer must be 'names', 'span' or 'sentence', "
+        if self.node_answer not in ("names", "sentence"):
+            raise ValueError(f"generation.extractive.node_answer must be 'names' or 'sentence', "
                              f"got {self.node_answer!r}")
         if isinstance(self.node_answer_names, bool) or not isinstance(self.node_answer_names, int) \
                 or self.node_answer_names < 1:

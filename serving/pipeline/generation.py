@@ -204,10 +204,6 @@ class ExtractiveGenerator:
             return ""
         if self.config.node_answer == "sentence":
             return picked[0]
-        if self.config.node_answer == "span" and answer_kind(question) in SPAN_KINDS:
-            span = typed_span(question, picked)
-            if span:
-                return span
         names = missing_entities(pattern_entities(picked[0]), question)  # in the sentence's order
         return " ".join(names[: self.config.node_answer_names]) or picked[0]
 
