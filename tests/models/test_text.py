@@ -4,6 +4,8 @@ JSONL."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.text import (
     BM25_STOP_WORDS,
@@ -237,3 +239,13 @@ def test_plural_question(question: str, plural: bool) -> None:
 ])
 def test_typed_span(question: str, sentences: list[str], span: str) -> None:
     assert typed_span(question, sentences) == span
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80), st.lists(st.text(max_size=120), max_size=3))
+def test_typed_span_never_fails_and_quotes_the_sentences(question: str, sentences: list[str]) -> None:
+    # any text, lone surrogates and control characters included: a span of the sentences or ""
+    span = typed_span(question, sentences)
+    words = " ".join(sentences).split()
+    assert all(any(w in s for s in words) for w in span.split())
+    assert answer_kind(question) in ("DATE", "NUM", "ENT", "YESNO", "CHOICE", "OTHER")
