@@ -287,7 +287,7 @@ value port price cost fee fees temperature uptime percentage percent share numbe
 length duration population height weight age distance speed limit rate capacity salary budget
 score timeout interval version
 """.split())
-_TIME_WORDS = frozenset("year years date month day decade century".split())
+_TIME_WORDS = frozenset("year years date month day decade century birthday".split())
 _HOW_MUCH = frozenset("many much long old far big large tall high often fast heavy deep wide".split())
 _WH = re.compile(r"\b(who|whom|whose|when|where|which|what|how|why)\b", re.I)
 _AUXILIARY = re.compile(r"\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|"
@@ -327,7 +327,7 @@ def answer_kind(question: str) -> AnswerKind:
         if w in RELATION_WORDS and w not in ("is", "was", "are", "were") or len(head) == 4:
             break
         head.append(w)
-    if wh == "when" or (wh in ("what", "which") and after[:1] and after[0] in _TIME_WORDS):
+    if wh == "when" or (wh in ("what", "which") and _TIME_WORDS & set(head)):
         return "DATE"
     if wh == "how":
         return "NUM" if after[:1] and after[0] in _HOW_MUCH else "OTHER"
@@ -361,7 +361,7 @@ def _trim_known(text: str, known: set[str]) -> str:
         words.pop(0)
     while words and is_known(words[-1]):
         words.pop()
-    return " ".join(words).strip(_EDGE + " ")
+    return re.sub(r"['’]s$", "", " ".join(words).strip(_EDGE + " "))  # "Cesar Millan's" -> "Cesar Millan"
 
 
 def _listed(sentence: str, found: Sequence[tuple[int, int, int, str, int, int]],

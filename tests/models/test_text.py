@@ -170,6 +170,7 @@ def test_iter_jsonl_yields_line_numbers_and_stops_at_the_first_bad_line(tmp_path
 @pytest.mark.parametrize("question, kind", [
     ("When was Quarry 3.0 released?", "DATE"),
     ("In what year did the war end?", "DATE"),
+    ("What is the birthday of the man who played Lex Luthor?", "DATE"),
     ("How many vacuum tubes did ENIAC use?", "NUM"),
     ("About how many vacuum tubes did ENIAC use?", "NUM"),
     ("What is the default value of cron.timezone in Tidewater?", "NUM"),
@@ -230,6 +231,7 @@ def test_plural_question(question: str, plural: bool) -> None:
      ["The Danube flows through Vienna, Bratislava, Budapest and Belgrade, said Ada Lovelace."],
      "Vienna, Bratislava, Budapest and Belgrade"),
     ("Which city lies on the Danube?", ["The Danube flows through Vienna, Bratislava and Budapest."], "Vienna"),
+    ("Who is the dog behaviorist?", ["Daddy was Cesar Millan's dog."], "Cesar Millan"),  # no possessive
     # no span for yes / no, choice or how questions, nor when no sentence has the kind
     ("Is Quarry written in Rust?", ["Quarry is written in Rust."], ""),
     ("Who lived longer, Elia Kazan or Moustapha Akkad?", ["Elia Kazan died in 2003 aged 94."], ""),
