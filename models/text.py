@@ -178,7 +178,8 @@ _QUOTED = re.compile(r"`([^`]+)`|\"([^\"]{2,60})\"")
 _DATES = (
     re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
     re.compile(rf"\b\d{{1,2}}\s+(?:{_MONTHS})(?:,?\s+\d{{4}})?\b"),
-    re.compile(rf"\b(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,\s*\d{{4}})?\b"),
+    # a day of the month, not a figure after a month's name ("May 99.90%" in a table of uptimes)
+    re.compile(rf"\b(?:{_MONTHS})\s+(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?(?:,\s*\d{{4}})?\b(?![.,]\d|\s?%)"),
     re.compile(rf"\b(?:{_MONTHS})\s+\d{{4}}\b"),
     re.compile(r"\b(?:1[5-9]|20)\d0s\b"),
     re.compile(r"(?<![\d.,$£€])\b(?:1[5-9]\d{2}|20\d{2})\b(?![.,]\d|\s?%)"),
@@ -187,7 +188,7 @@ _IDENTIFIER = re.compile(r"\b[A-Za-z0-9]+(?:[._/][A-Za-z0-9]+)+\b")
 _ABBREVIATION = re.compile(r"[a-z](?:\.[a-z])+")  # "e.g", "i.e": no identifier
 _NAME_WORD = r"[A-Z][\w'’&-]*"
 _NAME = re.compile(rf"{_NAME_WORD}(?:\s+(?:&\s+)?{_NAME_WORD})*")
-_VERSION = re.compile(r"\s+\d+(?:\.\d+)*\b(?![.,]\d)")  # "Voyager 2", "Quarry 3.0"
+_VERSION = re.compile(r"\s+\d+(?:\.\d+)*\b(?![.,]\d|\s?%)")  # "Voyager 2", "Quarry 3.0"; not "April 99.95%"
 _NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*"
                      r"(?:\s?%|\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?)\b)?")
 

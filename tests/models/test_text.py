@@ -100,6 +100,8 @@ def _typed(sentence: str) -> list[tuple[str, str]]:
       ("Hey Jude", "ENT"), ("3.5 %", "NUM")]),
     ("Released on 2024-03-12 and March 5, 2025.",
      [("2024-03-12", "DATE"), ("March 5, 2025", "DATE")]),
+    # a figure after a month's name is no day of it
+    ("Uptime was: April 99.95%, May 99.90%.", [("April", "ENT"), ("99.95%", "NUM"), ("May", "ENT"), ("99.90%", "NUM")]),
 ])
 def test_entity_spans_types_and_offsets(sentence: str, expected: list[tuple[str, str]]) -> None:
     assert _typed(sentence) == expected
