@@ -151,8 +151,9 @@ class PipelineState:
     passages: list[Passage] = field(default_factory=list)
     # generation
     answer: str = ""
-    # the reader's short answer ("Ed Wood", "yes") and the passage sentences supporting it;
-    # "" and [] when the answer is not a reader's (extractive, LLM, not found)
+    # the short answer ("Ed Wood", "yes": the reader's, or the extractive answer's typed span)
+    # and the passage sentences supporting it; "" and [] when there is none (an LLM's answer,
+    # not found, a yes / no question answered extractively, generation.extractive.short_answer off)
     short_answer: str = ""
     support: list[str] = field(default_factory=list)
     node_answers: dict[str, str] = field(default_factory=dict)
