@@ -44,7 +44,8 @@ class AnswerTrace(TypedDict):
 class Answer(TypedDict):
     """One answer: the cited text (``answer``; ``answer_text`` without markers), the short answer
     (the reader's, or the extractive answer's typed span) and the sentences supporting it
-    (``short_answer`` "" and ``support`` [] when there is none), its references, timeline, images, passages, graph and trace."""
+    (``short_answer`` "" and ``support`` [] when there is none), its references, timeline, images,
+    passages, graph and trace."""
 
     query_id: str
     query: str
