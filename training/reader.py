@@ -18,9 +18,10 @@ Held-out evaluation (question ids never trained on, in any form): SQuAD EM and t
 accuracy on the same questions over their distractor paragraphs only (the answer is
 "none" when the reader's score is below ``no_answer_threshold``). Baselines: the pipeline's
 no-model answers, the context sentence closest to the question by the bi-encoder's cosine
-(``sentence_f1``) and the span of that sentence the question asks for
-(``models.text.typed_span``, the sentence when it has none: ``short_f1``), the extractive
-backend's short answer; the serving gate uses the reader only where it beats both. The sources
+(``sentence_f1``) and the pipeline's extractive answer over the item's paragraphs, its short
+answer (the span its sentences hold of the kind the question asks for,
+``models.text.typed_span``) or its sentences when it has none (``short_f1``): the answer the
+reader replaces. The serving gate uses the reader only where it beats both. The sources
 of ``data.leave_out`` are held out whole and also scored apart (``ood/f1`` against
 ``baselines/ood_sentence_f1`` and ``baselines/ood_short_f1``): where they are recorded, the gate
 reads those.
@@ -47,7 +48,7 @@ from searchsmith.models.reader import (
     join_passages,
 )
 from searchsmith.models.reader_model import SpanReader, TorchReader
-from searchsmith.models.text import exact_match, sentence_texts, token_f1, typed_span
+from searchsmith.models.text import exact_match, sentence_texts, token_f1
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.data import CachedEmbedder
 from searchsmith.training.read_data import (
@@ -75,7 +76,7 @@ OOD_PREFIX = "ood/"  # the figures on data.leave_out's questions (serving/pipeli
 #: question (``<PAIRED_KEY>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n``, ``_direction``; also under
 #: ``ood/`` for the left-out sources): the reader gate needs ``_direction`` +1
 PAIRED_KEY = "f1_vs_sentence"
-#: the same against the closest sentence's typed span (the extractive short answer)
+#: the same against the pipeline's extractive short answer (:func:`sentence_rows`)
 SHORT_PAIRED_KEY = "f1_vs_short"
 
 
@@ -436,10 +437,25 @@ def _means(rows: Sequence[dict[str, Any]], prefix: str, col: str = "") -> dict[s
 
 
 def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]]:
-    """The no-model answers per item: the context sentence closest to the question (bi-encoder
-    cosine) with its EM and F1, and the span of it the question asks for (``typed_span``; the
-    sentence when it has none), the extractive backend's short answer, with its
-    (``{"id", "source", "em", "f1", "short", "short_em", "short_f1"}``)."""
+    """The no-model answers per item, with their EM and F1
+    (``{"id", "source", "em", "f1", "short", "short_em", "short_f1"}``):
+
+    * the context sentence closest to the question (bi-encoder cosine): ``em``, ``f1``;
+    * the pipeline's extractive answer over the item's paragraphs, which the reader replaces:
+      its short answer (``ExtractiveGenerator``: the sentences best supported by cosine and the
+      question's words, and in them the span the question asks for, ``typed_span``), or its
+      sentences when it has none: ``short``, ``short_em``, ``short_f1``.
+    """
+    from searchsmith.serving.pipeline.config import ExtractiveConfig
+    from searchsmith.serving.pipeline.generation import ExtractiveGenerator
+    from searchsmith.serving.pipeline.state import Passage, PipelineState
+
+    class Vectors:  # the extractive generator's embedder: the same encode (and its cache)
+        def encode(self, texts: Sequence[str], return_meta: bool = False) -> np.ndarray:
+            return encode(list(texts))
+
+    # every sentence of the item's paragraphs is a candidate (the pipeline's passages are few)
+    extractive = ExtractiveGenerator(Vectors(), ExtractiveConfig(max_sentences=100_000))
     rows = []
     for it in items:
         sents = [s for _, text in it.paragraphs for s in sentence_texts(text) if len(s) > 3]
@@ -450,7 +466,13 @@ def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]
         vec = encode([it.question, *sents])
         pick = sents[int(np.argmax(vec[1:] @ vec[0]))]
         em, f1 = best_f1(pick, it.answers)
-        short = typed_span(it.question, [pick]) or pick
+        state = PipelineState(query=it.question, rewrite=it.question)
+        state.embeddings.update(zip([it.question, *sents], vec, strict=True))  # computed above
+        passages = [Passage(f"{it.uid}#{i}", f"{it.uid}-{i}", it.source, text, 0.0, title=title)
+                    for i, (title, text) in enumerate(it.paragraphs)]
+        ranked = extractive.support(it.question, passages, state)
+        short = (extractive.short_answer(it.question, [it.question], [ranked])
+                 or " ".join(c.text for c in extractive.cut(ranked)))
         short_em, short_f1 = best_f1(short, it.answers)
         rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1, "short": short,
                      "short_em": short_em, "short_f1": short_f1})

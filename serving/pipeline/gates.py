@@ -128,7 +128,7 @@ GATES: tuple[GateRow, ...] = (
             "cosine attribution", "gate_cite", ood=True, beyond_noise=("attribution/f1_vs_cosine",)),
     GateRow("reader", "read", "f1", "answer F1",
             (("baselines/sentence_f1", "the context sentence closest to the question"),
-             ("baselines/short_f1", "the span of that sentence the question asks for")),
+             ("baselines/short_f1", "the extractive short answer")),
             "the extractive answer", "gate_read", ood=True, beyond_noise=("f1_vs_sentence", "f1_vs_short")),
     GateRow("images", "images", "ood/placement_accuracy", "placement accuracy on unseen photos",
             (("baselines/ood_cosine_placement_accuracy", "caption-cosine placement"),),

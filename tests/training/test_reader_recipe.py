@@ -306,12 +306,12 @@ def test_a_left_out_source_is_held_out_whole_and_scored_apart() -> None:
 
     base = sentence_baseline(held_items, encode, ("demo",))
     assert base["ood_sentence_f1"] == pytest.approx(base["sentence_demo/f1"]) and "ood_sentence_n" not in base
-    # beside the sentence, its typed span (the extractive short answer): shorter, so better here
+    # beside the sentence, the extractive short answer (the typed span of its sentences): better here
     assert base["ood_short_f1"] == pytest.approx(base["short_demo/f1"])
     assert base["short_f1"] > base["sentence_f1"]
 
 
-def test_the_typed_span_baseline_answers_with_the_span_the_question_asks_for() -> None:
+def test_the_extractive_baseline_answers_with_the_span_the_question_asks_for() -> None:
     from searchsmith.training.reader import score_items, sentence_rows
 
     item = ReadItem("q1", "q1", "demo", "When was Quarry 3.0 released?",
@@ -366,13 +366,13 @@ def test_the_reader_gate_reads_the_out_of_domain_figures_when_recorded() -> None
     assert check_row(row, {**ood_lead, **test("ood/", 0.052, 1)})[1] is None
     assert "only inside the noise" in check_row(row, {**ood_lead, **test("ood/", 0.052, 0)})[1]
     assert "only inside the noise" in check_row(row, {**pooled, **test("", 0.12, 0)})[1]
-    # the typed span of that sentence, where recorded, is a baseline too, with its own paired test
+    # the extractive short answer, where recorded, is a baseline too, with its own paired test
     fig, why = check_row(row, {**pooled, "baselines/short_f1": 0.30})
-    assert "0.185 is below the span of that sentence the question asks for (0.300)" in why
+    assert "0.185 is below the extractive short answer (0.300)" in why
     with_short = {**pooled, "baselines/short_f1": 0.15}
-    assert "no paired test of its answer F1 against the span" in check_row(row, with_short)[1]
+    assert "no paired test of its answer F1 against the extractive short answer" in check_row(row, with_short)[1]
     short_test = {k.replace("f1_vs_sentence", "f1_vs_short"): v for k, v in test("", 0.03, 0).items()}
-    assert "leads the span of that sentence the question asks for only inside the noise" in \
+    assert "leads the extractive short answer only inside the noise" in \
         check_row(row, {**with_short, **short_test})[1]
     short_test = {k.replace("f1_vs_sentence", "f1_vs_short"): v for k, v in test("", 0.03, 1).items()}
     assert check_row(row, {**with_short, **short_test})[1] is None
