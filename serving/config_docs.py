@@ -131,6 +131,15 @@ def _comment_docs(cls: type) -> dict[str, str]:
     return out
 
 
+def _class_summary(cls: type) -> str:
+    """The first paragraph of ``cls``'s docstring on one line; a pointer to the keys below when
+    the docstring opens with its ``Attributes:`` list (each key has its own entry)."""
+    first = (inspect.getdoc(cls) or "").split("\n\n")[0]
+    if first.lstrip().startswith("Attributes:"):
+        return f"{cls.__name__}: the keys below"
+    return " ".join(first.split())
+
+
 def _nested(tp: Any) -> type | None:
     """The dataclass inside ``tp`` (``X``, ``X | None``), if any."""
     if dataclasses.is_dataclass(tp):
@@ -183,7 +192,7 @@ def describe(cls: type, prefix: str = "", instance: Any = None) -> list[KeyDoc]:
             is_dict = get_origin(tp) is dict
             # a dict of dataclasses (e.g. presets: name -> Preset) documents one entry as <name>
             inner = path + (".<name>." if is_dict else ".")
-            section = doc or (inspect.getdoc(nested) or "").split("\n\n")[0].replace("\n", " ")
+            section = doc or _class_summary(nested)
             out.append(KeyDoc(path, _type_text(tp) if is_dict else nested.__name__,
                               _default_text(f, value) if is_dict else "{...}", section))
             sub = value if dataclasses.is_dataclass(value) else None

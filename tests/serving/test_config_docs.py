@@ -68,6 +68,16 @@ def test_both_docstring_layouts_and_comments_are_read():
     assert keys["n"].doc == "a count." and keys["n"].default == "3"
 
 
+def test_a_nested_section_is_its_classs_summary_not_its_attribute_list():
+    from searchsmith.serving.pipeline.config import PipelineConfig
+
+    keys = {k.path: k for k in describe(PipelineConfig)}
+    # ExtractiveConfig's docstring opens with its Attributes: list, each key has its own entry
+    assert keys["generation.extractive"].doc == "ExtractiveConfig: the keys below"
+    assert keys["generation.extractive.short_answer"].doc
+    assert "  " not in keys["generation"].doc  # a summary on one line, no docstring indentation
+
+
 def test_nested_defaults_are_the_parents_not_the_classes():
     keys = {k.path: k for k in describe(_Outer)}
     assert keys["inner.alpha"].default == "7"  # what _Outer's factory sets, not _Inner's 1
