@@ -414,13 +414,14 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
         return ""
     known = _question_words(question)
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
+    # each sentence's words and entities, read once for every label tried
+    parsed = [([(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
+                for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence)) for sentence in sentences]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
-        for i, sentence in enumerate(sentences):
-            words = [(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
-                     for m in _SPAN_WORD.finditer(sentence)]
-            for s, e, lab in entity_spans(sentence):
+        for i, (sentence, (words, entities)) in enumerate(zip(sentences, parsed, strict=True)):
+            for s, e, lab in entities:
                 span = _trim_known(sentence[s:e], known)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number

@@ -79,7 +79,7 @@ def read_report(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
     """The recipe's held-out figures of ``model`` on ``items`` (``training.reader.score_items``;
     ``ood_sources``: the run's ``data.leave_out``, whose questions also give the ``ood/`` figures;
     ``baseline_rows``: the no-model answers per item (:func:`run_baseline_rows`), for the paired
-    tests against the closest sentence and its typed span, whose means are added as
+    tests against the closest sentence and the extractive short answer, whose means are added as
     ``baselines/...``)."""
     from searchsmith.training.reader import score_items, sentence_baseline
 
@@ -93,7 +93,7 @@ def read_report(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
 
 def run_baseline_rows(run_dir: Path, mine_with: str, items: Sequence[ReadItem]) -> list[dict[str, Any]]:
     """The no-model answers per held-out item (``training.reader.sentence_rows``: the closest
-    sentence and its typed span, with their F1), as the reader recipe measured them (its
+    sentence and the extractive short answer, with their F1), as the reader recipe measured them (its
     ``mine_with`` bi-encoder, its embedding cache in ``run_dir/cache``); [] with ``mine_with: none``."""
     from searchsmith.training.data import CachedEmbedder
     from searchsmith.training.reader import sentence_rows

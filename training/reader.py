@@ -390,8 +390,8 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
             figures also under ``ood/`` (``ood/f1``, ``ood/em``, ``ood/n``, ``ood/answered_rate``).
         sentence_f1: the closest sentence's F1 per item id (:func:`sentence_rows`): adds the
             paired test of the reader against it (:data:`PAIRED_KEY`).
-        short_f1: that sentence's typed span's F1 per item id: the paired test against it
-            (:data:`SHORT_PAIRED_KEY`).
+        short_f1: the pipeline's extractive short answer's F1 per item id (:func:`sentence_rows`):
+            the paired test against it (:data:`SHORT_PAIRED_KEY`).
     """
     answers = model.read_batch([it.question for it in items], [it.paragraphs for it in items]) if items else []
     rows = []
