@@ -471,7 +471,7 @@ def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]
         passages = [Passage(f"{it.uid}#{i}", f"{it.uid}-{i}", it.source, text, 0.0, title=title)
                     for i, (title, text) in enumerate(it.paragraphs)]
         ranked = extractive.support(it.question, passages, state)
-        short = (extractive.short_answer(it.question, [it.question], [ranked])
+        short = (extractive.short_answer(it.question, [it.question], [ranked], passages)
                  or " ".join(c.text for c in extractive.cut(ranked)))
         short_em, short_f1 = best_f1(short, it.answers)
         rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1, "short": short,

@@ -193,6 +193,11 @@ class ExtractiveConfig:
         short_answer: lead the answer with the short answer its sentences hold, the date,
             number or name the question asks for (``models.text.typed_span``), and fill
             ``short_answer`` and ``support`` as the reader does; off: the sentences alone.
+        choice: (with ``short_answer``) a question that offers its answers ("Which film came
+            out first, A or B?") is answered by the option its passages favour
+            (``models.choice.choose``: the earlier date, the larger count, the question's own
+            words), supported by each option's sentence; before the reader's answer too, which
+            rarely names an option. Off, or when the passages do not decide: as any question.
     """
 
     sentences_per_node: int = 2
@@ -203,6 +208,7 @@ class ExtractiveConfig:
     node_answer: Literal["names", "sentence"] = "names"
     node_answer_names: int = 3
     short_answer: bool = True
+    choice: bool = True
 
     def __post_init__(self) -> None:
         if self.sentences_per_node < 1 or self.max_sentences < 1:

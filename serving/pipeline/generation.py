@@ -12,8 +12,9 @@
   answer. Nodes are fused in node order, without repeats. With ``short_answer`` (the
   default) the answer leads with the span of those sentences that the question asks for
   (``models.text.typed_span``: "When ...?" a date, "How many ...?" a number, "Who / Which
-  ...?" a name the question lacks), as the reader's does; yes / no, choice and why / how
-  questions keep the sentences alone.
+  ...?" a name the question lacks), as the reader's does; a question that offers its answers
+  ("Which came out first, A or B?") gets the option its passages favour (``choice``,
+  ``models.choice``); yes / no and why / how questions keep the sentences alone.
 * ``openai``: any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, llama.cpp
   server, TGI, a hosted API) over httpx, streamed (server-sent events).
 * ``hf``: a local transformers causal LM (greedy decoding).
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+from searchsmith.models.choice import Choice, choose
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import SPAN_KINDS, answer_kind, typed_span
@@ -229,17 +231,23 @@ class ExtractiveGenerator:
         chosen, used = self.chosen(ranked, lead)
         return " ".join(chosen), used
 
-    def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]]) -> str:
+    def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]],
+                     passages: Sequence[Passage] = ()) -> str:
         """The short answer in each final step's :meth:`cut` sentences (``typed_span``: the
         date, number or name its question asks for), "; "-joined; "" when no step has one or
         ``short_answer`` is off.
 
         A step asked as a question ("When was #1 founded?") says what it asks for; a step
         that is a phrase ("default index.ef_construction", filled with its parent's answer)
-        does not, and the user's ``question`` does, with its own words. A yes / no or choice
-        question gets none, whatever its steps ask.
+        does not, and the user's ``question`` does, with its own words. A choice question gets
+        the option ``passages`` favour (:meth:`choice`) or none; a yes / no question none,
+        whatever its steps ask.
         """
-        if not self.config.short_answer or answer_kind(question) in ("YESNO", "CHOICE"):
+        kind = answer_kind(question)
+        if kind == "CHOICE":
+            picked = self.choice(question, passages)
+            return picked[0].option if picked else ""
+        if not self.config.short_answer or kind == "YESNO":
             return ""
         shorts: list[str] = []
         for step, r in zip(steps, ranked, strict=True):
@@ -248,6 +256,27 @@ class ExtractiveGenerator:
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
         return "; ".join(shorts)
+
+    def choice(self, question: str, passages: Sequence[Passage]) -> tuple[Choice, list[str], list[str]] | None:
+        """``(choice, support, chunk ids)`` for a question that offers its answers ("..., A or
+        B?"): the option ``passages`` favour (``models.choice.choose``) and the sentences each
+        option's value came from, the chosen one's first; None for other questions, when the
+        passages do not decide, or with ``choice`` or ``short_answer`` off."""
+        if not (self.config.short_answer and self.config.choice) or answer_kind(question) != "CHOICE":
+            return None
+        unique = list({p.chunk_id: p for p in passages}.values())
+        picked = choose(question, [(p.title or "", p.text) for p in unique])
+        if picked is None:
+            return None
+        support: list[str] = []
+        used: list[str] = []
+        for i, sentence in picked.evidence:
+            text = " ".join(sentence.split())
+            if i >= 0 and text and text not in support:
+                support.append(text)
+                if unique[i].chunk_id not in used:
+                    used.append(unique[i].chunk_id)
+        return picked, support, used
 
     def bridge(self, node: NodeResult, state: PipelineState) -> Support | None:
         """The sentence an answered step's answer came from: the best-supported sentence of its
@@ -689,6 +718,15 @@ class GenerationStage:
                     failed = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); {fallback}"
                     st.note += f"; {failed}"
                     state.trace.note(f"generation: {failed}")
+            # a choice question ("Which came out first, A or B?"): the option the passages favour,
+            # before the reader's answer, which rarely names an option
+            picked = self.extractive.choice(state.question(), state.passages)
+            if picked is not None:
+                choice, state.support, state.used_passages = picked
+                state.short_answer = choice.option
+                state.answer = " ".join([lead_sentence(choice.option), *state.support])
+                st.note += f"; choice {choice.option!r}, {choice.reason} (generation.extractive.choice)"
+                return
             # a chain's earlier steps: the sentences their answers came from lead the support
             steps = [n for n in state.nodes if n.id in consumed and n.answer] if self.config.chain_support else []
             bridges = [b for b in (self.extractive.bridge(n, state) for n in steps) if b is not None]
@@ -710,7 +748,7 @@ class GenerationStage:
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
             chosen, state.used_passages = self.extractive.chosen(ranked, bridges)
             state.answer = " ".join(chosen)
-            short = self.extractive.short_answer(state.question(), [n.text for n in final], ranked)
+            short = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, state.passages)
             if short:
                 # the span of a date, number or name the question asks for, then its sentences
                 state.short_answer, state.support = short, chosen

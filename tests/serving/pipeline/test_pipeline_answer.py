@@ -383,3 +383,63 @@ def test_a_yes_no_question_keeps_the_extractive_sentences(embedder):
     GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1)), None,
                     GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
     assert st.answer == "It is written in Rust." and (st.short_answer, st.support) == ("", [])
+
+
+FILM_PASSAGES = [
+    Passage("h#0", "h", "films", "Harbour Lights is a 1952 drama film directed by Ola Brandt. It was shot in Bergen.",
+            0.8, title="Harbour Lights"),
+    Passage("g#0", "g", "films", "The Glass Orchard is a 1938 comedy film directed by Pia Sorel.", 0.7,
+            title="The Glass Orchard"),
+]
+
+
+def _film_state(query):
+    st = PipelineState(query=query, rewrite=query)
+    st.passages = list(FILM_PASSAGES)
+    st.nodes = [NodeResult("1", query, passages=list(FILM_PASSAGES))]
+    return st
+
+
+def test_a_choice_question_is_answered_by_the_option_its_passages_favour(embedder):
+    q = "Which film came out first, Harbour Lights or The Glass Orchard?"
+    st = _film_state(q)
+    GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False)).run(
+        st, Preset())
+    first, second = "The Glass Orchard is a 1938 comedy film directed by Pia Sorel.", \
+        "Harbour Lights is a 1952 drama film directed by Ola Brandt."
+    assert (st.short_answer, st.support) == ("The Glass Orchard", [first, second])
+    assert st.answer == f"The Glass Orchard. {first} {second}" and st.used_passages == ["g#0", "h#0"]
+    note = st.trace.stages["generation"].note
+    assert "choice 'The Glass Orchard', date: Harbour Lights 1952, The Glass Orchard 1938 (smallest)" in note
+    # off: as any question that offers a choice before (the sentences alone, no short answer)
+    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(choice=False)), None,
+                          GenerationConfig(no_answer_missing_names=False))
+    st = _film_state(q)
+    off.run(st, Preset())
+    assert (st.short_answer, st.support) == ("", []) and "choice" not in st.trace.stages["generation"].note
+
+
+def test_a_choice_the_passages_do_not_decide_keeps_the_sentences(embedder):
+    # neither passage says who is older: no option is guessed
+    st = _film_state("Who is older, Harbour Lights or The Glass Orchard?")
+    st.passages = st.nodes[0].passages = [
+        Passage("h#0", "h", "films", "Harbour Lights is a drama film.", 0.8, title="Harbour Lights"),
+        Passage("g#0", "g", "films", "The Glass Orchard is a comedy film.", 0.7, title="The Glass Orchard")]
+    GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False)).run(
+        st, Preset())
+    assert st.short_answer == "" and st.answer and "choice" not in st.trace.stages["generation"].note
+
+
+def test_a_choice_question_is_answered_by_the_option_before_the_readers_span(embedder):
+    from tests.serving.pipeline.test_pipeline_reader import FakeReader
+
+    reader = FakeReader(["Bergen"])  # the reader would answer a name that is neither option
+    stage = GenerationStage(ExtractiveGenerator(embedder), None,
+                            GenerationConfig(no_answer_missing_names=False), reader=reader)
+    st = _film_state("Which film was released more recently, Harbour Lights or The Glass Orchard?")
+    stage.run(st, Preset())
+    assert st.short_answer == "Harbour Lights" and reader.questions == []
+    # any other question is the reader's
+    st = _film_state("Where was Harbour Lights shot?")
+    stage.run(st, Preset())
+    assert st.short_answer == "Bergen" and reader.questions

@@ -1,0 +1,399 @@
+"""Choice questions answered from the sources: "Which film came out first, A or B?".
+
+A question that offers its answers ("..., A or B?") is answered by one of them, and which one
+the sources say: the option whose passages hold the earlier date, the larger count, or the
+question's own words. Without a reader the extractive answer used to quote a sentence about
+one option, which answers nothing; a reader trained on 400 questions picks a name from the
+passages that is often neither option.
+
+The rule, in order (:func:`choose`):
+
+1. :func:`choice_options` splits the question into its stem ("Which film came out first") and
+   its options (two or more names joined by "or", after the question word).
+2. :func:`comparison` reads what the stem compares: a date (first, earlier, oldest, born,
+   released ... the smallest; later, recently, younger ... the largest), a death date ("died
+   earlier"), a life span ("lived longer", "an older age") or a count ("more albums", "the most
+   species", "higher"), and through whom: "the film whose *director* is younger" compares the
+   directors (a relation noun of :data:`RELATION_VERBS`, followed to the name after "directed
+   by" in the option's passage).
+3. Each option's evidence is the passages about it (a title that names it) and then the other
+   sentences that name it; its value is the first one of the compared kind there.
+4. With a value for every option and one best, that option answers. A stem that compares
+   nothing is a match: the option whose passages hold more of the stem's words ("Which is a
+   *comedy film*, A or B?"), when exactly one holds the most. Anything else is no answer ("").
+
+This module sits on the ground floor with :mod:`searchsmith.models.text`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from searchsmith.models.text import QUERY_STOP_WORDS, RELATION_WORDS, entity_spans, sentence_texts
+
+Measure = Literal["date", "death", "lifespan", "count"]
+
+_WH = re.compile(r"\b(?:who|whom|whose|which|what|where|when)\b", re.I)
+_OR = re.compile(r",?\s+or\s+", re.I)
+# comparative and superlative words, and the direction they prefer (+1 the largest value)
+_DATE_WORDS = {
+    **dict.fromkeys("first earlier earliest older oldest before sooner".split(), -1),
+    **dict.fromkeys("later latest last recently recent newer newest younger youngest after".split(), +1),
+}
+_COUNT_WORDS = {
+    **dict.fromkeys("more most higher highest taller tallest larger largest bigger biggest longer longest "
+                    "greater greatest numerous heavier heaviest deeper deepest wider widest".split(), +1),
+    **dict.fromkeys("fewer less least lower lowest shorter shortest smaller smallest lighter lightest".split(), -1),
+}
+_DEATH = re.compile(r"\b(?:died|dead|death|passed away)\b", re.I)
+_LIFESPAN = re.compile(r"\blived\b|\blife\b|\bolder age\b|\byounger age\b", re.I)
+_SHORT_LIFE = re.compile(r"\bshorter life\b|\byounger age\b|\blived (?:a )?shorter\b", re.I)
+#: relation nouns a comparison may go through ("the film whose director ..."), with the words
+#: that name the related person in the option's passage ("directed by NAME", "director NAME")
+RELATION_VERBS: dict[str, tuple[str, ...]] = {
+    "director": ("directed by", "director"),
+    "producer": ("produced by", "producer"),
+    "composer": ("composed by", "music by", "composer"),
+    "author": ("written by", "by", "author"),
+    "writer": ("written by", "writer"),
+    "performer": ("performed by", "sung by", "recorded by", "by"),
+    "creator": ("created by", "creator"),
+    "founder": ("founded by", "founder"),
+}
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_MULTIPLIERS = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9}
+_MONTH_NUMBER = {m: i + 1 for i, m in enumerate(
+    "january february march april may june july august september october november december".split())}
+# lengths in metres: a height or length compared without a counted noun
+_UNITS = {**dict.fromkeys(("m", "metres", "meters", "metre", "meter"), 1.0),
+          **dict.fromkeys(("ft", "feet", "foot"), 0.3048),
+          **dict.fromkeys(("km", "kilometres", "kilometers"), 1000.0),
+          **dict.fromkeys(("mi", "miles", "mile"), 1609.344)}
+_YEAR = re.compile(r"\b(1\d{3}|20\d{2})\b")
+# "(April 1, 1954 – August 5, 1992)", "(Cantonese: Lam Ling- tung, December 8, 1955 – ...)"
+_RANGE = re.compile(r"\(([^()]*?\d{3,4}[^()–—]*?)\s*(?:[–—]|\s-\s)\s*([^()]*?)\)")
+_NAME_AFTER = re.compile(r"\s*(?:the\s+)?([A-Z][\w.'’-]*(?:\s+(?:[A-Z][\w.'’-]*|de|da|van|von|di|del|la|le)){0,4})")
+_YEAR_DAYS = 13 * 32  # a date as one number: year, month (0 unknown) and day (0 unknown) in order
+NEAR_COUNT = 6  # how near the counted noun a figure counts ("has 12 studio albums")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The option a choice question's sources favour.
+
+    Attributes:
+        option: the option as the question spells it (a trailing "(Film)" cut).
+        reason: why, for the trace ("1924 < 2015", "2 of the question's words vs 0").
+        evidence: per option, the index of its passage and the sentence its value came from,
+            the chosen option's first (``(-1, "")`` where an option had none).
+    """
+
+    option: str
+    reason: str
+    evidence: tuple[tuple[int, str], ...]
+
+
+def choice_options(question: str) -> tuple[str, list[str]]:
+    """``(stem, options)`` of a question that offers its answers, ``("", [])`` otherwise.
+
+    The options are joined by "or" after the question word: "Which came out first, A or B?",
+    "Which novelist, A or B, wrote ...?", "who is younger A or B" (no comma: the capitalised
+    run before "or"). An option ends at a comma followed by a lower-case word (", the 1970
+    documentary"); a trailing "(Film)" is cut.
+    """
+    q = " ".join(question.split()).rstrip()
+    wh = _WH.search(q)
+    ors = [m for m in _OR.finditer(q) if wh is not None and m.start() > wh.end()]
+    if not ors:
+        return "", []
+    m = ors[-1]
+    left, right = q[:m.start()], q[m.end():]
+    right_opt = re.split(r",\s+(?=[a-z])|[?]\s*$", right, maxsplit=1)[0]
+    tail = right[len(right_opt):]
+    right_opt = right_opt.rstrip(" ?.!")
+    # the options before: comma-separated pieces back to the stem ("A, B, or C")
+    pieces = [p.strip() for p in left.split(",")]
+    if len(pieces) > 1:
+        lefts, stem_pieces = [pieces[-1]], pieces[:-1]
+        while (len(stem_pieces) > 1 and not _WH.search(stem_pieces[-1]) and _capitalised(stem_pieces[-1])
+               and len(stem_pieces[-1].split()) <= 6 and _WH.search(", ".join(stem_pieces[:-1]))):
+            lefts.insert(0, stem_pieces.pop())
+        stem = ", ".join(stem_pieces)
+    else:
+        run = re.search(r"((?:[A-Z\"“'][\w.'’\"”&:-]*\s+(?:(?:of|the|and|de|von|van|a|in|on|for)\s+)*)*"
+                        r"[A-Z\"“'][\w.'’\"”&:-]*)$", left)
+        if run is None or run.start() == 0:
+            return "", []
+        lefts, stem = [run.group(1)], left[:run.start()]
+    if not _WH.search(stem):
+        return "", []
+    stem = stem.strip(" ,:")
+    if tail.strip(" ?") and not re.match(r",\s+(?:the|a|an)\b", tail):
+        # "Which novelist, A or B, wrote of ...": the rest of the question is stem too (", the
+        # 1970 documentary" describes the option before it)
+        stem = f"{stem} {tail.strip(' ,?')}"
+    options = [_clean_option(o) for o in [*lefts, right_opt]]
+    if any(not o or len(o.split()) > 12 for o in options) or len({o.lower() for o in options}) < len(options):
+        return "", []
+    return stem, options
+
+
+def _capitalised(text: str) -> bool:
+    return bool(re.match(r"[\"“']?[A-Z0-9]", text.strip()))
+
+
+def _clean_option(option: str) -> str:
+    option = re.sub(r"\s*\((?:film|band|album|song|novel|play|magazine|tv series|[^()]{0,30} film)\)\s*$", "",
+                    option.strip(), flags=re.I)
+    return option.strip(" \"“”'’,?")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What a choice question's stem compares: ``measure`` (``date``, ``death``, ``lifespan``
+    or ``count``), ``sign`` (+1: the largest value wins), ``noun`` (the counted thing, for a
+    count: "albums") and ``relation`` (a relation noun of :data:`RELATION_VERBS` the values are
+    read through, "" for the option itself)."""
+
+    measure: Measure
+    sign: int
+    noun: str = ""
+    relation: str = ""
+
+
+def comparison(stem: str) -> Comparison | None:
+    """What ``stem`` compares (see :class:`Comparison`), None when it compares nothing."""
+    words = re.findall(r"[a-z]+", stem.lower())
+    # "the film whose director ...", "the film has the director who ...": through the director;
+    # "Which film director is younger?" compares the directors named
+    relation = next((w for k, w in enumerate(words) if w in RELATION_VERBS and k and words[k - 1] in ("the", "whose")), "")
+    if _LIFESPAN.search(stem) and not _DEATH.search(stem):
+        return Comparison("lifespan", -1 if _SHORT_LIFE.search(stem) else +1, relation=relation)
+    for k, w in enumerate(words):
+        if w in _DATE_WORDS and not (w in ("older", "oldest", "younger", "youngest")
+                                     and k + 1 < len(words) and words[k + 1] == "age"):
+            # an older person or film: the earlier date (older -1, younger +1 above)
+            return Comparison("death" if _DEATH.search(stem) else "date", _DATE_WORDS[w], relation=relation)
+    for k, w in enumerate(words):
+        if w in _COUNT_WORDS:
+            # the counted noun: the last word of the run after the comparative ("more Grand Slam
+            # doubles *titles*", "more *albums* with ...")
+            run: list[str] = []
+            for x in words[k + 1:]:
+                if x in RELATION_WORDS or (x in QUERY_STOP_WORDS and run):
+                    break
+                if x not in QUERY_STOP_WORDS:
+                    run.append(x)
+            return Comparison("count", _COUNT_WORDS[w], run[-1] if run else "", relation)
+    if re.search(r"\bborn\b", stem, re.I):  # "Who was born first" is caught above; "born in 1950 or ..." is not
+        return None
+    return None
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower().replace("’", "'").replace("'s", "s")))
+
+
+def _names(title: str, option: str) -> int:
+    """How surely a passage titled ``title`` is about ``option``: 2 the same words, 1 one holds
+    the other (words whole: "Third Eye Blind (album)", "The Adventures of Priscilla, Queen of the
+    Desert" for "Queen Of The Desert"), 0 not. A one- or two-word option inside a longer title
+    is another thing ("The Kids of Catan"), unless the title adds one word at most."""
+    t, o = _norm(title), _norm(option)
+    if not t or not o:
+        return 0
+    if t == o:
+        return 2
+    tn, on = len(t.split()), len(o.split())
+    if f" {o} " in f" {t} ":
+        return 1 if on >= 3 or tn - on <= 1 else 0
+    return 1 if f" {t} " in f" {o} " and tn * 2 >= on else 0
+
+
+def _mentions(sentence: str, option: str) -> int:
+    """Where ``sentence`` names ``option`` (its normalised words in a row), -1 if it does not."""
+    s, o = f" {_norm(sentence)} ", f" {_norm(option)} "
+    k = s.find(o)
+    return k if k >= 0 else -1
+
+
+def _date_value(text: str) -> tuple[int, int, int] | None:
+    """``(year, month, day)`` of the first date in ``text`` (month and day 0 when not given)."""
+    for s, e, label in entity_spans(text):
+        span = text[s:e]
+        year = _YEAR.search(span)
+        if label != "DATE" or year is None:
+            continue
+        month = next((n for name, n in _MONTH_NUMBER.items() if re.search(rf"\b{name[:3]}", span, re.I)), 0)
+        day = re.search(r"\b([12]\d|3[01]|0?[1-9])\b(?!\d)", span.replace(year.group(0), " "))
+        return int(year.group(0)), month, int(day.group(1)) if day and month else 0
+    return None
+
+
+def _count_value(sentence: str, noun: str) -> float | None:
+    """The count of ``noun`` that ``sentence`` states: a figure (digits or a number word, not part
+    of a date) at most :data:`NEAR_COUNT` words before it ("11 Grand Slam titles", "an opera in
+    three acts"), with nothing but words between. Without a ``noun`` ("Which peak stands
+    higher?"): the first length with its unit, in metres. None without one."""
+    dates = [(s, e) for s, e, label in entity_spans(sentence) if label == "DATE"]
+    words = [w for w in re.finditer(r"[\w.,]*\w|[^\w\s]", sentence)
+             if not any(s <= w.start() < e for s, e in dates)]
+    stem = noun[:-1] if noun.endswith("s") and len(noun) > 3 else noun
+    for k, w in enumerate(words):
+        value = _figure(w.group(0))
+        if value is None:
+            continue
+        nxt = words[k + 1].group(0).lower() if k + 1 < len(words) else ""
+        if nxt in _MULTIPLIERS:
+            value *= _MULTIPLIERS[nxt]
+        if not noun:
+            if nxt in _UNITS:
+                return value * _UNITS[nxt]
+            continue
+        for after in words[k + 1:k + 1 + NEAR_COUNT]:
+            text = after.group(0).lower()
+            if not re.match(r"\w", text):
+                break  # punctuation between: another clause
+            if stem and text.startswith(stem):
+                return value
+    return None
+
+
+def _figure(word: str) -> float | None:
+    """The value of a figure word: "11", "8,163", "2.5", "three"; None for others and for years."""
+    text = word.lower()
+    if text in _NUMBER_WORDS:
+        return float(_NUMBER_WORDS[text])
+    if re.fullmatch(r"\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?", text) and not _YEAR.fullmatch(text):
+        return float(text.replace(",", ""))
+    return None
+
+
+def _value(sentence: str, cmp: Comparison) -> float | None:
+    """The compared value ``sentence`` states (:func:`comparison`), None when it states none."""
+    if cmp.measure == "count":
+        return _count_value(sentence, cmp.noun)
+    span = _RANGE.search(sentence)
+    ends = (_date_value(span.group(1)), _date_value(span.group(2))) if span else (None, None)
+    if cmp.measure == "lifespan":
+        if ends[0] is None or ends[1] is None:
+            return None
+        return _days(ends[1]) - _days(ends[0])
+    if cmp.measure == "death":
+        if ends[1] is not None:
+            return _days(ends[1])
+        died = _DEATH.search(sentence)
+        found = _date_value(sentence[died.end():]) if died else None
+        return _days(found) if found else None
+    found = ends[0] if ends[0] is not None else _date_value(sentence)
+    return _days(found) if found else None
+
+
+def _days(date: tuple[int, int, int]) -> float:
+    y, m, d = date
+    return y * _YEAR_DAYS + m * 32 + d
+
+
+def _evidence(option: str, documents: Sequence[tuple[str, str]]) -> list[tuple[int, str]]:
+    """The sentences about ``option``: those of the passages titled with it (:func:`_names`, the
+    surest first), in order, then the other sentences that name it."""
+    same, own, named = [], [], []
+    for i, (title, text) in enumerate(documents):
+        about = _names(title or "", option)
+        for s in sentence_texts(text):
+            if about:
+                (same if about == 2 else own).append((i, s))
+            elif _mentions(s, option) >= 0:
+                named.append((i, s))
+    return same + own + named
+
+
+def _related(option: str, relation: str, documents: Sequence[tuple[str, str]]) -> str:
+    """The name ``option``'s passages give for ``relation`` ("directed by NAME"), "" if none."""
+    for _, s in _evidence(option, documents):
+        for cue in RELATION_VERBS[relation]:
+            for m in re.finditer(rf"\b{re.escape(cue)}\b", s, re.I):
+                name = _NAME_AFTER.match(s, m.end())
+                if name and _norm(name.group(1)) != _norm(option):
+                    return name.group(1).rstrip(".,")
+    return ""
+
+
+def _first_value(option: str, documents: Sequence[tuple[str, str]],
+                 cmp: Comparison) -> tuple[float, int, str] | None:
+    for i, s in _evidence(option, documents):
+        v = _value(s, cmp)
+        if v is not None:
+            return v, i, s
+    return None
+
+
+def choose(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None:
+    """The option of a choice ``question`` that ``documents`` (``(title, text)`` passages)
+    favour, by the rule in the module's docstring; None when the question offers no choice or
+    the passages do not decide it."""
+    stem, options = choice_options(question)
+    if not options:
+        return None
+    cmp = comparison(stem)
+    if cmp is not None:
+        found = []
+        for o in options:
+            subject = _related(o, cmp.relation, documents) if cmp.relation else o
+            found.append(_first_value(subject, documents, cmp) if subject else None)
+        if any(f is None for f in found):
+            return None
+        values = [f[0] * cmp.sign for f in found]  # type: ignore[index]
+        best = max(values)
+        if values.count(best) > 1:
+            return None
+        k = values.index(best)
+        evidence = [(f[1], f[2]) for f in found]  # type: ignore[index]
+        shown = [_shown(f[0], cmp) for f in found]  # type: ignore[index]
+        reason = f"{cmp.measure}{' of the ' + cmp.relation if cmp.relation else ''}: " + ", ".join(
+            f"{o} {v}" for o, v in zip(options, shown, strict=True)) + f" ({'largest' if cmp.sign > 0 else 'smallest'})"
+        return Choice(options[k], reason, tuple([evidence[k], *(e for j, e in enumerate(evidence) if j != k)]))
+    return _match(stem, options, documents)
+
+
+def _shown(value: float, cmp: Comparison) -> str:
+    if cmp.measure == "count":
+        return f"{value:g}"
+    if cmp.measure == "lifespan":
+        return f"{value / _YEAR_DAYS:.0f} years"
+    y, rest = divmod(int(value), _YEAR_DAYS)
+    m, d = divmod(rest, 32)
+    return f"{y}" + (f"-{m:02d}" if m else "") + (f"-{d:02d}" if d else "")
+
+
+def _match(stem: str, options: Sequence[str], documents: Sequence[tuple[str, str]]) -> Choice | None:
+    """The option whose sentences hold the most of the stem's words (one alone with the most)."""
+    option_words = {w for o in options for w in _norm(o).split()}
+    wanted = {w for w in _norm(stem).split() if w not in QUERY_STOP_WORDS and w not in option_words
+              and not w.isdigit() and len(w) > 2}
+    if not wanted:
+        return None
+    scored = []
+    for o in options:
+        sents = _evidence(o, documents)
+        held = set()
+        for _, s in sents:
+            held |= wanted & set(_norm(s).split())
+        best = max(sents, key=lambda x: len(wanted & set(_norm(x[1]).split())), default=(-1, ""))
+        scored.append((len(held), best))
+    counts = [c for c, _ in scored]
+    top = max(counts)
+    if top == 0 or counts.count(top) > 1:
+        return None
+    k = counts.index(top)
+    reason = "the question's words: " + ", ".join(f"{o} {c} of {len(wanted)}" for o, c in zip(options, counts,
+                                                                                              strict=True))
+    return Choice(options[k], reason, tuple([scored[k][1], *(s for j, (_, s) in enumerate(scored) if j != k)]))
+
+
+__all__ = ["RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "comparison"]

@@ -1,0 +1,152 @@
+"""Choice questions ("Which came out first, A or B?") answered from passages (models/choice.py).
+
+The passages here are written for these tests (made-up films, people and places)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+from searchsmith.models.choice import choice_options, choose, comparison
+
+
+@pytest.mark.parametrize("question, stem, options", [
+    ("Which film came out first, Harbour Lights or The Glass Orchard?", "Which film came out first",
+     ["Harbour Lights", "The Glass Orchard"]),
+    # no comma before the options: the capitalised run before "or"
+    ("who is younger Mara Telling or  Jonas Vell?", "who is younger", ["Mara Telling", "Jonas Vell"]),
+    # a comma before "or", and three options
+    ("Which band has the most members, Quiet Engines, or Paper Moons?", "Which band has the most members",
+     ["Quiet Engines", "Paper Moons"]),
+    ("Which came first, Alba, Brio, or Cato?", "Which came first", ["Alba", "Brio", "Cato"]),
+    # options in the middle: the rest of the question is part of the stem
+    ("Which novelist, R. T. Amble or Lise Varn, wrote of the war at sea?",
+     "Which novelist wrote of the war at sea", ["R. T. Amble", "Lise Varn"]),
+    # an appositive after the last option describes it, a disambiguator is cut
+    ("Which film won a prize, Tall Grass (Film) or Iron Bay, the 1970 documentary?", "Which film won a prize",
+     ["Tall Grass", "Iron Bay"]),
+    # a comma inside the last option followed by a capital stays in it; a "?" inside is cut
+    ("Which film came out earlier, Red Sails or That Devil, Tomas?", "Which film came out earlier",
+     ["Red Sails", "That Devil, Tomas"]),
+    ("Which film came out first, Who Is Calling? or North Pier?", "Which film came out first",
+     ["Who Is Calling", "North Pier"]),
+])
+def test_the_options_and_the_stem_of_a_choice_question(question, stem, options):
+    assert choice_options(question) == (stem, options)
+
+
+@pytest.mark.parametrize("question", [
+    "Does Quarry support JSON or YAML?",  # a yes / no question: no question word before "or"
+    "The old school in the Vesk Bazaar, or bazar, is located in which country?",  # "or" before the question word
+    "Which port does Quarry listen on?",
+    "Which is better, Quarry or quarry?",  # the same option twice
+    "",
+])
+def test_a_question_that_offers_no_choice_has_no_options(question):
+    assert choice_options(question) == ("", [])
+
+
+@pytest.mark.parametrize("stem, measure, sign, noun, relation", [
+    ("Which film came out first", "date", -1, "", ""),
+    ("Which documentary is the oldest", "date", -1, "", ""),
+    ("Which board game was published most recently", "date", +1, "", ""),
+    ("Who is younger", "date", +1, "", ""),
+    ("Who was born later", "date", +1, "", ""),
+    ("Who died earlier", "death", -1, "", ""),
+    ("Which film has the director who died later", "death", +1, "", "director"),
+    ("Which film whose director is younger", "date", +1, "", "director"),
+    ("Which film director is younger", "date", +1, "", ""),  # the directors themselves
+    ("Who lived longer", "lifespan", +1, "", ""),
+    ("Who lived to an older age", "lifespan", +1, "", ""),
+    ("Which band has released more albums with their original members", "count", +1, "albums", ""),
+    ("Who has won more Grand Slam doubles titles", "count", +1, "titles", ""),
+    ("Which has fewer species", "count", -1, "species", ""),
+    ("Which peak stands higher", "count", +1, "", ""),
+])
+def test_what_a_stem_compares(stem, measure, sign, noun, relation):
+    c = comparison(stem)
+    assert c is not None and (c.measure, c.sign, c.noun, c.relation) == (measure, sign, noun, relation)
+
+
+def test_a_stem_that_compares_nothing():
+    assert comparison("Which is a comedy film") is None
+    assert comparison("Who is the director of Night Tide") is None
+
+
+FILMS = [
+    ("Harbour Lights", "Harbour Lights is a 1952 drama film directed by Ola Brandt. It was shot in Bergen."),
+    ("The Glass Orchard", "The Glass Orchard is a 1938 comedy film directed by Pia Sorel. It ran for 12 weeks."),
+    ("Ola Brandt", "Ola Brandt (3 March 1901 – 9 May 1980) was a Norwegian film director."),
+    ("Pia Sorel", "Pia Sorel (12 June 1910 – 1 January 1975) was a French film director and writer."),
+    ("Bread", "Knead the bread dough for ten minutes until it is smooth."),
+]
+
+
+@pytest.mark.parametrize("question, option, evidence_title", [
+    ("Which film came out first, Harbour Lights or The Glass Orchard?", "The Glass Orchard", "The Glass Orchard"),
+    ("Which film was released more recently, Harbour Lights or The Glass Orchard?", "Harbour Lights",
+     "Harbour Lights"),
+    # through the relation: the directors' dates, not the films'
+    ("Which film has the director who died later, Harbour Lights or The Glass Orchard?", "Harbour Lights",
+     "Ola Brandt"),
+    ("Which film whose director is younger, Harbour Lights or The Glass Orchard?", "The Glass Orchard",
+     "Pia Sorel"),
+    ("Who was born first, Ola Brandt or Pia Sorel?", "Ola Brandt", "Ola Brandt"),
+    ("Who lived longer, Ola Brandt or Pia Sorel?", "Ola Brandt", "Ola Brandt"),  # 79 years against 64
+    ("Who died earlier, Ola Brandt or Pia Sorel?", "Pia Sorel", "Pia Sorel"),
+    # no comparison: the option whose passages hold the question's words
+    ("Which is a comedy film, Harbour Lights or The Glass Orchard?", "The Glass Orchard", "The Glass Orchard"),
+    ("Which director was French, Ola Brandt or Pia Sorel?", "Pia Sorel", "Pia Sorel"),
+])
+def test_the_option_the_passages_favour(question, option, evidence_title):
+    c = choose(question, FILMS)
+    assert c is not None and c.option == option, c
+    titles = [FILMS[i][0] for i, _ in c.evidence]
+    assert titles[0] == evidence_title and len(c.evidence) == 2
+    assert FILMS[c.evidence[0][0]][1].find(c.evidence[0][1]) >= 0  # a sentence of that passage
+
+
+def test_counts_and_heights():
+    docs = [("Lumen Peak", "Lumen Peak is a mountain in the Vesk range. It rises to 7,120 metres above sea level."),
+            ("Grey Horn", "Grey Horn is the range's highest summit at 24,000 ft."),
+            ("Quiet Engines", "Quiet Engines is a rock band. They have released five studio albums since 2001."),
+            ("Paper Moons", "Paper Moons is a pop band. Their 12 albums include a live record, released on "
+                            "14 July 2009.")]
+    # 24,000 ft is 7,315 m: heights compared in metres, whatever their unit
+    assert choose("Which peak stands higher, Lumen Peak or Grey Horn?", docs).option == "Grey Horn"
+    c = choose("Which band has released more albums, Quiet Engines or Paper Moons?", docs)
+    assert c.option == "Paper Moons" and "12" in c.reason and "5" in c.reason
+    assert choose("Which band has released fewer albums, Quiet Engines or Paper Moons?", docs).option == \
+        "Quiet Engines"
+
+
+def test_no_answer_when_the_passages_do_not_decide():
+    # one option without a date, a tie, no passage about an option, no question words anywhere
+    docs = [("Alba", "Alba is a film released in 1990."), ("Brio", "Brio is a film by Lena Ost."),
+            ("Cato", "Cato is a film released in 1990.")]
+    assert choose("Which film came out first, Alba or Brio?", docs) is None
+    assert choose("Which film came out first, Alba or Cato?", docs) is None
+    assert choose("Which film came out first, Alba or Dorn?", docs) is None
+    assert choose("Which one won the Palme d'Or, Alba or Cato?", docs) is None
+    assert choose("Which port does Quarry listen on?", docs) is None
+    assert choose("Which film came out first, Alba or Brio?", []) is None
+
+
+def test_a_passage_titled_with_the_option_comes_before_one_that_contains_it():
+    docs = [("The Kids of Tarn", "The Kids of Tarn is a board game for children. It was released in 2010."),
+            ("Tarn", "Tarn is a board game published in 1995."),
+            ("Ridge Cove", "Ridge Cove is a board game published in 2002.")]
+    c = choose("Which board game was published most recently, Ridge Cove or Tarn?", docs)
+    assert c.option == "Ridge Cove" and "Tarn 1995" in c.reason
+    # without the option's own passage, a longer title that only contains a one-word option is
+    # about something else: no value, no answer
+    assert choose("Which board game was published most recently, Ridge Cove or Tarn?", [docs[0], docs[2]]) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(hst.text(max_size=120), hst.lists(hst.tuples(hst.text(max_size=20), hst.text(max_size=200)), max_size=4))
+def test_any_text_gives_an_option_of_the_question_or_none(question, docs):
+    c = choose(question, docs)
+    if c is not None:
+        assert c.option in choice_options(question)[1]
+    choose(f"Which came first, {question} or B?", docs)  # never raises, lone surrogates included
