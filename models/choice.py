@@ -22,13 +22,20 @@ The rule, in order (:func:`choose`):
    nothing is a match: the option whose passages hold more of the stem's words ("Which is a
    *comedy film*, A or B?"), when exactly one holds the most. Anything else is no answer ("").
 
+Yes / no questions that compare two named things are read the same way (:func:`yes_no`): "Were
+A and B from the same country?" compares each one's country (its nationality or the country its
+passage places it in, :data:`COUNTRIES`), "Are A and B in the same family?" the name after
+"family", "produced by the same company?" the name after "produced by"; "Are A and B both
+American writers?" asks whether each one's opening sentences hold every descriptive word. An
+option without the value gets no answer, never a guess.
+
 This module sits on the ground floor with :mod:`searchsmith.models.text`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,6 +84,7 @@ _UNITS = {**dict.fromkeys(("m", "metres", "meters", "metre", "meter"), 1.0),
 _YEAR = re.compile(r"\b(1\d{3}|20\d{2})\b")
 # "(April 1, 1954 – August 5, 1992)", "(Cantonese: Lam Ling- tung, December 8, 1955 – ...)"
 _RANGE = re.compile(r"\(([^()]*?\d{3,4}[^()–—]*?)\s*(?:[–—]|\s-\s)\s*([^()]*?)\)")
+_NAME_RUN = re.compile(r"[A-Z][\w'’]*(?:\.(?=\s)|(?:-[\w'’]+)*-?)(?:\s+(?:[A-Z][\w'’.-]*|(?:de|da|van|von|di|del|la|le)\b)){0,4}")
 _NAME_AFTER = re.compile(r"\s*(?:the\s+)?([A-Z][\w.'’-]*(?:\s+(?:[A-Z][\w.'’-]*|de|da|van|von|di|del|la|le)){0,4})")
 _YEAR_DAYS = 13 * 32  # a date as one number: year, month (0 unknown) and day (0 unknown) in order
 NEAR_COUNT = 6  # how near the counted noun a figure counts ("has 12 studio albums")
@@ -200,7 +208,8 @@ def _norm(text: str) -> str:
 
 
 def _names(title: str, option: str) -> int:
-    """How surely a passage titled ``title`` is about ``option``: 2 the same words, 1 one holds
+    """How surely a passage titled ``title`` is about ``option``: 3 the same words, 2 the same
+    but for a disambiguator ("Freakonomics (film)"), 1 one holds
     the other (words whole: "Third Eye Blind (album)", "The Adventures of Priscilla, Queen of the
     Desert" for "Queen Of The Desert"), 0 not. A one- or two-word option inside a longer title
     is another thing ("The Kids of Catan"), unless the title adds one word at most."""
@@ -208,6 +217,8 @@ def _names(title: str, option: str) -> int:
     if not t or not o:
         return 0
     if t == o:
+        return 3
+    if _norm(re.sub(r"\s*\([^()]*\)\s*$", "", title)) == o:  # "Freakonomics (film)"
         return 2
     tn, on = len(t.split()), len(o.split())
     if f" {o} " in f" {t} ":
@@ -302,25 +313,49 @@ def _days(date: tuple[int, int, int]) -> float:
 def _evidence(option: str, documents: Sequence[tuple[str, str]]) -> list[tuple[int, str]]:
     """The sentences about ``option``: those of the passages titled with it (:func:`_names`, the
     surest first), in order, then the other sentences that name it."""
-    same, own, named = [], [], []
+    titled: list[tuple[int, int, str]] = []  # (-sureness, passage, sentence)
+    named = []
     for i, (title, text) in enumerate(documents):
         about = _names(title or "", option)
         for s in sentence_texts(text):
             if about:
-                (same if about == 2 else own).append((i, s))
+                titled.append((-about, i, s))
             elif _mentions(s, option) >= 0:
                 named.append((i, s))
-    return same + own + named
+    return [(i, s) for _, i, s in sorted(titled, key=lambda x: x[:2])] + named
+
+
+def _cue(cue: str) -> re.Pattern[str]:
+    """A relation cue as a pattern: "directed by" also as "directed, produced, and written by"."""
+    if cue.endswith(" by") and " " in cue[:-3].strip() is False or cue.endswith(" by"):
+        verb = re.escape(cue[:-3])
+        return re.compile(rf"\b{verb}\b(?:[\w\s,]{{0,40}}?\s)?by\b", re.I)
+    return re.compile(rf"\b{re.escape(cue)}\b", re.I)
+
+
+def _name_after(sentence: str, pos: int) -> str:
+    """The first name in ``sentence`` after ``pos`` and before the clause ends, skipping
+    nationalities and prefixes ("directed by Vietnamese-born French director Tran Anh Hung")."""
+    end = min((k for k in (sentence.find(c, pos) for c in ".;(") if k >= 0), default=len(sentence))
+    for m in _NAME_RUN.finditer(sentence, pos, end + 1 if end < len(sentence) and sentence[end] == "." else end):
+        words = m.group(0).rstrip(".,").split()
+        while words and (words[0].lower() in COUNTRIES or words[0].endswith("-")
+                         or re.fullmatch(r"[\w'’]+-(?:born|based)", words[0])):
+            words.pop(0)  # "Vietnamese-born French": who, not their name
+        if not words or sentence[m.end():m.end() + 1] == "-":
+            continue
+        return " ".join(words)
+    return ""
 
 
 def _related(option: str, relation: str, documents: Sequence[tuple[str, str]]) -> str:
     """The name ``option``'s passages give for ``relation`` ("directed by NAME"), "" if none."""
     for _, s in _evidence(option, documents):
         for cue in RELATION_VERBS[relation]:
-            for m in re.finditer(rf"\b{re.escape(cue)}\b", s, re.I):
-                name = _NAME_AFTER.match(s, m.end())
-                if name and _norm(name.group(1)) != _norm(option):
-                    return name.group(1).rstrip(".,")
+            for m in _cue(cue).finditer(s):
+                name = _name_after(s, m.end())
+                if name and _norm(name) != _norm(option):
+                    return name
     return ""
 
 
@@ -396,4 +431,262 @@ def _match(stem: str, options: Sequence[str], documents: Sequence[tuple[str, str
     return Choice(options[k], reason, tuple([scored[k][1], *(s for j, (_, s) in enumerate(scored) if j != k)]))
 
 
-__all__ = ["RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "comparison"]
+# --------------------------------------------------------------------------- yes / no
+# Countries and the words that name them (nationality adjectives, short names), for "from the
+# same country?" / "of the same nationality?". Written for this module from common usage; a
+# country not listed makes such a question unanswered, never wrongly answered.
+_COUNTRY_LINES = """
+united states: united states, u.s, american, US, usa, america
+united kingdom: united kingdom, great britain, u.k, british, english, scottish, welsh, uk, britain, england, scotland, wales
+ireland: irish, ireland
+canada: canadian, canada
+australia: australian, australia
+new zealand: new zealand, zealander
+france: french, france
+germany: west german, east german, german, germany
+italy: italian, italy
+spain: spanish, spain
+portugal: portuguese, portugal
+netherlands: dutch, netherlands, holland
+belgium: belgian, belgium
+switzerland: swiss, switzerland
+austria: austrian, austria
+sweden: swedish, sweden
+norway: norwegian, norway
+denmark: danish, denmark
+finland: finnish, finland
+iceland: icelandic, iceland
+poland: polish, poland
+czech republic: czech republic, czech, czechia, czechoslovak, czechoslovakia
+slovakia: slovak, slovakia
+hungary: hungarian, hungary
+romania: romanian, romania
+bulgaria: bulgarian, bulgaria
+greece: greek, greece
+turkey: turkish, turkey
+russia: soviet union, russian, russia, soviet, ussr
+ukraine: ukrainian, ukraine
+belarus: belarusian, belarus
+serbia: serbian, serbia, yugoslav, yugoslavia
+croatia: croatian, croatia
+slovenia: slovenian, slovene, slovenia
+bosnia: bosnian, bosnia
+albania: albanian, albania
+estonia: estonian, estonia
+latvia: latvian, latvia
+lithuania: lithuanian, lithuania
+georgia: georgian
+armenia: armenian, armenia
+israel: israeli, israel
+iran: iranian, persian, iran
+iraq: iraqi, iraq
+egypt: egyptian, egypt
+morocco: moroccan, morocco
+algeria: algerian, algeria
+tunisia: tunisian, tunisia
+nigeria: nigerian, nigeria
+ghana: ghanaian, ghana
+kenya: kenyan, kenya
+ethiopia: ethiopian, ethiopia
+south africa: south african, south africa
+india: indian, india
+pakistan: pakistani, pakistan
+bangladesh: bangladeshi, bangladesh
+sri lanka: sri lankan, sri lanka
+nepal: nepali, nepalese, nepal
+china: chinese, china
+hong kong: hong kong
+taiwan: taiwanese, taiwan
+japan: japanese, japan
+south korea: south korean, south korea, korean, korea
+north korea: north korean, north korea
+vietnam: vietnamese, vietnam
+thailand: thai, thailand
+philippines: filipino, philippine, philippines
+indonesia: indonesian, indonesia
+malaysia: malaysian, malaysia
+singapore: singaporean, singapore
+mexico: mexican, mexico
+brazil: brazilian, brazil
+argentina: argentine, argentinian, argentina
+chile: chilean, chile
+colombia: colombian, colombia
+peru: peruvian, peru
+venezuela: venezuelan, venezuela
+cuba: cuban, cuba
+jamaica: jamaican, jamaica
+"""
+#: a word or phrase that names a country -> the country
+COUNTRIES: dict[str, str] = {
+    name.strip(): country for country, names in (line.split(":") for line in _COUNTRY_LINES.strip().splitlines())
+    for name in names.split(",")
+}
+_PHRASES = sorted(COUNTRIES, key=lambda k: -len(k.split()))
+# names that hold a country's word but are elsewhere ("New South Wales", "New England")
+_NOT_COUNTRIES = {"new south wales": "australia", "new england": "united states", "new mexico": "united states"}
+_AUX = re.compile(r"\s*(?:are|were|is|was|do|did|does|have|has)\s+", re.I)
+_CONNECTOR = frozenset("of the and de da di del la le van von by for in on a an at to".split())
+_SAME = re.compile(r"\bsame\s+(?P<noun>[a-z]+)")
+_BY_SAME = re.compile(r"\b(?P<verb>[a-z]+ed)\s+by\s+the\s+same\b")
+_GENERIC = frozenset("based born".split())  # "US-based", "French-born": the country is the word
+
+
+def _country(sentence: str, names_only: bool = False) -> str:
+    """The first country ``sentence`` names, by a word or phrase of :data:`COUNTRIES` ("an
+    American actor", "a lake in Saskatchewan, Canada", "a US-based magazine"), "" if none;
+    ``names_only``: by a country's name, not a nationality ("located in ...")."""
+    words = re.findall(r"[A-Za-z][A-Za-z.]*[A-Za-z]|[A-Za-z]", sentence.replace("-", " "))
+    low = [w.lower() for w in words]
+    for k, w in enumerate(words):
+        for n in (3, 2, 1):
+            phrase = " ".join(low[k:k + n]) if n > 1 else (w if w == "US" else low[k])  # "US", not "us"
+            if n > 1 and k + n > len(words):
+                continue
+            if phrase in _NOT_COUNTRIES:
+                return _NOT_COUNTRIES[phrase]
+            country = COUNTRIES.get(phrase)
+            if country and (not names_only or phrase == country or phrase in ("us", "US", "usa", "u.s", "uk",
+                                                                                 "u.k", "america", "britain",
+                                                                                 "great britain", "england",
+                                                                                 "scotland", "wales", "holland")):
+                return country
+    return ""
+
+
+def _capital_run(tokens: Sequence[str], start: int, step: int) -> int:
+    """The end (exclusive, ``step`` +1) or first index (``step`` -1) of the capitalised run of
+    ``tokens`` from ``start``: capitalised words, figures and the connectors between two of them."""
+    k, last = start, start - step
+    while 0 <= k < len(tokens):
+        t = tokens[k]
+        if re.match(r"[A-Z0-9(\"“'‘]", t):
+            last = k
+        elif t.lower() not in _CONNECTOR:
+            break
+        k += step
+    return last if step < 0 else last + 1
+
+
+def yes_no_options(question: str) -> tuple[str, list[str], str]:
+    """``(before, [A, B], after)`` of a yes / no question about two named things ("Were A and B
+    from the same country?", "Are both A and B American?"); ``("", [], "")`` otherwise."""
+    q = " ".join(question.split()).rstrip(" ?")
+    aux = _AUX.match(q)
+    if aux is None:
+        return "", [], ""
+    tokens = q[aux.end():].split(" ")
+    joins = [k for k, t in enumerate(tokens) if t == "and"]
+    for k in joins:
+        a0 = _capital_run(tokens, k - 1, -1)
+        b1 = _capital_run(tokens, k + 1, +1)
+        while b1 > k + 2 and (tokens[b1 - 1] if tokens[b1 - 1] == "US" else tokens[b1 - 1].lower()) in COUNTRIES:
+            b1 -= 1  # "Are both A and B American?": the nationality is asked about, not named
+        if a0 < k and b1 > k + 1 and not any(re.match(r"[A-Z0-9]", t) for t in tokens[:a0]):
+            # the two things come first ("Were A and B ...", "Are both the films A and B ..."):
+            # "Does Quarry support JSON and YAML?" asks about Quarry
+            before, after = " ".join(tokens[:a0]), " ".join(tokens[b1:])
+            a, b = _clean_option(" ".join(tokens[a0:k])), _clean_option(" ".join(tokens[k + 1:b1]))
+            if a and b and _norm(a) != _norm(b) and max(len(a.split()), len(b.split())) <= 8:
+                return before, [a, b], after
+    return "", [], ""
+
+
+def _stemmed(word: str) -> str:
+    """A plural's singular, roughly: "documentaries" -> "documentary", "composers" -> "composer"."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _holds(lead_text: str, wanted: Sequence[str]) -> bool:
+    """Whether ``lead_text`` holds every descriptive word of ``wanted`` (a nationality by its
+    country: "American" is held by "a US-born ..." too)."""
+    words = {_stemmed(w) for w in re.findall(r"[a-z]+", lead_text.lower().replace("-", " "))}
+    countries = {c for c in (_country(s) for s in [lead_text]) if c} | {
+        COUNTRIES[w] for w in re.findall(r"[a-z]+", lead_text.lower()) if w in COUNTRIES}
+    for w in wanted:
+        for part in (w.split("-") if "-" in w else [w]):
+            key = part if part == "US" else part.lower()
+            if key in COUNTRIES:
+                if COUNTRIES[key] not in countries:
+                    return False
+            elif part.lower() not in _GENERIC and _stemmed(part.lower()) not in words:
+                return False
+    return True
+
+
+def yes_no(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None:
+    """"yes" or "no" for a yes / no question comparing two named things (module docstring), with
+    the sentences that decide it; None for other questions or when the passages do not decide."""
+    before, options, after = yes_no_options(question)
+    if not options:
+        return None
+    rest = f"{before} {after}".lower()
+    # "the directors", "whose director", "directors of films": through them; "both opera
+    # composers" describes the options themselves
+    rw = re.findall(r"[a-z]+", rest)
+    relation = next((w.rstrip("s") for k, w in enumerate(rw) if w.rstrip("s") in RELATION_VERBS
+                     and ((k and rw[k - 1] in ("the", "whose", "their")) or rw[k + 1:k + 2] == ["of"])), "")
+    subjects = [_related(o, relation, documents) for o in options] if relation else list(options)
+    if not all(subjects):
+        return None
+    same, by = _SAME.search(after.lower()), _BY_SAME.search(after.lower())
+    if same is not None:
+        noun = same.group("noun")
+        if by is not None:
+            values = [_named_after(o, f"{by.group('verb')} by", documents) for o in subjects]
+        elif noun in ("country", "nationality"):
+            names_only = bool(re.search(r"\b(?:located|in)\b", after.lower()))
+            values = [_first(o, documents, lambda x: _country(x, names_only)) for o in subjects]
+        else:
+            values = [_named_after(o, noun, documents) for o in subjects]
+        if not all(v[0] for v in values):
+            return None
+        x, y = f" {_norm(values[0][0])} ", f" {_norm(values[1][0])} "
+        answer = "yes" if x in y or y in x else "no"  # "Walt Disney" and "Walt Disney Pictures"
+        reason = f"same {noun}: " + ", ".join(f"{o} {v[0]}" for o, v in zip(subjects, values, strict=True))
+        return Choice(answer, reason, tuple(v[1] for v in values))
+    both = re.match(r"(?:both\s+)?(?P<words>.+)$", after) if (after.lower().startswith("both ")
+                                                                or before.lower().startswith("both")) else None
+    if both is None:
+        return None
+    wanted = [w for w in re.findall(r"[A-Za-z][A-Za-z-]*", both.group("words"))
+              if w.lower() not in QUERY_STOP_WORDS and w.lower() not in RELATION_WORDS]
+    if not wanted or len(wanted) > 4 or any(w.lower().endswith("ed") and "-" not in w for w in wanted):
+        return None  # "both formed before 2010": not a description to look up
+    held, evidence = [], []
+    for o in subjects:
+        lead = _evidence(o, documents)[:2]
+        if not lead:
+            return None
+        held.append(_holds(" ".join(x for _, x in lead), wanted))
+        evidence.append(lead[0])
+    answer = "yes" if all(held) else "no"
+    reason = f"both {' '.join(wanted)}: " + ", ".join(f"{o} {'yes' if h else 'no'}" for o, h in zip(subjects, held,
+                                                                                                     strict=True))
+    return Choice(answer, reason, tuple(evidence))
+
+
+def _first(option: str, documents: Sequence[tuple[str, str]], read: Callable[[str], str]) -> tuple[str, tuple[int, str]]:
+    """The first value ``read`` finds in ``option``'s evidence, with its sentence; ("", (-1, ""))."""
+    for i, s in _evidence(option, documents):
+        v = read(s)
+        if v:
+            return v, (i, s)
+    return "", (-1, "")
+
+
+def _named_after(option: str, cue: str, documents: Sequence[tuple[str, str]]) -> tuple[str, tuple[int, str]]:
+    """The capitalised name after ``cue`` in ``option``'s evidence ("family Cucurbitaceae",
+    "produced by Walt Disney Productions")."""
+    def read(s: str) -> str:
+        for m in re.finditer(rf"\b{re.escape(cue)}\b", s, re.I):
+            name = _NAME_AFTER.match(s, m.end())
+            if name:
+                return name.group(1).rstrip(".,")
+        return ""
+    return _first(option, documents, read)
+
+
+__all__ = ["COUNTRIES", "RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "comparison", "yes_no",
+           "yes_no_options"]

@@ -193,11 +193,13 @@ class ExtractiveConfig:
         short_answer: lead the answer with the short answer its sentences hold, the date,
             number or name the question asks for (``models.text.typed_span``), and fill
             ``short_answer`` and ``support`` as the reader does; off: the sentences alone.
-        choice: (with ``short_answer``) a question that offers its answers ("Which film came
-            out first, A or B?") is answered by the option its passages favour
-            (``models.choice.choose``: the earlier date, the larger count, the question's own
-            words), supported by each option's sentence; before the reader's answer too, which
-            rarely names an option. Off, or when the passages do not decide: as any question.
+        compare: (with ``short_answer``) a question that compares named things is answered by
+            what their passages say (``models.choice``): one that offers its answers ("Which
+            film came out first, A or B?") by the option they favour (the earlier date, the
+            larger count, the question's own words), a yes / no question about two of them
+            ("Were A and B from the same country?", "Are A and B both American writers?") by
+            "yes" or "no"; supported by each one's sentence, and before the reader's answer
+            too. Off, or when the passages do not decide: as any question.
     """
 
     sentences_per_node: int = 2
@@ -208,7 +210,7 @@ class ExtractiveConfig:
     node_answer: Literal["names", "sentence"] = "names"
     node_answer_names: int = 3
     short_answer: bool = True
-    choice: bool = True
+    compare: bool = True
 
     def __post_init__(self) -> None:
         if self.sentences_per_node < 1 or self.max_sentences < 1:

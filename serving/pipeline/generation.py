@@ -12,9 +12,10 @@
   answer. Nodes are fused in node order, without repeats. With ``short_answer`` (the
   default) the answer leads with the span of those sentences that the question asks for
   (``models.text.typed_span``: "When ...?" a date, "How many ...?" a number, "Who / Which
-  ...?" a name the question lacks), as the reader's does; a question that offers its answers
-  ("Which came out first, A or B?") gets the option its passages favour (``choice``,
-  ``models.choice``); yes / no and why / how questions keep the sentences alone.
+  ...?" a name the question lacks), as the reader's does; a question that compares named things
+  gets what their passages say (``compare``, ``models.choice``): the option of "Which came out
+  first, A or B?", "yes" or "no" for "Were A and B from the same country?"; other yes / no and
+  why / how questions keep the sentences alone.
 * ``openai``: any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, llama.cpp
   server, TGI, a hosted API) over httpx, streamed (server-sent events).
 * ``hf``: a local transformers causal LM (greedy decoding).
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-from searchsmith.models.choice import Choice, choose
+from searchsmith.models.choice import Choice, choose, yes_no
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import SPAN_KINDS, answer_kind, typed_span
@@ -240,14 +241,14 @@ class ExtractiveGenerator:
         A step asked as a question ("When was #1 founded?") says what it asks for; a step
         that is a phrase ("default index.ef_construction", filled with its parent's answer)
         does not, and the user's ``question`` does, with its own words. A choice question gets
-        the option ``passages`` favour (:meth:`choice`) or none; a yes / no question none,
-        whatever its steps ask.
+        the option ``passages`` favour, a yes / no question comparing two named things "yes" or
+        "no" (:meth:`compare`), or none, whatever its steps ask.
         """
         kind = answer_kind(question)
-        if kind == "CHOICE":
-            picked = self.choice(question, passages)
+        if kind in ("CHOICE", "YESNO"):
+            picked = self.compare(question, passages)
             return picked[0].option if picked else ""
-        if not self.config.short_answer or kind == "YESNO":
+        if not self.config.short_answer:
             return ""
         shorts: list[str] = []
         for step, r in zip(steps, ranked, strict=True):
@@ -257,15 +258,21 @@ class ExtractiveGenerator:
                 shorts.append(span)
         return "; ".join(shorts)
 
-    def choice(self, question: str, passages: Sequence[Passage]) -> tuple[Choice, list[str], list[str]] | None:
-        """``(choice, support, chunk ids)`` for a question that offers its answers ("..., A or
-        B?"): the option ``passages`` favour (``models.choice.choose``) and the sentences each
-        option's value came from, the chosen one's first; None for other questions, when the
-        passages do not decide, or with ``choice`` or ``short_answer`` off."""
-        if not (self.config.short_answer and self.config.choice) or answer_kind(question) != "CHOICE":
+    def compare(self, question: str, passages: Sequence[Passage]) -> tuple[Choice, list[str], list[str]] | None:
+        """``(choice, support, chunk ids)`` for a question that compares named things
+        (``models.choice``): one that offers its answers ("..., A or B?", :func:`choose`: the
+        option ``passages`` favour) or a yes / no question about two of them ("Were A and B
+        from the same country?", :func:`yes_no`), with the sentences each one's value came
+        from, the chosen one's first; None for other questions, when the passages do not
+        decide, or with ``compare`` or ``short_answer`` off."""
+        if not (self.config.short_answer and self.config.compare):
+            return None
+        kind = answer_kind(question)
+        rule = choose if kind == "CHOICE" else yes_no if kind == "YESNO" else None
+        if rule is None:
             return None
         unique = list({p.chunk_id: p for p in passages}.values())
-        picked = choose(question, [(p.title or "", p.text) for p in unique])
+        picked = rule(question, [(p.title or "", p.text) for p in unique])
         if picked is None:
             return None
         support: list[str] = []
@@ -718,14 +725,15 @@ class GenerationStage:
                     failed = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); {fallback}"
                     st.note += f"; {failed}"
                     state.trace.note(f"generation: {failed}")
-            # a choice question ("Which came out first, A or B?"): the option the passages favour,
-            # before the reader's answer, which rarely names an option
-            picked = self.extractive.choice(state.question(), state.passages)
+            # a question comparing named things ("Which came out first, A or B?", "Were A and B
+            # from the same country?"): what their passages say, before the reader's answer, which
+            # rarely names an option
+            picked = self.extractive.compare(state.question(), state.passages)
             if picked is not None:
                 choice, state.support, state.used_passages = picked
                 state.short_answer = choice.option
                 state.answer = " ".join([lead_sentence(choice.option), *state.support])
-                st.note += f"; choice {choice.option!r}, {choice.reason} (generation.extractive.choice)"
+                st.note += f"; compared: {choice.option!r}, {choice.reason} (generation.extractive.compare)"
                 return
             # a chain's earlier steps: the sentences their answers came from lead the support
             steps = [n for n in state.nodes if n.id in consumed and n.answer] if self.config.chain_support else []

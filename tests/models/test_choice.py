@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
-from searchsmith.models.choice import choice_options, choose, comparison
+from searchsmith.models.choice import choice_options, choose, comparison, yes_no, yes_no_options
 
 
 @pytest.mark.parametrize("question, stem, options", [
@@ -150,3 +150,62 @@ def test_any_text_gives_an_option_of_the_question_or_none(question, docs):
     if c is not None:
         assert c.option in choice_options(question)[1]
     choose(f"Which came first, {question} or B?", docs)  # never raises, lone surrogates included
+
+
+@pytest.mark.parametrize("question, before, options, after", [
+    ("Were Ola Brandt and Pia Sorel from the same country?", "", ["Ola Brandt", "Pia Sorel"],
+     "from the same country"),
+    ("Are both Cynthia Vale and George Arno American?", "both", ["Cynthia Vale", "George Arno"], "American"),
+    ("Are the flowering plants Ecbal and Elato in the same family?", "the flowering plants", ["Ecbal", "Elato"],
+     "in the same family"),
+    ("Do both films Levity (Film) and Song of the Bay have the directors from the same country?", "both films",
+     ["Levity", "Song of the Bay"], "have the directors from the same country"),
+    ("Is Quarry written in Rust?", "", [], ""),
+    ("Does Quarry support JSON and YAML?", "", [], ""),  # one thing asked about, not two compared
+    ("Which port does Quarry use?", "", [], ""),
+])
+def test_the_two_things_a_yes_no_question_compares(question, before, options, after):
+    got = yes_no_options(question)
+    assert (got if options else got[1]) == ((before, options, after) if options else [])
+
+
+PEOPLE = [
+    ("Ola Brandt", "Ola Brandt (3 March 1901 – 9 May 1980) was a Norwegian film director."),
+    ("Pia Sorel", "Pia Sorel (12 June 1910 – 1 January 1975) was a French film director and writer."),
+    ("Jean Morel", "Jean Morel (born 1950) is a French novelist."),
+    ("Harbour Lights", "Harbour Lights is a 1952 drama film directed by Ola Brandt."),
+    ("The Glass Orchard (film)", "The Glass Orchard is a 1938 comedy film directed by Vietnamese-born French "
+                                 "director Pia Sorel."),
+    ("Ecbal", "Ecbal is a genus of flowering plants in the family Cucurbitaceae."),
+    ("Elato", "Elato is a genus of flowering plants in the family Urticaceae."),
+    ("Lake Tarn", "Lake Tarn is a lake in Saskatchewan, Canada."),
+    ("Mirror Lake (Quebec)", "Mirror Lake is a lake in the Kamouraska region of Quebec, Canada."),
+    ("Waverley Hall", "Waverley Hall is a school in Sydney, New South Wales, Australia."),
+]
+
+
+@pytest.mark.parametrize("question, answer, why", [
+    ("Were Ola Brandt and Pia Sorel from the same country?", "no", "Ola Brandt norway, Pia Sorel france"),
+    ("Are Pia Sorel and Jean Morel of the same nationality?", "yes", "france"),
+    # through the relation, past the nationality words before the director's name
+    ("Do both films Harbour Lights and The Glass Orchard have the directors from the same country?", "no",
+     "Ola Brandt norway, Pia Sorel france"),
+    ("Are the flowering plants Ecbal and Elato in the same family?", "no", "Cucurbitaceae"),
+    ("Are Lake Tarn and Mirror Lake located in the same country?", "yes", "canada"),
+    # "New South Wales" is in Australia, not Wales
+    ("Are Waverley Hall and Lake Tarn located in the same country?", "no", "Waverley Hall australia"),
+    ("Are Ola Brandt and Pia Sorel both film directors?", "yes", "both film directors"),
+    ("Are both Pia Sorel and Jean Morel French?", "yes", "both French"),
+    ("Are Pia Sorel and Jean Morel both French writers?", "no", "Jean Morel no"),
+])
+def test_yes_or_no_from_what_the_passages_say(question, answer, why):
+    c = yes_no(question, PEOPLE)
+    assert c is not None and c.option == answer and why in c.reason, c
+    assert all(i >= 0 for i, _ in c.evidence)
+
+
+def test_no_yes_or_no_when_the_passages_do_not_decide():
+    assert yes_no("Were Ola Brandt and Sam Kerr from the same country?", PEOPLE) is None  # no passage on Kerr
+    assert yes_no("Were Harbour Lights and Ola Brandt both formed before 2010?", PEOPLE) is None
+    assert yes_no("Is Ola Brandt Norwegian?", PEOPLE) is None
+    assert yes_no("Were Ecbal and Lake Tarn from the same country?", PEOPLE) is None  # Ecbal names no country

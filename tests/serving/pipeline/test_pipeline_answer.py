@@ -410,13 +410,13 @@ def test_a_choice_question_is_answered_by_the_option_its_passages_favour(embedde
     assert (st.short_answer, st.support) == ("The Glass Orchard", [first, second])
     assert st.answer == f"The Glass Orchard. {first} {second}" and st.used_passages == ["g#0", "h#0"]
     note = st.trace.stages["generation"].note
-    assert "choice 'The Glass Orchard', date: Harbour Lights 1952, The Glass Orchard 1938 (smallest)" in note
+    assert "compared: 'The Glass Orchard', date: Harbour Lights 1952, The Glass Orchard 1938 (smallest)" in note
     # off: as any question that offers a choice before (the sentences alone, no short answer)
-    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(choice=False)), None,
+    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(compare=False)), None,
                           GenerationConfig(no_answer_missing_names=False))
     st = _film_state(q)
     off.run(st, Preset())
-    assert (st.short_answer, st.support) == ("", []) and "choice" not in st.trace.stages["generation"].note
+    assert (st.short_answer, st.support) == ("", []) and "compared" not in st.trace.stages["generation"].note
 
 
 def test_a_choice_the_passages_do_not_decide_keeps_the_sentences(embedder):
@@ -427,7 +427,7 @@ def test_a_choice_the_passages_do_not_decide_keeps_the_sentences(embedder):
         Passage("g#0", "g", "films", "The Glass Orchard is a comedy film.", 0.7, title="The Glass Orchard")]
     GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False)).run(
         st, Preset())
-    assert st.short_answer == "" and st.answer and "choice" not in st.trace.stages["generation"].note
+    assert st.short_answer == "" and st.answer and "compared" not in st.trace.stages["generation"].note
 
 
 def test_a_choice_question_is_answered_by_the_option_before_the_readers_span(embedder):
@@ -443,3 +443,18 @@ def test_a_choice_question_is_answered_by_the_option_before_the_readers_span(emb
     st = _film_state("Where was Harbour Lights shot?")
     stage.run(st, Preset())
     assert st.short_answer == "Bergen" and reader.questions
+
+
+def test_a_yes_no_question_comparing_two_named_things_is_answered_yes_or_no(embedder):
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False))
+    st = _film_state("Were Harbour Lights and The Glass Orchard directed by the same person?")
+    stage.run(st, Preset())
+    assert st.short_answer == "no" and st.answer.startswith("No. Harbour Lights is a 1952 drama film")
+    assert st.used_passages == ["h#0", "g#0"]
+    st = _film_state("Are Harbour Lights and The Glass Orchard both films?")
+    stage.run(st, Preset())
+    assert st.short_answer == "yes" and st.answer.startswith("Yes. ")
+    # a yes / no question about one thing is not compared: its sentences, as before
+    st = _film_state("Is Harbour Lights a drama?")
+    stage.run(st, Preset())
+    assert st.short_answer == "" and "compared" not in st.trace.stages["generation"].note
