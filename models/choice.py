@@ -39,7 +39,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from searchsmith.models.text import QUERY_STOP_WORDS, RELATION_WORDS, entity_spans, sentence_texts
+from searchsmith.models.text import (
+    QUERY_STOP_WORDS,
+    RELATION_WORDS,
+    answer_kind,
+    entity_spans,
+    sentence_texts,
+)
 
 Measure = Literal["date", "death", "lifespan", "count"]
 
@@ -688,5 +694,17 @@ def _named_after(option: str, cue: str, documents: Sequence[tuple[str, str]]) ->
     return _first(option, documents, read)
 
 
-__all__ = ["COUNTRIES", "RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "comparison", "yes_no",
+def compared(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None:
+    """What ``documents`` answer to a question that compares named things: :func:`choose` for
+    one that offers its answers, :func:`yes_no` for a yes / no question about two things; None
+    for other questions and when the passages do not decide."""
+    kind = answer_kind(question)
+    if kind == "CHOICE":
+        return choose(question, documents)
+    if kind == "YESNO":
+        return yes_no(question, documents)
+    return None
+
+
+__all__ = ["COUNTRIES", "RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "compared", "comparison", "yes_no",
            "yes_no_options"]

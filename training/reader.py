@@ -24,7 +24,9 @@ answer (the span its sentences hold of the kind the question asks for,
 reader replaces. The serving gate uses the reader only where it beats both. The sources
 of ``data.leave_out`` are held out whole and also scored apart (``ood/f1`` against
 ``baselines/ood_sentence_f1`` and ``baselines/ood_short_f1``): where they are recorded, the gate
-reads those.
+reads those. Beside the reader's own figures, ``served/f1`` and ``served/<source>/f1`` score the
+answers as the pipeline serves them with the reader: a question that compares named things ("A or
+B?", "Were A and B from the same country?") is answered by ``models.choice`` first.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from searchsmith.models.choice import compared
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.reader import (
@@ -76,7 +79,8 @@ OOD_PREFIX = "ood/"  # the figures on data.leave_out's questions (serving/pipeli
 #: question (``<PAIRED_KEY>_diff``, ``_lo``, ``_hi``, ``_p``, ``_n``, ``_direction``; also under
 #: ``ood/`` for the left-out sources): the reader gate needs ``_direction`` +1
 PAIRED_KEY = "f1_vs_sentence"
-#: the same against the pipeline's extractive short answer (:func:`sentence_rows`)
+#: the same against the pipeline's extractive short answer (:func:`sentence_rows`), with the
+#: reader's answers as served (``served_f1``: both answer comparisons by ``models.choice``)
 SHORT_PAIRED_KEY = "f1_vs_short"
 
 
@@ -392,17 +396,31 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
             paired test of the reader against it (:data:`PAIRED_KEY`).
         short_f1: the pipeline's extractive short answer's F1 per item id (:func:`sentence_rows`):
             the paired test against it (:data:`SHORT_PAIRED_KEY`).
+
+    The reader's own answers give ``f1``, ``em`` and the per-source figures; ``served/f1``,
+    ``served/em`` and ``served/<source>/f1`` are the answers as the pipeline serves them with
+    the reader, where a question comparing named things is answered by ``models.choice``
+    when its paragraphs decide it (the rows' ``served``, ``served_f1``).
     """
     answers = model.read_batch([it.question for it in items], [it.paragraphs for it in items]) if items else []
     rows = []
     for it, a in zip(items, answers, strict=True):
         em, f1 = best_f1(a.text, it.answers)
+        # as the pipeline serves it: a question comparing named things is answered by the rule
+        # (models.choice), before the reader
+        picked = compared(it.question, it.paragraphs)
+        served = picked.option if picked is not None else a.text
+        served_em, served_f1 = best_f1(served, it.answers) if picked is not None else (em, f1)
         rows.append({"id": it.uid, "source": it.source, "question": it.question, "gold": it.answers[0],
                      "prediction": a.text, "kind": a.kind, "score": round(float(a.score), 4), "em": em, "f1": f1,
-                     "answered": float(a.score >= threshold)})
+                     "answered": float(a.score >= threshold), "served": served, "served_em": served_em,
+                     "served_f1": served_f1})
     out = _means(rows, "")
+    out.update(_means(rows, "served/", "served_"))
     for source in sorted({r["source"] for r in rows}):
         out.update(_means([r for r in rows if r["source"] == source], f"{source}/"))
+        out.update({k: v for k, v in _means([r for r in rows if r["source"] == source], f"served/{source}/",
+                                             "served_").items() if not k.endswith("/n")})
     out["answered_rate"] = float(np.mean([r["answered"] for r in rows])) if rows else 0.0
     ood = [r for r in rows if r["source"] in set(ood_sources)]
     if ood:
@@ -410,8 +428,9 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
         out[f"{OOD_PREFIX}answered_rate"] = float(np.mean([r["answered"] for r in ood]))
     for base, key in ((sentence_f1, PAIRED_KEY), (short_f1, SHORT_PAIRED_KEY)):
         if base:
-            out.update(_paired(rows, base, "", key))
-            out.update(_paired(ood, base, OOD_PREFIX, key))
+            col = "served_f1" if key == SHORT_PAIRED_KEY else "f1"
+            out.update(_paired(rows, base, "", key, col))
+            out.update(_paired(ood, base, OOD_PREFIX, key, col))
     none = no_answer_items(items)
     if none:
         got = model.read_batch([it.question for it in none], [it.paragraphs for it in none])
@@ -420,10 +439,10 @@ def score_items(model: Any, items: Sequence[ReadItem], threshold: float, ood_sou
 
 
 def _paired(rows: Sequence[dict[str, Any]], baseline_f1: Mapping[str, float], prefix: str,
-            key: str = PAIRED_KEY) -> dict[str, float]:
+            key: str = PAIRED_KEY, col: str = "f1") -> dict[str, float]:
     from searchsmith.models.stats import paired_figures
 
-    both = [(baseline_f1[r["id"]], r["f1"]) for r in rows if r["id"] in baseline_f1]
+    both = [(baseline_f1[r["id"]], r[col]) for r in rows if r["id"] in baseline_f1]
     return paired_figures(prefix + key, [b for b, _ in both], [m for _, m in both])
 
 

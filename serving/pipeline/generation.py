@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-from searchsmith.models.choice import Choice, choose, yes_no
+from searchsmith.models.choice import Choice, compared
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import SPAN_KINDS, answer_kind, typed_span
@@ -267,12 +267,8 @@ class ExtractiveGenerator:
         decide, or with ``compare`` or ``short_answer`` off."""
         if not (self.config.short_answer and self.config.compare):
             return None
-        kind = answer_kind(question)
-        rule = choose if kind == "CHOICE" else yes_no if kind == "YESNO" else None
-        if rule is None:
-            return None
         unique = list({p.chunk_id: p for p in passages}.values())
-        picked = rule(question, [(p.title or "", p.text) for p in unique])
+        picked = compared(question, [(p.title or "", p.text) for p in unique])
         if picked is None:
             return None
         support: list[str] = []

@@ -448,3 +448,28 @@ def test_a_bad_freeze_layers_is_refused_naming_the_key(tmp_path, value) -> None:
 
     with pytest.raises((ConfigError, ValueError, TypeError), match="freeze_layers"):
         build_model(load_recipe_config(TINY, [f"output_dir={tmp_path}", f"model.freeze_layers={value}"]))
+
+
+def test_the_served_figures_answer_a_comparison_by_the_rule_before_the_reader() -> None:
+    from types import SimpleNamespace
+
+    from searchsmith.training.reader import score_items
+
+    films = [("Harbour Lights", "Harbour Lights is a 1952 drama film."),
+             ("The Glass Orchard", "The Glass Orchard is a 1938 comedy film.")]
+    choice = ReadItem("c", "c", "wiki", "Which film came out first, Harbour Lights or The Glass Orchard?", films,
+                      ["The Glass Orchard"], [0, 1])
+    plain = ReadItem("p", "p", "wiki", "What kind of film is Harbour Lights?", films, ["drama"], [0])
+
+    class Reads:  # a reader that names a word of the passages, never an option
+        def read_batch(self, questions, passages):
+            return [SimpleNamespace(text="drama", kind="span", score=0.9) for _ in questions]
+
+    out, rows = score_items(Reads(), [choice, plain], 0.5)
+    assert out["f1"] == pytest.approx(0.5) and out["wiki/f1"] == pytest.approx(0.5)  # the reader's own
+    assert out["served/f1"] == pytest.approx(1.0) and out["served/wiki/f1"] == pytest.approx(1.0)
+    assert [r["served"] for r in rows] == ["The Glass Orchard", "drama"]
+    # the paired test against the extractive answer (which answers comparisons by the rule too)
+    # weighs the answers as served
+    out, _ = score_items(Reads(), [choice, plain], 0.5, (), None, {"c": 1.0, "p": 1.0})
+    assert out["f1_vs_short_diff"] == pytest.approx(0.0)
