@@ -246,6 +246,9 @@ def _date_value(text: str) -> tuple[int, int, int] | None:
         year = _YEAR.search(span)
         if label != "DATE" or year is None:
             continue
+        iso = re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", span)  # "2019-09-10"
+        if iso:
+            return int(iso.group(1)), int(iso.group(2)), int(iso.group(3))
         month = next((n for name, n in _MONTH_NUMBER.items() if re.search(rf"\b{name[:3]}", span, re.I)), 0)
         day = re.search(r"\b([12]\d|3[01]|0?[1-9])\b(?!\d)", span.replace(year.group(0), " "))
         return int(year.group(0)), month, int(day.group(1)) if day and month else 0

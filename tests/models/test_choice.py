@@ -209,3 +209,10 @@ def test_no_yes_or_no_when_the_passages_do_not_decide():
     assert yes_no("Were Harbour Lights and Ola Brandt both formed before 2010?", PEOPLE) is None
     assert yes_no("Is Ola Brandt Norwegian?", PEOPLE) is None
     assert yes_no("Were Ecbal and Lake Tarn from the same country?", PEOPLE) is None  # Ecbal names no country
+
+
+def test_iso_dates_compare_by_month_and_day():
+    docs = [("Kestrel 1.0 released", "Harbor & Finch released Kestrel 1.0 on 2019-09-10."),
+            ("Lumen 1.0 released", "Brightline Systems released Lumen 1.0 on 2019-11-05.")]
+    c = choose("Which was released first, Kestrel 1.0 or Lumen 1.0?", docs)
+    assert c is not None and c.option == "Kestrel 1.0" and "2019-09-10" in c.reason
