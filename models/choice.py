@@ -88,8 +88,10 @@ _UNITS = {**dict.fromkeys(("m", "metres", "meters", "metre", "meter"), 1.0),
           **dict.fromkeys(("km", "kilometres", "kilometers"), 1000.0),
           **dict.fromkeys(("mi", "miles", "mile"), 1609.344)}
 _YEAR = re.compile(r"\b(1\d{3}|20\d{2})\b")
-# "(April 1, 1954 – August 5, 1992)", "(Cantonese: Lam Ling- tung, December 8, 1955 – ...)"
-_RANGE = re.compile(r"\(([^()]*?\d{3,4}[^()–—]*?)\s*(?:[–—]|\s-\s)\s*([^()]*?)\)")
+# "(April 1, 1954 – August 5, 1992)", "(Cantonese: Lam Ling- tung, December 8, 1955 – ...)":
+# a parenthesis (of at most 200 characters) split at the first dash after a figure
+_PAREN = re.compile(r"\(([^()]{1,200})\)")
+_DASH = re.compile(r"\s*(?:[–—]|\s-\s)\s*")
 _NAME_RUN = re.compile(r"[A-Z][\w'’]*(?:\.(?=\s)|(?:-[\w'’]+)*-?)(?:\s+(?:[A-Z][\w'’.-]*|(?:de|da|van|von|di|del|la|le)\b)){0,4}")
 _NAME_AFTER = re.compile(r"\s*(?:the\s+)?([A-Z][\w.'’-]*(?:\s+(?:[A-Z][\w.'’-]*|de|da|van|von|di|del|la|le)){0,4})")
 _YEAR_DAYS = 13 * 32  # a date as one number: year, month (0 unknown) and day (0 unknown) in order
@@ -140,10 +142,10 @@ def choice_options(question: str) -> tuple[str, list[str]]:
         stem = ", ".join(stem_pieces)
     else:
         run = re.search(r"((?:[A-Z\"“'][\w.'’\"”&:-]*\s+(?:(?:of|the|and|de|von|van|a|in|on|for)\s+)*)*"
-                        r"[A-Z\"“'][\w.'’\"”&:-]*)$", left)
-        if run is None or run.start() == 0:
+                        r"[A-Z\"“'][\w.'’\"”&:-]*)$", left[-200:])  # an option is short
+        if run is None or run.start() + max(0, len(left) - 200) == 0:
             return "", []
-        lefts, stem = [run.group(1)], left[:run.start()]
+        lefts, stem = [run.group(1)], left[:run.start() + max(0, len(left) - 200)]
     if not _WH.search(stem):
         return "", []
     stem = stem.strip(" ,:")
@@ -298,8 +300,8 @@ def _value(sentence: str, cmp: Comparison) -> float | None:
     """The compared value ``sentence`` states (:func:`comparison`), None when it states none."""
     if cmp.measure == "count":
         return _count_value(sentence, cmp.noun)
-    span = _RANGE.search(sentence)
-    ends = (_date_value(span.group(1)), _date_value(span.group(2))) if span else (None, None)
+    span = _range(sentence)
+    ends = (_date_value(span[0]), _date_value(span[1])) if span else (None, None)
     if cmp.measure == "lifespan":
         if ends[0] is None or ends[1] is None:
             return None
@@ -312,6 +314,16 @@ def _value(sentence: str, cmp: Comparison) -> float | None:
         return _days(found) if found else None
     found = ends[0] if ends[0] is not None else _date_value(sentence)
     return _days(found) if found else None
+
+
+def _range(sentence: str) -> tuple[str, str] | None:
+    """The two ends of the first "(start – end)" of ``sentence`` whose start holds a figure."""
+    for m in _PAREN.finditer(sentence):
+        inner = m.group(1)
+        for d in _DASH.finditer(inner):
+            if re.search(r"\d{3,4}", inner[:d.start()]):
+                return inner[:d.start()], inner[d.end():]
+    return None
 
 
 def _days(date: tuple[int, int, int]) -> float:
@@ -584,7 +596,9 @@ def yes_no_options(question: str) -> tuple[str, list[str], str]:
     if aux is None:
         return "", [], ""
     tokens = q[aux.end():].split(" ")
-    joins = [k for k, t in enumerate(tokens) if t == "and"]
+    # the two things come first: only the first capitalised run is read, and its first "and"s
+    first = next((k for k, t in enumerate(tokens) if re.match(r"[A-Z0-9]", t)), len(tokens))
+    joins = [k for k in range(first, min(len(tokens), first + 40)) if tokens[k] == "and"][:3]
     for k in joins:
         a0 = _capital_run(tokens, k - 1, -1)
         b1 = _capital_run(tokens, k + 1, +1)
