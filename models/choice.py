@@ -26,8 +26,10 @@ Yes / no questions that compare two named things are read the same way (:func:`y
 A and B from the same country?" compares each one's country (its nationality or the country its
 passage places it in, :data:`COUNTRIES`), "Are A and B in the same family?" the name after
 "family", "produced by the same company?" the name after "produced by"; "Are A and B both
-American writers?" asks whether each one's opening sentences hold every descriptive word. An
-option without the value gets no answer, never a guess.
+American writers?" asks whether each one's opening sentences hold every descriptive word. "What
+profession did A and B both hold?" is answered by the longest run of words that both first
+sentences describe them with (:func:`common_ground`). An option without the value gets no
+answer, never a guess.
 
 This module sits on the ground floor with :mod:`searchsmith.models.text`.
 """
@@ -615,10 +617,13 @@ def yes_no_options(question: str) -> tuple[str, list[str], str]:
 
 
 def _stemmed(word: str) -> str:
-    """A plural's singular, roughly: "documentaries" -> "documentary", "composers" -> "composer"."""
+    """A plural's singular, roughly: "documentaries" -> "documentary", "composers" -> "composer",
+    "genuses" -> "genus"."""
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+    if len(word) > 5 and word.endswith(("sses", "shes", "ches", "xes", "uses")):
+        return word[:-2]
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")) else word
 
 
 def _holds(lead_text: str, wanted: Sequence[str]) -> bool:
@@ -711,17 +716,93 @@ def _named_after(option: str, cue: str, documents: Sequence[tuple[str, str]]) ->
     return _first(option, documents, read)
 
 
+# --------------------------------------------------------------------------- what two share
+_SHARED = re.compile(r"\b(?:both|in common|share|shared)\b", re.I)
+_IS_A = re.compile(r"\b(?:is|was|are|were)\s+(?:an?|the)\s+(?P<d>[^,.;:()]+)")
+_DESCRIPTION_END = re.compile(r"\s(?:who|which|that|whose|best|known|from|in|at|with|by|based|born|for|on)\s")
+
+
+def _description(sentence: str) -> list[str]:
+    """The words that describe what a passage's first sentence is about: "X was an American film
+    director, producer ..." -> ["American", "film", "director"]; [] without "is a ..."."""
+    m = _IS_A.search(sentence)
+    if m is None:
+        return []
+    d = f" {m.group('d')} "
+    end = _DESCRIPTION_END.search(d)
+    return (d[:end.start()] if end else d).split()
+
+
+def common_ground(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None:
+    """What two named things have in common ("What profession did A and B both hold?", "What do A
+    and B have in common?"): the longest run of words both of their passages' first sentences
+    describe them with ("an American *film director*"), nationalities and the question's own
+    words cut from its ends; None without two things, a description of each, or a run left."""
+    if not _SHARED.search(question) or answer_kind(question) not in ("ENT", "OTHER"):
+        return None
+    q = " ".join(question.split()).rstrip(" ?")
+    tokens = q.split(" ")
+    things = []
+    for k in [k for k, t in enumerate(tokens[:60]) if t == "and"][:3]:
+        a0, b0 = _capital_run(tokens, k - 1, -1), k + 1
+        while b0 < len(tokens) and tokens[b0].lower() in ("the", "a", "an"):
+            b0 += 1
+        b1 = _capital_run(tokens, b0, +1)
+        if a0 < k and b1 > b0:
+            things = [_clean_option(re.sub(r"^(?:Both|The)\s+", "", " ".join(tokens[a0:k]))),
+                      _clean_option(" ".join(tokens[b0:b1]))]
+            break
+    if len(things) != 2 or not all(things) or _norm(things[0]) == _norm(things[1]):
+        return None
+    leads = [_evidence(t, documents)[:1] for t in things]
+    if not all(leads):
+        return None
+    descriptions = [_description(lead[0][1]) for lead in leads]
+    if not all(descriptions):
+        return None
+    asked = {_stemmed(w) for w in _norm(q).split()}
+    low = [[_stemmed(w.lower().strip("'’")) for w in d] for d in descriptions]
+
+    def trimmed(i: int, n: int) -> list[str]:
+        words = descriptions[0][i:i + n]
+        while words and (words[0].lower() in QUERY_STOP_WORDS or words[0].lower() in COUNTRIES):
+            words = words[1:]
+        while words and (words[-1].lower() in QUERY_STOP_WORDS or words[-1].lower() in COUNTRIES):
+            words = words[:-1]
+        return words
+
+    # every run of words both descriptions hold; the best has the most words the question lacks,
+    # then the most words ("flowering plants" over "genus"), then the latest (a noun phrase's head)
+    best: tuple[int, int, int] = (0, 0, 0)
+    words: list[str] = []
+    for i in range(len(low[0])):
+        for j in range(len(low[1])):
+            n = 0
+            while i + n < len(low[0]) and j + n < len(low[1]) and low[0][i + n] == low[1][j + n]:
+                n += 1
+            run = trimmed(i, n) if n else []
+            new = sum(_stemmed(w.lower()) not in asked for w in run)
+            if new and (new, len(run), i) > best:
+                best, words = (new, len(run), i), run
+    if not words:
+        return None
+    answer = " ".join(words)
+    reason = f"in common: {things[0]} '{' '.join(descriptions[0])}', {things[1]} '{' '.join(descriptions[1])}'"
+    return Choice(answer, reason, (leads[0][0], leads[1][0]))
+
+
 def compared(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None:
     """What ``documents`` answer to a question that compares named things: :func:`choose` for
-    one that offers its answers, :func:`yes_no` for a yes / no question about two things; None
-    for other questions and when the passages do not decide."""
+    one that offers its answers, :func:`yes_no` for a yes / no question about two things,
+    :func:`common_ground` for what two things share; None for other questions and when the
+    passages do not decide."""
     kind = answer_kind(question)
     if kind == "CHOICE":
         return choose(question, documents)
     if kind == "YESNO":
         return yes_no(question, documents)
-    return None
+    return common_ground(question, documents)
 
 
-__all__ = ["COUNTRIES", "RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "compared", "comparison", "yes_no",
+__all__ = ["COUNTRIES", "RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "common_ground", "compared", "comparison", "yes_no",
            "yes_no_options"]

@@ -198,8 +198,9 @@ class ExtractiveConfig:
             film came out first, A or B?") by the option they favour (the earlier date, the
             larger count, the question's own words), a yes / no question about two of them
             ("Were A and B from the same country?", "Are A and B both American writers?") by
-            "yes" or "no"; supported by each one's sentence, and before the reader's answer
-            too. Off, or when the passages do not decide: as any question.
+            "yes" or "no", one on what two share ("What profession did A and B both hold?") by
+            the words both are described with; supported by each one's sentence, and before the
+            reader's answer too. Off, or when the passages do not decide: as any question.
     """
 
     sentences_per_node: int = 2

@@ -14,8 +14,9 @@
   (``models.text.typed_span``: "When ...?" a date, "How many ...?" a number, "Who / Which
   ...?" a name the question lacks), as the reader's does; a question that compares named things
   gets what their passages say (``compare``, ``models.choice``): the option of "Which came out
-  first, A or B?", "yes" or "no" for "Were A and B from the same country?"; other yes / no and
-  why / how questions keep the sentences alone.
+  first, A or B?", "yes" or "no" for "Were A and B from the same country?", what both are
+  described as for "What profession did A and B both hold?"; other yes / no and why / how
+  questions keep the sentences alone.
 * ``openai``: any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, llama.cpp
   server, TGI, a hosted API) over httpx, streamed (server-sent events).
 * ``hf``: a local transformers causal LM (greedy decoding).
@@ -242,13 +243,13 @@ class ExtractiveGenerator:
         that is a phrase ("default index.ef_construction", filled with its parent's answer)
         does not, and the user's ``question`` does, with its own words. A choice question gets
         the option ``passages`` favour, a yes / no question comparing two named things "yes" or
-        "no" (:meth:`compare`), or none, whatever its steps ask.
+        "no", a question on what two things share the words both are described with
+        (:meth:`compare`), or none, whatever its steps ask.
         """
-        kind = answer_kind(question)
-        if kind in ("CHOICE", "YESNO"):
-            picked = self.compare(question, passages)
-            return picked[0].option if picked else ""
-        if not self.config.short_answer:
+        picked = self.compare(question, passages)
+        if picked is not None:
+            return picked[0].option
+        if not self.config.short_answer or answer_kind(question) in ("CHOICE", "YESNO"):
             return ""
         shorts: list[str] = []
         for step, r in zip(steps, ranked, strict=True):
@@ -260,9 +261,10 @@ class ExtractiveGenerator:
 
     def compare(self, question: str, passages: Sequence[Passage]) -> tuple[Choice, list[str], list[str]] | None:
         """``(choice, support, chunk ids)`` for a question that compares named things
-        (``models.choice``): one that offers its answers ("..., A or B?", :func:`choose`: the
-        option ``passages`` favour) or a yes / no question about two of them ("Were A and B
-        from the same country?", :func:`yes_no`), with the sentences each one's value came
+        (``models.choice.compared``): one that offers its answers ("..., A or B?": the option
+        ``passages`` favour), a yes / no question about two of them ("Were A and B from the
+        same country?") or one on what two share ("What profession did A and B both hold?"),
+        with the sentences each one's value came
         from, the chosen one's first; None for other questions, when the passages do not
         decide, or with ``compare`` or ``short_answer`` off."""
         if not (self.config.short_answer and self.config.compare):

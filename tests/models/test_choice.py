@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
-from searchsmith.models.choice import choice_options, choose, comparison, yes_no, yes_no_options
+from searchsmith.models.choice import (
+    choice_options,
+    choose,
+    common_ground,
+    compared,
+    comparison,
+    yes_no,
+    yes_no_options,
+)
 
 
 @pytest.mark.parametrize("question, stem, options", [
@@ -216,3 +224,21 @@ def test_iso_dates_compare_by_month_and_day():
             ("Lumen 1.0 released", "Brightline Systems released Lumen 1.0 on 2019-11-05.")]
     c = choose("Which was released first, Kestrel 1.0 or Lumen 1.0?", docs)
     assert c is not None and c.option == "Kestrel 1.0" and "2019-09-10" in c.reason
+
+
+def test_what_two_things_have_in_common():
+    docs = [("Ola Brandt", "Ola Brandt was a Norwegian stage actor and film director. He lived in Bergen."),
+            ("Pia Sorel", "Pia Sorel was a French film director, producer and writer."),
+            ("Ecbal", "Ecbal is a genus of tropical flowering plants in the family Cucurbitaceae."),
+            ("Elato", "Elato is a genus of flowering plants in the nettle family."),
+            ("Jean Morel", "Jean Morel is a French novelist.")]
+    c = common_ground("What profession did Ola Brandt and Pia Sorel both hold?", docs)
+    assert c is not None and c.option == "film director" and [i for i, _ in c.evidence] == [0, 1]
+    # the longest shared run that the question does not already say ("genus" is asked)
+    assert common_ground("Ecbal and Elato are both genuses of which type of plants?", docs).option == \
+        "flowering plants"
+    assert compared("To what group do both Ecbal and Elato belong?", docs).option == "flowering plants"
+    # nothing shared but a nationality, no "is a ..." to read, or no second thing: no answer
+    assert common_ground("What do Pia Sorel and Jean Morel have in common?", docs) is None
+    assert common_ground("What do Ola Brandt and Sam Kerr have in common?", docs) is None
+    assert common_ground("What profession did Ola Brandt hold?", docs) is None
