@@ -338,12 +338,15 @@ def _evidence(option: str, documents: Sequence[tuple[str, str]]) -> list[tuple[i
     surest first), in order, then the other sentences that name it."""
     titled: list[tuple[int, int, str]] = []  # (-sureness, passage, sentence)
     named = []
+    # an option of function words alone ("A", "The Who" is not) is found by its title only: "a"
+    # is in every other sentence
+    by_name = any(w not in QUERY_STOP_WORDS for w in _norm(option).split())
     for i, (title, text) in enumerate(documents):
         about = _names(title or "", option)
         for s in sentence_texts(text):
             if about:
                 titled.append((-about, i, s))
-            elif _mentions(s, option) >= 0:
+            elif by_name and _mentions(s, option) >= 0:
                 named.append((i, s))
     return [(i, s) for _, i, s in sorted(titled, key=lambda x: x[:2])] + named
 

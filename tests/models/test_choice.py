@@ -242,3 +242,11 @@ def test_what_two_things_have_in_common():
     assert common_ground("What do Pia Sorel and Jean Morel have in common?", docs) is None
     assert common_ground("What do Ola Brandt and Sam Kerr have in common?", docs) is None
     assert common_ground("What profession did Ola Brandt hold?", docs) is None
+
+
+def test_lone_surrogates_and_function_word_options_are_no_evidence():
+    docs = [("\ud800", "\ud800 is a 1990 film."), ("B", "B is a 2000 film.")]
+    assert compared("Which came first, \ud800 or B?", docs) is None
+    assert compared("Were \ud800X and B from the same country?", docs) is None
+    # "A" names no passage: the article "a" in a sentence is not the option
+    assert compared("Which came first, A or B?", docs) is None
