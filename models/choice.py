@@ -97,6 +97,7 @@ _DASH = re.compile(r"\s*(?:[–—]|\s-\s)\s*")
 _NAME_RUN = re.compile(r"[A-Z][\w'’]*(?:\.(?=\s)|(?:-[\w'’]+)*-?)(?:\s+(?:[A-Z][\w'’.-]*|(?:de|da|van|von|di|del|la|le)\b)){0,4}")
 _NAME_AFTER = re.compile(r"\s*(?:the\s+)?([A-Z][\w.'’-]*(?:\s+(?:[A-Z][\w.'’-]*|de|da|van|von|di|del|la|le)){0,4})")
 _YEAR_DAYS = 13 * 32  # a date as one number: year, month (0 unknown) and day (0 unknown) in order
+MIN_MATCH_WORDS = 2  # a stem that compares nothing needs this many words of its own to match
 NEAR_COUNT = 6  # how near the counted noun a figure counts ("has 12 studio albums")
 
 
@@ -433,11 +434,13 @@ def _shown(value: float, cmp: Comparison) -> str:
 
 
 def _match(stem: str, options: Sequence[str], documents: Sequence[tuple[str, str]]) -> Choice | None:
-    """The option whose sentences hold the most of the stem's words (one alone with the most)."""
+    """The option whose sentences hold the most of the stem's words (one alone with the most),
+    when the stem has at least :data:`MIN_MATCH_WORDS` of them: "Which is better, A or B?" asks
+    an opinion that one word found in a passage does not settle."""
     option_words = {w for o in options for w in _norm(o).split()}
     wanted = {w for w in _norm(stem).split() if w not in QUERY_STOP_WORDS and w not in option_words
               and not w.isdigit() and len(w) > 2}
-    if not wanted:
+    if len(wanted) < MIN_MATCH_WORDS:
         return None
     scored = []
     for o in options:
