@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from searchsmith.models.text import (
     QUERY_STOP_WORDS,
@@ -50,6 +50,7 @@ from searchsmith.models.text import (
 )
 
 Measure = Literal["date", "death", "lifespan", "count"]
+_V = TypeVar("_V")
 
 _WH = re.compile(r"\b(?:who|whom|whose|which|what|where|when)\b", re.I)
 _OR = re.compile(r",?\s+or\s+", re.I)
@@ -209,8 +210,6 @@ def comparison(stem: str) -> Comparison | None:
                 if x not in QUERY_STOP_WORDS:
                     run.append(x)
             return Comparison("count", _COUNT_WORDS[w], run[-1] if run else "", relation)
-    if re.search(r"\bborn\b", stem, re.I):  # "Who was born first" is caught above; "born in 1950 or ..." is not
-        return None
     return None
 
 
@@ -354,7 +353,7 @@ def _evidence(option: str, documents: Sequence[tuple[str, str]]) -> list[tuple[i
 
 def _cue(cue: str) -> re.Pattern[str]:
     """A relation cue as a pattern: "directed by" also as "directed, produced, and written by"."""
-    if cue.endswith(" by") and " " in cue[:-3].strip() is False or cue.endswith(" by"):
+    if cue.endswith(" by"):
         verb = re.escape(cue[:-3])
         return re.compile(rf"\b{verb}\b(?:[\w\s,]{{0,40}}?\s)?by\b", re.I)
     return re.compile(rf"\b{re.escape(cue)}\b", re.I)
@@ -386,12 +385,14 @@ def _related(option: str, relation: str, documents: Sequence[tuple[str, str]]) -
     return ""
 
 
-def _first_value(option: str, documents: Sequence[tuple[str, str]],
-                 cmp: Comparison) -> tuple[float, int, str] | None:
+def _first(option: str, documents: Sequence[tuple[str, str]],
+           read: Callable[[str], _V | None]) -> tuple[_V, tuple[int, str]] | None:
+    """The first value ``read`` finds (not None, not "") in ``option``'s evidence
+    (:func:`_evidence`), with its passage and sentence; None when no sentence has one."""
     for i, s in _evidence(option, documents):
-        v = _value(s, cmp)
-        if v is not None:
-            return v, i, s
+        v = read(s)
+        if v is not None and v != "":
+            return v, (i, s)
     return None
 
 
@@ -407,7 +408,7 @@ def choose(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None
         found = []
         for o in options:
             subject = _related(o, cmp.relation, documents) if cmp.relation else o
-            found.append(_first_value(subject, documents, cmp) if subject else None)
+            found.append(_first(subject, documents, lambda x: _value(x, cmp)) if subject else None)
         if any(f is None for f in found):
             return None
         values = [f[0] * cmp.sign for f in found]  # type: ignore[index]
@@ -415,7 +416,7 @@ def choose(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None
         if values.count(best) > 1:
             return None
         k = values.index(best)
-        evidence = [(f[1], f[2]) for f in found]  # type: ignore[index]
+        evidence = [f[1] for f in found]  # type: ignore[index]
         shown = [_shown(f[0], cmp) for f in found]  # type: ignore[index]
         reason = f"{cmp.measure}{' of the ' + cmp.relation if cmp.relation else ''}: " + ", ".join(
             f"{o} {v}" for o, v in zip(options, shown, strict=True)) + f" ({'largest' if cmp.sign > 0 else 'smallest'})"
@@ -550,7 +551,6 @@ COUNTRIES: dict[str, str] = {
     name.strip(): country for country, names in (line.split(":") for line in _COUNTRY_LINES.strip().splitlines())
     for name in names.split(",")
 }
-_PHRASES = sorted(COUNTRIES, key=lambda k: -len(k.split()))
 # names that hold a country's word but are elsewhere ("New South Wales", "New England")
 _NOT_COUNTRIES = {"new south wales": "australia", "new england": "united states", "new mexico": "united states"}
 _AUX = re.compile(r"\s*(?:are|were|is|was|do|did|does|have|has)\s+", re.I)
@@ -674,7 +674,7 @@ def yes_no(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None
             values = [_first(o, documents, lambda x: _country(x, names_only)) for o in subjects]
         else:
             values = [_named_after(o, noun, documents) for o in subjects]
-        if not all(v[0] for v in values):
+        if any(v is None for v in values):
             return None
         x, y = f" {_norm(values[0][0])} ", f" {_norm(values[1][0])} "
         answer = "yes" if x in y or y in x else "no"  # "Walt Disney" and "Walt Disney Pictures"
@@ -701,16 +701,7 @@ def yes_no(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None
     return Choice(answer, reason, tuple(evidence))
 
 
-def _first(option: str, documents: Sequence[tuple[str, str]], read: Callable[[str], str]) -> tuple[str, tuple[int, str]]:
-    """The first value ``read`` finds in ``option``'s evidence, with its sentence; ("", (-1, ""))."""
-    for i, s in _evidence(option, documents):
-        v = read(s)
-        if v:
-            return v, (i, s)
-    return "", (-1, "")
-
-
-def _named_after(option: str, cue: str, documents: Sequence[tuple[str, str]]) -> tuple[str, tuple[int, str]]:
+def _named_after(option: str, cue: str, documents: Sequence[tuple[str, str]]) -> tuple[str, tuple[int, str]] | None:
     """The capitalised name after ``cue`` in ``option``'s evidence ("family Cucurbitaceae",
     "produced by Walt Disney Productions")."""
     def read(s: str) -> str:

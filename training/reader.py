@@ -490,7 +490,9 @@ def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]
         passages = [Passage(f"{it.uid}#{i}", f"{it.uid}-{i}", it.source, text, 0.0, title=title)
                     for i, (title, text) in enumerate(it.paragraphs)]
         ranked = extractive.support(it.question, passages, state)
-        short = (extractive.short_answer(it.question, [it.question], [ranked], passages)
+        # as the generation stage answers: a comparison by models.choice first, else the span
+        picked = extractive.compare(it.question, passages)
+        short = (picked[0].option if picked is not None else extractive.short_answer(it.question, [it.question], [ranked])
                  or " ".join(c.text for c in extractive.cut(ranked)))
         short_em, short_f1 = best_f1(short, it.answers)
         rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1, "short": short,

@@ -233,22 +233,17 @@ class ExtractiveGenerator:
         chosen, used = self.chosen(ranked, lead)
         return " ".join(chosen), used
 
-    def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]],
-                     passages: Sequence[Passage] = ()) -> str:
+    def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]]) -> str:
         """The short answer in each final step's :meth:`cut` sentences (``typed_span``: the
         date, number or name its question asks for), "; "-joined; "" when no step has one or
         ``short_answer`` is off.
 
         A step asked as a question ("When was #1 founded?") says what it asks for; a step
         that is a phrase ("default index.ef_construction", filled with its parent's answer)
-        does not, and the user's ``question`` does, with its own words. A choice question gets
-        the option ``passages`` favour, a yes / no question comparing two named things "yes" or
-        "no", a question on what two things share the words both are described with
-        (:meth:`compare`), or none, whatever its steps ask.
+        does not, and the user's ``question`` does, with its own words. A yes / no or choice
+        question gets none, whatever its steps ask: :meth:`compare` answers those it can, and
+        is asked first.
         """
-        picked = self.compare(question, passages)
-        if picked is not None:
-            return picked[0].option
         if not self.config.short_answer or answer_kind(question) in ("CHOICE", "YESNO"):
             return ""
         shorts: list[str] = []
@@ -264,9 +259,9 @@ class ExtractiveGenerator:
         (``models.choice.compared``): one that offers its answers ("..., A or B?": the option
         ``passages`` favour), a yes / no question about two of them ("Were A and B from the
         same country?") or one on what two share ("What profession did A and B both hold?"),
-        with the sentences each one's value came
-        from, the chosen one's first; None for other questions, when the passages do not
-        decide, or with ``compare`` or ``short_answer`` off."""
+        with the sentences each one's value came from, the chosen one's first; None for other
+        questions, when the passages do not decide, or with ``compare`` or ``short_answer``
+        off."""
         if not (self.config.short_answer and self.config.compare):
             return None
         unique = list({p.chunk_id: p for p in passages}.values())
@@ -754,7 +749,7 @@ class GenerationStage:
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
             chosen, state.used_passages = self.extractive.chosen(ranked, bridges)
             state.answer = " ".join(chosen)
-            short = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, state.passages)
+            short = self.extractive.short_answer(state.question(), [n.text for n in final], ranked)
             if short:
                 # the span of a date, number or name the question asks for, then its sentences
                 state.short_answer, state.support = short, chosen
