@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from searchsmith.models.text import (
+    COUNTRIES,
     QUERY_STOP_WORDS,
     RELATION_WORDS,
     answer_kind,
@@ -462,95 +463,6 @@ def _match(stem: str, options: Sequence[str], documents: Sequence[tuple[str, str
 
 
 # --------------------------------------------------------------------------- yes / no
-# Countries and the words that name them (nationality adjectives, short names), for "from the
-# same country?" / "of the same nationality?". Written for this module from common usage; a
-# country not listed makes such a question unanswered, never wrongly answered.
-_COUNTRY_LINES = """
-united states: united states, u.s, american, US, usa, america
-united kingdom: united kingdom, great britain, u.k, british, english, scottish, welsh, uk, britain, england, scotland, wales
-ireland: irish, ireland
-canada: canadian, canada
-australia: australian, australia
-new zealand: new zealand, zealander
-france: french, france
-germany: west german, east german, german, germany
-italy: italian, italy
-spain: spanish, spain
-portugal: portuguese, portugal
-netherlands: dutch, netherlands, holland
-belgium: belgian, belgium
-switzerland: swiss, switzerland
-austria: austrian, austria
-sweden: swedish, sweden
-norway: norwegian, norway
-denmark: danish, denmark
-finland: finnish, finland
-iceland: icelandic, iceland
-poland: polish, poland
-czech republic: czech republic, czech, czechia, czechoslovak, czechoslovakia
-slovakia: slovak, slovakia
-hungary: hungarian, hungary
-romania: romanian, romania
-bulgaria: bulgarian, bulgaria
-greece: greek, greece
-turkey: turkish, turkey
-russia: soviet union, russian, russia, soviet, ussr
-ukraine: ukrainian, ukraine
-belarus: belarusian, belarus
-serbia: serbian, serbia, yugoslav, yugoslavia
-croatia: croatian, croatia
-slovenia: slovenian, slovene, slovenia
-bosnia: bosnian, bosnia
-albania: albanian, albania
-estonia: estonian, estonia
-latvia: latvian, latvia
-lithuania: lithuanian, lithuania
-georgia: georgian
-armenia: armenian, armenia
-israel: israeli, israel
-iran: iranian, persian, iran
-iraq: iraqi, iraq
-egypt: egyptian, egypt
-morocco: moroccan, morocco
-algeria: algerian, algeria
-tunisia: tunisian, tunisia
-nigeria: nigerian, nigeria
-ghana: ghanaian, ghana
-kenya: kenyan, kenya
-ethiopia: ethiopian, ethiopia
-south africa: south african, south africa
-india: indian, india
-pakistan: pakistani, pakistan
-bangladesh: bangladeshi, bangladesh
-sri lanka: sri lankan, sri lanka
-nepal: nepali, nepalese, nepal
-china: chinese, china
-hong kong: hong kong
-taiwan: taiwanese, taiwan
-japan: japanese, japan
-south korea: south korean, south korea, korean, korea
-north korea: north korean, north korea
-vietnam: vietnamese, vietnam
-thailand: thai, thailand
-philippines: filipino, philippine, philippines
-indonesia: indonesian, indonesia
-malaysia: malaysian, malaysia
-singapore: singaporean, singapore
-mexico: mexican, mexico
-brazil: brazilian, brazil
-argentina: argentine, argentinian, argentina
-chile: chilean, chile
-colombia: colombian, colombia
-peru: peruvian, peru
-venezuela: venezuelan, venezuela
-cuba: cuban, cuba
-jamaica: jamaican, jamaica
-"""
-#: a word or phrase that names a country -> the country
-COUNTRIES: dict[str, str] = {
-    name.strip(): country for country, names in (line.split(":") for line in _COUNTRY_LINES.strip().splitlines())
-    for name in names.split(",")
-}
 # names that hold a country's word but are elsewhere ("New South Wales", "New England")
 _NOT_COUNTRIES = {"new south wales": "australia", "new england": "united states", "new mexico": "united states"}
 _AUX = re.compile(r"\s*(?:are|were|is|was|do|did|does|have|has)\s+", re.I)
@@ -801,5 +713,5 @@ def compared(question: str, documents: Sequence[tuple[str, str]]) -> Choice | No
     return common_ground(question, documents)
 
 
-__all__ = ["COUNTRIES", "RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "common_ground", "compared", "comparison", "yes_no",
+__all__ = ["RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "common_ground", "compared", "comparison", "yes_no",
            "yes_no_options"]

@@ -275,6 +275,116 @@ def missing_entities(entities: Sequence[str], passage: str) -> list[str]:
 
 
 
+# --------------------------------------------------------------------------- countries
+# Countries and the words that name them (nationality adjectives, short names), for "from the
+# same country?" / "of the same nationality?" (models.choice) and for names that only say
+# where someone is from (:data:`DEMONYMS`). Written for this project from common usage; a
+# country not listed makes such a question unanswered, never wrongly answered.
+_COUNTRY_LINES = """
+united states: united states, u.s, american, US, usa, america
+united kingdom: united kingdom, great britain, u.k, british, english, scottish, welsh, uk, britain, england, scotland, wales
+ireland: irish, ireland
+canada: canadian, canada
+australia: australian, australia
+new zealand: new zealand, zealander
+france: french, france
+germany: west german, east german, german, germany
+italy: italian, italy
+spain: spanish, spain
+portugal: portuguese, portugal
+netherlands: dutch, netherlands, holland
+belgium: belgian, belgium
+switzerland: swiss, switzerland
+austria: austrian, austria
+sweden: swedish, sweden
+norway: norwegian, norway
+denmark: danish, denmark
+finland: finnish, finland
+iceland: icelandic, iceland
+poland: polish, poland
+czech republic: czech republic, czech, czechia, czechoslovak, czechoslovakia
+slovakia: slovak, slovakia
+hungary: hungarian, hungary
+romania: romanian, romania
+bulgaria: bulgarian, bulgaria
+greece: greek, greece
+turkey: turkish, turkey
+russia: soviet union, russian, russia, soviet, ussr
+ukraine: ukrainian, ukraine
+belarus: belarusian, belarus
+serbia: serbian, serbia, yugoslav, yugoslavia
+croatia: croatian, croatia
+slovenia: slovenian, slovene, slovenia
+bosnia: bosnian, bosnia
+albania: albanian, albania
+estonia: estonian, estonia
+latvia: latvian, latvia
+lithuania: lithuanian, lithuania
+georgia: georgian
+armenia: armenian, armenia
+israel: israeli, israel
+iran: iranian, persian, iran
+iraq: iraqi, iraq
+egypt: egyptian, egypt
+morocco: moroccan, morocco
+algeria: algerian, algeria
+tunisia: tunisian, tunisia
+nigeria: nigerian, nigeria
+ghana: ghanaian, ghana
+kenya: kenyan, kenya
+ethiopia: ethiopian, ethiopia
+south africa: south african, south africa
+india: indian, india
+pakistan: pakistani, pakistan
+bangladesh: bangladeshi, bangladesh
+sri lanka: sri lankan, sri lanka
+nepal: nepali, nepalese, nepal
+china: chinese, china
+hong kong: hong kong
+taiwan: taiwanese, taiwan
+japan: japanese, japan
+south korea: south korean, south korea, korean, korea
+north korea: north korean, north korea
+vietnam: vietnamese, vietnam
+thailand: thai, thailand
+philippines: filipino, philippine, philippines
+indonesia: indonesian, indonesia
+malaysia: malaysian, malaysia
+singapore: singaporean, singapore
+mexico: mexican, mexico
+brazil: brazilian, brazil
+argentina: argentine, argentinian, argentina
+chile: chilean, chile
+colombia: colombian, colombia
+peru: peruvian, peru
+venezuela: venezuelan, venezuela
+cuba: cuban, cuba
+jamaica: jamaican, jamaica
+"""
+#: a word or phrase that names a country -> the country
+COUNTRIES: dict[str, str] = {
+    name.strip(): country for country, names in (line.split(":") for line in _COUNTRY_LINES.strip().splitlines())
+    for name in names.split(",")
+}
+_DEMONYM_ENDINGS = ("an", "ish", "sh", "ese", "ch", "ss", "ic", "i", "ek", "ino", "ine", "ak", "av", "er", "ene", "et")
+#: the nationality adjectives of :data:`COUNTRIES` ("american", "west german", "thai")
+DEMONYMS = frozenset(k for k, c in COUNTRIES.items() if k != c and k not in COUNTRIES.values()
+                     and k.endswith(_DEMONYM_ENDINGS))
+_DIRECTION_WORDS = frozenset("north northern south southern east eastern west western central".split())
+# questions that ask for a nationality or language, which a demonym answers
+_ASKS_DEMONYM = frozenset("""nationality nationalities language languages ethnic ethnicity citizenship
+citizen descent origin demonym cuisine""".split())
+
+
+def demonym(span: str) -> bool:
+    """Whether ``span`` only says where something is from ("American", "Northern Irish-Scottish",
+    "American-West German"): every word a :data:`DEMONYMS` word or a compass word."""
+    words = [w for w in re.split(r"[\s\-]+", span.lower()) if w]
+    joined = " ".join(words)
+    return bool(words) and (joined in DEMONYMS or (
+        all(w in DEMONYMS or w in _DIRECTION_WORDS for w in words) and any(w in DEMONYMS for w in words)))
+
+
 # --------------------------------------------------------------------------- short answers
 # Without a reader the answer is the best-supported sentence; the question's kind says which of
 # its entities answers it (the answer-type rule of rule-based QA): "When ...?" a date, "How many
@@ -398,7 +508,7 @@ def plural_question(question: str) -> bool:
 
 
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
-               near: int = NEAR_WORDS) -> str:
+               near: int = NEAR_WORDS, exclude: Sequence[str] = ()) -> str:
     """The short answer to ``question`` in ``sentences`` (best first), "" when there is none.
 
     The candidates are the entities (:func:`entity_spans`) of the kind ``answer_kind`` expects,
@@ -409,6 +519,10 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     date, else a number; a number, else a name; a name, else a number). A plural question
     (:func:`plural_question`) gets every candidate of that sentence, "A, B and C". Yes / no,
     choice and why / how questions get "".
+
+    ``exclude``: names that are no answer either, as if the question named them (a bridge's
+    passage is about its title, ``models.bridge``). A nationality ("American", :func:`demonym`)
+    answers only a question about nationality or language.
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)
@@ -416,6 +530,8 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
         return ""
     known = _question_words(question)
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
+    # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
+    demonyms_answer = bool(known & _ASKS_DEMONYM)
     # each sentence's words and entities, read once for every label tried
     parsed = [([(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
                 for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence)) for sentence in sentences]
@@ -427,7 +543,10 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 span = _trim_known(sentence[s:e], known)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
-                if lab != label or not span or not missing_entities([span], question):
+                if lab != label or not span or not missing_entities([span], question) or any(
+                        not missing_entities([span], x) for x in exclude):
+                    continue
+                if lab == "ENT" and not demonyms_answer and demonym(span):
                     continue
                 at = [j for j, (a, b, _) in enumerate(words) if a >= s and b <= e] or [0]
                 lo, hi = max(0, at[0] - near), at[-1] + near + 1
@@ -527,6 +646,8 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
 
 __all__ = [
     "BM25_STOP_WORDS",
+    "COUNTRIES",
+    "DEMONYMS",
     "MEASURE_WORDS",
     "QUERY_STOP_WORDS",
     "RELATION_WORDS",
@@ -534,6 +655,7 @@ __all__ = [
     "SentenceRule",
     "answer_kind",
     "answer_tokens",
+    "demonym",
     "entity_spans",
     "exact_match",
     "iter_jsonl",

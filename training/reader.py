@@ -462,8 +462,9 @@ def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]
     * the context sentence closest to the question (bi-encoder cosine): ``em``, ``f1``;
     * the pipeline's extractive answer over the item's paragraphs, which the reader replaces:
       its short answer (``ExtractiveGenerator``: the sentences best supported by cosine and the
-      question's words, and in them the span the question asks for, ``typed_span``), or its
-      sentences when it has none: ``short``, ``short_em``, ``short_f1``.
+      question's words, and in them the span the question asks for, ``typed_span``, or in the
+      passage of a bridge they name, ``hop``), or its sentences when it has none: ``short``,
+      ``short_em``, ``short_f1``.
     """
     from searchsmith.serving.pipeline.config import ExtractiveConfig
     from searchsmith.serving.pipeline.generation import ExtractiveGenerator
@@ -492,7 +493,9 @@ def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]
         ranked = extractive.support(it.question, passages, state)
         # as the generation stage answers: a comparison by models.choice first, else the span
         picked = extractive.compare(it.question, passages)
-        short = (picked[0].option if picked is not None else extractive.short_answer(it.question, [it.question], [ranked])
+        hops = [extractive.hop(it.question, ranked, passages, state)]
+        short = (picked[0].option if picked is not None else extractive.short_answer(it.question, [it.question], [ranked],
+                                                                                      hops)[0]
                  or " ".join(c.text for c in extractive.cut(ranked)))
         short_em, short_f1 = best_f1(short, it.answers)
         rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1, "short": short,

@@ -201,6 +201,15 @@ class ExtractiveConfig:
             "yes" or "no", one on what two share ("What profession did A and B both hold?") by
             the words both are described with; supported by each one's sentence, and before the
             reader's answer too. Off, or when the passages do not decide: as any question.
+        bridge: (with ``short_answer``) a question asking for a date, number or name whose best
+            sentences name another passage's subject ("X is a film directed by Mark Steven
+            Johnson", beside a passage titled "Mark Steven Johnson") is answered from that
+            passage, the bridge (``models.bridge``): by the bridge itself when the question asks
+            for a type its first sentence says it is ("what city ...?", "Rockland is a city
+            ..."), else by the span its best sentences hold; the sentence naming the bridge and
+            the one holding the answer lead the support. Off: the best sentences' span alone.
+        bridge_sentences: how many of the best sentences may name the bridge (the first that
+            does is taken).
     """
 
     sentences_per_node: int = 2
@@ -212,8 +221,14 @@ class ExtractiveConfig:
     node_answer_names: int = 3
     short_answer: bool = True
     compare: bool = True
+    bridge: bool = True
+    bridge_sentences: int = 3
 
     def __post_init__(self) -> None:
+        if isinstance(self.bridge_sentences, bool) or not isinstance(self.bridge_sentences, int) \
+                or self.bridge_sentences < 1:
+            raise ValueError(f"generation.extractive.bridge_sentences must be a whole number >= 1, "
+                             f"got {self.bridge_sentences!r}")
         if self.sentences_per_node < 1 or self.max_sentences < 1:
             raise ValueError("generation.extractive.sentences_per_node and max_sentences must be >= 1, got "
                              f"{self.sentences_per_node} and {self.max_sentences}")

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+from searchsmith.models.bridge import base_title, named_title, title_answers
 from searchsmith.models.choice import Choice, compared
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
@@ -125,6 +126,16 @@ class Support(NamedTuple):
     score: float
     text: str
     chunk_ids: tuple[str, ...]  # the passages the sentence occurs in, best-scored first
+
+
+class Hop(NamedTuple):
+    """A bridge of the extractive answer (``models.bridge``): a sentence of the question's best
+    names another passage's title, and that passage answers what the sentence does not."""
+
+    link: Support  # the sentence naming the bridge
+    title: str  # the bridge's name (its passages' title, disambiguator cut)
+    passages: tuple[Passage, ...]  # the passages with that title
+    ranked: list[Support]  # their sentences, best supporting the question first
 
 
 class Generator(Protocol):
@@ -233,26 +244,74 @@ class ExtractiveGenerator:
         chosen, used = self.chosen(ranked, lead)
         return " ".join(chosen), used
 
-    def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]]) -> str:
-        """The short answer in each final step's :meth:`cut` sentences (``typed_span``: the
-        date, number or name its question asks for), "; "-joined; "" when no step has one or
-        ``short_answer`` is off.
+    def hop(self, question: str, ranked: Sequence[Support], passages: Sequence[Passage],
+            state: PipelineState) -> Hop | None:
+        """The bridge ``question``'s best sentences lead to (``bridge``): the first of the
+        ``bridge_sentences`` best that names the title of another of ``passages``, not named
+        by the question (``models.bridge.named_title``), with that title's passages' sentences
+        ranked for the question; None without one, for a question that asks for no date,
+        number or name, or with ``short_answer`` or ``bridge`` off."""
+        cfg = self.config
+        if not (cfg.short_answer and cfg.bridge) or answer_kind(question) not in SPAN_KINDS or not ranked:
+            return None
+        titles = [p.title or "" for p in passages]
+        by_id = {p.chunk_id: p for p in passages}
+        for cand in ranked[: cfg.bridge_sentences]:
+            own = [by_id[i].title or "" for i in cand.chunk_ids if i in by_id]
+            k = named_title(cand.text, titles, question, own)
+            if k is None:
+                continue
+            name = base_title(titles[k]).lower()
+            bridge = tuple(p for p in passages if base_title(p.title or "").lower() == name)
+            bridged = self.support(question, bridge, state)
+            if bridged:
+                return Hop(cand, base_title(titles[k]), bridge, bridged)
+        return None
+
+    def bridged(self, question: str, hop: Hop) -> tuple[str, list[Support]]:
+        """``(span, sentences)``: the answer ``hop``'s passages give ``question`` and the sentences
+        it rests on, the one naming the bridge first: the bridge itself when the question asks
+        for a type its first sentence says it is (``models.bridge.title_answers``), else the
+        span of its ``sentences_per_node`` best sentences (``typed_span``, the bridge's own name
+        excluded); ("", []) when they hold none."""
+        if title_answers(question, hop.passages[0].text):
+            return hop.title, [hop.link, hop.ranked[0]]
+        # the bridge's passage is about its subject: its opening sentence is often closest to the
+        # question and holds none of the asked-for facts, so no :meth:`cut` by relative support
+        sentences = hop.ranked[: self.config.sentences_per_node]
+        span = typed_span(question, [c.text for c in sentences], exclude=[hop.title])
+        if not span:
+            return "", []
+        held = next((c for c in sentences if span.lower() in c.text.lower()), sentences[0])
+        return span, [hop.link, held]
+
+    def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]],
+                     hops: Sequence[Hop | None] = ()) -> tuple[str, list[Support]]:
+        """``(short answer, sentences it came from through a bridge)``: the short answer in each
+        final step's :meth:`cut` sentences (``typed_span``: the date, number or name its
+        question asks for), "; "-joined; "" when no step has one or ``short_answer`` is off.
 
         A step asked as a question ("When was #1 founded?") says what it asks for; a step
         that is a phrase ("default index.ef_construction", filled with its parent's answer)
-        does not, and the user's ``question`` does, with its own words. A yes / no or choice
-        question gets none, whatever its steps ask: :meth:`compare` answers those it can, and
-        is asked first.
+        does not, and the user's ``question`` does, with its own words. A step with a bridge
+        (``hops``, one per step, :meth:`hop`) is answered from the bridge's passages when they
+        hold an answer (:meth:`bridged`), and those sentences lead the support. A yes / no or
+        choice question gets none, whatever its steps ask: :meth:`compare` answers those it
+        can, and is asked first.
         """
         if not self.config.short_answer or answer_kind(question) in ("CHOICE", "YESNO"):
-            return ""
+            return "", []
         shorts: list[str] = []
-        for step, r in zip(steps, ranked, strict=True):
+        lead: list[Support] = []
+        for i, (step, r) in enumerate(zip(steps, ranked, strict=True)):
             asked = step if answer_kind(step) in SPAN_KINDS else question
-            span = typed_span(asked, [c.text for c in self.cut(r)])
+            hop = hops[i] if i < len(hops) else None
+            span, held = self.bridged(asked, hop) if hop is not None else ("", [])
+            span = span or typed_span(asked, [c.text for c in self.cut(r)])
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
-        return "; ".join(shorts)
+                lead.extend(c for c in held if c not in lead)
+        return "; ".join(shorts), lead
 
     def compare(self, question: str, passages: Sequence[Passage]) -> tuple[Choice, list[str], list[str]] | None:
         """``(choice, support, chunk ids)`` for a question that compares named things
@@ -731,6 +790,8 @@ class GenerationStage:
             # a chain's earlier steps: the sentences their answers came from lead the support
             steps = [n for n in state.nodes if n.id in consumed and n.answer] if self.config.chain_support else []
             bridges = [b for b in (self.extractive.bridge(n, state) for n in steps) if b is not None]
+            # a sentence naming another passage's subject: that passage answers (models.bridge)
+            hops = [self.extractive.hop(n.text, r, n.passages, state) for n, r in zip(final, ranked, strict=True)]
             if self.reading is not None:
                 targets, target_ranked = final, ranked
                 if self.config.reader.question == "user" and len(state.nodes) > 1:
@@ -747,9 +808,12 @@ class GenerationStage:
                 return
             if self.config.backend == "reader":
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
-            chosen, state.used_passages = self.extractive.chosen(ranked, bridges)
+            short, held = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, hops)
+            chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held])
             state.answer = " ".join(chosen)
-            short = self.extractive.short_answer(state.question(), [n.text for n in final], ranked)
+            if held:
+                st.note += "; through " + ", ".join(repr(h.title) for h in hops if h is not None and h.link in held) \
+                    + " (generation.extractive.bridge)"
             if short:
                 # the span of a date, number or name the question asks for, then its sentences
                 state.short_answer, state.support = short, chosen

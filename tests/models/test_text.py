@@ -12,6 +12,7 @@ from searchsmith.models.text import (
     QUERY_STOP_WORDS,
     answer_kind,
     answer_tokens,
+    demonym,
     entity_spans,
     exact_match,
     iter_jsonl,
@@ -240,9 +241,33 @@ def test_plural_question(question: str, plural: bool) -> None:
     ("How do you fix the error?", ["Raise snapshot.interval_s to 600."], ""),
     ("Who wrote Quarry?", ["Nobody remembers."], ""),
     ("Who wrote Quarry?", [], ""),
+    # a nationality answers a question about nationality or language, not "where" nor "who"
+    ("Where was Mark Steven Johnson born?",
+     ["Mark Steven Johnson is an American film director, born in Hastings, Minnesota."], "Hastings"),
+    ("Who was the main vocal of Snow Patrol?",
+     ["Snow Patrol are a Northern Irish-Scottish rock band fronted by Gary Lightbody."], "Gary Lightbody"),
+    ("What nationality is Mark Steven Johnson?", ["Mark Steven Johnson is an American film director."], "American"),
+    ("Where did he die?", ["He was an American-West German actor."], ""),
 ])
 def test_typed_span(question: str, sentences: list[str], span: str) -> None:
     assert typed_span(question, sentences) == span
+
+
+def test_typed_span_excludes_the_names_it_is_told():
+    # the passage a chain's bridge led to is about its title: the title is no answer there
+    s = ["Mark Steven Johnson was born in Hastings, Minnesota."]
+    assert typed_span("Where was the director of film X born?", s) == "Mark Steven Johnson"
+    assert typed_span("Where was the director of film X born?", s, exclude=["Mark Steven Johnson"]) == "Hastings"
+
+
+@pytest.mark.parametrize(("span", "is_demonym"), [
+    ("American", True), ("Northern Irish-Scottish", True), ("American-West German", True),
+    ("Mexican-American", True), ("west german", True), ("Thai", True), ("Soviet", True),
+    ("Sweden", False), ("United States", False), ("German Army", False), ("Northern", False), ("", False),
+    ("Hastings, Minnesota", False),
+])
+def test_demonym(span: str, is_demonym: bool) -> None:
+    assert demonym(span) is is_demonym
 
 
 @settings(max_examples=200, deadline=None)

@@ -458,3 +458,66 @@ def test_a_yes_no_question_comparing_two_named_things_is_answered_yes_or_no(embe
     st = _film_state("Is Harbour Lights a drama?")
     stage.run(st, Preset())
     assert st.short_answer == "" and "compared" not in st.trace.stages["generation"].note
+
+
+BRIDGE_PASSAGES = [
+    Passage("w#0", "w", "films", "When in Rome is a 2010 American romantic comedy film directed by Mark Steven "
+            "Johnson. It stars Kristen Bell.", 0.9, title="When in Rome (2010 film)"),
+    Passage("m#0", "m", "people", "Mark Steven Johnson is an American film director and screenwriter. He was born "
+            "in Hastings, Minnesota.", 0.6, title="Mark Steven Johnson"),
+    Passage("k#0", "k", "people", "Kristen Bell is an actress from Huntington Woods.", 0.5, title="Kristen Bell"),
+]
+
+
+def _bridge_state(query, passages=BRIDGE_PASSAGES):
+    st = PipelineState(query=query, rewrite=query)
+    st.passages = list(passages)
+    st.nodes = [NodeResult("1", query, passages=list(passages))]
+    return st
+
+
+def test_a_question_through_a_bridge_is_answered_from_the_bridges_passage(embedder):
+    q = "Where was the director of the film When in Rome born?"
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False))
+    st = _bridge_state(q)
+    stage.run(st, Preset())
+    link = ("When in Rome is a 2010 American romantic comedy film directed by Mark Steven Johnson.")
+    held = "He was born in Hastings, Minnesota."
+    # the span of the bridge's passage (the bridge's own name and the nationality are no answer)
+    assert st.short_answer == "Hastings"
+    assert st.support[:2] == [link, held] and st.used_passages[:2] == ["w#0", "m#0"]
+    assert st.answer.startswith(f"Hastings. {link} {held}")
+    assert "through 'Mark Steven Johnson' (generation.extractive.bridge)" in st.trace.stages["generation"].note
+    # off: the span of the question's best sentences alone
+    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(bridge=False)), None,
+                          GenerationConfig(no_answer_missing_names=False))
+    st = _bridge_state(q)
+    off.run(st, Preset())
+    assert st.short_answer != "Hastings" and "bridge" not in st.trace.stages["generation"].note
+
+
+def test_a_bridge_of_the_asked_type_is_the_answer(embedder):
+    passages = [
+        Passage("f#0", "f", "people", "Fiske O'Hara was an Irish-American singer and actor, born in Rockland, Maine.",
+                0.9, title="Fiske O'Hara"),
+        Passage("r#0", "r", "places", "Rockland is a city in Knox County, Maine, United States. Its population was "
+                "7,297 in 2010.", 0.6, title="Rockland, Maine"),
+    ]
+    gen = ExtractiveGenerator(embedder)
+    q = "Fiske O'Hara was born in what city that had a population of 7,297 in 2010?"
+    st = _bridge_state(q, passages)
+    ranked = gen.support(q, passages, st)
+    hop = gen.hop(q, ranked, passages, st)
+    assert hop is not None and hop.title == "Rockland, Maine" and [p.chunk_id for p in hop.passages] == ["r#0"]
+    short, held = gen.short_answer(q, [q], [ranked], [hop])
+    assert short == "Rockland, Maine" and held[0] is hop.link
+    # no bridge for a yes / no question, a question naming the bridge itself, or with bridge_sentences too few
+    assert gen.hop("Was Fiske O'Hara born in Maine?", ranked, passages, st) is None
+    assert gen.hop("Which city in Knox County is Rockland, Maine?", ranked, passages, st) is None
+    assert gen.hop(q, [], passages, st) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
+def test_bad_bridge_sentences_are_refused(bad):
+    with pytest.raises(ValueError, match="generation.extractive.bridge_sentences"):
+        ExtractiveConfig(bridge_sentences=bad)

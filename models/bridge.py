@@ -1,0 +1,109 @@
+"""Bridges: the passage a question's best sentence leads to, for the question it does not answer.
+
+Most multi-hop questions go through a bridge: "Where was the director of film X born?" is
+answered by the passage about the director, and only the passage about X says who that is
+("X is a 2010 film directed by Mark Steven Johnson"). The sentence closest to the question
+names the bridge; its own passage (titled with the name) holds the answer. Without a reader,
+the extractive answer reads the bridge like this (``generation.extractive.bridge``):
+
+* :func:`named_title`: the first passage title that a sentence names (whole words, a title's
+  trailing "(disambiguator)" cut: "Kiss and Tell (1945 film)" is named by "Kiss and Tell"), and
+  that the question does not name itself (that passage is the question's own subject, no
+  bridge);
+* :func:`asked_type` and :func:`title_answers`: a question whose wh-phrase names a type ("which
+  Mexican-American dog behaviorist", "what city") is answered by the bridge itself when the
+  bridge's first sentence says it is one ("Cesar Millan ... is a Mexican-American dog
+  behaviorist"); otherwise the answer is a span of the bridge passage's sentences, the bridge's
+  own name excluded (``models.text.typed_span``).
+
+Pure functions of text; the pipeline's generator (``serving.pipeline.generation``) ranks the
+sentences and decides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from searchsmith.models.text import QUERY_STOP_WORDS, answer_kind, sentence_texts
+
+_DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)\s*$")
+_WORDS = re.compile(r"[^\W_]+")
+# "which / what" and the words after it; the phrase ends at a verb, preposition or clause word
+_WH_WORD = re.compile(r"\b(?:which|what)\s+", re.I)
+_PHRASE_TOKEN = re.compile(r"[\w'’-]+|[^\w\s]")
+_PHRASE_END = frozenset("""is was were are did does do has have had can could will would that who whom which whose
+in of by for from with at to on as and or""".split())
+MAX_PHRASE_WORDS = 7
+MIN_TITLE_CHARS = 3  # a title shorter than this ("A", "Go") is named by too many sentences
+
+
+def base_title(title: str) -> str:
+    """``title`` without its trailing disambiguator: "Kiss and Tell (1945 film)" -> "Kiss and Tell"."""
+    return _DISAMBIGUATOR.sub("", title or "").strip()
+
+
+def _phrase(text: str) -> str:
+    """Lower-cased words of ``text`` joined by single spaces, padded: whole-word search by ``in``."""
+    return " " + " ".join(_WORDS.findall(text.lower())) + " "
+
+
+def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequence[str] = ()) -> int | None:
+    """Index in ``titles`` of the first title ``sentence`` names as whole words, that ``question``
+    does not name and that is not one of ``own`` (the titles of the passages the sentence came
+    from); None when there is none.
+
+    Titles are compared without their disambiguator (:func:`base_title`) and case-insensitively;
+    the longest named title wins over one it contains ("Bank of America" over "America").
+    """
+    said, asked = _phrase(sentence), _phrase(question)
+    skip = {_phrase(base_title(t)) for t in own}
+    best: tuple[int, int] | None = None  # (-length, index)
+    for i, title in enumerate(titles):
+        name = base_title(title)
+        key = _phrase(name)
+        if len(name) < MIN_TITLE_CHARS or key.strip() == "" or key in skip or key in asked or key not in said:
+            continue
+        cand = (-len(key), i)
+        if best is None or cand < best:
+            best = cand
+    return None if best is None else best[1]
+
+
+def asked_type(question: str) -> tuple[str, ...]:
+    """The words that say what kind of thing ``question`` asks for: the lower-case content
+    words of its "which / what ..." phrase ("what Mexican-American dog behaviorist with ..." ->
+    ("dog", "behaviorist"), "what city Knox County" -> ("city",)); none for a question
+    without one ("Who ...?", "What is ...?", "Where ...?").
+
+    Without a tagger the phrase ends at the first verb only when it is an auxiliary, a
+    preposition or a clause word ("which clubs won three cups" -> clubs, won, three, cups):
+    the words are tried one by one (:func:`title_answers`), so a stray verb costs little."""
+    m = _WH_WORD.search(question)
+    if not m:
+        return ()
+    words: list[str] = []
+    for token in _PHRASE_TOKEN.findall(question[m.end():])[:MAX_PHRASE_WORDS]:
+        if not (token[0].isalnum() or token[0] == "_") or token.lower() in _PHRASE_END:
+            break
+        words.append(token)
+    return tuple(w for w in words if w.islower() and w not in QUERY_STOP_WORDS)
+
+
+def title_answers(question: str, passage: str) -> bool:
+    """Whether the passage's subject is the answer: ``question`` asks for a name
+    (``answer_kind`` ENT) of a type (:func:`asked_type`) that the passage's first sentence says
+    its subject is, by one of the type's words (plural or singular: "club" / "clubs")."""
+    kinds = asked_type(question) if answer_kind(question) == "ENT" else ()
+    sentences = sentence_texts(passage) if kinds else []
+    if not sentences:
+        return False
+    words = set(_WORDS.findall(sentences[0].lower()))
+    for kind in kinds:
+        stem = kind[:-1] if kind.endswith("s") and len(kind) > 3 else kind
+        if {kind, stem, stem + "s", stem + "es"} & words:
+            return True
+    return False
+
+
+__all__ = ["MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "asked_type", "base_title", "named_title", "title_answers"]

@@ -1,0 +1,74 @@
+"""models.bridge: which passage a sentence leads to, and whether its subject is the answer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from searchsmith.models.bridge import asked_type, base_title, named_title, title_answers
+
+
+@pytest.mark.parametrize(("title", "base"), [
+    ("Kiss and Tell (1945 film)", "Kiss and Tell"), ("Rockland, Maine", "Rockland, Maine"),
+    ("Mark Steven Johnson", "Mark Steven Johnson"), ("(film)", ""), ("", ""), ("A (b) (c)", "A (b)"),
+])
+def test_base_title_cuts_a_trailing_disambiguator(title, base):
+    assert base_title(title) == base
+
+
+TITLES = ["When in Rome (2010 film)", "Mark Steven Johnson", "America", "Bank of America", "Go"]
+
+
+def test_the_named_title_is_a_whole_word_title_the_question_does_not_name():
+    q = "What is the place of birth of the director of film When In Rome (2010 Film)?"
+    s = "When in Rome is a 2010 American film directed by Mark Steven Johnson."
+    # the film is the question's own subject (and the sentence's own passage): the director is the bridge
+    assert named_title(s, TITLES, q, own=["When in Rome (2010 film)"]) == 1
+    assert named_title(s, TITLES, q) == 1  # the question names the film itself
+    # no title named, or only as part of a word: none ("Johnsons" is not "Johnson")
+    assert named_title("It was shot by the Johnsons in Rome.", ["Johnson"], q) is None
+    # the longest title wins over one it contains; a title shorter than MIN_TITLE_CHARS is none
+    assert named_title("He worked at the Bank of America. Go!", TITLES, "Who?") == 3
+    assert named_title("Go there.", ["Go"], "Who?") is None
+    # a title the sentence's own passage has is not a bridge
+    assert named_title("Mark Steven Johnson is a director.", TITLES, "Who?", own=["Mark Steven Johnson"]) is None
+    assert named_title("anything", [], "Who?") is None
+
+
+@pytest.mark.parametrize(("question", "kind"), [
+    ("Daddy was integral to the work of what Mexican-American dog behaviorist with over 20 years?",
+     ("dog", "behaviorist")),
+    ("Fiske O'Hara was born in what city Knox County, Maine, that had a population of 2,297?", ("city",)),
+    ("Which river system in Chilhowie was the starting place for most Longhunters?", ("river", "system")),
+    ("McLaren MP4/11 was driven by what Finnish former professional racing driver",
+     ("former", "professional", "racing", "driver")),
+    ("Which Danish football clubs won three championships?", ("football", "clubs", "won", "three", "championships")),
+    ("What is the place of birth of the director of film X?", ()),
+    ("Who was the main vocal of X?", ()),
+    ("Where was the director of film X born?", ()),
+    ("When did the mother of Joseph die?", ()),
+    ("", ()),
+])
+def test_asked_type_is_the_lower_case_words_of_the_wh_phrase(question, kind):
+    assert asked_type(question) == kind
+
+
+def test_the_bridge_answers_when_its_first_sentence_says_it_is_the_asked_type():
+    rockland = "Rockland is a city in Knox County, Maine, United States. It is the county seat."
+    assert title_answers("Fiske O'Hara was born in what city Knox County, Maine?", rockland)
+    # plural asked, singular said; and the other way round
+    assert title_answers("Which clubs won the cup?", "Odense Boldklub is a Danish football club.")
+    assert title_answers("Which club won the cup?", "The Clubs is a band.")
+    # the type only in a later sentence, no type asked, or a date asked: the answer is inside the passage
+    assert not title_answers("In what city was she born?", "Mary Eaton was an actress. She was born in a city.")
+    assert not title_answers("Where was she born?", rockland)
+    assert not title_answers("In what year was the city founded?", rockland)
+    assert not title_answers("What city?", "")
+
+
+@given(st.text(max_size=300), st.lists(st.text(max_size=40), max_size=6), st.text(max_size=120))
+def test_the_bridge_functions_take_any_text(sentence, titles, question):
+    k = named_title(sentence, titles, question)
+    assert k is None or 0 <= k < len(titles)
+    assert all(w.islower() for w in asked_type(question))
+    assert isinstance(title_answers(question, sentence), bool)
