@@ -70,6 +70,23 @@ def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequen
     return None if best is None else best[1]
 
 
+GENERIC_WORDS = frozenset("name names named called known".split())
+STEM_CHARS = 5
+
+
+def unanswered_words(question: str, sentence: str) -> set[str]:
+    """The content words of ``question`` that ``sentence`` lacks (compared by their first
+    ``STEM_CHARS`` letters: "discovered" is "discover"; numbers whole; :data:`GENERIC_WORDS`
+    and stop words left out): what the sentence leaves unasked for. A sentence naming a bridge
+    that leaves none answers the question itself."""
+    def stems(text: str) -> set[str]:
+        return {w if w.isdigit() else w[:STEM_CHARS] for w in _WORDS.findall(text.lower())}
+
+    held = stems(sentence)
+    return {w for w in _WORDS.findall(question.lower()) if w not in QUERY_STOP_WORDS and w not in GENERIC_WORDS
+            and (w if w.isdigit() else w[:STEM_CHARS]) not in held}
+
+
 def asked_type(question: str) -> tuple[str, ...]:
     """The words that say what kind of thing ``question`` asks for: the lower-case content
     words of its "which / what ..." phrase ("what Mexican-American dog behaviorist with ..." ->
@@ -77,8 +94,7 @@ def asked_type(question: str) -> tuple[str, ...]:
     without one ("Who ...?", "What is ...?", "Where ...?").
 
     Without a tagger the phrase ends at the first verb only when it is an auxiliary, a
-    preposition or a clause word ("which clubs won three cups" -> clubs, won, three, cups):
-    the words are tried one by one (:func:`title_answers`), so a stray verb costs little."""
+    preposition or a clause word ("which clubs won three cups" -> clubs, won, three, cups)."""
     m = _WH_WORD.search(question)
     if not m:
         return ()
@@ -92,18 +108,18 @@ def asked_type(question: str) -> tuple[str, ...]:
 
 def title_answers(question: str, passage: str) -> bool:
     """Whether the passage's subject is the answer: ``question`` asks for a name
-    (``answer_kind`` ENT) of a type (:func:`asked_type`) that the passage's first sentence says
-    its subject is, by one of the type's words (plural or singular: "club" / "clubs")."""
+    (``answer_kind`` ENT) of a type whose head, the last word of :func:`asked_type`, the
+    passage's first sentence says its subject is (plural or singular: "club" / "clubs"):
+    "what Mexican-American dog behaviorist" is answered by a passage that opens "... is a
+    Mexican-American dog behaviorist", not by one on a dog breed."""
     kinds = asked_type(question) if answer_kind(question) == "ENT" else ()
     sentences = sentence_texts(passage) if kinds else []
     if not sentences:
         return False
-    words = set(_WORDS.findall(sentences[0].lower()))
-    for kind in kinds:
-        stem = kind[:-1] if kind.endswith("s") and len(kind) > 3 else kind
-        if {kind, stem, stem + "s", stem + "es"} & words:
-            return True
-    return False
+    head = kinds[-1]
+    stem = head[:-1] if head.endswith("s") and len(head) > 3 else head
+    return bool({head, stem, stem + "s", stem + "es"} & set(_WORDS.findall(sentences[0].lower())))
 
 
-__all__ = ["MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "asked_type", "base_title", "named_title", "title_answers"]
+__all__ = ["GENERIC_WORDS", "MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "STEM_CHARS", "asked_type", "base_title", "named_title",
+           "title_answers", "unanswered_words"]

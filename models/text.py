@@ -259,6 +259,17 @@ def pattern_entities(sentence: str) -> list[str]:
     return out
 
 
+def entity_names(sentence: str) -> list[str]:
+    """The names of ``sentence`` (:func:`entity_spans` labelled ENT, once each, in order), not
+    its dates, numbers or nationalities ("American", :func:`demonym`): what may be a title."""
+    out: list[str] = []
+    for s, e, label in entity_spans(sentence):
+        name = sentence[s:e]
+        if label == "ENT" and not _BARE_NUMBER.fullmatch(name) and not demonym(name) and name not in out:
+            out.append(name)
+    return out
+
+
 def missing_entities(entities: Sequence[str], passage: str) -> list[str]:
     """The ``entities`` that ``passage`` does not mention as whole tokens (case-insensitive).
 
@@ -656,6 +667,7 @@ __all__ = [
     "answer_kind",
     "answer_tokens",
     "demonym",
+    "entity_names",
     "entity_spans",
     "exact_match",
     "iter_jsonl",

@@ -181,6 +181,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     source TEXT NOT NULL, text TEXT NOT NULL, start INTEGER, end_ INTEGER, n_tokens INTEGER,
     title TEXT, date TEXT, url TEXT, images TEXT);
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
+CREATE INDEX IF NOT EXISTS chunks_title ON chunks(title COLLATE NOCASE);
 """
 
 
@@ -240,6 +241,19 @@ class ChunkStore:
                                   end=r[6], n_tokens=r[7], title=r[8], date=r[9], url=r[10],
                                   images=tuple(json.loads(r[11])) if r[11] else ())
         return out
+
+    def rows_titled(self, name: str, sources: Sequence[str], limit: int) -> list[int]:
+        """The first ``limit`` rows of ``sources`` whose title is ``name`` (case-insensitive),
+        alone or with a disambiguator ("Kiss and Tell" finds "Kiss and Tell (1945 film)"), in
+        row order. Indexes built before the title index existed answer by a table scan."""
+        if not name.strip() or not sources or limit < 1:
+            return []
+        pattern = re.sub(r"([\\%_])", r"\\\1", name) + " (%"
+        marks = ",".join("?" * len(sources))
+        with self._lock:
+            return [r[0] for r in self._db.execute(
+                f"SELECT row FROM chunks WHERE (title = ? COLLATE NOCASE OR title LIKE ? ESCAPE '\\') "
+                f"AND source IN ({marks}) ORDER BY row LIMIT ?", (name, pattern, *sources, int(limit)))]
 
     def chunks_of_doc(self, doc_id: str) -> list[Chunk]:
         with self._lock:
@@ -898,6 +912,14 @@ class Index:
         merged = [sorted(hits, key=lambda t: (-t[0], t[1]))[:k] for hits in per_query]
         chunks = self.store.get(sorted({r for hits in merged for _, r in hits}))
         return [[Hit(sc, r, chunks[r]) for sc, r in hits] for hits in merged]
+
+    def titled(self, name: str, sources: Sequence[str] | None = None, limit: int = 3) -> list[Hit]:
+        """The chunks of ``sources`` (all by default) titled ``name`` (``ChunkStore.rows_titled``),
+        at most ``limit``, as hits of score 0: a lookup by name, not a search."""
+        names = [s for s in (self.sources if sources is None else sources) if s in self._faiss]
+        rows = self.store.rows_titled(name, names, limit)
+        chunks = self.store.get(rows)
+        return [Hit(0.0, r, chunks[r]) for r in rows if r in chunks]
 
     def close(self) -> None:
         self.store.close()

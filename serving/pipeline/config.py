@@ -154,6 +154,8 @@ class RetrievalConfig:
             its this-many sentences most similar to the question and the answers so far.
         edge_order: order the passages "lost in the middle" (the strongest at both ends);
             False keeps them best first (the ablation of ``searchsmith eval ablate``).
+        titled_k: chunks a lookup by title returns (the passages of a bridge the answer's
+            sentences name, ``generation.extractive.bridge_lookup``).
     """
 
     retrieve_k: int = 10
@@ -162,8 +164,11 @@ class RetrievalConfig:
     min_keep: int = 2
     compress_sentences: int = 4
     edge_order: bool = True
+    titled_k: int = 3
 
     def __post_init__(self) -> None:
+        if isinstance(self.titled_k, bool) or not isinstance(self.titled_k, int) or self.titled_k < 1:
+            raise ValueError(f"retrieval.titled_k must be a whole number >= 1, got {self.titled_k!r}")
         if self.retrieve_k < 1:
             raise ValueError(f"retrieval.retrieve_k must be >= 1, got {self.retrieve_k}")
         if not 0.0 < self.dedup_threshold <= 1.0:
@@ -210,6 +215,12 @@ class ExtractiveConfig:
             the one holding the answer lead the support. Off: the best sentences' span alone.
         bridge_sentences: how many of the best sentences may name the bridge (the first that
             does is taken).
+        bridge_lookup: when no retrieved passage is a bridge, look the names of those
+            sentences up in the index by title (``retrieval.titled_k`` chunks of the document
+            titled with the name, in the routed sources): the passage about the director a
+            film's sentence names is rarely retrieved for a question about the film. The
+            passages found join the answer's, to be cited.
+        bridge_names: names of each sentence looked up (its first, the question's own left out).
     """
 
     sentences_per_node: int = 2
@@ -223,12 +234,14 @@ class ExtractiveConfig:
     compare: bool = True
     bridge: bool = True
     bridge_sentences: int = 3
+    bridge_lookup: bool = True
+    bridge_names: int = 2
 
     def __post_init__(self) -> None:
-        if isinstance(self.bridge_sentences, bool) or not isinstance(self.bridge_sentences, int) \
-                or self.bridge_sentences < 1:
-            raise ValueError(f"generation.extractive.bridge_sentences must be a whole number >= 1, "
-                             f"got {self.bridge_sentences!r}")
+        for key in ("bridge_sentences", "bridge_names"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"generation.extractive.{key} must be a whole number >= 1, got {value!r}")
         if self.sentences_per_node < 1 or self.max_sentences < 1:
             raise ValueError("generation.extractive.sentences_per_node and max_sentences must be >= 1, got "
                              f"{self.sentences_per_node} and {self.max_sentences}")

@@ -47,11 +47,17 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-from searchsmith.models.bridge import base_title, named_title, title_answers
+from searchsmith.models.bridge import (
+    MIN_TITLE_CHARS,
+    base_title,
+    named_title,
+    title_answers,
+    unanswered_words,
+)
 from searchsmith.models.choice import Choice, compared
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
-from searchsmith.models.text import SPAN_KINDS, answer_kind, typed_span
+from searchsmith.models.text import SPAN_KINDS, answer_kind, entity_names, typed_span
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import (
     content_words,
@@ -126,6 +132,10 @@ class Support(NamedTuple):
     score: float
     text: str
     chunk_ids: tuple[str, ...]  # the passages the sentence occurs in, best-scored first
+
+
+# (name, state) -> the passages titled with it in the routed sources (Retriever.titled)
+TitleLookup = Callable[[str, PipelineState], list[Passage]]
 
 
 class Hop(NamedTuple):
@@ -245,27 +255,41 @@ class ExtractiveGenerator:
         return " ".join(chosen), used
 
     def hop(self, question: str, ranked: Sequence[Support], passages: Sequence[Passage],
-            state: PipelineState) -> Hop | None:
+            state: PipelineState, lookup: TitleLookup | None = None) -> Hop | None:
         """The bridge ``question``'s best sentences lead to (``bridge``): the first of the
         ``bridge_sentences`` best that names the title of another of ``passages``, not named
         by the question (``models.bridge.named_title``), with that title's passages' sentences
-        ranked for the question; None without one, for a question that asks for no date,
-        number or name, or with ``short_answer`` or ``bridge`` off."""
+        ranked for the question; or, when the sentence names no passage's title, with
+        ``lookup`` (and ``bridge_lookup``), the first of its names (``bridge_names``, not the
+        question's; ``models.text.entity_names``) that the index has passages titled with.
+        None when the best sentence holds every word of the question
+        (``models.bridge.unanswered_words``: "Uranus was discovered by William Herschel" answers
+        "Who discovered Uranus?" itself), without a bridge, for a question that asks for no
+        date, number or name, or with ``short_answer`` or ``bridge`` off."""
         cfg = self.config
-        if not (cfg.short_answer and cfg.bridge) or answer_kind(question) not in SPAN_KINDS or not ranked:
+        if not (cfg.short_answer and cfg.bridge) or answer_kind(question) not in SPAN_KINDS or not ranked \
+                or not unanswered_words(question, ranked[0].text):
             return None
         titles = [p.title or "" for p in passages]
         by_id = {p.chunk_id: p for p in passages}
+        tried = {base_title(t).lower() for t in titles}  # names no lookup needs to find
         for cand in ranked[: cfg.bridge_sentences]:
             own = [by_id[i].title or "" for i in cand.chunk_ids if i in by_id]
             k = named_title(cand.text, titles, question, own)
-            if k is None:
+            if k is not None:
+                name = base_title(titles[k])
+                bridge = tuple(p for p in passages if base_title(p.title or "").lower() == name.lower())
+            elif lookup is not None and cfg.bridge_lookup:
+                names = [n for n in missing_entities(entity_names(cand.text), question)
+                         if len(n) >= MIN_TITLE_CHARS and n.lower() not in tried][: cfg.bridge_names]
+                tried.update(n.lower() for n in names)
+                found = ((n, tuple(p for p in lookup(n, state) if p.chunk_id not in by_id)) for n in names)
+                name, bridge = next(((n, b) for n, b in found if b), ("", ()))
+            else:
                 continue
-            name = base_title(titles[k]).lower()
-            bridge = tuple(p for p in passages if base_title(p.title or "").lower() == name)
-            bridged = self.support(question, bridge, state)
+            bridged = self.support(question, bridge, state) if bridge else []
             if bridged:
-                return Hop(cand, base_title(titles[k]), bridge, bridged)
+                return Hop(cand, name, bridge, bridged)
         return None
 
     def bridged(self, question: str, hop: Hop) -> tuple[str, list[Support]]:
@@ -669,10 +693,11 @@ class GenerationStage:
     writes = ("answer", "answer_found", "used_passages", "short_answer", "support")
 
     def __init__(self, extractive: ExtractiveGenerator, llm: Generator | None, config: GenerationConfig,
-                 reader: Reader | None = None) -> None:
+                 reader: Reader | None = None, lookup: TitleLookup | None = None) -> None:
         from searchsmith.serving.pipeline.reading import ReaderAnswers
 
         self.extractive = extractive
+        self.lookup = lookup  # the index's passages by title, for bridges no passage retrieved is
         self.llm = llm
         self.config = config
         # the reader answers when no LLM does (backend auto / reader), and when an LLM fails
@@ -791,7 +816,8 @@ class GenerationStage:
             steps = [n for n in state.nodes if n.id in consumed and n.answer] if self.config.chain_support else []
             bridges = [b for b in (self.extractive.bridge(n, state) for n in steps) if b is not None]
             # a sentence naming another passage's subject: that passage answers (models.bridge)
-            hops = [self.extractive.hop(n.text, r, n.passages, state) for n, r in zip(final, ranked, strict=True)]
+            hops = [self.extractive.hop(n.text, r, n.passages, state, self.lookup)
+                    for n, r in zip(final, ranked, strict=True)]
             if self.reading is not None:
                 targets, target_ranked = final, ranked
                 if self.config.reader.question == "user" and len(state.nodes) > 1:
@@ -811,9 +837,14 @@ class GenerationStage:
             short, held = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, hops)
             chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held])
             state.answer = " ".join(chosen)
-            if held:
-                st.note += "; through " + ", ".join(repr(h.title) for h in hops if h is not None and h.link in held) \
-                    + " (generation.extractive.bridge)"
+            used = [h for h in hops if h is not None and h.link in held]
+            if used:
+                # a bridge looked up by its name joins the passages, to be cited
+                known = {p.chunk_id for p in state.passages}
+                added = [p for h in used for p in h.passages if p.chunk_id not in known]
+                state.passages.extend(added)
+                st.note += "; through " + ", ".join(repr(h.title) for h in used) + " (generation.extractive.bridge" + \
+                    (f"; {len(added)} passage(s) looked up by title)" if added else ")")
             if short:
                 # the span of a date, number or name the question asks for, then its sentences
                 state.short_answer, state.support = short, chosen

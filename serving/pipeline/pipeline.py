@@ -123,8 +123,10 @@ class Pipeline:
         def use(what: str) -> bool:
             return what in self.gates and self.gates[what].used
 
+        retriever = Retriever(index, embedder, cfg.retrieval, self.bundles.get("reranker") if use("rerank") else None)
         self.generation = GenerationStage(ExtractiveGenerator(embedder, cfg.generation.extractive), llm,
-                                          cfg.generation, self.bundles.get("reader") if use("read") else None)
+                                          cfg.generation, self.bundles.get("reader") if use("read") else None,
+                                          lookup=retriever.titled)
 
         self.rewrite_note = self.gates["rewrite"].reason if "rewrite" in self.gates else None
         self.decompose_note = self.gates["decompose"].reason if "decompose" in self.gates else None
@@ -136,9 +138,7 @@ class Pipeline:
             "decomposition": DecompositionStage(dec if use("decompose") else None, cfg.decomposition,
                                                 gated=dec is not None and not use("decompose"),
                                                 short_answers=self.generation.short_answers),
-            "retrieval": RetrievalStage(Retriever(index, embedder, cfg.retrieval,
-                                                  self.bundles.get("reranker") if use("rerank") else None),
-                                        cfg.decomposition, self.generation.answer_node),
+            "retrieval": RetrievalStage(retriever, cfg.decomposition, self.generation.answer_node),
             "generation": self.generation,
             "citation": CitationStage(embedder, cfg.citation, self.bundles.get("citation") if use("cite") else None),
             "timeline": TimelineStage(embedder, cfg.timeline),

@@ -41,7 +41,7 @@ from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineStat
 from searchsmith.serving.rewrite import appended_terms
 
 if TYPE_CHECKING:
-    from searchsmith.serving.index import Index
+    from searchsmith.serving.index import Hit, Index
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,13 @@ def levels(graph: QDG) -> list[list[QDGNode]]:
     for n in graph.nodes:
         out[depth[n.id]].append(n)
     return out
+
+
+def _passage(h: Hit, node_id: str) -> Passage:
+    """A passage of a retrieved (or looked-up) chunk."""
+    return Passage(chunk_id=h.chunk.chunk_id, doc_id=h.chunk.doc_id, source=h.chunk.source, text=h.chunk.text,
+                   score=float(h.score), node_id=node_id, title=h.chunk.title, date=h.chunk.date, url=h.chunk.url,
+                   images=tuple(h.chunk.images), row=h.row)
 
 
 class VectorLookup:
@@ -123,11 +130,14 @@ class Retriever:
             raise ValidationError("retrieval: no source to search (routing selected none and the "
                                   "index has none); check the index and routing.router.fallback_source")
         q = embed(state, self.embedder, [text])
-        hits = self.index.search(q, list(sources), k=k)[0]
-        return [Passage(chunk_id=h.chunk.chunk_id, doc_id=h.chunk.doc_id, source=h.chunk.source,
-                        text=h.chunk.text, score=float(h.score), node_id=node_id, title=h.chunk.title,
-                        date=h.chunk.date, url=h.chunk.url, images=tuple(h.chunk.images), row=h.row)
-                for h in hits]
+        return [_passage(h, node_id) for h in self.index.search(q, list(sources), k=k)[0]]
+
+    def titled(self, name: str, state: PipelineState, node_id: str = "") -> list[Passage]:
+        """The passages titled ``name`` in the routed sources (``Index.titled``: a lookup by
+        name, at most ``retrieval.titled_k``), for a bridge the answer's sentences name
+        (``generation.extractive.bridge_lookup``)."""
+        sources = state.sources or list(self.index.sources)
+        return [_passage(h, node_id) for h in self.index.titled(name, sources, limit=self.config.titled_k)]
 
     def dedup(self, passages: list[Passage], state: PipelineState) -> list[Passage]:
         """Greedy near-duplicate removal in rank order (cosine >= ``dedup_threshold``)."""

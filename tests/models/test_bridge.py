@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from searchsmith.models.bridge import asked_type, base_title, named_title, title_answers
+from searchsmith.models.bridge import (
+    asked_type,
+    base_title,
+    named_title,
+    title_answers,
+    unanswered_words,
+)
 
 
 @pytest.mark.parametrize(("title", "base"), [
@@ -57,8 +63,12 @@ def test_the_bridge_answers_when_its_first_sentence_says_it_is_the_asked_type():
     rockland = "Rockland is a city in Knox County, Maine, United States. It is the county seat."
     assert title_answers("Fiske O'Hara was born in what city Knox County, Maine?", rockland)
     # plural asked, singular said; and the other way round
-    assert title_answers("Which clubs won the cup?", "Odense Boldklub is a Danish football club.")
-    assert title_answers("Which club won the cup?", "The Clubs is a band.")
+    assert title_answers("Which clubs have won the cup?", "Odense Boldklub is a Danish football club.")
+    # the head of the type, not any of its words: a dog breed is no "dog behaviorist"
+    q = "Daddy was integral to the work of what Mexican-American dog behaviorist?"
+    assert not title_answers(q, "The American Pit Bull Terrier is a dog breed.")
+    assert title_answers(q, "Cesar Millan is a Mexican-American dog behaviorist.")
+    assert title_answers("Which club has won the cup?", "The Clubs is a band.")
     # the type only in a later sentence, no type asked, or a date asked: the answer is inside the passage
     assert not title_answers("In what city was she born?", "Mary Eaton was an actress. She was born in a city.")
     assert not title_answers("Where was she born?", rockland)
@@ -72,3 +82,17 @@ def test_the_bridge_functions_take_any_text(sentence, titles, question):
     assert k is None or 0 <= k < len(titles)
     assert all(w.islower() for w in asked_type(question))
     assert isinstance(title_answers(question, sentence), bool)
+
+
+@pytest.mark.parametrize(("question", "sentence", "left"), [
+    # the best sentence holds every word of the question: it answers it, no bridge is needed
+    ("Who discovered Uranus?", "Uranus was discovered by William Herschel in 1781.", set()),
+    ("What are the names of the moons of Mars?", "Mars has two small moons, Phobos and Deimos.", set()),
+    # the sentence names the director, not where he was born: that is left to the bridge
+    ("Where was the director of film X born?", "X is a 2010 film directed by Mark Steven Johnson.", {"born"}),
+    # numbers compare whole
+    ("What happened in 1781?", "It was 17810 km away.", {"happened", "1781"}),
+    ("", "anything", set()),
+])
+def test_unanswered_words(question, sentence, left):
+    assert unanswered_words(question, sentence) == left

@@ -13,6 +13,7 @@ from searchsmith.models.text import (
     answer_kind,
     answer_tokens,
     demonym,
+    entity_names,
     entity_spans,
     exact_match,
     iter_jsonl,
@@ -258,6 +259,12 @@ def test_typed_span_excludes_the_names_it_is_told():
     s = ["Mark Steven Johnson was born in Hastings, Minnesota."]
     assert typed_span("Where was the director of film X born?", s) == "Mark Steven Johnson"
     assert typed_span("Where was the director of film X born?", s, exclude=["Mark Steven Johnson"]) == "Hastings"
+
+
+def test_entity_names_are_the_names_not_dates_numbers_or_nationalities():
+    s = "When in Rome is a 2010 American film directed by Mark Steven Johnson on 5 May 2010 in Quarry 3.0."
+    assert entity_names(s) == ["Rome", "Mark Steven Johnson", "Quarry 3.0"]
+    assert entity_names("") == [] and entity_names("Ada met Ada.") == ["Ada"]
 
 
 @pytest.mark.parametrize(("span", "is_demonym"), [

@@ -338,3 +338,27 @@ def test_indexes_from_before_labels_still_load(tmp_path, small_index, embedder) 
     assert idx.vector_files("code")[0] == d / "vectors" / "code.npy"
     m2 = add_documents(d, [{"id": "z", "source": "Space / Planets", "text": "Mars has two moons."}], embedder=embedder)
     assert m2["sources"]["cooking"]["file"] == "cooking" and m2["sources"]["Space / Planets"]["file"] != "Space / Planets"
+
+
+def test_chunks_are_looked_up_by_title(tmp_path, embedder, write_corpus) -> None:
+    extra = [
+        {"id": "kt", "source": "astronomy", "title": "Kiss and Tell (1945 film)", "text": "Kiss and Tell is a film."},
+        {"id": "kt2", "source": "code", "title": "Kiss and Tell", "text": "Kiss and Tell is a library."},
+        {"id": "pct", "source": "code", "title": "100% Pure_Go", "text": "A Go library."},
+        {"id": "near", "source": "code", "title": "100x PureXGo", "text": "Not the one asked for."},
+    ]
+    corpus = write_corpus(tmp_path / "corpus.jsonl", extra)
+    build_index(read_corpus(corpus), tmp_path / "index", IndexConfig(), embedder=embedder)
+    idx = Index.load(tmp_path / "index", embedder=embedder)
+    try:
+        # the title alone or with a disambiguator, any case, in row order; a source filter
+        assert sorted(h.chunk.doc_id for h in idx.titled("kiss AND tell")) == ["kt", "kt2"]
+        assert [h.chunk.doc_id for h in idx.titled("Kiss and Tell", ["code"])] == ["kt2"]
+        assert len(idx.titled("Kiss and Tell", limit=1)) == 1
+        # LIKE's wildcards in a name are letters, not patterns
+        assert [h.chunk.doc_id for h in idx.titled("100% Pure_Go")] == ["pct"]
+        # no such title, a part of one, an empty name, a source the index lacks: nothing
+        assert idx.titled("Kiss") == [] and idx.titled("") == [] and idx.titled("Kiss and Tell", ["nope"]) == []
+        assert all(h.score == 0.0 for h in idx.titled("Kiss and Tell"))
+    finally:
+        idx.close()

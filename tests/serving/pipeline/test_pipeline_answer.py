@@ -517,7 +517,54 @@ def test_a_bridge_of_the_asked_type_is_the_answer(embedder):
     assert gen.hop(q, [], passages, st) is None
 
 
+@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names"])
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
-def test_bad_bridge_sentences_are_refused(bad):
-    with pytest.raises(ValueError, match="generation.extractive.bridge_sentences"):
-        ExtractiveConfig(bridge_sentences=bad)
+def test_bad_bridge_settings_are_refused(key, bad):
+    with pytest.raises(ValueError, match=f"generation.extractive.{key}"):
+        ExtractiveConfig(**{key: bad})
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_titled_k_is_refused(bad):
+    from searchsmith.serving.pipeline.config import RetrievalConfig
+
+    with pytest.raises(ValueError, match="retrieval.titled_k"):
+        RetrievalConfig(titled_k=bad)
+
+
+def test_a_bridge_no_passage_retrieved_is_looked_up_by_its_title(embedder):
+    q = "Where was the director of the film When in Rome born?"
+    retrieved = [BRIDGE_PASSAGES[0], BRIDGE_PASSAGES[2]]  # the director's passage was not retrieved
+    asked = []
+
+    def lookup(name, state):
+        asked.append(name)
+        return [BRIDGE_PASSAGES[1]] if name == "Mark Steven Johnson" else []
+
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
+                            lookup=lookup)
+    st = _bridge_state(q, retrieved)
+    stage.run(st, Preset())
+    assert st.short_answer == "Hastings" and "Mark Steven Johnson" in asked
+    # the passage found joins the answer's passages, so that the citation stage can cite it
+    assert [p.chunk_id for p in st.passages] == ["w#0", "k#0", "m#0"] and "m#0" in st.used_passages
+    assert "through 'Mark Steven Johnson' (generation.extractive.bridge; 1 passage(s) looked up by title)" in \
+        st.trace.stages["generation"].note
+    # bridge_lookup off: no lookup, the best sentences' span
+    asked.clear()
+    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(bridge_lookup=False)), None,
+                          GenerationConfig(no_answer_missing_names=False), lookup=lookup)
+    st = _bridge_state(q, retrieved)
+    off.run(st, Preset())
+    assert asked == [] and st.short_answer != "Hastings" and len(st.passages) == 2
+
+
+def test_a_question_its_best_sentence_answers_takes_no_bridge(embedder):
+    # "Who directed When in Rome?": every word of the question is in the best sentence
+    asked = []
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
+                            lookup=lambda name, state: asked.append(name) or [])
+    st = _bridge_state("Who directed the 2010 film When in Rome?")
+    stage.run(st, Preset())
+    assert st.short_answer == "Mark Steven Johnson" and asked == []
+    assert "bridge" not in st.trace.stages["generation"].note
