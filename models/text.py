@@ -519,7 +519,7 @@ def plural_question(question: str) -> bool:
 
 
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
-               near: int = NEAR_WORDS, exclude: Sequence[str] = ()) -> str:
+               near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True) -> str:
     """The short answer to ``question`` in ``sentences`` (best first), "" when there is none.
 
     The candidates are the entities (:func:`entity_spans`) of the kind ``answer_kind`` expects,
@@ -532,13 +532,14 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     choice and why / how questions get "".
 
     ``exclude``: names that are no answer either, as if the question named them (a bridge's
-    passage is about its title, ``models.bridge``). A nationality ("American", :func:`demonym`)
+    passage is about its title, ``models.bridge``). ``fallback`` off: the kind asked for only. A nationality ("American", :func:`demonym`)
     answers only a question about nationality or language.
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)
     if not labels:
         return ""
+    labels = labels if fallback else labels[:1]
     known = _question_words(question)
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"

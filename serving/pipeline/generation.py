@@ -303,7 +303,8 @@ class ExtractiveGenerator:
         # the bridge's passage is about its subject: its opening sentence is often closest to the
         # question and holds none of the asked-for facts, so no :meth:`cut` by relative support
         sentences = hop.ranked[: self.config.sentences_per_node]
-        span = typed_span(question, [c.text for c in sentences], exclude=[hop.title])
+        # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says
+        span = typed_span(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
         if not span:
             return "", []
         held = next((c for c in sentences if span.lower() in c.text.lower()), sentences[0])

@@ -254,6 +254,12 @@ def test_typed_span(question: str, sentences: list[str], span: str) -> None:
     assert typed_span(question, sentences) == span
 
 
+def test_typed_span_without_fallback_takes_the_asked_kind_only():
+    s = ["The company paid $47 billion for it."]
+    assert typed_span("When did the company buy it?", s) == "$47"
+    assert typed_span("When did the company buy it?", s, fallback=False) == ""
+
+
 def test_typed_span_excludes_the_names_it_is_told():
     # the passage a chain's bridge led to is about its title: the title is no answer there
     s = ["Mark Steven Johnson was born in Hastings, Minnesota."]

@@ -393,11 +393,16 @@ FILM_PASSAGES = [
 ]
 
 
-def _film_state(query):
+def _one_node_state(query, passages):
+    """A question asked as one node over ``passages`` (what generation reads)."""
     st = PipelineState(query=query, rewrite=query)
-    st.passages = list(FILM_PASSAGES)
-    st.nodes = [NodeResult("1", query, passages=list(FILM_PASSAGES))]
+    st.passages = list(passages)
+    st.nodes = [NodeResult("1", query, passages=list(passages))]
     return st
+
+
+def _film_state(query):
+    return _one_node_state(query, FILM_PASSAGES)
 
 
 def test_a_choice_question_is_answered_by_the_option_its_passages_favour(embedder):
@@ -470,10 +475,7 @@ BRIDGE_PASSAGES = [
 
 
 def _bridge_state(query, passages=BRIDGE_PASSAGES):
-    st = PipelineState(query=query, rewrite=query)
-    st.passages = list(passages)
-    st.nodes = [NodeResult("1", query, passages=list(passages))]
-    return st
+    return _one_node_state(query, passages)
 
 
 def test_a_question_through_a_bridge_is_answered_from_the_bridges_passage(embedder):
