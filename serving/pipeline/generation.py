@@ -283,7 +283,8 @@ class ExtractiveGenerator:
                 names = [n for n in missing_entities(entity_names(cand.text), question)
                          if len(n) >= MIN_TITLE_CHARS and n.lower() not in tried][: cfg.bridge_names]
                 tried.update(n.lower() for n in names)
-                found = ((n, tuple(p for p in lookup(n, state) if p.chunk_id not in by_id)) for n in names)
+                found = ((n, tuple(p for p in self._looked_up(lookup, n, state) if p.chunk_id not in by_id))
+                         for n in names)
                 name, bridge = next(((n, b) for n, b in found if b), ("", ()))
             else:
                 continue
@@ -291,6 +292,16 @@ class ExtractiveGenerator:
             if bridged:
                 return Hop(cand, name, bridge, bridged)
         return None
+
+    @staticmethod
+    def _looked_up(lookup: TitleLookup, name: str, state: PipelineState) -> list[Passage]:
+        """``lookup(name)``; a failing lookup (an unreadable chunk store) is no bridge, noted."""
+        try:
+            return lookup(name, state)
+        except Exception as exc:  # noqa: BLE001 - the answer without the bridge
+            state.trace.note(f"generation: title lookup of {name!r} failed ({type(exc).__name__}: {exc}); "
+                             "no bridge looked up")
+            return []
 
     def bridged(self, question: str, hop: Hop) -> tuple[str, list[Support]]:
         """``(span, sentences)``: the answer ``hop``'s passages give ``question`` and the sentences
@@ -816,9 +827,6 @@ class GenerationStage:
             # a chain's earlier steps: the sentences their answers came from lead the support
             steps = [n for n in state.nodes if n.id in consumed and n.answer] if self.config.chain_support else []
             bridges = [b for b in (self.extractive.bridge(n, state) for n in steps) if b is not None]
-            # a sentence naming another passage's subject: that passage answers (models.bridge)
-            hops = [self.extractive.hop(n.text, r, n.passages, state, self.lookup)
-                    for n, r in zip(final, ranked, strict=True)]
             if self.reading is not None:
                 targets, target_ranked = final, ranked
                 if self.config.reader.question == "user" and len(state.nodes) > 1:
@@ -835,6 +843,9 @@ class GenerationStage:
                 return
             if self.config.backend == "reader":
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
+            # a sentence naming another passage's subject: that passage answers (models.bridge)
+            hops = [self.extractive.hop(n.text, r, n.passages, state, self.lookup)
+                    for n, r in zip(final, ranked, strict=True)]
             short, held = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, hops)
             chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held])
             state.answer = " ".join(chosen)

@@ -561,6 +561,20 @@ def test_a_bridge_no_passage_retrieved_is_looked_up_by_its_title(embedder):
     assert asked == [] and st.short_answer != "Hastings" and len(st.passages) == 2
 
 
+def test_a_failing_title_lookup_is_no_bridge_and_is_noted(embedder):
+    def lookup(name, state):
+        raise RuntimeError("chunk store unreadable")
+
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
+                            lookup=lookup)
+    st = _bridge_state("Where was the director of the film When in Rome born?",
+                       [BRIDGE_PASSAGES[0], BRIDGE_PASSAGES[2]])
+    stage.run(st, Preset())
+    assert st.answer_found and st.short_answer != "Hastings" and len(st.passages) == 2
+    assert any("title lookup of 'Mark Steven Johnson' failed (RuntimeError: chunk store unreadable)" in n
+               for n in st.trace.notes)
+
+
 def test_a_question_its_best_sentence_answers_takes_no_bridge(embedder):
     # "Who directed When in Rome?": every word of the question is in the best sentence
     asked = []
