@@ -207,9 +207,10 @@ class ExtractiveConfig:
             the words both are described with; supported by each one's sentence, and before the
             reader's answer too. Off, or when the passages do not decide: as any question.
         bridge: (with ``short_answer``) a question asking for a date, number or name whose best
-            sentences name another passage's subject ("X is a film directed by Mark Steven
-            Johnson", beside a passage titled "Mark Steven Johnson") is answered from that
-            passage, the bridge (``models.bridge``): by the bridge itself when the question asks
+            sentence leaves some of its words unanswered ("born"), and whose best sentences name
+            another passage's subject ("X is a film directed by Mark Steven Johnson", beside a
+            passage titled "Mark Steven Johnson"), is answered from that passage, the bridge
+            (``models.bridge``; not ``chain_support``'s, a chain step's own sentence): by the bridge itself when the question asks
             for a type its first sentence says it is ("what city ...?", "Rockland is a city
             ..."), else by the span its best sentences hold; the sentence naming the bridge and
             the one holding the answer lead the support. Off: the best sentences' span alone.
