@@ -79,12 +79,14 @@ def unanswered_words(question: str, sentence: str) -> set[str]:
     ``STEM_CHARS`` letters: "discovered" is "discover"; numbers whole; :data:`GENERIC_WORDS`
     and stop words left out): what the sentence leaves unasked for. A sentence naming a bridge
     that leaves none answers the question itself."""
-    def stems(text: str) -> set[str]:
-        return {w if w.isdigit() else w[:STEM_CHARS] for w in _WORDS.findall(text.lower())}
-
-    held = stems(sentence)
+    held = {_stem(w) for w in _WORDS.findall(sentence.lower())}
     return {w for w in _WORDS.findall(question.lower()) if w not in QUERY_STOP_WORDS and w not in GENERIC_WORDS
-            and (w if w.isdigit() else w[:STEM_CHARS]) not in held}
+            and _stem(w) not in held}
+
+
+def _stem(word: str) -> str:
+    """A word's first :data:`STEM_CHARS` letters; a number whole."""
+    return word if word.isdigit() else word[:STEM_CHARS]
 
 
 def asked_type(question: str) -> tuple[str, ...]:

@@ -493,10 +493,12 @@ def sentence_rows(items: Sequence[ReadItem], encode: Any) -> list[dict[str, Any]
         ranked = extractive.support(it.question, passages, state)
         # as the generation stage answers: a comparison by models.choice first, else the span
         picked = extractive.compare(it.question, passages)
-        hops = [extractive.hop(it.question, ranked, passages, state)]
-        short = (picked[0].option if picked is not None else extractive.short_answer(it.question, [it.question], [ranked],
-                                                                                      hops)[0]
-                 or " ".join(c.text for c in extractive.cut(ranked)))
+        if picked is not None:
+            short = picked[0].option
+        else:
+            hops = [extractive.hop(it.question, ranked, passages, state)]
+            short = (extractive.short_answer(it.question, [it.question], [ranked], hops)[0]
+                     or " ".join(c.text for c in extractive.cut(ranked)))
         short_em, short_f1 = best_f1(short, it.answers)
         rows.append({"id": it.uid, "source": it.source, "em": em, "f1": f1, "short": short,
                      "short_em": short_em, "short_f1": short_f1})
