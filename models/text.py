@@ -428,6 +428,39 @@ _OBJECT_WORDS = frozenset("the a an it its this that these those his her their t
                           "your".split())
 _NOT_PLURAL = frozenset("does was has is this its his news series species analysis".split())
 _EDGE = "`'\"’‘“”.,:;!?()[]{}"
+_YEAR_ASKED = re.compile(r"\b(?:what|which)\s+year\b", re.I)
+_YEAR_IN = re.compile(r"(?<!\d)(?:1[0-9]{3}|20\d{2})(?!\d)")
+# The words a passage states a relation with, for the word a question asks it with: "Who is the
+# spouse of X?" is answered in X's passage by "He married Y", "Where was X born?" by "born in Y".
+# A candidate near these counts as near the question's word (typed_span).
+RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
+    "spouse": "married marry marriage wife husband wed wedded spouse",
+    "wife": "married marry marriage wife wed wedded",
+    "husband": "married marry marriage husband wed wedded",
+    "married": "married marry marriage wife husband wed wedded",
+    "father": "son daughter father born child",
+    "mother": "son daughter mother born child",
+    "parent": "son daughter father mother born child",
+    "child": "son daughter children child father mother",
+    "children": "son daughter children child father mother",
+    "son": "son children child father mother",
+    "daughter": "daughter children child father mother",
+    "sibling": "brother sister sibling siblings",
+    "brother": "brother sibling siblings",
+    "sister": "sister sibling siblings",
+    "birth": "born birth native",
+    "born": "born birth native",
+    "death": "died death die",
+    "die": "died death die",
+    "died": "died death die",
+    "buried": "buried burial interred",
+    "burial": "buried burial interred",
+    "educated": "educated studied graduated attended alumnus alumna",
+    "university": "educated studied graduated attended university",
+    "employer": "worked employed joined professor",
+    "founded": "founded founder established",
+    "founder": "founded founder established",
+}.items()}
 
 
 def answer_kind(question: str) -> AnswerKind:
@@ -518,6 +551,12 @@ def plural_question(question: str) -> bool:
                for k, w in enumerate(after[:2]))
 
 
+def relation_cues(question: str) -> set[str]:
+    """The words a passage may state ``question``'s relations with (:data:`RELATION_CUES`): "married",
+    "wife", "husband" ... for "Who is the spouse of X?"; empty when it asks none."""
+    return {cue for w in _question_words(question) for cue in RELATION_CUES.get(w, ())}
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True) -> str:
     """The short answer to ``question`` in ``sentences`` (best first), "" when there is none.
@@ -527,7 +566,9 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     version ...?" is "3.0.2"); an entity the question already names is none. Of them, the one
     with the most of the question's words within ``near`` words of it answers (the first on a
     tie: sentences best first); only when no sentence holds one is the fallback kind tried (a
-    date, else a number; a number, else a name; a name, else a number). A plural question
+    date, else a number; a number, else a name; a name, else a number). The question's words
+    count with the words a passage states their relation with (:func:`relation_cues`: "married"
+    for "spouse"); "In which year ...?" gets the year of the date it finds. A plural question
     (:func:`plural_question`) gets every candidate of that sentence, "A, B and C". Yes / no,
     choice and why / how questions get "".
 
@@ -542,6 +583,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     labels = labels if fallback else labels[:1]
     known = _question_words(question)
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
+    asked |= relation_cues(question)
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
     demonyms_answer = bool(known & _ASKS_DEMONYM)
     # each sentence's words and entities, read once for every label tried
@@ -568,7 +610,8 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
             continue
         best = min(found)
         if not plural_question(question):
-            return best[3]
+            year = _YEAR_ASKED.search(question) and label == "DATE" and _YEAR_IN.search(best[3])
+            return year.group(0) if year else best[3]  # "1865" of "3 June 1865" for "In which year ...?"
         listed = _listed(sentences[best[2]], [f for f in found if f[2] == best[2]], best)
         return listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}"
     return ""

@@ -13,7 +13,9 @@ correction of that cosine) is given the same cosine, from the pipeline's embedde
 one. Markers ``[n]`` are numbered by first use and always match the reference list
 (markers the generator wrote itself are removed first). Each sentence's citation gives its
 reference number, score, chunk and ``quote``: the sentence of the passage that supports it
-best, which the answer page highlights in the reference's ``text``. An answer that is "not found"
+best, which the answer page highlights in the reference's ``text``. A short answer's own sentence
+("Mary Eaton.") cites what the first later sentence holding it cites, the sentence it was read
+from (:func:`lead_cites_support`): a bare name is close to every passage naming it. An answer that is "not found"
 (generation.no_answer_threshold) cites nothing. The cited passages join the answer's
 ``used_passages`` (the timeline reads them).
 
@@ -23,6 +25,7 @@ server's ``POST /v1/cite`` both call it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -234,6 +237,23 @@ def _support_scorer(sents: Sequence[str], texts: list[str], bundle: Any | None,
     return cosine
 
 
+def lead_cites_support(found: list[SentenceCitations], short: str) -> list[SentenceCitations]:
+    """``found`` with a short answer's own sentence ("Elia Kazan.", the answer's first) citing what
+    the first later sentence holding it cites: the sentence it was read from.
+
+    A bare name is close to every passage that mentions it ("Maya Kazan" names Elia Kazan too), so
+    looked back alone it cites passages the answer did not come from. Unchanged when there is no
+    short answer, when the first sentence is more than it, or when no later cited sentence holds it.
+    """
+    key = short.strip().rstrip(".!?").lower()
+    if not key or not found or found[0].text.strip().rstrip(".!?").lower() != key:
+        return found
+    held = next((s for s in found[1:] if s.citations and key in s.text.lower()), None)
+    if held is None:
+        return found
+    return [dataclasses.replace(found[0], citations=held.citations, quotes=held.quotes), *found[1:]]
+
+
 class CitationStage:
     """Reads the answer and passages; writes ``cited_answer``, ``sentences``, ``references``."""
 
@@ -262,6 +282,7 @@ class CitationStage:
             found = cite_sentences([answer[a:b] for a, b in spans], [(p.doc_id, p.text) for p in state.passages],
                                    config=self.config, bundle=self.bundle,
                                    encode=lambda texts: embed(state, self.embedder, texts), trace=state.trace)
+            found = lead_cites_support(found, state.short_answer)
             ref_no: dict[str, int] = {}
             refs: list[dict[str, Any]] = []
             cited_per_sentence: list[list[int]] = []

@@ -222,6 +222,14 @@ class ExtractiveConfig:
             film's sentence names is rarely retrieved for a question about the film. The
             passages found join the answer's, to be cited.
         bridge_names: names of each sentence looked up (its first, the question's own left out).
+        short_support: (with ``short_answer``) which selected sentences support a short answer:
+            ``selected``, every sentence selected for the question, or ``holding``, those that
+            hold it (with the sentences it was reached through: a chain's steps, a bridge's
+            link). ``holding`` gives shorter answers with fewer citations of passages the
+            answer did not come from, and loses the sentence that holds the right answer when
+            the short answer is wrong (2026-12-05: citation precision up, recall and
+            contains-the-answer down; serving/profiling/RESULTS.md, "Citing what the short
+            answer rests on").
     """
 
     sentences_per_node: int = 2
@@ -237,8 +245,12 @@ class ExtractiveConfig:
     bridge_sentences: int = 3
     bridge_lookup: bool = True
     bridge_names: int = 2
+    short_support: Literal["selected", "holding"] = "selected"
 
     def __post_init__(self) -> None:
+        if self.short_support not in ("holding", "selected"):
+            raise ValueError(f"generation.extractive.short_support must be 'holding' or 'selected', "
+                             f"got {self.short_support!r}")
         for key in ("bridge_sentences", "bridge_names"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -57,7 +57,7 @@ from searchsmith.models.bridge import (
 from searchsmith.models.choice import Choice, compared
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
-from searchsmith.models.text import SPAN_KINDS, answer_kind, entity_names, typed_span
+from searchsmith.models.text import SPAN_KINDS, answer_kind, entity_names, relation_cues, typed_span
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import (
     content_words,
@@ -232,17 +232,26 @@ class ExtractiveGenerator:
         names = missing_entities(pattern_entities(picked[0]), question)  # in the sentence's order
         return " ".join(names[: self.config.node_answer_names]) or picked[0]
 
-    def chosen(self, ranked: Sequence[Sequence[Support]],
-               lead: Sequence[Support] = ()) -> tuple[list[str], list[str]]:
+    def chosen(self, ranked: Sequence[Sequence[Support]], lead: Sequence[Support] = (),
+               short: str = "") -> tuple[list[str], list[str]]:
         """(sentences, chunk ids they came from) of each final node's :meth:`cut`, in node order.
 
         Args:
-            lead: sentences quoted first, as they are (a chain's bridges, :meth:`bridge`).
+            lead: sentences quoted first, as they are (a chain's bridges, :meth:`bridge`; the
+                sentences a short answer was read through, :meth:`short_answer`).
+            short: the short answer ("; "-joined parts); with ``short_support: holding`` only
+                the ``lead`` and the selected sentences that hold one of its parts are kept
+                (all of them when none does).
         """
+        groups = [list(lead), *(self.cut(r) for r in ranked)]
+        parts = [x.lower() for x in short.split("; ") if x] if self.config.short_support == "holding" else []
+        holds = [c for g in groups for c in g if any(x in c.text.lower() for x in parts)]
         chosen: list[str] = []
         used: list[str] = []
-        for group in [list(lead), *(self.cut(r) for r in ranked)]:
+        for group in groups:
             for c in group:
+                if holds and c not in lead and c not in holds:
+                    continue  # beside the short answer's own sentences, others only dilute its support
                 if c.text not in chosen:
                     chosen.append(c.text)
                     used.extend(i for i in c.chunk_ids if i not in used)
@@ -308,12 +317,18 @@ class ExtractiveGenerator:
         it rests on, the one naming the bridge first: the bridge itself when the question asks
         for a type its first sentence says it is (``models.bridge.title_answers``), else the
         span of its ``sentences_per_node`` best sentences (``typed_span``, the bridge's own name
-        excluded); ("", []) when they hold none."""
+        excluded), the first of its sentences stating the asked relation leading them
+        (``models.text.relation_cues``: "married" for "Who is the spouse of ...?", wherever the
+        cosine ranks it); ("", []) when they hold none."""
         if title_answers(question, hop.passages[0].text):
             return hop.title, [hop.link, hop.ranked[0]]
         # the bridge's passage is about its subject: its opening sentence is often closest to the
         # question and holds none of the asked-for facts, so no :meth:`cut` by relative support
-        sentences = hop.ranked[: self.config.sentences_per_node]
+        sentences = list(hop.ranked[: self.config.sentences_per_node])
+        cues = relation_cues(question)
+        cued = next((c for c in hop.ranked if cues & set(re.findall(r"\w+", c.text.lower()))), None)
+        if cued is not None:
+            sentences = [cued, *(c for c in sentences if c is not cued)][: len(sentences)]
         # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says
         span = typed_span(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
         if not span:
@@ -748,12 +763,14 @@ class GenerationStage:
         """Names of the user's own question (not the rewrite's added history) that no passage mentions.
 
         A name is a pattern entity with a capital letter or an identifier's ``. _ /``, its
-        version cut ("Beacon 2.4" -> "Beacon": the version is often what is asked for);
+        possessive and version cut ("Keaton's" -> "Keaton", "Beacon 2.4" -> "Beacon": the
+        version is often what is asked for);
         numbers alone and lower-case hyphenated words ("real-time") are not names.
         """
         names = []
         for ent in pattern_entities(state.query):
-            name = re.sub(r"(?:\s+\d+(?:\.\d+)*)+$", "", ent)
+            # "Keaton's" is "Keaton", "Beacon 2.4" is "Beacon"
+            name = re.sub(r"(?:\s+\d+(?:\.\d+)*)+$", "", re.sub(r"(?<=\w)['’]s?$", "", ent))
             if re.search(r"[A-Z]|[A-Za-z][._/]\w", name) and name not in names:
                 names.append(name)
         if not names:
@@ -847,7 +864,7 @@ class GenerationStage:
             hops = [self.extractive.hop(n.text, r, n.passages, state, self.lookup)
                     for n, r in zip(final, ranked, strict=True)]
             short, held = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, hops)
-            chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held])
+            chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held], short)
             state.answer = " ".join(chosen)
             used = [h for h in hops if h is not None and h.link in held]
             if used:

@@ -22,6 +22,7 @@ from searchsmith.models.text import (
     pattern_entities,
     plural_question,
     read_jsonl,
+    relation_cues,
     sentence_texts,
     split_sentences,
     token_f1,
@@ -230,6 +231,10 @@ def test_plural_question(question: str, plural: bool) -> None:
     # the fallback kind only when no sentence holds the first: a date, else a number
     ("When was the dam completed?", ["The dam is 111 metres high.", "It was completed in 1970."], "1970"),
     ("When was the dam completed?", ["The dam is 111 metres high."], "111"),
+    # "which year" asks for the year of a date, "when" for the date
+    ("In which year was King George V born?", ["George V was born on 3 June 1865."], "1865"),
+    ("When was King George V born?", ["George V was born on 3 June 1865."], "3 June 1865"),
+    ("What year did the dam open?", ["The dam is 111 metres high."], "111"),
     # a plural question takes the list its best candidate stands in
     ("Which capital cities lie on the Danube?",
      ["The Danube flows through Vienna, Bratislava, Budapest and Belgrade, said Ada Lovelace."],
@@ -252,6 +257,24 @@ def test_plural_question(question: str, plural: bool) -> None:
 ])
 def test_typed_span(question: str, sentences: list[str], span: str) -> None:
     assert typed_span(question, sentences) == span
+
+
+def test_relation_cues_are_the_words_a_passage_states_a_relation_with():
+    assert {"married", "wife", "husband"} <= relation_cues("Who is the spouse of Millard Webb?")
+    assert "born" in relation_cues("What is the place of birth of Mark Steven Johnson?")
+    assert {"son", "daughter"} <= relation_cues("Who is the father of Albert I?")
+    assert relation_cues("Which film did Millard Webb direct?") == set()
+
+
+def test_typed_span_counts_a_relation_cue_as_the_questions_word(monkeypatch):
+    q = "Who is the spouse of Millard Webb?"
+    sentences = ["The Sea Beast starred Dolores Costello.", "In 1929 he married Mary Eaton."]
+    # "married" states what "spouse" asks: the name beside it answers
+    assert typed_span(q, sentences) == "Mary Eaton"
+    import searchsmith.models.text as text
+
+    monkeypatch.setattr(text, "RELATION_CUES", {})
+    assert typed_span(q, sentences) == "Sea Beast"  # no word of the question near any: the first name
 
 
 def test_typed_span_without_fallback_takes_the_asked_kind_only():

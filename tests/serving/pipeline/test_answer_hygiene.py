@@ -239,6 +239,10 @@ def test_a_name_no_passage_mentions_is_not_found(embedder):
     ("Who won the 2018 FIFA World Cup?", ["FIFA World Cup"]),
     ("What is a real-time system?", []),  # a hyphenated word is no name
     ("Which port does it listen on?", []),
+    # a possessive is no part of the name: passages say "Chiang Hsiao-wen", "Keaton"
+    ("Who is the child of Chiang Hsiao-wen's father?", ["Chiang Hsiao-wen"]),
+    ("Who played the girlfriend of Alex P. Keaton’s actor?", ["Alex P", "Keaton"]),
+    ("Where did Jesus' disciples go?", ["Jesus"]),
 ])
 def test_the_names_a_question_needs(query, names):
     # no passage: every name of the question is missing

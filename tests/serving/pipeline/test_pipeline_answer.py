@@ -575,6 +575,90 @@ def test_a_failing_title_lookup_is_no_bridge_and_is_noted(embedder):
                for n in st.trace.notes)
 
 
+WEBB_PASSAGES = [
+    Passage("c#0", "c", "films", "The Golden Calf is a 1930 American comedy film directed by Millard Webb.", 0.9,
+            title="The Golden Calf (1930 film)"),
+    Passage("w#0", "w", "people", "Millard Webb was an American screenwriter and film director. He directed 20 "
+            "films between 1920 and 1933. His best-known film is The Sea Beast, costarring Dolores Costello. "
+            "In 1929 he married the dancer Mary Eaton.", 0.6, title="Millard Webb"),
+]
+
+
+def test_a_bridges_sentence_stating_the_asked_relation_is_read(embedder, monkeypatch):
+    # "spouse": the director's passage says "married", in a sentence that its cosine ranks last
+    q = "Who is the spouse of the director of film The Golden Calf?"
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False))
+    st = _bridge_state(q, WEBB_PASSAGES)
+    stage.run(st, Preset())
+    assert st.short_answer == "Mary Eaton"
+    assert "In 1929 he married the dancer Mary Eaton." in st.support
+    import searchsmith.models.text as text
+
+    monkeypatch.setattr(text, "RELATION_CUES", {})  # without the cues: the bridge's best sentences alone
+    st = _bridge_state(q, WEBB_PASSAGES)
+    stage.run(st, Preset())
+    assert st.short_answer != "Mary Eaton"
+
+
+def test_a_short_answers_sentence_cites_the_sentence_it_was_read_from(embedder):
+    passages = [
+        Passage("w#0", "w", "people", "Millard Webb married the dancer Mary Eaton in 1929.", 0.9, title="Millard Webb"),
+        Passage("e#0", "e", "people", "Mary Eaton was an American actress, singer and dancer.", 0.8,
+                title="Mary Eaton"),
+    ]
+    st = _one_node_state("Who did Millard Webb marry?", passages)
+    st.answer, st.short_answer = "Mary Eaton. Millard Webb married the dancer Mary Eaton in 1929.", "Mary Eaton"
+    st.support = ["Millard Webb married the dancer Mary Eaton in 1929."]
+    CitationStage(embedder, CitationConfig()).run(st, Preset())
+    lead, held = st.sentences
+    # alone, the bare name is closest to the passage about Mary Eaton, which the answer was not read from
+    assert [c["chunk_id"] for c in lead["citations"]] == [c["chunk_id"] for c in held["citations"]] == ["w#0"]
+    assert st.cited_answer.startswith("Mary Eaton [1]. Millard Webb married")
+    # a first sentence that is more than the short answer is looked back as any other
+    st.answer = "Mary Eaton was a dancer. Millard Webb married the dancer Mary Eaton in 1929."
+    CitationStage(embedder, CitationConfig()).run(st, Preset())
+    assert st.sentences[0]["citations"][0]["chunk_id"] == "e#0"
+
+
+def test_lead_cites_support_keeps_what_it_cannot_match():
+    from searchsmith.serving.pipeline.citation import SentenceCitations, lead_cites_support
+
+    found = [SentenceCitations("Mary Eaton.", [], [(1, 0.7)], quotes=("q1",)),
+             SentenceCitations("He married Mary Eaton.", [], [(0, 0.9)], quotes=("q0",))]
+    assert lead_cites_support(found, "Mary Eaton")[0].citations == [(0, 0.9)]
+    assert lead_cites_support(found, "Mary Eaton")[0].quotes == ("q0",)
+    assert lead_cites_support(found, "") == found  # no short answer
+    assert lead_cites_support(found, "Dolores Costello") == found  # not the first sentence
+    uncited = [found[0], SentenceCitations("He married Mary Eaton.", [], [])]
+    assert lead_cites_support(uncited, "Mary Eaton") == uncited  # no cited sentence holds it
+    assert lead_cites_support([], "Mary Eaton") == []
+
+
+def test_short_support_holding_keeps_the_sentences_that_hold_the_short_answer(embedder):
+    passages = [
+        Passage("a#0", "a", "docs", "By default the Quarry server listens on port 7420.", 0.9, title="Quarry"),
+        Passage("b#0", "b", "docs", "By default the Quarry server listens on every network interface.", 0.8,
+                title="Quarry network"),
+    ]
+    q = "On which port does the Quarry server listen by default?"
+    cfg = GenerationConfig(no_answer_missing_names=False)
+    st = _one_node_state(q, passages)
+    GenerationStage(ExtractiveGenerator(embedder), None, cfg).run(st, Preset())
+    assert st.short_answer == "7420" and len(st.support) == 2  # selected (the default): both sentences
+    st = _one_node_state(q, passages)
+    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(short_support="holding")), None, cfg).run(
+        st, Preset())
+    assert st.short_answer == "7420"
+    assert st.support == ["By default the Quarry server listens on port 7420."] and st.used_passages == ["a#0"]
+    assert st.answer == "7420. By default the Quarry server listens on port 7420."
+
+
+@pytest.mark.parametrize("bad", ["all", "", None, 1])
+def test_bad_short_support_is_refused(bad):
+    with pytest.raises(ValueError, match="generation.extractive.short_support"):
+        ExtractiveConfig(short_support=bad)
+
+
 def test_a_question_its_best_sentence_answers_takes_no_bridge(embedder):
     # "Who directed When in Rome?": every word of the question is in the best sentence
     asked = []
