@@ -125,13 +125,14 @@ def choice_options(question: str) -> tuple[str, list[str]]:
     The options are joined by "or" after the question word: "Which came out first, A or B?",
     "Which novelist, A or B, wrote ...?", "who is younger A or B" (no comma: the capitalised
     run before "or"). An option ends at a comma followed by a lower-case word (", the 1970
-    documentary"); a trailing "(Film)" is cut.
+    documentary"); a trailing "(Film)" is cut. Two names joined by "and" at the end of a stem
+    that compares them are options too (:func:`_and_options`).
     """
     q = " ".join(question.split()).rstrip()
     wh = _WH.search(q)
     ors = [m for m in _OR.finditer(q) if wh is not None and m.start() > wh.end()]
     if not ors:
-        return "", []
+        return _and_options(q)
     m = ors[-1]
     left, right = q[:m.start()], q[m.end():]
     right_opt = re.split(r",\s+(?=[a-z])|[?]\s*$", right, maxsplit=1)[0]
@@ -160,6 +161,27 @@ def choice_options(question: str) -> tuple[str, list[str]]:
         stem = f"{stem} {tail.strip(' ,?')}"
     options = [_clean_option(o) for o in [*lefts, right_opt]]
     if any(not o or len(o.split()) > 12 for o in options) or len({o.lower() for o in options}) < len(options):
+        return "", []
+    return stem, options
+
+
+# "..., A and B?", "... out of A and B?", "... between A and B?": two names offered with "and"
+_AND_OPTIONS = re.compile(r"(?:,|\s+out\s+of|\s+between)\s+(?P<a>[A-Z\"“'][^,?]*?)\s+and\s+"
+                          r"(?P<b>[A-Z\"“'][^,?]*?)\s*\??$")
+
+
+def _and_options(q: str) -> tuple[str, list[str]]:
+    """``(stem, [A, B])`` of a question offering two names with "and" after a stem that compares
+    them ("Which genus has more species, Bactris and Epigaea?", "Who was born first out of A and
+    B?"); ``("", [])`` otherwise: without a comparison "and" joins what the question is about
+    ("What profession did A and B both hold?", "the ancestry shared between A and B")."""
+    m = _AND_OPTIONS.search(q)
+    if m is None:
+        return "", []
+    stem = q[:m.start()].strip(" ,:")
+    options = [_clean_option(m.group("a")), _clean_option(m.group("b"))]
+    if not _WH.search(stem) or comparison(stem) is None or not all(options) \
+            or options[0].lower() == options[1].lower() or any(len(o.split()) > 12 for o in options):
         return "", []
     return stem, options
 
@@ -706,7 +728,7 @@ def compared(question: str, documents: Sequence[tuple[str, str]]) -> Choice | No
     :func:`common_ground` for what two things share; None for other questions and when the
     passages do not decide."""
     kind = answer_kind(question)
-    if kind == "CHOICE":
+    if kind == "CHOICE" or (kind == "ENT" and choice_options(question)[1]):  # "..., A and B?"
         return choose(question, documents)
     if kind == "YESNO":
         return yes_no(question, documents)

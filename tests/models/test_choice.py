@@ -38,6 +38,10 @@ from searchsmith.models.choice import (
      ["Red Sails", "That Devil, Tomas"]),
     ("Which film came out first, Who Is Calling? or North Pier?", "Which film came out first",
      ["Who Is Calling", "North Pier"]),
+    # two names offered with "and" after a stem that compares them
+    ("Which genus has more species, Bactris and Epigaea?", "Which genus has more species", ["Bactris", "Epigaea"]),
+    ("Who was born first out of Heng Pov and Rajesh Bhola?", "Who was born first", ["Heng Pov", "Rajesh Bhola"]),
+    ("Which is older between Tall Grass (Film) and Iron Bay?", "Which is older", ["Tall Grass", "Iron Bay"]),
 ])
 def test_the_options_and_the_stem_of_a_choice_question(question, stem, options):
     assert choice_options(question) == (stem, options)
@@ -48,6 +52,10 @@ def test_the_options_and_the_stem_of_a_choice_question(question, stem, options):
     "The old school in the Vesk Bazaar, or bazar, is located in which country?",  # "or" before the question word
     "Which port does Quarry listen on?",
     "Which is better, Quarry or quarry?",  # the same option twice
+    # "and" without a comparison joins what the question is about
+    "What profession did Alan Crosland and Kurt Voss both hold?",
+    "What is the shared country of ancestry between Art Laboe and Scout Tufankjian?",
+    "Who was born first, Ola Brandt and Ola Brandt?",  # the same name twice
     "",
 ])
 def test_a_question_that_offers_no_choice_has_no_options(question):
@@ -100,6 +108,7 @@ FILMS = [
     ("Which film whose director is younger, Harbour Lights or The Glass Orchard?", "The Glass Orchard",
      "Pia Sorel"),
     ("Who was born first, Ola Brandt or Pia Sorel?", "Ola Brandt", "Ola Brandt"),
+    ("Who was born first out of Ola Brandt and Pia Sorel?", "Ola Brandt", "Ola Brandt"),
     ("Who lived longer, Ola Brandt or Pia Sorel?", "Ola Brandt", "Ola Brandt"),  # 79 years against 64
     ("Who died earlier, Ola Brandt or Pia Sorel?", "Pia Sorel", "Pia Sorel"),
     # no comparison: the option whose passages hold the question's words
@@ -245,6 +254,14 @@ def test_what_two_things_have_in_common():
     assert common_ground("What do Pia Sorel and Jean Morel have in common?", docs) is None
     assert common_ground("What do Ola Brandt and Sam Kerr have in common?", docs) is None
     assert common_ground("What profession did Ola Brandt hold?", docs) is None
+
+
+def test_a_choice_offered_with_and_is_compared_as_one_offered_with_or():
+    assert compared("Who was born first out of Ola Brandt and Pia Sorel?", FILMS).option == "Ola Brandt"
+    assert compared("Which film came out first, Harbour Lights and The Glass Orchard?", FILMS).option == \
+        "The Glass Orchard"
+    # "and" joining what a question asks about is no choice: what they share
+    assert compared("What profession did Ola Brandt and Pia Sorel both hold?", FILMS).option == "film director"
 
 
 def test_lone_surrogates_and_function_word_options_are_no_evidence():
