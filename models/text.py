@@ -428,6 +428,12 @@ _OBJECT_WORDS = frozenset("the a an it its this that these those his her their t
                           "your".split())
 _NOT_PLURAL = frozenset("does was has is this its his news series species analysis".split())
 _EDGE = "`'\"’‘“”.,:;!?()[]{}"
+_ASKS_PLACE = re.compile(r"^\W*where\b|[,;]\s*where\b|\bplace of\b|\b(?:what|which)\s+(?:city|town|village|country|"
+                         r"state|county|province|region|location|place)\b", re.I)
+_CALENDAR_WORDS = frozenset(_MONTHS.lower().split("|")) | frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday".split())
+_ACRONYM = re.compile(r"[A-Z][A-Z&.]{1,7}")
+_LOCATIVE = frozenset("in at near from".split())
 _YEAR_ASKED = re.compile(r"\b(?:what|which)\s+year\b", re.I)
 _YEAR_IN = re.compile(r"(?<!\d)(?:1[0-9]{3}|20\d{2})(?!\d)")
 # The words a passage states a relation with, for the word a question asks it with: "Who is the
@@ -568,7 +574,11 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     tie: sentences best first); only when no sentence holds one is the fallback kind tried (a
     date, else a number; a number, else a name; a name, else a number). The question's words
     count with the words a passage states their relation with (:func:`relation_cues`: "married"
-    for "spouse"); "In which year ...?" gets the year of the date it finds. A plural question
+    for "spouse"), and a question asking for a place (where, "place of", "which city")
+    counts one more for a name after "in" / "at" / "near" / "from" ("headquartered in midtown
+    Manhattan"); "In which year ...?" gets the year of the date it finds. An acronym in
+    parentheses stands for the name before it ("Major League Soccer (MLS)"), and is no answer
+    when the question names some of that name. A plural question
     (:func:`plural_question`) gets every candidate of that sentence, "A, B and C". Yes / no,
     choice and why / how questions get "".
 
@@ -586,6 +596,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     asked |= relation_cues(question)
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
     demonyms_answer = bool(known & _ASKS_DEMONYM)
+    place = bool(_ASKS_PLACE.search(question))
     # each sentence's words and entities, read once for every label tried
     parsed = [([(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
                 for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence)) for sentence in sentences]
@@ -600,12 +611,27 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) for x in exclude):
                     continue
-                if lab == "ENT" and not demonyms_answer and demonym(span):
-                    continue
+                if lab == "ENT" and ((not demonyms_answer and demonym(span)) or span.lower() in _CALENDAR_WORDS):
+                    continue  # "American" answers no "who", "Monday" no "which season"
+                if lab == "ENT" and _ACRONYM.fullmatch(span) and sentence[:s].rstrip().endswith("(") \
+                        and sentence[e:].lstrip().startswith(")"):
+                    # "Major League Soccer (MLS)": the name it abbreviates answers, or nothing when
+                    # the question names some of it ("the American Pit Bull Terrier (APBT)")
+                    cut = len(sentence[:s].rstrip()) - 1
+                    full = next((sentence[a:b] for a, b, x in entities if x == "ENT" and not sentence[b:cut].strip()), "")
+                    if not full or _trim_known(full, known) != full or any(
+                            not missing_entities([full], x) for x in exclude):
+                        continue
+                    span = full
                 at = [j for j, (a, b, _) in enumerate(words) if a >= s and b <= e] or [0]
                 lo, hi = max(0, at[0] - near), at[-1] + near + 1
                 nearby = {w for a, b, w in words[lo:hi] if (b <= s or a >= e) and w in asked}
-                found.append((-len(nearby), len(found), i, span, s, e))
+                # a place is what follows "in" / "at": "headquartered in midtown Manhattan"
+                before = [w for _, b, w in words[max(0, at[0] - 2):at[0]] if b <= s]
+                located = place and label == "ENT" and bool(before) and (
+                    before[-1] in _LOCATIVE or (len(before) == 2 and before[0] in _LOCATIVE
+                                                and sentence[words[at[0] - 1][0]].islower()))
+                found.append((-len(nearby) - located, len(found), i, span, s, e))
         if not found:
             continue
         best = min(found)
