@@ -317,18 +317,16 @@ class ExtractiveGenerator:
         it rests on, the one naming the bridge first: the bridge itself when the question asks
         for a type its first sentence says it is (``models.bridge.title_answers``), else the
         span of its ``sentences_per_node`` best sentences (``typed_span``, the bridge's own name
-        excluded), the first of its sentences stating the asked relation leading them
-        (``models.text.relation_cues``: "married" for "Who is the spouse of ...?", wherever the
-        cosine ranks it); ("", []) when they hold none."""
+        excluded), its sentences stating the asked relation before them
+        (``models.text.relation_cues``: "married" for "Who is the spouse of ...?", "born" for
+        "place of birth", wherever the cosine ranks them); ("", []) when they hold none."""
         if title_answers(question, hop.passages[0].text):
             return hop.title, [hop.link, hop.ranked[0]]
         # the bridge's passage is about its subject: its opening sentence is often closest to the
         # question and holds none of the asked-for facts, so no :meth:`cut` by relative support
-        sentences = list(hop.ranked[: self.config.sentences_per_node])
         cues = relation_cues(question)
-        cued = next((c for c in hop.ranked if cues & set(re.findall(r"\w+", c.text.lower()))), None)
-        if cued is not None:
-            sentences = [cued, *(c for c in sentences if c is not cued)][: len(sentences)]
+        cued = [c for c in hop.ranked if cues & set(re.findall(r"\w+", c.text.lower()))]
+        sentences = [*cued, *(c for c in hop.ranked[: self.config.sentences_per_node] if c not in cued)]
         # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says
         span = typed_span(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
         if not span:
