@@ -618,11 +618,12 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                     # "Major League Soccer (MLS)": the name it abbreviates answers, or nothing when
                     # the question names some of it ("the American Pit Bull Terrier (APBT)")
                     cut = len(sentence[:s].rstrip()) - 1
-                    full = next((sentence[a:b] for a, b, x in entities if x == "ENT" and not sentence[b:cut].strip()), "")
-                    if not full or _trim_known(full, known) != full or any(
-                            not missing_entities([full], x) for x in exclude):
+                    full = next((sentence[a:b] for a, b, x in entities
+                                 if x == "ENT" and b <= cut and not sentence[b:cut].strip()), "")
+                    if full and (_trim_known(full, known) != full or any(
+                            not missing_entities([full], x) for x in exclude)):
                         continue
-                    span = full
+                    span = full or span
                 at = [j for j, (a, b, _) in enumerate(words) if a >= s and b <= e] or [0]
                 lo, hi = max(0, at[0] - near), at[-1] + near + 1
                 nearby = {w for a, b, w in words[lo:hi] if (b <= s or a >= e) and w in asked}

@@ -243,6 +243,7 @@ def test_plural_question(question: str, plural: bool) -> None:
     # an acronym in parentheses is the name before it: that name answers, or none when the
     # question names it
     ("What league does the team play for?", ["The team plays in Major League Soccer (MLS)."], "Major League Soccer"),
+    ("What league does the team play for?", ["The team plays (MLS)."], "MLS"),  # no name before it
     ("Daddy was an American Pit Bull Terrier integral to the work of what trainer?",
      ["The American Pit Bull Terrier (APBT) is a breed of dog.",
       "Daddy was integral to the work of trainer Cesar Millan."], "Cesar Millan"),
