@@ -170,6 +170,9 @@ def test_any_text_gives_an_option_of_the_question_or_none(question, docs):
     if c is not None:
         assert c.option in choice_options(question)[1]
     choose(f"Which came first, {question} or B?", docs)  # never raises, lone surrogates included
+    q = f"Who was born first out of {question} and Bo?"  # options offered with "and"
+    c = choose(q, docs)
+    assert c is None or c.option in choice_options(q)[1]
 
 
 @pytest.mark.parametrize("question, before, options, after", [

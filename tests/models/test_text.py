@@ -324,6 +324,19 @@ def test_demonym(span: str, is_demonym: bool) -> None:
     assert demonym(span) is is_demonym
 
 
+_PIECES = st.sampled_from(["in", "at", "the", "(", ")", "(MLS)", "Major", "League", "Soccer", "Monday", "May",
+                           "3 June 1865", "born", "married", "Hastings", ",", "A", "B.", "St.", "'s", "1990", "and"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["Where was X born?", "In which year was X born?", "What league does X play in?",
+                        "Who is the spouse of X?", "Who was born first out of A and B?", "What city is X from?"]),
+       st.lists(st.lists(_PIECES, max_size=14).map(" ".join), max_size=3))
+def test_typed_span_over_places_acronyms_and_cues_quotes_the_sentences(question: str, sentences: list[str]) -> None:
+    span = typed_span(question, sentences)
+    assert all(any(w in s for s in sentences) for w in span.replace(", ", " ").split())
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=80), st.lists(st.text(max_size=120), max_size=3))
 def test_typed_span_never_fails_and_quotes_the_sentences(question: str, sentences: list[str]) -> None:
