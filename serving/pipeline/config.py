@@ -228,8 +228,8 @@ class ExtractiveConfig:
             link). ``holding`` gives shorter answers with fewer citations of passages the
             answer did not come from, and loses the sentence that holds the right answer when
             the short answer is wrong (2026-12-05: citation precision up, recall and
-            contains-the-answer down; serving/profiling/RESULTS.md, "Citing what the short
-            answer rests on").
+            contains-the-answer down; serving/profiling/RESULTS.md, "Relation words, places
+            and the short answer's citation").
     """
 
     sentences_per_node: int = 2
