@@ -342,12 +342,17 @@ def _value(sentence: str, cmp: Comparison) -> float | None:
 
 
 def _range(sentence: str) -> tuple[str, str] | None:
-    """The two ends of the first "(start – end)" of ``sentence`` whose start holds a figure."""
+    """The two ends of the first "(start – end)" of ``sentence`` whose start holds a figure, or
+    of two dates with only spaces or punctuation between ("( ; 9 May 1860 19 June 1937)", where
+    the page's dash was lost)."""
     for m in _PAREN.finditer(sentence):
         inner = m.group(1)
         for d in _DASH.finditer(inner):
             if re.search(r"\d{3,4}", inner[:d.start()]):
                 return inner[:d.start()], inner[d.end():]
+        dates = [(s, e) for s, e, label in entity_spans(inner) if label == "DATE" and _YEAR.search(inner[s:e])]
+        if len(dates) >= 2 and not re.search(r"\w", inner[dates[0][1]:dates[1][0]]):
+            return inner[dates[0][0]:dates[0][1]], inner[dates[1][0]:dates[1][1]]
     return None
 
 

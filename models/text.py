@@ -165,13 +165,15 @@ def exact_match(prediction: str, reference: str) -> float:
 # tagger's types (models/citation.ENTITY_TYPES):
 # * DATE: "12 March 2024", "March 12, 2024", "2024-03-12", "March 2024", "1986", "1960s";
 # * ENT: a quoted or backticked span (its inside), an identifier with . _ or / ("quarry.yaml",
-#   "config.max_tokens"), a run of capitalised words with an optional trailing number or
-#   version ("Northwind Labs", "Harbor & Finch", "Voyager 2", "Quarry 3.0");
+#   "config.max_tokens"), a run of capitalised words, joined by "&", "of" or "of the", with an
+#   optional trailing number or version ("Northwind Labs", "Harbor & Finch", "Bank of America",
+#   "Order of the Golden Fleece", "Voyager 2", "Quarry 3.0");
 # * NUM: a number or amount with an optional unit ("60", "10,000", "3.5 %", "$10", "20 ms").
 # Claimed in that order (quotes, dates, identifiers, names, numbers), a later span never
 # overlapping an earlier one. Capitalisation says nothing at the start of a sentence, so a
 # lone capitalised word there is no name, and leading function words (QUERY_STOP_WORDS) are
-# cut from a run ("The Kingsmen" -> "Kingsmen", "In 1970" -> the date "1970").
+# cut from a run ("The Kingsmen" -> "Kingsmen", "In 1970" -> the date "1970"), and so is a
+# run's closing possessive ("Keaton's actor" -> "Keaton"; one inside a run stays: "Ender's Game").
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|"
            "December")
 _QUOTED = re.compile(r"`([^`]+)`|\"([^\"]{2,60})\"")
@@ -187,10 +189,13 @@ _DATES = (
 _IDENTIFIER = re.compile(r"\b[A-Za-z0-9]+(?:[._/][A-Za-z0-9]+)+\b")
 _ABBREVIATION = re.compile(r"[a-z](?:\.[a-z])+")  # "e.g", "i.e": no identifier
 _NAME_WORD = r"[A-Z][\w'’&-]*"
-_NAME = re.compile(rf"{_NAME_WORD}(?:\s+(?:&\s+)?{_NAME_WORD})*")
+# a capitalised word starts a name ("D" of "3D", "Phone" of "iPhone" do not)
+_NAME = re.compile(rf"(?<![\w'’]){_NAME_WORD}(?:\s+(?:&\s+|of\s+(?:the\s+)?)?{_NAME_WORD})*")
 _VERSION = re.compile(r"\s+\d+(?:\.\d+)*\b(?![.,]\d|\s?%)")  # "Voyager 2", "Quarry 3.0"; not "April 99.95%"
-_NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*"
-                     r"(?:\s?%|\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?)\b)?")
+# a figure is a token of its own ("3D", "1080p", "100x" hold none) or an ordinal ("34th"),
+# with an optional unit
+_NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*(?:st|nd|rd|th)?"
+                     r"(?:\s?%|\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?)\b)?(?!\w)")
 
 
 def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, int] | None:
@@ -243,6 +248,8 @@ def entity_spans(sentence: str) -> list[tuple[int, int, str]]:
         s, e = span
         while e > s and sentence[e - 1] in "'’-":
             e -= 1
+        if e - s > 3 and sentence[e - 2] in "'’" and sentence[e - 1] == "s":
+            e -= 2  # a closing possessive: "Keaton's actor" names "Keaton"
         if not (version and claim(s, version.end(), "ENT")):
             claim(s, e, "ENT")
     for m in _NUMBER.finditer(sentence):

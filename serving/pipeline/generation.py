@@ -760,15 +760,14 @@ class GenerationStage:
     def missing_names(state: PipelineState) -> list[str]:
         """Names of the user's own question (not the rewrite's added history) that no passage mentions.
 
-        A name is a pattern entity with a capital letter or an identifier's ``. _ /``, its
-        possessive and version cut ("Keaton's" -> "Keaton", "Beacon 2.4" -> "Beacon": the
-        version is often what is asked for);
+        A name is a pattern entity (a possessive already cut: "Keaton's" -> "Keaton") with a
+        capital letter or an identifier's ``. _ /``, its version cut ("Beacon 2.4" -> "Beacon":
+        the version is often what is asked for);
         numbers alone and lower-case hyphenated words ("real-time") are not names.
         """
         names = []
         for ent in pattern_entities(state.query):
-            # "Keaton's" is "Keaton", "Beacon 2.4" is "Beacon"
-            name = re.sub(r"(?:\s+\d+(?:\.\d+)*)+$", "", re.sub(r"(?<=\w)['’]s?$", "", ent))
+            name = re.sub(r"(?:\s+\d+(?:\.\d+)*)+$", "", ent)  # "Beacon 2.4" is "Beacon"
             if re.search(r"[A-Z]|[A-Za-z][._/]\w", name) and name not in names:
                 names.append(name)
         if not names:

@@ -123,6 +123,17 @@ def test_the_option_the_passages_favour(question, option, evidence_title):
     assert FILMS[c.evidence[0][0]][1].find(c.evidence[0][1]) >= 0  # a sentence of that passage
 
 
+def test_a_lifespan_whose_dash_was_lost():
+    # Wikipedia text with its dash dropped: "( ; 9 May 1860 19 June 1937)" is still a range
+    docs = [("Ola Brandt", "Ola Brandt, 1st Baronet, ( ; 9 May 1860 19 June 1937) was a Scottish novelist."),
+            ("Pia Sorel", "Pia Sorel (March 12, 1928 – September 16, 2016) was an American playwright.")]
+    c = choose("Which playwright lived a longer life, Ola Brandt or Pia Sorel?", docs)
+    assert c is not None and c.option == "Pia Sorel" and "77 years" in c.reason, c
+    # one date in the parentheses, or words between two, is no range: not decided
+    docs[0] = ("Ola Brandt", "Ola Brandt (born 9 May 1860, knighted 19 June 1913) was a Scottish novelist.")
+    assert choose("Which playwright lived a longer life, Ola Brandt or Pia Sorel?", docs) is None
+
+
 def test_counts_and_heights():
     docs = [("Lumen Peak", "Lumen Peak is a mountain in the Vesk range. It rises to 7,120 metres above sea level."),
             ("Grey Horn", "Grey Horn is the range's highest summit at 24,000 ft."),

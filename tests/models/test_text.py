@@ -105,6 +105,17 @@ def _typed(sentence: str) -> list[tuple[str, str]]:
      [("2024-03-12", "DATE"), ("March 5, 2025", "DATE")]),
     # a figure after a month's name is no day of it
     ("Uptime was: April 99.95%, May 99.90%.", [("April", "ENT"), ("99.95%", "NUM"), ("May", "ENT"), ("99.90%", "NUM")]),
+    # an ordinal is one figure; a figure inside a word ("3D", "1080p", "100x") is none
+    ("She played in Miracle on 34th Street, a 3D film at 1080p, 100x the 21st take.",
+     [("Miracle", "ENT"), ("34th", "NUM"), ("Street", "ENT"), ("21st", "NUM")]),
+    # a run's closing possessive is cut; one inside a run stays
+    ("The girlfriend of Alex Keaton's actor starred in Ender's Game.",
+     [("Alex Keaton", "ENT"), ("Ender's Game", "ENT")]),
+    ("He met James’s wife and the actors' union.", [("James", "ENT")]),
+    # "of" and "of the" join a name's words; a lower-case word between ends it
+    ("In 2004, Bank of America bought it; he joined the Order of the Golden Fleece of Burgundy.",
+     [("2004", "DATE"), ("Bank of America", "ENT"), ("Order of the Golden Fleece of Burgundy", "ENT")]),
+    ("It is the capital of France, not of the Alps.", [("France", "ENT"), ("Alps", "ENT")]),
 ])
 def test_entity_spans_types_and_offsets(sentence: str, expected: list[tuple[str, str]]) -> None:
     assert _typed(sentence) == expected
@@ -117,6 +128,16 @@ def test_entity_spans_skip_what_capitals_do_not_prove() -> None:
     assert entity_spans("a real-time, well-known system") == []
     spans = entity_spans("Harbor & Finch bought Brightline Systems on 12 March for $19.")
     assert all(end <= start for (_, end, _), (start, _, _) in zip(spans, spans[1:], strict=False))  # ordered, disjoint
+
+
+@given(st.lists(st.sampled_from(["Miracle", "on", "34th", "Street", "3D", "1080p", "100x", "Keaton's", "Ender's",
+                                  "Game", "in", "1994", "$10", "3.5", "%", "20ms", "(", ")", ",", "the", "21st"]),
+                min_size=1, max_size=12))
+def test_a_sentence_holds_every_entity_found_in_it(words: list[str]) -> None:
+    # the citation veto needs a passage to hold every entity of a sentence: the sentence's own
+    # passage must, or the sentence it was quoted from could never be cited ("34" of "34th")
+    sentence = "It was " + " ".join(words) + "."
+    assert missing_entities(pattern_entities(sentence), sentence) == []
 
 
 def test_pattern_entities_are_the_span_texts_once_in_order() -> None:
