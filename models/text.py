@@ -69,8 +69,9 @@ flew rose fell kept spent struck shot born
 # --------------------------------------------------------------------------- sentences
 # Two boundary rules are in use; both go through the one splitter below:
 # * "text" (serving: chunker, pipeline, server): a sentence ends at . ! ? (optionally followed
-#   by closing quotes or brackets) before whitespace, or at a blank line. Chunk offsets in an
-#   index depend on it.
+#   by closing quotes or brackets) before whitespace, or at a blank line; not at the dot of an
+#   initial or a title ("Michael J. Fox", "J. M. Barrie", "St. Louis", "Dr. Who"; a roman
+#   "I", "V" or "X" does end one: "World War I."). Chunk offsets in an index depend on it.
 # * "lines" (training: the synthetic citation pairs): every line break ends a sentence, and
 #   . ! ? end one only before whitespace and a capital, a digit, a quote or "(".
 SentenceRule = Literal["text", "lines"]
@@ -78,6 +79,8 @@ _SENTENCE_GAPS: dict[str, re.Pattern[str]] = {
     "text": re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n"),
     "lines": re.compile(r"\n|(?<=[.!?])[^\S\n]+(?=[A-Z0-9\"'(])"),
 }
+# the dot of an initial or a title, which ends no sentence under the "text" rule
+_NOT_AN_END = re.compile(r"(?:^|[\s(\"'])(?:[A-HJ-UWYZ]|Mr|Mrs|Ms|Dr|St|Mt|Ft|Jr|Sr|Prof|Gen|Col|Lt|Capt|Rev|Sgt)\.$")
 
 
 def split_sentences(text: str, rule: SentenceRule = "text") -> list[tuple[int, int]]:
@@ -92,6 +95,9 @@ def split_sentences(text: str, rule: SentenceRule = "text") -> list[tuple[int, i
     spans = []
     pos = 0
     for m in _SENTENCE_GAPS[rule].finditer(text):
+        if rule == "text" and "\n\n" not in m.group(0) and not m.group(0).strip() \
+                and _NOT_AN_END.search(text[max(0, m.start() - 6):m.start()]):
+            continue  # "Michael J. Fox": an initial's dot
         end = m.start() + len(m.group(0).rstrip())  # closing quotes/brackets stay in the sentence
         if text[pos:end].strip():
             spans.append((pos, end))
@@ -188,9 +194,11 @@ _DATES = (
 )
 _IDENTIFIER = re.compile(r"\b[A-Za-z0-9]+(?:[._/][A-Za-z0-9]+)+\b")
 _ABBREVIATION = re.compile(r"[a-z](?:\.[a-z])+")  # "e.g", "i.e": no identifier
-_NAME_WORD = r"[A-Z][\w'’&-]*"
-# a capitalised word starts a name ("D" of "3D", "Phone" of "iPhone" do not)
-_NAME = re.compile(rf"(?<![\w'’]){_NAME_WORD}(?:\s+(?:&\s+|of\s+(?:the\s+)?)?{_NAME_WORD})*")
+# a word, or an initial or a place's abbreviation before one ("J. M. Barrie", "St. Louis")
+_NAME_WORD = r"(?:(?:[A-Z]|St|Mt|Ft)\.(?=\s+[A-Z])|[A-Z][\w'’&-]*)"
+_HONORIFICS = frozenset("Mr Mrs Ms Dr Prof Rev Sir".split())  # alone, no name ("Mr. Moynihan" names "Moynihan")
+# a capitalised word starts a name ("D" of "3D", "Phone" of "iPhone", "S" of "U.S." do not)
+_NAME = re.compile(rf"(?<![\w'’.]){_NAME_WORD}(?:\s+(?:&\s+|of\s+(?:the\s+)?)?{_NAME_WORD})*")
 _VERSION = re.compile(r"\s+\d+(?:\.\d+)*\b(?![.,]\d|\s?%)")  # "Voyager 2", "Quarry 3.0"; not "April 99.95%"
 # a figure is a token of its own ("3D", "1080p", "100x" hold none) or an ordinal ("34th"),
 # with an optional unit
@@ -210,6 +218,8 @@ def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, in
         return None
     if starts_sentence and len(words) == 1 and words[0].start() == 0 and not numbered:
         return None  # a lone capitalised first word: capitalised anyway
+    if len(words) == 1 and words[0].group(0) in _HONORIFICS:
+        return None
     return s + words[0].start(), e
 
 
@@ -435,7 +445,7 @@ _OBJECT_WORDS = frozenset("the a an it its this that these those his her their t
                           "your".split())
 _NOT_PLURAL = frozenset("does was has is this its his news series species analysis".split())
 _EDGE = "`'\"’‘“”.,:;!?()[]{}"
-_ASKS_PLACE = re.compile(r"^\W*where\b|[,;]\s*where\b|\bplace of\b|\b(?:what|which)\s+(?:city|town|village|country|"
+_ASKS_PLACE = re.compile(r"^\W*where\b|[,;]\s*where\b|\bplace of\b|\bbirthplace\b|\bhometown\b|\b(?:what|which)\s+(?:city|town|village|country|"
                          r"state|county|province|region|location|place)\b", re.I)
 _CALENDAR_WORDS = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "monday tuesday wednesday thursday friday saturday sunday".split())
@@ -462,6 +472,8 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "brother": "brother sibling siblings",
     "sister": "sister sibling siblings",
     "birth": "born birth native",
+    "birthplace": "born birth native",
+    "hometown": "born native grew raised",
     "born": "born birth native",
     "death": "died death die",
     "die": "died death die",

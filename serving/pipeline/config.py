@@ -222,6 +222,13 @@ class ExtractiveConfig:
             film's sentence names is rarely retrieved for a question about the film. The
             passages found join the answer's, to be cited.
         bridge_names: names of each sentence looked up (its first, the question's own left out).
+        bridge_search: when no passage is titled with those names, search the index for the
+            name the sentence gives the question (its span: "Amy Poehler" in "... the mother
+            of Leslie Knope (Amy Poehler) ...") with the question's words the sentence leaves
+            unanswered ("Amy Poehler spouse actress"), and take the passages found that
+            mention the name, other than the sentence's own, as the bridge's: the second hop of
+            a question the first passage answers only half of is rarely titled with its subject.
+        bridge_search_k: passages that search returns (in the routed sources).
         short_support: (with ``short_answer``) which selected sentences support a short answer:
             ``selected``, every sentence selected for the question, or ``holding``, those that
             hold it (with the sentences it was reached through: a chain's steps, a bridge's
@@ -245,13 +252,15 @@ class ExtractiveConfig:
     bridge_sentences: int = 3
     bridge_lookup: bool = True
     bridge_names: int = 2
+    bridge_search: bool = True
+    bridge_search_k: int = 3
     short_support: Literal["selected", "holding"] = "selected"
 
     def __post_init__(self) -> None:
         if self.short_support not in ("holding", "selected"):
             raise ValueError(f"generation.extractive.short_support must be 'holding' or 'selected', "
                              f"got {self.short_support!r}")
-        for key in ("bridge_sentences", "bridge_names"):
+        for key in ("bridge_sentences", "bridge_names", "bridge_search_k"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"generation.extractive.{key} must be a whole number >= 1, got {value!r}")

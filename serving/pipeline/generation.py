@@ -136,6 +136,8 @@ class Support(NamedTuple):
 
 # (name, state) -> the passages titled with it in the routed sources (Retriever.titled)
 TitleLookup = Callable[[str, PipelineState], list[Passage]]
+# (text, k, state) -> the k passages closest to it in the routed sources (Retriever.near)
+BridgeSearch = Callable[[str, int, PipelineState], list[Passage]]
 
 
 class Hop(NamedTuple):
@@ -144,8 +146,9 @@ class Hop(NamedTuple):
 
     link: Support  # the sentence naming the bridge
     title: str  # the bridge's name (its passages' title, disambiguator cut)
-    passages: tuple[Passage, ...]  # the passages with that title
+    passages: tuple[Passage, ...]  # the passages with that title (or, searched, mentioning it)
     ranked: list[Support]  # their sentences, best supporting the question first
+    titled: bool = True  # False: passages found by searching for the name (bridge_search)
 
 
 class Generator(Protocol):
@@ -264,13 +267,19 @@ class ExtractiveGenerator:
         return " ".join(chosen), used
 
     def hop(self, question: str, ranked: Sequence[Support], passages: Sequence[Passage],
-            state: PipelineState, lookup: TitleLookup | None = None) -> Hop | None:
+            state: PipelineState, lookup: TitleLookup | None = None,
+            search: BridgeSearch | None = None) -> Hop | None:
         """The bridge ``question``'s best sentences lead to (``bridge``): the first of the
         ``bridge_sentences`` best that names the title of another of ``passages``, not named
         by the question (``models.bridge.named_title``), with that title's passages' sentences
         ranked for the question; or, when the sentence names no passage's title, with
         ``lookup`` (and ``bridge_lookup``), the first of its names (``bridge_names``, not the
-        question's; ``models.text.entity_names``) that the index has passages titled with.
+        question's; ``models.text.entity_names``) that the index has passages titled with; or,
+        when none is, with ``search`` (and ``bridge_search``), the passages other than the
+        sentence's own that mention the name the sentence gives the question (its
+        ``typed_span``: "Amy Poehler" in "... Leslie Knope (Amy Poehler) ...") among the
+        ``bridge_search_k`` closest to that name with the question's words the sentence leaves
+        unanswered ("Amy Poehler spouse actress").
         None when the best sentence holds every word of the question
         (``models.bridge.unanswered_words``: "Uranus was discovered by William Herschel" answers
         "Who discovered Uranus?" itself), without a bridge, for a question that asks for no
@@ -288,19 +297,49 @@ class ExtractiveGenerator:
             if k is not None:
                 name = base_title(titles[k])
                 bridge = tuple(p for p in passages if base_title(p.title or "").lower() == name.lower())
-            elif lookup is not None and cfg.bridge_lookup:
-                names = [n for n in missing_entities(entity_names(cand.text), question)
-                         if len(n) >= MIN_TITLE_CHARS and n.lower() not in tried][: cfg.bridge_names]
-                tried.update(n.lower() for n in names)
-                found = ((n, tuple(p for p in self._looked_up(lookup, n, state) if p.chunk_id not in by_id))
-                         for n in names)
-                name, bridge = next(((n, b) for n, b in found if b), ("", ()))
             else:
-                continue
+                name, bridge = "", ()
+                if lookup is not None and cfg.bridge_lookup:
+                    names = [n for n in missing_entities(entity_names(cand.text), question)
+                             if len(n) >= MIN_TITLE_CHARS and n.lower() not in tried][: cfg.bridge_names]
+                    tried.update(n.lower() for n in names)
+                    found = ((n, tuple(p for p in self._looked_up(lookup, n, state) if p.chunk_id not in by_id))
+                             for n in names)
+                    name, bridge = next(((n, b) for n, b in found if b), ("", ()))
+                if not bridge and search is not None and cfg.bridge_search:
+                    name, bridge = self._searched(question, cand, search, state)
+                    if bridge:
+                        bridged = self.support(question, bridge, state)
+                        if bridged:
+                            return Hop(cand, name, bridge, bridged, titled=False)
+                    continue
             bridged = self.support(question, bridge, state) if bridge else []
             if bridged:
                 return Hop(cand, name, bridge, bridged)
         return None
+
+    def _searched(self, question: str, link: Support, search: BridgeSearch,
+                  state: PipelineState) -> tuple[str, tuple[Passage, ...]]:
+        """``(name, passages)`` of :meth:`hop`'s search: the name ``link`` gives ``question``
+        and the passages that mention it among the closest to it with the question's words the
+        sentence leaves unanswered, the sentence's own left out; ("", ()) when the sentence
+        gives no name (one of its :func:`entity_names`, whole) or nothing found mentions it."""
+        name = typed_span(question, [link.text], fallback=False)
+        left = unanswered_words(question, link.text)
+        # a bridge is a named thing of the sentence, whole: not "British", a year or a name's part
+        if not name or name not in entity_names(link.text) or len(name) < MIN_TITLE_CHARS or not left \
+                or not missing_entities([name], question):
+            return "", ()
+        query = " ".join([name, *(w for w in re.findall(r"\w+", question.lower()) if w in left)])
+        try:
+            found = search(query, self.config.bridge_search_k, state)
+        except Exception as exc:  # noqa: BLE001 - the answer without the bridge
+            state.trace.note(f"generation: bridge search for {name!r} failed ({type(exc).__name__}: {exc}); "
+                             "no bridge searched")
+            return "", ()
+        own = set(link.chunk_ids)
+        mention = tuple(p for p in found if p.chunk_id not in own and not missing_entities([name], p.text))
+        return (name, mention) if mention else ("", ())
 
     @staticmethod
     def _looked_up(lookup: TitleLookup, name: str, state: PipelineState) -> list[Passage]:
@@ -320,13 +359,20 @@ class ExtractiveGenerator:
         excluded), its sentences stating the asked relation before them
         (``models.text.relation_cues``: "married" for "Who is the spouse of ...?", "born" for
         "place of birth", wherever the cosine ranks them); ("", []) when they hold none."""
-        if title_answers(question, hop.passages[0].text):
+        if hop.titled and title_answers(question, hop.passages[0].text):
             return hop.title, [hop.link, hop.ranked[0]]
         # the bridge's passage is about its subject: its opening sentence is often closest to the
         # question and holds none of the asked-for facts, so no :meth:`cut` by relative support
         cues = relation_cues(question)
         cued = [c for c in hop.ranked if cues & set(re.findall(r"\w+", c.text.lower()))]
-        sentences = [*cued, *(c for c in hop.ranked[: self.config.sentences_per_node] if c not in cued)]
+        if hop.titled:
+            sentences = [*cued, *(c for c in hop.ranked[: self.config.sentences_per_node] if c not in cued)]
+        else:
+            # a passage found by searching is about something else: only its sentences that state
+            # what the link left unanswered (its words, or their relation words) may answer
+            left = unanswered_words(question, hop.link.text)
+            sentences = [c for c in hop.ranked  # cued, or holding one of the words left (by their stems)
+                         if c in cued or unanswered_words(" ".join(left), c.text) != left]
         # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says
         span = typed_span(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
         if not span:
@@ -718,11 +764,13 @@ class GenerationStage:
     writes = ("answer", "answer_found", "used_passages", "short_answer", "support")
 
     def __init__(self, extractive: ExtractiveGenerator, llm: Generator | None, config: GenerationConfig,
-                 reader: Reader | None = None, lookup: TitleLookup | None = None) -> None:
+                 reader: Reader | None = None, lookup: TitleLookup | None = None,
+                 search: BridgeSearch | None = None) -> None:
         from searchsmith.serving.pipeline.reading import ReaderAnswers
 
         self.extractive = extractive
         self.lookup = lookup  # the index's passages by title, for bridges no passage retrieved is
+        self.search = search  # the index's passages closest to a text, for bridges none is titled with
         self.llm = llm
         self.config = config
         # the reader answers when no LLM does (backend auto / reader), and when an LLM fails
@@ -763,7 +811,8 @@ class GenerationStage:
         A name is a pattern entity (a possessive already cut: "Keaton's" -> "Keaton") with a
         capital letter or an identifier's ``. _ /``, its version cut ("Beacon 2.4" -> "Beacon":
         the version is often what is asked for);
-        numbers alone and lower-case hyphenated words ("real-time") are not names.
+        numbers alone and lower-case hyphenated words ("real-time") are not names. A name with
+        initials is mentioned when its other words are ("Alex P. Keaton": "Alex Keaton").
         """
         names = []
         for ent in pattern_entities(state.query):
@@ -773,7 +822,13 @@ class GenerationStage:
         if not names:
             return []
         text = "\n".join(f"{p.title or ''}\n{p.text}" for p in state.passages)
-        return missing_entities(names, text)
+
+        def mentioned(name: str) -> bool:
+            words = [w for w in name.split() if not re.fullmatch(r"[A-Z]\.", w)]
+            return not missing_entities([name], text) or (
+                0 < len(words) < len(name.split()) and not missing_entities(words, text))
+
+        return [n for n in names if not mentioned(n)]
 
     def _not_found(self, state: PipelineState, note: str) -> None:
         state.answer, state.answer_found, state.used_passages = self.config.no_answer_text, False, []
@@ -858,7 +913,7 @@ class GenerationStage:
             if self.config.backend == "reader":
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
             # a sentence naming another passage's subject: that passage answers (models.bridge)
-            hops = [self.extractive.hop(n.text, r, n.passages, state, self.lookup)
+            hops = [self.extractive.hop(n.text, r, n.passages, state, self.lookup, self.search)
                     for n, r in zip(final, ranked, strict=True)]
             short, held = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, hops)
             chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held], short)
@@ -869,8 +924,9 @@ class GenerationStage:
                 known = {p.chunk_id for p in state.passages}
                 added = [p for h in used for p in h.passages if p.chunk_id not in known]
                 state.passages.extend(added)
+                how = "found by searching for it" if any(not h.titled for h in used) else "looked up by title"
                 st.note += "; through " + ", ".join(repr(h.title) for h in used) + " (generation.extractive.bridge" + \
-                    (f"; {len(added)} passage(s) looked up by title)" if added else ")")
+                    (f"; {len(added)} passage(s) {how})" if added else ")")
             if short:
                 # the span of a date, number or name the question asks for, then its sentences
                 state.short_answer, state.support = short, chosen

@@ -139,6 +139,11 @@ class Retriever:
         sources = state.sources or list(self.index.sources)
         return [_passage(h, node_id) for h in self.index.titled(name, sources, limit=self.config.titled_k)]
 
+    def near(self, text: str, k: int, state: PipelineState, node_id: str = "") -> list[Passage]:
+        """The ``k`` chunks closest to ``text`` in the routed sources, for a bridge no passage is
+        titled with (``generation.extractive.bridge_search``)."""
+        return self.search(text, state.sources or list(self.index.sources), k, node_id, state)
+
     def dedup(self, passages: list[Passage], state: PipelineState) -> list[Passage]:
         """Greedy near-duplicate removal in rank order (cosine >= ``dedup_threshold``)."""
         if len(passages) < 2:

@@ -519,7 +519,7 @@ def test_a_bridge_of_the_asked_type_is_the_answer(embedder):
     assert gen.hop(q, [], passages, st) is None
 
 
-@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names"])
+@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names", "bridge_search_k"])
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
 def test_bad_bridge_settings_are_refused(key, bad):
     with pytest.raises(ValueError, match=f"generation.extractive.{key}"):
@@ -573,6 +573,79 @@ def test_a_failing_title_lookup_is_no_bridge_and_is_noted(embedder):
     assert st.answer_found and st.short_answer != "Hastings" and len(st.passages) == 2
     assert any("title lookup of 'Mark Steven Johnson' failed (RuntimeError: chunk store unreadable)" in n
                for n in st.trace.notes)
+
+
+KNOPE_PASSAGES = [
+    Passage("p#0", "p", "people", "Pamela Reed is an American actress. She has appeared as the mother of main "
+            "character Leslie Knope (Amy Poehler) on Parks and Recreation.", 0.9, title="Pamela Reed"),
+    Passage("r#0", "r", "places", "Ravenna Park is a public park in Seattle, run by the parks department.", 0.5,
+            title="Ravenna Park"),
+]
+# what the index holds about the bridge: no passage is titled "Amy Poehler"
+KNOPE_FOUND = [KNOPE_PASSAGES[0],
+               Passage("w#0", "w", "people", "Jon Arnett married Amy Poehler in 2003. They have two sons.", 0.7,
+                       title="Jon Arnett"),
+               Passage("a#0", "a", "people", "Amy Adams starred in Arrival.", 0.6, title="Amy Adams")]
+KNOPE_Q = "Who is the spouse of the actress who plays Leslie Knope on Parks and Recreation?"
+
+
+def test_a_bridge_no_passage_is_titled_with_is_searched_for(embedder):
+    searched = []
+
+    def search(text, k, state):
+        searched.append((text, k))
+        return KNOPE_FOUND[:k]
+
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
+                            lookup=lambda name, state: [], search=search)
+    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
+    stage.run(st, Preset())
+    # the name the best sentence gives the question, with the words it leaves unanswered
+    assert searched == [("Amy Poehler spouse actress plays", 3)]
+    assert st.short_answer == "Jon Arnett"
+    # the passage found (not the sentence's own, nor one that does not mention the name) joins, to be cited
+    assert [p.chunk_id for p in st.passages] == ["p#0", "r#0", "w#0"] and "w#0" in st.used_passages
+    assert "through 'Amy Poehler' (generation.extractive.bridge; 1 passage(s) found by searching for it)" in \
+        st.trace.stages["generation"].note
+    # bridge_search off: no search, the best sentence's span
+    searched.clear()
+    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(bridge_search=False)), None,
+                          GenerationConfig(no_answer_missing_names=False), search=search)
+    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
+    off.run(st, Preset())
+    assert searched == [] and st.short_answer == "Amy Poehler" and len(st.passages) == 2
+
+
+def test_a_searched_bridge_answers_only_from_sentences_stating_what_is_left(embedder):
+    # the passage found mentions the bridge but states no marriage: no answer from it
+    found = [Passage("w#0", "w", "people", "Jon Arnett starred beside Amy Poehler in Blades of Glory.", 0.7,
+                     title="Jon Arnett")]
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
+                            search=lambda text, k, state: found)
+    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
+    stage.run(st, Preset())
+    assert st.short_answer == "Amy Poehler" and len(st.passages) == 2
+
+
+def test_no_search_for_what_is_no_name_and_a_failing_search_is_noted(embedder):
+    searched = []
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
+                            search=lambda text, k, state: searched.append(text) or [])
+    passages = [Passage("g#0", "g", "people", "Alfred Gell was a British social anthropologist.", 0.9,
+                        title="Alfred Gell")]
+    st = _bridge_state("What nationality were the anthropologists Alfred Gell and Edmund Leach?", passages)
+    stage.run(st, Preset())
+    assert st.short_answer == "British" and searched == []  # a nationality is no bridge
+
+    def broken(text, k, state):
+        raise RuntimeError("index unreadable")
+
+    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
+                            search=broken)
+    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
+    stage.run(st, Preset())
+    assert st.answer_found and st.short_answer == "Amy Poehler" and len(st.passages) == 2
+    assert any("bridge search for 'Amy Poehler' failed (RuntimeError: index unreadable)" in n for n in st.trace.notes)
 
 
 WEBB_PASSAGES = [
