@@ -589,6 +589,16 @@ KNOPE_FOUND = [KNOPE_PASSAGES[0],
 KNOPE_Q = "Who is the spouse of the actress who plays Leslie Knope on Parks and Recreation?"
 
 
+def _answered(embedder, query, passages, extractive=None, **where):
+    """The state after the generation stage (extractive, no refusal for missing names) answered
+    ``query`` over ``passages``; ``where``: its ``lookup`` / ``search``."""
+    stage = GenerationStage(ExtractiveGenerator(embedder, extractive or ExtractiveConfig()), None,
+                            GenerationConfig(no_answer_missing_names=False), **where)
+    st = _bridge_state(query, list(passages))
+    stage.run(st, Preset())
+    return st
+
+
 def test_a_bridge_no_passage_is_titled_with_is_searched_for(embedder):
     searched = []
 
@@ -596,10 +606,7 @@ def test_a_bridge_no_passage_is_titled_with_is_searched_for(embedder):
         searched.append((text, k))
         return KNOPE_FOUND[:k]
 
-    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
-                            lookup=lambda name, state: [], search=search)
-    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
-    stage.run(st, Preset())
+    st = _answered(embedder, KNOPE_Q, KNOPE_PASSAGES, lookup=lambda name, state: [], search=search)
     # the name the best sentence gives the question, with the words it leaves unanswered
     assert searched == [("Amy Poehler spouse actress plays", 3)]
     assert st.short_answer == "Jon Arnett"
@@ -609,10 +616,7 @@ def test_a_bridge_no_passage_is_titled_with_is_searched_for(embedder):
         st.trace.stages["generation"].note
     # bridge_search off: no search, the best sentence's span
     searched.clear()
-    off = GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(bridge_search=False)), None,
-                          GenerationConfig(no_answer_missing_names=False), search=search)
-    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
-    off.run(st, Preset())
+    st = _answered(embedder, KNOPE_Q, KNOPE_PASSAGES, ExtractiveConfig(bridge_search=False), search=search)
     assert searched == [] and st.short_answer == "Amy Poehler" and len(st.passages) == 2
 
 
@@ -620,30 +624,22 @@ def test_a_searched_bridge_answers_only_from_sentences_stating_what_is_left(embe
     # the passage found mentions the bridge but states no marriage: no answer from it
     found = [Passage("w#0", "w", "people", "Jon Arnett starred beside Amy Poehler in Blades of Glory.", 0.7,
                      title="Jon Arnett")]
-    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
-                            search=lambda text, k, state: found)
-    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
-    stage.run(st, Preset())
+    st = _answered(embedder, KNOPE_Q, KNOPE_PASSAGES, search=lambda text, k, state: found)
     assert st.short_answer == "Amy Poehler" and len(st.passages) == 2
 
 
 def test_no_search_for_what_is_no_name_and_a_failing_search_is_noted(embedder):
     searched = []
-    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
-                            search=lambda text, k, state: searched.append(text) or [])
     passages = [Passage("g#0", "g", "people", "Alfred Gell was a British social anthropologist.", 0.9,
                         title="Alfred Gell")]
-    st = _bridge_state("What nationality were the anthropologists Alfred Gell and Edmund Leach?", passages)
-    stage.run(st, Preset())
+    st = _answered(embedder, "What nationality were the anthropologists Alfred Gell and Edmund Leach?", passages,
+                   search=lambda text, k, state: searched.append(text) or [])
     assert st.short_answer == "British" and searched == []  # a nationality is no bridge
 
     def broken(text, k, state):
         raise RuntimeError("index unreadable")
 
-    stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False),
-                            search=broken)
-    st = _bridge_state(KNOPE_Q, list(KNOPE_PASSAGES))
-    stage.run(st, Preset())
+    st = _answered(embedder, KNOPE_Q, KNOPE_PASSAGES, search=broken)
     assert st.answer_found and st.short_answer == "Amy Poehler" and len(st.passages) == 2
     assert any("bridge search for 'Amy Poehler' failed (RuntimeError: index unreadable)" in n for n in st.trace.notes)
 
