@@ -69,9 +69,10 @@ flew rose fell kept spent struck shot born
 # --------------------------------------------------------------------------- sentences
 # Two boundary rules are in use; both go through the one splitter below:
 # * "text" (serving: chunker, pipeline, server): a sentence ends at . ! ? (optionally followed
-#   by closing quotes or brackets) before whitespace, or at a blank line; not at the dot of an
-#   initial or a title ("Michael J. Fox", "J. M. Barrie", "St. Louis", "Dr. Who"; a roman
-#   "I", "V" or "X" does end one: "World War I."). Chunk offsets in an index depend on it.
+#   by closing quotes or brackets) before whitespace, or at a blank line (also at an initial's
+#   dot: "Michael J." "Fox ..."; not ending one there was measured and not adopted, see
+#   serving/profiling/RESULTS.md, "Second hops found by searching"). Chunk offsets in an index
+#   depend on it.
 # * "lines" (training: the synthetic citation pairs): every line break ends a sentence, and
 #   . ! ? end one only before whitespace and a capital, a digit, a quote or "(".
 SentenceRule = Literal["text", "lines"]
@@ -79,8 +80,6 @@ _SENTENCE_GAPS: dict[str, re.Pattern[str]] = {
     "text": re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n"),
     "lines": re.compile(r"\n|(?<=[.!?])[^\S\n]+(?=[A-Z0-9\"'(])"),
 }
-# the dot of an initial or a title, which ends no sentence under the "text" rule
-_NOT_AN_END = re.compile(r"(?:^|[\s(\"'])(?:[A-HJ-UWYZ]|Mr|Mrs|Ms|Dr|St|Mt|Ft|Jr|Sr|Prof|Gen|Col|Lt|Capt|Rev|Sgt)\.$")
 
 
 def split_sentences(text: str, rule: SentenceRule = "text") -> list[tuple[int, int]]:
@@ -95,9 +94,6 @@ def split_sentences(text: str, rule: SentenceRule = "text") -> list[tuple[int, i
     spans = []
     pos = 0
     for m in _SENTENCE_GAPS[rule].finditer(text):
-        if rule == "text" and "\n\n" not in m.group(0) and not m.group(0).strip() \
-                and _NOT_AN_END.search(text[max(0, m.start() - 6):m.start()]):
-            continue  # "Michael J. Fox": an initial's dot
         end = m.start() + len(m.group(0).rstrip())  # closing quotes/brackets stay in the sentence
         if text[pos:end].strip():
             spans.append((pos, end))
