@@ -294,6 +294,7 @@ class ExtractiveGenerator:
         for cand in ranked[: cfg.bridge_sentences]:
             own = [by_id[i].title or "" for i in cand.chunk_ids if i in by_id]
             k = named_title(cand.text, titles, question, own)
+            titled = True
             if k is not None:
                 name = base_title(titles[k])
                 bridge = tuple(p for p in passages if base_title(p.title or "").lower() == name.lower())
@@ -307,15 +308,10 @@ class ExtractiveGenerator:
                              for n in names)
                     name, bridge = next(((n, b) for n, b in found if b), ("", ()))
                 if not bridge and search is not None and cfg.bridge_search:
-                    name, bridge = self._searched(question, cand, search, state)
-                    if bridge:
-                        bridged = self.support(question, bridge, state)
-                        if bridged:
-                            return Hop(cand, name, bridge, bridged, titled=False)
-                    continue
+                    (name, bridge), titled = self._searched(question, cand, search, state), False
             bridged = self.support(question, bridge, state) if bridge else []
             if bridged:
-                return Hop(cand, name, bridge, bridged)
+                return Hop(cand, name, bridge, bridged, titled)
         return None
 
     def _searched(self, question: str, link: Support, search: BridgeSearch,

@@ -136,13 +136,16 @@ class Retriever:
         """The passages titled ``name`` in the routed sources (``Index.titled``: a lookup by
         name, at most ``retrieval.titled_k``), for a bridge the answer's sentences name
         (``generation.extractive.bridge_lookup``)."""
-        sources = state.sources or list(self.index.sources)
-        return [_passage(h, node_id) for h in self.index.titled(name, sources, limit=self.config.titled_k)]
+        return [_passage(h, node_id) for h in self.index.titled(name, self._routed(state), limit=self.config.titled_k)]
 
     def near(self, text: str, k: int, state: PipelineState, node_id: str = "") -> list[Passage]:
         """The ``k`` chunks closest to ``text`` in the routed sources, for a bridge no passage is
         titled with (``generation.extractive.bridge_search``)."""
-        return self.search(text, state.sources or list(self.index.sources), k, node_id, state)
+        return self.search(text, self._routed(state), k, node_id, state)
+
+    def _routed(self, state: PipelineState) -> list[str]:
+        """The sources routing chose for ``state``'s question, else every source of the index."""
+        return list(state.sources or self.index.sources)
 
     def dedup(self, passages: list[Passage], state: PipelineState) -> list[Passage]:
         """Greedy near-duplicate removal in rank order (cosine >= ``dedup_threshold``)."""

@@ -737,3 +737,17 @@ def test_a_question_its_best_sentence_answers_takes_no_bridge(embedder):
     stage.run(st, Preset())
     assert st.short_answer == "Mark Steven Johnson" and asked == []
     assert "bridge" not in st.trace.stages["generation"].note
+
+
+def test_the_pipeline_searches_a_bridge_in_the_routed_sources(make_pipeline):
+    # the generation stage's search is the retriever's: the chunks closest to the text, in the
+    # sources routing chose (every source of the index when it chose none)
+    pipe = make_pipeline()
+    search = pipe.generation.search
+    routed = PipelineState(query="q", rewrite="q")
+    routed.sources = ["astronomy"]
+    text = "sourdough bread and its starter"
+    found = search(text, 2, routed)  # a cooking text, but astronomy was routed to
+    assert len(found) == 2 and {p.source for p in found} == {"astronomy"}
+    everywhere = search(text, 3, PipelineState(query="q", rewrite="q"))
+    assert len(everywhere) == 3 and "cooking" in {p.source for p in everywhere}
