@@ -25,16 +25,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from searchsmith.models.text import QUERY_STOP_WORDS, answer_kind, sentence_texts
+from searchsmith.models.text import (
+    MAX_PHRASE_WORDS,
+    QUERY_STOP_WORDS,
+    answer_kind,
+    asked_type,
+    sentence_texts,
+)
 
 _DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)\s*$")
 _WORDS = re.compile(r"[^\W_]+")
-# "which / what" and the words after it; the phrase ends at a verb, preposition or clause word
-_WH_WORD = re.compile(r"\b(?:which|what)\s+", re.I)
-_PHRASE_TOKEN = re.compile(r"[\w'’-]+|[^\w\s]")
-_PHRASE_END = frozenset("""is was were are did does do has have had can could will would that who whom which whose
-in of by for from with at to on as and or""".split())
-MAX_PHRASE_WORDS = 7
 MIN_TITLE_CHARS = 3  # a title shorter than this ("A", "Go") is named by too many sentences
 
 
@@ -87,25 +87,6 @@ def unanswered_words(question: str, sentence: str) -> set[str]:
 def _stem(word: str) -> str:
     """A word's first :data:`STEM_CHARS` letters; a number whole."""
     return word if word.isdigit() else word[:STEM_CHARS]
-
-
-def asked_type(question: str) -> tuple[str, ...]:
-    """The words that say what kind of thing ``question`` asks for: the lower-case content
-    words of its "which / what ..." phrase ("what Mexican-American dog behaviorist with ..." ->
-    ("dog", "behaviorist"), "what city Knox County" -> ("city",)); none for a question
-    without one ("Who ...?", "What is ...?", "Where ...?").
-
-    Without a tagger the phrase ends at the first verb only when it is an auxiliary, a
-    preposition or a clause word ("which clubs won three cups" -> clubs, won, three, cups)."""
-    m = _WH_WORD.search(question)
-    if not m:
-        return ()
-    words: list[str] = []
-    for token in _PHRASE_TOKEN.findall(question[m.end():])[:MAX_PHRASE_WORDS]:
-        if not (token[0].isalnum() or token[0] == "_") or token.lower() in _PHRASE_END:
-            break
-        words.append(token)
-    return tuple(w for w in words if w.islower() and w not in QUERY_STOP_WORDS)
 
 
 def title_answers(question: str, passage: str) -> bool:

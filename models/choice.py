@@ -46,6 +46,7 @@ from searchsmith.models.text import (
     QUERY_STOP_WORDS,
     RELATION_WORDS,
     answer_kind,
+    demonym,
     entity_spans,
     sentence_texts,
 )
@@ -654,19 +655,26 @@ def _named_after(option: str, cue: str, documents: Sequence[tuple[str, str]]) ->
 
 # --------------------------------------------------------------------------- what two share
 _SHARED = re.compile(r"\b(?:both|in common|share|shared)\b", re.I)
-_IS_A = re.compile(r"\b(?:is|was|are|were)\s+(?:an?|the)\s+(?P<d>[^,.;:()]+)")
-_DESCRIPTION_END = re.compile(r"\s(?:who|which|that|whose|best|known|from|in|at|with|by|based|born|for|on)\s")
+_IS_A = re.compile(r"\b(?:is|was|are|were)\s+(?:an?|the)\s+(?P<d>[^.;:()]+)")
+_DESCRIPTION_END = re.compile(r"\s(?:who|which|that|whose|best|known|from|in|at|with|by|based|born|for|on)\s"
+                              r"|,\s+(?:the|an?|his|her|its|their)\s")
+# what a question asks two things to share when it is where they come from ("the shared country
+# of ancestry"): then a nationality is the answer, not a word to cut
+_ASKS_ORIGIN = frozenset("country countries nationality ancestry descent origin ethnicity citizenship".split())
 
 
 def _description(sentence: str) -> list[str]:
-    """The words that describe what a passage's first sentence is about: "X was an American film
-    director, producer ..." -> ["American", "film", "director"]; [] without "is a ..."."""
+    """The words that describe what a passage's first sentence is about, a list of them whole:
+    "X was an American film critic and historian, journalist, screenwriter, and author." ->
+    ["American", "film", "critic", "and", "historian", "journalist", "screenwriter", "and",
+    "author"] (commas dropped, "Armenian-American" two words); [] without "is a ..."."""
     m = _IS_A.search(sentence)
     if m is None:
         return []
     d = f" {m.group('d')} "
     end = _DESCRIPTION_END.search(d)
-    return (d[:end.start()] if end else d).split()
+    kept = d[:end.start()] if end else d
+    return [w for w in re.split(r"[\s,]+|(?<=[a-z])-(?=[A-Z])", kept) if w]
 
 
 def common_ground(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None:
@@ -688,7 +696,8 @@ def common_ground(question: str, documents: Sequence[tuple[str, str]]) -> Choice
             things = [_clean_option(re.sub(r"^(?:Both|The)\s+", "", " ".join(tokens[a0:k]))),
                       _clean_option(" ".join(tokens[b0:b1]))]
             break
-    if len(things) != 2 or not all(things) or _norm(things[0]) == _norm(things[1]):
+    # two named things: "where Serbian and Croatian are both official" names languages, not things
+    if len(things) != 2 or not all(things) or _norm(things[0]) == _norm(things[1]) or any(map(demonym, things)):
         return None
     leads = [_evidence(t, documents)[:1] for t in things]
     if not all(leads):
@@ -698,12 +707,16 @@ def common_ground(question: str, documents: Sequence[tuple[str, str]]) -> Choice
         return None
     asked = {_stemmed(w) for w in _norm(q).split()}
     low = [[_stemmed(w.lower().strip("'’")) for w in d] for d in descriptions]
+    origin = bool(_ASKS_ORIGIN & set(_norm(q).split()))
+
+    def cut(word: str) -> bool:  # function words, and nationalities unless they are asked for
+        return word.lower() in QUERY_STOP_WORDS or (not origin and word.lower() in COUNTRIES)
 
     def trimmed(i: int, n: int) -> list[str]:
         words = descriptions[0][i:i + n]
-        while words and (words[0].lower() in QUERY_STOP_WORDS or words[0].lower() in COUNTRIES):
+        while words and cut(words[0]):
             words = words[1:]
-        while words and (words[-1].lower() in QUERY_STOP_WORDS or words[-1].lower() in COUNTRIES):
+        while words and cut(words[-1]):
             words = words[:-1]
         return words
 
@@ -722,6 +735,8 @@ def common_ground(question: str, documents: Sequence[tuple[str, str]]) -> Choice
                 best, words = (new, len(run), i), run
     if not words:
         return None
+    if origin:  # where they come from: the nationality alone ("Armenian" of "Armenian American")
+        words = [w for w in words if w.lower() in COUNTRIES][:1] or words
     answer = " ".join(words)
     reason = f"in common: {things[0]} '{' '.join(descriptions[0])}', {things[1]} '{' '.join(descriptions[1])}'"
     return Choice(answer, reason, (leads[0][0], leads[1][0]))

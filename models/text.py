@@ -516,6 +516,113 @@ def answer_kind(question: str) -> AnswerKind:
     return "ENT"
 
 
+# The asked type (the answer-type rule's finer half): "Which *river system* ...?" is answered by
+# a name holding "River" ("Holston River"), "In what New York *county* ...?" by "Rensselaer
+# County", "Which *country* ...?" by a country, "For which *film* ...?" by a quoted title or a
+# name right after "film". A candidate of the asked type counts as this many more of the
+# question's words near it (typed_span).
+TYPE_FIT_WORDS = 5
+# heads that say no type a name shows ("What *kind* of ...", "What *name* ...")
+_GENERIC_HEADS = frozenset("kind kinds type types sort sorts name names part parts thing things one ones".split())
+# heads that ask for a person: a country never answers "Which *footballer* ...?"
+PERSON_HEADS = frozenset("""
+actor actress person man woman singer rapper player footballer cricketer athlete author writer
+novelist poet playwright director producer composer musician guitarist drummer artist painter
+politician president king queen emperor leader founder wrestler boxer coach manager
+""".split())
+# heads that ask for a work, which a passage may quote ("the 1980 film "Coal Miner's Daughter"")
+_WORK_HEADS = frozenset("""
+film movie song single album novel book series show sitcom play opera musical episode game poem
+painting magazine newspaper
+""".split())
+_COUNTRY_HEADS = frozenset("country countries nation nations".split())
+_COUNTRY_NAMES = frozenset(k.lower() for k in COUNTRIES)
+
+
+def _singular(word: str) -> str:
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        return w[:-1]
+    return w
+
+
+# "which / what" and the words after it: the phrase ends at an auxiliary, a preposition, a clause
+# word or a relation word ("which clubs *won* ..."), and where a name follows a lower-case word
+# ("what city Knox County": the name is what the question is about)
+_WH_WORD = re.compile(r"\b(?:which|what)\s+", re.I)
+_PHRASE_TOKEN = re.compile(r"[\w'’-]+|[^\w\s]")
+_PHRASE_END = frozenset("""is was were are did does do has have had can could will would that who whom which whose
+in of by for from with at to on as and or""".split()) | RELATION_WORDS
+MAX_PHRASE_WORDS = 7
+
+
+def _asked_phrase(question: str, first: bool = False) -> list[str]:
+    """The words of the "which / what ..." phrase of ``question`` (:data:`_PHRASE_END`); with
+    ``first``, only when "which" / "what" is its first question word (not "Who played the
+    team which ...")."""
+    if first:
+        m = _WH.search(question)
+        if m is None or m.group(1).lower() not in ("what", "which"):
+            return []
+    else:
+        m = _WH_WORD.search(question)
+        if m is None:
+            return []
+    words: list[str] = []
+    for token in _PHRASE_TOKEN.findall(question[m.end():])[:MAX_PHRASE_WORDS]:
+        if not (token[0].isalnum() or token[0] == "_") or token.lower() in _PHRASE_END \
+                or (words and words[-1].islower() and token[:1].isupper()):
+            break
+        words.append(token)
+    return words
+
+
+def asked_type(question: str) -> tuple[str, ...]:
+    """The words that say what kind of thing ``question`` asks for: the lower-case content
+    words of its "which / what ..." phrase ("what Mexican-American dog behaviorist with ..." ->
+    ("dog", "behaviorist"), "what city Knox County" -> ("city",), "which clubs won ..." ->
+    ("clubs",)); none for a question without one ("Who ...?", "What is ...?", "Where ...?")."""
+    return tuple(w for w in _asked_phrase(question) if w.islower() and w not in QUERY_STOP_WORDS)
+
+
+def asked_head(question: str) -> list[str]:
+    """The nouns a question whose first question word is "what" / "which" asks its answer to
+    be, singular and lower-cased: :func:`asked_type`'s words and the phrase's last word ("which
+    river system in ..." -> ["river", "system"], "what New York county ..." -> ["county"],
+    "which Olympic Games held ..." -> ["game"]); [] for other questions and generic heads
+    ("What kind of ...")."""
+    phrase = _asked_phrase(question, first=True)
+    # a word followed by an object is a verb ("which file *contains* the code"): the noun ends before it
+    phrase = phrase[:next((k for k in range(len(phrase) - 1) if phrase[k + 1].lower() in _OBJECT_WORDS), len(phrase))]
+    words = [*(w for w in phrase if w.islower()), *phrase[-1:]]
+    return list(dict.fromkeys(_singular(w) for w in words if not w.isdigit() and w.lower() not in QUERY_STOP_WORDS
+                              and _singular(w) not in _GENERIC_HEADS))
+
+
+def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool:
+    """Whether the candidate ``sentence[s:e]`` (``span`` once trimmed) is of the type ``head``
+    asks for (:func:`asked_head`): one of its capitalised words is a head noun ("Holston
+    *River*"), the word just before it is one ("the film "Titanic"", "the band Queen"), it is a
+    country for "which country", or it is quoted for a work ("which film")."""
+    if not head:
+        return False
+    words = {_singular(w) for w in re.findall(r"[A-Z][\w'’-]*", sentence[s:e])}
+    before = re.findall(r"[\w'’-]+", sentence[max(0, s - 30):s])
+    quoted = sentence[s - 1:s] in "\"“'‘" and s > 0
+    return bool(words & set(head)) or (bool(before) and _singular(before[-1]) in head) or (
+        bool(_COUNTRY_HEADS & set(head)) and span.lower() in _COUNTRY_NAMES and not demonym(span)) or (
+        quoted and bool(_WORK_HEADS & set(head)))
+
+
+def of_asked_type(question: str, name: str) -> bool:
+    """Whether ``name`` is of the type ``question`` asks for (:func:`asked_head`): one of its
+    capitalised words is the asked noun ("Socialist Party of America" for "What political
+    party ...?"), or it is a country for "Which country ...?"."""
+    return _fits(name, 0, len(name), name, asked_head(question))
+
+
 def _question_words(question: str) -> set[str]:
     """Lower-cased words of ``question``, possessives cut, dotted or slashed ones also in parts."""
     words = set()
@@ -526,9 +633,14 @@ def _question_words(question: str) -> set[str]:
     return words
 
 
-def _trim_known(text: str, known: set[str]) -> str:
-    """``text`` without its leading and trailing words that are function words or in ``known``."""
+def _trim_known(text: str, known: set[str], head: Sequence[str] = ()) -> str:
+    """``text`` without its leading and trailing words that are function words or in ``known``;
+    a name holding one of the ``head`` nouns (:func:`asked_head`) is what was asked, whole but for
+    its function words: "Rensselaer County" for "In what county ...?", "Socialist Party of
+    America" for "What political party ...?"."""
     words = text.split()
+    if head and {_singular(w.strip(_EDGE)) for w in words if w[:1].isupper()} & set(head):
+        known = set()
 
     def is_known(w: str) -> bool:
         core = re.sub(r"['’]s$", "", w.strip(_EDGE)).lower()
@@ -612,6 +724,8 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
     demonyms_answer = bool(known & _ASKS_DEMONYM)
     place = bool(_ASKS_PLACE.search(question))
+    head = asked_head(question)
+    person = bool(PERSON_HEADS & set(head))
     # each sentence's words and entities, read once for every label tried
     parsed = [([(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
                 for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence)) for sentence in sentences]
@@ -620,14 +734,15 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
         found: list[tuple[int, int, int, str, int, int]] = []
         for i, (sentence, (words, entities)) in enumerate(zip(sentences, parsed, strict=True)):
             for s, e, lab in entities:
-                span = _trim_known(sentence[s:e], known)
+                span = _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) for x in exclude):
                     continue
-                if lab == "ENT" and ((not demonyms_answer and demonym(span)) or span.lower() in _CALENDAR_WORDS):
-                    continue  # "American" answers no "who", "Monday" no "which season"
+                if lab == "ENT" and ((not demonyms_answer and demonym(span)) or span.lower() in _CALENDAR_WORDS
+                                     or (person and span.lower() in _COUNTRY_NAMES)):
+                    continue  # "American" answers no "who", "Monday" no "which season", "US" no "which footballer"
                 if lab == "ENT" and _ACRONYM.fullmatch(span) and sentence[:s].rstrip().endswith("(") \
                         and sentence[e:].lstrip().startswith(")"):
                     # "Major League Soccer (MLS)": the name it abbreviates answers, or nothing when
@@ -647,7 +762,8 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 located = place and label == "ENT" and bool(before) and (
                     before[-1] in _LOCATIVE or (len(before) == 2 and before[0] in _LOCATIVE
                                                 and sentence[words[at[0] - 1][0]].islower()))
-                found.append((-len(nearby) - located, len(found), i, span, s, e))
+                fits = TYPE_FIT_WORDS * (lab == "ENT" and _fits(sentence, s, e, span, head))
+                found.append((-len(nearby) - located - fits, len(found), i, span, s, e))
         if not found:
             continue
         best = min(found)

@@ -57,7 +57,14 @@ from searchsmith.models.bridge import (
 from searchsmith.models.choice import Choice, compared
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
-from searchsmith.models.text import SPAN_KINDS, answer_kind, entity_names, relation_cues, typed_span
+from searchsmith.models.text import (
+    SPAN_KINDS,
+    answer_kind,
+    entity_names,
+    of_asked_type,
+    relation_cues,
+    typed_span,
+)
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import (
     content_words,
@@ -323,8 +330,10 @@ class ExtractiveGenerator:
         name = typed_span(question, [link.text], fallback=False)
         left = unanswered_words(question, link.text)
         # a bridge is a named thing of the sentence, whole: not "British", a year or a name's part
+        # and not the answer itself: a name of the asked type ("the Socialist Party of America
+        # ticket" for "What political party ...?")
         if not name or name not in entity_names(link.text) or len(name) < MIN_TITLE_CHARS or not left \
-                or not missing_entities([name], question):
+                or not missing_entities([name], question) or of_asked_type(question, name):
             return "", ()
         query = " ".join([name, *(w for w in re.findall(r"\w+", question.lower()) if w in left)])
         try:

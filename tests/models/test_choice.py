@@ -270,6 +270,29 @@ def test_what_two_things_have_in_common():
     assert common_ground("What profession did Ola Brandt hold?", docs) is None
 
 
+def test_what_two_things_have_in_common_reads_their_whole_descriptions():
+    docs = [("Kazu Fuji", "Kazu Fuji (born 1970) is a Japanese professional wrestler, mixed martial artist and a "
+             "former amateur wrestler."),
+            ("Gil Yvel", "Gil Yvel (born 1976) is a retired Dutch mixed martial artist associated with a gym."),
+            ("Art Labo", "Art Labo is an Armenian American disc jockey, songwriter, and radio station owner."),
+            ("Scout Tufan", "Scout Tufan is an Armenian-American photojournalist and author based in Brooklyn."),
+            ("Nick Chris", "Nick Chris is an American novelist, poet and critic, the author of sixteen books."),
+            ("Rob Ebbs", "Rob Ebbs was an American film critic and historian, journalist, and author.")]
+    # a list after the first comma is part of the description
+    assert common_ground("What profession do Kazu Fuji and Gil Yvel have in common?", docs).option == \
+        "mixed martial artist"
+    # where they come from is asked: the nationality answers ("Armenian-American" read as two words)
+    assert common_ground("What is the shared country of ancestry between Art Labo and Scout Tufan?", docs).option \
+        == "Armenian"
+    # not asked: a nationality is cut, and the description ends before ", the author of ..."
+    assert common_ground("What occupation did Nick Chris and Rob Ebbs share?", docs).option == "critic"
+    assert common_ground("What occupation did Art Labo and Scout Tufan share?", docs) is None
+    # nationalities are no two things to compare ("the province where Serbian and Croatian are both official")
+    langs = [("Serbian", "Serbian is a South Slavic language."), ("Croatian", "Croatian is a South Slavic language.")]
+    assert common_ground("In which country is the province where Serbian and Croatian are both official?", langs) \
+        is None
+
+
 def test_a_choice_offered_with_and_is_compared_as_one_offered_with_or():
     assert compared("Who was born first out of Ola Brandt and Pia Sorel?", FILMS).option == "Ola Brandt"
     assert compared("Which film came out first, Harbour Lights and The Glass Orchard?", FILMS).option == \

@@ -12,6 +12,7 @@ from searchsmith.models.text import (
     QUERY_STOP_WORDS,
     answer_kind,
     answer_tokens,
+    asked_head,
     demonym,
     entity_names,
     entity_spans,
@@ -19,6 +20,7 @@ from searchsmith.models.text import (
     iter_jsonl,
     missing_entities,
     normalize_answer,
+    of_asked_type,
     pattern_entities,
     plural_question,
     read_jsonl,
@@ -320,6 +322,64 @@ def test_typed_span_without_fallback_takes_the_asked_kind_only():
     s = ["The company paid $47 billion for it."]
     assert typed_span("When did the company buy it?", s) == "$47"
     assert typed_span("When did the company buy it?", s, fallback=False) == ""
+
+
+@pytest.mark.parametrize(("question", "head"), [
+    ("Which river system in Chilhowie, Virginia was the starting place for most Longhunters?", ["river", "system"]),
+    ("Politician Lyman Sherwood was born in what New York county?", ["county"]),
+    ("Sara Symington competed in which Olympic Games held in Sydney?", ["game"]),  # its last word, capitalised too
+    ("What political party was the socialist candidate part of?", ["political", "party"]),
+    ("Which country Araya Selassie Yohannes's wife is from?", ["country"]),  # a name after the noun ends it
+    ("In which counties is it?", ["county"]),  # singular
+    ("Which file contains the code for Tidewater's retries?", ["file"]),  # a verb with its object ends it
+    ("What kind of unit was led by him?", []),  # a generic head
+    ("Who played the team which won the cup?", []),  # "which" is not the question's word
+    ("When was it built?", []),
+    ("", []),
+])
+def test_asked_head_is_the_noun_a_what_or_which_question_asks_for(question, head):
+    assert asked_head(question) == head
+
+
+@pytest.mark.parametrize(("question", "sentences", "span"), [
+    # a name holding the asked noun answers, whole, before one nearer the question's words
+    ("Politician Lyman Sherwood was born in what New York county?",
+     ["Lyman Sherwood (August 5, 1802 Hoosick, Rensselaer County, New York) was a lawyer."], "Rensselaer County"),
+    ("What political party was the socialist candidate part of?",
+     ["He twice ran as candidate for Vice President of the United States on the Socialist Party of America ticket."],
+     "Socialist Party of America"),
+    ("Which river system in Chilhowie was the starting place for most long hunts?",
+     ["Most long hunts started in Tennessee, in the Holston River Valley near Chilhowie."], "Holston River Valley"),
+    # the noun right before a name ("the play Cymbeline"); a quoted title for a work
+    ("He won the Laurence Olivier Award for his performance in which play?",
+     ["He won the Laurence Olivier Award as Best Newcomer for his performance in the play Cymbeline."], "Cymbeline"),
+    ("For which film did Sissy Spacek win an Academy Award?",
+     ['Sissy Spacek won an Academy Award as Loretta Lynn in "Coal Miner\'s Daughter".'], "Coal Miner's Daughter"),
+    # a country for "which country"; never for a person
+    ("Kacha is part of a state bordered on the northwest by which country?",
+     ["Ukraine is a state in Eastern Europe, bordered on the northwest by Belarus."], "Belarus"),
+    ("Pro Evolution Soccer 2016 includes which footballer on the cover?",
+     ["The US cover of Pro Evolution Soccer 2016 features Neymar."], "Neymar"),
+])
+def test_typed_span_prefers_the_asked_type(question, sentences, span):
+    assert typed_span(question, sentences) == span
+
+
+def test_the_asked_type_counts_as_type_fit_words_more_question_words(monkeypatch):
+    import searchsmith.models.text as text
+
+    q = "Politician Lyman Sherwood was born in what New York county?"
+    s = ["Lyman Sherwood was born in Hoosick, Rensselaer County, New York."]
+    assert typed_span(q, s) == "Rensselaer County"
+    monkeypatch.setattr(text, "TYPE_FIT_WORDS", 0)
+    assert typed_span(q, s) == "Hoosick"  # the first name after "born in", as before the rule
+
+
+def test_of_asked_type():
+    assert of_asked_type("What political party was he part of?", "Socialist Party of America")
+    assert of_asked_type("Which country borders Ukraine on the northwest?", "Belarus")
+    assert not of_asked_type("Which country borders Ukraine on the northwest?", "Eastern Europe")
+    assert not of_asked_type("Who is the spouse of the actress who plays Leslie Knope?", "Amy Poehler")
 
 
 def test_typed_span_excludes_the_names_it_is_told():

@@ -644,6 +644,16 @@ def test_no_search_for_what_is_no_name_and_a_failing_search_is_noted(embedder):
     assert any("bridge search for 'Amy Poehler' failed (RuntimeError: index unreadable)" in n for n in st.trace.notes)
 
 
+def test_no_search_for_a_name_of_the_asked_type(embedder):
+    # the name the sentence gives is what "what political party" asks for: it answers, no bridge
+    searched = []
+    passages = [Passage("d#0", "d", "people", "He twice ran unsuccessfully for Vice President of the United States "
+                        "on the Socialist Party of America ticket.", 0.9, title="Eugene V. Debs")]
+    st = _answered(embedder, "What political party was the socialist candidate part of who ran for president?",
+                   passages, search=lambda text, k, state: searched.append(text) or KNOPE_FOUND[:k])
+    assert searched == [] and st.short_answer == "Socialist Party of America"
+
+
 WEBB_PASSAGES = [
     Passage("c#0", "c", "films", "The Golden Calf is a 1930 American comedy film directed by Millard Webb.", 0.9,
             title="The Golden Calf (1930 film)"),
