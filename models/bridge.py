@@ -30,6 +30,7 @@ from searchsmith.models.text import (
     QUERY_STOP_WORDS,
     answer_kind,
     asked_type,
+    entity_names,
     sentence_texts,
 )
 
@@ -104,5 +105,29 @@ def title_answers(question: str, passage: str) -> bool:
     return bool({head, stem, stem + "s", stem + "es"} & set(_WORDS.findall(sentences[0].lower())))
 
 
-__all__ = ["GENERIC_WORDS", "MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "STEM_CHARS", "asked_type", "base_title", "named_title",
-           "title_answers", "unanswered_words"]
+# kin a question asks through ("the place of birth of X's *father*"), and the words by which the
+# kin's own passage states it of X ("He was ... the father of Sigmund, Arne, Henrik and Atle Selberg")
+KIN_WORDS: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
+    "father": "father", "mother": "mother", "son": "son", "daughter": "daughter",
+    "brother": "brother", "sister": "sister", "spouse": "wife husband spouse", "wife": "wife", "husband": "husband",
+}.items()}
+
+
+def states_kin_of(question: str, sentence: str) -> bool:
+    """Whether ``sentence`` says its passage's subject is the kin ``question`` asks through, of
+    the question's named person ("the father of ... Henrik ... Selberg" for "Henrik Selberg's
+    father"): that passage is the bridge, not a name the sentence gives. The kin word, "of", and
+    a word of one of the question's names after it in the sentence."""
+    asked = {w for w in _WORDS.findall(question.lower())} & KIN_WORDS.keys()
+    if not asked:
+        return False
+    said = {w for k in asked for w in KIN_WORDS[k]}
+    names = {w.lower() for n in entity_names(question) for w in _WORDS.findall(n) if w[:1].isupper() and len(w) > 2}
+    for m in re.finditer(r"\b(\w+)\s+of\b", sentence):
+        if m.group(1).lower() in said and names & {w.lower() for w in _WORDS.findall(sentence[m.end():])}:
+            return True
+    return False
+
+
+__all__ = ["GENERIC_WORDS", "KIN_WORDS", "MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "STEM_CHARS", "asked_type", "base_title",
+           "named_title", "states_kin_of", "title_answers", "unanswered_words"]

@@ -400,6 +400,17 @@ _ASKS_DEMONYM = frozenset("""nationality nationalities language languages ethnic
 citizen descent origin demonym cuisine""".split())
 
 
+def country_of(span: str) -> str:
+    """The country a nationality names, title-cased ("American" -> "United States", "West German"
+    -> "Germany"; a compound, its first: "Italian-American" -> "Italy"); ``span`` itself when none
+    of its words names one."""
+    words = [w for w in re.split(r"[\s\-]+", span.lower()) if w]
+    for name in (" ".join(words), *(" ".join(words[k:k + 2]) for k in range(len(words) - 1)), *words):
+        if name in COUNTRIES:
+            return COUNTRIES[name].title()
+    return span
+
+
 def demonym(span: str) -> bool:
     """Whether ``span`` only says where something is from ("American", "Northern Irish-Scottish",
     "American-West German"): every word a :data:`DEMONYMS` word or a compass word."""
@@ -690,6 +701,16 @@ def relation_cues(question: str) -> set[str]:
     return {cue for w in _question_words(question) for cue in RELATION_CUES.get(w, ())}
 
 
+# a parenthesis that gives a name in other languages: "(Greek: χρυσόμαλλον δέρας)", "(Ukrainian:
+# Кача ; Russian: Кача ; Crimean Tatar: Qaçı )"
+_TRANSLATION = re.compile(r"\((?:[^()]*[;,]\s*)?[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:[^()]*\)")
+
+
+def _translations(sentence: str) -> list[tuple[int, int]]:
+    """The character spans of ``sentence``'s parentheses that translate a name (:data:`_TRANSLATION`)."""
+    return [m.span() for m in _TRANSLATION.finditer(sentence)] if ":" in sentence else []
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True) -> str:
     """The short answer to ``question`` in ``sentences`` (best first), "" when there is none.
@@ -717,6 +738,11 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     labels = _KIND_LABELS.get(kind)
     if not labels:
         return ""
+    # the question's names with initials, as (initials, other words): "Alexander D. Henderson Jr."
+    # is "Alexander Dawson Henderson Jr." in its passage, and "Dawson" answers nothing
+    initialled = [({w[0].lower() for w in n.split() if re.fullmatch(r"[A-Z]\.", w)},
+                   [w.lower() for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)])
+                  for n in entity_names(question) if re.search(r"(?:^|\s)[A-Z]\.\s", n)]
     labels = labels if fallback else labels[:1]
     known = _question_words(question)
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
@@ -726,6 +752,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     place = bool(_ASKS_PLACE.search(question))
     head = asked_head(question)
     person = bool(PERSON_HEADS & set(head))
+    country_asked = bool(_COUNTRY_HEADS & set(head))
     # each sentence's words and entities, read once for every label tried
     parsed = [([(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
                 for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence)) for sentence in sentences]
@@ -740,9 +767,16 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) for x in exclude):
                     continue
+                if lab == "ENT" and country_asked and demonym(span):
+                    span = country_of(span)  # "an American diplomat" answers "Which country ...?": United States
                 if lab == "ENT" and ((not demonyms_answer and demonym(span)) or span.lower() in _CALENDAR_WORDS
                                      or (person and span.lower() in _COUNTRY_NAMES)):
                     continue  # "American" answers no "who", "Monday" no "which season", "US" no "which footballer"
+                if lab == "ENT" and any(all(w[0].lower() in ini for w in span.split()) and all(
+                        x in sentence[s:e].lower().split() for x in rest) for ini, rest in initialled):
+                    continue  # a question's name with its initial written out
+                if any(a <= s and e <= b for a, b in _translations(sentence)):
+                    continue  # "(French: Comité international olympique)": the name in another language
                 if lab == "ENT" and _ACRONYM.fullmatch(span) and sentence[:s].rstrip().endswith("(") \
                         and sentence[e:].lstrip().startswith(")"):
                     # "Major League Soccer (MLS)": the name it abbreviates answers, or nothing when
@@ -762,6 +796,9 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 located = place and label == "ENT" and bool(before) and (
                     before[-1] in _LOCATIVE or (len(before) == 2 and before[0] in _LOCATIVE
                                                 and sentence[words[at[0] - 1][0]].islower()))
+                if located:  # the asked verb states it: "headquartered in midtown Manhattan" counts one more
+                    k = at[0] - (1 if before[-1] in _LOCATIVE else 2)
+                    located += k > 0 and words[k - 1][1] <= s and words[k - 1][2] in asked
                 fits = TYPE_FIT_WORDS * (lab == "ENT" and _fits(sentence, s, e, span, head))
                 found.append((-len(nearby) - located - fits, len(found), i, span, s, e))
         if not found:

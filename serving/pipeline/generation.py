@@ -51,6 +51,7 @@ from searchsmith.models.bridge import (
     MIN_TITLE_CHARS,
     base_title,
     named_title,
+    states_kin_of,
     title_answers,
     unanswered_words,
 )
@@ -300,9 +301,15 @@ class ExtractiveGenerator:
         tried = {base_title(t).lower() for t in titles}  # names no lookup needs to find
         for cand in ranked[: cfg.bridge_sentences]:
             own = [by_id[i].title or "" for i in cand.chunk_ids if i in by_id]
-            k = named_title(cand.text, titles, question, own)
+            # "... the father of Sigmund, Arne, Henrik and Atle Selberg": its own passage is the bridge
+            kin = next((t for t in own if states_kin_of(question, cand.text)
+                        and named_title(t, [t], question) is not None), "")  # not the question's own subject
+            k = None if kin else named_title(cand.text, titles, question, own)
             titled = True
-            if k is not None:
+            if kin:
+                name = base_title(kin)
+                bridge = tuple(p for p in passages if base_title(p.title or "").lower() == name.lower())
+            elif k is not None:
                 name = base_title(titles[k])
                 bridge = tuple(p for p in passages if base_title(p.title or "").lower() == name.lower())
             else:
@@ -317,6 +324,8 @@ class ExtractiveGenerator:
                 if not bridge and search is not None and cfg.bridge_search:
                     (name, bridge), titled = self._searched(question, cand, search, state), False
             bridged = self.support(question, bridge, state) if bridge else []
+            if kin:  # the sentence names the kin's kin ("father of Sigmund, Arne ..."), not what is asked of it
+                bridged = [c for c in bridged if c.text != cand.text]
             if bridged:
                 return Hop(cand, name, bridge, bridged, titled)
         return None

@@ -9,6 +9,7 @@ from searchsmith.models.bridge import (
     asked_type,
     base_title,
     named_title,
+    states_kin_of,
     title_answers,
     unanswered_words,
 )
@@ -97,3 +98,13 @@ def test_the_bridge_functions_take_any_text(sentence, titles, question):
 ])
 def test_unanswered_words(question, sentence, left):
     assert unanswered_words(question, sentence) == left
+
+
+def test_a_sentence_stating_the_asked_kin_of_the_questions_person():
+    q = "What is the place of birth of Henrik Selberg's father?"
+    assert states_kin_of(q, "He was married to Anna Skeie, and the father of Sigmund, Arne, Henrik and Atle Selberg.")
+    assert states_kin_of("Where was the spouse of Mary Eaton born?", "She was the wife of Millard Webb and of Mary Eaton.")
+    # the kin of another person, another kin, or no kin asked
+    assert not states_kin_of(q, "He was the father of Tom Brandt.")
+    assert not states_kin_of(q, "He was the brother of Henrik Selberg.")
+    assert not states_kin_of("Where was Henrik Selberg born?", "He was the father of Henrik Selberg.")

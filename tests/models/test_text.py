@@ -13,6 +13,7 @@ from searchsmith.models.text import (
     answer_kind,
     answer_tokens,
     asked_head,
+    country_of,
     demonym,
     entity_names,
     entity_spans,
@@ -363,6 +364,35 @@ def test_asked_head_is_the_noun_a_what_or_which_question_asks_for(question, head
 ])
 def test_typed_span_prefers_the_asked_type(question, sentences, span):
     assert typed_span(question, sentences) == span
+
+
+def test_typed_span_reads_no_name_in_another_language_and_a_place_the_asked_verb_states():
+    q = "Who is the president of the organization that Avery Brundage led?"
+    s = ["The International Olympic Committee (IOC; French: Comité international olympique, CIO) is led by "
+         "its president Thomas Bach."]
+    assert typed_span(q, s) == "Thomas Bach"
+    assert typed_span(q, ["Avery Brundage led the Committee (French: Comité international olympique)."]) == \
+        "Committee"
+    # "headquartered in" states where: that name over another as near the question's words
+    q = "Where is the magazine headquartered that Robert W. McElroy writes for?"
+    s = ["America is a weekly magazine published by the Jesuits of the United States and headquartered in "
+         "midtown Manhattan."]
+    assert typed_span(q, s) == "Manhattan"
+
+
+def test_a_nationality_answers_which_country_as_its_country():
+    assert [country_of(x) for x in ("American", "West German", "Italian-American", "Zzz")] == \
+        ["United States", "Germany", "Italy", "Zzz"]
+    s = ["Adlai Stevenson was an American politician who served as Vice President."]
+    assert typed_span("Which country Letitia Stevenson's husband is from?", s) == "United States"
+    assert typed_span("Who was Letitia Stevenson's husband?", s) not in ("United States", "American")  # not for "who"
+
+
+def test_a_questions_name_with_its_initial_written_out_is_no_answer():
+    q = "Where was the father of Alexander D. Henderson Jr. born?"
+    assert typed_span(q, ["Alexander Dawson Henderson Jr. (born 1900) was born in Brooklyn."]) == "Brooklyn"
+    assert typed_span(q, ["Alexander Dawson Henderson Jr. was a financier."]) == ""  # not "Dawson"
+    assert typed_span("Where was Alexander Henderson born?", ["Daniel Dawson was born in Leeds."]) == "Leeds"
 
 
 def test_the_asked_type_counts_as_type_fit_words_more_question_words(monkeypatch):

@@ -654,6 +654,24 @@ def test_no_search_for_a_name_of_the_asked_type(embedder):
     assert searched == [] and st.short_answer == "Socialist Party of America"
 
 
+SELBERG_PASSAGES = [
+    Passage("h#0", "h", "people", "Henrik Selberg (1906 - 1993) was a Norwegian mathematician. He was born in "
+            "Langesund.", 0.9, title="Henrik Selberg"),
+    Passage("o#0", "o", "people", "Ole Selberg (1877 - 1950) was a Norwegian mathematician. He was born in Flora. "
+            "He was the father of Sigmund, Arne, Henrik and Atle Selberg.", 0.8, title="Ole Selberg"),
+    Passage("s#0", "s", "people", "Sigmund Selberg was a Norwegian engineer. He was born in Bergen.", 0.7,
+            title="Sigmund Selberg"),
+]
+
+
+def test_a_sentence_stating_the_kin_asked_through_makes_its_own_passage_the_bridge(embedder):
+    st = _answered(embedder, "What is the place of birth of Henrik Selberg's father?", SELBERG_PASSAGES,
+                   ExtractiveConfig(bridge_sentences=3))
+    # the father's passage says "father of ... Henrik ... Selberg": its birthplace, not a name the sentence gives
+    assert st.short_answer == "Flora"
+    assert "through 'Ole Selberg'" in st.trace.stages["generation"].note
+
+
 WEBB_PASSAGES = [
     Passage("c#0", "c", "films", "The Golden Calf is a 1930 American comedy film directed by Millard Webb.", 0.9,
             title="The Golden Calf (1930 film)"),
