@@ -615,14 +615,17 @@ def asked_head(question: str) -> list[str]:
 def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool:
     """Whether the candidate ``sentence[s:e]`` (``span`` once trimmed) is of the type ``head``
     asks for (:func:`asked_head`): one of its capitalised words is a head noun ("Holston
-    *River*"), the word just before it is one ("the film "Titanic"", "the band Queen"), it is a
-    country for "which country", or it is quoted for a work ("which film")."""
+    *River*"), the word just before or after it is one ("the film "Titanic"", "the band Queen",
+    "the Evictor class"), it is a country for "which country", or it is quoted for a work ("which
+    film")."""
     if not head:
         return False
     words = {_singular(w) for w in re.findall(r"[A-Z][\w'’-]*", sentence[s:e])}
     before = re.findall(r"[\w'’-]+", sentence[max(0, s - 30):s])
+    after = re.match(r"[\s\"”'’]*([a-z][\w-]*)", sentence[e:e + 30])
     quoted = sentence[s - 1:s] in "\"“'‘" and s > 0
     return bool(words & set(head)) or (bool(before) and _singular(before[-1]) in head) or (
+        after is not None and _singular(after.group(1)) in head) or (
         bool(_COUNTRY_HEADS & set(head)) and span.lower() in _COUNTRY_NAMES and not demonym(span)) or (
         quoted and bool(_WORK_HEADS & set(head)))
 

@@ -191,9 +191,12 @@ class ExtractiveConfig:
         lexical_weight: weight of the query-term overlap next to the embedding cosine.
         max_sentences: sentences considered per node (the best passages' first).
         node_answer: a sub-question's extractive answer, the text that fills its children's
-            ``#k`` in a chain: ``names`` (the names, dates and numbers of its best sentence
-            that the sub-question does not mention, at most ``node_answer_names`` of them;
-            the whole sentence when it has none) or ``sentence`` (the best sentence).
+            ``#k`` in a chain: ``span`` (the date, number or name of its best sentence that the
+            sub-question asks for, ``models.text.typed_span``; a phrase step asks for what it
+            describes; ``names`` when the sentence has none), ``names`` (the names, dates and
+            numbers of its best sentence that the sub-question does not mention, at most
+            ``node_answer_names`` of them; the whole sentence when it has none) or ``sentence``
+            (the best sentence).
         node_answer_names: most names a ``names`` answer keeps (the sentence's first).
         short_answer: lead the answer with the short answer its sentences hold, the date,
             number or name the question asks for (``models.text.typed_span``), and fill
@@ -237,6 +240,14 @@ class ExtractiveConfig:
             the short answer is wrong (2026-12-05: citation precision up, recall and
             contains-the-answer down; serving/profiling/RESULTS.md, "Relation words, places
             and the short answer's citation").
+        question: where the extractive short answer is read when the question was decomposed
+            (as ``generation.reader.question``): ``user``, from the user's question (the
+            rewrite) over the passages of every step, with its bridges (the steps serve
+            retrieval; the support is still the final steps' sentences, led by the ones the
+            short answer was read in); ``steps``, from each final step over its own passages,
+            the short answers joined. ``user`` measured better on unseen multi-hop questions
+            (answer F1 0.251 -> 0.296 on the full profile; serving/profiling/RESULTS.md, "Short
+            answers of the asked type").
     """
 
     sentences_per_node: int = 2
@@ -244,7 +255,7 @@ class ExtractiveConfig:
     min_relative_score: float = 0.85
     lexical_weight: float = 0.5
     max_sentences: int = 40
-    node_answer: Literal["names", "sentence"] = "names"
+    node_answer: Literal["span", "names", "sentence"] = "names"
     node_answer_names: int = 3
     short_answer: bool = True
     compare: bool = True
@@ -255,8 +266,11 @@ class ExtractiveConfig:
     bridge_search: bool = True
     bridge_search_k: int = 3
     short_support: Literal["selected", "holding"] = "selected"
+    question: Literal["user", "steps"] = "user"
 
     def __post_init__(self) -> None:
+        if self.question not in ("user", "steps"):
+            raise ValueError(f"generation.extractive.question must be 'user' or 'steps', got {self.question!r}")
         if self.short_support not in ("holding", "selected"):
             raise ValueError(f"generation.extractive.short_support must be 'holding' or 'selected', "
                              f"got {self.short_support!r}")
@@ -267,8 +281,8 @@ class ExtractiveConfig:
         if self.sentences_per_node < 1 or self.max_sentences < 1:
             raise ValueError("generation.extractive.sentences_per_node and max_sentences must be >= 1, got "
                              f"{self.sentences_per_node} and {self.max_sentences}")
-        if self.node_answer not in ("names", "sentence"):
-            raise ValueError(f"generation.extractive.node_answer must be 'names' or 'sentence', "
+        if self.node_answer not in ("span", "names", "sentence"):
+            raise ValueError(f"generation.extractive.node_answer must be 'span', 'names' or 'sentence', "
                              f"got {self.node_answer!r}")
         if isinstance(self.node_answer_names, bool) or not isinstance(self.node_answer_names, int) \
                 or self.node_answer_names < 1:

@@ -229,17 +229,27 @@ class ExtractiveGenerator:
 
     def node_answer(self, question: str, passages: Sequence[Passage], state: PipelineState) -> str:
         """A sub-question's answer, the text that fills its children's ``#k``
-        (``node_answer``): the names of its best sentence that ``question`` lacks ("Compaq" for
-        "Which was the top PC maker in 1994?"), or the sentence; "" without passages.
+        (``node_answer``): with ``span``, the span of its best sentence the sub-question asks for
+        (``typed_span``; a phrase step asks for what it describes: "the pianist who recorded
+        Live at Shelly's Manne-Hole" is "Which pianist ...?", "Les McCann"), else the names of
+        that sentence the sub-question lacks ("Compaq" for "Which was the top PC maker in
+        1994?"); or the sentence; "" without passages.
 
         A whole sentence in a child's place ("Where is #1 based?") makes a query about
-        everything that sentence says; its new names are what the child asks about.
+        everything that sentence says; its new names are what the child asks about, and two
+        of them ("Les McCann New Year's Eve 1965") a query about neither.
         """
         picked = self.select(question, passages, state, n=1)
         if not picked:
             return ""
         if self.config.node_answer == "sentence":
             return picked[0]
+        if self.config.node_answer == "span":
+            asked = question if answer_kind(question) in SPAN_KINDS else \
+                "Which " + re.sub(r"^\s*(?:the|a|an)\s+", "", question, flags=re.I)
+            span = typed_span(asked, picked[:1], fallback=False)
+            if span:
+                return span
         names = missing_entities(pattern_entities(picked[0]), question)  # in the sentence's order
         return " ".join(names[: self.config.node_answer_names]) or picked[0]
 
@@ -926,10 +936,17 @@ class GenerationStage:
                 return
             if self.config.backend == "reader":
                 st.note += "; generation.backend reader but no usable reader bundle (bundles.reader); extractive"
+            targets, target_ranked = final, ranked
+            if self.extractive.config.question == "user" and len(state.nodes) > 1:
+                # the short answer: the user's question over every step's passages (its bridges
+                # too); the support: the final steps' sentences, led by the ones it was read in
+                targets = [NodeResult("answer", state.question(), passages=list(state.passages))]
+                target_ranked = [self.extractive.support(state.question(), state.passages, state)]
             # a sentence naming another passage's subject: that passage answers (models.bridge)
             hops = [self.extractive.hop(n.text, r, n.passages, state, self.lookup, self.search)
-                    for n, r in zip(final, ranked, strict=True)]
-            short, held = self.extractive.short_answer(state.question(), [n.text for n in final], ranked, hops)
+                    for n, r in zip(targets, target_ranked, strict=True)]
+            short, held = self.extractive.short_answer(state.question(), [n.text for n in targets], target_ranked,
+                                                       hops)
             chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held], short)
             state.answer = " ".join(chosen)
             used = [h for h in hops if h is not None and h.link in held]

@@ -335,15 +335,30 @@ def test_a_bridge_is_the_sentence_holding_a_short_answer(embedder):
     assert gen.bridge(NodeResult("1", "x", passages=[]), st) is None
 
 
+def test_a_sub_questions_extractive_answer_is_the_span_it_asks_for(embedder):
+    st = PipelineState(query="q", rewrite="q")
+    gen = ExtractiveGenerator(embedder, ExtractiveConfig(node_answer="span"))
+    p = [Passage("c#0", "c", "docs", "Live at Shelly's Manne-Hole is an album by pianist Les McCann recorded on "
+                 "New Year's Eve 1965.", 0.9)]
+    # a phrase step asks for what it describes ("Which pianist ...?"); the names rule took both names
+    assert gen.node_answer("the pianist who recorded Live at Shelly's Manne-Hole", p, st) == "Les McCann"
+    names = ExtractiveGenerator(embedder, ExtractiveConfig(node_answer="names"))
+    assert names.node_answer("the pianist who recorded Live at Shelly's Manne-Hole", p, st) == \
+        "Les McCann New Year's Eve 1965"
+    # a sentence without a span of the asked kind: its names
+    assert gen.node_answer("When did Quarry ship?", PASSAGES, st) == names.node_answer("When did Quarry ship?",
+                                                                                       PASSAGES, st)
+
+
 def test_a_sub_questions_extractive_answer_is_the_names_its_sentence_adds(embedder):
     st = PipelineState(query="q", rewrite="q")
-    gen = ExtractiveGenerator(embedder)
+    gen = ExtractiveGenerator(embedder)  # node_answer: names
     # the best sentence names a port the question lacks: that fills the children's #k
     assert gen.node_answer("Which port does Quarry listen on?", PASSAGES, st) == "7420"
     # names the sub-question already has are not its answer; at most node_answer_names kept
     p = [Passage("c#0", "c", "docs", "Quarry was written by Ada Lovelace and Alan Turing in London in 1950.", 0.9)]
     assert gen.node_answer("Who wrote Quarry?", p, st) == "Ada Lovelace Alan Turing London"
-    two = ExtractiveGenerator(embedder, ExtractiveConfig(node_answer_names=2))
+    two = ExtractiveGenerator(embedder, ExtractiveConfig(node_answer="names", node_answer_names=2))
     assert two.node_answer("Who wrote Quarry?", p, st) == "Ada Lovelace Alan Turing"
     # a sentence with no new name answers whole; node_answer: sentence always does
     bread = [PASSAGES[1]]
@@ -354,7 +369,7 @@ def test_a_sub_questions_extractive_answer_is_the_names_its_sentence_adds(embedd
     assert gen.node_answer("anything", [], st) == ""
 
 
-@pytest.mark.parametrize("bad", [{"node_answer": "span"}, {"node_answer_names": 0}, {"node_answer_names": 1.5},
+@pytest.mark.parametrize("bad", [{"node_answer": "spans"}, {"node_answer_names": 0}, {"node_answer_names": 1.5},
                                  {"node_answer_names": True}])
 def test_bad_node_answer_settings_are_refused(bad):
     with pytest.raises(ValueError, match="generation.extractive.node_answer"):

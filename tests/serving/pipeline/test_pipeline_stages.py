@@ -221,6 +221,35 @@ def test_chain_graph_plans_and_fills_references(make_pipeline, fakes):
     assert "retrieval.compress" in ans["trace"]["stages"]
 
 
+def test_a_decomposed_question_is_answered_whole_over_every_steps_passages(make_pipeline, fakes, monkeypatch):
+    from searchsmith.serving.pipeline.generation import ExtractiveGenerator
+
+    asked = []
+    real = ExtractiveGenerator.short_answer
+
+    def spy(self, question, steps, ranked, hops=()):
+        asked.append((list(steps), sum(len(r) for r in ranked)))
+        return real(self, question, steps, ranked, hops)
+
+    monkeypatch.setattr(ExtractiveGenerator, "short_answer", spy)
+    q = "Where are the tests of the class that implements Lumen eviction?"
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q)
+    assert asked[-1][0] == [q]  # question: user, the user's question ...
+    every = {p for n in ans["nodes"] for p in n["passages"]}
+    assert asked[-1][1] >= len(every)  # ... over the sentences of every step's passages
+    assert ans["answer_text"]
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)},
+                        generation={"extractive": {"question": "steps"}}).ask(q)
+    assert asked[-1][0] == [ans["nodes"][1]["text"]] != [q]  # question: steps, the final step alone
+
+
+def test_bad_extractive_question_setting_is_refused():
+    from searchsmith.serving.pipeline.config import ExtractiveConfig
+
+    with pytest.raises(ValueError, match="generation.extractive.question must be 'user' or 'steps'"):
+        ExtractiveConfig(question="both")
+
+
 NAMED_CHAIN = {"type": "chain", "nodes": [{"id": "1", "text": "the Lumen cache eviction policy"},
                                           {"id": "2", "text": "Where is #1 implemented?", "depends_on": ["1"]}]}
 
