@@ -441,6 +441,7 @@ _WH = re.compile(r"\b(who|whom|whose|when|where|which|what|how|why)\b", re.I)
 _AUXILIARY = re.compile(r"\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|"
                         r"may|might|must)\b", re.I)
 _CHOICE = re.compile(r"\S\s+or\s+\S", re.I)
+_ALSO_CALLED = re.compile(r",\s+or\s+[^,?]+,", re.I)  # "the Nimavar Bazaar, or bazar, is ..."
 _KIND_LABELS: dict[str, tuple[str, ...]] = {"DATE": ("DATE", "NUM"), "NUM": ("NUM", "ENT"), "ENT": ("ENT", "NUM")}
 #: the kinds of question a span answers (:func:`typed_span`)
 SPAN_KINDS = frozenset(_KIND_LABELS)
@@ -506,7 +507,10 @@ def answer_kind(question: str) -> AnswerKind:
     if m is None or (m.start() > 0 and _AUXILIARY.match(question)
                      and not re.search(r"[,;]\s*$", question[:m.start()])):
         return "YESNO" if _AUXILIARY.match(question) else "OTHER"
-    if _CHOICE.search(question[m.start():]) or _CHOICE.search(question[:m.start()]):
+    # ", or bazar," names the same thing again: no alternative to choose from
+    plain = _ALSO_CALLED.sub(",", question)
+    k = _WH.search(plain)
+    if k is not None and (_CHOICE.search(plain[k.start():]) or _CHOICE.search(plain[:k.start()])):
         return "CHOICE"
     wh = m.group(1).lower()
     after = [w.lower() for w in re.findall(r"[A-Za-z]+", question[m.end():])][:5]

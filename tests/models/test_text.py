@@ -215,6 +215,9 @@ def test_iter_jsonl_yields_line_numbers_and_stops_at_the_first_bad_line(tmp_path
     ("Are Aladdin and Song of the South produced by the same company?", "YESNO"),
     ("Who lived longer, Elia Kazan or Moustapha Akkad?", "CHOICE"),
     ("Which band has more members, DC Talk or Manchester Orchestra?", "CHOICE"),
+    ("Which is older, Ann, or Bob?", "CHOICE"),
+    # ", or bazar," names the same thing again: nothing to choose from
+    ("The Nimavar school in the Nimavar Bazaar, or bazar, is located in which country?", "ENT"),
     ("How do you fix the error?", "OTHER"),
     ("Why did the outage happen?", "OTHER"),
     ("Tell me about Quarry.", "OTHER"),
