@@ -762,11 +762,12 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     country_asked = bool(_COUNTRY_HEADS & set(head))
     # each sentence's words and entities, read once for every label tried
     parsed = [([(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
-                for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence)) for sentence in sentences]
+                for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence), _translations(sentence))
+              for sentence in sentences]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
-        for i, (sentence, (words, entities)) in enumerate(zip(sentences, parsed, strict=True)):
+        for i, (sentence, (words, entities, translated)) in enumerate(zip(sentences, parsed, strict=True)):
             for s, e, lab in entities:
                 span = _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
@@ -782,7 +783,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 if lab == "ENT" and any(all(w[0].lower() in ini for w in span.split()) and all(
                         x in sentence[s:e].lower().split() for x in rest) for ini, rest in initialled):
                     continue  # a question's name with its initial written out
-                if any(a <= s and e <= b for a, b in _translations(sentence)):
+                if any(a <= s and e <= b for a, b in translated):
                     continue  # "(French: Comité international olympique)": the name in another language
                 if lab == "ENT" and _ACRONYM.fullmatch(span) and sentence[:s].rstrip().endswith("(") \
                         and sentence[e:].lstrip().startswith(")"):
