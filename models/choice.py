@@ -46,6 +46,7 @@ from searchsmith.models.text import (
     QUERY_STOP_WORDS,
     RELATION_WORDS,
     answer_kind,
+    asked_head,
     demonym,
     entity_spans,
     sentence_texts,
@@ -83,7 +84,8 @@ RELATION_VERBS: dict[str, tuple[str, ...]] = {
 }
 _NUMBER_WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+    "seventeen eighteen nineteen twenty".split())} | {"once": 1, "twice": 2, "thrice": 3}
+_COUNT_ADJECTIVES = frozenset(["numerous"])  # "the most numerous": compare the counts of the asked noun
 _MULTIPLIERS = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9}
 _MONTH_NUMBER = {m: i + 1 for i, m in enumerate(
     "january february march april may june july august september october november december".split())}
@@ -233,7 +235,10 @@ def comparison(stem: str) -> Comparison | None:
                     break
                 if x not in QUERY_STOP_WORDS:
                     run.append(x)
-            return Comparison("count", _COUNT_WORDS[w], run[-1] if run else "", relation)
+            noun = run[-1] if run else ""
+            if noun in _COUNT_ADJECTIVES:  # "Which species is the most numerous": species
+                noun = next(iter(asked_head(stem)), "")
+            return Comparison("count", _COUNT_WORDS[w], noun, relation)
     return None
 
 
@@ -438,12 +443,15 @@ def choose(question: str, documents: Sequence[tuple[str, str]]) -> Choice | None
         for o in options:
             subject = _related(o, cmp.relation, documents) if cmp.relation else o
             found.append(_first(subject, documents, lambda x: _value(x, cmp)) if subject else None)
+        # the passages do not state the compared values: the question's words decide, between
+        # options that each have a passage about them
+        about = all(any(_names(t or "", o) for t, _ in documents) for o in options)
         if any(f is None for f in found):
-            return None
+            return _match(stem, options, documents) if about else None
         values = [f[0] * cmp.sign for f in found]  # type: ignore[index]
         best = max(values)
         if values.count(best) > 1:
-            return None
+            return _match(stem, options, documents) if about else None
         k = values.index(best)
         evidence = [f[1] for f in found]  # type: ignore[index]
         shown = [_shown(f[0], cmp) for f in found]  # type: ignore[index]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import string
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -69,15 +70,21 @@ flew rose fell kept spent struck shot born
 # --------------------------------------------------------------------------- sentences
 # Two boundary rules are in use; both go through the one splitter below:
 # * "text" (serving: chunker, pipeline, server): a sentence ends at . ! ? (optionally followed
-#   by closing quotes or brackets) before whitespace, or at a blank line (also at an initial's
-#   dot: "Michael J." "Fox ..."; not ending one there was measured and not adopted, see
-#   serving/profiling/RESULTS.md, "Second hops found by searching"). Chunk offsets in an index
-#   depend on it.
+#   by closing quotes or brackets) before whitespace, or at a blank line; not before a
+#   lower-case word or "(" ("Lush Ltd. is", "Jr. (born 1900)"), nor after a title or a place's
+#   abbreviation ("St. Louis", "No. 1"). It does end at an initial's dot: "Michael J." "Fox
+#   ..." (not ending one there was measured and not adopted, see serving/profiling/RESULTS.md,
+#   "Second hops found by searching"). Chunk offsets in an index depend on it.
 # * "lines" (training: the synthetic citation pairs): every line break ends a sentence, and
 #   . ! ? end one only before whitespace and a capital, a digit, a quote or "(".
 SentenceRule = Literal["text", "lines"]
+# a title or a place's abbreviation ends no sentence ("Born in St. Louis", "Dr. Watson", "the
+# world No. 1"): the word before the dot, whole, is one of these
+_ABBREVIATIONS = ("St", "Mt", "Ft", "Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen", "Col", "Lt", "Sgt", "Capt",
+                  "Gov", "Sen", "Rep", "Hon", "No", "vs")
+_NOT_AFTER = "".join(rf"(?<!(?<![\w.]){a}\.)" for a in _ABBREVIATIONS)
 _SENTENCE_GAPS: dict[str, re.Pattern[str]] = {
-    "text": re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n"),
+    "text": re.compile(rf"(?<=[.!?]){_NOT_AFTER}[\"')\]]*\s+(?![a-z(])|\n\s*\n"),
     "lines": re.compile(r"\n|(?<=[.!?])[^\S\n]+(?=[A-Z0-9\"'(])"),
 }
 
@@ -202,6 +209,9 @@ _NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*(?:st|nd|rd|th)?"
                      r"(?:\s?%|\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?)\b)?(?!\w)")
 
 
+_LOCATED_PREFIX = re.compile(r"[\w'’.]+-(?:based|born|headquartered|owned)")
+
+
 def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, int] | None:
     """The name a capitalised run ``m`` holds, without leading function words; None if none
     (``numbered``: a number or version follows the run, as in "Voyager 2")."""
@@ -215,6 +225,10 @@ def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, in
     if starts_sentence and len(words) == 1 and words[0].start() == 0 and not numbered:
         return None  # a lone capitalised first word: capitalised anyway
     if len(words) == 1 and words[0].group(0) in _HONORIFICS:
+        return None
+    while words and _LOCATED_PREFIX.fullmatch(words[0].group(0)):
+        words.pop(0)  # "Charlotte-based Bank of America" names "Bank of America"; "American-born" nothing
+    if not words:
         return None
     return s + words[0].start(), e
 
@@ -411,6 +425,19 @@ def country_of(span: str) -> str:
     return span
 
 
+def _country_named(span: str) -> str:
+    """The country a name holds by the country's name ("National University of Singapore" ->
+    "Singapore", "Bank of England" -> "England"), "" when it holds none; nationalities do not count."""
+    words = span.split()
+    for k in range(len(words)):
+        for n in (3, 2, 1):
+            phrase = " ".join(words[k:k + n]).strip(_EDGE)
+            if k + n <= len(words) and phrase[:1].isupper() and (phrase == "US" or phrase.lower() in COUNTRIES) \
+                    and phrase.lower() not in DEMONYMS:
+                return phrase
+    return ""
+
+
 def demonym(span: str) -> bool:
     """Whether ``span`` only says where something is from ("American", "Northern Irish-Scottish",
     "American-West German"): every word a :data:`DEMONYMS` word or a compass word."""
@@ -465,10 +492,10 @@ _YEAR_IN = re.compile(r"(?<!\d)(?:1[0-9]{3}|20\d{2})(?!\d)")
 # spouse of X?" is answered in X's passage by "He married Y", "Where was X born?" by "born in Y".
 # A candidate near these counts as near the question's word (typed_span).
 RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
-    "spouse": "married marry marriage wife husband wed wedded spouse",
-    "wife": "married marry marriage wife wed wedded",
-    "husband": "married marry marriage husband wed wedded",
-    "married": "married marry marriage wife husband wed wedded",
+    "spouse": "married marry marriage wife husband wed wedded wedding spouse",
+    "wife": "married marry marriage wife wed wedded wedding",
+    "husband": "married marry marriage husband wed wedded wedding",
+    "married": "married marry marriage wife husband wed wedded wedding",
     "father": "son daughter father born child",
     "mother": "son daughter mother born child",
     "parent": "son daughter father mother born child",
@@ -556,6 +583,8 @@ _COUNTRY_NAMES = frozenset(k.lower() for k in COUNTRIES)
 
 def _singular(word: str) -> str:
     w = word.lower()
+    if w in _NOT_PLURAL:  # "species", "series"
+        return w
     if len(w) > 4 and w.endswith("ies"):
         return w[:-3] + "y"
     if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
@@ -576,9 +605,13 @@ MAX_PHRASE_WORDS = 7
 def _asked_phrase(question: str, first: bool = False) -> list[str]:
     """The words of the "which / what ..." phrase of ``question`` (:data:`_PHRASE_END`); with
     ``first``, only when "which" / "what" is its first question word (not "Who played the
-    team which ...")."""
+    team which ..."), or its last in a question that does not start with one."""
     if first:
         m = _WH.search(question)
+        if m is not None and m.group(1).lower() not in ("what", "which") and question[:m.start()].strip():
+            # a statement that asks at its end ("The physicist who shared ... in *what country*?"):
+            # its last "what / which" asks, not the relative "who" before
+            m = [*_WH.finditer(question)][-1]
         if m is None or m.group(1).lower() not in ("what", "which"):
             return []
     else:
@@ -614,6 +647,18 @@ def asked_head(question: str) -> list[str]:
     words = [*(w for w in phrase if w.islower()), *phrase[-1:]]
     return list(dict.fromkeys(_singular(w) for w in words if not w.isdigit() and w.lower() not in QUERY_STOP_WORDS
                               and _singular(w) not in _GENERIC_HEADS))
+
+
+# heads whose names say their kind ("Presque Isle County", "Holston River"): such a name is of
+# the asked type wherever it stands
+_NAMED_HEADS = frozenset("county river lake university mountain island".split())
+
+
+def asks_shown_type(question: str) -> bool:
+    """Whether ``question`` asks for a type a name shows by itself, wherever it stands: a country
+    ("In what country ...?", "Which nation ...?"), or a thing whose name says its kind
+    (:data:`_NAMED_HEADS`: "Which county ...?", "What river ...?")."""
+    return bool((_COUNTRY_HEADS | _NAMED_HEADS) & set(asked_head(question)))
 
 
 def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool:
@@ -718,8 +763,32 @@ def _translations(sentence: str) -> list[tuple[int, int]]:
     return [m.span() for m in _TRANSLATION.finditer(sentence)] if ":" in sentence else []
 
 
+_DATED = re.compile(r"\([^()]*\b(?:1[0-9]{3}|20\d{2})\b[^()]*\)")  # "(born October 9, 1959)", "(1909 – 1993)"
+
+
+# words a person's name is written with or without ("Princess Elizabeth", "Queen Elizabeth II")
+_TITLE_WORDS = frozenset("""mr mrs ms dr prof rev sir dame lord lady king queen prince princess duke duchess
+emperor empress pope saint st president general i ii iii iv v vi vii viii""".split())
+
+
+def _same_name(span: str, name: str) -> bool:
+    """Whether ``span`` is ``name`` written otherwise: its words but titles and numerals
+    (:data:`_TITLE_WORDS`) are some of ``name``'s ("Princess Elizabeth" for "Queen Elizabeth II")."""
+    own = {w for w in re.findall(r"[\w'’]+", span.lower()) if w not in _TITLE_WORDS}
+    return bool(own) and own < {w for w in re.findall(r"[\w'’]+", name.lower())} | _TITLE_WORDS \
+        and any(w[:1].isupper() for w in span.split())
+
+
+def _outside_dates(sentence: str, words: Sequence[tuple[int, int, str]]) -> list[int]:
+    """The indices of ``words`` (``(start, end, word)`` of ``sentence``) outside its dated
+    parentheses (:data:`_DATED`)."""
+    dated = [m.span() for m in _DATED.finditer(sentence)] if "(" in sentence else []
+    return [j for j, (a, _, _) in enumerate(words) if not any(x < a < y for x, y in dated)]
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
-               near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True) -> str:
+               near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
+               typed: bool = False) -> str:
     """The short answer to ``question`` in ``sentences`` (best first), "" when there is none.
 
     The candidates are the entities (:func:`entity_spans`) of the kind ``answer_kind`` expects,
@@ -738,8 +807,10 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     choice and why / how questions get "".
 
     ``exclude``: names that are no answer either, as if the question named them (a bridge's
-    passage is about its title, ``models.bridge``). ``fallback`` off: the kind asked for only. A nationality ("American", :func:`demonym`)
-    answers only a question about nationality or language.
+    passage is about its title, ``models.bridge``). ``fallback`` off: the kind asked for only.
+    ``typed``: only a candidate of the type a what / which question asks for
+    (:func:`asked_head`: "Singapore" for "... in what country?"). A nationality ("American",
+    :func:`demonym`) answers only a question about nationality or language.
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)
@@ -761,22 +832,27 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     person = bool(PERSON_HEADS & set(head))
     country_asked = bool(_COUNTRY_HEADS & set(head))
     # each sentence's words and entities, read once for every label tried
-    parsed = [([(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
-                for m in _SPAN_WORD.finditer(sentence)], entity_spans(sentence), _translations(sentence))
-              for sentence in sentences]
+    parsed = [(words, entity_spans(sentence), _translations(sentence), _outside_dates(sentence, words))
+              for sentence in sentences
+              for words in [[(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
+                             for m in _SPAN_WORD.finditer(sentence)]]]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
-        for i, (sentence, (words, entities, translated)) in enumerate(zip(sentences, parsed, strict=True)):
+        for i, (sentence, (words, entities, translated, outside)) in enumerate(zip(sentences, parsed, strict=True)):
+            outside_at = set(outside)
             for s, e, lab in entities:
                 span = _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
                 if lab != label or not span or not missing_entities([span], question) or any(
-                        not missing_entities([span], x) for x in exclude):
+                        not missing_entities([span], x) or _same_name(span, x) for x in exclude):
                     continue
                 if lab == "ENT" and country_asked and demonym(span):
                     span = country_of(span)  # "an American diplomat" answers "Which country ...?": United States
+                elif lab == "ENT" and country_asked and span.lower() not in _COUNTRY_NAMES:
+                    # "the National University of Singapore" answers "In what country ...?": Singapore
+                    span = _country_named(span) or span
                 if lab == "ENT" and ((not demonyms_answer and demonym(span)) or span.lower() in _CALENDAR_WORDS
                                      or (person and span.lower() in _COUNTRY_NAMES)):
                     continue  # "American" answers no "who", "Monday" no "which season", "US" no "which footballer"
@@ -797,8 +873,13 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                         continue
                     span = full or span
                 at = [j for j, (a, b, _) in enumerate(words) if a >= s and b <= e] or [0]
-                lo, hi = max(0, at[0] - near), at[-1] + near + 1
-                nearby = {w for a, b, w in words[lo:hi] if (b <= s or a >= e) and w in asked}
+                # a candidate outside dated parentheses counts the words outside them: "Brian
+                # Moynihan (born October 9, 1959) is ... the chairman" holds "chairman" near the name
+                seen = outside if at[0] in outside_at else range(len(words))
+                k0, k1 = bisect_left(seen, at[0]), bisect_right(seen, at[-1])
+                window = seen[max(0, k0 - near):k1 + near]
+                nearby = {words[j][2] for j in window if (words[j][1] <= s or words[j][0] >= e)
+                          and words[j][2] in asked}
                 # a place is what follows "in" / "at": "headquartered in midtown Manhattan"
                 before = [w for _, b, w in words[max(0, at[0] - 2):at[0]] if b <= s]
                 located = place and label == "ENT" and bool(before) and (
@@ -808,6 +889,8 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                     k = at[0] - (1 if before[-1] in _LOCATIVE else 2)
                     located += k > 0 and words[k - 1][1] <= s and words[k - 1][2] in asked
                 fits = TYPE_FIT_WORDS * (lab == "ENT" and _fits(sentence, s, e, span, head))
+                if typed and not fits:
+                    continue
                 found.append((-len(nearby) - located - fits, len(found), i, span, s, e))
         if not found:
             continue
@@ -913,6 +996,7 @@ __all__ = [
     "SentenceRule",
     "answer_kind",
     "answer_tokens",
+    "asks_shown_type",
     "demonym",
     "entity_names",
     "entity_spans",

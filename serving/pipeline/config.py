@@ -232,6 +232,13 @@ class ExtractiveConfig:
             mention the name, other than the sentence's own, as the bridge's: the second hop of
             a question the first passage answers only half of is rarely titled with its subject.
         bridge_search_k: passages that search returns (in the routed sources).
+        typed_sentences: when a question asking for a type a name shows by itself (a country,
+            a county, a river: ``models.text.asks_shown_type``) gets a short answer that is not
+            of it ("Andre Geim" for "... in what country?"), the span of that type in this
+            many of the step's best sentences answers instead ("National University of
+            Singapore" -> "Singapore"; ``models.text.typed_span`` with ``typed``). Measured for
+            every asked type and not kept: most names show their type only in their sentence
+            ("the play Cymbeline").
         short_support: (with ``short_answer``) which selected sentences support a short answer:
             ``selected``, every sentence selected for the question, or ``holding``, those that
             hold it (with the sentences it was reached through: a chain's steps, a bridge's
@@ -263,6 +270,7 @@ class ExtractiveConfig:
     compare: bool = True
     bridge: bool = True
     bridge_sentences: int = 3
+    typed_sentences: int = 5
     bridge_lookup: bool = True
     bridge_names: int = 2
     bridge_search: bool = True
@@ -276,7 +284,7 @@ class ExtractiveConfig:
         if self.short_support not in ("holding", "selected"):
             raise ValueError(f"generation.extractive.short_support must be 'holding' or 'selected', "
                              f"got {self.short_support!r}")
-        for key in ("bridge_sentences", "bridge_names", "bridge_search_k"):
+        for key in ("bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"generation.extractive.{key} must be a whole number >= 1, got {value!r}")

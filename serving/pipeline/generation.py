@@ -55,12 +55,13 @@ from searchsmith.models.bridge import (
     title_answers,
     unanswered_words,
 )
-from searchsmith.models.choice import Choice, compared
+from searchsmith.models.choice import Choice, choice_options, compared
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import (
     SPAN_KINDS,
     answer_kind,
+    asks_shown_type,
     entity_names,
     of_asked_type,
     relation_cues,
@@ -418,7 +419,8 @@ class ExtractiveGenerator:
         choice question gets none, whatever its steps ask: :meth:`compare` answers those it
         can, and is asked first.
         """
-        if not self.config.short_answer or answer_kind(question) in ("CHOICE", "YESNO"):
+        if not self.config.short_answer or answer_kind(question) in ("CHOICE", "YESNO") \
+                or choice_options(question)[1]:  # "Which genus has more species, A and B?"
             return "", []
         shorts: list[str] = []
         lead: list[Support] = []
@@ -426,7 +428,14 @@ class ExtractiveGenerator:
             asked = step if answer_kind(step) in SPAN_KINDS else question
             hop = hops[i] if i < len(hops) else None
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
-            span = span or typed_span(asked, [c.text for c in self.cut(r)])
+            read = [c.text for c in (held if span else self.cut(r))]
+            span = span or typed_span(asked, read)
+            if span and asks_shown_type(asked) and typed_span(asked, read, typed=True) != span:
+                # not a country for "... in what country?" ("Andre Geim"), nor a county for "Which
+                # county ...?": one of the step's best sentences may hold one ("National
+                # University of Singapore", "Presque Isle County")
+                typed = typed_span(asked, [c.text for c in r[: self.config.typed_sentences]], typed=True)
+                span, held = (typed, []) if typed else (span, held)
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
                 lead.extend(c for c in held if c not in lead)

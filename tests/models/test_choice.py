@@ -129,9 +129,34 @@ def test_a_lifespan_whose_dash_was_lost():
             ("Pia Sorel", "Pia Sorel (March 12, 1928 – September 16, 2016) was an American playwright.")]
     c = choose("Which playwright lived a longer life, Ola Brandt or Pia Sorel?", docs)
     assert c is not None and c.option == "Pia Sorel" and "77 years" in c.reason, c
-    # one date in the parentheses, or words between two, is no range: not decided
-    docs[0] = ("Ola Brandt", "Ola Brandt (born 9 May 1860, knighted 19 June 1913) was a Scottish novelist.")
+    # one date in the parentheses, or words between two, is no range: not decided by the
+    # lifespans, nor by the question's words (each holds "playwright")
+    docs[0] = ("Ola Brandt", "Ola Brandt (born 9 May 1860, knighted 19 June 1913) was a Scottish playwright.")
     assert choose("Which playwright lived a longer life, Ola Brandt or Pia Sorel?", docs) is None
+
+
+def test_most_numerous_counts_the_asked_noun_and_twice_is_two():
+    docs = [("Podocarpus", "Podocarpus is a genus of conifers. There are approximately 97 to 107 species in the genus."),
+            ("Osmunda", "Osmunda is a genus of ferns. Five to ten species have been listed for this genus.")]
+    c = choose("Which species is the most numerous, Podocarpus or Osmunda?", docs)
+    assert c.option == "Podocarpus" and "97" in c.reason and "5" in c.reason
+    assert comparison("Which species is the most numerous").noun == "species"
+    docs = [("Ann Vale", "Ann Vale twice won the Academy Award for Best Director."),
+            ("Bo Lind", "Bo Lind won the Academy Award for Best Director three times, and once the award for a film.")]
+    c = choose("Who won more academy awards, Ann Vale or Bo Lind?", docs)
+    assert c is not None and "Ann Vale 2" in c.reason, c
+
+
+def test_a_comparison_the_passages_do_not_state_falls_back_to_the_questions_words():
+    # no count of acts for either: the option whose passages hold more of the stem's words
+    docs = [("Parsifal", "Parsifal is an opera in acts by Richard Wagner."),
+            ("Manon", "Manon is a work by Jules Massenet.")]
+    c = choose("Which opera has more acts, Parsifal or Manon?", docs)
+    assert c is not None and c.option == "Parsifal" and "question's words" in c.reason, c
+    # a stated count decides before the words do
+    docs[1] = ("Manon", "Manon is a work in five acts by Jules Massenet.")
+    docs[0] = ("Parsifal", "Parsifal is an opera in three acts by Richard Wagner.")
+    assert choose("Which opera has more acts, Parsifal or Manon?", docs).option == "Manon"
 
 
 def test_counts_and_heights():

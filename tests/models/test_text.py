@@ -13,6 +13,7 @@ from searchsmith.models.text import (
     answer_kind,
     answer_tokens,
     asked_head,
+    asks_shown_type,
     country_of,
     demonym,
     entity_names,
@@ -65,12 +66,25 @@ def test_token_f1_known_values() -> None:
 def test_sentence_spans_text_rule() -> None:
     text = 'First one. "Second!" he said.  Third?\n\nFourth line\nstill fourth.'
     spans = split_sentences(text)
-    assert [text[a:b] for a, b in spans] == ["First one.", '"Second!"', "he said.", "Third?",
+    assert [text[a:b] for a, b in spans] == ["First one.", '"Second!" he said.', "Third?",
                                               "Fourth line\nstill fourth."]
-    assert spans[0] == (0, 10) and spans[1] == (11, 20)
+    assert spans[0] == (0, 10) and spans[1] == (11, 29)
     assert sentence_texts(text) == [text[a:b] for a, b in spans]
     assert split_sentences("") == [] and split_sentences("  \n\n ") == []
     assert split_sentences("  no end  ") == [(2, 8)]
+
+
+def test_a_title_or_places_abbreviation_ends_no_sentence() -> None:
+    text = ("Born in St. Louis, Missouri, he met Dr. Watson. She became the world No. 1 in doubles. "
+            "It was Smith vs. Jones. Then it ended at St.")
+    assert sentence_texts(text) == ["Born in St. Louis, Missouri, he met Dr. Watson.",
+                                    "She became the world No. 1 in doubles.", "It was Smith vs. Jones.",
+                                    "Then it ended at St."]
+    # a word that only ends like one still ends its sentence
+    assert sentence_texts("He went to Gemst. Then home.") == ["He went to Gemst.", "Then home."]
+    # a dot before a lower-case word or a parenthesis ends none ("Jr. (born 1900)", "Inc. is")
+    assert sentence_texts("Alexander Henderson Jr. (born 1900) was a financier. Lush Ltd. is a retailer.") == \
+        ["Alexander Henderson Jr. (born 1900) was a financier.", "Lush Ltd. is a retailer."]
 
 
 def test_sentence_lines_rule() -> None:
@@ -338,6 +352,8 @@ def test_typed_span_without_fallback_takes_the_asked_kind_only():
     ("Which file contains the code for Tidewater's retries?", ["file"]),  # a verb with its object ends it
     ("What kind of unit was led by him?", []),  # a generic head
     ("Who played the team which won the cup?", []),  # "which" is not the question's word
+    # a statement asking at its end: its last "what", not the relative "who" before it
+    ("The physicist who shared the prize has a centre in what country?", ["country"]),
     ("When was it built?", []),
     ("", []),
 ])
@@ -408,6 +424,38 @@ def test_the_asked_type_counts_as_type_fit_words_more_question_words(monkeypatch
     assert typed_span(q, s) == "Hoosick"  # the first name after "born in", as before the rule
 
 
+def test_a_name_holding_a_country_answers_which_country_as_that_country():
+    q = "The physicist who shared the prize has a centre dedicated to graphene in what country?"
+    s = ["The Graphene Research Centre (GRC), at the National University of Singapore (NUS), is dedicated "
+         "to graphene research."]
+    assert asks_shown_type(q) and asks_shown_type("Which county borders Lake County?")
+    assert not asks_shown_type("Who shared the prize?") and not asks_shown_type("What city is it in?")
+    assert typed_span(q, s) == "Singapore"
+    assert typed_span("Who shared the prize for graphene research?", s) != "Singapore"  # only for a country
+    # typed: only a candidate of the asked type, "" without one
+    s2 = ["Andre Geim shared the prize for graphene with Konstantin Novoselov."]
+    assert typed_span(q, s2) != "" and typed_span(q, s2, typed=True) == ""
+    assert typed_span(q, [*s2, *s], typed=True) == "Singapore"
+
+
+def test_a_place_prefix_is_no_part_of_a_name():
+    s = "It was bought by Charlotte-based Bank of America and by Vietnamese-born Tran Anh Hung."
+    assert entity_names(s) == ["Bank of America", "Tran Anh Hung"]
+    assert entity_names("He was an American-born financier.") == []  # the prefix alone names nothing
+
+
+def test_the_question_words_near_a_name_skip_its_dated_parentheses():
+    # "chairman" is the 11th word after the name, the 8th without "(born October 9, 1959)"
+    q = "Who is the chairman of the company that bought the bank?"
+    s = ["Brian Thomas Moynihan (born October 9, 1959) is an American lawyer, businessman and the chairman "
+         "and CEO of Bank of America."]
+    assert typed_span(q, s, exclude=["Bank of America"]) == "Brian Thomas Moynihan"
+    # words in parentheses without a year still count
+    s2 = ["Brian Thomas Moynihan (a lawyer, a businessman, a father) is an American and the chairman and "
+          "CEO of Bank of America."]
+    assert typed_span(q, s2, exclude=["Bank of America"]) == "CEO of Bank of America"
+
+
 def test_of_asked_type():
     assert of_asked_type("What political party was he part of?", "Socialist Party of America")
     assert of_asked_type("Which country borders Ukraine on the northwest?", "Belarus")
@@ -420,6 +468,11 @@ def test_typed_span_excludes_the_names_it_is_told():
     s = ["Mark Steven Johnson married Ann Lee in 1990."]
     assert typed_span("Who did the director of film X marry?", s) == "Mark Steven Johnson"
     assert typed_span("Who did the director of film X marry?", s, exclude=["Mark Steven Johnson"]) == "Ann Lee"
+    # the excluded name written otherwise, with another title, is excluded too
+    s = ["The dress was worn by Princess Elizabeth at her wedding to Prince Philip in 1947."]
+    q = "Who is the spouse of the longest reigning monarch?"
+    assert typed_span(q, s) == "Princess Elizabeth"
+    assert typed_span(q, s, exclude=["Queen Elizabeth II"]) == "Prince Philip"
 
 
 def test_entity_names_are_the_names_not_dates_numbers_or_nationalities():

@@ -450,6 +450,35 @@ def test_a_choice_the_passages_do_not_decide_keeps_the_sentences(embedder):
     assert st.short_answer == "" and st.answer and "compared" not in st.trace.stages["generation"].note
 
 
+def test_a_choice_offered_with_and_the_passages_do_not_decide_gets_no_short_answer(embedder):
+    # "..., A and B?" offers a choice: not the span of another name ("Ericaceae")
+    st = _film_state("Which film has more sequels, Harbour Lights and The Glass Orchard?")
+    st.passages = st.nodes[0].passages = [
+        Passage("h#0", "h", "films", "Harbour Lights is a drama film made in Ericaceae.", 0.8, title="Harbour Lights"),
+        Passage("g#0", "g", "films", "The Glass Orchard is a drama film made in Ericaceae.", 0.7,
+                title="The Glass Orchard")]
+    GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False)).run(
+        st, Preset())
+    assert st.short_answer == "" and st.answer
+
+
+def test_a_country_question_answered_by_no_country_takes_the_country_of_a_later_sentence(embedder):
+    q = "The physicist who shared the Nobel Prize in 2010 founded a graphene centre in what country?"
+    passages = [Passage("c#0", "c", "science", "The graphene centre was founded by the physicist Andre Geim, "
+                        "who shared the Nobel Prize in 2010.", 0.9, title="Graphene centre"),
+                Passage("n#0", "n", "science", "It lies at the National University of Singapore.", 0.5,
+                        title="Graphene centre")]
+
+    def short(**config):
+        st = _one_node_state(q, passages)
+        GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1, **config)), None,
+                        GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+        return st.short_answer
+
+    assert short() == "Singapore"
+    assert short(typed_sentences=1) == "Andre Geim"  # only the best sentence read: no country in it
+
+
 def test_a_choice_question_is_answered_by_the_option_before_the_readers_span(embedder):
     from tests.serving.pipeline.test_pipeline_reader import FakeReader
 
