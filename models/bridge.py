@@ -49,13 +49,18 @@ def _phrase(text: str) -> str:
     return " " + " ".join(_WORDS.findall(text.lower())) + " "
 
 
+# a title named only as where something is ("Boston-based bank", "a Paris-born painter") names no bridge
+_NOT_PREFIX = r"(?!(?:based|born|headquartered|owned) )"
+
+
 def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequence[str] = ()) -> int | None:
     """Index in ``titles`` of the first title ``sentence`` names as whole words, that ``question``
     does not name and that is not one of ``own`` (the titles of the passages the sentence came
     from); None when there is none.
 
     Titles are compared without their disambiguator (:func:`base_title`) and case-insensitively;
-    the longest named title wins over one it contains ("Bank of America" over "America").
+    the longest named title wins over one it contains ("Bank of America" over "America"). A title
+    named only as where something is ("Boston-based bank") is not named.
     """
     said, asked = _phrase(sentence), _phrase(question)
     skip = {_phrase(base_title(t)) for t in own}
@@ -63,7 +68,8 @@ def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequen
     for i, title in enumerate(titles):
         name = base_title(title)
         key = _phrase(name)
-        if len(name) < MIN_TITLE_CHARS or key.strip() == "" or key in skip or key in asked or key not in said:
+        if len(name) < MIN_TITLE_CHARS or key.strip() == "" or key in skip or key in asked \
+                or not re.search(re.escape(key) + _NOT_PREFIX, said):
             continue
         cand = (-len(key), i)
         if best is None or cand < best:

@@ -210,6 +210,7 @@ _NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*(?:st|nd|rd|th)?"
 
 
 _LOCATED_PREFIX = re.compile(r"[\w'’.]+-(?:based|born|headquartered|owned)")
+_SPACED_PREFIX = re.compile(r"\s+-\s+(?:based|born|headquartered|owned)\b")
 
 
 def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, int] | None:
@@ -266,6 +267,8 @@ def entity_spans(sentence: str) -> list[tuple[int, int, str]]:
         if span is None:
             continue
         s, e = span
+        if _SPACED_PREFIX.match(sentence, e):
+            continue  # "Boston - based bank", as tokenised text writes "Boston-based"
         while e > s and sentence[e - 1] in "'’-":
             e -= 1
         if e - s > 3 and sentence[e - 2] in "'’" and sentence[e - 1] == "s":
@@ -472,6 +475,7 @@ _ALSO_CALLED = re.compile(r",\s+or\s+[^,?]+,", re.I)  # "the Nimavar Bazaar, or 
 _KIND_LABELS: dict[str, tuple[str, ...]] = {"DATE": ("DATE", "NUM"), "NUM": ("NUM", "ENT"), "ENT": ("ENT", "NUM")}
 #: the kinds of question a span answers (:func:`typed_span`)
 SPAN_KINDS = frozenset(_KIND_LABELS)
+_WHO = re.compile(r"\W*(?:who|whom)\b", re.I)
 _BARE_NUMBER = re.compile(r"[$£€]?\d+(?:[.,:-]\d+)*\s?%?")
 NEAR_WORDS = 8  # how near a candidate the question's words count (typed_span)
 _SPAN_WORD = re.compile(r"[\w][\w'’.\-/]*[\w]|[\w]")
@@ -600,6 +604,7 @@ _PHRASE_TOKEN = re.compile(r"[\w'’-]+|[^\w\s]")
 _PHRASE_END = frozenset("""is was were are did does do has have had can could will would that who whom which whose
 in of by for from with at to on as and or""".split()) | RELATION_WORDS
 MAX_PHRASE_WORDS = 7
+_OF_THE = re.compile(r"(?:(?:one|two|each|all)\s+)?(?:of\s+(?:the|these|those|his|her|their|its)\s+)?", re.I)
 
 
 def _asked_phrase(question: str, first: bool = False) -> list[str]:
@@ -619,7 +624,9 @@ def _asked_phrase(question: str, first: bool = False) -> list[str]:
         if m is None:
             return []
     words: list[str] = []
-    for token in _PHRASE_TOKEN.findall(question[m.end():])[:MAX_PHRASE_WORDS]:
+    rest = question[m.end():].lstrip()
+    rest = rest[len(_OF_THE.match(rest).group(0)):]  # "Which of the teams ...": the teams
+    for token in _PHRASE_TOKEN.findall(rest)[:MAX_PHRASE_WORDS]:
         if not (token[0].isalnum() or token[0] == "_") or token.lower() in _PHRASE_END \
                 or (words and words[-1].islower() and token[:1].isupper()):
             break
@@ -779,6 +786,17 @@ def _same_name(span: str, name: str) -> bool:
         and any(w[:1].isupper() for w in span.split())
 
 
+# a lifespan in parentheses: "(1505–1572)", "(c. 1514 – 24 November 1572)", "(born 1900 - died 1950)"
+_LIFESPAN = re.compile(r"\((?:[^()]*?;\s*)?(?:c\.\s*|born\s+)?([^()–—;]*?\d{3,4})\s*(?:[–—]|\s-\s|-(?=\d))\s*"
+                       r"(?:died\s+)?([^()–—;]*?\d{3,4})\s*\)")
+
+
+def states_life(question: str, sentence: str) -> bool:
+    """Whether ``sentence`` gives a lifespan in parentheses ("John Knox (1505–1572)") and
+    ``question`` asks when someone was born or died: it states the asked relation."""
+    return bool({"born", "died"} & relation_cues(question)) and bool(_LIFESPAN.search(sentence))
+
+
 def _outside_dates(sentence: str, words: Sequence[tuple[int, int, str]]) -> list[int]:
     """The indices of ``words`` (``(start, end, word)`` of ``sentence``) outside its dated
     parentheses (:data:`_DATED`)."""
@@ -821,16 +839,19 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     initialled = [({w[0].lower() for w in n.split() if re.fullmatch(r"[A-Z]\.", w)},
                    [w.lower() for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)])
                   for n in entity_names(question) if re.search(r"(?:^|\s)[A-Z]\.\s", n)]
-    labels = labels if fallback else labels[:1]
+    # a person is asked for: no number answers "Who ...?"
+    labels = labels if fallback and not (kind == "ENT" and _WHO.match(question)) else labels[:1]
     known = _question_words(question)
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
-    asked |= relation_cues(question)
+    cues = relation_cues(question)
+    asked |= cues
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
     demonyms_answer = bool(known & _ASKS_DEMONYM)
     place = bool(_ASKS_PLACE.search(question))
     head = asked_head(question)
     person = bool(PERSON_HEADS & set(head))
     country_asked = bool(_COUNTRY_HEADS & set(head))
+    asks_death, asks_birth = "died" in cues, "born" in cues and "died" not in cues
     # each sentence's words and entities, read once for every label tried
     parsed = [(words, entity_spans(sentence), _translations(sentence), _outside_dates(sentence, words))
               for sentence in sentences
@@ -841,6 +862,9 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
         found: list[tuple[int, int, int, str, int, int]] = []
         for i, (sentence, (words, entities, translated, outside)) in enumerate(zip(sentences, parsed, strict=True)):
             outside_at = set(outside)
+            # "John Knox (1505–1572)": the end a death question asks for, the start a birth one
+            lived = [m.span(2 if asks_death else 1) for m in _LIFESPAN.finditer(sentence)] \
+                if (asks_death or asks_birth) and "(" in sentence else []
             for s, e, lab in entities:
                 span = _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
@@ -888,7 +912,9 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 if located:  # the asked verb states it: "headquartered in midtown Manhattan" counts one more
                     k = at[0] - (1 if before[-1] in _LOCATIVE else 2)
                     located += k > 0 and words[k - 1][1] <= s and words[k - 1][2] in asked
-                fits = TYPE_FIT_WORDS * (lab == "ENT" and _fits(sentence, s, e, span, head))
+                fits = TYPE_FIT_WORDS * ((lab == "ENT" and (_fits(sentence, s, e, span, head)
+                                                            or (demonyms_answer and demonym(span))))
+                                         or (lab == "DATE" and any(a <= s and e <= b for a, b in lived)))
                 if typed and not fits:
                     continue
                 found.append((-len(nearby) - located - fits, len(found), i, span, s, e))
@@ -1009,6 +1035,7 @@ __all__ = [
     "read_jsonl",
     "sentence_texts",
     "split_sentences",
+    "states_life",
     "token_f1",
     "typed_span",
 ]

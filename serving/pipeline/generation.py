@@ -65,6 +65,7 @@ from searchsmith.models.text import (
     entity_names,
     of_asked_type,
     relation_cues,
+    states_life,
     typed_span,
 )
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
@@ -347,7 +348,13 @@ class ExtractiveGenerator:
         and the passages that mention it among the closest to it with the question's words the
         sentence leaves unanswered, the sentence's own left out; ("", ()) when the sentence
         gives no name (one of its :func:`entity_names`, whole) or nothing found mentions it."""
-        name = typed_span(question, [link.text], fallback=False)
+        # the name a date or number question goes through: "John Knox" for "What year did the
+        # author of ... die?", not the sentence's "1558"
+        name = typed_span(question, [link.text], kind="ENT" if answer_kind(question) in ("DATE", "NUM") else None,
+                          fallback=False)
+        # the whole name the span was cut from: "Ernst Mach" for "Ernst" when the question says "Mach"
+        name = next((n for n in entity_names(link.text) if name and name != n
+                     and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", n)), name)
         left = unanswered_words(question, link.text)
         # a bridge is a named thing of the sentence, whole: not "British", a year or a name's part
         # and not the answer itself: a name of the asked type ("the Socialist Party of America
@@ -389,7 +396,7 @@ class ExtractiveGenerator:
         # the bridge's passage is about its subject: its opening sentence is often closest to the
         # question and holds none of the asked-for facts, so no :meth:`cut` by relative support
         cues = relation_cues(question)
-        cued = [c for c in hop.ranked if cues & set(re.findall(r"\w+", c.text.lower()))]
+        cued = [c for c in hop.ranked if cues & set(re.findall(r"\w+", c.text.lower())) or states_life(question, c.text)]
         if hop.titled:
             sentences = [*cued, *(c for c in hop.ranked[: self.config.sentences_per_node] if c not in cued)]
         else:
@@ -433,9 +440,13 @@ class ExtractiveGenerator:
             if span and asks_shown_type(asked) and typed_span(asked, read, typed=True) != span:
                 # not a country for "... in what country?" ("Andre Geim"), nor a county for "Which
                 # county ...?": one of the step's best sentences may hold one ("National
-                # University of Singapore", "Presque Isle County")
-                typed = typed_span(asked, [c.text for c in r[: self.config.typed_sentences]], typed=True)
-                span, held = (typed, []) if typed else (span, held)
+                # University of Singapore", "Presque Isle County"), and with it its sentence.
+                # Reading them for any span when the selected sentences hold none was measured
+                # and not kept: ten of twelve such spans were wrong (serving/profiling/RESULTS.md)
+                best = r[: self.config.typed_sentences]
+                typed = typed_span(asked, [c.text for c in best], typed=True)
+                span, held = (typed, [c for c in best if typed.lower() in c.text.lower()][:1]) if typed \
+                    else (span, held)
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
                 lead.extend(c for c in held if c not in lead)

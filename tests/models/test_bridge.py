@@ -40,6 +40,10 @@ def test_the_named_title_is_a_whole_word_title_the_question_does_not_name():
     # a title the sentence's own passage has is not a bridge
     assert named_title("Mark Steven Johnson is a director.", TITLES, "Who?", own=["Mark Steven Johnson"]) is None
     assert named_title("anything", [], "Who?") is None
+    # a title named only as where something is names no bridge, however the hyphen is written
+    for s in ("It bought the Boston-based bank Fleet.", "It bought the Boston - based bank Fleet."):
+        assert named_title(s, ["Boston"], "Who is the chairman?") is None
+    assert named_title("It moved to Boston in 2004.", ["Boston"], "Who is the chairman?") == 0
 
 
 @pytest.mark.parametrize(("question", "kind"), [

@@ -29,6 +29,7 @@ from searchsmith.models.text import (
     relation_cues,
     sentence_texts,
     split_sentences,
+    states_life,
     token_f1,
     typed_span,
 )
@@ -352,6 +353,7 @@ def test_typed_span_without_fallback_takes_the_asked_kind_only():
     ("Which file contains the code for Tidewater's retries?", ["file"]),  # a verb with its object ends it
     ("What kind of unit was led by him?", []),  # a generic head
     ("Who played the team which won the cup?", []),  # "which" is not the question's word
+    ("Which of the teams for which he was principal was sold?", ["team"]),  # "of the" skipped
     # a statement asking at its end: its last "what", not the relative "who" before it
     ("The physicist who shared the prize has a centre in what country?", ["country"]),
     ("When was it built?", []),
@@ -442,6 +444,7 @@ def test_a_place_prefix_is_no_part_of_a_name():
     s = "It was bought by Charlotte-based Bank of America and by Vietnamese-born Tran Anh Hung."
     assert entity_names(s) == ["Bank of America", "Tran Anh Hung"]
     assert entity_names("He was an American-born financier.") == []  # the prefix alone names nothing
+    assert entity_names("It bought the Boston - based bank Fleet Ltd.") == ["Fleet Ltd"]  # as tokenised text writes it
 
 
 def test_the_question_words_near_a_name_skip_its_dated_parentheses():
@@ -454,6 +457,27 @@ def test_the_question_words_near_a_name_skip_its_dated_parentheses():
     s2 = ["Brian Thomas Moynihan (a lawyer, a businessman, a father) is an American and the chairman and "
           "CEO of Bank of America."]
     assert typed_span(q, s2, exclude=["Bank of America"]) == "CEO of Bank of America"
+
+
+def test_a_nationality_asked_for_counts_as_the_asked_type():
+    s = ["Bimbos of the Death Sun is a novel by Sharyn McCrumb, an American writer."]
+    assert typed_span("What citizen was the author of Bimbos of the Death Sun?", s) == "American"
+    assert typed_span("Who was the author of Bimbos of the Death Sun?", s) == "Sharyn McCrumb"
+
+
+def test_no_number_answers_who():
+    s = ["The grandfather of the countess was recorded in 1234 and in 12 charters."]
+    assert typed_span("Who is the grandfather of the countess?", s) == ""
+    assert typed_span("What is the grandfather of the countess recorded in?", s) == "1234"  # a name, else a number
+
+
+def test_a_lifespan_gives_the_death_or_birth_date_asked_for():
+    s = ["John Knox (1505–1572), a Scot who had studied under Calvin, led the Reformation in 1560."]
+    assert typed_span("What year did the author of the pamphlet die?", s) == "1572"
+    assert typed_span("When was the author of the pamphlet born?", s) == "1505"
+    assert typed_span("When did the Reformation in Scotland happen?", s) == "1560"  # not asked: the nearest
+    assert states_life("What year did he die?", s[0]) and not states_life("What year did he lead it?", s[0])
+    assert not states_life("When did he die?", "He led the Reformation in 1560.")
 
 
 def test_of_asked_type():

@@ -469,14 +469,16 @@ def test_a_country_question_answered_by_no_country_takes_the_country_of_a_later_
                 Passage("n#0", "n", "science", "It lies at the National University of Singapore.", 0.5,
                         title="Graphene centre")]
 
-    def short(**config):
+    def answered(**config):
         st = _one_node_state(q, passages)
         GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1, **config)), None,
                         GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
-        return st.short_answer
+        return st
 
-    assert short() == "Singapore"
-    assert short(typed_sentences=1) == "Andre Geim"  # only the best sentence read: no country in it
+    st = answered()
+    assert st.short_answer == "Singapore"
+    assert "It lies at the National University of Singapore." in st.support and "n#0" in st.used_passages
+    assert answered(typed_sentences=1).short_answer == "Andre Geim"  # only the best sentence read: no country
 
 
 def test_a_choice_question_is_answered_by_the_option_before_the_readers_span(embedder):
@@ -670,6 +672,30 @@ def test_a_searched_bridge_answers_only_from_sentences_stating_what_is_left(embe
                      title="Jon Arnett")]
     st = _answered(embedder, KNOPE_Q, KNOPE_PASSAGES, search=lambda text, k, state: found)
     assert st.short_answer == "Amy Poehler" and len(st.passages) == 2
+
+
+def test_a_bridge_is_searched_for_by_the_whole_name_its_span_was_cut_from(embedder):
+    # the span "Ernst" (the question says "Mach") is part of the name "Ernst Mach": search that
+    searched = []
+    passages = [Passage("m#0", "m", "science", "The Mach number is named after Austrian physicist Ernst Mach.",
+                        0.9, title="Mach number")]
+    found = [Passage("v#0", "v", "science", "Vinko Dvorak worked as an assistant to professor Ernst Mach at "
+                     "Charles University.", 0.7, title="Vinko Dvorak")]
+    st = _answered(embedder, "Who is the employer of the physicist who Mach number is named after?", passages,
+                   lookup=lambda name, state: [], search=lambda text, k, state: searched.append(text) or found)
+    assert searched and searched[0].startswith("Ernst Mach ") and "v#0" in [p.chunk_id for p in st.passages]
+
+
+def test_a_date_question_searches_the_name_its_sentence_gives_and_reads_a_lifespan(embedder):
+    # "1558" answers nothing of "die": the name "Jon Knoxley" is the bridge, and "(1505–1572)" states it
+    searched = []
+    passages = [Passage("p#0", "p", "books", "The Quiet Pamphlet is a polemical work by the reformer Jon Knoxley, "
+                        "published in 1558.", 0.9, title="The Quiet Pamphlet")]
+    found = [Passage("k#0", "k", "people", "Jon Knoxley (1505–1572), a Scot who studied in Geneva, led the "
+                     "Reformation in 1560.", 0.7, title="Reformation")]
+    st = _answered(embedder, "What year did the author of The Quiet Pamphlet die?", passages,
+                   lookup=lambda name, state: [], search=lambda text, k, state: searched.append(text) or found)
+    assert searched and searched[0].startswith("Jon Knoxley ") and st.short_answer == "1572"
 
 
 def test_no_search_for_what_is_no_name_and_a_failing_search_is_noted(embedder):
