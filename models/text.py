@@ -491,6 +491,13 @@ _CALENDAR_WORDS = frozenset(_MONTHS.lower().split("|")) | frozenset(
 _ACRONYM = re.compile(r"[A-Z][A-Z&.]{1,7}")
 _LOCATIVE = frozenset("in at near from".split())
 _YEAR_ASKED = re.compile(r"\b(?:what|which)\s+year\b", re.I)
+_CENTURY_ASKED = re.compile(r"\b(?:what|which)\s+century\b", re.I)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 _YEAR_IN = re.compile(r"(?<!\d)(?:1[0-9]{3}|20\d{2})(?!\d)")
 # The words a passage states a relation with, for the word a question asks it with: "Who is the
 # spouse of X?" is answered in X's passage by "He married Y", "Where was X born?" by "born in Y".
@@ -511,6 +518,7 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "brother": "brother sibling siblings",
     "sister": "sister sibling siblings",
     "birth": "born birth native",
+    "birthday": "born birth",
     "birthplace": "born birth native",
     "hometown": "born native grew raised",
     "born": "born birth native",
@@ -559,6 +567,9 @@ def answer_kind(question: str) -> AnswerKind:
         return "OTHER"
     if wh in ("what", "which") and MEASURE_WORDS & set(head):
         return "NUM"
+    measured = re.search(r"\b([a-z]+)\s+of\s*$", question[:m.start()], re.I)
+    if wh == "what" and measured and measured.group(1).lower() in MEASURE_WORDS:
+        return "NUM"  # "... an island with a population of what?"
     return "ENT"
 
 
@@ -581,6 +592,9 @@ _WORK_HEADS = frozenset("""
 film movie song single album novel book series show sitcom play opera musical episode game poem
 painting magazine newspaper
 """.split())
+# "Which file ...?" is answered by a file's name or path ("tidewater/retry/backoff.go")
+_FILE_HEADS = frozenset("file files module modules".split())
+_FILE_NAME = re.compile(r"[\w./-]*\w\.[A-Za-z][A-Za-z0-9]{0,4}")
 _COUNTRY_HEADS = frozenset("country countries nation nations".split())
 _COUNTRY_NAMES = frozenset(k.lower() for k in COUNTRIES)
 
@@ -672,8 +686,8 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
     """Whether the candidate ``sentence[s:e]`` (``span`` once trimmed) is of the type ``head``
     asks for (:func:`asked_head`): one of its capitalised words is a head noun ("Holston
     *River*"), the word just before or after it is one ("the film "Titanic"", "the band Queen",
-    "the Evictor class"), it is a country for "which country", or it is quoted for a work ("which
-    film")."""
+    "the Evictor class"), it is a file's name for "which file" ("lumen/evict.py"), a country for
+    "which country", or it is quoted for a work ("which film")."""
     if not head:
         return False
     words = {_singular(w) for w in re.findall(r"[A-Z][\w'’-]*", sentence[s:e])}
@@ -682,6 +696,7 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
     quoted = sentence[s - 1:s] in "\"“'‘" and s > 0
     return bool(words & set(head)) or (bool(before) and _singular(before[-1]) in head) or (
         after is not None and _singular(after.group(1)) in head) or (
+        bool(_FILE_HEADS & set(head)) and bool(_FILE_NAME.fullmatch(span))) or (
         bool(_COUNTRY_HEADS & set(head)) and span.lower() in _COUNTRY_NAMES and not demonym(span)) or (
         quoted and bool(_WORK_HEADS & set(head)))
 
@@ -780,7 +795,8 @@ emperor empress pope saint st president general i ii iii iv v vi vii viii""".spl
 
 def _same_name(span: str, name: str) -> bool:
     """Whether ``span`` is ``name`` written otherwise: its words but titles and numerals
-    (:data:`_TITLE_WORDS`) are some of ``name``'s ("Princess Elizabeth" for "Queen Elizabeth II")."""
+    (:data:`_TITLE_WORDS`) are some of ``name``'s ("Princess Elizabeth" for "Queen Elizabeth II");
+    not a name holding all of ``name``'s and more: "Hans Albert Einstein" is Albert Einstein's son."""
     own = {w for w in re.findall(r"[\w'’]+", span.lower()) if w not in _TITLE_WORDS}
     return bool(own) and own < {w for w in re.findall(r"[\w'’]+", name.lower())} | _TITLE_WORDS \
         and any(w[:1].isupper() for w in span.split())
@@ -791,10 +807,16 @@ _LIFESPAN = re.compile(r"\((?:[^()]*?;\s*)?(?:c\.\s*|born\s+)?([^()–—;]*?\d{
                        r"(?:died\s+)?([^()–—;]*?\d{3,4})\s*\)")
 
 
+_BORN = re.compile(r"\(born\s+([^()]*?\d{3,4})")  # "(born 10 May 1943)": a birth date
+
+
 def states_life(question: str, sentence: str) -> bool:
     """Whether ``sentence`` gives a lifespan in parentheses ("John Knox (1505–1572)") and
-    ``question`` asks when someone was born or died: it states the asked relation."""
-    return bool({"born", "died"} & relation_cues(question)) and bool(_LIFESPAN.search(sentence))
+    ``question`` asks when someone was born or died, or a birth date ("(born 10 May 1943)") and
+    it asks when someone was born: it states the asked relation."""
+    cues = relation_cues(question)
+    return bool(("died" in cues and _LIFESPAN.search(sentence))
+                or ("born" in cues and (_LIFESPAN.search(sentence) or _BORN.search(sentence))))
 
 
 def _outside_dates(sentence: str, words: Sequence[tuple[int, int, str]]) -> list[int]:
@@ -863,7 +885,8 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
         for i, (sentence, (words, entities, translated, outside)) in enumerate(zip(sentences, parsed, strict=True)):
             outside_at = set(outside)
             # "John Knox (1505–1572)": the end a death question asks for, the start a birth one
-            lived = [m.span(2 if asks_death else 1) for m in _LIFESPAN.finditer(sentence)] \
+            lived = ([m.span(2 if asks_death else 1) for m in _LIFESPAN.finditer(sentence)]
+                     + ([m.span(1) for m in _BORN.finditer(sentence)] if asks_birth else [])) \
                 if (asks_death or asks_birth) and "(" in sentence else []
             for s, e, lab in entities:
                 span = _trim_known(sentence[s:e], known, head)
@@ -922,8 +945,12 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
             continue
         best = min(found)
         if not plural_question(question):
-            year = _YEAR_ASKED.search(question) and label == "DATE" and _YEAR_IN.search(best[3])
-            return year.group(0) if year else best[3]  # "1865" of "3 June 1865" for "In which year ...?"
+            year = label == "DATE" and _YEAR_IN.search(best[3])
+            if year and _CENTURY_ASKED.search(question):  # "1710" answers "What century ...?" as "18th century"
+                return f"{_ordinal(int(year.group(0)) // 100 + 1)} century"
+            if year and _YEAR_ASKED.search(question):
+                return year.group(0)  # "1865" of "3 June 1865" for "In which year ...?"
+            return best[3]
         listed = _listed(sentences[best[2]], [f for f in found if f[2] == best[2]], best)
         return listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}"
     return ""

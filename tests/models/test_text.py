@@ -225,6 +225,8 @@ def test_iter_jsonl_yields_line_numbers_and_stops_at_the_first_bad_line(tmp_path
     ("Which file contains the code for Quarry's HNSW index?", "ENT"),
     ("What event caused the outage?", "ENT"),  # "event" asks for no quantity
     ("The actor known as Freddie won what award?", "ENT"),
+    ("The museum is on an island with a population of what?", "NUM"),  # a measure, then "of what"
+    ("The museum is on an island with a name of what?", "ENT"),
     ("Is Quarry written in Rust?", "YESNO"),
     ("Was the man who founded Quarry born in 1950?", "YESNO"),  # "who" only in a clause
     ("Are Aladdin and Song of the South produced by the same company?", "YESNO"),
@@ -382,6 +384,10 @@ def test_asked_head_is_the_noun_a_what_or_which_question_asks_for(question, head
      ["Ukraine is a state in Eastern Europe, bordered on the northwest by Belarus."], "Belarus"),
     ("Pro Evolution Soccer 2016 includes which footballer on the cover?",
      ["The US cover of Pro Evolution Soccer 2016 features Neymar."], "Neymar"),
+    # a file's name or path for "which file", before an error code nearer the question's words
+    ("Which file contains the code for Tidewater's retries?",
+     ["Tidewater's error codes (TDW-301 and TDW-420) are defined in `tidewater/errors/codes.go`."],
+     "tidewater/errors/codes.go"),
 ])
 def test_typed_span_prefers_the_asked_type(question, sentences, span):
     assert typed_span(question, sentences) == span
@@ -478,6 +484,17 @@ def test_a_lifespan_gives_the_death_or_birth_date_asked_for():
     assert typed_span("When did the Reformation in Scotland happen?", s) == "1560"  # not asked: the nearest
     assert states_life("What year did he die?", s[0]) and not states_life("What year did he lead it?", s[0])
     assert not states_life("When did he die?", "He led the Reformation in 1560.")
+    # "(born 10 May 1943)" is a birth date, for a birth question only
+    s = ["Hans Michel Piech (born 10 May 1943) is an Austrian lawyer, married in 1988."]
+    assert typed_span("When is Susanne Porsche's husband's birthday?", s) == "10 May 1943"
+    assert states_life("When is his birthday?", s[0]) and not states_life("When did he die?", s[0])
+
+
+def test_a_year_answers_what_century_as_its_century():
+    s = ["A Treatise Concerning the Principles of Human Knowledge is a 1710 work by George Berkeley."]
+    assert typed_span("What century did the author of the Treatise live in?", s) == "18th century"
+    assert typed_span("What year was the Treatise published?", s) == "1710"
+    assert typed_span("What century was it?", ["It was written in 1911 and revised in 2011."]) == "20th century"
 
 
 def test_of_asked_type():
