@@ -348,9 +348,10 @@ class ExtractiveGenerator:
         and the passages that mention it among the closest to it with the question's words the
         sentence leaves unanswered, the sentence's own left out; ("", ()) when the sentence
         gives no name (one of its :func:`entity_names`, whole) or nothing found mentions it."""
-        # the name a date or number question goes through: "John Knox" for "What year did the
-        # author of ... die?", not the sentence's "1558"
-        name = typed_span(question, [link.text], kind="ENT" if answer_kind(question) in ("DATE", "NUM") else None,
+        # the name a date question goes through: "John Knox" for "What year did the author of
+        # ... die?", not the sentence's "1558" (for a number question too it searched the other
+        # settings' pages of "What is the default value of X?": measured and not kept)
+        name = typed_span(question, [link.text], kind="ENT" if answer_kind(question) == "DATE" else None,
                           fallback=False)
         # the whole name the span was cut from: "Ernst Mach" for "Ernst" when the question says "Mach"
         name = next((n for n in entity_names(link.text) if name and name != n

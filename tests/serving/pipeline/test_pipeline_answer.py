@@ -696,6 +696,13 @@ def test_a_date_question_searches_the_name_its_sentence_gives_and_reads_a_lifesp
     st = _answered(embedder, "What year did the author of The Quiet Pamphlet die?", passages,
                    lookup=lambda name, state: [], search=lambda text, k, state: searched.append(text) or found)
     assert searched and searched[0].startswith("Jon Knoxley ") and st.short_answer == "1572"
+    # a number question does not search a name: the other settings' pages hold other numbers
+    searched.clear()
+    passages = [Passage("c#0", "c", "docs", "The cache size setting belongs to the Lumen Server component.", 0.9,
+                        title="Lumen configuration")]
+    _answered(embedder, "What is the default value of the cache size in Lumen?", passages,
+              lookup=lambda name, state: [], search=lambda text, k, state: searched.append(text) or found)
+    assert searched == []
 
 
 def test_no_search_for_what_is_no_name_and_a_failing_search_is_noted(embedder):
