@@ -864,6 +864,10 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     # a person is asked for: no number answers "Who ...?"
     labels = labels if fallback and not (kind == "ENT" and _WHO.match(question)) else labels[:1]
     known = _question_words(question)
+    # the initials of the question's names ("PES" of "Pro Evolution Soccer", "T&T" of "Tunnels
+    # and Trolls"), which name what the question does
+    initials = {"".join(w[0] for w in n.split() if w[:1].isupper()) for n in entity_names(question)} - {""}
+    initials = {x for x in initials if len(x) >= 2}
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
     cues = relation_cues(question)
     asked |= cues
@@ -895,6 +899,8 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) or _same_name(span, x) for x in exclude):
                     continue
+                if lab == "ENT" and re.sub(r"[^A-Za-z]", "", span) in initials:
+                    continue  # "PES" for the question's "Pro Evolution Soccer": the question's own name
                 if lab == "ENT" and country_asked and demonym(span):
                     span = country_of(span)  # "an American diplomat" answers "Which country ...?": United States
                 elif lab == "ENT" and country_asked and span.lower() not in _COUNTRY_NAMES:

@@ -471,6 +471,13 @@ def test_a_nationality_asked_for_counts_as_the_asked_type():
     assert typed_span("Who was the author of Bimbos of the Death Sun?", s) == "Sharyn McCrumb"
 
 
+def test_the_initials_of_a_questions_name_are_the_questions():
+    q = 'What is the name for the adventure in "Tunnels and Trolls", a game designed by Ken St. Andre?'
+    s = ["Arena of Khazan is an adventure for T&T, the role-playing game."]
+    assert typed_span(q, s) == "Arena of Khazan"
+    assert typed_span("What is the adventure for the game?", s) == "T&T"  # no name of the question's
+
+
 def test_no_number_answers_who():
     s = ["The grandfather of the countess was recorded in 1234 and in 12 charters."]
     assert typed_span("Who is the grandfather of the countess?", s) == ""
