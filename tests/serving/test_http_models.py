@@ -365,11 +365,11 @@ DOCS = [{"id": "k", "text": "Kestrel listens on port 8080."}, {"id": "l", "text"
 
 
 def test_cite_with_bundle_splits_the_answer_and_cites(client) -> None:
-    body = client.post("/v1/cite", json={"answer": "Kestrel uses port 8080. Lumen is fast. it rains.",
+    body = client.post("/v1/cite", json={"answer": "Kestrel uses port 8080. Lumen is fast. It rains.",
                                          "documents": DOCS}).json()
     assert body["method"] == "bundle" and body["threshold"] == 0.5
     sents = body["sentences"]
-    assert [s["text"] for s in sents] == ["Kestrel uses port 8080.", "Lumen is fast.", "it rains."]
+    assert [s["text"] for s in sents] == ["Kestrel uses port 8080.", "Lumen is fast.", "It rains."]
     assert sents[0]["entities"] == [{"start": 0, "end": 7, "label": "ENT", "text": "Kestrel"}]
     assert [[c["id"] for c in s["citations"]] for s in sents] == [["k"], ["l"], []]
     assert sents[0]["citations"][0]["score"] == pytest.approx(0.9)
