@@ -864,10 +864,10 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     # a person is asked for: no number answers "Who ...?"
     labels = labels if fallback and not (kind == "ENT" and _WHO.match(question)) else labels[:1]
     known = _question_words(question)
-    # the initials of the question's names ("PES" of "Pro Evolution Soccer", "T&T" of "Tunnels
-    # and Trolls"), which name what the question does
-    initials = {"".join(w[0] for w in n.split() if w[:1].isupper()) for n in entity_names(question)} - {""}
-    initials = {x for x in initials if len(x) >= 2}
+    # the initials of the question's names, or of their first words ("PES" of "Pro Evolution
+    # Soccer", "T&T" of "Tunnels and Trolls"), which name what the question does
+    capitals = ["".join(w[0] for w in n.split() if w[:1].isupper()) for n in entity_names(question)]
+    initials = {x[:k] for x in capitals for k in range(2, len(x) + 1)}  # "DSG" of "Dick's Sporting Goods Park"
     asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
     cues = relation_cues(question)
     asked |= cues

@@ -224,7 +224,9 @@ class ExtractiveConfig:
             titled with the name, in the routed sources): the passage about the director a
             film's sentence names is rarely retrieved for a question about the film. The
             passages found join the answer's, to be cited.
-        bridge_names: names of each sentence looked up (its first, the question's own left out).
+        bridge_names: names of each sentence looked up (its first, the question's own left out;
+            4: "... located in Commerce City, Colorado that is home to the Colorado Rapids" names
+            the team fourth).
         bridge_search: when no passage is titled with those names, search the index for the
             name the sentence gives the question (its span: "Amy Poehler" in "... the mother
             of Leslie Knope (Amy Poehler) ...") with the question's words the sentence leaves
@@ -272,7 +274,7 @@ class ExtractiveConfig:
     bridge_sentences: int = 3
     typed_sentences: int = 5
     bridge_lookup: bool = True
-    bridge_names: int = 2
+    bridge_names: int = 4
     bridge_search: bool = True
     bridge_search_k: int = 3
     short_support: Literal["selected", "holding"] = "holding"

@@ -476,6 +476,9 @@ def test_the_initials_of_a_questions_name_are_the_questions():
     s = ["Arena of Khazan is an adventure for T&T, the role-playing game."]
     assert typed_span(q, s) == "Arena of Khazan"
     assert typed_span("What is the adventure for the game?", s) == "T&T"  # no name of the question's
+    # the initials of a name's first words too: "DSG Park" is "Dick's Sporting Goods Park"
+    s = ["Dick's Sporting Goods Park, also known as DSG, is home to the Colorado Rapids."]
+    assert typed_span("What team uses Dick's Sporting Goods Park?", s) == "Colorado Rapids"
 
 
 def test_no_number_answers_who():

@@ -565,7 +565,7 @@ def test_a_bridge_of_the_asked_type_is_the_answer(embedder):
     assert gen.hop(q, [], passages, st) is None
 
 
-@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names", "bridge_search_k"])
+@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences"])
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
 def test_bad_bridge_settings_are_refused(key, bad):
     with pytest.raises(ValueError, match=f"generation.extractive.{key}"):
@@ -605,6 +605,27 @@ def test_a_bridge_no_passage_retrieved_is_looked_up_by_its_title(embedder):
     st = _bridge_state(q, retrieved)
     off.run(st, Preset())
     assert asked == [] and st.short_answer != "Hastings" and len(st.passages) == 2
+
+
+def test_a_sentences_fourth_name_is_looked_up_by_default(embedder):
+    # the team is the sentence's fourth name, after the park's other name, the city and the state
+    q = "What league does the team that uses Dick's Sporting Goods Park play for?"
+    park = Passage("d#0", "d", "sport", "Dick's Sporting Goods Park, also known as DSG Park, is a stadium in "
+                   "Commerce City, Colorado that is home to the Colorado Rapids soccer team.", 0.9, title="DSG Park")
+    rapids = Passage("r#0", "r", "sport", "The Colorado Rapids are a soccer club. The Rapids compete in Major "
+                     "League Soccer as a member of the Western Conference.", 0.5, title="Colorado Rapids")
+    asked = []
+
+    def lookup(name, state):
+        asked.append(name)
+        return [rapids] if name == "Colorado Rapids" else []
+
+    st = _answered(embedder, q, [park], lookup=lookup, search=lambda text, k, state: [])
+    assert st.short_answer == "Major League Soccer" and asked[-1] == "Colorado Rapids"
+    asked.clear()
+    st = _answered(embedder, q, [park], ExtractiveConfig(bridge_names=2), lookup=lookup,
+                   search=lambda text, k, state: [])
+    assert "Colorado Rapids" not in asked and st.short_answer != "Major League Soccer"
 
 
 def test_a_failing_title_lookup_is_no_bridge_and_is_noted(embedder):
