@@ -159,6 +159,7 @@ class Hop(NamedTuple):
     passages: tuple[Passage, ...]  # the passages with that title (or, searched, mentioning it)
     ranked: list[Support]  # their sentences, best supporting the question first
     titled: bool = True  # False: passages found by searching for the name (bridge_search)
+    subject: bool = False  # True: the sentence's subject is a pronoun for its passage's title, the answer
 
 
 class Generator(Protocol):
@@ -167,6 +168,11 @@ class Generator(Protocol):
 
     def complete(self, messages: list[dict[str, str]],
                  on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]: ...
+
+
+# "Who ...?" asked first, and a sentence whose subject is a pronoun ("He was a recipient of ...")
+_WHO_ASKED = re.compile(r"\W*(?:who|whom)\b", re.I)
+_PRONOUN_SUBJECT = re.compile(r"(?:He|She)\s")
 
 
 class ExtractiveGenerator:
@@ -305,8 +311,12 @@ class ExtractiveGenerator:
         "Who discovered Uranus?" itself), without a bridge, for a question that asks for no
         date, number or name, or with ``short_answer`` or ``bridge`` off."""
         cfg = self.config
-        if not (cfg.short_answer and cfg.bridge) or answer_kind(question) not in SPAN_KINDS or not ranked \
-                or not unanswered_words(question, ranked[0].text):
+        if not (cfg.short_answer and cfg.bridge) or answer_kind(question) not in SPAN_KINDS or not ranked:
+            return None
+        subject = self._subject(question, ranked[0], passages)
+        if subject is not None:
+            return subject
+        if not unanswered_words(question, ranked[0].text):
             return None
         titles = [p.title or "" for p in passages]
         by_id = {p.chunk_id: p for p in passages}
@@ -341,6 +351,24 @@ class ExtractiveGenerator:
             if bridged:
                 return Hop(cand, name, bridge, bridged, titled)
         return None
+
+    @staticmethod
+    def _subject(question: str, best: Support, passages: Sequence[Passage]) -> Hop | None:
+        """"Who ...?" answered by the best sentence's subject, a pronoun for its passage's title:
+        "He was a recipient of ... the Bharat Ratna, India's highest civilian honour." in the
+        passage titled "A. P. J. Abdul Kalam" answers "Who was given India's highest civilian
+        honor ...?" with that title; None for other questions and sentences, when the sentence
+        states none of the relation the question asks (``relation_cues``: "Who is the spouse of
+        the actor that plays Vision?" is not answered by "He is known for ... the Vision"), and
+        when the question names the title itself."""
+        cues = relation_cues(question)
+        if not (_WHO_ASKED.match(question) and _PRONOUN_SUBJECT.match(best.text)) or (
+                cues and not cues & set(re.findall(r"\w+", best.text.lower()))):
+            return None  # "Who is the spouse of ...?": a sentence stating no marriage is about the bridge
+        own = next((p for i in best.chunk_ids for p in passages if p.chunk_id == i and p.title), None)
+        if own is None or named_title(base_title(own.title or ""), [base_title(own.title or "")], question) is None:
+            return None
+        return Hop(best, base_title(own.title or ""), (own,), [best], subject=True)
 
     def _searched(self, question: str, link: Support, search: BridgeSearch,
                   state: PipelineState) -> tuple[str, tuple[Passage, ...]]:
@@ -392,6 +420,8 @@ class ExtractiveGenerator:
         excluded), its sentences stating the asked relation before them
         (``models.text.relation_cues``: "married" for "Who is the spouse of ...?", "born" for
         "place of birth", wherever the cosine ranks them); ("", []) when they hold none."""
+        if hop.subject:
+            return hop.title, [hop.link]
         if hop.titled and title_answers(question, hop.passages[0].text):
             return hop.title, [hop.link, hop.ranked[0]]
         # the bridge's passage is about its subject: its opening sentence is often closest to the
@@ -970,7 +1000,9 @@ class GenerationStage:
                                                        hops)
             chosen, state.used_passages = self.extractive.chosen(ranked, [*bridges, *held], short)
             state.answer = " ".join(chosen)
-            used = [h for h in hops if h is not None and h.link in held]
+            used = [h for h in hops if h is not None and h.link in held and not h.subject]
+            if any(h is not None and h.subject and h.link in held for h in hops):
+                st.note += "; the best sentence's subject, its passage's title (generation.extractive.bridge)"
             if used:
                 # a bridge looked up by its name joins the passages, to be cited
                 known = {p.chunk_id for p in state.passages}

@@ -628,6 +628,27 @@ def test_a_sentences_fourth_name_is_looked_up_by_default(embedder):
     assert "Colorado Rapids" not in asked and st.short_answer != "Major League Soccer"
 
 
+def test_who_is_answered_by_a_pronoun_subjects_passage_title(embedder):
+    kalam = Passage("k#0", "k", "people", "He was a recipient of several awards, including the Bharat Ratna, "
+                    "India's highest civilian honour.", 0.9, title="A. P. J. Abdul Kalam")
+    ratna = Passage("b#0", "b", "awards", "The Bharat Ratna is the highest civilian award of the Republic of India.",
+                    0.7, title="Bharat Ratna")
+    st = _answered(embedder, "Who was given India's highest civilian honor before he became President?",
+                   [kalam, ratna], lookup=lambda name, state: [], search=lambda text, k, state: [])
+    assert st.short_answer == "A. P. J. Abdul Kalam" and "k#0" in st.used_passages
+    assert "the best sentence's subject, its passage's title" in st.trace.stages["generation"].note
+    # a sentence stating none of the asked relation is about the bridge, not the answer
+    bettany = Passage("p#0", "p", "people", "He is known for his voice role as the Vision in the Marvel films.", 0.9,
+                      title="Paul Bettany")
+    st = _answered(embedder, "Who is the spouse of the actor that plays Vision in the Marvel films?", [bettany],
+                   lookup=lambda name, state: [], search=lambda text, k, state: [])
+    assert st.short_answer != "Paul Bettany"
+    # bridge off: no subject answer either
+    st = _answered(embedder, "Who was given India's highest civilian honor before he became President?",
+                   [kalam, ratna], ExtractiveConfig(bridge=False))
+    assert st.short_answer != "A. P. J. Abdul Kalam"
+
+
 def test_a_failing_title_lookup_is_no_bridge_and_is_noted(embedder):
     def lookup(name, state):
         raise RuntimeError("chunk store unreadable")
