@@ -26,6 +26,7 @@ import re
 from collections.abc import Sequence
 
 from searchsmith.models.text import (
+    LOCATED_SUFFIXES,
     MAX_PHRASE_WORDS,
     QUERY_STOP_WORDS,
     answer_kind,
@@ -50,7 +51,7 @@ def _phrase(text: str) -> str:
 
 
 # a title named only as where something is ("Boston-based bank", "a Paris-born painter") names no bridge
-_NOT_PREFIX = r"(?!(?:based|born|headquartered|owned) )"
+_NOT_PREFIX = rf"(?!(?:{'|'.join(LOCATED_SUFFIXES)}) )"
 
 
 def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequence[str] = ()) -> int | None:

@@ -209,8 +209,10 @@ _NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*(?:st|nd|rd|th)?"
                      r"(?:\s?%|\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?)\b)?(?!\w)")
 
 
-_LOCATED_PREFIX = re.compile(r"[\w'’.]+-(?:based|born|headquartered|owned)")
-_SPACED_PREFIX = re.compile(r"\s+-\s+(?:based|born|headquartered|owned)\b")
+# "Charlotte-based", "Boston - based": where something is, no part of its name
+LOCATED_SUFFIXES = ("based", "born", "headquartered", "owned")
+_LOCATED_PREFIX = re.compile(rf"[\w'’.]+-(?:{'|'.join(LOCATED_SUFFIXES)})")
+_SPACED_PREFIX = re.compile(rf"\s+-\s+(?:{'|'.join(LOCATED_SUFFIXES)})\b")
 
 
 def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, int] | None:
@@ -476,6 +478,13 @@ _KIND_LABELS: dict[str, tuple[str, ...]] = {"DATE": ("DATE", "NUM"), "NUM": ("NU
 #: the kinds of question a span answers (:func:`typed_span`)
 SPAN_KINDS = frozenset(_KIND_LABELS)
 _WHO = re.compile(r"\W*(?:who|whom)\b", re.I)
+
+
+def asks_who(question: str) -> bool:
+    """Whether ``question`` starts with "Who" / "Whom": it asks for a person."""
+    return bool(_WHO.match(question))
+
+
 _BARE_NUMBER = re.compile(r"[$£€]?\d+(?:[.,:-]\d+)*\s?%?")
 NEAR_WORDS = 8  # how near a candidate the question's words count (typed_span)
 _SPAN_WORD = re.compile(r"[\w][\w'’.\-/]*[\w]|[\w]")
@@ -819,6 +828,16 @@ def states_life(question: str, sentence: str) -> bool:
                 or ("born" in cues and (_LIFESPAN.search(sentence) or _BORN.search(sentence))))
 
 
+def _life_dates(sentence: str, death: bool, birth: bool) -> list[tuple[int, int]]:
+    """The character spans of the dates ``sentence``'s lifespans give for a ``death`` or
+    ``birth`` question: "John Knox (1505–1572)" the end for a death, the start (or "(born 10 May
+    1943)") for a birth; [] for other questions."""
+    if not (death or birth) or "(" not in sentence:
+        return []
+    return [m.span(2 if death else 1) for m in _LIFESPAN.finditer(sentence)] + (
+        [m.span(1) for m in _BORN.finditer(sentence)] if birth else [])
+
+
 def _outside_dates(sentence: str, words: Sequence[tuple[int, int, str]]) -> list[int]:
     """The indices of ``words`` (``(start, end, word)`` of ``sentence``) outside its dated
     parentheses (:data:`_DATED`)."""
@@ -862,7 +881,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                    [w.lower() for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)])
                   for n in entity_names(question) if re.search(r"(?:^|\s)[A-Z]\.\s", n)]
     # a person is asked for: no number answers "Who ...?"
-    labels = labels if fallback and not (kind == "ENT" and _WHO.match(question)) else labels[:1]
+    labels = labels if fallback and not (kind == "ENT" and asks_who(question)) else labels[:1]
     known = _question_words(question)
     # the initials of the question's names, or of their first words ("PES" of "Pro Evolution
     # Soccer", "T&T" of "Tunnels and Trolls"), which name what the question does
@@ -878,20 +897,19 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     person = bool(PERSON_HEADS & set(head))
     country_asked = bool(_COUNTRY_HEADS & set(head))
     asks_death, asks_birth = "died" in cues, "born" in cues and "died" not in cues
-    # each sentence's words and entities, read once for every label tried
-    parsed = [(words, entity_spans(sentence), _translations(sentence), _outside_dates(sentence, words))
+    # each sentence's words, entities, translated and dated parentheses and the dates of a life
+    # it states, read once for every label tried
+    parsed = [(words, entity_spans(sentence), _translations(sentence), outside, set(outside),
+               _life_dates(sentence, asks_death, asks_birth))
               for sentence in sentences
               for words in [[(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
-                             for m in _SPAN_WORD.finditer(sentence)]]]
+                             for m in _SPAN_WORD.finditer(sentence)]]
+              for outside in [_outside_dates(sentence, words)]]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
-        for i, (sentence, (words, entities, translated, outside)) in enumerate(zip(sentences, parsed, strict=True)):
-            outside_at = set(outside)
-            # "John Knox (1505–1572)": the end a death question asks for, the start a birth one
-            lived = ([m.span(2 if asks_death else 1) for m in _LIFESPAN.finditer(sentence)]
-                     + ([m.span(1) for m in _BORN.finditer(sentence)] if asks_birth else [])) \
-                if (asks_death or asks_birth) and "(" in sentence else []
+        for i, (sentence, (words, entities, translated, outside, outside_at, lived)) in enumerate(
+                zip(sentences, parsed, strict=True)):
             for s, e, lab in entities:
                 span = _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
@@ -1049,12 +1067,14 @@ __all__ = [
     "COUNTRIES",
     "DEMONYMS",
     "MEASURE_WORDS",
+    "LOCATED_SUFFIXES",
     "QUERY_STOP_WORDS",
     "RELATION_WORDS",
     "AnswerKind",
     "SentenceRule",
     "answer_kind",
     "answer_tokens",
+    "asks_who",
     "asks_shown_type",
     "demonym",
     "entity_names",

@@ -62,6 +62,7 @@ from searchsmith.models.text import (
     SPAN_KINDS,
     answer_kind,
     asks_shown_type,
+    asks_who,
     entity_names,
     of_asked_type,
     relation_cues,
@@ -170,8 +171,7 @@ class Generator(Protocol):
                  on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]: ...
 
 
-# "Who ...?" asked first, and a sentence whose subject is a pronoun ("He was a recipient of ...")
-_WHO_ASKED = re.compile(r"\W*(?:who|whom)\b", re.I)
+# a sentence whose subject is a pronoun ("He was a recipient of ...")
 _PRONOUN_SUBJECT = re.compile(r"(?:He|She)\s")
 
 
@@ -362,13 +362,14 @@ class ExtractiveGenerator:
         the actor that plays Vision?" is not answered by "He is known for ... the Vision"), and
         when the question names the title itself."""
         cues = relation_cues(question)
-        if not (_WHO_ASKED.match(question) and _PRONOUN_SUBJECT.match(best.text)) or (
+        if not (asks_who(question) and _PRONOUN_SUBJECT.match(best.text)) or (
                 cues and not cues & set(re.findall(r"\w+", best.text.lower()))):
             return None  # "Who is the spouse of ...?": a sentence stating no marriage is about the bridge
         own = next((p for i in best.chunk_ids for p in passages if p.chunk_id == i and p.title), None)
-        if own is None or named_title(base_title(own.title or ""), [base_title(own.title or "")], question) is None:
+        title = base_title(own.title or "") if own is not None else ""
+        if own is None or named_title(title, [title], question) is None:
             return None
-        return Hop(best, base_title(own.title or ""), (own,), [best], subject=True)
+        return Hop(best, title, (own,), [best], subject=True)
 
     def _searched(self, question: str, link: Support, search: BridgeSearch,
                   state: PipelineState) -> tuple[str, tuple[Passage, ...]]:
