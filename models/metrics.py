@@ -20,7 +20,8 @@ import math
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
@@ -246,11 +247,43 @@ class BM25:
         idx = range(len(self.docs)) if indices is None else indices
         return [self.score(query, i) for i in idx]
 
+    def ceiling(self, query: str) -> float:
+        """The sum of the query's terms' idf (a term no document holds at its highest): what
+        a document of average length holding each term once scores, about."""
+        n = len(self.docs)
+        absent = math.log(1 + (n + 0.5) / 0.5)
+        return sum(self.idf.get(t, absent) for t in dict.fromkeys(bm25_tokens(query)))
+
+    def share(self, query: str, score: float) -> float:
+        """``score`` as a share of the query's :meth:`ceiling`, capped at 1 (0 without terms)."""
+        top = self.ceiling(query)
+        return min(1.0, score / top) if top > 0 else 0.0
+
     def top_k(self, query: str, k: int) -> list[tuple[int, float]]:
         """The ``k`` best ``(index, score)`` pairs, best first (documents scoring 0 excluded)."""
         all_scores = self.scores(query)
         order = sorted(range(len(all_scores)), key=lambda i: -all_scores[i])
         return [(i, all_scores[i]) for i in order[:k] if all_scores[i] > 0]
+
+
+def fuse_lexical(cosines: Mapping[Any, float], shares: Mapping[Any, float], weight: float,
+                 min_cosine: float = 0.0) -> dict[Any, float]:
+    """Hybrid search's score of each candidate: ``cosine + weight * share``.
+
+    Args:
+        cosines: every candidate's cosine with the query (the dense and the lexical hits).
+        shares: the lexical hits' BM25 as a share of the query's ceiling, in [0, 1]
+            (``ChunkStore.lexical``, :meth:`BM25.share`); a candidate without one adds nothing.
+        weight: the BM25 share's weight (``retrieval.lexical_weight``); 0 leaves the cosines.
+        min_cosine: a candidate below this cosine gains nothing from its words
+            (``retrieval.lexical_min_cosine``): a rare word shared with a chunk the embedder
+            finds unrelated is no evidence ("the boiling point of ethanol" and a tip on
+            boiling miso).
+    """
+    if weight <= 0:
+        return dict(cosines)
+    return {key: float(c) + (weight * float(shares.get(key, 0.0)) if c >= min_cosine else 0.0)
+            for key, c in cosines.items()}
 
 
 # --------------------------------------------------------------------------- QDMR (Break)

@@ -13,7 +13,8 @@ deviation 1; a list with no spread counts as all zeros) and added::
 among ``model.cross_weights`` on calibration queries it does not train on
 (``data.calibration_ratio``) and records it; the export writes it into the bundle's manifest
 (``"retrieval_mix": {"cross_weight": w, "embedder": ...}``) and the pipeline's rerank stage
-mixes with the cosines its retrieval returned.
+mixes with the scores its retrieval returned (the cosines, plus their BM25 share where the
+pipeline searches hybrid: ``retrieval.lexical_weight``).
 
 Standard library and numpy only (serving imports it).
 """

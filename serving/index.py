@@ -3,7 +3,9 @@
 Layout of an index folder (every file's sha256 is in the manifest)::
 
     manifest.json            model, dimension, counts, config, sha256 of every file
-    chunks.sqlite            chunk text + metadata; row id = FAISS id
+    chunks.sqlite            chunk text + metadata; row id = FAISS id; ``chunks_fts``, a full-text
+                             (SQLite FTS5, Porter stems) table over titles and texts for
+                             lexical (BM25) search, kept in step with the chunks by triggers
     faiss/<stem>.faiss       IndexIDMap2 over flat IP (default), IVF or HNSW; a source of more
                              than ``shard_max_vectors`` vectors is several shards instead,
                              faiss/<stem>.<k>.faiss (IVF shards share one coarse quantizer)
@@ -38,10 +40,12 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import re
 import shutil
 import sqlite3
 import threading
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -60,6 +64,7 @@ from searchsmith.models.io import (
     temp_dir_beside,
     write_json_atomic,
 )
+from searchsmith.models.text import QUERY_STOP_WORDS
 from searchsmith.serving.chunker import DEFAULT_CHUNK_TOKENS, Chunk, Chunker, ChunkerConfig
 from searchsmith.serving.corpus import source_key
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
@@ -183,6 +188,51 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
 CREATE INDEX IF NOT EXISTS chunks_title ON chunks(title COLLATE NOCASE);
 """
+# Lexical search (Index.lexical): an external-content FTS5 table over the chunks' titles and
+# texts (the chunk text is stored once) and the triggers that keep it in step with them. No
+# stemmer: a term is a lower-case word without accents, as ``lexical_terms`` writes it, so the
+# query's document frequencies can be read from the table's vocabulary (the dense search
+# already matches other forms of a word; the lexical one is for exact names, versions, keys).
+_LEXICAL_SCHEMA = """
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    title, text, content='chunks', content_rowid='row', tokenize='unicode61 remove_diacritics 2');
+CREATE TRIGGER IF NOT EXISTS chunks_fts_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, title, text) VALUES (new.row, new.title, new.text); END;
+CREATE TRIGGER IF NOT EXISTS chunks_fts_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, title, text) VALUES ('delete', old.row, old.title, old.text); END;
+CREATE TRIGGER IF NOT EXISTS chunks_fts_au AFTER UPDATE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, title, text) VALUES ('delete', old.row, old.title, old.text);
+    INSERT INTO chunks_fts(rowid, title, text) VALUES (new.row, new.title, new.text); END;
+"""
+# Terms of one lexical query at most (a pasted page is not a query; its first terms are kept).
+LEXICAL_MAX_TERMS = 64
+_WORD_RE = re.compile(r"[^\W_]+")
+_POSSESSIVE_RE = re.compile(r"['’]s$", re.IGNORECASE)
+# BM25's k1 in SQLite FTS5 (fts5_aux.c): one term adds at most idf x (k1 + 1)
+_FTS5_K1 = 1.2
+
+
+def _fold(word: str) -> str:
+    return "".join(ch for ch in unicodedata.normalize("NFKD", word.lower()) if not unicodedata.combining(ch))
+
+
+def lexical_terms(text: str) -> list[str]:
+    """The distinct terms of ``text`` as the full-text table holds them, in order, at most
+    :data:`LEXICAL_MAX_TERMS`: each space-separated word in lower case without accents, a
+    possessive "'s" dropped; a word the table splits ("2.4", "lumen/evict.py", "Spider-Man")
+    is one phrase of its parts ("2 4"), so that "Beacon 2.4" does not match "Beacon 2.0";
+    function and question words (``QUERY_STOP_WORDS``) left out:
+    "What is Beacon 2.4?" -> ``["beacon", "2 4"]``."""
+    out: dict[str, None] = {}
+    for raw in text.split():
+        parts = [_fold(w) for w in _WORD_RE.findall(_POSSESSIVE_RE.sub("", raw.strip(".,;:!?\"'()[]{}")))]
+        parts = [p for p in parts if p]
+        if not parts or (len(parts) == 1 and parts[0] in QUERY_STOP_WORDS):
+            continue
+        out.setdefault(" ".join(parts))
+        if len(out) >= LEXICAL_MAX_TERMS:
+            break
+    return list(out)
 
 
 class ChunkStore:
@@ -195,10 +245,23 @@ class ChunkStore:
             self._db = sqlite3.connect(uri, uri=readonly, check_same_thread=False)
             if not readonly:
                 self._db.executescript(_SCHEMA)
+                self._add_lexical()
             self._db.execute("SELECT count(*) FROM chunks").fetchone()
+            self.has_lexical = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='chunks_fts'").fetchone() is not None
         except sqlite3.DatabaseError as exc:
             raise BundleError(f"chunk store {path} is not a valid SQLite file ({exc}); rebuild the index") from None
         self._lock = threading.Lock()
+        self._rows: int | None = None  # chunks, counted at the first lexical search
+
+    def _add_lexical(self) -> None:
+        """Create the full-text table and its triggers; a store written before they existed
+        (``index --add`` on an older index) has its chunks indexed once, here."""
+        had = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='chunks_fts'").fetchone()
+        self._db.executescript(_LEXICAL_SCHEMA)
+        if had is None and self._db.execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is not None:
+            self._db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+        self._db.commit()
 
     def add(self, chunks: Sequence[Chunk], first_row: int) -> list[int]:
         rows = list(range(first_row, first_row + len(chunks)))
@@ -209,6 +272,7 @@ class ChunkStore:
                   c.date, c.url, json.dumps(list(c.images)) if c.images else None)
                  for r, c in zip(rows, chunks)])
             self._db.commit()
+            self._rows = None
         return rows
 
     def count(self) -> int:
@@ -254,6 +318,50 @@ class ChunkStore:
             return [r[0] for r in self._db.execute(
                 f"SELECT row FROM chunks WHERE (title = ? COLLATE NOCASE OR title LIKE ? ESCAPE '\\') "
                 f"AND source IN ({marks}) ORDER BY row LIMIT ?", (name, pattern, *sources, int(limit)))]
+
+    def lexical(self, text: str, sources: Sequence[str] | None, limit: int) -> list[tuple[int, float]]:
+        """The ``limit`` best ``(row, share)`` of ``sources`` for ``text``, best first: FTS5's
+        BM25 (k1 1.2, b 0.75, over titles and texts; each of :func:`lexical_terms` a term or a
+        phrase) divided by the most the query can score, ``(k1 + 1) x`` the sum of its terms'
+        idf, so a share is in [0, 1) and a question whose words the corpus lacks ("the boiling
+        point of ethanol" against a tip on boiling miso) reaches little of it. ``sources`` None
+        searches every source. A term in more than half the chunks weighs nothing in FTS5's
+        BM25 (its idf is floored at 1e-6) and is left out of the search, which it would only
+        slow. Empty when the store has no full-text table, ``text`` has no term, or nothing
+        matches."""
+        terms = lexical_terms(text)
+        if not self.has_lexical or not terms or (sources is not None and not sources) or limit < 1:
+            return []
+        words = [t for t in terms if " " not in t]
+        with self._lock:
+            if self._rows is None:  # once per connection: the vocabulary view and the row count
+                self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING "
+                                 "fts5vocab(main, chunks_fts, row)")
+                self._rows = self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            n = self._rows
+            df = dict(self._db.execute(
+                f"SELECT term, doc FROM temp.chunks_vocab WHERE term IN ({','.join('?' * len(words))})", words)
+                      ) if words else {}
+            for t in terms:  # a phrase's chunks are counted (the vocabulary holds words)
+                if " " in t:
+                    df[t] = self._db.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                             (f'"{t}"',)).fetchone()[0]
+            # FTS5's idf: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
+            idf = {t: max(1e-6, math.log((n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5))) for t in terms}
+            searched = [t for t in terms if idf[t] > 1e-6]
+            if not searched:
+                return []
+            query = " OR ".join(f'"{t}"' for t in searched)
+            if sources is None:
+                found = self._db.execute("SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? "
+                                         "ORDER BY rank LIMIT ?", (query, int(limit))).fetchall()
+            else:
+                found = self._db.execute(
+                    f"SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts AS f JOIN chunks AS c ON c.row = f.rowid "
+                    f"WHERE chunks_fts MATCH ? AND c.source IN ({','.join('?' * len(sources))}) "
+                    f"ORDER BY bm25(chunks_fts) LIMIT ?", (query, *sources, int(limit))).fetchall()
+        ceiling = (_FTS5_K1 + 1) * sum(idf.values())
+        return [(int(r), min(1.0, float(sc) / ceiling)) for r, sc in found]
 
     def chunks_of_doc(self, doc_id: str) -> list[Chunk]:
         with self._lock:
@@ -454,13 +562,13 @@ def check_out_path(out: str | Path, *, overwrite: bool = False) -> None:
 EMBED_SLICE = 256  # chunks per embedding call: the progress bar moves every few seconds on 2 cores
 
 
-def _chunk_text(c: Chunk) -> str:
+def chunk_text(c: Chunk) -> str:
     """What is embedded for a chunk: its title, then its text."""
     return f"{c.title}. {c.text}" if c.title else c.text
 
 
 def _embed_chunks(embedder: Embedder, chunks: Sequence[Chunk], bar: Any = None) -> np.ndarray:
-    texts = [_chunk_text(c) for c in chunks]
+    texts = [chunk_text(c) for c in chunks]
     if bar is None:
         return embedder.encode(texts)
     parts = []
@@ -646,7 +754,7 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
     say(f"index: {len(records)} documents -> {n_chunks} chunks of <= {chunker_cfg.chunk_tokens} tokens "
         f"in {len(by_source)} source(s); embedding with {embedder.model_name}")
     parts = _embedded_parts(out, cfg, embedder, chunker_cfg,
-                            [_chunk_text(c) for name in sorted(by_source) for c in by_source[name]],
+                            [chunk_text(c) for name in sorted(by_source) for c in by_source[name]],
                             embed, say, show_progress)
     every = parts.load()
     tmp = temp_dir_beside(out)
@@ -896,12 +1004,7 @@ class Index:
             q = q[None, :]
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise ValidationError(f"search: query vectors have shape {tuple(q.shape)}, expected (B, {self.dim})")
-        if k < 1:
-            raise ValidationError(f"search: k must be >= 1, got {k}")
-        names = list(self.sources if sources is None else sources)
-        unknown = [s for s in names if s not in self._faiss]
-        if unknown:
-            raise ValidationError(f"search: unknown source(s) {unknown}; this index has {self.sources}")
+        names = self._searched("search", sources, k)
         if not names:
             raise ValidationError("search: no source to search (the router selected none)")
         per_query: list[list[tuple[float, int]]] = [[] for _ in range(len(q))]
@@ -913,6 +1016,17 @@ class Index:
         chunks = self.store.get(sorted({r for hits in merged for _, r in hits}))
         return [[Hit(sc, r, chunks[r]) for sc, r in hits] for hits in merged]
 
+    def _searched(self, what: str, sources: Sequence[str] | None, k: int) -> list[str]:
+        """The sources a search of ``k`` results names (all by default); ValidationError for a
+        ``k`` below 1 or a source the index lacks."""
+        if k < 1:
+            raise ValidationError(f"{what}: k must be >= 1, got {k}")
+        names = list(self.sources if sources is None else sources)
+        unknown = [s for s in names if s not in self._faiss]
+        if unknown:
+            raise ValidationError(f"{what}: unknown source(s) {unknown}; this index has {self.sources}")
+        return names
+
     def titled(self, name: str, sources: Sequence[str] | None = None, limit: int = 3) -> list[Hit]:
         """The chunks of ``sources`` (all by default) titled ``name`` (``ChunkStore.rows_titled``),
         at most ``limit``, as hits of score 0: a lookup by name, not a search."""
@@ -920,6 +1034,26 @@ class Index:
         rows = self.store.rows_titled(name, names, limit)
         chunks = self.store.get(rows)
         return [Hit(0.0, r, chunks[r]) for r in rows if r in chunks]
+
+    @property
+    def has_lexical(self) -> bool:
+        """Whether the chunk store has its full-text table (indexes built before it have not:
+        rebuild them for :meth:`lexical`)."""
+        return self.store.has_lexical
+
+    def lexical(self, text: str, sources: Sequence[str] | None = None, k: int = 10) -> list[Hit]:
+        """Top-``k`` chunks of ``sources`` (all by default) for ``text`` by BM25 over their
+        titles and texts, best first, as hits scored by the share of the most the query can
+        score that they reach, in [0, 1) (``ChunkStore.lexical``); empty when the index has no
+        full-text table or ``text`` no term.
+
+        Raises:
+            ValidationError: an unknown source or ``k`` < 1.
+        """
+        names = self._searched("lexical search", sources, k)
+        found = self.store.lexical(text, None if set(names) >= set(self.sources) else names, k)
+        chunks = self.store.get([r for r, _ in found])
+        return [Hit(sc, r, chunks[r]) for r, sc in found if r in chunks]
 
     def close(self) -> None:
         self.store.close()

@@ -48,10 +48,10 @@ def repair_index(index_dir: str | Path, embedder: Embedder | None = None,
     from searchsmith.serving.index import (
         ChunkStore,
         IndexConfig,
-        _chunk_text,
         _write_centroids,
         _write_source,
         check_model,
+        chunk_text,
         read_manifest,
     )
 
@@ -92,7 +92,7 @@ def repair_index(index_dir: str | Path, embedder: Embedder | None = None,
                     say(f"index --repair: loading the embedding model to embed source {name!r} again")
                     embedder = Embedder(cfg.embedder)
                 check_model(manifest, embedder, index_dir)
-                vectors = np.asarray(embedder.encode([_chunk_text(got[int(r)]) for r in ids]), dtype=np.float32)
+                vectors = np.asarray(embedder.encode([chunk_text(got[int(r)]) for r in ids]), dtype=np.float32)
                 reembedded.append(name)
             else:
                 vectors = np.load(tmp / vec_rel)

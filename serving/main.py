@@ -292,6 +292,9 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-stage", choices=["bm25", "dense"], default="bm25",
                         help="rerank candidates without --run (default %(default)s)")
     parser.add_argument("--k", type=int, default=3, help="cut-off K for recall@K (default %(default)s)")
+    parser.add_argument("--lexical-weight", type=float, default=None, metavar="W",
+                        help="retrieve: the BM25 share of the hybrid row (default: the pipeline's "
+                             "retrieval.lexical_weight)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N items")
     parser.add_argument("--per-item", help="also write one JSON line per item to this file")
     parser.add_argument("--param", metavar="KEY", help="sweep: the pipeline config key to vary")

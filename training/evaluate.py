@@ -45,6 +45,7 @@ from searchsmith.models.intervals import attach_intervals, with_bootstrap
 from searchsmith.models.io import read_json_object
 from searchsmith.models.metrics import (
     BM25,
+    fuse_lexical,
     mrr_at_k,
     ndcg_at_k,
     qdmr_exact_match,
@@ -558,10 +559,22 @@ def eval_retrieve(args: argparse.Namespace) -> dict[str, Any]:
 
     ``args``: ``.data`` (BEIR folder), ``.bundle`` (an ``embed`` bundle) or ``.checkpoint``
     (a sentence-transformers model folder; neither = the default embedder), ``.k``,
-    ``.limit``, ``.per_item``. Reports nDCG@10 / MRR@10 / recall@K of the embedder and, as
-    the baseline on the same queries, of BM25 (``bm25/...``), each with its bootstrap 95 %
-    interval over the queries (``<name>_ci95``); a per-item line is identified by ``qid``.
+    ``.limit``, ``.per_item``, ``.lexical_weight``. Reports nDCG@10 / MRR@10 / recall@K of the
+    embedder and, as the baseline on the same queries, of BM25 (``bm25/...``), and of hybrid
+    search (``hybrid/...``: the embedder's and BM25's top candidates scored as the pipeline
+    scores them, ``cosine + lexical_weight * share``, the share of the query's BM25 ceiling a
+    document reaches, none below the pipeline's ``lexical_min_cosine``, :func:`fuse_lexical`; the pipeline's BM25 is SQLite FTS5's (k1 1.2,
+    b 0.75), this one :class:`BM25`'s (k1 0.9, b 0.4)), each with
+    its bootstrap 95 % interval over the queries (``<name>_ci95``); a per-item line is
+    identified by ``qid``.
     """
+    from searchsmith.serving.pipeline.config import RetrievalConfig
+
+    weight = getattr(args, "lexical_weight", None)
+    weight = RetrievalConfig().lexical_weight if weight is None else float(weight)
+    min_cosine = RetrievalConfig().lexical_min_cosine
+    if not 0.0 <= weight <= 10.0:
+        raise ValidationError(f"eval retrieve: --lexical-weight must be in [0, 10], got {weight}")
     corpus, queries, qrels = read_beir(args.data)
     qids = _eval_qids(queries, qrels, args)
     k = int(getattr(args, "k", 3) or 3)
@@ -576,22 +589,32 @@ def eval_retrieve(args: argparse.Namespace) -> dict[str, Any]:
         raise ValidationError(f"eval retrieve: query vectors have {qv.shape[1]} dims, documents {docs.shape[1]}")
     sims = qv @ docs.T  # (Q, P)
     bm = BM25(list(corpus.values()))
-    rows, bm_rows, items = [], [], []
+    rows, bm_rows, hy_rows, items = [], [], [], []
     for r, q in enumerate(qids):
         top = np.argsort(-sims[r], kind="stable")[:depth]
         ranked = [ids[i] for i in top]
-        bm_ranked = [ids[i] for i, _ in bm.top_k(queries[q], depth)]
-        m, b = _list_metrics(ranked, qrels[q], k), _list_metrics(bm_ranked, qrels[q], k)
+        bm_top = bm.top_k(queries[q], depth)
+        bm_ranked = [ids[i] for i, _ in bm_top]
+        cand = list(dict.fromkeys([*top.tolist(), *(i for i, _ in bm_top)]))
+        fused = fuse_lexical({i: float(sims[r, i]) for i in cand},
+                             {i: bm.share(queries[q], sc) for i, sc in bm_top}, weight, min_cosine)
+        hy_ranked = [ids[i] for i in sorted(cand, key=lambda i: (-fused[i], i))[:depth]]
+        m, b, h = (_list_metrics(x, qrels[q], k) for x in (ranked, bm_ranked, hy_ranked))
         rows.append(m)
         bm_rows.append(b)
-        items.append({"qid": q, "top": ranked[:NDCG_K], **m, **{f"bm25/{key}": v for key, v in b.items()}})
+        hy_rows.append(h)
+        items.append({"qid": q, "top": ranked[:NDCG_K], **m, **{f"bm25/{key}": v for key, v in b.items()},
+                      **{f"hybrid/{key}": v for key, v in h.items()}})
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, items)
     out: dict[str, Any] = {"task": "retrieve", "model": em.origin, "queries": len(qids), "documents": len(ids)}
     out["protocol"] = _protocol(args.data, f"the embedder and BM25 each rank all {len(ids)} documents of the "
-                                           f"folder, for the {len(qids)} queries with a relevant document")
+                                           f"folder, for the {len(qids)} queries with a relevant document; hybrid "
+                                           f"search reorders their top {depth} together")
+    out["lexical_weight"] = weight
     out.update(_mean_rows(rows))
     out.update(_mean_rows(bm_rows, "bm25/"))
+    out.update(_mean_rows(hy_rows, "hybrid/"))
     return with_bootstrap(out, items)
 
 

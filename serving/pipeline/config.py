@@ -156,6 +156,18 @@ class RetrievalConfig:
             False keeps them best first (the ablation of ``searchsmith eval ablate``).
         titled_k: chunks a lookup by title returns (the passages of a bridge the answer's
             sentences name, ``generation.extractive.bridge_lookup``).
+        lexical_weight: hybrid search: the weight of the BM25 score (over the chunks' titles
+            and texts, ``Index.lexical``) added to the cosine. A node's candidates are the
+            dense top ``retrieve_k`` and the lexical top ``lexical_k``; each scores
+            ``cosine + lexical_weight * share``, where the share is its BM25 divided by the
+            query's ceiling (the sum of the query terms' idf), capped at 1, and the best
+            ``retrieve_k`` are kept (the passages' ``score``). 0 = dense search only; an index
+            built before the full-text table searches dense only, with a note in the trace.
+        lexical_k: chunks the lexical search adds as candidates; None = ``retrieve_k``.
+        lexical_min_cosine: a candidate whose cosine with the question is below this gains
+            nothing from the BM25 share (a rare word shared with a chunk the embedder finds
+            unrelated is no evidence: "What is the boiling point of ethanol?" and a recipe tip
+            on boiling miso, which the answer would otherwise quote).
     """
 
     retrieve_k: int = 10
@@ -165,8 +177,21 @@ class RetrievalConfig:
     compress_sentences: int = 4
     edge_order: bool = True
     titled_k: int = 3
+    lexical_weight: float = 0.3
+    lexical_k: int | None = None
+    lexical_min_cosine: float = 0.3
 
     def __post_init__(self) -> None:
+        w = self.lexical_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 10.0:
+            raise ValueError(f"retrieval.lexical_weight must be a number in [0, 10] (0 = dense search only), got {w!r}")
+        m = self.lexical_min_cosine
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not -1.0 <= m <= 1.0:
+            raise ValueError(f"retrieval.lexical_min_cosine must be a cosine in [-1, 1], got {m!r}")
+        if self.lexical_k is not None and (isinstance(self.lexical_k, bool) or not isinstance(self.lexical_k, int)
+                                           or self.lexical_k < 1):
+            raise ValueError(f"retrieval.lexical_k must be a whole number >= 1 or null (= retrieve_k), "
+                             f"got {self.lexical_k!r}")
         if isinstance(self.titled_k, bool) or not isinstance(self.titled_k, int) or self.titled_k < 1:
             raise ValueError(f"retrieval.titled_k must be a whole number >= 1, got {self.titled_k!r}")
         if self.retrieve_k < 1:

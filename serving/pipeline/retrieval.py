@@ -1,7 +1,9 @@
 """Stage ``retrieval``: run the strategy over the graph, retrieving per node.
 
-Per node (Xinyu et al.): search the routed sources for the top ``retrieve_k`` chunks;
-drop near-duplicates (cosine >= ``dedup_threshold``, the ``dedup_mask`` kernel); keep the
+Per node (Xinyu et al.): search the routed sources for the top ``retrieve_k`` chunks
+(hybrid search: the dense top ``retrieve_k`` and the BM25 top ``lexical_k`` of the index's
+full-text table, each scored ``cosine + lexical_weight * share``, the share of the query's BM25
+ceiling it reaches); drop near-duplicates (cosine >= ``dedup_threshold``, the ``dedup_mask`` kernel); keep the
 best ``keep_ratio`` of the rest; rerank with the reranker bundle (else keep the retrieval
 order); order the context "lost in the middle": the strongest passages at both ends (``edge_order``).
 
@@ -32,9 +34,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.metrics import fuse_lexical
 from searchsmith.models.qdg import QDG, QDGNode, fill_references, names_itself, terminal
 from searchsmith.models.roles import Embedder, Reranker
 from searchsmith.serving.dedup import dedup_keep_mask
+from searchsmith.serving.index import chunk_text
 from searchsmith.serving.pipeline.common import embed, sentences
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset, RetrievalConfig
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
@@ -125,12 +129,48 @@ class Retriever:
 
     def search(self, text: str, sources: Sequence[str], k: int, node_id: str,
                state: PipelineState) -> list[Passage]:
-        """Top-``k`` chunks for ``text`` over ``sources``, best first."""
+        """Top-``k`` chunks for ``text`` over ``sources``, best first: by cosine, plus the BM25
+        share of ``retrieval.lexical_weight`` where the index has its full-text table."""
         if not sources:
             raise ValidationError("retrieval: no source to search (routing selected none and the "
                                   "index has none); check the index and routing.router.fallback_source")
         q = embed(state, self.embedder, [text])
-        return [_passage(h, node_id) for h in self.index.search(q, list(sources), k=k)[0]]
+        dense = self.index.search(q, list(sources), k=k)[0]
+        w = self.config.lexical_weight
+        if w <= 0:
+            return [_passage(h, node_id) for h in dense]
+        if not self.index.has_lexical:
+            if not self._noted_no_lexical(state):
+                state.trace.note("retrieval: the index has no full-text table (built before lexical search); "
+                                 "dense search only. Rebuild it with `searchsmith index` for hybrid search, or "
+                                 "set retrieval.lexical_weight: 0")
+            return [_passage(h, node_id) for h in dense]
+        return [_passage(h, node_id) for h in self._hybrid(text, q[0], dense, list(sources), k, state)]
+
+    @staticmethod
+    def _noted_no_lexical(state: PipelineState) -> bool:
+        return any(n.startswith("retrieval: the index has no full-text table") for n in state.trace.notes)
+
+    def _hybrid(self, text: str, q: np.ndarray, dense: list[Hit], sources: list[str], k: int,
+                state: PipelineState) -> list[Hit]:
+        """The dense and lexical candidates scored ``cosine + lexical_weight * share`` (the share
+        of the query's BM25 ceiling a chunk reaches, ``Index.lexical``; nothing below
+        ``lexical_min_cosine``), the best ``k``; a hit's score is that sum."""
+        with state.trace.stage("retrieval.lexical"):  # timed, not a model call
+            lexical = self.index.lexical(text, sources, k=self.config.lexical_k or self.config.retrieve_k)
+        if not lexical:
+            return dense
+        cosine = {h.row: h.score for h in dense}
+        extra = [h for h in lexical if h.row not in cosine]
+        if extra:
+            vecs = self.vectors.get([h.row for h in extra]) if self.vectors else None
+            if vecs is None:
+                vecs = embed(state, self.embedder, [chunk_text(h.chunk) for h in extra])
+            cosine.update(zip((h.row for h in extra), (vecs @ q).tolist()))
+        score = fuse_lexical(cosine, {h.row: h.score for h in lexical}, self.config.lexical_weight,
+                             self.config.lexical_min_cosine)
+        fused = [replace(h, score=score[h.row]) for h in (*dense, *extra)]
+        return sorted(fused, key=lambda h: (-h.score, h.row))[:k]
 
     def titled(self, name: str, state: PipelineState, node_id: str = "") -> list[Passage]:
         """The passages titled ``name`` in the routed sources (``Index.titled``: a lookup by

@@ -126,6 +126,15 @@ def test_edge_order_off_keeps_the_passages_best_first(ask) -> None:
     assert on[-1] == off[1]
 
 
+def test_lexical_off_searches_by_the_cosine_alone(ask) -> None:
+    full = _cfg(retrieval={"keep_ratio": 1.0})
+    on, off = ask(full, QA[0]["query"]), ask(_off("lexical", full), QA[0]["query"])
+    assert on["trace"]["stages"]["retrieval.lexical"]["latency_ms"] > 0
+    assert "retrieval.lexical" not in off["trace"]["stages"]
+    # the BM25 share is added to the best passages' cosines ("Quarry Cloud outage" matches their words)
+    assert max(p["score"] for p in on["passages"]) > max(p["score"] for p in off["passages"]) + 0.05
+
+
 def test_citation_fallback_off_cites_nothing(ask) -> None:
     full = _cfg()
     assert ask(full, QA[1]["query"])["references"]
@@ -154,7 +163,7 @@ def test_image_threshold_off_places_the_unrelated_image(ask) -> None:
 
 
 def test_every_stage_has_a_switch_and_a_test() -> None:
-    tested = {"dedup", "keep_ratio", "rerank", "edge_order", "citation_fallback", "timeline_merge",
+    tested = {"dedup", "keep_ratio", "lexical", "rerank", "edge_order", "citation_fallback", "timeline_merge",
               "image_threshold"}
     assert set(STAGES) == tested
     base = _cfg()

@@ -362,3 +362,79 @@ def test_chunks_are_looked_up_by_title(tmp_path, embedder, write_corpus) -> None
         assert all(h.score == 0.0 for h in idx.titled("Kiss and Tell"))
     finally:
         idx.close()
+
+
+def test_lexical_search_ranks_chunks_by_bm25(small_index, embedder) -> None:
+    idx = Index.load(small_index, embedder=embedder)
+    try:
+        assert idx.has_lexical
+        hits = idx.lexical("Where is the Evictor class?", k=3)
+        assert hits[0].chunk.text.startswith("The Lumen cache eviction policy")
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert all(0 < h.score <= 1 for h in hits)
+        # the score is the share of the most the query can score: words no chunk holds lower it
+        alone = idx.lexical("Evictor", k=1)[0]
+        assert alone.row == hits[0].row and 0.3 < alone.score < 1
+        assert idx.lexical("Evictor zyxwv qqqpp", k=1)[0].score < alone.score / 2
+        # a file name is one phrase of its parts
+        assert idx.lexical("Which file is lumen/evict.py?", k=1)[0].row == hits[0].row
+        assert idx.lexical("lumen/retry.py") == []  # no chunk holds that phrase
+        # words, not stems; accents and case folded; quotes and FTS5 operators in a question are words
+        assert idx.lexical("kneading") == [] and idx.lexical("KNÉAD", k=1)[0].chunk.source == "cooking"
+        assert idx.lexical('"dough" AND NEAR(OR', k=1)[0].chunk.source == "cooking"
+        # a source filter, a question of stop words only, no match: nothing
+        assert idx.lexical("Evictor", ["cooking"]) == [] and idx.lexical("Is it?") == []
+        assert idx.lexical("zzqx") == []
+        with pytest.raises(ValidationError, match="unknown source"):
+            idx.lexical("dough", ["nope"])
+        with pytest.raises(ValidationError, match="k must be"):
+            idx.lexical("dough", k=0)
+    finally:
+        idx.close()
+
+
+def test_lexical_terms_are_the_tables_words() -> None:
+    from searchsmith.serving.index import LEXICAL_MAX_TERMS, lexical_terms
+
+    assert lexical_terms("What is Beacon 2.4?") == ["beacon", "2 4"]
+    assert lexical_terms("Café au lait, CAFÉ snake_case") == ["cafe", "au", "lait", "snake case"]
+    assert lexical_terms("Who played Alex P. Keaton's girlfriend in lumen/evict.py?") == [
+        "played", "alex", "p", "keaton", "girlfriend", "lumen evict py"]
+    assert lexical_terms("Is it?") == [] and lexical_terms("") == []
+    assert len(lexical_terms(" ".join(f"w{i}" for i in range(500)))) == LEXICAL_MAX_TERMS
+
+
+def _drop_lexical_table(index_dir) -> None:
+    """Make ``index_dir`` an index of before the full-text table (its chunks.sqlite only)."""
+    import sqlite3
+
+    db = sqlite3.connect(index_dir / "chunks.sqlite")
+    db.executescript("DROP TRIGGER chunks_fts_ai; DROP TRIGGER chunks_fts_ad; DROP TRIGGER chunks_fts_au; "
+                     "DROP TABLE chunks_fts;")
+    db.commit()
+    db.close()
+
+
+def test_lexical_table_follows_additions_and_older_indexes_gain_it(tmp_path, small_index, embedder) -> None:
+    import shutil
+
+    d = tmp_path / "index"
+    shutil.copytree(small_index, d)
+    _drop_lexical_table(d)
+    old = Index.load(d, embedder=embedder, verify=False)
+    assert not old.has_lexical and old.lexical("dough") == []  # dense search still answers
+    old.close()
+    add_documents(d, [{"id": "geo-1", "source": "geography", "text": "The Danube flows into the Black Sea."},
+                      {"id": "b24", "source": "code", "text": "Beacon 2.4 shipped in February."},
+                      {"id": "b20", "source": "code", "text": "Beacon 2.0 shipped in May 2024."}],
+                  embedder=embedder)
+    idx = Index.load(d, embedder=embedder)  # checksums re-written with the new table
+    try:
+        assert idx.has_lexical
+        assert idx.lexical("Danube", k=1)[0].chunk.doc_id == "geo-1"  # the added chunk, by its trigger
+        assert idx.lexical("knead", k=1)[0].chunk.source == "cooking"  # the older chunks, indexed once
+        # "2.4" is a phrase: Beacon 2.0 (which holds a 2 and a 4) matches only "Beacon"
+        b24, b20 = idx.lexical("When did Beacon 2.4 ship?", k=2)
+        assert b24.chunk.doc_id == "b24" and b20.chunk.doc_id == "b20" and b20.score < b24.score / 2
+    finally:
+        idx.close()

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 import export_fixtures as fx  # noqa: E402
@@ -342,13 +342,30 @@ def test_progress_bar_moves_with_the_chunks() -> None:
     assert out.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
 
 
+def test_retrieve_reports_hybrid_search_beside_dense_and_bm25(tmp_path: Path) -> None:
+    data = _beir(tmp_path / "data")
+    dense = _eval("retrieve", data=str(data), lexical_weight=0.0, per_item=str(tmp_path / "a.jsonl"))
+    # at weight 0 the hybrid row is the dense one, query by query
+    assert dense["lexical_weight"] == 0.0
+    assert all(dense[f"hybrid/{m}"] == dense[m] for m in ("ndcg@10", "mrr@10", "recall@3"))
+    # the default weight is the pipeline's; a BM25 share that dwarfs the cosine follows BM25's order
+    from searchsmith.serving.pipeline.config import RetrievalConfig
+
+    assert _eval("retrieve", data=str(data))["lexical_weight"] == RetrievalConfig().lexical_weight
+    heavy = _eval("retrieve", data=str(data), lexical_weight=10.0)
+    assert heavy["hybrid/ndcg@10"] == pytest.approx(heavy["bm25/ndcg@10"], abs=0.05)
+    with pytest.raises(ValidationError, match="lexical-weight"):
+        _eval("retrieve", data=str(data), lexical_weight=-1.0)
+
+
 # eval task -> (the field that identifies a per-item line, figures that must have an interval,
 # figures every per-item line carries under the summary's name)
 INTERVALS = {
     "rerank": ("qid", ["ndcg@10", "mrr@10", "recall@3", "first_stage/ndcg@10", "first_stage/recall@3"],
                ["ndcg@10", "mrr@10", "recall@3", "first_stage/mrr@10"]),
-    "retrieve": ("qid", ["ndcg@10", "mrr@10", "recall@3", "bm25/ndcg@10", "bm25/recall@3"],
-                 ["ndcg@10", "recall@3", "bm25/mrr@10"]),
+    "retrieve": ("qid", ["ndcg@10", "mrr@10", "recall@3", "bm25/ndcg@10", "bm25/recall@3", "hybrid/ndcg@10",
+                         "hybrid/recall@3"],
+                 ["ndcg@10", "recall@3", "bm25/mrr@10", "hybrid/ndcg@10"]),
     "decompose": ("id", ["decompose_validity", "decompose_type_acc", "decompose_node_count_acc",
                          "decompose_node_f1"],
                   ["decompose_validity", "decompose_type_acc", "decompose_node_count_acc", "decompose_node_f1"]),
@@ -363,7 +380,8 @@ INTERVALS = {
 }
 # figures that are counts or settings, not measured on the items
 NOT_FIGURES = {"queries", "documents", "rerank_depth", "items", "pairs", "positive_pairs", "support_threshold",
-               "entity_items", "images", "threshold", "placed", "decompose_items", "rewrite_items", "cross_weight"}
+               "entity_items", "images", "threshold", "placed", "decompose_items", "rewrite_items", "cross_weight",
+               "lexical_weight"}
 PAIRED_TESTS = ("decompose_node_f1_vs_terminal", "rewrite_retrieval_ndcg@10_vs_heuristic")
 
 
