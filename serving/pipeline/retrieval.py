@@ -157,7 +157,12 @@ class Retriever:
         of the query's BM25 ceiling a chunk reaches, ``Index.lexical``; nothing below
         ``lexical_min_cosine``), the best ``k``; a hit's score is that sum."""
         with state.trace.stage("retrieval.lexical"):  # timed, not a model call
-            lexical = self.index.lexical(text, sources, k=self.config.lexical_k or self.config.retrieve_k)
+            try:
+                lexical = self.index.lexical(text, sources, k=self.config.lexical_k or self.config.retrieve_k)
+            except Exception as exc:  # noqa: BLE001 - a damaged full-text table: the dense hits still answer
+                state.trace.note(f"retrieval: lexical search failed ({type(exc).__name__}: {exc}); dense search "
+                                 "only (rebuild the index, or set retrieval.lexical_weight: 0)")
+                return dense
         if not lexical:
             return dense
         cosine = {h.row: h.score for h in dense}

@@ -102,6 +102,21 @@ def test_an_index_without_the_full_text_table_searches_dense_with_one_note() -> 
     assert [p.score for p in _retriever(index).search("Is it?", ["s"], 2, "n1", state)] == [0.50, 0.40]
 
 
+def test_a_failing_lexical_search_leaves_the_dense_hits_with_a_note() -> None:
+    import sqlite3
+
+    class Broken(_Index):
+        def lexical(self, text, sources, k):
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+    dense = [_hit(0, 0.50, "a"), _hit(1, 0.40, "b")]
+    state = PipelineState(query="q")
+    got = _retriever(Broken(dense, [])).search("q", ["s"], 2, "n1", state)
+    assert [p.chunk_id for p in got] == ["c0", "c1"] and [p.score for p in got] == [0.50, 0.40]
+    assert any("lexical search failed (DatabaseError: database disk image is malformed)" in n
+               for n in state.trace.notes)
+
+
 @pytest.mark.parametrize("bad, match", [({"lexical_weight": -0.1}, "lexical_weight"),
                                         ({"lexical_weight": float("nan")}, "lexical_weight"),
                                         ({"lexical_weight": True}, "lexical_weight"),
