@@ -248,14 +248,14 @@ class BM25:
         return [self.score(query, i) for i in idx]
 
     def ceiling(self, query: str) -> float:
-        """The sum of the query's terms' idf (a term no document holds at its highest): what
-        a document of average length holding each term once scores, about."""
+        """The most ``query`` can score: ``(k1 + 1) x`` the sum of its terms' idf (a term no
+        document holds at its highest), since one term adds at most ``idf x (k1 + 1)``."""
         n = len(self.docs)
         absent = math.log(1 + (n + 0.5) / 0.5)
-        return sum(self.idf.get(t, absent) for t in dict.fromkeys(bm25_tokens(query)))
+        return (self.k1 + 1) * sum(self.idf.get(t, absent) for t in dict.fromkeys(bm25_tokens(query)))
 
     def share(self, query: str, score: float) -> float:
-        """``score`` as a share of the query's :meth:`ceiling`, capped at 1 (0 without terms)."""
+        """``score`` as a share of the query's :meth:`ceiling`, in [0, 1] (0 without terms)."""
         top = self.ceiling(query)
         return min(1.0, score / top) if top > 0 else 0.0
 

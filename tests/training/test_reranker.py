@@ -79,12 +79,13 @@ def test_bm25_share_of_the_query_ceiling_and_the_hybrid_score() -> None:
 
     bm = BM25(["the cat sat on the mat", "dogs chase cats", "a cat and a dog", "birds fly"])
     n = 4
-    # the ceiling sums the query terms' idf; a term no document holds weighs the most
-    assert bm.ceiling("cat mat") == pytest.approx(bm.idf["cat"] + bm.idf["mat"])
-    assert bm.ceiling("cat zebra") == pytest.approx(bm.idf["cat"] + math.log(1 + (n + 0.5) / 0.5))
+    # the ceiling is (k1 + 1) x the query terms' idf; a term no document holds weighs the most
+    assert bm.ceiling("cat mat") == pytest.approx(1.9 * (bm.idf["cat"] + bm.idf["mat"]))
+    assert bm.ceiling("cat zebra") == pytest.approx(1.9 * (bm.idf["cat"] + math.log(1 + (n + 0.5) / 0.5)))
+    assert all(bm.share("cat mat", bm.score("cat mat", i)) < 1 for i in range(4))  # no document reaches it
     assert bm.ceiling("the of") == 0.0 and bm.share("the of", 3.0) == 0.0
     assert 0 < bm.share("cat zebra", bm.score("cat zebra", 0)) < bm.share("cat", bm.score("cat", 0)) <= 1.0
-    assert bm.share("cat", 100.0) == 1.0  # capped
+    assert bm.share("cat", 100.0) == 1.0  # a score from elsewhere is capped
     # cosine + weight x share; nothing below the cosine floor; weight 0: the cosines
     cos = {"a": 0.5, "b": 0.4, "c": 0.1}
     assert fuse_lexical(cos, {"b": 1.0, "c": 1.0}, 0.2, 0.3) == pytest.approx({"a": 0.5, "b": 0.6, "c": 0.1})
