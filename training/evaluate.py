@@ -841,15 +841,22 @@ def demo_rerank_groups(depth: int = RERANK_DEPTH) -> list[Any]:
 
 def rerank_baseline_rows(groups: list[Any], bm25_groups: list[Any], embedder: str,
                          cache: Path | None) -> dict[str, list[float]]:
-    """BM25's (statistics over ``bm25_groups``) and the bi-encoder ``embedder``'s (``none``:
-    left out) nDCG@10 on each of ``groups``: the baselines' side of the reranker's paired
+    """BM25's (statistics over ``bm25_groups``), the bi-encoder ``embedder``'s and the hybrid
+    order's (``none``: both left out) nDCG@10 on each of ``groups``: the baselines' side of the reranker's paired
     tests (training/reranker.py ``paired_tests``), as the recipe measures them."""
     from searchsmith.training.data import CachedEmbedder
-    from searchsmith.training.reranker import bm25_score_fn, cosine_score_fn, group_ndcgs
+    from searchsmith.training.reranker import (
+        bm25_score_fn,
+        cosine_score_fn,
+        group_ndcgs,
+        hybrid_score_fn,
+    )
 
     rows = {"bm25": group_ndcgs(bm25_score_fn(bm25_groups), groups)}
     if embedder != "none":
-        rows["bi_encoder"] = group_ndcgs(cosine_score_fn(CachedEmbedder(embedder, cache).encode), groups)
+        cosine = cosine_score_fn(CachedEmbedder(embedder, cache).encode)
+        rows["bi_encoder"] = group_ndcgs(cosine, groups)
+        rows["hybrid"] = group_ndcgs(hybrid_score_fn(bm25_groups, cosine), groups)
     return rows
 
 
@@ -866,12 +873,14 @@ def _demo_rerank_baselines(limit: int | None) -> tuple[dict[str, float], dict[st
         evaluate_groups,
         flat_baselines,
         group_ndcgs,
+        hybrid_score_fn,
     )
 
     groups, _ = _first(demo_rerank_groups(), limit)
     scorers = {"bm25": bm25_score_fn(groups)}
     try:
         scorers["bi_encoder"] = cosine_score_fn(CachedEmbedder("default", None).encode)
+        scorers["hybrid"] = hybrid_score_fn(groups, scorers["bi_encoder"])
     except (SearchsmithError, OSError) as exc:  # no embedder on this machine: BM25 only
         log.warning("held-out figures: no bi-encoder baseline on the demo data (%s)", exc)
     baselines = {name: evaluate_groups(fn, groups) for name, fn in scorers.items()}

@@ -93,6 +93,23 @@ def test_bm25_share_of_the_query_ceiling_and_the_hybrid_score() -> None:
     assert fuse_lexical(cos, {"b": 1.0}, 0.0) == cos
 
 
+def test_the_hybrid_baseline_orders_candidates_as_the_pipeline_retrieves() -> None:
+    from searchsmith.training.rerank_data import QueryGroup
+    from searchsmith.training.reranker import bm25_score_fn, hybrid_score_fn
+
+    docs = ["Beacon 2.4 was released in February.", "Beacon is a metrics agent.", "Bread needs flour."]
+    groups = [QueryGroup("q1", "demo", "When was Beacon 2.4 released", docs, [1, 0, 0])]
+    cos = {docs[0]: 0.50, docs[1]: 0.55, docs[2]: 0.20}
+    cosine = lambda pairs: [cos[d] for _, d in pairs]  # noqa: E731
+    pairs = [(groups[0].query, d) for d in docs]
+    shares = bm25_score_fn(groups, share=True)(pairs)
+    assert all(0 <= x < 1 for x in shares) and shares[0] > shares[1] > 0 and shares[2] == 0
+    got = hybrid_score_fn(groups, cosine, weight=0.3, min_cosine=0.3)(pairs)
+    assert got == pytest.approx([0.50 + 0.3 * shares[0], 0.55 + 0.3 * shares[1], 0.20])
+    assert got[0] > got[1]  # the release note's words lift it above the closer cosine
+    assert hybrid_score_fn(groups, cosine, weight=0.0)(pairs) == pytest.approx([0.50, 0.55, 0.20])
+
+
 # ------------------------------------------------------------------ losses
 
 

@@ -125,6 +125,18 @@ def test_the_reranker_must_beat_the_best_recorded_baseline():
     assert "baselines/bi_encoder_ndcg@10 missing" in why
 
 
+def test_the_reranker_must_also_beat_the_hybrid_order_when_recorded():
+    """The pipeline retrieves by cosine plus a BM25 share: a bundle recording that order's
+    figure is judged against it too (bundles from before hybrid search record none)."""
+    row = next(r for r in GATES if r.use == "rerank")
+    base = {"ndcg@10": 0.85, "baselines/bi_encoder_ndcg@10": 0.81, **_paired("ndcg@10_vs_bi_encoder", 0.04, 1)}
+    _, why = check_row(row, {**base, "baselines/hybrid_ndcg@10": 0.87})
+    assert "nDCG@10 0.850 is below the hybrid order (0.870)" in why
+    _, why = check_row(row, {**base, "baselines/hybrid_ndcg@10": 0.84, **_paired("ndcg@10_vs_hybrid", 0.01, 0)})
+    assert why is not None and "the hybrid order" in why
+    assert check_row(row, {**base, "baselines/hybrid_ndcg@10": 0.84, **_paired("ndcg@10_vs_hybrid", 0.01, 1)})[1] is None
+
+
 def _paired(key: str, diff: float, direction: int, n: int = 24) -> dict[str, float]:
     lo, hi = (diff - 0.02, diff + 0.02) if direction else (diff - 0.1, diff + 0.1)
     return {f"{key}_{k}": v for k, v in
