@@ -72,6 +72,8 @@ class StageSwitch:
         metrics: the metric the stage exists for first, then the ones it must not cost.
         claim: what the paper claims for it.
         inactive: (full pipeline, its answers) -> why switching it off changes nothing, or None.
+        design: whose design the stage comes from, named before the claim in the report
+            (Xinyu's pipeline for most; hybrid search is searchsmith's own).
     """
 
     name: str
@@ -80,6 +82,7 @@ class StageSwitch:
     metrics: tuple[str, ...]
     claim: str
     inactive: Callable[[Any, list[dict[str, Any]]], str | None] | None = None
+    design: str = "Xinyu"
 
 
 STAGES: dict[str, StageSwitch] = {s.name: s for s in (
@@ -93,7 +96,8 @@ STAGES: dict[str, StageSwitch] = {s.name: s for s in (
                 "keeping the best 70 % of the passages cuts the context without losing support"),
     StageSwitch("lexical", "retrieval.lexical_weight=0", lambda c: _set(c, "retrieval", lexical_weight=0.0),
                 ("support_recall", "f1"),
-                "hybrid search: adding the BM25 share to the cosine finds more of the supporting passages"),
+                "hybrid search: adding the BM25 share to the cosine finds more of the supporting passages",
+                design="searchsmith"),
     StageSwitch("rerank", "presets.*.rerank=false", _no_rerank, ("f1", "support_recall"),
                 "reranking puts the supporting passages first: better answers", _rerank_inactive),
     StageSwitch("edge_order", "retrieval.edge_order=false", lambda c: _set(c, "retrieval", edge_order=False),
@@ -215,7 +219,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
     stages: dict[str, Any] = {}
     for n in names:
         st = STAGES[n]
-        entry: dict[str, Any] = {"switch": st.switch, "claim": st.claim, "metrics": {}}
+        entry: dict[str, Any] = {"switch": st.switch, "claim": st.claim, "design": st.design, "metrics": {}}
         if n in inactive:
             entry.update({"inactive": inactive[n], "verdict": "inactive"})
         else:

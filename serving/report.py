@@ -538,7 +538,7 @@ def _claims_ablation(section: dict[str, Any]) -> list[dict[str, str]]:
     for name, res in _sets(section):
         for stage, st in sorted(res["stages"].items(), key=lambda kv: _stage_rank(kv[0])):
             if st.get("inactive"):
-                out.append(_claim(f"Xinyu: {stage}: {st['claim']}", f"{name} (n={res['n']})", "-",
+                out.append(_claim(f"{st.get('design', 'Xinyu')}: {stage}: {st['claim']}", f"{name} (n={res['n']})", "-",
                                   f"not measured: {st['inactive']}"))
                 continue
             metric = _stage_metric(stage, st)
@@ -547,7 +547,7 @@ def _claims_ablation(section: dict[str, Any]) -> list[dict[str, str]]:
                 continue
             d = _direction(m) * (-1 if m.get("lower_is_better") else 1)
             verdict = "helps" if d > 0 else "hurts" if d < 0 else "no measurable effect"
-            out.append(_claim(f"Xinyu: {stage}: {st['claim']}", f"{name} (n={m['n']})",
+            out.append(_claim(f"{st.get('design', 'Xinyu')}: {stage}: {st['claim']}", f"{name} (n={m['n']})",
                               f"{metric} {m['with']:.3f} with, {m['without']:.3f} without ({st['switch']}): "
                               f"{_diff_text(m)}", ABLATION_VERDICTS[verdict]))
     return out

@@ -56,6 +56,9 @@ def test_report_writes_every_section_with_its_plots(report) -> None:
     assert sum(c.startswith("IMACS") for c in claims) == len(data["bandit"]["demo"]["lambdas"])
     assert sum(c.startswith("Xinyu: retrieval.") or c.startswith("Xinyu: citation.") for c in claims) == 3
     assert any(c.startswith("Xinyu") and "." not in c.split(":")[1].split()[0] for c in claims)  # a stage
+    # hybrid search is searchsmith's own stage, not a claim of Xinyu's design
+    assert any(c.startswith("searchsmith: lexical: hybrid search") for c in claims)
+    assert not any(c.startswith("Xinyu: lexical") for c in claims)
     for c in data["claims"]:
         assert set(c) == {"claim", "data", "measured", "verdict"} and all(c.values())
     pngs = sorted(report.glob("*.png"))
