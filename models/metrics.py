@@ -230,6 +230,7 @@ class BM25:
             df.update(c.keys())
         n = len(self.docs)
         self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        self._ceilings: dict[str, float] = {}  # query -> ceiling(query): read once per candidate
 
     def score(self, query: str, index: int) -> float:
         """BM25 score of document ``index`` for ``query``."""
@@ -250,9 +251,11 @@ class BM25:
     def ceiling(self, query: str) -> float:
         """The most ``query`` can score: ``(k1 + 1) x`` the sum of its terms' idf (a term no
         document holds at its highest), since one term adds at most ``idf x (k1 + 1)``."""
-        n = len(self.docs)
-        absent = math.log(1 + (n + 0.5) / 0.5)
-        return (self.k1 + 1) * sum(self.idf.get(t, absent) for t in dict.fromkeys(bm25_tokens(query)))
+        if query not in self._ceilings:
+            absent = math.log(1 + (len(self.docs) + 0.5) / 0.5)
+            self._ceilings[query] = (self.k1 + 1) * sum(self.idf.get(t, absent)
+                                                        for t in dict.fromkeys(bm25_tokens(query)))
+        return self._ceilings[query]
 
     def share(self, query: str, score: float) -> float:
         """``score`` as a share of the query's :meth:`ceiling`, in [0, 1] (0 without terms)."""

@@ -4,7 +4,7 @@ Layout of an index folder (every file's sha256 is in the manifest)::
 
     manifest.json            model, dimension, counts, config, sha256 of every file
     chunks.sqlite            chunk text + metadata; row id = FAISS id; ``chunks_fts``, a full-text
-                             (SQLite FTS5, Porter stems) table over titles and texts for
+                             (SQLite FTS5, words without stems) table over titles and texts for
                              lexical (BM25) search, kept in step with the chunks by triggers
     faiss/<stem>.faiss       IndexIDMap2 over flat IP (default), IVF or HNSW; a source of more
                              than ``shard_max_vectors`` vectors is several shards instead,
@@ -247,8 +247,7 @@ class ChunkStore:
                 self._db.executescript(_SCHEMA)
                 self._add_lexical()
             self._db.execute("SELECT count(*) FROM chunks").fetchone()
-            self.has_lexical = self._db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='chunks_fts'").fetchone() is not None
+            self.has_lexical = self._has_lexical_table()
         except sqlite3.DatabaseError as exc:
             raise BundleError(f"chunk store {path} is not a valid SQLite file ({exc}); rebuild the index") from None
         self._lock = threading.Lock()
@@ -257,11 +256,15 @@ class ChunkStore:
     def _add_lexical(self) -> None:
         """Create the full-text table and its triggers; a store written before they existed
         (``index --add`` on an older index) has its chunks indexed once, here."""
-        had = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='chunks_fts'").fetchone()
+        had = self._has_lexical_table()
         self._db.executescript(_LEXICAL_SCHEMA)
-        if had is None and self._db.execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is not None:
+        if not had and self._db.execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is not None:
             self._db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
         self._db.commit()
+
+    def _has_lexical_table(self) -> bool:
+        return self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='chunks_fts'").fetchone() is not None
 
     def add(self, chunks: Sequence[Chunk], first_row: int) -> list[int]:
         rows = list(range(first_row, first_row + len(chunks)))

@@ -563,18 +563,19 @@ def eval_retrieve(args: argparse.Namespace) -> dict[str, Any]:
     embedder and, as the baseline on the same queries, of BM25 (``bm25/...``), and of hybrid
     search (``hybrid/...``: the embedder's and BM25's top candidates scored as the pipeline
     scores them, ``cosine + lexical_weight * share``, the share of the query's BM25 ceiling a
-    document reaches, none below the pipeline's ``lexical_min_cosine``, :func:`fuse_lexical`; the pipeline's BM25 is SQLite FTS5's (k1 1.2,
-    b 0.75), this one :class:`BM25`'s (k1 0.9, b 0.4)), each with
-    its bootstrap 95 % interval over the queries (``<name>_ci95``); a per-item line is
-    identified by ``qid``.
+    document reaches, none below the pipeline's ``lexical_min_cosine``, :func:`fuse_lexical`;
+    the pipeline's BM25 is SQLite FTS5's (k1 1.2, b 0.75), this one :class:`BM25`'s (k1 0.9,
+    b 0.4)), each with its bootstrap 95 % interval over the queries (``<name>_ci95``); a
+    per-item line is identified by ``qid``.
     """
     from searchsmith.serving.pipeline.config import RetrievalConfig
 
     weight = getattr(args, "lexical_weight", None)
-    weight = RetrievalConfig().lexical_weight if weight is None else float(weight)
-    min_cosine = RetrievalConfig().lexical_min_cosine
-    if not 0.0 <= weight <= 10.0:
-        raise ValidationError(f"eval retrieve: --lexical-weight must be in [0, 10], got {weight}")
+    try:  # the pipeline's own rule for the weight
+        hybrid = RetrievalConfig() if weight is None else RetrievalConfig(lexical_weight=float(weight))
+    except ValueError as exc:
+        raise ValidationError(f"eval retrieve: --lexical-weight: {exc}") from None
+    weight, min_cosine = hybrid.lexical_weight, hybrid.lexical_min_cosine
     corpus, queries, qrels = read_beir(args.data)
     qids = _eval_qids(queries, qrels, args)
     k = int(getattr(args, "k", 3) or 3)
