@@ -263,6 +263,9 @@ def entity_spans(sentence: str) -> list[tuple[int, int, str]]:
         text = m.group(0)
         if re.search(r"[A-Za-z]", text) and not _ABBREVIATION.fullmatch(text):
             claim(m.start(), m.end(), "ENT")
+    for m in _NUMBER.finditer(sentence):
+        if not _BARE_NUMBER.fullmatch(m.group(0)):
+            claim(m.start(), m.end(), "NUM")  # a figure with its unit first: "20 GB" is no name "GB"
     for m in _NAME.finditer(sentence):
         version = _VERSION.match(sentence, m.end())
         span = _name_span(sentence, m, version is not None)
@@ -468,7 +471,7 @@ length duration population height weight age distance speed limit rate capacity 
 score timeout interval version
 """.split())
 _TIME_WORDS = frozenset("year years date month day decade century birthday".split())
-_HOW_MUCH = frozenset("many much long old far big large tall high often fast heavy deep wide".split())
+_HOW_MUCH = frozenset("many much long old far big large tall high often fast heavy deep wide hot".split())
 _WH = re.compile(r"\b(who|whom|whose|when|where|which|what|how|why)\b", re.I)
 _AUXILIARY = re.compile(r"\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|"
                         r"may|might|must)\b", re.I)
@@ -544,6 +547,45 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
 }.items()}
 
 
+def _question_parts(question: str) -> tuple[AnswerKind | None, str, list[str], list[str], re.Match[str] | None]:
+    """``(kind or None, wh, words after it, head, its match)`` of ``question``: a kind when it
+    is decided before the head counts (YESNO, OTHER, CHOICE), the question word, the five words
+    after it and the noun phrase after it up to its first relation word ("of", "does")."""
+    m = _WH.search(question)
+    if m is None or (m.start() > 0 and _AUXILIARY.match(question)
+                     and not re.search(r"[,;]\s*$", question[:m.start()])):
+        return ("YESNO" if _AUXILIARY.match(question) else "OTHER"), "", [], [], m
+    # ", or bazar," names the same thing again: no alternative to choose from
+    plain = _ALSO_CALLED.sub(",", question)
+    k = _WH.search(plain)
+    if k is not None and (_CHOICE.search(plain[k.start():]) or _CHOICE.search(plain[:k.start()])):
+        return "CHOICE", "", [], [], m
+    wh = m.group(1).lower()
+    after = [w.lower() for w in re.findall(r"[A-Za-z]+", question[m.end():])][:5]
+    head: list[str] = []
+    for w in after:
+        if w in RELATION_WORDS and w not in ("is", "was", "are", "were") or len(head) == 4:
+            break
+        head.append(w)
+    return None, wh, after, head, m
+
+
+def _measure_words(wh: str, after: Sequence[str], head: Sequence[str], question: str,
+                   m: re.Match[str] | None) -> list[str]:
+    """The words of a question that ask for a quantity: "how *long*", the :data:`MEASURE_WORDS`
+    of a what / which head, or "... a *population* of what?"."""
+    if wh == "how":
+        return list(after[:1]) if after[:1] and after[0] in _HOW_MUCH else []
+    if wh in ("what", "which"):
+        words = [w for w in head if w in MEASURE_WORDS]
+        if words:
+            return words
+    measured = re.search(r"\b([a-z]+)\s+of\s*$", question[:m.start()], re.I) if m is not None else None
+    if wh == "what" and measured and measured.group(1).lower() in MEASURE_WORDS:
+        return [measured.group(1).lower()]
+    return []
+
+
 def answer_kind(question: str) -> AnswerKind:
     """What kind of span answers ``question`` (see the rule above ``MEASURE_WORDS``).
 
@@ -551,35 +593,130 @@ def answer_kind(question: str) -> AnswerKind:
     wh-question), ``CHOICE`` (it offers alternatives joined by "or"), ``OTHER`` (why, how,
     or no question word).
     """
-    m = _WH.search(question)
-    if m is None or (m.start() > 0 and _AUXILIARY.match(question)
-                     and not re.search(r"[,;]\s*$", question[:m.start()])):
-        return "YESNO" if _AUXILIARY.match(question) else "OTHER"
-    # ", or bazar," names the same thing again: no alternative to choose from
-    plain = _ALSO_CALLED.sub(",", question)
-    k = _WH.search(plain)
-    if k is not None and (_CHOICE.search(plain[k.start():]) or _CHOICE.search(plain[:k.start()])):
-        return "CHOICE"
-    wh = m.group(1).lower()
-    after = [w.lower() for w in re.findall(r"[A-Za-z]+", question[m.end():])][:5]
-    # the noun phrase after the question word, up to its first relation word ("of", "does")
-    head: list[str] = []
-    for w in after:
-        if w in RELATION_WORDS and w not in ("is", "was", "are", "were") or len(head) == 4:
-            break
-        head.append(w)
+    kind, wh, after, head, m = _question_parts(question)
+    if kind is not None:
+        return kind
     if wh == "when" or (wh in ("what", "which") and _TIME_WORDS & set(head)):
         return "DATE"
     if wh == "how":
-        return "NUM" if after[:1] and after[0] in _HOW_MUCH else "OTHER"
+        return "NUM" if _measure_words(wh, after, head, question, m) else "OTHER"
     if wh == "why":
         return "OTHER"
-    if wh in ("what", "which") and MEASURE_WORDS & set(head):
-        return "NUM"
-    measured = re.search(r"\b([a-z]+)\s+of\s*$", question[:m.start()], re.I)
-    if wh == "what" and measured and measured.group(1).lower() in MEASURE_WORDS:
-        return "NUM"  # "... an island with a population of what?"
+    if _measure_words(wh, after, head, question, m):
+        return "NUM"  # "What port ...", "... an island with a population of what?"
     return "ENT"
+
+
+# The dimension a measure word asks for, and the units that show it: "At what *temperature*
+# ...?" is answered by "220 degrees Celsius", not by "serves 8"; "How *long* ...?" by "about 60
+# minutes" or "6,650 km"; "Which *port* ...?" by the figure after "port" (or after a colon:
+# "localhost:7420"); "Which *version* ...?" by "3.0.2", not by "2 hours". Measure words with no
+# dimension here ("number", "population", "value", "how many") take any figure. A question
+# about a *default* that asks for no dimension is answered by a value a sentence states as the
+# default ("Default: `300`.", "Out of the box, `cron.timezone` is `UTC`"), not by a figure or
+# file name of a sentence about something else.
+_UNITS: dict[str, str] = {
+    "temperature": r"(?:degrees?(?:\s+(?:Celsius|Fahrenheit|centigrade|[CF]\b))?|°\s?[CF]?|Celsius\b|Fahrenheit\b"
+                   r"|kelvins?\b|K\b)",
+    "duration": r"(?:milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|weeks?|months?|years?"
+                r"|yrs?|decades?|centuries)\b",
+    "length": r"(?:kilometres?|kilometers?|km|metres?|meters?|m|centimetres?|centimeters?|cm|millimetres?"
+              r"|millimeters?|mm|miles?|mi|feet|foot|ft|inches|yards?)\b",
+    "area": r"(?:square\s+[a-z]+|sq\.?\s?[a-z]+|km2|km²|m2|m²|acres?|hectares?|ha\b)",
+    "size": r"(?:bytes?|[KMGTP]i?B|kilobytes?|megabytes?|gigabytes?|terabytes?)\b",
+    "weight": r"(?:kilograms?|kg|grams?|g|tonnes?|tons?|pounds?|lbs?|ounces?|oz)\b",
+    "percentage": r"(?:%|percent\b|per\s+cent\b)",
+    "speed": r"(?:km/h|kph|mph|miles\s+per\s+hour|knots?\b|m/s)",
+    "money": r"(?:(?:thousand|million|billion|bn|m)\s+)?(?:dollars?|euros?|pounds?|yen|rupees?|USD|EUR|GBP)\b",
+}
+_MEASURED: dict[str, tuple[str, ...]] = {w: dims for words, dims in (
+    ("temperature hot", ("temperature",)),
+    ("long", ("duration", "length")),
+    ("duration interval timeout delay", ("duration",)),
+    ("length distance far tall height high deep depth wide width elevation altitude", ("length",)),
+    ("area", ("area",)),
+    ("size big large", ("size", "area")),
+    ("weight heavy mass", ("weight",)),
+    ("percentage percent uptime", ("percentage",)),
+    ("speed fast", ("speed",)),
+    ("price cost fee fees salary budget revenue", ("money",)),
+    ("port", ("port",)),
+    ("version", ("version",)),
+) for w in words.split()}
+_FIGURE = re.compile(r"[$£€]?\d+(?:[.,]\d+)*(?:st|nd|rd|th)?")
+_APPROXIMATELY = re.compile(r"(?:\b(?:about|around|approximately|roughly|nearly|almost|over|under|some|up to"
+                            r"|at least|at most|more than|less than|fewer than)\s+)$", re.I)
+# a port: the figure after "port", after a host and a colon ("localhost:7420", also inside a
+# command: "`curl http://localhost:7420/health`") or after docker's "-p"
+_PORT = re.compile(r"(?:\bports?\s*(?:number\s*)?(?:of\s+|is\s+|=\s*|:\s*)?|(?<=[A-Za-z\]]):|(?<!\w)-p\s+)"
+                   r"(\d{2,5})(?!\d|[.,]\d)", re.I)
+_DEFAULT = re.compile(r"\bdefault(?:s|ed)?\b|\bout of the box\b", re.I)
+# what a value follows: "Default: `300`", "defaults to 20", or the key it is the value of:
+# "`snapshot.interval_s` is `300`", "interval_s: 300", "health_interval_s = 10"
+_DEFAULT_IS = re.compile(r"\bdefaults?(?:\s+value)?\s*(?:is|:|=|to)\s*[`'\"]?$", re.I)
+_VALUE_AFTER = r"[`'\"]?\s*(?:[:=]|\bis\b|\bto\b)\s*[`'\"]?$"
+_PAID = frozenset("cost costs price priced charge charged pay paid earn earned spend spent worth".split())
+_VERSION_FIGURE = re.compile(r"v?\d+(?:\.\d+)+")
+
+
+def _measure_spans(sentence: str, dims: Sequence[str], keys: Sequence[str]) -> list[tuple[int, int, str]]:
+    """The entities of ``sentence`` (:func:`entity_spans`) and the figures of ``dims`` that a
+    quoted command or configuration holds, where no entity is: its ports (:data:`_PORT`:
+    "`docker run -p 7420:7420 ...`") and the values it gives ``keys`` ("`cron: timezone: UTC`")."""
+    entities = entity_spans(sentence)
+    spans = {(s, e) for s, e, _ in entities}
+    extra = [m.span(1) for m in _PORT.finditer(sentence)] if "port" in dims else []
+    if "default" in dims:
+        extra += [m.span(1) for k in keys for m in re.finditer(
+            rf"(?<![\w.]){re.escape(k)}[`'\"]?\s*[:=]\s*[`'\"]?([\w][\w.\-/]*\w|\w)", sentence, re.I)]
+    return sorted([*entities, *((s, e, "NUM" if _BARE_NUMBER.fullmatch(sentence[s:e]) else "ENT")
+                                for s, e in dict.fromkeys(extra) if (s, e) not in spans)])
+
+
+def asked_measure(question: str) -> tuple[str, ...]:
+    """The dimensions a question asking for a quantity wants its figure in (:data:`_UNITS`, or
+    ``port`` / ``version``): ("temperature",) for "At what temperature ...?", ("duration",
+    "length") for "How long ...?"; ("default",) for a value asked as a setting's default
+    ("What is the default value of cron.timezone?"); () for every other question."""
+    kind, wh, after, head, m = _question_parts(question)
+    if kind is not None:
+        return ()
+    words = _measure_words(wh, after, head, question, m) if wh in ("how", "what", "which") else []
+    dims = tuple(dict.fromkeys(d for w in words for d in _MEASURED.get(w, ())))
+    if words == ["much"] and _PAID & {w.lower() for w in re.findall(r"[A-Za-z]+", question)}:
+        dims = ("money",)  # "How much does the Starter plan cost?"
+    if dims:
+        return dims
+    if _DEFAULT.search(question) and answer_kind(question) in ("NUM", "ENT"):
+        return ("default",)
+    return ()
+
+
+def _measured(sentence: str, s: int, e: int, span: str, dims: Sequence[str],
+              keys: Sequence[str] = ()) -> tuple[int, int] | None:
+    """The bounds of the candidate ``sentence[s:e]`` (``span`` once trimmed) as a figure of one
+    of ``dims`` (:func:`asked_measure`), its unit and an "about" before it included ("about 60
+    minutes"); None when it is not one. A ``default`` is the value a sentence states as one, or
+    the value given to one of ``keys`` (the question's identifiers and their last parts)."""
+    if "default" in dims:
+        before = sentence[max(0, s - 60):s]
+        if _DEFAULT_IS.search(before) or any(re.search(re.escape(k) + _VALUE_AFTER, before, re.I) for k in keys):
+            return s, e
+        return None
+    if "version" in dims and (_VERSION_FIGURE.fullmatch(span)
+                              or re.search(r"\bversion\s*$", sentence[max(0, s - 12):s], re.I)):
+        return s, e
+    if "port" in dims and any(m.span(1) == (s, e) for m in _PORT.finditer(sentence)):
+        return s, e
+    figure = _FIGURE.match(sentence, s)
+    if figure is None:
+        return None
+    units = [_UNITS[d] for d in dims if d in _UNITS]
+    unit = re.compile(rf"\s?(?:{'|'.join(units)})").match(sentence, figure.end()) if units else None
+    if unit is None and not ("money" in dims and sentence[s] in "$£€"):
+        return None
+    about = _APPROXIMATELY.search(sentence[max(0, s - 20):s])
+    return s - (len(about.group(0)) if about else 0), max(e, unit.end() if unit else e)
 
 
 # The asked type (the answer-type rule's finer half): "Which *river system* ...?" is answered by
@@ -682,6 +819,13 @@ def asked_head(question: str) -> list[str]:
 # heads whose names say their kind ("Presque Isle County", "Holston River"): such a name is of
 # the asked type wherever it stands
 _NAMED_HEADS = frozenset("county river lake university mountain island".split())
+
+
+def asks_typed(question: str) -> bool:
+    """Whether ``question`` asks for a type its short answer must show (``typed_span`` with
+    ``typed``): a type a name shows by itself (:func:`asks_shown_type`) or a figure of a
+    dimension (:func:`asked_measure`)."""
+    return asks_shown_type(question) or bool(asked_measure(question))
 
 
 def asks_shown_type(question: str) -> bool:
@@ -897,9 +1041,14 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     person = bool(PERSON_HEADS & set(head))
     country_asked = bool(_COUNTRY_HEADS & set(head))
     asks_death, asks_birth = "died" in cues, "born" in cues and "died" not in cues
+    dims = asked_measure(question)
+    # the keys a default is asked of, whole and by their last part ("snapshot.interval_s", "interval_s")
+    keys = list(dict.fromkeys(x for m in _IDENTIFIER.finditer(question) if re.search(r"[A-Za-z]", m.group(0))
+                              for x in (m.group(0), re.split(r"[./]", m.group(0))[-1]) if len(x) > 2))
     # each sentence's words, entities, translated and dated parentheses and the dates of a life
     # it states, read once for every label tried
-    parsed = [(words, entity_spans(sentence), _translations(sentence), outside, set(outside),
+    parsed = [(words, _measure_spans(sentence, dims, keys) if dims else entity_spans(sentence),
+               _translations(sentence), outside, set(outside),
                _life_dates(sentence, asks_death, asks_birth))
               for sentence in sentences
               for words in [[(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
@@ -959,11 +1108,18 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                 if located:  # the asked verb states it: "headquartered in midtown Manhattan" counts one more
                     k = at[0] - (1 if before[-1] in _LOCATIVE else 2)
                     located += k > 0 and words[k - 1][1] <= s and words[k - 1][2] in asked
+                # a figure of the asked dimension, with its unit ("220 degrees Celsius")
+                measured = _measured(sentence, s, e, span, dims, keys) if dims and (
+                    lab == "NUM" or "default" in dims) else None
                 fits = TYPE_FIT_WORDS * ((lab == "ENT" and (_fits(sentence, s, e, span, head)
                                                             or (demonyms_answer and demonym(span))))
-                                         or (lab == "DATE" and any(a <= s and e <= b for a, b in lived)))
+                                         or (lab == "DATE" and any(a <= s and e <= b for a, b in lived))
+                                         or measured is not None)
                 if typed and not fits:
                     continue
+                if measured is not None and measured != (s, e):
+                    s, e = measured
+                    span = sentence[s:e]
                 found.append((-len(nearby) - located - fits, len(found), i, span, s, e))
         if not found:
             continue
@@ -1076,6 +1232,8 @@ __all__ = [
     "answer_tokens",
     "asks_who",
     "asks_shown_type",
+    "asks_typed",
+    "asked_measure",
     "demonym",
     "entity_names",
     "entity_spans",

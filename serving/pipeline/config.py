@@ -266,6 +266,12 @@ class ExtractiveConfig:
             Singapore" -> "Singapore"; ``models.text.typed_span`` with ``typed``). Measured for
             every asked type and not kept: most names show their type only in their sentence
             ("the play Cymbeline").
+        measure_sentences: the same for a question asking for a figure of a dimension or a
+            setting's default (``models.text.asked_measure``: "At what temperature ...?", "How
+            long ...?", "Which port ...?", "What is the default value of ...?"), also when the
+            selected sentences hold no span at all, in this many of the step's best sentences:
+            a unit, a port or a stated default rarely answers wrongly, and the sentence that
+            states it ("Default: `300`.") is often short and ranks low.
         short_support: (with ``short_answer``) which selected sentences support a short answer:
             ``selected``, every sentence selected for the question, or ``holding``, those that
             hold it (with the sentences it was reached through: a chain's steps, a bridge's
@@ -298,6 +304,7 @@ class ExtractiveConfig:
     bridge: bool = True
     bridge_sentences: int = 3
     typed_sentences: int = 5
+    measure_sentences: int = 20
     bridge_lookup: bool = True
     bridge_names: int = 4
     bridge_search: bool = True
@@ -311,7 +318,7 @@ class ExtractiveConfig:
         if self.short_support not in ("holding", "selected"):
             raise ValueError(f"generation.extractive.short_support must be 'holding' or 'selected', "
                              f"got {self.short_support!r}")
-        for key in ("bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences"):
+        for key in ("bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences", "measure_sentences"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"generation.extractive.{key} must be a whole number >= 1, got {value!r}")

@@ -61,7 +61,8 @@ from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import (
     SPAN_KINDS,
     answer_kind,
-    asks_shown_type,
+    asked_measure,
+    asks_typed,
     asks_who,
     entity_names,
     of_asked_type,
@@ -274,7 +275,9 @@ class ExtractiveGenerator:
         """
         groups = [list(lead), *(self.cut(r) for r in ranked)]
         parts = [x.lower() for x in short.split("; ") if x] if self.config.short_support == "holding" else []
-        holds = [c for g in groups for c in g if any(x in c.text.lower() for x in parts)]
+        # a part as a whole word: "en" is no part of "implemented", "20" none of "2020"
+        held = [re.compile(rf"(?<!\w){re.escape(x)}(?!\w)") for x in parts]
+        holds = [c for g in groups for c in g if any(h.search(c.text.lower()) for h in held)]
         chosen: list[str] = []
         used: list[str] = []
         for group in groups:
@@ -469,16 +472,22 @@ class ExtractiveGenerator:
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
             read = [c.text for c in (held if span else self.cut(r))]
             span = span or typed_span(asked, read)
-            if span and asks_shown_type(asked) and typed_span(asked, read, typed=True) != span:
+            measure = bool(asked_measure(asked))
+            if (span or measure) and asks_typed(asked) and (
+                    not span or typed_span(asked, read, typed=True) != span):
                 # not a country for "... in what country?" ("Andre Geim"), nor a county for "Which
                 # county ...?": one of the step's best sentences may hold one ("National
                 # University of Singapore", "Presque Isle County"), and with it its sentence.
                 # Reading them for any span when the selected sentences hold none was measured
-                # and not kept: ten of twelve such spans were wrong (serving/profiling/RESULTS.md)
-                best = r[: self.config.typed_sentences]
+                # and not kept: ten of twelve such spans were wrong (serving/profiling/RESULTS.md).
+                # A figure of the asked dimension is sought even then ("At what temperature
+                # ...?" read "serves 8" or nothing; "Default: `300`." is a short sentence
+                # that ranks low): a unit, a port or a stated default is seldom a wrong answer.
+                best = r[: self.config.measure_sentences if measure else self.config.typed_sentences]
                 typed = typed_span(asked, [c.text for c in best], typed=True)
-                span, held = (typed, [c for c in best if typed.lower() in c.text.lower()][:1]) if typed \
-                    else (span, held)
+                # its own sentence: the first whose typed span it is ("en" is in "implemented")
+                span, held = (typed, [c for c in best if typed_span(asked, [c.text], typed=True) == typed][:1]) \
+                    if typed else (span, held)
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
                 lead.extend(c for c in held if c not in lead)

@@ -13,7 +13,9 @@ from searchsmith.models.text import (
     answer_kind,
     answer_tokens,
     asked_head,
+    asked_measure,
     asks_shown_type,
+    asks_typed,
     country_of,
     demonym,
     entity_names,
@@ -563,3 +565,73 @@ def test_typed_span_never_fails_and_quotes_the_sentences(question: str, sentence
     words = " ".join(sentences).split()
     assert all(any(w in s for s in words) for w in span.split())
     assert answer_kind(question) in ("DATE", "NUM", "ENT", "YESNO", "CHOICE", "OTHER")
+
+
+# ------------------------------------------------------------------------- figures of a dimension
+@pytest.mark.parametrize(("question", "dims"), [
+    ("At what temperature is rosemary focaccia baked?", ("temperature",)),
+    ("How hot should the oven be?", ("temperature",)),
+    ("How long does banana bread bake?", ("duration", "length")),
+    ("What is the timeout of a request?", ("duration",)),
+    ("How tall is the Eiffel Tower?", ("length",)),
+    ("Which port does it listen on by default?", ("port",)),
+    ("In which Quarry version was the outage fixed?", ("version",)),
+    ("How much does Lumen Cloud cost per month?", ("money",)),
+    ("What is the default value of cron.timezone in Tidewater?", ("default",)),
+    ("What is the population of Paris?", ()),
+    ("How many vacuum tubes did ENIAC use?", ()),
+    ("How much did Quarry 3.0 cut the p99 latency?", ()),
+    ("Who founded Quarry?", ()),
+    ("Is the default port 7420?", ()),
+])
+def test_asked_measure(question, dims):
+    assert asked_measure(question) == dims
+    assert asks_typed(question) == bool(dims) or asks_shown_type(question)
+
+
+def test_a_figure_of_the_asked_dimension_answers_with_its_unit():
+    recipe = ["Rosemary focaccia (Italian), serves 8.",
+              "Top with rosemary, oil and sea salt and bake at 220 degrees Celsius for 25 minutes."]
+    q = "At what temperature is rosemary focaccia baked?"
+    assert typed_span(q, recipe) == "220 degrees Celsius"  # not "serves 8", not "25 minutes"
+    assert typed_span(q, recipe[:1]) == "8" and typed_span(q, recipe[:1], typed=True) == ""
+    assert typed_span("At what temperature is it baked?", ["Bake it at 180°C."], typed=True) == "180°C"
+    bread = ["Banana bread (American), serves 10.", "Bake for about 60 minutes, until a skewer comes out clean."]
+    assert typed_span("How long does banana bread bake?", bread) == "about 60 minutes"
+    assert typed_span("How long is the Nile?", ["The Nile is about 6,650 km long."]) == "about 6,650 km"
+    q = "How much does Lumen Cloud cost per month on the Starter plan?"
+    assert typed_span(q, ["It has 3 plans.", "The Starter plan costs $19 per month."], typed=True) == "$19"
+    q = "In which Quarry version was the Quarry Cloud outage fixed?"
+    assert typed_span(q, ["It took 2 hours.", "The fix shipped in Quarry 3.0.2."]) == "3.0.2"
+    assert typed_span(q, ["It took 2 hours."], typed=True) == ""
+    # without a dimension the rule is as before: any figure
+    assert typed_span("How many people does it serve?", recipe[:1]) == "8"
+
+
+def test_a_port_is_the_figure_after_port_a_host_or_docker_p():
+    q = "Which port does the server listen on?"
+    assert typed_span(q, ["Northwind Labs released Quarry 1.0 on 2021-04-20."], typed=True) == ""
+    assert typed_span(q, ["By default the server listens on port 7420."], typed=True) == "7420"
+    # inside a quoted command, which is one entity
+    assert typed_span(q, ["`docker run -p 7420:7420 northwind/quarry:3.0`"], typed=True) == "7420"
+    assert typed_span(q, ["`curl http://localhost:8088/health` should answer `ok`."], typed=True) == "8088"
+    assert typed_span(q, ["At 10:30 the server restarted."], typed=True) == ""  # a time, no port
+
+
+def test_a_default_is_a_value_stated_as_one_or_given_to_the_asked_key():
+    q = "What is the default value of cron.timezone in Tidewater?"
+    assert typed_span(q, ["By default the server listens on port 8088.", "Default: `UTC`."], typed=True) == "UTC"
+    assert typed_span(q, ["`cron: timezone: UTC`"], typed=True) == "UTC"
+    overview = ("Out of the box, `retry.max_attempts` is `5` (how many times a job is tried); "
+                "`cron.timezone` is `Europe/Paris` (the time zone of cron expressions).")
+    assert typed_span(q, [overview], typed=True) == "Europe/Paris"
+    q = "What is the default value of cache.max_size_gb in Atlasgrid?"
+    code = "The code for Atlasgrid's tile cache lives in `atlasgrid/cache/disk.py`."
+    assert typed_span(q, [code]) == "atlasgrid/cache/disk.py" and typed_span(q, [code], typed=True) == ""
+    assert typed_span(q, [code, "Default: `20`. Allowed values: 1 to 500."], typed=True) == "20"
+
+
+def test_a_figure_with_a_capitalised_unit_is_no_name():
+    s = "Atlasgrid needs Python 3.10 or newer and 20 GB of disk."
+    assert (s.index("20 GB"), s.index("20 GB") + 5, "NUM") in entity_spans(s)
+    assert "GB" not in entity_names(s)

@@ -481,6 +481,48 @@ def test_a_country_question_answered_by_no_country_takes_the_country_of_a_later_
     assert answered(typed_sentences=1).short_answer == "Andre Geim"  # only the best sentence read: no country
 
 
+
+def test_a_figure_of_the_asked_dimension_is_sought_in_the_steps_best_sentences(embedder):
+    # the setting's page: its first sentences say what it does; the default is a short sentence
+    # that ranks low, and the code's file name is the only span the selected sentences hold
+    q = "What is the default value of cache.max_size_gb in Atlasgrid?"
+    passages = [Passage("d#0", "d", "docs", "The `cache.max_size_gb` setting controls the size of the tile cache "
+                        "of Atlasgrid. The code for Atlasgrid's tile cache lives in `atlasgrid/cache/disk.py`. "
+                        "Changes take effect after a restart. Default: `20`. Allowed values: 1 to 500.", 0.9,
+                        title="Configuring Atlasgrid: cache.max_size_gb")]
+
+    def answered(**config):
+        st = _one_node_state(q, passages)
+        GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=2, **config)), None,
+                        GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+        return st
+
+    st = answered()
+    assert st.short_answer == "20"
+    assert st.support[0] == "Default: `20`." and not any("disk.py" in s for s in st.support)
+    # with only the best sentence searched, the default is not found
+    assert answered(measure_sentences=1).short_answer != "20"
+    # a temperature, where the selected sentence holds only "serves 8"
+    q = "At what temperature is rosemary focaccia baked?"
+    passages = [Passage("f#0", "f", "recipes", "Rosemary focaccia (Italian), serves 8. Mix the flour, yeast and "
+                        "water. Top with rosemary and bake at 220 degrees Celsius for 25 minutes.", 0.9,
+                        title="Rosemary focaccia")]
+    st = _one_node_state(q, passages)
+    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1)), None,
+                    GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+    assert st.short_answer == "220 degrees Celsius"
+
+
+def test_a_short_answer_is_held_by_a_sentence_as_a_whole_word(embedder):
+    # "en" is in "implemented": that sentence does not hold the short answer "en"
+    q = "What is the default value of analyzer.language in Marlowe?"
+    passages = [Passage("m#0", "m", "docs", "Marlowe's text analysis is implemented in `marlowe/analysis/analyzer.py`. "
+                        "Default: `en`.", 0.9, title="Configuring Marlowe: analyzer.language")]
+    st = _one_node_state(q, passages)
+    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=2)), None,
+                    GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+    assert st.short_answer == "en" and st.support == ["Default: `en`."]
+
 def test_a_choice_question_is_answered_by_the_option_before_the_readers_span(embedder):
     from tests.serving.pipeline.test_pipeline_reader import FakeReader
 
@@ -565,7 +607,8 @@ def test_a_bridge_of_the_asked_type_is_the_answer(embedder):
     assert gen.hop(q, [], passages, st) is None
 
 
-@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences"])
+@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences",
+                                 "measure_sentences"])
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
 def test_bad_bridge_settings_are_refused(key, bad):
     with pytest.raises(ValueError, match=f"generation.extractive.{key}"):
