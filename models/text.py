@@ -989,6 +989,16 @@ def _outside_dates(sentence: str, words: Sequence[tuple[int, int, str]]) -> list
     return [j for j, (a, _, _) in enumerate(words) if not any(x < a < y for x, y in dated)]
 
 
+def _fold(word: str) -> str:
+    """``word`` without an inflection's ending, roughly ("fixed", "fixes" -> "fix", "release",
+    "released", "releases" -> "releas"), for counting a question's words near a candidate."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and word.isalpha():
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) >= 5 and word.isalpha() else word  # "release" as "released"
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
                typed: bool = False) -> str:
@@ -1031,9 +1041,9 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     # Soccer", "T&T" of "Tunnels and Trolls"), which name what the question does
     capitals = ["".join(w[0] for w in n.split() if w[:1].isupper()) for n in entity_names(question)]
     initials = {x[:k] for x in capitals for k in range(2, len(x) + 1)}  # "DSG" of "Dick's Sporting Goods Park"
-    asked = {w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()}
     cues = relation_cues(question)
-    asked |= cues
+    # the question's words and cues, each word folded as a sentence's are ("fixed" meets "fix")
+    asked = {_fold(w) for w in ({w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()} | cues)}
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
     demonyms_answer = bool(known & _ASKS_DEMONYM)
     place = bool(_ASKS_PLACE.search(question))
@@ -1051,7 +1061,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                _translations(sentence), outside, set(outside),
                _life_dates(sentence, asks_death, asks_birth))
               for sentence in sentences
-              for words in [[(m.start(), m.end(), re.sub(r"['’]s$", "", m.group(0).lower()))
+              for words in [[(m.start(), m.end(), _fold(re.sub(r"['’]s$", "", m.group(0).lower())))
                              for m in _SPAN_WORD.finditer(sentence)]]
               for outside in [_outside_dates(sentence, words)]]
     for label in labels:

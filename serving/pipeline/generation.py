@@ -86,6 +86,7 @@ from searchsmith.serving.pipeline.config import (
 )
 from searchsmith.serving.pipeline.reading import lead_sentence
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
+from searchsmith.serving.pipeline.timeline import parse_dates
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,12 @@ class Generator(Protocol):
 
 # a sentence whose subject is a pronoun ("He was a recipient of ...")
 _PRONOUN_SUBJECT = re.compile(r"(?:He|She)\s")
+
+
+def holds_word(text: str, part: str) -> bool:
+    """Whether ``text`` holds ``part`` as a whole word or words, ignoring case: "en" is no part
+    of "implemented", "20" none of "2020"."""
+    return re.search(rf"(?<!\w){re.escape(part.lower())}(?!\w)", text.lower()) is not None
 
 
 class ExtractiveGenerator:
@@ -275,9 +282,7 @@ class ExtractiveGenerator:
         """
         groups = [list(lead), *(self.cut(r) for r in ranked)]
         parts = [x.lower() for x in short.split("; ") if x] if self.config.short_support == "holding" else []
-        # a part as a whole word: "en" is no part of "implemented", "20" none of "2020"
-        held = [re.compile(rf"(?<!\w){re.escape(x)}(?!\w)") for x in parts]
-        holds = [c for g in groups for c in g if any(h.search(c.text.lower()) for h in held)]
+        holds = [c for g in groups for c in g if any(holds_word(c.text, x) for x in parts)]
         chosen: list[str] = []
         used: list[str] = []
         for group in groups:
@@ -470,7 +475,8 @@ class ExtractiveGenerator:
             asked = step if answer_kind(step) in SPAN_KINDS else question
             hop = hops[i] if i < len(hops) else None
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
-            read = [c.text for c in (held if span else self.cut(r))]
+            read_from = held if span else self.cut(r)
+            read = [c.text for c in read_from]
             span = span or typed_span(asked, read)
             measure = bool(asked_measure(asked))
             if (span or measure) and asks_typed(asked) and (
@@ -488,10 +494,36 @@ class ExtractiveGenerator:
                 # its own sentence: the first whose typed span it is ("en" is in "implemented")
                 span, held = (typed, [c for c in best if typed_span(asked, [c.text], typed=True) == typed][:1]) \
                     if typed else (span, held)
+            if span and answer_kind(asked) == "DATE":
+                finer, c = self.finer_date(asked, span, r[: self.config.typed_sentences])
+                span, held = (finer, [c]) if c is not None else (span, held)
+            if span and not held:
+                # the sentence it was read in leads the support: the support is the final steps'
+                # sentences, and a decomposed question's short answer is read over all its passages
+                held = [c for c in read_from if holds_word(c.text, span)][:1]
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
                 lead.extend(c for c in held if c not in lead)
         return "; ".join(shorts), lead
+
+    @staticmethod
+    def finer_date(question: str, span: str, best: Sequence[Support]) -> tuple[str, Support | None]:
+        """``(date, its sentence)``: for a date question whose short answer ``span`` is a month
+        or a year ("May 2024", read in a year in review's "In May 2024: Lumen 4.0 released"),
+        the first of ``best`` sentences whose own short answer (``typed_span``) is a finer date
+        within it ("Brightline Systems released Lumen 4.0 on 2024-05-28."); ``(span, None)``
+        when none is, or when the question asks for a year or a century."""
+        got = [(span, "year")] if re.fullmatch(r"1\d{3}|20\d{2}", span) else parse_dates(span)
+        if len(got) != 1 or got[0][1] == "day" or re.search(r"\b(?:year|century|decade)\b", question, re.I):
+            return span, None
+        iso, precision = got[0][0], got[0][1]  # a bare year is no timeline date: read here
+        for c in best:
+            date = typed_span(question, [c.text], kind="DATE", fallback=False)
+            finer = parse_dates(date) if date else []
+            if len(finer) == 1 and finer[0][0].startswith(iso) and finer[0][1] != precision \
+                    and (precision == "year" or finer[0][1] == "day"):
+                return date, c
+        return span, None
 
     def compare(self, question: str, passages: Sequence[Passage]) -> tuple[Choice, list[str], list[str]] | None:
         """``(choice, support, chunk ids)`` for a question that compares named things

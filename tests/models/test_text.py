@@ -635,3 +635,16 @@ def test_a_figure_with_a_capitalised_unit_is_no_name():
     s = "Atlasgrid needs Python 3.10 or newer and 20 GB of disk."
     assert (s.index("20 GB"), s.index("20 GB") + 5, "NUM") in entity_spans(s)
     assert "GB" not in entity_names(s)
+
+
+def test_a_questions_words_count_near_a_candidate_in_any_inflection(monkeypatch):
+    import searchsmith.models.text as text
+
+    # "fixed" in the question meets "fix" in the sentence; a release note of another version
+    # holds the product's name only
+    q = "In which Quarry version was the Quarry Cloud outage fixed?"
+    s = ["Quarry 3.0.1 is out (1 October 2024): a bug-fix release for the 3.0 line.",
+         "The fix shipped in Quarry 3.0.2."]
+    assert typed_span(q, s) == "3.0.2"
+    monkeypatch.setattr(text, "_fold", lambda w: w)
+    assert typed_span(q, s) != "3.0.2"

@@ -25,6 +25,7 @@ from searchsmith.serving.pipeline.generation import (
     GenerationStage,
     HFGenerator,
     OpenAIGenerator,
+    Support,
     load_prompt,
 )
 from searchsmith.serving.pipeline.images import ImagesStage
@@ -513,6 +514,41 @@ def test_a_figure_of_the_asked_dimension_is_sought_in_the_steps_best_sentences(e
     assert st.short_answer == "220 degrees Celsius"
 
 
+
+def test_a_month_or_year_answer_takes_a_finer_date_of_the_steps_best_sentences(embedder):
+    # a year in review states the month first; the release note the day
+    q = "When was Lumen 4.0 released?"
+    passages = [Passage("y#0", "y", "news", "The stories of 2024, month by month. In May 2024: Lumen 4.0 released. "
+                        "In June 2024: Lumen 4.0.1 released.", 0.9, title="2024 in review"),
+                Passage("r#0", "r", "news", "Brightline Systems released Lumen 4.0 on 2024-05-28. It follows "
+                        "Lumen 3.0, released in June 2022.", 0.8, title="Lumen 4.0 released")]
+    st = _one_node_state(q, passages)
+    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1)), None,
+                    GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+    assert st.short_answer == "2024-05-28"
+    assert st.support[0] == "Brightline Systems released Lumen 4.0 on 2024-05-28."
+    gen = ExtractiveGenerator(embedder)
+    ranked = [Support(1.0, s, ("x",)) for s in ["In May 2024: Lumen 4.0 released.", "Lumen 4.0.1 is out (18 June 2024).",
+                                               "Brightline Systems released Lumen 4.0 on 28 May 2024."]]
+    assert gen.finer_date(q, "May 2024", ranked) == ("28 May 2024", ranked[2])
+    assert gen.finer_date(q, "May 2024", ranked[:2]) == ("May 2024", None)  # June is not within May
+    assert gen.finer_date(q, "2024", ranked)[0] == "May 2024"  # a year takes the month
+    assert gen.finer_date("In which year was Lumen 4.0 released?", "2024", ranked) == ("2024", None)
+    assert gen.finer_date(q, "28 May 2024", ranked) == ("28 May 2024", None)
+
+
+def test_the_sentence_a_short_answer_was_read_in_leads_its_support(embedder):
+    # a decomposed question's short answer is read over all its passages, its support is the
+    # final steps' sentences: the sentence it came from is returned to lead them
+    gen = ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=2, min_relative_score=0.1))
+    ranked = [Support(0.9, "Rosemary focaccia (Italian), serves 8.", ("f#0",)),
+              Support(0.8, "Top with rosemary and bake at 220 degrees Celsius for 25 minutes.", ("f#0",))]
+    q = "At what temperature is rosemary focaccia baked?"
+    assert gen.short_answer(q, [q], [ranked]) == ("220 degrees Celsius", [ranked[1]])
+    chosen, _ = gen.chosen([[Support(0.5, "Rosemary focaccia is a flat bread.", ("f#0",))]],
+                           [ranked[1]], "220 degrees Celsius")
+    assert chosen == [ranked[1].text]
+
 def test_a_short_answer_is_held_by_a_sentence_as_a_whole_word(embedder):
     # "en" is in "implemented": that sentence does not hold the short answer "en"
     q = "What is the default value of analyzer.language in Marlowe?"
@@ -605,6 +641,7 @@ def test_a_bridge_of_the_asked_type_is_the_answer(embedder):
     assert gen.hop("Was Fiske O'Hara born in Maine?", ranked, passages, st) is None
     assert gen.hop("Which city in Knox County is Rockland, Maine?", ranked, passages, st) is None
     assert gen.hop(q, [], passages, st) is None
+
 
 
 @pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences",
