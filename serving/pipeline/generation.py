@@ -500,7 +500,8 @@ class ExtractiveGenerator:
             if span and not held:
                 # the sentence it was read in leads the support: the support is the final steps'
                 # sentences, and a decomposed question's short answer is read over all its passages
-                held = [c for c in read_from if holds_word(c.text, span)][:1]
+                # (not a bridge's link: a link in ``held`` says the answer came through its bridge)
+                held = [c for c in read_from if holds_word(c.text, span) and (hop is None or c != hop.link)][:1]
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
                 lead.extend(c for c in held if c not in lead)

@@ -470,16 +470,10 @@ def test_a_country_question_answered_by_no_country_takes_the_country_of_a_later_
                 Passage("n#0", "n", "science", "It lies at the National University of Singapore.", 0.5,
                         title="Graphene centre")]
 
-    def answered(**config):
-        st = _one_node_state(q, passages)
-        GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1, **config)), None,
-                        GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
-        return st
-
-    st = answered()
+    st = _answered(embedder, q, passages, ExtractiveConfig(sentences_per_node=1))
     assert st.short_answer == "Singapore"
     assert "It lies at the National University of Singapore." in st.support and "n#0" in st.used_passages
-    assert answered(typed_sentences=1).short_answer == "Andre Geim"  # only the best sentence read: no country
+    assert _answered(embedder, q, passages, ExtractiveConfig(sentences_per_node=1, typed_sentences=1)).short_answer == "Andre Geim"  # only the best sentence read: no country
 
 
 
@@ -492,26 +486,17 @@ def test_a_figure_of_the_asked_dimension_is_sought_in_the_steps_best_sentences(e
                         "Changes take effect after a restart. Default: `20`. Allowed values: 1 to 500.", 0.9,
                         title="Configuring Atlasgrid: cache.max_size_gb")]
 
-    def answered(**config):
-        st = _one_node_state(q, passages)
-        GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=2, **config)), None,
-                        GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
-        return st
-
-    st = answered()
+    st = _answered(embedder, q, passages, ExtractiveConfig(sentences_per_node=2))
     assert st.short_answer == "20"
     assert st.support[0] == "Default: `20`." and not any("disk.py" in s for s in st.support)
     # with only the best sentence searched, the default is not found
-    assert answered(measure_sentences=1).short_answer != "20"
+    assert _answered(embedder, q, passages, ExtractiveConfig(sentences_per_node=2, measure_sentences=1)).short_answer != "20"
     # a temperature, where the selected sentence holds only "serves 8"
     q = "At what temperature is rosemary focaccia baked?"
     passages = [Passage("f#0", "f", "recipes", "Rosemary focaccia (Italian), serves 8. Mix the flour, yeast and "
                         "water. Top with rosemary and bake at 220 degrees Celsius for 25 minutes.", 0.9,
                         title="Rosemary focaccia")]
-    st = _one_node_state(q, passages)
-    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1)), None,
-                    GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
-    assert st.short_answer == "220 degrees Celsius"
+    assert _answered(embedder, q, passages, ExtractiveConfig(sentences_per_node=1)).short_answer == "220 degrees Celsius"
 
 
 
@@ -522,9 +507,7 @@ def test_a_month_or_year_answer_takes_a_finer_date_of_the_steps_best_sentences(e
                         "In June 2024: Lumen 4.0.1 released.", 0.9, title="2024 in review"),
                 Passage("r#0", "r", "news", "Brightline Systems released Lumen 4.0 on 2024-05-28. It follows "
                         "Lumen 3.0, released in June 2022.", 0.8, title="Lumen 4.0 released")]
-    st = _one_node_state(q, passages)
-    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=1)), None,
-                    GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+    st = _answered(embedder, q, passages, ExtractiveConfig(sentences_per_node=1))
     assert st.short_answer == "2024-05-28"
     assert st.support[0] == "Brightline Systems released Lumen 4.0 on 2024-05-28."
     gen = ExtractiveGenerator(embedder)
@@ -554,9 +537,7 @@ def test_a_short_answer_is_held_by_a_sentence_as_a_whole_word(embedder):
     q = "What is the default value of analyzer.language in Marlowe?"
     passages = [Passage("m#0", "m", "docs", "Marlowe's text analysis is implemented in `marlowe/analysis/analyzer.py`. "
                         "Default: `en`.", 0.9, title="Configuring Marlowe: analyzer.language")]
-    st = _one_node_state(q, passages)
-    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(sentences_per_node=2)), None,
-                    GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
+    st = _answered(embedder, q, passages, ExtractiveConfig(sentences_per_node=2))
     assert st.short_answer == "en" and st.support == ["Default: `en`."]
 
 def test_a_choice_question_is_answered_by_the_option_before_the_readers_span(embedder):
