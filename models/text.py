@@ -1023,7 +1023,11 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     passage is about its title, ``models.bridge``). ``fallback`` off: the kind asked for only.
     ``typed``: only a candidate of the type a what / which question asks for
     (:func:`asked_head`: "Singapore" for "... in what country?"). A nationality ("American",
-    :func:`demonym`) answers only a question about nationality or language.
+    :func:`demonym`) answers only a question about nationality or language. A question asking
+    for a figure of a dimension or a setting's default (:func:`asked_measure`) counts such a
+    figure as of the asked type and gets it with its unit and an "about" before it ("about 60
+    minutes"); ``typed`` then takes only such figures. The question's words count near a
+    candidate in any inflection (:func:`_fold`: "fixed" meets "fix").
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)

@@ -462,9 +462,12 @@ class ExtractiveGenerator:
         that is a phrase ("default index.ef_construction", filled with its parent's answer)
         does not, and the user's ``question`` does, with its own words. A step with a bridge
         (``hops``, one per step, :meth:`hop`) is answered from the bridge's passages when they
-        hold an answer (:meth:`bridged`), and those sentences lead the support. A yes / no or
-        choice question gets none, whatever its steps ask: :meth:`compare` answers those it
-        can, and is asked first.
+        hold an answer (:meth:`bridged`), and those sentences lead the support. A short answer
+        not of the type a country or figure question asks for is sought in the step's
+        ``typed_sentences`` / ``measure_sentences`` best sentences (``models.text.asks_typed``),
+        a month or year for a date question made finer from them (:meth:`finer_date`), and the
+        sentence it was read in leads the support. A yes / no or choice question gets none,
+        whatever its steps ask: :meth:`compare` answers those it can, and is asked first.
         """
         if not self.config.short_answer or answer_kind(question) in ("CHOICE", "YESNO") \
                 or choice_options(question)[1]:  # "Which genus has more species, A and B?"
