@@ -213,7 +213,13 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping; clear errors for a missing file, bad YAML or a non-mapping."""
+    if not str(path).strip():
+        raise ConfigError("config file path is empty: give the path of a YAML file, or leave the option out "
+                          "for the defaults")
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a folder, not a file: give the path of a YAML file in it "
+                          f"(e.g. {str(p / 'pipeline.yaml')!r})")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist (check the path)")
     try:
