@@ -6,6 +6,7 @@ This module sits on the ground floor: it imports nothing from ``serving`` or ``t
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import string
@@ -692,6 +693,13 @@ def asked_measure(question: str) -> tuple[str, ...]:
     return ()
 
 
+@functools.lru_cache(maxsize=64)
+def _unit_pattern(dims: tuple[str, ...]) -> re.Pattern[str] | None:
+    """The units of ``dims`` (:data:`_UNITS`) as one pattern, compiled once; None without any."""
+    units = [_UNITS[d] for d in dims if d in _UNITS]
+    return re.compile(rf"\s?(?:{'|'.join(units)})") if units else None
+
+
 def _measured(sentence: str, s: int, e: int, span: str, dims: Sequence[str],
               keys: Sequence[str] = ()) -> tuple[int, int] | None:
     """The bounds of the candidate ``sentence[s:e]`` (``span`` once trimmed) as a figure of one
@@ -711,8 +719,8 @@ def _measured(sentence: str, s: int, e: int, span: str, dims: Sequence[str],
     figure = _FIGURE.match(sentence, s)
     if figure is None:
         return None
-    units = [_UNITS[d] for d in dims if d in _UNITS]
-    unit = re.compile(rf"\s?(?:{'|'.join(units)})").match(sentence, figure.end()) if units else None
+    units = _unit_pattern(tuple(dims))
+    unit = units.match(sentence, figure.end()) if units is not None else None
     if unit is None and not ("money" in dims and sentence[s] in "$£€"):
         return None
     about = _APPROXIMATELY.search(sentence[max(0, s - 20):s])

@@ -177,12 +177,6 @@ class Generator(Protocol):
 _PRONOUN_SUBJECT = re.compile(r"(?:He|She)\s")
 
 
-def holds_word(text: str, part: str) -> bool:
-    """Whether ``text`` holds ``part`` as a whole word or words, ignoring case: "en" is no part
-    of "implemented", "20" none of "2020"."""
-    return re.search(rf"(?<!\w){re.escape(part.lower())}(?!\w)", text.lower()) is not None
-
-
 class ExtractiveGenerator:
     """Selects and fuses the best-supported sentences per sub-question (no LLM)."""
 
@@ -282,7 +276,8 @@ class ExtractiveGenerator:
         """
         groups = [list(lead), *(self.cut(r) for r in ranked)]
         parts = [x.lower() for x in short.split("; ") if x] if self.config.short_support == "holding" else []
-        holds = [c for g in groups for c in g if any(holds_word(c.text, x) for x in parts)]
+        # a part as whole words (``missing_entities``): "en" is no part of "implemented"
+        holds = [c for g in groups for c in g if any(not missing_entities([x], c.text) for x in parts)]
         chosen: list[str] = []
         used: list[str] = []
         for group in groups:
@@ -504,7 +499,8 @@ class ExtractiveGenerator:
                 # the sentence it was read in leads the support: the support is the final steps'
                 # sentences, and a decomposed question's short answer is read over all its passages
                 # (not a bridge's link: a link in ``held`` says the answer came through its bridge)
-                held = [c for c in read_from if holds_word(c.text, span) and (hop is None or c != hop.link)][:1]
+                held = [c for c in read_from if not missing_entities([span], c.text)
+                        and (hop is None or c != hop.link)][:1]
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
                 lead.extend(c for c in held if c not in lead)
