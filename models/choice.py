@@ -50,6 +50,7 @@ from searchsmith.models.text import (
     demonym,
     entity_spans,
     sentence_texts,
+    singular,
 )
 
 Measure = Literal["date", "death", "lifespan", "count"]
@@ -570,20 +571,10 @@ def yes_no_options(question: str) -> tuple[str, list[str], str]:
     return "", [], ""
 
 
-def _stemmed(word: str) -> str:
-    """A plural's singular, roughly: "documentaries" -> "documentary", "composers" -> "composer",
-    "genuses" -> "genus"."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 5 and word.endswith(("sses", "shes", "ches", "xes", "uses")):
-        return word[:-2]
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")) else word
-
-
 def _holds(lead_text: str, wanted: Sequence[str]) -> bool:
     """Whether ``lead_text`` holds every descriptive word of ``wanted`` (a nationality by its
     country: "American" is held by "a US-born ..." too)."""
-    words = {_stemmed(w) for w in re.findall(r"[a-z]+", lead_text.lower().replace("-", " "))}
+    words = {singular(w) for w in re.findall(r"[a-z]+", lead_text.lower().replace("-", " "))}
     countries = {c for c in (_country(s) for s in [lead_text]) if c} | {
         COUNTRIES[w] for w in re.findall(r"[a-z]+", lead_text.lower()) if w in COUNTRIES}
     for w in wanted:
@@ -592,7 +583,7 @@ def _holds(lead_text: str, wanted: Sequence[str]) -> bool:
             if key in COUNTRIES:
                 if COUNTRIES[key] not in countries:
                     return False
-            elif part.lower() not in _GENERIC and _stemmed(part.lower()) not in words:
+            elif part.lower() not in _GENERIC and singular(part.lower()) not in words:
                 return False
     return True
 
@@ -713,8 +704,8 @@ def common_ground(question: str, documents: Sequence[tuple[str, str]]) -> Choice
     descriptions = [_description(lead[0][1]) for lead in leads]
     if not all(descriptions):
         return None
-    asked = {_stemmed(w) for w in _norm(q).split()}
-    low = [[_stemmed(w.lower().strip("'’")) for w in d] for d in descriptions]
+    asked = {singular(w) for w in _norm(q).split()}
+    low = [[singular(w.lower().strip("'’")) for w in d] for d in descriptions]
     origin = bool(_ASKS_ORIGIN & set(_norm(q).split()))
 
     def cut(word: str) -> bool:  # function words, and nationalities unless they are asked for
@@ -738,7 +729,7 @@ def common_ground(question: str, documents: Sequence[tuple[str, str]]) -> Choice
             while i + n < len(low[0]) and j + n < len(low[1]) and low[0][i + n] == low[1][j + n]:
                 n += 1
             run = trimmed(i, n) if n else []
-            new = sum(_stemmed(w.lower()) not in asked for w in run)
+            new = sum(singular(w.lower()) not in asked for w in run)
             if new and (new, len(run), i) > best:
                 best, words = (new, len(run), i), run
     if not words:

@@ -753,13 +753,17 @@ _COUNTRY_HEADS = frozenset("country countries nation nations".split())
 _COUNTRY_NAMES = frozenset(k.lower() for k in COUNTRIES)
 
 
-def _singular(word: str) -> str:
+def singular(word: str) -> str:
+    """A plural's singular, roughly, lower-cased: "documentaries" -> "documentary", "clubs" ->
+    "club", "genuses" -> "genus", "churches" -> "church"; "species", "status", "class" stay."""
     w = word.lower()
     if w in _NOT_PLURAL:  # "species", "series"
         return w
     if len(w) > 4 and w.endswith("ies"):
         return w[:-3] + "y"
-    if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+    if len(w) > 5 and w.endswith(("sses", "shes", "ches", "xes", "uses")):
+        return w[:-2]
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
         return w[:-1]
     return w
 
@@ -820,8 +824,8 @@ def asked_head(question: str) -> list[str]:
     # a word followed by an object is a verb ("which file *contains* the code"): the noun ends before it
     phrase = phrase[:next((k for k in range(len(phrase) - 1) if phrase[k + 1].lower() in _OBJECT_WORDS), len(phrase))]
     words = [*(w for w in phrase if w.islower()), *phrase[-1:]]
-    return list(dict.fromkeys(_singular(w) for w in words if not w.isdigit() and w.lower() not in QUERY_STOP_WORDS
-                              and _singular(w) not in _GENERIC_HEADS))
+    return list(dict.fromkeys(singular(w) for w in words if not w.isdigit() and w.lower() not in QUERY_STOP_WORDS
+                              and singular(w) not in _GENERIC_HEADS))
 
 
 # heads whose names say their kind ("Presque Isle County", "Holston River"): such a name is of
@@ -851,12 +855,12 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
     "which country", or it is quoted for a work ("which film")."""
     if not head:
         return False
-    words = {_singular(w) for w in re.findall(r"[A-Z][\w'’-]*", sentence[s:e])}
+    words = {singular(w) for w in re.findall(r"[A-Z][\w'’-]*", sentence[s:e])}
     before = re.findall(r"[\w'’-]+", sentence[max(0, s - 30):s])
     after = re.match(r"[\s\"”'’]*([a-z][\w-]*)", sentence[e:e + 30])
     quoted = sentence[s - 1:s] in "\"“'‘" and s > 0
-    return bool(words & set(head)) or (bool(before) and _singular(before[-1]) in head) or (
-        after is not None and _singular(after.group(1)) in head) or (
+    return bool(words & set(head)) or (bool(before) and singular(before[-1]) in head) or (
+        after is not None and singular(after.group(1)) in head) or (
         bool(_FILE_HEADS & set(head)) and bool(_FILE_NAME.fullmatch(span))) or (
         bool(_COUNTRY_HEADS & set(head)) and span.lower() in _COUNTRY_NAMES and not demonym(span)) or (
         quoted and bool(_WORK_HEADS & set(head)))
@@ -885,7 +889,7 @@ def _trim_known(text: str, known: set[str], head: Sequence[str] = ()) -> str:
     its function words: "Rensselaer County" for "In what county ...?", "Socialist Party of
     America" for "What political party ...?"."""
     words = text.split()
-    if head and {_singular(w.strip(_EDGE)) for w in words if w[:1].isupper()} & set(head):
+    if head and {singular(w.strip(_EDGE)) for w in words if w[:1].isupper()} & set(head):
         known = set()
 
     def is_known(w: str) -> bool:
@@ -997,20 +1001,30 @@ def _outside_dates(sentence: str, words: Sequence[tuple[int, int, str]]) -> list
     return [j for j, (a, _, _) in enumerate(words) if not any(x < a < y for x, y in dated)]
 
 
-def _fold(word: str) -> str:
-    """``word`` without an inflection's ending, roughly ("fixed", "fixes" -> "fix", "release",
-    "released", "releases" -> "releas"), for counting a question's words near a candidate."""
+def fold(word: str) -> str:
+    """``word`` (lower-cased) without an inflection's ending, roughly ("fixed", "fixes" -> "fix",
+    "listens", "listening" -> "listen", "released", "releases" -> "releas"): the project's one
+    folding of inflections, by which a question's words meet a sentence's (the words counted near
+    a candidate here, the lexical share of the extractive support in ``serving.pipeline.common``).
+    A final "e" stays: "release" (a bug-fix release) does not meet "released"."""
     for suffix in ("ing", "ed", "es", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and word.isalpha():
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) >= 5 and word.isalpha() else word  # "release" as "released"
+            return word[: -len(suffix)]
+    return word
 
 
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
                typed: bool = False) -> str:
-    """The short answer to ``question`` in ``sentences`` (best first), "" when there is none.
+    """The short answer to ``question`` in ``sentences`` (:func:`typed_span_at`'s span)."""
+    return typed_span_at(question, sentences, kind, near, exclude, fallback, typed)[0]
+
+
+def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
+                  near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
+                  typed: bool = False) -> tuple[str, int]:
+    """``(span, i)``: the short answer to ``question`` and the index of the sentence it was read
+    in, ``("", -1)`` when there is none; ``sentences`` come best first.
 
     The candidates are the entities (:func:`entity_spans`) of the kind ``answer_kind`` expects,
     with the question's own words cut from their ends ("Quarry 3.0.2" for "In which Quarry
@@ -1025,7 +1039,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     parentheses stands for the name before it ("Major League Soccer (MLS)"), and is no answer
     when the question names some of that name. A plural question
     (:func:`plural_question`) gets every candidate of that sentence, "A, B and C". Yes / no,
-    choice and why / how questions get "".
+    choice and why / how questions get ("", -1).
 
     ``exclude``: names that are no answer either, as if the question named them (a bridge's
     passage is about its title, ``models.bridge``). ``fallback`` off: the kind asked for only.
@@ -1035,12 +1049,12 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     for a figure of a dimension or a setting's default (:func:`asked_measure`) counts such a
     figure as of the asked type and gets it with its unit and an "about" before it ("about 60
     minutes"); ``typed`` then takes only such figures. The question's words count near a
-    candidate in any inflection (:func:`_fold`: "fixed" meets "fix").
+    candidate in any inflection (:func:`fold`: "fixed" meets "fix").
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)
     if not labels:
-        return ""
+        return "", -1
     # the question's names with initials, as (initials, other words): "Alexander D. Henderson Jr."
     # is "Alexander Dawson Henderson Jr." in its passage, and "Dawson" answers nothing
     initialled = [({w[0].lower() for w in n.split() if re.fullmatch(r"[A-Z]\.", w)},
@@ -1055,7 +1069,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
     initials = {x[:k] for x in capitals for k in range(2, len(x) + 1)}  # "DSG" of "Dick's Sporting Goods Park"
     cues = relation_cues(question)
     # the question's words and cues, each word folded as a sentence's are ("fixed" meets "fix")
-    asked = {_fold(w) for w in ({w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()} | cues)}
+    asked = {fold(w) for w in ({w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()} | cues)}
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
     demonyms_answer = bool(known & _ASKS_DEMONYM)
     place = bool(_ASKS_PLACE.search(question))
@@ -1073,7 +1087,7 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
                _translations(sentence), outside, set(outside),
                _life_dates(sentence, asks_death, asks_birth))
               for sentence in sentences
-              for words in [[(m.start(), m.end(), _fold(re.sub(r"['’]s$", "", m.group(0).lower())))
+              for words in [[(m.start(), m.end(), fold(re.sub(r"['’]s$", "", m.group(0).lower())))
                              for m in _SPAN_WORD.finditer(sentence)]]
               for outside in [_outside_dates(sentence, words)]]
     for label in labels:
@@ -1149,13 +1163,13 @@ def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None 
         if not plural_question(question):
             year = label == "DATE" and _YEAR_IN.search(best[3])
             if year and _CENTURY_ASKED.search(question):  # "1710" answers "What century ...?" as "18th century"
-                return f"{_ordinal(int(year.group(0)) // 100 + 1)} century"
+                return f"{_ordinal(int(year.group(0)) // 100 + 1)} century", best[2]
             if year and _YEAR_ASKED.search(question):
-                return year.group(0)  # "1865" of "3 June 1865" for "In which year ...?"
-            return best[3]
+                return year.group(0), best[2]  # "1865" of "3 June 1865" for "In which year ...?"
+            return best[3], best[2]
         listed = _listed(sentences[best[2]], [f for f in found if f[2] == best[2]], best)
-        return listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}"
-    return ""
+        return listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}", best[2]
+    return "", -1
 
 
 # --------------------------------------------------------------------------- JSONL
@@ -1260,6 +1274,7 @@ __all__ = [
     "entity_names",
     "entity_spans",
     "exact_match",
+    "fold",
     "iter_jsonl",
     "missing_entities",
     "normalize_answer",
@@ -1267,8 +1282,10 @@ __all__ = [
     "plural_question",
     "read_jsonl",
     "sentence_texts",
+    "singular",
     "split_sentences",
     "states_life",
     "token_f1",
     "typed_span",
+    "typed_span_at",
 ]

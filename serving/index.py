@@ -212,7 +212,7 @@ _POSSESSIVE_RE = re.compile(r"['’]s$", re.IGNORECASE)
 _FTS5_K1 = 1.2
 
 
-def _fold(word: str) -> str:
+def _unaccented(word: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKD", word.lower()) if not unicodedata.combining(ch))
 
 
@@ -225,7 +225,7 @@ def lexical_terms(text: str) -> list[str]:
     "What is Beacon 2.4?" -> ``["beacon", "2 4"]``."""
     out: dict[str, None] = {}
     for raw in text.split():
-        parts = [_fold(w) for w in _WORD_RE.findall(_POSSESSIVE_RE.sub("", raw.strip(".,;:!?\"'()[]{}")))]
+        parts = [_unaccented(w) for w in _WORD_RE.findall(_POSSESSIVE_RE.sub("", raw.strip(".,;:!?\"'()[]{}")))]
         parts = [p for p in parts if p]
         if not parts or (len(parts) == 1 and parts[0] in QUERY_STOP_WORDS):
             continue

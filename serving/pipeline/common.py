@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from searchsmith.models.roles import Embedder, ModelOfTask
-from searchsmith.models.text import QUERY_STOP_WORDS, sentence_texts, split_sentences
+from searchsmith.models.text import QUERY_STOP_WORDS, fold, sentence_texts, split_sentences
 from searchsmith.serving.pipeline.state import PipelineState
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*[A-Za-z0-9]|[A-Za-z0-9]")
@@ -94,22 +94,14 @@ _PARTS = re.compile(r"[./]")
 _LETTER = re.compile(r"[a-z]")
 
 
-def _stem(word: str) -> str:
-    # crude suffix folding so that "listens" meets "listen" and "releases" meets "released"
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix) and word.isalpha():
-            return word[: -len(suffix)]
-    return word
-
-
 def content_words(text: str) -> set[str]:
-    """Lower-cased, suffix-folded words of ``text`` that are not stop words: identifiers whole
-    and, for a dotted or slashed one, its parts too (``scrape.interval_s`` also meets the block
+    """Lower-cased words of ``text`` that are not stop words, their inflections folded
+    (``models.text.fold``): identifiers whole and, for a dotted or slashed one, its parts too (``scrape.interval_s`` also meets the block
     ``scrape: interval_s: 15`` that sets it, and ``lumen/evict.py`` meets "evict")."""
     words = {w.lower().strip(".") for w in _WORD.findall(text)}
     words |= {part for w in words if _COMPOUND.search(w) and _LETTER.search(w)
               for part in _PARTS.split(w)}  # not a version's digits: "4.0" stays whole
-    return {_stem(w) for w in words - QUERY_STOP_WORDS - {""}}
+    return {fold(w) for w in words - QUERY_STOP_WORDS - {""}}
 
 
 def strip_markers(text: str) -> str:

@@ -69,6 +69,7 @@ from searchsmith.models.text import (
     relation_cues,
     states_life,
     typed_span,
+    typed_span_at,
 )
 from searchsmith.serving.pipeline.citation import missing_entities, pattern_entities
 from searchsmith.serving.pipeline.common import (
@@ -441,11 +442,8 @@ class ExtractiveGenerator:
             sentences = [c for c in hop.ranked  # cued, or holding one of the words left (by their stems)
                          if c in cued or unanswered_words(" ".join(left), c.text) != left]
         # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says
-        span = typed_span(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
-        if not span:
-            return "", []
-        held = next((c for c in sentences if span.lower() in c.text.lower()), sentences[0])
-        return span, [hop.link, held]
+        span, at = typed_span_at(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
+        return (span, [hop.link, sentences[at]]) if span else ("", [])
 
     def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]],
                      hops: Sequence[Hop | None] = ()) -> tuple[str, list[Support]]:
@@ -475,7 +473,9 @@ class ExtractiveGenerator:
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
             read_from = held if span else self.cut(r)
             read = [c.text for c in read_from]
-            span = span or typed_span(asked, read)
+            at = -1  # the sentence of ``read`` the span was read in
+            if not span:
+                span, at = typed_span_at(asked, read)
             measure = bool(asked_measure(asked))
             if (span or measure) and asks_typed(asked) and (
                     not span or typed_span(asked, read, typed=True) != span):
@@ -488,19 +488,16 @@ class ExtractiveGenerator:
                 # ...?" read "serves 8" or nothing; "Default: `300`." is a short sentence
                 # that ranks low): a unit, a port or a stated default is seldom a wrong answer.
                 best = r[: self.config.measure_sentences if measure else self.config.typed_sentences]
-                typed = typed_span(asked, [c.text for c in best], typed=True)
-                # its own sentence: the first whose typed span it is ("en" is in "implemented")
-                span, held = (typed, [c for c in best if typed_span(asked, [c.text], typed=True) == typed][:1]) \
-                    if typed else (span, held)
+                typed, k = typed_span_at(asked, [c.text for c in best], typed=True)
+                span, held = (typed, [best[k]]) if typed else (span, held)
             if span and answer_kind(asked) == "DATE":
                 finer, c = self.finer_date(asked, span, r[: self.config.typed_sentences])
                 span, held = (finer, [c]) if c is not None else (span, held)
-            if span and not held:
+            if span and not held and at >= 0 and (hop is None or read_from[at] != hop.link):
                 # the sentence it was read in leads the support: the support is the final steps'
                 # sentences, and a decomposed question's short answer is read over all its passages
                 # (not a bridge's link: a link in ``held`` says the answer came through its bridge)
-                held = [c for c in read_from if not missing_entities([span], c.text)
-                        and (hop is None or c != hop.link)][:1]
+                held = [read_from[at]]
             if span and span.lower() not in (s.lower() for s in shorts):
                 shorts.append(span)
                 lead.extend(c for c in held if c not in lead)

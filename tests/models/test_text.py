@@ -21,6 +21,7 @@ from searchsmith.models.text import (
     entity_names,
     entity_spans,
     exact_match,
+    fold,
     iter_jsonl,
     missing_entities,
     normalize_answer,
@@ -30,6 +31,7 @@ from searchsmith.models.text import (
     read_jsonl,
     relation_cues,
     sentence_texts,
+    singular,
     split_sentences,
     states_life,
     token_f1,
@@ -646,5 +648,25 @@ def test_a_questions_words_count_near_a_candidate_in_any_inflection(monkeypatch)
     s = ["Quarry 3.0.1 is out (1 October 2024): a bug-fix release for the 3.0 line.",
          "The fix shipped in Quarry 3.0.2."]
     assert typed_span(q, s) == "3.0.2"
-    monkeypatch.setattr(text, "_fold", lambda w: w)
+    monkeypatch.setattr(text, "fold", lambda w: w)
     assert typed_span(q, s) != "3.0.2"
+
+
+@pytest.mark.parametrize(("plural", "one"), [
+    ("clubs", "club"), ("documentaries", "documentary"), ("genuses", "genus"), ("churches", "church"),
+    ("indexes", "index"), ("classes", "class"), ("Rivers", "river"), ("species", "species"),
+    ("series", "series"), ("status", "status"), ("analysis", "analysis"), ("class", "class"), ("bus", "bus"),
+])
+def test_singular_is_the_one_rule_for_plurals(plural, one):
+    # the asked type's head ("Which clubs ...?") and a choice's descriptive words ("both
+    # genuses of ...") are read with the same rule
+    assert singular(plural) == one
+
+
+@pytest.mark.parametrize(("word", "folded"), [
+    ("fixed", "fix"), ("fixes", "fix"), ("fix", "fix"), ("listens", "listen"), ("listening", "listen"),
+    ("released", "releas"), ("release", "release"), ("releases", "releas"), ("bus", "bus"), ("4.0", "4.0"),
+])
+def test_fold_is_the_one_rule_for_inflections(word, folded):
+    assert fold(word) == folded
+
