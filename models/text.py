@@ -198,8 +198,9 @@ _DATES = (
 )
 _IDENTIFIER = re.compile(r"\b[A-Za-z0-9]+(?:[._/][A-Za-z0-9]+)+\b")
 _ABBREVIATION = re.compile(r"[a-z](?:\.[a-z])+")  # "e.g", "i.e": no identifier
-# a word, or an initial or a place's abbreviation before one ("J. M. Barrie", "St. Louis")
-_NAME_WORD = r"(?:(?:[A-Z]|St|Mt|Ft)\.(?=\s+[A-Z])|[A-Z][\w'’&-]*)"
+# a word, or an initial or a place's abbreviation before one ("J. M. Barrie", "St. Louis"); a word
+# ending in a version keeps its dotted parts ("Apache-2.0")
+_NAME_WORD = r"(?:(?:[A-Z]|St|Mt|Ft)\.(?=\s+[A-Z])|[A-Z][\w'’&-]*(?:(?<=\d)\.\d+)*)"  # "Apache-2.0" whole
 _HONORIFICS = frozenset("Mr Mrs Ms Dr Prof Rev Sir".split())  # alone, no name ("Mr. Moynihan" names "Moynihan")
 # a capitalised word starts a name ("D" of "3D", "Phone" of "iPhone", "S" of "U.S." do not)
 _NAME = re.compile(rf"(?<![\w'’.]){_NAME_WORD}(?:\s+(?:&\s+|of\s+(?:the\s+)?)?{_NAME_WORD})*")
@@ -622,7 +623,8 @@ _UNITS: dict[str, str] = {
     "duration": r"(?:milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|weeks?|months?|years?"
                 r"|yrs?|decades?|centuries)\b",
     "length": r"(?:kilometres?|kilometers?|km|metres?|meters?|m|centimetres?|centimeters?|cm|millimetres?"
-              r"|millimeters?|mm|miles?|mi|feet|foot|ft|inches|yards?)\b",
+              r"|millimeters?|mm|miles?|mi|feet|foot|ft|inches|yards?|astronomical\s+units?|AU|light[- ]years?"
+              r"|parsecs?)\b",
     "area": r"(?:square\s+[a-z]+|sq\.?\s?[a-z]+|km2|km²|m2|m²|acres?|hectares?|ha\b)",
     "size": r"(?:bytes?|[KMGTP]i?B|kilobytes?|megabytes?|gigabytes?|terabytes?)\b",
     "weight": r"(?:kilograms?|kg|grams?|g|tonnes?|tons?|pounds?|lbs?|ounces?|oz)\b",

@@ -670,3 +670,16 @@ def test_singular_is_the_one_rule_for_plurals(plural, one):
 def test_fold_is_the_one_rule_for_inflections(word, folded):
     assert fold(word) == folded
 
+
+def test_a_name_ending_in_a_version_keeps_its_dotted_parts():
+    # "Apache-2.0" was the name "Apache-2", and ".0 licence" hid the asked type after it
+    s = "Quarry is written in Rust and published under the Apache-2.0 licence."
+    assert "Apache-2.0" in entity_names(s)
+    assert typed_span("Under which licence is Quarry published?", [s]) == "Apache-2.0"
+
+
+def test_astronomical_distances_are_lengths():
+    s = "Mars orbits at an average distance of 1.52 astronomical units, about 227.9 million km."
+    assert typed_span("How far from the Sun does Mars orbit on average?", [s], typed=True) in (
+        "1.52 astronomical units", "about 227.9 million km")
+    assert typed_span("How far away is Sirius?", ["Sirius is 8.6 light-years away."]) == "8.6 light-years"
