@@ -32,6 +32,7 @@ from searchsmith.models.text import (
     answer_kind,
     asked_type,
     entity_names,
+    fold,
     sentence_texts,
 )
 
@@ -83,18 +84,28 @@ STEM_CHARS = 5
 
 
 def unanswered_words(question: str, sentence: str) -> set[str]:
-    """The content words of ``question`` that ``sentence`` lacks (compared by their first
-    ``STEM_CHARS`` letters: "discovered" is "discover"; numbers whole; :data:`GENERIC_WORDS`
-    and stop words left out): what the sentence leaves unasked for. A sentence naming a bridge
-    that leaves none answers the question itself."""
-    held = {_stem(w) for w in _WORDS.findall(sentence.lower())}
+    """The content words of ``question`` that ``sentence`` lacks (:data:`GENERIC_WORDS` and stop
+    words left out): what the sentence leaves unasked for. A sentence naming a bridge that leaves
+    none answers the question itself. A word is held in any inflection or derivation
+    (:func:`_held`: "discovered" by "discovery", "married" by "marriage", "directed" by
+    "director"), a number whole; "country" is not held by "Countess"."""
+    words = set(_WORDS.findall(sentence.lower()))
+    roots = {fold(h) for h in words if not h.isdigit()}
     return {w for w in _WORDS.findall(question.lower()) if w not in QUERY_STOP_WORDS and w not in GENERIC_WORDS
-            and _stem(w) not in held}
+            and not _held(w, words, roots)}
 
 
-def _stem(word: str) -> str:
-    """A word's first :data:`STEM_CHARS` letters; a number whole."""
-    return word if word.isdigit() else word[:STEM_CHARS]
+def _held(word: str, words: set[str], roots: set[str]) -> bool:
+    """Whether ``word`` is one of a sentence's ``words``, or, its inflection folded
+    (``models.text.fold``), one of their ``roots``, or one of the two, at least
+    :data:`STEM_CHARS` letters long, begins the other."""
+    if word in words:
+        return True
+    if word.isdigit():
+        return False
+    root = fold(word)
+    return root in roots or (len(root) >= STEM_CHARS and any(h.startswith(root) for h in words)) or any(
+        word.startswith(r) for r in roots if len(r) >= STEM_CHARS)
 
 
 def title_answers(question: str, passage: str) -> bool:

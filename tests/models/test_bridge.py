@@ -99,6 +99,12 @@ def test_the_bridge_functions_take_any_text(sentence, titles, question):
     # numbers compare whole
     ("What happened in 1781?", "It was 17810 km away.", {"happened", "1781"}),
     ("", "anything", set()),
+    # held in another inflection or a derivation ...
+    ("Who married the publisher of The North Star?", "His marriage to the publisher of The North Star ...", set()),
+    ("When was the discovery of Uranus?", "Uranus was discovered in 1781.", set()),
+    # ... but not by a word that only begins alike: the film's title is no answer to "which country"
+    ("Which country the director of film The White Countess is from?",
+     "The White Countess is a 2005 drama film directed by James Ivory.", {"country"}),
 ])
 def test_unanswered_words(question, sentence, left):
     assert unanswered_words(question, sentence) == left
