@@ -802,7 +802,10 @@ def _asked_phrase(question: str, first: bool = False) -> list[str]:
     rest = rest[len(_OF_THE.match(rest).group(0)):]  # "Which of the teams ...": the teams
     for token in _PHRASE_TOKEN.findall(rest)[:MAX_PHRASE_WORDS]:
         if not (token[0].isalnum() or token[0] == "_") or token.lower() in _PHRASE_END \
-                or (words and words[-1].islower() and token[:1].isupper()):
+                or (words and words[-1].islower() and token[:1].isupper()) \
+                or (len(words) == 1 and token.lower() in ("the", "a", "an")):
+            # an article right after the noun starts the next phrase ("Which country *the director
+            # of X* is from?"); after two words it is a verb's object ("which file contains the code")
             break
         words.append(token)
     return words

@@ -355,6 +355,8 @@ def test_typed_span_without_fallback_takes_the_asked_kind_only():
     ("Sara Symington competed in which Olympic Games held in Sydney?", ["game"]),  # its last word, capitalised too
     ("What political party was the socialist candidate part of?", ["political", "party"]),
     ("Which country Araya Selassie Yohannes's wife is from?", ["country"]),  # a name after the noun ends it
+    ("Which country the director of film The White Countess is from?", ["country"]),  # so does an article
+    ("Which award the director of film Jo Jeeta Wohi Sikandar received?", ["award"]),
     ("In which counties is it?", ["county"]),  # singular
     ("Which file contains the code for Tidewater's retries?", ["file"]),  # a verb with its object ends it
     ("What kind of unit was led by him?", []),  # a generic head
