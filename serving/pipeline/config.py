@@ -214,6 +214,10 @@ class ExtractiveConfig:
             support stays >= this share of the best one's; the first that falls below ends
             the node's answer (no unrelated tail after the sentence that answers).
         lexical_weight: weight of the query-term overlap next to the embedding cosine.
+        title_words: the query-term overlap of a sentence counts its passage's title too: a
+            sentence is read in its passage ("Clients saw `KST-502` errors ..." answers a
+            question about the Kestrel Cloud outage in the passage titled with it, and the same
+            sentence about Quarry does not).
         max_sentences: sentences considered per node (the best passages' first).
         node_answer: a sub-question's extractive answer, the text that fills its children's
             ``#k`` in a chain: ``span`` (the date, number or name of its best sentence that the
@@ -296,6 +300,7 @@ class ExtractiveConfig:
     min_support: float = 0.35
     min_relative_score: float = 0.85
     lexical_weight: float = 0.5
+    title_words: bool = True
     max_sentences: int = 40
     node_answer: Literal["span", "names", "sentence"] = "names"
     node_answer_names: int = 3

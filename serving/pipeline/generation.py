@@ -195,10 +195,12 @@ class ExtractiveGenerator:
         cfg = self.config
         where: dict[str, list[str]] = {}  # quoted sentence -> chunk ids, in first-seen order
         scored_as: dict[str, str] = {}  # quoted sentence -> the text its support is measured on
+        titled: dict[str, str] = {}  # quoted sentence -> the title of its best-scored passage
         for p in sorted(passages, key=lambda p: -p.score):
             for s, quoted in quotable_sentences(p.text):
                 if len(quoted) > 3 and (quoted in where or len(where) < cfg.max_sentences):
                     scored_as.setdefault(quoted, s)
+                    titled.setdefault(quoted, p.title or "")
                     ids = where.setdefault(quoted, [])
                     if p.chunk_id not in ids:
                         ids.append(p.chunk_id)
@@ -209,8 +211,11 @@ class ExtractiveGenerator:
         vecs = embed(state, self.embedder, [question, *texts])  # one encode call: (1 + S, D)
         cos = vecs[1:] @ vecs[0]  # (S,)
         words, own = content_words(question), content_words(state.query)
+        # a sentence is read in its passage: with ``title_words`` its title's words count as its own
+        # ("Clients saw `KST-502` errors ..." in "Kestrel Cloud outage in global")
         lex = np.array([0.5 * len(words & cw) / max(1, len(words)) + 0.5 * len(own & cw) / max(1, len(own))
-                        for cw in (content_words(s) for s in texts)])
+                        for cw in (content_words(s) | (content_words(titled[c]) if cfg.title_words else set())
+                                   for s, c in zip(texts, cands, strict=True))])
         score = cos + cfg.lexical_weight * lex
         order = np.argsort(-score, kind="stable")
         return [Support(float(score[i]), cands[i], tuple(where[cands[i]])) for i in order]

@@ -959,3 +959,19 @@ def test_the_pipeline_searches_a_bridge_in_the_routed_sources(make_pipeline):
     assert len(found) == 2 and {p.source for p in found} == {"astronomy"}
     everywhere = search(text, 3, PipelineState(query="q", rewrite="q"))
     assert len(everywhere) == 3 and "cooking" in {p.source for p in everywhere}
+
+
+def test_a_sentence_is_read_in_its_passage_titled_with_what_it_is_about(embedder):
+    # a sentence about each of two outages: the passage titled with the asked one answers
+    q = "Which error did clients see during the Kestrel Cloud outage?"
+    passages = [
+        Passage("q#0", "q", "news", "During the outage clients saw `QRY-112` errors.", 0.9,
+                title="Quarry Cloud outage in us-east"),
+        Passage("k#0", "k", "news", "Clients saw `KST-502` errors until engineers intervened.", 0.8,
+                title="Kestrel Cloud outage in global"),
+    ]
+    state = PipelineState(query=q, rewrite=q)
+    best = ExtractiveGenerator(embedder).support(q, passages, state)[0]
+    assert "KST-502" in best.text and best.chunk_ids == ("k#0",)
+    untitled = ExtractiveGenerator(embedder, ExtractiveConfig(title_words=False))
+    assert "QRY-112" in untitled.support(q, passages, PipelineState(query=q, rewrite=q))[0].text
