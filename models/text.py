@@ -83,7 +83,9 @@ SentenceRule = Literal["text", "lines"]
 # world No. 1"): the word before the dot, whole, is one of these
 _ABBREVIATIONS = ("St", "Mt", "Ft", "Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen", "Col", "Lt", "Sgt", "Capt",
                   "Gov", "Sen", "Rep", "Hon", "No", "vs")
-_NOT_AFTER = "".join(rf"(?<!(?<![\w.]){a}\.)" for a in _ABBREVIATIONS)
+# nor does a name's initial ("Alfred P. Murrah", "Glenn L. Martin"): one capital other than "I"
+# ("World War I."), not after a dot ("the U.S. The ...")
+_NOT_AFTER = "".join(rf"(?<!(?<![\w.]){a}\.)" for a in _ABBREVIATIONS) + r"(?<!(?<![\w.])[A-HJ-Z]\.)"
 _SENTENCE_GAPS: dict[str, re.Pattern[str]] = {
     "text": re.compile(rf"(?<=[.!?]){_NOT_AFTER}[\"')\]]*\s+(?![a-z(])|\n\s*\n"),
     "lines": re.compile(r"\n|(?<=[.!?])[^\S\n]+(?=[A-Z0-9\"'(])"),

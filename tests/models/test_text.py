@@ -92,6 +92,16 @@ def test_a_title_or_places_abbreviation_ends_no_sentence() -> None:
         ["Alexander Henderson Jr. (born 1900) was a financier.", "Lush Ltd. is a retailer."]
 
 
+def test_a_names_initial_ends_no_sentence() -> None:
+    # "Alfred P" was a short answer: the sentence ended at the initial
+    text = "A truck bomb in front of the Alfred P. Murrah Federal Building. J. R. R. Tolkien wrote it. Then."
+    assert sentence_texts(text) == ["A truck bomb in front of the Alfred P. Murrah Federal Building.",
+                                    "J. R. R. Tolkien wrote it.", "Then."]
+    # "I" is a numeral as often ("World War I."), and a dotted abbreviation may end one ("the U.S.")
+    assert sentence_texts("He fought in World War I. He died.") == ["He fought in World War I.", "He died."]
+    assert sentence_texts("He moved to the U.S. The end.") == ["He moved to the U.S.", "The end."]
+
+
 def test_sentence_lines_rule() -> None:
     text = "Version 2. it runs. Then 3 more.\nNext line\n\n(Aside.) \"Quote.\" End"
     # a line break always ends a sentence; ". " only before a capital, digit, quote or "(",
