@@ -911,6 +911,20 @@ def _trim_known(text: str, known: set[str], head: Sequence[str] = ()) -> str:
     return re.sub(r"['’]s$", "", " ".join(words).strip(_EDGE + " "))  # "Cesar Millan's" -> "Cesar Millan"
 
 
+# a count written out ("eight legs", "five times"): "one" is too often no count ("one of the ...")
+_NUMBER_WORD = re.compile(r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
+                          r"|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy"
+                          r"|eighty|ninety|hundred|dozen)\b", re.I)
+
+
+def _with_number_words(sentence: str, entities: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """``entities`` with the counts ``sentence`` writes out (:data:`_NUMBER_WORD`) as figures, in
+    the sentence's order: "How many legs ...?" is answered "eight", not by a name."""
+    words = [(m.start(), m.end(), "NUM") for m in _NUMBER_WORD.finditer(sentence)
+             if not any(a <= m.start() < b for a, b, _ in entities)]
+    return sorted([*entities, *words]) if words else entities
+
+
 def _listed(sentence: str, found: Sequence[tuple[int, int, int, str, int, int]],
             best: tuple[int, int, int, str, int, int]) -> list[str]:
     """The candidates of ``sentence`` listed together with ``best`` ("A, B and C"): neighbours
@@ -1090,7 +1104,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                               for x in (m.group(0), re.split(r"[./]", m.group(0))[-1]) if len(x) > 2))
     # each sentence's words, entities, translated and dated parentheses and the dates of a life
     # it states, read once for every label tried
-    parsed = [(words, _measure_spans(sentence, dims, keys) if dims else entity_spans(sentence),
+    parsed = [(words, _measure_spans(sentence, dims, keys) if dims else
+               _with_number_words(sentence, entity_spans(sentence)) if kind == "NUM" else entity_spans(sentence),
                _translations(sentence), outside, set(outside),
                _life_dates(sentence, asks_death, asks_birth))
               for sentence in sentences

@@ -695,3 +695,11 @@ def test_astronomical_distances_are_lengths():
     assert typed_span("How far from the Sun does Mars orbit on average?", [s], typed=True) in (
         "1.52 astronomical units", "about 227.9 million km")
     assert typed_span("How far away is Sirius?", ["Sirius is 8.6 light-years away."]) == "8.6 light-years"
+
+
+def test_a_count_written_out_answers_how_many():
+    # "Berlin" answered "How many legs ...?": a count in words was no candidate, and a name was
+    s = "Karl Kraepelin worked in Berlin; scorpions have eight legs."
+    assert typed_span("How many legs does the animal have?", [s]) == "eight"
+    assert typed_span("When did he work in Berlin?", [s]) == ""  # a count is no date
+    assert typed_span("How many legs does it have?", ["One of them lives in Berlin."]) == "Berlin"  # "one" is no count
