@@ -248,6 +248,11 @@ class ExtractiveConfig:
             the one holding the answer lead the support. Off: the best sentences' span alone.
         bridge_sentences: how many of the best sentences may name the bridge (the first that
             does is taken).
+        bridge_own: for a "Who ...?" question, when none of those sentences leads to a bridge,
+            the best sentence's own passage is one if the sentence names its subject and the
+            question does not ("One
+            orbit of the Sun takes Neptune 165 Earth years" for "Who discovered the planet that
+            takes 165 Earth years ...?": the passage on Neptune says who discovered it).
         bridge_lookup: when no retrieved passage is a bridge, look the names of those
             sentences up in the index by title (``retrieval.titled_k`` chunks of the document
             titled with the name, in the routed sources): the passage about the director a
@@ -308,6 +313,7 @@ class ExtractiveConfig:
     compare: bool = True
     bridge: bool = True
     bridge_sentences: int = 3
+    bridge_own: bool = True
     typed_sentences: int = 5
     measure_sentences: int = 20
     bridge_lookup: bool = True

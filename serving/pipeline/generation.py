@@ -359,7 +359,26 @@ class ExtractiveGenerator:
                 bridged = [c for c in bridged if c.text != cand.text]
             if bridged:
                 return Hop(cand, name, bridge, bridged, titled)
-        return None
+        return self._own_passage(question, ranked[0], passages, state) if cfg.bridge_own and asks_who(question) \
+            else None
+
+    def _own_passage(self, question: str, best: Support, passages: Sequence[Passage],
+                     state: PipelineState) -> Hop | None:
+        """The best sentence's own passage as :meth:`hop`'s bridge, for a "Who ...?" question when
+        no other passage is one and the sentence names that passage's subject, which the question
+        does not: "One orbit of the Sun takes Neptune 165 Earth years" answers "the planet that
+        takes 165 Earth years" of "Who discovered ...?", and its passage on Neptune says who
+        discovered it (its other sentences, ranked for the question); None otherwise. Not for
+        "What / which ...?": there the passage's subject is often the answer itself ("What
+        retailer ... is headquartered in Poole?" is answered by the passage on Lush Ltd.;
+        measured: 334 open-part questions 0.468 -> 0.463 when every question took it)."""
+        own = next((p for i in best.chunk_ids for p in passages if p.chunk_id == i and p.title), None)
+        title = base_title(own.title or "") if own is not None else ""
+        if not title or named_title(best.text, [title], question) is None:
+            return None
+        bridge = tuple(p for p in passages if base_title(p.title or "").lower() == title.lower())
+        ranked = [c for c in self.support(question, bridge, state) if c.text != best.text]
+        return Hop(best, title, bridge, ranked) if ranked else None
 
     @staticmethod
     def _subject(question: str, best: Support, passages: Sequence[Passage]) -> Hop | None:

@@ -975,3 +975,24 @@ def test_a_sentence_is_read_in_its_passage_titled_with_what_it_is_about(embedder
     assert "KST-502" in best.text and best.chunk_ids == ("k#0",)
     untitled = ExtractiveGenerator(embedder, ExtractiveConfig(title_words=False))
     assert "QRY-112" in untitled.support(q, passages, PipelineState(query=q, rewrite=q))[0].text
+
+
+NEPTUNE = [
+    Passage("n#0", "n", "encyclopedia", "Neptune is the eighth planet from the Sun. Neptune was discovered by "
+            "Johann Galle on 23 September 1846. One orbit of the Sun takes Neptune 165 Earth years.", 0.9,
+            title="Neptune"),
+    Passage("u#0", "u", "encyclopedia", "Uranus is the seventh planet. One orbit of the Sun takes Uranus 84 "
+            "Earth years.", 0.5, title="Uranus"),
+]
+
+
+def test_the_best_sentences_own_passage_is_the_bridge_when_it_names_its_subject(embedder):
+    # the best sentence names the planet the question describes; its own passage says who discovered it
+    q = "Who discovered the planet that takes 165 Earth years to orbit the Sun?"
+    st = _answered(embedder, q, NEPTUNE)
+    assert st.short_answer == "Johann Galle"
+    off = _answered(embedder, q, NEPTUNE, ExtractiveConfig(bridge_own=False))
+    assert off.short_answer != "Johann Galle"
+    # a question that names the passage's subject has no such bridge: its sentence answers it
+    assert _answered(embedder, "How many Earth years does one orbit of the Sun take Neptune?",
+                     NEPTUNE).short_answer == "165"
