@@ -541,6 +541,7 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "death": "died death die",
     "die": "died death die",
     "died": "died death die",
+    "far": "distance distant away",
     "buried": "buried burial interred",
     "burial": "buried burial interred",
     "educated": "educated studied graduated attended alumnus alumna",
@@ -1115,6 +1116,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
+        gaps: list[int] = []  # per candidate: words between it and the nearest question word near it
         for i, (sentence, (words, entities, translated, outside, outside_at, lived)) in enumerate(
                 zip(sentences, parsed, strict=True)):
             for s, e, lab in entities:
@@ -1156,8 +1158,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 seen = outside if at[0] in outside_at else range(len(words))
                 k0, k1 = bisect_left(seen, at[0]), bisect_right(seen, at[-1])
                 window = seen[max(0, k0 - near):k1 + near]
-                nearby = {words[j][2] for j in window if (words[j][1] <= s or words[j][0] >= e)
-                          and words[j][2] in asked}
+                near_at = [j for j in window if (words[j][1] <= s or words[j][0] >= e) and words[j][2] in asked]
+                nearby = {words[j][2] for j in near_at}
                 # a place is what follows "in" / "at": "headquartered in midtown Manhattan"
                 before = [w for _, b, w in words[max(0, at[0] - 2):at[0]] if b <= s]
                 located = place and label == "ENT" and bool(before) and (
@@ -1179,9 +1181,14 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                     s, e = measured
                     span = sentence[s:e]
                 found.append((-len(nearby) - located - fits, len(found), i, span, s, e))
+                gaps.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at), default=near + 1)
+                            if measured is not None else 0)
         if not found:
             continue
-        best = min(found)
+        # a tie between figures of the asked dimension in one sentence goes to the one nearest a
+        # question word ("at an average distance of 1.52 astronomical units" before "6,779 km
+        # across" for "How far ...?"); between names, to the first (often the sentence's subject)
+        best = min(found, key=lambda f: (f[0], f[2], gaps[f[1]], f[1]))
         if not plural_question(question):
             year = label == "DATE" and _YEAR_IN.search(best[3])
             if year and _CENTURY_ASKED.search(question):  # "1710" answers "What century ...?" as "18th century"

@@ -322,6 +322,10 @@ class ExtractiveGenerator:
         cfg = self.config
         if not (cfg.short_answer and cfg.bridge) or answer_kind(question) not in SPAN_KINDS or not ranked:
             return None
+        if asked_measure(question) and typed_span(question, [c.text for c in ranked[: cfg.measure_sentences]],
+                                                  typed=True):
+            return None  # a figure of the asked dimension in its own best sentences answers it ("1.52
+            # astronomical units"), not a passage a sentence names ("... takes Mars 687 Earth days")
         subject = self._subject(question, ranked[0], passages)
         if subject is not None:
             return subject

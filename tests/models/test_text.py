@@ -703,3 +703,12 @@ def test_a_count_written_out_answers_how_many():
     assert typed_span("How many legs does the animal have?", [s]) == "eight"
     assert typed_span("When did he work in Berlin?", [s]) == ""  # a count is no date
     assert typed_span("How many legs does it have?", ["One of them lives in Berlin."]) == "Berlin"  # "one" is no count
+
+
+def test_a_figure_of_the_asked_dimension_nearest_the_question_words_answers():
+    # "How far" is asked as a distance; of two lengths in the sentence, the one next to it answers
+    s = "It is 6,779 km across and orbits at an average distance of 1.52 astronomical units."
+    assert typed_span("How far from the Sun does Mars orbit on average?", [s]) == "1.52 astronomical units"
+    # between names a tie still goes to the first, often the sentence's subject
+    assert typed_span("Who is the chairman?", ["Brian Moynihan is the chairman of Bank of America."]) == \
+        "Brian Moynihan"

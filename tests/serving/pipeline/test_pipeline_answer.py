@@ -996,3 +996,18 @@ def test_the_best_sentences_own_passage_is_the_bridge_when_it_names_its_subject(
     # a question that names the passage's subject has no such bridge: its sentence answers it
     assert _answered(embedder, "How many Earth years does one orbit of the Sun take Neptune?",
                      NEPTUNE).short_answer == "165"
+
+
+PLANETS = [
+    Passage("m#0", "m", "encyclopedia", "Mars is the fourth planet from the Sun. It is 6,779 km across and orbits "
+            "at an average distance of 1.52 astronomical units. One orbit of the Sun takes Mars 687 Earth days.",
+            0.9, title="Mars"),
+    Passage("e#0", "e", "encyclopedia", "Earth is the third planet from the Sun. It is 12,742 km across and orbits "
+            "at an average distance of 1.00 astronomical units.", 0.5, title="Earth"),
+]
+
+
+def test_a_figure_of_the_asked_dimension_in_the_questions_own_passages_takes_no_bridge(embedder):
+    # "687 Earth days" names the passage on Earth; the question's own passage states the distance
+    st = _answered(embedder, "How far from the Sun does Mars orbit on average?", PLANETS)
+    assert st.short_answer == "1.52 astronomical units"
