@@ -213,9 +213,9 @@ class ExtractiveGenerator:
         words, own = content_words(question), content_words(state.query)
         # a sentence is read in its passage: with ``title_words`` its title's words count as its own
         # ("Clients saw `KST-502` errors ..." in "Kestrel Cloud outage in global")
+        of_title = {t: content_words(t) if cfg.title_words else set() for t in set(titled.values())}  # once per passage
         lex = np.array([0.5 * len(words & cw) / max(1, len(words)) + 0.5 * len(own & cw) / max(1, len(own))
-                        for cw in (content_words(s) | (content_words(titled[c]) if cfg.title_words else set())
-                                   for s, c in zip(texts, cands, strict=True))])
+                        for cw in (content_words(s) | of_title[titled[c]] for s, c in zip(texts, cands, strict=True))])
         score = cos + cfg.lexical_weight * lex
         order = np.argsort(-score, kind="stable")
         return [Support(float(score[i]), cands[i], tuple(where[cands[i]])) for i in order]
