@@ -506,6 +506,13 @@ _CALENDAR_WORDS = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "monday tuesday wednesday thursday friday saturday sunday".split())
 _ACRONYM = re.compile(r"[A-Z][A-Z&.]{1,7}")
 _LOCATIVE = frozenset("in at near from".split())
+# "Who founded ...?", "Which company acquired ...?": the question asks for the doer of its verb
+# ("Which company is it owned by now?": asked in the passive)
+_AGENT_ASKED = re.compile(r"^\W*(?:who|(?:which|what)\s+[a-z]+)\s+(?:([a-z]{3,}ed|wrote|made|built|bought|sold|won|led|"
+                          r"owns|makes|runs|leads|writes)\b|(?:is|was|are|were)\s+[^?]*?\b([a-z]{3,}ed|made|built|"
+                          r"bought|sold|won|led|written)\s+by\b)", re.I)
+_NOT_AGENT_VERBS = frozenset("based named called located born known used aged".split())
+AGENT_OBJECT_WORDS = 3  # the known name within this many words after the asked verb
 _YEAR_ASKED = re.compile(r"\b(?:what|which)\s+year\b", re.I)
 _CENTURY_ASKED = re.compile(r"\b(?:what|which)\s+century\b", re.I)
 
@@ -549,6 +556,8 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "employer": "worked employed joined professor",
     "founded": "founded founder established",
     "founder": "founded founder established",
+    "owned": "owned owns owner acquired acquires bought",
+    "owner": "owned owns owner acquired acquires bought",
 }.items()}
 
 
@@ -886,6 +895,44 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
         quoted and bool(_WORK_HEADS & set(head)))
 
 
+_APPOSITIVE_TAIL = re.compile(r",\s+(?:the|an?)\s+$")  # "Brightline Systems, the " before "Austin company"
+
+
+def _describes_known(sentence: str, s: int, entities: Sequence[tuple[int, int, str]], question: str,
+                     exclude: Sequence[str]) -> bool:
+    """Whether the candidate at ``sentence[s:]`` stands in an appositive of a name the question
+    or ``exclude`` names ("Brightline Systems, the Austin company behind Lumen"): the asked noun
+    it shows is that name's, so it answers no question asking that type of another thing ("Which
+    company acquired Brightline Systems?" is not answered "Austin"; "Where ...?" still may be)."""
+    for a, b, lab in entities:
+        if lab == "ENT" and b <= s and _APPOSITIVE_TAIL.fullmatch(sentence[b:s]) is not None:
+            name = sentence[a:b]
+            return not missing_entities([name], question) or any(
+                not missing_entities([name], x) or _same_name(name, x) for x in exclude)
+    return False
+
+
+_PREPOSITIONS = frozenset("in at on of from by for with to into near after before during under over".split())
+
+
+def _does(sentence: str, words: Sequence[tuple[int, int, str]], at: Sequence[int], s: int,
+          entities: Sequence[tuple[int, int, str]], verbs: set[str], objects: Sequence[str]) -> bool:
+    """Whether the name at words ``at`` (``sentence[s:]``) is the subject of one of ``verbs``
+    (folded) done to one of ``objects`` (lower-cased words of names): the last name before the
+    verb (dates may come between), not one after a preposition ("In Austin, ..."), and the verb
+    has an object within :data:`AGENT_OBJECT_WORDS` words ("Harbor & Finch announced on 12 March
+    2024 that it has acquired Brightline Systems" for "Which company acquired Brightline Systems?")."""
+    if at[0] > 0 and words[at[0] - 1][2] in _PREPOSITIONS:
+        return False
+    for k in range(at[-1] + 1, len(words)):
+        if words[k][2] in verbs:
+            if any(lab == "ENT" and s < a and b <= words[k][0] for a, b, lab in entities):
+                return False  # another name is nearer the verb
+            after = sentence[words[k][1]:words[min(k + AGENT_OBJECT_WORDS, len(words) - 1)][1]].lower()
+            return any(re.search(r"(?<![\w])" + re.escape(o) + r"(?![\w])", after) for o in objects)
+    return False
+
+
 def of_asked_type(question: str, name: str) -> bool:
     """Whether ``name`` is of the type ``question`` asks for (:func:`asked_head`): one of its
     capitalised words is the asked noun ("Socialist Party of America" for "What political
@@ -1083,7 +1130,11 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     for a figure of a dimension or a setting's default (:func:`asked_measure`) counts such a
     figure as of the asked type and gets it with its unit and an "about" before it ("about 60
     minutes"); ``typed`` then takes only such figures. The question's words count near a
-    candidate in any inflection (:func:`fold`: "fixed" meets "fix").
+    candidate in any inflection (:func:`fold`: "fixed" meets "fix"). A question asking for the
+    doer of its verb ("Which company acquired ...?", "... is it owned by?") counts the subject of
+    that verb done to a name it knows as of the asked type (:func:`_does`), and a name in an
+    appositive of a known name is not of the type it shows there (:func:`_describes_known`:
+    "Brightline Systems, the Austin company").
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)
@@ -1112,6 +1163,15 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     country_asked = bool(_COUNTRY_HEADS & set(head))
     asks_death, asks_birth = "died" in cues, "born" in cues and "died" not in cues
     dims = asked_measure(question)
+    # the asked verb of a question asking for its doer, and the names it is done to (the question's
+    # own and ``exclude``): "Harbor & Finch announced ... that it has acquired Brightline Systems"
+    verb = _AGENT_ASKED.match(question)
+    verb_word = (verb.group(1) or verb.group(2)).lower() if verb else ""
+    # the verb and the words a passage states it with ("acquired" for "owned")
+    doing = set() if not verb_word or verb_word in _NOT_AGENT_VERBS else {
+        fold(w) for w in {verb_word, *RELATION_CUES.get(verb_word, ())}}
+    # (each word of a name: a rewrite's appended terms run names together, "(Beacon Brightline Systems ...)")
+    done_to = [w for n in [*entity_names(question), *exclude] for w in re.findall(r"[\w'’&.-]{3,}", n.lower())]
     # the keys a default is asked of, whole and by their last part ("snapshot.interval_s", "interval_s")
     keys = list(dict.fromkeys(x for m in _IDENTIFIER.finditer(question) if re.search(r"[A-Za-z]", m.group(0))
                               for x in (m.group(0), re.split(r"[./]", m.group(0))[-1]) if len(x) > 2))
@@ -1183,7 +1243,10 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 # a figure of the asked dimension, with its unit ("220 degrees Celsius")
                 measured = _measured(sentence, s, e, span, dims, keys) if dims and (
                     lab == "NUM" or "default" in dims) else None
-                fits = TYPE_FIT_WORDS * ((lab == "ENT" and (_fits(sentence, s, e, span, head)
+                shown = lab == "ENT" and _fits(sentence, s, e, span, head)
+                if shown and _describes_known(sentence, s, entities, question, exclude):
+                    continue  # "Brightline Systems, the Austin company": the asked noun is a known name's
+                fits = TYPE_FIT_WORDS * ((lab == "ENT" and (shown
                                                             or (demonyms_answer and demonym(span))))
                                          or (lab == "DATE" and any(a <= s and e <= b for a, b in lived))
                                          or measured is not None)
@@ -1192,7 +1255,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 if measured is not None and measured != (s, e):
                     s, e = measured
                     span = sentence[s:e]
-                found.append((-len(nearby) - located - fits, len(found), i, span, s, e))
+                agent = TYPE_FIT_WORDS * (lab == "ENT" and bool(doing) and _does(sentence, words, at, s, entities, doing, done_to))
+                found.append((-len(nearby) - located - max(fits, agent), len(found), i, span, s, e))
                 gaps.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at), default=near + 1)
                             if measured is not None else 0)
         if not found:

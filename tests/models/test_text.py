@@ -722,3 +722,33 @@ def test_a_change_stated_as_a_range_answers_with_both_ends():
     # "from" not before a range: the figure alone
     assert typed_span("How long does it bake?", ["Bake for about 60 minutes, from the oven to the table."]) == \
         "about 60 minutes"
+
+
+ACQUIRED = ("Harbor & Finch announced on 12 March 2024 that it has acquired Brightline Systems, the Austin "
+            "company behind Lumen, the in-memory cache and Beacon, the metrics and log collection agent.")
+
+
+def test_a_name_in_an_appositive_of_a_known_name_is_not_the_asked_type_of_another():
+    # "the Austin company" describes Brightline Systems: "Austin" answered "Which company acquired it?"
+    q = "Which company acquired Brightline Systems?"
+    assert typed_span(q, [ACQUIRED], exclude=["Brightline Systems"], typed=True) == ""
+    assert typed_span(q, [ACQUIRED]) != "Austin"
+    # the place still answers where the company is
+    assert typed_span("Where is Brightline Systems based?", [ACQUIRED]) == "Austin"
+    # an appositive of a name the question does not know still shows the type
+    assert typed_span("Which company makes Lumen?", ["The app is sold by Vale, the Austin company."],
+                      typed=True) == "Austin"
+
+
+def test_the_doer_of_the_asked_verb_answers_a_question_asking_for_it():
+    # the sentence's subject does the asked verb to the known name, dates and a clause between
+    assert typed_span("Which company acquired the maker of Lumen?", [ACQUIRED],
+                      exclude=["Brightline Systems"]) == "Harbor & Finch"
+    # asked in the passive, with a verb the passage states otherwise ("owned" by what "acquired" it),
+    # and the known names run together in a rewrite's appended terms
+    assert typed_span("Which company is it owned by now? (Beacon Brightline Systems agent logs ship)",
+                      [ACQUIRED]) == "Harbor & Finch"
+    # not the doer: the question asks for the verb's object, or the name is not the sentence's first
+    assert typed_span("Which company did Harbor & Finch acquire?", [ACQUIRED]) != "Harbor & Finch"
+    s = "In Austin, Vale said that Harbor & Finch acquired Brightline Systems."
+    assert typed_span("Which company acquired Brightline Systems?", [s]) == "Harbor & Finch"
