@@ -487,6 +487,19 @@ SPAN_KINDS = frozenset(_KIND_LABELS)
 _WHO = re.compile(r"\W*(?:who|whom)\b", re.I)
 
 
+# "How do you fix ...?", "How can I configure ...?": a way of doing something is asked, its verb
+_HOW_TO = re.compile(r"^\W*how\s+(?:do|does|can|could|should|would|did|to)\s+(?:(?:i|you|we|they|one|it|he|she)\s+)?"
+                     r"([a-z]+)\b", re.I)
+
+
+def how_to(question: str) -> tuple[str, str]:
+    """``(verb, the question up to it)`` of a question asking how to do something ("fix", "How do
+    you fix" of "How do you fix the error ...?"); ("", "") for other questions ("How many ...?",
+    "How long ...?"). "How did he die?" asks for a manner, and is one too ("die")."""
+    m = _HOW_TO.match(question)
+    return (m.group(1).lower(), question[:m.end()].strip()) if m else ("", "")
+
+
 def asks_who(question: str) -> bool:
     """Whether ``question`` starts with "Who" / "Whom": it asks for a person."""
     return bool(_WHO.match(question))

@@ -253,6 +253,12 @@ class ExtractiveConfig:
             question does not ("One
             orbit of the Sun takes Neptune 165 Earth years" for "Who discovered the planet that
             takes 165 Earth years ...?": the passage on Neptune says who discovered it).
+        bridge_how: a question asking how to do something to a thing it describes ("How do you
+            fix the error that clients saw during the Lumen Cloud outage?") goes through a bridge
+            too: the name the best sentence gives the thing (`LUM-310`), its passages read for
+            "How do you fix LUM-310?", and their best sentence stating the asked verb ("To fix
+            it, raise snapshot.interval_s ...") follows the one naming the bridge at the head of
+            the answer. No short answer: a way of doing something is a sentence.
         bridge_lookup: when no retrieved passage is a bridge, look the names of those
             sentences up in the index by title (``retrieval.titled_k`` chunks of the document
             titled with the name, in the routed sources): the passage about the director a
@@ -314,6 +320,7 @@ class ExtractiveConfig:
     bridge: bool = True
     bridge_sentences: int = 3
     bridge_own: bool = True
+    bridge_how: bool = True
     typed_sentences: int = 5
     measure_sentences: int = 20
     bridge_lookup: bool = True

@@ -65,6 +65,8 @@ from searchsmith.models.text import (
     asks_typed,
     asks_who,
     entity_names,
+    fold,
+    how_to,
     of_asked_type,
     relation_cues,
     states_life,
@@ -320,7 +322,9 @@ class ExtractiveGenerator:
         "Who discovered Uranus?" itself), without a bridge, for a question that asks for no
         date, number or name, or with ``short_answer`` or ``bridge`` off."""
         cfg = self.config
-        if not (cfg.short_answer and cfg.bridge) or answer_kind(question) not in SPAN_KINDS or not ranked:
+        verb, asked_how = how_to(question)
+        if not (cfg.short_answer and cfg.bridge) or not ranked or (
+                answer_kind(question) not in SPAN_KINDS and not (verb and cfg.bridge_how)):
             return None
         if asked_measure(question) and typed_span(question, [c.text for c in ranked[: cfg.measure_sentences]],
                                                   typed=True):
@@ -358,7 +362,9 @@ class ExtractiveGenerator:
                     name, bridge = next(((n, b) for n, b in found if b), ("", ()))
                 if not bridge and search is not None and cfg.bridge_search:
                     (name, bridge), titled = self._searched(question, cand, search, state), False
-            bridged = self.support(question, bridge, state) if bridge else []
+            # "How do you fix the error that ...?": the bridge's passages are read for "How do you
+            # fix LUM-310?", not for what the question says of the bridge (its other passages say it too)
+            bridged = self.support(f"{asked_how} {name}?" if verb else question, bridge, state) if bridge else []
             if kin:  # the sentence names the kin's kin ("father of Sigmund, Arne ..."), not what is asked of it
                 bridged = [c for c in bridged if c.text != cand.text]
             if bridged:
@@ -409,11 +415,12 @@ class ExtractiveGenerator:
         and the passages that mention it among the closest to it with the question's words the
         sentence leaves unanswered, the sentence's own left out; ("", ()) when the sentence
         gives no name (one of its :func:`entity_names`, whole) or nothing found mentions it."""
+        verb, asked_how = how_to(question)
         # the name a date question goes through: "John Knox" for "What year did the author of
         # ... die?", not the sentence's "1558" (for a number question too it searched the other
         # settings' pages of "What is the default value of X?": measured and not kept)
-        name = typed_span(question, [link.text], kind="ENT" if answer_kind(question) == "DATE" else None,
-                          fallback=False)
+        name = typed_span(question, [link.text], fallback=False,
+                          kind="ENT" if answer_kind(question) == "DATE" or verb else None)
         # the whole name the span was cut from: "Ernst Mach" for "Ernst" when the question says "Mach"
         name = next((n for n in entity_names(link.text) if name and name != n
                      and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", n)), name)
@@ -424,7 +431,9 @@ class ExtractiveGenerator:
         if not name or name not in entity_names(link.text) or len(name) < MIN_TITLE_CHARS or not left \
                 or not missing_entities([name], question) or of_asked_type(question, name):
             return "", ()
-        query = " ".join([name, *(w for w in re.findall(r"\w+", question.lower()) if w in left)])
+        # "How do you fix LUM-310": a way of doing something is searched for as asked of the bridge
+        query = f"{asked_how} {name}" if verb else " ".join([name, *(w for w in re.findall(r"\w+", question.lower())
+                                                                     if w in left)])
         try:
             found = search(query, self.config.bridge_search_k, state)
         except Exception as exc:  # noqa: BLE001 - the answer without the bridge
@@ -455,6 +464,15 @@ class ExtractiveGenerator:
         "place of birth", wherever the cosine ranks them); ("", []) when they hold none."""
         if hop.subject:
             return hop.title, [hop.link]
+        verb = how_to(question)[0]
+        if verb:
+            # no span: the bridge's best sentence stating the asked verb ("To fix it, raise ..."),
+            # first in a passage titled with the bridge's name (the page on `LUM-310`, not the news
+            # that mentions it)
+            about = {p.chunk_id for p in hop.passages if not missing_entities([hop.title], p.title or "")}
+            stating = [c for c in hop.ranked if fold(verb) in {fold(w) for w in re.findall(r"\w+", c.text.lower())}]
+            how = min(stating, key=lambda c: (not about & set(c.chunk_ids), stating.index(c)), default=None)
+            return "", ([hop.link, how] if how is not None else [])
         if hop.titled and title_answers(question, hop.passages[0].text):
             return hop.title, [hop.link, hop.ranked[0]]
         # the bridge's passage is about its subject: its opening sentence is often closest to the
@@ -499,6 +517,9 @@ class ExtractiveGenerator:
             asked = step if answer_kind(step) in SPAN_KINDS else question
             hop = hops[i] if i < len(hops) else None
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
+            if held and not span:  # a way of doing something, through its bridge: its sentences lead
+                lead.extend(c for c in held if c not in lead)
+                continue
             read_from = held if span else self.cut(r)
             read = [c.text for c in read_from]
             at = -1  # the sentence of ``read`` the span was read in

@@ -22,6 +22,7 @@ from searchsmith.models.text import (
     entity_spans,
     exact_match,
     fold,
+    how_to,
     iter_jsonl,
     missing_entities,
     normalize_answer,
@@ -752,3 +753,15 @@ def test_the_doer_of_the_asked_verb_answers_a_question_asking_for_it():
     assert typed_span("Which company did Harbor & Finch acquire?", [ACQUIRED]) != "Harbor & Finch"
     s = "In Austin, Vale said that Harbor & Finch acquired Brightline Systems."
     assert typed_span("Which company acquired Brightline Systems?", [s]) == "Harbor & Finch"
+
+
+@pytest.mark.parametrize("question, verb, head", [
+    ("How do you fix the error that clients saw?", "fix", "How do you fix"),
+    ("how can I configure Lumen?", "configure", "how can I configure"),
+    ("How to install it?", "install", "How to install"),
+    ("How many legs does it have?", "", ""),
+    ("How long is the Nile?", "", ""),
+    ("How is it made?", "", ""),
+])
+def test_how_to(question, verb, head):
+    assert how_to(question) == (verb, head)

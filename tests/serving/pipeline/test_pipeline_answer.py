@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -1011,3 +1012,36 @@ def test_a_figure_of_the_asked_dimension_in_the_questions_own_passages_takes_no_
     # "687 Earth days" names the passage on Earth; the question's own passage states the distance
     st = _answered(embedder, "How far from the Sun does Mars orbit on average?", PLANETS)
     assert st.short_answer == "1.52 astronomical units"
+
+
+OUTAGE = Passage("o#0", "o", "news", "On 18 July 2024, Lumen Cloud customers in eu-west lost service. Clients saw "
+                 "`LUM-310` errors until engineers intervened.", 0.9, title="Lumen Cloud outage in eu-west")
+# what the index holds on the bridge: the page about it, and news that mentions it and "the fix"
+LUM_FOUND = [Passage("d#0", "d", "docs", "Lumen reports `LUM-310 snapshot write stalled` when the disk could not keep "
+                     "up. To fix it, raise snapshot.interval_s or move the snapshot directory to a faster disk.", 0.8,
+                     title="Troubleshooting LUM-310: snapshot write stalled"),
+             Passage("n#0", "n", "news", "The Lumen Cloud outage ended with requests failing with `LUM-310`. Version "
+                     "4.0.2 contains the fix, the company said.", 0.7, title="Brightline explains Lumen Cloud outage")]
+HOW_Q = "How do you fix the error that clients saw during the Lumen Cloud outage?"
+
+
+def test_how_to_do_something_to_a_described_thing_goes_through_its_bridge(embedder):
+    searched = []
+    st = _answered(embedder, HOW_Q, [OUTAGE], lookup=lambda name, state: [],
+                   search=lambda text, k, state: searched.append(text) or [OUTAGE, *LUM_FOUND])
+    # searched for as asked of the bridge; the page titled with its name says how, after the naming sentence
+    assert searched == ["How do you fix LUM-310"]
+    assert st.answer.startswith("Clients saw `LUM-310` errors until engineers intervened. To fix it, raise "
+                                "snapshot.interval_s")
+    assert st.short_answer == "" and "d#0" in st.used_passages
+    assert "through 'LUM-310'" in st.trace.stages["generation"].note
+    # bridge_how off: the question's own best sentences only, no search
+    searched.clear()
+    st = _answered(embedder, HOW_Q, [OUTAGE], ExtractiveConfig(bridge_how=False), lookup=lambda name, state: [],
+                   search=lambda text, k, state: searched.append(text) or LUM_FOUND)
+    assert searched == [] and "raise snapshot.interval_s" not in st.answer
+    # a bridge whose passages state no such thing adds nothing
+    seen = [dataclasses.replace(LUM_FOUND[1], text="The outage ended with requests failing with `LUM-310`.")]
+    st = _answered(embedder, HOW_Q, [OUTAGE], lookup=lambda name, state: [], search=lambda text, k, state: seen)
+    assert "ended with requests" not in st.answer and st.answer_found and "through" not in \
+        st.trace.stages["generation"].note
