@@ -569,6 +569,8 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "employer": "worked employed joined professor",
     "founded": "founded founder established",
     "founder": "founded founder established",
+    "maker": "made makes maker developed develops developer built builds created",
+    "developer": "made makes developed develops developer built builds created",
     "owned": "owned owns owner acquired acquires bought",
     "owner": "owned owns owner acquired acquires bought",
 }.items()}
@@ -787,6 +789,12 @@ painting magazine newspaper
 """.split())
 # "Which file ...?" is answered by a file's name or path ("tidewater/retry/backoff.go")
 _FILE_HEADS = frozenset("file files module modules".split())
+# what a path or address answers ("Which repository ...?"); a question asking for another type
+# ("Which company ...?") is not answered by one
+_ADDRESS_HEADS = _FILE_HEADS | frozenset("repository repo url link address site website page path directory "
+                                         "folder".split())
+# (a host and path, a scheme, or a path of three parts or more: not "McLaren MP4/13" nor "A41/A5117")
+_ADDRESS = re.compile(r"\w+://\S+|[\w-]+(?:\.[\w-]+)+(?:/[\w.-]*)+|[\w.-]+(?:/[\w.-]+){2,}")
 _FILE_NAME = re.compile(r"[\w./-]*\w\.[A-Za-z][A-Za-z0-9]{0,4}")
 _COUNTRY_HEADS = frozenset("country countries nation nations".split())
 _COUNTRY_NAMES = frozenset(k.lower() for k in COUNTRIES)
@@ -1211,6 +1219,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) or _same_name(span, x) for x in exclude):
                     continue
+                if lab == "ENT" and head and not _ADDRESS_HEADS & set(head) and _ADDRESS.fullmatch(span):
+                    continue  # "git.example.com/calloway/marlowe" is no company's name
                 if lab == "ENT" and re.sub(r"[^A-Za-z]", "", span) in initials:
                     continue  # "PES" for the question's "Pro Evolution Soccer": the question's own name
                 if lab == "ENT" and country_asked and demonym(span):

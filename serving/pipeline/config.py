@@ -248,6 +248,9 @@ class ExtractiveConfig:
             the one holding the answer lead the support. Off: the best sentences' span alone.
         bridge_sentences: how many of the best sentences may name the bridge (the first that
             does is taken).
+        bridge_cued_sentences: how deep among the best sentences one stating the relation the
+            question asks (``models.text.relation_cues``: "developed by Calloway Data" for "the
+            maker of Marlowe") is sought: up to ``bridge_sentences`` of them are tried first.
         bridge_own: for a "Who ...?" question, when none of those sentences leads to a bridge,
             the best sentence's own passage is one if the sentence names its subject and the
             question does not ("One
@@ -319,6 +322,7 @@ class ExtractiveConfig:
     compare: bool = True
     bridge: bool = True
     bridge_sentences: int = 3
+    bridge_cued_sentences: int = 10
     bridge_own: bool = True
     bridge_how: bool = True
     typed_sentences: int = 5
@@ -336,7 +340,7 @@ class ExtractiveConfig:
         if self.short_support not in ("holding", "selected"):
             raise ValueError(f"generation.extractive.short_support must be 'holding' or 'selected', "
                              f"got {self.short_support!r}")
-        for key in ("bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences", "measure_sentences"):
+        for key in ("bridge_sentences", "bridge_cued_sentences", "bridge_names", "bridge_search_k", "typed_sentences", "measure_sentences"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"generation.extractive.{key} must be a whole number >= 1, got {value!r}")

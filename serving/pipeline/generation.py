@@ -338,7 +338,11 @@ class ExtractiveGenerator:
         titles = [p.title or "" for p in passages]
         by_id = {p.chunk_id: p for p in passages}
         tried = {base_title(t).lower() for t in titles}  # names no lookup needs to find
-        for cand in ranked[: cfg.bridge_sentences]:
+        # a sentence stating the asked relation ("developed by Calloway Data" for "the maker of
+        # Marlowe") names the bridge wherever the cosine ranks it among the best
+        cues = relation_cues(question)
+        stating = [c for c in ranked[: cfg.bridge_cued_sentences] if cues & set(re.findall(r"\w+", c.text.lower()))]
+        for cand in dict.fromkeys([*ranked[: cfg.bridge_sentences], *stating[: cfg.bridge_sentences]]):
             own = [by_id[i].title or "" for i in cand.chunk_ids if i in by_id]
             # "... the father of Sigmund, Arne, Henrik and Atle Selberg": its own passage is the bridge
             kin = next((t for t in own if states_kin_of(question, cand.text)

@@ -765,3 +765,11 @@ def test_the_doer_of_the_asked_verb_answers_a_question_asking_for_it():
 ])
 def test_how_to(question, verb, head):
     assert how_to(question) == (verb, head)
+
+
+def test_an_address_answers_only_a_question_asking_for_one():
+    s = "The Marlowe repository is at https://git.example.com/calloway/marlowe, beside Calloway Data's site."
+    assert typed_span("Which company makes Marlowe?", [s]) == "Calloway Data"
+    assert "git.example.com/calloway/marlowe" in typed_span("Which repository holds Marlowe?", [s])
+    # a name with a slash is no address
+    assert typed_span("Which car did McLaren race in 1998?", ["McLaren raced the MP4/13 in 1998."]) == "MP4/13"

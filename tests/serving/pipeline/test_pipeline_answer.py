@@ -626,8 +626,8 @@ def test_a_bridge_of_the_asked_type_is_the_answer(embedder):
 
 
 
-@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_names", "bridge_search_k", "typed_sentences",
-                                 "measure_sentences"])
+@pytest.mark.parametrize("key", ["bridge_sentences", "bridge_cued_sentences", "bridge_names", "bridge_search_k",
+                                 "typed_sentences", "measure_sentences"])
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
 def test_bad_bridge_settings_are_refused(key, bad):
     with pytest.raises(ValueError, match=f"generation.extractive.{key}"):
@@ -1045,3 +1045,31 @@ def test_how_to_do_something_to_a_described_thing_goes_through_its_bridge(embedd
     st = _answered(embedder, HOW_Q, [OUTAGE], lookup=lambda name, state: [], search=lambda text, k, state: seen)
     assert "ended with requests" not in st.answer and st.answer_found and "through" not in \
         st.trace.stages["generation"].note
+
+
+def test_a_sentence_stating_the_asked_relation_names_the_bridge_below_the_best(embedder):
+    # "developed by Calloway Data" states "the maker of Marlowe" but ranks below the repository's sentence
+    passages = [Passage("m#0", "m", "docs", "The Marlowe repository is at https://git.example.com/calloway/marlowe. "
+                        "Marlowe 2.6.1 is out. Marlowe is a full-text search engine developed by Calloway Data.", 0.9,
+                        title="Marlowe overview")]
+    found = [Passage("n#0", "n", "news", "Northwind Labs announced on 3 June 2025 that it has acquired Calloway Data, "
+                     "the Toronto company behind Marlowe.", 0.7, title="Northwind Labs acquires Calloway Data")]
+    q = "Which company acquired the maker of Marlowe?"
+    gen = ExtractiveGenerator(embedder, ExtractiveConfig(bridge_sentences=1))
+    st = _bridge_state(q, passages)
+    ranked = gen.support(q, passages, st)
+    assert "developed by" not in ranked[0].text  # below the best, which names no bridge
+    searched = []
+
+    def search(text, k, state):
+        searched.append(text)
+        return found if "Calloway" in text else []
+
+    hop = gen.hop(q, ranked, passages, st, lookup=lambda name, state: [], search=search)
+    assert hop is not None and hop.title == "Calloway Data" and "developed by" in hop.link.text
+    assert gen.short_answer(q, [q], [ranked], [hop])[0] == "Northwind Labs"
+    # sought no deeper than bridge_cued_sentences: the best sentence alone names none
+    shallow = ExtractiveGenerator(embedder, ExtractiveConfig(bridge_sentences=1, bridge_cued_sentences=1))
+    assert shallow.hop(q, ranked, passages, st, lookup=lambda name, state: [], search=search) is None
+    # and the repository's address answers no "Which company ...?"
+    assert "git.example.com" not in shallow.short_answer(q, [q], [ranked], [None])[0]
