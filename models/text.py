@@ -881,6 +881,8 @@ def asked_head(question: str) -> list[str]:
 # heads whose names say their kind ("Presque Isle County", "Holston River"): such a name is of
 # the asked type wherever it stands
 _NAMED_HEADS = frozenset("county river lake university mountain island".split())
+_MONTH_HEADS = frozenset({"month"})  # "Which month ...?": a month's name shows it
+_MONTH_NAMES = frozenset(_MONTHS.lower().split("|"))
 
 
 def asks_typed(question: str) -> bool:
@@ -894,7 +896,7 @@ def asks_shown_type(question: str) -> bool:
     """Whether ``question`` asks for a type a name shows by itself, wherever it stands: a country
     ("In what country ...?", "Which nation ...?"), or a thing whose name says its kind
     (:data:`_NAMED_HEADS`: "Which county ...?", "What river ...?")."""
-    return bool((_COUNTRY_HEADS | _NAMED_HEADS) & set(asked_head(question)))
+    return bool((_COUNTRY_HEADS | _NAMED_HEADS | _MONTH_HEADS) & set(asked_head(question)))
 
 
 def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool:
@@ -913,6 +915,7 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
         after is not None and singular(after.group(1)) in head) or (
         bool(_FILE_HEADS & set(head)) and bool(_FILE_NAME.fullmatch(span))) or (
         bool(_COUNTRY_HEADS & set(head)) and span.lower() in _COUNTRY_NAMES and not demonym(span)) or (
+        bool(_MONTH_HEADS & set(head)) and span.lower() in _MONTH_NAMES) or (
         quoted and bool(_WORK_HEADS & set(head)))
 
 
@@ -1184,6 +1187,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     country_asked = bool(_COUNTRY_HEADS & set(head))
     asks_death, asks_birth = "died" in cues, "born" in cues and "died" not in cues
     dims = asked_measure(question)
+    month_asked = bool(_MONTH_HEADS & set(head))
     # the asked verb of a question asking for its doer, and the names it is done to (the question's
     # own and ``exclude``): "Harbor & Finch announced ... that it has acquired Brightline Systems"
     verb = _AGENT_ASKED.match(question)
@@ -1216,6 +1220,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 span = _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
+                elif lab == "ENT" and month_asked and span.lower() in _MONTH_NAMES:
+                    lab = "DATE"  # "July" answers "Which month ...?"
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) or _same_name(span, x) for x in exclude):
                     continue
@@ -1271,7 +1277,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                     continue  # "Brightline Systems, the Austin company": the asked noun is a known name's
                 fits = TYPE_FIT_WORDS * ((lab == "ENT" and (shown
                                                             or (demonyms_answer and demonym(span))))
-                                         or (lab == "DATE" and any(a <= s and e <= b for a, b in lived))
+                                         or (lab == "DATE" and (any(a <= s and e <= b for a, b in lived)
+                                                                or (month_asked and span.lower() in _MONTH_NAMES)))
                                          or measured is not None)
                 if typed and not fits:
                     continue

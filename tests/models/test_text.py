@@ -773,3 +773,14 @@ def test_an_address_answers_only_a_question_asking_for_one():
     assert "git.example.com/calloway/marlowe" in typed_span("Which repository holds Marlowe?", [s])
     # a name with a slash is no address
     assert typed_span("Which car did McLaren race in 1998?", ["McLaren raced the MP4/13 in 1998."]) == "MP4/13"
+
+
+def test_a_month_name_answers_which_month():
+    # "July" was a name, and "Which month ...?" took the figure beside it
+    q = "Which month of 2024 had the lowest Stackyard uptime?"
+    s = "The lowest month was July, at 99.71%."
+    assert typed_span(q, [s]) == "July" and typed_span(q, [s], typed=True) == "July"
+    assert asks_typed(q)
+    # a month alone still answers no "When ...?", and a month of another question is no answer to it
+    assert typed_span("When did it happen?", ["It happened in July."]) == ""
+    assert typed_span("Which company had the lowest uptime?", ["In July, Vale had the lowest uptime."]) == "Vale"
