@@ -34,6 +34,7 @@ from searchsmith.models.text import (
     entity_names,
     fold,
     sentence_texts,
+    singular,
 )
 
 _DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)\s*$")
@@ -118,9 +119,8 @@ def title_answers(question: str, passage: str) -> bool:
     sentences = sentence_texts(passage) if kinds else []
     if not sentences:
         return False
-    head = kinds[-1]
-    stem = head[:-1] if head.endswith("s") and len(head) > 3 else head
-    return bool({head, stem, stem + "s", stem + "es"} & set(_WORDS.findall(sentences[0].lower())))
+    head = singular(kinds[-1])
+    return any(singular(w) == head for w in _WORDS.findall(sentences[0].lower()))
 
 
 # kin a question asks through ("the place of birth of X's *father*"), and the words by which the

@@ -45,10 +45,12 @@ from searchsmith.models.text import (
     COUNTRIES,
     QUERY_STOP_WORDS,
     RELATION_WORDS,
+    YEAR_IN,
     answer_kind,
     asked_head,
     demonym,
     entity_spans,
+    is_year,
     sentence_texts,
     singular,
 )
@@ -95,7 +97,6 @@ _UNITS = {**dict.fromkeys(("m", "metres", "meters", "metre", "meter"), 1.0),
           **dict.fromkeys(("ft", "feet", "foot"), 0.3048),
           **dict.fromkeys(("km", "kilometres", "kilometers"), 1000.0),
           **dict.fromkeys(("mi", "miles", "mile"), 1609.344)}
-_YEAR = re.compile(r"\b(1\d{3}|20\d{2})\b")
 # "(April 1, 1954 – August 5, 1992)", "(Cantonese: Lam Ling- tung, December 8, 1955 – ...)":
 # a parenthesis (of at most 200 characters) split at the first dash after a figure
 _PAREN = re.compile(r"\(([^()]{1,200})\)")
@@ -277,7 +278,7 @@ def _date_value(text: str) -> tuple[int, int, int] | None:
     """``(year, month, day)`` of the first date in ``text`` (month and day 0 when not given)."""
     for s, e, label in entity_spans(text):
         span = text[s:e]
-        year = _YEAR.search(span)
+        year = YEAR_IN.search(span)
         if label != "DATE" or year is None:
             continue
         iso = re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", span)  # "2019-09-10"
@@ -323,7 +324,7 @@ def _figure(word: str) -> float | None:
     text = word.lower()
     if text in _NUMBER_WORDS:
         return float(_NUMBER_WORDS[text])
-    if re.fullmatch(r"\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?", text) and not _YEAR.fullmatch(text):
+    if re.fullmatch(r"\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?", text) and not is_year(text):
         return float(text.replace(",", ""))
     return None
 
@@ -357,7 +358,7 @@ def _range(sentence: str) -> tuple[str, str] | None:
         for d in _DASH.finditer(inner):
             if re.search(r"\d{3,4}", inner[:d.start()]):
                 return inner[:d.start()], inner[d.end():]
-        dates = [(s, e) for s, e, label in entity_spans(inner) if label == "DATE" and _YEAR.search(inner[s:e])]
+        dates = [(s, e) for s, e, label in entity_spans(inner) if label == "DATE" and YEAR_IN.search(inner[s:e])]
         if len(dates) >= 2 and not re.search(r"\w", inner[dates[0][1]:dates[1][0]]):
             return inner[dates[0][0]:dates[0][1]], inner[dates[1][0]:dates[1][1]]
     return None

@@ -534,7 +534,12 @@ def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-_YEAR_IN = re.compile(r"(?<!\d)(?:1[0-9]{3}|20\d{2})(?!\d)")
+YEAR_IN = re.compile(r"(?<!\d)(?:1[0-9]{3}|20\d{2})(?!\d)")  # a year, the project's one pattern of it
+
+
+def is_year(span: str) -> bool:
+    """Whether ``span`` is a year alone ("1865", "2024"): the one pattern of a year, :data:`YEAR_IN`."""
+    return YEAR_IN.fullmatch(span.strip()) is not None
 # The words a passage states a relation with, for the word a question asks it with: "Who is the
 # spouse of X?" is answered in X's passage by "He married Y", "Where was X born?" by "born in Y".
 # A candidate near these counts as near the question's word (typed_span).
@@ -1296,7 +1301,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         # across" for "How far ...?"); between names, to the first (often the sentence's subject)
         best = min(found, key=lambda f: (f[0], f[2], gaps[f[1]], f[1]))
         if not plural_question(question):
-            year = label == "DATE" and _YEAR_IN.search(best[3])
+            year = label == "DATE" and YEAR_IN.search(best[3])
             if year and _CENTURY_ASKED.search(question):  # "1710" answers "What century ...?" as "18th century"
                 return f"{_ordinal(int(year.group(0)) // 100 + 1)} century", best[2]
             if year and _YEAR_ASKED.search(question):

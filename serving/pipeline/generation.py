@@ -67,6 +67,7 @@ from searchsmith.models.text import (
     entity_names,
     fold,
     how_to,
+    is_year,
     of_asked_type,
     relation_cues,
     states_life,
@@ -563,7 +564,7 @@ class ExtractiveGenerator:
         the first of ``best`` sentences whose own short answer (``typed_span``) is a finer date
         within it ("Brightline Systems released Lumen 4.0 on 2024-05-28."); ``(span, None)``
         when none is, or when the question asks for a year or a century."""
-        got = [(span, "year")] if re.fullmatch(r"1\d{3}|20\d{2}", span) else parse_dates(span)
+        got = [(span, "year")] if is_year(span) else parse_dates(span)
         if len(got) != 1 or got[0][1] == "day" or re.search(r"\b(?:year|century|decade)\b", question, re.I):
             return span, None
         iso, precision = got[0][0], got[0][1]  # a bare year is no timeline date: read here
