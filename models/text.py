@@ -869,12 +869,19 @@ def asked_type(question: str) -> tuple[str, ...]:
     return tuple(w for w in _asked_phrase(question) if w.islower() and w not in QUERY_STOP_WORDS)
 
 
+# "Where can I find the code for X?", "Where is X implemented?": a file is asked for (the question
+# proper, before a rewrite's appended terms)
+_WHERE_CODE = re.compile(r"^\W*where\b[^?]*\b(?:code|source\s+code|implemented|implementation|defined)\b", re.I)
+
+
 def asked_head(question: str) -> list[str]:
     """The nouns a question whose first question word is "what" / "which" asks its answer to
     be, singular and lower-cased: :func:`asked_type`'s words and the phrase's last word ("which
     river system in ..." -> ["river", "system"], "what New York county ..." -> ["county"],
     "which Olympic Games held ..." -> ["game"]); [] for other questions and generic heads
-    ("What kind of ...")."""
+    ("What kind of ..."). "Where can I find the code for X?" asks for a file: ["file"]."""
+    if _WHERE_CODE.search(question):
+        return ["file"]  # "Where can I find the code for it?": a path answers ("lumen/evict.py")
     phrase = _asked_phrase(question, first=True)
     # a word followed by an object is a verb ("which file *contains* the code"): the noun ends before it
     phrase = phrase[:next((k for k in range(len(phrase) - 1) if phrase[k + 1].lower() in _OBJECT_WORDS), len(phrase))]
@@ -901,7 +908,7 @@ def asks_shown_type(question: str) -> bool:
     """Whether ``question`` asks for a type a name shows by itself, wherever it stands: a country
     ("In what country ...?", "Which nation ...?"), or a thing whose name says its kind
     (:data:`_NAMED_HEADS`: "Which county ...?", "What river ...?")."""
-    return bool((_COUNTRY_HEADS | _NAMED_HEADS | _MONTH_HEADS) & set(asked_head(question)))
+    return bool((_COUNTRY_HEADS | _NAMED_HEADS | _MONTH_HEADS | _FILE_HEADS) & set(asked_head(question)))
 
 
 def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool:

@@ -784,3 +784,15 @@ def test_a_month_name_answers_which_month():
     # a month alone still answers no "When ...?", and a month of another question is no answer to it
     assert typed_span("When did it happen?", ["It happened in July."]) == ""
     assert typed_span("Which company had the lowest uptime?", ["In July, Vale had the lowest uptime."]) == "Vale"
+
+
+def test_where_the_code_is_asks_for_a_file():
+    # the quickstart's follow-up was answered "lru" from the configuration's sentence
+    q = "Where can I find the code for it? (Lumen lumen.eviction.policy lumen.yaml configure eviction policy)"
+    config = "Set it in lumen.yaml: `eviction: policy: lru`"
+    code = "Lumen's eviction is implemented in `lumen/evict.py`."
+    assert asked_head(q) == ["file"] and asks_typed(q)
+    assert typed_span(q, [config, code]) == "lumen/evict.py"
+    assert typed_span(q, [config], typed=True) == ""  # no file there: the step's best sentences are read for one
+    assert asked_head("Where is the source code of Lumen?") == ["file"]
+    assert asked_head("Where was he born?") == [] and not asks_typed("Where was he born?")
