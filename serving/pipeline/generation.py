@@ -177,6 +177,13 @@ class Generator(Protocol):
                  on_token: Callable[[str], None] | None = None) -> tuple[str, int, int]: ...
 
 
+def _states(words: set[str], text: str, folded: bool = False) -> bool:
+    """Whether ``text`` holds one of ``words`` (lower-cased; ``folded``: compared by
+    ``models.text.fold``, "fix" meets "fixed"): a sentence stating a relation cue or a verb."""
+    held = {w.lower() for w in re.findall(r"\w+", text)}
+    return bool(words & ({fold(w) for w in held} if folded else held))
+
+
 # a sentence whose subject is a pronoun ("He was a recipient of ...")
 _PRONOUN_SUBJECT = re.compile(r"(?:He|She)\s")
 
@@ -342,7 +349,7 @@ class ExtractiveGenerator:
         # a sentence stating the asked relation ("developed by Calloway Data" for "the maker of
         # Marlowe") names the bridge wherever the cosine ranks it among the best
         cues = relation_cues(question)
-        stating = [c for c in ranked[: cfg.bridge_cued_sentences] if cues & set(re.findall(r"\w+", c.text.lower()))]
+        stating = [c for c in ranked[: cfg.bridge_cued_sentences] if _states(cues, c.text)]
         for cand in dict.fromkeys([*ranked[: cfg.bridge_sentences], *stating[: cfg.bridge_sentences]]):
             own = [by_id[i].title or "" for i in cand.chunk_ids if i in by_id]
             # "... the father of Sigmund, Arne, Henrik and Atle Selberg": its own passage is the bridge
@@ -406,7 +413,7 @@ class ExtractiveGenerator:
         when the question names the title itself."""
         cues = relation_cues(question)
         if not (asks_who(question) and _PRONOUN_SUBJECT.match(best.text)) or (
-                cues and not cues & set(re.findall(r"\w+", best.text.lower()))):
+                cues and not _states(cues, best.text)):
             return None  # "Who is the spouse of ...?": a sentence stating no marriage is about the bridge
         own = next((p for i in best.chunk_ids for p in passages if p.chunk_id == i and p.title), None)
         title = base_title(own.title or "") if own is not None else ""
@@ -475,15 +482,15 @@ class ExtractiveGenerator:
             # first in a passage titled with the bridge's name (the page on `LUM-310`, not the news
             # that mentions it)
             about = {p.chunk_id for p in hop.passages if not missing_entities([hop.title], p.title or "")}
-            stating = [c for c in hop.ranked if fold(verb) in {fold(w) for w in re.findall(r"\w+", c.text.lower())}]
-            how = min(stating, key=lambda c: (not about & set(c.chunk_ids), stating.index(c)), default=None)
+            stating = [c for c in hop.ranked if _states({fold(verb)}, c.text, folded=True)]
+            how = next((c for c in stating if about & set(c.chunk_ids)), stating[0] if stating else None)
             return "", ([hop.link, how] if how is not None else [])
         if hop.titled and title_answers(question, hop.passages[0].text):
             return hop.title, [hop.link, hop.ranked[0]]
         # the bridge's passage is about its subject: its opening sentence is often closest to the
         # question and holds none of the asked-for facts, so no :meth:`cut` by relative support
         cues = relation_cues(question)
-        cued = [c for c in hop.ranked if cues & set(re.findall(r"\w+", c.text.lower())) or states_life(question, c.text)]
+        cued = [c for c in hop.ranked if _states(cues, c.text) or states_life(question, c.text)]
         if hop.titled:
             sentences = [*cued, *(c for c in hop.ranked[: self.config.sentences_per_node] if c not in cued)]
         else:
