@@ -70,19 +70,57 @@ def decompose_source(question: str) -> str:
     return DECOMPOSE_PREFIX + " ".join(question.split())
 
 
-def rewrite_source(history: Sequence[str], query: str, max_history_turns: int = 3) -> str:
-    """Model input for rewriting: ``rewrite: <turns joined with ' || '> || <query>``.
+def rewrite_source(history: Sequence[str], query: str, max_history_turns: int = 3, reply: str = "",
+                   reply_words: int = 0) -> str:
+    """Model input for rewriting: ``rewrite: <turns joined with ' || '> || [<reply> ||] <query>``.
 
     Only the first turn (it usually names the topic, as in TREC CAsT) and the last
     ``max_history_turns - 1`` turns are kept, so a long conversation does not push the
-    query out of the encoder's window.
+    query out of the encoder's window. With ``reply_words`` > 0 the first ``reply_words``
+    words of ``reply`` (the system's answer to the last turn, :func:`last_reply`) come just
+    before the query: a follow-up such as "Are the last two the same?" refers to what the
+    answer listed, not to anything the user wrote.
     """
     turns = [" ".join(t.split()) for t in history if t and t.strip()]
     if max_history_turns <= 0:
         turns = []
     elif len(turns) > max_history_turns:
         turns = turns[:1] + turns[len(turns) - (max_history_turns - 1):] if max_history_turns > 1 else turns[:1]
+    said = reply.split()[:reply_words] if reply_words > 0 and turns else []
+    if said:
+        turns.append(" ".join(said))
     return REWRITE_PREFIX + HISTORY_SEP.join([*turns, " ".join(query.split())])
+
+
+def fitted_rewrite_source(count_tokens: Callable[[str], int], history: Sequence[str], query: str,
+                          max_history_turns: int, reply: str, reply_words: int, max_tokens: int) -> str:
+    """:func:`rewrite_source` with the reply cut further, word by word from its end, until the
+    whole input fits ``max_tokens`` (as ``count_tokens`` counts them, special tokens
+    included), so that the query at the end is never truncated for the reply's sake. The
+    torch model and the exported bundle build their inputs with this one function."""
+    words = min(reply_words, len(reply.split())) if reply_words > 0 else 0
+    while True:
+        source = rewrite_source(history, query, max_history_turns, reply, words)
+        if words <= 0:
+            return source
+        over = count_tokens(source) - max_tokens
+        if over <= 0:
+            return source
+        words = max(0, min(words - 1, words - over // 2))  # a word is one or more tokens
+
+
+def last_reply(history: Sequence[Any]) -> str:
+    """The system's answer to the last user turn: the content of the history's last turn when
+    it is an ``assistant`` turn (a dict or an object with ``role``/``content``), else ``""``;
+    a history of plain strings holds user turns only."""
+    if not history:
+        return ""
+    turn = history[-1]
+    if isinstance(turn, dict):
+        role, content = turn.get("role", "user"), turn.get("content")
+    else:
+        role, content = getattr(turn, "role", "user"), getattr(turn, "content", None)
+    return content if role == "assistant" and isinstance(content, str) else ""
 
 
 def _set_special_tokens(model: Any, tokenizer: Any) -> None:
@@ -297,6 +335,8 @@ class Decomposer:
             when the labels are decoded (:func:`depths_of`; 0: each word's argmax).
         add_phrases: ``tagger`` only: the phrases of its add tags; the head's last
             ``len(add_phrases) + 1`` labels are "no phrase" and these (:func:`adds_of`).
+        reply_words: words of the system's last answer a rewrite input carries before the
+            query (:func:`rewrite_source`; 0: user turns only, as models trained before it).
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
@@ -307,7 +347,7 @@ class Decomposer:
                  rewrite_target: str = "full", type_head: dict[str, Any] | None = None,
                  rewrite_head: dict[str, Any] | None = None, tag_depth: int | None = None,
                  tag_drop: bool = False, switch_penalty: float = 0.0,
-                 add_phrases: Sequence[str] = ()) -> None:
+                 add_phrases: Sequence[str] = (), reply_words: int = 0) -> None:
         if rewrite_target not in REWRITE_TARGETS:
             raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
@@ -319,6 +359,9 @@ class Decomposer:
         self.batch_size = batch_size
         self.num_beams = num_beams
         self.max_history_turns = max_history_turns
+        self.reply_words = int(reply_words)
+        if self.reply_words < 0:
+            raise ConfigError(f"reply_words: expected a number of words >= 0, got {reply_words!r}")
         self.decompose_vocab = [int(t) for t in decompose_vocab]
         self.rewrite_vocab = [int(t) for t in rewrite_vocab]
         self.rewrite_target = rewrite_target
@@ -458,7 +501,7 @@ class Decomposer:
         import torch
         from searchsmith.models.rewrite_edit import tag_labels
 
-        sources = [rewrite_source(_user_turns(h), q, self.max_history_turns) for h, q, _ in items]
+        sources = [self.rewrite_input(h, q) for h, q, _ in items]
         enc = self.tokenizer(sources, padding=True, truncation=True, max_length=self.max_source_tokens,
                              return_tensors="pt", return_offsets_mapping=True)
         offsets = enc.pop("offset_mapping").tolist()
@@ -653,7 +696,7 @@ class Decomposer:
         items = [it for it in items if _user_turns(it[0])]
         if not items:
             raise ValidationError("rewrite head: no item has user history to learn from")
-        sources = [rewrite_source(_user_turns(h), q, self.max_history_turns) for h, q, _ in items]
+        sources = [self.rewrite_input(h, q) for h, q, _ in items]
         xs, ys = [], []
         for (_h, q, gold), src, (states, offs) in zip(items, sources, self.token_states(sources), strict=True):
             xs.append(states)
@@ -663,6 +706,15 @@ class Decomposer:
                                                 "threshold": threshold, "extend": extend, **(expansion or {})})
         return self.rewrite_head
 
+    def rewrite_input(self, history: Sequence[Any], query: str) -> str:
+        """The model input for rewriting ``query`` after ``history``: its user turns and, with
+        ``reply_words``, the start of the system's last answer (:func:`fitted_rewrite_source`)."""
+        return fitted_rewrite_source(self._count_tokens, _user_turns(history), query, self.max_history_turns,
+                                     last_reply(history), self.reply_words, self.max_source_tokens)
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, truncation=False)["input_ids"])
+
     def tag_rewrites(self, items: Sequence[tuple[Sequence[Any], str]]) -> list[str]:
         """Rewrites of ``(history, query)`` pairs by the rewrite tagger (the query when it has
         no user history)."""
@@ -670,10 +722,11 @@ class Decomposer:
 
         out = [q for _, q in items]
         todo = [i for i, (h, _) in enumerate(items) if _user_turns(h)]
-        sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns) for i in todo]
+        sources = [self.rewrite_input(items[i][0], items[i][1]) for i in todo]
         for i, src, (states, offs) in zip(todo, sources, self.token_states(sources), strict=True):
             head = self.rewrite_head
-            out[i] = head_rewrite(items[i][1], _user_turns(items[i][0]), src, offs, head_probs(head, states), head)
+            out[i] = head_rewrite(items[i][1], _conversation_texts(items[i][0]), src, offs,
+                                  head_probs(head, states), head)
         return out
 
     def predict_types(self, hidden: Any, mask: Any) -> list[str]:
@@ -725,8 +778,7 @@ class Decomposer:
         if self.arch == TAGGER:  # no decoder: without the rewrite tagger the query is kept
             return out
         todo = [i for i, (h, _) in enumerate(items) if _user_turns(h)]
-        sources = [rewrite_source(_user_turns(items[i][0]), items[i][1], self.max_history_turns)
-                   for i in todo]
+        sources = [self.rewrite_input(items[i][0], items[i][1]) for i in todo]
         try:
             texts = self.generate(sources, self._copy) if sources else []
         except Exception as exc:  # noqa: BLE001 - serving must not die on a model failure
@@ -734,7 +786,7 @@ class Decomposer:
             return out
         for i, text in zip(todo, texts, strict=True):
             if self.rewrite_target == "edit":
-                out[i] = apply_edits(items[i][1], text, _user_turns(items[i][0]))
+                out[i] = apply_edits(items[i][1], text, _conversation_texts(items[i][0]))
             else:
                 out[i] = " ".join(text.split()) or out[i]
         return out
@@ -757,7 +809,7 @@ class Decomposer:
                 "max_source_tokens": self.max_source_tokens,
                 "max_target_tokens": self.max_target_tokens, "max_nodes": self.max_nodes,
                 "num_beams": self.num_beams, "max_history_turns": self.max_history_turns,
-                "constrained": self.constrained, "decompose_vocab": self.decompose_vocab,
+                "reply_words": self.reply_words, "constrained": self.constrained, "decompose_vocab": self.decompose_vocab,
                 "rewrite_vocab": self.rewrite_vocab, "rewrite_target": self.rewrite_target,
                 "type_head": type_head_json(self.type_head),
                 "rewrite_head": type_head_json(self.rewrite_head),
@@ -809,7 +861,7 @@ class Decomposer:
         if device:
             model.to(device)
         kwargs = {k: meta[k] for k in ("max_source_tokens", "max_target_tokens", "max_nodes",
-                                       "num_beams", "max_history_turns", "constrained",
+                                       "num_beams", "max_history_turns", "reply_words", "constrained",
                                        "decompose_vocab", "rewrite_vocab", "rewrite_target",
                                        "type_head", "rewrite_head", "tag_depth", "tag_drop", "switch_penalty",
                                        "add_phrases")
@@ -985,7 +1037,7 @@ def predict_types(head: dict[str, Any], hidden: Any, mask: Any) -> list[str]:
 
 def _user_turns(history: Sequence[Any]) -> list[str]:
     """User turns' text from dicts, strings or objects with ``role``/``content`` (such as
-    serving's ``Turn``): the model was trained on user turns only (TREC CAsT has no replies)."""
+    serving's ``Turn``); the system's answers are not among them (:func:`last_reply`)."""
     turns = []
     for h in history:
         if isinstance(h, str):
@@ -998,5 +1050,12 @@ def _user_turns(history: Sequence[Any]) -> list[str]:
     return turns
 
 
+def _conversation_texts(history: Sequence[Any]) -> list[str]:
+    """The texts a rewrite may take words (and their casing) from: the user turns and the
+    system's last answer."""
+    reply = last_reply(history)
+    return [*_user_turns(history), *([reply] if reply else [])]
+
+
 __all__ = ["check_rewrite_head", "check_type_head", "fit_softmax", "head_probs", "predict_types", "type_head_json", "DECOMPOSE_PREFIX", "Decomposer", "HISTORY_SEP", "META_FILE", "REWRITE_PREFIX",
-           "decompose_source", "rewrite_source", "build_bert2bert", "build_hub", "build_tiny"]
+           "decompose_source", "fitted_rewrite_source", "last_reply", "rewrite_source", "build_bert2bert", "build_hub", "build_tiny"]

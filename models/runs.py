@@ -166,7 +166,7 @@ def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
                 "switch_penalty": float(meta.get("switch_penalty", 0.0)),
                 "add_phrases": [str(x) for x in meta.get("add_phrases") or []],
                 "max_nodes": int(meta.get("max_nodes", 8)), "max_history_turns": int(meta.get("max_history_turns", 3)),
-                "constrained": False, "rewrite_target": str(meta.get("rewrite_target", "full")),
+                "reply_words": int(meta.get("reply_words", 0)), "constrained": False, "rewrite_target": str(meta.get("rewrite_target", "full")),
                 "type_head": None, "rewrite_head": meta.get("rewrite_head")}
     cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     gen_path = model_dir / "generation_config.json"
@@ -181,7 +181,7 @@ def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     return {"decoder_start_token_id": pick("decoder_start_token_id"), "eos_token_id": pick("eos_token_id"),
             "pad_token_id": pick("pad_token_id"), "max_target_tokens": int(meta.get("max_target_tokens", 64)),
             "max_nodes": int(meta.get("max_nodes", 8)), "max_history_turns": int(meta.get("max_history_turns", 3)),
-            "search": "greedy",
+            "reply_words": int(meta.get("reply_words", 0)), "search": "greedy",
             # constrained decoding (models/constrained.py): the runtime's loop applies the same
             # token-level grammar / copy constraint as Decomposer.generate
             "constrained": bool(meta.get("constrained", False)),

@@ -293,6 +293,10 @@ class Bundle:
         with tokenizer_lock(self.tokenizer):
             return fn(*args, **kwargs)
 
+    def _count_tokens(self, text: str) -> int:
+        """Tokens of ``text``, special tokens included, uncut."""
+        return len(self._tokenizer_call(self.tokenizer, text, truncation=False)["input_ids"])
+
     def _encode_text(self, first: list[str], second: list[str] | None = None,
                      max_length: int | None = None) -> list[tuple[list[int], dict[str, np.ndarray]]]:
         """Tokenize (truncating), sort by length and pad per batch.
@@ -525,6 +529,7 @@ class DecomposeBundle(Bundle):
         self.max_new_tokens = int(gen.get("max_target_tokens", 0))
         self.max_nodes = int(gen["max_nodes"])
         self.max_history_turns = int(gen["max_history_turns"])
+        self.reply_words = int(gen.get("reply_words", 0))  # bundles exported before it: user turns only
         self.grammar: Any = None
         self.copy: Any = None
         from searchsmith.models.decomposer import check_rewrite_head, check_type_head
@@ -662,7 +667,12 @@ class DecomposeBundle(Bundle):
 
         Without user history the query is returned as it is, as ``Decomposer.rewrite`` does.
         """
-        from searchsmith.models.decomposer import _user_turns, rewrite_source
+        from searchsmith.models.decomposer import (
+            _conversation_texts,
+            _user_turns,
+            fitted_rewrite_source,
+            last_reply,
+        )
 
         if not isinstance(query, str):
             raise ValidationError(f"rewrite: query is {type(query).__name__}, expected a string")
@@ -671,7 +681,9 @@ class DecomposeBundle(Bundle):
         turns = _user_turns(history)
         if not turns:
             return (query, {"truncated": [], "max_length": self.max_length}) if return_meta else query
-        source = rewrite_source(turns, query, self.max_history_turns)
+        source = fitted_rewrite_source(self._count_tokens, turns, query, self.max_history_turns, last_reply(history),
+                                       self.reply_words, self.max_length)
+        texts = _conversation_texts(history)  # where the rewrite's words (and their casing) come from
         if self.rewrite_head is not None:  # the rewrite tagger over the encoder's token states
             from searchsmith.models.decomposer import head_probs
             from searchsmith.models.rewrite_edit import head_rewrite
@@ -682,7 +694,7 @@ class DecomposeBundle(Bundle):
                                              "attention_mask": enc["attention_mask"].astype(np.int64)})
             offsets = [tuple(int(v) for v in o) for o in enc["offset_mapping"][0]]
             head = self.rewrite_head
-            out = head_rewrite(query, turns, source, offsets, head_probs(head, hidden[0]), head)
+            out = head_rewrite(query, texts, source, offsets, head_probs(head, hidden[0]), head)
             return self._meta(out, return_meta, [source])
         if self.tagger:  # no decoder: without the rewrite tagger the query is kept
             return self._meta(query, return_meta, [source])
@@ -690,7 +702,7 @@ class DecomposeBundle(Bundle):
         if self.rewrite_target == "edit":
             from searchsmith.models.rewrite_edit import apply_edits
 
-            out = apply_edits(query, text[0], turns)
+            out = apply_edits(query, text[0], texts)
         else:
             out = " ".join(text[0].split()) or query
         return (out, meta) if return_meta else out

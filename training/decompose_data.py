@@ -3,14 +3,16 @@
 Every loader returns examples (plain dicts)::
 
     {"task": "decompose" | "rewrite", "source": str, "target": str,
-     "graph"?: QDG JSON, "query": str, "history": [str], "group": str, "origin": str}
+     "graph"?: QDG JSON, "query": str, "history": [str], "reply"?: str, "group": str, "origin": str}
 
 ``source`` is the model input with its task prefix (:func:`decompose_source`,
 :func:`rewrite_source`); ``target`` is the compact linearised graph
 (:func:`searchsmith.models.qdg.linearize`) or the gold rewrite. ``group`` is the unit of the
 train / held-out split: the lower-cased question for decomposition (so a HotpotQA question
 that also appears in Break lands on one side only), the conversation for rewriting (turns of
-one conversation share their history).
+one conversation share their history). ``reply`` is the system's answer to the last history
+turn where the source has one (CAsT 2021 / 2022); :func:`conversation` gives the history as
+chat turns with it.
 
 Real sources (``../shared/data`` layout; each is optional, absent files are reported):
 Break QDMR, MuSiQue, StrategyQA, HotpotQA ``qdmr_high_level``, TREC CAsT. The synthetic
@@ -138,7 +140,11 @@ def load_hotpotqa(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def load_trec_cast(rows: Iterable[dict[str, Any]], max_history_turns: int = 3) -> list[dict[str, Any]]:
     """TREC CAsT turns: (``history_utterances`` + ``raw_utterance``) -> ``manual_rewritten_utterance``;
     ``canonical_response`` (2021/2022) is kept as ``passage``, the known item ``eval rewrite``
-    retrieves with each rewrite."""
+    retrieves with each rewrite, and as the next turn's ``reply`` (the answer to its last
+    history turn, looked up through ``history_turn_ids``)."""
+    rows = list(rows)
+    responses = {str(r.get("id")): " ".join(r["canonical_response"].split()) for r in rows
+                 if isinstance(r.get("canonical_response"), str) and r["canonical_response"].strip()}
     out = []
     for r in rows:
         query, rewrite = r.get("raw_utterance"), r.get("manual_rewritten_utterance")
@@ -150,8 +156,21 @@ def load_trec_cast(rows: Iterable[dict[str, Any]], max_history_turns: int = 3) -
         passage = r.get("canonical_response")
         if isinstance(passage, str) and passage.strip():  # 2021/2022: the turn's answer passage
             ex["passage"] = " ".join(passage.split())
+        ids = r.get("history_turn_ids") or []
+        reply = responses.get(str(ids[-1])) if history and ids else None
+        if reply:  # the answer the user saw to the last turn: what "the last two" refers to
+            ex["reply"] = reply
         out.append(ex)
     return out
+
+
+def conversation(ex: Mapping[str, Any]) -> list[dict[str, str]]:
+    """An example's history as chat turns (``{"role", "content"}``): its user turns, then the
+    system's answer to the last of them when the example has one (``reply``)."""
+    turns = [{"role": "user", "content": h} for h in ex.get("history") or []]
+    if turns and ex.get("reply"):
+        turns.append({"role": "assistant", "content": ex["reply"]})
+    return turns
 
 
 _LOADERS = {
@@ -305,7 +324,7 @@ def to_decomposition_record(ex: dict[str, Any]) -> dict[str, Any]:
 
 def to_rewrite_record(ex: dict[str, Any]) -> dict[str, Any]:
     """An example as a record of the "rewrite" format of ``searchsmith eval --help``."""
-    rec = {"history": [{"role": "user", "content": h} for h in ex["history"]],
+    rec = {"history": conversation(ex),
            "query": ex["query"], "rewrite": ex["target"]}
     if ex.get("passage"):  # CAsT's canonical answer passage: the rewrite's retrieval target
         rec["passage"] = ex["passage"]

@@ -58,6 +58,7 @@ from searchsmith.models.text import exact_match, token_f1
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
 from searchsmith.training.decompose_data import (
     REAL_SOURCES,
+    conversation,
     is_heldout,
     load_real,
     split_examples,
@@ -159,6 +160,12 @@ class DecomposerModelConfig:
             word referring back (``it``, ``their``, ``the second``:
             :data:`~searchsmith.models.text.REFERENCE_WORDS`); an edit of other words is
             refused and the query kept. Saved with the head.
+        rewrite_reply_words: words of the system's answer to the last turn that a rewrite
+            input carries before the query (TREC CAsT 2021 / 2022's canonical responses in
+            training; the pipeline's own last answer in serving), so that "Are the last two
+            the same?" can take its referent from what the answer listed. 0: user turns only.
+            The input is cut to ``max_source_tokens`` by shortening the answer, never the
+            query. Tagger archs only; saved in ``decomposer.json``.
     """
 
     base_model: str = "default"
@@ -204,6 +211,7 @@ class DecomposerModelConfig:
     rewrite_max_terms: int = 8
     rewrite_max_drop: float = 0.25
     rewrite_references_only: bool = True
+    rewrite_reply_words: int = 0
 
     def __post_init__(self) -> None:
         if self.type_head_l2 < 0 or self.rewrite_head_l2 < 0:
@@ -223,6 +231,12 @@ class DecomposerModelConfig:
                      "eval_batch_size", "tiny_hidden", "tag_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.rewrite_reply_words < 0:
+            raise ValueError(f"model.rewrite_reply_words must be >= 0 (0 = user turns only), got "
+                             f"{self.rewrite_reply_words}")
+        if self.rewrite_reply_words and self.arch not in ("tagger", "tiny-tagger"):
+            raise ValueError(f"model.rewrite_reply_words needs model.arch tagger (or tiny-tagger), got {self.arch!r}: "
+                             "set it to 0")
         if self.tag_add_phrases < 0:
             raise ValueError(f"model.tag_add_phrases must be >= 0 (0 = no add tags), got {self.tag_add_phrases}")
         if self.tag_add_phrases and not (self.tag_drop and self.arch in ("tagger", "tiny-tagger")):
@@ -438,7 +452,7 @@ def batches(examples: Sequence[dict[str, Any]], dec: Decomposer, batch_size: int
                 yield dec.prepare_tag_batch([e["query"] for e in group], [e["depths"] for e in group],
                                             [e.get("adds") or [] for e in group] if dec.add_phrases else None)
             else:
-                yield dec.prepare_rewrite_tag_batch([(e["history"], e["query"], e["target"]) for e in group])
+                yield dec.prepare_rewrite_tag_batch([(conversation(e), e["query"], e["target"]) for e in group])
         return
     pool = [e for e in examples for _ in range(rewrite_repeat if e["task"] == "rewrite" else 1)]
     pool = [{**e, "target": dec.target_for(e)} for e in pool]
@@ -518,8 +532,7 @@ NODE_GAIN_KEY = "decompose_node_f1_vs_terminal"
 
 
 def _user_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"history": [{"role": "user", "content": h} for h in e.get("history") or []], "query": e["query"]}
-            for e in items]
+    return [{"history": conversation(e), "query": e["query"]} for e in items]
 
 
 def gain_of_rows(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -607,7 +620,7 @@ def evaluate(dec: Decomposer, heldout: Sequence[dict[str, Any]], limit: int = 0,
         dec_items, rw_items = dec_items[:limit], rw_items[:limit]
     preds = dec.decompose_batch([e["query"] for e in dec_items])
     golds = [QDG.from_json(e["graph"]) for e in dec_items]
-    rewrites = dec.rewrite_batch([(e["history"], e["query"]) for e in rw_items])
+    rewrites = dec.rewrite_batch([(conversation(e), e["query"]) for e in rw_items])
     if per_item is not None:  # the figures of each item, under the names of the means they make
         for n, (e, (g, valid, raw), gold) in enumerate(zip(dec_items, preds, golds, strict=True)):
             per_item.append({"id": e.get("id", n), "task": "decompose", "query": e["query"], "raw": raw,
@@ -682,7 +695,7 @@ def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
         # the phrases are chosen from the training data (add_vocabulary) once it is read
         return Decomposer(model, tok, TAGGER, max_source_tokens=m.max_source_tokens, max_nodes=m.max_nodes,
                           batch_size=m.eval_batch_size, tag_depth=depth_labels, tag_drop=m.tag_drop,
-                          add_phrases=[""] * m.tag_add_phrases)
+                          add_phrases=[""] * m.tag_add_phrases, reply_words=m.rewrite_reply_words)
     elif m.arch == "tiny":
         model, tok = build_tiny(m.base_model, hidden=m.tiny_hidden)
         arch = "encoder-decoder"
@@ -801,7 +814,7 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
                               max_nodes=dec.max_nodes, batch_size=dec.batch_size,
                               max_history_turns=cfg.data.max_history_turns, tag_depth=dec.tag_depth,
                               tag_drop=dec.tag_drop, switch_penalty=heads.get("switch", dec.switch_penalty),
-                              add_phrases=dec.add_phrases)
+                              add_phrases=dec.add_phrases, reply_words=dec.reply_words)
         return Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
@@ -845,7 +858,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         "arch": dec.arch, "trained_steps": result.step,
         "max_source_tokens": dec.max_source_tokens, "max_target_tokens": dec.max_target_tokens,
         "max_nodes": dec.max_nodes, "num_beams": dec.num_beams,
-        "max_history_turns": cfg.data.max_history_turns, "base_model": cfg.model.base_model,
+        "max_history_turns": cfg.data.max_history_turns, "reply_words": dec.reply_words,
+        "base_model": cfg.model.base_model,
         "constrained": constrained, "decompose_vocab": vocabs["decompose"],
         "rewrite_vocab": vocabs["rewrite"], "rewrite_target": dec.rewrite_target,
         "type_head": type_head_json(head) if use_head else None,
@@ -886,7 +900,7 @@ def fit_rewrite_head(dec: Decomposer, train_ex: Sequence[dict[str, Any]], m: Dec
                  "references_only": m.rewrite_references_only}
     if dec.arch == TAGGER and m.joint_rewrite:
         return dec.rewrite_head_from_classifier(m.rewrite_threshold, m.rewrite_extend, expansion)
-    items = [(e["history"], e["query"], e["target"]) for e in train_ex if e["task"] == "rewrite"]
+    items = [(conversation(e), e["query"], e["target"]) for e in train_ex if e["task"] == "rewrite"]
     return dec.fit_rewrite_head(items, l2=m.rewrite_head_l2, threshold=m.rewrite_threshold,
                                 extend=m.rewrite_extend, expansion=expansion)
 

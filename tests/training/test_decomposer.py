@@ -8,11 +8,18 @@ import json
 from pathlib import Path
 
 import pytest
-from searchsmith.models.decomposer import Decomposer, build_tiny, rewrite_source
+from searchsmith.models.decomposer import (
+    Decomposer,
+    build_tiny,
+    fitted_rewrite_source,
+    last_reply,
+    rewrite_source,
+)
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.qdg import QDG, QDGNode, parse_linear, terminal, validate
 from searchsmith.training.config import load_recipe_config
 from searchsmith.training.decompose_data import (
+    conversation,
     export_eval_sets,
     load_break,
     load_hotpotqa,
@@ -23,6 +30,7 @@ from searchsmith.training.decompose_data import (
     read_decomposition_eval,
     split_examples,
     synthetic,
+    to_rewrite_record,
 )
 from searchsmith.training.decomposer import (
     decompose_metrics,
@@ -83,6 +91,66 @@ def test_trec_cast_loader_formats_history() -> None:
     assert second["source"] == "rewrite: What is throat cancer? || Is it treatable?"
     assert second["target"] == "Is throat cancer treatable?"
     assert first["group"] == second["group"] == "cast:2019_1"
+
+
+CAST_2022 = [
+    {"id": "c_7_1", "year": 2022, "topic_id": "7", "raw_utterance": "Tell me about the types of rocket engines.",
+     "manual_rewritten_utterance": "Tell me about the types of rocket engines.", "history_utterances": [],
+     "history_turn_ids": [], "canonical_response": "There are  pressure-fed and\nopen cycle engines."},
+    {"id": "c_7_2", "year": 2022, "topic_id": "7", "raw_utterance": "Are the last two the same?",
+     "manual_rewritten_utterance": "Are pressure-fed and open cycle engines the same?",
+     "history_utterances": ["Tell me about the types of rocket engines."], "history_turn_ids": ["c_7_1"],
+     "canonical_response": None},
+    {"id": "c_7_3", "year": 2022, "topic_id": "7", "raw_utterance": "Why?", "manual_rewritten_utterance": "Why?",
+     "history_utterances": ["Tell me about the types of rocket engines.", "Are the last two the same?"],
+     "history_turn_ids": ["c_7_1", "c_7_2"], "canonical_response": "x"},
+]
+
+
+def test_trec_cast_loader_attaches_the_answer_to_the_last_turn() -> None:
+    first, second, third = load_trec_cast(CAST_2022)
+    # the answer to turn 1 is turn 2's reply (whitespace collapsed) and turn 1's own passage
+    assert "reply" not in first and first["passage"] == "There are pressure-fed and open cycle engines."
+    assert second["reply"] == "There are pressure-fed and open cycle engines."
+    assert "reply" not in third  # turn 2 has no answer of its own
+    assert conversation(second) == [
+        {"role": "user", "content": "Tell me about the types of rocket engines."},
+        {"role": "assistant", "content": "There are pressure-fed and open cycle engines."}]
+    assert to_rewrite_record(second)["history"] == conversation(second)  # eval rewrite sees the answer too
+    assert conversation(third) == [{"role": "user", "content": t} for t in third["history"]]
+    assert conversation({"history": [], "reply": "orphan"}) == []  # no user turn: no conversation
+
+
+def test_rewrite_source_carries_the_start_of_the_last_answer_before_the_query() -> None:
+    turns = ["t1", "t2"]
+    assert rewrite_source(turns, "q", 3, "a b c d", 0) == "rewrite: t1 || t2 || q"
+    assert rewrite_source(turns, "q", 3, "a b  c d", 2) == "rewrite: t1 || t2 || a b || q"
+    assert rewrite_source(turns, "q", 3, "a b", 9) == "rewrite: t1 || t2 || a b || q"
+    assert rewrite_source([], "q", 3, "a b", 9) == "rewrite: q"  # an answer alone is no conversation
+    assert rewrite_source(turns, "q", 3, "  ", 9) == "rewrite: t1 || t2 || q"
+
+
+def test_fitted_rewrite_source_shortens_the_answer_never_the_query() -> None:
+    def count(text: str) -> int:  # one token per word, two special tokens
+        return len(text.split()) + 2
+
+    query = "what makes them hard to build"
+    full = fitted_rewrite_source(count, ["t1"], query, 3, "w " * 50, 40, 1000)
+    assert full == rewrite_source(["t1"], query, 3, "w " * 50, 40)
+    fitted = fitted_rewrite_source(count, ["t1"], query, 3, "w " * 50, 40, 20)
+    assert fitted.endswith("|| " + query) and count(fitted) <= 20 and "|| w" in fitted
+    # no room at all: the answer goes, the query stays whole
+    assert fitted_rewrite_source(count, ["t1"], query, 3, "w " * 50, 40, 5) == rewrite_source(["t1"], query, 3)
+
+
+def test_last_reply_is_the_last_turn_when_the_system_said_it() -> None:
+    from searchsmith.serving.rewrite import Turn
+
+    assert last_reply([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]) == "b"
+    assert last_reply([{"role": "assistant", "content": "b"}, {"role": "user", "content": "a"}]) == ""
+    assert last_reply([Turn("user", "a"), Turn("assistant", "b")]) == "b"
+    assert last_reply(["a", "b"]) == "" and last_reply([]) == ""
+    assert last_reply([{"role": "assistant", "content": None}]) == ""
 
 
 def test_rewrite_source_keeps_first_and_last_turns() -> None:

@@ -140,6 +140,38 @@ def test_tagger_bundle_has_one_graph_passes_parity_and_matches_torch(tagger_run:
         b.decompose("  ")
 
 
+def test_the_rewrite_reads_the_last_answer_in_torch_and_in_the_bundle(tagger_run: tuple[Path, dict],
+                                                                       tagger_bundle: Path) -> None:
+    from searchsmith.models.runtime import load_bundle
+
+    meta = json.loads((tagger_run[0] / "model" / "decomposer.json").read_text())
+    m = json.loads((tagger_bundle / "manifest.json").read_text())
+    assert meta["reply_words"] == 16 == m["generation"]["reply_words"]  # the tiny twin's setting travels
+    dec, b = Decomposer.load(tagger_run[0]), load_bundle(tagger_bundle)
+    long_answer = "Lumen was founded by Varok Pell in Austin, and " + "it grew quickly " * 40
+    history = [{"role": "user", "content": "Tell me about Lumen"}, {"role": "assistant", "content": long_answer}]
+    source = dec.rewrite_input(history, "who founded it?")
+    # the answer's first words come before the query; the input fits the window, the query whole
+    assert "|| Lumen was founded by" in source and source.endswith("|| who founded it?")
+    assert len(dec.tokenizer(source)["input_ids"]) <= dec.max_source_tokens
+    assert dec.rewrite_input(history[:1], "who founded it?") == "rewrite: Tell me about Lumen || who founded it?"
+    for q in ["who founded it?", "Where is it based?", "What did they build?"]:
+        assert b.rewrite(history, q) == dec.rewrite(history, q)
+    # a model saved before the setting reads user turns only
+    assert Decomposer.load(tagger_run[0], reply_words=0).rewrite_input(history, "q") == "rewrite: Tell me about Lumen || q"
+
+
+def test_reply_words_need_a_tagger_and_a_count() -> None:
+    with pytest.raises(ValueError, match="model.rewrite_reply_words needs model.arch tagger"):
+        load_recipe_config(TINY_TAGGER, ["model.arch=tiny"])
+    with pytest.raises(ValueError, match="model.rewrite_reply_words must be >= 0"):
+        load_recipe_config(TINY_TAGGER, ["model.rewrite_reply_words=-1"])
+    from searchsmith.models.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="reply_words"):
+        Decomposer(*build_tagger("default", depth=4, tiny_hidden=16), TAGGER, reply_words=-2)
+
+
 def test_eval_decompose_scores_the_tagger_bundle_as_the_run(tagger_run: tuple[Path, dict], tagger_bundle: Path,
                                                             tmp_path: Path) -> None:
     from searchsmith.training.decompose_data import export_eval_sets, synthetic
