@@ -94,19 +94,26 @@ def rewrite_source(history: Sequence[str], query: str, max_history_turns: int = 
 
 def fitted_rewrite_source(count_tokens: Callable[[str], int], history: Sequence[str], query: str,
                           max_history_turns: int, reply: str, reply_words: int, max_tokens: int) -> str:
-    """:func:`rewrite_source` with the reply cut further, word by word from its end, until the
-    whole input fits ``max_tokens`` (as ``count_tokens`` counts them, special tokens
-    included), so that the query at the end is never truncated for the reply's sake. The
-    torch model and the exported bundle build their inputs with this one function."""
+    """:func:`rewrite_source` fitted to ``max_tokens`` (as ``count_tokens`` counts them, special
+    tokens included) so that the query at the end is not truncated for the history's sake: the
+    reply is cut shorter, word by word from its end, then the oldest kept turns go (the last
+    one stays). Only a query that fills the window by itself is still cut. The torch model and
+    the exported bundle build their inputs with this one function."""
     words = min(reply_words, len(reply.split())) if reply_words > 0 else 0
+    turns = [t for t in history if t and t.strip()]
+    if max_history_turns > 0 and len(turns) > max_history_turns:  # rewrite_source's choice, made here
+        turns = turns[:1] + turns[len(turns) - (max_history_turns - 1):] if max_history_turns > 1 else turns[:1]
     while True:
-        source = rewrite_source(history, query, max_history_turns, reply, words)
-        if words <= 0:
-            return source
+        source = rewrite_source(turns, query, max_history_turns, reply, words)
         over = count_tokens(source) - max_tokens
         if over <= 0:
             return source
-        words = max(0, min(words - 1, words - over // 2))  # a word is one or more tokens
+        if words > 0:
+            words = max(0, min(words - 1, words - over // 2))  # a word is one or more tokens
+        elif len(turns) > 1:
+            turns = turns[1:]
+        else:
+            return source
 
 
 def last_reply(history: Sequence[Any]) -> str:

@@ -139,8 +139,14 @@ def test_fitted_rewrite_source_shortens_the_answer_never_the_query() -> None:
     assert full == rewrite_source(["t1"], query, 3, "w " * 50, 40)
     fitted = fitted_rewrite_source(count, ["t1"], query, 3, "w " * 50, 40, 20)
     assert fitted.endswith("|| " + query) and count(fitted) <= 20 and "|| w" in fitted
-    # no room at all: the answer goes, the query stays whole
-    assert fitted_rewrite_source(count, ["t1"], query, 3, "w " * 50, 40, 5) == rewrite_source(["t1"], query, 3)
+    # room for the query and one turn: the answer goes, then the oldest turns, the query stays whole
+    assert fitted_rewrite_source(count, ["t1"], query, 3, "w " * 50, 40, 11) == rewrite_source(["t1"], query, 3)
+    long_turns = ["first turn words here", "t2", "t3 and more", "t4 last"]
+    assert fitted_rewrite_source(count, long_turns, query, 3, "", 0, 100) == rewrite_source(long_turns, query, 3)
+    assert fitted_rewrite_source(count, long_turns, query, 3, "", 0, 17) == rewrite_source(["t3 and more", "t4 last"], query, 3)
+    assert fitted_rewrite_source(count, long_turns, query, 3, "", 0, 12) == rewrite_source(["t4 last"], query, 3)
+    # a query longer than the window keeps its last turn and is cut by the tokenizer, as before
+    assert fitted_rewrite_source(count, long_turns, query, 3, "w", 5, 4) == rewrite_source(["t4 last"], query, 3)
 
 
 def test_last_reply_is_the_last_turn_when_the_system_said_it() -> None:
