@@ -280,11 +280,28 @@ def is_heldout(group: str, seed: int, heldout_ratio: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < heldout_ratio
 
 
+def left_out(ex: Mapping[str, Any], leave_out: Sequence[str]) -> bool:
+    """Whether ``ex`` comes from a set named in ``leave_out``: a source (``break_qdmr``,
+    ``hotpotqa`` ...; a Break example's ``origin`` is ``break:<its source dataset>``) or
+    ``trec_cast:YEAR``, the CAsT conversations of one year."""
+    origin = str(ex["origin"])
+    source_of = "break_qdmr" if origin.startswith("break:") else origin
+    for name in leave_out:
+        source, _, year = name.partition(":")
+        if source_of == source and (not year or str(ex["group"]).startswith(f"cast:{year}_")):
+            return True
+    return False
+
+
 def split_examples(examples: Sequence[dict[str, Any]], seed: int, heldout_ratio: float,
-                   task_ratios: Mapping[str, float] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                   task_ratios: Mapping[str, float] | None = None,
+                   leave_out: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, held-out), split by ``group``; exact duplicates (same source and target) dropped.
-    ``task_ratios``: another held-out share for the examples of a task (``{"rewrite": 0.3}``)."""
+    ``task_ratios``: another held-out share for the examples of a task (``{"rewrite": 0.3}``).
+    ``leave_out``: sets (:func:`left_out`) whose groups are all held out, with every example of
+    another source in such a group (a HotpotQA question that Break decomposes too)."""
     ratios = dict(task_ratios or {})
+    apart = {ex["group"] for ex in examples if leave_out and left_out(ex, leave_out)}
     seen: set[tuple[str, str]] = set()
     train, heldout = [], []
     for ex in examples:
@@ -293,7 +310,7 @@ def split_examples(examples: Sequence[dict[str, Any]], seed: int, heldout_ratio:
             continue
         seen.add(key)
         ratio = ratios.get(ex["task"], heldout_ratio)
-        (heldout if is_heldout(ex["group"], seed, ratio) else train).append(ex)
+        (heldout if ex["group"] in apart or is_heldout(ex["group"], seed, ratio) else train).append(ex)
     return train, heldout
 
 

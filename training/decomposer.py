@@ -60,6 +60,7 @@ from searchsmith.training.decompose_data import (
     REAL_SOURCES,
     conversation,
     is_heldout,
+    left_out,
     load_real,
     split_examples,
     synthetic,
@@ -283,6 +284,11 @@ class DecomposerDataConfig:
         calibration_ratio: share of the training decompositions (by source question, seeded
             hash) kept out of training to choose ``model.switch_penalties`` on; in [0, 1).
             0: none (then ``model.switch_penalties`` must have one value).
+        leave_out: sets held out whole, never trained or calibrated on: sources of
+            ``sources`` (``break_qdmr``, ``hotpotqa`` ...) or ``trec_cast:YEAR`` (one year's
+            CAsT conversations). Their held-out items are also scored apart, as ``ood/...``
+            beside the baselines on them (``baselines/ood_...``), and the decompose and rewrite
+            gates read those: how the model does on questions of a kind it never saw.
     """
 
     data_dir: str = "../shared/data"
@@ -298,8 +304,15 @@ class DecomposerDataConfig:
     # Held-out items generated at each intermediate eval (0 = all); the final eval uses all.
     eval_limit: int = 64
     calibration_ratio: float = 0.0
+    leave_out: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        for name in self.leave_out:
+            source, colon, year = str(name).partition(":")
+            if source not in self.sources or source == "synthetic" or (
+                    colon and not (source == "trec_cast" and year.isdigit())):
+                raise ValueError(f"data.leave_out: {name!r} is not a real source of data.sources {self.sources} "
+                                 "(or trec_cast:YEAR, one year of CAsT conversations); name sets to hold out")
         if not self.sources:
             raise ValueError(f"data.sources must name at least one of {list(ALL_SOURCES)}")
         bad = [s for s in self.sources if s not in ALL_SOURCES]
@@ -402,7 +415,7 @@ def make_splits(cfg: DecomposerRecipe) -> tuple[list[dict[str, Any]], list[dict[
     keep = [e for e in examples if e["task"] != "decompose"
             or len(e["graph"]["nodes"]) <= cfg.model.max_nodes]
     ratios = {} if cfg.data.rewrite_heldout_ratio is None else {"rewrite": cfg.data.rewrite_heldout_ratio}
-    train, heldout = split_examples(keep, cfg.data.split_seed, cfg.data.heldout_ratio, ratios)
+    train, heldout = split_examples(keep, cfg.data.split_seed, cfg.data.heldout_ratio, ratios, cfg.data.leave_out)
     if not train:
         raise ValidationError(
             f"decomposer: no training examples from data.sources={cfg.data.sources} (check "
@@ -529,6 +542,8 @@ GAIN_KEY = "rewrite_retrieval_ndcg@10_vs_heuristic"
 #: the same for decompositions: node-text F1 against keeping the question as one node, per
 #: held-out question (the decompose gate needs ``_direction`` +1)
 NODE_GAIN_KEY = "decompose_node_f1_vs_terminal"
+#: the figures of the held-out items of the sets left out of training (``data.leave_out``)
+OOD_PREFIX = "ood/"
 
 
 def _user_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -600,6 +615,26 @@ def baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]]
         out["rewrite_em_copy_query"] = copy["rewrite_em"]
         out["rewrite_f1_copy_query"] = copy["rewrite_f1"]
         out.update(heuristic_rewrite_figures(rw_held, rewrite_passages(train)))
+    return out
+
+
+def ood_baselines(train: Sequence[dict[str, Any]], heldout: Sequence[dict[str, Any]],
+                  leave_out: Sequence[str]) -> dict[str, float]:
+    """:func:`baselines` on the held-out items of the sets left out of training, as
+    ``ood_<name>`` ({} when none is)."""
+    ood = [e for e in heldout if left_out(e, leave_out)] if leave_out else []
+    return {f"ood_{k}": v for k, v in baselines(train, ood).items()} if ood else {}
+
+
+def evaluate_with_ood(dec: Decomposer, heldout: Sequence[dict[str, Any]], leave_out: Sequence[str],
+                      limit: int = 0, extra_docs: Sequence[str] = ()) -> dict[str, float]:
+    """:func:`evaluate` of ``heldout`` and, with ``leave_out`` sets, of their items alone as
+    ``ood/<metric>`` (the figures the gates read when a run left sets out); ``limit`` applies
+    to each."""
+    out = evaluate(dec, heldout, limit=limit, extra_docs=extra_docs)
+    ood = [e for e in heldout if left_out(e, leave_out)] if leave_out else []
+    if ood:
+        out.update({OOD_PREFIX + k: v for k, v in evaluate(dec, ood, limit=limit, extra_docs=extra_docs).items()})
     return out
 
 
@@ -837,13 +872,15 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
             heads["last"] = fit_type_head(view, train_ex, cfg.model.type_head_l2)
         if use_tagger:
             heads["rewrite"] = fit_rewrite_head(view, train_ex, cfg.model)
-        return {**evaluate(view, eval_items, limit=0 if final else cfg.data.eval_limit,
-                           extra_docs=rewrite_passages(train_ex)), **chosen}
+        return {**evaluate_with_ood(view, eval_items, cfg.data.leave_out, limit=0 if final else cfg.data.eval_limit,
+                                    extra_docs=rewrite_passages(train_ex)), **chosen}
 
     result = train(model, loss_fn, train_batches, cfg, run_dir, eval_fn, tokenizer=dec.tokenizer,
                    run_info={"task": "decompose+rewrite", "recipe": "decomposer",
                              "base_model": cfg.model.base_model, "arch": cfg.model.arch},
-                   baselines=baselines(train_ex, eval_items), force=force, on_step=on_step)
+                   baselines={**baselines(train_ex, eval_items),
+                              **ood_baselines(train_ex, eval_items, cfg.data.leave_out)},
+                   force=force, on_step=on_step)
 
     # 5. Save: the trainer wrote run_dir/model; mark it trained so Decomposer.load accepts it.
     if not is_main_process():  # the main process writes the run (accelerate launch)
@@ -921,8 +958,10 @@ __all__ = [
     "decompose_metrics",
     "decomposer",
     "evaluate",
+    "evaluate_with_ood",
     "load_examples",
     "make_splits",
     "node_f1",
+    "ood_baselines",
     "rewrite_metrics",
 ]

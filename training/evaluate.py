@@ -902,7 +902,7 @@ def _rerank_demo(model: Any, limit: int | None) -> tuple[dict[str, float], str]:
 
 
 def _decompose_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
-    from searchsmith.training.decomposer import evaluate, make_splits, rewrite_passages
+    from searchsmith.training.decomposer import evaluate_with_ood, make_splits, rewrite_passages
 
     cfg = run_recipe_config(run_dir)
     train, heldout, _ = make_splits(cfg)
@@ -912,7 +912,8 @@ def _decompose_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[
     n_rw = len(items) - n_dec
     total = min(n_dec, limit or n_dec) + min(n_rw, limit or n_rw)
     with progress_bar("held-out decompose", total) as bar:
-        figs = evaluate(Chunked(model, bar, 16), items, limit=limit or 0, extra_docs=rewrite_passages(train))
+        figs = evaluate_with_ood(Chunked(model, bar, 16), items, cfg.data.leave_out, limit=limit or 0,
+                                 extra_docs=rewrite_passages(train))
     part = f"{int(figs.get('decompose_items', 0))} of {n_dec} decompositions, " \
            f"{int(figs.get('rewrite_items', 0))} of {n_rw} rewrites"
     return figs, f"the run's held-out split ({part})"
