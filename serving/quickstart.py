@@ -59,7 +59,7 @@ MODELS: tuple[ModelStep, ...] = (
     ModelStep("reranker", "reranker/quick/minilm_full.yaml", "reranker/minilm_full.yaml",
               ("data.sources=[synthetic]", "data.leave_out=[]")),
     ModelStep("decomposer", "decomposer/quick/minilm_tagger.yaml", "decomposer/minilm_tagger.yaml",
-              ("data.sources=[synthetic]",)),
+              ("data.sources=[synthetic]", "data.leave_out=[]")),
     ModelStep("citation", "citation/quick/minilm_full.yaml", "citation/minilm_full.yaml",
               ("data.sources=[synthetic]",)),
     ModelStep("images", "images/quick/minilm_cnn.yaml", "images/minilm_cnn.yaml",
