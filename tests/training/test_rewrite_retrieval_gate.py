@@ -40,8 +40,8 @@ class FixedRewrites:
     def decompose_batch(self, queries):
         return []
 
-    def rewrite_batch(self, pairs):
-        return [self.rewrites[(history[-1], q)] for history, q in pairs]
+    def rewrite_batch(self, pairs):  # the history comes as chat turns, as a model is given it
+        return [self.rewrites[(history[-1]["content"], q)] for history, q in pairs]
 
 
 def test_the_baselines_hold_the_heuristic_and_the_raw_query_retrieval():
