@@ -29,6 +29,10 @@ Metrics on the held-out split (``metrics.json`` -> ``final``), beside ``baseline
   ceiling, the human rewrite. The pipeline's rewrite gate reads this figure against the
   heuristic's: rewrites are judged by the retrieval they drive.
 
+With ``data.leave_out`` (sources, or ``trec_cast:YEAR``) those sets are held out whole and their
+items scored again by themselves: ``ood/<metric>`` beside ``baselines/ood_<name>``, which the
+decompose and rewrite gates read in place of the pooled figures when a bundle records them.
+
 When real sources are present, only their held-out items are scored (synthetic ones would
 flatter the figures); the same items are exported by ``python -m
 searchsmith.training.decompose_data --out DIR`` for ``searchsmith eval decompose|rewrite``.
