@@ -70,22 +70,29 @@ def decompose_source(question: str) -> str:
     return DECOMPOSE_PREFIX + " ".join(question.split())
 
 
+def kept_turns(history: Sequence[str], max_history_turns: int) -> list[str]:
+    """The turns a rewrite input keeps (whitespace collapsed, empty ones dropped): the first
+    (it usually names the topic, as in TREC CAsT) and the last ``max_history_turns - 1``;
+    none at 0."""
+    turns = [" ".join(t.split()) for t in history if t and t.strip()]
+    if max_history_turns <= 0:
+        return []
+    if len(turns) > max_history_turns:
+        turns = turns[:1] + turns[len(turns) - (max_history_turns - 1):] if max_history_turns > 1 else turns[:1]
+    return turns
+
+
 def rewrite_source(history: Sequence[str], query: str, max_history_turns: int = 3, reply: str = "",
                    reply_words: int = 0) -> str:
     """Model input for rewriting: ``rewrite: <turns joined with ' || '> || [<reply> ||] <query>``.
 
-    Only the first turn (it usually names the topic, as in TREC CAsT) and the last
-    ``max_history_turns - 1`` turns are kept, so a long conversation does not push the
-    query out of the encoder's window. With ``reply_words`` > 0 the first ``reply_words``
+    Only the first turn and the last ``max_history_turns - 1`` are kept (:func:`kept_turns`), so
+    a long conversation does not push the query out of the encoder's window. With ``reply_words`` > 0 the first ``reply_words``
     words of ``reply`` (the system's answer to the last turn, :func:`last_reply`) come just
     before the query: a follow-up such as "Are the last two the same?" refers to what the
     answer listed, not to anything the user wrote.
     """
-    turns = [" ".join(t.split()) for t in history if t and t.strip()]
-    if max_history_turns <= 0:
-        turns = []
-    elif len(turns) > max_history_turns:
-        turns = turns[:1] + turns[len(turns) - (max_history_turns - 1):] if max_history_turns > 1 else turns[:1]
+    turns = kept_turns(history, max_history_turns)
     said = reply.split()[:reply_words] if reply_words > 0 and turns else []
     if said:
         turns.append(" ".join(said))
@@ -100,9 +107,7 @@ def fitted_rewrite_source(count_tokens: Callable[[str], int], history: Sequence[
     one stays). Only a query that fills the window by itself is still cut. The torch model and
     the exported bundle build their inputs with this one function."""
     words = min(reply_words, len(reply.split())) if reply_words > 0 else 0
-    turns = [t for t in history if t and t.strip()]
-    if max_history_turns > 0 and len(turns) > max_history_turns:  # rewrite_source's choice, made here
-        turns = turns[:1] + turns[len(turns) - (max_history_turns - 1):] if max_history_turns > 1 else turns[:1]
+    turns = kept_turns(history, max_history_turns)
     while True:
         source = rewrite_source(turns, query, max_history_turns, reply, words)
         over = count_tokens(source) - max_tokens
