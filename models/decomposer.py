@@ -103,9 +103,10 @@ def fitted_rewrite_source(count_tokens: Callable[[str], int], history: Sequence[
                           max_history_turns: int, reply: str, reply_words: int, max_tokens: int) -> str:
     """:func:`rewrite_source` fitted to ``max_tokens`` (as ``count_tokens`` counts them, special
     tokens included) so that the query at the end is not truncated for the history's sake: the
-    reply is cut shorter, word by word from its end, then the oldest kept turns go (the last
-    one stays). Only a query that fills the window by itself is still cut. The torch model and
-    the exported bundle build their inputs with this one function."""
+    reply is cut shorter, word by word from its end, then the oldest kept turns go, then the
+    last turn loses its first words (its end is nearest the query). Only a query that fills
+    the window by itself is still cut. The torch model and the exported bundle build their
+    inputs with this one function."""
     words = min(reply_words, len(reply.split())) if reply_words > 0 else 0
     turns = kept_turns(history, max_history_turns)
     while True:
@@ -117,6 +118,9 @@ def fitted_rewrite_source(count_tokens: Callable[[str], int], history: Sequence[
             words = max(0, min(words - 1, words - over // 2))  # a word is one or more tokens
         elif len(turns) > 1:
             turns = turns[1:]
+        elif turns and len(turns[0].split()) > 1:
+            last = turns[0].split()
+            turns = [" ".join(last[max(1, min(len(last) - 1, over // 2)):])]
         else:
             return source
 

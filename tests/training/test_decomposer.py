@@ -145,8 +145,12 @@ def test_fitted_rewrite_source_shortens_the_answer_never_the_query() -> None:
     assert fitted_rewrite_source(count, long_turns, query, 3, "", 0, 100) == rewrite_source(long_turns, query, 3)
     assert fitted_rewrite_source(count, long_turns, query, 3, "", 0, 17) == rewrite_source(["t3 and more", "t4 last"], query, 3)
     assert fitted_rewrite_source(count, long_turns, query, 3, "", 0, 12) == rewrite_source(["t4 last"], query, 3)
-    # a query longer than the window keeps its last turn and is cut by the tokenizer, as before
-    assert fitted_rewrite_source(count, long_turns, query, 3, "w", 5, 4) == rewrite_source(["t4 last"], query, 3)
+    # a long last turn loses its first words: its end is nearest the query
+    long_last = ["t1", "one two three four five six seven eight"]
+    fitted = fitted_rewrite_source(count, long_last, query, 3, "", 0, 14)
+    assert fitted == rewrite_source(["five six seven eight"], query, 3) and count(fitted) == 14
+    # a query longer than the window keeps one word of the last turn and is cut by the tokenizer
+    assert fitted_rewrite_source(count, long_turns, query, 3, "w", 5, 4) == rewrite_source(["last"], query, 3)
 
 
 def test_last_reply_is_the_last_turn_when_the_system_said_it() -> None:
