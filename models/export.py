@@ -38,7 +38,6 @@ recorded in the manifest. A training run is read as an export source by
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import inspect
 import logging
@@ -56,6 +55,7 @@ from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     check_replaceable,
+    process_temp_dir,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -228,8 +228,7 @@ def _traced(spec: Any, name: str, model_key: str, task: str, opset: int, work: P
     if cached is not None and cached.is_file():
         return cached
     raw = export_graph(spec, work / f"{name}.raw.onnx", opset)
-    cache_dir = Path(tempfile.mkdtemp(prefix="searchsmith-trace-"))
-    atexit.register(shutil.rmtree, cache_dir, True)
+    cache_dir = process_temp_dir("searchsmith-trace-")  # deleted at exit
     opt = optimize_graph(raw, cache_dir / f"{name}.fp32.onnx")
     _TRACE_CACHE[key] = opt
     return opt

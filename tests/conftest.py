@@ -129,11 +129,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _EXIT_STATUS.append(int(exitstatus))
 
 
+def release_temporary_folders() -> None:
+    """What atexit would have deleted and ``os._exit`` skips: the process's temporary folders
+    (models/io.py ``process_temp_dir``: traced graphs, shared test bundles)."""
+    io = sys.modules.get("searchsmith.models.io")
+    if io is not None:
+        io.release_process_temp_dirs()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _EXIT_STATUS and os.environ.get("SEARCHSMITH_TEST_HARD_EXIT", "1") != "0" and not hasattr(config, "workerinput"):
         import logging
 
+        release_temporary_folders()
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -30,7 +30,6 @@ in fp16 (``.half()``), on a larger workload (64 queries x 100 candidates).
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import shutil
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from searchsmith.models.io import process_temp_dir
 from searchsmith.serving.profiling.common import (
     ProfileContext,
     TokenCount,
@@ -57,8 +57,7 @@ _SHARED: dict[str, Any] = {}
 def _shared_dir() -> Path:
     """The process's folder for the shared models (removed at exit)."""
     if "dir" not in _SHARED:
-        _SHARED["dir"] = Path(tempfile.mkdtemp(prefix="searchsmith-profile-models-"))
-        atexit.register(shutil.rmtree, _SHARED["dir"], True)
+        _SHARED["dir"] = process_temp_dir("searchsmith-profile-models-")
     return _SHARED["dir"]
 
 

@@ -4,17 +4,14 @@ the dynamo exporter takes a few seconds per graph)."""
 
 from __future__ import annotations
 
-import atexit
 import functools
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+from searchsmith.models.io import process_temp_dir
 
-ROOT = Path(tempfile.mkdtemp(prefix="searchsmith-test-export-"))
-atexit.register(shutil.rmtree, ROOT, True)
+ROOT = process_temp_dir("searchsmith-test-export-")  # deleted at exit (tests/conftest.py)
 LABELS = ["O", "B-ENT", "I-ENT"]
 
 
