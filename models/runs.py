@@ -94,8 +94,12 @@ def run_source(run_dir: Path, allow_untrained: bool = False) -> ModelSource:
         max_len = int(info.get("max_length") or min(_model_max(model_dir), 512))
         final = heldout_metrics(run_dir)
         if isinstance(final.get("cross_weight"), (int, float)):  # calibrated: models/rerank_mix.py
+            # measured against cosine + lexical_weight x BM25 share (a run before it recorded
+            # the weight was measured against the cosine alone: 0)
             extra["retrieval_mix"] = {"cross_weight": float(final["cross_weight"]),
-                                      "embedder": str(info.get("mix_embedder") or "default")}
+                                      "embedder": str(info.get("mix_embedder") or "default"),
+                                      "lexical_weight": float(final.get("mix_lexical_weight") or 0.0),
+                                      "lexical_min_cosine": float(final.get("mix_lexical_min_cosine") or 0.0)}
     elif task == "decompose":
         steps = int(meta.get("trained_steps", steps))
         max_len = int(meta.get("max_source_tokens", 128))

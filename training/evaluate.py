@@ -476,10 +476,11 @@ def _mean_rows(rows: list[dict[str, float]], prefix: str = "") -> dict[str, floa
     return {f"{prefix}{key}": sum(r[key] for r in rows) / len(rows) for key in rows[0]}
 
 
-def served_rerank_scores(model: Any, bar: Any) -> Any:
+def served_rerank_scores(model: Any, bar: Any, lexical_share_fn: Any | None = None) -> Any:
     """``pairs -> scores`` of a rerank model as the pipeline serves it: a bundle with a
-    ``retrieval_mix`` (models/rerank_mix.py) mixed with its embedder's cosine at its share,
-    any other model's own scores."""
+    ``retrieval_mix`` (models/rerank_mix.py) mixed at its share with the retrieval score it was
+    measured against (its embedder's cosine, plus its ``lexical_weight`` x the passage's BM25
+    share from ``lexical_share_fn``, ``pairs -> shares``), any other model's own scores."""
     score = Chunked(model, bar).score_pairs
     mix = getattr(model, "retrieval_mix", None)
     if mix is None or mix.cross_weight >= 1:
@@ -488,7 +489,27 @@ def served_rerank_scores(model: Any, bar: Any) -> Any:
     from searchsmith.training.data import CachedEmbedder
     from searchsmith.training.reranker import cosine_score_fn
 
-    return mixed_score_fn(score, cosine_score_fn(CachedEmbedder(mix.embedder, None).encode), mix.cross_weight)
+    cosine = cosine_score_fn(CachedEmbedder(mix.embedder, None).encode)
+    return mixed_score_fn(score, mix.retrieval_score_fn(cosine, lexical_share_fn), mix.cross_weight)
+
+
+def mix_shares_over(model: Any, documents: Any) -> Any:
+    """``pairs -> BM25 share`` over ``documents`` (a callable returning the texts) when
+    ``model``'s retrieval mix needs it (``lexical_weight`` above 0), else None."""
+    mix = getattr(model, "retrieval_mix", None)
+    if mix is None or mix.cross_weight >= 1 or mix.lexical_weight <= 0:
+        return None
+    from searchsmith.training.reranker import text_bm25_fn
+
+    return text_bm25_fn(documents(), share=True)
+
+
+def _mix_note(mix: Any) -> str:
+    """How a bundle's scores were mixed, for a protocol line ("" when used alone)."""
+    if mix is None or mix.cross_weight >= 1:
+        return ""
+    against = "the cosine" + (f" + {mix.lexical_weight:g} x BM25 share" if mix.lexical_weight > 0 else "")
+    return f", mixed with {against} at its share {mix.cross_weight:g}"
 
 
 def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
@@ -500,7 +521,9 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
     Each figure has its bootstrap 95 % interval over the queries (``<name>_ci95``); a per-item
     line is identified by ``qid`` and carries the figures under the summary's names. A bundle
     with a ``retrieval_mix`` is scored as the pipeline serves it: mixed with the cosine of its
-    embedder at its share (``cross_weight`` in the output; 1.0 = the reranker alone).
+    embedder at its share (``cross_weight`` in the output; 1.0 = the reranker alone), plus its
+    ``lexical_weight`` x each passage's BM25 share over the folder's documents
+    (``mix_lexical_weight``).
     """
     corpus, queries, qrels = read_beir(args.data)
     qids = _eval_qids(queries, qrels, args)
@@ -519,7 +542,7 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
         pairs.extend((queries[q], corpus[d]) for d in docs)
     mix = getattr(em.model, "retrieval_mix", None)
     with progress_bar("eval rerank", len(pairs), "pair") as bar:
-        scores = served_rerank_scores(em.model, bar)(pairs)
+        scores = served_rerank_scores(em.model, bar, mix_shares_over(em.model, lambda: list(corpus.values())))(pairs)
     items, firsts, reranks = [], [], []
     for q, start, docs in spans:
         s = scores[start:start + len(docs)]
@@ -534,7 +557,8 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
         write_jsonl_atomic(args.per_item, items)
     out: dict[str, Any] = {"task": "rerank", "model": em.origin, "queries": len(qids), "first_stage": stage,
                            "rerank_depth": RERANK_DEPTH if not getattr(args, "run", None) else None,
-                           "cross_weight": mix.cross_weight if mix is not None else 1.0}
+                           "cross_weight": mix.cross_weight if mix is not None else 1.0,
+                           "mix_lexical_weight": mix.lexical_weight if mix is not None else 0.0}
     where = (f"the candidates of the TREC run {Path(args.run).name}" if getattr(args, "run", None)
              else f"the {stage} top {RERANK_DEPTH} over the folder's {len(corpus)} documents")
     out["protocol"] = _protocol(args.data, f"reranks {where}, for the {len(qids)} queries with a relevant "
@@ -669,7 +693,8 @@ def eval_full_corpus(args: argparse.Namespace) -> dict[str, Any]:
     if em is not None:
         pairs = [(queries[q], corpus[d]) for q in qids for d in ranked["bm25"][q]]
         with progress_bar("beir-full rerank", len(pairs), "pair") as bar:
-            scores = served_rerank_scores(em.model, bar)(pairs)
+            shares = mix_shares_over(em.model, lambda: [corpus[i] for i in ids])
+            scores = served_rerank_scores(em.model, bar, shares)(pairs)
         start, reranked = 0, {}
         for q in qids:
             docs_q = ranked["bm25"][q]
@@ -678,9 +703,7 @@ def eval_full_corpus(args: argparse.Namespace) -> dict[str, Any]:
             reranked[q] = [d for _, d in sorted(zip(s, docs_q, strict=True), key=lambda t: -t[0])]
         ranked["rerank"] = reranked
         mix = getattr(em.model, "retrieval_mix", None)
-        origins["rerank"] = f"{em.origin} over the BM25 top {depth}" + (
-            f", mixed with the cosine at its share {mix.cross_weight:g}" if mix is not None and mix.cross_weight < 1
-            else "")
+        origins["rerank"] = f"{em.origin} over the BM25 top {depth}" + _mix_note(mix)
     items = []
     for q in qids:
         row: dict[str, Any] = {"qid": q}
@@ -797,7 +820,7 @@ def _first(items: list[Any], limit: int | None) -> tuple[list[Any], str]:
 def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dict[str, float], str]:
     from searchsmith.training.data import split_by_key
     from searchsmith.training.rerank_data import load_groups
-    from searchsmith.training.reranker import evaluate_groups
+    from searchsmith.training.reranker import bm25_score_fn, evaluate_groups
 
     cfg = run_recipe_config(run_dir)
     groups = load_groups(cfg.data)
@@ -813,9 +836,11 @@ def _rerank_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
     # the baselines' nDCG@10 per query again (cheap: BM25, and the run's cached embeddings)
     rows = rerank_baseline_rows(held, groups, cfg.data.mine_with, run_dir / "cache")
     with progress_bar("held-out rerank", sum(len(g.candidates) for g in held), "pair") as bar:
-        figs = evaluate_groups(served_rerank_scores(model, bar), held, ood_sources=cfg.data.leave_out, vs=rows)
+        figs = evaluate_groups(served_rerank_scores(model, bar, bm25_score_fn(groups, share=True)), held,
+                               ood_sources=cfg.data.leave_out, vs=rows)
     if mix is not None:
         figs["cross_weight"] = mix.cross_weight
+        figs["mix_lexical_weight"], figs["mix_lexical_min_cosine"] = mix.lexical_weight, mix.lexical_min_cosine
     return figs, f"the run's held-out split ({part} queries)"
 
 

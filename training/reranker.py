@@ -11,6 +11,7 @@ nDCG@10 and MRR@10 of the cross-encoder, beside the bi-encoder (cosine) and BM25
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, resolve_model
 from searchsmith.models.metrics import BM25, ranking_metrics
-from searchsmith.models.rerank_mix import mixed_score_fn
+from searchsmith.models.rerank_mix import fused_score_fn, mixed_score_fn
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
 from searchsmith.models.tokenizer import encode_pairs
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
@@ -71,9 +72,13 @@ class RerankerModel:
             all-MiniLM-L6-v2 one for ``base_model: default`` or with ``config``); else a
             local folder or hub id. The model's vocabulary must cover it.
         head: ``cls``, ``segment_cosine`` or ``cosine_residual`` (comments below).
-        cross_weights: the reranker's shares against the retrieval cosine tried on the
+        cross_weights: the reranker's shares against the retrieval score tried on the
             calibration queries (``data.calibration_ratio``; models/rerank_mix.py); the best
             nDCG@10 wins, ties the smaller share; each in [0, 1] (0 = the retrieval order).
+        mix_lexical_weight: the retrieval score the reranker is mixed with is the cosine plus
+            this x the passage's BM25 share, as the pipeline's hybrid search scores it (null:
+            the pipeline's ``retrieval.lexical_weight`` default; 0: the cosine alone, for a
+            pipeline that searches dense only). The bundle records it.
     """
 
     config: dict[str, Any] | None = None
@@ -88,8 +93,16 @@ class RerankerModel:
     # (data.calibration_ratio; models/rerank_mix.py): the best nDCG@10 wins, ties the smaller
     # share. Without calibration queries the reranker is used alone (share 1).
     cross_weights: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    # The retrieval score of the mix: cosine + this x BM25 share (null: the pipeline's default
+    # retrieval.lexical_weight, which the rerank stage receives; 0: the cosine alone).
+    mix_lexical_weight: float | None = None
 
     def __post_init__(self) -> None:
+        lw = self.mix_lexical_weight
+        if lw is not None and (isinstance(lw, bool) or not isinstance(lw, (int, float)) or not math.isfinite(lw)
+                               or lw < 0):
+            raise ValueError(f"model.mix_lexical_weight must be null (the pipeline's retrieval.lexical_weight) or "
+                             f"a number >= 0, got {lw!r}")
         if not self.cross_weights or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
                                              and 0 <= w <= 1 for w in self.cross_weights):
             raise ValueError(f"model.cross_weights must be a non-empty list of numbers in [0, 1], got "
@@ -295,21 +308,39 @@ def bm25_score_fn(groups: Sequence[QueryGroup], share: bool = False) -> Callable
     """BM25 scores with per-source corpus statistics (SciFact: its abstract sub-corpus); with
     ``share``, each as the share of the most its query can score (:meth:`BM25.share`, as the
     pipeline's lexical search scores a chunk)."""
-    indexes: dict[str, tuple[BM25, dict[str, int]]] = {}
     by_source: dict[str, list[str]] = {}
     for g in groups:
         docs = by_source.setdefault(g.source, [])
         docs.extend(CORPORA.get(g.corpus, []) if g.corpus else [])
         docs.extend(g.candidates)
-    for source, docs in by_source.items():
-        uniq = list(dict.fromkeys(docs))
-        indexes[source] = (BM25(uniq), {d: i for i, d in enumerate(uniq)})
+    scorers = {source: text_bm25_fn(docs, share) for source, docs in by_source.items()}
     q_source = {g.query: g.source for g in groups}
+
+    def fn(pairs: list[tuple[str, str]]) -> list[float]:
+        out = [0.0] * len(pairs)
+        by: dict[str, list[int]] = {}
+        for i, (q, _) in enumerate(pairs):
+            by.setdefault(q_source[q], []).append(i)
+        for source, idx in by.items():
+            for i, v in zip(idx, scorers[source]([pairs[i] for i in idx]), strict=True):
+                out[i] = v
+        return out
+
+    return fn
+
+
+def text_bm25_fn(documents: Sequence[str], share: bool = False) -> Callable[[list[tuple[str, str]]], list[float]]:
+    """``pairs -> BM25`` of each passage for its query, the statistics over ``documents`` (every
+    passage scored must be one of them); with ``share``, :meth:`BM25.share` of it."""
+    uniq = list(dict.fromkeys(documents))
+    bm, pos = BM25(uniq), {d: i for i, d in enumerate(uniq)}
 
     def fn(pairs: list[tuple[str, str]]) -> list[float]:
         out = []
         for q, d in pairs:
-            bm, pos = indexes[q_source[q]]
+            if d not in pos:
+                raise ValidationError(f"BM25: a passage ({d[:60]!r}) is not in the {len(uniq)} documents its "
+                                      "statistics were built from")
             score = bm.score(q, pos[d])
             out.append(bm.share(q, score) if share else score)
         return out
@@ -323,20 +354,18 @@ def hybrid_score_fn(groups: Sequence[QueryGroup], cosine: Callable[[list[tuple[s
     """The order the pipeline's hybrid retrieval gives the candidates: ``cosine + weight x``
     the BM25 share (:func:`searchsmith.models.metrics.fuse_lexical`), at the pipeline's
     ``retrieval.lexical_weight`` and ``lexical_min_cosine`` unless given."""
-    from searchsmith.models.metrics import fuse_lexical
+    w, floor = pipeline_lexical(weight, min_cosine)
+    return fused_score_fn(cosine, bm25_score_fn(groups, share=True), w, floor)
+
+
+def pipeline_lexical(weight: float | None = None, min_cosine: float | None = None) -> tuple[float, float]:
+    """``(lexical_weight, lexical_min_cosine)``: the given ones, else the pipeline's defaults
+    (serving/pipeline/config.py ``RetrievalConfig``)."""
     from searchsmith.serving.pipeline.config import RetrievalConfig
 
     defaults = RetrievalConfig()
-    w = defaults.lexical_weight if weight is None else weight
-    floor = defaults.lexical_min_cosine if min_cosine is None else min_cosine
-    shares = bm25_score_fn(groups, share=True)
-
-    def fn(pairs: list[tuple[str, str]]) -> list[float]:
-        cos, sh = cosine(pairs), shares(pairs)
-        fused = fuse_lexical(dict(enumerate(cos)), dict(enumerate(sh)), w, floor)
-        return [fused[i] for i in range(len(pairs))]
-
-    return fn
+    return (defaults.lexical_weight if weight is None else float(weight),
+            defaults.lexical_min_cosine if min_cosine is None else float(min_cosine))
 
 
 # Orderings whose held-out figures the serving gate compares a reranker with
@@ -475,6 +504,8 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
     baselines: dict[str, Any] = {"bm25": evaluate_groups(bm25, eval_groups, ood_sources=ood)}
     rows = {"bm25": group_ndcgs(bm25, eval_groups)}  # per query, for the model's paired tests
     cosine: Callable[[list[tuple[str, str]]], list[float]] | None = None
+    retrieval: Callable[[list[tuple[str, str]]], list[float]] | None = None  # what the mix weighs against
+    mix_lexical = pipeline_lexical(cfg.model.mix_lexical_weight)
     if cfg.data.mine_with != "none":
         embedder = CachedEmbedder(cfg.data.mine_with, run_dir / "cache")
         mine_hard_negatives(train_groups, embedder.encode, cfg.data.mine_pool,
@@ -486,6 +517,7 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
         hybrid = hybrid_score_fn(groups, cosine)  # the pipeline's retrieval order, the reranker's real rival
         baselines["hybrid"] = evaluate_groups(hybrid, eval_groups, ood_sources=ood)
         rows["hybrid"] = group_ndcgs(hybrid, eval_groups)
+        retrieval = hybrid_score_fn(groups, cosine, *mix_lexical) if mix_lexical[0] > 0 else cosine
     else:
         random_negatives(train_groups, cfg.data.mine_pool, cfg.data.split_seed)
     examples = make_examples(train_groups)
@@ -507,11 +539,12 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
         def model_scores(pairs: list[tuple[str, str]]) -> list[float]:
             return score_pairs(m, tokenizer, pairs, cfg.data.max_length, cfg.eval_batch_size)
 
-        if not cal_groups or cosine is None:
+        if not cal_groups or retrieval is None:
             return evaluate_groups(model_scores, eval_groups, ood_sources=ood, vs=rows)
-        weight, by_weight = choose_cross_weight(model_scores, cosine, cal_groups, cfg.model.cross_weights)
-        out = evaluate_groups(mixed_score_fn(model_scores, cosine, weight), eval_groups, ood_sources=ood, vs=rows)
+        weight, by_weight = choose_cross_weight(model_scores, retrieval, cal_groups, cfg.model.cross_weights)
+        out = evaluate_groups(mixed_score_fn(model_scores, retrieval, weight), eval_groups, ood_sources=ood, vs=rows)
         out["cross_weight"] = weight
+        out["mix_lexical_weight"], out["mix_lexical_min_cosine"] = mix_lexical
         out.update({f"calibration/ndcg@10_cross_weight_{w:g}": v for w, v in by_weight.items()})
         return out
 
@@ -546,7 +579,9 @@ __all__ = [
     "listwise_loss",
     "make_examples",
     "paired_tests",
+    "pipeline_lexical",
     "reranker",
     "score_groups",
     "score_pairs",
+    "text_bm25_fn",
 ]

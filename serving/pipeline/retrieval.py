@@ -210,15 +210,22 @@ class Retriever:
 
     def rerank(self, question: str, passages: list[Passage], state: PipelineState) -> list[Passage]:
         """Reorder by the reranker bundle's scores (the retrieval order without one); a bundle
-        with a ``retrieval_mix`` is mixed with the passages' retrieval cosines at its share."""
+        with a ``retrieval_mix`` is mixed with the passages' retrieval scores at its share (the
+        trace notes a share measured at another ``retrieval.lexical_weight``)."""
         if self.reranker is None or len(passages) < 2:
             return passages
         mix = getattr(self.reranker, "retrieval_mix", None)
         try:
             scores = np.asarray(self.reranker.score(question, [p.text for p in passages]), dtype=np.float32)
             if mix is not None and mix.cross_weight < 1:
-                # the bundle's calibrated share against the retrieval cosine (models/rerank_mix.py)
+                # the bundle's calibrated share against the retrieval score (models/rerank_mix.py)
                 scores = mix.apply(scores, [p.score for p in passages]).astype(np.float32)
+                if abs(mix.lexical_weight - self.config.lexical_weight) > 1e-9:
+                    note = (f"rerank: the reranker's share {mix.cross_weight:g} was measured against cosine + "
+                            f"{mix.lexical_weight:g} x BM25 share; this pipeline retrieves with "
+                            f"retrieval.lexical_weight {self.config.lexical_weight:g}")
+                    if note not in state.trace.notes:  # once per answer, not per node
+                        state.trace.note(note)
         except Exception as exc:  # noqa: BLE001 - keep the retrieval order
             state.trace.note(f"retrieval: rerank failed ({type(exc).__name__}: {exc}); kept the retrieval order")
             return passages

@@ -380,7 +380,7 @@ INTERVALS = {
 }
 # figures that are counts or settings, not measured on the items
 NOT_FIGURES = {"queries", "documents", "rerank_depth", "items", "pairs", "positive_pairs", "support_threshold",
-               "entity_items", "images", "threshold", "placed", "decompose_items", "rewrite_items", "cross_weight",
+               "entity_items", "images", "threshold", "placed", "decompose_items", "rewrite_items", "cross_weight", "mix_lexical_weight",
                "lexical_weight"}
 PAIRED_TESTS = ("decompose_node_f1_vs_terminal", "rewrite_retrieval_ndcg@10_vs_heuristic")
 

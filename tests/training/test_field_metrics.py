@@ -223,6 +223,20 @@ def test_beir_full_run_ranks_the_whole_corpus(tmp_path: Path, monkeypatch: pytes
     assert len(per_item.read_text().splitlines()) == 2
 
 
+def test_beir_full_mixes_a_bundle_as_it_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle whose share was measured against cosine + BM25 share is served so: at share 0
+    with a BM25 share that outweighs every cosine, its order is BM25's over the whole corpus."""
+    from searchsmith.models.rerank_mix import RetrievalMix
+
+    reranker = FakeReranker()
+    reranker.retrieval_mix = RetrievalMix(0.0, lexical_weight=1e6, lexical_min_cosine=-1.0)
+    _fake_model(monkeypatch, reranker, "rerank")
+    out = ev.eval_full_corpus(Namespace(data=str(_beir(tmp_path / "beir")), depth=100, no_dense=True, limit=0,
+                                        per_item=None, bundle="x", checkpoint=None, device="cpu"))
+    assert out["rerank/ndcg@10"] == pytest.approx(out["bm25/ndcg@10"]) and out["rerank/ndcg@10"] < 1.0
+    assert "mixed with the cosine + 1e+06 x BM25 share at its share 0" in out["systems"]["rerank"]
+
+
 def test_beir_full_cli_refuses_a_depth_below_ten(tmp_path: Path) -> None:
     from searchsmith.models.errors import ConfigError
 

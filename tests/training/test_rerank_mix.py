@@ -44,10 +44,29 @@ def test_a_manifest_mix_is_read_and_checked() -> None:
     assert RetrievalMix.from_json(None) is None
     mix = RetrievalMix.from_json({"cross_weight": 0.25, "embedder": "default"})
     assert mix == RetrievalMix(0.25) and RetrievalMix.from_json(mix.to_json()) == mix
+    assert mix.lexical_weight == 0.0  # a manifest from before the weight was recorded: the cosine alone
+    hybrid = RetrievalMix.from_json({"cross_weight": 0.5, "embedder": "default", "lexical_weight": 0.3,
+                                     "lexical_min_cosine": 0.3})
+    assert hybrid == RetrievalMix(0.5, "default", 0.3, 0.3) and RetrievalMix.from_json(hybrid.to_json()) == hybrid
     for bad in ({"cross_weight": 2}, {"cross_weight": True}, {"weight": 0.5}, {"cross_weight": 0.5, "x": 1},
-                {"cross_weight": 0.5, "embedder": ""}, [0.5]):
+                {"cross_weight": 0.5, "embedder": ""}, [0.5], {"cross_weight": 0.5, "lexical_weight": -0.1},
+                {"cross_weight": 0.5, "lexical_weight": "0.3"}, {"cross_weight": 0.5, "lexical_min_cosine": None},
+                {"cross_weight": 0.5, "lexical_weight": float("nan")}):
         with pytest.raises(BundleError, match="retrieval_mix"):
             RetrievalMix.from_json(bad)
+
+
+def test_the_retrieval_score_of_a_mix_is_the_cosine_plus_its_bm25_share() -> None:
+    pairs = [("q", "a"), ("q", "b"), ("q", "c")]
+    cos = dict(zip(pairs, [0.5, 0.6, 0.2], strict=True))
+    share = dict(zip(pairs, [1.0, 0.0, 1.0], strict=True))
+    cosine_fn, share_fn = (lambda ps: [cos[p] for p in ps]), (lambda ps: [share[p] for p in ps])
+    assert RetrievalMix(0.5).retrieval_score_fn(cosine_fn, None) is cosine_fn
+    fn = RetrievalMix(0.5, lexical_weight=0.3, lexical_min_cosine=0.3).retrieval_score_fn(cosine_fn, share_fn)
+    # "c" is below the floor: its words add nothing (models/metrics.py fuse_lexical)
+    assert fn(pairs) == pytest.approx([0.8, 0.6, 0.2])
+    with pytest.raises(ValidationError, match="BM25 shares"):
+        RetrievalMix(0.5, lexical_weight=0.3).retrieval_score_fn(cosine_fn, None)
 
 
 def test_mixed_score_fn_standardises_within_each_query() -> None:
@@ -82,6 +101,8 @@ def test_the_calibration_picks_the_best_share_and_ties_go_to_the_retrieval_order
     (["data.calibration_ratio=0.6", "data.mine_with=default"], "calibration_ratio must be in"),
     (["model.cross_weights=[]"], "model.cross_weights"),
     (["model.cross_weights=[0.5,2]"], "model.cross_weights"),
+    (["model.mix_lexical_weight=-1"], "model.mix_lexical_weight"),
+    (["model.mix_lexical_weight=true"], "model.mix_lexical_weight"),
 ])
 def test_bad_mix_settings_are_config_errors(override, match) -> None:
     with pytest.raises((ValueError, Exception), match=match):
@@ -104,7 +125,14 @@ def test_a_calibrated_tiny_run_exports_its_share_and_the_bundle_scores_as_the_ru
     manifest = export_run(run, tmp_path / "bundle", ExportOptions())
     assert manifest["parity"]["passed"]
     bundle = load_bundle(tmp_path / "bundle", device="cpu", backend="onnx")
-    assert bundle.retrieval_mix == RetrievalMix(final["cross_weight"], "default")
+    # measured against the retrieval score the pipeline's rerank stage receives by default:
+    # cosine + retrieval.lexical_weight x BM25 share
+    from searchsmith.serving.pipeline.config import RetrievalConfig
+
+    rc = RetrievalConfig()
+    assert (final["mix_lexical_weight"], final["mix_lexical_min_cosine"]) == (rc.lexical_weight, rc.lexical_min_cosine)
+    assert bundle.retrieval_mix == RetrievalMix(final["cross_weight"], "default", rc.lexical_weight,
+                                                rc.lexical_min_cosine)
     # the export re-scores the held-out split with the same mix: the run's figure comes back
     assert bundle.manifest["heldout_metrics"]["ndcg@10"] == pytest.approx(final["ndcg@10"], abs=1e-6)
     assert bundle.manifest["heldout_metrics"]["cross_weight"] == final["cross_weight"]
@@ -117,9 +145,16 @@ def test_a_calibrated_tiny_run_exports_its_share_and_the_bundle_scores_as_the_ru
     data = synthetic_beir(tmp_path / "beir")
     manifest_path = tmp_path / "bundle" / "manifest.json"
     m = json.loads(manifest_path.read_text())
-    m["retrieval_mix"]["cross_weight"] = 0.0
+    m["retrieval_mix"].update(cross_weight=0.0, lexical_weight=0.0)  # the cosine alone
     manifest_path.write_text(json.dumps(m))
     out = eval_rerank(Namespace(data=str(data), checkpoint=None, bundle=str(tmp_path / "bundle"), run=None,
                                 first_stage="dense", per_item=None, limit=6, k=3, json=True))
-    assert out["cross_weight"] == 0.0
+    assert out["cross_weight"] == 0.0 and out["mix_lexical_weight"] == 0.0
+    assert out["ndcg@10"] == pytest.approx(out["first_stage/ndcg@10"], abs=1e-9)
+    # a BM25 share that outweighs every cosine: share 0 is then BM25's order over the folder
+    m["retrieval_mix"].update(lexical_weight=1e6, lexical_min_cosine=-1.0)
+    manifest_path.write_text(json.dumps(m))
+    out = eval_rerank(Namespace(data=str(data), checkpoint=None, bundle=str(tmp_path / "bundle"), run=None,
+                                first_stage="bm25", per_item=None, limit=6, k=3, json=True))
+    assert out["mix_lexical_weight"] == 1e6
     assert out["ndcg@10"] == pytest.approx(out["first_stage/ndcg@10"], abs=1e-9)
