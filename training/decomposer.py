@@ -40,6 +40,7 @@ searchsmith.training.decompose_data --out DIR`` for ``searchsmith eval decompose
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -635,11 +636,40 @@ def evaluate_with_ood(dec: Decomposer, heldout: Sequence[dict[str, Any]], leave_
     """:func:`evaluate` of ``heldout`` and, with ``leave_out`` sets, of their items alone as
     ``ood/<metric>`` (the figures the gates read when a run left sets out); ``limit`` applies
     to each."""
-    out = evaluate(dec, heldout, limit=limit, extra_docs=extra_docs)
     ood = [e for e in heldout if left_out(e, leave_out)] if leave_out else []
+    if ood:
+        dec = _Remembered(dec)  # the left-out items are generated once, for both figures
+    out = evaluate(dec, heldout, limit=limit, extra_docs=extra_docs)
     if ood:
         out.update({OOD_PREFIX + k: v for k, v in evaluate(dec, ood, limit=limit, extra_docs=extra_docs).items()})
     return out
+
+
+class _Remembered:
+    """A decomposer whose ``decompose_batch`` and ``rewrite_batch`` remember their outputs per
+    input (generation is deterministic), so a second :func:`evaluate` over some of the same
+    items generates only the ones it has not seen; every other attribute is the decomposer's."""
+
+    def __init__(self, dec: Any) -> None:
+        self._dec = dec
+        self._graphs: dict[str, Any] = {}
+        self._rewrites: dict[str, str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dec, name)
+
+    def decompose_batch(self, queries: Sequence[str]) -> list[Any]:
+        new = list(dict.fromkeys(q for q in queries if q not in self._graphs))
+        if new:
+            self._graphs.update(zip(new, self._dec.decompose_batch(new), strict=True))
+        return [self._graphs[q] for q in queries]
+
+    def rewrite_batch(self, items: Sequence[tuple[Any, str]]) -> list[str]:
+        keys = [json.dumps([history, query], sort_keys=True, default=str) for history, query in items]
+        new = {k: item for k, item in zip(keys, items, strict=True) if k not in self._rewrites}
+        if new:
+            self._rewrites.update(zip(new, self._dec.rewrite_batch(list(new.values())), strict=True))
+        return [self._rewrites[k] for k in keys]
 
 
 def _item_figures(metrics: dict[str, float]) -> dict[str, float]:

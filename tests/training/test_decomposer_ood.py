@@ -125,3 +125,55 @@ def test_the_decompose_gate_reads_the_out_of_domain_figures_when_recorded() -> N
     assert fig.what == "node-text F1 on datasets left out of training" and why is not None
     assert not decide({"decomposer": {"heldout_metrics": {**pooled, **ood}}}, BundlesConfig())["decompose"].used
     assert decide({"decomposer": {"heldout_metrics": pooled}}, BundlesConfig())["decompose"].used
+
+
+class _CountingDecomposer:
+    """Graphs and rewrites from the text; counts what it was asked to generate."""
+
+    def __init__(self) -> None:
+        self.decomposed: list[str] = []
+        self.rewritten: list[str] = []
+
+    def decompose_batch(self, queries):
+        self.decomposed.extend(queries)
+        return [f"graph of {q}" for q in queries]
+
+    def rewrite_batch(self, items):
+        self.rewritten.extend(q for _, q in items)
+        return [f"{q} ({len(h)} turns)" for h, q in items]
+
+
+def test_left_out_items_are_generated_once_for_both_figures(monkeypatch) -> None:
+    """evaluate_with_ood scores the left-out items again as ood/ figures; their graphs and
+    rewrites come from the first pass, not a second generation."""
+    import searchsmith.training.decomposer as dm
+
+    items = [{**_ex("decompose", "hotpotqa", "g", 1), "query": "q1"},
+             {**_ex("decompose", "musique", "g", 2), "query": "q2"},
+             {**_ex("rewrite", "trec_cast", "cast:2022_1", 3), "query": "r1", "history": [{"role": "user",
+                                                                                        "content": "a"}]},
+             {**_ex("rewrite", "trec_cast", "cast:2021_1", 4), "query": "r2", "history": []}]
+    seen: list[tuple[list, list]] = []
+
+    def fake_evaluate(dec, heldout, limit=0, extra_docs=()):
+        graphs = dec.decompose_batch([e["query"] for e in heldout if e["task"] == "decompose"])
+        rewrites = dec.rewrite_batch([(e["history"], e["query"]) for e in heldout if e["task"] == "rewrite"])
+        seen.append((graphs, rewrites))
+        return {"n": float(len(heldout))}
+
+    monkeypatch.setattr(dm, "evaluate", fake_evaluate)
+    dec = _CountingDecomposer()
+    out = dm.evaluate_with_ood(dec, items, ["musique", "trec_cast:2022"])
+    assert out == {"n": 4.0, "ood/n": 2.0}
+    assert dec.decomposed == ["q1", "q2"] and dec.rewritten == ["r1", "r2"]  # each once
+    assert seen[1] == (["graph of q2"], ["r1 (1 turns)"])  # the second pass: the first pass's outputs
+    # the same query with another history is another rewrite
+    mem = dm._Remembered(dec)
+    assert mem.rewrite_batch([([], "r1"), ([{"role": "user", "content": "a"}], "r1"), ([], "r1")]) == \
+        ["r1 (0 turns)", "r1 (1 turns)", "r1 (0 turns)"]
+    assert dec.rewritten[2:] == ["r1", "r1"]
+    assert mem.decompose_batch(["x", "x", "y"]) == ["graph of x", "graph of x", "graph of y"]
+    assert dec.decomposed[2:] == ["x", "y"]
+    # nothing left out: the decomposer itself, one pass
+    dec2 = _CountingDecomposer()
+    assert dm.evaluate_with_ood(dec2, items, []) == {"n": 4.0} and dec2.decomposed == ["q1", "q2"]
