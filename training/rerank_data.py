@@ -16,6 +16,7 @@ ranks highest; :func:`random_negatives` is the fallback without an embedder.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -75,6 +76,10 @@ class RerankerData:
             varied but on average easier negatives. At least ``negatives_per_group``.
         max_length: token limit of a (query, passage) pair in training and held-out scoring;
             the passage is truncated. The cost of a step grows with pairs x tokens.
+        musique_hops: also train on the per-hop sub-questions of the MuSiQue questions in the
+            training split (:func:`musique_hop_groups`: ``#k`` filled with hop k's answer, the
+            hop's supporting paragraph the one relevant among the question's 20); never
+            evaluated on, and none from a held-out question.
     """
 
     sources: list[str] = field(default_factory=lambda: ["scifact", "hotpotqa", "musique",
@@ -102,6 +107,10 @@ class RerankerData:
     # embedding it costs minutes on a 2-core CPU; off = mine among each query's candidates.
     mine_corpus: bool = False
     max_length: int = 256
+    # Also train on MuSiQue's per-hop sub-questions (each with the one paragraph that answers
+    # it among its question's 20): single-hop queries that name their entity; training
+    # questions' hops only (musique_hop_groups).
+    musique_hops: bool = False
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -211,6 +220,41 @@ def musique_groups(data: RerankerData) -> list[QueryGroup]:
         groups.append(QueryGroup(f"musique-{r['id']}", "musique", r["question"],
                                  [_paragraph_text(p["title"], p["paragraph_text"]) for p in ps],
                                  [int(bool(p["is_supporting"])) for p in ps]))
+    return groups
+
+
+def _hop_query(step: str, answers: Sequence[str]) -> str:
+    """A MuSiQue sub-question as a query: ``#k`` replaced by hop k's answer, and a KB-style
+    step ``subject >> relation`` written ``relation of subject``."""
+    text = re.sub(r"#(\d+)", lambda m: answers[int(m.group(1)) - 1] if 0 < int(m.group(1)) <= len(answers)
+                  else m.group(0), step)
+    if ">>" in text:
+        subject, _, relation = text.partition(">>")
+        text = f"{relation.strip()} of {subject.strip()}"
+    return text.strip()
+
+
+def musique_hop_groups(data: RerankerData, parent_ids: set[str]) -> list[QueryGroup]:
+    """One group per hop of the MuSiQue questions whose group id is in ``parent_ids`` (the
+    training questions): the hop's sub-question (:func:`_hop_query`) against its question's
+    paragraphs, the hop's ``paragraph_support_idx`` the one relevant. Hops without a support
+    paragraph or a usable query are skipped."""
+    path = resolve_data_path(data.musique, "data.musique")
+    groups = []
+    for r in read_jsonl(path, required=("id", "question", "paragraphs")):
+        if f"musique-{r['id']}" not in parent_ids:
+            continue
+        ps = r["paragraphs"]
+        steps = r.get("question_decomposition") or []
+        answers = [str(st.get("answer", "")) for st in steps]
+        for k, st in enumerate(steps):
+            idx = st.get("paragraph_support_idx")
+            query = _hop_query(str(st.get("question", "")), answers)
+            if not isinstance(idx, int) or not 0 <= idx < len(ps) or not query or "#" in query:
+                continue
+            groups.append(QueryGroup(f"musique-{r['id']}#hop{k + 1}", "musique", query,
+                                     [_paragraph_text(p["title"], p["paragraph_text"]) for p in ps],
+                                     [int(i == idx) for i in range(len(ps))]))
     return groups
 
 

@@ -42,6 +42,7 @@ from searchsmith.training.rerank_data import (
     load_groups,
     mine_hard_negatives,
     musique_groups,
+    musique_hop_groups,
     random_negatives,
     scifact_groups,
     synthetic_groups,
@@ -491,6 +492,8 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
     if cfg.data.calibration_ratio and len(train_ids) >= 2:
         train_ids, cal_ids = split_by_key(sorted(train_ids), cfg.data.calibration_ratio, cfg.data.split_seed + 1)
     train_groups = [g for g in groups if g.qid in train_ids]
+    if cfg.data.musique_hops and "musique" in cfg.data.sources:  # the training questions' hops only
+        train_groups += musique_hop_groups(cfg.data, {g.qid for g in train_groups if g.source == "musique"})
     eval_groups = [g for g in groups if g.qid in eval_ids]
     cal_groups = [g for g in groups if g.qid in cal_ids]
     if not train_groups or not eval_groups:

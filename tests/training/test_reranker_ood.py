@@ -123,3 +123,55 @@ def test_paired_tests_against_each_baseline_query_by_query() -> None:
     assert out["ood/ndcg@10_vs_reverse_diff"] < 0
     with pytest.raises(ValueError, match="3 short figures for 4 queries"):
         evaluate_groups(_word_match, groups, vs={"short": [1.0, 1.0, 1.0]})
+
+
+def _musique_file(path: Path, n: int = 10) -> Path:
+    """n made-up MuSiQue records: 4 paragraphs, two hops (the second a KB-style step on #1)."""
+    rows = []
+    for i in range(n):
+        paras = [{"idx": j, "title": f"Place {i}-{j}", "paragraph_text": f"Place {i}-{j} lies by lake {j} and "
+                  f"was founded by person {i}{j}.", "is_supporting": j in (1, 2)} for j in range(4)]
+        rows.append({"id": f"2hop__{i}", "question": f"Who founded the town by lake 1 of region {i}?",
+                     "paragraphs": paras, "question_decomposition": [
+                         {"id": 1, "question": f"Which town lies by lake 1 in region {i}?", "answer": f"Place {i}-1",
+                          "paragraph_support_idx": 1},
+                         {"id": 2, "question": "#1 >> founded by", "answer": f"person {i}1",
+                          "paragraph_support_idx": 2},
+                         {"id": 3, "question": "#2 >> spouse", "answer": "x", "paragraph_support_idx": None}]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_musique_hops_are_single_hop_queries_of_the_training_questions_only(tmp_path: Path) -> None:
+    from searchsmith.training.rerank_data import RerankerData, _hop_query, musique_hop_groups
+
+    assert _hop_query("#1 >> founded by", ["Place 3-1"]) == "founded by of Place 3-1"
+    assert _hop_query("Who married #2?", ["a", "Bob"]) == "Who married Bob?"
+    assert _hop_query("Who married #3?", ["a"]) == "Who married #3?"  # no such hop: kept, then skipped
+    data = RerankerData(sources=["musique"], musique=str(_musique_file(tmp_path / "m.jsonl")))
+    hops = musique_hop_groups(data, {"musique-2hop__0", "musique-2hop__3"})
+    assert [h.qid for h in hops] == ["musique-2hop__0#hop1", "musique-2hop__0#hop2",
+                                     "musique-2hop__3#hop1", "musique-2hop__3#hop2"]  # hop 3 has no paragraph
+    assert hops[1].query == "founded by of Place 0-1" and hops[1].labels == [0, 0, 1, 0]
+    assert hops[0].labels == [0, 1, 0, 0] and hops[0].source == "musique"
+
+
+def test_a_run_with_musique_hops_trains_on_them_and_holds_out_the_same_questions(tmp_path: Path) -> None:
+    from searchsmith.training.registry import get_recipe
+
+    path = _musique_file(tmp_path / "m.jsonl")
+    runs = {}
+    for hops in (False, True):
+        run = tmp_path / f"run-{hops}"
+        cfg = load_recipe_config(TINY, [f"output_dir={run}", "optim.max_steps=2", "data.sources=[synthetic,musique]",
+                                        f"data.musique={path}", "data.synthetic_queries=24",
+                                        f"data.musique_hops={str(hops).lower()}"])
+        get_recipe("reranker").fn(cfg, run_dir=run)
+        runs[hops] = (json.loads((run / "metrics.json").read_text())["baselines"]["data"],
+                      json.loads((run / "split.json").read_text()))
+    (plain, split), (with_hops, split_hops) = runs[False], runs[True]
+    assert split == split_hops  # the same questions trained on and held out
+    trained_musique = [q for q in split["train"] if q.startswith("musique-")]
+    assert trained_musique
+    assert with_hops["train_queries"] == plain["train_queries"] + 2 * len(trained_musique)
+    assert with_hops["eval_queries"] == plain["eval_queries"]
