@@ -517,10 +517,11 @@ def reranker(cfg: RerankerRecipe, run_dir: Path, force: bool = False) -> dict[st
         cosine = cosine_score_fn(embedder.encode)
         baselines["bi_encoder"] = evaluate_groups(cosine, eval_groups, ood_sources=ood)
         rows["bi_encoder"] = group_ndcgs(cosine, eval_groups)
-        hybrid = hybrid_score_fn(groups, cosine)  # the pipeline's retrieval order, the reranker's real rival
+        shares = bm25_score_fn(groups, share=True)  # one BM25 index for the hybrid order and the mix
+        hybrid = fused_score_fn(cosine, shares, *pipeline_lexical())  # the pipeline's order, the reranker's rival
         baselines["hybrid"] = evaluate_groups(hybrid, eval_groups, ood_sources=ood)
         rows["hybrid"] = group_ndcgs(hybrid, eval_groups)
-        retrieval = hybrid_score_fn(groups, cosine, *mix_lexical) if mix_lexical[0] > 0 else cosine
+        retrieval = fused_score_fn(cosine, shares, *mix_lexical) if mix_lexical[0] > 0 else cosine
     else:
         random_negatives(train_groups, cfg.data.mine_pool, cfg.data.split_seed)
     examples = make_examples(train_groups)
