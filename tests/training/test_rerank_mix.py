@@ -158,3 +158,17 @@ def test_a_calibrated_tiny_run_exports_its_share_and_the_bundle_scores_as_the_ru
                                 first_stage="bm25", per_item=None, limit=6, k=3, json=True))
     assert out["mix_lexical_weight"] == 1e6
     assert out["ndcg@10"] == pytest.approx(out["first_stage/ndcg@10"], abs=1e-9)
+
+
+def test_text_bm25_shares_are_over_the_given_documents_and_refuse_a_stranger() -> None:
+    from searchsmith.models.metrics import BM25
+    from searchsmith.training.reranker import text_bm25_fn
+
+    docs = ["otters eat urchins in kelp forests", "glaciers retreat in summer", "kelp grows fast"]
+    shares = text_bm25_fn(docs + docs[:1], share=True)  # a repeated document counts once
+    bm = BM25(docs)
+    got = shares([("kelp otters", d) for d in docs])
+    assert got == pytest.approx([bm.share("kelp otters", bm.score("kelp otters", i)) for i in range(3)])
+    assert got[0] > got[2] > got[1] == 0.0 and all(0.0 <= x < 1.0 for x in got)
+    with pytest.raises(ValidationError, match="not in the 3 documents"):
+        shares([("kelp", "a passage nobody indexed")])
