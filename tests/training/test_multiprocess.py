@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,8 +23,16 @@ ACCELERATE = Path(sys.executable).with_name("accelerate")
 pytestmark = pytest.mark.skipif(not ACCELERATE.exists(), reason="needs accelerate's launcher next to python")
 
 
+def _own_temp(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """The launched group's temporary folder inside the test's own: torch's elastic agent leaves
+    a ``torchelastic_*`` folder in the temporary folder of every launch, which the system's /tmp
+    would keep after the run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {**env, "TMPDIR": str(folder), "TEMP": str(folder), "TMP": str(folder)}
+
+
 def _launch(run: Path, *overrides: str, processes: int = 2, recipe: Path = TINY) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = _own_temp({**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}, run.parent / f"{run.name}-tmp")
     # --multi_gpu picks the multi-process launcher; on a machine without CUDA the trainer's
     # Accelerator(cpu=True) makes the processes a gloo group (accelerate's --cpu runs one process)
     multi = ["--multi_gpu"] if processes > 1 else []
@@ -128,10 +137,13 @@ def test_two_processes_train_a_model_with_an_unused_parameter(tmp_path) -> None:
         pytest.skip("needs torchrun next to python")
     script = tmp_path / "run.py"
     script.write_text(UNUSED_PARAMETER_RUN, encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = _own_temp({**os.environ, "OMP_NUM_THREADS": "1"}, tmp_path / "tmp")
+    before = set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
     out = subprocess.run([str(torchrun), "--nproc_per_node", "2", str(script), str(tmp_path / "run")],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    # nothing of the launch is left in the system's temporary folder
+    assert set(Path(tempfile.gettempdir()).glob("torchelastic_*")) <= before
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["processes"] == 2
 
 
