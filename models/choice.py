@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from searchsmith.models.qdg import QDG, QDGNode
 from searchsmith.models.text import (
     COUNTRIES,
     QUERY_STOP_WORDS,
@@ -755,5 +756,47 @@ def compared(question: str, documents: Sequence[tuple[str, str]]) -> Choice | No
     return common_ground(question, documents)
 
 
-__all__ = ["RELATION_VERBS", "Choice", "Comparison", "choice_options", "choose", "common_ground", "compared", "comparison", "yes_no",
-           "yes_no_options"]
+# -- the decomposition of a question that offers its answers -------------------------------------
+
+# the comparatives a template's last step names ("which is first of #1, #2")
+_TEMPLATE_COMPARATIVES = {*_DATE_WORDS, *_COUNT_WORDS, "further", "farther", "closer", "nearer"}
+# a word after "which" / "what" that is not the asked type ("Which was released first")
+_NOT_A_TYPE = {"was", "is", "are", "were", "did", "does", "do", "has", "had", "have", "can", "could", "will",
+               "would", "of", "in", "one", "among", "between"}
+
+
+def choice_graph(question: str, max_nodes: int = 8) -> QDG | None:
+    """The decomposition of a question that offers its answers, by Break's comparison template,
+    or None for other questions.
+
+    "Which film was released first, Laura's Star or Wonder Woman?" ->
+    ``1: Laura's Star was released`` / ``2: Wonder Woman was released`` /
+    ``3: which is first of #1, #2``: one step per option (the option, then the stem without its
+    question word, the asked type after "which" / "what" and its comparatives), and a last
+    step that compares them (``which is true of #1, #2`` when the stem names no comparative).
+    A copy-based tagger cannot write this form (its steps are spans of the question, and two
+    options side by side read as one span), and Break, HotpotQA and 2WikiMultihopQA annotate
+    such questions this way. Options come from :func:`choice_options`; a question with more
+    options than ``max_nodes - 1``, or an option that is not written in the question, gets None.
+    """
+    stem, options = choice_options(question)
+    if len(options) < 2 or len(options) + 1 > max_nodes or any(o not in question for o in options):
+        return None
+    words = stem.split()
+    wh = next((k for k, w in enumerate(words) if _WH.fullmatch(w.strip(",:;"))), None)
+    if wh is not None:
+        asked = words[wh].strip(",:;").lower()
+        del words[wh]
+        if asked in ("which", "what") and wh < len(words) and words[wh].lower() not in _NOT_A_TYPE:
+            del words[wh]
+    comparative = next((w.lower() for w in re.findall(r"[A-Za-z]+", stem) if w.lower() in _TEMPLATE_COMPARATIVES), "")
+    body = " ".join(w for w in words if re.sub(r"\W", "", w).lower() not in _TEMPLATE_COMPARATIVES).strip(" ,:;")
+    refs = ", ".join(f"#{k}" for k in range(1, len(options) + 1))
+    nodes = [QDGNode(str(k), f"{o} {body}".strip()) for k, o in enumerate(options, 1)]
+    last = f"which is {comparative} of {refs}" if comparative else f"which is true of {refs}"
+    nodes.append(QDGNode(str(len(options) + 1), last, tuple(str(k) for k in range(1, len(options) + 1))))
+    return QDG("split", tuple(nodes))
+
+
+__all__ = ["RELATION_VERBS", "Choice", "Comparison", "choice_graph", "choice_options", "choose", "common_ground", "compared",
+           "comparison", "yes_no", "yes_no_options"]

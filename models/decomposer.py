@@ -353,6 +353,9 @@ class Decomposer:
             ``len(add_phrases) + 1`` labels are "no phrase" and these (:func:`adds_of`).
         reply_words: words of the system's last answer a rewrite input carries before the
             query (:func:`rewrite_source`; 0: user turns only, as models trained before it).
+        choice_template: ``tagger`` only: a question that offers its answers ("..., A or B?")
+            is decomposed by Break's comparison template instead of the tags
+            (:func:`~searchsmith.models.qdg_spans.tagger_graph`; False: as models saved before it).
     """
 
     def __init__(self, model: Any, tokenizer: Any, arch: Arch = "encoder-decoder", *,
@@ -363,7 +366,7 @@ class Decomposer:
                  rewrite_target: str = "full", type_head: dict[str, Any] | None = None,
                  rewrite_head: dict[str, Any] | None = None, tag_depth: int | None = None,
                  tag_drop: bool = False, switch_penalty: float = 0.0,
-                 add_phrases: Sequence[str] = (), reply_words: int = 0) -> None:
+                 add_phrases: Sequence[str] = (), reply_words: int = 0, choice_template: bool = False) -> None:
         if rewrite_target not in REWRITE_TARGETS:
             raise ConfigError(f"rewrite_target: expected one of {list(REWRITE_TARGETS)}, got {rewrite_target!r}")
         self.model = model
@@ -388,6 +391,9 @@ class Decomposer:
         self.tag_depth = int(tag_depth or (model.config.num_labels if arch == TAGGER else 0))
         self.tag_drop = bool(tag_drop)
         self.switch_penalty = float(switch_penalty)
+        if not isinstance(choice_template, bool):
+            raise ConfigError(f"choice_template: expected true or false, got {choice_template!r}")
+        self.choice_template = choice_template
         if not self.switch_penalty >= 0.0:
             raise ConfigError(f"switch_penalty: expected a number >= 0, got {switch_penalty!r}")
         if self.tag_drop and (self.tag_depth < 2 or self.tag_depth % 2):
@@ -588,10 +594,10 @@ class Decomposer:
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
         """The tagger's graph of each question (models/qdg_spans.py)."""
-        from searchsmith.models.qdg_spans import graph_from_labels
+        from searchsmith.models.qdg_spans import tagger_graph
 
         cap = max_nodes or self.max_nodes
-        return [graph_from_labels(q, labels, cap, self.drop_levels, adds)
+        return [tagger_graph(q, labels, cap, self.drop_levels, adds, self.choice_template)
                 for q, (labels, adds) in zip(questions, self.tag_labels(questions), strict=True)]
 
     # ----------------------------------------------------------------- generation
@@ -830,7 +836,8 @@ class Decomposer:
                 "type_head": type_head_json(self.type_head),
                 "rewrite_head": type_head_json(self.rewrite_head),
                 **({"tag_depth": self.tag_depth, "tag_drop": self.tag_drop, "switch_penalty": self.switch_penalty,
-                    "add_phrases": self.add_phrases} if self.arch == TAGGER else {}), **(extra or {})}
+                    "add_phrases": self.add_phrases, "choice_template": self.choice_template}
+                   if self.arch == TAGGER else {}), **(extra or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         old = dest.with_name(f".{dest.name}.old")
         if dest.exists():
@@ -880,7 +887,7 @@ class Decomposer:
                                        "num_beams", "max_history_turns", "reply_words", "constrained",
                                        "decompose_vocab", "rewrite_vocab", "rewrite_target",
                                        "type_head", "rewrite_head", "tag_depth", "tag_drop", "switch_penalty",
-                                       "add_phrases")
+                                       "add_phrases", "choice_template")
                   if k in meta}
         kwargs.update(overrides)
         return cls(model, tokenizer, arch, **kwargs)

@@ -384,7 +384,8 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
                 dec = Decomposer(model, tokenizer, TAGGER, max_source_tokens=src.max_length,
                                  max_nodes=int(gen["max_nodes"]), tag_depth=int(gen["tag_depth"]),
                                  tag_drop=bool(gen.get("tag_drop", False)),
-                                 switch_penalty=float(gen.get("switch_penalty", 0.0)), add_phrases=phrases)
+                                 switch_penalty=float(gen.get("switch_penalty", 0.0)), add_phrases=phrases,
+                                 choice_template=bool(gen.get("choice_template", False)))
             else:
                 dec = Decomposer(model, tokenizer, max_source_tokens=src.max_length,
                                  max_target_tokens=gen["max_target_tokens"], num_beams=1)

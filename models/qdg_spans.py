@@ -392,5 +392,21 @@ def graph_from_labels(question: str, labels: Sequence[int], max_nodes: int = 8, 
     return graph_from_depths(question, labels, max_nodes, adds=adds)
 
 
+def tagger_graph(question: str, labels: Sequence[int], max_nodes: int = 8, drop_levels: int = 0,
+                 adds: Sequence[str] | None = None, choice_template: bool = False) -> QDG:
+    """The tagger's graph of ``question`` (:func:`graph_from_labels`), or with ``choice_template``
+    the comparison template of a question that offers its answers
+    (:func:`searchsmith.models.choice.choice_graph`), which the copy form cannot write. The torch
+    model and the exported bundle both read their labels through here."""
+    if choice_template:
+        from searchsmith.models.choice import choice_graph
+
+        graph = choice_graph(question, max_nodes)
+        if graph is not None:
+            return graph
+    return graph_from_labels(question, labels, max_nodes, drop_levels, adds)
+
+
 __all__ = ["adds_from_graph", "depths_from_graph", "drops_from_graph", "edit_labels",
-           "gold_tags", "graph_from_depths", "graph_from_labels", "question_words", "split_edit_labels"]
+           "gold_tags", "graph_from_depths", "graph_from_labels", "question_words", "split_edit_labels",
+           "tagger_graph"]

@@ -168,6 +168,7 @@ def _generation(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     if meta.get("arch") == "tagger":  # no decoder; export adds the depth head from the weights
         return {"arch": "tagger", "tag_depth": int(meta.get("tag_depth", 4)), "tag_drop": bool(meta.get("tag_drop", False)),
                 "switch_penalty": float(meta.get("switch_penalty", 0.0)),
+                "choice_template": bool(meta.get("choice_template", False)),
                 "add_phrases": [str(x) for x in meta.get("add_phrases") or []],
                 "max_nodes": int(meta.get("max_nodes", 8)), "max_history_turns": int(meta.get("max_history_turns", 3)),
                 "reply_words": int(meta.get("reply_words", 0)), "constrained": False, "rewrite_target": str(meta.get("rewrite_target", "full")),

@@ -489,6 +489,7 @@ class DecomposeBundle(Bundle):
         self.depth_head: tuple[np.ndarray, np.ndarray] | None = None
         self.drop_levels = 0
         self.switch_penalty = 0.0
+        self.choice_template = False
         self.add_head: tuple[np.ndarray, np.ndarray, list[str]] | None = None
         if self.tagger:
             from searchsmith.models.decomposer import check_depth_head
@@ -511,6 +512,10 @@ class DecomposeBundle(Bundle):
             if not self.switch_penalty >= 0.0:
                 raise BundleError(f"bundle {self.path}: manifest generation.switch_penalty must be a number >= 0, "
                                   f"got {gen.get('switch_penalty')!r}; re-export it")
+            self.choice_template = gen.get("choice_template", False)  # bundles exported before: off
+            if not isinstance(self.choice_template, bool):
+                raise BundleError(f"bundle {self.path}: manifest generation.choice_template must be true or false, "
+                                  f"got {self.choice_template!r}; re-export it")
             if gen.get("add_head") is not None:  # add tags: a phrase written before a word
                 from searchsmith.models.decomposer import check_add_head
 
@@ -637,10 +642,10 @@ class DecomposeBundle(Bundle):
 
     def tag_graphs(self, questions: Sequence[str], max_nodes: int | None = None) -> list[QDG]:
         """The tagger's graph of each question."""
-        from searchsmith.models.qdg_spans import graph_from_labels
+        from searchsmith.models.qdg_spans import tagger_graph
 
         cap = max_nodes or self.max_nodes
-        return [graph_from_labels(q, labels, cap, self.drop_levels, adds)
+        return [tagger_graph(q, labels, cap, self.drop_levels, adds, self.choice_template)
                 for q, (labels, adds) in zip(questions, self.tag_labels(questions), strict=True)]
 
     def decompose(self, question: str, max_nodes: int | None = None, return_meta: bool = False) -> WithMeta[QDG]:

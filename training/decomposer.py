@@ -119,6 +119,12 @@ class DecomposerModelConfig:
             node-text F1 on the calibration graphs (``data.calibration_ratio``, never trained
             on) is kept (ties: the smaller), saved as ``switch_penalty`` and used for the
             held-out figures and in serving.
+        choice_template: ``tagger`` only: a question that offers its answers ("Which came
+            first, A or B?") is decomposed by Break's comparison template (one step per
+            option, then ``which is first of #1, #2``;
+            :func:`~searchsmith.models.choice.choice_graph`) instead of its tags: the copy form
+            cannot write it, and two options side by side read as one span. Used for the
+            held-out figures and in serving (saved as ``choice_template``).
         decoder_layers: bert2bert only: keep the first N decoder layers (0 = as many as the
             base has, 6 for MiniLM); fewer make a faster step at some quality.
         init_cross_from_self: bert2bert only: start each decoder layer's new cross-attention
@@ -180,6 +186,7 @@ class DecomposerModelConfig:
     tag_drop: bool = False
     tag_add_phrases: int = 0
     switch_penalties: list[float] = field(default_factory=lambda: [0.0])
+    choice_template: bool = False
     joint_rewrite: bool = True
     decoder_layers: int = 0  # bert2bert: keep the first N decoder layers (0 = all 6)
     init_cross_from_self: bool = False  # bert2bert: cross-attention starts as a self-attention copy
@@ -248,6 +255,9 @@ class DecomposerModelConfig:
         if self.tag_add_phrases and not (self.tag_drop and self.arch in ("tagger", "tiny-tagger")):
             raise ValueError("model.tag_add_phrases needs model.arch tagger (or tiny-tagger) with model.tag_drop: true "
                              f"(got arch {self.arch!r}, tag_drop {self.tag_drop})")
+        if self.choice_template and self.arch not in ("tagger", "tiny-tagger"):
+            raise ValueError(f"model.choice_template needs model.arch tagger (or tiny-tagger), got {self.arch!r}: "
+                             "set it to false")
         if self.decoder_layers < 0:
             raise ValueError(f"model.decoder_layers must be >= 0 (0 = all), got {self.decoder_layers}")
         if not self.switch_penalties or not all(
@@ -764,7 +774,8 @@ def build_decomposer(m: DecomposerModelConfig) -> Decomposer:
         # the phrases are chosen from the training data (add_vocabulary) once it is read
         return Decomposer(model, tok, TAGGER, max_source_tokens=m.max_source_tokens, max_nodes=m.max_nodes,
                           batch_size=m.eval_batch_size, tag_depth=depth_labels, tag_drop=m.tag_drop,
-                          add_phrases=[""] * m.tag_add_phrases, reply_words=m.rewrite_reply_words)
+                          add_phrases=[""] * m.tag_add_phrases, reply_words=m.rewrite_reply_words,
+                          choice_template=m.choice_template)
     elif m.arch == "tiny":
         model, tok = build_tiny(m.base_model, hidden=m.tiny_hidden)
         arch = "encoder-decoder"
@@ -883,7 +894,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
                               max_nodes=dec.max_nodes, batch_size=dec.batch_size,
                               max_history_turns=cfg.data.max_history_turns, tag_depth=dec.tag_depth,
                               tag_drop=dec.tag_drop, switch_penalty=heads.get("switch", dec.switch_penalty),
-                              add_phrases=dec.add_phrases, reply_words=dec.reply_words)
+                              add_phrases=dec.add_phrases, reply_words=dec.reply_words,
+                              choice_template=dec.choice_template)
         return Decomposer(m, dec.tokenizer, dec.arch, max_source_tokens=dec.max_source_tokens,
                           max_target_tokens=dec.max_target_tokens, max_nodes=dec.max_nodes,
                           batch_size=dec.batch_size, num_beams=dec.num_beams,
@@ -936,7 +948,8 @@ def decomposer(cfg: DecomposerRecipe, run_dir: Path, force: bool = False) -> dic
         "type_head": type_head_json(head) if use_head else None,
         "rewrite_head": type_head_json(tagger) if use_tagger else None,
         **({"tag_depth": dec.tag_depth, "tag_drop": dec.tag_drop, "add_phrases": dec.add_phrases,
-            "switch_penalty": float(heads.get("switch", dec.switch_penalty))} if dec.arch == TAGGER else {}),
+            "switch_penalty": float(heads.get("switch", dec.switch_penalty)),
+            "choice_template": dec.choice_template} if dec.arch == TAGGER else {}),
     })
     return result.final_metrics
 

@@ -332,3 +332,43 @@ def test_lone_surrogates_and_function_word_options_are_no_evidence():
     assert compared("Were \ud800X and B from the same country?", docs) is None
     # "A" names no passage: the article "a" in a sentence is not the option
     assert compared("Which came first, A or B?", docs) is None
+
+
+# -- the comparison template of a decomposition -----------------------------------------------------
+
+
+def _steps(question: str, max_nodes: int = 8) -> list[tuple[str, list[str]]] | None:
+    from searchsmith.models.choice import choice_graph
+
+    g = choice_graph(question, max_nodes)
+    return None if g is None else [(n["text"], n["depends_on"]) for n in g.to_json()["nodes"]]
+
+
+def test_choice_graph_writes_one_step_per_option_and_compares_them() -> None:
+    from searchsmith.models.choice import choice_graph
+    from searchsmith.models.qdg import validate
+
+    assert _steps("Which film was released first, Laura's Star or Wonder Woman?") == [
+        ("Laura's Star was released", []), ("Wonder Woman was released", []), ("which is first of #1, #2", ["1", "2"])]
+    # "who" is the asked word; "and" options after a comparing stem
+    assert _steps("Who was born first out of Ann Smith and Bob Jones?") == [
+        ("Ann Smith was born", []), ("Bob Jones was born", []), ("which is first of #1, #2", ["1", "2"])]
+    # no comparative in the stem: Break's "which is true of"
+    assert _steps("Which canal was built between 1836 and 1847, Washington City Canal or Whitewater Canal?") == [
+        ("Washington City Canal was built between 1836 and 1847", []),
+        ("Whitewater Canal was built between 1836 and 1847", []), ("which is true of #1, #2", ["1", "2"])]
+    # three options; a question word inside the stem, not first, and the asked type after it left out
+    three = _steps("As of 2010, which city is larger, Austin, Dallas, or Houston?")
+    assert three is not None and [t for t, _ in three] == [
+        "Austin As of 2010, is", "Dallas As of 2010, is", "Houston As of 2010, is", "which is larger of #1, #2, #3"]
+    g = choice_graph("Which film was released first, Laura's Star or Wonder Woman?")
+    assert g is not None and g.type == "split" and validate(g) == []
+
+
+def test_choice_graph_leaves_other_questions_to_the_tagger() -> None:
+    assert _steps("Who directed Jaws?") is None
+    assert _steps("What profession did Ann Smith and Bob Jones both hold?") is None  # "and" without a comparison
+    assert _steps("") is None
+    # more options than the graph may hold
+    assert _steps("Which is oldest, Rome, Athens, or Cairo?", max_nodes=3) is None
+    assert _steps("Which is oldest, Rome, Athens, or Cairo?", max_nodes=4) is not None

@@ -455,3 +455,71 @@ def test_add_tags_need_a_tagger_with_delete_tags() -> None:
     model, tok = build_tagger("default", depth=8, tiny_hidden=16)
     with pytest.raises(ConfigError, match="add_phrases"):
         Decomposer(model, tok, TAGGER, tag_depth=8, tag_drop=True, add_phrases=["that"])
+
+
+CHOICE = "Which film was released first, Laura's Star or Wonder Woman?"
+
+
+@pytest.fixture(scope="module")
+def choice_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from searchsmith.training.registry import get_recipe
+
+    run_dir = tmp_path_factory.mktemp("decomposer_tagger_choice")
+    cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0", "model.tag_drop=true",
+                                           "model.choice_template=true", "train.save_every_steps=3",
+                                           f"output_dir={run_dir}"])
+    get_recipe("decomposer").fn(cfg, run_dir=run_dir)
+    return run_dir
+
+
+def test_the_choice_template_decomposes_choice_questions_in_torch_and_in_the_bundle(choice_run: Path,
+                                                                                     tmp_path: Path) -> None:
+    from searchsmith.models.choice import choice_graph
+    from searchsmith.models.export import ExportOptions, export_run
+    from searchsmith.models.qdg_spans import graph_from_labels
+    from searchsmith.models.runtime import load_bundle
+
+    assert json.loads((choice_run / "model" / "decomposer.json").read_text())["choice_template"] is True
+    dec = Decomposer.load(choice_run)
+    assert dec.choice_template is True
+    template = choice_graph(CHOICE).to_json()
+    assert template["nodes"][-1] == {"id": "3", "text": "which is first of #1, #2", "depends_on": ["1", "2"]}
+    questions = [CHOICE, *QUESTIONS]
+    graphs = [g.to_json() for g in dec.tag_graphs(questions)]
+    # "Which is taller, the Eiffel Tower or Big Ben?" offers its answers too
+    assert graphs[0] == template and graphs[2] == choice_graph(QUESTIONS[1]).to_json()
+    # every other question is read from its tags, as without the template
+    labels = dec.tag_labels(questions)
+    for q, g, (lab, adds) in zip(questions, graphs, labels, strict=True):
+        if choice_graph(q) is None:
+            assert g == graph_from_labels(q, lab, dec.max_nodes, dec.drop_levels, adds).to_json()
+    assert dec.decompose_batch([CHOICE])[0][0].to_json() == template
+    # off (as models saved before it): the tags' graph
+    assert Decomposer.load(choice_run, choice_template=False).tag_graphs([CHOICE])[0].to_json() != template
+
+    out = tmp_path / "b"
+    export_run(choice_run, out, ExportOptions(dtype="fp32"))
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["generation"]["choice_template"] is True
+    assert m["parity"]["checks"]["fp32_identical_generations"] == 1.0
+    b = load_bundle(out)
+    assert [g.to_json() for g in b.tag_graphs(questions)] == graphs
+    assert b.decompose(CHOICE).to_json() == template
+    m["generation"]["choice_template"] = "yes"
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="choice_template"):
+        load_bundle(out)
+    del m["generation"]["choice_template"]  # bundles exported before it: off
+    (out / "manifest.json").write_text(json.dumps(m))
+    assert load_bundle(out).tag_graphs([CHOICE])[0].to_json() != template
+
+
+def test_the_choice_template_needs_a_tagger() -> None:
+    from searchsmith.models.errors import ConfigError
+
+    with pytest.raises(ValueError, match="choice_template needs model.arch tagger"):
+        load_recipe_config(REPO / "recipes" / "decomposer" / "tiny" / "bert-tiny_bert2bert.yaml",
+                           ["model.choice_template=true", "output_dir=/tmp/unused"])
+    model, tok = build_tagger("default", depth=4, tiny_hidden=16)
+    with pytest.raises(ConfigError, match="choice_template"):
+        Decomposer(model, tok, TAGGER, choice_template="yes")
