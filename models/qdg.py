@@ -522,16 +522,31 @@ def names_itself(text: str) -> bool:
     return True
 
 
+# The words of Break's operator steps that compare or count what their references return
+# ("which is first of #1, #2", "which is true of #1, #2", "number of #1", "the difference of
+# #1 and #2"): a step made of these and stop words asks nothing a search could find.
+OPERATOR_WORDS = frozenset("""
+true false number sum difference total count average ratio percent percentage same
+first last earlier earliest later latest older oldest younger youngest newer newest
+larger largest smaller smallest bigger biggest higher highest lower lowest longer longest
+shorter shortest greater greatest less least fewer fewest further farther closer nearer
+""".split())
+_ASKS_NOTHING = QUERY_STOP_WORDS | OPERATOR_WORDS
+
+
 def asks_nothing(text: str) -> bool:
     """Whether a step has no word of its own once its ``#k`` are taken out ("of #1",
     "Which #2", "Who #2?", "#2 and #3"): the decomposer lost the question's words, and the
-    step, filled, asks for nothing but its parents' answers."""
+    step, filled, asks for nothing but its parents' answers. So does a step that only
+    compares or counts them (Break's operator steps, "which is first of #1, #2", "number of
+    #1": :data:`OPERATOR_WORDS`)."""
     words = _WORD.findall(_REF.sub(" ", text))
-    return not any(w.lower().strip(".-'’") not in QUERY_STOP_WORDS for w in words if w.strip(".-'’"))
+    return not any(w.lower().strip(".-'’") not in _ASKS_NOTHING for w in words if w.strip(".-'’"))
 
 
 __all__ = [
     "DEFAULT_MAX_NODES",
+    "OPERATOR_WORDS",
     "QDG",
     "QDGNode",
     "QDG_TYPES",

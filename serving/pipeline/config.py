@@ -125,8 +125,10 @@ class DecompositionConfig:
             looked up for it was what its best sentence adds ("July 2024", so the child asked
             "When did July 2024 happen?"). False: every parent step is answered.
         restate_empty_steps: a final step with no word of its own besides its ``#k`` ("of #1",
-            "Which #2": the decomposer lost the question's words) is searched and answered as
-            the question; its parents are still searched first. False: searched as it is.
+            "Which #2": the decomposer lost the question's words), or one that only compares or
+            counts them (Break's "which is first of #1, #2", "number of #1"), is searched and
+            answered as the question; its parents are still searched first. False: searched as
+            it is.
     """
 
     strategy: Strategy = "auto"

@@ -270,6 +270,10 @@ def test_names_itself(text, names) -> None:
 @pytest.mark.parametrize("text, empty", [
     ("of #1", True), ("Which #2", True), ("Who #2?", True), ("#2 and #3", True), ("If both #1 and #2", True),
     ("When did #1 happen", False), ("default #1", False), ("#1 latency", False), ("the default value of #1", False),
+    # Break's operator steps compare or count their references
+    ("which is first of #1, #2", True), ("which is true of #1, #2", True), ("number of #1", True),
+    ("the difference of #1 and #2", True), ("which is larger of #1, #2, #3", True),
+    ("#1 that are red", False), ("the director of #1", False), ("first album of #1", False),
 ])
 def test_asks_nothing(text, empty) -> None:
     assert asks_nothing(text) is empty

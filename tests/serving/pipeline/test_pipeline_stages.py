@@ -301,6 +301,21 @@ def test_a_final_step_that_asks_nothing_of_its_own_is_searched_as_the_question(m
     assert off["nodes"][1]["text"] == "of the Lumen cache eviction policy"
 
 
+def test_a_comparison_template_step_is_searched_as_the_question(make_pipeline, fakes):
+    # the decomposer's comparison template (models.choice.choice_graph): its last step only
+    # compares its parents' answers, which a search for "which is first of <a>, <b>" cannot find
+    q = "Which was released first, Kestrel 1.0 or Lumen 1.0?"
+    graph = {"type": "split", "nodes": [{"id": "1", "text": "Kestrel 1.0 was released"},
+                                        {"id": "2", "text": "Lumen 1.0 was released"},
+                                        {"id": "3", "text": "which is first of #1, #2", "depends_on": ["1", "2"]}]}
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](graph)}).ask(q)
+    assert [n["text"] for n in ans["nodes"]][2] == q
+    assert "restate_empty_steps" in ans["trace"]["stages"]["decomposition"]["note"]
+    off = make_pipeline(bundles={"decomposer": fakes["decomposer"](graph)},
+                        decomposition={"restate_empty_steps": False}).ask(q)
+    assert off["nodes"][2]["text"].startswith("which is first of ")
+
+
 def test_an_unanswered_naming_step_is_not_a_final_step(make_pipeline, fakes):
     # the final steps are those no step refers to, whether their parents were answered or not:
     # the naming step's passages (astronomy) must not be quoted as an answer of their own
