@@ -240,16 +240,20 @@ def test_a_recipe_with_fewer_than_one_depth_label_is_refused(depth: int) -> None
 # ----------------------------------------------------------------------------- delete tags
 
 
-@pytest.fixture(scope="module")
-def drop_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _tiny_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> Path:
+    """A 3-step run of the tiny tagger with delete tags and ``overrides``, in a new folder."""
     from searchsmith.training.registry import get_recipe
 
-    run_dir = tmp_path_factory.mktemp("decomposer_tagger_drop")
+    run_dir = factory.mktemp(name)
     cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0", "model.tag_drop=true",
-                                           "model.switch_penalties=[0.05]",
-                                           "train.save_every_steps=3", f"output_dir={run_dir}"])
+                                           "train.save_every_steps=3", *overrides, f"output_dir={run_dir}"])
     get_recipe("decomposer").fn(cfg, run_dir=run_dir)
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def drop_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_run(tmp_path_factory, "decomposer_tagger_drop", "model.switch_penalties=[0.05]")
 
 
 def test_tag_examples_with_delete_tags_label_depth_and_drop() -> None:
@@ -365,14 +369,7 @@ def test_switch_penalties_without_calibration_graphs_are_refused() -> None:
 
 @pytest.fixture(scope="module")
 def add_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from searchsmith.training.registry import get_recipe
-
-    run_dir = tmp_path_factory.mktemp("decomposer_tagger_add")
-    cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0", "model.tag_drop=true",
-                                           "model.tag_add_phrases=6", "train.save_every_steps=3",
-                                           f"output_dir={run_dir}"])
-    get_recipe("decomposer").fn(cfg, run_dir=run_dir)
-    return run_dir
+    return _tiny_run(tmp_path_factory, "decomposer_tagger_add", "model.tag_add_phrases=6")
 
 
 def test_add_vocabulary_takes_the_most_frequent_phrases_and_pads() -> None:
@@ -462,14 +459,7 @@ CHOICE = "Which film was released first, Laura's Star or Wonder Woman?"
 
 @pytest.fixture(scope="module")
 def choice_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from searchsmith.training.registry import get_recipe
-
-    run_dir = tmp_path_factory.mktemp("decomposer_tagger_choice")
-    cfg = load_recipe_config(TINY_TAGGER, ["optim.max_steps=3", "train.eval_every_steps=0", "model.tag_drop=true",
-                                           "model.choice_template=true", "train.save_every_steps=3",
-                                           f"output_dir={run_dir}"])
-    get_recipe("decomposer").fn(cfg, run_dir=run_dir)
-    return run_dir
+    return _tiny_run(tmp_path_factory, "decomposer_tagger_choice", "model.choice_template=true")
 
 
 def test_the_choice_template_decomposes_choice_questions_in_torch_and_in_the_bundle(choice_run: Path,
