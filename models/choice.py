@@ -791,10 +791,11 @@ def choice_graph(question: str, max_nodes: int = 8) -> QDG | None:
             del words[wh]
     comparative = next((w.lower() for w in re.findall(r"[A-Za-z]+", stem) if w.lower() in _TEMPLATE_COMPARATIVES), "")
     body = " ".join(w for w in words if re.sub(r"\W", "", w).lower() not in _TEMPLATE_COMPARATIVES).strip(" ,:;")
-    refs = ", ".join(f"#{k}" for k in range(1, len(options) + 1))
-    nodes = [QDGNode(str(k), f"{o} {body}".strip()) for k, o in enumerate(options, 1)]
-    last = f"which is {comparative} of {refs}" if comparative else f"which is true of {refs}"
-    nodes.append(QDGNode(str(len(options) + 1), last, tuple(str(k) for k in range(1, len(options) + 1))))
+    ids = tuple(str(k) for k in range(1, len(options) + 1))
+    refs = ", ".join(f"#{i}" for i in ids)
+    last = f"which is {comparative or 'true'} of {refs}"
+    nodes = [*(QDGNode(i, f"{o} {body}".strip()) for i, o in zip(ids, options, strict=True)),
+             QDGNode(str(len(options) + 1), last, ids)]
     return QDG("split", tuple(nodes))
 
 
