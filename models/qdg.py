@@ -491,6 +491,17 @@ def fill_references(text: str, answers: Mapping[str, str]) -> str:
 
 _WORD = re.compile(r"[\w'’&.-]+")
 _ARTICLES = frozenset(("a", "an", "the"))
+_ASKED_BY = re.compile(r"^\s*(?:which|what|who|whom|whose)\s+", re.I)
+
+
+def described(text: str) -> str:
+    """A step's text as it stands in its children's place when they are filled with words,
+    not answers: a phrase as it is ("the company that makes Beacon"), a question without its
+    question word and mark ("Which class implements Lumen eviction?" -> "class implements Lumen
+    eviction"), so that "Where are the tests of #1?" is searched as "Where are the tests of class
+    implements Lumen eviction?"."""
+    body = _ASKED_BY.sub("", text.strip()).rstrip(" ?")
+    return body or text.strip()
 
 
 def names_itself(text: str) -> bool:
@@ -551,6 +562,7 @@ __all__ = [
     "QDGNode",
     "QDG_TYPES",
     "asks_nothing",
+    "described",
     "fill_references",
     "from_qdmr",
     "infer_type",

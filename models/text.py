@@ -219,6 +219,16 @@ _LOCATED_PREFIX = re.compile(rf"[\w'’.]+-(?:{'|'.join(LOCATED_SUFFIXES)})")
 _SPACED_PREFIX = re.compile(rf"\s+-\s+(?:{'|'.join(LOCATED_SUFFIXES)})\b")
 
 
+# a figure as a token of its own, without unit or currency: "165", "3.0", "17,500"
+_BARE_FIGURE = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*(?![\w]|[.,]\d)")
+
+
+def figures(text: str) -> set[str]:
+    """The figures of ``text`` as tokens of their own ("165 Earth years" -> ``{"165"}``;
+    "Quarry 3.0.2" -> ``{"3.0.2"}``, not ``"3.0"``; "3D" and "v2" hold none)."""
+    return set(_BARE_FIGURE.findall(text))
+
+
 def _name_span(sentence: str, m: re.Match[str], numbered: bool) -> tuple[int, int] | None:
     """The name a capitalised run ``m`` holds, without leading function words; None if none
     (``numbered``: a number or version follows the run, as in "Voyager 2")."""

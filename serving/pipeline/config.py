@@ -108,8 +108,8 @@ class DecompositionConfig:
             chain -> ``chain_strategy``, after SRSA); any other value forces that strategy.
         chain_strategy: what ``auto`` does with a chain: ``planning`` (SRSA: a child's ``#k``
             filled with its parents' answers, the passages filtered and compressed after each
-            round), ``parallel`` (the levels retrieved in turn, a child's ``#k`` filled the same
-            way, nothing filtered), or ``auto``: planning when the parents get the generator's
+            round), ``parallel`` (every step searched at once, a child's ``#k`` filled as
+            ``parallel_fill`` says, nothing filtered), or ``auto``: planning when the parents get the generator's
             short answers (a reader bundle in use or an LLM backend, with
             ``generation.step_answers: generator``), parallel otherwise. The default is ``parallel``: on unseen multi-hop questions planning lost
             retrieval recall both with sentences (0.647 vs 0.734, 196 questions) and with the
@@ -124,6 +124,16 @@ class DecompositionConfig:
             not answered: Break's ``select`` step returns the thing it names, and the answer
             looked up for it was what its best sentence adds ("July 2024", so the child asked
             "When did July 2024 happen?"). False: every parent step is answered.
+        parallel_fill: what fills a child's ``#k`` under ``parallel``: ``text``, its parent
+            step's own words ("When was #1 acquired?" under "the company that makes Beacon" is
+            searched as "When was the company that makes Beacon acquired?"), so every step is
+            searched at once; ``answer``, the parent's answer as ``planning`` fills it, the
+            levels searched in turn. ``text`` is the default: an extractive step answer is the
+            names its best sentence adds, and a wrong one ("Beacon 2.4.1 March 4, 2025 2.4")
+            sent the child after it. Measured with the full profile (serving/profiling/RESULTS.md,
+            "A chain's steps searched at once"): routed answer F1 on the demo 0.911 -> 0.972
+            (forced ``direct`` 0.972), on the multi-hop set 0.387 -> 0.391, citation precision up
+            on both, retrieval recall on the multi-hop set 0.875 -> 0.850.
         restate_empty_steps: a final step with no word of its own besides its ``#k`` ("of #1",
             "Which #2": the decomposer lost the question's words), or one that only compares or
             counts them (Break's "which is first of #1, #2", "number of #1"), is searched and
@@ -137,9 +147,12 @@ class DecompositionConfig:
     max_rounds: int = 3
     parallel_workers: int = 4
     names_fill_with_text: bool = True
+    parallel_fill: Literal["text", "answer"] = "text"
     restate_empty_steps: bool = True
 
     def __post_init__(self) -> None:
+        if self.parallel_fill not in ("text", "answer"):
+            raise ValueError(f"decomposition.parallel_fill must be 'text' or 'answer', got {self.parallel_fill!r}")
         for name in ("max_nodes", "max_rounds", "parallel_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"decomposition.{name} must be >= 1, got {getattr(self, name)}")
@@ -221,6 +234,10 @@ class ExtractiveConfig:
             question about the Kestrel Cloud outage in the passage titled with it, and the same
             sentence about Quarry does not).
         max_sentences: sentences considered per node (the best passages' first).
+        figure_sentences: a sentence past ``max_sentences`` that holds every figure of the
+            question (``models.text.figures``: "165" of "the planet that takes 165 Earth years
+            to orbit the Sun") is considered too: a long passage ranked low can hold the one
+            sentence that states it. False: ``max_sentences`` alone.
         node_answer: a sub-question's extractive answer, the text that fills its children's
             ``#k`` in a chain: ``span`` (the date, number or name of its best sentence that the
             sub-question asks for, ``models.text.typed_span``; a phrase step asks for what it
@@ -318,6 +335,7 @@ class ExtractiveConfig:
     lexical_weight: float = 0.5
     title_words: bool = True
     max_sentences: int = 40
+    figure_sentences: bool = True
     node_answer: Literal["span", "names", "sentence"] = "names"
     node_answer_names: int = 3
     short_answer: bool = True

@@ -52,7 +52,7 @@ class DecompositionStage:
         if chain == "auto":
             chain = "planning" if self.short_answers else "parallel"
             if chain == "parallel":
-                return chain, ("chain searched level by level (parallel), not planned: the parents' answers "
+                return chain, ("chain searched in parallel, not planned: the parents' answers "
                                "would not be a reader's or an LLM's short answers (generation.step_answers, "
                                "decomposition.chain_strategy)")
         return chain, None

@@ -10,8 +10,12 @@ order); order the context "lost in the middle": the strongest passages at both e
 Strategies (SRSA):
 
 * ``direct``: the whole question, searched once;
-* ``parallel``: the graph's nodes level by level, the nodes of a level retrieved
-  concurrently (a split graph's roots are independent);
+* ``parallel``: every node at once, retrieved concurrently: a child's ``#k`` is filled with
+  its parent's own words (``decomposition.parallel_fill: text``), so no step waits for another
+  ("When was #1 acquired?" under "the company that makes Beacon" is searched as "When was the
+  company that makes Beacon acquired?"); the parents are answered afterwards, for the sentences
+  that lead the answer (``generation.chain_support``). With ``parallel_fill: answer`` the levels
+  are retrieved in turn and filled as ``planning`` fills them, nothing filtered;
 * ``planning``: the nodes one by one, parents first; a child's ``#k`` is filled with its
   parents' answers (:func:`searchsmith.models.qdg.fill_references`), or with the parent's own
   text when it only names what it refers to (``names_fill_with_text``); after each round the
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.metrics import fuse_lexical
-from searchsmith.models.qdg import QDG, QDGNode, fill_references, names_itself, terminal
+from searchsmith.models.qdg import QDG, QDGNode, described, fill_references, names_itself, terminal
 from searchsmith.models.roles import Embedder, Reranker
 from searchsmith.serving.dedup import dedup_keep_mask
 from searchsmith.serving.index import chunk_text
@@ -315,6 +319,32 @@ class RetrievalStage:
             has_children = {d for n in graph.nodes for d in n.depends_on}
             # the history terms every step carries (" (Lumen eviction)") are not a step's own words
             terms = appended_terms(state.query, question)[1]
+
+            def own_words(nr: NodeResult) -> str:
+                return nr.text[: -len(terms)] if terms and nr.text.endswith(terms) else nr.text
+
+            fills_by_answer = not (state.strategy == "parallel" and self.config.parallel_fill == "text")
+            if not fills_by_answer and len(rounds) > 1:
+                # every step's text is known before any is searched: one concurrent round
+                todo = []
+                for r, level in enumerate(rounds):
+                    for n in level:
+                        nr = NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)
+                        fills[nr.id] = described(own_words(nr))
+                        todo.append(nr)
+                for nr in self._pool.map(lambda nr: self._run_node(nr, state, preset), todo):
+                    # a parent's answer: its best sentence leads the answer (generation.chain_support)
+                    if nr.id in has_children and nr.round + 1 < len(rounds):
+                        if self.config.names_fill_with_text and names_itself(own_words(nr)):
+                            named.append(nr.id)
+                        else:
+                            nr.answer = answers[nr.id] = self.answer_node(nr.text, nr.passages, state)
+                    done.append(nr)
+                    accumulated.extend(nr.passages)
+                rounds = []
+                note = ("steps searched at once, each #k filled with its parent step's words "
+                        "(decomposition.parallel_fill: text)")
+                st.note = f"{st.note}; {note}" if st.note else note
             for r, level in enumerate(rounds):
                 todo = [NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)
                         for n in level]
@@ -324,7 +354,7 @@ class RetrievalStage:
                     results = [self._run_node(nr, state, preset) for nr in todo]
                 for nr in results:
                     if nr.id in has_children and r + 1 < len(rounds):
-                        own = nr.text[: -len(terms)] if terms and nr.text.endswith(terms) else nr.text
+                        own = own_words(nr)
                         if self.config.names_fill_with_text and names_itself(own):
                             fills[nr.id] = own
                             named.append(nr.id)
@@ -337,7 +367,7 @@ class RetrievalStage:
                     with state.trace.stage("retrieval.compress"):
                         accumulated = self.retriever.compress(
                             accumulated, [question, *answers.values()], state)
-            if named:
+            if named and fills_by_answer:
                 note = (f"step(s) {', '.join(named)} only name what they refer to: their text fills "
                         f"their children's #k (decomposition.names_fill_with_text)")
                 st.note = f"{st.note}; {note}" if st.note else note

@@ -12,6 +12,7 @@ from searchsmith.models.qdg import (
     QDG,
     QDGNode,
     asks_nothing,
+    described,
     fill_references,
     from_qdmr,
     infer_type,
@@ -277,6 +278,17 @@ def test_names_itself(text, names) -> None:
 ])
 def test_asks_nothing(text, empty) -> None:
     assert asks_nothing(text) is empty
+
+
+@pytest.mark.parametrize("text, words", [
+    ("the company that makes Beacon", "the company that makes Beacon"),  # a phrase stands as it is
+    ("Which class implements Lumen eviction?", "class implements Lumen eviction"),
+    ("who directed Titanic", "directed Titanic"),
+    ("What?", "What"),
+    (" ? ", "?"),  # nothing left: the text as it is
+])
+def test_described(text, words) -> None:
+    assert described(text) == words
 
 
 def test_fill_references() -> None:

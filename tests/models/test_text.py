@@ -21,6 +21,7 @@ from searchsmith.models.text import (
     entity_names,
     entity_spans,
     exact_match,
+    figures,
     fold,
     how_to,
     iter_jsonl,
@@ -796,3 +797,15 @@ def test_where_the_code_is_asks_for_a_file():
     assert typed_span(q, [config], typed=True) == ""  # no file there: the step's best sentences are read for one
     assert asked_head("Where is the source code of Lumen?") == ["file"]
     assert asked_head("Where was he born?") == [] and not asks_typed("Where was he born?")
+
+
+@pytest.mark.parametrize("text, found", [
+    ("the planet that takes 165 Earth years", {"165"}),
+    ("When was Quarry 3.0 released?", {"3.0"}),
+    ("Quarry 3.0.2 fixed it", {"3.0.2"}),  # a version is one figure, not "3.0"
+    ("About 17,500 vacuum tubes, $19 a month, 99.95% uptime", {"17,500", "19", "99.95"}),
+    ("Marlowe's BM25 scoring in 3D at 1080p", set()),  # inside a word: no figure of its own
+    ("", set()),
+])
+def test_figures(text, found) -> None:
+    assert figures(text) == found

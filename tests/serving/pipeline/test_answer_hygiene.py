@@ -373,3 +373,22 @@ def test_pipeline_timeline_comes_from_the_answer_passages(demo_pipeline, monkeyp
     assert {r["doc_id"] for r in ans["references"]} <= used_docs
     assert dated_docs - used_docs  # other dated news was retrieved, and left out of the timeline
     assert any(e["date"] == "2024-09-10" for e in events)
+
+
+def test_a_sentence_with_the_questions_figures_is_read_past_max_sentences(embedder):
+    """The demo's planet pages are long: for "Who discovered the planet that takes 165 Earth years
+    to orbit the Sun?" the Neptune page ranked below four others, and its sentence stating the 165
+    years fell past ``max_sentences``; the answer named Uranus's discoverer."""
+    filler = " ".join(f"Fact {i} about the outer planets is recorded here." for i in range(12))
+    docs = [Passage("u#0", "enc-uranus", "encyclopedia", f"{filler} Uranus was discovered by William Herschel "
+                    "in 1781. One orbit of the Sun takes Uranus 84 Earth years.", 0.9, title="Uranus"),
+            Passage("n#0", "enc-neptune", "encyclopedia", "One orbit of the Sun takes Neptune 165 Earth years. "
+                    "Neptune was discovered by Johann Galle in 1846.", 0.5, title="Neptune")]
+    q = "Which planet takes 165 Earth years to orbit the Sun?"
+    cfg = {"max_sentences": 14}  # the Uranus page alone fills it
+    read = {c.text for c in ExtractiveGenerator(embedder, ExtractiveConfig(**cfg)).support(q, docs, _state(q, docs))}
+    assert "One orbit of the Sun takes Neptune 165 Earth years." in read
+    assert "Neptune was discovered by Johann Galle in 1846." not in read  # only the figure's sentence joins
+    assert len(read) == 15
+    off = ExtractiveGenerator(embedder, ExtractiveConfig(**cfg, figure_sentences=False))
+    assert not any("165" in c.text for c in off.support(q, docs, _state(q, docs)))

@@ -256,9 +256,10 @@ NAMED_CHAIN = {"type": "chain", "nodes": [{"id": "1", "text": "the Lumen cache e
 
 def test_a_step_that_only_names_its_referent_fills_its_children_with_its_text(make_pipeline, fakes):
     q = "Where is the Lumen cache eviction policy implemented?"
+    by_answer = {"parallel_fill": "answer"}  # parallel's default fills every #k with text
     for strategy in ("parallel", "planning"):
         ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](NAMED_CHAIN)},
-                            decomposition={"chain_strategy": strategy}).ask(q)
+                            decomposition={"chain_strategy": strategy, **by_answer}).ask(q)
         first, second = ans["nodes"]
         # Break's select: #1 is the policy itself, not an answer looked up for the phrase
         assert first["answer"] is None and second["text"] == q
@@ -266,12 +267,12 @@ def test_a_step_that_only_names_its_referent_fills_its_children_with_its_text(ma
         assert "lumen/evict.py" in ans["answer_text"]  # the last step answers
     # switched off, the naming step is answered like any other and its answer fills #1
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](NAMED_CHAIN)},
-                        decomposition={"names_fill_with_text": False}).ask(q)
+                        decomposition={"names_fill_with_text": False, **by_answer}).ask(q)
     first, second = ans["nodes"]
     assert first["answer"] and second["text"] == f"Where is {first['answer']} implemented?"
     assert "names_fill_with_text" not in (ans["trace"]["stages"]["retrieval"].get("note") or "")
     # a step that looks something up is still answered
-    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(
+    ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}, decomposition=by_answer).ask(
         "Where are the tests of the class that implements Lumen eviction?")
     assert ans["nodes"][0]["answer"] and "Evictor" in ans["nodes"][1]["text"]
 
@@ -328,7 +329,7 @@ def test_an_unanswered_naming_step_is_not_a_final_step(make_pipeline, fakes):
     assert "lumen/evict.py" in ans["answer_text"] and "largest planet" not in ans["answer_text"]
 
 
-def test_a_chain_without_short_answers_is_searched_level_by_level(make_pipeline, fakes):
+def test_a_chain_without_short_answers_is_searched_in_parallel(make_pipeline, fakes):
     q = "Where are the tests of the class that implements Lumen eviction?"
     default = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q)
     assert default["trace"]["strategy"] == "parallel"  # chain_strategy's default
@@ -348,6 +349,52 @@ def test_a_chain_without_short_answers_is_searched_level_by_level(make_pipeline,
         "Which planet is the largest?")["trace"]["strategy"] == "parallel"
     assert make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(
         q, strategy="planning")["trace"]["strategy"] == "planning"
+
+
+def test_a_parallel_chain_fills_each_step_with_its_parents_words_and_searches_them_at_once(make_pipeline, fakes):
+    import time
+
+    q = "Where are the tests of the class that implements Lumen eviction?"
+    pipe = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)})
+    retr = pipe.stages[2].retriever  # context+routing, decomposition, retrieval
+    running, most = set(), [0]
+    search = retr.search
+
+    def spy(text, *a, **kw):
+        running.add(text)
+        most[0] = max(most[0], len(running))
+        time.sleep(0.05)  # both steps are in flight together: neither waits for the other's answer
+        out = search(text, *a, **kw)
+        running.discard(text)
+        return out
+
+    retr.search = spy
+    ans = pipe.ask(q)
+    assert ans["trace"]["strategy"] == "parallel"
+    first, second = ans["nodes"]
+    # the child asks its question with the parent's description in place of #1, not its answer
+    assert second["text"] == "Where are the tests of class implements Lumen eviction?"
+    assert most[0] == 2
+    assert [first["round"], second["round"]] == [0, 1]
+    # the parent is still answered: its sentence leads the answer (generation.chain_support)
+    assert first["answer"] and "Evictor" in first["answer"]
+    assert "parallel_fill: text" in ans["trace"]["stages"]["retrieval"]["note"]
+    # parallel_fill: answer fills #1 with the parent's answer, the levels in turn
+    retr.search = search
+    by_answer = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)},
+                              decomposition={"parallel_fill": "answer"}).ask(q)
+    assert by_answer["nodes"][0]["answer"] in by_answer["nodes"][1]["text"]
+    assert "parallel_fill" not in (by_answer["trace"]["stages"]["retrieval"].get("note") or "")
+    # planning always fills with answers
+    planned = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q, strategy="planning")
+    assert planned["nodes"][0]["answer"] in planned["nodes"][1]["text"]
+
+
+def test_bad_parallel_fill_is_refused():
+    from searchsmith.serving.pipeline.config import DecompositionConfig
+
+    with pytest.raises(ValueError, match="decomposition.parallel_fill must be 'text' or 'answer'"):
+        DecompositionConfig(parallel_fill="names")
 
 
 def test_max_rounds_drops_deeper_nodes(make_pipeline, fakes):
