@@ -201,9 +201,10 @@ def test_a_decomposed_question_is_read_whole_over_every_steps_passages(make_pipe
     reader = FakeReader(["tests/test_evict.py"])
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": reader}).ask(q)
     first, second = ans["nodes"]
-    # step 1 is answered by the names its sentence adds (step_answers: names), not by the reader,
-    # and the reader reads the user's question, not step 2's text
-    assert "Evictor" in first["answer"] and first["answer"] in second["text"]
+    # step 1 is answered by the names its sentence adds (step_answers: names), not by the reader
+    # (its #1 in step 2 is its own words: decomposition.parallel_fill), and the reader reads the
+    # user's question, not step 2's text
+    assert "Evictor" in first["answer"] and second["text"] == "Where are the tests of class implements Lumen eviction?"
     assert reader.questions and set(reader.questions) == {q}
     assert ans["short_answer"] == "tests/test_evict.py"
     # with the auto chain strategy, names are not the generator's short answers: not planned
@@ -214,6 +215,7 @@ def test_a_decomposed_question_is_read_whole_over_every_steps_passages(make_pipe
     # question: steps reads the final step, its #1 filled with the first step's answer
     steps = FakeReader(["Evictor", "tests/test_evict.py"])
     ans = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN), "reader": steps},
+                        decomposition={"parallel_fill": "answer"},
                         generation={"step_answers": "generator", "reader": {"question": "steps"}}).ask(q)
     assert ans["nodes"][0]["answer"] == "Evictor"  # step_answers: generator, the reader's span
     assert steps.questions[-1] == ans["nodes"][1]["text"] == "Where are the tests of Evictor?"
