@@ -392,3 +392,38 @@ def test_a_sentence_with_the_questions_figures_is_read_past_max_sentences(embedd
     assert len(read) == 15
     off = ExtractiveGenerator(embedder, ExtractiveConfig(**cfg, figure_sentences=False))
     assert not any("165" in c.text for c in off.support(q, docs, _state(q, docs)))
+
+
+# the full profile's decomposer graphs for demo questions it lost against forced direct (2026-12-06)
+LOST_CHAINS = [
+    ("When was the company that makes Beacon acquired?", "12 March 2024",
+     ["that makes Beacon", "When was the company #1 acquired?"]),
+    ("Which file contains the code for Beacon's relabelling?", "beacon/relabel/rules.go",
+     ["code for Beacon's", "Which file contains the #1 relabelling"]),
+    ("Who discovered the planet that takes 165 Earth years to orbit the Sun?", "Johann Galle",
+     ["the planet that takes 165 Earth years to orbit the Sun", "Who discovered #1"]),
+]
+
+
+@pytest.mark.parametrize("query, short, steps", LOST_CHAINS)
+def test_a_chain_the_decomposer_cut_badly_still_answers_the_demo_question(demo_index, embedder, fakes, query,
+                                                                            short, steps):
+    """A chain's first step answered with the names its best sentence adds ("Beacon 2.4.1 March 4,
+    2025 2.4") sent its child after them; its child is now searched with the step's own words
+    (``decomposition.parallel_fill: text``), and the answer is the one the whole question gets.
+    With ``parallel_fill: answer`` and ``generation.extractive.figure_sentences: false`` all three
+    are answered wrong again ("January 2021", "beacon/scrape/scraper.go", "William Herschel")."""
+    from searchsmith.serving.index import Index
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    graph = {"type": "chain", "nodes": [{"id": "1", "text": steps[0]},
+                                        {"id": "2", "text": steps[1], "depends_on": ["1"]}]}
+    stages = ("context", "routing", "decomposition", "retrieval", "generation")
+    pipe = Pipeline(PipelineConfig(stages=stages), Index.load(demo_index, embedder=embedder), embedder,
+                    {"decomposer": fakes["decomposer"](graph)})
+    try:
+        ans = pipe.ask(query)
+        assert ans["trace"]["strategy"] == "parallel" and len(ans["nodes"]) == 2
+        assert ans["short_answer"] == short, (ans["nodes"], ans["trace"]["stages"]["generation"])
+    finally:
+        pipe.close()
