@@ -14,8 +14,10 @@ Strategies (SRSA):
   its parent's own words (``decomposition.parallel_fill: text``), so no step waits for another
   ("When was #1 acquired?" under "the company that makes Beacon" is searched as "When was the
   company that makes Beacon acquired?"); the parents are answered afterwards, for the sentences
-  that lead the answer (``generation.chain_support``). With ``parallel_fill: answer`` the levels
-  are retrieved in turn and filled as ``planning`` fills them, nothing filtered;
+  that lead the answer (``generation.chain_support``). With ``parallel_fill: both`` each child is
+  then searched again with its parents' answers in place, those passages joining the context;
+  with ``parallel_fill: answer`` the levels are retrieved in turn and filled as ``planning`` fills
+  them, nothing filtered;
 * ``planning``: the nodes one by one, parents first; a child's ``#k`` is filled with its
   parents' answers (:func:`searchsmith.models.qdg.fill_references`), or with the parent's own
   text when it only names what it refers to (``names_fill_with_text``); after each round the
@@ -323,7 +325,7 @@ class RetrievalStage:
             def own_words(nr: NodeResult) -> str:
                 return nr.text[: -len(terms)] if terms and nr.text.endswith(terms) else nr.text
 
-            fills_by_answer = not (state.strategy == "parallel" and self.config.parallel_fill == "text")
+            fills_by_answer = not (state.strategy == "parallel" and self.config.parallel_fill in ("text", "both"))
             if not fills_by_answer and len(rounds) > 1:
                 # every step's text is known before any is searched: one concurrent round
                 todo = []
@@ -341,9 +343,19 @@ class RetrievalStage:
                             nr.answer = answers[nr.id] = self.answer_node(nr.text, nr.passages, state)
                     done.append(nr)
                     accumulated.extend(nr.passages)
-                rounds = []
                 note = ("steps searched at once, each #k filled with its parent step's words "
-                        "(decomposition.parallel_fill: text)")
+                        f"(decomposition.parallel_fill: {self.config.parallel_fill})")
+                if self.config.parallel_fill == "both":
+                    # then each child again with its parents' answers in place: more of the
+                    # passages the answers lead to, for the context (not the step's own reading)
+                    by_id = {n.id: n for n in graph.nodes}
+                    again = [NodeResult(nr.id, fill_references(by_id[nr.id].text, answers), nr.depends_on, nr.round)
+                             for nr in done if any(d in answers for d in nr.depends_on)]
+                    for ar in self._pool.map(lambda nr: self._run_node(nr, state, preset), again):
+                        accumulated.extend(ar.passages)
+                    if again:
+                        note += f"; step(s) {', '.join(ar.id for ar in again)} searched again with their parents' answers"
+                rounds = []
                 st.note = f"{st.note}; {note}" if st.note else note
             for r, level in enumerate(rounds):
                 todo = [NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)

@@ -388,12 +388,29 @@ def test_a_parallel_chain_fills_each_step_with_its_parents_words_and_searches_th
     # planning always fills with answers
     planned = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}).ask(q, strategy="planning")
     assert planned["nodes"][0]["answer"] in planned["nodes"][1]["text"]
+    # both: the child searched with its parent's words, then again with its answer
+    pipe = make_pipeline(bundles={"decomposer": fakes["decomposer"](CHAIN)}, decomposition={"parallel_fill": "both"})
+    searched = []
+    real = pipe.stages[2].retriever.search
+
+    def record(text, *a, **kw):
+        searched.append(text)
+        return real(text, *a, **kw)
+
+    pipe.stages[2].retriever.search = record
+    both = pipe.ask(q)
+    first, second = both["nodes"]
+    assert second["text"] == "Where are the tests of class implements Lumen eviction?"  # the step's own reading
+    # (the searches after the third are the answer's bridges, generation.extractive.bridge)
+    assert set(searched[:2]) == {CHAIN["nodes"][0]["text"], second["text"]}  # at once: in either order
+    assert searched[2] == f"Where are the tests of {first['answer']}?"
+    assert "searched again with their parents' answers" in both["trace"]["stages"]["retrieval"]["note"]
 
 
 def test_bad_parallel_fill_is_refused():
     from searchsmith.serving.pipeline.config import DecompositionConfig
 
-    with pytest.raises(ValueError, match="decomposition.parallel_fill must be 'text' or 'answer'"):
+    with pytest.raises(ValueError, match="decomposition.parallel_fill must be 'text', 'both' or 'answer'"):
         DecompositionConfig(parallel_fill="names")
 
 
