@@ -207,19 +207,27 @@ class ExtractiveGenerator:
         where: dict[str, list[str]] = {}  # quoted sentence -> chunk ids, in first-seen order
         scored_as: dict[str, str] = {}  # quoted sentence -> the text its support is measured on
         titled: dict[str, str] = {}  # quoted sentence -> the title of its best-scored passage
-        best_first = sorted(passages, key=lambda p: -p.score)
-        # past max_sentences, a sentence holding every figure of the question is still read
+
+        def read(s: str, quoted: str, p: Passage) -> None:
+            scored_as.setdefault(quoted, s)
+            titled.setdefault(quoted, p.title or "")
+            ids = where.setdefault(quoted, [])
+            if p.chunk_id not in ids:
+                ids.append(p.chunk_id)
+
+        # past max_sentences, a sentence holding every figure of the question is still read, after the others
         asked = figures(question) if cfg.figure_sentences else set()
-        for cap in (cfg.max_sentences, 0) if asked else (cfg.max_sentences,):
-            for p in best_first:
-                for s, quoted in quotable_sentences(p.text):
-                    if len(quoted) > 3 and (quoted in where or len(where) < cap
-                                            or (not cap and asked <= figures(s))):
-                        scored_as.setdefault(quoted, s)
-                        titled.setdefault(quoted, p.title or "")
-                        ids = where.setdefault(quoted, [])
-                        if p.chunk_id not in ids:
-                            ids.append(p.chunk_id)
+        past: list[tuple[str, str, Passage]] = []
+        for p in sorted(passages, key=lambda p: -p.score):
+            for s, quoted in quotable_sentences(p.text):
+                if len(quoted) <= 3:
+                    continue
+                if quoted in where or len(where) < cfg.max_sentences:
+                    read(s, quoted, p)
+                elif asked and asked <= figures(s):
+                    past.append((s, quoted, p))
+        for s, quoted, p in past:
+            read(s, quoted, p)
         cands = list(where)
         if not cands:
             return []

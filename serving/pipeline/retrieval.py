@@ -300,6 +300,82 @@ class RetrievalStage:
         node.passages = self.retriever.retrieve(node.text, state.sources, node.id, state, preset)
         return node
 
+    @staticmethod
+    def _own_words(nr: NodeResult, terms: str) -> str:
+        """A searched step's text without the history terms every step carries."""
+        return nr.text[: -len(terms)] if terms and nr.text.endswith(terms) else nr.text
+
+    def _answers_parent(self, nr: NodeResult, last_round: int, has_children: set[str], terms: str) -> bool:
+        """Whether a searched step is answered: it has children searched after it, and it does
+        more than name what it refers to (``names_fill_with_text``)."""
+        return nr.id in has_children and nr.round < last_round and not (
+            self.config.names_fill_with_text and names_itself(self._own_words(nr, terms)))
+
+    def _at_once(self, graph: QDG, rounds: list[list[QDGNode]], terms: str, state: PipelineState,
+                 preset: Preset) -> tuple[list[NodeResult], list[Passage], dict[str, str], str]:
+        """``parallel_fill: text`` / ``both``: every step's ``#k`` filled with its parent's words
+        (:func:`~searchsmith.models.qdg.described`), all steps searched in one concurrent round,
+        the parents answered afterwards; with ``both`` each child then searched again with its
+        parents' answers, for the context. Returns ``(nodes, passages, answers, note)``."""
+        fills: dict[str, str] = {}
+        todo = []
+        for r, level in enumerate(rounds):
+            for n in level:
+                nr = NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)
+                fills[nr.id] = described(self._own_words(nr, terms))
+                todo.append(nr)
+        has_children = {d for n in graph.nodes for d in n.depends_on}
+        answers: dict[str, str] = {}
+        done = list(self._pool.map(lambda nr: self._run_node(nr, state, preset), todo))
+        for nr in done:  # a parent's best sentence leads the answer (generation.chain_support)
+            if self._answers_parent(nr, len(rounds) - 1, has_children, terms):
+                nr.answer = answers[nr.id] = self.answer_node(nr.text, nr.passages, state)
+        accumulated = [p for nr in done for p in nr.passages]
+        note = ("steps searched at once, each #k filled with its parent step's words "
+                f"(decomposition.parallel_fill: {self.config.parallel_fill})")
+        if self.config.parallel_fill == "both":
+            texts = {n.id: n.text for n in graph.nodes}
+            again = [NodeResult(nr.id, fill_references(texts[nr.id], answers), nr.depends_on, nr.round)
+                     for nr in done if any(d in answers for d in nr.depends_on)]
+            for ar in self._pool.map(lambda nr: self._run_node(nr, state, preset), again):
+                accumulated.extend(ar.passages)  # the context's, not the step's own reading
+            if again:
+                note += f"; step(s) {', '.join(ar.id for ar in again)} searched again with their parents' answers"
+        return done, accumulated, answers, note
+
+    def _by_levels(self, graph: QDG, rounds: list[list[QDGNode]], terms: str, state: PipelineState,
+                   preset: Preset) -> tuple[list[NodeResult], list[Passage], dict[str, str], str]:
+        """The levels in turn, each child's ``#k`` filled with its parent's answer (or its text,
+        ``names_fill_with_text``); ``planning`` filters and compresses after each round.
+        Returns ``(nodes, passages, answers, note)``."""
+        question = state.question()
+        has_children = {d for n in graph.nodes for d in n.depends_on}
+        answers: dict[str, str] = {}
+        fills: dict[str, str] = {}  # what replaces each #k: the step's answer, or its own text
+        named: list[str] = []
+        done: list[NodeResult] = []
+        accumulated: list[Passage] = []
+        for r, level in enumerate(rounds):
+            todo = [NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r) for n in level]
+            if state.strategy == "parallel" and len(todo) > 1:
+                results = list(self._pool.map(lambda nr: self._run_node(nr, state, preset), todo))
+            else:
+                results = [self._run_node(nr, state, preset) for nr in todo]
+            for nr in results:
+                if self._answers_parent(nr, len(rounds) - 1, has_children, terms):
+                    nr.answer = answers[nr.id] = fills[nr.id] = self.answer_node(nr.text, nr.passages, state)
+                elif nr.id in has_children and r + 1 < len(rounds):
+                    fills[nr.id] = self._own_words(nr, terms)
+                    named.append(nr.id)
+                done.append(nr)
+                accumulated.extend(nr.passages)
+            if state.strategy == "planning":
+                with state.trace.stage("retrieval.compress"):
+                    accumulated = self.retriever.compress(accumulated, [question, *answers.values()], state)
+        note = (f"step(s) {', '.join(named)} only name what they refer to: their text fills their children's #k "
+                "(decomposition.names_fill_with_text)") if named else ""
+        return done, accumulated, answers, note
+
     def run(self, state: PipelineState, preset: Preset) -> None:
         question = state.question()
         graph = state.graph if state.graph is not None else terminal(question)
@@ -313,75 +389,14 @@ class RetrievalStage:
                 rounds = rounds[: self.config.max_rounds]
                 st.note = f"max_rounds={self.config.max_rounds}: {dropped} deeper node(s) dropped"
                 state.trace.note(f"retrieval: {st.note}")
-            answers: dict[str, str] = {}
-            fills: dict[str, str] = {}  # what replaces each #k: the step's answer, or its own text
-            named: list[str] = []
-            done: list[NodeResult] = []
-            accumulated: list[Passage] = []
-            has_children = {d for n in graph.nodes for d in n.depends_on}
             # the history terms every step carries (" (Lumen eviction)") are not a step's own words
             terms = appended_terms(state.query, question)[1]
-
-            def own_words(nr: NodeResult) -> str:
-                return nr.text[: -len(terms)] if terms and nr.text.endswith(terms) else nr.text
-
-            fills_by_answer = not (state.strategy == "parallel" and self.config.parallel_fill in ("text", "both"))
-            if not fills_by_answer and len(rounds) > 1:
-                # every step's text is known before any is searched: one concurrent round
-                todo = []
-                for r, level in enumerate(rounds):
-                    for n in level:
-                        nr = NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)
-                        fills[nr.id] = described(own_words(nr))
-                        todo.append(nr)
-                for nr in self._pool.map(lambda nr: self._run_node(nr, state, preset), todo):
-                    # a parent's answer: its best sentence leads the answer (generation.chain_support)
-                    if nr.id in has_children and nr.round + 1 < len(rounds):
-                        if self.config.names_fill_with_text and names_itself(own_words(nr)):
-                            named.append(nr.id)
-                        else:
-                            nr.answer = answers[nr.id] = self.answer_node(nr.text, nr.passages, state)
-                    done.append(nr)
-                    accumulated.extend(nr.passages)
-                note = ("steps searched at once, each #k filled with its parent step's words "
-                        f"(decomposition.parallel_fill: {self.config.parallel_fill})")
-                if self.config.parallel_fill == "both":
-                    # then each child again with its parents' answers in place: more of the
-                    # passages the answers lead to, for the context (not the step's own reading)
-                    by_id = {n.id: n for n in graph.nodes}
-                    again = [NodeResult(nr.id, fill_references(by_id[nr.id].text, answers), nr.depends_on, nr.round)
-                             for nr in done if any(d in answers for d in nr.depends_on)]
-                    for ar in self._pool.map(lambda nr: self._run_node(nr, state, preset), again):
-                        accumulated.extend(ar.passages)
-                    if again:
-                        note += f"; step(s) {', '.join(ar.id for ar in again)} searched again with their parents' answers"
-                rounds = []
-                st.note = f"{st.note}; {note}" if st.note else note
-            for r, level in enumerate(rounds):
-                todo = [NodeResult(n.id, fill_references(n.text, fills), n.depends_on, round=r)
-                        for n in level]
-                if state.strategy == "parallel" and len(todo) > 1:
-                    results = list(self._pool.map(lambda nr: self._run_node(nr, state, preset), todo))
-                else:
-                    results = [self._run_node(nr, state, preset) for nr in todo]
-                for nr in results:
-                    if nr.id in has_children and r + 1 < len(rounds):
-                        own = own_words(nr)
-                        if self.config.names_fill_with_text and names_itself(own):
-                            fills[nr.id] = own
-                            named.append(nr.id)
-                        else:
-                            nr.answer = self.answer_node(nr.text, nr.passages, state)
-                            answers[nr.id] = fills[nr.id] = nr.answer
-                    done.append(nr)
-                    accumulated.extend(nr.passages)
-                if state.strategy == "planning":
-                    with state.trace.stage("retrieval.compress"):
-                        accumulated = self.retriever.compress(
-                            accumulated, [question, *answers.values()], state)
-            if named and fills_by_answer:
-                note = (f"step(s) {', '.join(named)} only name what they refer to: their text fills "
-                        f"their children's #k (decomposition.names_fill_with_text)")
+            at_once = state.strategy == "parallel" and self.config.parallel_fill in ("text", "both")
+            if at_once and len(rounds) > 1:
+                done, accumulated, answers, note = self._at_once(graph, rounds, terms, state, preset)
+            else:
+                done, accumulated, answers, note = self._by_levels(graph, rounds, terms, state, preset)
+            if note:
                 st.note = f"{st.note}; {note}" if st.note else note
             state.nodes = done
             state.node_answers = answers
