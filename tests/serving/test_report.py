@@ -248,3 +248,24 @@ def test_field_section_runs_on_the_shared_data(tmp_path, shared_data) -> None:
     data = read_report(out)
     assert "beir" in data["field"] and data["field"]["beir"]["queries"] > 0
     assert any(c["claim"].startswith("SciFact") for c in data["claims"]) is False  # no reranker configured
+
+
+def test_srsa_claim_holds_on_a_tie_on_every_question_and_not_on_a_tie_inside_the_noise() -> None:
+    """The claim is "answers as well as the best forced strategy": routed equal to it on every
+    question holds it; a mean difference of zero made of gains and losses is only inside the noise."""
+    from searchsmith.models.stats import paired_difference
+    from searchsmith.serving.report import _claims_strategies
+
+    def section(forced, routed):
+        calls = paired_difference([1.0] * len(forced), [1.0] * len(routed), "model_calls").to_dict()
+        f1 = paired_difference(forced, routed, "f1").to_dict()
+        return {"demo": {"best_forced": "forced_direct", "routed_strategies": {"direct": 2, "parallel": 2},
+                         "routed_vs_best_forced": {"f1": f1, "model_calls": calls}}}
+
+    verdict = {name: _claims_strategies(section(*pair))[0]["verdict"] for name, pair in {
+        "tie": ([1.0, 0.5, 0.0, 1.0], [1.0, 0.5, 0.0, 1.0]),
+        "mixed": ([1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]),
+        "better": ([0.0] * 12, [1.0] * 12),
+        "worse": ([1.0] * 12, [0.0] * 12)}.items()}
+    assert verdict == {"tie": "holds: the same answer F1 on every question", "mixed": "not shown: inside the noise",
+                       "better": "holds: routed answers better", "worse": "refuted: the forced strategy answers better"}
