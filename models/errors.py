@@ -47,5 +47,9 @@ class OverloadedError(SearchsmithError):
         self.retry_after_s = retry_after_s
 
 
+class RequestTimeoutError(SearchsmithError):
+    """The client did not send its whole request in time (HTTP 408)."""
+
+
 class RunnerError(SearchsmithError):
     """Executing a model failed (HTTP 500)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -74,24 +75,44 @@ def read_json_object(path: Path, what: str, *, fix: str = "", error: type[Except
     return data
 
 
+_TEMP_SERIAL = itertools.count()  # next() is atomic under the GIL: one name per call
+
+
+def temp_file_beside(path: Path, suffix: str = "") -> Path:
+    """A temporary name next to ``path``, unique to this call: ``.NAME.tmp-PID-N[SUFFIX]``.
+
+    Two threads writing the same file at once (a server saving state from concurrent requests)
+    each write their own temporary file, and the last ``os.replace`` wins whole.
+    """
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{next(_TEMP_SERIAL)}{suffix}")
+
+
 def write_jsonl_atomic(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:
     """Write records as JSON lines through a temporary file (a reader never sees half a file)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, p)
+    tmp = temp_file_beside(p)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for r in records:
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return p
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = temp_file_beside(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

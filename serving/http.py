@@ -235,6 +235,10 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.head("/health", include_in_schema=False)  # load balancers probe with either method
+    async def health_head() -> Response:
+        return Response(status_code=200)
+
     @app.get("/ready")
     async def ready() -> JSONResponse:
         if not state.ready:
@@ -266,7 +270,7 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
 
     # The body limit runs before routing and parsing. CORS only when origins are configured
     # (added last, so it is outermost and answers preflights before the body limit).
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.request_timeout_s)
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 

@@ -21,6 +21,7 @@ from searchsmith.models.errors import (
     NotReadyError,
     OverloadedError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     RunnerError,
     UnauthorizedError,
     ValidationError,
@@ -40,6 +41,7 @@ ERROR_TABLE: tuple[tuple[type[BaseException], int, str], ...] = (
     (ValidationError, 422, "validation_error"),
     (UnauthorizedError, 401, "unauthorized"),
     (OverloadedError, 429, "overloaded"),
+    (RequestTimeoutError, 408, "request_timeout"),
     (TimeoutError, 504, "timeout"),
     (RunnerError, 500, "runner_error"),
     (NotReadyError, 503, "not_ready"),
@@ -121,6 +123,11 @@ def error_response(exc: BaseException) -> JSONResponse:
                 message = _validation_message(exc)
                 first = exc.errors()[0] if exc.errors() else {}
                 param, code = json_path(_body_loc(first)), first.get("type")
+                if code == "json_invalid":  # its location is a character offset, not a field
+                    at, why = _body_loc(first)[-1:] or ("?",), (first.get("ctx") or {}).get("error", "")
+                    message = (f"body: not valid JSON at character {at[0]}" + (f" ({why})" if why else "")
+                               + "; send one JSON object")
+                    param = "body"
             else:
                 message = str(exc) or kind
         else:

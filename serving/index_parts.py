@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.io import read_json_object, sha256_file, write_json_atomic
+from searchsmith.models.io import read_json_object, sha256_file, temp_file_beside, write_json_atomic
 
 BUILD_FORMAT = "searchsmith-index-build"
 MARKER = "build.json"
@@ -152,7 +152,7 @@ class BuildParts:
         if vectors.shape != (stop - start, self.dim):
             raise ValueError(f"part {i}: expected vectors of shape {(stop - start, self.dim)}, got {vectors.shape}")
         path = self.folder / self.part_name(i)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
+        tmp = temp_file_beside(path, ".npy")
         with open(tmp, "wb") as fh:
             np.save(fh, np.ascontiguousarray(vectors, dtype=np.float32))
             fh.flush()
@@ -202,7 +202,7 @@ class BuildParts:
     def remove(self) -> None:
         """The index is in place: this build's files go, and the folder when nothing else is left."""
         for p in self.folder.iterdir():
-            if p.name == MARKER or re.fullmatch(r"\.?part-\d{5}\.npy(\.tmp-\d+\.npy)?|\.build\.json\.tmp-\d+", p.name):
+            if p.name == MARKER or re.fullmatch(r"\.?part-\d{5}\.npy(\.tmp-[\d-]+\.npy)?|\.build\.json\.tmp-[\d-]+", p.name):
                 p.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.folder.rmdir()

@@ -67,7 +67,7 @@ class ServerLimits:
         max_image_pixels: largest image in pixels (width x height; a decompression-bomb guard).
         cors_origins: origins allowed by CORS (``["*"]`` for any); empty turns CORS off.
         rerank_batcher: limits of the rerank batcher (items are (query, document) pairs).
-        calls: the queue of each unbatched model (decompose, cite, images, search);
+        calls: the queue of each unbatched call (decompose, cite, images, search, route, feedback);
             ``max_batch_size`` is 1 there, ``workers`` calls run at once per model.
         stream_chunk_chars: characters of answer text per Server-Sent Event of /v1/search.
         embeddings_model: the name and aliases of the /v1/embeddings model (``model``).

@@ -3,16 +3,18 @@ own errors (:func:`on_error`, the app's one exception handler)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from searchsmith.models.errors import PayloadTooLargeError
-from searchsmith.serving.http_errors import error_response
-from searchsmith.serving.schemas import undecodable_body
+from searchsmith.models.errors import PayloadTooLargeError, RequestTimeoutError, ValidationError
+from searchsmith.serving.http_errors import error_response, with_param
+from searchsmith.serving.schemas import too_deep_body, undecodable_body
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -50,14 +52,17 @@ class RequestMetrics:
 
 
 class BodyLimit:
-    """ASGI wrapper: answer 413 to bodies over ``max_bytes`` before anything parses them.
+    """ASGI wrapper: answer 413 to bodies over ``max_bytes`` before anything parses them, and
+    408 to a body that has not all arrived within ``timeout_s`` (a stalled client holds no
+    connection and no worker for longer).
 
     Counts the bytes actually received, so a missing or lying Content-Length does not help.
     """
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int, timeout_s: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     def _too_large(self, size: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
@@ -75,8 +80,16 @@ class BodyLimit:
             return
         chunks: list[bytes] = []
         total = 0
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(
+                    receive(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                await error_response(RequestTimeoutError(
+                    f"body: {total} bytes arrived in {self.timeout_s} s and the rest did not "
+                    "(server.request_timeout_s); send the whole body at once"))(scope, receive, send)
+                return
             if message["type"] != "http.request":
                 break  # client went away; the app sees an empty body and the send fails
             chunks.append(message.get("body", b""))
@@ -102,8 +115,20 @@ class BodyLimit:
 async def on_error(request: Request, exc: Exception) -> JSONResponse:
     """The answer to any exception of a request (the app's exception handlers and routes)."""
     if isinstance(exc, StarletteHTTPException) and exc.status_code == 400:
-        # FastAPI's "error parsing the body": say which field holds bytes that are not UTF-8.
-        exc = undecodable_body(await request.body()) or exc
+        # FastAPI's "error parsing the body": say which field holds bytes that are not UTF-8, or
+        # that the JSON is nested past the parser's depth
+        body = await request.body()
+        exc = undecodable_body(body) or too_deep_body(body) or exc
+    elif isinstance(exc, RequestValidationError):
+        # a JSON body sent as text/plain or a form is not parsed: "body: Input should be a
+        # valid dictionary" does not say why
+        sent_as = request.headers.get("content-type", "")
+        if "json" not in sent_as.lower() and any(e.get("loc") == ("body",) for e in exc.errors()) \
+                and (await request.body()).strip():
+            how = f"as Content-Type {sent_as!r}" if sent_as else "without a Content-Type"
+            exc = with_param(ValidationError(
+                f"body: sent {how}, so it was not read as JSON; send the JSON object with "
+                "'Content-Type: application/json'"), "body", "content_type")
     return error_response(exc)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.errors import EmptyInputError, PayloadTooLargeError, ValidationError
@@ -88,7 +89,15 @@ def decode_image(data: str, where: str, config: ServerLimits) -> Any:
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise ValidationError(f"{where}: not valid base64; send the image file's bytes base64-encoded") from None
+        if re.match(r"\s*data:", data):
+            fix = "send the base64 after the comma of the data: URI, without the 'data:...;base64,' prefix"
+        elif re.search(r"\s", data):
+            fix = "send it on one line, without spaces or line breaks"
+        elif re.search(r"[-_]", data):
+            fix = "send standard base64 (+ and /), not the URL-safe alphabet (- and _)"
+        else:
+            fix = "send the image file's bytes base64-encoded, padded with = to a multiple of 4 characters"
+        raise ValidationError(f"{where}: not valid base64; {fix}") from None
     if len(raw) > config.max_image_bytes:
         raise PayloadTooLargeError(f"{where}: {len(raw)} bytes, the limit is {config.max_image_bytes} "
                                    "(server.max_image_bytes); send a smaller image")

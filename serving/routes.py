@@ -229,8 +229,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             raise NotReadyError("/v1/route: no router is loaded; start the server with an index")
         if not req.query.strip():
             raise EmptyInputError("query: is empty; send a question")
-        call = asyncio.to_thread(router_.route, req.query, req.history, req.mode, req.top_k)
-        result = await asyncio.wait_for(call, timeout=config.request_timeout_s)
+        result = await _call(state, "route", lambda: router_.route(req.query, req.history, req.mode, req.top_k),
+                             "/v1/route")
         return JSONResponse(result.to_dict())
 
     @app.post("/v1/rerank", dependencies=auth, responses=route_responses("/v1/rerank", 500))
@@ -292,8 +292,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         from searchsmith.models.text import sentence_texts
 
         if (req.sentences is None) == (req.answer is None):
-            raise ValidationError("sentences, answer: send exactly one of them (a list of sentences, or an "
-                                  "answer text to split into sentences)")
+            raise with_param(ValidationError("sentences, answer: send exactly one of them (a list of sentences, "
+                                             "or an answer text to split into sentences)"),
+                             "answer" if req.sentences is None else "sentences")
         if req.answer is not None:
             answer = check_text(req.answer, "answer", config)
             sentences = sentence_texts(answer) or [answer]
@@ -313,9 +314,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             docs.append((d.id, check_text(d.text, f"documents[{i}].text", config)))
         pairs = len(sentences) * len(docs)
         if pairs > config.max_pairs_per_request:
-            raise PayloadTooLargeError(
-                f"/v1/cite: {len(sentences)} sentences x {len(docs)} documents = {pairs} pairs, the limit is "
-                f"{config.max_pairs_per_request} (server.max_pairs_per_request); send fewer documents")
+            raise with_param(PayloadTooLargeError(
+                f"documents: {len(sentences)} sentences x {len(docs)} documents = {pairs} pairs, the limit is "
+                f"{config.max_pairs_per_request} (server.max_pairs_per_request); send fewer documents"), "documents")
         bundle, encode, cfg = state.citation, _text_encoder(state), state.thresholds().citation
         if bundle is None and encode is None:
             raise NotReadyError("/v1/cite: no citation bundle and no embedder are loaded; add bundles.citation "
@@ -459,6 +460,5 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             # error a client must handle, and the answer says how to make it count.
             return JSONResponse({"query_id": req.query_id, "quality": req.quality, "recorded": False,
                                  "message": FEEDBACK_OFF})
-        call = asyncio.to_thread(pipe.feedback, req.query_id, req.quality)
-        result = await asyncio.wait_for(call, timeout=config.request_timeout_s)
+        result = await _call(state, "feedback", lambda: pipe.feedback(req.query_id, req.quality), "/v1/feedback")
         return JSONResponse({**result, "recorded": True})

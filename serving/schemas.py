@@ -84,10 +84,23 @@ def undecodable_body(body: bytes) -> ValidationError | None:
                       "unencodable_text")
 
 
+def too_deep_body(body: bytes) -> ValidationError | None:
+    """A 422 for JSON nested past the parser's depth (Python's recursion limit, about 1,000
+    levels), or None when ``body`` parses or fails for another reason."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return with_param(ValidationError("body: JSON nested deeper than the parser allows (about 1,000 levels); "
+                                          "flatten the request"), "body", "too_deep")
+    except ValueError:
+        return None
+    return None
+
+
 class RequestBody(BaseModel):
     """Base of every request schema: strict, no unknown fields, all text encodable (422 otherwise)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -148,7 +161,7 @@ class RouteRequest(RequestBody):
 class RerankDocument(BaseModel):
     """A document as Cohere and Jina send it: ``{"text": ...}``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     text: str
 
@@ -184,7 +197,7 @@ class DecomposeRequest(RequestBody):
 
 
 class CiteDocument(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     id: str
     text: str
@@ -210,7 +223,7 @@ class CiteRequest(RequestBody):
 class PlaceImage(BaseModel):
     """An image of ``/v1/images/place``: pixels as base64 ``data`` and/or a caption (no paths)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     id: str
     caption: str | None = None

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from searchsmith.serving.router import CentroidRouter
 
 # The models that do not batch across requests: each gets a queue with batches of one
-# (``server.calls``), so they share the bounded queue, the timeout and the metrics.
-CALL_MODELS = ("decompose", "cite", "images", "search")
+# (``server.calls``), so they share the bounded queue (429 when full), the timeout and the
+# metrics. Routing and feedback are quick, but unqueued they would pile up in the thread pool
+# the batched endpoints tokenize in; feedback's one worker also keeps the router's saves in order.
+CALL_MODELS = ("decompose", "cite", "images", "search", "route", "feedback")
 
 
 class ServingState:

@@ -84,6 +84,7 @@ class LinUCBRouter:
         self.n = dict.fromkeys(self.arms, 0)
         self._pending: OrderedDict[str, tuple[str, np.ndarray, float]] = OrderedDict()
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()  # one save at a time, after _lock's snapshot
         if config.state_path and Path(config.state_path).is_file():
             self.load(config.state_path)
 
@@ -128,11 +129,11 @@ class LinUCBRouter:
             ``{"query_id", "preset", "reward", "cost"}``.
         """
         if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not 0.0 <= quality <= 1.0:
-            raise ValidationError(f"feedback.quality: expected a number in [0, 1], got {quality!r}")
+            raise ValidationError(f"quality: expected a number in [0, 1], got {quality!r}")
         with self._lock:
             item = self._pending.pop(query_id, None)
         if item is None:
-            raise ValidationError(f"feedback.query_id: {query_id!r} is unknown or already rewarded "
+            raise ValidationError(f"query_id: {query_id!r} is unknown or already rewarded "
                                   f"(the last {self.config.max_pending} answers can be rewarded)")
         arm, x, cost = item
         reward = float(quality) - self.config.cost_lambda * cost
@@ -149,8 +150,10 @@ class LinUCBRouter:
                              for a in self.arms}}
 
     def save(self, path: str | Path) -> None:
-        """Write the state as JSON atomically (temporary file, then rename)."""
-        write_json_atomic(Path(path), self.state_dict())
+        """Write the state as JSON atomically (temporary file, then rename). Saves run one at a
+        time, each of the state as it is then, so the file ends with the latest."""
+        with self._save_lock:
+            write_json_atomic(Path(path), self.state_dict())
 
     def load(self, path: str | Path) -> None:
         """Read a saved state; arms no longer configured are ignored, new ones start fresh."""

@@ -447,3 +447,124 @@ def test_docs_need_no_key_but_the_api_does(embedder) -> None:
         _error(c.get("/v1/models"), 401, "unauthorized")
         listed = c.get("/v1/models", headers={"Authorization": "Bearer k"}).json()
         assert [m["id"] for m in listed["data"]] == [embedder.model_name]
+
+
+# ---- bad bodies and slow clients (found by probing a running server, 2026-12-06) ------------------
+
+
+def test_malformed_json_names_the_body_and_the_character(client) -> None:
+    resp = client.post("/v1/route", content=b'{"query": "q",}', headers={"content-type": "application/json"})
+    msg = _error(resp, 422, "validation_error")
+    assert resp.json()["error"]["param"] == "body" and msg.startswith("body: not valid JSON at character 14")
+
+
+def test_json_sent_as_text_says_to_send_it_as_json(client) -> None:
+    for kind in ("text/plain", "application/x-www-form-urlencoded"):
+        resp = client.post("/v1/route", content=b'{"query": "q"}', headers={"content-type": kind})
+        msg = _error(resp, 422, "validation_error")
+        assert kind in msg and "Content-Type: application/json" in msg and resp.json()["error"]["param"] == "body"
+    msg = _error(client.post("/v1/route", content=b'{"query": "q"}'), 422, "validation_error")
+    assert msg.startswith("body: sent without a Content-Type") and "application/json" in msg
+    # an empty body is missing, whatever its type
+    assert "without a Content-Type" not in _error(client.post("/v1/route", content=b""), 422, "validation_error")
+
+
+def test_json_nested_past_the_parser_depth_is_a_clear_422(client) -> None:
+    deep = b'{"query": "q", "history": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    resp = client.post("/v1/route", content=deep, headers={"content-type": "application/json"})
+    msg = _error(resp, 422, "validation_error")
+    assert "nested deeper" in msg and resp.json()["error"]["code"] == "too_deep"
+
+
+def test_nan_is_not_a_number_a_client_may_send(small_index, embedder) -> None:
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    pipe = Pipeline(from_dict(PipelineConfig, {"protocol": {"enabled": True}}), Index.load(small_index, embedder=embedder),
+                    embedder)
+    with TestClient(create_app(ServerLimits(), pipeline=pipe)) as c:
+        for bad in (b"NaN", b"Infinity", b"-Infinity"):
+            resp = c.post("/v1/feedback", content=b'{"query_id": "x", "quality": ' + bad + b"}",
+                          headers={"content-type": "application/json"})
+            assert "finite" in _error(resp, 422, "validation_error"), bad
+            assert resp.json()["error"]["param"] == "quality"
+
+
+def test_health_answers_head_for_load_balancers(client) -> None:
+    assert client.head("/health").status_code == 200 and client.get("/health").json() == {"status": "ok"}
+
+
+def test_route_goes_through_a_bounded_queue(embedder, router) -> None:
+    """/v1/route ran in the unbounded thread pool: a flood queued without limit, starved the
+    batched endpoints' tokenizing and never got a 429."""
+    gate = threading.Event()
+    started = threading.Event()
+
+    class Slow:
+        def route(self, *args):
+            started.set()
+            gate.wait(10)
+            return router.route(*args)
+
+        def close(self):
+            router.close()
+
+    cfg = ServerLimits(calls=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
+    with TestClient(create_app(cfg, embedder=embedder, router=Slow())) as c, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(c.post, "/v1/route", json={"query": "bread"})
+        assert started.wait(5)
+        second = pool.submit(c.post, "/v1/route", json={"query": "rings"})  # takes the one queue place
+        deadline = threading.Event()
+        while c.app.state.serving.gates["route"].stats()["queue_depth"] < 1 and not deadline.wait(0.01):
+            pass
+        assert "max_queue" in _error(c.post("/v1/route", json={"query": "dough"}), 429, "overloaded")
+        gate.set()
+        assert first.result(10).status_code == 200 and second.result(10).status_code == 200
+
+
+def test_route_timeout_says_which_limit(embedder, router) -> None:
+    gate = threading.Event()
+
+    class Stuck:
+        def route(self, *args):
+            gate.wait(10)
+            return router.route(*args)
+
+        def close(self):
+            pass
+
+    with TestClient(create_app(ServerLimits(request_timeout_s=0.3), embedder=embedder, router=Stuck())) as c:
+        try:
+            msg = _error(c.post("/v1/route", json={"query": "bread"}), 504, "timeout")
+            assert msg.startswith("/v1/route: no answer within 0.3 s (server.request_timeout_s)")
+        finally:
+            gate.set()
+
+
+def test_a_body_that_stops_arriving_gets_408() -> None:
+    """A client that sends part of its body and stalls holds nothing past the timeout."""
+    import asyncio
+
+    from searchsmith.serving.middleware import BodyLimit
+
+    async def app(scope, receive, send):  # never reached
+        raise AssertionError("the app must not see a stalled body")
+
+    sent: list[dict] = []
+    parts = [{"type": "http.request", "body": b'{"query": ', "more_body": True}]
+
+    async def receive():
+        if parts:
+            return parts.pop()
+        await asyncio.sleep(30)  # the rest never comes
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/route", "headers": [(b"content-length", b"1000")]}
+    asyncio.run(asyncio.wait_for(BodyLimit(app, max_bytes=10_000, timeout_s=0.2)(scope, receive, send), 5))
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 408
+    body = b"".join(m.get("body", b"") for m in sent[1:]).decode()
+    assert "10 bytes arrived in 0.2 s" in body and "server.request_timeout_s" in body

@@ -160,7 +160,7 @@ class FakePipeline:
         from searchsmith.models.errors import ValidationError
 
         if query_id not in self.answered:
-            raise ValidationError(f"feedback.query_id: {query_id!r} is unknown")
+            raise ValidationError(f"query_id: {query_id!r} is unknown")
         self.answered.discard(query_id)
         return {"query_id": query_id, "reward": quality}
 
@@ -376,8 +376,10 @@ def test_cite_with_bundle_splits_the_answer_and_cites(client) -> None:
 
 
 def test_cite_sentences_and_answer_together_is_422(client) -> None:
-    assert "exactly one" in _error(client.post("/v1/cite", json={"sentences": ["a"], "answer": "b", "documents": DOCS}),
-                                   422, "validation_error")
+    both = client.post("/v1/cite", json={"sentences": ["a"], "answer": "b", "documents": DOCS})
+    assert "exactly one" in _error(both, 422, "validation_error") and both.json()["error"]["param"] == "sentences"
+    neither = client.post("/v1/cite", json={"documents": DOCS})
+    assert "exactly one" in _error(neither, 422, "validation_error") and neither.json()["error"]["param"] == "answer"
 
 
 def test_cite_duplicate_document_ids_is_422(client) -> None:
@@ -391,9 +393,9 @@ def test_cite_no_documents_is_400(client) -> None:
 
 def test_cite_too_many_pairs_is_413(client) -> None:
     docs = [{"id": str(i), "text": "x"} for i in range(4)]
-    msg = _error(client.post("/v1/cite", json={"sentences": ["a", "b", "c", "d"], "documents": docs}), 413,
-                 "too_large")
-    assert "16 pairs" in msg and "max_pairs_per_request" in msg
+    resp = client.post("/v1/cite", json={"sentences": ["a", "b", "c", "d"], "documents": docs})
+    msg = _error(resp, 413, "too_large")
+    assert "16 pairs" in msg and "max_pairs_per_request" in msg and resp.json()["error"]["param"] == "documents"
 
 
 def test_cite_fallback_uses_the_embedder_at_the_cosine_threshold(embedder) -> None:
@@ -457,6 +459,18 @@ def test_image_bad_base64_is_422(client) -> None:
     msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "data": "not base64!"}]}), 422, "validation_error")
     assert "images[0].data" in msg and "base64" in msg
+
+
+def test_image_base64_refusals_say_what_to_change(client) -> None:
+    good = png("red")
+    fixes = {"data:image/png;base64," + good: "without the 'data:...;base64,' prefix",
+             good[:40] + "\n" + good[40:]: "without spaces or line breaks",
+             good.replace("+", "-").replace("/", "_") + "-_": "not the URL-safe alphabet",
+             good.rstrip("=") + "A": "padded with ="}
+    for data, fix in fixes.items():
+        msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+            {"id": "x", "data": data}]}), 422, "validation_error")
+        assert msg.startswith("images[0].data: not valid base64") and fix in msg, (fix, msg)
 
 
 def test_image_not_an_image_is_422(client) -> None:

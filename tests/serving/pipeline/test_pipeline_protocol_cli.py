@@ -84,6 +84,21 @@ def test_state_saved_atomically_and_reloaded(tmp_path):
     assert again.n == {"turbo": 0, "large": 1, "new": 0}
 
 
+def test_concurrent_feedback_saves_every_update(tmp_path):
+    """Feedback from many threads at once: each save had the same temporary file name (per
+    process), so a rename failed (a 500 on /v1/feedback) and the file could keep an older state."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "bandit.json"
+    router = LinUCBRouter(["turbo", "large"], ProtocolConfig(state_path=str(path)))
+    for i in range(64):
+        router.remember(f"q{i}", ("turbo", "large")[i % 2], np.ones(DIM) / DIM, 0.0)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: router.feedback(f"q{i}", 0.5), range(64)))  # raises on a failed save
+    again = LinUCBRouter(["turbo", "large"], ProtocolConfig(state_path=str(path)))
+    assert again.n == {"turbo": 32, "large": 32} and [p.name for p in tmp_path.iterdir()] == ["bandit.json"]
+
+
 def test_corrupt_state_is_a_clear_error(tmp_path):
     path = tmp_path / "bandit.json"
     path.write_text("{not json")
