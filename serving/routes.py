@@ -308,6 +308,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         seen: set[str] = set()
         docs = []
         for i, d in enumerate(req.documents):
+            if not d.id.strip():
+                raise ValidationError(f"documents[{i}].id: is empty; give each document a non-blank id (the "
+                                      "citations name it)")
             if d.id in seen:
                 raise ValidationError(f"documents[{i}].id: {d.id!r} is used twice; ids must be unique")
             seen.add(d.id)
@@ -351,7 +354,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                                       "or give a 'caption' (urls are never fetched)")
         captions = [(check_text(im.caption, f"images[{i}].caption", config) if im.caption and im.caption.strip()
                      else None) for i, im in enumerate(req.images)]
-        query = check_text(req.query, "query", config) if req.query else None
+        # the query is optional: blank is absent, as "" always was
+        query = check_text(req.query, "query", config) if req.query and req.query.strip() else None
 
         def decode_all() -> list[Any]:
             return [decode_image(im.data, f"images[{i}].data", config) if im.data else None

@@ -387,6 +387,11 @@ def test_cite_duplicate_document_ids_is_422(client) -> None:
                                   422, "validation_error")
 
 
+def test_cite_blank_document_id_is_422(client) -> None:
+    resp = client.post("/v1/cite", json={"sentences": ["a"], "documents": [{"id": " ", "text": "x"}]})
+    assert "non-blank id" in _error(resp, 422, "validation_error") and resp.json()["error"]["param"] == "documents[0].id"
+
+
 def test_cite_no_documents_is_400(client) -> None:
     _error(client.post("/v1/cite", json={"sentences": ["a"], "documents": []}), 400, "empty_input")
 
@@ -431,6 +436,16 @@ def test_caption_only_image_is_placed_by_caption(client) -> None:
     body = client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "c", "caption": "my dog"}]}).json()
     assert body["placements"] == [{"id": "c", "paragraph": 1, "score": 1.0}]
+
+
+def test_a_blank_images_query_is_no_query(client) -> None:
+    """The query is optional: "" and "   " are both answered as without one (one was 400)."""
+    def place(**extra):
+        return client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+            {"id": "c", "caption": "my dog"}], **extra})
+
+    answers = [place(query=q) for q in ("", "   ")]
+    assert all(r.status_code == 200 for r in answers) and answers[0].json() == answers[1].json() == place().json()
 
 
 def test_images_fallback_uses_captions(embedder) -> None:
