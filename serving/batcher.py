@@ -259,6 +259,7 @@ class _Queue:
         self._arrival_s: list[float] = []  # their enqueued_s, ascending, for bisect
         self._head = 0
         self._next_seq = 0
+        self.tokens = 0  # the queued entries' lengths, summed
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -267,12 +268,14 @@ class _Queue:
         entry = _Entry(item, length, future, now, self._next_seq)
         self._next_seq += 1
         bisect.insort(self._sorted, (length, entry.seq, entry))
+        self.tokens += length
         self._arrivals.append(entry)
         self._arrival_s.append(now)
 
     def remove(self, entry: _Entry) -> None:
         pos = bisect.bisect_left(self._sorted, (entry.length, entry.seq))
         del self._sorted[pos]
+        self.tokens -= entry.length
         entry.queued = False
 
     def oldest(self) -> _Entry | None:
@@ -307,6 +310,7 @@ class _Queue:
         for entry in entries:
             entry.queued = False
         self._sorted.clear()
+        self.tokens = 0
         return entries
 
     def select(self, now: float, max_wait_s: float, max_batch_size: int, max_batch_tokens: int,
@@ -506,13 +510,16 @@ class DynamicBatcher(Generic[T, R]):
         return future
 
     def _retry_after_s(self) -> float:
-        """Seconds until the queue has drained, from the measured time per item (lock held)."""
+        """Seconds until the queue has drained (lock held): the measured time per item and per
+        token, whichever says longer. Per item alone, a queue of long texts after many short
+        ones drains several times slower than it says."""
         c = self._counters
         if c.items_run == 0:
             return _DEFAULT_RETRY_AFTER_S
-        per_item_s = c.busy_s / c.items_run
-        drain_s = len(self._queue) * per_item_s / self.config.workers
-        return min(max(drain_s, self._max_wait_s, 1e-3), self.config.timeout_s)
+        drain_s = len(self._queue) * c.busy_s / c.items_run
+        if c.tokens > 0:
+            drain_s = max(drain_s, self._queue.tokens * c.busy_s / c.tokens)
+        return min(max(drain_s / self.config.workers, self._max_wait_s, 1e-3), self.config.timeout_s)
 
     # ---- failing timed-out items ------------------------------------------------------------
 

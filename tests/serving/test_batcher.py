@@ -286,6 +286,23 @@ def test_overload_raises_with_retry_after_past_max_queue() -> None:
     assert "d" not in [x for batch in runner.batches for x in batch]
 
 
+def test_retry_after_counts_the_queued_tokens_not_only_the_items() -> None:
+    """After many short items, a queue of long ones drains far slower than per item says
+    (a 429's Retry-After of 1 s for work of many seconds)."""
+    runner = FakeRunner()
+    with make(runner, start=False, max_batch_size=1, max_queue=4, timeout_s=3600.0) as b:
+        held = hold(b, runner)
+        c = b._counters
+        c.items_run, c.tokens, c.busy_s = 100, 100, 10.0  # measured: 0.1 s per one-token item
+        futures = [b.submit(n, length=50) for n in "abcd"]  # 200 tokens queued
+        with pytest.raises(OverloadedError) as info:
+            b.submit("e", length=50)
+        assert info.value.retry_after_s == pytest.approx(20.0)  # per item it said 0.4 s
+        runner.release.set()
+        results(held + futures)
+        assert b._queue.tokens == 0
+
+
 def test_cancelled_items_free_their_place_in_the_queue() -> None:
     runner = FakeRunner()
     with make(runner, start=False, max_batch_size=2, max_queue=2) as b:
