@@ -237,7 +237,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)
     if getattr(args, "plot", None):
-        out["plot"] = str(plot_ablation(Path(args.plot), out))
+        out["plot"] = str(plot_ablation(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
     return out
 
 
@@ -284,7 +284,7 @@ def render_markdown(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot_ablation(path: Path, result: dict[str, Any]) -> Path:
+def plot_ablation(path: Path, result: dict[str, Any], replace: bool = False) -> Path:
     """One panel per stage's first metric: bars with and without the stage; the with - without
     interval is drawn on the "with" bar."""
     from searchsmith.serving.profiling.common import save_plot
@@ -314,4 +314,4 @@ def plot_ablation(path: Path, result: dict[str, Any]) -> Path:
         ax.set_ylabel("metric / max(with, without)")
         ax.legend(fontsize=7)
 
-    return save_plot(path, draw, f"ablation: each stage off ({result['n']} questions)")
+    return save_plot(path, draw, f"ablation: each stage off ({result['n']} questions)", replace=replace)

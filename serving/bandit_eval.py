@@ -360,12 +360,12 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, rows)
     if getattr(args, "plot", None):
-        out["plot"] = str(plot_bandit(Path(args.plot), out))
+        out["plot"] = str(plot_bandit(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
     return out
 
 
 # -- plot and Markdown -------------------------------------------------------------------------
-def plot_bandit(path: Path, result: dict[str, Any]) -> Path:
+def plot_bandit(path: Path, result: dict[str, Any], replace: bool = False) -> Path:
     """Cumulative regret vs the oracle along the stream, per λ (one colour each): the bandit's
     mean over the seeds with their min-max band (solid), each fixed preset (dashed / dotted)."""
     from searchsmith.serving.profiling.common import save_plot
@@ -390,7 +390,7 @@ def plot_bandit(path: Path, result: dict[str, Any]) -> Path:
         ax.legend(fontsize=6, ncol=max(1, len(result["by_lambda"])))
 
     return save_plot(path, draw, f"LinUCB vs fixed presets ({result['n']} questions, {len(result['seeds'])} "
-                                 "seeds; band: seeds' min-max)")
+                                 "seeds; band: seeds' min-max)", replace=replace)
 
 
 def _fmt(value: float, ci: Sequence[float] | None = None, digits: int = 3) -> str:

@@ -278,5 +278,5 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)
     if getattr(args, "plot", None):
-        out["plot"] = str(plot_sweep(Path(args.plot), out))
+        out["plot"] = str(plot_sweep(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
     return out

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from searchsmith.models import __version__
@@ -321,7 +322,41 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
                         help="compare: bootstrap resamples (default %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="compare: bootstrap seed (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--force", action="store_true", help="replace an existing --per-item file, or a --plot "
+                        "file searchsmith did not write (its own plots are replaced without it)")
     parser.set_defaults(func=_run_eval)
+
+
+def check_eval_outputs(args: argparse.Namespace) -> None:
+    """Before any work: ``--per-item`` and ``--plot`` are new files (or, with ``--force``, files
+    to replace; a plot searchsmith wrote is replaced without it), never a folder or one of the
+    command's own inputs; ``--limit`` and ``--k`` are in range.
+
+    Raises:
+        ConfigError: naming the flag, the path and the fix.
+    """
+    from searchsmith.serving.profiling.common import check_plot_path
+
+    if args.limit < 0:
+        raise ConfigError(f"--limit: must be >= 0 (0: every item), got {args.limit}")
+    if args.k < 1:
+        raise ConfigError(f"--k: the recall cut-off must be >= 1, got {args.k}")
+    inputs = [p for p in (args.data, args.run, args.corpus, args.config, *args.files) if p]
+    for flag, out in (("--per-item", args.per_item), ("--plot", args.plot)):
+        if not out:
+            continue
+        path = Path(out)
+        if path.is_dir():
+            raise ConfigError(f"{flag}: {out!r} is a folder; give a file path")
+        same = [p for p in inputs if Path(p).exists() and path.exists() and path.samefile(p)]
+        if same:
+            raise ConfigError(f"{flag}: {out!r} is this command's input {same[0]!r}; write to another file")
+        if flag == "--plot":
+            if path.suffix.lower() != ".png":
+                raise ConfigError(f"--plot: {out!r} would hold a PNG; give a path ending in .png")
+            check_plot_path(path, "--plot", replace=args.force)
+        elif path.exists() and not args.force:
+            raise ConfigError(f"--per-item: {out!r} exists; pass --force to replace it, or give a new file")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -333,6 +368,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"eval {args.task}: unexpected argument(s) {args.files}; the data goes in --data")
     elif not args.data:
         raise ConfigError(f"eval {args.task}: --data is required (formats: searchsmith eval --help)")
+    check_eval_outputs(args)
     metrics = EVAL_TASKS[args.task](args)
     if args.json:
         print(json.dumps(metrics, sort_keys=True))

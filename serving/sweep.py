@@ -216,11 +216,11 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)
     if getattr(args, "plot", None):
-        out["plot"] = str(plot_sweep(Path(args.plot), out))
+        out["plot"] = str(plot_sweep(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
     return out
 
 
-def plot_sweep(path: Path, result: dict[str, Any]) -> Path:
+def plot_sweep(path: Path, result: dict[str, Any], replace: bool = False) -> Path:
     """Each quality metric against the swept value, with its interval; the default dashed."""
     from searchsmith.serving.profiling.common import save_plot
 
@@ -246,4 +246,4 @@ def plot_sweep(path: Path, result: dict[str, Any]) -> Path:
         ax.set_ylim(0, 1.05)
         ax.legend(fontsize=7)
 
-    return save_plot(path, draw, f"sweep of {param} ({result['n']} questions)")
+    return save_plot(path, draw, f"sweep of {param} ({result['n']} questions)", replace=replace)

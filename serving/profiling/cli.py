@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from searchsmith.models.errors import SearchsmithError
+from searchsmith.models.errors import ConfigError, SearchsmithError
 
 if TYPE_CHECKING:
     from searchsmith.serving.profiling.common import ProfileContext
@@ -107,12 +107,34 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_profile)
 
 
+def check_profile_out(out: Path) -> None:
+    """``--out`` is a new or empty folder, or one a profile wrote (it holds ``results.jsonl``,
+    which later runs append to); a file, or a folder of other files, is refused.
+
+    Raises:
+        ConfigError: naming the path and the fix.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"profile --out: {str(out)!r} is a file; give a folder for results.jsonl and plots")
+    if out.is_dir() and any(out.iterdir()) and not (out / "results.jsonl").is_file():
+        raise ConfigError(f"profile --out: {str(out)!r} holds files but no results.jsonl, so no profile wrote it; "
+                          "choose a new or empty folder (a profile folder can be written to again)")
+
+
 def run_profile(args: argparse.Namespace) -> int:
     from searchsmith.serving.profiling.common import ProfileContext, machine_info
 
     suite = args.suite_opt or args.suite
     if suite is None:
         raise SearchsmithError(f"profile: name a suite, one of {sorted([*SUITES, *GROUPS])}")
+    if args.suite_opt and args.suite and args.suite_opt != args.suite:
+        raise ConfigError(f"profile: two suites named, {args.suite!r} and --suite {args.suite_opt!r}; name one")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"profile: --device must be auto, cpu or cuda, got {args.device!r}")
+    if args.readme and not args.record:
+        raise ConfigError("profile --readme: it regenerates the headline table from the --record log; pass "
+                          "--record DIR too (the project's own log is --record serving/profiling)")
+    check_profile_out(Path(args.out))
     steps = GROUPS.get(suite, [suite])
     ctx = ProfileContext(out_dir=Path(args.out), quick=args.quick, trace=args.trace, device=args.device,
                          group=suite if suite in GROUPS else "", command="searchsmith profile " + " ".join(shlex.quote(a) for a in sys.argv[2:]))

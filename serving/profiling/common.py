@@ -161,14 +161,38 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def save_plot(path: Path, draw: Callable[[Any, Any], None], title: str) -> Path:
+def check_plot_path(path: Path, flag: str = "plot", replace: bool = False) -> None:
+    """Refuse a plot path that is a folder, or a file searchsmith did not write (not a
+    :func:`save_plot` PNG) unless ``replace``: a user's file is never overwritten.
+
+    Raises:
+        ConfigError: naming ``flag`` and the fix.
+    """
+    from searchsmith.models.errors import ConfigError
+
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{flag}: {str(path)!r} is a folder; give the path of a .png file")
+    if path.exists() and not replace:
+        try:
+            plot_info(path)
+        except Exception:  # noqa: BLE001 - not a PNG, not ours, unreadable: all the user's
+            raise ConfigError(f"{flag}: {str(path)!r} exists and is not a plot searchsmith wrote; move it or "
+                              "choose another path (searchsmith replaces only its own plots)") from None
+
+
+def save_plot(path: Path, draw: Callable[[Any, Any], None], title: str, *, replace: bool = False) -> Path:
     """Draw with matplotlib (Agg backend) into ``path``; ``draw(fig, ax)`` fills the axes.
 
     What the plot shows (title, axis labels, legend entries, number of drawn bars / lines /
     points) is stored in the PNG's ``searchsmith-plot`` text chunk, read back by
     :func:`plot_info`: ``searchsmith profile`` records it in ``results.jsonl`` and the tests
-    check that a plot shows what its title says. The file is written atomically.
+    check that a plot shows what its title says. The file is written atomically, and replaces
+    only a plot searchsmith wrote (:func:`check_plot_path`; any file with ``replace``).
     """
+    from searchsmith.models.io import temp_file_beside
+
+    check_plot_path(path, replace=replace)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,9 +209,13 @@ def save_plot(path: Path, draw: Callable[[Any, Any], None], title: str) -> Path:
                 "bars": len(ax.patches), "lines": len(ax.lines),
                 "points": sum(len(line.get_xdata()) for line in ax.lines)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.stem + ".tmp.png")
-        fig.savefig(tmp, dpi=110, metadata={"Title": title, PLOT_META_KEY: json.dumps(info)})
-        os.replace(tmp, path)
+        tmp = temp_file_beside(path, ".png")
+        try:
+            fig.savefig(tmp, dpi=110, metadata={"Title": title, PLOT_META_KEY: json.dumps(info)})
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     finally:
         plt.close(fig)
     return path

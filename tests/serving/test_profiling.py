@@ -391,17 +391,29 @@ def test_profile_pipeline_rejects_a_missing_config(tmp_path, tiny_profile, capsy
 def test_profile_pipeline_rejects_an_unknown_device(tmp_path, tiny_profile, capsys) -> None:
     assert main(["profile", "pipeline", "--out", str(tmp_path / "p"), "--device", "tpu"]) == 1
     assert "--device must be auto, cpu or cuda, got 'tpu'" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()  # refused before anything ran (embed ran on the CPU instead)
+    assert main(["profile", "embed", "--quick", "--out", str(tmp_path / "e"), "--device", "tpu"]) == 1
 
 
 def test_gpu_group_records_a_failing_step_and_goes_on(tmp_path, monkeypatch, capsys) -> None:
     from searchsmith.serving.profiling import cli
 
+    import sys
+    import types
+
+    from searchsmith.models.errors import ValidationError
+
+    def fails(ctx, args):
+        raise ValidationError("profile: it failed")
+
     monkeypatch.setitem(cli.GROUPS, "gpu", ["pipeline", "kernels"])
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    # --device tpu: pipeline rejects it; kernels (the next step) rejects it too, but runs
-    assert main(["profile", "--suite", "gpu", "--out", str(tmp_path / "p"), "--device", "tpu"]) == 1
+    monkeypatch.setitem(sys.modules, "failing_suite", types.SimpleNamespace(run=fails))
+    monkeypatch.setitem(cli.SUITES, "pipeline", "failing_suite")
+    monkeypatch.setitem(cli.SUITES, "kernels", "failing_suite")
+    # pipeline fails; kernels (the next step) fails too, but runs
+    assert main(["profile", "--suite", "gpu", "--out", str(tmp_path / "p")]) == 1
     errors = [(r["step"], r["error"]) for r in _records(tmp_path / "p") if r.get("error")]
-    assert [s for s, _ in errors] == ["pipeline", "kernels"] and "got 'tpu'" in errors[0][1]
+    assert [s for s, _ in errors] == ["pipeline", "kernels"] and "it failed" in errors[0][1]
     assert "step(s) ['pipeline', 'kernels'] failed" in capsys.readouterr().err
 
 

@@ -1,0 +1,93 @@
+"""What eval and profile write: never a user's file, never over their own inputs, refused
+before any work (found by probing the CLI, 2026-12-06)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving.main import check_eval_outputs, configure_eval, main
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configure_eval(parser)
+    return parser.parse_args(argv)
+
+
+def _data(tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"id": "1", "query": "q", "answer": "a", "supporting": []}\n')
+    return data
+
+
+def test_per_item_never_replaces_the_commands_own_input(tmp_path, capsys) -> None:
+    data = _data(tmp_path)
+    before = data.read_bytes()
+    argv = ["eval", "pipeline", "--data", str(data), "--index", str(tmp_path / "none"), "--per-item", str(data)]
+    assert main(argv) == 1 and main([*argv, "--force"]) == 1
+    assert "is this command's input" in capsys.readouterr().err and data.read_bytes() == before
+
+
+def test_an_existing_per_item_file_is_replaced_only_with_force(tmp_path) -> None:
+    data, mine = _data(tmp_path), tmp_path / "mine.jsonl"
+    mine.write_text("my notes\n")
+    with pytest.raises(ConfigError, match="mine.jsonl' exists; pass --force"):
+        check_eval_outputs(_args("pipeline", "--data", str(data), "--per-item", str(mine)))
+    check_eval_outputs(_args("pipeline", "--data", str(data), "--per-item", str(mine), "--force"))
+    check_eval_outputs(_args("pipeline", "--data", str(data), "--per-item", str(tmp_path / "new.jsonl")))
+    assert mine.read_text() == "my notes\n"  # checking writes nothing
+
+
+def test_outputs_that_are_folders_or_not_png_and_bad_numbers_are_refused_first(tmp_path) -> None:
+    data = _data(tmp_path)
+    for argv, match in ((["--per-item", str(tmp_path)], "is a folder"), (["--plot", str(tmp_path)], "is a folder"),
+                        (["--plot", str(tmp_path / "plot.txt")], "ending in .png"),
+                        (["--limit", "-1"], "--limit: must be >= 0"), (["--k", "0"], "--k: the recall cut-off")):
+        with pytest.raises(ConfigError, match=match):
+            check_eval_outputs(_args("ablate", "--data", str(data), *argv))
+
+
+def test_a_plot_replaces_only_a_plot_searchsmith_wrote(tmp_path) -> None:
+    from searchsmith.serving.profiling.common import plot_info, save_plot
+
+    data, png = _data(tmp_path), tmp_path / "p.png"
+    save_plot(png, lambda fig, ax: ax.plot([0, 1], [0, 1]), "ours")
+    check_eval_outputs(_args("ablate", "--data", str(data), "--plot", str(png)))  # ours: replaced freely
+    save_plot(png, lambda fig, ax: ax.plot([0, 1], [1, 0]), "ours again")
+    assert plot_info(png)["title"] == "ours again"
+    theirs = tmp_path / "holiday.png"
+    theirs.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    with pytest.raises(ConfigError, match="holiday.png' exists and is not a plot searchsmith wrote"):
+        check_eval_outputs(_args("ablate", "--data", str(data), "--plot", str(theirs)))
+    with pytest.raises(ConfigError, match="not a plot searchsmith wrote"):
+        save_plot(theirs, lambda fig, ax: ax.plot([0, 1]), "over theirs")
+    assert theirs.read_bytes() == b"\x89PNG\r\n\x1a\n not really"
+    check_eval_outputs(_args("ablate", "--data", str(data), "--plot", str(theirs), "--force"))
+    save_plot(theirs, lambda fig, ax: ax.plot([0, 1]), "replaced on purpose", replace=True)
+    assert plot_info(theirs)["title"] == "replaced on purpose"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["holiday.png", "p.png", "qa.jsonl"]  # no temp file left
+
+
+def test_profile_out_refuses_a_file_and_a_folder_of_other_files(tmp_path, capsys) -> None:
+    from searchsmith.serving.profiling.cli import check_profile_out
+
+    a_file, theirs, ours = tmp_path / "f", tmp_path / "theirs", tmp_path / "ours"
+    a_file.write_text("x")
+    theirs.mkdir()
+    (theirs / "route_latency.png").write_bytes(b"my own picture")
+    ours.mkdir()
+    (ours / "results.jsonl").write_text("")
+    for out, match in ((a_file, "is a file"), (theirs, "holds files but no results.jsonl")):
+        with pytest.raises(ConfigError, match=match):
+            check_profile_out(out)
+    check_profile_out(ours)
+    check_profile_out(tmp_path / "new")
+    assert main(["profile", "route", "--quick", "--out", str(theirs)]) == 1
+    assert "no results.jsonl" in capsys.readouterr().err
+    assert (theirs / "route_latency.png").read_bytes() == b"my own picture"
+    assert main(["profile", "route", "--suite", "embed", "--out", str(tmp_path / "two")]) == 1
+    assert "two suites named" in capsys.readouterr().err
+    assert main(["profile", "route", "--readme", "README.md", "--out", str(tmp_path / "r")]) == 1
+    assert "pass --record DIR too" in capsys.readouterr().err
