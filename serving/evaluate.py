@@ -16,7 +16,7 @@ item's position in the data) and ``mode``, with the metrics under the summary's 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,48 @@ from searchsmith.models.intervals import attach_intervals, bootstrap_info
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.tasks import TASKS
-from searchsmith.models.text import answer_tokens, read_jsonl, token_f1
+from searchsmith.models.text import answer_tokens, iter_jsonl, read_jsonl, token_f1
 
 MODES = ("parallel", "serial", "auto")
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v)
+
+
+# field -> (check, what it must be); optional fields are checked when present
+ROUTE_FIELDS = {"query": (_text, "a non-empty string"), "sources": (lambda v: _texts(v) and bool(v),
+                                                                    "a non-empty list of source names"),
+                "history": (lambda v: isinstance(v, list), "a list of {\"role\", \"content\"} turns")}
+PIPELINE_FIELDS = {"query": (_text, "a non-empty string"),
+                   "answer": (lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
+                              "a string (the gold answer)"),
+                   "supporting": (_texts, "a list of corpus document ids"),
+                   "history": (lambda v: isinstance(v, list), "a list of {\"role\", \"content\"} turns")}
+
+
+def read_checked(path: str | Path, fields: dict[str, tuple[Callable[[Any], bool], str]], required: Sequence[str],
+                 what: str) -> list[dict[str, Any]]:
+    """The records of a JSONL file with ``required`` fields, each present field of ``fields``
+    checked for its type; every bad field is reported at once as ``file:line: 'field' must be ...``.
+
+    Raises:
+        ConfigError / ValidationError: as :func:`~searchsmith.models.text.read_jsonl`, and for a
+            field of the wrong type.
+    """
+    items = read_jsonl(path, required, what)
+    errors = []
+    for n, rec in iter_jsonl(path, required, what):  # the same records, with their line numbers
+        for name, (ok, want) in fields.items():
+            if name in rec and not ok(rec[name]):
+                errors.append(f"{path}:{n}: {name!r} must be {want}, got {rec[name]!r:.60}")
+    if errors:
+        raise ValidationError("; ".join(errors[:20]) + (f"; and {len(errors) - 20} more" if len(errors) > 20 else ""))
+    return items
 
 
 def route_metrics(ranked: list[str], gold: list[str], k: int) -> dict[str, float]:
@@ -96,7 +135,7 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
 
     if not args.index:
         raise ValidationError("eval route needs --index DIR (built with 'searchsmith index')")
-    items = read_jsonl(args.data, ("query", "sources"), "routing data")
+    items = read_checked(args.data, ROUTE_FIELDS, ("query", "sources"), "routing data")
     if args.limit:
         items = items[: args.limit]
     router, model = _router_for_eval(args)
@@ -142,7 +181,7 @@ REDUNDANT_COSINE = 0.8
 def pipeline_items(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The ``--data`` pipeline items (``{id?, query, history?, answer, supporting}``), the first
     ``--limit`` of them when it is set; every answer-level evaluation reads them so."""
-    items = read_jsonl(args.data, ("query", "answer", "supporting"), "pipeline data")
+    items = read_checked(args.data, PIPELINE_FIELDS, ("query", "answer", "supporting"), "pipeline data")
     limit = getattr(args, "limit", 0)
     return items[:limit] if limit else items
 

@@ -134,21 +134,28 @@ def read_trec_run(path: str | Path, corpus: dict[str, str]) -> dict[str, list[tu
     if not p.is_file():
         raise ConfigError(f"--run: {str(p)!r} does not exist (a TREC run: qid Q0 docid rank score tag)")
     run: dict[str, list[tuple[int, str, float]]] = {}
-    with open(p, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 6:
-                raise ValidationError(f"{p}:{n}: expected 6 fields 'qid Q0 docid rank score tag', "
-                                      f"got {len(parts)}")
-            qid, _, doc, rank, score, _ = parts
-            if doc not in corpus:
-                raise ValidationError(f"{p}:{n}: doc {doc!r} is not in corpus.jsonl")
-            try:
-                run.setdefault(qid, []).append((int(rank), doc, float(score)))
-            except ValueError:
-                raise ValidationError(f"{p}:{n}: rank/score not numeric: {rank!r} {score!r}") from None
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"--run: {p} is not UTF-8 text (byte {exc.start}); a TREC run is text lines "
+                              "'qid Q0 docid rank score tag'") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 6:
+            raise ValidationError(f"{p}:{n}: expected 6 fields 'qid Q0 docid rank score tag', "
+                                  f"got {len(parts)}")
+        qid, _, doc, rank, score, _ = parts
+        if doc not in corpus:
+            raise ValidationError(f"{p}:{n}: doc {doc!r} is not in corpus.jsonl")
+        try:
+            run.setdefault(qid, []).append((int(rank), doc, float(score)))
+        except ValueError:
+            raise ValidationError(f"{p}:{n}: rank/score not numeric: {rank!r} {score!r}") from None
+    if not run:
+        raise ValidationError(f"--run: {p} holds no run lines; write one line per candidate, 'qid Q0 docid rank "
+                              "score tag'")
     return {q: [(d, s) for _, d, s in sorted(v)] for q, v in run.items()}
 
 
@@ -528,13 +535,19 @@ def eval_rerank(args: argparse.Namespace) -> dict[str, Any]:
     corpus, queries, qrels = read_beir(args.data)
     qids = _eval_qids(queries, qrels, args)
     k = int(getattr(args, "k", 3) or 3)
-    em = load_eval_model("rerank", args)
     if getattr(args, "run", None):
+        if (getattr(args, "first_stage", None) or "bm25") != "bm25":
+            raise ConfigError(f"--first-stage {args.first_stage}: the candidates come from --run {args.run}; "
+                              "give one of the two")
         cands = read_trec_run(args.run, corpus)
+        if not any(cands.get(q) for q in qids):
+            raise ValidationError(f"--run: {args.run} has candidates for none of the {len(qids)} evaluated "
+                                  "queries; check that its qids are the queries.jsonl ids")
         stage = f"run:{Path(args.run).name}"
     else:
         stage = getattr(args, "first_stage", "bm25") or "bm25"
         cands = _first_stage(stage, corpus, queries, qids)
+    em = load_eval_model("rerank", args)  # after the candidates: a bad --run is refused before loading
     pairs, spans = [], []
     for q in qids:
         docs = [d for d, _ in cands.get(q, [])]

@@ -91,3 +91,25 @@ def test_profile_out_refuses_a_file_and_a_folder_of_other_files(tmp_path, capsys
     assert "two suites named" in capsys.readouterr().err
     assert main(["profile", "route", "--readme", "README.md", "--out", str(tmp_path / "r")]) == 1
     assert "pass --record DIR too" in capsys.readouterr().err
+
+
+def test_eval_data_fields_of_the_wrong_type_are_named_at_their_line(tmp_path) -> None:
+    """"sources": 42 crashed eval route, "supporting": 42 eval pipeline, and "supporting": "a string"
+    scored silently as its characters."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.evaluate import PIPELINE_FIELDS, ROUTE_FIELDS, read_checked
+
+    route = tmp_path / "route.jsonl"
+    route.write_text('{"query": "q", "sources": ["news"]}\n{"query": "q", "sources": 42}\n'
+                     '{"query": "", "sources": "news"}\n')
+    with pytest.raises(ValidationError) as info:
+        read_checked(route, ROUTE_FIELDS, ("query", "sources"), "routing data")
+    msg = str(info.value)
+    assert f"{route}:2: 'sources' must be a non-empty list of source names, got 42" in msg
+    assert f"{route}:3: 'query' must be a non-empty string" in msg and f"{route}:3: 'sources'" in msg
+    pipe = tmp_path / "pipe.jsonl"
+    pipe.write_text('{"query": "q", "answer": "a", "supporting": "doc-1"}\n')
+    with pytest.raises(ValidationError, match=r"pipe.jsonl:1: 'supporting' must be a list of corpus document ids"):
+        read_checked(pipe, PIPELINE_FIELDS, ("query", "answer", "supporting"), "pipeline data")
+    pipe.write_text('{"query": "q", "answer": "a", "supporting": ["doc-1"], "history": []}\n')
+    assert read_checked(pipe, PIPELINE_FIELDS, ("query", "answer", "supporting"), "pipeline data")[0]["query"] == "q"
