@@ -208,10 +208,12 @@ class Written:
         path: the file that now holds the text.
         kept: the file left untouched because it was not ours (edited, or written by
             someone else); ``path`` is then a ``.new`` file beside it. None otherwise.
+        edited: ``kept`` is a file we wrote that its user edited since (not someone else's).
     """
 
     path: Path
     kept: Path | None = None
+    edited: bool = False
 
 
 def _read_record(record: Path) -> dict[str, str]:
@@ -251,9 +253,10 @@ def write_text_if_ours(path: str | os.PathLike, text: str, *, record: str | os.P
             return True
         return p.is_file() and not p.is_symlink() and sha256_file(p) in (ours.get(key(p)), digest)
 
-    target, kept = path, None
+    target, kept, edited = path, None, False
     if not writable(path):
         kept = path
+        edited = key(path) in ours
         candidates = [path.with_name(f"{path.name}.new")] + [path.with_name(f"{path.name}.new.{i}") for i in range(2, 100)]
         target = next((c for c in candidates if writable(c)), None)
         if target is None:
@@ -264,4 +267,4 @@ def write_text_if_ours(path: str | os.PathLike, text: str, *, record: str | os.P
         write_text_atomic(target, text)
     ours[key(target)] = digest
     write_json_atomic(record, ours)
-    return Written(target, kept)
+    return Written(target, kept, edited)

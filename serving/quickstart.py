@@ -216,6 +216,13 @@ def write_configs(work: Path, index_dir: Path, bundles: dict[str, Path]) -> list
     return [write_text_if_ours(pipe_path, pipe_text), write_text_if_ours(work / "serve.yaml", serve_config_text(work))]
 
 
+def own_or_new(w: Written) -> Path:
+    """The config to name in the hints: the user's edit of ours (its api_keys, its settings),
+    else the file just written (a file of someone else's in the work folder is not a config of
+    this quickstart's)."""
+    return w.kept if w.kept is not None and w.edited else w.path
+
+
 def describe_written(w: Written) -> str:
     """One line for the user: which file holds the new config, and which edit was kept."""
     if w.kept is None:
@@ -325,8 +332,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
     finally:
         pipeline.close()
     print(f"\ndone in {time.perf_counter() - t0:.0f} s. Work folder: {work}\n"
-          f"  ask again:  searchsmith ask \"...\" --config {pipe_w.kept or pipe_w.path}\n"
-          f"  serve:      searchsmith serve --config {serve_w.kept or serve_w.path}\n"
+          f"  ask again:  searchsmith ask \"...\" --config {own_or_new(pipe_w)}\n"
+          f"  serve:      searchsmith serve --config {own_or_new(serve_w)}\n"
           f"  answer page: http://127.0.0.1:8000/ once it serves (ask the two questions above)\n"
           f"  metrics:    {work / 'runs' / '<model>' / 'metrics.json'}")
     return 0

@@ -932,6 +932,12 @@ def run_report(args: argparse.Namespace) -> int:
         raise ConfigError("report: --out DIR is required (or --from DIR --readme FILE to only rewrite a README "
                           "table)")
     sections = _pick_sections(args.sections)
+    if args.limit < 0:
+        raise ConfigError(f"report --limit: must be >= 0 (0: every question), got {args.limit}")
+    if args.config:  # read now: a bad config fails before the report's first minutes of work
+        from searchsmith.serving.pipeline.config import load_pipeline_config
+
+        load_pipeline_config(args.config)
     out = write_report(Path(args.out), quick=args.quick, index=args.index, limit=args.limit,
                        data_dir=args.data_dir, config=args.config, sections=sections,
                        command=" ".join(["searchsmith", "report", *map(shlex.quote, sys.argv[2:])]),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from searchsmith.models.io import WRITTEN_RECORD, write_text_if_ours
-from searchsmith.serving.quickstart import describe_written, write_configs
+from searchsmith.serving.quickstart import describe_written, own_or_new, write_configs
 from searchsmith.serving.serve_config import load_serve_config
 
 
@@ -58,6 +58,7 @@ def test_edited_pipeline_yaml_is_kept(tmp_path) -> None:
     edited = pipe.read_bytes()
     pipe_w, serve_w = write_configs(work, index, bundles)
     assert pipe.read_bytes() == edited and pipe_w.kept == pipe and pipe_w.path == work / "pipeline.yaml.new"
+    assert pipe_w.edited and own_or_new(pipe_w) == pipe  # the hints name the user's edit of ours
     assert serve_w.kept is None  # serve.yaml was not edited: rewritten in place, no .new
     assert not (work / "serve.yaml.new").exists()
 
@@ -84,6 +85,8 @@ def test_a_config_the_quickstart_did_not_write_is_kept(tmp_path) -> None:
     _, serve_w = write_configs(work, index, bundles)
     assert (work / "serve.yaml").read_text() == "server:\n  api_keys: [k]\n"
     assert serve_w.kept == work / "serve.yaml" and serve_w.path.name == "serve.yaml.new"
+    # not ours: the hints name the config just written, not a file the quickstart never wrote
+    assert not serve_w.edited and own_or_new(serve_w) == serve_w.path
 
 
 def test_write_text_if_ours_never_overwrites_what_it_did_not_write(tmp_path) -> None:

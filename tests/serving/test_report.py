@@ -102,12 +102,16 @@ def test_readme_table_comes_from_the_report(tmp_path, report) -> None:
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys) -> None:
     out = tmp_path / "r"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("retrieval: {top_k: many}\n")  # found only after 22 s of work before
     for argv, words in ((["--out", str(out), "--sections", "routing,nope"], "unknown section"),
                         (["--out", str(out), "--quick", "--data-dir", str(tmp_path)], "demo data only"),
                         (["--from", str(tmp_path)], "give --readme"),
                         (["--quick"], "--out DIR is required"),
                         (["--out", str(out), "--data-dir", str(tmp_path / "none")], "not a folder"),
-                        (["--out", str(out), "--config", str(tmp_path / "none.yaml")], "no such file")):
+                        (["--out", str(out), "--config", str(tmp_path / "none.yaml")], "does not exist"),
+                        (["--out", str(out), "--quick", "--limit", "-3"], "--limit: must be >= 0"),
+                        (["--out", str(out), "--quick", "--config", str(bad)], "retrieval")):
         assert main(["report", *argv]) == 1, argv
         assert words in capsys.readouterr().err, argv
     assert not out.exists()
