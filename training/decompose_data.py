@@ -392,7 +392,7 @@ def read_rewrite_eval(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(history, list) or not all(
                 isinstance(h, dict) and isinstance(h.get("content"), str) for h in history):
             raise ConfigError(f"--data {path}:{i}: 'history' must be a list of "
-                              "{{\"role\", \"content\"}} objects")
+                              "{\"role\", \"content\"} objects")
     return rows
 
 

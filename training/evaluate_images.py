@@ -373,7 +373,7 @@ def read_placement_file(path: str | Path, limit: int = 0) -> list[PlacementItem]
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--data: {str(p)!r} does not exist (a JSONL file: {{\"paragraphs\", \"images\", "
-                          "\"gold\"}} per line; write one with python -m searchsmith.training.images write-eval)")
+                          "\"gold\"} per line; write one with python -m searchsmith.training.images write-eval)")
     items = []
     for n, rec in iter_jsonl(p):
         where = f"{p}:{n}"

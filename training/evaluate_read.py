@@ -41,7 +41,7 @@ def read_items(path: str | Path) -> list[ReadItem]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--data: {str(p)!r} not found; expected a reader JSONL file ({{\"question\", "
-                          "\"answers\": [..], \"passages\": [..]}}); write one with python -m "
+                          "\"answers\": [..], \"passages\": [..]}); write one with python -m "
                           "searchsmith.training.evaluate_read write-eval OUT.jsonl")
     items = []
     for n, rec in iter_jsonl(p):
