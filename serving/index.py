@@ -855,7 +855,10 @@ def read_manifest(index_dir: str | Path) -> dict[str, Any]:
         raise BundleError(f"index {str(d)!r} does not exist; build it with "
                           f"'searchsmith index CORPUS.jsonl --out {target}'")
     if not path.is_file():
-        raise BundleError(f"index {d}: manifest.json is missing (an interrupted build?); rebuild the index")
+        if (d / "chunks.sqlite").exists() or any(d.glob("*.faiss")):
+            raise BundleError(f"index {d}: manifest.json is missing (an interrupted build?); rebuild the index")
+        raise BundleError(f"index {d}: not a searchsmith index (no manifest.json, no index files); build one with "
+                          f"'searchsmith index CORPUS.jsonl --out DIR' into a new folder")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
