@@ -254,16 +254,20 @@ def compare_rows(rows_a: Sequence[Mapping[str, object]], rows_b: Sequence[Mappin
     if not shared:
         raise ValidationError(f"eval compare: no item is in both files (paired by {list(key)}); compare two "
                               "--per-item files of the same data")
-    names = list(metrics) if metrics else [m for m, v in a[shared[0]].items()
-                                            if m not in key and _numeric(v) and _numeric(b[shared[0]].get(m))]
-    results = []
+    names = list(metrics) if metrics else list(dict.fromkeys(
+        m for k in shared for m, v in a[k].items() if m not in key and _numeric(v) and _numeric(b[k].get(m))))
+    results, skipped = [], []
     for m in names:
         pairs = [(a[k].get(m), b[k].get(m)) for k in shared]
-        if not all(_numeric(x) and _numeric(y) for x, y in pairs):
+        bad = [k for k, (x, y) in zip(shared, pairs, strict=True) if not (_numeric(x) and _numeric(y))]
+        if bad:
             if metrics:
-                raise ValidationError(f"eval compare: metric {m!r} is not a number in every paired item")
+                raise ValidationError(f"eval compare: metric {m!r} is not a number in every paired item "
+                                      f"({len(bad)} of {len(shared)}, first {dict(zip(key, bad[0], strict=True))})")
+            # said, not dropped in silence: a metric that is missing or not a number in some items
+            skipped.append({"metric": m, "items_not_numeric": len(bad), "first": dict(zip(key, bad[0], strict=True))})
             continue
         results.append(paired_difference([float(x) for x, _ in pairs], [float(y) for _, y in pairs], m,  # type: ignore[arg-type]
                                          resamples=resamples, seed=seed).to_dict())
     return {"paired_by": list(key), "items_a": len(a), "items_b": len(b), "paired": len(shared),
-            "resamples": resamples, "seed": seed, "metrics": results}
+            "resamples": resamples, "seed": seed, "metrics": results, **({"skipped": skipped} if skipped else {})}

@@ -31,6 +31,17 @@ def test_compare_pairs_items_and_reports_the_difference_interval_and_p(tmp_path,
     assert [m["metric"] for m in json.loads(capsys.readouterr().out)["metrics"]] == ["mrr"]
 
 
+def test_a_metric_that_is_not_a_number_in_some_items_is_said_to_be_skipped(tmp_path, capsys) -> None:
+    a = [{"id": str(i), "f1": 0.5, "em": 0.0} for i in range(6)]
+    b = [{**r, "f1": "oops" if r["id"] == "0" else 1.0} for r in a]  # the first item: f1 was not even a candidate
+    assert main(["eval", "compare", _write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [m["metric"] for m in out["metrics"]] == ["em"]
+    assert out["skipped"] == [{"metric": "f1", "items_not_numeric": 1, "first": {"id": "0"}}]
+    assert main(["eval", "compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--metric", "f1"]) == 1
+    assert "'f1' is not a number in every paired item (1 of 6, first {'id': '0'})" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["eval", "compare", "A"], "give two --per-item files"),
     (["eval", "route", "X.jsonl"], "unexpected argument"),
