@@ -135,6 +135,10 @@ def run_profile(args: argparse.Namespace) -> int:
         raise ConfigError("profile --readme: it regenerates the headline table from the --record log; pass "
                           "--record DIR too (the project's own log is --record serving/profiling)")
     check_profile_out(Path(args.out))
+    if args.record:
+        from searchsmith.serving.profiling.readme import check_record_targets
+
+        check_record_targets(Path(args.record), Path(args.readme) if args.readme else None)
     steps = GROUPS.get(suite, [suite])
     ctx = ProfileContext(out_dir=Path(args.out), quick=args.quick, trace=args.trace, device=args.device,
                          group=suite if suite in GROUPS else "", command="searchsmith profile " + " ".join(shlex.quote(a) for a in sys.argv[2:]))

@@ -207,15 +207,13 @@ def update_readme(readme: Path = RESULTS_DOC, path: Path = RESULTS) -> bool:
     return update_markers(readme, START, END, render_table(path))
 
 
-def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path | None = None) -> Path:
-    """Append the headline rows of ``records`` to ``folder/performance.jsonl`` and regenerate
-    the table of ``folder/RESULTS.md`` (and, given ``readme``, its headline table); only the
-    folder and the README the user named are written.
-
-    A RESULTS.md that exists without the table markers is someone else's document: refused.
+def check_record_targets(folder: Path, readme: Path | None = None) -> None:
+    """What :func:`record_results` will write is writable: ``folder`` is a folder (or absent),
+    its RESULTS.md (if any) and ``readme`` have their markers. ``profile`` checks this before
+    it measures, so a wrong ``--record`` / ``--readme`` does not cost the run.
 
     Raises:
-        ConfigError: ``folder`` is a file, or its RESULTS.md has no markers.
+        ConfigError: ``folder`` is a file, or its RESULTS.md or ``readme`` has no markers.
     """
     from searchsmith.models.errors import ConfigError
 
@@ -227,12 +225,27 @@ def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path
     if doc.is_file() and (START not in (text := doc.read_text(encoding="utf-8")) or END not in text):
         raise ConfigError(f"profile --record {folder}: {doc} has no {START} / {END} markers, so it is not a "
                           "results document; nothing was written. Choose another folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    if not doc.is_file():
-        doc.write_text(f"# Measured performance\n\n{START}\n{END}\n", encoding="utf-8")
     if readme is not None and not update_markers_ok(Path(readme)):
         raise ConfigError(f"profile --readme {readme}: no {HEADLINE_START} / {HEADLINE_END} markers (or no such "
                           "file); nothing was written")
+
+
+def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path | None = None) -> Path:
+    """Append the headline rows of ``records`` to ``folder/performance.jsonl`` and regenerate
+    the table of ``folder/RESULTS.md`` (and, given ``readme``, its headline table); only the
+    folder and the README the user named are written.
+
+    A RESULTS.md that exists without the table markers is someone else's document: refused.
+
+    Raises:
+        ConfigError: as :func:`check_record_targets`.
+    """
+    folder = Path(folder)
+    check_record_targets(folder, readme)
+    doc = folder / RESULTS_DOC.name
+    folder.mkdir(parents=True, exist_ok=True)
+    if not doc.is_file():
+        doc.write_text(f"# Measured performance\n\n{START}\n{END}\n", encoding="utf-8")
     append_rows(headline_rows(records), folder / RESULTS.name)
     update_readme(doc, folder / RESULTS.name)
     if readme is not None:

@@ -113,3 +113,13 @@ def test_eval_data_fields_of_the_wrong_type_are_named_at_their_line(tmp_path) ->
         read_checked(pipe, PIPELINE_FIELDS, ("query", "answer", "supporting"), "pipeline data")
     pipe.write_text('{"query": "q", "answer": "a", "supporting": ["doc-1"], "history": []}\n')
     assert read_checked(pipe, PIPELINE_FIELDS, ("query", "answer", "supporting"), "pipeline data")[0]["query"] == "q"
+
+
+def test_profile_refuses_a_record_folder_it_cannot_write_before_measuring(tmp_path, capsys) -> None:
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "RESULTS.md").write_text("my own notes, no markers\n")
+    out = tmp_path / "p"
+    assert main(["profile", "route", "--quick", "--out", str(out), "--record", str(log)]) == 1
+    assert "no <!--" in capsys.readouterr().err and not out.exists()  # nothing measured, nothing written
+    assert (log / "RESULTS.md").read_text() == "my own notes, no markers\n"
