@@ -74,6 +74,7 @@ from searchsmith.models.parity import (
     parity_check,
 )
 from searchsmith.models.parity_inputs import heldout_groups, heldout_texts, parity_inputs
+from searchsmith.models.pretrained import check_model_files
 from searchsmith.models.runs import (
     ModelSource,
     embedder_source,
@@ -348,7 +349,11 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
     tmp = temp_dir_beside(out)
     work = Path(tempfile.mkdtemp(prefix="searchsmith-export-"))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(src.tokenizer_dir))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(src.tokenizer_dir))
+        except (OSError, ValueError) as exc:  # a damaged tokenizer or config file
+            raise BundleError(f"export {src.task}: cannot load the tokenizer in {str(src.tokenizer_dir)!r} "
+                              f"({exc}); the model folder is damaged or incomplete") from None
         tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         manifest: dict[str, Any] = {
             "format_version": FORMAT_VERSION, "searchsmith_version": __version__, "task": src.task,
@@ -524,10 +529,26 @@ def bundle_heldout(src: ModelSource, bundle: Bundle, opts: ExportOptions) -> tup
     return figures, f"bundle:{opts.dtype} on {where}"
 
 
+def damaged_run_fix(run_dir: Path) -> str:
+    """What to do about a run whose model files are damaged (the end of a message)."""
+    return (f"the run folder {str(run_dir)!r} is damaged: copy it again, or rerun its recipe into it "
+            f"(searchsmith train RECIPE.yaml --output-dir {run_dir}: it resumes from the newest checkpoint in "
+            "checkpoints/, if any, else retrains)")
+
+
 def export_run(run_dir: str | Path, out: str | Path, opts: ExportOptions | None = None) -> dict[str, Any]:
-    """Export one training run to a bundle folder; return its manifest."""
+    """Export one training run to a bundle folder; return its manifest.
+
+    Raises:
+        BundleError: not a run, an untrained one, or one whose model/ holds a damaged file
+            (named, before any work).
+    """
     opts = opts or ExportOptions()
-    return export_bundle(run_source(Path(run_dir), opts.allow_untrained), Path(out), opts)
+    run_dir = Path(run_dir)
+    if (run_dir / "run.json").is_file() and (run_dir / "model").is_dir():
+        # before run_source, which reads model/config.json, and before transformers does
+        check_model_files(run_dir / "model", "export", damaged_run_fix(run_dir))
+    return export_bundle(run_source(run_dir, opts.allow_untrained), Path(out), opts)
 
 
 def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions | None = None) -> dict[str, Any]:
@@ -537,6 +558,6 @@ def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions
 
 __all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "convert_graph",
            "embedder_source", "flat_numbers", "heldout_metrics",
-           "calibration_feeds", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
+           "calibration_feeds", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_source"]

@@ -137,7 +137,7 @@ class OrtGraph:
         try:
             self.session = ort.InferenceSession(source, sess_options=opts, providers=providers)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception classes
-            raise BundleError(f"bundle: {path.name} does not load in ONNX Runtime ({exc}); "
+            raise BundleError(f"bundle {str(path.parent)!r}: {path.name} does not load in ONNX Runtime ({exc}); "
                               "re-export the bundle") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.on_cuda = self.session.get_providers()[0] == "CUDAExecutionProvider"
@@ -864,7 +864,8 @@ def verify_files(path: Path, manifest: Manifest) -> None:
         raise BundleError(f"bundle: {path / MANIFEST} lists no files; re-export the bundle")
     for graph in manifest["graphs"].values():
         if graph.get("file") not in files:
-            raise BundleError(f"bundle: graph file {graph.get('file')!r} is not in the manifest's sha256 list")
+            raise BundleError(f"bundle {str(path)!r}: graph file {graph.get('file')!r} is not in the manifest's "
+                              "sha256 list; re-export the bundle")
     if not (path / TOKENIZER_DIR).is_dir() or not any(f.startswith(TOKENIZER_DIR + "/") for f in files):
         raise BundleError(f"bundle: {str(path)!r} has no tokenizer (folder {TOKENIZER_DIR}/); re-export the "
                           "bundle, or copy the tokenizer files of the trained model there")
@@ -875,8 +876,8 @@ def verify_files(path: Path, manifest: Manifest) -> None:
             raise BundleError(f"bundle: {what} {rel!r} listed in the manifest is missing from {str(path)!r}; "
                               "the copy is incomplete: copy the whole bundle folder again or re-export")
         if sha256_file(f) != digest:
-            raise BundleError(f"bundle: {rel!r} is corrupt or truncated (sha256 differs from the manifest); "
-                              "copy the bundle again or re-export it")
+            raise BundleError(f"bundle {str(path)!r}: {rel!r} is corrupt or truncated (sha256 differs from the "
+                              "manifest); copy the bundle again or re-export it")
 
 
 def _pick_backend(backend: str, device: str, path: Path, manifest: dict[str, Any]) -> str:

@@ -9,9 +9,15 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import (
+    check_input_file,
+    find_lone_surrogate,
+    json_error,
+    lone_surrogate_at,
+    read_utf8,
+)
 
 
 # -- index -----------------------------------------------------------------------------------
@@ -96,25 +102,58 @@ def _run_repair(args: argparse.Namespace, say) -> int:
 
 # -- route -----------------------------------------------------------------------------------
 def read_history_file(path: str | None):
-    """A history file: a JSON list of {role, content}, or JSONL with one turn per line."""
+    """A history file: a JSON list of {role, content}, or JSONL with one turn per line.
+
+    Raises:
+        ValidationError: a missing file or a folder, bytes that are not UTF-8, a line that is
+            not JSON, or a string holding a lone surrogate, each named by ``file:line``.
+    """
     if not path:
         return None
-    p = Path(path)
-    if not p.is_file():
-        raise ValidationError(f"--history {path!r} does not exist (expected JSON list of {{role, content}})")
-    text = p.read_text(encoding="utf-8").strip()
-    if not text:
+    p = check_input_file(path, "--history", "expected a JSON list of {role, content}, or JSONL with one per line",
+                         error=ValidationError)
+    text = read_utf8(p)
+    if not text.strip():
         return []
     try:
         data = json.loads(text)
+        whole = True
     except json.JSONDecodeError:
+        whole = False  # JSONL, read line by line below
+    if whole:
+        found = find_lone_surrogate(data)
+        if found is not None:
+            raise ValidationError(f"--history {p}: {found.problem()}")
+        return data["history"] if isinstance(data, dict) and "history" in data else data
+    turns = []
+    for n, line in enumerate(text.split("\n"), start=1):  # "\n" only: a JSON string may hold U+2028
+        if not line.strip():
+            continue
         try:
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+            turn = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValidationError(f"--history {path}: not JSON or JSONL ({exc.msg}, line {exc.lineno})") from None
-    if isinstance(data, dict) and "history" in data:
-        data = data["history"]
-    return data
+            raise ValidationError(f"--history {p}:{n}: not JSON or JSONL ({json_error(exc)}); give a JSON list "
+                                  "of {role, content}, or one such object per line") from None
+        found = find_lone_surrogate(turn)
+        if found is not None:
+            raise ValidationError(f"--history {p}:{n}: {found.problem()}")
+        turns.append(turn)
+    return turns
+
+
+def check_question(query: str, name: str = "question") -> str:
+    """``query`` as given on the command line, refused when it holds a lone surrogate (bytes
+    that are not UTF-8 in an argument reach ``sys.argv`` as such), which no tokenizer takes.
+
+    Raises:
+        ValidationError: ``question: holds a lone surrogate (\\udced) at character N ...``.
+    """
+    at = lone_surrogate_at(query)
+    if at is not None:
+        raise ValidationError(f"{name}: holds a lone surrogate ({ascii(query[at])[1:-1]}) at character {at}, "
+                              "which is not Unicode text (bytes that are not UTF-8?); pass the question as "
+                              "UTF-8 text")
+    return query
 
 
 def load_router(index_dir: str, config_path: str | None = None, overrides=()):
@@ -143,8 +182,9 @@ def configure_route(parser: argparse.ArgumentParser) -> None:
 
 
 def run_route(args: argparse.Namespace) -> int:
+    query, history = check_question(args.query), read_history_file(args.history)
     router = load_router(args.index, args.config)
-    res = router.route(args.query, read_history_file(args.history), mode=args.mode, top_k=args.top_k)
+    res = router.route(query, history, mode=args.mode, top_k=args.top_k)
     if args.json:
         print(json.dumps(res.to_dict()))
     else:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import check_input_file, json_error, lone_surrogate_of_line, utf8_lines
 
 MAX_SOURCE_CHARS = 200
 _OPTIONAL_STR = ("title", "date", "url")
@@ -77,9 +78,12 @@ def check_source_labels(labels: dict[str, str]) -> None:
             + "; ".join(clashes) + ". Spell each source one way in the corpus")
 
 
-def _check_record(rec: Any, where: str) -> list[str]:
+def _check_record(rec: Any, where: str, line: str) -> list[str]:
     if not isinstance(rec, dict):
         return [f"{where}: expected a JSON object, got {type(rec).__name__}"]
+    found = lone_surrogate_of_line(line, rec)  # no tokenizer, chunk store or label check takes one
+    if found is not None:
+        return [f"{where}: {found.problem()}"]
     errs = []
     for key in ("id", "source", "text"):
         if key not in rec:
@@ -126,21 +130,16 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
         Records with ``id`` as a string and image paths resolved against the file's folder.
 
     Raises:
-        ValidationError: missing/empty file, bad JSON, missing fields, duplicate ids.
+        ValidationError: missing/empty file, a folder, bytes that are not UTF-8, bad JSON, a
+            lone surrogate, missing fields, duplicate ids.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ValidationError(f"corpus {str(p)!r} does not exist (expected a JSONL file)")
+    p = check_input_file(path, "corpus", "expected a JSONL file", error=ValidationError)
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     seen: dict[str, int] = {}
     labels: dict[str, str] = {}
-    with open(p, encoding="utf-8", errors="strict") as fh:
-        try:
-            lines = list(fh)
-        except UnicodeDecodeError as exc:
-            raise ValidationError(f"{p}: not UTF-8 text ({exc})") from None
-    for lineno, line in enumerate(lines, 1):
+    lines = list(utf8_lines(p))  # the whole file decodes before any line is judged
+    for lineno, line in lines:
         if len(errors) >= max_errors:
             errors.append("... (more errors not shown)")
             break
@@ -150,9 +149,9 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            errors.append(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})")
+            errors.append(f"{where}: not valid JSON ({json_error(exc)})")
             continue
-        problems = _check_record(rec, where)
+        problems = _check_record(rec, where, line)
         if problems:
             errors.extend(problems)
             continue

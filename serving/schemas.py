@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core import ValidationError as PydanticValidationError
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.text import find_lone_surrogate
 from searchsmith.serving.http_errors import json_path, with_param
 
 # Every request body is a ``RequestBody``: strict types, unknown fields refused, and every
@@ -23,23 +24,11 @@ from searchsmith.serving.http_errors import json_path, with_param
 # decodes into a str that tokenizers and the response encoder then fail on (a 500).
 
 
-def _unencodable_in(text: str) -> str | None:
-    """What is wrong with ``text`` as UTF-8 (its first lone surrogate), or None."""
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (f"character {exc.start} is a lone surrogate (U+{ord(text[exc.start]):04X}), which is not "
-                "Unicode text; send valid UTF-8 (a \\ud800-\\udbff escape must be followed by a "
-                "\\udc00-\\udfff one)")
-    return None
-
-
 def find_unencodable(value: Any) -> tuple[tuple[Any, ...], str] | None:
     """The first string in a JSON value that UTF-8 cannot encode (a lone surrogate), or None.
 
-    Walks with an explicit stack, not recursion: a deeply nested body cannot overflow it.
+    The walk is the JSONL readers' (``models.text.find_lone_surrogate``); the wording is the
+    server's.
 
     Args:
         value: a parsed JSON value (dicts, lists, strings, numbers).
@@ -48,20 +37,14 @@ def find_unencodable(value: Any) -> tuple[tuple[Any, ...], str] | None:
         (location in ``value``, what is wrong) of the first such string or field name, in
         document order; None when every string encodes.
     """
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
-    while stack:
-        loc, item = stack.pop()
-        if isinstance(item, str):
-            what = _unencodable_in(item)
-            if what is not None:
-                return loc, what
-        elif isinstance(item, dict):
-            if any(isinstance(k, str) and _unencodable_in(k) is not None for k in item):
-                return loc, "a field name contains a lone surrogate, which is not Unicode text; send valid UTF-8"
-            stack.extend(((*loc, k), v) for k, v in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(item))))
-    return None
+    found = find_lone_surrogate(value)
+    if found is None:
+        return None
+    if found.in_name:
+        return found.loc, "a field name contains a lone surrogate, which is not Unicode text; send valid UTF-8"
+    return found.loc, (f"character {found.index} is a lone surrogate (U+{ord(found.char):04X}), which is not "
+                       "Unicode text; send valid UTF-8 (a \\ud800-\\udbff escape must be followed by a "
+                       "\\udc00-\\udfff one)")
 
 
 def undecodable_body(body: bytes) -> ValidationError | None:

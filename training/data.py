@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from searchsmith.models.errors import ConfigError
+from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import resolve_model
 from searchsmith.models.io import write_jsonl_atomic  # noqa: F401 - the recipes import it from here
+from searchsmith.models.text import find_lone_surrogate, lone_surrogate_at
 
 T = TypeVar("T")
 
@@ -140,7 +141,14 @@ class CachedEmbedder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-normalised embeddings, shape (N, D) float32."""
-        key = hashlib.sha256("\x1f".join(texts).encode("utf-8")).hexdigest()[:16]
+        joined = "\x1f".join(texts)
+        found = find_lone_surrogate(list(texts)) if lone_surrogate_at(joined) is not None else None
+        if found is not None:  # no tokenizer (nor the cache key) takes one: say which text
+            i = found.loc[0]
+            raise ValidationError(f"embed: text {i} ({texts[i][:60]!r}) holds a lone surrogate "
+                                  f"({ascii(found.char)[1:-1]}) at character {found.index}, which is not Unicode "
+                                  "text; fix the data's encoding")
+        key = hashlib.sha256(joined.encode("utf-8")).hexdigest()[:16]
         path = self.cache_dir / f"emb-{key}.npy" if self.cache_dir else None
         if path is not None and path.is_file():
             return np.load(path)

@@ -25,7 +25,7 @@ from searchsmith.models.metrics import (
     span_prf,
     top1_per_group,
 )
-from searchsmith.models.text import iter_jsonl
+from searchsmith.models.text import check_input_file, iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
 
 
@@ -38,11 +38,9 @@ def read_cite_items(path: str | Path, labels: Sequence[str] = LABELS) -> list[di
             out of the sentence or with a type the model does not know, or no record.
     """
     types = sorted({lab.split("-", 1)[1] for lab in labels if lab != "O"})
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--data: {str(p)!r} not found; expected a citation JSONL file "
-                          '({"sentence", "documents": [{"id","text"}], "cited": [ids]}); write '
-                          "one with python -m searchsmith.training.cite_data --write-eval OUT.jsonl")
+    p = check_input_file(path, "--data", 'expected a citation JSONL file ({"sentence", "documents": '
+                         '[{"id","text"}], "cited": [ids]}); write one with python -m '
+                         "searchsmith.training.cite_data --write-eval OUT.jsonl")
     items = []
     for n, rec in iter_jsonl(p):
         where = f"{p}:{n}"

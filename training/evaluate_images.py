@@ -29,7 +29,7 @@ from searchsmith.models.image_relevance import (
     normalise_pixels,
 )
 from searchsmith.models.intervals import ratio, with_bootstrap
-from searchsmith.models.text import iter_jsonl
+from searchsmith.models.text import check_input_file, iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
 from searchsmith.training.image_data import (
     ImageRecord,
@@ -370,10 +370,8 @@ def read_placement_file(path: str | Path, limit: int = 0) -> list[PlacementItem]
         ValidationError: unknown keys, wrong types, missing or unreadable images, gold ids
             not among the images, gold indices out of range, an empty file.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--data: {str(p)!r} does not exist (a JSONL file: {{\"paragraphs\", \"images\", "
-                          "\"gold\"} per line; write one with python -m searchsmith.training.images write-eval)")
+    p = check_input_file(path, "--data", 'a JSONL file: {"paragraphs", "images", "gold"} per line; write one '
+                         "with python -m searchsmith.training.images write-eval")
     items = []
     for n, rec in iter_jsonl(p):
         where = f"{p}:{n}"

@@ -24,7 +24,7 @@ from typing import Any
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.intervals import with_bootstrap
 from searchsmith.models.reader import as_passage
-from searchsmith.models.text import iter_jsonl
+from searchsmith.models.text import check_input_file, iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
 from searchsmith.training.read_data import ReadItem
 
@@ -38,11 +38,9 @@ def read_items(path: str | Path) -> list[ReadItem]:
         ConfigError: the file is missing.
         ValidationError: a malformed record (``file:line`` and the field), or no record.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--data: {str(p)!r} not found; expected a reader JSONL file ({{\"question\", "
-                          "\"answers\": [..], \"passages\": [..]}); write one with python -m "
-                          "searchsmith.training.evaluate_read write-eval OUT.jsonl")
+    p = check_input_file(path, "--data", "expected a reader JSONL file ({\"question\", \"answers\": [..], "
+                         "\"passages\": [..]}); write one with python -m searchsmith.training.evaluate_read "
+                         "write-eval OUT.jsonl")
     items = []
     for n, rec in iter_jsonl(p):
         where = f"{p}:{n}"

@@ -57,15 +57,15 @@ def format_answer(ans: Answer) -> str:
 
 
 def run_ask(args: argparse.Namespace) -> int:
-    from searchsmith.serving.cli import read_history_file
+    from searchsmith.serving.cli import check_question, read_history_file
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
 
     cfg = load_pipeline_config(args.config, args.overrides)
-    history = read_history_file(args.history)
+    query, history = check_question(args.query), read_history_file(args.history)
     pipe = load_pipeline(cfg, args.index)
     try:
-        ans = pipe.ask(args.query, history, preset=args.preset, strategy=args.strategy, routing_mode=args.mode)
+        ans = pipe.ask(query, history, preset=args.preset, strategy=args.strategy, routing_mode=args.mode)
     finally:
         pipe.close()
     if args.json:

@@ -396,12 +396,11 @@ def test_profile_pipeline_rejects_an_unknown_device(tmp_path, tiny_profile, caps
 
 
 def test_gpu_group_records_a_failing_step_and_goes_on(tmp_path, monkeypatch, capsys) -> None:
-    from searchsmith.serving.profiling import cli
-
     import sys
     import types
 
     from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.profiling import cli
 
     def fails(ctx, args):
         raise ValidationError("profile: it failed")
