@@ -266,7 +266,7 @@ def test_eval_cited_id_not_in_documents(tiny_run: tuple[Path, dict, dict], tmp_p
 
 
 def test_eval_missing_and_empty_files(tiny_run: tuple[Path, dict, dict], tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--data: .*not found.*--write-eval"):
+    with pytest.raises(ConfigError, match="--data: .*does not exist.*--write-eval"):
         ev.eval_cite(_args(data=str(tmp_path / "none.jsonl"), checkpoint=str(tiny_run[0])))
     (tmp_path / "e.jsonl").write_text("")
     with pytest.raises(ValidationError, match="no records"):

@@ -119,7 +119,7 @@ def test_eval_read_data_errors_name_line_and_field(tmp_path) -> None:
     p.write_text(json.dumps({"question": "Q?", "answers": [], "passages": ["p"]}) + "\n")
     with pytest.raises(ValidationError, match="'answers' must be a non-empty list"):
         read_items(p)
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="does not exist"):
         read_items(tmp_path / "none.jsonl")
 
 
