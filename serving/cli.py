@@ -11,7 +11,7 @@ import sys
 import time
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.text import (
+from searchsmith.models.jsonl import (
     check_input_file,
     find_lone_surrogate,
     json_error,

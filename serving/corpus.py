@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.text import check_input_file, json_error, lone_surrogate_of_line, utf8_lines
+from searchsmith.models.jsonl import (
+    check_input_file,
+    json_error,
+    lone_surrogate_of_line,
+    utf8_lines,
+)
 
 MAX_SOURCE_CHARS = 200
 _OPTIONAL_STR = ("title", "date", "url")

@@ -24,9 +24,10 @@ import numpy as np
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.intervals import attach_intervals, bootstrap_info
 from searchsmith.models.io import write_jsonl_atomic
+from searchsmith.models.jsonl import iter_jsonl, read_jsonl
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.tasks import TASKS
-from searchsmith.models.text import answer_tokens, iter_jsonl, read_jsonl, token_f1
+from searchsmith.models.text import answer_tokens, token_f1
 
 MODES = ("parallel", "serial", "auto")
 
@@ -56,7 +57,7 @@ def read_checked(path: str | Path, fields: dict[str, tuple[Callable[[Any], bool]
     checked for its type; every bad field is reported at once as ``file:line: 'field' must be ...``.
 
     Raises:
-        ConfigError / ValidationError: as :func:`~searchsmith.models.text.read_jsonl`, and for a
+        ConfigError / ValidationError: as :func:`~searchsmith.models.jsonl.read_jsonl`, and for a
             field of the wrong type.
     """
     items = read_jsonl(path, required, what)

@@ -173,8 +173,8 @@ def _eval_ablate(args: argparse.Namespace) -> Metrics:
 
 
 def _eval_compare(args: argparse.Namespace) -> Metrics:
+    from searchsmith.models.jsonl import read_jsonl
     from searchsmith.models.stats import compare_rows
-    from searchsmith.models.text import read_jsonl
 
     a, b = (read_jsonl(f, what=f"eval compare {name}") for f, name in zip(args.files, "AB", strict=True))
     key = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else _default_key(a[0])

@@ -219,8 +219,8 @@ def _num(value: Any) -> str:
 
 def _paired(file: Path, a: dict[str, str], b: dict[str, str], metric: str, key: str = "id") -> dict[str, Any]:
     """B − A on ``metric`` over the items of the per-item ``file`` whose fields match ``a`` / ``b``."""
+    from searchsmith.models.jsonl import read_jsonl
     from searchsmith.models.stats import paired_difference
-    from searchsmith.models.text import read_jsonl
 
     rows = read_jsonl(file, what="report per-item file")
 
@@ -276,7 +276,7 @@ def _run_routing(b: Build) -> dict[str, Any]:
 
 def _followup_positions(path: Path, limit: int) -> set[int]:
     """Positions (eval route's ``i``) of the routing items that have a history."""
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
 
     items = read_jsonl(path, ("query", "sources"), "routing data")
     return {i for i, it in enumerate(items[:limit] if limit else items) if it.get("history")}
@@ -284,8 +284,8 @@ def _followup_positions(path: Path, limit: int) -> set[int]:
 
 def _route_pair(raw_file: Path, other_file: Path, mode: str, positions: set[int]) -> dict[str, Any]:
     """recall@1 of ``mode`` (in ``other_file``) − the raw query's, on the items at ``positions``."""
+    from searchsmith.models.jsonl import read_jsonl
     from searchsmith.models.stats import paired_difference
-    from searchsmith.models.text import read_jsonl
 
     raw = {r["i"]: r for r in read_jsonl(raw_file, what="report per-item file") if r["mode"] == "parallel"}
     other = {r["i"]: r for r in read_jsonl(other_file, what="report per-item file") if r["mode"] == mode}
@@ -375,7 +375,7 @@ def routed_strategies(items: Path) -> dict[str, int]:
     """How often the routed variant chose each strategy (from eval pipeline's per-item file)."""
     from collections import Counter
 
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
 
     rows = read_jsonl(items, what="report per-item file")
     return dict(Counter(str(r["strategy"]) for r in rows if r.get("variant") == "routed"))
@@ -481,7 +481,7 @@ def _stage_data(b: Build, ds: Dataset) -> Path:
     """The set a stage ablation asks: the QA items and, where the set has them, the stage items
     (timeline and image gold), each cut to the set's question count."""
     from searchsmith.models.io import write_jsonl_atomic
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
 
     assert ds.qa is not None
     if ds.stages is None:
@@ -829,8 +829,8 @@ def _run_field(b: Build) -> dict[str, Any]:
 
 def _paired_fields(path: Path, a: str, b_key: str) -> dict[str, Any] | None:
     """``b_key`` − ``a`` over the per-item rows that have both, or None when none has."""
+    from searchsmith.models.jsonl import read_jsonl
     from searchsmith.models.stats import paired_difference
-    from searchsmith.models.text import read_jsonl
 
     rows = [r for r in read_jsonl(path, what="report per-item file") if r.get(a) is not None
             and r.get(b_key) is not None]

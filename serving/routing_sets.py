@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.text import read_jsonl
+from searchsmith.models.jsonl import read_jsonl
 
 
 def _slug(text: str) -> str:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core import ValidationError as PydanticValidationError
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.text import find_lone_surrogate
+from searchsmith.models.jsonl import find_lone_surrogate
 from searchsmith.serving.http_errors import json_path, with_param
 
 # Every request body is a ``RequestBody``: strict types, unknown fields refused, and every

@@ -42,7 +42,8 @@ from typing import Any, Literal
 
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.text import BM25_STOP_WORDS, entity_spans, read_jsonl, sentence_texts
+from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.text import BM25_STOP_WORDS, entity_spans, sentence_texts
 from searchsmith.training.data import (
     resolve_data_path,
     split_by_key,

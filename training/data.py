@@ -1,6 +1,6 @@
 """Data utilities shared by the recipes: path resolution, seeded splits, JSONL writing,
 synthetic text, and a disk-cached sentence embedder (the untuned bi-encoder the recipes mine
-negatives with and compare against). JSONL reading is :func:`searchsmith.models.text.read_jsonl`.
+negatives with and compare against). JSONL reading is :func:`searchsmith.models.jsonl.read_jsonl`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import resolve_model
 from searchsmith.models.io import write_jsonl_atomic  # noqa: F401 - the recipes import it from here
-from searchsmith.models.text import find_lone_surrogate, lone_surrogate_at
+from searchsmith.models.jsonl import find_lone_surrogate, lone_surrogate_at
 
 T = TypeVar("T")
 

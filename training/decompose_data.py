@@ -37,8 +37,8 @@ from searchsmith.models.decomposer import (
     rewrite_source,
 )
 from searchsmith.models.errors import ConfigError
+from searchsmith.models.jsonl import read_jsonl
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, from_qdmr, linearize, repair, terminal
-from searchsmith.models.text import read_jsonl
 
 # Relative paths under the data directory, as in ../shared/data/README.md.
 REAL_SOURCES: dict[str, str] = {

@@ -43,6 +43,7 @@ from searchsmith.models import tasks
 from searchsmith.models.errors import ConfigError, SearchsmithError, ValidationError
 from searchsmith.models.intervals import attach_intervals, with_bootstrap
 from searchsmith.models.io import read_json_object
+from searchsmith.models.jsonl import iter_jsonl, read_jsonl
 from searchsmith.models.metrics import (
     BM25,
     fuse_lexical,
@@ -54,7 +55,6 @@ from searchsmith.models.metrics import (
     qdmr_sari,
     recall_at_k,
 )
-from searchsmith.models.text import iter_jsonl, read_jsonl
 from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
 
 log = logging.getLogger(__name__)

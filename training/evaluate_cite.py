@@ -16,6 +16,7 @@ import numpy as np
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.intervals import SLOW_RESAMPLES, Pooled, prf, with_bootstrap
+from searchsmith.models.jsonl import check_input_file, iter_jsonl
 from searchsmith.models.metrics import (
     attribution_metrics,
     balanced_accuracy,
@@ -25,7 +26,6 @@ from searchsmith.models.metrics import (
     span_prf,
     top1_per_group,
 )
-from searchsmith.models.text import check_input_file, iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
 
 

@@ -29,7 +29,7 @@ from searchsmith.models.image_relevance import (
     normalise_pixels,
 )
 from searchsmith.models.intervals import ratio, with_bootstrap
-from searchsmith.models.text import check_input_file, iter_jsonl
+from searchsmith.models.jsonl import check_input_file, iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
 from searchsmith.training.image_data import (
     ImageRecord,

@@ -23,8 +23,8 @@ from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.intervals import with_bootstrap
+from searchsmith.models.jsonl import check_input_file, iter_jsonl
 from searchsmith.models.reader import as_passage
-from searchsmith.models.text import check_input_file, iter_jsonl
 from searchsmith.training.data import write_jsonl_atomic
 from searchsmith.training.read_data import ReadItem
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.text import read_jsonl
+from searchsmith.models.jsonl import read_jsonl
 from searchsmith.training.data import split_by_key, write_jsonl_atomic
 
 COLOURS: dict[str, tuple[int, int, int]] = {

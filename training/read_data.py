@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.text import normalize_answer, read_jsonl, sentence_texts
+from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.text import normalize_answer, sentence_texts
 from searchsmith.training.data import resolve_data_path, split_leaving_out, synthetic_facts
 
 SOURCES = ("hotpotqa", "musique", "2wikimultihopqa", "demo", "synthetic")

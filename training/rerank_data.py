@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.text import read_jsonl
+from searchsmith.models.jsonl import read_jsonl
 from searchsmith.training.data import resolve_data_path, synthetic_facts
 from searchsmith.training.registry import get_dataset
 

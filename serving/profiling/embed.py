@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 def mixed_texts(n: int, seed: int = 0) -> list[str]:
     """``n`` texts of mixed length from the demo corpus: whole documents, sentences, titles."""
     from searchsmith.models.demo import corpus_path
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
 
     docs = read_jsonl(corpus_path(), what="demo corpus")
     pool: list[str] = []

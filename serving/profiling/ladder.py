@@ -127,7 +127,7 @@ def regime_texts(regime: str, n: int, seed: int = 0) -> list[str]:
     if regime == "mixed":
         return mixed_texts(n, seed)
     from searchsmith.models.demo import corpus_path
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
 
     words = " ".join(d["text"] for d in read_jsonl(corpus_path(), what="demo corpus")).split()
     rng = random.Random(seed)

@@ -49,7 +49,7 @@ def demo_questions(n: int | None, follow_ups: int) -> list[dict[str, Any]]:
         ``[{"id", "query", "history"?, "supporting"}, ...]`` from ``models/demo/qa.jsonl``.
     """
     from searchsmith.models.demo import qa_path
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
 
     qa = read_jsonl(qa_path(), ["query"], what="demo QA")
     if n is None:

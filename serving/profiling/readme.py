@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from searchsmith.models.text import read_jsonl
+from searchsmith.models.jsonl import read_jsonl
 
 RESULTS = Path(__file__).with_name("performance.jsonl")
 RESULTS_DOC = Path(__file__).with_name("RESULTS.md")

@@ -227,7 +227,7 @@ def query_texts() -> list[str]:
     of a search system carry (about 14 WordPiece tokens on average)."""
 
     from searchsmith.models.demo import qa_path, routing_path
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
 
     out = []
     for path in (qa_path(), routing_path()):

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
-from searchsmith.models.text import iter_jsonl, json_error, read_jsonl
+from searchsmith.models.jsonl import iter_jsonl, json_error, read_jsonl
 
 # "caf\xe9" in Latin-1: byte 0xE9 is not UTF-8 here
 _LATIN1_LINE = b'{"query": "caf\xe9"}\n'

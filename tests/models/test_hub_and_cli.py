@@ -107,7 +107,7 @@ def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, mo
 
 def test_eval_and_history_files_reject_malformed_input(tmp_path, capsys) -> None:
     from searchsmith.models.errors import ValidationError
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
     from searchsmith.serving.cli import read_history_file
 
     bad = tmp_path / "r.jsonl"

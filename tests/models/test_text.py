@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.jsonl import iter_jsonl, read_jsonl
 from searchsmith.models.text import (
     BM25_STOP_WORDS,
     QUERY_STOP_WORDS,
@@ -24,13 +25,11 @@ from searchsmith.models.text import (
     figures,
     fold,
     how_to,
-    iter_jsonl,
     missing_entities,
     normalize_answer,
     of_asked_type,
     pattern_entities,
     plural_question,
-    read_jsonl,
     relation_cues,
     sentence_texts,
     singular,

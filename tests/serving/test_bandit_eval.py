@@ -149,7 +149,7 @@ def demo_subset(tmp_path_factory, embedder):
     """An index of part of the demo corpus (the first questions' supporting documents and some
     others) and a QA file of three demo questions and one follow-up."""
     from searchsmith.models.demo import corpus_path, qa_path
-    from searchsmith.models.text import read_jsonl
+    from searchsmith.models.jsonl import read_jsonl
     from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.index import IndexConfig, build_index
 

@@ -1,0 +1,245 @@
+"""The one way project files of records are read: JSONL (eval and training data, corpora,
+``--history``), each bad line answered at ``FILE:LINE`` with the fix.
+
+A path that is a folder or missing, bytes that are not UTF-8, a line that is not JSON and a
+string holding a lone surrogate (JSON's "\\ud800" escape, which Python decodes into a str that no
+tokenizer, database or encoder accepts) are each refused here, never deep inside a model. The
+HTTP server runs the same surrogate walk over request bodies (``serving/schemas.py``).
+
+This module sits on the ground floor: it imports nothing from ``serving`` or ``training``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searchsmith.models.errors import ConfigError, ValidationError
+
+MAX_SHOWN_ERRORS = 20
+
+
+def check_input_file(path: str | Path, what: str, hint: str | None = None, *,
+                     error: type[Exception] = ConfigError) -> Path:
+    """``path`` as a Path, refused when it is a folder or does not exist.
+
+    Args:
+        what: the flag or setting that named it, first in the message (``"--data"``).
+        hint: the fix for a missing file (default "check the path").
+        error: the class raised (``ValidationError`` where the file is a request's input).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{what}: {str(p)!r} is a folder, not a file; give the path of a file in it")
+    if not p.is_file():
+        raise error(f"{what}: file {str(p)!r} does not exist ({hint or 'check the path'})")
+    return p
+
+
+def _not_utf8(p: Path, lineno: int, offset: int, byte: int) -> ValidationError:
+    return ValidationError(f"{p}:{lineno}: not UTF-8 text (byte 0x{byte:02X} at offset {offset} of the file); "
+                           "save the file as UTF-8")
+
+
+def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line_number, line)`` of each line of a UTF-8 file, read and decoded one line at a time.
+
+    Lines end at "\\n" only (a JSON string may hold U+2028, which ``str.splitlines`` would cut
+    at); a UTF-8 sequence never holds the byte 0x0A, so decoding line by line is exact.
+
+    Raises:
+        ValidationError: ``FILE:LINE: not UTF-8 text (byte .. at offset N of the file)``.
+    """
+    offset = 0
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(path, n, offset + exc.start, raw[exc.start]) from None
+            offset += len(raw)
+
+
+def read_utf8(path: Path) -> str:
+    """The whole text of a UTF-8 file.
+
+    Raises:
+        ValidationError: as :func:`utf8_lines`, naming the line of the first bad byte.
+    """
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, raw.count(b"\n", 0, exc.start) + 1, exc.start, raw[exc.start]) from None
+
+
+def json_error(exc: json.JSONDecodeError) -> str:
+    """``"<what> at column N"`` of a JSON error (some messages already end in "at")."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
+def lone_surrogate_at(text: str) -> int | None:
+    """Index of the first lone surrogate of ``text`` (what UTF-8 cannot encode), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+@dataclass(frozen=True)
+class LoneSurrogate:
+    """Where :func:`find_lone_surrogate` found one: the string at ``loc`` (keys and list indices
+    from the top; for ``in_name``, the object one of whose field names holds it)."""
+
+    loc: tuple[Any, ...]
+    index: int  # character index in the string
+    char: str
+    in_name: bool
+
+    @property
+    def field(self) -> str:
+        """``loc`` as a path: ``documents[0].text``."""
+        return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in self.loc).lstrip(".")
+
+    def problem(self, name: str | None = None) -> str:
+        """``field 'text' holds a lone surrogate (\\ud800) at character 3, ...; fix the text's
+        encoding`` (``name`` stands in for the field path)."""
+        where = name or self.field
+        what = (f"a field name{f' in {where!r}' if where else ''}" if self.in_name
+                else f"field {where!r}" if where else "the text")
+        return (f"{what} holds a lone surrogate ({ascii(self.char)[1:-1]}) at character {self.index}, "
+                "which is not Unicode text; fix the text's encoding")
+
+
+def find_lone_surrogate(value: Any) -> LoneSurrogate | None:
+    """The first string (value or field name, in document order) of a parsed JSON value that
+    UTF-8 cannot encode, or None.
+
+    Walks with an explicit stack, not recursion: a deeply nested value cannot overflow it.
+    """
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack:
+        loc, item = stack.pop()
+        if isinstance(item, str):
+            at = lone_surrogate_at(item)
+            if at is not None:
+                return LoneSurrogate(loc, at, item[at], in_name=False)
+        elif isinstance(item, dict):
+            for k in item:
+                at = lone_surrogate_at(k) if isinstance(k, str) else None
+                if at is not None:
+                    return LoneSurrogate(loc, at, k[at], in_name=True)
+            stack.extend(((*loc, k), v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+# the JSON escape of a surrogate code point (\ud800-\udfff): the only way a line decoded as
+# strict UTF-8 yields one, so a line without it is not walked
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate_of_line(line: str, record: Any) -> LoneSurrogate | None:
+    """:func:`find_lone_surrogate` of ``record``, parsed from the JSON text ``line`` (which
+    must have been decoded strictly); None at once for a line holding no surrogate escape."""
+    return find_lone_surrogate(record) if _SURROGATE_ESCAPE.search(line) else None
+
+
+def _parse_line(p: Path, n: int, line: str, required: Sequence[str]) -> tuple[dict[str, Any] | None, str]:
+    """(record, "") for a good line, (None, "file:line: problem; fix") for a bad one."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return None, f"{p}:{n}: not valid JSON ({json_error(exc)}); each line must be one JSON object"
+    if not isinstance(rec, dict):
+        return None, f"{p}:{n}: expected a JSON object, got {type(rec).__name__}"
+    found = lone_surrogate_of_line(line, rec)
+    if found is not None:
+        return None, f"{p}:{n}: {found.problem()}"
+    missing = [k for k in required if k not in rec]
+    if missing:
+        return None, f"{p}:{n}: missing field(s) {missing}; required: {list(required)}"
+    return rec, ""
+
+
+def _lines(path: str | Path, required: Sequence[str], what: str,
+           missing_hint: str | None) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
+    """``(line_number, record or None, problem)`` for each non-blank line of a JSONL file."""
+    p = check_input_file(path, what, missing_hint)
+    for n, line in utf8_lines(p):
+        if line.strip():
+            yield (n, *_parse_line(p, n, line, required))
+
+
+def iter_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data", *,
+               missing_hint: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` for each non-blank line, stopping at the first bad one.
+
+    Raises:
+        ConfigError: the file does not exist or is a folder (``what`` and ``missing_hint`` say
+            where it was set and how to fix it).
+        ValidationError: a line is not UTF-8, not JSON, not an object, holds a lone surrogate
+            or lacks a ``required`` field (``file:line: ...``).
+    """
+    for n, rec, error in _lines(path, required, what, missing_hint):
+        if rec is None:
+            raise ValidationError(error)
+        yield n, rec
+
+
+def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data", *,
+               missing_hint: str | None = None, allow_empty: bool = False) -> list[dict[str, Any]]:
+    """Every record of a JSONL file, each checked to be an object with the ``required`` fields.
+
+    Every bad line is reported at once (the first :data:`MAX_SHOWN_ERRORS` shown), each as
+    ``file:line: problem``.
+
+    Args:
+        what: what the file is, for the messages (``"routing data"``, ``"--data"``).
+        missing_hint: the fix named when the file does not exist.
+        allow_empty: return ``[]`` for a file without records instead of raising.
+
+    Raises:
+        ConfigError: the file does not exist or is a folder.
+        ValidationError: bad lines (as :func:`iter_jsonl`'s), or no record (unless ``allow_empty``).
+    """
+    p = Path(path)
+    out, errors = [], []
+    for _, rec, error in _lines(p, required, what, missing_hint):
+        if rec is None:
+            errors.append(error)
+        else:
+            out.append(rec)
+    if len(errors) == 1:
+        raise ValidationError(errors[0])
+    if errors:
+        more = f"\n  ... and {len(errors) - MAX_SHOWN_ERRORS} more" if len(errors) > MAX_SHOWN_ERRORS else ""
+        raise ValidationError(f"{what} {p}: {len(errors)} problem(s)\n  "
+                              + "\n  ".join(errors[:MAX_SHOWN_ERRORS]) + more)
+    if not out and not allow_empty:
+        fields = f" with fields {list(required)}" if required else ""
+        raise ValidationError(f"{what} {p} is empty: no records; expected one JSON object per line{fields}")
+    return out
+
+
+__all__ = [
+    "MAX_SHOWN_ERRORS",
+    "LoneSurrogate",
+    "check_input_file",
+    "find_lone_surrogate",
+    "iter_jsonl",
+    "json_error",
+    "lone_surrogate_at",
+    "lone_surrogate_of_line",
+    "read_jsonl",
+    "read_utf8",
+    "utf8_lines",
+]
