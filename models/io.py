@@ -4,6 +4,8 @@ bundles are written through, so that a crash never leaves a half-written artifac
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import hashlib
 import itertools
 import json
@@ -11,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,29 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` through a temporary file and ``os.replace``."""
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
+    """Hold the lock of ``target`` (``.NAME.lock`` beside it) while writing it; a second
+    process writing the same target is refused at once instead of mixing its files in.
+
+    The lock is the kernel's (``flock``): a process that dies releases it. The lock file
+    stays (empty), since removing it would let two processes lock two different files.
+
+    Raises:
+        ConfigError: another process holds it.
+    """
+    target = Path(target)
+    lock = target.with_name(f".{target.name}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{what}: {str(target)!r} is being written by another searchsmith process; wait for "
+                              "it to finish (or stop it), then run again") from None
+        yield  # closing the file releases the lock
 
 
 def temp_dir_beside(final: Path) -> Path:

@@ -59,6 +59,7 @@ from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.hub import model_display_name
 from searchsmith.models.io import (
     check_replaceable,
+    exclusive,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -735,9 +736,22 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
             actors); the embedder still chunks (its
             tokenizer) and names the model in the manifest, and must be the same model.
 
+    A second build or ``--add`` into the same ``out_dir`` meanwhile is refused
+    (:func:`~searchsmith.models.io.exclusive`).
+
     Returns:
         The manifest written.
     """
+    with exclusive(Path(out_dir), "index"):
+        return _build_index(records, out_dir, config, embedder, overwrite=overwrite, report=report,
+                            show_progress=show_progress, embed=embed)
+
+
+def _build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: IndexConfig | None = None,
+                 embedder: Embedder | None = None, *, overwrite: bool = False, report: Report | None = None,
+                 show_progress: bool = False,
+                 embed: EmbedJob | None = None) -> dict[str, Any]:
+    """The body of :func:`build_index`, under its lock."""
     cfg = config or IndexConfig()
     if not records:
         raise ValidationError("index: the corpus is empty; nothing to index")
@@ -789,7 +803,17 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
     a new index); the centroids of the touched sources are recomputed.
     """
     index_dir = Path(index_dir)
+    with exclusive(index_dir, "index --add"):
+        return _add_documents(index_dir, records, embedder, report=report, show_progress=show_progress)
+
+
+def _add_documents(index_dir: Path, records: Sequence[dict[str, Any]], embedder: Embedder | None, *,
+                   report: Report | None, show_progress: bool) -> dict[str, Any]:
+    """The body of :func:`add_documents`, under its lock: the index is checked whole first
+    (a missing or damaged file would be carried into the new index, and its sha256 rewritten
+    over the damage)."""
     manifest = read_manifest(index_dir)
+    verify_files(manifest, index_dir)
     cfg = from_dict(IndexConfig, manifest["config"], source=f"{index_dir}/manifest.json:config")
     say = report or (lambda line: None)
     if embedder is None:

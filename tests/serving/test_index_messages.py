@@ -18,3 +18,69 @@ def test_an_index_without_its_manifest_is_damaged(tmp_path) -> None:
     (tmp_path / "chunks.sqlite").write_bytes(b"")
     with pytest.raises(BundleError, match="manifest.json is missing .*rebuild the index"):
         read_manifest(tmp_path)
+
+
+def _copy(small_index, tmp_path):
+    import shutil
+
+    out = tmp_path / "ix"
+    shutil.copytree(small_index, out)
+    return out
+
+
+DOC = {"id": "new-1", "source": "extra", "title": "Added", "text": "A document added later about ferns."}
+
+
+def test_add_refuses_an_index_with_a_missing_or_damaged_file(small_index, embedder, tmp_path) -> None:
+    """--add onto an index without chunks.sqlite exited 0: the chunk texts were lost and their
+    sha256s rewritten over the damage, so --repair saw nothing to repair."""
+    from searchsmith.serving.index import add_documents
+
+    ix = _copy(small_index, tmp_path)
+    (ix / "chunks.sqlite").unlink()
+    with pytest.raises(BundleError, match="chunks.sqlite is missing; repair it with 'searchsmith index --repair"):
+        add_documents(ix, [DOC], embedder)
+    ix2 = _copy(small_index, tmp_path / "b")
+    vec = next((ix2 / "vectors").glob("*.npy"))
+    vec.write_bytes(vec.read_bytes()[:100])  # truncated: numpy's "EOF: reading array header" before
+    with pytest.raises(BundleError, match=f"{vec.name} is corrupt .*--repair"):
+        add_documents(ix2, [DOC], embedder)
+
+
+def test_a_second_writer_of_the_same_index_is_refused(small_index, embedder, tmp_path) -> None:
+    """Two --add runs into one index both exited 0 and the first one's documents were lost; two
+    builds into one --out shared their parts folder and one crashed."""
+    from searchsmith.models.errors import ConfigError
+    from searchsmith.models.io import exclusive
+    from searchsmith.serving.index import add_documents, build_index
+
+    ix = _copy(small_index, tmp_path)
+    with exclusive(ix, "test"):  # as another process's build holds it
+        with pytest.raises(ConfigError, match="being written by another searchsmith process"):
+            add_documents(ix, [DOC], embedder)
+        with pytest.raises(ConfigError, match="being written by another searchsmith process"):
+            build_index([DOC], ix, embedder=embedder, overwrite=True)
+    assert add_documents(ix, [DOC], embedder)["documents"] > 0  # released: it goes through
+
+
+def test_the_lock_is_the_kernels_and_dies_with_its_process(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from searchsmith.models.errors import ConfigError
+    from searchsmith.models.io import exclusive
+
+    target = tmp_path / "ix"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from searchsmith.models.io import exclusive\n"
+        f"with exclusive({str(target)!r}, 'holder'):\n    print('held', flush=True); time.sleep(30)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match="another searchsmith process"), exclusive(target, "second"):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive(target, "after the holder died"):
+        pass
