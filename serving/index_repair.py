@@ -44,6 +44,15 @@ def repair_index(index_dir: str | Path, embedder: Embedder | None = None,
     Raises:
         BundleError: no index there, or the chunk store (or manifest) is the damaged part.
     """
+    from searchsmith.models.io import exclusive
+
+    index_dir = Path(index_dir)
+    with exclusive(index_dir, "index --repair"):  # not while a build or --add writes it
+        return _repair(index_dir, embedder, report)
+
+
+def _repair(index_dir: Path, embedder: Embedder | None, report: Any) -> dict[str, Any]:
+    """The body of :func:`repair_index`, under the index's lock."""
     from searchsmith.models.config import from_dict
     from searchsmith.serving.index import (
         ChunkStore,
@@ -55,7 +64,6 @@ def repair_index(index_dir: str | Path, embedder: Embedder | None = None,
         read_manifest,
     )
 
-    index_dir = Path(index_dir)
     say = report or (lambda line: None)
     manifest = read_manifest(index_dir)
     damaged = damaged_files(manifest, index_dir)

@@ -53,6 +53,7 @@ def test_a_second_writer_of_the_same_index_is_refused(small_index, embedder, tmp
     from searchsmith.models.errors import ConfigError
     from searchsmith.models.io import exclusive
     from searchsmith.serving.index import add_documents, build_index
+    from searchsmith.serving.index_repair import repair_index
 
     ix = _copy(small_index, tmp_path)
     with exclusive(ix, "test"):  # as another process's build holds it
@@ -60,6 +61,8 @@ def test_a_second_writer_of_the_same_index_is_refused(small_index, embedder, tmp
             add_documents(ix, [DOC], embedder)
         with pytest.raises(ConfigError, match="being written by another searchsmith process"):
             build_index([DOC], ix, embedder=embedder, overwrite=True)
+        with pytest.raises(ConfigError, match="index --repair: .*being written by another"):
+            repair_index(ix, embedder)
     assert add_documents(ix, [DOC], embedder)["documents"] > 0  # released: it goes through
 
 
