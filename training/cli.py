@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
+import sys
 from pathlib import Path
 
 from searchsmith.models.errors import ConfigError
+from searchsmith.models.io import exclusive
 
 
 def configure_train(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +48,20 @@ def check_run_dir(run_dir: Path) -> None:
                           f"Use a new or empty folder, e.g. --output-dir {run_dir / 'run'}")
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def resume_hint(run_dir: Path) -> str:
+    """What to do after a stopped run: the same command resumes from its newest checkpoint."""
+    from searchsmith.training.trainer import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    where = (f"from {ckpt.name}" if ckpt is not None else
+             "from the start (no checkpoint was saved yet; train.save_every_steps sets how often)")
+    return f"searchsmith train: stopped; run the same command again to resume {run_dir} {where}"
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Load the recipe, run it, print where the run is and its final metrics."""
     from searchsmith.training.config import load_recipe_config
@@ -61,7 +79,19 @@ def run_train(args: argparse.Namespace) -> int:
     main_process = is_main_process()  # under accelerate launch / torchrun only rank 0 reports
     if main_process:
         print(f"searchsmith train: recipe {entry.name!r} -> {run_dir}", flush=True)
-    final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))
+    # one run into a folder at a time (rank 0 holds it for a multi-process run); SIGTERM (a
+    # scheduler's stop, `kill`) stops it as Ctrl-C does, saying how to resume
+    with exclusive(run_dir, "train") if main_process else contextlib.nullcontext():
+        previous = signal.signal(signal.SIGTERM, _interrupt) if main_process else None
+        try:
+            final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))
+        except KeyboardInterrupt:
+            if main_process:
+                print(resume_hint(run_dir), file=sys.stderr, flush=True)
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     if main_process:
         print(f"run: {run_dir}  (model: {run_dir / 'model'}, metrics: {run_dir / 'metrics.json'})")
         print(json.dumps(final, indent=2, sort_keys=True))

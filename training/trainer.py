@@ -41,6 +41,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import random
 import re
 import shutil
@@ -144,17 +145,87 @@ def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
     return out_dir
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete ``checkpoints/step-N`` folder (temporary folders are ignored)."""
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The complete ``checkpoints/step-N`` folders (``state.json`` written last), newest first;
+    temporary folders are ignored."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
-        return None
+        return []
     found = []
     for p in root.iterdir():
         m = CHECKPOINT_RE.match(p.name)
         if m and (p / "state.json").is_file():
             found.append((int(m.group(1)), p))
-    return max(found)[1] if found else None
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete ``checkpoints/step-N`` folder (temporary folders are ignored)."""
+    found = complete_checkpoints(run_dir)
+    return found[0] if found else None
+
+
+# what a damaged checkpoint file raises when read: a truncated zip (RuntimeError), a cut pickle
+# (EOFError, UnpicklingError), bad JSON (ValueError), a missing file (OSError)
+_DAMAGED = (OSError, EOFError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError)
+
+
+def read_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """Every part of a checkpoint, read into memory (so a damaged one fails before any is used).
+
+    Raises:
+        OSError, EOFError, RuntimeError, ValueError, KeyError, UnpicklingError: a damaged file.
+    """
+    state = json.loads((ckpt / "state.json").read_text(encoding="utf-8"))
+    if not isinstance(state, dict) or not all(k in state for k in ("step", "epoch", "batch_in_epoch")):
+        raise ValueError("state.json lacks step / epoch / batch_in_epoch")
+    return {"state": state, "model": torch.load(ckpt / "model.pt", map_location="cpu"),
+            "optimizer": torch.load(ckpt / "optimizer.pt", map_location="cpu"),
+            "scheduler": torch.load(ckpt / "scheduler.pt", map_location="cpu"),
+            "rng": torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=False)}
+
+
+def newest_readable_checkpoint(run_dir: Path, say: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that reads whole, with its parts; a damaged newer one is passed
+    over with a line through ``say`` (it is replaced when training saves that step again).
+
+    Raises:
+        ConfigError: every checkpoint is damaged (naming them, and the fix).
+    """
+    damaged = []
+    for ckpt in complete_checkpoints(run_dir):
+        try:
+            return ckpt, read_checkpoint(ckpt)
+        except _DAMAGED as exc:
+            damaged.append(f"{ckpt.name} ({type(exc).__name__}: {str(exc)[:120]})")
+            say(f"checkpoint {ckpt} is damaged ({type(exc).__name__}: {str(exc)[:120]}); trying the one before")
+    if damaged:
+        raise ConfigError(f"{run_dir}: every checkpoint is damaged: {'; '.join(damaged)}. Move "
+                          f"{Path(run_dir) / 'checkpoints'} away to train from the start")
+    return None
+
+
+def remove_stale_temp_checkpoints(run_dir: Path) -> list[Path]:
+    """Remove ``checkpoints/.step-N.tmp-PID`` folders whose process is gone (a run killed while
+    saving); a live process's are left alone. Returns the removed folders."""
+    root = Path(run_dir) / "checkpoints"
+    removed = []
+    for p in root.glob(".step-*.tmp-*") if root.is_dir() else ():
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _rng_state() -> dict[str, Any]:
@@ -392,9 +463,12 @@ def train(
     eval_history: list[dict[str, float]] = []
     resumed_from = None
     rng_to_restore = None
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is not None:
-        state = json.loads((ckpt / "state.json").read_text(encoding="utf-8"))
+    if is_main:
+        remove_stale_temp_checkpoints(run_dir)
+    found = newest_readable_checkpoint(run_dir, lambda line: print(line, flush=True) if is_main else None)
+    if found is not None:
+        ckpt, parts = found
+        state = parts["state"]
         if state.get("config_hash") != cfg_hash and not force:
             raise ConfigError(
                 f"{run_dir}: a checkpoint ({ckpt.name}) from a different config is here; "
@@ -402,10 +476,10 @@ def train(
                 "under the new config, or choose another --output-dir"
             )
         unwrapped = accelerator.unwrap_model(model)
-        unwrapped.load_state_dict(torch.load(ckpt / "model.pt", map_location="cpu"))
-        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu"))
-        scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", map_location="cpu"))
-        rng_to_restore = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=False)
+        unwrapped.load_state_dict(parts["model"])
+        optimizer.load_state_dict(parts["optimizer"])
+        scheduler.load_state_dict(parts["scheduler"])
+        rng_to_restore = parts["rng"]
         step, epoch, pos = state["step"], state["epoch"], state["batch_in_epoch"]
         history, eval_history = state.get("history", []), state.get("eval_history", [])
         resumed_from = step
@@ -472,7 +546,7 @@ def train(
     stream = iter(micro_batches())
     bar = progress(total=optim.max_steps, initial=step, desc="train", unit="step", enabled=is_main)
     running: list[float] = []
-    last_good = latest_checkpoint(run_dir)
+    last_good = found[0] if found is not None else None  # the one resumed from, not a damaged newer one
     while step < optim.max_steps:
         loss_sum = 0.0
         for micro in range(optim.grad_accum_steps):
@@ -545,7 +619,11 @@ __all__ = [
     "TrainResult",
     "apply_lora",
     "is_main_process",
+    "complete_checkpoints",
     "latest_checkpoint",
+    "newest_readable_checkpoint",
+    "read_checkpoint",
+    "remove_stale_temp_checkpoints",
     "merged_model",
     "resolve_mixed_precision",
     "save_model",

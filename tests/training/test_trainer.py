@@ -111,6 +111,43 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(tmp_path: Path) -> 
         torch.testing.assert_close(a, b, msg=name)
 
 
+def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(tmp_path: Path, capsys) -> None:
+    """A truncated model.pt (a full disk, a copy cut short) ended resuming in a torch traceback."""
+    full = train(_model(), _loss, _batches, _cfg(), tmp_path / "full")
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path / "cut", on_step=_stop_at(5))
+    step4 = tmp_path / "cut/checkpoints/step-4/model.pt"
+    step4.write_bytes(step4.read_bytes()[:100])
+    resumed = train(_model(), _loss, _batches, _cfg(), tmp_path / "cut")
+    assert "step-4 is damaged (RuntimeError" in capsys.readouterr().out and resumed.resumed_from_step == 2
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)  # the same run, two steps done again
+    assert torch.load(step4, map_location="cpu")  # saved whole again at step 4
+
+
+def test_every_checkpoint_damaged_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(3))
+    (tmp_path / "checkpoints/step-2/state.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"every checkpoint is damaged: step-2 \(JSONDecodeError.*Move .*checkpoints away"):
+        train(_model(), _loss, _batches, _cfg(), tmp_path)
+
+
+def test_a_killed_runs_temporary_checkpoint_is_removed_on_resume(tmp_path: Path) -> None:
+    import os
+
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(2))
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # above pid_max: no such process
+    stale = tmp_path / "checkpoints" / f".step-3.tmp-{gone}"
+    live = tmp_path / "checkpoints" / f".step-3.tmp-{os.getpid()}"  # this process: left alone
+    stale.mkdir()
+    live.mkdir()
+    from searchsmith.training.trainer import remove_stale_temp_checkpoints
+
+    assert remove_stale_temp_checkpoints(tmp_path) == [stale] and live.is_dir() and not stale.exists()
+
+
 def test_resume_with_changed_config_is_refused_unless_forced(tmp_path: Path) -> None:
     with pytest.raises(_Interrupt):
         train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(2))
@@ -197,3 +234,34 @@ def test_training_curve_draws_a_few_scores_not_every_recorded_figure(tmp_path: P
         out = save_training_curve(tmp_path / "curve.png", [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}],
                                   history, "a long title " * 5)
     assert out.is_file() and out.stat().st_size > 1000
+
+
+def test_sigterm_stops_a_run_with_the_resume_hint_and_a_second_run_into_it_is_refused(tmp_path: Path) -> None:
+    """SIGTERM (a scheduler's stop, `kill`) ended the run silently with -15; two runs into one
+    folder wrote the same checkpoints."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes/reranker/tiny/bert-tiny_full.yaml"
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "searchsmith.serving.main", "train", str(recipe), "--output-dir", str(run),
+           "optim.max_steps=100000", "train.save_every_steps=1", "train.eval_every_steps=0"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        while not any((run / "checkpoints").glob("step-*")) and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.5)
+        assert any((run / "checkpoints").glob("step-*")), first.communicate(timeout=30)
+        second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+        assert second.returncode == 1 and "being written by another searchsmith process" in second.stderr
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 130, err[-2000:]
+    assert "stopped; run the same command again to resume" in err and "from step-" in err
