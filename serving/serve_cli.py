@@ -179,11 +179,38 @@ def run_ray(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
+def check_port(host: str, port: int) -> None:
+    """``--port`` is in 1-65535 and free on ``host``, checked before any model loads (a port
+    out of range was taken modulo 65536, or failed after every model had loaded).
+
+    Raises:
+        ConfigError: naming ``--port`` and the fix.
+    """
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port: {port} is not a TCP port; give one in 1-65535 (default 8000)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host: {host!r} does not resolve ({exc}); give an address such as 127.0.0.1 "
+                          "or 0.0.0.0") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise ConfigError(f"--port: {host}:{port} cannot be bound ({exc.strerror}); another process may be "
+                              "listening there: stop it, or choose another --port") from None
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    if args.ray:
+    if args.ray:  # Ray's proxy binds the port, on the cluster's head node
         return run_ray(args, load_config(args))
     if args.replicas is not None:
         raise ConfigError("--replicas: only with --ray (one uvicorn process serves one replica)")
+    check_port(args.host, args.port)
     import uvicorn
 
     cfg, app = build_app(args, background=True)

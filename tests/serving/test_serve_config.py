@@ -115,6 +115,25 @@ def test_replicas_without_ray_is_refused(tmp_path, monkeypatch) -> None:
         run_serve(_args("--replicas", "3"))
 
 
+def test_a_bad_or_busy_port_is_refused_before_any_model_loads(tmp_path, monkeypatch) -> None:
+    """--port 99999 listened on 34463 (taken modulo 65536); a busy port failed after every model
+    had loaded."""
+    import socket
+
+    from searchsmith.serving.serve_cli import run_serve
+
+    monkeypatch.chdir(tmp_path)
+    for port in ("99999", "-1", "0"):
+        with pytest.raises(ConfigError, match=r"--port: -?\d+ is not a TCP port; give one in 1-65535"):
+            run_serve(_args("--port", port))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"--port: 127.0.0.1:{port} cannot be bound .*choose another --port"):
+            run_serve(_args("--port", str(port)))
+
+
 def test_zero_replicas_is_refused(tmp_path, monkeypatch) -> None:
     pytest.importorskip("ray")
     from searchsmith.serving.serve_cli import run_serve
