@@ -116,9 +116,21 @@ def check_profile_out(out: Path) -> None:
     """
     if out.exists() and not out.is_dir():
         raise ConfigError(f"profile --out: {str(out)!r} is a file; give a folder for results.jsonl and plots")
-    if out.is_dir() and any(out.iterdir()) and not (out / "results.jsonl").is_file():
-        raise ConfigError(f"profile --out: {str(out)!r} holds files but no results.jsonl, so no profile wrote it; "
-                          "choose a new or empty folder (a profile folder can be written to again)")
+    if out.is_dir() and any(out.iterdir()) and not _profile_results(out / "results.jsonl"):
+        raise ConfigError(f"profile --out: {str(out)!r} holds files but no results.jsonl a profile wrote, so no "
+                          "profile wrote it; choose a new or empty folder (a profile folder can be written to again)")
+
+
+def _profile_results(path: Path) -> bool:
+    """``path`` is a results.jsonl a profile wrote: its first line a record with a suite and a date."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = json.loads(fh.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and "suite" in first and "date" in first
 
 
 def run_profile(args: argparse.Namespace) -> int:

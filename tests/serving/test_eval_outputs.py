@@ -78,8 +78,12 @@ def test_profile_out_refuses_a_file_and_a_folder_of_other_files(tmp_path, capsys
     theirs.mkdir()
     (theirs / "route_latency.png").write_bytes(b"my own picture")
     ours.mkdir()
-    (ours / "results.jsonl").write_text("")
-    for out, match in ((a_file, "is a file"), (theirs, "holds files but no results.jsonl")):
+    (ours / "results.jsonl").write_text('{"date": "2026-12-06", "suite": "machine"}\n')
+    named_alike = tmp_path / "named_alike"
+    named_alike.mkdir()
+    (named_alike / "results.jsonl").write_text("my own data\n")  # a file of that name is not enough
+    for out, match in ((a_file, "is a file"), (theirs, "holds files but no results.jsonl"),
+                       (named_alike, "no results.jsonl a profile wrote")):
         with pytest.raises(ConfigError, match=match):
             check_profile_out(out)
     check_profile_out(ours)
