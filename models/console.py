@@ -13,7 +13,7 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 VERBOSE_ENV = "SEARCHSMITH_VERBOSE"
@@ -157,3 +157,15 @@ def progress(total: int | None = None, desc: str = "", unit: str = "it", *, enab
     if not enabled:
         disable = True
     return tqdm(total=total, desc=desc, unit=unit, disable=disable, leave=False, dynamic_ncols=True, **kwargs)
+
+
+def run_module_main(main: Callable[[], int], prog: str) -> int:
+    """Run a ``python -m searchsmith...`` helper's ``main``: a project error is one line on
+    stderr and exit status 1, as the ``searchsmith`` command prints it, not a traceback."""
+    from searchsmith.models.errors import SearchsmithError
+
+    try:
+        return int(main() or 0)
+    except SearchsmithError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1

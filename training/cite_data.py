@@ -516,6 +516,7 @@ __all__ = [
 if __name__ == "__main__":  # pragma: no cover
     # Run through the package module: this file as __main__ is a second copy of it, whose
     # classes would not be the ones the recipe (imported by the config loader) uses.
+    from searchsmith.models.console import run_module_main
     from searchsmith.training.cite_data import main as _main
 
-    raise SystemExit(_main())
+    raise SystemExit(run_module_main(_main, "python -m searchsmith.training.cite_data"))

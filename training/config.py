@@ -162,6 +162,19 @@ def recipe_name(path: str | Path, data: dict[str, Any] | None = None) -> str:
     return name
 
 
+def shipped_recipe(path: str | Path) -> Path:
+    """``path``, or, when it does not exist here and names one of the repository's recipes
+    (``recipes/reader/minilm_full.yaml``, as the defaults and docs do), that recipe: the
+    helpers' default recipes work from any folder."""
+    p = Path(path)
+    if p.exists() or p.is_absolute() or not p.parts or p.parts[0] != "recipes":
+        return p
+    import searchsmith.models as pkg
+
+    shipped = Path(pkg.__file__).resolve().parents[1] / p
+    return shipped if shipped.is_file() else p
+
+
 def load_recipe_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """Read a recipe YAML, apply ``key=value`` overrides and build its registered config.
 
@@ -170,6 +183,7 @@ def load_recipe_config(path: str | Path, overrides: list[str] | tuple[str, ...] 
     """
     from searchsmith.training.registry import get_recipe
 
+    path = shipped_recipe(path)
     raw = dict(read_yaml(path))
     apply_overrides(raw, overrides)
     entry = get_recipe(recipe_name(path, raw))

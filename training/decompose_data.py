@@ -433,4 +433,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    from searchsmith.models.console import run_module_main
+
+    raise SystemExit(run_module_main(main, "python -m searchsmith.training.decompose_data"))

@@ -1387,4 +1387,6 @@ EVALUATORS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())
+    from searchsmith.models.console import run_module_main
+
+    raise SystemExit(run_module_main(_main, "python -m searchsmith.training.evaluate"))

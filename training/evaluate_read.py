@@ -166,4 +166,6 @@ __all__ = ["eval_read", "heldout_items", "item_json", "read_items", "read_report
            "write_eval"]
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())
+    from searchsmith.models.console import run_module_main
+
+    raise SystemExit(run_module_main(_main, "python -m searchsmith.training.evaluate_read"))

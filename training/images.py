@@ -528,7 +528,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())
+    from searchsmith.models.console import run_module_main
+
+    raise SystemExit(run_module_main(_main, "python -m searchsmith.training.images"))
 
 
 __all__ = [

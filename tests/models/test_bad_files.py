@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
@@ -230,3 +231,23 @@ def test_ask_refuses_a_question_with_a_lone_surrogate_before_loading(tmp_path, c
 
     assert main(["ask", "which port\udced?", "--index", str(tmp_path / "none")]) == 1
     assert "question: holds a lone surrogate (\\udced) at character 10" in capsys.readouterr().err
+
+
+def test_the_module_helpers_answer_errors_in_one_line_from_any_folder(tmp_path) -> None:
+    """`python -m searchsmith.training.evaluate_read write-eval` from outside the repository ended
+    in a ConfigError traceback (its default recipe path is relative)."""
+    import subprocess
+    import sys
+
+    from searchsmith.training.config import shipped_recipe
+
+    assert shipped_recipe("recipes/reader/minilm_full.yaml").is_file()  # found from any folder
+    assert shipped_recipe("recipes/none.yaml") == Path("recipes/none.yaml")  # not one of ours: as given
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("recipe: reader\nnot_a_key: 1\n")
+    for module, argv in (("searchsmith.training.evaluate_read", ["write-eval", "o.jsonl", "--recipe", str(bad)]),
+                         ("searchsmith.training.cite_data", ["--write-eval", "o.jsonl", "--recipe", str(bad)])):
+        done = subprocess.run([sys.executable, "-m", module, *argv], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert done.stderr.startswith(f"python -m {module}: error: "), done.stderr[-500:]
