@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,7 +196,8 @@ def iter_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
 
 
 def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data", *,
-               missing_hint: str | None = None, allow_empty: bool = False) -> list[dict[str, Any]]:
+               missing_hint: str | None = None, allow_empty: bool = False,
+               check: Callable[[dict[str, Any]], list[str]] | None = None) -> list[dict[str, Any]]:
     """Every record of a JSONL file, each checked to be an object with the ``required`` fields.
 
     Every bad line is reported at once (the first :data:`MAX_SHOWN_ERRORS` shown), each as
@@ -206,6 +207,8 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
         what: what the file is, for the messages (``"routing data"``, ``"--data"``).
         missing_hint: the fix named when the file does not exist.
         allow_empty: return ``[]`` for a file without records instead of raising.
+        check: a record's further problems (``"'sources' must be a list ..."``), each reported
+            at its ``file:line`` with the others.
 
     Raises:
         ConfigError: the file does not exist or is a folder.
@@ -213,10 +216,11 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
     """
     p = Path(path)
     out, errors = [], []
-    for _, rec, error in _lines(p, required, what, missing_hint):
+    for n, rec, error in _lines(p, required, what, missing_hint):
         if rec is None:
             errors.append(error)
         else:
+            errors.extend(f"{p}:{n}: {problem}" for problem in (check(rec) if check is not None else ()))
             out.append(rec)
     if len(errors) == 1:
         raise ValidationError(errors[0])

@@ -24,7 +24,7 @@ import numpy as np
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.intervals import attach_intervals, bootstrap_info
 from searchsmith.models.io import write_jsonl_atomic
-from searchsmith.models.jsonl import iter_jsonl, read_jsonl
+from searchsmith.models.jsonl import read_jsonl
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.tasks import TASKS
 from searchsmith.models.text import answer_tokens, token_f1
@@ -60,15 +60,11 @@ def read_checked(path: str | Path, fields: dict[str, tuple[Callable[[Any], bool]
         ConfigError / ValidationError: as :func:`~searchsmith.models.jsonl.read_jsonl`, and for a
             field of the wrong type.
     """
-    items = read_jsonl(path, required, what)
-    errors = []
-    for n, rec in iter_jsonl(path, required, what):  # the same records, with their line numbers
-        for name, (ok, want) in fields.items():
-            if name in rec and not ok(rec[name]):
-                errors.append(f"{path}:{n}: {name!r} must be {want}, got {rec[name]!r:.60}")
-    if errors:
-        raise ValidationError("; ".join(errors[:20]) + (f"; and {len(errors) - 20} more" if len(errors) > 20 else ""))
-    return items
+    def problems(rec: dict[str, Any]) -> list[str]:
+        return [f"{name!r} must be {want}, got {rec[name]!r:.60}" for name, (ok, want) in fields.items()
+                if name in rec and not ok(rec[name])]
+
+    return read_jsonl(path, required, what, check=problems)
 
 
 def route_metrics(ranked: list[str], gold: list[str], k: int) -> dict[str, float]:
