@@ -1,9 +1,11 @@
-"""ASGI wrappers of the server: request metrics, the body limit, and routes that answer their
-own errors (:func:`on_error`, the app's one exception handler)."""
+"""ASGI wrappers of the server: request metrics, the body limit (and the work of a client that
+leaves, dropped), and routes that answer their own errors (:func:`on_error`, the app's one
+exception handler)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +18,10 @@ from searchsmith.models.errors import PayloadTooLargeError, RequestTimeoutError,
 from searchsmith.serving.http_errors import error_response, with_param
 from searchsmith.serving.schemas import too_deep_body, undecodable_body
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+#: The status a request is counted under when its client left before the answer was sent
+#: (nginx's "client closed request"; never sent: there is nobody to send it to)
+CLIENT_CLOSED_REQUEST = 499
 
 
 class RequestMetrics:
@@ -45,6 +51,9 @@ class RequestMetrics:
 
         try:
             await self.app(scope, receive, send_status)
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED_REQUEST  # BodyLimit cancels the work of a client that left
+            raise
         finally:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
@@ -57,6 +66,10 @@ class BodyLimit:
     connection and no worker for longer).
 
     Counts the bytes actually received, so a missing or lying Content-Length does not help.
+
+    Once the body is in, it listens for the client to leave: a client that disconnects before
+    its answer is sent has the request's work cancelled (:func:`answer_while_connected`), so a
+    request still waiting in a model's queue is dropped there instead of run for nobody.
     """
 
     def __init__(self, app: Any, max_bytes: int, timeout_s: float | None = None) -> None:
@@ -91,7 +104,7 @@ class BodyLimit:
                     "(server.request_timeout_s); send the whole body at once"))(scope, receive, send)
                 return
             if message["type"] != "http.request":
-                break  # client went away; the app sees an empty body and the send fails
+                return  # the client went away before its body was in: nothing to answer
             chunks.append(message.get("body", b""))
             total += len(chunks[-1])
             if total > self.max_bytes:
@@ -99,17 +112,57 @@ class BodyLimit:
                 return
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
+        await answer_while_connected(self.app, scope, b"".join(chunks), receive, send)
 
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+async def answer_while_connected(app: Any, scope: dict, body: bytes, receive: Callable, send: Callable) -> None:
+    """Run ``app`` on a request whose whole ``body`` has been read, cancelling it if the client
+    disconnects before the response's last byte is sent.
+
+    One task reads ``receive`` from here on; the app's own later ``receive()`` calls (a
+    streaming response listening for the disconnect) wait for what it sees. Cancelling the
+    app's task cancels the endpoint's awaits: the Futures of items still queued in a batcher
+    are cancelled and the batcher drops them (``serving/routes.py: _gather``); a batch already
+    running finishes in its worker, as a thread cannot be stopped. Once the response is
+    complete the app runs to its end (background tasks included) whatever the client does.
+    """
+    gone = asyncio.Event()
+    replayed = False
+    complete = False
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass  # nothing else comes after a complete body
+        gone.set()
+
+    async def replay() -> dict:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send_tracked(message: dict) -> None:
+        nonlocal complete
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            complete = True  # before sending: the server may report the disconnect at once
+        await send(message)
+
+    work = asyncio.ensure_future(app(scope, replay, send_tracked))
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done() and not complete:  # the client left first: stop its work
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            return
+        await work
+    finally:
+        watcher.cancel()
+        if not work.done():  # this task itself was cancelled (shutdown)
+            work.cancel()
 
 
 async def on_error(request: Request, exc: Exception) -> JSONResponse:

@@ -1,0 +1,161 @@
+"""A client that disconnects before its answer has its request's work dropped: over a real
+socket to a real uvicorn server, a request still waiting in a model's queue when its client
+leaves is never run, and it is counted under status 499 (client closed request)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import pytest
+from searchsmith.serving.batcher import BatcherConfig
+from searchsmith.serving.index import Index
+from searchsmith.serving.limits import ServerLimits
+from searchsmith.serving.router import CentroidRouter, RouterConfig
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(what: str, cond, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+class _Gated:
+    """A router whose every call waits for ``gate``; records the queries it answered."""
+
+    def __init__(self, router) -> None:
+        self.router, self.gate, self.queries = router, threading.Event(), []
+
+    def route(self, query, *args):
+        self.queries.append(query)
+        self.gate.wait(10)
+        return self.router.route(query, *args)
+
+    def close(self) -> None:
+        self.router.close()
+
+
+@pytest.fixture
+def server(embedder, small_index):
+    import uvicorn
+    from searchsmith.serving.http import create_app
+
+    gated = _Gated(CentroidRouter(Index.load(small_index), embedder, RouterConfig(top_k=3)))
+    cfg = ServerLimits(calls=BatcherConfig(max_batch_size=1, max_queue=4, max_wait_ms=0))
+    app = create_app(cfg, embedder=embedder, router=gated)
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    _wait("the server to start", lambda: srv.started, 30)
+    try:
+        yield app, port, gated
+    finally:
+        gated.gate.set()
+        srv.should_exit = True
+        thread.join(timeout=30)
+
+
+def _post_raw(port: int, path: str, payload: dict) -> socket.socket:
+    body = json.dumps(payload).encode()
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return sock
+
+
+def test_a_queued_request_whose_client_left_is_never_run(server) -> None:
+    import httpx
+
+    app, port, gated = server
+    gate = app.state.serving.gates["route"]
+    result: dict = {}
+
+    def first() -> None:
+        result["first"] = httpx.post(f"http://127.0.0.1:{port}/v1/route", json={"query": "bread"}, timeout=30)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    _wait("the first call to start", lambda: gated.queries == ["bread"])
+    gone = _post_raw(port, "/v1/route", {"query": "left before its answer"})
+    _wait("the second call to be queued", lambda: gate.stats()["queue_depth"] == 1)
+    gone.close()  # the client leaves while its request waits in the queue
+    # the server sees the disconnect and cancels the request's work: its Future in the queue
+    _wait("the left request to be cancelled", lambda: b'status="499"' in app.state.serving.metrics.render())
+    kept = _post_raw(port, "/v1/route", {"query": "rings"})  # a client that waits, queued after it
+    _wait("the third call to be queued", lambda: gate.stats()["queue_depth"] >= 1)
+    gated.gate.set()
+    worker.join(30)
+    assert result["first"].status_code == 200
+    kept.settimeout(30)
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += kept.recv(4096)
+    kept.close()
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+    _wait("the queue to drain", lambda: gate.stats()["queue_depth"] == 0)
+    # the request of the client that left was dropped from the queue, never routed
+    assert gated.queries == ["bread", "rings"]
+    assert gate.stats()["items_cancelled"] >= 1
+
+
+def test_a_complete_answer_is_not_cancelled_by_the_client_leaving_after_it() -> None:
+    """Once the response's last byte is sent, the app runs to its end (its background work)."""
+    from searchsmith.serving.middleware import answer_while_connected
+
+    finished = []
+    sent: list[dict] = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+        await asyncio.sleep(0.05)  # background work after the answer
+        finished.append(True)
+
+    async def receive():
+        return {"type": "http.disconnect"}  # the client is gone at once
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(answer_while_connected(app, {"type": "http"}, b"", receive, send))
+    assert finished == [True] and sent[-1]["body"] == b"ok"
+
+
+def test_the_app_reads_its_body_then_waits_for_the_disconnect() -> None:
+    from searchsmith.serving.middleware import answer_while_connected
+
+    seen: list[dict] = []
+    left = asyncio.Event()
+
+    async def app(scope, receive, send):
+        seen.append(await receive())
+        seen.append(await receive())  # a streaming response listening for the client to leave
+
+    async def receive():
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        raise AssertionError("nothing is sent")
+
+    async def run() -> None:
+        task = asyncio.ensure_future(answer_while_connected(app, {"type": "http"}, b'{"a": 1}', receive, send))
+        await asyncio.sleep(0.05)
+        assert seen == [{"type": "http.request", "body": b'{"a": 1}', "more_body": False}]
+        left.set()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(run())
+    # the app's second receive() returned only once the client left (or it was cancelled first)
+    assert seen[1:] in ([], [{"type": "http.disconnect"}])
