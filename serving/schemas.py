@@ -243,7 +243,10 @@ class SearchRequest(RequestBody):
     preset: str | None = None
     strategy: Literal["direct", "parallel", "planning"] | None = None
     routing_mode: Literal["serial", "parallel", "auto"] | None = None
-    query_id: str | None = Field(default=None, min_length=1, max_length=128)
+    query_id: str | None = Field(
+        default=None, min_length=1, max_length=128,
+        description="the id /v1/feedback rewards this answer by (a fresh one when left out); one "
+                    "still waiting for its feedback is refused (422), as a second answer would take it over")
     stream: bool = False
 
 

@@ -206,6 +206,11 @@ class Pipeline:
             raise ValidationError(f"strategy: expected one of {list(STRATEGIES)}, got {strategy!r}")
         if routing_mode is not None and routing_mode not in ("serial", "parallel", "auto"):
             raise ValidationError(f"routing_mode: expected serial, parallel or auto, got {routing_mode!r}")
+        if query_id is not None and self.protocol is not None and self.protocol.is_pending(query_id):
+            raise ValidationError(
+                f"query_id: {query_id!r} is still waiting for the feedback on an earlier answer, which a "
+                "second answer would take over; send a new query_id with each question, or send that "
+                "answer's feedback first (POST /v1/feedback)")
         features = task_features(query, turns)
         name, chosen = self._preset(preset, features)
         state = PipelineState(query=query, history=turns, query_id=query_id or uuid.uuid4().hex, preset_name=name,
@@ -239,8 +244,9 @@ class Pipeline:
         c = self.config.cost
         tr.cost = (c.per_second * tr.total_ms / 1e3 + c.per_1k_tokens * (tr.tokens_in + tr.tokens_out) / 1e3
                    + c.per_model_call * tr.model_calls)
-        if self.protocol is not None:
-            self.protocol.remember(state.query_id, name, features, tr.cost)
+        if self.protocol is not None and not self.protocol.remember(state.query_id, name, features, tr.cost):
+            tr.note(f"protocol: query_id {state.query_id!r} was given to another answer meanwhile; "
+                    "feedback with it rewards that one")
         return self.answer_dict(state, features, self.gates)
 
     def feedback(self, query_id: str, quality: float) -> Feedback:

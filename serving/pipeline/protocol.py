@@ -102,12 +102,23 @@ class LinUCBRouter:
         scores = self.ucb(x)
         return max(self.arms, key=lambda a: (scores[a], -self.arms.index(a)))
 
-    def remember(self, query_id: str, arm: str, x: np.ndarray, cost: float) -> None:
-        """Keep a choice until its feedback arrives (the oldest are forgotten past max_pending)."""
+    def is_pending(self, query_id: str) -> bool:
+        """Whether an answer with ``query_id`` is still waiting for its feedback."""
         with self._lock:
+            return query_id in self._pending
+
+    def remember(self, query_id: str, arm: str, x: np.ndarray, cost: float) -> bool:
+        """Keep a choice until its feedback arrives (the oldest are forgotten past max_pending).
+
+        An id already waiting keeps its first choice (two answers given the same id at once):
+        its feedback rewards the choice it was sent for. Returns False then, True when kept."""
+        with self._lock:
+            if query_id in self._pending:
+                return False
             self._pending[query_id] = (arm, np.asarray(x, dtype=np.float64), float(cost))
             while len(self._pending) > self.config.max_pending:
                 self._pending.popitem(last=False)
+        return True
 
     def update(self, arm: str, x: np.ndarray, reward: float) -> None:
         """Rank-one update of ``arm`` with features ``x`` and ``reward``."""

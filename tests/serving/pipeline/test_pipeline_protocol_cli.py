@@ -115,6 +115,25 @@ def test_pipeline_protocol_chooses_and_learns(make_pipeline, tmp_path):
     assert (tmp_path / "b.json").is_file()
 
 
+def test_a_query_id_waiting_for_feedback_is_not_taken_by_another_answer(make_pipeline):
+    """A second answer with the same query_id replaced the first one's pending choice, so the
+    feedback meant for the first answer rewarded the second's preset and features."""
+    pipe = make_pipeline(protocol={"enabled": True, "default_preset": "large"})
+    first = pipe.ask("Which planet is the largest?", query_id="q1", preset="turbo")
+    with pytest.raises(ValidationError, match="query_id: 'q1' is still waiting for the feedback"):
+        pipe.ask("How long should I knead bread dough?", query_id="q1", preset="large")
+    assert pipe.feedback("q1", 0.8)["preset"] == first["trace"]["preset"] == "turbo"
+    again = pipe.ask("How long should I knead bread dough?", query_id="q1", preset="large")  # rewarded: free
+    assert pipe.feedback("q1", 0.5)["preset"] == again["trace"]["preset"] == "large"
+
+
+def test_two_answers_given_one_id_at_once_keep_the_first_choice():
+    router = LinUCBRouter(["a", "b"], ProtocolConfig())
+    assert router.remember("q", "a", np.ones(DIM), 0.0) is True
+    assert router.remember("q", "b", np.ones(DIM), 0.0) is False
+    assert router.feedback("q", 1.0)["preset"] == "a"
+
+
 def test_protocol_switched_off(make_pipeline):
     pipe = make_pipeline()
     ans = pipe.ask("Which planet is the largest?", query_id="q")
