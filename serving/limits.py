@@ -72,6 +72,11 @@ class ServerLimits:
         stream_chunk_chars: characters of answer text per Server-Sent Event of /v1/search.
         embeddings_model: the name and aliases of the /v1/embeddings model (``model``).
         rerank_model: the name and aliases of the /v1/rerank model.
+        max_header_bytes: most bytes of a request's line and headers; more get 431 and the
+            connection is closed (uvicorn's httptools parser sets no limit of its own).
+        header_timeout_s: longest time a request's line and headers may take to arrive from
+            its first byte (or from the connection's opening); past it 408 and the connection
+            is closed, so clients that trickle headers (slowloris) hold no connection for long.
         ui: serve the answer page at ``/`` (static files of the package: a question box,
             the answer streamed with its citations, timeline, images and trace); false
             turns it off (``/`` is then 404). The page needs no key to load; its requests
@@ -97,13 +102,15 @@ class ServerLimits:
     stream_chunk_chars: int = 64
     embeddings_model: ServedModel = field(default_factory=ServedModel)
     rerank_model: ServedModel = field(default_factory=ServedModel)
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 30.0
     ui: bool = True
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         for name in ("max_body_bytes", "max_texts_per_request", "max_input_chars", "max_documents_per_request",
                      "max_pairs_per_request", "max_images_per_request", "max_image_bytes", "max_image_pixels",
-                     "stream_chunk_chars"):
+                     "stream_chunk_chars", "max_header_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.append(f"{name}: expected an int >= 1, got {value!r}")
@@ -132,8 +139,9 @@ class ServerLimits:
                     or not all(isinstance(a, str) and a.strip() for a in served.aliases)):
                 problems.append(f"{name}: name must be a non-empty string or null and aliases a list of "
                                 f"non-empty strings, got name={served.name!r}, aliases={served.aliases!r}")
-        t = self.request_timeout_s
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-            problems.append(f"request_timeout_s: expected a finite number > 0, got {t!r}")
+        for name in ("request_timeout_s", "header_timeout_s"):
+            t = getattr(self, name)
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+                problems.append(f"{name}: expected a finite number > 0, got {t!r}")
         if problems:
             raise ConfigError("server config: " + "; ".join(problems))

@@ -212,7 +212,9 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ConfigError("--replicas: only with --ray (one uvicorn process serves one replica)")
     check_port(args.host, args.port)
     import uvicorn
+    from searchsmith.serving.http_protocol import guarded_protocol
 
     cfg, app = build_app(args, background=True)
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=int(cfg.server.request_timeout_s))
+    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=int(cfg.server.request_timeout_s),
+                http=guarded_protocol(cfg.server.max_header_bytes, cfg.server.header_timeout_s))
     return 0

@@ -1,0 +1,124 @@
+"""uvicorn's httptools HTTP/1.1 protocol with the two limits it lacks: the size of a request's
+line and headers, and the time they may take to arrive.
+
+uvicorn bounds the idle time between keep-alive requests, and its h11 parser bounds an
+incomplete event's size, but with httptools (the parser this package installs) a client may
+send headers of any size (a 100 MB header was accepted and held in memory) and may send them as
+slowly as it likes (a connection whose headers never end stayed open for good): a few hundred
+such clients hold every file descriptor of the server. :func:`guarded_protocol` returns the
+protocol class ``uvicorn.run(..., http=...)`` takes, with ``server.max_header_bytes`` (431
+past it) and ``server.header_timeout_s`` (408 past it); both answers close the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """:class:`HttpToolsProtocol` with a header size and a header time limit (module docstring).
+
+    The limits are class attributes; :func:`guarded_protocol` makes a subclass with a server's.
+    """
+
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 30.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_bytes = 0
+        self._in_head = False  # between a request's first byte and the end of its headers
+        self._refused = False
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._arm_header_timer()  # a connection that sends nothing is closed too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+
+    def _disarm_header_timer(self) -> None:
+        if getattr(self, "_header_timer", None) is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing():
+            return
+        if self._in_head:
+            self._refuse(408, f"headers: the request's line and headers did not all arrive within "
+                              f"{self.header_timeout_s:g} s (server.header_timeout_s); send them at once")
+        else:
+            self.transport.close()  # nothing of a request came: close quietly, like keep-alive
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:  # the parser stopped because this protocol refused the request
+            super().send_400_response(msg)
+
+    # parser callbacks
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._in_head = True
+        if self._header_timer is None:
+            self._arm_header_timer()  # the next request on a keep-alive connection
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)  # "name: value\r\n"
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def _count(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > self.max_header_bytes:
+            self._refuse(431, f"headers: over {self.max_header_bytes} bytes of request line and headers, "
+                              f"the limit (server.max_header_bytes); send shorter headers or a shorter URL")
+            raise httptools.HttpParserError("request headers over server.max_header_bytes")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` with an OpenAI-shaped error body and close the connection."""
+        self._refused = True
+        self._disarm_header_timer()
+        kind = "too_large" if status == 431 else "request_timeout"
+        body = json.dumps({"error": {"message": message, "type": kind, "param": "headers", "code": None}}).encode()
+        self.logger.warning("%s: %s", status, message)
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
+        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body),
+                 b"connection: close\r\n\r\n"]
+        if not self.transport.is_closing():
+            self.transport.write(b"".join(head) + body)
+            self.transport.close()
+
+
+def guarded_protocol(max_header_bytes: int, header_timeout_s: float) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class for ``uvicorn.run(app, http=...)`` with a server's header limits."""
+    attrs: dict[str, Any] = {"max_header_bytes": int(max_header_bytes), "header_timeout_s": float(header_timeout_s)}
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), attrs)
+
+
+__all__ = ["GuardedHttpToolsProtocol", "guarded_protocol"]

@@ -1,0 +1,107 @@
+"""The server's header limits over a real socket (uvicorn with the guarded httptools protocol):
+headers over ``server.max_header_bytes`` get 431, headers that do not all arrive within
+``server.header_timeout_s`` get 408, an idle connection is closed; normal requests, keep-alive
+and pipelining are unchanged. Without these, a 100 MB header was accepted and a connection whose
+headers never ended stayed open for good (probed 2026-12-06)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving.limits import ServerLimits
+
+
+@pytest.fixture(scope="module")
+def port():
+    import uvicorn
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.http_protocol import guarded_protocol
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(ServerLimits()), host="127.0.0.1", port=port,
+                                           log_level="error", http=guarded_protocol(4096, 1.0)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield port
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def _read_all(sock: socket.socket, timeout_s: float = 10.0) -> bytes:
+    sock.settimeout(timeout_s)
+    out = b""
+    while True:
+        try:
+            part = sock.recv(65536)
+        except TimeoutError:
+            raise AssertionError(f"the server kept the connection open; read so far: {out[:200]!r}") from None
+        if not part:
+            return out
+        out += part
+
+
+def _error(reply: bytes, status: int) -> dict:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status), reply[:300]
+    assert b"connection: close" in head.lower()
+    return json.loads(body)["error"]
+
+
+def test_headers_over_the_limit_get_431_and_the_connection_closes(port) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+        err = _error(_read_all(c), 431)
+    assert "server.max_header_bytes" in err["message"] and "4096" in err["message"] and err["param"] == "headers"
+
+
+def test_a_long_url_counts_too(port) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(b"GET /health?" + b"q" * 8000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        _error(_read_all(c), 431)
+
+
+def test_headers_that_trickle_past_the_timeout_get_408(port) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and the blank line never comes
+        started = time.monotonic()
+        err = _error(_read_all(c), 408)
+        assert time.monotonic() - started < 5
+    assert "server.header_timeout_s" in err["message"]
+
+
+def test_a_connection_that_sends_nothing_is_closed(port) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        assert _read_all(c) == b""  # closed quietly after the timeout
+
+
+def test_normal_keep_alive_and_pipelined_requests_are_unchanged(port) -> None:
+    one = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.settimeout(10)
+        c.sendall(one)
+        assert c.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(1.5)  # longer than the header timeout, between requests: keep-alive's business
+        c.sendall(one + one)  # two pipelined requests
+        got = b""
+        while got.count(b"HTTP/1.1 200") < 2:
+            part = c.recv(65536)
+            assert part, got
+            got += part
+
+
+def test_the_limits_are_checked() -> None:
+    with pytest.raises(ConfigError, match="max_header_bytes: expected an int >= 1"):
+        ServerLimits(max_header_bytes=0)
+    with pytest.raises(ConfigError, match="header_timeout_s: expected a finite number > 0"):
+        ServerLimits(header_timeout_s=float("inf"))
