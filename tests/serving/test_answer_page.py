@@ -495,6 +495,37 @@ def test_a_readers_short_answer_is_shown_once_with_its_citation(browser, server,
     assert "ended before the server finished" in turn.find_element(By.CSS_SELECTOR, ".error").text
 
 
+def test_only_web_addresses_become_links_in_the_references(browser, server, console) -> None:
+    """A document's url comes from the user's corpus as any string: a ``javascript:`` one was
+    made a link (the page's CSP blocks it from running; the page no longer relies on that)."""
+    d = browser
+    open_page(d, server, console)
+    refs = [{"n": 1, "doc_id": "a", "chunk_id": "a#0", "title": "Evil", "source": "s", "score": 0.9,
+             "url": "javascript:alert(document.domain)", "text": "Quarry is a vector database."},
+            {"n": 2, "doc_id": "b", "chunk_id": "b#0", "title": "Docs", "source": "s", "score": 0.8,
+             "url": "https://docs.example.com/quarry", "text": "Quarry is written in Rust."},
+            {"n": 3, "doc_id": "c", "chunk_id": "c#0", "title": "Local", "source": "s", "score": 0.7,
+             "url": "file:///etc/passwd", "text": "Quarry listens on port 7420."}]
+    cites = [{"text": f"Sentence {r['n']}.", "entities": [],
+              "citations": [{"n": r["n"], "score": r["score"], "chunk_id": r["chunk_id"], "quote": r["text"]}]}
+             for r in refs]
+    transcript = _sse(
+        ("answer", {"delta": "Sentence 1. Sentence 2. Sentence 3."}),
+        ("citations", {"answer": "Sentence 1 [1]. Sentence 2 [2]. Sentence 3 [3].", "short_answer": "",
+                       "support": [], "references": refs, "sentences": cites}),
+        ("timeline", {"timeline": []}), ("images", {"images": []}),
+        ("trace", {"query_id": "u1", "query": "What is Quarry?", "rewrite": "What is Quarry?",
+                   "nodes": [], "passages": [], "trace": {"stages": {}}})) + "data: [DONE]\n\n"
+    turn = d.find_element(By.ID, d.execute_script("return window.searchsmithPage.replay('What is Quarry?', arguments[0])",
+                                                  transcript))
+    items = turn.find_elements(By.CSS_SELECTOR, ".reference-list li")
+    assert len(items) == 3
+    assert [a.get_attribute("href") for a in turn.find_elements(By.CSS_SELECTOR, ".reference-list a")] == [
+        "https://docs.example.com/quarry"]
+    assert "Evil (javascript:alert(document.domain))" in items[0].text
+    assert "Local (file:///etc/passwd)" in items[2].text
+
+
 def test_server_errors_are_shown_not_a_blank_page(browser, server, console, shots) -> None:
     d = browser
     open_page(d, server, console)

@@ -345,9 +345,12 @@
       const list = el("ol", { class: "reference-list" });
       for (const r of refs.values()) {
         const title = r.title || r.doc_id;
-        const head = r.url
+        // only a web address becomes a link: a corpus may carry any string as a document's url
+        // ("javascript:...", "file:///..."), shown then as text after the title
+        const web = typeof r.url === "string" && /^https?:\/\//i.test(r.url);
+        const head = web
           ? el("a", { href: r.url, target: "_blank", rel: "noopener noreferrer" }, title)
-          : el("span", { class: "ref-title" }, title);
+          : el("span", { class: "ref-title", title: r.url || "" }, r.url ? `${title} (${r.url})` : title);
         list.append(el("li", { id: `${turn.id}-ref-${r.n}`, value: r.n, "data-n": r.n },
           head, " ", el("span", { class: "badge" }, r.source || ""),
           el("span", { class: "ref-score" }, ` score ${fmtScore(r.score)}`)));
