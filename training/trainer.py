@@ -462,6 +462,9 @@ def train(
     history: list[dict[str, float]] = []
     eval_history: list[dict[str, float]] = []
     resumed_from = None
+    # each change of config a --force resume made: {"at_step", "from_config_hash", "to_config_hash"};
+    # kept in the checkpoints and written to run.json, which otherwise shows the last config only
+    config_changes: list[dict[str, Any]] = []
     rng_to_restore = None
     if is_main:
         remove_stale_temp_checkpoints(run_dir)
@@ -482,6 +485,13 @@ def train(
         rng_to_restore = parts["rng"]
         step, epoch, pos = state["step"], state["epoch"], state["batch_in_epoch"]
         history, eval_history = state.get("history", []), state.get("eval_history", [])
+        config_changes = list(state.get("config_changes", []))
+        if state.get("config_hash") != cfg_hash:  # --force: continued under another config
+            config_changes.append({"at_step": step, "from_config_hash": state.get("config_hash"),
+                                   "to_config_hash": cfg_hash})
+            if is_main:
+                print(f"{run_dir}: continuing {ckpt.name} under a changed config (--force); "
+                      "run.json records the change (config_changes)", flush=True)
         resumed_from = step
         if is_main:
             print(f"resuming {run_dir} from {ckpt.name} (step {step})", flush=True)
@@ -501,7 +511,7 @@ def train(
         # state.json last: its presence marks a complete checkpoint.
         write_json_atomic(tmp / "state.json", {
             "step": step, "epoch": epoch, "batch_in_epoch": pos, "config_hash": cfg_hash,
-            "history": history, "eval_history": eval_history,
+            "history": history, "eval_history": eval_history, "config_changes": config_changes,
         })
         replace_dir(tmp, final)
         done = sorted((int(CHECKPOINT_RE.match(p.name).group(1)), p) for p in ckpt_root.iterdir()
@@ -610,7 +620,8 @@ def train(
     plain = merged_model(accelerator.unwrap_model(model))
     save_model(plain, tokenizer, run_dir / "model")
     write_json_atomic(run_dir / "run.json", {**dict(run_info or {}), "config": to_dict(cfg),
-                                             "config_hash": cfg_hash, "steps": step})
+                                             "config_hash": cfg_hash, "steps": step,
+                                             **({"config_changes": config_changes} if config_changes else {})})
     accelerator.wait_for_everyone()  # the other processes wait for these files (see above)
     return TrainResult(run_dir, plain, step, final, history, eval_history, resumed_from)
 

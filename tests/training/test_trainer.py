@@ -155,6 +155,18 @@ def test_resume_with_changed_config_is_refused_unless_forced(tmp_path: Path) -> 
         train(_model(), _loss, _batches, _cfg(lr=5.0e-2), tmp_path)
     res = train(_model(), _loss, _batches, _cfg(lr=5.0e-2), tmp_path, force=True)
     assert res.resumed_from_step == 2 and res.step == 6
+    # run.json shows the last config, and that the first steps ran under another
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["config"]["optim"]["lr"] == 5.0e-2
+    assert [c["at_step"] for c in run["config_changes"]] == [2]
+    assert run["config_changes"][0]["to_config_hash"] == run["config_hash"] != run["config_changes"][0]["from_config_hash"]
+
+
+def test_an_unchanged_resume_records_no_config_change(tmp_path: Path) -> None:
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(2))
+    train(_model(), _loss, _batches, _cfg(), tmp_path)
+    assert "config_changes" not in json.loads((tmp_path / "run.json").read_text())
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
