@@ -236,7 +236,8 @@ tasks, their --data and their model:
              drives (BM25 over the turns' passages, + --corpus JSONL distractors): nDCG@10
              of the model's rewrite, the raw query and the manual rewrite
   decompose  JSONL {"query", "type": "terminal|chain|split", "nodes": [{"id","text",
-             "depends_on": [ids]}]}; a 'decompose' model
+             "depends_on": [ids]}], "origin"?: "break:HOTPOT" ...}; a 'decompose' model;
+             with origins, by_origin gives each set's figures and "break" Break's together
   cite       JSONL {"sentence", "documents": [{"id","text"}], "cited": [ids],
              "entities"?: [[start, end, label]]}; a 'cite' model
   read       JSONL {"id", "question", "answers": [str], "passages": [{"title","text"} | str],

@@ -336,7 +336,10 @@ def _write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 def to_decomposition_record(ex: dict[str, Any]) -> dict[str, Any]:
     """An example as a record of the "decompose" format of ``searchsmith eval --help``."""
     graph = ex["graph"]
-    return {"query": ex["query"], "type": graph["type"], "nodes": graph["nodes"]}
+    rec = {"query": ex["query"], "type": graph["type"], "nodes": graph["nodes"]}
+    if ex.get("origin"):  # the set it comes from ("break:HOTPOT", "musique" ...): eval decompose's by_origin
+        rec["origin"] = ex["origin"]
+    return rec
 
 
 def to_rewrite_record(ex: dict[str, Any]) -> dict[str, Any]:
@@ -376,6 +379,9 @@ def read_decomposition_eval(path: str | Path) -> list[dict[str, Any]]:
             QDG.from_json({"type": r.get("type"), "nodes": r.get("nodes")})
         except ValueError as exc:
             raise ConfigError(f"--data {path}:{i}: {exc}") from None
+        if "origin" in r and not (isinstance(r["origin"], str) and r["origin"].strip()):
+            raise ConfigError(f"--data {path}:{i}: 'origin' must be a non-empty string (the set the question "
+                              "comes from, e.g. \"break:HOTPOT\"), or left out")
     return rows
 
 

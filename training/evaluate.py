@@ -1189,7 +1189,8 @@ def eval_decompose(args: argparse.Namespace) -> dict[str, Any]:
         rows = rows[: args.limit]
     em = load_eval_model("decompose", args)
     items = [{"id": r.get("id", n), "task": "decompose", "query": r["query"],
-              "graph": QDG.from_json({"type": r["type"], "nodes": r["nodes"]}).to_json()}
+              "graph": QDG.from_json({"type": r["type"], "nodes": r["nodes"]}).to_json(),
+              **({"origin": r["origin"]} if r.get("origin") else {})}
              for n, r in enumerate(rows)]
     per_item: list[dict[str, Any]] = []
     with progress_bar("eval decompose", len(items)) as bar:
@@ -1217,8 +1218,40 @@ def eval_decompose(args: argparse.Namespace) -> dict[str, Any]:
         "decompose_sari / _em / _normalized_em / _ged: the earlier approximations (lower-cased SARI; GED node "
         "similarity of difflib over tokens without articles, punctuation or reference numbers), kept for "
         "comparison with recorded runs. *_one_node: the question kept as one node.")
+    origins = [it.get("origin") for it in items]
+    if per_item and any(origins):
+        for row, origin in zip(per_item, origins, strict=True):
+            row["origin"] = origin or "unknown"
+        metrics["by_origin"] = figures_by_origin(per_item)
     _write_per_item(getattr(args, "per_item", None), per_item)
     return with_bootstrap(metrics, per_item)
+
+
+# the figures eval decompose reports for each origin of its items (by_origin)
+ORIGIN_FIGURES = ("decompose_break_sari", "decompose_break_ged", "decompose_break_normalized_em",
+                  "decompose_node_f1", "decompose_break_sari_one_node", "decompose_break_ged_one_node",
+                  "decompose_node_f1_one_node")
+
+
+def figures_by_origin(per_item: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Means of :data:`ORIGIN_FIGURES` per item ``origin`` (``n`` the items), and ``break``: every
+    Break question together (origins ``break:<its source dataset>``). Issue 17 sets Break's SARI
+    and GED targets on Break's own questions, which a pooled held-out split mixes with MuSiQue's
+    and StrategyQA's (written as questions, not as Break's copy-based steps)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in per_item:
+        origin = str(row.get("origin") or "unknown")
+        groups.setdefault(origin, []).append(row)
+        if origin.startswith("break:"):
+            groups.setdefault("break", []).append(row)
+    out: dict[str, dict[str, float]] = {}
+    for origin, rows in sorted(groups.items()):
+        out[origin] = {"n": len(rows)}
+        for key in ORIGIN_FIGURES:
+            have = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+            if have:
+                out[origin][key] = round(sum(have) / len(have), 4)
+    return out
 
 
 def _write_per_item(path: str | None, rows: list[dict[str, Any]]) -> None:

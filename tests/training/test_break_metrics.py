@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from searchsmith.models.errors import ValidationError
+from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.qdg import QDG
 from searchsmith.training import evaluate as ev
 from searchsmith.training.break_metrics import (
@@ -282,6 +282,39 @@ def test_eval_decompose_reports_breaks_metrics_for_the_model_and_the_one_node_ba
                 "decompose_break_sari", "decompose_break_ged", "decompose_break_normalized_em"):
         assert key in out and f"{key}_ci95" in out
     assert "decompose_break_*" in out["break_metrics"]
+
+
+def test_eval_decompose_reports_each_origin_and_breaks_own_questions_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17's Break targets are on Break's questions; a held-out split mixes in MuSiQue's."""
+    data = tmp_path / "d.jsonl"
+    rows = [{**CHAIN, "origin": "break:HOTPOT"}, {**TITLE, "origin": "break:DROP"},
+            {**TITLE, "query": TITLE["query"] + " then", "origin": "musique"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    model = GoldOrQuestion({CHAIN["query"]: CHAIN})
+    monkeypatch.setattr(ev, "load_eval_model", lambda task, args, required=True: ev.EvalModel(model, task, "fake"))
+    per_item = tmp_path / "p.jsonl"
+    out = ev.eval_decompose(Namespace(data=str(data), limit=0, per_item=str(per_item)))
+    by = out["by_origin"]
+    assert set(by) == {"break", "break:HOTPOT", "break:DROP", "musique"}
+    assert [by[k]["n"] for k in ("break", "break:HOTPOT", "break:DROP", "musique")] == [2, 1, 1, 1]
+    assert by["break:HOTPOT"]["decompose_break_sari"] == 1.0 and by["break:HOTPOT"]["decompose_break_ged"] == 0.0
+    items = [json.loads(x) for x in per_item.read_text(encoding="utf-8").splitlines()]
+    assert by["break"]["decompose_break_sari"] == pytest.approx(
+        round((items[0]["decompose_break_sari"] + items[1]["decompose_break_sari"]) / 2, 4))
+    assert [r["origin"] for r in items] == ["break:HOTPOT", "break:DROP", "musique"]
+    # without origins the figures are pooled only, as before
+    data.write_text("".join(json.dumps(r) + "\n" for r in [CHAIN, TITLE]), encoding="utf-8")
+    assert "by_origin" not in ev.eval_decompose(Namespace(data=str(data), limit=0, per_item=None))
+
+
+def test_a_bad_origin_is_refused_naming_the_line(tmp_path: Path) -> None:
+    from searchsmith.training.decompose_data import read_decomposition_eval
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(CHAIN) + "\n" + json.dumps({**CHAIN, "origin": 3}) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"d.jsonl:2: 'origin' must be a non-empty string"):
+        read_decomposition_eval(data)
 
 
 SHARED_BREAK = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "break_qdmr" / "dev.jsonl"
