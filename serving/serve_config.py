@@ -37,7 +37,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_dict
 from searchsmith.models.errors import ConfigError
@@ -60,7 +60,7 @@ QUICKSTART_INDEX = "indexes/demo"
 
 
 @dataclass(frozen=True)
-class ServeBundles:
+class ServeBundles(BundlesConfig):
     """The bundle folders of the server (``searchsmith export ... --out``); null = not served.
 
     Attributes:
@@ -91,22 +91,7 @@ class ServeBundles:
             ``/ready`` and ``/v1/models`` show every decision.
     """
 
-    embedder: str | None = None
-    reranker: str | None = None
-    decomposer: str | None = None
-    citation: str | None = None
-    images: str | None = None
-    reader: str | None = None
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    backend: Literal["auto", "onnx", "torch"] = "auto"
-    threads: int | None = None
-    gate_rewrite: bool = BundlesConfig.gate_rewrite
-    gate_decompose: bool = BundlesConfig.gate_decompose
-    gate_rerank: bool = BundlesConfig.gate_rerank
-    gate_cite: bool = BundlesConfig.gate_cite
-    gate_images: bool = BundlesConfig.gate_images
-    gate_vision: bool = BundlesConfig.gate_vision
-    gate_read: bool = BundlesConfig.gate_read
+    # the fields are the pipeline's (pipeline.yaml ``bundles``), one definition for both files
 
 
 class DeploymentOptions(TypedDict, total=False):
