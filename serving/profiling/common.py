@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -102,6 +103,13 @@ class ProfileContext:
         self.emit({"suite": name.split("-")[0], "trace": path.name, "trace_of": name,
                    "events": len(prof.events()),
                    "note": "timings measured inside this block include the profiler's overhead"})
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the OS picks it; another process may take it later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _jsonable(obj: Any) -> Any:

@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from searchsmith.serving.profiling.common import ProfileContext, percentiles
+from searchsmith.serving.profiling.common import ProfileContext, free_port, percentiles
 
 # The gguf is assembled from the package's parts once and kept here (about 250 MB).
 CACHE_DIR = Path.home() / ".cache" / "searchsmith" / "llm"
@@ -76,12 +75,6 @@ def gemma_gguf(cache_dir: Path = CACHE_DIR) -> Path:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LlamaServer:
     """``python -m llama_cpp.server`` on a free loopback port (``with`` starts and stops it).
 
@@ -98,7 +91,7 @@ class LlamaServer:
                  startup_timeout_s: float = 180.0, log_path: Path | None = None) -> None:
         self.model, self.n_ctx, self.n_threads = Path(model), n_ctx, n_threads
         self.startup_timeout_s = startup_timeout_s
-        self.port = _free_port()
+        self.port = free_port()
         self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 

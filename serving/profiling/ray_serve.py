@@ -20,8 +20,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from searchsmith.models.errors import ConfigError
-from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
-from searchsmith.serving.profiling.server import LoopbackServer, _free_port, load_in_process
+from searchsmith.serving.profiling.common import ProfileContext, free_port, percentiles, save_plot
+from searchsmith.serving.profiling.server import LoopbackServer, load_in_process
 
 QUERIES = ["How do I configure the Lumen cache?", "When did Kestrel 2 ship?", "bread dough kneading",
            "Which port does Lumen listen on?", "What is the largest planet?", "How do I fix a merge conflict?"]
@@ -86,7 +86,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
         # The test's tiny run deploys only what serve --ray runs (each deployment costs it ~30 s).
         for gateway in (True,) if tiny else (True, False):
             for replicas in (1, 2):
-                port = _free_port()
+                port = free_port()
                 argv = ["--config", str(work / "serve.yaml"), "--ray", "--replicas", str(replicas),
                         "--port", str(port), f"ray.gateway={str(gateway).lower()}"]
                 ray_args = parser.parse_intermixed_args(argv)

@@ -30,7 +30,6 @@ import asyncio
 import logging
 import multiprocessing
 import os
-import socket
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.common import ProfileContext, free_port, percentiles, save_plot
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +76,6 @@ class TorchReranker:
             return self.model(**enc).logits[:, 0].float().numpy()  # (B,)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LoopbackServer:
     """A uvicorn server for ``app`` in a thread on a free loopback port (``with`` stops it).
 
@@ -97,7 +90,7 @@ class LoopbackServer:
     def __init__(self, app: Any, *, lifetime_s: float | None = None, **config: Any) -> None:
         import uvicorn
 
-        self.port = _free_port()
+        self.port = free_port()
         settings = {"log_level": "warning", "timeout_keep_alive": 120, **config}
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, **settings))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

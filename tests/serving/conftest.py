@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from searchsmith.serving.profiling.common import free_port
 
 
 @pytest.fixture(scope="session")
@@ -50,14 +51,6 @@ def labelled_index(tmp_path_factory, embedder, write_corpus):
     return d / "index"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray cluster of two nodes on this machine: ``ray start --head`` (1 CPU, custom
@@ -88,7 +81,7 @@ def ray_cluster():
         pytest.skip(f"no 'ray' command next to {sys.executable}")
     # Short: Ray's Unix socket paths under it must fit in 107 bytes.
     temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     logs: list[Path] = []
     started: list[subprocess.Popen] = []
@@ -103,7 +96,7 @@ def ray_cluster():
         argv = (str(ray_bin), "start", *argv, "--block", "--num-cpus", "1", "--num-gpus", "0",
                 "--object-store-memory", str(200 * 2**20), "--temp-dir", temp, "--disable-usage-stats",
                 "--min-worker-port", "0", "--max-worker-port", "0",
-                "--dashboard-agent-listen-port", str(_free_port()), "--metrics-export-port", str(_free_port()),
+                "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()),
                 "--resources", json.dumps({name: 1}))
         with open(logs[-1], "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -130,7 +123,7 @@ def ray_cluster():
              "sys.exit(0 if alive() >= 2 else 3)\n")
     try:
         head = start("node_a", "--head", "--port", str(port), "--include-dashboard=false",
-                     "--dashboard-port", str(_free_port()), "--ray-client-server-port", str(_free_port()))
+                     "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port()))
         deadline = time.monotonic() + 60
         while not gcs_answers():  # the second node reads the head's token: start it after the head
             if head.poll() is not None or time.monotonic() > deadline:

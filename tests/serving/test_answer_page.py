@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from searchsmith.serving.profiling.common import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -114,12 +114,6 @@ class StandIn(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llm_url():
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
@@ -154,7 +148,7 @@ class Server:
 
 def start_server(config: Path, log: Path) -> Server:
     """``searchsmith serve --config CONFIG`` on a free loopback port, once /ready says so."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SEARCHSMITH_LOG": "warning"}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "searchsmith.serving.main", "serve", "--config", str(config),

@@ -14,13 +14,8 @@ import pytest
 from searchsmith.serving.batcher import BatcherConfig
 from searchsmith.serving.index import Index
 from searchsmith.serving.limits import ServerLimits
+from searchsmith.serving.profiling.common import free_port
 from searchsmith.serving.router import CentroidRouter, RouterConfig
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(what: str, cond, timeout_s: float = 10.0) -> None:
@@ -53,7 +48,7 @@ def server(embedder, small_index):
     gated = _Gated(CentroidRouter(Index.load(small_index), embedder, RouterConfig(top_k=3)))
     cfg = ServerLimits(calls=BatcherConfig(max_batch_size=1, max_queue=4, max_wait_ms=0))
     app = create_app(cfg, embedder=embedder, router=gated)
-    port = _free_port()
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()

@@ -301,9 +301,9 @@ def test_an_answer_ended_without_a_finish_reason_is_logged(proxy, caplog) -> Non
 
 
 def test_a_server_that_is_down_is_retried_then_falls_back(make_pipe, extractive_answer) -> None:
-    from searchsmith.serving.profiling.llm import _free_port
+    from searchsmith.serving.profiling.common import free_port
 
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     pipe = make_pipe(backend="openai", openai={"base_url": url, "retries": 2, "retry_backoff_s": 0.05})
     ans = pipe.ask(QUESTION)
     assert ans["answer_text"] == extractive_answer

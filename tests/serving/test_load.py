@@ -4,18 +4,12 @@ uvicorn server; no errors, nothing lost, every response matched to its own reque
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 
 import numpy as np
 import pytest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from searchsmith.serving.profiling.common import free_port
 
 
 # The full 2,000 requests take about 100 s on 2 cores (measured), so the default suite runs
@@ -33,7 +27,7 @@ def test_requests_at_64_concurrent_are_answered_and_matched(embedder, n_requests
     expected = embedder.encode(texts)
     cfg = ServerLimits(batcher=BatcherConfig(max_batch_size=64, max_wait_ms=2.0, max_queue=4096))
     app = create_app(cfg, embedder=embedder)
-    port = _free_port()
+    port = free_port()
     # A long keep-alive: with uvicorn's 5 s default, a pooled connection left idle while the
     # CPU is busy can be closed by the server just as the client reuses it (httpx ReadError,
     # seen once in CI), which is the client pool's race, not a lost response.
