@@ -53,3 +53,8 @@ class RequestTimeoutError(SearchsmithError):
 
 class RunnerError(SearchsmithError):
     """Executing a model failed (HTTP 500)."""
+
+
+class ClientGone(SearchsmithError):
+    """The client of a request went away: its work stops here, with no fallback computed and no
+    answer sent (there is nobody to send it to)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from searchsmith.models.errors import (
+    ClientGone,
     EmptyInputError,
     NotReadyError,
     PayloadTooLargeError,
@@ -68,8 +70,11 @@ async def _gather(batcher: DynamicBatcher, items: Sequence[Any], lengths: Sequen
     try:
         for item, length in zip(items, lengths, strict=True):
             futures.append(batcher.submit(item, length=length))  # NotReadyError once closed
-        waiting = [asyncio.wrap_future(f) for f in futures]
-        return list(await asyncio.wait_for(asyncio.gather(*waiting), timeout=timeout_s))
+        gathered = asyncio.gather(*[asyncio.wrap_future(f) for f in futures])
+        # a cancelled request (its client left) ends the gather with a CancelledError that no one
+        # reads; reading it here keeps asyncio from logging "exception was never retrieved"
+        gathered.add_done_callback(lambda g: g.cancelled() or g.exception())
+        return list(await asyncio.wait_for(gathered, timeout=timeout_s))
     except TimeoutError as exc:
         if str(exc):
             raise
@@ -141,10 +146,11 @@ def _error_event(exc: BaseException) -> str:
     return _sse("error", {**json.loads(bytes(resp.body)), "status": resp.status_code})
 
 
-async def _live_events(first: str, deltas: asyncio.Queue, task: asyncio.Future):
+async def _live_events(first: str, deltas: asyncio.Queue, task: asyncio.Future, gone: threading.Event):
     """Server-Sent Events of an answer an LLM is generating: each piece as it comes, then the
     final text when it differs (``{"delta": "", "replace": text}``) and :func:`_final_events`;
-    a failure after the first piece is an ``error`` event (the status is already sent)."""
+    a failure after the first piece is an ``error`` event (the status is already sent). A
+    client that leaves sets ``gone``: the generation's next piece stops it."""
     streamed = [first]
     yield _sse("answer", {"delta": first})
     try:
@@ -170,7 +176,8 @@ async def _live_events(first: str, deltas: asyncio.Queue, task: asyncio.Future):
         for event in _final_events(ans):
             yield event
     finally:
-        if not task.done():  # the client went away: drop the call if it has not started
+        if not task.done():  # the client went away: drop the call if it has not started,
+            gone.set()  # and stop its generation at the next piece if it has
             task.cancel()
 
 
@@ -396,8 +403,11 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
 
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue[str] = asyncio.Queue()
+        gone = threading.Event()  # the streaming client went away
 
         def on_delta(piece: str) -> None:  # on the worker thread
+            if gone.is_set():  # stops the LLM's stream: the backend closes its connection
+                raise ClientGone("/v1/search: the client went away; generation stopped")
             loop.call_soon_threadsafe(deltas.put_nowait, piece)
 
         def work() -> dict[str, Any]:
@@ -415,7 +425,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         if first.done():
-            return StreamingResponse(_live_events(first.result(), deltas, task), media_type="text/event-stream",
+            return StreamingResponse(_live_events(first.result(), deltas, task, gone), media_type="text/event-stream",
                                      headers=headers)
         first.cancel()
         ans = task.result()  # raises: the error's own status

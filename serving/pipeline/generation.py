@@ -56,7 +56,7 @@ from searchsmith.models.bridge import (
     unanswered_words,
 )
 from searchsmith.models.choice import Choice, choice_options, compared
-from searchsmith.models.errors import ConfigError, RunnerError
+from searchsmith.models.errors import ClientGone, ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import (
     SPAN_KINDS,
@@ -1066,8 +1066,8 @@ class GenerationStage:
                         return
                     st.note += "; the LLM returned an empty answer"
                 except Exception as exc:  # noqa: BLE001 - degrade to extractive
-                    if not self.config.fallback_extractive:
-                        raise
+                    if not self.config.fallback_extractive or isinstance(exc, ClientGone):
+                        raise  # nobody is waiting for a fallback answer
                     fallback = "the reader's answer" if self.reading is not None else "extractive answer"
                     failed = f"{self.config.backend} failed ({type(exc).__name__}: {exc}); {fallback}"
                     st.note += f"; {failed}"

@@ -154,3 +154,55 @@ def test_the_app_reads_its_body_then_waits_for_the_disconnect() -> None:
     asyncio.run(run())
     # the app's second receive() returned only once the client left (or it was cancelled first)
     assert seen[1:] in ([], [{"type": "http.disconnect"}])
+
+
+def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, embedder) -> None:
+    """The LLM's pieces are the expensive part: once the client of a streamed /v1/search is gone,
+    the next piece stops the generation (the openai backend then closes its connection to the
+    LLM server) and no fallback answer is computed for nobody."""
+    import uvicorn
+    from searchsmith.models.config import from_dict
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    class SlowLLM:
+        def __init__(self) -> None:
+            self.given, self.outcome = 0, None
+
+        def complete(self, messages, on_token=None):
+            try:
+                for _ in range(100):
+                    on_token("word ")
+                    self.given += 1
+                    time.sleep(0.05)
+            except BaseException as exc:
+                self.outcome = type(exc).__name__
+                raise
+            self.outcome = "finished"
+            return "word " * 100, 10, 100
+
+    cfg = from_dict(PipelineConfig, {"generation": {"backend": "openai",
+                                                    "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}})
+    pipe = Pipeline(cfg, Index.load(small_index, embedder=embedder), embedder)
+    llm = SlowLLM()
+    next(s for s in pipe.stages if s.name == "generation").llm = llm
+    app = create_app(ServerLimits(), pipeline=pipe)
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    _wait("the server to start", lambda: srv.started, 30)
+    try:
+        sock = _post_raw(port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
+        sock.settimeout(30)
+        got = b""
+        while b"event: answer" not in got:
+            got += sock.recv(4096)
+        sock.close()  # gone after the first piece
+        _wait("the generation to stop", lambda: llm.outcome is not None, 10)
+        assert llm.outcome == "ClientGone" and llm.given < 50
+        _wait("the search queue to be free", lambda: app.state.serving.gates["search"].stats()["queue_depth"] == 0)
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
