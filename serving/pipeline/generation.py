@@ -898,10 +898,17 @@ class HFGenerator:
     def _stream(self, ids: Any, kwargs: dict[str, Any], on_token: Callable[[str], None]) -> tuple[str, Any]:
         """Generate on a worker thread, passing text pieces to ``on_token``: ``(text, output ids)``."""
         import torch
-        from transformers import TextIteratorStreamer
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, **self.DECODE)
         result: dict[str, Any] = {}
+        abort = threading.Event()  # the listener raised (its client left): stop generating
+
+        class Aborted(StoppingCriteria):
+            def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kw: Any) -> torch.Tensor:
+                return torch.full((input_ids.shape[0],), abort.is_set(), dtype=torch.bool, device=input_ids.device)
+
+        kwargs = {**kwargs, "stopping_criteria": StoppingCriteriaList([*kwargs["stopping_criteria"], Aborted()])}
 
         def work() -> None:
             try:
@@ -924,7 +931,11 @@ class HFGenerator:
                 text, stopped = text[:cut], True
             ready = len(text) if stopped else len(text) - hold
             if ready > sent:
-                on_token(text[sent:ready])
+                try:
+                    on_token(text[sent:ready])
+                except BaseException:
+                    abort.set()  # the model stops at its next step instead of running to max_new_tokens
+                    raise
                 sent = ready
         worker.join()
         if "error" in result:

@@ -8,6 +8,8 @@ model's own unconstrained output, never written down.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from searchsmith.models.errors import ConfigError, RunnerError
 from searchsmith.serving.pipeline.config import HFConfig
@@ -97,6 +99,33 @@ def test_streaming_pieces_join_to_the_whole_answer(tiny_lm, full) -> None:
     assert out == full
     assert len(pieces) > 1 and all(pieces)
     assert "".join(pieces).strip() == full[0]
+
+
+def test_a_listener_that_raises_stops_the_generation(tiny_lm) -> None:
+    """A streamed answer whose client left (the listener raises): the model stops at its next
+    step instead of running on to max_new_tokens on its thread."""
+    from searchsmith.models.errors import ClientGone
+
+    gen = _gen(tiny_lm, max_new_tokens=400)
+    real = gen.model.generate
+    steps: list[int] = []
+
+    def counting(*args, **kwargs):
+        out = real(*args, **kwargs)
+        steps.append(int(out.shape[1] - args[0].shape[1]))
+        return out
+
+    gen.model.generate = counting
+
+    def leaves(piece: str) -> None:
+        raise ClientGone("gone")
+
+    with pytest.raises(ClientGone):
+        gen.complete(MESSAGES, on_token=leaves)
+    deadline = time.monotonic() + 30
+    while not steps and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert steps and steps[0] < 50  # stopped within a few steps of the first piece, not at 400
 
 
 def test_a_failure_while_streaming_is_a_runner_error(tiny_lm) -> None:
