@@ -14,7 +14,7 @@ import pytest
 from searchsmith.serving.batcher import BatcherConfig
 from searchsmith.serving.index import Index
 from searchsmith.serving.limits import ServerLimits
-from searchsmith.serving.profiling.common import free_port
+from searchsmith.serving.profiling.server import LoopbackServer
 from searchsmith.serving.router import CentroidRouter, RouterConfig
 
 
@@ -42,23 +42,16 @@ class _Gated:
 
 @pytest.fixture
 def server(embedder, small_index):
-    import uvicorn
     from searchsmith.serving.http import create_app
 
     gated = _Gated(CentroidRouter(Index.load(small_index), embedder, RouterConfig(top_k=3)))
     cfg = ServerLimits(calls=BatcherConfig(max_batch_size=1, max_queue=4, max_wait_ms=0))
     app = create_app(cfg, embedder=embedder, router=gated)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    _wait("the server to start", lambda: srv.started, 30)
     try:
-        yield app, port, gated
+        with LoopbackServer(app, lifetime_s=120) as srv:
+            yield app, srv.port, gated
     finally:
         gated.gate.set()
-        srv.should_exit = True
-        thread.join(timeout=30)
 
 
 def _post_raw(port: int, path: str, payload: dict) -> socket.socket:
@@ -160,7 +153,6 @@ def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, em
     """The LLM's pieces are the expensive part: once the client of a streamed /v1/search is gone,
     the next piece stops the generation (the openai backend then closes its connection to the
     LLM server) and no fallback answer is computed for nobody."""
-    import uvicorn
     from searchsmith.models.config import from_dict
     from searchsmith.serving.http import create_app
     from searchsmith.serving.pipeline.config import PipelineConfig
@@ -188,13 +180,8 @@ def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, em
     llm = SlowLLM()
     next(s for s in pipe.stages if s.name == "generation").llm = llm
     app = create_app(ServerLimits(), pipeline=pipe)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    _wait("the server to start", lambda: srv.started, 30)
-    try:
-        sock = _post_raw(port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
+    with LoopbackServer(app, lifetime_s=120) as srv:
+        sock = _post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
         sock.settimeout(30)
         got = b""
         while b"event: answer" not in got:
@@ -203,6 +190,3 @@ def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, em
         _wait("the generation to stop", lambda: llm.outcome is not None, 10)
         assert llm.outcome == "ClientGone" and llm.given < 50
         _wait("the search queue to be free", lambda: app.state.serving.gates["search"].stats()["queue_depth"] == 0)
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import pytest
@@ -18,24 +17,13 @@ from searchsmith.serving.limits import ServerLimits
 
 @pytest.fixture(scope="module")
 def port():
-    import uvicorn
     from searchsmith.serving.http import create_app
     from searchsmith.serving.http_protocol import guarded_protocol
+    from searchsmith.serving.profiling.server import LoopbackServer
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(ServerLimits()), host="127.0.0.1", port=port,
-                                           log_level="error", http=guarded_protocol(4096, 1.0)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    yield port
-    server.should_exit = True
-    thread.join(timeout=30)
+    app = create_app(ServerLimits())
+    with LoopbackServer(app, lifetime_s=300, log_level="error", http=guarded_protocol(4096, 1.0)) as srv:
+        yield srv.port
 
 
 def _read_all(sock: socket.socket, timeout_s: float = 10.0) -> bytes:
