@@ -18,6 +18,7 @@ from searchsmith.models.errors import PayloadTooLargeError, RequestTimeoutError,
 from searchsmith.serving.http_errors import error_response, with_param
 from searchsmith.serving.schemas import too_deep_body, undecodable_body
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The status a request is counted under when its client left before the answer was sent
 #: (nginx's "client closed request"; never sent: there is nobody to send it to)
@@ -115,7 +116,7 @@ class BodyLimit:
         await answer_while_connected(self.app, scope, b"".join(chunks), receive, send)
 
 
-async def answer_while_connected(app: Any, scope: dict, body: bytes, receive: Callable, send: Callable) -> None:
+async def answer_while_connected(app: ASGIApp, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
     """Run ``app`` on a request whose whole ``body`` has been read, cancelling it if the client
     disconnects before the response's last byte is sent.
 
@@ -135,7 +136,7 @@ async def answer_while_connected(app: Any, scope: dict, body: bytes, receive: Ca
             pass  # nothing else comes after a complete body
         gone.set()
 
-    async def replay() -> dict:
+    async def replay() -> Message:
         nonlocal replayed
         if not replayed:
             replayed = True
@@ -143,7 +144,7 @@ async def answer_while_connected(app: Any, scope: dict, body: bytes, receive: Ca
         await gone.wait()
         return {"type": "http.disconnect"}
 
-    async def send_tracked(message: dict) -> None:
+    async def send_tracked(message: Message) -> None:
         nonlocal complete
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             complete = True  # before sending: the server may report the disconnect at once
