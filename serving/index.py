@@ -528,12 +528,15 @@ def suggest_index_dir(path: Path) -> str:
     return str(Path("indexes") / (re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip("-.") or "index"))
 
 
-def check_out_path(out: str | Path, *, overwrite: bool = False) -> None:
+def check_out_path(out: str | Path, *, overwrite: bool = False, label: str = "index --out") -> None:
     """Refuse an ``--out`` that would replace something searchsmith did not write.
 
     Accepted: a path that does not exist, an empty folder, and (only with ``overwrite``)
     a searchsmith index whose folder holds nothing but the files its manifest lists
-    (:func:`searchsmith.models.io.check_replaceable`).
+    (:func:`searchsmith.models.io.check_replaceable`). ``--add`` and ``--repair`` rebuild the
+    folder and swap it in too, so they check it the same way (``overwrite``, their ``label``):
+    a file of the user's in it would otherwise be copied into the new index and listed in its
+    manifest as the index's own, and a later ``--force`` would delete it.
 
     Raises:
         ValidationError: naming what is there and the fix; nothing is touched.
@@ -558,7 +561,7 @@ def check_out_path(out: str | Path, *, overwrite: bool = False) -> None:
         return (f"is {what}, not an index folder; nothing was replaced. An index is a folder: use a new one, "
                 f"e.g. --out {suggest_index_dir(path)}")
 
-    check_replaceable(out, label="index --out", kind="index", listed=listed, replace=overwrite,
+    check_replaceable(out, label=label, kind="index", listed=listed, replace=overwrite,
                       replace_hint=holds, file_hint=corpus_hint)
 
 
@@ -813,6 +816,7 @@ def _add_documents(index_dir: Path, records: Sequence[dict[str, Any]], embedder:
     (a missing or damaged file would be carried into the new index, and its sha256 rewritten
     over the damage)."""
     manifest = read_manifest(index_dir)
+    check_out_path(index_dir, overwrite=True, label="index --add")
     verify_files(manifest, index_dir)
     cfg = from_dict(IndexConfig, manifest["config"], source=f"{index_dir}/manifest.json:config")
     say = report or (lambda line: None)

@@ -60,6 +60,7 @@ def _repair(index_dir: Path, embedder: Embedder | None, report: Any) -> dict[str
         _write_centroids,
         _write_source,
         check_model,
+        check_out_path,
         chunk_text,
         read_manifest,
     )
@@ -75,6 +76,7 @@ def _repair(index_dir: Path, embedder: Embedder | None, report: Any) -> dict[str
         raise BundleError(f"index --repair {index_dir}: the chunk store (chunks.sqlite) is missing or corrupt, and "
                           "the chunk texts are only there; rebuild from the corpus: searchsmith index CORPUS "
                           f"--out {index_dir} --force")
+    check_out_path(index_dir, overwrite=True, label="index --repair")  # it rebuilds and swaps the folder
     cfg = from_dict(IndexConfig, manifest["config"], source=f"{index_dir}/manifest.json:config")
     sources = {name: dict(info) for name, info in manifest["sources"].items()}
     tmp = temp_dir_beside(index_dir)

@@ -87,3 +87,30 @@ def test_the_lock_is_the_kernels_and_dies_with_its_process(tmp_path) -> None:
         holder.wait()
     with exclusive(target, "after the holder died"):
         pass
+
+
+def test_add_and_repair_refuse_a_folder_holding_the_users_files(small_index, embedder, tmp_path) -> None:
+    """--add copied a file of the user's in the index folder into the new index and listed it in
+    the manifest as the index's own; a later --force then deleted it (found by probing,
+    2026-12-06). --add and --repair rebuild the folder, so they refuse it as --force does."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.index import add_documents, check_out_path
+    from searchsmith.serving.index_repair import repair_index
+
+    ix = _copy(small_index, tmp_path)
+    (ix / "mynotes.txt").write_text("my thesis draft")
+    before = read_manifest(ix)
+    with pytest.raises(ValidationError, match=r"index --add .*holds 1 file\(s\) the index did not write \(mynotes.txt\)"):
+        add_documents(ix, [DOC], embedder)
+    assert read_manifest(ix) == before and (ix / "mynotes.txt").read_text() == "my thesis draft"
+    vec = next((ix / "vectors").glob("*.npy"))
+    vec.write_bytes(vec.read_bytes()[:100])  # something to repair
+    with pytest.raises(ValidationError, match=r"index --repair .*mynotes.txt"):
+        repair_index(ix, embedder)
+    assert "mynotes.txt" not in read_manifest(ix)["files"]
+    (ix / "mynotes.txt").unlink()  # moved out: both work again
+    repair_index(ix, embedder)
+    add_documents(ix, [DOC], embedder)
+    with pytest.raises(ValidationError, match="did not write"):
+        (ix / "faiss" / "extra.txt").write_text("mine too")
+        check_out_path(ix, overwrite=True)
