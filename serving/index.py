@@ -1014,6 +1014,10 @@ class Index:
             self._kernel_mats[s] = (torch.from_numpy(vecs).to(dev, dtype), ids)
 
     def _search_one(self, source: str, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        # never more than the source holds: faiss allocates (B, k) results whatever its size
+        # (k = 10**9 over 366 chunks took the process out of memory)
+        held = int(self._kernel_mats[source][0].shape[0]) if self.backend == "kernel" else int(self._faiss[source].ntotal)
+        k = max(1, min(k, held))
         if self.backend == "kernel":
             import torch
             from searchsmith.kernels import similarity_topk
@@ -1033,7 +1037,11 @@ class Index:
             sources: source names; unknown names are an error.
             k: results per query (>= 1).
         """
-        q = np.ascontiguousarray(np.asarray(query_vectors, dtype=np.float32))
+        try:
+            q = np.ascontiguousarray(np.asarray(query_vectors, dtype=np.float32))
+        except (TypeError, ValueError):
+            raise ValidationError(f"search: query vectors must be numbers, shape (B, {self.dim}), got "
+                                  f"{type(query_vectors).__name__}; embed the text first (the index's embedder)") from None
         if q.ndim == 1:
             q = q[None, :]
         if q.ndim != 2 or q.shape[1] != self.dim:
@@ -1053,8 +1061,11 @@ class Index:
     def _searched(self, what: str, sources: Sequence[str] | None, k: int) -> list[str]:
         """The sources a search of ``k`` results names (all by default); ValidationError for a
         ``k`` below 1 or a source the index lacks."""
-        if k < 1:
-            raise ValidationError(f"{what}: k must be >= 1, got {k}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValidationError(f"{what}: k must be an int >= 1, got {k!r}")
+        if isinstance(sources, (str, bytes)) or not (sources is None or all(isinstance(n, str) for n in sources)):
+            raise ValidationError(f"{what}: sources must be a list of source names (e.g. {list(self.sources)[:1]}) "
+                                  f"or None for all, got {sources!r:.80}")
         names = list(self.sources if sources is None else sources)
         unknown = [s for s in names if s not in self._faiss]
         if unknown:
@@ -1064,6 +1075,8 @@ class Index:
     def titled(self, name: str, sources: Sequence[str] | None = None, limit: int = 3) -> list[Hit]:
         """The chunks of ``sources`` (all by default) titled ``name`` (``ChunkStore.rows_titled``),
         at most ``limit``, as hits of score 0: a lookup by name, not a search."""
+        if not isinstance(name, str):
+            raise ValidationError(f"titled: name must be a string, got {type(name).__name__}")
         names = [s for s in (self.sources if sources is None else sources) if s in self._faiss]
         rows = self.store.rows_titled(name, names, limit)
         chunks = self.store.get(rows)
@@ -1084,6 +1097,8 @@ class Index:
         Raises:
             ValidationError: an unknown source or ``k`` < 1.
         """
+        if not isinstance(text, str):
+            raise ValidationError(f"lexical search: text must be a string, got {type(text).__name__}")
         names = self._searched("lexical search", sources, k)
         found = self.store.lexical(text, None if set(names) >= set(self.sources) else names, k)
         chunks = self.store.get([r for r, _ in found])

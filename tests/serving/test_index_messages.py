@@ -114,3 +114,28 @@ def test_add_and_repair_refuse_a_folder_holding_the_users_files(small_index, emb
     with pytest.raises(ValidationError, match="did not write"):
         (ix / "faiss" / "extra.txt").write_text("mine too")
         check_out_path(ix, overwrite=True)
+
+
+def test_search_takes_any_k_and_refuses_wrong_types(small_index, embedder) -> None:
+    """k = 10**9 over a few hundred chunks took the process out of memory (faiss allocates k
+    results per query); wrong types gave TypeErrors from faiss and numpy (probed 2026-12-06)."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.index import Index
+
+    index = Index.load(small_index, embedder=embedder)
+    q = embedder.encode(["how long should I knead bread dough"])
+    every = index.search(q, k=10**9)[0]
+    assert len(every) == read_manifest(small_index)["chunks"]  # every chunk, ranked
+    assert [h.row for h in every[:3]] == [h.row for h in index.search(q, k=3)[0]]
+    for bad, field in [(2.5, "k must be an int"), ("3", "k must be an int"), (None, "k must be an int"),
+                       (True, "k must be an int")]:
+        with pytest.raises(ValidationError, match=field):
+            index.search(q, k=bad)
+    with pytest.raises(ValidationError, match="sources must be a list of source names"):
+        index.search(q, sources=index.sources[0])
+    with pytest.raises(ValidationError, match="query vectors must be numbers"):
+        index.search("hello")
+    with pytest.raises(ValidationError, match="text must be a string"):
+        index.lexical(None)
+    with pytest.raises(ValidationError, match="name must be a string"):
+        index.titled(5)
