@@ -93,6 +93,20 @@ def lone_surrogate_at(text: str) -> int | None:
     return None
 
 
+def check_unicode(text: str, field: str) -> str:
+    """``text``, refused when it holds a lone surrogate, which no tokenizer and no UTF-8 file
+    takes (a Python string made from bytes that are not UTF-8, with ``surrogateescape``).
+
+    Raises:
+        ValidationError: ``FIELD: holds a lone surrogate (\\udced) at character N ...``.
+    """
+    at = lone_surrogate_at(text)
+    if at is not None:
+        raise ValidationError(f"{field}: holds a lone surrogate ({ascii(text[at])[1:-1]}) at character {at}, "
+                              "which is not Unicode text (bytes that are not UTF-8?); pass UTF-8 text")
+    return text
+
+
 @dataclass(frozen=True)
 class LoneSurrogate:
     """Where :func:`find_lone_surrogate` found one: the string at ``loc`` (keys and list indices

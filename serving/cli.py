@@ -13,9 +13,9 @@ import time
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import (
     check_input_file,
+    check_unicode,
     find_lone_surrogate,
     json_error,
-    lone_surrogate_at,
     read_utf8,
 )
 
@@ -148,12 +148,7 @@ def check_question(query: str, name: str = "question") -> str:
     Raises:
         ValidationError: ``question: holds a lone surrogate (\\udced) at character N ...``.
     """
-    at = lone_surrogate_at(query)
-    if at is not None:
-        raise ValidationError(f"{name}: holds a lone surrogate ({ascii(query[at])[1:-1]}) at character {at}, "
-                              "which is not Unicode text (bytes that are not UTF-8?); pass the question as "
-                              "UTF-8 text")
-    return query
+    return check_unicode(query, name)
 
 
 def load_router(index_dir: str, config_path: str | None = None, overrides=()):

@@ -46,6 +46,7 @@ import numpy as np
 from searchsmith.models.batching import pack_batches
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, read_st_layout, resolve_model
+from searchsmith.models.jsonl import check_unicode
 
 if TYPE_CHECKING:
     import torch
@@ -253,6 +254,7 @@ class Embedder:
                 raise ValidationError(
                     f"embed: text {offset + i} is {type(t).__name__}, expected a string"
                 )
+            check_unicode(t, f"embed: text {offset + i}")
             out.append(t[: self.config.max_text_chars])
         return out
 
@@ -425,6 +427,8 @@ class Embedder:
         """
         if isinstance(texts, str):
             raise ValidationError("embed: expected a list of strings, got one string (wrap it in a list)")
+        if isinstance(texts, (bytes, dict)) or not isinstance(texts, Iterable):
+            raise ValidationError(f"embed: expected a list of strings, got {type(texts).__name__}")
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.config import closest_key
 from searchsmith.models.errors import ConfigError, PayloadTooLargeError, ValidationError
+from searchsmith.models.jsonl import check_unicode, find_lone_surrogate
 from searchsmith.models.roles import Embedder, ModelOfTask, Turn
 from searchsmith.models.runtime import Manifest
 from searchsmith.models.tasks import TASKS
@@ -169,6 +170,13 @@ class Pipeline:
         if len(query) > self.config.max_query_chars:
             raise PayloadTooLargeError(f"query: {len(query)} characters, the limit is "
                                        f"{self.config.max_query_chars} (max_query_chars)")
+        check_unicode(query, "query")
+        bad = find_lone_surrogate(history)
+        if bad is not None:
+            where = bad.field if not bad.field or bad.field.startswith("[") else "." + bad.field
+            raise ValidationError(f"history{where}: "
+                                  f"holds a lone surrogate ({ascii(bad.char)[1:-1]}) at character {bad.index}, which "
+                                  "is not Unicode text (bytes that are not UTF-8?); pass UTF-8 text")
         return query.strip(), parse_history(history)
 
     def _preset(self, name: str | None, features: Any) -> tuple[str, Preset]:
@@ -202,6 +210,10 @@ class Pipeline:
         """
         t0 = time.perf_counter()
         query, turns = self._check(query, history)
+        for name, value in (("query_id", query_id), ("preset", preset), ("strategy", strategy),
+                            ("routing_mode", routing_mode)):
+            if value is not None and not (isinstance(value, str) and value.strip()):
+                raise ValidationError(f"{name}: expected a non-empty string or None, got {value!r:.60}")
         if strategy is not None and strategy not in STRATEGIES:
             raise ValidationError(f"strategy: expected one of {list(STRATEGIES)}, got {strategy!r}")
         if routing_mode is not None and routing_mode not in ("serial", "parallel", "auto"):

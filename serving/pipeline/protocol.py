@@ -139,6 +139,8 @@ class LinUCBRouter:
         Returns:
             ``{"query_id", "preset", "reward", "cost"}``.
         """
+        if not isinstance(query_id, str) or not query_id:
+            raise ValidationError(f"query_id: expected the query_id string of an answer, got {query_id!r:.60}")
         if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not 0.0 <= quality <= 1.0:
             raise ValidationError(f"quality: expected a number in [0, 1], got {quality!r}")
         with self._lock:

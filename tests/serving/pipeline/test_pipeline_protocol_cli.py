@@ -211,3 +211,26 @@ def test_eval_pipeline_bad_data(small_index, tmp_path):
     args = argparse.Namespace(data=str(data), index=str(small_index), config=None, limit=0, per_item=None)
     with pytest.raises(ValidationError, match=r"missing field\(s\) \['answer', 'supporting'\]"):
         eval_pipeline(args)
+
+
+def test_the_python_api_refuses_bad_arguments_by_name(make_pipeline, embedder):
+    """From Python (not the server, whose JSON checks come first) a lone surrogate reached the
+    tokenizer (TypeError) and a list preset or query_id a dict lookup (unhashable TypeError);
+    probed 2026-12-06."""
+    pipe = make_pipeline(protocol={"enabled": True})
+    with pytest.raises(ValidationError, match=r"query: holds a lone surrogate \(\\ud800\) at character 9"):
+        pipe.ask("When did \ud800 Kestrel ship?")
+    with pytest.raises(ValidationError, match=r"history\[0\].content: holds a lone surrogate"):
+        pipe.ask("When did it ship?", [{"role": "user", "content": "Kestrel \udcff"}])
+    for name in ("preset", "query_id", "strategy", "routing_mode"):
+        with pytest.raises(ValidationError, match=f"{name}: expected a non-empty string or None"):
+            pipe.ask("Which planet is the largest?", **{name: ["a"]})
+    with pytest.raises(ValidationError, match="query_id: expected a non-empty string or None"):
+        pipe.ask("Which planet is the largest?", query_id=7)
+    with pytest.raises(ValidationError, match="query_id: expected the query_id string of an answer"):
+        pipe.feedback(["a"], 0.5)
+    with pytest.raises(ValidationError, match=r"embed: text 1: holds a lone surrogate"):
+        embedder.encode(["fine", "a \ud800 b"])
+    for bad in (None, 5, {"a": 1}, b"bytes"):
+        with pytest.raises(ValidationError, match="embed: expected a list of strings"):
+            embedder.encode(bad)
