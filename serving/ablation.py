@@ -248,7 +248,7 @@ def _answer_all(pipe: Any, items: list[dict[str, Any]], lookup: Any, variant: st
 
     answers, rows = [], []
     for i, it in enumerate(items):
-        ans = pipe.ask(it["query"], it.get("history"), query_id=str(it.get("id", i)))
+        ans = pipe.ask(it["query"], it.get("history"))
         m = pipeline_item_metrics(ans, it, lookup)
         answers.append(ans)
         rows.append(m)

@@ -463,7 +463,7 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         with progress_bar("eval pipeline", sum(len(s) for _, _, s in variants), "question") as bar:
             for name, kwargs, subset in variants:
                 for i, it in enumerate(subset):
-                    ans = pipe.ask(it["query"], it.get("history"), query_id=str(it.get("id", i)), **kwargs)
+                    ans = pipe.ask(it["query"], it.get("history"), **kwargs)
                     m = pipeline_item_metrics(ans, it, lookup)
                     runs.setdefault(name, []).append(m)
                     if name == "routed":

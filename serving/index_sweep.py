@@ -238,7 +238,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
                 try:
                     rows = []
                     for j, it in enumerate(items):
-                        m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history"), query_id=str(j)), it)
+                        m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history")), it)
                         rows.append(m)
                         per_item.append({"id": it.get("id", j), "value": value, **m})
                         bar.update(1)

@@ -199,7 +199,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
             try:
                 rows = []
                 for i, it in enumerate(items):
-                    m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history"), query_id=str(i)), it, lookup)
+                    m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history")), it, lookup)
                     rows.append(m)
                     per_item.append({"id": it.get("id", i), "value": value, **m})
                     bar.update(1)

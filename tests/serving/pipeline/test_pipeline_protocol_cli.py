@@ -199,6 +199,12 @@ def test_eval_pipeline(small_index, tmp_path, intervals_hold):
     rows = [json.loads(x) for x in lines]
     assert len({(r["id"], r["variant"]) for r in rows}) == len(rows)
     assert all(isinstance(r[m], float) for r in rows for m in figures[:-1] + ["latency_ms"])
+    # with the protocol router on, every variant asks each question again: no answer takes over
+    # another's query_id (they are the pipeline's own, not the items' ids)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("protocol:\n  enabled: true\n")
+    args = argparse.Namespace(data=str(data), index=str(small_index), config=str(config), limit=0, per_item=None)
+    assert eval_pipeline(args)["n"] == 2
     # "the" is an article (dropped): 1 of 3 tokens right, recall 1 -> F1 = 2 * (1/3) / (4/3)
     assert token_f1("The answer is Jupiter [1].", "Jupiter", generated=True) == pytest.approx(0.5)
 
