@@ -135,6 +135,12 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     """
     target = Path(target)
     lock = target.with_name(f".{target.name}.lock")
+    for parent in target.parents:  # "notes.txt/index": mkdir would raise FileExistsError
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValidationError(f"{what}: {str(target)!r} is inside {str(parent)!r}, which is a file, not a "
+                                      "folder; nothing was written. Choose a path whose folders are folders")
+            break
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a+") as fh:
         try:

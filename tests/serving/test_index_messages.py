@@ -139,3 +139,17 @@ def test_search_takes_any_k_and_refuses_wrong_types(small_index, embedder) -> No
         index.lexical(None)
     with pytest.raises(ValidationError, match="name must be a string"):
         index.titled(5)
+
+
+def test_an_out_path_through_a_file_is_a_clear_error(tmp_path, write_corpus, capsys) -> None:
+    """``index --out notes.txt/x`` printed a FileExistsError traceback (probed 2026-12-06)."""
+    from searchsmith.serving.main import main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    corpus = tmp_path / "c.jsonl"
+    write_corpus(corpus)
+    assert main(["index", str(corpus), "--out", str(notes / "x")]) != 0
+    err = capsys.readouterr().err
+    assert "is a file, not a folder; nothing was written" in err and "Traceback" not in err
+    assert notes.read_text() == "mine"
