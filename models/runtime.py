@@ -850,7 +850,37 @@ def read_manifest(path: Path) -> Manifest:
             raise BundleError(f"bundle: {mpath} has no {key!r}; re-export the bundle")
     if manifest["task"] not in TASK_NAMES:
         raise BundleError(f"bundle: task {manifest['task']!r} in {mpath} is not one of {list(TASK_NAMES)}")
+    problems = _manifest_problems(manifest)
+    if problems:
+        raise BundleError(f"bundle: {mpath} was edited or damaged ({'; '.join(problems[:3])}); re-export the bundle "
+                          "(searchsmith export RUN_DIR --out DIR)")
     return manifest
+
+
+def _manifest_problems(manifest: dict[str, Any]) -> list[str]:
+    """What is wrong with the shape of a bundle manifest's fields the runtime reads (empty when
+    nothing): each of the type the export writes."""
+    def is_int(v: Any, low: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+    out = []
+    for key, low in (("max_length", 8), ("embedding_dim", 1)):
+        if key in manifest and not is_int(manifest[key], low):
+            out.append(f"{key}: expected an int >= {low}, got {manifest[key]!r:.40}")
+    graphs = manifest["graphs"]
+    if not isinstance(graphs, dict) or not graphs:
+        out.append("graphs: expected a non-empty {name: {file, inputs, outputs}}")
+    else:
+        for name, graph in graphs.items():
+            if not isinstance(graph, dict) or not isinstance(graph.get("file"), str) \
+                    or not isinstance(graph.get("inputs"), list) \
+                    or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in graph["inputs"]):
+                out.append(f"graphs.{name}: expected {{file, inputs: [{{name, dtype}}], ...}}")
+    if "dtype" in manifest and manifest["dtype"] not in ("fp32", "fp16", "int8"):
+        out.append(f"dtype: expected fp32, fp16 or int8, got {manifest['dtype']!r:.40}")
+    if "pooling" in manifest and manifest["pooling"] not in ("mean", "cls"):
+        out.append(f"pooling: expected mean or cls, got {manifest['pooling']!r:.40}")
+    return out
 
 
 def verify_files(path: Path, manifest: Manifest) -> None:

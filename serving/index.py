@@ -891,12 +891,48 @@ def read_manifest(index_dir: str | Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"index {d}: manifest.json is corrupt ({exc}); rebuild the index") from None
-    if manifest.get("format") != INDEX_FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
         raise BundleError(f"index {d}: manifest.json is not a searchsmith index manifest")
+    problems = manifest_problems(manifest)
+    if problems:
+        raise BundleError(f"index {d}: manifest.json was edited or damaged ({'; '.join(problems[:3])}); restore it, "
+                          "or rebuild the index from its corpus with 'searchsmith index CORPUS --out DIR --force'")
     if int(manifest.get("format_version", 0)) > INDEX_FORMAT_VERSION:
         raise BundleError(f"index {d}: format version {manifest['format_version']} is newer than this "
                           f"searchsmith ({INDEX_FORMAT_VERSION}); upgrade searchsmith")
     return manifest
+
+
+def manifest_problems(manifest: dict[str, Any]) -> list[str]:
+    """What is wrong with the shape of an index manifest (empty when nothing): the fields the
+    loader reads, each of the type the build writes; a field an older build did not write may
+    be absent."""
+    def is_int(v: Any, low: int = 0) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+    out = []
+    for key, low in (("format_version", 1), ("embedding_dim", 1), ("max_seq_length", 1), ("documents", 0),
+                     ("chunks", 0)):
+        if key in manifest and not is_int(manifest[key], low):
+            out.append(f"{key}: expected an int >= {low}, got {manifest[key]!r:.40}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        out.append("files: expected {path: sha256}")
+    sources = manifest.get("sources")
+    if not isinstance(sources, dict) or not sources or not all(isinstance(v, dict) for v in sources.values()):
+        out.append("sources: expected a non-empty {name: {...}}")
+    else:
+        for name, info in sources.items():
+            if "shards" in info and not is_int(info["shards"], 1):
+                out.append(f"sources.{name}.shards: expected an int >= 1, got {info['shards']!r:.40}")
+            if "file" in info and not (isinstance(info["file"], str) and info["file"]):
+                out.append(f"sources.{name}.file: expected a file stem, got {info['file']!r:.40}")
+    for key in ("config", "chunker"):
+        if key in manifest and not isinstance(manifest[key], dict):
+            out.append(f"{key}: expected a mapping")
+    if "config" not in manifest:
+        out.append("config: missing")
+    return out
 
 
 def verify_files(manifest: dict[str, Any], index_dir: Path, *, checksums: bool = True) -> None:

@@ -208,6 +208,26 @@ def test_newer_manifest_is_refused(tmp_path) -> None:
         load_bundle(path)
 
 
+@pytest.mark.parametrize("edit,message", [
+    ({"graphs": []}, "graphs: expected a non-empty"),
+    ({"graphs": {"model": "x"}}, r"graphs.model: expected \{file, inputs"),
+    ({"graphs": {}}, "graphs: expected a non-empty"),
+    ({"max_length": "abc"}, "max_length: expected an int >= 8"),
+    ({"max_length": -1}, "max_length: expected an int >= 8"),
+    ({"embedding_dim": "x"}, "embedding_dim: expected an int >= 1"),
+    ({"dtype": "int3"}, "dtype: expected fp32, fp16 or int8"),
+    ({"pooling": "zzz"}, "pooling: expected mean or cls"),
+])
+def test_a_hand_edited_manifest_is_refused_naming_the_field(tmp_path, edit, message) -> None:
+    """These reached the loader or encode() as AttributeError, KeyError, ValueError or an
+    OverflowError from the tokenizer (probed 2026-12-06)."""
+    path = _copy("rerank", tmp_path)
+    m = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**m, **edit}))
+    with pytest.raises(BundleError, match=rf"manifest.json was edited or damaged \(.*{message}"):
+        load_bundle(path)
+
+
 def test_missing_tokenizer_is_refused(tmp_path) -> None:
     path = _copy("rerank", tmp_path)
     shutil.rmtree(path / "tokenizer")

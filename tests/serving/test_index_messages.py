@@ -153,3 +153,31 @@ def test_an_out_path_through_a_file_is_a_clear_error(tmp_path, write_corpus, cap
     err = capsys.readouterr().err
     assert "is a file, not a folder; nothing was written" in err and "Traceback" not in err
     assert notes.read_text() == "mine"
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"format_version": "x"}, "format_version: expected an int >= 1"),
+    ({"embedding_dim": "abc"}, "embedding_dim: expected an int >= 1"),
+    ({"sources": []}, "sources: expected a non-empty"),
+    ({"sources": {}}, "sources: expected a non-empty"),
+    ({"files": []}, "files: expected"),
+    ({"config": None}, "config: expected a mapping"),
+])
+def test_a_hand_edited_index_manifest_is_refused_naming_the_field(small_index, tmp_path, edit, message) -> None:
+    """These reached Index.load as ValueError, AttributeError or KeyError (probed 2026-12-06)."""
+    import json
+
+    from searchsmith.serving.index import Index
+
+    ix = _copy(small_index, tmp_path)
+    m = json.loads((ix / "manifest.json").read_text())
+    (ix / "manifest.json").write_text(json.dumps({**m, **edit}))
+    with pytest.raises(BundleError, match=rf"manifest.json was edited or damaged \(.*{message}"):
+        Index.load(ix)
+
+
+def test_a_manifest_that_is_not_an_object_is_not_an_index_manifest(small_index, tmp_path) -> None:
+    ix = _copy(small_index, tmp_path)
+    (ix / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(BundleError, match="not a searchsmith index manifest"):
+        read_manifest(ix)
