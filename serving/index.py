@@ -1082,6 +1082,9 @@ class Index:
             q = q[None, :]
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise ValidationError(f"search: query vectors have shape {tuple(q.shape)}, expected (B, {self.dim})")
+        if not np.isfinite(q).all():
+            raise ValidationError("search: query vectors hold NaN or infinite values (no hit would be found); "
+                                  "check the embedder's output")
         names = self._searched("search", sources, k)
         if not names:
             raise ValidationError("search: no source to search (the router selected none)")

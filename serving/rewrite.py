@@ -32,17 +32,28 @@ class Turn:
     content: str
 
 
-def parse_history(history: Any, *, max_turns: int = 50, max_chars: int = 20000,
-                  field: str = "history") -> list[Turn]:
-    """Validate a history list of ``{"role", "content"}`` objects (chat messages) into turns."""
+# The most of a conversation a question is read with: its last turns, each cut to this many characters
+HISTORY_MAX_TURNS = 50
+HISTORY_MAX_CHARS = 20000
+
+
+def parse_history(history: Any, *, max_turns: int = HISTORY_MAX_TURNS, max_chars: int = HISTORY_MAX_CHARS,
+                  field: str = "history", cuts: list[str] | None = None) -> list[Turn]:
+    """Validate a history list of ``{"role", "content"}`` objects (chat messages) into turns:
+    the last ``max_turns``, each cut to ``max_chars`` characters; ``cuts`` (when given) gets a
+    line saying what was left out, for the answer's trace."""
     if history is None:
         return []
     if not isinstance(history, (list, tuple)):
         raise ValidationError(f"{field}: expected a list of {{role, content}} objects, got {type(history).__name__}")
-    if len(history) > max_turns:
-        history = list(history)[-max_turns:]
+    first = max(0, len(history) - max_turns)  # errors name the turn's place in what was sent
+    if first and cuts is not None:
+        cuts.append(f"history: its first {first} of {len(history)} turns were left out (the last {max_turns} "
+                    "are read)")
+    history = list(history)[first:]
     out = []
-    for i, t in enumerate(history):
+    long = 0
+    for i, t in enumerate(history, first):
         if isinstance(t, Turn):
             out.append(t)
             continue
@@ -53,7 +64,10 @@ def parse_history(history: Any, *, max_turns: int = 50, max_chars: int = 20000,
             raise ValidationError(f"{field}[{i}].role: expected one of {list(ROLES)}, got {role!r}")
         if not isinstance(t["content"], str):
             raise ValidationError(f"{field}[{i}].content: expected a string, got {type(t['content']).__name__}")
+        long += len(t["content"]) > max_chars
         out.append(Turn(role, t["content"][:max_chars]))
+    if long and cuts is not None:
+        cuts.append(f"history: {long} turn(s) cut to their first {max_chars} characters")
     return out
 
 

@@ -162,7 +162,7 @@ class Pipeline:
         self.protocol = (LinUCBRouter(list(cfg.presets), cfg.protocol) if cfg.protocol.enabled else None)
 
     # -- one question ------------------------------------------------------------------------
-    def _check(self, query: Any, history: Any) -> tuple[str, list]:
+    def _check(self, query: Any, history: Any, cuts: list[str] | None = None) -> tuple[str, list]:
         if not isinstance(query, str):
             raise ValidationError(f"query: expected a string, got {type(query).__name__}")
         if not query.strip():
@@ -177,7 +177,7 @@ class Pipeline:
             raise ValidationError(f"history{where}: "
                                   f"holds a lone surrogate ({ascii(bad.char)[1:-1]}) at character {bad.index}, which "
                                   "is not Unicode text (bytes that are not UTF-8?); pass UTF-8 text")
-        return query.strip(), parse_history(history)
+        return query.strip(), parse_history(history, cuts=cuts)
 
     def _preset(self, name: str | None, features: Any) -> tuple[str, Preset]:
         presets = self.config.presets
@@ -209,7 +209,8 @@ class Pipeline:
             The answer as a JSON-ready dict (:meth:`answer_dict`).
         """
         t0 = time.perf_counter()
-        query, turns = self._check(query, history)
+        cuts: list[str] = []
+        query, turns = self._check(query, history, cuts)
         for name, value in (("query_id", query_id), ("preset", preset), ("strategy", strategy),
                             ("routing_mode", routing_mode)):
             if value is not None and not (isinstance(value, str) and value.strip()):
@@ -227,6 +228,8 @@ class Pipeline:
         name, chosen = self._preset(preset, features)
         state = PipelineState(query=query, history=turns, query_id=query_id or uuid.uuid4().hex, preset_name=name,
                               on_delta=on_delta)
+        for line in cuts:
+            state.trace.note(line)
         for d in self.gates.values():
             if not d.used:
                 state.trace.note(f"{d.use}: {d.reason}")

@@ -181,3 +181,15 @@ def test_a_manifest_that_is_not_an_object_is_not_an_index_manifest(small_index, 
     (ix / "manifest.json").write_text("[1, 2]")
     with pytest.raises(BundleError, match="not a searchsmith index manifest"):
         read_manifest(ix)
+
+
+def test_a_nan_query_vector_is_refused(small_index, embedder) -> None:
+    """It returned no hits, silently (probed 2026-12-06)."""
+    import numpy as np
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.index import Index
+
+    q = embedder.encode(["bread"])
+    q[0, 3] = np.nan
+    with pytest.raises(ValidationError, match="NaN or infinite"):
+        Index.load(small_index, embedder=embedder).search(q)

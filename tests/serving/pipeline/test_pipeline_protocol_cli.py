@@ -240,3 +240,16 @@ def test_the_python_api_refuses_bad_arguments_by_name(make_pipeline, embedder):
     for bad in (None, 5, {"a": 1}, b"bytes"):
         with pytest.raises(ValidationError, match="embed: expected a list of strings"):
             embedder.encode(bad)
+
+
+def test_what_is_cut_of_a_long_history_is_in_the_trace(make_pipeline):
+    pipe = make_pipeline()
+    turns = [{"role": "user", "content": f"turn {i} about the Lumen cache"} for i in range(60)]
+    turns[-1]["content"] = "long " * 5000  # 25,000 characters
+    notes = pipe.ask("Where is its code?", turns)["trace"]["notes"]
+    assert "history: its first 10 of 60 turns were left out (the last 50 are read)" in notes
+    assert "history: 1 turn(s) cut to their first 20000 characters" in notes
+    # an error names the turn's place in what was sent, not in what was kept
+    turns[55] = {"role": "user"}
+    with pytest.raises(ValidationError, match=r"history\[55\]: expected an object with 'role' and 'content'"):
+        pipe.ask("Where is its code?", turns)
