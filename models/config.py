@@ -34,6 +34,11 @@ T = TypeVar("T")
 _MISSING = object()
 
 
+def is_int(value: Any, low: int | None = None) -> bool:
+    """Whether ``value`` is an int (a bool is not), at least ``low`` when given."""
+    return isinstance(value, int) and not isinstance(value, bool) and (low is None or value >= low)
+
+
 def closest_key(key: str, valid: Iterable[str]) -> str | None:
     """The valid key most like ``key``, or None when nothing is close."""
     matches = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
@@ -274,5 +279,5 @@ def load_config(cls: type[T], path: str | Path | None = None,
     return from_dict(cls, raw, source=str(path) if path is not None else cls.__name__)
 
 
-__all__ = ["apply_overrides", "closest_key", "from_dict", "load_config", "read_yaml", "to_dict"]
+__all__ = ["apply_overrides", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "to_dict"]
 

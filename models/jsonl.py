@@ -93,20 +93,6 @@ def lone_surrogate_at(text: str) -> int | None:
     return None
 
 
-def check_unicode(text: str, field: str) -> str:
-    """``text``, refused when it holds a lone surrogate, which no tokenizer and no UTF-8 file
-    takes (a Python string made from bytes that are not UTF-8, with ``surrogateescape``).
-
-    Raises:
-        ValidationError: ``FIELD: holds a lone surrogate (\\udced) at character N ...``.
-    """
-    at = lone_surrogate_at(text)
-    if at is not None:
-        raise ValidationError(f"{field}: holds a lone surrogate ({ascii(text[at])[1:-1]}) at character {at}, "
-                              "which is not Unicode text (bytes that are not UTF-8?); pass UTF-8 text")
-    return text
-
-
 @dataclass(frozen=True)
 class LoneSurrogate:
     """Where :func:`find_lone_surrogate` found one: the string at ``loc`` (keys and list indices
@@ -159,6 +145,26 @@ def find_lone_surrogate(value: Any) -> LoneSurrogate | None:
 # the JSON escape of a surrogate code point (\ud800-\udfff): the only way a line decoded as
 # strict UTF-8 yields one, so a line without it is not walked
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(value: Any, field: str) -> Any:
+    """``value`` (a string, or a parsed JSON value: every string and field name in it), refused
+    when it holds a lone surrogate, which no tokenizer and no UTF-8 file takes (a Python string
+    made from bytes that are not UTF-8, with ``surrogateescape``).
+
+    Raises:
+        ValidationError: ``FIELD[path]: holds a lone surrogate (\\udced) at character N ...``.
+    """
+    if isinstance(value, str):
+        at = lone_surrogate_at(value)
+        found = None if at is None else LoneSurrogate((), at, value[at], in_name=False)
+    else:
+        found = find_lone_surrogate(value)
+    if found is not None:
+        where = found.field if not found.field or found.field.startswith("[") else "." + found.field
+        raise ValidationError(f"{field}{where}: holds a lone surrogate ({ascii(found.char)[1:-1]}) at character "
+                              f"{found.index}, which is not Unicode text (bytes that are not UTF-8?); pass UTF-8 text")
+    return value
 
 
 def lone_surrogate_of_line(line: str, record: Any) -> LoneSurrogate | None:
@@ -252,6 +258,7 @@ __all__ = [
     "MAX_SHOWN_ERRORS",
     "LoneSurrogate",
     "check_input_file",
+    "check_unicode",
     "find_lone_surrogate",
     "iter_jsonl",
     "json_error",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, Union, overlo
 import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.batching import pack_batches
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import read_json_object, sha256_file
 from searchsmith.models.tasks import TASK_NAMES
@@ -860,9 +861,6 @@ def read_manifest(path: Path) -> Manifest:
 def _manifest_problems(manifest: dict[str, Any]) -> list[str]:
     """What is wrong with the shape of a bundle manifest's fields the runtime reads (empty when
     nothing): each of the type the export writes."""
-    def is_int(v: Any, low: int) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
     out = []
     for key, low in (("max_length", 8), ("embedding_dim", 1)):
         if key in manifest and not is_int(manifest[key], low):

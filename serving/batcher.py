@@ -43,6 +43,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import (
     ConfigError,
     NotReadyError,
@@ -65,10 +66,6 @@ _LAST_BATCHES = 256
 # Retry-After before any batch has been timed; HTTP Retry-After is in whole seconds, so one
 # second is the smallest useful answer.
 _DEFAULT_RETRY_AFTER_S = 1.0
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_real(value: Any) -> bool:
@@ -104,7 +101,7 @@ class BatcherConfig:
         problems: list[str] = []
         for name in ("max_batch_size", "max_batch_tokens", "max_queue", "workers"):
             value = getattr(self, name)
-            if not _is_int(value):
+            if not is_int(value):
                 problems.append(f"{name}: expected an int >= 1, got {value!r}")
             elif value < 1:
                 problems.append(f"{name}: must be >= 1, got {value}")
@@ -474,7 +471,7 @@ class DynamicBatcher(Generic[T, R]):
                     "pass length=<token count> or construct the batcher with length_of"
                 )
             length = self._length_of(item)
-        if not _is_int(length) or length < 0:
+        if not is_int(length) or length < 0:
             raise ValidationError(
                 f"batcher[{self.name}].submit: length must be an int >= 0 (tokens), got "
                 f"{length!r}; pass the item's token count"

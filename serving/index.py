@@ -54,7 +54,7 @@ from typing import Any, Literal
 
 import numpy as np
 from searchsmith.models import __version__
-from searchsmith.models.config import from_dict, to_dict
+from searchsmith.models.config import from_dict, is_int, to_dict
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.hub import model_display_name
 from searchsmith.models.io import (
@@ -907,9 +907,6 @@ def manifest_problems(manifest: dict[str, Any]) -> list[str]:
     """What is wrong with the shape of an index manifest (empty when nothing): the fields the
     loader reads, each of the type the build writes; a field an older build did not write may
     be absent."""
-    def is_int(v: Any, low: int = 0) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
     out = []
     for key, low in (("format_version", 1), ("embedding_dim", 1), ("max_seq_length", 1), ("documents", 0),
                      ("chunks", 0)):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.config import closest_key
 from searchsmith.models.errors import ConfigError, PayloadTooLargeError, ValidationError
-from searchsmith.models.jsonl import check_unicode, find_lone_surrogate
+from searchsmith.models.jsonl import check_unicode
 from searchsmith.models.roles import Embedder, ModelOfTask, Turn
 from searchsmith.models.runtime import Manifest
 from searchsmith.models.tasks import TASKS
@@ -171,12 +171,7 @@ class Pipeline:
             raise PayloadTooLargeError(f"query: {len(query)} characters, the limit is "
                                        f"{self.config.max_query_chars} (max_query_chars)")
         check_unicode(query, "query")
-        bad = find_lone_surrogate(history)
-        if bad is not None:
-            where = bad.field if not bad.field or bad.field.startswith("[") else "." + bad.field
-            raise ValidationError(f"history{where}: "
-                                  f"holds a lone surrogate ({ascii(bad.char)[1:-1]}) at character {bad.index}, which "
-                                  "is not Unicode text (bytes that are not UTF-8?); pass UTF-8 text")
+        check_unicode(history, "history")
         return query.strip(), parse_history(history, cuts=cuts)
 
     def _preset(self, name: str | None, features: Any) -> tuple[str, Preset]:
