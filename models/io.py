@@ -128,7 +128,9 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     process writing the same target is refused at once instead of mixing its files in.
 
     The lock is the kernel's (``flock``): a process that dies releases it. The lock file
-    stays (empty), since removing it would let two processes lock two different files.
+    stays after a write (empty); one this call created is removed again when the write is
+    refused or fails, so a refused command leaves nothing beside the user's path. Since a lock
+    file can thus disappear, the file locked is checked to still be the one at its path.
 
     Raises:
         ConfigError: another process holds it.
@@ -142,13 +144,35 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
                                       "folder; nothing was written. Choose a path whose folders are folders")
             break
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+") as fh:
+    while True:
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd, created = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            try:
+                fd, created = os.open(lock, os.O_RDWR), False
+            except FileNotFoundError:  # removed by a refused writer in between: create it again
+                continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise ConfigError(f"{what}: {str(target)!r} is being written by another searchsmith process; wait for "
                               "it to finish (or stop it), then run again") from None
-        yield  # closing the file releases the lock
+        try:
+            current = os.stat(lock)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(os.fstat(fd), current):
+            break
+        os.close(fd)  # we locked a file a refused writer removed: lock the one at the path now
+    try:
+        yield
+    except BaseException:
+        if created:
+            lock.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def temp_dir_beside(final: Path) -> Path:

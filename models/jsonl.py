@@ -11,6 +11,7 @@ This module sits on the ground floor: it imports nothing from ``serving`` or ``t
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -49,7 +50,8 @@ def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line_number, line)`` of each line of a UTF-8 file, read and decoded one line at a time.
 
     Lines end at "\\n" only (a JSON string may hold U+2028, which ``str.splitlines`` would cut
-    at); a UTF-8 sequence never holds the byte 0x0A, so decoding line by line is exact.
+    at); a UTF-8 sequence never holds the byte 0x0A, so decoding line by line is exact. A byte
+    order mark at the start of the file (Windows editors write one) is not part of the text.
 
     Raises:
         ValidationError: ``FILE:LINE: not UTF-8 text (byte .. at offset N of the file)``.
@@ -57,6 +59,8 @@ def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
     offset = 0
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, start=1):
+            if n == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw, offset = raw[len(codecs.BOM_UTF8):], len(codecs.BOM_UTF8)
             try:
                 yield n, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -65,16 +69,18 @@ def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def read_utf8(path: Path) -> str:
-    """The whole text of a UTF-8 file.
+    """The whole text of a UTF-8 file (a byte order mark at its start is not text).
 
     Raises:
         ValidationError: as :func:`utf8_lines`, naming the line of the first bad byte.
     """
     raw = path.read_bytes()
+    skip = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
     try:
-        return raw.decode("utf-8")
+        return raw[skip:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _not_utf8(path, raw.count(b"\n", 0, exc.start) + 1, exc.start, raw[exc.start]) from None
+        start = skip + exc.start
+        raise _not_utf8(path, raw.count(b"\n", 0, start) + 1, start, raw[start]) from None
 
 
 def json_error(exc: json.JSONDecodeError) -> str:

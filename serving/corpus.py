@@ -93,8 +93,13 @@ def _check_record(rec: Any, where: str, line: str) -> list[str]:
     for key in ("id", "source", "text"):
         if key not in rec:
             errs.append(f"{where}: missing required field {key!r}")
-    if "id" in rec and not isinstance(rec["id"], (str, int)):
-        errs.append(f"{where}: field 'id' must be a string, got {type(rec['id']).__name__}")
+    if "id" in rec:
+        if isinstance(rec["id"], bool) or not isinstance(rec["id"], (str, int)):  # true was indexed as "True"
+            errs.append(f"{where}: field 'id' must be a string (or a whole number), got "
+                        f"{type(rec['id']).__name__}")
+        elif isinstance(rec["id"], str) and not rec["id"].strip():
+            errs.append(f"{where}: field 'id' is empty; give each document an id of its own (it names the "
+                        "document in citations and in --add)")
     if "source" in rec:
         problem = source_label_problem(rec["source"])
         if problem:

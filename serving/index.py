@@ -953,6 +953,29 @@ def check_model(manifest: dict[str, Any], embedder: Embedder, index_dir: Path) -
         )
 
 
+def _read_centroids(index_dir: Path, dim: int, sources: list[str]) -> tuple[np.ndarray, list[str]]:
+    """``centroids.npy`` and the source of each row (``centroids.json``), checked against each other
+    and the manifest: a damaged pair (read unchecked with ``verify=False``) is a BundleError."""
+    fix = f"repair it with 'searchsmith index --repair --out {index_dir}', or rebuild the index"
+    try:
+        cents = np.load(index_dir / "centroids.npy", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise BundleError(f"index {index_dir}: centroids.npy cannot be read ({exc}); {fix}") from None
+    try:
+        owners = json.loads((index_dir / "centroids.json").read_text(encoding="utf-8"))["sources"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and UnicodeError are ValueErrors
+        raise BundleError(f"index {index_dir}: centroids.json cannot be read ({type(exc).__name__}: {exc}); "
+                          f"{fix}") from None
+    if cents.ndim != 2 or cents.shape[1] != dim or not np.issubdtype(cents.dtype, np.floating):
+        raise BundleError(f"index {index_dir}: centroids.npy holds a {cents.dtype} array of shape {cents.shape}, "
+                          f"not (centroids, {dim}) floats; {fix}")
+    if not isinstance(owners, list) or not all(isinstance(o, str) for o in owners) \
+            or len(owners) != len(cents) or not set(owners) <= set(sources):
+        raise BundleError(f"index {index_dir}: centroids.json's 'sources' must name one of the index's sources "
+                          f"for each of the {len(cents)} centroid rows; {fix}")
+    return cents.astype(np.float32, copy=False), owners
+
+
 class Index:
     """A loaded index: per-source search, chunk lookup and the routing centroids."""
 
@@ -984,8 +1007,7 @@ class Index:
             for part in parts:
                 shards.add_shard(part)
             self._faiss[s], self._shards[s] = shards, parts
-        self.centroids = np.load(index_dir / "centroids.npy")
-        self.centroid_sources = json.loads((index_dir / "centroids.json").read_text())["sources"]
+        self.centroids, self.centroid_sources = _read_centroids(index_dir, self.dim, self.sources)
         self.backend = self._pick_backend(config.search_backend)
         self._kernel_mats: dict[str, tuple[Any, np.ndarray]] = {}
         if self.backend == "kernel":

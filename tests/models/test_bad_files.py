@@ -251,3 +251,21 @@ def test_the_module_helpers_answer_errors_in_one_line_from_any_folder(tmp_path) 
                               timeout=300)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert done.stderr.startswith(f"python -m {module}: error: "), done.stderr[-500:]
+
+
+def test_a_byte_order_mark_at_the_start_is_not_text(tmp_path) -> None:
+    """A file saved by a Windows editor starts with a UTF-8 byte order mark: it was refused as
+    'not valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) ...)'. Now it is read, and
+    a bad byte after it is still named at its offset in the file."""
+    from searchsmith.models.jsonl import read_utf8
+    from searchsmith.serving.corpus import read_corpus
+
+    bom = b"\xef\xbb\xbf"
+    p = _lines_file(tmp_path, bom + b'{"id": "a", "source": "s", "text": "x"}\n')
+    assert read_corpus(p) == [{"id": "a", "source": "s", "text": "x"}]
+    assert read_jsonl(p, ("id",), "--data") == [{"id": "a", "source": "s", "text": "x"}]
+    assert read_utf8(p).startswith('{"id"')
+    bad = _lines_file(tmp_path, bom + b'{"query": "caf\xe9"}\n', name="bad.jsonl")
+    for read in (lambda: read_jsonl(bad, ("query",), "--data"), lambda: read_utf8(bad)):
+        with pytest.raises(ValidationError, match=r"bad\.jsonl:1: not UTF-8 text \(byte 0xE9 at offset 17 "):
+            read()

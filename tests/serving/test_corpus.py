@@ -118,3 +118,15 @@ def test_source_key_folds_case_spacing_and_unicode_form() -> None:
     assert source_key("Caf\u00e9") == source_key("Cafe\u0301")  # NFC vs NFD
     assert source_key("Climate") != source_key("Climate Science")
     assert source_label_problem("Healthcare / Medicine") is None
+
+
+@pytest.mark.parametrize("value, problem", [
+    (True, "field 'id' must be a string .*got bool"),  # was indexed as "True" (probing, 2026-12-06)
+    ("", "field 'id' is empty"),  # was accepted
+    ("  ", "field 'id' is empty"),
+    (1.5, "field 'id' must be a string .*got float"),
+])
+def test_an_id_that_names_no_document_is_refused(tmp_path, value, problem) -> None:
+    p = _write(tmp_path, [json.dumps({"id": value, "source": "a", "text": "hello"})])
+    with pytest.raises(ValidationError, match=rf"c\.jsonl:1: {problem}"):
+        read_corpus(p)

@@ -193,3 +193,67 @@ def test_a_nan_query_vector_is_refused(small_index, embedder) -> None:
     q[0, 3] = np.nan
     with pytest.raises(ValidationError, match="NaN or infinite"):
         Index.load(small_index, embedder=embedder).search(q)
+
+
+def test_a_refused_build_leaves_nothing_beside_the_users_folder(embedder, tmp_path) -> None:
+    """'index --out user' refused the user's folder but left an empty '.user.lock' beside it
+    (found by probing, 2026-12-06): a lock file the refused write created is removed again."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.index import build_index
+
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine")
+    with pytest.raises(ValidationError, match="not a searchsmith index"):
+        build_index([DOC], user, embedder=embedder, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["user"]
+    assert (user / "notes.txt").read_text() == "mine"
+
+
+def test_a_lock_file_removed_under_a_waiting_writer_is_locked_again(tmp_path) -> None:
+    """Removing a refused writer's lock file must not let two writers hold two files: a writer
+    that opened the old file locks the one now at the path."""
+    import fcntl
+    import os
+
+    from searchsmith.models.errors import ConfigError
+    from searchsmith.models.io import exclusive
+
+    target = tmp_path / "ix"
+    lock = tmp_path / ".ix.lock"
+    with pytest.raises(RuntimeError), exclusive(target, "refused"):
+        assert lock.exists()
+        raise RuntimeError("refused after taking the lock")
+    assert not lock.exists()
+    lock.write_text("")  # a lock file that a writer opened, then lost to an unlink
+    stale = os.open(lock, os.O_RDWR)
+    lock.unlink()
+    try:
+        with exclusive(target, "first"):
+            fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the old inode: free, and not the lock
+            with pytest.raises(ConfigError, match="another searchsmith process"), exclusive(target, "second"):
+                pass
+        assert lock.exists()  # a write that went through keeps its lock file
+    finally:
+        os.close(stale)
+
+
+@pytest.mark.parametrize("name, damage, problem", [
+    ("centroids.npy", lambda p: p.write_bytes(p.read_bytes()[:90]), "centroids.npy cannot be read"),
+    ("centroids.npy", lambda p: __import__("numpy").save(p, __import__("numpy").zeros((2, 3), "float32")),
+     r"shape \(2, 3\), not \(centroids, 384\)"),
+    ("centroids.json", lambda p: p.write_text("{not json"), "centroids.json cannot be read"),
+    ("centroids.json", lambda p: p.write_text('{"sources": ["nowhere"]}'), "'sources' must name one of"),
+    ("centroids.json", lambda p: p.write_text('{"sources": [["a"]]}'), "'sources' must name one of"),
+])
+def test_damaged_centroids_read_unchecked_name_the_file(small_index, tmp_path, name, damage, problem) -> None:
+    """Index.load(verify=False) skips the checksums; damaged centroids then raised numpy's
+    ValueError or a JSONDecodeError (found by probing, 2026-12-06)."""
+    from searchsmith.serving.index import Index
+
+    ix = _copy(small_index, tmp_path)
+    damage(ix / name)
+    with pytest.raises(BundleError, match=problem + ".*index --repair"):
+        Index.load(ix, verify=False)
+    with pytest.raises(BundleError, match=f"{name} is corrupt"):
+        Index.load(ix)
