@@ -403,31 +403,40 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
 
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue[str] = asyncio.Queue()
-        gone = threading.Event()  # the streaming client went away
+        gone = threading.Event()  # the client went away (its request was cancelled, or its stream closed)
 
         def on_delta(piece: str) -> None:  # on the worker thread
-            if gone.is_set():  # stops the LLM's stream: the backend closes its connection
+            if gone.is_set():  # stops the LLM: the backend closes its connection, no fallback is made
                 raise ClientGone("/v1/search: the client went away; generation stopped")
-            loop.call_soon_threadsafe(deltas.put_nowait, piece)
+            if req.stream:
+                loop.call_soon_threadsafe(deltas.put_nowait, piece)
 
         def work() -> dict[str, Any]:
+            # the listener is passed for a JSON answer too: it is how a generation is stopped
             return pipe.ask(req.query, req.history, query_id=req.query_id, preset=req.preset,
-                            strategy=req.strategy, routing_mode=req.routing_mode,
-                            on_delta=on_delta if req.stream else None)
+                            strategy=req.strategy, routing_mode=req.routing_mode, on_delta=on_delta)
 
-        if not req.stream:
-            return JSONResponse(await _call(state, "search", work, "/v1/search"))
-        # The stream starts with the first piece an LLM backend generates, or with the whole
-        # answer when the offline backends write it at once: errors before that (429, 504, a
-        # bad history) keep their status codes; one after it is an ``error`` event.
         task = asyncio.ensure_future(_call(state, "search", work, "/v1/search"))
-        first = asyncio.ensure_future(deltas.get())
-        await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            if not req.stream:
+                return JSONResponse(await task)
+            # The stream starts with the first piece an LLM backend generates, or with the whole
+            # answer when the offline backends write it at once: errors before that (429, 504, a
+            # bad history) keep their status codes; one after it is an ``error`` event.
+            first = asyncio.ensure_future(deltas.get())
+            try:
+                await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not first.done():
+                    first.cancel()
+        except asyncio.CancelledError:  # the client left (answer_while_connected): drop the work
+            gone.set()
+            task.cancel()
+            raise
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        if first.done():
+        if first.done() and not first.cancelled():
             return StreamingResponse(_live_events(first.result(), deltas, task, gone), media_type="text/event-stream",
                                      headers=headers)
-        first.cancel()
         ans = task.result()  # raises: the error's own status
         return StreamingResponse(_search_events(ans, config.stream_chunk_chars), media_type="text/event-stream",
                                  headers=headers)

@@ -149,37 +149,69 @@ def test_the_app_reads_its_body_then_waits_for_the_disconnect() -> None:
     assert seen[1:] in ([], [{"type": "http.disconnect"}])
 
 
-def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, embedder) -> None:
-    """The LLM's pieces are the expensive part: once the client of a streamed /v1/search is gone,
-    the next piece stops the generation (the openai backend then closes its connection to the
-    LLM server) and no fallback answer is computed for nobody."""
+class _SlowLLM:
+    """An LLM double giving 100 pieces, 50 ms apart, to its listener; records how it ended."""
+
+    def __init__(self, first_after_s: float = 0.0) -> None:
+        self.given, self.outcome, self.started, self.first_after_s = 0, None, False, first_after_s
+
+    def complete(self, messages, on_token=None):
+        self.started = True
+        time.sleep(self.first_after_s)  # reading the prompt
+        try:
+            for _ in range(100):
+                if on_token is not None:
+                    on_token("word ")
+                self.given += 1
+                time.sleep(0.05)
+        except BaseException as exc:
+            self.outcome = type(exc).__name__
+            raise
+        self.outcome = "finished"
+        return "word " * 100, 10, 100
+
+
+def _llm_app(small_index, embedder, first_after_s: float = 0.0):
     from searchsmith.models.config import from_dict
     from searchsmith.serving.http import create_app
     from searchsmith.serving.pipeline.config import PipelineConfig
     from searchsmith.serving.pipeline.pipeline import Pipeline
 
-    class SlowLLM:
-        def __init__(self) -> None:
-            self.given, self.outcome = 0, None
-
-        def complete(self, messages, on_token=None):
-            try:
-                for _ in range(100):
-                    on_token("word ")
-                    self.given += 1
-                    time.sleep(0.05)
-            except BaseException as exc:
-                self.outcome = type(exc).__name__
-                raise
-            self.outcome = "finished"
-            return "word " * 100, 10, 100
-
     cfg = from_dict(PipelineConfig, {"generation": {"backend": "openai",
                                                     "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}})
     pipe = Pipeline(cfg, Index.load(small_index, embedder=embedder), embedder)
-    llm = SlowLLM()
+    llm = _SlowLLM(first_after_s)
     next(s for s in pipe.stages if s.name == "generation").llm = llm
-    app = create_app(ServerLimits(), pipeline=pipe)
+    return create_app(ServerLimits(), pipeline=pipe), llm
+
+
+def test_a_client_that_leaves_a_json_search_stops_the_llm_generating(small_index, embedder) -> None:
+    """A non-streamed /v1/search ran its LLM to the end after its client left (noticed
+    2026-12-06): only a streamed request passed the generation a listener to stop it through.
+    Every /v1/search now passes one; the cancelled request sets it."""
+    app, llm = _llm_app(small_index, embedder)
+    with LoopbackServer(app, lifetime_s=120) as srv:
+        sock = _post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?"})
+        _wait("the LLM to start", lambda: llm.given >= 2, 30)
+        sock.close()  # gone while its answer is being generated
+        _wait("the generation to stop", lambda: llm.outcome is not None, 10)
+        assert llm.outcome == "ClientGone" and llm.given < 50
+        _wait("the client to be counted gone", lambda: b'status="499"' in app.state.serving.metrics.render())
+    app2, llm2 = _llm_app(small_index, embedder)  # a client that stays gets the whole answer
+    with LoopbackServer(app2, lifetime_s=120) as srv:
+        import httpx
+
+        r = httpx.post(f"http://127.0.0.1:{srv.port}/v1/search", json={"query": "How long should I knead bread?"},
+                       timeout=60)
+        assert r.status_code == 200 and r.json()["answer_text"].count("word") == 100
+        assert llm2.outcome == "finished"
+
+
+def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, embedder) -> None:
+    """The LLM's pieces are the expensive part: once the client of a streamed /v1/search is gone,
+    the next piece stops the generation (the openai backend then closes its connection to the
+    LLM server) and no fallback answer is computed for nobody."""
+    app, llm = _llm_app(small_index, embedder)
     with LoopbackServer(app, lifetime_s=120) as srv:
         sock = _post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
         sock.settimeout(30)
@@ -190,3 +222,15 @@ def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, em
         _wait("the generation to stop", lambda: llm.outcome is not None, 10)
         assert llm.outcome == "ClientGone" and llm.given < 50
         _wait("the search queue to be free", lambda: app.state.serving.gates["search"].stats()["queue_depth"] == 0)
+
+
+def test_a_streaming_client_that_leaves_before_the_first_piece_stops_the_llm(small_index, embedder) -> None:
+    """A streamed /v1/search whose client left before the LLM's first piece had its request task
+    left running (only the handler waiting for it was cancelled): the LLM then ran to its end."""
+    app, llm = _llm_app(small_index, embedder, first_after_s=1.0)
+    with LoopbackServer(app, lifetime_s=120) as srv:
+        sock = _post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
+        _wait("the LLM to start", lambda: llm.started, 30)
+        sock.close()  # gone while the LLM reads its prompt
+        _wait("the generation to stop", lambda: llm.outcome is not None, 10)
+        assert llm.outcome == "ClientGone" and llm.given == 0
