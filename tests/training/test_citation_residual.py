@@ -83,6 +83,29 @@ def test_balanced_accuracy_best_f1_threshold_and_top1() -> None:
         metrics.top1_per_group([2], [0.1])
 
 
+def test_a_calibration_that_keeps_no_correction_cuts_where_the_cosine_does() -> None:
+    """Share 0 serves the cosine alone; its cut was still fitted on the calibration claims' sets,
+    and with WiCE left out that cut (0.47) scored F1 0.605 on WiCE against the cosine's 0.729 at
+    0.6. The scorer is then the baseline, decision included."""
+    cfg = load_recipe_config(TINY, RESIDUAL + ["model.cross_weights=[0.0,1.0]", "data.baseline_cosine_threshold=0.6"])
+    rng = np.random.default_rng(0)
+    cos = np.r_[rng.normal(0.5, 0.05, 40), rng.normal(0.3, 0.05, 40)]  # calibration sets' cosines: lower
+    labels = [1] * 40 + [0] * 40
+    residual = CosineResidual(scale=12.0, bias=-7.0)
+    noise = rng.normal(0.0, 1.0, 80)  # a correction that orders worse than the cosine
+    kept, threshold, report = cit._calibrate(cfg, labels, noise, cos.tolist(), residual)
+    assert kept.cross_weight == 0.0
+    assert threshold == pytest.approx(float(sigmoid(np.array([12.0 * 0.6 - 7.0]))[0]))
+    probs = kept.probs(noise, cos)
+    assert ((probs >= threshold) == (cos >= 0.6)).all()  # the cosine baseline's decisions
+    assert "baseline" in report["support_threshold_rule"]
+    # a kept correction is cut where its calibration F1 is best, as before
+    good = 4.0 * (np.array(labels) - 0.5) + rng.normal(0.0, 0.1, 80)
+    kept, threshold, report = cit._calibrate(cfg, labels, good, cos.tolist(), residual)
+    assert kept.cross_weight == 1.0 and "support_threshold_rule" not in report
+    assert threshold == pytest.approx(metrics.best_f1_threshold(labels, kept.probs(good, cos).tolist())[0])
+
+
 def test_config_refuses_calibration_without_claims_and_residual_without_embedder() -> None:
     with pytest.raises(ConfigError, match="data.calibration_ratio"):
         load_recipe_config(TINY, ["calibrate_threshold=true"])
