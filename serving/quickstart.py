@@ -88,6 +88,8 @@ def recipes_dir() -> Path:
 
 
 def _train(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> dict[str, Any]:
+    from searchsmith.models.io import exclusive
+    from searchsmith.training.cli import check_run_dir, claim_run_dir
     from searchsmith.training.config import load_recipe_config
     from searchsmith.training.registry import get_recipe
 
@@ -96,7 +98,10 @@ def _train(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> d
     if profile == "full" and not shared_data.is_dir():
         overrides += list(step.offline)
     cfg = load_recipe_config(recipe, overrides)
-    return get_recipe(cfg.recipe).fn(cfg, run_dir=run_dir, force=False)
+    check_run_dir(run_dir)  # as searchsmith train: a folder of the user's is never trained into
+    with exclusive(run_dir, "quickstart"):
+        claim_run_dir(run_dir, cfg.recipe)
+        return get_recipe(cfg.recipe).fn(cfg, run_dir=run_dir, force=False)
 
 
 def export_workers(bundles: int, asked: int | None = None) -> int:

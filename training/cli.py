@@ -24,10 +24,25 @@ def configure_train(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_train)
 
 
-# What a run folder of this project holds at its top level (trainer.py and the recipes; a run
-# interrupted early may hold only its data cache or split)
-RUN_MARKERS = ("run.json", "checkpoints", "metrics.json", "cache", "split.json", "baselines.json", "stages",
-               "heldout.cite.jsonl")
+# The file a run folder of this project holds from its first moment (written before any other),
+# so that a rerun after an interruption resumes it and a user's folder is never taken for one.
+RUN_MARK = ".searchsmith-run"
+
+
+def is_run_dir(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is a run this project started: its mark, or (runs started before the
+    mark) a ``run.json`` holding a recipe config, or a checkpoint's ``state.json``. Names a
+    user's folder may hold too (``cache/``, ``model/``, ``metrics.json``) prove nothing."""
+    if (run_dir / RUN_MARK).is_file():
+        return True
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if isinstance(info, dict) and isinstance(info.get("config"), dict) and "recipe" in info["config"]:
+        return True
+    return any(p.is_file() for pattern in ("checkpoints/step-*/state.json", "stages/*/checkpoints/step-*/state.json")
+               for p in run_dir.glob(pattern))
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -36,16 +51,34 @@ def check_run_dir(run_dir: Path) -> None:
     user's files of those names.
 
     Raises:
-        ConfigError: a file, or a non-empty folder that holds no run; nothing is written.
+        ConfigError: a file, a path inside a file, or a non-empty folder that holds no run;
+            nothing is written.
     """
+    for parent in run_dir.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"output_dir: {str(run_dir)!r} is inside {str(parent)!r}, which is a file; "
+                                  "nothing was written. Choose a folder path")
+            break
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"output_dir: {str(run_dir)!r} is a file; expected a folder (a new one, e.g. "
                           f"--output-dir runs/{run_dir.stem or 'run'})")
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not any((run_dir / m).exists() for m in RUN_MARKERS):
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not is_run_dir(run_dir):
         held = ", ".join(sorted(p.name for p in run_dir.iterdir())[:5])
         raise ConfigError(f"output_dir: {str(run_dir)!r} is a folder that holds no training run ({held}); "
                           "training would write model/ and metrics.json into it, so nothing was written. "
                           f"Use a new or empty folder, e.g. --output-dir {run_dir / 'run'}")
+
+
+def claim_run_dir(run_dir: Path, recipe: str) -> None:
+    """Check ``run_dir`` (:func:`check_run_dir`) and mark it as this project's run (under its
+    lock, :func:`searchsmith.models.io.exclusive`, held by the caller)."""
+    from searchsmith.models.io import write_json_atomic
+
+    check_run_dir(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / RUN_MARK).is_file():
+        write_json_atomic(run_dir / RUN_MARK, {"recipe": recipe, "written_by": "searchsmith train"})
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -73,7 +106,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = load_recipe_config(args.recipe, overrides)
     entry = get_recipe(cfg.recipe)
     run_dir = Path(cfg.output_dir)
-    check_run_dir(run_dir)
+    check_run_dir(run_dir)  # before the lock file is made beside it
     from searchsmith.training.trainer import is_main_process
 
     main_process = is_main_process()  # under accelerate launch / torchrun only rank 0 reports
@@ -82,6 +115,8 @@ def run_train(args: argparse.Namespace) -> int:
     # one run into a folder at a time (rank 0 holds it for a multi-process run); SIGTERM (a
     # scheduler's stop, `kill`) stops it as Ctrl-C does, saying how to resume
     with exclusive(run_dir, "train") if main_process else contextlib.nullcontext():
+        if main_process:
+            claim_run_dir(run_dir, cfg.recipe)
         previous = signal.signal(signal.SIGTERM, _interrupt) if main_process else None
         try:
             final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))

@@ -111,3 +111,58 @@ def test_train_refuses_a_user_folder_and_keeps_it(tmp_path, capsys):
     afile.write_text("x")
     assert main(["train", str(recipe), "--output-dir", str(afile)]) == 1
     assert "is a file" in capsys.readouterr().err and afile.read_text() == "x"
+
+
+def test_a_user_folder_holding_a_cache_folder_is_not_taken_for_a_run(tmp_path, capsys):
+    """A folder holding 'cache/' (or 'model/', 'metrics.json') was taken for a run: training swapped
+    the user's model/ for its own and wrote over metrics.json (found by probing, 2026-12-06).
+    A run is known by the mark it writes first, or by a run.json or checkpoint of a recipe's."""
+    import json
+
+    from searchsmith.serving.main import main
+    from searchsmith.training.cli import RUN_MARK, is_run_dir
+
+    recipe = next(Path(__file__).resolve().parents[2].glob("recipes/reranker/tiny/*.yaml"))
+    user = tmp_path / "mine"
+    (user / "cache").mkdir(parents=True)
+    (user / "model").mkdir()
+    (user / "model" / "notes.txt").write_text("mine")
+    (user / "metrics.json").write_text('{"mine": 1}')
+    assert main(["train", str(recipe), "--output-dir", str(user), "optim.max_steps=1"]) == 1
+    assert "holds no training run" in capsys.readouterr().err
+    assert (user / "model" / "notes.txt").read_text() == "mine" and (user / "metrics.json").read_text() == '{"mine": 1}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no lock file left beside it
+    inside = tmp_path / "notes.txt"
+    inside.write_text("x")
+    assert main(["train", str(recipe), "--output-dir", str(inside / "run")]) == 1
+    assert "inside" in capsys.readouterr().err and inside.read_text() == "x"
+    # runs of this project are recognised: the mark, a recipe's run.json, a checkpoint
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "run.json").write_text(json.dumps({"config": {"recipe": "reranker"}}))
+    assert is_run_dir(legacy)
+    (legacy / "run.json").write_text('{"mine": 1}')
+    assert not is_run_dir(legacy)
+    (legacy / "checkpoints" / "step-3").mkdir(parents=True)
+    (legacy / "checkpoints" / "step-3" / "state.json").write_text("{}")
+    assert is_run_dir(legacy)
+    run = tmp_path / "run"
+    assert main(["train", str(recipe), "--output-dir", str(run), "optim.max_steps=1"]) == 0
+    assert (run / RUN_MARK).is_file() and is_run_dir(run)
+
+
+def test_quickstart_never_trains_into_a_users_folder(tmp_path):
+    """quickstart called the recipe directly, without the run-folder check: a file of the user's
+    in runs/reranker/model/ was deleted (found by probing, 2026-12-06)."""
+    import dataclasses
+
+    from searchsmith.serving import quickstart as q
+
+    step = dataclasses.replace(q.MODELS[0], quick="reranker/tiny/bert-tiny_full.yaml")
+    run = tmp_path / "runs" / "reranker"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "README-mine.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds no training run"):
+        q._train(step, "quick", run, tmp_path / "no-shared-data")
+    assert (run / "model" / "README-mine.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["reranker"]
