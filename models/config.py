@@ -21,6 +21,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import re
+import reprlib
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -32,6 +34,8 @@ from searchsmith.models.errors import ConfigError
 T = TypeVar("T")
 
 _MISSING = object()
+_MAX_ERRORS_SHOWN = 30
+_YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n", "true", "false"}
 
 
 def is_int(value: Any, low: int | None = None) -> bool:
@@ -43,6 +47,17 @@ def closest_key(key: str, valid: Iterable[str]) -> str | None:
     """The valid key most like ``key``, or None when nothing is close."""
     matches = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
     return matches[0] if matches else None
+
+
+_SHOWN = reprlib.Repr()  # (keyword arguments need Python 3.12)
+_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxtuple = 2, 4, 4, 4
+_SHOWN.maxstring = _SHOWN.maxother = 80
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short for an error message: a value of nested YAML aliases (a few
+    hundred bytes of file) would otherwise print as many megabytes."""
+    return _SHOWN.repr(value)
 
 
 def _type_name(tp: Any) -> str:
@@ -70,14 +85,17 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
                 return out
             sub_errors.extend(trial)
         errors.append(sub_errors[0] if len(sub_errors) == 1 else
-                      f"{path}: expected {_type_name(tp)}, got {value!r}")
+                      f"{path}: expected {_type_name(tp)}, got {shown(value)}")
         return _MISSING
     if origin is Literal:
         allowed = get_args(tp)
         if value not in allowed:
             hint = closest_key(str(value), [str(a) for a in allowed])
             fix = f" (did you mean {hint!r}?)" if hint else ""
-            errors.append(f"{path}: expected one of {list(allowed)}, got {value!r}{fix}")
+            if isinstance(value, bool) and any(a in _YAML11_BOOLS for a in allowed):
+                fix = (" (YAML reads yes/no/on/off without quotes as true/false: write the value in quotes, "
+                       "e.g. \"no\")")
+            errors.append(f"{path}: expected one of {list(allowed)}, got {shown(value)}{fix}")
             return _MISSING
         return value
     if dataclasses.is_dataclass(tp):
@@ -87,7 +105,7 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         return _build(tp, value, path, errors)
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            errors.append(f"{path}: expected a list, got {type(value).__name__} {value!r}")
+            errors.append(f"{path}: expected a list, got {type(value).__name__} {shown(value)}")
             return _MISSING
         args = get_args(tp)
         item_tp = args[0] if args else Any
@@ -106,34 +124,32 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        errors.append(f"{path}: expected true or false, got {value!r}")
+        errors.append(f"{path}: expected true or false, got {shown(value)}")
         return _MISSING
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        errors.append(f"{path}: expected an integer, got {type(value).__name__} {value!r}")
+        errors.append(f"{path}: expected an integer, got {type(value).__name__} {shown(value)}")
         return _MISSING
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         hint = ""
-        if isinstance(value, str):
-            try:
-                float(value)
-                hint = (" (PyYAML reads numbers like 2e-5 as strings: write 2.0e-5)")
-            except ValueError:
-                pass
-        errors.append(f"{path}: expected a number, got {type(value).__name__} {value!r}{hint}")
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+[eE][+-]?\d+\s*", value):
+            hint = " (PyYAML reads numbers like 2e-5 as strings: write 2.0e-5)"
+        elif isinstance(value, str) and value.strip().lower() in ("nan", "inf", "-inf", "+inf", "infinity"):
+            hint = " (YAML spells these .nan and .inf; a finite number is expected here)"
+        errors.append(f"{path}: expected a number, got {type(value).__name__} {shown(value)}{hint}")
         return _MISSING
     if tp is str:
         if isinstance(value, str):
             return value
-        errors.append(f"{path}: expected a string, got {type(value).__name__} {value!r}")
+        errors.append(f"{path}: expected a string, got {type(value).__name__} {shown(value)}")
         return _MISSING
     if isinstance(tp, type):
         if isinstance(value, tp):
             return value
-        errors.append(f"{path}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+        errors.append(f"{path}: expected {tp.__name__}, got {type(value).__name__} {shown(value)}")
         return _MISSING
     return value
 
@@ -175,8 +191,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, source: str = "co
     errors: list[str] = []
     out = _build(cls, data, "", errors)
     if errors:
-        lines = "\n  ".join(errors)
-        raise ConfigError(f"{source}: {len(errors)} error(s)\n  {lines}")
+        lines = "\n  ".join(errors[:_MAX_ERRORS_SHOWN])
+        more = f"\n  ... and {len(errors) - _MAX_ERRORS_SHOWN} more" if len(errors) > _MAX_ERRORS_SHOWN else ""
+        raise ConfigError(f"{source}: {len(errors)} error(s)\n  {lines}{more}")
     return out
 
 
@@ -223,8 +240,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
                           "for the defaults")
     p = Path(path)
     if p.is_dir():
-        raise ConfigError(f"config file {str(p)!r} is a folder, not a file: give the path of a YAML file in it "
-                          f"(e.g. {str(p / 'pipeline.yaml')!r})")
+        inside = sorted(q.name for q in p.glob("*.y*ml"))[:3]
+        example = f" (it holds {', '.join(inside)})" if inside else ""
+        raise ConfigError(f"config file {str(p)!r} is a folder, not a file: give the path of a YAML file"
+                          f"{example}")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist (check the path)")
     try:
@@ -237,7 +256,41 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    size = _expanded_size(data)
+    if size is None or size > MAX_CONFIG_VALUES:
+        what = "refers to itself" if size is None else f"expands to over {MAX_CONFIG_VALUES:,} values"
+        raise ConfigError(f"{p}: the YAML {what} through its anchors and aliases (&name / *name); a config "
+                          "is far smaller: write the values out")
     return data
+
+
+MAX_CONFIG_VALUES = 1_000_000  # values of a config with every alias written out
+
+
+def _expanded_size(root: Any) -> int | None:
+    """How many values ``root`` holds with every YAML alias expanded (a shared node counts each
+    time it is used; computed once per node); None when a node contains itself."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        key = id(node)
+        children = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+        if done:
+            active.discard(key)
+            sizes[key] = 1 + sum(sizes.get(id(c), 1) for c in children)
+            continue
+        if key in sizes:
+            continue
+        if key in active:
+            return None
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in sizes)
+    return sizes[id(root)]
 
 
 def _seed_from_defaults(cls: type, raw: dict[str, Any], overrides: Iterable[str]) -> None:

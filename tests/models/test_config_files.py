@@ -3,8 +3,11 @@ names it and says what to do."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import pytest
-from searchsmith.models.config import read_yaml
+from searchsmith.models.config import from_dict, read_yaml
 from searchsmith.models.errors import ConfigError
 
 
@@ -25,8 +28,11 @@ def test_an_empty_path_is_refused_as_empty(path):
 
 
 def test_a_folder_is_refused_as_a_folder(tmp_path):
-    with pytest.raises(ConfigError, match=r"is a folder, not a file: give the path of a YAML file in it "
-                                          r"\(e\.g\. '.*pipeline\.yaml'\)"):
+    # it suggested pipeline.yaml whatever the folder held, a recipe's folder too
+    with pytest.raises(ConfigError, match=r"is a folder, not a file: give the path of a YAML file$"):
+        read_yaml(tmp_path)
+    (tmp_path / "minilm_full.yaml").write_text("recipe: reranker\n")
+    with pytest.raises(ConfigError, match=r"give the path of a YAML file \(it holds minilm_full\.yaml\)"):
         read_yaml(tmp_path)
 
 
@@ -45,3 +51,56 @@ def test_a_bad_file_is_refused_naming_it(tmp_path, content, error):
     path.write_bytes(content)
     with pytest.raises(ConfigError, match=rf"bad\.yaml: {error}"):
         read_yaml(path)
+
+
+def _laughs(depth: int) -> str:
+    lines = ["recipe: reranker", "l0: &l0 [aaaaaaaaaa, aaaaaaaaaa, aaaaaaaaaa, aaaaaaaaaa, aaaaaaaaaa]"]
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, depth + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_aliases_that_expand_past_any_config_are_refused(tmp_path):
+    """A 400-byte recipe of nested aliases gave a 68 MB error message (depth 6) or ran out of
+    memory (depth 8), since each bad value was printed whole (found by probing, 2026-12-06)."""
+    import time
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_laughs(8) + "optim:\n  lr: *l8\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"expands to over 1,000,000 values through its anchors and aliases"):
+        read_yaml(bomb)
+    assert time.perf_counter() - t0 < 10
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("recipe: reranker\nk: &a [*a, *a]\n")
+    with pytest.raises(ConfigError, match="refers to itself"):
+        read_yaml(loop)
+    shared = tmp_path / "shared.yaml"  # anchors used as they are meant to be: fine
+    shared.write_text("a: &d {x: 1, y: [1, 2]}\nb: *d\nc: *d\n")
+    assert read_yaml(shared)["c"] == {"x": 1, "y": [1, 2]}
+
+
+def test_a_bad_value_is_shown_cut_short():
+    @dataclass(frozen=True)
+    class Optim:
+        lr: float = 1.0
+
+    big = [[list(range(1000))] * 1000] * 1000
+    with pytest.raises(ConfigError) as err:
+        from_dict(Optim, {"lr": big})
+    assert len(str(err.value)) < 400 and "lr: expected a number, got list [[" in str(err.value)
+
+
+def test_the_hints_fit_the_mistake():
+    @dataclass(frozen=True)
+    class Train:
+        mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+        lr: float = 1.0
+
+    with pytest.raises(ConfigError, match=r"got False \(YAML reads yes/no/on/off without quotes as true/false: "
+                                          r"write the value in quotes"):
+        from_dict(Train, {"mixed_precision": False})  # mixed_precision: no
+    with pytest.raises(ConfigError, match=r"write 2\.0e-5"):
+        from_dict(Train, {"lr": "2e-5"})
+    with pytest.raises(ConfigError) as err:
+        from_dict(Train, {"lr": "nan"})  # it was told PyYAML reads 2e-5 as a string
+    assert "2.0e-5" not in str(err.value) and ".nan" in str(err.value)
