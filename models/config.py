@@ -3,7 +3,8 @@
 One loader for every config in the project (recipes, index, router, pipeline, server):
 
 * unknown keys are rejected with the closest valid key suggested;
-* types are checked (PyYAML reads ``2e-5`` as a string: the error says to write ``2.0e-5``);
+* types are checked (PyYAML reads ``2e-5`` as a string: the error says to write ``2.0e-5``), and
+  a float setting must be finite (``.nan`` and ``.inf`` mean nothing in any config);
 * every error in the file is reported at once, each with its dotted path;
 * ``key.sub=value`` overrides (the CLI form) are applied before validation.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import re
 import reprlib
 import types
@@ -133,7 +135,12 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         return _MISSING
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            if math.isfinite(value):
+                return float(value)
+            # no setting means anything at .nan or .inf: a NaN threshold compares false with
+            # everything and silently switched checks off
+            errors.append(f"{path}: expected a finite number, got {value}")
+            return _MISSING
         hint = ""
         if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+[eE][+-]?\d+\s*", value):
             hint = " (PyYAML reads numbers like 2e-5 as strings: write 2.0e-5)"
@@ -332,5 +339,5 @@ def load_config(cls: type[T], path: str | Path | None = None,
     return from_dict(cls, raw, source=str(path) if path is not None else cls.__name__)
 
 
-__all__ = ["apply_overrides", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "to_dict"]
+__all__ = ["apply_overrides", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "shown", "to_dict"]
 

@@ -122,6 +122,22 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def check_parents_are_folders(path: str | os.PathLike, what: str, error: type[Exception] = ValidationError) -> None:
+    """Refuse a path inside a file ("notes.txt/index"), where making its folders would end in
+    FileExistsError or NotADirectoryError.
+
+    Raises:
+        ``error`` (ValidationError): naming the file.
+    """
+    path = Path(path)
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise error(f"{what}: {str(path)!r} is inside {str(parent)!r}, which is a file, not a folder; "
+                            "nothing was written. Choose a path whose folders are folders")
+            return
+
+
 @contextlib.contextmanager
 def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold the lock of ``target`` (``.NAME.lock`` beside it) while writing it; a second
@@ -137,12 +153,7 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     """
     target = Path(target)
     lock = target.with_name(f".{target.name}.lock")
-    for parent in target.parents:  # "notes.txt/index": mkdir would raise FileExistsError
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValidationError(f"{what}: {str(target)!r} is inside {str(parent)!r}, which is a file, not a "
-                                      "folder; nothing was written. Choose a path whose folders are folders")
-            break
+    check_parents_are_folders(target, what)
     lock.parent.mkdir(parents=True, exist_ok=True)
     while True:
         try:
@@ -223,6 +234,7 @@ def check_replaceable(out: str | os.PathLike, *, label: str, kind: str, listed: 
     """
 
     out = Path(out)
+    check_parents_are_folders(out, label)
     if out.is_symlink():
         raise ValidationError(f"{label} {out}: is a symbolic link; nothing was replaced. Give the folder it "
                               f"points to ({out.resolve()}) or a new folder")

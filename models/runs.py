@@ -141,10 +141,14 @@ def heldout_metrics(run_dir: Path) -> dict[str, float]:
     left out); {} when absent. The serving gates read these names to decide whether a model beat
     its baseline (e.g. the pipeline's rewrite gate)."""
     path = Path(run_dir) / "metrics.json"
+    fix = "train the run again (the same command resumes it), or restore the file"
     try:
         data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # the bundle would have gone out without its figures
+        raise BundleError(f"{path}: not valid JSON ({type(exc).__name__}); the gates read the held-out figures "
+                          f"in it: {fix}") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{path}: expected a JSON object of metrics, got {type(data).__name__}; {fix}")
     out = flat_numbers(data.get("final") or {}, "")
     baselines = {k: v for k, v in (data.get("baselines") or {}).items() if k != "data"}
     out.update(flat_numbers(baselines, "baselines/"))

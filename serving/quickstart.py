@@ -261,6 +261,7 @@ def _positive_int(text: str) -> int:
 
 
 def run_quickstart(args: argparse.Namespace) -> int:
+    from searchsmith.models.io import check_parents_are_folders
     from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.index import IndexConfig, build_index, read_manifest
     from searchsmith.serving.pipeline.cli import format_answer
@@ -268,7 +269,13 @@ def run_quickstart(args: argparse.Namespace) -> int:
     from searchsmith.serving.pipeline.gates import gate_report
     from searchsmith.serving.pipeline.pipeline import load_pipeline
 
+    if not str(args.workdir).strip():
+        raise ConfigError("--workdir is empty: give a folder for the quickstart's runs, bundles and index "
+                          "(default ./searchsmith-work)")
     work = Path(args.workdir)
+    check_parents_are_folders(work, "--workdir", ConfigError)
+    if work.exists() and not work.is_dir():
+        raise ConfigError(f"--workdir: {str(work)!r} is a file; give a folder (a new one, e.g. {work}.d)")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n = len(MODELS) + 4

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from searchsmith.models.errors import ConfigError
-from searchsmith.models.io import exclusive
+from searchsmith.models.io import check_parents_are_folders, exclusive
 
 
 def configure_train(parser: argparse.ArgumentParser) -> None:
@@ -54,12 +54,7 @@ def check_run_dir(run_dir: Path) -> None:
         ConfigError: a file, a path inside a file, or a non-empty folder that holds no run;
             nothing is written.
     """
-    for parent in run_dir.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(f"output_dir: {str(run_dir)!r} is inside {str(parent)!r}, which is a file; "
-                                  "nothing was written. Choose a folder path")
-            break
+    check_parents_are_folders(run_dir, "output_dir", ConfigError)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"output_dir: {str(run_dir)!r} is a file; expected a folder (a new one, e.g. "
                           f"--output-dir runs/{run_dir.stem or 'run'})")
@@ -101,7 +96,10 @@ def run_train(args: argparse.Namespace) -> int:
     from searchsmith.training.registry import get_recipe
 
     overrides = list(args.overrides)
-    if args.output_dir:
+    if args.output_dir is not None:
+        if not str(args.output_dir).strip():  # it trained into the recipe's own output_dir
+            raise ConfigError("--output-dir is empty: give the run's folder, or leave the option out for the "
+                              "recipe's output_dir")
         overrides.append(f"output_dir={json.dumps(str(args.output_dir))}")
     cfg = load_recipe_config(args.recipe, overrides)
     entry = get_recipe(cfg.recipe)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_dict
+from searchsmith.models.config import apply_overrides, from_dict, read_yaml, shown, to_dict
 from searchsmith.models.errors import ConfigError
 
 
@@ -64,6 +65,9 @@ class OptimConfig:
     head_lr_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("lr", "head_lr_scale", "weight_decay", "warmup_ratio", "max_grad_norm"):
+            if not math.isfinite(getattr(self, name)):  # inf or nan: the run stopped later on "loss is nan"
+                raise ValueError(f"optim.{name} must be a finite number, got {getattr(self, name)}")
         if not self.head_lr_scale > 0:
             raise ValueError(f"optim.head_lr_scale must be > 0, got {self.head_lr_scale}")
         if not self.lr > 0:
@@ -110,6 +114,8 @@ class TrainConfig:
     log_every_steps: int = 10
 
     def __post_init__(self) -> None:
+        if not 0 <= self.seed < 2**32:  # what NumPy's seed takes
+            raise ValueError(f"train.seed must be in [0, 2**32 - 1], got {self.seed}")
         for name in ("eval_every_steps", "save_every_steps", "log_every_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
@@ -146,6 +152,8 @@ class LoraConfig:
     def __post_init__(self) -> None:
         if self.r < 1:
             raise ValueError(f"lora.r must be >= 1, got {self.r}")
+        if self.alpha < 1:  # the update is scaled by alpha / r: 0 trains nothing, < 0 unlearns
+            raise ValueError(f"lora.alpha must be >= 1, got {self.alpha}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
 
@@ -154,6 +162,9 @@ def recipe_name(path: str | Path, data: dict[str, Any] | None = None) -> str:
     """The ``recipe:`` key of a YAML file (read from ``data`` when given)."""
     raw = read_yaml(path) if data is None else data
     name = raw.get("recipe")
+    if "recipe" in raw and not (isinstance(name, str) and name.strip()):
+        raise ConfigError(f"{path}: recipe: expected the registered recipe name as a string (e.g. 'recipe: "
+                          f"reranker'), got {type(name).__name__} {shown(name)}")
     if not isinstance(name, str) or not name:
         raise ConfigError(
             f"{path}: missing top-level 'recipe:' key (the registered recipe name, e.g. "
@@ -183,6 +194,8 @@ def load_recipe_config(path: str | Path, overrides: list[str] | tuple[str, ...] 
     """
     from searchsmith.training.registry import get_recipe
 
+    if not str(path).strip():  # Path("") is "." (the current folder)
+        raise ConfigError("the recipe path is empty: give a recipe YAML file, e.g. recipes/reranker/minilm_full.yaml")
     path = shipped_recipe(path)
     raw = dict(read_yaml(path))
     apply_overrides(raw, overrides)

@@ -97,6 +97,10 @@ def _run_export(args: argparse.Namespace) -> int:
                          int8_activations=args.int8_activations, int8_weight_range=args.int8_weight_range,
                          thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data,
                          heldout_limit=args.heldout_limit, heldout_scorer=heldout_figures)
+    for name, value in (("RUN_DIR", args.run_dir), ("--out", args.out)):
+        if not str(value).strip():  # Path("") is ".": the current folder
+            raise ConfigError(f"export {name} is empty: give a folder ('export RUN_DIR --out BUNDLE_DIR', or "
+                              "'export embedder --out BUNDLE_DIR')")
     out = Path(args.out)
     # (bundle folder, what it is, the export to run); checked first, so a bad folder of runs
     # fails before anything is exported

@@ -108,8 +108,11 @@ class ReaderData:
             raise ValueError(f"data.eval_ratio must be in (0, 1), got {self.eval_ratio}")
         if not 0.0 <= self.no_answer_ratio <= 1.0:
             raise ValueError(f"data.no_answer_ratio must be in [0, 1], got {self.no_answer_ratio}")
-        if self.negatives_per_positive < 0 or self.max_distractors < 0:
-            raise ValueError("data.negatives_per_positive and data.max_distractors must be >= 0")
+        if not 0 <= self.negatives_per_positive < float("inf") or self.max_distractors < 0:  # nan fails too
+            raise ValueError(f"data.negatives_per_positive must be a finite number >= 0 (got "
+                             f"{self.negatives_per_positive}) and data.max_distractors >= 0 (got {self.max_distractors})")
+        if self.max_items < 0:  # -1 dropped each source's last record (items[:-1])
+            raise ValueError(f"data.max_items must be >= 0 (0 = all), got {self.max_items}")
         if self.answer_occurrences not in ("first", "all"):
             raise ValueError(f"data.answer_occurrences must be 'first' or 'all', got {self.answer_occurrences!r}")
         if self.cloze_per_item < 0:

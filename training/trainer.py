@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from searchsmith.models.config import to_dict
+from searchsmith.models.config import is_int, shown, to_dict
 from searchsmith.models.errors import ConfigError, RunnerError, ValidationError
 from searchsmith.models.io import replace_dir, write_json_atomic
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
@@ -179,6 +179,11 @@ def read_checkpoint(ckpt: Path) -> dict[str, Any]:
     state = json.loads((ckpt / "state.json").read_text(encoding="utf-8"))
     if not isinstance(state, dict) or not all(k in state for k in ("step", "epoch", "batch_in_epoch")):
         raise ValueError("state.json lacks step / epoch / batch_in_epoch")
+    for key in ("step", "epoch", "batch_in_epoch"):  # an edited "abc" or 3.5 failed or misnamed the next save
+        if not is_int(state[key], 0):
+            raise ValueError(f"state.json's {key} must be a whole number >= 0, got {shown(state[key])}")
+    if f"step-{state['step']}" != ckpt.name:
+        raise ValueError(f"state.json's step {state['step']} is not the folder's ({ckpt.name})")
     return {"state": state, "model": torch.load(ckpt / "model.pt", map_location="cpu"),
             "optimizer": torch.load(ckpt / "optimizer.pt", map_location="cpu"),
             "scheduler": torch.load(ckpt / "scheduler.pt", map_location="cpu"),

@@ -206,6 +206,22 @@ def test_export_names_an_invalid_config_json_and_the_damaged_run(tmp_path) -> No
         export_run(run, tmp_path / "out")
 
 
+@pytest.mark.parametrize("content, problem", [(b"[1]", "expected a JSON object of metrics, got list"),
+                                              (b"{not json", "not valid JSON")])
+def test_export_refuses_a_runs_damaged_metrics(tmp_path, content, problem) -> None:
+    """A metrics.json holding [1] ended export in an AttributeError; one that was not JSON let the
+    bundle go out without its held-out figures, silently (found by probing, 2026-12-06)."""
+    from export_fixtures import rerank_run
+    from searchsmith.models.export import export_run
+
+    run = tmp_path / "run"
+    shutil.copytree(rerank_run(), run)
+    (run / "metrics.json").write_bytes(content)
+    with pytest.raises(BundleError, match=rf"metrics\.json: {problem}.*train the run again"):
+        export_run(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_loading_a_truncated_model_names_the_file(tmp_path) -> None:
     from searchsmith.models.reranker import load_reranker
 

@@ -104,3 +104,17 @@ def test_the_hints_fit_the_mistake():
     with pytest.raises(ConfigError) as err:
         from_dict(Train, {"lr": "nan"})  # it was told PyYAML reads 2e-5 as a string
     assert "2.0e-5" not in str(err.value) and ".nan" in str(err.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_no_float_setting_takes_nan_or_inf(value):
+    """optim.lr=.inf trained until 'loss is nan'; protocol.alpha=.nan made every LinUCB score NaN
+    and citation thresholds at .nan compared false with everything (probing, 2026-12-06)."""
+
+    @dataclass(frozen=True)
+    class Section:
+        threshold: float = 0.5
+        maybe: float | None = None
+
+    with pytest.raises(ConfigError, match=r"threshold: expected a finite number, got .*\n  maybe: expected a finite"):
+        from_dict(Section, {"threshold": value, "maybe": value})

@@ -214,9 +214,10 @@ def test_heldout_metrics_are_flattened_for_the_manifest(tmp_path) -> None:
     assert heldout_metrics(tmp_path) == {"rewrite_f1": 0.2, "baselines/rewrite_f1_copy_query": 0.7,
                                          "baselines/bi_encoder/ndcg@10": 0.5,
                                          "baselines/bi_encoder/scifact/ndcg@10": 0.4}
-    (tmp_path / "metrics.json").write_text("{oops")
-    assert heldout_metrics(tmp_path) == {}
-    assert heldout_metrics(tmp_path / "none") == {}
+    (tmp_path / "metrics.json").write_text("{oops")  # the bundle would go out without its figures
+    with pytest.raises(BundleError, match="metrics.json: not valid JSON"):
+        heldout_metrics(tmp_path)
+    assert heldout_metrics(tmp_path / "none") == {}  # an untrained run has none
 
 
 def _rerank_run_with_split(tmp_path):

@@ -166,3 +166,53 @@ def test_quickstart_never_trains_into_a_users_folder(tmp_path):
         q._train(step, "quick", run, tmp_path / "no-shared-data")
     assert (run / "model" / "README-mine.txt").read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["reranker"]
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("train.seed=-1", r"train.seed must be in \[0, 2\*\*32 - 1\]"),  # numpy's ValueError from seed_everything
+    ("train.seed=99999999999999999999", r"train.seed must be in"),
+    ("optim.lr=.inf", "optim.lr: expected a finite number"),
+    ("optim.max_grad_norm=.nan", "optim.max_grad_norm: expected a finite number"),
+    ("lora.alpha=0", "lora.alpha must be >= 1"),
+    ("recipe=123", r"recipe: expected the registered recipe name as a string .*got int 123"),
+])
+def test_recipe_settings_out_of_range_are_refused_by_name(override, problem):
+    with pytest.raises(ConfigError, match=problem):
+        load_recipe_config(TINY, [override])
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("data.negatives_per_positive=.inf", "expected a finite number"),  # OverflowError in the reader's sampling
+    ("data.max_items=-1", r"data.max_items must be >= 0 \(0 = all\), got -1"),  # dropped each source's last record
+])
+def test_reader_data_counts_out_of_range_are_refused(override, problem):
+    reader = Path(__file__).resolve().parents[2] / "recipes" / "reader" / "tiny" / "bert-tiny_full.yaml"
+    with pytest.raises(ConfigError, match=problem):
+        load_recipe_config(reader, [override])
+
+
+def test_empty_paths_and_paths_inside_a_file_are_refused_by_name(tmp_path, capsys, monkeypatch):
+    """--output-dir "" trained into the recipe's own output_dir under the current folder; 'train ""'
+    and 'export ""' spoke of '.'; export --out and quickstart --workdir inside a file ended in
+    FileExistsError or NotADirectoryError (found by probing, 2026-12-06)."""
+    from searchsmith.serving.main import main
+
+    monkeypatch.chdir(tmp_path)
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    cases = [
+        (["train", str(TINY), "--output-dir", ""], "--output-dir is empty"),
+        (["train", ""], "the recipe path is empty"),
+        (["export", "", "--out", str(tmp_path / "b")], "export RUN_DIR is empty"),
+        (["export", "embedder", "--out", str(afile / "sub")], r"export --out: '.*notes.txt/sub' is inside"),
+        (["quickstart", "--workdir", str(afile)], "--workdir: '.*notes.txt' is a file"),
+        (["quickstart", "--workdir", str(afile / "w")], "--workdir: '.*notes.txt/w' is inside '.*notes.txt', which is "
+                                                        "a file"),
+    ]
+    import re
+
+    for argv, problem in cases:
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert re.search(problem, err), (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"] and afile.read_text() == "x"

@@ -133,6 +133,19 @@ def test_every_checkpoint_damaged_is_a_clear_error(tmp_path: Path) -> None:
         train(_model(), _loss, _batches, _cfg(), tmp_path)
 
 
+@pytest.mark.parametrize("step", ['"abc"', "null", "3.5", "-5", "7"])
+def test_an_edited_checkpoint_step_counts_as_damaged(tmp_path: Path, step: str) -> None:
+    """A state.json edited to "step": "abc" ended resuming in a TypeError; 3.5 was taken and the
+    next save was named step-6.5, which no resume reads (found by probing, 2026-12-06)."""
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(3))
+    state = tmp_path / "checkpoints/step-2/state.json"
+    saved = json.loads(state.read_text())
+    state.write_text(json.dumps(saved).replace(f'"step": {saved["step"]}', f'"step": {step}'))
+    with pytest.raises(ConfigError, match=r"every checkpoint is damaged: step-2 \(ValueError: state.json's step"):
+        train(_model(), _loss, _batches, _cfg(), tmp_path)
+
+
 def test_a_killed_runs_temporary_checkpoint_is_removed_on_resume(tmp_path: Path) -> None:
     import os
 
