@@ -229,12 +229,15 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
         node = data
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1], 1):
             child = node.get(part)
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: {part!r} is not a mapping")
+                where = ".".join(parts[:depth])
+                raise ConfigError(f"override {item!r}: {where!r} is set to {shown(child)} (in the config file or an "
+                                  f"earlier override), not a mapping of keys; fix {where} there, or override it "
+                                  "whole")
             node = child
         node[parts[-1]] = value
     return data

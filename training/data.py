@@ -24,17 +24,21 @@ T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True) -> Path:
+def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True, folder: bool = False) -> Path:
     """Resolve a recipe data path: as given (relative to the current folder), else relative
     to the repository root (so ``../shared/data/...`` works from the repo and from elsewhere).
 
     Raises:
-        ConfigError: the path does not exist (``must_exist``), naming the field and the fix.
+        ConfigError: the path does not exist (``must_exist``), or is a folder where a file is
+            expected (or a file where a ``folder``), naming the field and the fix.
     """
     p = Path(path).expanduser()
     candidates = [p] if p.is_absolute() else [p, REPO_ROOT / p]
     for c in candidates:
         if c.exists():
+            if c.is_dir() != folder:
+                want, got = ("a folder", "a file") if folder else ("a file", "a folder")
+                raise ConfigError(f"{field}: {str(c)!r} is {got}; expected {want} (set {field} to its path)")
             return c.resolve()
     if not must_exist:
         return candidates[-1]

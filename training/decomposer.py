@@ -384,7 +384,7 @@ def load_examples(data: DecomposerDataConfig, seed: int = 0) -> list[dict[str, A
     out: list[dict[str, Any]] = []
     real = [s for s in data.sources if s != "synthetic"]
     if real:
-        root = resolve_data_path(data.data_dir, "data.data_dir")
+        root = resolve_data_path(data.data_dir, "data.data_dir", folder=True)
         for name in real:
             out += load_real(name, root, data.max_history_turns)
     if "synthetic" in data.sources:

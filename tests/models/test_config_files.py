@@ -118,3 +118,14 @@ def test_no_float_setting_takes_nan_or_inf(value):
 
     with pytest.raises(ConfigError, match=r"threshold: expected a finite number, got .*\n  maybe: expected a finite"):
         from_dict(Section, {"threshold": value, "maybe": value})
+
+
+def test_an_override_into_a_value_that_is_not_a_mapping_names_where_it_is_set():
+    from searchsmith.models.config import apply_overrides
+
+    with pytest.raises(ConfigError, match=r"override 'optim.lr=1.0e-3': 'optim' is set to 5 \(in the config file or "
+                                          r"an earlier override\), not a mapping of keys; fix optim there"):
+        apply_overrides({"optim": 5}, ["optim.lr=1.0e-3"])
+    with pytest.raises(ConfigError, match=r"'a.b' is set to 'x'"):
+        apply_overrides({"a": {"b": "x"}}, ["a.b.c=1"])
+    assert apply_overrides({"optim": 5}, ["optim={lr: 1.0e-3}"]) == {"optim": {"lr": 1.0e-3}}

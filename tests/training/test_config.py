@@ -216,3 +216,17 @@ def test_empty_paths_and_paths_inside_a_file_are_refused_by_name(tmp_path, capsy
         err = capsys.readouterr().err
         assert re.search(problem, err), (argv, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"] and afile.read_text() == "x"
+
+
+def test_a_data_path_of_the_wrong_kind_names_its_setting(tmp_path):
+    """A folder given for a data file was refused as 'data: ... is a folder', naming no setting."""
+    from searchsmith.training.data import resolve_data_path
+
+    (tmp_path / "claims.jsonl").write_text("{}\n")
+    with pytest.raises(ConfigError, match=r"data.scifact_claims: '.*' is a folder; expected a file \(set "
+                                          r"data.scifact_claims to its path\)"):
+        resolve_data_path(tmp_path, "data.scifact_claims")
+    with pytest.raises(ConfigError, match=r"data.data_dir: '.*claims.jsonl' is a file; expected a folder"):
+        resolve_data_path(tmp_path / "claims.jsonl", "data.data_dir", folder=True)
+    assert resolve_data_path(tmp_path / "claims.jsonl", "data.x") == (tmp_path / "claims.jsonl").resolve()
+    assert resolve_data_path(tmp_path, "data.data_dir", folder=True) == tmp_path.resolve()
