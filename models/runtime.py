@@ -74,11 +74,22 @@ DEFAULT_BATCH_TOKENS = {"torch-cpu": 2048, "onnx-cpu": 512, "cuda": 16384}
 # A batch is closed before its real tokens fall below this share of its padded tokens.
 PACK_MIN_PADDING_EFFICIENCY = 0.75
 TORCH_DIR = "torch"
+# Most intra-op threads a bundle may ask for, per CPU of the machine: past a few per core they
+# only contend, and a huge count (1000000) hung model loading.
+THREADS_PER_CPU = 4
 _NP_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
               "tensor(float16)": np.float16}
 
 
 T = TypeVar("T")
+
+
+def max_threads() -> int:
+    """The most intra-op threads per bundle: ``THREADS_PER_CPU`` x ``os.cpu_count()``
+    (``load_bundle``'s ``threads``, the config key ``bundles.threads``)."""
+    return THREADS_PER_CPU * (os.cpu_count() or 1)
+
+
 #: what a bundle method returns: the value, or ``(value, meta)`` with ``return_meta=True``
 WithMeta = Union[T, tuple[T, dict[str, object]]]  # noqa: UP007 - a generic alias needs Union here
 #: one graph: feeds by input name -> the first output
@@ -999,7 +1010,8 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
             None = any task.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         backend: ``auto`` (ONNX Runtime, torch only without onnxruntime), ``onnx`` or ``torch``.
-        threads: intra-op threads (None = ONNX Runtime's / torch's default).
+        threads: intra-op threads (None = ONNX Runtime's / torch's default), at most
+            :func:`max_threads` (4 x the machine's CPUs).
         allow_untrained: load a bundle whose model was never fine-tuned (benchmarks, tests).
         batch_size: most inputs per graph call.
         max_batch_tokens: padded tokens per graph call; None = the default for the device
@@ -1015,7 +1027,7 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         BundleError: corrupt, incomplete, newer, untrained or unloadable bundle, or one of
             another task than ``task``.
         ConfigError: unknown device or backend; a batch_size, max_batch_tokens or threads
-            that is not a positive int.
+            that is not a positive int; threads above :func:`max_threads`.
     """
     from searchsmith.models.tokenizer import load_tokenizer
 
@@ -1026,6 +1038,10 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"load_bundle: {name} must be an int >= 1{' or None' if optional else ''}, "
                               f"got {value!r}")
+    if threads is not None and threads > max_threads():
+        raise ConfigError(f"load_bundle: threads must be at most {max_threads()} ({THREADS_PER_CPU} x the "
+                          f"{os.cpu_count() or 1} CPUs of this machine; more threads only contend), got {threads}; "
+                          "give the cores a bundle may use (bundles.threads), or None for the runtime's default")
     path = Path(path)
     manifest = read_manifest(path)
     if task is not None and manifest["task"] != task:
@@ -1088,5 +1104,5 @@ def graphs_on_cuda(graphs: Mapping[str, Graph]) -> bool:
 
 
 __all__ = ["BUNDLE_CLASSES", "Bundle", "CiteBundle", "DecomposeBundle", "EmbedBundle", "FORMAT_VERSION",
-           "ImagesBundle", "OrtGraph", "ReadBundle", "RerankBundle", "TorchGraph", "load_bundle", "read_manifest",
-           "verify_files"]
+           "ImagesBundle", "OrtGraph", "ReadBundle", "RerankBundle", "THREADS_PER_CPU", "TorchGraph", "load_bundle",
+           "max_threads", "read_manifest", "verify_files"]

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,7 @@ class ServeBundles(BundlesConfig):
         reader: ``read`` bundle: the pipeline's short answers (``generation.backend: auto``).
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         backend: ``auto`` (ONNX Runtime), ``onnx`` or ``torch``.
-        threads: intra-op threads per bundle (None: the runtime's default).
+        threads: intra-op threads per bundle (None: the runtime's default), 1 to 4 x the CPUs.
         gate_rewrite: the pipeline's rewrite gate (``pipeline.bundles.gate_rewrite``: the
             decomposer's rewrites only when the retrieval they drive beats the heuristic
             rewrite's).
@@ -123,12 +124,12 @@ class RayServeConfig:
         max_replicas: autoscaling's upper bound; set, it turns autoscaling on (Ray Serve adds
             replicas while each has more than ``target_ongoing_requests`` in flight, and
             removes idle ones).
-        target_ongoing_requests: the in-flight requests per replica autoscaling aims at.
+        target_ongoing_requests: the in-flight requests per replica autoscaling aims at (> 0).
         max_ongoing_requests: requests one replica takes at once; more wait in Serve's queue.
         max_queued_requests: requests waiting for a replica; past it the answer is 429
             ``overloaded`` with Retry-After (without the gateway: Ray Serve's plain 503)
             (-1: no limit).
-        num_cpus: CPUs reserved per replica (each loads every model).
+        num_cpus: CPUs reserved per replica (each loads every model; > 0, fractions allowed).
         address: a running Ray cluster's ``HOST:PORT`` (None: a local Ray in this process),
             e.g. one started with ``ray start --head --port 6379`` plus ``ray start --address
             HEAD:6379`` on each other node.
@@ -157,8 +158,13 @@ class RayServeConfig:
             raise ValueError(f"ray.replicas and ray.min_replicas must be >= 1, got {self.replicas}, {self.min_replicas}")
         if self.max_replicas is not None and self.max_replicas < self.min_replicas:
             raise ValueError(f"ray.max_replicas ({self.max_replicas}) must be >= ray.min_replicas ({self.min_replicas})")
-        if self.target_ongoing_requests <= 0 or self.max_ongoing_requests < 1 or self.num_cpus <= 0:
-            raise ValueError("ray.target_ongoing_requests and ray.num_cpus must be > 0, ray.max_ongoing_requests >= 1")
+        for key in ("target_ongoing_requests", "num_cpus"):
+            value = getattr(self, key)
+            # "not > 0": NaN fails too (Ray Serve would take it and never scale / never place a replica)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"ray.{key} must be a finite number > 0, got {value!r}")
+        if self.max_ongoing_requests < 1:
+            raise ValueError(f"ray.max_ongoing_requests must be >= 1, got {self.max_ongoing_requests}")
         if self.max_queued_requests < -1 or self.max_queued_requests == 0:
             raise ValueError(f"ray.max_queued_requests must be >= 1 or -1 (no limit), got {self.max_queued_requests}")
         if self.retries < 0:
@@ -182,7 +188,8 @@ class ServeConfig:
     """The whole server (serve.yaml top level).
 
     Attributes:
-        index: index folder (``searchsmith index``): /v1/route, and /v1/search when ``search``.
+        index: index folder (``searchsmith index``): /v1/route, and /v1/search when ``search``;
+            null = ``pipeline.index``, else no index (an empty string is refused).
         search: serve the pipeline (/v1/search, /v1/feedback) over the index.
         bundles: the model bundles.
         server: limits, security and batchers.
@@ -196,6 +203,12 @@ class ServeConfig:
     server: ServerLimits = field(default_factory=ServerLimits)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     ray: RayServeConfig = field(default_factory=RayServeConfig)
+
+    def __post_init__(self) -> None:
+        # '' used to fall through to pipeline.index and serve no index, silently
+        if self.index is not None and not self.index.strip():
+            raise ValueError("index must be an index folder (searchsmith index CORPUS.jsonl --out DIR) or null "
+                             f"(no index), got {self.index!r}")
 
 
 # The bundles the pipeline (/v1/search) uses; the embedder is the index's.
@@ -245,7 +258,11 @@ def load_serve_config(path: str | os.PathLike | None = None, overrides: list[str
     base = Path(path).resolve().parent if path is not None else Path.cwd()
     b = cfg.bundles
     bundles = dataclasses.replace(b, **{role: _resolve(getattr(b, role), base) for role in BUNDLE_ROLES})
-    idx = str(Path(index).resolve()) if index else _resolve(cfg.index or cfg.pipeline.index, base)
+    if index is not None and not index.strip():
+        raise ConfigError("--index: an empty path serves no index; give an index folder (searchsmith index "
+                          "CORPUS.jsonl --out DIR), or leave --index out to use serve.yaml's 'index'")
+    idx = (str(Path(index).resolve()) if index is not None
+           else _resolve(cfg.pipeline.index if cfg.index is None else cfg.index, base))
     # the gate switches live beside the bundles; the pipeline reads them from its own config
     gates = {f.name: getattr(b, f.name) for f in dataclasses.fields(b) if f.name.startswith("gate_")}
     pipeline = dataclasses.replace(cfg.pipeline, bundles=dataclasses.replace(cfg.pipeline.bundles, **gates))

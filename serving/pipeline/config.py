@@ -15,15 +15,52 @@ offline fallback, so the pipeline runs with an index alone. Load with
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from searchsmith.models.config import load_config
+from searchsmith.models.runtime import THREADS_PER_CPU, max_threads
 from searchsmith.serving.router import RouterConfig
 
 Strategy = Literal["auto", "direct", "parallel", "planning"]
 STRATEGIES = ("direct", "parallel", "planning")
+
+#: A cosine threshold above 1 is reached by no cosine: ``searchsmith eval ablate`` switches the
+#: citation fallback and the timeline merge off with 1.01 (serving/ablation.py). Larger values
+#: are refused as typos (2 for 0.2).
+COSINE_OFF = 1.01
+
+
+def _check_number(key: str, value: object, low: float = -math.inf, high: float = math.inf, *,
+                  low_open: bool = False, note: str = "") -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is a finite number in its range.
+
+    NaN and inf are refused whatever the range: a NaN threshold compares False with every
+    score (a stage silently switched off or on), an infinite weight makes every score inf.
+    """
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and (value > low if low_open else value >= low) and value <= high)
+    if ok:
+        return
+    if math.isfinite(low) and math.isfinite(high):
+        where = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    elif math.isfinite(low):
+        where = f"{'>' if low_open else '>='} {low:g}"
+    else:
+        where = f"<= {high:g}"
+    raise ValueError(f"{key} must be a finite number {where}{note}, got {value!r}")
+
+
+def _check_count(key: str, value: object, low: int = 1, *, optional: str = "", note: str = "") -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is a whole number >= ``low`` (or None
+    when ``optional`` says what None means)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        alt = f" or null ({optional})" if optional else ""
+        raise ValueError(f"{key} must be a whole number >= {low}{alt}{note}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -44,7 +81,8 @@ class BundlesConfig:
             generator's sentences.
         device: ``auto`` = CUDA when available.
         backend: ``auto`` = ONNX when the bundle has it.
-        threads: intra-op threads per bundle (None = the runtime's default).
+        threads: intra-op threads per bundle (None = the runtime's default), 1 to
+            ``models.runtime.max_threads()`` (4 x the machine's CPUs: more only contend).
         gate_rewrite: use the decomposer's rewrites only when the retrieval they drive
             (held-out nDCG@10 of each turn's answer passage) beats the heuristic rewrite's and
             the raw query's (the heuristic rewrite is used instead).
@@ -88,6 +126,16 @@ class BundlesConfig:
     gate_images: bool = True
     gate_vision: bool = True
     gate_read: bool = True
+
+    def __post_init__(self) -> None:
+        # load_bundle checks the same cap, but only once the server's port is open; a huge
+        # count hung model loading (ONNX Runtime starts every thread)
+        cap = max_threads()
+        _check_count("bundles.threads", self.threads, optional="the runtime's default")
+        if self.threads is not None and self.threads > cap:
+            raise ValueError(f"bundles.threads must be at most {cap} ({THREADS_PER_CPU} x the "
+                             f"{cap // THREADS_PER_CPU} CPUs of this machine; more threads only contend), "
+                             f"got {self.threads}; set it to the cores a bundle may use, or null")
 
 
 @dataclass(frozen=True)
@@ -381,6 +429,11 @@ class ExtractiveConfig:
         if not 0.0 <= self.min_relative_score <= 1.0:
             raise ValueError(f"generation.extractive.min_relative_score must be in [0, 1] (a share of the "
                              f"best sentence's support), got {self.min_relative_score}")
+        # support = cosine + lexical_weight x overlap share: in [-1, 1 + lexical_weight]
+        _check_number("generation.extractive.lexical_weight", self.lexical_weight, 0.0, 10.0,
+                      note=" (0 = the cosine alone)")
+        _check_number("generation.extractive.min_support", self.min_support, -1.0, 1.0 + self.lexical_weight,
+                      note=" (a support score: cosine + lexical_weight x word overlap)")
 
 
 @dataclass(frozen=True)
@@ -400,7 +453,8 @@ class OpenAIConfig:
             token has arrived (a half-streamed answer is never repeated).
         retry_backoff_s: wait before the first retry, doubled before each next one.
         max_tokens: most tokens the LLM may write per answer.
-        temperature: sampling temperature (0 = greedy, reproducible answers).
+        temperature: sampling temperature, 0 to 2 (the OpenAI API's range; 0 = greedy,
+            reproducible answers).
         stream: stream the answer token by token (server-sent events); False waits for
             the whole answer (the first-token timeout then covers all of it).
         stop: the server ends the answer at the first of these strings (the API's ``stop``),
@@ -428,6 +482,10 @@ class OpenAIConfig:
         if self.retries < 0 or self.retry_backoff_s < 0:
             raise ValueError(f"generation.openai: retries and retry_backoff_s must be >= 0, got "
                              f"{self.retries} and {self.retry_backoff_s}")
+        _check_number("generation.openai.retry_backoff_s", self.retry_backoff_s, 0.0, note=" (seconds)")
+        _check_count("generation.openai.max_tokens", self.max_tokens)
+        _check_number("generation.openai.temperature", self.temperature, 0.0, 2.0,
+                      note=" (the OpenAI API's range; 0 = greedy)")
 
 
 @dataclass(frozen=True)
@@ -452,6 +510,7 @@ class HFConfig:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"generation.hf.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        _check_count("generation.hf.max_input_tokens", self.max_input_tokens)
         if any(not s for s in self.stop):
             raise ValueError("generation.hf.stop: an empty string would stop before the first token")
 
@@ -513,7 +572,9 @@ class GenerationConfig:
         no_answer_threshold: when the best sentence support (the extractive score: cosine +
             lexical overlap with the question) over the final sub-questions' passages is below
             this, the answer is ``no_answer_text``, cites nothing and has no timeline; the
-            trace records the score and the threshold. None never refuses. The default was
+            trace records the score and the threshold. None never refuses. The support is in
+            [-1, 1 + ``extractive.lexical_weight``]; a threshold past that range is refused
+            (it would refuse every question). The default was
             measured on the demo (its 42 questions answered, out-of-KB questions refused).
         no_answer_missing_names: also "not found" when a name of the user's question (a
             capitalised run such as "Redis" or "Mona Lisa", an identifier such as
@@ -549,13 +610,23 @@ class GenerationConfig:
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
     hf: HFConfig = field(default_factory=HFConfig)
 
+    def __post_init__(self) -> None:
+        _check_count("generation.max_context_chars", self.max_context_chars, note=" (characters of passage text)")
+        if self.no_answer_threshold is not None:
+            top = 1.0 + self.extractive.lexical_weight
+            _check_number("generation.no_answer_threshold", self.no_answer_threshold, -1.0, top,
+                          note=f" or null (never refuse): the support it is compared with is cosine + "
+                               f"generation.extractive.lexical_weight ({self.extractive.lexical_weight:g}) "
+                               f"x word overlap, at most {top:g}, so a higher one refuses every question")
+
 
 @dataclass(frozen=True)
 class CitationConfig:
     """Attributes:
-        cosine_threshold: the embedding fallback cites a passage only at cosine >= this.
-        support_threshold: the citation bundle's P(supports) cut; None = the bundle's own.
-        max_per_sentence: citations attached to one sentence.
+        cosine_threshold: the embedding fallback cites a passage only at cosine >= this, in
+            [-1, 1]; up to ``COSINE_OFF`` (1.01) cites nothing by cosine (the ablation's switch).
+        support_threshold: the citation bundle's P(supports) cut, in [0, 1]; None = the bundle's own.
+        max_per_sentence: citations attached to one sentence (>= 1).
         entity_veto: a passage that lacks a number or name of the sentence (pattern entities:
             "Voyager 2", "7420", "Quarry 3.0") cannot support it, whatever its score: a
             passage about Voyager 1 is similar to a sentence about Voyager 2, but no source.
@@ -566,11 +637,20 @@ class CitationConfig:
     max_per_sentence: int = 2
     entity_veto: bool = True
 
+    def __post_init__(self) -> None:
+        _check_number("citation.cosine_threshold", self.cosine_threshold, -1.0, COSINE_OFF,
+                      note=f" (a cosine; {COSINE_OFF:g} cites nothing by cosine)")
+        if self.support_threshold is not None:
+            _check_number("citation.support_threshold", self.support_threshold, 0.0, 1.0,
+                          note=" (a probability) or null (the bundle's own)")
+        _check_count("citation.max_per_sentence", self.max_per_sentence)
+
 
 @dataclass(frozen=True)
 class TimelineConfig:
     """Attributes:
-        merge_threshold: events with compatible dates and cosine >= this are merged.
+        merge_threshold: events with compatible dates and cosine >= this are merged, in
+            [-1, 1]; up to ``COSINE_OFF`` (1.01) merges nothing (the ablation's switch).
         max_events: events kept (the earliest first after sorting).
         use_document_dates: a dated document with no date in its text yields one event.
         used_passages_only: events only from the passages the answer drew on (the extractive
@@ -594,19 +674,24 @@ class TimelineConfig:
                              f"got {self.relevance_ratio}")
         if self.max_events < 1:
             raise ValueError(f"timeline.max_events must be >= 1, got {self.max_events}")
+        _check_number("timeline.merge_threshold", self.merge_threshold, -1.0, COSINE_OFF,
+                      note=f" (a cosine; {COSINE_OFF:g} merges nothing)")
 
 
 @dataclass(frozen=True)
 class ImagesConfig:
     """Attributes:
-        threshold: an assignment is kept only at relevance >= this.
-        max_candidates: images considered per answer.
-        min_side_px: smaller images (icons, spacers) are filtered out.
+        threshold: an assignment is kept only at relevance >= this, a cosine in [-1, 1]
+            (-1 keeps every assignment).
+        max_candidates: images considered per answer (>= 1; ``presets.*.images: false`` places none).
+        min_side_px: smaller images (icons, spacers) are filtered out (0 keeps every size).
         image_paragraph_weight: weight of the image-paragraph cosine in the three-way mix
             (``models.placement.combined_scores``), used with an images bundle; without one,
             caption-paragraph cosine alone scores.
         caption_paragraph_weight: weight of the caption-paragraph cosine in that mix.
-        image_query_weight: weight of the image-question cosine in that mix.
+        image_query_weight: weight of the image-question cosine in that mix. The weights are
+            renormalised over the signals present: each >= 0, the image-paragraph one > 0 (as
+            ``models.placement.PlacementConfig``, which the stage builds from them).
     """
 
     threshold: float = 0.3
@@ -615,6 +700,15 @@ class ImagesConfig:
     image_paragraph_weight: float = 0.5
     caption_paragraph_weight: float = 0.3
     image_query_weight: float = 0.2
+
+    def __post_init__(self) -> None:
+        _check_number("images.threshold", self.threshold, -1.0, 1.0, note=" (a cosine; -1 keeps every assignment)")
+        _check_count("images.max_candidates", self.max_candidates)
+        _check_count("images.min_side_px", self.min_side_px, 0, note=" (0 keeps every size)")
+        _check_number("images.image_paragraph_weight", self.image_paragraph_weight, 0.0, low_open=True,
+                      note=" (the image tower's signal is always in the mix)")
+        for key in ("caption_paragraph_weight", "image_query_weight"):
+            _check_number(f"images.{key}", getattr(self, key), 0.0, note=" (0 leaves the signal out)")
 
 
 @dataclass(frozen=True)
@@ -628,7 +722,7 @@ class Preset:
         citation: attach citations to the answer's sentences.
         timeline: extract the answer's dated events.
         images: place images beside the answer's paragraphs.
-        retrieve_k: chunks retrieved per node (None = ``retrieval.retrieve_k``).
+        retrieve_k: chunks retrieved per node, >= 1 (None = ``retrieval.retrieve_k``).
     """
 
     rewrite: bool = True
@@ -638,6 +732,10 @@ class Preset:
     timeline: bool = True
     images: bool = True
     retrieve_k: int | None = None
+
+    def __post_init__(self) -> None:
+        # None, not 0, means retrieval.retrieve_k (the loader names the preset: presets.<name>: ...)
+        _check_count("presets.<name>.retrieve_k", self.retrieve_k, optional="retrieval.retrieve_k")
 
 
 def _default_presets() -> dict[str, Preset]:
@@ -657,11 +755,17 @@ class CostConfig:
         per_second: cost of one second of end-to-end latency.
         per_1k_tokens: cost of 1,000 LLM tokens (in + out).
         per_model_call: cost of one model call (rewrite, rerank, citation, ...).
+
+    Each is a finite number >= 0 (a NaN cost makes every reward NaN, and the bandit's state).
     """
 
     per_second: float = 1.0
     per_1k_tokens: float = 0.0
     per_model_call: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key in ("per_second", "per_1k_tokens", "per_model_call"):
+            _check_number(f"cost.{key}", getattr(self, key), 0.0)
 
 
 @dataclass(frozen=True)
@@ -671,10 +775,11 @@ class ProtocolConfig:
     Attributes:
         enabled: False always uses ``default_preset``.
         default_preset: the preset used when the router is off (a key of ``presets``).
-        alpha: exploration width of the upper confidence bound.
-        ridge: the prior A = ridge * I of every arm.
-        cost_lambda: reward = quality - cost_lambda * cost.
+        alpha: exploration width of the upper confidence bound (finite, >= 0).
+        ridge: the prior A = ridge * I of every arm (finite, > 0).
+        cost_lambda: reward = quality - cost_lambda * cost (finite, >= 0).
         state_path: JSON file the bandit is saved to after each feedback (atomic); None = memory.
+            An existing folder is refused (the first feedback would fail to save).
         max_pending: choices remembered for feedback (the oldest are forgotten).
     """
 
@@ -687,8 +792,17 @@ class ProtocolConfig:
     max_pending: int = 10000
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.ridge <= 0 or self.cost_lambda < 0 or self.max_pending < 1:
-            raise ValueError("protocol: need alpha >= 0, ridge > 0, cost_lambda >= 0, max_pending >= 1")
+        # NaN alpha or ridge made every LinUCB score NaN (the first preset always chosen); an
+        # infinite cost_lambda a reward of -inf and a NaN state
+        _check_number("protocol.alpha", self.alpha, 0.0)
+        _check_number("protocol.ridge", self.ridge, 0.0, low_open=True)
+        _check_number("protocol.cost_lambda", self.cost_lambda, 0.0)
+        _check_count("protocol.max_pending", self.max_pending)
+        if self.state_path is not None and not self.state_path.strip():  # it silently meant memory only
+            raise ValueError("protocol.state_path is empty; give the path of a JSON file, or null (memory only)")
+        if self.state_path is not None and Path(self.state_path).is_dir():
+            raise ValueError(f"protocol.state_path {self.state_path!r} is a folder; give the path of a JSON file "
+                             f"(e.g. {str(Path(self.state_path) / 'bandit.json')!r}) or null (memory only)")
 
 
 @dataclass(frozen=True)

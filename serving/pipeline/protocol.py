@@ -85,6 +85,9 @@ class LinUCBRouter:
         self._pending: OrderedDict[str, tuple[str, np.ndarray, float]] = OrderedDict()
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # one save at a time, after _lock's snapshot
+        if config.state_path and Path(config.state_path).is_dir():  # made after the config was checked
+            raise BundleError(f"protocol.state_path {config.state_path}: is a folder; give the path of a JSON file "
+                              "in it (e.g. bandit.json), or null to keep the bandit in memory")
         if config.state_path and Path(config.state_path).is_file():
             self.load(config.state_path)
 
@@ -171,19 +174,28 @@ class LinUCBRouter:
     def load(self, path: str | Path) -> None:
         """Read a saved state; arms no longer configured are ignored, new ones start fresh."""
         p = Path(path)
+        # the file may be the user's own (a typo in protocol.state_path): never suggest deleting it
+        fix = "point protocol.state_path at a new file (or move this one away) to start afresh"
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise BundleError(f"protocol.state_path {p}: holds a JSON {type(data).__name__}, not a saved bandit "
+                                  f"state (an object with 'version', 'features' and 'arms'); {fix}")
             if data.get("version") != STATE_VERSION or data.get("features") != list(FEATURES):
                 raise BundleError(f"protocol.state_path {p}: version/features do not match this searchsmith "
-                                  f"(expected version {STATE_VERSION}, features {list(FEATURES)}); delete it to restart")
+                                  f"(expected version {STATE_VERSION}, features {list(FEATURES)}); {fix}")
+            if not isinstance(data.get("arms"), dict):
+                raise BundleError(f"protocol.state_path {p}: 'arms' is not an object of arm -> state; {fix}")
             loaded = {}
             for a, st in data["arms"].items():
                 a_inv, b = np.asarray(st["A_inv"], dtype=np.float64), np.asarray(st["b"], dtype=np.float64)
-                if a_inv.shape != (DIM, DIM) or b.shape != (DIM,) or not np.all(np.isfinite(a_inv)):
-                    raise BundleError(f"protocol.state_path {p}: arm {a!r} has the wrong shapes; delete it to restart")
+                if (a_inv.shape != (DIM, DIM) or b.shape != (DIM,) or not np.all(np.isfinite(a_inv))
+                        or not np.all(np.isfinite(b))):
+                    raise BundleError(f"protocol.state_path {p}: arm {a!r} has the wrong shapes or non-finite "
+                                      f"values; {fix}")
                 loaded[a] = (a_inv, b, int(st["n"]))
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise BundleError(f"protocol.state_path {p}: unreadable ({exc}); delete it to restart") from None
+            raise BundleError(f"protocol.state_path {p}: unreadable ({exc}); {fix}") from None
         with self._lock:
             for a, (a_inv, b, n) in loaded.items():
                 if a in self.a_inv:

@@ -242,7 +242,8 @@ class Retriever:
     def retrieve(self, text: str, sources: Sequence[str], node_id: str, state: PipelineState,
                  preset: Preset) -> list[Passage]:
         """Search -> dedup -> keep best ``keep_ratio`` -> rerank -> lost-in-the-middle order."""
-        k = preset.retrieve_k or self.config.retrieve_k
+        # None (not 0: Preset refuses it) means the retrieval section's
+        k = self.config.retrieve_k if preset.retrieve_k is None else preset.retrieve_k
         with state.trace.stage("retrieval.search"):
             found = self.search(text, sources, k, node_id, state)
         with state.trace.stage("retrieval.select"):

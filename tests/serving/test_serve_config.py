@@ -263,3 +263,33 @@ def test_the_server_reports_the_pipelines_gates_and_serves_gate_switches(tmp_pat
             assert c.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]}).status_code == 200
             ans = c.post("/v1/search", json={"query": "How long should I knead bread dough?"}).json()
             assert ans["trace"]["model_calls"] == (1 if used else 0)  # the reranker is the only model
+
+
+@pytest.mark.parametrize("key", ["target_ongoing_requests", "num_cpus"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -1.0])
+def test_ray_floats_must_be_finite_and_positive(key, value) -> None:
+    """NaN and inf passed ``value <= 0``: Ray Serve then never scaled or never placed a replica."""
+    from searchsmith.serving.serve_config import RayServeConfig
+
+    with pytest.raises(ValueError, match=rf"ray\.{key} must be a finite number > 0"):
+        RayServeConfig(**{key: value})
+    assert RayServeConfig(**{key: 0.5}).deployment_options()  # a fraction of a CPU is fine
+
+
+def test_empty_index_is_refused_naming_the_key(tmp_path) -> None:
+    """``index: ''`` used to serve no index, silently; null still means none."""
+    (tmp_path / "s.yaml").write_text("index: ''\n")
+    with pytest.raises(ConfigError, match=r"index must be an index folder .* or null \(no index\), got ''"):
+        load_serve_config(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text("index: null\n")
+    assert load_serve_config(tmp_path / "s.yaml").index is None
+    with pytest.raises(ConfigError, match="--index: an empty path serves no index"):
+        load_serve_config(tmp_path / "s.yaml", index="")
+
+
+@pytest.mark.parametrize("threads", [0, 1_000_000])
+def test_serve_bundles_threads_is_checked_at_load(tmp_path, threads) -> None:
+    """``threads: 0`` was refused only by load_bundle, after the port opened; a huge count hung."""
+    (tmp_path / "s.yaml").write_text(f"bundles:\n  threads: {threads}\n")
+    with pytest.raises(ConfigError, match=r"bundles\.threads must be"):
+        load_serve_config(tmp_path / "s.yaml")

@@ -102,7 +102,7 @@ def test_concurrent_feedback_saves_every_update(tmp_path):
 def test_corrupt_state_is_a_clear_error(tmp_path):
     path = tmp_path / "bandit.json"
     path.write_text("{not json")
-    with pytest.raises(BundleError, match="bandit.json: unreadable .*delete it to restart"):
+    with pytest.raises(BundleError, match="bandit.json: unreadable .*point protocol.state_path at a new file"):
         LinUCBRouter(["a"], ProtocolConfig(state_path=str(path)))
 
 
