@@ -230,7 +230,8 @@ class RetrievalConfig:
             query's ceiling (the sum of the query terms' idf), capped at 1, and the best
             ``retrieve_k`` are kept (the passages' ``score``). 0 = dense search only; an index
             built before the full-text table searches dense only, with a note in the trace.
-        lexical_k: chunks the lexical search adds as candidates; None = ``retrieve_k``.
+        lexical_k: chunks the lexical search adds as candidates; None = this section's
+            ``retrieve_k`` (a preset's own ``retrieve_k`` limits the hits kept, not this pool).
         lexical_min_cosine: a candidate whose cosine with the question is below this gains
             nothing from the BM25 share (a rare word shared with a chunk the embedder finds
             unrelated is no evidence: "What is the boiling point of ethanol?" and a recipe tip
