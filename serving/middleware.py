@@ -78,6 +78,16 @@ class BodyLimit:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
 
+    @staticmethod
+    async def _refuse(exc: Exception, scope: dict, receive: Callable, send: Callable) -> None:
+        """The error's answer with ``Connection: close``: the body was not read, so the
+        connection cannot carry another request, and a client that goes on sending would
+        otherwise hold it open for good (uvicorn's keep-alive timer is not re-armed by data
+        arriving after a response)."""
+        resp = error_response(exc)
+        resp.headers["connection"] = "close"
+        await resp(scope, receive, send)
+
     def _too_large(self, size: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
             f"body: {size} bytes, the limit is {self.max_bytes} (server.max_body_bytes); "
@@ -90,7 +100,7 @@ class BodyLimit:
             return
         length = dict(scope.get("headers") or ()).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await error_response(self._too_large(length.decode()))(scope, receive, send)
+            await self._refuse(self._too_large(length.decode()), scope, receive, send)
             return
         chunks: list[bytes] = []
         total = 0
@@ -100,16 +110,16 @@ class BodyLimit:
                 message = await asyncio.wait_for(
                     receive(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                await error_response(RequestTimeoutError(
+                await self._refuse(RequestTimeoutError(
                     f"body: {total} bytes arrived in {self.timeout_s} s and the rest did not "
-                    "(server.request_timeout_s); send the whole body at once"))(scope, receive, send)
+                    "(server.request_timeout_s); send the whole body at once"), scope, receive, send)
                 return
             if message["type"] != "http.request":
                 return  # the client went away before its body was in: nothing to answer
             chunks.append(message.get("body", b""))
             total += len(chunks[-1])
             if total > self.max_bytes:
-                await error_response(self._too_large(f"over {total}"))(scope, receive, send)
+                await self._refuse(self._too_large(f"over {total}"), scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break

@@ -93,3 +93,43 @@ def test_the_limits_are_checked() -> None:
         ServerLimits(max_header_bytes=0)
     with pytest.raises(ConfigError, match="header_timeout_s: expected a finite number > 0"):
         ServerLimits(header_timeout_s=float("inf"))
+
+
+@pytest.fixture(scope="module")
+def small_body_port():
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.http_protocol import guarded_protocol
+    from searchsmith.serving.profiling.server import LoopbackServer
+
+    app = create_app(ServerLimits(max_body_bytes=10_000, request_timeout_s=1.0))
+    with LoopbackServer(app, lifetime_s=300, log_level="error", http=guarded_protocol(4096, 1.0)) as srv:
+        yield srv.port
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_refused_body_closes_the_connection_though_the_client_goes_on_sending(small_body_port, chunked) -> None:
+    """A 413 sent before the body was read left the connection open for good while the client kept
+    sending (uvicorn's keep-alive timer is cancelled by data and not re-armed after a response):
+    120 bytes pinned a connection (found by probing, 2026-12-06)."""
+    with socket.create_connection(("127.0.0.1", small_body_port)) as c:
+        length = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: 5000000"
+        c.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + length + b"\r\n\r\n")
+        if chunked:
+            c.sendall(b"4e20\r\n" + b"x" * 20_000 + b"\r\n")  # past the limit: refused while it streams
+        time.sleep(0.3)
+        try:
+            for _ in range(5):
+                c.sendall(b"x" * 10)  # the client goes on sending
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # closed already
+        err = _error(_read_all(c), 413)
+    assert "server.max_body_bytes" in err["message"]
+
+
+def test_a_stalled_body_gets_408_and_the_connection_closes(small_body_port) -> None:
+    with socket.create_connection(("127.0.0.1", small_body_port)) as c:
+        c.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"input\":")
+        err = _error(_read_all(c, 15), 408)
+    assert "server.request_timeout_s" in err["message"]
