@@ -81,7 +81,7 @@ from searchsmith.models.errors import (
 from searchsmith.serving.http_errors import error_response, with_param
 from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from searchsmith.serving.middleware import AnswerErrors, BodyLimit, RequestMetrics, on_error
+from searchsmith.serving.middleware import AnswerErrors, BodyLimit, HeadAsGet, RequestMetrics, on_error
 from searchsmith.serving.routes import add_model_routes
 from searchsmith.serving.schemas import route_responses
 from searchsmith.serving.state import ServingState, served_models
@@ -235,10 +235,6 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.head("/health", include_in_schema=False)  # load balancers probe with either method
-    async def health_head() -> Response:
-        return Response(status_code=200)
-
     @app.get("/ready")
     async def ready() -> JSONResponse:
         if not state.ready:
@@ -257,7 +253,8 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     async def list_models() -> JSONResponse:
         return JSONResponse({"object": "list", "data": served_models(state)})
 
-    @app.get("/v1/models/{model}", dependencies=[Depends(check_auth)], responses=route_responses("", 404))
+    # a model id holds "/" (sentence-transformers/all-MiniLM-L6-v2): the rest of the path is the id
+    @app.get("/v1/models/{model:path}", dependencies=[Depends(check_auth)], responses=route_responses("", 404))
     async def get_model(model: str) -> JSONResponse:
         served = served_models(state)
         for row in served:
@@ -276,4 +273,5 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
 
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                            allow_methods=["GET", "POST"], allow_headers=["authorization", "content-type"])
+    app.add_middleware(HeadAsGet)  # outermost: HEAD is GET for every layer, without the body
     return app

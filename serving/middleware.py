@@ -61,6 +61,26 @@ class RequestMetrics:
             self.metrics.observe_request(endpoint, status, time.perf_counter() - start)
 
 
+class HeadAsGet:
+    """ASGI wrapper: HEAD wherever GET works (RFC 9110; readiness probes use it): the GET route
+    answers with its status and headers, and no body is sent."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_head(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, send_head)
+
+
 class BodyLimit:
     """ASGI wrapper: answer 413 to bodies over ``max_bytes`` before anything parses them, and
     408 to a body that has not all arrived within ``timeout_s`` (a stalled client holds no

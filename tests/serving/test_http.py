@@ -495,6 +495,28 @@ def test_health_answers_head_for_load_balancers(client) -> None:
     assert client.head("/health").status_code == 200 and client.get("/health").json() == {"status": "ok"}
 
 
+def test_every_get_route_answers_head_without_a_body(client) -> None:
+    """HEAD got 405 on every GET route but /health (/ready, /metrics, /v1/models ...): readiness
+    probes that use HEAD saw the server failing (found by probing, 2026-12-06)."""
+    for path in ("/ready", "/metrics", "/v1/models", "/docs", "/openapi.json"):
+        get, head = client.get(path), client.head(path)
+        assert head.status_code == get.status_code, path
+        assert head.content == b"" and head.headers.get("content-type") == get.headers.get("content-type"), path
+    assert client.head("/v1/embeddings").status_code == 405  # a POST route stays POST
+    assert "/health" in client.get("/openapi.json").json()["paths"]
+    assert not any("head" in ops for ops in client.get("/openapi.json").json()["paths"].values())
+
+
+def test_a_model_id_with_a_slash_is_found(client) -> None:
+    """/v1/models lists 'sentence-transformers/all-MiniLM-L6-v2', and /v1/models/{id} answered 404
+    for it (the OpenAI SDK's models.retrieve(id))."""
+    listed = client.get("/v1/models").json()["data"]
+    full = next(row["id"] for row in listed if "/" in row["id"])
+    assert client.get(f"/v1/models/{full}").json()["id"] == full
+    assert client.get("/v1/models/" + full.replace("/", "%2F")).json()["id"] == full
+    assert client.get("/v1/models/no/such-model").status_code == 404
+
+
 def test_route_goes_through_a_bounded_queue(embedder, router) -> None:
     """/v1/route ran in the unbounded thread pool: a flood queued without limit, starved the
     batched endpoints' tokenizing and never got a 429."""
