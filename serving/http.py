@@ -81,7 +81,13 @@ from searchsmith.models.errors import (
 from searchsmith.serving.http_errors import error_response, with_param
 from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from searchsmith.serving.middleware import AnswerErrors, BodyLimit, HeadAsGet, RequestMetrics, on_error
+from searchsmith.serving.middleware import (
+    AnswerErrors,
+    BodyLimit,
+    HeadAsGet,
+    RequestMetrics,
+    on_error,
+)
 from searchsmith.serving.routes import add_model_routes
 from searchsmith.serving.schemas import route_responses
 from searchsmith.serving.state import ServingState, served_models
