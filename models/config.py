@@ -161,6 +161,22 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
     return value
 
 
+def _over_factory_default(f: dataclasses.Field, value: Any) -> Any:
+    """A mapping given for a section whose default is built with settings of its own
+    (``calls: BatcherConfig(max_batch_size=1, ...)``, the citation tagger's ``optim``) keeps
+    those settings for the keys it leaves out, as the section's defaults say; it was built on
+    the class's defaults instead (``server.calls: {max_queue: 8}`` was then refused for its
+    batch size of 32)."""
+    if not isinstance(value, Mapping) or f.default_factory is dataclasses.MISSING:
+        return value
+    base = f.default_factory()
+    if not dataclasses.is_dataclass(base) or isinstance(base, type):
+        return value
+    given = {g.name for g in dataclasses.fields(base) if g.init}
+    defaults = {k: v for k, v in to_dict(base).items() if k in given and k not in value}
+    return {**defaults, **value}
+
+
 def _build(cls: type[T], data: Mapping[str, Any], path: str, errors: list[str]) -> T:
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
@@ -172,7 +188,7 @@ def _build(cls: type[T], data: Mapping[str, Any], path: str, errors: list[str]) 
             fix = f"; did you mean {hint!r}?" if hint else f"; valid keys: {sorted(fields)}"
             errors.append(f"{where}: unknown key{fix}")
             continue
-        out = _convert(hints[key], value, where, errors)
+        out = _convert(hints[key], _over_factory_default(fields[key], value), where, errors)
         if out is not _MISSING:
             kwargs[key] = out
     for name, f in fields.items():

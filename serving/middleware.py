@@ -65,15 +65,15 @@ class HeadAsGet:
     """ASGI wrapper: HEAD wherever GET works (RFC 9110; readiness probes use it): the GET route
     answers with its status and headers, and no body is sent."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "HEAD":
             await self.app(scope, receive, send)
             return
 
-        async def send_head(message: dict) -> None:
+        async def send_head(message: Message) -> None:
             if message["type"] == "http.response.body":
                 message = {**message, "body": b""}
             await send(message)

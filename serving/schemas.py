@@ -68,14 +68,18 @@ def undecodable_body(body: bytes) -> ValidationError | None:
 
 
 def too_deep_body(body: bytes) -> ValidationError | None:
-    """A 422 for JSON nested past the parser's depth (Python's recursion limit, about 1,000
-    levels), or None when ``body`` parses or fails for another reason."""
+    """A 422 for JSON the parser refuses though it is valid: nested past the parser's depth
+    (Python's recursion limit, about 1,000 levels), or an integer of more digits than Python
+    converts (4,300); None when ``body`` parses or fails for another reason."""
     try:
         json.loads(body)
     except RecursionError:
         return with_param(ValidationError("body: JSON nested deeper than the parser allows (about 1,000 levels); "
                                           "flatten the request"), "body", "too_deep")
-    except ValueError:
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # CPython's int_max_str_digits guard
+            return with_param(ValidationError(f"body: a number has more digits than the parser reads ({exc}); "
+                                              "send numbers of ordinary size"), "body", "number_too_long")
         return None
     return None
 

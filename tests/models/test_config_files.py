@@ -3,7 +3,7 @@ names it and says what to do."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
@@ -129,3 +129,21 @@ def test_an_override_into_a_value_that_is_not_a_mapping_names_where_it_is_set():
     with pytest.raises(ConfigError, match=r"'a.b' is set to 'x'"):
         apply_overrides({"a": {"b": "x"}}, ["a.b.c=1"])
     assert apply_overrides({"optim": 5}, ["optim={lr: 1.0e-3}"]) == {"optim": {"lr": 1.0e-3}}
+
+
+@dataclass(frozen=True)
+class _Queue:
+    size: int = 32
+    wait: float = 2.0
+
+
+@dataclass(frozen=True)
+class _Server:
+    calls: _Queue = field(default_factory=lambda: _Queue(size=1, wait=0.0))
+    batch: _Queue = field(default_factory=_Queue)
+
+
+def test_a_partial_section_keeps_the_settings_its_default_is_built_with():
+    cfg = from_dict(_Server, {"calls": {"wait": 5.0}, "batch": {"wait": 1.0}})
+    assert cfg.calls == _Queue(size=1, wait=5.0) and cfg.batch == _Queue(size=32, wait=1.0)
+    assert from_dict(_Server, {}).calls == _Queue(size=1, wait=0.0)

@@ -476,6 +476,16 @@ def test_json_nested_past_the_parser_depth_is_a_clear_422(client) -> None:
     assert "nested deeper" in msg and resp.json()["error"]["code"] == "too_deep"
 
 
+def test_an_integer_past_the_parsers_digits_is_a_clear_422(client) -> None:
+    """dimensions with 4,301 digits got a generic 400 'There was an error parsing the body'
+    (Python's int_max_str_digits ValueError; found by fuzzing, 2026-12-06)."""
+    body = b'{"input": "a", "dimensions": ' + b"9" * 4301 + b"}"
+    resp = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
+    msg = _error(resp, 422, "validation_error")
+    assert msg.startswith("body: a number has more digits than the parser reads")
+    assert resp.json()["error"]["code"] == "number_too_long"
+
+
 def test_nan_is_not_a_number_a_client_may_send(small_index, embedder) -> None:
     from searchsmith.models.config import from_dict
     from searchsmith.serving.pipeline.config import PipelineConfig
