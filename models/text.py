@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import string
+import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
@@ -1326,7 +1327,15 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     return "", -1
 
 
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: only whitespace, control and format characters (U+0000,
+    zero-width spaces, a byte order mark), which ``str.strip`` keeps."""
+    return all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
+
+
 __all__ = [
+    "is_blank",
     "BM25_STOP_WORDS",
     "COUNTRIES",
     "DEMONYMS",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from searchsmith.models.config import is_int
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving.batcher import BatcherConfig
 
@@ -140,14 +139,6 @@ class ServerLimits:
                     or not all(isinstance(a, str) and a.strip() for a in served.aliases)):
                 problems.append(f"{name}: name must be a non-empty string or null and aliases a list of "
                                 f"non-empty strings, got name={served.name!r}, aliases={served.aliases!r}")
-        # a request of more items than its queue holds could never be queued: 429 for ever
-        for count, queue, unit in (("max_texts_per_request", "batcher", "texts"),
-                                   ("max_documents_per_request", "rerank_batcher", "documents")):
-            limit, batcher = getattr(self, count), getattr(self, queue)
-            if is_int(limit, 1) and isinstance(batcher, BatcherConfig) and limit > batcher.max_queue:
-                problems.append(f"{count}: {limit} {unit} is more than {queue}.max_queue ({batcher.max_queue}) holds, "
-                                f"so such a request would be refused as overload every time; raise "
-                                f"{queue}.max_queue to at least {limit} or lower {count}")
         for name in ("request_timeout_s", "header_timeout_s"):
             t = getattr(self, name)
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:

@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.errors import EmptyInputError, PayloadTooLargeError, ValidationError
+from searchsmith.models.text import is_blank
 from searchsmith.models.tokenizer import tokenizer_lock
 from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.runner import BundleEmbedder
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 
 def check_text(text: str, where: str, config: ServerLimits) -> str:
     """A non-blank text within ``max_input_chars`` (cut, or 413 when truncation is off)."""
-    if not text.strip():
-        raise EmptyInputError(f"{where}: is empty; send non-blank text")
+    if is_blank(text):  # "\u200b" or "\x00" alone are no text either
+        raise EmptyInputError(f"{where}: is empty (nothing but spaces, control or zero-width characters); "
+                              "send non-blank text")
     if len(text) > config.max_input_chars:
         if not config.truncate:
             raise PayloadTooLargeError(

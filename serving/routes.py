@@ -30,6 +30,7 @@ from searchsmith.models.errors import (
     RunnerError,
     ValidationError,
 )
+from searchsmith.models.text import is_blank
 from searchsmith.serving.batcher import DynamicBatcher
 from searchsmith.serving.http_errors import error_response, with_param
 from searchsmith.serving.pipeline.citation import cite_sentences, support_threshold
@@ -65,7 +66,15 @@ FEEDBACK_OFF = ("feedback is accepted but not used: the protocol router is off, 
 
 async def _gather(batcher: DynamicBatcher, items: Sequence[Any], lengths: Sequence[int], timeout_s: float,
                   what: str) -> list[Any]:
-    """Submit every item to the batcher and await all results (in input order)."""
+    """Submit every item to the batcher and await all results (in input order).
+
+    Raises:
+        PayloadTooLargeError: more items than the batcher's queue holds: such a request could
+            never be queued (it got 429 "retry" for ever).
+    """
+    if len(items) > batcher.config.max_queue:
+        raise PayloadTooLargeError(f"{what}: {len(items)} items, more than the server's queue holds "
+                                   f"({batcher.config.max_queue}, its batcher's max_queue); split the request")
     futures: list[Future] = []
     try:
         for item, length in zip(items, lengths, strict=True):
@@ -206,8 +215,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                 "(server.max_texts_per_request); split the request"
             )
         for i, text in enumerate(texts):
-            if not text.strip():
-                raise EmptyInputError(f"input[{i}]: the text is empty; send non-blank strings")
+            if is_blank(text):
+                raise EmptyInputError(f"input[{i}]: the text is empty (nothing but spaces, control or zero-width "
+                                      "characters); send non-blank strings")
             if len(text) > config.max_input_chars and not config.truncate:
                 raise PayloadTooLargeError(
                     f"input[{i}]: {len(text)} characters, the limit is {config.max_input_chars} "
@@ -234,9 +244,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         router_ = state.router
         if router_ is None or state.shutting_down:
             raise NotReadyError("/v1/route: no router is loaded; start the server with an index")
-        if not req.query.strip():
-            raise EmptyInputError("query: is empty; send a question")
-        result = await _call(state, "route", lambda: router_.route(req.query, req.history, req.mode, req.top_k),
+        query = check_text(req.query, "query", config)  # blank: 400; past server.max_input_chars: cut or 413
+        result = await _call(state, "route", lambda: router_.route(query, req.history, req.mode, req.top_k),
                              "/v1/route")
         return JSONResponse(result.to_dict())
 
@@ -398,8 +407,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         if pipe is None or state.shutting_down:
             raise NotReadyError("/v1/search: no pipeline is loaded; start the server with an index "
                                 "(serve.yaml 'index:')")
-        if not req.query.strip():
-            raise EmptyInputError("query: is empty; send a question")
+        if is_blank(req.query):
+            raise EmptyInputError("query: is empty (nothing but spaces, control or zero-width characters); send "
+                                  "a question")
 
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue[str] = asyncio.Queue()

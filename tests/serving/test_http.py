@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -209,19 +210,36 @@ def test_auth(embedder) -> None:
 
 def test_overload_is_429_with_retry_after(embedder) -> None:
     runner = Blocking()
-    cfg = ServerLimits(batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
+    cfg = ServerLimits(batcher=BatcherConfig(max_batch_size=1, max_queue=2, max_wait_ms=0))
     with TestClient(create_app(cfg, embedder=embedder, run_batch=runner)) as c:
-        with ThreadPoolExecutor(1) as pool:
+        with ThreadPoolExecutor(2) as pool:
             first = pool.submit(c.post, "/v1/embeddings", json={"input": "a"})
             assert runner.started.wait(5)  # "a" is running; the queue is empty
-            # "b" takes the one queue place, "c" overflows.
+            second = pool.submit(c.post, "/v1/embeddings", json={"input": "x"})
+            batcher = c.app.state.serving.batcher
+            deadline = time.monotonic() + 5
+            while batcher.stats()["queue_depth"] < 1:  # "x" waits in the queue
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            # "b" takes the last queue place, "c" overflows.
             resp = c.post("/v1/embeddings", json={"input": ["b", "c"]})
             assert "max_queue" in _error(resp, 429, "overloaded")
             assert resp.headers["retry-after"] == "1"
             runner.release.set()
-            assert first.result(10).status_code == 200
+            assert first.result(10).status_code == 200 and second.result(10).status_code == 200
         stats = c.app.state.serving.batcher.stats()
-        assert stats["items_rejected"] == 1 and stats["items_run"] == 1  # "b" was dropped
+        assert stats["items_rejected"] == 1 and stats["items_run"] == 2  # "b" was dropped
+
+
+def test_a_request_of_more_items_than_the_queue_holds_is_413(embedder) -> None:
+    """With max_queue 8, a 20-text request got 429 'retry after 0.02 s' for ever: it could never be
+    queued (found by fuzzing, 2026-12-06)."""
+    cfg = ServerLimits(batcher=BatcherConfig(max_queue=8))
+    with TestClient(create_app(cfg, embedder=embedder)) as c:
+        resp = c.post("/v1/embeddings", json={"input": ["t"] * 20})
+        assert resp.status_code == 413, resp.text
+        assert "20 items, more than the server's queue holds (8" in resp.json()["error"]["message"]
+        assert c.post("/v1/embeddings", json={"input": ["t"] * 8}).status_code == 200
 
 
 def test_timeout_is_504(embedder) -> None:
@@ -600,3 +618,22 @@ def test_a_body_that_stops_arriving_gets_408() -> None:
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 408
     body = b"".join(m.get("body", b"") for m in sent[1:]).decode()
     assert "10 bytes arrived in 0.2 s" in body and "server.request_timeout_s" in body
+
+
+@pytest.mark.parametrize("text", ["\u0000", "\u200b\ufeff", " \u200b ", "\u2060"])
+def test_text_of_invisible_characters_only_is_empty(client, text) -> None:
+    """'\\u0000' or '\\u200b' passed str.strip(): the embedding of nothing, or a search for nothing,
+    came back instead of a 400 (found by fuzzing, 2026-12-06)."""
+    resp = client.post("/v1/embeddings", json={"input": ["fine", text]})
+    assert "input[1]: the text is empty" in _error(resp, 400, "empty_input")
+    assert "query: is empty" in _error(client.post("/v1/route", json={"query": text}), 400, "empty_input")
+
+
+def test_route_cuts_a_query_past_max_input_chars(embedder, router) -> None:
+    """/v1/route took a 1 MB query whole (the other endpoints hold texts to server.max_input_chars)."""
+    with TestClient(create_app(ServerLimits(max_input_chars=100, truncate=False), embedder=embedder,
+                               router=router)) as c:
+        resp = c.post("/v1/route", json={"query": "bread " * 100})
+    assert resp.status_code == 413, resp.text
+    msg = resp.json()["error"]["message"]
+    assert "query: 600 characters, the limit is 100 (server.max_input_chars)" in msg

@@ -300,10 +300,10 @@ class Blocking:
 
 def test_rerank_overload_is_429_with_retry_after() -> None:
     runner = Blocking()
-    cfg = ServerLimits(rerank_batcher=BatcherConfig(max_batch_size=1, max_queue=1, max_wait_ms=0))
+    cfg = ServerLimits(rerank_batcher=BatcherConfig(max_batch_size=1, max_queue=2, max_wait_ms=0))
     with TestClient(create_app(cfg, reranker=FakeReranker(), run_rerank=runner)) as c, ThreadPoolExecutor(1) as pool:
-        first = pool.submit(c.post, "/v1/rerank", json={"query": "q", "documents": ["a"]})
-        assert runner.started.wait(5)
+        first = pool.submit(c.post, "/v1/rerank", json={"query": "q", "documents": ["a", "z"]})
+        assert runner.started.wait(5)  # "a" runs, "z" waits: one queue place is left
         resp = c.post("/v1/rerank", json={"query": "q", "documents": ["b", "c"]})
         assert "max_queue" in _error(resp, 429, "overloaded") and resp.headers["retry-after"] == "1"
         runner.release.set()
@@ -846,7 +846,8 @@ def test_bad_text_keeps_the_connection_and_logs_no_traceback(full_app, caplog) -
 
 def test_error_body_is_openai_shaped_with_param_and_code(client) -> None:
     resp = client.post("/v1/rerank", json={"query": "q", "documents": ["ok", " "]})
-    assert resp.json() == {"error": {"message": "documents[1]: is empty; send non-blank text", "type": "empty_input",
+    assert resp.json() == {"error": {"message": "documents[1]: is empty (nothing but spaces, control or zero-width "
+                                             "characters); send non-blank text", "type": "empty_input",
                                      "param": "documents[1]", "code": None}}
     missing = client.post("/v1/cite", json={"sentences": ["a"]}).json()["error"]
     assert missing["type"] == "validation_error" and missing["param"] == "documents" and missing["code"] == "missing"

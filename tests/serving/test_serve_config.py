@@ -295,20 +295,6 @@ def test_serve_bundles_threads_is_checked_at_load(tmp_path, threads) -> None:
         load_serve_config(tmp_path / "s.yaml")
 
 
-def test_a_request_limit_past_its_queue_is_refused_at_load() -> None:
-    """max_queue 8 with 256 texts per request: a 20-text /v1/embeddings got 429 'retry' for ever
-    (found by fuzzing, 2026-12-06)."""
-    from searchsmith.models.config import from_dict
-    from searchsmith.serving.limits import ServerLimits
-
-    with pytest.raises(ConfigError, match=r"max_texts_per_request: 256 texts is more than batcher.max_queue \(8\) "
-                                          r"holds.*raise batcher.max_queue to at least 256"):
-        from_dict(ServerLimits, {"batcher": {"max_queue": 8}})
-    with pytest.raises(ConfigError, match=r"max_documents_per_request: 1000 documents is more than rerank_batcher"):
-        from_dict(ServerLimits, {"rerank_batcher": {"max_queue": 100}})
-    assert from_dict(ServerLimits, {"batcher": {"max_queue": 8}, "max_texts_per_request": 8}).batcher.max_queue == 8
-
-
 def test_a_partial_calls_section_keeps_its_own_defaults() -> None:
     """server.calls: {max_queue: 8} was built on BatcherConfig's class defaults and refused for
     'calls.max_batch_size: must be 1, got 32' though the user never set it."""
