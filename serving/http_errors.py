@@ -58,13 +58,16 @@ _PARAM_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\]|\.[a-z_][a-z0-9_]*)*):
 _UNION_TAG = re.compile(r"^(str|int|float|bool|list|dict|none)$|[\[(]|^[A-Z]")
 
 
-def json_path(loc: Sequence[Any]) -> str:
-    """A pydantic error location as a JSON path: ``("documents", 0, "text")`` -> ``documents[0].text``."""
+def json_path(loc: Sequence[Any], *, sent_key: bool = False) -> str:
+    """A pydantic error location as a JSON path: ``("documents", 0, "text")`` -> ``documents[0].text``.
+
+    ``sent_key``: the location's last part is a key the client sent (an unknown field), kept
+    whatever it looks like ("Model", "str" would otherwise read as a union member's tag)."""
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif not _UNION_TAG.search(str(part)):
+        elif not _UNION_TAG.search(str(part)) or (sent_key and i == len(loc) - 1):
             out += f".{part}" if out else str(part)
     return out or "body"
 
@@ -74,10 +77,14 @@ def _body_loc(err: dict[str, Any]) -> tuple[Any, ...]:
     return loc[1:] if loc[:1] == ("body",) else loc
 
 
+def _err_path(err: dict[str, Any]) -> str:
+    return json_path(_body_loc(err), sent_key=err.get("type") == "extra_forbidden")
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
-        parts.append(f"{json_path(_body_loc(err))}: {err.get('msg', 'invalid')}")
+        parts.append(f"{_err_path(err)}: {err.get('msg', 'invalid')}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
@@ -115,6 +122,11 @@ def error_response(exc: BaseException) -> JSONResponse:
     if isinstance(exc, StarletteHTTPException):  # 404 / 405 from routing
         status, kind, message = exc.status_code, "http_error", str(exc.detail)
         headers.update(exc.headers or {})
+        if status == 405 and "allow" in {k.lower() for k in headers}:  # "Method Not Allowed" alone
+            allowed = next(v for k, v in headers.items() if k.lower() == "allow")
+            message = f"{message}: this path answers {allowed}"
+        elif status == 404 and message == "Not Found":
+            message = "Not Found: no such path; the API is under /v1 (GET /openapi.json lists every path)"
     else:
         match = next(((s, k) for cls, s, k in ERROR_TABLE if isinstance(exc, cls)), None)
         if match is not None:
@@ -122,7 +134,7 @@ def error_response(exc: BaseException) -> JSONResponse:
             if isinstance(exc, RequestValidationError):
                 message = _validation_message(exc)
                 first = exc.errors()[0] if exc.errors() else {}
-                param, code = json_path(_body_loc(first)), first.get("type")
+                param, code = _err_path(first), first.get("type")
                 if code == "json_invalid":  # its location is a character offset, not a field
                     at, why = _body_loc(first)[-1:] or ("?",), (first.get("ctx") or {}).get("error", "")
                     message = (f"body: not valid JSON at character {at[0]}" + (f" ({why})" if why else "")

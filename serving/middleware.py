@@ -196,13 +196,24 @@ async def answer_while_connected(app: ASGIApp, scope: Scope, body: bytes, receiv
             work.cancel()
 
 
+def _compressed(request: Request) -> ValidationError | None:
+    """A 422 for a body sent compressed (``Content-Encoding: gzip``): it was read as JSON text
+    and refused as "byte 1 of the body is not valid UTF-8"."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    return with_param(ValidationError(
+        f"body: sent with Content-Encoding {encoding!r}; compressed bodies are not accepted, send the JSON "
+        "uncompressed (server.max_body_bytes bounds its size)"), "body", "content_encoding")
+
+
 async def on_error(request: Request, exc: Exception) -> JSONResponse:
     """The answer to any exception of a request (the app's exception handlers and routes)."""
     if isinstance(exc, StarletteHTTPException) and exc.status_code == 400:
         # FastAPI's "error parsing the body": say which field holds bytes that are not UTF-8, or
         # that the JSON is nested past the parser's depth
         body = await request.body()
-        exc = undecodable_body(body) or too_deep_body(body) or exc
+        exc = _compressed(request) or undecodable_body(body) or too_deep_body(body) or exc
     elif isinstance(exc, RequestValidationError):
         # a JSON body sent as text/plain or a form is not parsed: "body: Input should be a
         # valid dictionary" does not say why

@@ -324,7 +324,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         seen: set[str] = set()
         docs = []
         for i, d in enumerate(req.documents):
-            if not d.id.strip():
+            if is_blank(d.id):
                 raise ValidationError(f"documents[{i}].id: is empty; give each document a non-blank id (the "
                                       "citations name it)")
             if d.id in seen:
@@ -362,6 +362,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         check_count(len(req.images), config.max_images_per_request, "images", "images", "max_images_per_request")
         seen: set[str] = set()
         for i, im in enumerate(req.images):
+            if is_blank(im.id):  # the placements name it
+                raise ValidationError(f"images[{i}].id: is empty; give each image a non-blank id (the placements "
+                                      "name it)")
             if im.id in seen:
                 raise ValidationError(f"images[{i}].id: {im.id!r} is used twice; ids must be unique")
             seen.add(im.id)

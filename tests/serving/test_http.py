@@ -637,3 +637,20 @@ def test_route_cuts_a_query_past_max_input_chars(embedder, router) -> None:
     assert resp.status_code == 413, resp.text
     msg = resp.json()["error"]["message"]
     assert "query: 600 characters, the limit is 100 (server.max_input_chars)" in msg
+
+
+def test_bad_requests_name_what_was_wrong(client) -> None:
+    """Found by fuzzing (2026-12-06): an unknown field 'Model' was reported as 'body' (a capital
+    read as a union tag); 405 and 404 said only 'Method Not Allowed' / 'Not Found'; a gzip body
+    was 'byte 1 is not valid UTF-8'; /v1/images/place took an image id ''."""
+    import gzip
+
+    resp = client.post("/v1/embeddings", json={"input": "a", "Model": "x"})
+    assert _error(resp, 422, "validation_error").startswith("Model: Extra inputs") and resp.json()["error"]["param"] == "Model"
+    assert "this path answers POST" in _error(client.put("/v1/embeddings"), 405, "http_error")
+    assert "the API is under /v1" in _error(client.get("/v2/embeddings"), 404, "http_error")
+    resp = client.post("/v1/embeddings", content=gzip.compress(b'{"input": "a"}'),
+                       headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert "compressed bodies are not accepted" in _error(resp, 422, "validation_error")
+    resp = client.post("/v1/images/place", json={"paragraphs": ["a"], "images": [{"id": " ", "caption": "c"}]})
+    assert _error(resp, 422, "validation_error").startswith("images[0].id: is empty")
