@@ -89,7 +89,7 @@ from searchsmith.serving.middleware import (
     on_error,
 )
 from searchsmith.serving.routes import add_model_routes
-from searchsmith.serving.schemas import route_responses
+from searchsmith.serving.schemas import ErrorBody, route_responses
 from searchsmith.serving.state import ServingState, served_models
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -233,7 +233,9 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
 
     app.add_middleware(RequestMetrics, metrics=state.metrics)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response,
+             responses={200: {"content": {METRICS_CONTENT_TYPE: {"example": "searchsmith_requests_total{...} 3\n"}},
+                              "description": "Prometheus text format"}})
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
@@ -241,7 +243,7 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/ready")
+    @app.get("/ready", responses={503: {"model": ErrorBody, "description": "loading, failed to load or shutting down"}})
     async def ready() -> JSONResponse:
         if not state.ready:
             if state.shutting_down:

@@ -454,7 +454,10 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         return StreamingResponse(_search_events(ans, config.stream_chunk_chars), media_type="text/event-stream",
                                  headers=headers)
 
-    @app.get("/v1/images/file", dependencies=auth, responses=route_responses("", 404, 413))
+    @app.get("/v1/images/file", dependencies=auth, response_class=Response, responses={
+        **route_responses("", 404, 413),
+        200: {"content": {media: {} for media in sorted(set(IMAGE_TYPES.values()))},
+              "description": "the image file, as the index recorded it"}})
     async def image_file(doc_id: str, image_id: str) -> Response:
         """An image of the index's corpus (an answer's ``images[].doc_id`` and ``image_id``):
         the answer page shows placements with it. The file is the one the index recorded for

@@ -654,3 +654,14 @@ def test_bad_requests_name_what_was_wrong(client) -> None:
     assert "compressed bodies are not accepted" in _error(resp, 422, "validation_error")
     resp = client.post("/v1/images/place", json={"paragraphs": ["a"], "images": [{"id": " ", "caption": "c"}]})
     assert _error(resp, 422, "validation_error").startswith("images[0].id: is empty")
+
+
+def test_openapi_documents_what_the_non_json_routes_send(client) -> None:
+    """/metrics was documented as JSON (it is Prometheus text), /v1/images/file as JSON (it is an
+    image), and /ready's 503 not at all (schemathesis, 2026-12-06)."""
+    paths = client.get("/openapi.json").json()["paths"]
+    metrics = paths["/metrics"]["get"]["responses"]["200"]["content"]
+    assert list(metrics) == [client.get("/metrics").headers["content-type"]]
+    assert "image/png" in paths["/v1/images/file"]["get"]["responses"]["200"]["content"]
+    assert "application/json" not in paths["/v1/images/file"]["get"]["responses"]["200"]["content"]
+    assert "503" in paths["/ready"]["get"]["responses"]
