@@ -146,7 +146,7 @@ def error_response(exc: BaseException) -> JSONResponse:
             log.error("unhandled error while serving a request", exc_info=exc)
             status, kind, param, code = 500, "internal_error", None, None
             message = f"internal error ({type(exc).__name__}); see the server log"
-    if param is None and isinstance(exc, ValidationError):
+    if param is None and isinstance(exc, (ValidationError, RequestTimeoutError)):  # "body: ..." names the body
         found = _PARAM_PREFIX.match(message)
         param = found.group(1) if found else None
     if isinstance(exc, OverloadedError):

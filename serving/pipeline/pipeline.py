@@ -29,6 +29,7 @@ from searchsmith.models.jsonl import check_unicode
 from searchsmith.models.roles import Embedder, ModelOfTask, Turn
 from searchsmith.models.runtime import Manifest
 from searchsmith.models.tasks import TASKS
+from searchsmith.models.text import is_blank
 from searchsmith.serving.pipeline.answer import Answer, Feedback
 from searchsmith.serving.pipeline.citation import CitationStage
 from searchsmith.serving.pipeline.common import load_optional_bundle
@@ -165,11 +166,12 @@ class Pipeline:
     def _check(self, query: Any, history: Any, cuts: list[str] | None = None) -> tuple[str, list]:
         if not isinstance(query, str):
             raise ValidationError(f"query: expected a string, got {type(query).__name__}")
-        if not query.strip():
+        if is_blank(query):
             raise ValidationError("query: is empty; send a question")
         if len(query) > self.config.max_query_chars:
             raise PayloadTooLargeError(f"query: {len(query)} characters, the limit is "
-                                       f"{self.config.max_query_chars} (max_query_chars)")
+                                       f"{self.config.max_query_chars} (the pipeline's max_query_chars); ask a "
+                                       "shorter question, or raise max_query_chars in pipeline.yaml")
         check_unicode(query, "query")
         check_unicode(history, "history")
         return query.strip(), parse_history(history, cuts=cuts)

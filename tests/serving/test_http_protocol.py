@@ -132,4 +132,4 @@ def test_a_stalled_body_gets_408_and_the_connection_closes(small_body_port) -> N
         c.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"input\":")
         err = _error(_read_all(c, 15), 408)
-    assert "server.request_timeout_s" in err["message"]
+    assert "server.request_timeout_s" in err["message"] and err["param"] == "body"

@@ -499,7 +499,8 @@ def test_every_answer_carries_a_trace(make_pipeline):
     assert "Jupiter" in ans["answer_text"]
 
 
-@pytest.mark.parametrize("query,match", [("", "query: is empty"), ("x" * 5000, "the limit is 4000"),
+@pytest.mark.parametrize("query,match", [("", "query: is empty"), ("\u200b", "query: is empty"),
+                                         ("x" * 5000, "the limit is 4000 .*raise max_query_chars in pipeline.yaml"),
                                          (3, "expected a string")])
 def test_bad_queries(make_pipeline, query, match):
     with pytest.raises(ValidationError, match=match):
