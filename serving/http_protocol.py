@@ -19,7 +19,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -68,8 +68,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
-        if not self._refused:  # the parser stopped because this protocol refused the request
-            super().send_400_response(msg)
+        if not self._refused:  # else the parser stopped because this protocol refused the request
+            # uvicorn's own answer is plain text; every error of the server is the JSON error body
+            self._refuse(400, "request: not a valid HTTP/1.1 request (its request line, a header, Content-Length "
+                              "or Transfer-Encoding could not be parsed); send a well-formed request", param="request")
 
     # parser callbacks
     def on_message_begin(self) -> None:
@@ -99,12 +101,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                               f"the limit (server.max_header_bytes); send shorter headers or a shorter URL")
             raise httptools.HttpParserError("request headers over server.max_header_bytes")
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse(self, status: int, message: str, param: str = "headers") -> None:
         """Answer ``status`` with an OpenAI-shaped error body and close the connection."""
         self._refused = True
         self._disarm_header_timer()
-        kind = "too_large" if status == 431 else "request_timeout"
-        body = json.dumps({"error": {"message": message, "type": kind, "param": "headers", "code": None}}).encode()
+        kind = {431: "too_large", 408: "request_timeout"}.get(status, "http_error")
+        body = json.dumps({"error": {"message": message, "type": kind, "param": param, "code": None}}).encode()
         self.logger.warning("%s: %s", status, message)
         head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]

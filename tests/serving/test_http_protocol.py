@@ -133,3 +133,16 @@ def test_a_stalled_body_gets_408_and_the_connection_closes(small_body_port) -> N
                   b"Content-Length: 100\r\n\r\n{\"input\":")
         err = _error(_read_all(c, 15), 408)
     assert "server.request_timeout_s" in err["message"] and err["param"] == "body"
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",  # a Content-Length that is no number
+    b"POST /v1/route HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",  # an HTTP/2 preface
+])
+def test_a_request_the_parser_refuses_gets_the_json_error_body(port, request_bytes) -> None:
+    """uvicorn answered these with plain text 'Invalid HTTP request received.' (fuzzing, 2026-12-06)."""
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(request_bytes)
+        err = _error(_read_all(c), 400)
+    assert err["message"].startswith("request: not a valid HTTP/1.1 request") and err["type"] == "http_error"
