@@ -316,8 +316,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             sentences = sentence_texts(answer) or [answer]
         else:
             sentences = req.sentences or []
-        check_count(len(sentences), config.max_texts_per_request, "sentences", "sentences",
-                    "max_texts_per_request")
+        where, what = ("sentences", "sentences") if req.answer is None else ("answer", "sentences once split")
+        check_count(len(sentences), config.max_texts_per_request, where, what, "max_texts_per_request")
         sentences = [check_text(s, f"sentences[{i}]", config) for i, s in enumerate(sentences)]
         check_count(len(req.documents), config.max_documents_per_request, "documents", "documents",
                     "max_documents_per_request")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core import ValidationError as PydanticValidationError
 from searchsmith.models.errors import ValidationError
@@ -126,6 +126,20 @@ class EmbeddingsRequest(RequestBody):
     input: str | list[str]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _no_token_arrays(cls, value: Any) -> Any:
+        # OpenAI also takes token ids ([1, 2] or [[1, 2]]); said plainly instead of the union's
+        # "Input should be a valid string" for each of its members
+        def token(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if isinstance(value, list) and value and all(
+                token(v) or (isinstance(v, list) and v and all(token(t) for t in v)) for v in value):
+            raise PydanticCustomError("token_arrays", "token-id arrays are not supported; send the texts as strings "
+                                                      "(a string, or a list of strings)")
+        return value
     embedding_dtype: Literal["float32", "float16"] = "float32"
     dimensions: int | None = Field(default=None, ge=1)
     user: str | None = None  # accepted for OpenAI compatibility, unused

@@ -665,3 +665,12 @@ def test_openapi_documents_what_the_non_json_routes_send(client) -> None:
     assert "image/png" in paths["/v1/images/file"]["get"]["responses"]["200"]["content"]
     assert "application/json" not in paths["/v1/images/file"]["get"]["responses"]["200"]["content"]
     assert "503" in paths["/ready"]["get"]["responses"]
+
+
+@pytest.mark.parametrize("tokens", [[1, 2], [[1, 2], [3]]])
+def test_token_arrays_are_refused_plainly(client, tokens) -> None:
+    """OpenAI takes token ids too; they got the union's noise ('input: Input should be a valid string;
+    input[0]: ...') instead of saying they are not supported (fuzzing, 2026-12-06)."""
+    resp = client.post("/v1/embeddings", json={"input": tokens})
+    assert _error(resp, 422, "validation_error").startswith("input: token-id arrays are not supported")
+    assert resp.json()["error"]["code"] == "token_arrays"

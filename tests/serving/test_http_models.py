@@ -382,6 +382,13 @@ def test_cite_sentences_and_answer_together_is_422(client) -> None:
     assert "exactly one" in _error(neither, 422, "validation_error") and neither.json()["error"]["param"] == "answer"
 
 
+def test_cite_an_answer_of_too_many_sentences_names_the_answer(client) -> None:
+    """The 413 named 'sentences', a field the client never sent (fuzzing, 2026-12-06)."""
+    resp = client.post("/v1/cite", json={"answer": "A b. C d. E f. G h. I j.", "documents": DOCS})
+    assert resp.status_code == 413 and resp.json()["error"]["param"] == "answer", resp.text
+    assert resp.json()["error"]["message"].startswith("answer: 5 sentences once split, the limit is 4")
+
+
 def test_cite_duplicate_document_ids_is_422(client) -> None:
     assert "used twice" in _error(client.post("/v1/cite", json={"sentences": ["a"], "documents": [DOCS[0]] * 2}),
                                   422, "validation_error")
