@@ -394,7 +394,11 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         for i, (im, p) in enumerate(zip(req.images, where, strict=True)):
             if p is None:
                 best = float(scores[:, i].max()) if len(paragraphs) else None
-                unplaced.append({"id": im.id, "best_score": best})
+                row = {"id": im.id, "best_score": best}
+                if bundle is None and captions[i] is None:  # its pixels were sent, but nothing reads them
+                    row["reason"] = ("no caption, and no images bundle to read its pixels (add bundles.images to "
+                                     "serve.yaml, or send a caption)")
+                unplaced.append(row)
             else:
                 row = {"id": im.id, "paragraph": int(p), "score": round(float(scores[p, i]), 6)}
                 if im.url:

@@ -462,7 +462,9 @@ def test_images_fallback_uses_captions(embedder) -> None:
             {"id": "b", "data": png((255, 0, 0))}]}).json()
     assert body["method"] == "captions"
     assert [(p["id"], p["paragraph"]) for p in body["placements"]] == [("a", 1)]
-    assert body["unplaced"] == [{"id": "b", "best_score": -1.0}]  # no caption, no images bundle
+    # no caption, no images bundle: it says so, instead of a silent -1.0 (fuzzing, 2026-12-06)
+    assert body["unplaced"] == [{"id": "b", "best_score": -1.0, "reason": (
+        "no caption, and no images bundle to read its pixels (add bundles.images to serve.yaml, or send a caption)")}]
 
 
 def test_image_path_field_is_422(client) -> None:
