@@ -45,6 +45,37 @@ def is_int(value: Any, low: int | None = None) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and (low is None or value >= low)
 
 
+def check_number(key: str, value: object, low: float = -math.inf, high: float = math.inf, *,
+                 low_open: bool = False, note: str = "") -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is a finite number in its range (a
+    dataclass's ``__post_init__`` check; the loader reports it with the section's path).
+
+    NaN and inf are refused whatever the range: a NaN threshold compares False with every
+    score (a stage silently switched off or on), an infinite weight makes every score inf.
+    """
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and (value > low if low_open else value >= low) and value <= high)
+    if ok:
+        return
+    if math.isfinite(low) and math.isfinite(high):
+        where = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    elif math.isfinite(low):
+        where = f"{'>' if low_open else '>='} {low:g}"
+    else:
+        where = f"<= {high:g}"
+    raise ValueError(f"{key} must be a finite number {where}{note}, got {value!r}")
+
+
+def check_count(key: str, value: object, low: int = 1, *, optional: str = "", note: str = "") -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is a whole number >= ``low`` (or None
+    when ``optional`` says what None means)."""
+    if value is None and optional:
+        return
+    if not is_int(value, low):
+        alt = f" or null ({optional})" if optional else ""
+        raise ValueError(f"{key} must be a whole number >= {low}{alt}{note}, got {value!r}")
+
+
 def closest_key(key: str, valid: Iterable[str]) -> str | None:
     """The valid key most like ``key``, or None when nothing is close."""
     matches = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
@@ -358,5 +389,5 @@ def load_config(cls: type[T], path: str | Path | None = None,
     return from_dict(cls, raw, source=str(path) if path is not None else cls.__name__)
 
 
-__all__ = ["apply_overrides", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "shown", "to_dict"]
+__all__ = ["apply_overrides", "check_count", "check_number", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "shown", "to_dict"]
 

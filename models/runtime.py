@@ -90,6 +90,16 @@ def max_threads() -> int:
     return THREADS_PER_CPU * (os.cpu_count() or 1)
 
 
+def threads_over_cap(threads: int | None, key: str) -> str | None:
+    """The message for ``threads`` above :func:`max_threads` (``key`` names the setting), or None."""
+    cap = max_threads()
+    if threads is None or threads <= cap:
+        return None
+    return (f"{key} must be at most {cap} ({THREADS_PER_CPU} x the {cap // THREADS_PER_CPU} CPUs of this machine; "
+            f"more threads only contend), got {threads}; give the cores a bundle may use (bundles.threads), or "
+            "null for the runtime's default")
+
+
 #: what a bundle method returns: the value, or ``(value, meta)`` with ``return_meta=True``
 WithMeta = Union[T, tuple[T, dict[str, object]]]  # noqa: UP007 - a generic alias needs Union here
 #: one graph: feeds by input name -> the first output
@@ -1038,10 +1048,9 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"load_bundle: {name} must be an int >= 1{' or None' if optional else ''}, "
                               f"got {value!r}")
-    if threads is not None and threads > max_threads():
-        raise ConfigError(f"load_bundle: threads must be at most {max_threads()} ({THREADS_PER_CPU} x the "
-                          f"{os.cpu_count() or 1} CPUs of this machine; more threads only contend), got {threads}; "
-                          "give the cores a bundle may use (bundles.threads), or None for the runtime's default")
+    over = threads_over_cap(threads, "load_bundle: threads")
+    if over:
+        raise ConfigError(over)
     path = Path(path)
     manifest = read_manifest(path)
     if task is not None and manifest["task"] != task:
@@ -1105,4 +1114,4 @@ def graphs_on_cuda(graphs: Mapping[str, Graph]) -> bool:
 
 __all__ = ["BUNDLE_CLASSES", "Bundle", "CiteBundle", "DecomposeBundle", "EmbedBundle", "FORMAT_VERSION",
            "ImagesBundle", "OrtGraph", "ReadBundle", "RerankBundle", "THREADS_PER_CPU", "TorchGraph", "load_bundle",
-           "max_threads", "read_manifest", "verify_files"]
+           "max_threads", "read_manifest", "threads_over_cap", "verify_files"]

@@ -1327,7 +1327,6 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     return "", -1
 
 
-
 def is_blank(text: str) -> bool:
     """Whether ``text`` shows nothing: only whitespace, control and format characters (U+0000,
     zero-width spaces, a byte order mark), which ``str.strip`` keeps."""
@@ -1335,7 +1334,6 @@ def is_blank(text: str) -> bool:
 
 
 __all__ = [
-    "is_blank",
     "BM25_STOP_WORDS",
     "COUNTRIES",
     "DEMONYMS",
@@ -1356,6 +1354,7 @@ __all__ = [
     "entity_spans",
     "exact_match",
     "fold",
+    "is_blank",
     "missing_entities",
     "normalize_answer",
     "pattern_entities",

@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from searchsmith.models.config import apply_overrides, from_dict, read_yaml, to_dict
+from searchsmith.models.config import apply_overrides, check_number, from_dict, read_yaml, to_dict
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.tasks import TASKS
 from searchsmith.serving.limits import ServerLimits
@@ -159,10 +158,8 @@ class RayServeConfig:
         if self.max_replicas is not None and self.max_replicas < self.min_replicas:
             raise ValueError(f"ray.max_replicas ({self.max_replicas}) must be >= ray.min_replicas ({self.min_replicas})")
         for key in ("target_ongoing_requests", "num_cpus"):
-            value = getattr(self, key)
-            # "not > 0": NaN fails too (Ray Serve would take it and never scale / never place a replica)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"ray.{key} must be a finite number > 0, got {value!r}")
+            # NaN fails too (Ray Serve would take it and never scale / never place a replica)
+            check_number(f"ray.{key}", getattr(self, key), 0.0, low_open=True)
         if self.max_ongoing_requests < 1:
             raise ValueError(f"ray.max_ongoing_requests must be >= 1, got {self.max_ongoing_requests}")
         if self.max_queued_requests < -1 or self.max_queued_requests == 0:

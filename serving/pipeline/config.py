@@ -15,13 +15,12 @@ offline fallback, so the pipeline runs with an index alone. Load with
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from searchsmith.models.config import load_config
-from searchsmith.models.runtime import THREADS_PER_CPU, max_threads
+from searchsmith.models.config import check_count, check_number, load_config
+from searchsmith.models.runtime import threads_over_cap
 from searchsmith.serving.router import RouterConfig
 
 Strategy = Literal["auto", "direct", "parallel", "planning"]
@@ -31,36 +30,6 @@ STRATEGIES = ("direct", "parallel", "planning")
 #: citation fallback and the timeline merge off with 1.01 (serving/ablation.py). Larger values
 #: are refused as typos (2 for 0.2).
 COSINE_OFF = 1.01
-
-
-def _check_number(key: str, value: object, low: float = -math.inf, high: float = math.inf, *,
-                  low_open: bool = False, note: str = "") -> None:
-    """Raise ValueError naming ``key`` unless ``value`` is a finite number in its range.
-
-    NaN and inf are refused whatever the range: a NaN threshold compares False with every
-    score (a stage silently switched off or on), an infinite weight makes every score inf.
-    """
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and (value > low if low_open else value >= low) and value <= high)
-    if ok:
-        return
-    if math.isfinite(low) and math.isfinite(high):
-        where = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
-    elif math.isfinite(low):
-        where = f"{'>' if low_open else '>='} {low:g}"
-    else:
-        where = f"<= {high:g}"
-    raise ValueError(f"{key} must be a finite number {where}{note}, got {value!r}")
-
-
-def _check_count(key: str, value: object, low: int = 1, *, optional: str = "", note: str = "") -> None:
-    """Raise ValueError naming ``key`` unless ``value`` is a whole number >= ``low`` (or None
-    when ``optional`` says what None means)."""
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        alt = f" or null ({optional})" if optional else ""
-        raise ValueError(f"{key} must be a whole number >= {low}{alt}{note}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -130,12 +99,10 @@ class BundlesConfig:
     def __post_init__(self) -> None:
         # load_bundle checks the same cap, but only once the server's port is open; a huge
         # count hung model loading (ONNX Runtime starts every thread)
-        cap = max_threads()
-        _check_count("bundles.threads", self.threads, optional="the runtime's default")
-        if self.threads is not None and self.threads > cap:
-            raise ValueError(f"bundles.threads must be at most {cap} ({THREADS_PER_CPU} x the "
-                             f"{cap // THREADS_PER_CPU} CPUs of this machine; more threads only contend), "
-                             f"got {self.threads}; set it to the cores a bundle may use, or null")
+        check_count("bundles.threads", self.threads, optional="the runtime's default")
+        over = threads_over_cap(self.threads, "bundles.threads")
+        if over:
+            raise ValueError(over)
 
 
 @dataclass(frozen=True)
@@ -431,9 +398,9 @@ class ExtractiveConfig:
             raise ValueError(f"generation.extractive.min_relative_score must be in [0, 1] (a share of the "
                              f"best sentence's support), got {self.min_relative_score}")
         # support = cosine + lexical_weight x overlap share: in [-1, 1 + lexical_weight]
-        _check_number("generation.extractive.lexical_weight", self.lexical_weight, 0.0, 10.0,
+        check_number("generation.extractive.lexical_weight", self.lexical_weight, 0.0, 10.0,
                       note=" (0 = the cosine alone)")
-        _check_number("generation.extractive.min_support", self.min_support, -1.0, 1.0 + self.lexical_weight,
+        check_number("generation.extractive.min_support", self.min_support, -1.0, 1.0 + self.lexical_weight,
                       note=" (a support score: cosine + lexical_weight x word overlap)")
 
 
@@ -483,9 +450,9 @@ class OpenAIConfig:
         if self.retries < 0 or self.retry_backoff_s < 0:
             raise ValueError(f"generation.openai: retries and retry_backoff_s must be >= 0, got "
                              f"{self.retries} and {self.retry_backoff_s}")
-        _check_number("generation.openai.retry_backoff_s", self.retry_backoff_s, 0.0, note=" (seconds)")
-        _check_count("generation.openai.max_tokens", self.max_tokens)
-        _check_number("generation.openai.temperature", self.temperature, 0.0, 2.0,
+        check_number("generation.openai.retry_backoff_s", self.retry_backoff_s, 0.0, note=" (seconds)")
+        check_count("generation.openai.max_tokens", self.max_tokens)
+        check_number("generation.openai.temperature", self.temperature, 0.0, 2.0,
                       note=" (the OpenAI API's range; 0 = greedy)")
 
 
@@ -511,7 +478,7 @@ class HFConfig:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"generation.hf.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        _check_count("generation.hf.max_input_tokens", self.max_input_tokens)
+        check_count("generation.hf.max_input_tokens", self.max_input_tokens)
         if any(not s for s in self.stop):
             raise ValueError("generation.hf.stop: an empty string would stop before the first token")
 
@@ -612,10 +579,10 @@ class GenerationConfig:
     hf: HFConfig = field(default_factory=HFConfig)
 
     def __post_init__(self) -> None:
-        _check_count("generation.max_context_chars", self.max_context_chars, note=" (characters of passage text)")
+        check_count("generation.max_context_chars", self.max_context_chars, note=" (characters of passage text)")
         if self.no_answer_threshold is not None:
             top = 1.0 + self.extractive.lexical_weight
-            _check_number("generation.no_answer_threshold", self.no_answer_threshold, -1.0, top,
+            check_number("generation.no_answer_threshold", self.no_answer_threshold, -1.0, top,
                           note=f" or null (never refuse): the support it is compared with is cosine + "
                                f"generation.extractive.lexical_weight ({self.extractive.lexical_weight:g}) "
                                f"x word overlap, at most {top:g}, so a higher one refuses every question")
@@ -639,12 +606,12 @@ class CitationConfig:
     entity_veto: bool = True
 
     def __post_init__(self) -> None:
-        _check_number("citation.cosine_threshold", self.cosine_threshold, -1.0, COSINE_OFF,
+        check_number("citation.cosine_threshold", self.cosine_threshold, -1.0, COSINE_OFF,
                       note=f" (a cosine; {COSINE_OFF:g} cites nothing by cosine)")
         if self.support_threshold is not None:
-            _check_number("citation.support_threshold", self.support_threshold, 0.0, 1.0,
+            check_number("citation.support_threshold", self.support_threshold, 0.0, 1.0,
                           note=" (a probability) or null (the bundle's own)")
-        _check_count("citation.max_per_sentence", self.max_per_sentence)
+        check_count("citation.max_per_sentence", self.max_per_sentence)
 
 
 @dataclass(frozen=True)
@@ -675,7 +642,7 @@ class TimelineConfig:
                              f"got {self.relevance_ratio}")
         if self.max_events < 1:
             raise ValueError(f"timeline.max_events must be >= 1, got {self.max_events}")
-        _check_number("timeline.merge_threshold", self.merge_threshold, -1.0, COSINE_OFF,
+        check_number("timeline.merge_threshold", self.merge_threshold, -1.0, COSINE_OFF,
                       note=f" (a cosine; {COSINE_OFF:g} merges nothing)")
 
 
@@ -703,13 +670,13 @@ class ImagesConfig:
     image_query_weight: float = 0.2
 
     def __post_init__(self) -> None:
-        _check_number("images.threshold", self.threshold, -1.0, 1.0, note=" (a cosine; -1 keeps every assignment)")
-        _check_count("images.max_candidates", self.max_candidates)
-        _check_count("images.min_side_px", self.min_side_px, 0, note=" (0 keeps every size)")
-        _check_number("images.image_paragraph_weight", self.image_paragraph_weight, 0.0, low_open=True,
+        check_number("images.threshold", self.threshold, -1.0, 1.0, note=" (a cosine; -1 keeps every assignment)")
+        check_count("images.max_candidates", self.max_candidates)
+        check_count("images.min_side_px", self.min_side_px, 0, note=" (0 keeps every size)")
+        check_number("images.image_paragraph_weight", self.image_paragraph_weight, 0.0, low_open=True,
                       note=" (the image tower's signal is always in the mix)")
         for key in ("caption_paragraph_weight", "image_query_weight"):
-            _check_number(f"images.{key}", getattr(self, key), 0.0, note=" (0 leaves the signal out)")
+            check_number(f"images.{key}", getattr(self, key), 0.0, note=" (0 leaves the signal out)")
 
 
 @dataclass(frozen=True)
@@ -736,7 +703,7 @@ class Preset:
 
     def __post_init__(self) -> None:
         # None, not 0, means retrieval.retrieve_k (the loader names the preset: presets.<name>: ...)
-        _check_count("presets.<name>.retrieve_k", self.retrieve_k, optional="retrieval.retrieve_k")
+        check_count("presets.<name>.retrieve_k", self.retrieve_k, optional="retrieval.retrieve_k")
 
 
 def _default_presets() -> dict[str, Preset]:
@@ -766,7 +733,7 @@ class CostConfig:
 
     def __post_init__(self) -> None:
         for key in ("per_second", "per_1k_tokens", "per_model_call"):
-            _check_number(f"cost.{key}", getattr(self, key), 0.0)
+            check_number(f"cost.{key}", getattr(self, key), 0.0)
 
 
 @dataclass(frozen=True)
@@ -795,10 +762,10 @@ class ProtocolConfig:
     def __post_init__(self) -> None:
         # NaN alpha or ridge made every LinUCB score NaN (the first preset always chosen); an
         # infinite cost_lambda a reward of -inf and a NaN state
-        _check_number("protocol.alpha", self.alpha, 0.0)
-        _check_number("protocol.ridge", self.ridge, 0.0, low_open=True)
-        _check_number("protocol.cost_lambda", self.cost_lambda, 0.0)
-        _check_count("protocol.max_pending", self.max_pending)
+        check_number("protocol.alpha", self.alpha, 0.0)
+        check_number("protocol.ridge", self.ridge, 0.0, low_open=True)
+        check_number("protocol.cost_lambda", self.cost_lambda, 0.0)
+        check_count("protocol.max_pending", self.max_pending)
         if self.state_path is not None and not self.state_path.strip():  # it silently meant memory only
             raise ValueError("protocol.state_path is empty; give the path of a JSON file, or null (memory only)")
         if self.state_path is not None and Path(self.state_path).is_dir():
