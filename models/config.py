@@ -272,7 +272,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         if not all(parts):
             raise ConfigError(f"override {item!r}: empty key segment in {key!r}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = load_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
         node = data
@@ -290,6 +290,45 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     return data
 
 
+class RepeatedYamlKeyError(yaml.YAMLError):
+    """A YAML mapping that writes one key twice: PyYAML keeps the last value and drops the
+    first without a word (a second ``server:`` section would lose the first's settings)."""
+
+    def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark) -> None:
+        self.key, self.first_line, self.line = key, first.line + 1, again.line + 1
+        super().__init__(f"key {key!r} is written twice in one mapping (lines {self.first_line} and {self.line}); "
+                         "only the last would count: merge the two into one")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping writing a key twice (merge keys ``<<`` may
+    still be overridden: that is what they are for)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if first is not key_node.start_mark:
+                raise RepeatedYamlKeyError(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, refusing a mapping that writes a key twice.
+
+    Raises:
+        RepeatedYamlKeyError: (a ``yaml.YAMLError``) a key written twice in one mapping, with both lines.
+        yaml.YAMLError: ``text`` is not YAML.
+    """
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping; clear errors for a missing file, bad YAML or a non-mapping."""
     if not str(path).strip():
@@ -304,7 +343,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist (check the path)")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(p.read_text(encoding="utf-8"))
+    except RepeatedYamlKeyError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
     except UnicodeDecodeError:

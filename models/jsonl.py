@@ -112,7 +112,7 @@ class LoneSurrogate:
     @property
     def field(self) -> str:
         """``loc`` as a path: ``documents[0].text``."""
-        return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in self.loc).lstrip(".")
+        return _path(self.loc)
 
     def problem(self, name: str | None = None) -> str:
         """``field 'text' holds a lone surrogate (\\ud800) at character 3, ...; fix the text's
@@ -130,9 +130,7 @@ def find_lone_surrogate(value: Any) -> LoneSurrogate | None:
 
     Walks with an explicit stack, not recursion: a deeply nested value cannot overflow it.
     """
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
-    while stack:
-        loc, item = stack.pop()
+    for loc, item in _nodes(value):
         if isinstance(item, str):
             at = lone_surrogate_at(item)
             if at is not None:
@@ -142,9 +140,6 @@ def find_lone_surrogate(value: Any) -> LoneSurrogate | None:
                 at = lone_surrogate_at(k) if isinstance(k, str) else None
                 if at is not None:
                     return LoneSurrogate(loc, at, k[at], in_name=True)
-            stack.extend(((*loc, k), v) for k, v in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(item))))
     return None
 
 
@@ -173,6 +168,85 @@ def check_unicode(value: Any, field: str) -> Any:
     return value
 
 
+class RepeatedKeyError(ValueError):
+    """A JSON object that names one key twice (``{"id": "a", "id": "b"}``): JSON parsers keep
+    the last value and lose the first without a word, so the project refuses it.
+
+    Attributes:
+        loc: the object holding it, from the top (keys and list indices; ``()`` the top object).
+        key: the key written twice.
+    """
+
+    def __init__(self, loc: tuple[Any, ...], key: str) -> None:
+        self.loc, self.key = loc, key
+        super().__init__(self.problem())
+
+    @property
+    def field(self) -> str:
+        """Where the key stands as a path: ``documents[0].text`` (``text`` for a top-level key)."""
+        return _path((*self.loc, self.key))
+
+    def problem(self) -> str:
+        """``key 'id' is written twice in one object (at documents[0].id); ...``."""
+        return (f"key {self.key!r} is written twice in one object (at {self.field}); JSON readers keep only "
+                "the last value, so the first would be lost: write each key once")
+
+
+class _Repeated(dict):  # an object that named ``repeated`` twice: marked for the walk
+    repeated: str = ""
+
+
+def loads_unique(text: str | bytes) -> Any:
+    """``json.loads(text)``, refusing an object that names one key twice.
+
+    The C parser reads as it always does; the check costs one Python call per object, and the
+    walk to the repeated key runs only when there is one.
+
+    Raises:
+        json.JSONDecodeError: ``text`` is not JSON (as ``json.loads``).
+        RepeatedKeyError: an object writes a key twice; ``loc``/``field`` say where (the first
+            such object in document order).
+    """
+    found = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal found
+        out = dict(items)
+        if len(out) == len(items):
+            return out
+        found = True
+        marked, seen = _Repeated(out), set()
+        for key, _ in items:
+            if key in seen:
+                marked.repeated = key
+                break
+            seen.add(key)
+        return marked
+
+    value = json.loads(text, object_pairs_hook=pairs)
+    if found:
+        loc, item = next((loc, item) for loc, item in _nodes(value) if isinstance(item, _Repeated))
+        raise RepeatedKeyError(loc, item.repeated)
+    return value
+
+
+def _nodes(value: Any) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """``(location, node)`` of every node of a parsed JSON value, in document order; an explicit
+    stack, not recursion, so a deeply nested value cannot overflow it."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack:
+        loc, item = stack.pop()
+        yield loc, item
+        if isinstance(item, dict):
+            stack.extend(((*loc, k), v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(item))))
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in loc).lstrip(".")
+
+
 def lone_surrogate_of_line(line: str, record: Any) -> LoneSurrogate | None:
     """:func:`find_lone_surrogate` of ``record``, parsed from the JSON text ``line`` (which
     must have been decoded strictly); None at once for a line holding no surrogate escape."""
@@ -182,9 +256,11 @@ def lone_surrogate_of_line(line: str, record: Any) -> LoneSurrogate | None:
 def _parse_line(p: Path, n: int, line: str, required: Sequence[str]) -> tuple[dict[str, Any] | None, str]:
     """(record, "") for a good line, (None, "file:line: problem; fix") for a bad one."""
     try:
-        rec = json.loads(line)
+        rec = loads_unique(line)
     except json.JSONDecodeError as exc:
         return None, f"{p}:{n}: not valid JSON ({json_error(exc)}); each line must be one JSON object"
+    except RepeatedKeyError as exc:
+        return None, f"{p}:{n}: {exc}"
     if not isinstance(rec, dict):
         return None, f"{p}:{n}: expected a JSON object, got {type(rec).__name__}"
     found = lone_surrogate_of_line(line, rec)
@@ -263,11 +339,13 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
 __all__ = [
     "MAX_SHOWN_ERRORS",
     "LoneSurrogate",
+    "RepeatedKeyError",
     "check_input_file",
     "check_unicode",
     "find_lone_surrogate",
     "iter_jsonl",
     "json_error",
+    "loads_unique",
     "lone_surrogate_at",
     "lone_surrogate_of_line",
     "read_jsonl",

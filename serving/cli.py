@@ -12,10 +12,12 @@ import time
 
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import (
+    RepeatedKeyError,
     check_input_file,
     check_unicode,
     find_lone_surrogate,
     json_error,
+    loads_unique,
     read_utf8,
 )
 
@@ -116,10 +118,12 @@ def read_history_file(path: str | None):
     if not text.strip():
         return []
     try:
-        data = json.loads(text)
+        data = loads_unique(text)
         whole = True
     except json.JSONDecodeError:
         whole = False  # JSONL, read line by line below
+    except RepeatedKeyError as exc:
+        raise ValidationError(f"--history {p}: {exc}") from None
     if whole:
         found = find_lone_surrogate(data)
         if found is not None:
@@ -130,10 +134,12 @@ def read_history_file(path: str | None):
         if not line.strip():
             continue
         try:
-            turn = json.loads(line)
+            turn = loads_unique(line)
         except json.JSONDecodeError as exc:
             raise ValidationError(f"--history {p}:{n}: not JSON or JSONL ({json_error(exc)}); give a JSON list "
                                   "of {role, content}, or one such object per line") from None
+        except RepeatedKeyError as exc:
+            raise ValidationError(f"--history {p}:{n}: {exc}") from None
         found = find_lone_surrogate(turn)
         if found is not None:
             raise ValidationError(f"--history {p}:{n}: {found.problem()}")

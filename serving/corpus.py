@@ -18,8 +18,10 @@ from typing import Any
 
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import (
+    RepeatedKeyError,
     check_input_file,
     json_error,
+    loads_unique,
     lone_surrogate_of_line,
     utf8_lines,
 )
@@ -157,9 +159,12 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
             continue
         where = f"{p}:{lineno}"
         try:
-            rec = json.loads(line)
+            rec = loads_unique(line)
         except json.JSONDecodeError as exc:
             errors.append(f"{where}: not valid JSON ({json_error(exc)})")
+            continue
+        except RepeatedKeyError as exc:
+            errors.append(f"{where}: {exc}")
             continue
         problems = _check_record(rec, where, line)
         if problems:

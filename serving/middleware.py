@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from searchsmith.models.errors import PayloadTooLargeError, RequestTimeoutError, ValidationError
+from searchsmith.models.jsonl import RepeatedKeyError, loads_unique
 from searchsmith.serving.http_errors import error_response, with_param
 from searchsmith.serving.schemas import too_deep_body, undecodable_body
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -240,8 +241,37 @@ class AnswerErrors(APIRoute):
 
         async def answer(request: Request) -> Response:
             try:
+                await parse_json_once(request)
                 return await handler(request)
             except Exception as exc:
                 return await on_error(request, exc)
 
         return answer
+
+
+async def parse_json_once(request: Request) -> None:
+    """Parse a JSON request body once, refusing an object that writes a key twice (JSON parsers
+    keep the last value: ``{"input": "a", "input": "b"}`` would embed "b" without a word).
+
+    Starlette keeps the parsed body (``request._json``), so FastAPI reads this value and does
+    not parse again. A body that is not JSON is left to FastAPI, which answers it as ever.
+
+    Raises:
+        ValidationError: 422 ``repeated_key``, ``param`` the key's path (``documents[0].id``).
+    """
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    if "json" not in request.headers.get("content-type", "").lower():
+        return  # FastAPI does not read it as JSON either (on_error says so)
+    body = await request.body()
+    if not body:
+        return
+    try:
+        value = loads_unique(body)
+    except RepeatedKeyError as exc:
+        raise with_param(ValidationError(
+            f"{exc.field}: the key {exc.key!r} is written twice in one object; JSON readers keep only the last "
+            "value, so the first would be lost: send each key once"), exc.field, "repeated_key") from None
+    except (ValueError, RecursionError):
+        return  # not JSON (or nested past the parser's depth): FastAPI's own answer, as before
+    request._json = value

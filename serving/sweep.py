@@ -71,12 +71,19 @@ def parse_values(text: str, param: str) -> list[object]:
         ConfigError: no value, or the same value twice.
     """
     import yaml
+    from searchsmith.models.config import load_yaml
 
     raw = [v.strip() for v in str(text).split(",") if v.strip()]
     if len(raw) < 2:
         raise ConfigError(f"eval sweep --values: give at least two comma-separated values of {param} "
                           f"(got {text!r}), e.g. --values 0.4,0.6,0.8")
-    values = [yaml.safe_load(v) for v in raw]
+    values = []
+    for v in raw:
+        try:
+            values.append(load_yaml(v))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"eval sweep --values: {v!r} is not a YAML value ({exc}); give plain values such "
+                              "as 0.4,0.6 (a list or mapping cannot hold the comma that separates values)") from None
     if len({repr(v) for v in values}) != len(values):
         raise ConfigError(f"eval sweep --values: a value of {param} is listed twice in {text!r}")
     return values

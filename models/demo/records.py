@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from searchsmith.models.config import load_yaml
 from searchsmith.models.errors import ValidationError
 
 SOURCE_DIR = Path(__file__).parent / "source"
@@ -212,7 +213,7 @@ def load_source(folder: Path = SOURCE_DIR) -> Source:
     for name in SOURCE_FILES:
         path = Path(folder) / name
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = load_yaml(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as e:
             problems.append(f"{path}: {e}")
             continue

@@ -130,3 +130,11 @@ def test_an_id_that_names_no_document_is_refused(tmp_path, value, problem) -> No
     p = _write(tmp_path, [json.dumps({"id": value, "source": "a", "text": "hello"})])
     with pytest.raises(ValidationError, match=rf"c\.jsonl:1: {problem}"):
         read_corpus(p)
+
+
+def test_a_record_that_writes_a_key_twice_is_refused_at_its_line(tmp_path) -> None:
+    """json.loads keeps the last 'id': the first document would be indexed under the wrong id."""
+    p = _write(tmp_path, ['{"id": "a", "source": "s", "text": "one", "id": "b"}',
+                          json.dumps({"id": "c", "source": "s", "text": "two"})])
+    with pytest.raises(ValidationError, match=r"c.jsonl:1: key 'id' is written twice in one object \(at id\)"):
+        read_corpus(p)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -674,3 +675,25 @@ def test_token_arrays_are_refused_plainly(client, tokens) -> None:
     resp = client.post("/v1/embeddings", json={"input": tokens})
     assert _error(resp, 422, "validation_error").startswith("input: token-id arrays are not supported")
     assert resp.json()["error"]["code"] == "token_arrays"
+
+
+def test_a_key_written_twice_is_422_naming_it(client) -> None:
+    """JSON parsers keep the last value: {"input": "a", "input": "b"} would embed "b" silently."""
+    resp = client.post("/v1/embeddings", content=b'{"input": "a", "input": "b"}',
+                       headers={"content-type": "application/json"})
+    msg = _error(resp, 422, "validation_error")
+    assert "input" in msg and "twice" in msg
+    assert resp.json()["error"]["param"] == "input" and resp.json()["error"]["code"] == "repeated_key"
+    nested = client.post("/v1/route", content=b'{"query": "where", "history": [{"role": "user", "content": "a", '
+                                              b'"content": "b"}]}', headers={"content-type": "application/json"})
+    _error(nested, 422, "validation_error")
+    assert nested.json()["error"]["param"] == "history[0].content"
+
+
+def test_a_body_parsed_once_still_answers_as_before(client) -> None:
+    """The body is parsed once for the repeated-key check; FastAPI reads that value."""
+    ok = client.post("/v1/embeddings", content=json.dumps({"input": ["a", "b"]}).encode(),
+                     headers={"content-type": "application/json"})
+    assert ok.status_code == 200 and len(ok.json()["data"]) == 2
+    no_type = client.post("/v1/embeddings", content=b'{"input": "a", "input": "b"}')
+    assert _error(no_type, 422, "validation_error").startswith("body: sent without a Content-Type")
