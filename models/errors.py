@@ -35,6 +35,11 @@ class NotReadyError(SearchsmithError, RuntimeError):
     """A model is not loaded yet, or the server or a batcher is shutting down (HTTP 503)."""
 
 
+class NotServedError(SearchsmithError):
+    """The server is up but does not serve what the request needs: no such model is
+    configured (HTTP 404). Retrying does not help; configuring it does."""
+
+
 class BundleError(SearchsmithError):
     """A model bundle or an index on disk is missing, corrupt or mismatched."""
 

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from searchsmith.models.errors import (
     EmptyInputError,
     NotReadyError,
+    NotServedError,
     OverloadedError,
     PayloadTooLargeError,
     RequestTimeoutError,
@@ -45,6 +46,7 @@ ERROR_TABLE: tuple[tuple[type[BaseException], int, str], ...] = (
     (TimeoutError, 504, "timeout"),
     (RunnerError, 500, "runner_error"),
     (NotReadyError, 503, "not_ready"),
+    (NotServedError, 404, "not_served"),
 )
 
 

@@ -199,7 +199,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
     async def embeddings(req: EmbeddingsRequest) -> JSONResponse:
         embedder_, batcher = state.embedder, state.batcher
         if embedder_ is None or batcher is None or state.shutting_down:
-            raise NotReadyError("/v1/embeddings: the embedding model is not loaded yet; retry shortly")
+            raise state.unavailable("/v1/embeddings", "no embedding model is loaded",
+                                    "add bundles.embedder to serve.yaml and restart")
         served = check_model(req.model, str(embedder_.model_name), config.embeddings_model, "embeddings_model")
         dims = check_dimensions(req.dimensions, embedder_)
         if req.embedding_dtype == "float16" and req.encoding_format != "base64":
@@ -243,7 +244,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
     async def route(req: RouteRequest) -> JSONResponse:
         router_ = state.router
         if router_ is None or state.shutting_down:
-            raise NotReadyError("/v1/route: no router is loaded; start the server with an index")
+            raise state.unavailable("/v1/route", "no router is loaded", "start the server with an index "
+                                    "(serve.yaml 'index:')")
         query = check_text(req.query, "query", config)  # blank: 400; past server.max_input_chars: cut or 413
         result = await _call(state, "route", lambda: router_.route(query, req.history, req.mode, req.top_k),
                              "/v1/route")
@@ -253,7 +255,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
     async def rerank(req: RerankRequest) -> JSONResponse:
         runner, batcher = state.reranker, state.rerank_batcher
         if runner is None or batcher is None or state.shutting_down:
-            raise NotReadyError("/v1/rerank: no reranker is loaded; add bundles.reranker to serve.yaml")
+            raise state.unavailable("/v1/rerank", "no reranker is loaded", "add bundles.reranker to serve.yaml "
+                                    "and restart")
         served = check_model(req.model, runner.name, config.rerank_model, "rerank_model")
         query = check_text(req.query, "query", config)
         check_count(len(req.documents), config.max_documents_per_request, "documents", "documents",
@@ -290,7 +293,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
 
         bundle = state.decomposer
         if bundle is None or state.shutting_down:
-            raise NotReadyError("/v1/decompose: no decomposer is loaded; add bundles.decomposer to serve.yaml")
+            raise state.unavailable("/v1/decompose", "no decomposer is loaded", "add bundles.decomposer to "
+                                    "serve.yaml and restart")
         query = check_text(req.query, "query", config)
         turns = parse_history(req.history)  # validates (422 naming the turn)
         history = req.history or []
@@ -337,12 +341,12 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                 f"documents: {len(sentences)} sentences x {len(docs)} documents = {pairs} pairs, the limit is "
                 f"{config.max_pairs_per_request} (server.max_pairs_per_request); send fewer documents"), "documents")
         bundle, encode, cfg = state.citation, _text_encoder(state), state.thresholds().citation
-        if bundle is None and encode is None:
-            raise NotReadyError("/v1/cite: no citation bundle and no embedder are loaded; add bundles.citation "
-                                "or bundles.embedder to serve.yaml")
+        if (bundle is None and encode is None) or state.shutting_down:
+            raise state.unavailable("/v1/cite", "no citation bundle and no embedder are loaded",
+                                    "add bundles.citation or bundles.embedder to serve.yaml and restart")
         if encode is None and getattr(bundle, "cosine_residual", None) is not None:
-            raise NotReadyError("/v1/cite: the citation bundle's scorer adds the bi-encoder cosine and no embedder "
-                                "is loaded; add bundles.embedder to serve.yaml")
+            raise state.unavailable("/v1/cite", "the citation bundle's scorer adds the bi-encoder cosine and no "
+                                    "embedder is loaded", "add bundles.embedder to serve.yaml and restart")
         threshold = support_threshold(bundle, cfg) if req.threshold is None else req.threshold
         found = await _call(state, "cite", lambda: cite_sentences(
             sentences, docs, config=cfg, bundle=bundle, encode=encode, threshold=threshold,
@@ -382,9 +386,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
 
         pixels = await asyncio.to_thread(decode_all)
         bundle, encode = state.images, _text_encoder(state)
-        if bundle is None and encode is None:
-            raise NotReadyError("/v1/images/place: no images bundle and no embedder are loaded; add "
-                                "bundles.images or bundles.embedder to serve.yaml")
+        if (bundle is None and encode is None) or state.shutting_down:
+            raise state.unavailable("/v1/images/place", "no images bundle and no embedder are loaded",
+                                    "add bundles.images or bundles.embedder to serve.yaml and restart")
         cfg = state.thresholds().images
         threshold = cfg.threshold if req.threshold is None else req.threshold
         scores, where, method = await _call(state, "images", lambda: place_images(
@@ -412,8 +416,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
     async def search(req: SearchRequest) -> Response:
         pipe = state.pipeline
         if pipe is None or state.shutting_down:
-            raise NotReadyError("/v1/search: no pipeline is loaded; start the server with an index "
-                                "(serve.yaml 'index:')")
+            raise state.unavailable("/v1/search", "no pipeline is loaded", "start the server with an index "
+                                    "(serve.yaml 'index:')")
         if is_blank(req.query):
             raise EmptyInputError("query: is empty (nothing but spaces, control or zero-width characters); send "
                                   "a question")
@@ -469,7 +473,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         pipe = state.pipeline
         index = getattr(pipe, "index", None)
         if index is None or state.shutting_down:
-            raise NotReadyError("/v1/images/file: no index is loaded; start the server with one (serve.yaml 'index:')")
+            raise state.unavailable("/v1/images/file", "no index is loaded", "start the server with one "
+                                    "(serve.yaml 'index:')")
         media = None
         found = None
         for chunk in await asyncio.to_thread(index.store.chunks_of_doc, doc_id):
@@ -496,7 +501,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
     async def feedback(req: FeedbackRequest) -> JSONResponse:
         pipe = state.pipeline
         if pipe is None or state.shutting_down:
-            raise NotReadyError("/v1/feedback: no pipeline is loaded; start the server with an index")
+            raise state.unavailable("/v1/feedback", "no pipeline is loaded", "start the server with an index "
+                                    "(serve.yaml 'index:')")
         if getattr(pipe, "protocol", True) is None:
             # The protocol router is off (the default, and the quickstart's): answers always use
             # protocol.default_preset, so there is nothing to learn. The rating is accepted, not an

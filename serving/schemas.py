@@ -357,6 +357,6 @@ def route_responses(path: str, *extra: int) -> dict[int | str, dict[str, Any]]:
             'event: answer\ndata: {"delta": "Knead the dough for about"}\n\n'
             'event: citations\ndata: {"answer": "...", "references": [...], "sentences": [...]}\n\n'
             "event: timeline\n...\nevent: images\n...\nevent: trace\n...\ndata: [DONE]\n\n")}
-    for status in (400, 401, 413, 422, 429, 503, 504, *extra):
+    for status in (400, 401, 404, 413, 422, 429, 503, 504, *extra):
         out[status] = {"model": ErrorBody}
     return out

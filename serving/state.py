@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.errors import (
+    ConfigError,
+    NotReadyError,
+    NotServedError,
+    SearchsmithError,
+    ValidationError,
+)
 from searchsmith.models.roles import Citer, Decomposer, ImageScorer, Reranker
 from searchsmith.models.tasks import by_role
 from searchsmith.serving.batcher import BatcherConfig, DynamicBatcher
@@ -146,6 +152,25 @@ class ServingState:
     def ready(self) -> bool:
         loaded = any(v not in (None, False) for v in self.models().values())
         return loaded and not self.loading and self.load_error is None and not self.shutting_down
+
+    def unavailable(self, endpoint: str, missing: str, fix: str) -> SearchsmithError:
+        """The error of a request whose model is absent: 503 while the server loads, failed to
+        load or shuts down (a retry, or a restart, may find it), 404 once it is up without that
+        model (configured so: a retry never helps, ``fix`` does).
+
+        Args:
+            endpoint: the path, first in the message (``"/v1/rerank"``).
+            missing: what is absent (``"no reranker is loaded"``).
+            fix: how to serve it (``"add bundles.reranker to serve.yaml and restart"``).
+        """
+        if self.shutting_down:
+            return NotReadyError(f"{endpoint}: the server is shutting down; retry on another replica")
+        if self.load_error is not None:
+            return NotReadyError(f"{endpoint}: loading the models failed ({self.load_error}); fix serve.yaml "
+                                 "and restart")
+        if not self.ready:
+            return NotReadyError(f"{endpoint}: the models are not loaded yet; retry shortly")
+        return NotServedError(f"{endpoint}: {missing} on this server; {fix}")
 
     def close(self) -> None:
         """Stop accepting work and finish what is queued (graceful shutdown)."""

@@ -311,7 +311,7 @@ def test_health_ready_and_attach(embedder) -> None:
         _error(c.post("/v1/embeddings", json={"input": "a"}), 503, "not_ready")
         app.state.serving.attach(embedder=embedder)
         assert c.get("/ready").json()["models"]["embeddings"] == embedder.model_name
-        _error(c.post("/v1/route", json={"query": "q"}), 503, "not_ready")  # no router
+        _error(c.post("/v1/route", json={"query": "q"}), 404, "not_served")  # ready, and no router
     assert app.state.serving.batcher.closed and app.state.serving.shutting_down
 
 

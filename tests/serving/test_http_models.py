@@ -238,10 +238,22 @@ def test_rerank_pairs_are_batched_across_requests_and_matched(client) -> None:
     assert max(reranker.batches[before:]) > 3  # pairs of several requests shared a batch
 
 
-def test_rerank_without_reranker_is_503() -> None:
+def test_rerank_before_any_model_is_loaded_is_503() -> None:
     with TestClient(create_app(ServerLimits())) as c:
-        assert "bundles.reranker" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}),
-                                            503, "not_ready")
+        assert "not loaded yet" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}),
+                                          503, "not_ready")
+
+
+def test_rerank_on_a_ready_server_without_a_reranker_is_404() -> None:
+    """503 told clients to retry (the OpenAI SDK does, twice) what no retry can fix."""
+    with TestClient(create_app(ServerLimits(), decomposer=FakeDecomposer())) as c:
+        assert c.get("/ready").status_code == 200
+        resp = c.post("/v1/rerank", json={"query": "q", "documents": ["d"]})
+        assert "bundles.reranker" in _error(resp, 404, "not_served")
+        assert "retry-after" not in resp.headers
+        c.app.state.serving.shutting_down = True
+        assert "shutting down" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}), 503,
+                                         "not_ready")
 
 
 def test_rerank_empty_documents_is_400(client) -> None:
@@ -353,9 +365,9 @@ def test_decompose_bad_history_is_422(client) -> None:
     assert "history[0].role" in msg
 
 
-def test_decompose_without_bundle_is_503() -> None:
+def test_decompose_without_bundle_is_404() -> None:
     with TestClient(create_app(ServerLimits(), reranker=FakeReranker())) as c:
-        assert "bundles.decomposer" in _error(c.post("/v1/decompose", json={"query": "q"}), 503, "not_ready")
+        assert "bundles.decomposer" in _error(c.post("/v1/decompose", json={"query": "q"}), 404, "not_served")
 
 
 # ---- /v1/cite -------------------------------------------------------------------------------------
@@ -565,8 +577,8 @@ def test_search_bad_strategy_is_422(search_client) -> None:
                                 "validation_error")
 
 
-def test_search_without_pipeline_is_503(client) -> None:
-    assert "index" in _error(client.post("/v1/search", json={"query": "q"}), 503, "not_ready")
+def test_search_without_pipeline_is_404(client) -> None:
+    assert "index" in _error(client.post("/v1/search", json={"query": "q"}), 404, "not_served")
 
 
 def test_feedback_rewards_an_answer_once(search_client) -> None:

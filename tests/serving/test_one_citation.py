@@ -85,7 +85,7 @@ def test_cite_endpoint_refuses_a_residual_bundle_without_an_embedder() -> None:
     app = create_app(ServerLimits(), citation=ResidualCiter(), pipeline_config=PipelineConfig())
     with TestClient(app) as c:
         resp = c.post("/v1/cite", json={"sentences": SENTENCES[:1], "documents": [{"id": "a", "text": "x"}]})
-    assert resp.status_code == 503 and "bundles.embedder" in resp.text
+    assert resp.status_code == 404 and "bundles.embedder" in resp.text
 
 
 class ColourImages:

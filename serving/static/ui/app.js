@@ -104,6 +104,7 @@
     }
     if (status === 504) return `The answer took too long (504): ${message || "timeout."} Try again, or a shorter question.`;
     if (status === 503) return `The server is not ready (503): ${message || "the models are loading."}`;
+    if (status === 404) return `This server does not serve that (404): ${message || "not configured."}`;
     if (status === 401) return `The server needs an API key (401): ${message || "missing or wrong key."}`;
     return `The server answered ${status}: ${message || res.statusText || "error"}`;
   }
