@@ -89,7 +89,7 @@ from searchsmith.serving.middleware import (
     on_error,
 )
 from searchsmith.serving.routes import add_model_routes
-from searchsmith.serving.schemas import ErrorBody, route_responses
+from searchsmith.serving.schemas import RESPONSE_TYPES, ErrorBody, route_responses
 from searchsmith.serving.state import ServingState, served_models
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -243,7 +243,8 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/ready", responses={503: {"model": ErrorBody, "description": "loading, failed to load or shutting down"}})
+    @app.get("/ready", responses={200: {"model": RESPONSE_TYPES["/ready"]},
+                                  503: {"model": ErrorBody, "description": "loading, failed to load or shutting down"}})
     async def ready() -> JSONResponse:
         if not state.ready:
             if state.shutting_down:
@@ -262,7 +263,8 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
         return JSONResponse({"object": "list", "data": served_models(state)})
 
     # a model id holds "/" (sentence-transformers/all-MiniLM-L6-v2): the rest of the path is the id
-    @app.get("/v1/models/{model:path}", dependencies=[Depends(check_auth)], responses=route_responses("", 404))
+    @app.get("/v1/models/{model:path}", dependencies=[Depends(check_auth)],
+             responses=route_responses("/v1/models/{model}", 404))
     async def get_model(model: str) -> JSONResponse:
         served = served_models(state)
         for row in served:

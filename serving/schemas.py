@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator, with_config
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core import ValidationError as PydanticValidationError
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import find_lone_surrogate
 from searchsmith.serving.http_errors import json_path, with_param
+from searchsmith.serving.pipeline.answer import CLOSED, Answer, Json
+from typing_extensions import NotRequired, TypedDict
 
 # Every request body is a ``RequestBody``: strict types, unknown fields refused, and every
 # string in it (values and keys, at any depth) checked once here, before any handler runs,
@@ -298,6 +300,208 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+# ---- the 200 answers' types: /openapi.json documents them, tests validate real answers -------
+# Keys closed (``CLOSED``): a key an endpoint adds or renames without its type here fails the
+# tests (tests/serving/test_http_models.py), so the schema cannot drift from the code.
+
+
+@with_config(CLOSED)
+class EmbeddingData(TypedDict):
+    """One vector: JSON floats, or base64 of little-endian float32 / float16 (``encoding_format``)."""
+
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+@with_config(CLOSED)
+class EmbeddingsUsage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+@with_config(CLOSED)
+class EmbeddingsResponse(TypedDict):
+    object: Literal["list"]
+    data: list[EmbeddingData]
+    model: str
+    usage: EmbeddingsUsage
+
+
+@with_config(CLOSED)
+class RoutedSource(TypedDict):
+    source: str
+    score: float
+
+
+@with_config(CLOSED)
+class RouteResponse(TypedDict):
+    """The sources a query is routed to, best first; ``fallback`` when none passed the threshold."""
+
+    sources: list[RoutedSource]
+    query: str
+    routed_text: str
+    rewrite: str | None
+    mode: str
+    fallback: bool
+    warnings: list[str]
+    latency_ms: dict[str, float]
+
+
+@with_config(CLOSED)
+class RerankedDocument(TypedDict):
+    text: str
+
+
+@with_config(CLOSED)
+class RerankResult(TypedDict):
+    """A document's place: its index in the request and its score (``document`` with
+    ``return_documents``)."""
+
+    index: int
+    relevance_score: float
+    document: NotRequired[RerankedDocument]
+
+
+@with_config(CLOSED)
+class RerankUsage(TypedDict):
+    total_tokens: int
+
+
+@with_config(CLOSED)
+class RerankResponse(TypedDict):
+    object: Literal["list"]
+    model: str
+    results: list[RerankResult]
+    usage: RerankUsage
+
+
+@with_config(CLOSED)
+class GraphNode(TypedDict):
+    id: str
+    text: str
+    depends_on: list[str]
+
+
+@with_config(CLOSED)
+class DecomposeResponse(TypedDict):
+    """The query (rewritten from its history when one is sent) as a graph of sub-questions."""
+
+    query: str
+    rewrite: str
+    type: str
+    nodes: list[GraphNode]
+
+
+@with_config(CLOSED)
+class EntitySpan(TypedDict):
+    start: int
+    end: int
+    label: str
+    text: str
+
+
+@with_config(CLOSED)
+class DocumentCitation(TypedDict):
+    id: str
+    score: float
+
+
+@with_config(CLOSED)
+class CitedSentence(TypedDict):
+    text: str
+    entities: list[EntitySpan]
+    citations: list[DocumentCitation]
+
+
+@with_config(CLOSED)
+class CiteResponse(TypedDict):
+    """Each sentence's entities (spans) and the documents that support it (``method`` bundle
+    or embedding)."""
+
+    sentences: list[CitedSentence]
+    method: str
+    threshold: float
+
+
+@with_config(CLOSED)
+class Placement(TypedDict):
+    id: str
+    paragraph: int
+    score: float
+    url: NotRequired[str]
+
+
+@with_config(CLOSED)
+class Unplaced(TypedDict):
+    """An image no paragraph took: its best score (null without paragraphs), and why when it
+    could not be read at all."""
+
+    id: str
+    best_score: float | None
+    reason: NotRequired[str]
+
+
+@with_config(CLOSED)
+class PlaceResponse(TypedDict):
+    placements: list[Placement]
+    unplaced: list[Unplaced]
+    method: str
+    threshold: float
+
+
+@with_config(CLOSED)
+class FeedbackResponse(TypedDict):
+    """``recorded`` true: the reward the router learned (``preset``, ``reward``, ``cost``);
+    false (the router is off): the rating sent back and a ``message`` saying how to use it."""
+
+    query_id: str
+    recorded: bool
+    preset: NotRequired[str]
+    reward: NotRequired[float]
+    cost: NotRequired[float]
+    quality: NotRequired[float]
+    message: NotRequired[str]
+
+
+@with_config(CLOSED)
+class ModelCard(TypedDict):
+    """A served model (OpenAI's shape), its endpoint and the other names it answers to;
+    ``gate``: for the reranker, whether its held-out figure beat the bi-encoder order."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    endpoint: str
+    aliases: list[str]
+    gate: NotRequired[Json]
+
+
+@with_config(CLOSED)
+class ModelsResponse(TypedDict):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+@with_config(CLOSED)
+class ReadyResponse(TypedDict):
+    """What is loaded (per endpoint) and each configured bundle's gate decision."""
+
+    status: Literal["ready"]
+    models: Json
+    gates: dict[str, Json]
+
+
+# what each path answers with 200 (application/json)
+RESPONSE_TYPES: dict[str, Any] = {
+    "/v1/embeddings": EmbeddingsResponse, "/v1/route": RouteResponse, "/v1/rerank": RerankResponse,
+    "/v1/decompose": DecomposeResponse, "/v1/cite": CiteResponse, "/v1/images/place": PlaceResponse,
+    "/v1/search": Answer, "/v1/feedback": FeedbackResponse, "/v1/models": ModelsResponse,
+    "/v1/models/{model}": ModelCard, "/ready": ReadyResponse,
+}
+
+
 # One answer per endpoint, as the server sends it (shortened lists); tests compare their keys
 # with real answers, so the docs cannot drift from the code.
 RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
@@ -339,7 +543,16 @@ RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
                    "passages": [{"chunk_id": "bread-101#0", "doc_id": "bread-101", "source": "cooking",
                                  "title": "Bread basics", "score": 0.83, "node_id": "1", "date": "2024-05-01",
                                  "url": "https://example.com/bread"}],
-                   "nodes": [], "trace": {"preset": "large", "strategy": "direct", "total_ms": 812.4, "stages": {}}},
+                   "nodes": [{"id": "1", "text": "How long should I knead bread dough?", "depends_on": [], "round": 0,
+                              "answer": "About ten minutes", "passages": ["bread-101#0"]}],
+                   "trace": {"preset": "large", "strategy": "direct", "graph_type": "terminal",
+                             "routing": {"mode": "parallel", "routed_text": "How long should I knead bread dough?",
+                                         "fallback": False, "sources": [{"source": "cooking", "score": 0.4}]},
+                             "sources": ["cooking"],
+                             "stages": {"retrieval": {"latency_ms": 1.7, "model_calls": 0, "tokens_in": 0,
+                                                      "tokens_out": 0}},
+                             "total_ms": 812.4, "model_calls": 1, "tokens_in": 412, "tokens_out": 18, "cost": 0.81,
+                             "features": [1.0, 0.22, 0.0, 0.0, 0.0, 0.0, 0.0], "notes": [], "gates": {}}},
     "/v1/feedback": {"query_id": "q-0001", "preset": "large", "reward": 0.71, "cost": 0.9, "recorded": True},
     "/v1/models": {"object": "list", "data": [{"id": "embedder", "object": "model", "created": 0,
                                                "owned_by": "searchsmith", "endpoint": "/v1/embeddings",
@@ -350,8 +563,10 @@ RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
 def route_responses(path: str, *extra: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses`` of a route for /docs: its 200 example and the error body of each status."""
     out: dict[int | str, dict[str, Any]] = {}
+    if path in RESPONSE_TYPES:
+        out[200] = {"model": RESPONSE_TYPES[path]}
     if path in RESPONSE_EXAMPLES:
-        out[200] = {"content": {"application/json": {"example": RESPONSE_EXAMPLES[path]}}}
+        out.setdefault(200, {})["content"] = {"application/json": {"example": RESPONSE_EXAMPLES[path]}}
     if path == "/v1/search":
         out[200]["content"]["text/event-stream"] = {"example": (
             'event: answer\ndata: {"delta": "Knead the dough for about"}\n\n'

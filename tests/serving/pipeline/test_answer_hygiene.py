@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter
+from searchsmith.serving.pipeline.answer import Answer
 from searchsmith.serving.pipeline.citation import CitationStage, missing_entities, pattern_entities
 from searchsmith.serving.pipeline.config import (
     CitationConfig,
@@ -370,6 +372,8 @@ def test_pipeline_timeline_comes_from_the_answer_passages(demo_pipeline, monkeyp
     dated_docs = {p.doc_id for p in state.passages if p.date}
     events = [e for g in ans["timeline"] for e in g["events"]]
     assert events and {d for e in events for d in e["sources"]} <= used_docs
+    # an answer with a timeline is what /openapi.json documents (types strict, keys closed)
+    TypeAdapter(Answer).validate_python(ans, strict=True)
     assert {r["doc_id"] for r in ans["references"]} <= used_docs
     assert dated_docs - used_docs  # other dated news was retrieved, and left out of the timeline
     assert any(e["date"] == "2024-09-10" for e in events)

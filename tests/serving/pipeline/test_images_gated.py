@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import TypeAdapter
+from searchsmith.serving.pipeline.answer import PlacedImage
 from searchsmith.serving.pipeline.config import ImagesConfig, Preset
 from searchsmith.serving.pipeline.images import ImagesStage, place_images
 from searchsmith.serving.pipeline.state import Passage, PipelineState
@@ -98,6 +100,8 @@ def test_the_stage_says_what_placed_each_image_and_what_it_left_out(tmp_path, em
     st = _state(tmp_path)
     ImagesStage(embedder, ImagesConfig(), WrongBundle(), mix=False, vision=True).run(st, Preset())
     assert {im["image_id"]: im["placed_by"] for im in st.images} == {"arch": "caption", "photo": "model"}
+    # what /openapi.json documents for an answer's images (types strict, keys closed)
+    TypeAdapter(list[PlacedImage]).validate_python(st.images, strict=True)
 
 
 def _paired(key, direction):
