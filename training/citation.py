@@ -102,7 +102,7 @@ from searchsmith.training.cite_data import (
     wice_pairs,
     wice_sentence_items,
 )
-from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
+from searchsmith.training.config import EncoderRecipeConfig, OptimConfig, TrainConfig, config_hash
 from searchsmith.training.data import write_jsonl_atomic
 from searchsmith.training.evaluate_cite import ood_attribution, vs_cosine
 from searchsmith.training.registry import register_dataset, register_recipe
@@ -195,7 +195,7 @@ class TaggerStage:
 
 
 @dataclass(frozen=True)
-class CitationRecipe:
+class CitationRecipe(EncoderRecipeConfig):
     """The citation recipe. ``optim`` drives the attribution scorer (the main model);
     ``tagger.optim`` the entity tagger. ``max_length`` caps a (sentence, passage) pair.
 
@@ -225,27 +225,20 @@ class CitationRecipe:
         optim: the attribution scorer's AdamW settings.
     """
 
-    recipe: str
-    output_dir: str
-    base_model: str = "default"
+    eval_batch_size: int = 64
     max_length: int = 128
     support_threshold: float = 0.5
-    eval_batch_size: int = 64
     calibrate_threshold: bool = False
     data: CitationData = field(default_factory=CitationData)
     model: CitationModelSpec = field(default_factory=CitationModelSpec)
-    optim: OptimConfig = field(default_factory=OptimConfig)
     tagger: TaggerStage = field(default_factory=TaggerStage)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 8 <= self.max_length <= 8192:
             raise ValueError(f"max_length must be in [8, 8192], got {self.max_length}")
         if not 0 < self.support_threshold < 1:
             raise ValueError(f"support_threshold must be in (0, 1), got {self.support_threshold}")
-        if self.eval_batch_size < 1:
-            raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if self.calibrate_threshold and not self.data.calibration_ratio:
             raise ValueError("calibrate_threshold needs calibration claims: set data.calibration_ratio "
                              "(e.g. 0.15) or calibrate_threshold: false")

@@ -1,5 +1,10 @@
 """Config pieces every recipe embeds, and loading a recipe YAML into its typed config.
 
+Each recipe's config class is a :class:`RecipeConfig` (its name, run folder and the
+``optim`` / ``train`` / ``lora`` sections); those that fine-tune a pretrained encoder
+(citation, reranker, images, reader) are an :class:`EncoderRecipeConfig`, which adds
+``base_model`` and ``eval_batch_size``.
+
 A recipe YAML names its recipe in the top-level ``recipe:`` key; the registered config
 class of that recipe is then built with :func:`searchsmith.models.config.load_config`
 (unknown keys rejected with the closest key, types checked, every error at once).
@@ -13,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -158,6 +163,60 @@ class LoraConfig:
             raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
 
 
+@dataclass(frozen=True)
+class RecipeConfig:
+    """The settings every recipe config has; each recipe's config class extends it with its own.
+
+    The base's fields come first (in ``dataclasses.fields``, ``run.json`` and ``searchsmith
+    config``). A subclass redeclares a field to give it another default (a redeclared field
+    keeps its place and its YAML key) and calls ``super().__post_init__()`` first in its own
+    ``__post_init__``. ``serving/config_docs.py`` reads the ``Attributes:`` of the recipe's
+    own class only, so each recipe keeps an entry (for what the field means there) for
+    ``recipe``, ``output_dir`` and the fields of :class:`EncoderRecipeConfig`.
+
+    Attributes:
+        recipe: the registered recipe name (``searchsmith train`` picks the config class by it).
+        output_dir: the run folder, relative to the current folder. Rerunning with the same
+            config resumes; ``--output-dir`` overrides it, and it is left out of the config
+            hash.
+        optim: the AdamW settings of the recipe's (main) model.
+        train: the loop settings: seed, precision, evaluation, checkpoints, logging.
+        lora: train LoRA adapters instead of all weights.
+    """
+
+    recipe: str
+    output_dir: str
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+    def __post_init__(self) -> None:
+        """Nothing to check yet (the sections check themselves); here so that every recipe's
+        ``__post_init__`` can call ``super().__post_init__()`` the same way."""
+
+
+# A second level rather than two more fields of RecipeConfig: the decomposer has neither (its
+# base model and evaluation batch live under its ``model:`` section).
+@dataclass(frozen=True)
+class EncoderRecipeConfig(RecipeConfig):
+    """A recipe that fine-tunes a pretrained encoder and evaluates in batches.
+
+    Attributes:
+        base_model: the pretrained encoder to start from: ``default`` (the bundled
+            all-MiniLM-L6-v2, offline), a local model folder or a hub id.
+        eval_batch_size: inputs per forward pass in the held-out evaluation; speed and
+            memory only. Each recipe redeclares it with its own default.
+    """
+
+    base_model: str = "default"
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.eval_batch_size < 1:
+            raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+
+
 def recipe_name(path: str | Path, data: dict[str, Any] | None = None) -> str:
     """The ``recipe:`` key of a YAML file (read from ``data`` when given)."""
     raw = read_yaml(path) if data is None else data
@@ -221,8 +280,10 @@ def field_names(cls: type) -> list[str]:
 
 
 __all__ = [
+    "EncoderRecipeConfig",
     "LoraConfig",
     "OptimConfig",
+    "RecipeConfig",
     "TrainConfig",
     "config_hash",
     "field_names",

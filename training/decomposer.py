@@ -60,7 +60,7 @@ from searchsmith.models.decomposer import (
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, terminal
 from searchsmith.models.text import exact_match, token_f1
-from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
+from searchsmith.training.config import RecipeConfig
 from searchsmith.training.decompose_data import (
     REAL_SOURCES,
     conversation,
@@ -348,7 +348,7 @@ class DecomposerDataConfig:
 
 
 @dataclass(frozen=True)
-class DecomposerRecipe:
+class DecomposerRecipe(RecipeConfig):
     """The ``decomposer`` recipe config (YAML key = field name = override path).
 
     Attributes:
@@ -363,11 +363,9 @@ class DecomposerRecipe:
     output_dir: str = "runs/decomposer"
     model: DecomposerModelConfig = field(default_factory=DecomposerModelConfig)
     data: DecomposerDataConfig = field(default_factory=DecomposerDataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if len(self.model.switch_penalties) > 1 and not self.data.calibration_ratio:
             raise ValueError(f"model.switch_penalties lists {len(self.model.switch_penalties)} candidates but "
                              "data.calibration_ratio is 0: set it (0.1) to choose on graphs never trained on, "

@@ -53,7 +53,7 @@ from searchsmith.models.image_relevance import (
     images_to_uint8,
     normalise_pixels,
 )
-from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
+from searchsmith.training.config import EncoderRecipeConfig
 from searchsmith.training.evaluate_images import (
     evaluate_model,
     make_eval_set,
@@ -174,7 +174,7 @@ class TextTowerSettings:
 
 
 @dataclass(frozen=True)
-class ImagesRecipe:
+class ImagesRecipe(EncoderRecipeConfig):
     """The image relevance recipe (YAML key = field name = override path).
 
     Attributes:
@@ -193,24 +193,17 @@ class ImagesRecipe:
             speed and memory only.
     """
 
-    recipe: str
-    output_dir: str
-    base_model: str = "default"
-    loss: Literal["infonce"] = "infonce"
     eval_batch_size: int = 128
+    loss: Literal["infonce"] = "infonce"
     # torch CPU threads for this run (0: torch's default). On a shared, busy CPU one thread
     # per process can be several times faster than fighting over the cores.
     cpu_threads: int = 0
     model: ImageRelevanceConfig = field(default_factory=ImageRelevanceConfig)
     text: TextTowerSettings = field(default_factory=TextTowerSettings)
     data: ImagesData = field(default_factory=ImagesData)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
-        if self.eval_batch_size < 1:
-            raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        super().__post_init__()
         if self.cpu_threads < 0:
             raise ValueError(f"cpu_threads must be >= 0 (0 = torch's default), got {self.cpu_threads}")
         if self.lora.enabled and not self.text.freeze:

@@ -52,7 +52,7 @@ from searchsmith.models.reader import (
 )
 from searchsmith.models.reader_model import SpanReader, TorchReader
 from searchsmith.models.text import exact_match, sentence_texts, token_f1
-from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
+from searchsmith.training.config import EncoderRecipeConfig
 from searchsmith.training.data import CachedEmbedder
 from searchsmith.training.read_data import (
     ReaderData,
@@ -104,7 +104,7 @@ class ReaderModel:
 
 
 @dataclass(frozen=True)
-class ReaderRecipe:
+class ReaderRecipe(EncoderRecipeConfig):
     """The reader recipe (YAML key = field name = override path).
 
     Attributes:
@@ -130,29 +130,22 @@ class ReaderRecipe:
             weighs a question's windows without the answer together as much as those with it.
     """
 
-    recipe: str
-    output_dir: str
-    base_model: str = "default"
+    eval_batch_size: int = 32
     max_length: int = 256
     stride: int = 96
     max_question_tokens: int = 64
     max_answer_tokens: int = 24
     no_answer_threshold: float = 0.5
-    eval_batch_size: int = 32
     mine_with: str = "default"
     shared_norm: bool = False
     data: ReaderData = field(default_factory=ReaderData)
     model: ReaderModel = field(default_factory=ReaderModel)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.settings()  # checks the lengths
         if not 0.0 < self.no_answer_threshold < 1.0:
             raise ValueError(f"no_answer_threshold must be in (0, 1), got {self.no_answer_threshold}")
-        if self.eval_batch_size < 1:
-            raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
 
     def settings(self) -> ReaderSettings:
         return ReaderSettings(self.max_length, self.stride, self.max_question_tokens, self.max_answer_tokens,

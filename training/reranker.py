@@ -26,7 +26,7 @@ from searchsmith.models.metrics import BM25, ranking_metrics
 from searchsmith.models.rerank_mix import fused_score_fn, mixed_score_fn
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
 from searchsmith.models.tokenizer import encode_pairs
-from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig
+from searchsmith.training.config import EncoderRecipeConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key, split_leaving_out
 from searchsmith.training.registry import (
     get_loss,
@@ -111,7 +111,7 @@ class RerankerModel:
 
 
 @dataclass(frozen=True)
-class RerankerRecipe:
+class RerankerRecipe(EncoderRecipeConfig):
     """The reranker recipe (YAML key = field name = override path).
 
     Attributes:
@@ -130,20 +130,13 @@ class RerankerRecipe:
             split; speed and memory only.
     """
 
-    recipe: str
-    output_dir: str
-    base_model: str = "default"
-    loss: str = "listwise"
     eval_batch_size: int = 64
+    loss: str = "listwise"
     data: RerankerData = field(default_factory=RerankerData)
     model: RerankerModel = field(default_factory=RerankerModel)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
-        if self.eval_batch_size < 1:
-            raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        super().__post_init__()
         if self.data.calibration_ratio and self.data.mine_with == "none":
             raise ValueError("data.calibration_ratio needs the retrieval cosine of data.mine_with, which is none; "
                              "set data.mine_with: default or data.calibration_ratio: 0")
