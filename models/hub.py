@@ -12,9 +12,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from searchsmith.models.errors import ConfigError
+
+T = TypeVar("T")
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -70,6 +74,32 @@ def resolve_model(name: str | os.PathLike | None, *, field: str = "base_model") 
                 "bundled), a local path, or download it first on a machine with a hub"
             ) from None
         return text
+
+
+def from_settings(settings: Mapping[str, Any], field: str, make: Callable[[Callable[..., Any]], T]) -> T:
+    """Build a random-init model from a recipe's ``config:`` mapping (its ``model_type`` and
+    the transformers settings), for tests and tiny runs without a pretrained model.
+
+    Args:
+        settings: the mapping, e.g. ``{model_type: bert, hidden_size: 32, ...}``.
+        field: the setting it came from (``model.config``), first in every error.
+        make: called with ``config(**extra)``, which returns the transformers config of
+            ``settings`` with ``extra`` (``num_labels=1``); returns the model (or configs).
+
+    Raises:
+        ConfigError: no ``model_type``, or a setting transformers refuses (while building the
+            config or the model: a ValueError or TypeError there), named by ``field``.
+    """
+    from transformers import AutoConfig
+
+    conf = dict(settings)
+    model_type = conf.pop("model_type", None)
+    if not model_type:
+        raise ConfigError(f"{field}: needs 'model_type' (e.g. bert) to build a model")
+    try:  # extra and settings both naming a key is a TypeError: said, not silently overridden
+        return make(lambda **extra: AutoConfig.for_model(model_type, **extra, **conf))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{field}: {exc}") from None
 
 
 def model_display_name(name: str | None) -> str:

@@ -438,21 +438,14 @@ class ImageRelevanceModel(nn.Module):
         """A fresh model: pretrained text encoder ``text_model`` (or random-init from the HF
         config dict ``text_config``, which needs ``model_type``), new vision tower (a CNN
         from scratch, or a CLIP from ``vision.clip_model`` / ``vision.clip_config``)."""
-        from searchsmith.models.hub import resolve_model
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from searchsmith.models.hub import from_settings, resolve_model
+        from transformers import AutoModel, AutoTokenizer
 
         if cfg.vision.kind == "clip":
             clip_vision_config(cfg.vision)  # fail on a bad CLIP before loading the text encoder
         if text_config is not None:
-            conf = dict(text_config)
-            model_type = conf.pop("model_type", None)
-            if not model_type:
-                raise ConfigError("text.config: needs 'model_type' (e.g. bert) to build a text encoder")
-            try:
-                encoder = AutoModel.from_config(AutoConfig.for_model(model_type, **conf),
-                                                add_pooling_layer=False)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"text.config: {exc}") from None
+            encoder = from_settings(text_config, "text.config",
+                                    lambda config: AutoModel.from_config(config(), add_pooling_layer=False))
             tok_path = resolve_model(tokenizer, field="text.tokenizer")
         else:
             path = resolve_model(text_model, field="base_model")

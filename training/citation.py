@@ -74,7 +74,7 @@ from searchsmith.models.citation import (
 )
 from searchsmith.models.config import to_dict
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.hub import model_display_name, resolve_model
+from searchsmith.models.hub import from_settings, model_display_name, resolve_model
 from searchsmith.models.io import replace_dir
 from searchsmith.models.metrics import (
     attribution_metrics,
@@ -266,7 +266,6 @@ def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
     sequence classification with one logit, both from the base model (or ``model.config``)."""
     from searchsmith.models.reranker import SegmentCosineReranker
     from transformers import (
-        AutoConfig,
         AutoModel,
         AutoModelForSequenceClassification,
         AutoModelForTokenClassification,
@@ -280,16 +279,8 @@ def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
     label2id = {v: k for k, v in id2label.items()}
     tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
     if cfg.model.config is not None:
-        conf = dict(cfg.model.config)
-        model_type = conf.pop("model_type", None)
-        if not model_type:
-            raise ConfigError("model.config: needs 'model_type' (e.g. bert) to build a model")
-        try:
-            t_cfg = AutoConfig.for_model(model_type, num_labels=len(LABELS), id2label=id2label,
-                                         label2id=label2id, **conf)
-            s_cfg = AutoConfig.for_model(model_type, num_labels=1, **conf)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"model.config: {exc}") from None
+        t_cfg, s_cfg = from_settings(cfg.model.config, "model.config", lambda config: (
+            config(num_labels=len(LABELS), id2label=id2label, label2id=label2id), config(num_labels=1)))
         tagger = AutoModelForTokenClassification.from_config(t_cfg)
         scorer = (SegmentCosineReranker(AutoModel.from_config(s_cfg), cfg.model.segment_scale) if segment
                   else AutoModelForSequenceClassification.from_config(s_cfg))

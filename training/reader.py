@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from searchsmith.models.choice import compared
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.hub import model_display_name, resolve_model
+from searchsmith.models.hub import from_settings, model_display_name, resolve_model
 from searchsmith.models.reader import (
     ANSWER_KINDS,
     META_FILE,
@@ -154,20 +154,14 @@ class ReaderRecipe(EncoderRecipeConfig):
 
 def build_model(cfg: ReaderRecipe) -> tuple[SpanReader, Any]:
     """The reader (encoder + fresh heads) and its fast tokenizer."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer
 
     if cfg.lora.enabled:
         raise ConfigError("lora.enabled: the reader is fine-tuned fully (its heads are new); set lora.enabled: false")
     tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
     if cfg.model.config is not None:
-        conf = dict(cfg.model.config)
-        model_type = conf.pop("model_type", None)
-        if not model_type:
-            raise ConfigError("model.config: needs 'model_type' (e.g. bert) to build a model")
-        try:
-            encoder = AutoModel.from_config(AutoConfig.for_model(model_type, **conf), add_pooling_layer=False)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"model.config: {exc}") from None
+        encoder = from_settings(cfg.model.config, "model.config",
+                                lambda config: AutoModel.from_config(config(), add_pooling_layer=False))
     else:
         path = resolve_model(cfg.base_model)
         encoder = AutoModel.from_pretrained(path, add_pooling_layer=False)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.hub import model_display_name, resolve_model
+from searchsmith.models.hub import from_settings, model_display_name, resolve_model
 from searchsmith.models.metrics import BM25, ranking_metrics
 from searchsmith.models.rerank_mix import fused_score_fn, mixed_score_fn
 from searchsmith.models.reranker import CosineResidualReranker, SegmentCosineReranker
@@ -167,7 +167,6 @@ def listwise_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def build_model(cfg: RerankerRecipe) -> tuple[Any, Any]:
     """The cross-encoder (sequence classification, one logit) and its tokenizer."""
     from transformers import (
-        AutoConfig,
         AutoModel,
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -181,14 +180,7 @@ def build_model(cfg: RerankerRecipe) -> tuple[Any, Any]:
                           "model.head: cls (hub cross-encoders) or full fine-tuning")
     tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
     if cfg.model.config is not None:
-        conf = dict(cfg.model.config)
-        model_type = conf.pop("model_type", None)
-        if not model_type:
-            raise ConfigError("model.config: needs 'model_type' (e.g. bert) to build a model")
-        try:
-            hf_cfg = AutoConfig.for_model(model_type, num_labels=1, **conf)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"model.config: {exc}") from None
+        hf_cfg = from_settings(cfg.model.config, "model.config", lambda config: config(num_labels=1))
         model = (heads[head](AutoModel.from_config(hf_cfg)) if segment
                  else AutoModelForSequenceClassification.from_config(hf_cfg))
     else:
