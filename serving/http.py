@@ -85,6 +85,7 @@ from searchsmith.serving.middleware import (
     AnswerErrors,
     BodyLimit,
     HeadAsGet,
+    HeaderLimit,
     RequestMetrics,
     on_error,
 )
@@ -283,5 +284,8 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
 
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                            allow_methods=["GET", "POST"], allow_headers=["authorization", "content-type"])
+    # the header limit again for apps served by another HTTP server (Ray Serve's proxy): the
+    # server's own protocol refuses such requests before they get here
+    app.add_middleware(HeaderLimit, max_bytes=config.max_header_bytes)
     app.add_middleware(HeadAsGet)  # outermost: HEAD is GET for every layer, without the body
     return app

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import httptools
+from searchsmith.serving.middleware import headers_too_large
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
@@ -97,8 +98,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _count(self, n: int) -> None:
         self._header_bytes += n
         if self._header_bytes > self.max_header_bytes:
-            self._refuse(431, f"headers: over {self.max_header_bytes} bytes of request line and headers, "
-                              f"the limit (server.max_header_bytes); send shorter headers or a shorter URL")
+            self._refuse(431, headers_too_large(self.max_header_bytes))
             raise httptools.HttpParserError("request headers over server.max_header_bytes")
 
     def _refuse(self, status: int, message: str, param: str = "headers") -> None:

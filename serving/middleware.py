@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from searchsmith.models.errors import PayloadTooLargeError, RequestTimeoutError, ValidationError
 from searchsmith.models.jsonl import RepeatedKeyError, loads_unique
-from searchsmith.serving.http_errors import error_response, with_param
+from searchsmith.serving.http_errors import error_body, error_response, with_param
 from searchsmith.serving.schemas import too_deep_body, undecodable_body
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -80,6 +80,40 @@ class HeadAsGet:
             await send(message)
 
         await self.app({**scope, "method": "GET"}, receive, send_head)
+
+
+def headers_too_large(limit: int) -> str:
+    """The 431 message, one text for the HTTP protocol's check and :class:`HeaderLimit`'s."""
+    return (f"headers: over {limit} bytes of request line and headers, the limit (server.max_header_bytes); "
+            "send shorter headers or a shorter URL")
+
+
+def head_bytes(scope: Scope) -> int:
+    """The bytes of a request's target and headers as the HTTP protocol counts them: the URL,
+    and ``name: value\r\n`` for each header."""
+    target = len(scope.get("raw_path") or scope.get("path", "").encode()) + len(scope.get("query_string") or b"")
+    return target + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+
+
+class HeaderLimit:
+    """ASGI wrapper: 431 to a request whose line and headers are over ``max_bytes``.
+
+    ``searchsmith serve`` refuses them while parsing (``http_protocol``, which also bounds the
+    time they take); behind another HTTP server, which has parsed them already (Ray Serve's
+    proxy under ``--ray``), this keeps the same limit before anything else reads them.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and head_bytes(scope) > self.max_bytes:
+            resp = JSONResponse(error_body(headers_too_large(self.max_bytes), "too_large", param="headers"),
+                                status_code=431, headers={"connection": "close"})
+            await resp(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

@@ -146,3 +146,22 @@ def test_a_request_the_parser_refuses_gets_the_json_error_body(port, request_byt
         c.sendall(request_bytes)
         err = _error(_read_all(c), 400)
     assert err["message"].startswith("request: not a valid HTTP/1.1 request") and err["type"] == "http_error"
+
+
+def test_the_app_keeps_the_header_limit_behind_another_http_server() -> None:
+    """Under --ray, Ray Serve's proxy parses the headers (any size) and hands the app the request:
+    the app itself answers 431 over server.max_header_bytes, the same body as the protocol's."""
+    from fastapi.testclient import TestClient
+    from searchsmith.serving.http import create_app
+    from searchsmith.serving.middleware import head_bytes
+
+    with TestClient(create_app(ServerLimits(max_header_bytes=2048))) as c:
+        assert c.get("/health", headers={"x-small": "a" * 1000}).status_code == 200
+        resp = c.get("/health", headers={"x-big": "a" * 3000})
+        assert resp.status_code == 431 and resp.headers["connection"] == "close"
+        err = resp.json()["error"]
+        assert (err["type"], err["param"]) == ("too_large", "headers") and "2048" in err["message"]
+        assert c.get("/health?" + "q" * 3000).status_code == 431  # the URL counts too
+        assert c.post("/v1/embeddings", json={"input": "a"}, headers={"x-big": "a" * 3000}).status_code == 431
+    scope = {"raw_path": b"/v1/x", "query_string": b"a=1", "headers": [(b"host", b"x")]}
+    assert head_bytes(scope) == len(b"/v1/x") + len(b"a=1") + len(b"host") + len(b"x") + 4
