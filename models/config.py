@@ -347,7 +347,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except RepeatedYamlKeyError as exc:
         raise ConfigError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        hint = ("; YAML indents with spaces, not tabs: replace the tab characters"
+                if "found character '\\t'" in str(exc) else "")
+        raise ConfigError(f"{p}: not valid YAML: {exc}{hint}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not UTF-8 text") from None
     if data is None:

@@ -94,3 +94,10 @@ def test_sweep_values_that_are_not_yaml_are_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"--values: '\{a' is not a YAML value"):
         parse_values("{a,b}", "citation.threshold")
     assert parse_values("0.4,0.6", "citation.threshold") == [0.4, 0.6]
+
+
+def test_a_tab_indented_config_says_yaml_indents_with_spaces(tmp_path) -> None:
+    p = tmp_path / "serve.yaml"
+    p.write_text("server:\n\tport: 8001\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="YAML indents with spaces, not tabs"):
+        read_yaml(p)
