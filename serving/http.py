@@ -90,7 +90,7 @@ from searchsmith.serving.middleware import (
     on_error,
 )
 from searchsmith.serving.routes import add_model_routes
-from searchsmith.serving.schemas import RESPONSE_TYPES, ErrorBody, route_responses
+from searchsmith.serving.schemas import RESPONSE_TYPES, ErrorBody, document_limits, route_responses
 from searchsmith.serving.state import ServingState, served_models
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -275,6 +275,15 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
                                                      f"{[row['id'] for row in served]}"), "model", "model_not_found")
 
     add_model_routes(app, state, check_auth)
+    build_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema, with this server's request limits (built once, then cached)."""
+        if app.openapi_schema is None:
+            document_limits(build_openapi(), config)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     # The body limit runs before routing and parsing. CORS only when origins are configured
     # (added last, so it is outermost and answers preflights before the body limit).

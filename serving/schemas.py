@@ -279,6 +279,70 @@ class FeedbackRequest(RequestBody):
     quality: float = Field(ge=0.0, le=1.0)
 
 
+# ---- the server's request limits, written into /openapi.json -------------------------------------
+# (schema, field, what, ServerLimits setting): "items" bounds a list (1 to the setting; 400 when
+# empty, 413 past it), "chars" each text of the field (413 past it, unless server.truncate cuts it).
+REQUEST_LIMITS: tuple[tuple[str, str, Literal["items", "chars"], str], ...] = (
+    ("EmbeddingsRequest", "input", "items", "max_texts_per_request"),
+    ("EmbeddingsRequest", "input", "chars", "max_input_chars"),
+    ("RouteRequest", "query", "chars", "max_input_chars"),
+    ("RerankRequest", "query", "chars", "max_input_chars"),
+    ("RerankRequest", "documents", "items", "max_documents_per_request"),
+    ("RerankRequest", "documents", "chars", "max_input_chars"),
+    ("RerankDocument", "text", "chars", "max_input_chars"),
+    ("DecomposeRequest", "query", "chars", "max_input_chars"),
+    ("CiteRequest", "sentences", "items", "max_texts_per_request"),
+    ("CiteRequest", "sentences", "chars", "max_input_chars"),
+    ("CiteRequest", "answer", "chars", "max_input_chars"),
+    ("CiteRequest", "documents", "items", "max_documents_per_request"),
+    ("CiteDocument", "text", "chars", "max_input_chars"),
+    ("PlaceRequest", "paragraphs", "items", "max_texts_per_request"),
+    ("PlaceRequest", "paragraphs", "chars", "max_input_chars"),
+    ("PlaceRequest", "images", "items", "max_images_per_request"),
+    ("PlaceRequest", "query", "chars", "max_input_chars"),
+    ("PlaceImage", "caption", "chars", "max_input_chars"),
+)
+
+
+def _members(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``node`` and the members of its ``anyOf`` (a union), for the types they name."""
+    return [node, *node.get("anyOf", [])]
+
+
+def document_limits(spec: dict[str, Any], config: Any) -> dict[str, Any]:
+    """Write the server's request limits (``config``: its ``ServerLimits``) into an OpenAPI
+    ``spec`` in place: ``minItems`` / ``maxItems`` on the lists, ``maxLength`` on the texts
+    (left out when ``server.truncate`` cuts long texts instead of refusing them), and the
+    setting each comes from in the field's description. Generated clients and request
+    fuzzers then keep within what the server takes.
+
+    Returns:
+        ``spec``.
+    """
+    schemas = spec.get("components", {}).get("schemas", {})
+    for model, field, what, setting in REQUEST_LIMITS:
+        prop = schemas.get(model, {}).get("properties", {}).get(field)
+        if prop is None:
+            raise KeyError(f"REQUEST_LIMITS: {model}.{field} is not in the schema")
+        limit = int(getattr(config, setting))
+        if what == "items":
+            for node in _members(prop):
+                if node.get("type") == "array":
+                    node["minItems"], node["maxItems"] = 1, limit
+            note = f"1 to {limit} items (server.{setting})"
+        elif config.truncate:
+            note = f"texts past {limit} characters are cut (server.{setting}, server.truncate)"
+        else:
+            for node in _members(prop):
+                strings = [node] + [m for item in [node.get("items", {})] for m in _members(item)]
+                for member in strings:
+                    if member.get("type") == "string":
+                        member["maxLength"] = limit
+            note = f"texts of at most {limit} characters (server.{setting})"
+        prop["description"] = "; ".join(filter(None, [prop.get("description"), note]))
+    return spec
+
+
 # ---- what /docs shows beside the request schemas -----------------------------------------------
 
 

@@ -1032,3 +1032,42 @@ def test_feedback_with_the_router_off_meets_its_schema() -> None:
     with TestClient(app) as c:
         app.state.serving.pipeline = Off()
         _valid("/v1/feedback", c.post("/v1/feedback", json={"query_id": "q", "quality": 1.0}).json())
+
+
+def test_openapi_states_the_servers_request_limits() -> None:
+    """/openapi.json said nothing of server.max_texts_per_request and the like: a client learnt
+    them from 413s. The schema now carries this server's limits, and they are the ones enforced."""
+    from searchsmith.serving.runner import BundleEmbedder
+
+    limits = ServerLimits(max_texts_per_request=3, max_documents_per_request=2, max_input_chars=40, truncate=False)
+    app = create_app(limits, reranker=FakeReranker(), embedder=BundleEmbedder(FakeEmbedBundle(), "embedder"))
+    with TestClient(app) as c:
+        spec = c.get("/openapi.json").json()
+        props = spec["components"]["schemas"]
+        input_ = {m.get("type"): m for m in props["EmbeddingsRequest"]["properties"]["input"]["anyOf"]}
+        assert (input_["array"]["minItems"], input_["array"]["maxItems"]) == (1, 3)
+        assert input_["string"]["maxLength"] == 40 and input_["array"]["items"]["maxLength"] == 40
+        assert "server.max_texts_per_request" in props["EmbeddingsRequest"]["properties"]["input"]["description"]
+        docs = props["RerankRequest"]["properties"]["documents"]
+        assert docs["maxItems"] == 2 and props["RerankDocument"]["properties"]["text"]["maxLength"] == 40
+        # what the schema states is what the server does: at the limit 200, past it 413
+        assert c.post("/v1/embeddings", json={"input": ["a"] * 3}).status_code == 200
+        assert c.post("/v1/embeddings", json={"input": ["a"] * 4}).status_code == 413
+        assert c.post("/v1/embeddings", json={"input": "x" * 40}).status_code == 200
+        assert c.post("/v1/embeddings", json={"input": "x" * 41}).status_code == 413
+        assert c.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]}).status_code == 200
+        assert c.post("/v1/rerank", json={"query": "q", "documents": ["a", "b", "c"]}).status_code == 413
+    cut = create_app(ServerLimits(max_input_chars=40, truncate=True)).openapi()["components"]["schemas"]
+    assert "maxLength" not in json.dumps(cut["EmbeddingsRequest"]["properties"]["input"])  # cut, not refused
+    assert "server.truncate" in cut["EmbeddingsRequest"]["properties"]["input"]["description"]
+
+
+def test_every_request_limit_names_a_field_of_the_schema(monkeypatch) -> None:
+    from searchsmith.serving import schemas
+
+    spec = create_app(ServerLimits()).openapi()  # raises KeyError for an entry the schema lacks
+    for model, field, _what, setting in schemas.REQUEST_LIMITS:
+        assert f"server.{setting}" in spec["components"]["schemas"][model]["properties"][field]["description"]
+    monkeypatch.setattr(schemas, "REQUEST_LIMITS", (("Nope", "field", "items", "max_texts_per_request"),))
+    with pytest.raises(KeyError, match="Nope.field"):
+        schemas.document_limits({"components": {"schemas": {}}}, ServerLimits())
