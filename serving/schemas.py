@@ -9,7 +9,7 @@ answers, so the docs cannot drift from the code.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator, with_config
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -17,6 +17,7 @@ from pydantic_core import ValidationError as PydanticValidationError
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import find_lone_surrogate
 from searchsmith.serving.http_errors import json_path, with_param
+from searchsmith.serving.limits import ServerLimits
 from searchsmith.serving.pipeline.answer import CLOSED, Answer, Json
 from typing_extensions import NotRequired, TypedDict
 
@@ -309,7 +310,7 @@ def _members(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node, *node.get("anyOf", [])]
 
 
-def document_limits(spec: dict[str, Any], config: Any) -> dict[str, Any]:
+def document_limits(spec: dict[str, object], config: ServerLimits) -> dict[str, object]:
     """Write the server's request limits (``config``: its ``ServerLimits``) into an OpenAPI
     ``spec`` in place: ``minItems`` / ``maxItems`` on the lists, ``maxLength`` on the texts
     (left out when ``server.truncate`` cuts long texts instead of refusing them), and the
@@ -319,7 +320,7 @@ def document_limits(spec: dict[str, Any], config: Any) -> dict[str, Any]:
     Returns:
         ``spec``.
     """
-    schemas = spec.get("components", {}).get("schemas", {})
+    schemas = cast(dict[str, Any], spec.get("components", {})).get("schemas", {})
     for model, field, what, setting in REQUEST_LIMITS:
         prop = schemas.get(model, {}).get("properties", {}).get(field)
         if prop is None:
