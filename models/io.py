@@ -209,6 +209,57 @@ def replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def replace_dir_keeping(tmp: Path, final: Path) -> list[str]:
+    """:func:`replace_dir` that deletes nothing it does not write again: the files of the old
+    ``final`` that ``tmp`` does not hold (a user's notes put in a run's ``model/``) are moved
+    into ``tmp`` first, so a rewrite replaces what it writes and keeps the rest.
+
+    Returns:
+        The relative paths carried over (for the caller to say so).
+
+    Raises:
+        ConfigError: a file of the old folder stands where ``tmp`` holds a file of the same
+            path's folder (``notes`` a file in one, a folder in the other); nothing was moved
+            or replaced.
+    """
+    tmp, final = Path(tmp), Path(final)
+    carried: list[tuple[Path, Path]] = []
+    if final.is_dir() and not final.is_symlink():
+        for p in sorted(final.rglob("*")):
+            if p.is_dir() and not p.is_symlink():
+                continue
+            rel = p.relative_to(final)
+            dest = tmp / rel
+            if dest.exists() or dest.is_symlink():
+                continue  # written again: the new one replaces it
+            blocked = next((q for q in dest.parents if q != tmp and q.exists() and not q.is_dir()), None)
+            if blocked is not None:
+                raise ConfigError(f"{final}: holds {rel}, which the new {final.name} cannot keep ({blocked.name} is "
+                                  f"a file there); move {p} out, then run again")
+            carried.append((p, dest))
+    for src, dest in carried:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dest)  # tmp is beside final: the same file system
+    replace_dir(tmp, final)
+    return [str(dest.relative_to(tmp)) for _, dest in carried]
+
+
+def remove_written(folder: Path, written: Iterable[str]) -> list[str]:
+    """Delete the files ``written`` (relative paths) of ``folder``, and the folder when that
+    empties it; anything else in it (a user's file) stays, with the folder.
+
+    Returns:
+        The relative paths of what was left (empty when the folder is gone).
+    """
+    folder = Path(folder)
+    for name in written:
+        (folder / name).unlink(missing_ok=True)
+    left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir() or p.is_symlink())
+    if not left:
+        shutil.rmtree(folder, ignore_errors=True)  # empty sub-folders only
+    return left
+
+
 # -- folders a command replaces -----------------------------------------------------------------
 def check_replaceable(out: str | os.PathLike, *, label: str, kind: str, listed: Callable[[Path], set[str] | None],
                       replace: bool, replace_hint: str | Callable[[], str],

@@ -75,7 +75,7 @@ from searchsmith.models.citation import (
 from searchsmith.models.config import to_dict
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import from_settings, model_display_name, resolve_model
-from searchsmith.models.io import replace_dir
+from searchsmith.models.io import replace_dir_keeping
 from searchsmith.models.metrics import (
     attribution_metrics,
     balanced_accuracy,
@@ -110,6 +110,7 @@ from searchsmith.training.trainer import (
     apply_lora,
     freeze_lower,
     is_main_process,
+    say_kept,
     seed_everything,
     train,
     write_json_atomic,
@@ -733,7 +734,7 @@ def citation(cfg: CitationRecipe, run_dir: Path, force: bool = False) -> dict[st
         "base_model": model_display_name(cfg.base_model) if cfg.model.config is None
         else "random-init (model.config)", "recipe": cfg.recipe,
     })
-    replace_dir(tmp, run_dir / "model")
+    say_kept(run_dir / "model", replace_dir_keeping(tmp, run_dir / "model"))
     final = {**stages["scorer"]["final"], **stages["tagger"]["final"]}
     metrics = {
         "final": final, "baselines": baselines, "support_threshold": threshold, "calibration": calibration,

@@ -57,12 +57,15 @@ import numpy as np
 import torch
 from searchsmith.models.config import is_int, shown, to_dict
 from searchsmith.models.errors import ConfigError, RunnerError, ValidationError
-from searchsmith.models.io import replace_dir, write_json_atomic
+from searchsmith.models.io import remove_written, replace_dir_keeping, write_json_atomic
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
+# what a checkpoint folder holds, all written by save_checkpoint (state.json last); rotating a
+# checkpoint out deletes these and nothing else
+CHECKPOINT_FILES = ("model.pt", "optimizer.pt", "scheduler.pt", "rng.pt", "state.json")
 
 
 @dataclass
@@ -133,7 +136,10 @@ def merged_model(model: Any) -> Any:
 
 
 def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
-    """Save the merged model (and tokenizer) to ``out_dir`` atomically; return ``out_dir``."""
+    """Save the merged model (and tokenizer) to ``out_dir`` atomically; return ``out_dir``.
+
+    Files of an older ``out_dir`` that this save does not write again (a user's notes) are
+    kept, and said on stdout: a rerun deletes nothing it did not write."""
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -141,8 +147,15 @@ def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
     plain.save_pretrained(tmp)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
-    replace_dir(tmp, out_dir)
+    say_kept(out_dir, replace_dir_keeping(tmp, out_dir))
     return out_dir
+
+
+def say_kept(folder: Path, kept: list[str]) -> None:
+    """Tell the user which files of theirs a rewrite of ``folder`` kept in it."""
+    if kept:
+        shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+        print(f"{folder}: kept {len(kept)} file(s) this run does not write ({shown})", flush=True)
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -509,20 +522,23 @@ def train(
         tmp = ckpt_root / f".step-{step}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        torch.save(accelerator.unwrap_model(model).state_dict(), tmp / "model.pt")
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        torch.save(_rng_state(), tmp / "rng.pt")
+        for name, part in (("model.pt", accelerator.unwrap_model(model).state_dict()),
+                           ("optimizer.pt", optimizer.state_dict()), ("scheduler.pt", scheduler.state_dict()),
+                           ("rng.pt", _rng_state())):
+            torch.save(part, tmp / name)
         # state.json last: its presence marks a complete checkpoint.
         write_json_atomic(tmp / "state.json", {
             "step": step, "epoch": epoch, "batch_in_epoch": pos, "config_hash": cfg_hash,
             "history": history, "eval_history": eval_history, "config_changes": config_changes,
         })
-        replace_dir(tmp, final)
+        say_kept(final, replace_dir_keeping(tmp, final))
         done = sorted((int(CHECKPOINT_RE.match(p.name).group(1)), p) for p in ckpt_root.iterdir()
-                      if CHECKPOINT_RE.match(p.name))
+                      if CHECKPOINT_RE.match(p.name) and p.is_dir())
         for _, old in done[:-tcfg.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+            left = remove_written(old, CHECKPOINT_FILES)
+            if left:  # a user's file: the checkpoint's own files go, the folder stays with it
+                print(f"{old}: removed the checkpoint's files; kept {', '.join(left[:5])}, which it did not "
+                      "write", flush=True)
         return final
 
     def run_eval() -> dict[str, float]:
@@ -643,6 +659,7 @@ __all__ = [
     "merged_model",
     "resolve_mixed_precision",
     "save_model",
+    "say_kept",
     "curve_keys",
     "save_training_curve",
     "seed_everything",

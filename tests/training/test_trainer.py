@@ -290,3 +290,52 @@ def test_sigterm_stops_a_run_with_the_resume_hint_and_a_second_run_into_it_is_re
             first.kill()
     assert first.returncode == 130, err[-2000:]
     assert "stopped; run the same command again to resume" in err and "from step-" in err
+
+
+def test_a_rerun_keeps_the_users_files_in_the_model_and_rotated_checkpoints(tmp_path: Path, capsys) -> None:
+    """Audit 2026-12-07: a rerun replaced model/ whole and rotated checkpoint folders out whole,
+    deleting a user's notes put in them. The run's own files are replaced or removed; others stay."""
+    from searchsmith.training.trainer import CHECKPOINT_FILES
+
+    cfg = _cfg(max_steps=4)
+    cfg = _Cfg(optim=cfg.optim, train=TrainConfig(seed=0, mixed_precision="no", save_every_steps=2,
+                                                  keep_checkpoints=1, log_every_steps=1, eval_every_steps=0))
+    train(_model(), _loss, _batches, cfg, tmp_path)
+    step4 = tmp_path / "checkpoints" / "step-4"
+    assert sorted(p.name for p in step4.iterdir()) == sorted(CHECKPOINT_FILES)  # what rotation deletes
+    (tmp_path / "model" / "MY_NOTES.md").write_text("mine")
+    (step4 / "user_note.txt").write_text("mine too")
+    capsys.readouterr()
+    longer = _Cfg(optim=OptimConfig(lr=1.0e-2, max_steps=8, batch_size=4, warmup_ratio=0.2), train=cfg.train)
+    res = train(_model(), _loss, _batches, longer, tmp_path, force=True)
+    assert res.step == 8
+    assert (tmp_path / "model" / "MY_NOTES.md").read_text() == "mine"
+    assert (tmp_path / "model" / "config.json").is_file()  # the model itself was written again
+    assert sorted(p.name for p in step4.iterdir()) == ["user_note.txt"]  # the checkpoint's files are gone
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-4", "step-8"]
+    out = capsys.readouterr().out
+    assert "kept 1 file(s) this run does not write (MY_NOTES.md)" in out and "kept user_note.txt" in out
+
+
+def test_replace_dir_keeping_and_remove_written(tmp_path: Path) -> None:
+    from searchsmith.models.io import remove_written, replace_dir_keeping
+
+    final, tmp = tmp_path / "model", tmp_path / ".model.tmp"
+    (final / "sub").mkdir(parents=True)
+    (final / "config.json").write_text("old")
+    (final / "sub" / "notes.md").write_text("mine")
+    tmp.mkdir()
+    (tmp / "config.json").write_text("new")
+    assert replace_dir_keeping(tmp, final) == ["sub/notes.md"]
+    assert (final / "config.json").read_text() == "new" and (final / "sub" / "notes.md").read_text() == "mine"
+    assert not tmp.exists() and not list(tmp_path.glob(".model.old-*"))
+    # a path the new folder holds as a file cannot keep a file below it: refused, nothing moved
+    tmp.mkdir()
+    (tmp / "sub").write_text("a file now")
+    with pytest.raises(ConfigError, match="sub/notes.md"):
+        replace_dir_keeping(tmp, final)
+    assert (final / "sub" / "notes.md").read_text() == "mine" and (final / "config.json").read_text() == "new"
+    ckpt = tmp_path / "step-2"
+    ckpt.mkdir()
+    (ckpt / "model.pt").write_text("x")
+    assert remove_written(ckpt, ["model.pt", "state.json"]) == [] and not ckpt.exists()
