@@ -87,8 +87,9 @@ def from_settings(settings: Mapping[str, Any], field: str, make: Callable[[Calla
             ``settings`` with ``extra`` (``num_labels=1``); returns the model (or configs).
 
     Raises:
-        ConfigError: no ``model_type``, or a setting transformers refuses (while building the
-            config or the model: a ValueError or TypeError there), named by ``field``.
+        ConfigError: no ``model_type``, or a setting transformers or torch refuses (while
+            building the config or the model: a ValueError, TypeError or RuntimeError there),
+            named by ``field``.
     """
     from transformers import AutoConfig
 
@@ -98,7 +99,7 @@ def from_settings(settings: Mapping[str, Any], field: str, make: Callable[[Calla
         raise ConfigError(f"{field}: needs 'model_type' (e.g. bert) to build a model")
     try:  # extra and settings both naming a key is a TypeError: said, not silently overridden
         return make(lambda **extra: AutoConfig.for_model(model_type, **extra, **conf))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RuntimeError) as exc:  # RuntimeError: torch's, e.g. a negative size
         raise ConfigError(f"{field}: {exc}") from None
 
 

@@ -143,10 +143,11 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold the lock of ``target`` (``.NAME.lock`` beside it) while writing it; a second
     process writing the same target is refused at once instead of mixing its files in.
 
-    The lock is the kernel's (``flock``): a process that dies releases it. The lock file
-    stays after a write (empty); one this call created is removed again when the write is
-    refused or fails, so a refused command leaves nothing beside the user's path. Since a lock
-    file can thus disappear, the file locked is checked to still be the one at its path.
+    The lock is the kernel's (``flock``): a process that dies releases it (its empty lock file
+    stays until the next write of the target removes it). The holder removes the lock file
+    before it lets go, so nothing is left beside the user's path after a write, refused or not.
+    Since a lock file can thus disappear, the file locked is checked to still be the one at
+    its path (a waiter that locked a removed file tries again).
 
     Raises:
         ConfigError: another process holds it.
@@ -156,13 +157,7 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     check_parents_are_folders(target, what)
     lock.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        try:
-            fd, created = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
-        except FileExistsError:
-            try:
-                fd, created = os.open(lock, os.O_RDWR), False
-            except FileNotFoundError:  # removed by a refused writer in between: create it again
-                continue
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -175,14 +170,15 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
             current = None
         if current is not None and os.path.samestat(os.fstat(fd), current):
             break
-        os.close(fd)  # we locked a file a refused writer removed: lock the one at the path now
+        os.close(fd)  # we locked a file its last holder removed: lock the one at the path now
     try:
         yield
-    except BaseException:
-        if created:
-            lock.unlink(missing_ok=True)
-        raise
     finally:
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                lock.unlink()  # while still held: a waiter on this file then sees it gone
+        except FileNotFoundError:
+            pass
         os.close(fd)  # releases the lock
 
 

@@ -280,11 +280,14 @@ def build_models(cfg: CitationRecipe) -> tuple[Any, Any, Any]:
     label2id = {v: k for k, v in id2label.items()}
     tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
     if cfg.model.config is not None:
-        t_cfg, s_cfg = from_settings(cfg.model.config, "model.config", lambda config: (
-            config(num_labels=len(LABELS), id2label=id2label, label2id=label2id), config(num_labels=1)))
-        tagger = AutoModelForTokenClassification.from_config(t_cfg)
-        scorer = (SegmentCosineReranker(AutoModel.from_config(s_cfg), cfg.model.segment_scale) if segment
-                  else AutoModelForSequenceClassification.from_config(s_cfg))
+        def build(config: Callable[..., Any]) -> tuple[Any, Any]:  # inside from_settings: its errors named
+            s_cfg = config(num_labels=1)
+            return (AutoModelForTokenClassification.from_config(
+                        config(num_labels=len(LABELS), id2label=id2label, label2id=label2id)),
+                    SegmentCosineReranker(AutoModel.from_config(s_cfg), cfg.model.segment_scale) if segment
+                    else AutoModelForSequenceClassification.from_config(s_cfg))
+
+        tagger, scorer = from_settings(cfg.model.config, "model.config", build)
     else:
         path = resolve_model(cfg.base_model)
         tagger = AutoModelForTokenClassification.from_pretrained(

@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from searchsmith.models.errors import ConfigError
@@ -65,15 +66,31 @@ def check_run_dir(run_dir: Path) -> None:
                           f"Use a new or empty folder, e.g. --output-dir {run_dir / 'run'}")
 
 
-def claim_run_dir(run_dir: Path, recipe: str) -> None:
+def claim_run_dir(run_dir: Path, recipe: str) -> Callable[[], None]:
     """Check ``run_dir`` (:func:`check_run_dir`) and mark it as this project's run (under its
-    lock, :func:`searchsmith.models.io.exclusive`, held by the caller)."""
+    lock, :func:`searchsmith.models.io.exclusive`, held by the caller).
+
+    Returns:
+        What undoes the claim when the run then fails before writing anything: the mark goes,
+        and the folder too when this call made it; a folder with anything else in it stays.
+    """
     from searchsmith.models.io import write_json_atomic
 
     check_run_dir(run_dir)
+    made_dir = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / RUN_MARK).is_file():
-        write_json_atomic(run_dir / RUN_MARK, {"recipe": recipe, "written_by": "searchsmith train"})
+    mark = run_dir / RUN_MARK
+    if mark.is_file():
+        return lambda: None
+    write_json_atomic(mark, {"recipe": recipe, "written_by": "searchsmith train"})
+
+    def undo() -> None:
+        if [p.name for p in run_dir.iterdir()] == [RUN_MARK]:
+            mark.unlink(missing_ok=True)
+            if made_dir:
+                run_dir.rmdir()
+
+    return undo
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -113,14 +130,17 @@ def run_train(args: argparse.Namespace) -> int:
     # one run into a folder at a time (rank 0 holds it for a multi-process run); SIGTERM (a
     # scheduler's stop, `kill`) stops it as Ctrl-C does, saying how to resume
     with exclusive(run_dir, "train") if main_process else contextlib.nullcontext():
-        if main_process:
-            claim_run_dir(run_dir, cfg.recipe)
+        undo_claim = claim_run_dir(run_dir, cfg.recipe) if main_process else (lambda: None)
         previous = signal.signal(signal.SIGTERM, _interrupt) if main_process else None
         try:
             final = entry.fn(cfg, run_dir=run_dir, force=bool(args.force))
         except KeyboardInterrupt:
-            if main_process:
+            undo_claim()
+            if main_process and run_dir.is_dir():
                 print(resume_hint(run_dir), file=sys.stderr, flush=True)
+            raise
+        except BaseException:
+            undo_claim()  # a run that failed before writing anything leaves no folder behind
             raise
         finally:
             if previous is not None:

@@ -180,9 +180,11 @@ def build_model(cfg: RerankerRecipe) -> tuple[Any, Any]:
                           "model.head: cls (hub cross-encoders) or full fine-tuning")
     tok_path = resolve_model(cfg.model.tokenizer, field="model.tokenizer")
     if cfg.model.config is not None:
-        hf_cfg = from_settings(cfg.model.config, "model.config", lambda config: config(num_labels=1))
-        model = (heads[head](AutoModel.from_config(hf_cfg)) if segment
-                 else AutoModelForSequenceClassification.from_config(hf_cfg))
+        # the model is built inside: a setting transformers refuses only then (heads that do not
+        # divide hidden_size, a negative size) is a ConfigError too
+        model = from_settings(cfg.model.config, "model.config", lambda config: (
+            heads[head](AutoModel.from_config(config(num_labels=1))) if segment
+            else AutoModelForSequenceClassification.from_config(config(num_labels=1))))
     else:
         path = resolve_model(cfg.base_model)
         model = (heads[head](AutoModel.from_pretrained(path)) if segment

@@ -194,8 +194,8 @@ def test_existing_index_is_replaced_only_with_force(tmp_path, capsys, small_inde
         build_index(records, d, embedder=embedder)
     m = build_index(records, d, embedder=embedder, overwrite=True)
     assert m["documents"] == 5 and read_manifest(d)["documents"] == 5
-    # no temp or old folder left (the lock file stays, empty: see models.io.exclusive)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".index.") and p.name != ".index.lock"]
+    # no temp or old folder left, nor the lock file (models.io.exclusive removes it)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".index.")]
     # an index folder holding a file the index did not write is not replaced, even with --force
     (d / "faiss" / "my-notes.md").write_text("mine")
     with pytest.raises(ValidationError, match=r"holds 1 file\(s\) the index did not write \(faiss/my-notes.md\)"):

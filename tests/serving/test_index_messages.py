@@ -233,7 +233,9 @@ def test_a_lock_file_removed_under_a_waiting_writer_is_locked_again(tmp_path) ->
             fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the old inode: free, and not the lock
             with pytest.raises(ConfigError, match="another searchsmith process"), exclusive(target, "second"):
                 pass
-        assert lock.exists()  # a write that went through keeps its lock file
+            assert lock.exists()
+        assert not lock.exists()  # a write that went through leaves no lock file either (audit, 2026-12-07)
+        assert sorted(p.name for p in tmp_path.iterdir()) == []
     finally:
         os.close(stale)
 

@@ -230,3 +230,25 @@ def test_a_data_path_of_the_wrong_kind_names_its_setting(tmp_path):
         resolve_data_path(tmp_path / "claims.jsonl", "data.data_dir", folder=True)
     assert resolve_data_path(tmp_path / "claims.jsonl", "data.x") == (tmp_path / "claims.jsonl").resolve()
     assert resolve_data_path(tmp_path, "data.data_dir", folder=True) == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("override, said", [
+    ("model.config.num_attention_heads=3", "model.config: The hidden size (32) is not a multiple"),
+    ("model.config.hidden_size=-1", "model.config: "),
+])
+def test_a_model_setting_transformers_refuses_is_an_error_and_leaves_no_run_folder(tmp_path, capsys, override,
+                                                                                   said) -> None:
+    """Audit 2026-12-07: a transformers ValueError / RuntimeError traceback, and an empty run folder
+    holding only the run's mark (and a lock file beside it) was left behind."""
+    from searchsmith.serving.main import main
+
+    recipe = next(Path(__file__).resolve().parents[2].glob("recipes/reranker/tiny/*.yaml"))
+    run = tmp_path / "run"
+    assert main(["train", str(recipe), "--output-dir", str(run), override]) == 1
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no run folder, no lock file
+    made = tmp_path / "made"
+    made.mkdir()  # a folder the user made for the run stays (empty), only the mark goes
+    assert main(["train", str(recipe), "--output-dir", str(made), override]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["made"] and not any(made.iterdir())
