@@ -215,7 +215,7 @@ def check_record_targets(folder: Path, readme: Path | None = None) -> None:
     Raises:
         ConfigError: ``folder`` is a file, or its RESULTS.md or ``readme`` has no markers.
     """
-    from searchsmith.models.errors import ConfigError
+    from searchsmith.models.errors import ConfigError, ValidationError
 
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
@@ -228,6 +228,13 @@ def check_record_targets(folder: Path, readme: Path | None = None) -> None:
     if readme is not None and not update_markers_ok(Path(readme)):
         raise ConfigError(f"profile --readme {readme}: no {HEADLINE_START} / {HEADLINE_END} markers (or no such "
                           "file); nothing was written")
+    log = folder / RESULTS.name
+    if log.exists() or log.is_symlink():  # appended to, then read back for the tables: readable first
+        try:
+            read_jsonl(log, what="performance log", allow_empty=True)
+        except (ConfigError, ValidationError) as exc:
+            raise ConfigError(f"profile --record {folder}: {exc}; nothing was written. Fix or move the log, or "
+                              "choose another folder") from None
 
 
 def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path | None = None) -> Path:

@@ -114,6 +114,17 @@ def test_the_readmes_headline_table_is_generated_from_the_committed_log(tmp_path
     with pytest.raises(ConfigError, match="--readme"):
         readme.record_results([], tmp_path / "rec", plain)
     assert not (tmp_path / "rec" / "performance.jsonl").exists()
+    # a log that cannot be read back is refused before anything is appended or made (audit,
+    # 2026-12-07: the run's rows were appended to it and RESULTS.md made, then the command failed)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "performance.jsonl").write_text('{"x": 1}\ngarbage not json\n')
+    with pytest.raises(ConfigError, match=r"performance.jsonl:2: not valid JSON.*nothing was written"):
+        readme.check_record_targets(bad)
+    with pytest.raises(ConfigError, match="nothing was written"):
+        readme.record_results([row], bad)
+    assert (bad / "performance.jsonl").read_text() == '{"x": 1}\ngarbage not json\n'
+    assert sorted(q.name for q in bad.iterdir()) == ["performance.jsonl"]
 
 
 def test_profile_rerank_int8_onnx_against_cross_encoder(tmp_path, tiny_profile) -> None:
