@@ -130,6 +130,11 @@ class RerankerData:
             raise ValueError(f"data.max_length must be in [8, 8192], got {self.max_length}")
         if not 0.0 <= self.synthetic_paraphrase <= 1.0:
             raise ValueError(f"data.synthetic_paraphrase must be in [0, 1], got {self.synthetic_paraphrase}")
+        if not 0.0 < self.eval_ratio < 1.0:
+            raise ValueError(f"data.eval_ratio must be in (0, 1), got {self.eval_ratio}; e.g. 0.2")
+        if self.synthetic_queries < 0 or (self.synthetic_queries == 0 and "synthetic" in self.sources):
+            raise ValueError(f"data.synthetic_queries must be >= 1 when 'synthetic' is a source (>= 0 otherwise), "
+                             f"got {self.synthetic_queries}")
 
 
 # ----------------------------------------------------------------------------- query groups

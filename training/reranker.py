@@ -29,6 +29,7 @@ from searchsmith.models.tokenizer import encode_pairs
 from searchsmith.training.config import EncoderRecipeConfig
 from searchsmith.training.data import CachedEmbedder, split_by_key, split_leaving_out
 from searchsmith.training.registry import (
+    get_dataset,
     get_loss,
     register_dataset,
     register_loss,
@@ -137,6 +138,9 @@ class RerankerRecipe(EncoderRecipeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        get_loss(self.loss, field="loss")  # before the run starts: ConfigError naming the registered ones
+        for name in self.data.sources:
+            get_dataset(name, field="data.sources")
         if self.data.calibration_ratio and self.data.mine_with == "none":
             raise ValueError("data.calibration_ratio needs the retrieval cosine of data.mine_with, which is none; "
                              "set data.mine_with: default or data.calibration_ratio: 0")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,16 @@ def test_a_model_setting_transformers_refuses_is_an_error_and_leaves_no_run_fold
     made.mkdir()  # a folder the user made for the run stays (empty), only the mark goes
     assert main(["train", str(recipe), "--output-dir", str(made), override]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["made"] and not any(made.iterdir())
+
+
+@pytest.mark.parametrize("override, said", [
+    ("data.eval_ratio=1.5", "data.eval_ratio must be in (0, 1), got 1.5"),
+    ("data.synthetic_queries=-5", "data.synthetic_queries must be >= 1"),
+    ("data.sources=[bogus]", "data.sources: unknown dataset 'bogus'"),
+    ("loss=bogus", "loss: unknown loss 'bogus'"),
+])
+def test_reranker_settings_are_checked_with_the_config_not_when_the_run_reaches_them(override, said) -> None:
+    """Audit 2026-12-07: these were found only once the run had started (after its folder was made)."""
+    recipe = next(Path(__file__).resolve().parents[2].glob("recipes/reranker/tiny/*.yaml"))
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_recipe_config(recipe, [override])
