@@ -25,6 +25,7 @@ from searchsmith.models.jsonl import (
     lone_surrogate_of_line,
     utf8_lines,
 )
+from searchsmith.models.text import is_blank
 
 MAX_SOURCE_CHARS = 200
 _OPTIONAL_STR = ("title", "date", "url")
@@ -109,8 +110,8 @@ def _check_record(rec: Any, where: str, line: str) -> list[str]:
     if "text" in rec:
         if not isinstance(rec["text"], str):
             errs.append(f"{where}: field 'text' must be a string, got {type(rec['text']).__name__}")
-        elif not rec["text"].strip():
-            errs.append(f"{where}: field 'text' is empty")
+        elif is_blank(rec["text"]):  # "\u0000\u0001" or zero-width characters alone are no text either
+            errs.append(f"{where}: field 'text' is empty (nothing but spaces, control or zero-width characters)")
     for key in _OPTIONAL_STR:
         if rec.get(key) is not None and not isinstance(rec[key], str):
             errs.append(f"{where}: field {key!r} must be a string, got {type(rec[key]).__name__}")

@@ -138,3 +138,12 @@ def test_a_record_that_writes_a_key_twice_is_refused_at_its_line(tmp_path) -> No
                           json.dumps({"id": "c", "source": "s", "text": "two"})])
     with pytest.raises(ValidationError, match=r"c.jsonl:1: key 'id' is written twice in one object \(at id\)"):
         read_corpus(p)
+
+
+def test_a_text_of_control_or_zero_width_characters_alone_is_empty(tmp_path) -> None:
+    """Audit 2026-12-07: "\\u0000\\u0001" was indexed as a document (empty text was refused)."""
+    p = _write(tmp_path, [json.dumps({"id": "a", "source": "s", "text": "\u0000\u0001"}),
+                          json.dumps({"id": "b", "source": "s", "text": "\u200b \u200b"})])
+    with pytest.raises(ValidationError) as err:
+        read_corpus(p)
+    assert "c.jsonl:1: field 'text' is empty" in str(err.value) and "c.jsonl:2: field 'text' is empty" in str(err.value)
