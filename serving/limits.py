@@ -7,12 +7,17 @@ key this is.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving.batcher import BatcherConfig
 
 __all__ = ["ServedModel", "ServerLimits"]
+
+
+# a CORS origin as browsers send it: scheme://host[:port]
+_ORIGIN = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s?#]+")
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,11 @@ class ServerLimits:
                 isinstance(o, str) and o.strip() for o in self.cors_origins):
             problems.append("cors_origins: expected a list of origins such as https://app.example.com "
                             "(empty list = CORS off)")
+        else:  # an origin is what a browser sends: scheme://host[:port], no path (or "*")
+            bad = [o for o in self.cors_origins if o != "*" and not _ORIGIN.fullmatch(o)]
+            if bad:
+                problems.append(f"cors_origins: {bad[:3]} are not origins; write scheme://host[:port] with no path or "
+                                "trailing slash (https://app.example.com, http://localhost:3000), or \"*\" for any")
         for name in ("embeddings_model", "rerank_model"):
             served = getattr(self, name)
             if not isinstance(served, ServedModel):

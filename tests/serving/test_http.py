@@ -332,6 +332,12 @@ def test_config_rejects_bad_values() -> None:
 
     with pytest.raises(ConfigError, match="max_texts_per_request"):
         ServerLimits(max_texts_per_request=0)
+    # a CORS origin is scheme://host[:port] (audit 2026-12-07: "notaurl" started a server whose
+    # CORS answered no browser)
+    for origin in ("notaurl", "https://app.example.com/", "https://app.example.com/path"):
+        with pytest.raises(ConfigError, match="cors_origins: .* are not origins"):
+            ServerLimits(cors_origins=[origin])
+    assert ServerLimits(cors_origins=["*", "http://localhost:3000", "https://app.example.com"]).cors_origins
 
 
 def test_concurrent_requests_get_their_own_answers(client, embedder) -> None:
