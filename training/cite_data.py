@@ -486,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description="write a citation recipe's held-out split as JSONL")
     p.add_argument("--write-eval", required=True, metavar="OUT.jsonl")
     p.add_argument("--recipe", default="recipes/citation/minilm_full.yaml")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+    p.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
                    help="recipe overrides, e.g. data.sources=[synthetic]")
     a = p.parse_args(argv)
     out = write_eval_file(a.write_eval, a.recipe, a.overrides)

@@ -17,7 +17,7 @@ from searchsmith.models.io import check_parents_are_folders, exclusive
 def configure_train(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` options to ``parser``."""
     parser.add_argument("recipe", help="recipe YAML, e.g. recipes/reranker/minilm_full.yaml")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+    parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides by dotted path, e.g. optim.lr=3.0e-5")
     parser.add_argument("--output-dir", help="run folder (default: the recipe's output_dir)")
     parser.add_argument("--force", action="store_true",

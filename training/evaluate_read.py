@@ -155,7 +155,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     w = sub.add_parser("write-eval", help="write a reader recipe's held-out questions as eval read data")
     w.add_argument("out")
     w.add_argument("--recipe", default=DEFAULT_RECIPE)
-    w.add_argument("overrides", nargs="*", help="recipe overrides key=value (e.g. data.hotpotqa=PATH)")
+    w.add_argument("overrides", nargs="*", default=[], help="recipe overrides key=value (e.g. data.hotpotqa=PATH)")
     args = parser.parse_args(argv)
     n = write_eval(args.out, args.recipe, args.overrides)
     print(f"wrote {n} held-out questions to {args.out}", file=sys.stderr)

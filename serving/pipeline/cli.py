@@ -18,7 +18,7 @@ def configure_ask(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", choices=["direct", "parallel", "planning"], help="force an SRSA strategy")
     parser.add_argument("--mode", choices=["serial", "parallel", "auto"], help="routing mode")
     parser.add_argument("--json", action="store_true", help="print the whole answer and trace as one JSON object")
-    parser.add_argument("overrides", nargs="*", help="config overrides KEY=VALUE, e.g. retrieval.retrieve_k=5")
+    parser.add_argument("overrides", nargs="*", default=[], help="config overrides KEY=VALUE, e.g. retrieval.retrieve_k=5")
     parser.set_defaults(func=run_ask)
 
 
