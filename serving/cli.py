@@ -46,6 +46,7 @@ def configure_index(parser: argparse.ArgumentParser) -> None:
 def run_index(args: argparse.Namespace) -> int:
     from searchsmith.models.config import load_config
     from searchsmith.serving.corpus import read_corpora
+    from searchsmith.serving.embedder import check_device
     from searchsmith.serving.index import IndexConfig, add_documents, build_index, check_out_path
 
     def say(line: str) -> None:  # step lines on stderr: stdout is the JSON summary
@@ -65,7 +66,8 @@ def run_index(args: argparse.Namespace) -> int:
         if args.ray:
             raise ValidationError("index --add embeds in this process; drop --ray (or rebuild with --ray --force)")
     else:
-        cfg = load_config(IndexConfig, args.config, args.overrides)
+        cfg = load_config(IndexConfig, args.config, args.overrides)  # every range checked: nothing written yet
+        check_device(cfg.embedder.device)  # a missing GPU, before reading a large corpus
         check_out_path(args.out, overwrite=args.force)  # before reading a large corpus
     embed = None
     if args.ray:
@@ -172,18 +174,36 @@ def load_router(index_dir: str, config_path: str | None = None, overrides=()):
 
 
 def configure_route(parser: argparse.ArgumentParser) -> None:
+    from searchsmith.serving.router import MAX_TOP_K
+
     parser.add_argument("query", help="the question (a follow-up needs --history)")
     parser.add_argument("--index", required=True, help="index folder from 'searchsmith index'")
     parser.add_argument("--history", help="JSON file: [{role, content}, ...]")
     parser.add_argument("--mode", choices=["parallel", "serial", "auto"], help="default: the config's (auto)")
-    parser.add_argument("--top-k", type=int, help="sources to return")
+    parser.add_argument("--top-k", type=int, help=f"sources to return, 1 to {MAX_TOP_K} (default: the config's "
+                        "router.top_k)")
     parser.add_argument("--config", help="router config YAML (top_k, min_score, mixin, scale, ...)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run_route)
 
 
+def check_top_k(top_k: int | None) -> None:
+    """``--top-k``: None (the config's ``router.top_k``) or 1 to ``MAX_TOP_K``, the cap of
+    ``POST /v1/route``; checked before the index and the model are loaded.
+
+    Raises:
+        ValidationError: ``--top-k: sources to return, must be a whole number in [1, 1000] ...``.
+    """
+    from searchsmith.serving.router import MAX_TOP_K
+
+    if top_k is not None and not 1 <= top_k <= MAX_TOP_K:
+        raise ValidationError(f"--top-k: sources to return, must be a whole number in [1, {MAX_TOP_K}] (leave it "
+                              f"out for the config's router.top_k), got {top_k}")
+
+
 def run_route(args: argparse.Namespace) -> int:
     query, history = check_question(args.query), read_history_file(args.history)
+    check_top_k(args.top_k)
     router = load_router(args.index, args.config)
     res = router.route(query, history, mode=args.mode, top_k=args.top_k)
     if args.json:

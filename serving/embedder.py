@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,6 +61,12 @@ PREFETCH_THREAD_PREFIX = "searchsmith-tokenize"
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
+# The devices the embedder runs on (EmbedderConfig.device): torch names more device types, but
+# the embedder sets its dtype and batch budget for CUDA and otherwise uses the CPU's, which suit
+# mps (Apple silicon) and were never tried on the others.
+DEVICES = "auto, cpu, cuda, cuda:N (N: a GPU index, from 0) or mps"
+_DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
 
 @dataclass(frozen=True)
 class EmbedderConfig:
@@ -74,7 +81,9 @@ class EmbedderConfig:
         max_seq_length: tokens per text before truncation; None = the model's own limit.
         window_texts: texts tokenized and length-sorted together; bounds host memory.
         dtype: ``auto`` = fp16 on CUDA, fp32 on CPU.
-        device: ``auto`` = CUDA when available.
+        device: ``auto`` = CUDA when available, else the CPU; or ``cpu``, ``cuda`` (the current
+            GPU), ``cuda:N`` (GPU N) or ``mps`` (Apple silicon). One this machine's torch cannot
+            use (no GPU, no GPU N) is refused before any work.
         max_text_chars: texts longer than this are cut before tokenization (a 10 MB
             string would otherwise cost seconds of tokenizer time for nothing: only the
             first ``max_seq_length`` tokens are embedded anyway).
@@ -124,6 +133,42 @@ class EmbedderConfig:
                 raise ValueError(f"embedder.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_seq_length is not None and self.max_seq_length < 2:
             raise ValueError(f"embedder.max_seq_length must be >= 2, got {self.max_seq_length}")
+        if not isinstance(self.device, str) or not _DEVICE_RE.fullmatch(self.device):
+            raise ValueError(f"embedder.device must be {DEVICES}, got {self.device!r}")
+
+
+def check_device(device: str, field: str = "embedder.device") -> None:
+    """Refuse a ``device`` this torch cannot run on, before a model is loaded: ``cuda`` or
+    ``cuda:N`` without that GPU (torch raised ``AssertionError: Torch not compiled with CUDA
+    enabled`` from deep inside ``model.to``), ``mps`` without Apple silicon. ``auto`` and
+    ``cpu`` always pass. Imports torch.
+
+    Raises:
+        ConfigError: naming ``field``, the value, the GPUs torch sees and the fix.
+    """
+    if not isinstance(device, str) or not _DEVICE_RE.fullmatch(device):
+        raise ConfigError(f"{field} must be {DEVICES}, got {device!r}")
+    if device in ("auto", "cpu"):
+        return
+    import torch
+
+    fix = f"set {field} to auto (CUDA when available) or cpu"
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"{field}: 'mps' needs Apple silicon with an MPS-enabled torch, which this machine "
+                              f"does not have; {fix}")
+        return
+    # is_available(), not device_count() alone: a GPU this torch cannot use (its driver too old)
+    # is counted, and then fails in model.to
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        build = "" if torch.version.cuda else f" (torch {torch.__version__} is built without CUDA)"
+        raise ConfigError(f"{field}: {device!r} needs a CUDA GPU, but torch sees no CUDA device{build}; {fix}")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= n:
+        seen = "1 CUDA device (cuda:0)" if n == 1 else f"{n} CUDA devices (cuda:0 to cuda:{n - 1})"
+        raise ConfigError(f"{field}: {device!r} names GPU {index}, but torch sees {seen}; use one of those, "
+                          "or auto")
 
 
 def map_ahead(fn: Callable[[_T], _R], items: Iterable[_T], pool: Executor | None) -> Iterator[_R]:
@@ -202,6 +247,7 @@ class Embedder:
         elif isinstance(config, str):
             config = EmbedderConfig(model=config)
         self.config = config
+        check_device(config.device)  # before the model is read: a missing GPU is a ConfigError
         path = Path(resolve_model(config.model, field="embedder.model"))
         if not path.is_dir():  # an online hub id: fetch a local snapshot once
             from huggingface_hub import snapshot_download

@@ -83,17 +83,39 @@ Report = Callable[[str], None]
 EmbedJob = Callable[[Sequence[str]], Iterable[tuple[np.ndarray, np.ndarray]]]
 
 
+# Upper bounds of the settings faiss takes as a C int (a larger one was a SWIG OverflowError
+# traceback) or sizes memory by (see IndexConfig).
+INT32_MAX = 2**31 - 1
+MAX_HNSW_M = 1024
+MAX_HNSW_EF_SEARCH = 100_000
+MAX_KMEANS_ITERS = 10_000
+
+
+def _check_int(key: str, value: object, low: int, high: int | None = None, *, optional: str = "",
+               note: str = "") -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is an int (not a bool) in ``[low, high]``
+    (or None when ``optional`` says what None means): an ``__post_init__`` check, which the
+    loader reports with the section's path."""
+    if value is None and optional:
+        return
+    if is_int(value, low) and (high is None or value <= high):
+        return
+    where = f">= {low}" if high is None else f"in [{low}, {high}]"
+    alt = f" or null ({optional})" if optional else ""
+    raise ValueError(f"{key}: expected an int {where}{alt}{note}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class CentroidConfig:
     """k-means routing centroids per source (KIMAs): k = chunks / chunks_per_centroid, clamped.
 
     Attributes:
         chunks_per_centroid: one centroid per this many chunks of a source (more centroids
-            route finer, cost more per query).
-        min_centroids: at least this many centroids per source (never more than its chunks).
-        max_centroids: at most this many centroids per source.
-        kmeans_iters: k-means iterations (faiss) per source.
-        seed: k-means seed, so a rebuild gives the same centroids.
+            route finer, cost more per query); >= 1.
+        min_centroids: at least this many centroids per source (never more than its chunks); >= 1.
+        max_centroids: at most this many centroids per source; >= ``min_centroids``.
+        kmeans_iters: k-means iterations (faiss) per source, 1 to 10000.
+        seed: k-means seed, so a rebuild gives the same centroids; 0 to 2**31 - 1.
     """
 
     chunks_per_centroid: int = 40
@@ -103,8 +125,17 @@ class CentroidConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.chunks_per_centroid < 1 or self.min_centroids < 1 or self.max_centroids < self.min_centroids:
-            raise ValueError("centroids: need chunks_per_centroid >= 1 and 1 <= min_centroids <= max_centroids")
+        _check_int("centroids.chunks_per_centroid", self.chunks_per_centroid, 1,
+                   note=" (one centroid per this many chunks of a source)")
+        _check_int("centroids.min_centroids", self.min_centroids, 1)
+        if is_int(self.max_centroids) and self.max_centroids < self.min_centroids:
+            raise ValueError(f"centroids.max_centroids: expected an int >= centroids.min_centroids "
+                             f"({self.min_centroids}), got {self.max_centroids!r}; raise max_centroids or lower "
+                             "min_centroids")
+        _check_int("centroids.max_centroids", self.max_centroids, 1)
+        _check_int("centroids.kmeans_iters", self.kmeans_iters, 1, MAX_KMEANS_ITERS,
+                   note=" (k-means iterations per source; faiss's default is 25)")
+        _check_int("centroids.seed", self.seed, 0, INT32_MAX, note=" (faiss takes a 32-bit seed)")
 
     def k_for(self, n_chunks: int) -> int:
         k = round(n_chunks / self.chunks_per_centroid)
@@ -117,14 +148,16 @@ class IndexConfig:
 
     Attributes:
         index_type: ``auto`` = flat below ``ann_min_vectors`` vectors per source, IVF above.
-        ann_min_vectors: a source with fewer vectors stays a flat (exact) index under ``auto``.
-        ivf_nlist: IVF lists; None = 4 * sqrt(n).
-        ivf_nprobe: IVF lists searched per query (recall against speed).
-        hnsw_m: HNSW graph degree (``index_type: hnsw``).
-        hnsw_ef_search: HNSW search breadth per query (recall against speed).
+        ann_min_vectors: a source with fewer vectors stays a flat (exact) index under ``auto``
+            (>= 0; 0 = IVF for every source).
+        ivf_nlist: IVF lists (>= 1, at most one per 39 vectors); None = 4 * sqrt(n).
+        ivf_nprobe: IVF lists searched per query (recall against speed); >= 1, at most ``ivf_nlist``.
+        hnsw_m: HNSW graph degree (``index_type: hnsw``), 2 to 1024 (faiss aborts below 2; each
+            vector holds 2 x ``hnsw_m`` links at the base level).
+        hnsw_ef_search: HNSW search breadth per query (recall against speed), 1 to 100000.
         search_backend: ``auto`` = faiss-gpu if it has GPUs, the Triton kernel on CUDA
             without it, faiss on the CPU.
-        max_documents: refuse corpora above this (a guard against the wrong file).
+        max_documents: refuse corpora above this (a guard against the wrong file); >= 1.
         shard_max_vectors: a source with more vectors is written as several FAISS shards of
             at most this many (searched in parallel, top-k merged); 0 = one file per source.
         mmap: memory-map the FAISS files read-only when the index is loaded, instead of
@@ -150,12 +183,20 @@ class IndexConfig:
     build_part_chunks: int = 8192
 
     def __post_init__(self) -> None:
-        if isinstance(self.shard_max_vectors, bool) or not isinstance(self.shard_max_vectors, int) \
-                or self.shard_max_vectors < 0:
-            raise ValueError(f"shard_max_vectors: expected an int >= 0 (0 = no shards), got {self.shard_max_vectors!r}")
-        if isinstance(self.build_part_chunks, bool) or not isinstance(self.build_part_chunks, int) \
-                or self.build_part_chunks < 1:
-            raise ValueError(f"build_part_chunks: expected an int >= 1, got {self.build_part_chunks!r}")
+        # Checked here, before anything is written: faiss aborts the process on an HNSW degree
+        # below 2 (an assertion in HNSW.cpp at 0, a crash at 1), and refuses a negative IVF list
+        # count with a SWIG TypeError; a zero probe count or search breadth finds nothing.
+        _check_int("ann_min_vectors", self.ann_min_vectors, 0,
+                   note=" (0 = IVF for every source under index_type auto)")
+        _check_int("ivf_nlist", self.ivf_nlist, 1, optional="4 x sqrt(vectors)")
+        _check_int("ivf_nprobe", self.ivf_nprobe, 1, note=" (IVF lists searched per query, at most ivf_nlist)")
+        _check_int("hnsw_m", self.hnsw_m, 2, MAX_HNSW_M,
+                   note=" (HNSW links per vector; faiss needs at least 2, 16 to 64 is usual)")
+        _check_int("hnsw_ef_search", self.hnsw_ef_search, 1, MAX_HNSW_EF_SEARCH,
+                   note=" (HNSW candidates kept per query, a heap of that size per search)")
+        _check_int("max_documents", self.max_documents, 1, note=" (a guard against the wrong file)")
+        _check_int("shard_max_vectors", self.shard_max_vectors, 0, note=" (0 = no shards)")
+        _check_int("build_part_chunks", self.build_part_chunks, 1)
         if not isinstance(self.mmap, bool):
             raise ValueError(f"mmap: expected true or false, got {self.mmap!r}")
 

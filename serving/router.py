@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from searchsmith.models.config import closest_key
+from searchsmith.models.config import closest_key, is_int
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.serving.embedder import Embedder
 from searchsmith.serving.index import Index
@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["parallel", "serial", "auto"]
 
+# Most sources one query may ask for: router.top_k, route(top_k=...), ``route --top-k`` and
+# ``POST /v1/route`` (serving/schemas.py, ``le=1000``; tests/serving/test_input_checks_route.py
+# ties the two). A k above the index's sources returns them all.
+MAX_TOP_K = 1000
+
 
 @dataclass(frozen=True)
 class RouterConfig:
@@ -47,7 +52,7 @@ class RouterConfig:
         mode: ``parallel`` routes the raw query while the rewrite runs; ``serial`` routes the
             rewrite (fused with the raw query by ``serial_raw_weight``); ``auto`` is serial when
             there is history.
-        top_k: sources returned per query.
+        top_k: sources returned per query, 1 to ``MAX_TOP_K`` (all of them when the index has fewer).
         min_score: below this best score, route to ``fallback_source`` (if set).
         fallback_source: the source used when nothing scores ``min_score``.
         mixin: source -> texts embedded as extra centroids of that source.
@@ -70,8 +75,8 @@ class RouterConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.serial_raw_weight <= 1.0:
             raise ValueError(f"router.serial_raw_weight must be in [0, 1], got {self.serial_raw_weight}")
-        if self.top_k < 1:
-            raise ValueError(f"router.top_k must be >= 1, got {self.top_k}")
+        if not is_int(self.top_k, 1) or self.top_k > MAX_TOP_K:
+            raise ValueError(f"router.top_k must be a whole number in [1, {MAX_TOP_K}], got {self.top_k!r}")
         if self.max_query_chars < 1:
             raise ValueError(f"router.max_query_chars must be >= 1, got {self.max_query_chars}")
 
@@ -146,11 +151,31 @@ class CentroidRouter:
         self.source_scale = np.asarray([cfg.scale.get(s, 1.0) for s in self.sources], dtype=np.float32)  # (S,)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="route")
 
+    def _k(self, top_k: int | None, high: int | None = None) -> int:
+        """The sources to return for ``top_k`` (None: ``router.top_k``), at most the index's.
+
+        Raises:
+            ValidationError: ``top_k`` is not a whole number in ``[1, high]`` (0 was taken for
+                None, -1 reached the kernel as a KernelInputError).
+        """
+        if top_k is None:
+            return min(self.config.top_k, len(self.sources))
+        ok = isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1
+        if not ok or (high is not None and top_k > high):
+            where = ">= 1" if high is None else f"in [1, {high}]"
+            raise ValidationError(f"route: top_k must be a whole number {where} (sources returned; None = "
+                                  f"router.top_k), got {top_k!r}")
+        return min(int(top_k), len(self.sources))
+
     def score(self, query_vectors: np.ndarray, top_k: int | None = None) -> list[list[tuple[str, float]]]:
-        """Top sources for each of (B, D) query vectors."""
+        """Top sources for each of (B, D) query vectors.
+
+        Raises:
+            ValidationError: ``top_k`` below 1 or not a whole number (None: ``router.top_k``).
+        """
         from searchsmith.kernels.host import host_only, route_sources_host
 
-        k = min(top_k or self.config.top_k, len(self.sources))
+        k = self._k(top_k)
         q = np.ascontiguousarray(query_vectors, dtype=np.float32)  # (B, D)
         if host_only():  # a cold CPU process without torch: the NumPy twin, same result
             scores, ids = route_sources_host(q, self.centroids, self.centroid_source, self.source_scale, k,
@@ -167,7 +192,7 @@ class CentroidRouter:
 
     def _score_serial(self, query: str, rewrite: str, top_k: int | None) -> list[tuple[str, float]]:
         w = self.config.serial_raw_weight
-        k = min(top_k or self.config.top_k, len(self.sources))
+        k = self._k(top_k)
         if w == 0.0 or rewrite == query:
             return self.score(self.embedder.encode([rewrite]), k)[0]
         raw, rw = self.score(self.embedder.encode([query, rewrite]), len(self.sources))  # all S
@@ -183,11 +208,17 @@ class CentroidRouter:
 
     def route(self, query: str, history: Any = None, mode: Mode | None = None,
               top_k: int | None = None) -> RouteResult:
-        """Route one (possibly follow-up) question."""
+        """Route one (possibly follow-up) question to its ``top_k`` best sources (None:
+        ``router.top_k``; 1 to ``MAX_TOP_K``, all of them when the index has fewer).
+
+        Raises:
+            ValidationError: an empty or non-string query, a bad history, mode or ``top_k``.
+        """
         cfg = self.config
         mode = mode or cfg.mode
         if mode not in ("parallel", "serial", "auto"):
             raise ValidationError(f"route: mode must be parallel, serial or auto, got {mode!r}")
+        k = self._k(top_k, MAX_TOP_K)
         query, warnings = check_query(query, cfg.max_query_chars)
         turns: list[Turn] = parse_history(history)
         effective = ("serial" if turns else "parallel") if mode == "auto" else mode
@@ -197,12 +228,12 @@ class CentroidRouter:
             rewrite = self.rewriter.rewrite(turns, query)
             lat["rewrite"] = (time.perf_counter() - t0) * 1e3
             t1 = time.perf_counter()
-            ranked = self._score_serial(query, rewrite, top_k)
+            ranked = self._score_serial(query, rewrite, k)
             lat["route"] = (time.perf_counter() - t1) * 1e3
             routed = rewrite
         else:
             fut = self._pool.submit(self.rewriter.rewrite, turns, query)
-            ranked = self.score(self.embedder.encode([query]), top_k)[0]
+            ranked = self.score(self.embedder.encode([query]), k)[0]
             lat["route"] = (time.perf_counter() - t0) * 1e3
             rewrite = fut.result()
             routed = query

@@ -235,8 +235,9 @@ class RetrievalConfig:
             raise ValueError(f"retrieval.dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
         if not 0.0 < self.keep_ratio <= 1.0:
             raise ValueError(f"retrieval.keep_ratio must be in (0, 1], got {self.keep_ratio}")
-        if self.min_keep < 1 or self.compress_sentences < 1:
-            raise ValueError("retrieval.min_keep and retrieval.compress_sentences must be >= 1")
+        check_count("retrieval.min_keep", self.min_keep, note=" (chunks kept at least)")
+        check_count("retrieval.compress_sentences", self.compress_sentences,
+                    note=" (sentences an accumulated passage is cut to)")
 
 
 @dataclass(frozen=True)
