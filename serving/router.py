@@ -73,12 +73,21 @@ class RouterConfig:
     serial_raw_weight: float = 0.4
 
     def __post_init__(self) -> None:
+        problems = []  # all at once: a file with three bad keys said only the first
         if not 0.0 <= self.serial_raw_weight <= 1.0:
-            raise ValueError(f"router.serial_raw_weight must be in [0, 1], got {self.serial_raw_weight}")
+            problems.append(f"router.serial_raw_weight must be in [0, 1], got {self.serial_raw_weight}")
         if not is_int(self.top_k, 1) or self.top_k > MAX_TOP_K:
-            raise ValueError(f"router.top_k must be a whole number in [1, {MAX_TOP_K}], got {self.top_k!r}")
+            problems.append(f"router.top_k must be a whole number in [1, {MAX_TOP_K}], got {self.top_k!r}")
         if self.max_query_chars < 1:
-            raise ValueError(f"router.max_query_chars must be >= 1, got {self.max_query_chars}")
+            problems.append(f"router.max_query_chars must be >= 1, got {self.max_query_chars}")
+        if self.mixin_weight < 0:  # a negative weight turns a source's mix-in texts against it
+            problems.append(f"router.mixin_weight must be >= 0 (1 = like a chunk centroid, 0 = mix-ins off), "
+                            f"got {self.mixin_weight}")
+        bad_scale = {k: v for k, v in self.scale.items() if not v >= 0}
+        if bad_scale:
+            problems.append(f"router.scale: multipliers must be >= 0 (1 = as is, 0 = never preferred), got {bad_scale}")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 @dataclass

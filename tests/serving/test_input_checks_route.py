@@ -104,3 +104,14 @@ def test_retrieval_counts_name_the_wrong_one(override, message) -> None:
 def test_retrieval_counts_keep_their_defaults_valid() -> None:
     cfg = RetrievalConfig(min_keep=1, compress_sentences=1)
     assert (cfg.min_keep, cfg.compress_sentences) == (1, 1)
+
+
+def test_router_config_names_every_bad_setting_at_once() -> None:
+    """Audit 2026-12-07: a router file with three bad keys reported only the first, and a negative
+    mixin_weight (mix-in texts counted against their source) was taken."""
+    with pytest.raises(ValueError) as err:
+        RouterConfig(mixin_weight=-5, serial_raw_weight=9, max_query_chars=0, scale={"a": -1.0})
+    msg = str(err.value)
+    for part in ("serial_raw_weight", "max_query_chars", "mixin_weight must be >= 0", "router.scale: multipliers"):
+        assert part in msg, msg
+    assert RouterConfig(mixin_weight=0, scale={"a": 0.0}).mixin_weight == 0
