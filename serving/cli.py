@@ -39,7 +39,7 @@ def configure_index(parser: argparse.ArgumentParser) -> None:
                         "'searchsmith[ray]'): a local Ray, or the cluster of --address")
     parser.add_argument("--address", help="--ray: a running Ray cluster's HOST:PORT (default: start a local one)")
     parser.add_argument("--workers", type=int, help="--ray: embedding actors (default: one per CPU of the cluster)")
-    parser.add_argument("overrides", nargs="*", help="config overrides KEY=VALUE, e.g. chunker.chunk_tokens=200")
+    parser.add_argument("overrides", nargs="*", default=[], help="config overrides KEY=VALUE, e.g. chunker.chunk_tokens=200")
     parser.set_defaults(func=run_index)
 
 
