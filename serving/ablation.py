@@ -119,14 +119,18 @@ STAGES: dict[str, StageSwitch] = {s.name: s for s in (
 
 
 def parse_stages(text: str | None) -> list[str]:
-    """``"dedup,rerank"`` -> ``["dedup", "rerank"]``; None or empty = every stage.
+    """``"dedup,rerank"`` -> ``["dedup", "rerank"]``; None (the option left out) = every stage.
 
     Raises:
-        ConfigError: an unknown or repeated name (the known ones are listed).
+        ConfigError: no name (``''``: it would silently mean every stage), an unknown or
+            repeated name (the known ones are listed).
     """
-    if not text or not str(text).strip():
+    if text is None:
         return list(STAGES)
     names = [n.strip() for n in str(text).split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"eval ablate --stages is empty ({text!r}): name the stages to switch off, some of "
+                          f"{', '.join(STAGES)}, or leave the option out for every stage")
     unknown = [n for n in names if n not in STAGES]
     if unknown:
         raise ConfigError(f"eval ablate --stages: unknown stage(s) {unknown}; the stages are {', '.join(STAGES)}")
@@ -171,7 +175,12 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ConfigError: an unknown --stages name, no index.
     """
-    from searchsmith.serving.evaluate import PassageLookup, pipeline_items, with_eval_bundles
+    from searchsmith.serving.evaluate import (
+        PassageLookup,
+        checked_pipeline,
+        pipeline_items,
+        with_eval_bundles,
+    )
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
@@ -192,7 +201,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, list[dict[str, float]]] = {}
     inactive: dict[str, str] = {}
     with progress_bar("eval ablate", (len(names) + 1) * len(items), "question") as bar:
-        pipe = load_pipeline(base, args.index)
+        pipe, warnings = checked_pipeline(base, args, items)  # refuses an index without the gold documents
         embedder = pipe.embedder  # one embedding model for every run
         lookup = PassageLookup(pipe)
         try:
@@ -233,6 +242,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
         "full": {"latency_ms_p50": _p50_ms(rows["full"])},
         "stages": stages,
         "bootstrap": {"resamples": resamples, "seed": seed},
+        **({"warnings": warnings} if warnings else {}),
     }
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)

@@ -66,14 +66,22 @@ from searchsmith.models.stats import (
 from searchsmith.serving.pipeline.config import ProtocolConfig
 from searchsmith.serving.pipeline.protocol import LinUCBRouter
 
-__all__ = ["QUALITY_METRICS", "PresetTable", "Replay", "cumulative_regret", "eval_bandit", "oracle_choices",
-           "parse_lambdas", "policy_comparison", "render_markdown", "replay", "stream_order"]
+__all__ = ["MAX_RESAMPLES", "MAX_SEEDS", "MIN_RESAMPLES", "QUALITY_METRICS", "PresetTable", "Replay",
+           "cumulative_regret", "eval_bandit", "oracle_choices", "parse_lambdas", "policy_comparison",
+           "render_markdown", "replay", "stream_order"]
 
 # The eval pipeline metrics (serving.evaluate.pipeline_item_metrics) that are a quality in
 # [0, 1]; model_calls, tokens and latency_ms are costs, not qualities.
 QUALITY_METRICS = ("f1", "contains", "support_recall", "retrieval_recall", "citation_precision",
                    "citation_recall")
 MIN_RESAMPLES = 100
+# The bootstrap draws a (resamples, items) table of indices at once: 100,000 resamples of 1,000
+# items are 800 MB and about 5 s per interval on one core, 50x the default's 2,000; more buys no
+# precision a 95 % interval can show and soon exhausts the memory.
+MAX_RESAMPLES = 100_000
+# Each seed replays the stream once per λ (about 3 ms for 200 questions and 3 presets): 1,000
+# seeds are seconds of replay and per-seed lists of 1,000 entries in the output.
+MAX_SEEDS = 1000
 
 
 @dataclass(frozen=True)
@@ -136,19 +144,28 @@ def parse_lambdas(text: str | None, default_lambda: float) -> list[float]:
 
 def _check_options(args: argparse.Namespace) -> tuple[str, list[int], int, int]:
     """--quality, --seeds, --resamples and --seed checked before any question is asked."""
-    quality = getattr(args, "quality", None) or "f1"
+    quality = getattr(args, "quality", None)
+    if quality is None:
+        quality = "f1"
+    if not str(quality).strip():
+        raise ConfigError(f"eval bandit --quality is empty: give a quality in [0, 1], one of "
+                          f"{', '.join(QUALITY_METRICS)}, or leave the option out (default f1)")
     if quality not in QUALITY_METRICS:
         raise ConfigError(f"eval bandit --quality: {quality!r} is not a quality in [0, 1]; use one of "
                           f"{', '.join(QUALITY_METRICS)}")
     seeds = getattr(args, "seeds", 5)
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ConfigError(f"eval bandit --seeds: expected a whole number >= 1 of shuffled streams, got {seeds!r} "
-                          "(e.g. --seeds 5)")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise ConfigError(f"eval bandit --seeds: expected a whole number >= 1 and at most {MAX_SEEDS} of shuffled "
+                          f"streams, got {seeds!r} (e.g. --seeds 5)")
     resamples = getattr(args, "resamples", DEFAULT_RESAMPLES)
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < MIN_RESAMPLES:
-        raise ConfigError(f"eval bandit --resamples: expected a whole number >= {MIN_RESAMPLES}, got "
-                          f"{resamples!r} (default {DEFAULT_RESAMPLES})")
-    return quality, list(range(seeds)), resamples, int(getattr(args, "seed", DEFAULT_SEED))
+    if (isinstance(resamples, bool) or not isinstance(resamples, int)
+            or not MIN_RESAMPLES <= resamples <= MAX_RESAMPLES):
+        raise ConfigError(f"eval bandit --resamples: expected a whole number >= {MIN_RESAMPLES} and at most "
+                          f"{MAX_RESAMPLES}, got {resamples!r} (default {DEFAULT_RESAMPLES})")
+    seed = getattr(args, "seed", DEFAULT_SEED)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"eval bandit --seed: the bootstrap seed must be a whole number >= 0, got {seed!r}")
+    return quality, list(range(seeds)), resamples, seed
 
 
 # -- the replay --------------------------------------------------------------------------------
@@ -316,9 +333,8 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
             is asked), or a bad config.
         ValidationError: no --index.
     """
-    from searchsmith.serving.evaluate import pipeline_items, with_eval_bundles
+    from searchsmith.serving.evaluate import checked_pipeline, pipeline_items, with_eval_bundles
     from searchsmith.serving.pipeline.config import load_pipeline_config
-    from searchsmith.serving.pipeline.pipeline import load_pipeline
 
     quality, seeds, resamples, boot_seed = _check_options(args)
     if getattr(args, "lambdas", None) is not None:
@@ -332,7 +348,8 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
     presets = tuple(cfg.presets)
     # Presets are forced on every answer, so the pipeline's own router is off (and its state
     # file untouched); the replay builds fresh routers with the config's alpha and ridge.
-    pipe = load_pipeline(replace(cfg, protocol=replace(cfg.protocol, enabled=False, state_path=None)), args.index)
+    pipe, warnings = checked_pipeline(replace(cfg, protocol=replace(cfg.protocol, enabled=False, state_path=None)),
+                                      args, items)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     try:
@@ -356,6 +373,7 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
         "load_average": {"before": load_before,
                          "after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
         "bootstrap": {"resamples": resamples, "seed": boot_seed},
+        **({"warnings": warnings} if warnings else {}),
     }
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, rows)

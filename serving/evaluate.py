@@ -16,20 +16,28 @@ item's position in the data) and ``mode``, with the metrics under the summary's 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+import json
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.intervals import attach_intervals, bootstrap_info
 from searchsmith.models.io import write_jsonl_atomic
-from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.jsonl import iter_jsonl, read_jsonl
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.tasks import TASKS
 from searchsmith.models.text import answer_tokens, token_f1
 
+if TYPE_CHECKING:
+    from searchsmith.models.roles import Embedder
+    from searchsmith.serving.pipeline.config import PipelineConfig
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
 MODES = ("parallel", "serial", "auto")
+log = logging.getLogger(__name__)
 
 
 def _text(v: Any) -> bool:
@@ -177,10 +185,67 @@ REDUNDANT_COSINE = 0.8
 
 def pipeline_items(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The ``--data`` pipeline items (``{id?, query, history?, answer, supporting}``), the first
-    ``--limit`` of them when it is set; every answer-level evaluation reads them so."""
+    ``--limit`` of them when it is set; every answer-level evaluation reads them so.
+
+    Raises:
+        ConfigError / ValidationError: as :func:`read_checked`, and two items with one ``id``
+            (``eval compare`` pairs the ``--per-item`` lines by it), naming both lines.
+    """
     items = read_checked(args.data, PIPELINE_FIELDS, ("query", "answer", "supporting"), "pipeline data")
+    _check_unique_ids(items, Path(args.data))
     limit = getattr(args, "limit", 0)
     return items[:limit] if limit else items
+
+
+def _check_unique_ids(items: list[dict[str, Any]], path: Path) -> None:
+    first: dict[str, int] = {}  # the id as JSON (1 and "1" differ, as they do when pairing) -> item index
+    for i, it in enumerate(items):
+        if "id" not in it:
+            continue
+        key = json.dumps(it["id"], sort_keys=True)
+        if key in first:
+            lines = [n for n, _ in iter_jsonl(path)]  # item index -> line (blank lines skipped); error path only
+            raise ValidationError(f"pipeline data {path}:{lines[first[key]]} and {path}:{lines[i]}: both have id "
+                                  f"{it['id']!r}; give each question its own id (eval compare pairs the --per-item "
+                                  "lines by id)")
+        first[key] = i
+
+
+def check_supporting(items: Sequence[Mapping[str, object]], doc_ids: Collection[str], data: str | Path,
+                     index: str | Path) -> list[str]:
+    """The items' gold ``supporting`` documents against the index's documents, as ``eval sweep``
+    checks them against its corpus: none there is the wrong index (refused); some missing is a
+    warning (logged and returned), since their questions score 0 on them whatever the pipeline does.
+
+    Raises:
+        ValidationError: the index holds none of the supporting documents.
+    """
+    gold = {str(d) for it in items for d in it.get("supporting") or () if isinstance(it.get("supporting"), list)}
+    missing = sorted(gold - set(doc_ids))
+    if gold and len(missing) == len(gold):
+        raise ValidationError(f"pipeline data {data}: none of the questions' {len(gold)} supporting documents are in "
+                              f"the index {index} (e.g. {missing[:3]}); evaluate on the index of the corpus the data "
+                              "was written for (make-pipeline-set writes both: searchsmith index DIR/corpus.jsonl)")
+    if not missing:
+        return []
+    warning = (f"the index {index} lacks {len(missing)} of the {len(gold)} supporting documents of the questions "
+               f"(e.g. {missing[:3]}): those questions score 0 on them whatever the pipeline does")
+    log.warning("eval: %s", warning)
+    return [warning]
+
+
+def checked_pipeline(cfg: PipelineConfig, args: argparse.Namespace, items: Sequence[Mapping[str, object]],
+                     embedder: Embedder | None = None) -> tuple[Pipeline, list[str]]:
+    """``load_pipeline(cfg, args.index)`` and :func:`check_supporting`'s warnings; the pipeline
+    is closed when the check refuses."""
+    from searchsmith.serving.pipeline.pipeline import load_pipeline
+
+    pipe = load_pipeline(cfg, args.index, embedder=embedder)
+    try:
+        return pipe, check_supporting(items, pipe.index.store.doc_ids(), args.data, args.index or cfg.index)
+    except BaseException:
+        pipe.close()
+        raise
 
 
 def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
@@ -442,7 +507,6 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     one line per (item, variant), identified by ``id`` (the item's, else its position) and
     ``variant``, with the metrics under the summary's names (``latency_ms`` per item)."""
     from searchsmith.serving.pipeline.config import STRATEGIES, load_pipeline_config
-    from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
 
     items = pipeline_items(args)
@@ -450,7 +514,7 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     if not (args.index or cfg.index):
         raise ValidationError("eval pipeline needs --index DIR (built with 'searchsmith index') or 'index:' "
                               "in the --config file")
-    pipe = load_pipeline(cfg, args.index)
+    pipe, warnings = checked_pipeline(cfg, args, items)
     lookup = PassageLookup(pipe)
     per_item: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, float]]] = {}
@@ -488,6 +552,7 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                               if name == "routed" or name.startswith("forced_")},
         "routing_followups": {name: _summary(rows) for name, rows in runs.items() if name.startswith("routing_")},
         "bootstrap": bootstrap_info(),
+        **({"warnings": warnings} if warnings else {}),
     }
     if args.per_item:
         write_jsonl_atomic(args.per_item, per_item)

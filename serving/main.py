@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -177,7 +178,11 @@ def _eval_compare(args: argparse.Namespace) -> Metrics:
     from searchsmith.models.stats import compare_rows
 
     a, b = (read_jsonl(f, what=f"eval compare {name}") for f, name in zip(args.files, "AB", strict=True))
-    key = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else _default_key(a[0])
+    key = _default_key(a[0]) if args.key is None else [k.strip() for k in args.key.split(",") if k.strip()]
+    if not key:
+        raise ConfigError(f"eval compare --key: names no field in {args.key!r}; give the comma-separated fields "
+                          "that identify an item, e.g. --key id,variant, or leave the option out (default: id / qid "
+                          "/ i, plus mode / variant)")
     missing = [k for k in key if k not in a[0] or k not in b[0]]
     if missing:
         raise ConfigError(f"eval compare --key: field(s) {missing} are not in both files' items; their fields "
@@ -247,7 +252,8 @@ tasks, their --data and their model:
              {image_id: paragraph index or null}} (paths relative to the file); 'images'
   pipeline   JSONL {"id", "query", "history"?, "answer", "supporting": [corpus ids]} + --index
              DIR and --config FILE; --bundle DIR (a bundle, or a folder of bundles) replaces
-             the config's bundles of the same tasks
+             the config's bundles of the same tasks. Each id once; an index holding none of
+             the supporting ids is refused, one lacking some is warned about
   sweep      pipeline data (as pipeline) + --index, --param KEY (a pipeline config key) and
              --values V1,V2,...: every answer metric per value with its interval, the best
              value per metric and whether the default is within the noise of it (--plot PNG);
@@ -276,6 +282,7 @@ top-100): python -m searchsmith.training.evaluate beir-full DIR [--bundle B].
 
 def configure_eval(parser: argparse.ArgumentParser) -> None:
     from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+    from searchsmith.serving.bandit_eval import MAX_RESAMPLES, MAX_SEEDS, MIN_RESAMPLES
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = EVAL_HELP
@@ -304,44 +311,95 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="PNG", help="sweep, ablate, bandit: draw the result with its "
                         "intervals (PNG)")
     parser.add_argument("--corpus", metavar="JSONL", help="sweep of an index.* key: the corpus to re-index per "
-                        "value (default: the corpus the --index was built from); rewrite: distractor documents "
-                        "for the retrieval the rewrite drives")
+                        "value (required: the index does not record its corpus; give the file the --index was "
+                        "built from); rewrite: distractor documents for the retrieval the rewrite drives")
     parser.add_argument("--stages", metavar="NAME,...", help="ablate: the stages to switch off, one at a time "
                         "(default: every stage)")
     parser.add_argument("--lambdas", metavar="L1,L2,...", help="bandit: cost weights lambda "
                         "(default: 0, the config's protocol.cost_lambda, and 1)")
     parser.add_argument("--quality", default="f1", metavar="METRIC", help="bandit: the per-question quality "
                         "in [0, 1] of the reward (an eval pipeline metric; default %(default)s)")
-    parser.add_argument("--seeds", type=int, default=5, help="bandit: shuffled question streams, seeds 0..N-1 "
-                        "(default %(default)s)")
+    parser.add_argument("--seeds", type=int, default=5, help="bandit: shuffled question streams, seeds 0..N-1; "
+                        f"N from 1 to at most {MAX_SEEDS} (default %(default)s)")
     parser.add_argument("--key", default=None, metavar="FIELDS",
                         help="compare: comma-separated fields that identify an item (default: id, qid or i, "
                              "plus mode / variant when present)")
     parser.add_argument("--metric", action="append", default=None, metavar="NAME",
                         help="compare: only this metric (repeatable; default: every shared numeric field)")
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
-                        help="compare: bootstrap resamples (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="compare: bootstrap seed (default %(default)s)")
+                        help=f"compare, ablate, bandit: bootstrap resamples, from {MIN_RESAMPLES} to at most "
+                             f"{MAX_RESAMPLES} (memory and time grow with resamples x items; default %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="compare, ablate, bandit: bootstrap seed, "
+                        ">= 0 (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--force", action="store_true", help="replace an existing --per-item file, or a --plot "
                         "file searchsmith did not write (its own plots are replaced without it)")
     parser.set_defaults(func=_run_eval)
 
 
+# eval's text options -> what to give instead of an empty string ('' would otherwise read as
+# "not given": the default, or nothing written)
+EVAL_TEXT_OPTIONS = {
+    "--data": "the evaluation data file",
+    "--index": "an index folder",
+    "--bundle": "a bundle folder",
+    "--checkpoint": "a training run folder",
+    "--config": "a config YAML file",
+    "--run": "a TREC run file",
+    "--per-item": "the file to write",
+    "--param": "a pipeline config key",
+    "--values": "comma-separated values, e.g. --values 0.1,0.2",
+    "--plot": "the PNG file to write",
+    "--corpus": "a corpus JSONL file",
+    "--stages": "comma-separated stage names",
+    "--lambdas": "comma-separated cost weights, e.g. --lambdas 0,0.1,1",
+    "--quality": "a quality metric, e.g. --quality f1",
+    "--key": "comma-separated fields that identify an item, e.g. --key id,variant",
+    "--metric": "a metric name",
+}
+
+
+def check_eval_options(args: argparse.Namespace) -> None:
+    """Before any work: no text option is an empty string, and the numbers are in range:
+    ``--limit`` >= 0, ``--k`` >= 1, ``--seed`` >= 0, ``--seeds`` and ``--resamples`` between
+    1 (resp. the bootstrap's minimum) and their maximum (``--resamples 100000000`` would hold
+    gigabytes of resample indices; ``--seeds`` replays the stream once per seed and λ).
+
+    Raises:
+        ConfigError: naming the option, the limit and the fix.
+    """
+    from searchsmith.serving.bandit_eval import MAX_RESAMPLES, MAX_SEEDS, MIN_RESAMPLES
+
+    for flag, what in EVAL_TEXT_OPTIONS.items():
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and not str(v).strip():
+                raise ConfigError(f"{flag} is empty: give {what}, or leave the option out")
+    if args.limit < 0:
+        raise ConfigError(f"--limit: must be >= 0 (0: every item), got {args.limit}")
+    if args.k < 1:
+        raise ConfigError(f"--k: the recall cut-off must be >= 1, got {args.k}")
+    if args.seed < 0:
+        raise ConfigError(f"--seed: must be >= 0 (the bootstrap's generator takes no negative seed), got {args.seed}")
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise ConfigError(f"--seeds: expected a whole number >= 1 and at most {MAX_SEEDS} (each seed replays the "
+                          f"question stream once per lambda), got {args.seeds}")
+    if not MIN_RESAMPLES <= args.resamples <= MAX_RESAMPLES:
+        raise ConfigError(f"--resamples: expected a whole number >= {MIN_RESAMPLES} and at most {MAX_RESAMPLES} "
+                          f"(memory grows with resamples x items), got {args.resamples}")
+
+
 def check_eval_outputs(args: argparse.Namespace) -> None:
-    """Before any work: ``--per-item`` and ``--plot`` are new files (or, with ``--force``, files
-    to replace; a plot searchsmith wrote is replaced without it), never a folder or one of the
-    command's own inputs; ``--limit`` and ``--k`` are in range.
+    """Before any work: the options are sane (:func:`check_eval_options`); ``--per-item`` and
+    ``--plot`` are new files (or, with ``--force``, files to replace; a plot searchsmith wrote
+    is replaced without it), never a folder or one of the command's own inputs.
 
     Raises:
         ConfigError: naming the flag, the path and the fix.
     """
     from searchsmith.serving.profiling.common import check_plot_path
 
-    if args.limit < 0:
-        raise ConfigError(f"--limit: must be >= 0 (0: every item), got {args.limit}")
-    if args.k < 1:
-        raise ConfigError(f"--k: the recall cut-off must be >= 1, got {args.k}")
+    check_eval_options(args)
     inputs = [p for p in (args.data, args.run, args.corpus, args.config, *args.files) if p]
     for flag, out in (("--per-item", args.per_item), ("--plot", args.plot)):
         if not out:
@@ -367,7 +425,7 @@ def _run_eval(args: argparse.Namespace) -> int:
                               f"{' and --data' if args.data else ''}); write them with eval TASK --per-item FILE")
     elif args.files:
         raise ConfigError(f"eval {args.task}: unexpected argument(s) {args.files}; the data goes in --data")
-    elif not args.data:
+    elif args.data is None:
         raise ConfigError(f"eval {args.task}: --data is required (formats: searchsmith eval --help)")
     check_eval_outputs(args)
     metrics = EVAL_TASKS[args.task](args)
@@ -388,12 +446,26 @@ def _top_help() -> str:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, reading an argument that starts with a minus and a digit as a value:
+    ``--values -1,0`` or ``--values -1e-3`` (Python 3.11's argparse lets only ``-1`` and ``-0.5``
+    through and calls the rest an unknown option, "expected one argument"). Safe while no
+    option of ours looks like a negative number, which argparse itself requires for ``-1``."""
+
+    def __init__(self, prog: str, description: str | None = None) -> None:
+        super().__init__(prog=prog, description=description)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # No model hub on build/test machines: stay offline unless the user says otherwise.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv:  # a usage error, as argparse answers one: the usage on stderr, status 2
+        print(_top_help(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help", "help"):
         print(_top_help())
         return 0
     if argv[0] in ("-V", "--version"):
@@ -413,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[VERBOSE_ENV] = "1"
     configure_process_logging()
     spec = COMMANDS[command]
-    parser = argparse.ArgumentParser(prog=f"searchsmith {command}", description=spec.help)
+    parser = _Parser(prog=f"searchsmith {command}", description=spec.help)
     try:
         spec.configure(parser)
         if not any("--verbose" in a.option_strings for a in parser._actions):

@@ -919,6 +919,13 @@ def configure_report(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    # '' would read as "not given" (a default) or as the current folder: refused first
+    for flag, value in (("--out", args.out), ("--data-dir", args.data_dir), ("--config", args.config),
+                        ("--index", args.index), ("--sections", args.sections), ("--readme", args.readme),
+                        ("--from", args.from_dir)):
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"report {flag} is empty: give a value (see searchsmith report --help), or leave "
+                              "the option out")
     if args.from_dir:
         if not args.readme or args.out:
             raise ConfigError("report --from DIR: give --readme FILE (the table to rewrite) and no --out; --from "
@@ -949,13 +956,17 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def _pick_sections(text: str | None) -> list[str] | None:
-    if not text:
+    """``--sections``: the section keys named; None (the option left out) = every section."""
+    if text is None:
         return None
     names = [s.strip() for s in text.split(",") if s.strip()]
     known = [s.key for s in SECTIONS]
+    if not names:
+        raise ConfigError(f"report --sections is empty ({text!r}): name some of {', '.join(known)}, or leave the "
+                          "option out for every section")
     bad = [n for n in names if n not in known]
-    if bad or not names:
-        raise ConfigError(f"report --sections: unknown section(s) {bad or text!r}; the sections are "
+    if bad:
+        raise ConfigError(f"report --sections: unknown section(s) {bad}; the sections are "
                           f"{', '.join(known)}")
     return names
 

@@ -31,6 +31,10 @@ Paragraphs that recur are kept once. Sources: StonyBrookNLP/musique (CC BY 4.0),
 film and person pages that no recipe trains the decomposer on, so a set to check a choice
 made on ``multihop``. Source: Alab-NII/2wikimultihop (the repository lists Apache-2.0; text
 from Wikipedia, CC BY-SA).
+
+``DIR/.searchsmith-set`` (JSON) records the sha256 of each file a run wrote: a rerun replaces
+them only while they still hold what was written; a file it did not write, or one edited
+since, is refused unless ``--force`` (:func:`check_set_out`).
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ import json
 import random
 import re
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.io import sha256_file, write_text_atomic
 from searchsmith.models.jsonl import read_jsonl
 
 
@@ -52,16 +58,82 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:64]
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+Problems = Callable[[dict[str, Any]], list[str]]
+
+
+def _read(path: Path, required: Sequence[str], check: Problems | None = None) -> list[dict[str, Any]]:
+    """The records of one source file, each with the ``required`` fields (and no ``check``
+    problem): a line without them is named as ``FILE:LINE`` with the field, never a KeyError;
+    an empty file is refused (it would write an empty set)."""
     if not path.is_file():
         raise ValidationError(f"make-routing-set / make-pipeline-set: {path} not found; pass --data-dir "
                               "pointing at shared/data")
-    return read_jsonl(path, what="make-routing-set / make-pipeline-set", allow_empty=True)
+    return read_jsonl(path, required, what="make-routing-set / make-pipeline-set: source", check=check)
+
+
+def _strings(*names: str) -> Problems:
+    """A check that each named field (when present) is a string."""
+    def problems(rec: dict[str, Any]) -> list[str]:
+        return [f"{n!r} must be a string, got {rec[n]!r:.60}" for n in names if n in rec and not isinstance(rec[n], str)]
+
+    return problems
+
+
+def _pairs(field: str) -> Problems:
+    """A check that ``field`` is a list of ``[title, sentences]`` pairs (HotpotQA / 2Wiki ``context``)."""
+    def problems(rec: dict[str, Any]) -> list[str]:
+        value = rec[field]
+        if not isinstance(value, list):
+            return [f"{field!r} must be a list of [title, sentences] pairs, got {value!r:.60}"]
+        for i, pair in enumerate(value):
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+                    and (isinstance(pair[1], str) or (isinstance(pair[1], list)
+                                                      and all(isinstance(x, str) for x in pair[1])))):
+                return [f"'{field}[{i}]' must be a [title, sentences] pair (a string and a list of strings), "
+                        f"got {pair!r:.60}"]
+        return []
+
+    return problems
+
+
+MUSIQUE_PARAGRAPH = ("title", "paragraph_text", "is_supporting")
+
+
+def _musique_paragraphs(rec: dict[str, Any]) -> list[str]:
+    paragraphs = rec["paragraphs"]
+    if not isinstance(paragraphs, list):
+        return [f"'paragraphs' must be a list of {{{', '.join(MUSIQUE_PARAGRAPH)}}} objects, got {paragraphs!r:.60}"]
+    for i, par in enumerate(paragraphs):
+        lacks = [k for k in MUSIQUE_PARAGRAPH if not isinstance(par, dict) or k not in par]
+        if lacks:
+            return [f"'paragraphs[{i}]' lacks {lacks}; each paragraph needs {list(MUSIQUE_PARAGRAPH)}"]
+    return []
+
+
+def _titles(rec: dict[str, Any]) -> list[str]:
+    """HotpotQA's ``supporting_titles``: a list of paragraph titles."""
+    value = rec["supporting_titles"]
+    if isinstance(value, list) and all(isinstance(t, str) for t in value):
+        return []
+    return [f"'supporting_titles' must be a list of paragraph titles (strings), got {value!r:.60}"]
+
+
+def _facts(rec: dict[str, Any]) -> list[str]:
+    """2WikiMultihopQA's optional ``supporting_facts``: a list of ``[title, sentence index]`` pairs."""
+    value = rec.get("supporting_facts") or []
+    if isinstance(value, list) and all(isinstance(f, list) and len(f) == 2 for f in value):
+        return []
+    return [f"'supporting_facts' must be a list of [title, sentence index] pairs, got {value!r:.60}"]
+
+
+def _all(*checks: Problems) -> Problems:
+    return lambda rec: [p for check in checks for p in check(rec)]
 
 
 def expertqa_routing(data_dir: Path, *, min_per_source: int = 20, query_ratio: float = 0.2,
                      max_queries_per_source: int = 10, seed: int = 13) -> tuple[list[dict], list[dict]]:
-    rows = _read(data_dir / "expertqa" / "expertqa_r1_questions_by_field.jsonl")
+    rows = _read(data_dir / "expertqa" / "expertqa_r1_questions_by_field.jsonl", ("qid", "question", "field"),
+                 _strings("qid", "question", "field"))
     merge = {"Healthcare / Medicine": "Medicine"}
     by_field: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -86,7 +158,8 @@ def expertqa_routing(data_dir: Path, *, min_per_source: int = 20, query_ratio: f
 
 
 def cast_routing(data_dir: Path, *, min_docs: int = 4) -> tuple[list[dict], list[dict]]:
-    rows = _read(data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl")
+    rows = _read(data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl", ("id", "year", "topic_id", "raw_utterance"),
+                 _strings("id", "raw_utterance"))
     by_id = {r["id"]: r for r in rows}
     topics: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -133,12 +206,14 @@ def multihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], l
         corpus.setdefault(doc_id, {"id": doc_id, "source": source, "title": title, "text": text})
         return doc_id
 
-    for r in _read(data_dir / "musique" / "musique_ans_200.jsonl"):
+    for r in _read(data_dir / "musique" / "musique_ans_200.jsonl", ("id", "question", "answer", "paragraphs"),
+                   _musique_paragraphs):
         ids = [(add("musique", p["title"], p["paragraph_text"]), bool(p["is_supporting"])) for p in r["paragraphs"]]
         by_set["musique"].append({"id": f"musique-{r['id']}", "query": r["question"], "answer": r["answer"],
                                   "supporting": [d for d, gold in ids if gold]})
         candidates[f"musique-{r['id']}"] = [d for d, _ in ids]
-    for r in _read(data_dir / "hotpotqa" / "hotpotqa_dev_distractor.jsonl"):
+    for r in _read(data_dir / "hotpotqa" / "hotpotqa_dev_distractor.jsonl",
+                   ("_id", "question", "answer", "supporting_titles", "context"), _all(_titles, _pairs("context"))):
         gold = set(r["supporting_titles"])
         ids = [(add("hotpotqa", t, "".join(s) if not isinstance(s, str) else s), t in gold) for t, s in r["context"]]
         by_set["hotpotqa"].append({"id": f"hotpotqa-{r['_id']}", "query": r["question"], "answer": r["answer"],
@@ -167,7 +242,8 @@ def wikimultihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict
     corpus: dict[str, dict] = {}
     items: list[dict] = []
     candidates: dict[str, list[str]] = {}
-    for r in _read(data_dir / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl"):
+    for r in _read(data_dir / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl", ("_id", "question", "answer", "context"),
+                   _all(_facts, _pairs("context"))):
         gold = {str(t) for t, _ in r.get("supporting_facts") or []}
         ids = []
         for title, sents in r["context"]:
@@ -188,33 +264,125 @@ PIPELINE_BUILDERS = {"multihop": multihop_pipeline, "2wikimultihop": wikimultiho
 def configure_make_routing_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(BUILDERS))
     parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
-    parser.add_argument("--out", required=True, help="folder for corpus.jsonl and routing.jsonl")
-    parser.add_argument("--force", action="store_true", help="replace files of those names not written by searchsmith")
+    parser.add_argument("--out", required=True, help="folder for corpus.jsonl and routing.jsonl: a new one, or one "
+                        "a make-*-set run wrote (its files are replaced unless edited since)")
+    parser.add_argument("--force", action="store_true", help="replace files of those names that searchsmith did not "
+                        "write or that were edited since")
     parser.set_defaults(func=run_make_routing_set)
 
 
-SET_MARKER = ".searchsmith-set"  # written beside the files: this folder's sets are ours to replace
+SET_MARKER = ".searchsmith-set"  # written beside the files: which of them are ours to replace
+MARKER_KIND = "searchsmith make-routing-set / make-pipeline-set"
+
+
+def _recorded(marker: Path) -> dict[str, str] | None:
+    """The sha256 of each file the marker says searchsmith wrote; None for a marker without
+    checksums (written by an older searchsmith as plain text) or one that cannot be read."""
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    return files
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names)
+
+
+def check_set_out(out: Path, names: Sequence[str], force: bool = False) -> dict[str, str]:
+    """Refuse to write the set files ``names`` into ``out`` where that would overwrite what
+    searchsmith did not write; return the marker's checksums of the files to keep recording.
+
+    The marker (:data:`SET_MARKER`, JSON) records the sha256 of each file a make-*-set run
+    wrote. Without ``force``, a file of those names is replaced only when the marker records
+    it and its content is still what was recorded; a file the marker does not list (the
+    user's own, or no marker at all) or one edited since is refused. A marker of an older
+    searchsmith records no checksums: nothing tells whether its files were edited, so they
+    are refused too (conservatively; ``--force`` once, and the new marker records them).
+    Other files in ``out`` are never touched and do not matter.
+
+    Raises:
+        ValidationError: naming the files, why, and ``--force``; ``out`` (or one of the names
+            in it) is not a folder (resp. a file), which ``force`` does not override.
+    """
+    if out.exists() and not out.is_dir():
+        raise ValidationError(f"--out {out}: is a file, not a folder; give a folder for the set's files "
+                              f"({_listed(list(names))}): a new one, or one make-*-set wrote")
+    marker = out / SET_MARKER
+    blocked = [n for n in (*names, SET_MARKER) if (out / n).is_dir()]
+    if blocked:
+        raise ValidationError(f"--out {out}: {_listed(blocked)} is a folder, where the set writes a file; choose "
+                              "another --out")
+    present = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
+    recorded = _recorded(marker) if marker.exists() else {}
+    if force:
+        return recorded or {}
+    fix = "choose another --out, or pass --force to replace them"
+    if not marker.exists() and present:
+        raise ValidationError(f"--out {out}: {_listed(present)} already there and not written by searchsmith; {fix}")
+    if recorded is None:
+        if present:
+            raise ValidationError(f"--out {out}: {_listed(present)} may have been edited: this folder's {SET_MARKER} "
+                                  "was written by an older searchsmith and records no checksums, so an edit cannot "
+                                  f"be told apart; {fix} (the new marker records checksums)")
+        return {}
+    theirs = [n for n in present if n not in recorded]
+    edited = [n for n in present if n in recorded and (out / n).is_file() and sha256_file(out / n) != recorded[n]]
+    edited += [n for n in present if n in recorded and not (out / n).is_file()]  # a link left dangling
+    problems = []
+    if theirs:
+        problems.append(f"{_listed(theirs)} already there and not written by searchsmith")
+    if edited:
+        problems.append(f"{_listed(edited)} {'was' if len(edited) == 1 else 'were'} changed since searchsmith "
+                        f"wrote {'it' if len(edited) == 1 else 'them'} (the sha256 {SET_MARKER} records differs)")
+    if problems:
+        raise ValidationError(f"--out {out}: {'; '.join(problems)}; {fix}")
+    return recorded
 
 
 def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str,
               force: bool = False) -> dict[str, Any]:
-    """Write ``corpus.jsonl`` and ``items_file`` into ``out`` (atomically each). A file of those
-    names that an earlier make-*-set run did not write (no marker in ``out``) is refused
-    unless ``force``: it may be the user's own corpus."""
-    theirs = [n for n in ("corpus.jsonl", items_file) if (out / n).exists()]
-    if theirs and not (out / SET_MARKER).exists() and not force:
-        raise ValidationError(f"--out {out}: {', '.join(theirs)} already there and not written by searchsmith; "
-                              "choose another --out, or pass --force to replace them")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SET_MARKER).write_text("written by searchsmith make-routing-set / make-pipeline-set\n", encoding="utf-8")
+    """Write ``corpus.jsonl`` and ``items_file`` into ``out`` (atomically each) and record their
+    sha256 in the folder's marker. What may be replaced is :func:`check_set_out`'s rule.
+
+    Raises:
+        ValidationError: nothing to write, or :func:`check_set_out`'s refusals.
+    """
+    if not corpus or not items:
+        raise ValidationError(f"--out {out}: the source data yields no documents or no {items_file} items "
+                              f"({len(corpus)} documents, {len(items)} items); nothing written. Check --data-dir: "
+                              "its files hold too few records for a set")
+    names = ["corpus.jsonl", items_file]
+    recorded = check_set_out(out, names, force)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a parent folder should be
+        raise ValidationError(f"--out {out}: cannot create the folder ({exc.strerror}); give another --out") from None
+    written: dict[str, str] = {}
     for name, rows in (("corpus.jsonl", corpus), (items_file, items)):
-        tmp = out / (name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        tmp.replace(out / name)
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        write_text_atomic(out / name, text)
+        written[name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # files an earlier run wrote and this one did not (a routing set beside a pipeline set) stay recorded
+    kept = {n: h for n, h in recorded.items() if n not in written and (out / n).is_file()}
+    write_text_atomic(out / SET_MARKER, json.dumps({"written_by": MARKER_KIND, "files": {**kept, **written}},
+                                                   indent=1, sort_keys=True) + "\n")
     return {"out": str(out), "documents": len(corpus), "sources": len({r["source"] for r in corpus})}
 
 
+def _check_paths(args: argparse.Namespace, command: str) -> None:
+    """--out and --data-dir name a folder: an empty string would mean the current one."""
+    for flag, value in (("--out", args.out), ("--data-dir", args.data_dir)):
+        if not str(value).strip():
+            raise ValidationError(f"{command} {flag} is empty: give a folder path (--out: where the set is "
+                                  "written; --data-dir: the shared data, default ../shared/data)")
+
+
 def run_make_routing_set(args: argparse.Namespace) -> int:
+    _check_paths(args, "make-routing-set")
     corpus, queries = BUILDERS[args.name](Path(args.data_dir))
     summary = write_set(Path(args.out), corpus, queries, "routing.jsonl", args.force)
     print(json.dumps({**summary, "queries": len(queries), "followups": sum(1 for q in queries if q["history"])}))
@@ -224,8 +392,10 @@ def run_make_routing_set(args: argparse.Namespace) -> int:
 def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(PIPELINE_BUILDERS))
     parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder")
-    parser.add_argument("--out", required=True, help="folder for corpus.jsonl and qa.jsonl")
-    parser.add_argument("--force", action="store_true", help="replace files of those names not written by searchsmith")
+    parser.add_argument("--out", required=True, help="folder for corpus.jsonl and qa.jsonl: a new one, or one a "
+                        "make-*-set run wrote (its files are replaced unless edited since)")
+    parser.add_argument("--force", action="store_true", help="replace files of those names that searchsmith did not "
+                        "write or that were edited since")
     parser.add_argument("--questions", type=int, default=0, help="keep the first N questions and only their "
                         "candidate paragraphs; 0 keeps every question and paragraph (default %(default)s)")
     parser.set_defaults(func=run_make_pipeline_set)
@@ -234,6 +404,7 @@ def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
 def run_make_pipeline_set(args: argparse.Namespace) -> int:
     if args.questions < 0:
         raise ValidationError(f"make-pipeline-set --questions: expected a count >= 0, got {args.questions}")
+    _check_paths(args, "make-pipeline-set")
     corpus, items = PIPELINE_BUILDERS[args.name](Path(args.data_dir), args.questions)
     summary = write_set(Path(args.out), corpus, items, "qa.jsonl", args.force)
     print(json.dumps({**summary, "questions": len(items)}))

@@ -75,8 +75,10 @@ def load_config(args: argparse.Namespace):
         load_serve_config,
     )
 
-    path = args.config or default_serve_config()
-    if path and not args.config:
+    # an empty --config is refused by the loader ("config file path is empty"), as ask, route,
+    # index and train do, instead of falling back to the defaults
+    path = args.config if args.config is not None else default_serve_config()
+    if path and args.config is None:
         log.info("serve: using %s", path)
     cfg = load_serve_config(path, args.overrides, index=args.index)
     check_paths(cfg)

@@ -101,6 +101,14 @@ def _run_export(args: argparse.Namespace) -> int:
         if not str(value).strip():  # Path("") is ".": the current folder
             raise ConfigError(f"export {name} is empty: give a folder ('export RUN_DIR --out BUNDLE_DIR', or "
                               "'export embedder --out BUNDLE_DIR')")
+    # '' would silently mean the default (--model), nothing (--embedder) or the demo inputs (--parity-data)
+    for name, value, what in (("--model", args.model, "an embedder name or folder, or leave the option out for "
+                                                      "the default embedder"),
+                              ("--embedder", args.embedder, "an embedder name or folder, or leave the option out"),
+                              ("--parity-data", args.parity_data, "a .txt or .jsonl file, or leave the option out "
+                                                                  "for the demo inputs")):
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"export {name} is empty: give {what}")
     out = Path(args.out)
     # (bundle folder, what it is, the export to run); checked first, so a bad folder of runs
     # fails before anything is exported
