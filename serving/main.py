@@ -287,7 +287,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = EVAL_HELP
     parser.add_argument("task", choices=sorted(EVAL_TASKS), help="what to evaluate (see above)")
-    parser.add_argument("files", nargs="*", metavar="FILE", help="compare: the two --per-item files A and B")
+    parser.add_argument("files", nargs="*", default=[], metavar="FILE", help="compare: the two --per-item files A and B")
     parser.add_argument("--data", help="evaluation data (formats above); every task but compare needs it")
     parser.add_argument("--index", help="index directory (route, pipeline)")
     parser.add_argument("--bundle", metavar="DIR",
@@ -500,6 +500,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"searchsmith {command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout's reader left (``searchsmith ... | head``): stop quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the exit's flush of stdout would raise again
+        return 128 + 13  # SIGPIPE's status in a shell
 
 
 if __name__ == "__main__":  # pragma: no cover

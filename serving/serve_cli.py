@@ -62,7 +62,7 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", action="store_true", help="serve through Ray Serve (pip install 'searchsmith[ray]')")
     parser.add_argument("--replicas", type=int, default=None, help="--ray: number of replicas (each loads every "
                         "model); default: serve.yaml's ray.replicas, or autoscaling within ray.min/max_replicas")
-    parser.add_argument("overrides", nargs="*",
+    parser.add_argument("overrides", nargs="*", default=[],
                         help="config overrides KEY=VALUE, e.g. server.batcher.max_batch_size=64")
     parser.set_defaults(func=run_serve)
 

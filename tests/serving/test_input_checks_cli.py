@@ -215,3 +215,31 @@ def test_corpus_help_does_not_promise_a_default_the_index_cannot_give(capsys) ->
     out = " ".join(capsys.readouterr().out.split())
     assert "the corpus the --index was built from" not in out
     assert "required: the index does not record its corpus" in out
+
+
+def test_a_reader_that_leaves_the_pipe_is_not_a_traceback(tmp_path, monkeypatch) -> None:
+    """Audit 2026-12-07: ``searchsmith route ... --json | head -c 200`` printed a BrokenPipeError
+    traceback. The command stops quietly with the shell's SIGPIPE status."""
+    import io
+    import os
+    import sys
+
+    from searchsmith.serving.main import main
+
+    sink = open(tmp_path / "out", "w")  # noqa: SIM115 - its descriptor stands in for the pipe
+
+    class ClosedPipe(io.TextIOBase):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            return sink.fileno()
+
+    saved = os.dup(sink.fileno())
+    try:
+        monkeypatch.setattr(sys, "stdout", ClosedPipe())
+        assert main(["config", "pipeline"]) == 141
+    finally:
+        os.dup2(saved, sink.fileno())
+        os.close(saved)
+        sink.close()
