@@ -84,7 +84,8 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                              "by the pipeline's gates), measured on the run's held-out split; score only its first N "
                              "items (faster on a large split; the baselines stay the run's), or 0 to skip and record "
                              "the torch run's figures (default: all)")
-    parser.add_argument("--model", default="default", help="with RUN_DIR=embedder: the embedder to export")
+    parser.add_argument("--model", default=None, help="with RUN_DIR=embedder: the embedder to export (default: "
+                        "the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--embedder", help="with a folder of runs: also export this embedder into BUNDLE_DIR/embedder")
     parser.set_defaults(func=_run_export)
 
@@ -109,12 +110,25 @@ def _run_export(args: argparse.Namespace) -> int:
                                                                   "for the demo inputs")):
         if value is not None and not str(value).strip():
             raise ConfigError(f"export {name} is empty: give {what}")
+    # an option that does not apply is refused, not ignored: the user meant something by it
+    int8_set = [flag for flag, value in (
+        ("--int8-fp32-blocks", args.int8_fp32_blocks), ("--int8-attention", args.int8_attention),
+        ("--int8-down-projections", args.int8_down_projections), ("--int8-smooth-alpha", args.int8_smooth_alpha),
+        ("--int8-activations", args.int8_activations), ("--int8-weight-range", args.int8_weight_range))
+        if value is not None]
+    if int8_set and args.dtype != "int8":
+        raise ConfigError(f"export {', '.join(int8_set)}: set(s) the int8 export, and this export is --dtype "
+                          f"{args.dtype}; add --dtype int8, or drop the option(s)")
+    if args.model is not None and args.run_dir != "embedder":
+        raise ConfigError("export --model: names the embedder of 'export embedder --out DIR'; a run's bundle is "
+                          "its trained model (to add an embedder beside a folder of runs: --embedder)")
+    model = args.model or "default"
     out = Path(args.out)
     # (bundle folder, what it is, the export to run); checked first, so a bad folder of runs
     # fails before anything is exported
     jobs: list[tuple[Path, str, Callable[[], dict[str, Any]]]] = []
     if args.run_dir == "embedder":
-        jobs.append((out, f"embedder {args.model}", lambda: export_embedder(out, args.model, opts)))
+        jobs.append((out, f"embedder {model}", lambda: export_embedder(out, model, opts)))
     else:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():

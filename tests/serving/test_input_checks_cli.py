@@ -147,6 +147,30 @@ def test_export_empty_options_are_refused(tmp_path, capsys, monkeypatch, argv, o
     assert f"export {option} is empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["embedder", "--int8-fp32-blocks", "2"], "export --int8-fp32-blocks: set(s) the int8 export, and this export "
+                                              "is --dtype fp32"),
+    (["embedder", "--dtype", "fp16", "--int8-smooth-alpha", "0.5", "--int8-attention", "fused"],
+     "export --int8-attention, --int8-smooth-alpha: set(s) the int8 export"),
+    (["RUN", "--model", "x"], "export --model: names the embedder of 'export embedder"),
+])
+def test_export_options_that_do_not_apply_are_refused(tmp_path, capsys, monkeypatch, argv, said) -> None:
+    """Audit 2026-12-07: --int8-* with an fp32 export, and --model with a run, were ignored."""
+    from searchsmith.training import export_cli
+
+    def ran(*a, **kw):
+        raise AssertionError("the export ran")
+
+    monkeypatch.setattr(export_cli, "export_embedder", ran)
+    monkeypatch.setattr(export_cli, "export_run", ran)
+    if argv[0] == "RUN":
+        (tmp_path / "RUN").mkdir()
+        (tmp_path / "RUN" / "run.json").write_text("{}")
+        argv = [str(tmp_path / "RUN"), *argv[1:]]
+    assert main(["export", *argv, "--out", str(tmp_path / "bundle")]) == 1
+    assert said in capsys.readouterr().err
+
+
 # -- finding 5: no command --------------------------------------------------------------------
 def test_no_command_is_a_usage_error_on_stderr(capsys) -> None:
     assert main([]) == 2
