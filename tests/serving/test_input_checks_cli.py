@@ -128,11 +128,9 @@ def test_report_empty_options_are_refused(tmp_path, capsys, monkeypatch) -> None
     assert "report --from is empty" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,option", [
-    (["embedder", "--model", ""], "--model"), (["embedder", "--model", " "], "--model"),
-    (["RUNS", "--embedder", ""], "--embedder"), (["embedder", "--parity-data", ""], "--parity-data"),
-])
-def test_export_empty_options_are_refused(tmp_path, capsys, monkeypatch, argv, option) -> None:
+def _refused_export(tmp_path, monkeypatch, argv: list[str]) -> int:
+    """``export ARGV --out tmp/bundle`` with the exports themselves replaced by a failure: a refusal
+    must come before any export runs. ``RUNS`` / ``RUN`` in ARGV stand for a folder of runs / a run."""
     from searchsmith.training import export_cli
 
     def ran(*a, **kw):
@@ -140,10 +138,20 @@ def test_export_empty_options_are_refused(tmp_path, capsys, monkeypatch, argv, o
 
     monkeypatch.setattr(export_cli, "export_embedder", ran)
     monkeypatch.setattr(export_cli, "export_run", ran)
-    if argv[0] == "RUNS":
-        (tmp_path / "RUNS").mkdir()
-        argv = [str(tmp_path / "RUNS"), *argv[1:]]
-    assert main(["export", *argv, "--out", str(tmp_path / "bundle")]) == 1
+    if argv[0] in ("RUNS", "RUN"):
+        (tmp_path / argv[0]).mkdir()
+        if argv[0] == "RUN":
+            (tmp_path / "RUN" / "run.json").write_text("{}")
+        argv = [str(tmp_path / argv[0]), *argv[1:]]
+    return main(["export", *argv, "--out", str(tmp_path / "bundle")])
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["embedder", "--model", ""], "--model"), (["embedder", "--model", " "], "--model"),
+    (["RUNS", "--embedder", ""], "--embedder"), (["embedder", "--parity-data", ""], "--parity-data"),
+])
+def test_export_empty_options_are_refused(tmp_path, capsys, monkeypatch, argv, option) -> None:
+    assert _refused_export(tmp_path, monkeypatch, argv) == 1
     assert f"export {option} is empty" in capsys.readouterr().err
 
 
@@ -156,18 +164,7 @@ def test_export_empty_options_are_refused(tmp_path, capsys, monkeypatch, argv, o
 ])
 def test_export_options_that_do_not_apply_are_refused(tmp_path, capsys, monkeypatch, argv, said) -> None:
     """Audit 2026-12-07: --int8-* with an fp32 export, and --model with a run, were ignored."""
-    from searchsmith.training import export_cli
-
-    def ran(*a, **kw):
-        raise AssertionError("the export ran")
-
-    monkeypatch.setattr(export_cli, "export_embedder", ran)
-    monkeypatch.setattr(export_cli, "export_run", ran)
-    if argv[0] == "RUN":
-        (tmp_path / "RUN").mkdir()
-        (tmp_path / "RUN" / "run.json").write_text("{}")
-        argv = [str(tmp_path / "RUN"), *argv[1:]]
-    assert main(["export", *argv, "--out", str(tmp_path / "bundle")]) == 1
+    assert _refused_export(tmp_path, monkeypatch, argv) == 1
     assert said in capsys.readouterr().err
 
 
