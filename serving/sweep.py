@@ -165,6 +165,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     """
     from searchsmith.serving.evaluate import (
         PassageLookup,
+        checked_pipeline,
         pipeline_item_metrics,
         pipeline_items,
         with_eval_bundles,
@@ -197,11 +198,14 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     per_item: list[dict[str, object]] = []
     by_value: dict[str, list[dict[str, float]]] = {}
     lookup: PassageLookup | None = None
+    warnings: list[str] = []
     with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
         for value, cfg in zip(values, configs, strict=True):
-            pipe = load_pipeline(cfg, args.index)
-            if lookup is None:
+            if lookup is None:  # the first value's pipeline: the gold documents checked against its index
+                pipe, warnings = checked_pipeline(cfg, args, items)
                 lookup = PassageLookup(pipe)
+            else:
+                pipe = load_pipeline(cfg, args.index)
             lookup.bind(pipe)
             try:
                 rows = []
@@ -218,7 +222,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
         "task": "sweep", "data": str(args.data), "index": str(args.index or base.index), "n": len(items),
         "param": args.param, "default": default, "values": values, "points": points,
         "verdicts": _verdicts(points, default, by_value, resamples, seed),
-        "bootstrap": {"resamples": resamples, "seed": seed},
+        "bootstrap": {"resamples": resamples, "seed": seed}, **({"warnings": warnings} if warnings else {}),
     }
     if getattr(args, "per_item", None):
         write_jsonl_atomic(args.per_item, per_item)

@@ -264,3 +264,14 @@ def test_a_reader_that_leaves_the_pipe_is_not_a_traceback(tmp_path, monkeypatch)
         os.dup2(saved, sink.fileno())
         os.close(saved)
         sink.close()
+
+
+def test_eval_sweep_refuses_an_index_without_the_gold_documents(tmp_path, small_index, capsys) -> None:
+    """eval pipeline checked its gold documents against the index; the sweep of a pipeline key did
+    not (it asked every question for every value, each scoring 0)."""
+    data = _write(tmp_path / "qa.jsonl", [{"id": "1", "query": "How do I bake bread?", "answer": "oven",
+                                           "supporting": ["not-in-the-index"]}])
+    assert main(["eval", "sweep", "--data", data, "--index", str(small_index), "--param",
+                 "citation.cosine_threshold", "--values", "0.5,0.6"]) == 1
+    err = capsys.readouterr().err
+    assert "none of the questions' 1 supporting documents" in err and "not-in-the-index" in err
