@@ -211,6 +211,14 @@ def _check_unique_ids(items: list[dict[str, Any]], path: Path) -> None:
         first[key] = i
 
 
+def missing_supporting(items: Sequence[Mapping[str, object]], doc_ids: Collection[str]) -> tuple[int, list[str]]:
+    """(how many distinct gold ``supporting`` documents the items name, those of them not in
+    ``doc_ids``, sorted): what :func:`check_supporting` (an index) and ``eval sweep`` of an
+    ``index.*`` key (a corpus) judge."""
+    gold = {str(d) for it in items for d in it.get("supporting") or () if isinstance(it.get("supporting"), list)}
+    return len(gold), sorted(gold - set(doc_ids))
+
+
 def check_supporting(items: Sequence[Mapping[str, object]], doc_ids: Collection[str], data: str | Path,
                      index: str | Path) -> list[str]:
     """The items' gold ``supporting`` documents against the index's documents, as ``eval sweep``
@@ -220,15 +228,14 @@ def check_supporting(items: Sequence[Mapping[str, object]], doc_ids: Collection[
     Raises:
         ValidationError: the index holds none of the supporting documents.
     """
-    gold = {str(d) for it in items for d in it.get("supporting") or () if isinstance(it.get("supporting"), list)}
-    missing = sorted(gold - set(doc_ids))
-    if gold and len(missing) == len(gold):
-        raise ValidationError(f"pipeline data {data}: none of the questions' {len(gold)} supporting documents are in "
+    gold, missing = missing_supporting(items, doc_ids)
+    if gold and len(missing) == gold:
+        raise ValidationError(f"pipeline data {data}: none of the questions' {gold} supporting documents are in "
                               f"the index {index} (e.g. {missing[:3]}); evaluate on the index of the corpus the data "
                               "was written for (make-pipeline-set writes both: searchsmith index DIR/corpus.jsonl)")
     if not missing:
         return []
-    warning = (f"the index {index} lacks {len(missing)} of the {len(gold)} supporting documents of the questions "
+    warning = (f"the index {index} lacks {len(missing)} of the {gold} supporting documents of the questions "
                f"(e.g. {missing[:3]}): those questions score 0 on them whatever the pipeline does")
     log.warning("eval: %s", warning)
     return [warning]

@@ -137,14 +137,14 @@ def _corpus_path(args: argparse.Namespace, index_dir: str) -> Path:
 def _check_gold(items: list[dict[str, Any]], records: list[dict[str, Any]], corpus: Path) -> list[str]:
     """Refuse a corpus that holds none of the questions' supporting documents (the wrong file);
     a warning when it lacks some of them (their questions cannot be answered from it)."""
-    ids = {r["id"] for r in records}
-    gold = {str(d) for it in items for d in it["supporting"]}
-    missing = sorted(gold - ids)
-    if gold and len(missing) == len(gold):
+    from searchsmith.serving.evaluate import missing_supporting
+
+    gold, missing = missing_supporting(items, {r["id"] for r in records})
+    if gold and len(missing) == gold:
         raise ConfigError(f"eval sweep: the corpus {corpus} holds none of the questions' supporting documents "
                           f"(e.g. {missing[:3]}); pass the --corpus the --data was written for")
     if missing:
-        return [f"the corpus {corpus} lacks {len(missing)} of the {len(gold)} supporting documents of the "
+        return [f"the corpus {corpus} lacks {len(missing)} of the {gold} supporting documents of the "
                 f"questions (e.g. {missing[:3]}): no value can find them"]
     return []
 
