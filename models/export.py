@@ -64,6 +64,7 @@ from searchsmith.models.io import (
 from searchsmith.models.onnx_quant import (
     INT8_DEFAULTS,
     Int8Scheme,
+    check_fp32_blocks,
     quantize_int8,
 )
 from searchsmith.models.parity import (
@@ -343,6 +344,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
     scheme = opts.int8_scheme(src.task)
     if opts.dtype == "int8":  # weight range "auto" -> s8 with VNNI, s7 without (models/int8_cpu.py)
         scheme = scheme.resolved()
+        check_fp32_blocks(opts.int8_fp32_blocks, src.model_dir)
     # read (and check) the held-out inputs before any work: a bad --parity-data file fails here
     inputs = parity_inputs(src.task, opts.thresholds.heldout_texts, scheme.calibration_inputs, opts.parity_data)
     check_bundle_out(out)  # before any work: never replace what searchsmith did not write

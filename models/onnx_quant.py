@@ -214,6 +214,33 @@ def first_blocks_matmuls(graph: Any, blocks: int) -> list[str]:
     return []
 
 
+def transformer_blocks(model_dir: Path) -> int | None:
+    """How many transformer blocks the model in ``model_dir`` has (its ``config.json``'s
+    ``num_hidden_layers``); None when the folder has no such config (the caller then cannot check)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    n = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def check_fp32_blocks(asked: int | None, model_dir: Path) -> None:
+    """Refuse ``--int8-fp32-blocks N`` that covers every block of the model: the quantiser keeps
+    no block fp32 then (every block int8), the opposite of what was asked.
+
+    Raises:
+        ConfigError: ``asked`` >= the model's block count (named, with the largest N that works).
+    """
+    blocks = transformer_blocks(model_dir) if asked else None
+    if blocks is not None and asked is not None and asked >= blocks:
+        raise ConfigError(f"export --int8-fp32-blocks {asked}: the model has {blocks} transformer block(s), and "
+                          f"keeping all of them fp32 is not an int8 export; use a value from 0 to {blocks - 1}, "
+                          "or --dtype fp32")
+
+
 def down_projections(graph: Any) -> list[Any]:
     """The weight products fed by a GELU (BERT's feed-forward down-projections), graph order."""
     producer = {out: node for node in graph.node for out in node.output}
@@ -450,9 +477,11 @@ def quantize_int8(src: Path, dst: Path, scheme: Int8Scheme,
                          reduce_range=scheme.weight_range == "s7",
                          op_types_to_quantize=list(WEIGHT_PRODUCTS), nodes_to_exclude=keep)
     return {"fused_attention": int(fused), "smoothed_products": smoothed, "fp32_products": len(keep),
+            "fp32_block_products": len(first),
             "down_projections": mode, "activations": scheme.activations, "per_token_products": per_token}
 
 
 __all__ = ["ACTIVATION_MODES", "DOWN_PROJECTION_MODES", "INT8_DEFAULTS", "WEIGHT_PRODUCTS", "Int8Scheme",
            "activation_max", "activation_range", "int8_default_text", "token_products", "weight_products",
-           "down_projections", "first_blocks_matmuls", "quantize_int8", "smooth_products"]
+           "check_fp32_blocks", "down_projections", "first_blocks_matmuls", "quantize_int8", "smooth_products",
+           "transformer_blocks"]

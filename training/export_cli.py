@@ -49,8 +49,8 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                         help="also copy the torch model into the bundle (for load_bundle(backend='torch'))")
     # every int8 default below is read from INT8_DEFAULTS / Int8Scheme, never restated by hand
     parser.add_argument("--int8-fp32-blocks", type=int, default=None, metavar="N",
-                        help="with --dtype int8: keep the first N transformer blocks in fp32 (0 quantises every "
-                             "block: faster, less agreement) (default: "
+                        help="with --dtype int8: keep the first N transformer blocks in fp32, N below the model's "
+                             "block count (0 quantises every block: faster, less agreement) (default: "
                              f"{int8_default_text('fp32_blocks')})")
     parser.add_argument("--int8-attention", choices=["fused", "unfused"], default=None,
                         help="with --dtype int8: fuse self-attention into QAttention before quantising; the "

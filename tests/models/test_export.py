@@ -43,7 +43,7 @@ def test_embedder_fp32_and_int8_pass_parity() -> None:
     m = _manifest(bundle("embed", "int8"))
     assert m["int8"]["activations"] == "token" and m["int8"]["fuse_attention"] is False
     assert m["graphs"]["model"]["int8"] == {"fused_attention": 0, "smoothed_products": 0, "fp32_products": 0,
-                                            "down_projections": "int8", "activations": "token",
+                                            "fp32_block_products": 0, "down_projections": "int8", "activations": "token",
                                             "per_token_products": 6}
 
 

@@ -245,6 +245,28 @@ def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
     capsys.readouterr()
 
 
+def test_export_refuses_fp32_blocks_covering_every_block(tmp_path, capsys) -> None:
+    """`--int8-fp32-blocks N` with N >= the model's blocks once quantised every block (the
+    quantiser keeps none when asked for all): the inverse of the request. Refused before any work."""
+    from searchsmith.models.onnx_quant import check_fp32_blocks, transformer_blocks
+    from searchsmith.serving.main import main
+
+    run = rerank_run()
+    assert transformer_blocks(run / "model") == 1  # the tiny test model
+    out = tmp_path / "rr"
+    assert main(["export", str(run), "--out", str(out), "--dtype", "int8", "--int8-fp32-blocks", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "--int8-fp32-blocks 1" in err and "1 transformer block" in err and "from 0 to 0" in err
+    assert not out.exists()
+    check_fp32_blocks(0, run / "model")  # 0 and None are always fine
+    check_fp32_blocks(None, run / "model")
+    check_fp32_blocks(5, tmp_path)  # no config.json: nothing to check against
+    (tmp_path / "config.json").write_text('{"num_hidden_layers": 6}')
+    check_fp32_blocks(5, tmp_path)
+    with pytest.raises(ConfigError, match="has 6 transformer block.*from 0 to 5"):
+        check_fp32_blocks(6, tmp_path)
+
+
 def _help_defaults(parser, flag: str) -> dict[str, str]:
     """``{task: value}`` from the ``(default: V for t1, t2; W for t3)`` of ``flag``'s help."""
     import re
