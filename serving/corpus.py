@@ -2,6 +2,10 @@
 
 ``{"id", "source", "text", "title"?, "date"?, "url"?, "images"?: [{"id","path","caption"?,"alt"?}]}``
 
+A ``date`` is ISO 8601 (``2024-03-12``, ``2024-03``, ``2024``, ``2024-03-12T10:00:00Z``) or a
+written date (``12 March 2024``); an empty one is no date
+(:func:`searchsmith.models.dates.document_date`).
+
 An image's ``alt`` (a web page's alt text) stands in for its ``caption`` when it has none:
 the pipeline places images by their text (caption-paragraph cosine) by default.
 
@@ -16,6 +20,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from searchsmith.models.dates import document_date
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import (
     RepeatedKeyError,
@@ -115,6 +120,11 @@ def _check_record(rec: Any, where: str, line: str) -> list[str]:
     for key in _OPTIONAL_STR:
         if rec.get(key) is not None and not isinstance(rec[key], str):
             errs.append(f"{where}: field {key!r} must be a string, got {type(rec[key]).__name__}")
+    date = rec.get("date")
+    if isinstance(date, str) and date.strip() and document_date(date) is None:  # was indexed, then never used
+        errs.append(f"{where}: field 'date' {date[:60]!r} is not a date searchsmith reads; write ISO 8601 "
+                    "(2024-03-12, 2024-03, 2024 or 2024-03-12T10:00:00Z) or a written date (12 March 2024, "
+                    "March 2024), or leave the field out")
     images = rec.get("images")
     if images is not None:
         if not isinstance(images, list):

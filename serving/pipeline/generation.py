@@ -56,6 +56,7 @@ from searchsmith.models.bridge import (
     unanswered_words,
 )
 from searchsmith.models.choice import Choice, choice_options, compared
+from searchsmith.models.dates import parse_dates
 from searchsmith.models.errors import ClientGone, ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import (
@@ -91,7 +92,6 @@ from searchsmith.serving.pipeline.config import (
 )
 from searchsmith.serving.pipeline.reading import lead_sentence
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
-from searchsmith.serving.pipeline.timeline import parse_dates
 
 log = logging.getLogger(__name__)
 

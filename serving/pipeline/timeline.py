@@ -19,75 +19,15 @@ sorted by date and grouped by year.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
+from searchsmith.models.dates import document_date, parse_dates
 from searchsmith.models.roles import Embedder
 from searchsmith.serving.pipeline.answer import Json
 from searchsmith.serving.pipeline.common import embed, sentences
 from searchsmith.serving.pipeline.config import Preset, TimelineConfig
 from searchsmith.serving.pipeline.state import Passage, PipelineState
-
-MONTHS = {m: i + 1 for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"])}
-MONTHS.update({m[:3]: i for m, i in list(MONTHS.items())})
-_MON = r"(Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
-
-# (pattern, how to read its groups) in priority order: longer, more precise formats first.
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"), "ymd"),
-    (re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b"), "ymd"),
-    (re.compile(r"\b(\d{1,2})\s+" + _MON + r",?\s+(\d{4})\b", re.I), "dmy"),
-    (re.compile(r"\b" + _MON + r"\s+(\d{1,2}),?\s+(\d{4})\b", re.I), "mdy"),
-    (re.compile(r"\b" + _MON + r"\s+(\d{4})\b", re.I), "my"),
-    (re.compile(r"\b(?:in|since|by|from|until|during|of)\s+(1[0-9]{3}|20[0-9]{2})\b(?![-/])", re.I), "y"),
-]
-
-
-def _month(name: str) -> int:
-    return MONTHS[name.lower().rstrip(".")[:3]]
-
-
-def parse_dates(text: str) -> list[tuple[str, str, int, int]]:
-    """Dates in ``text`` as ``(iso, precision, start, end)``, non-overlapping, in text order.
-
-    ``iso`` is ``YYYY-MM-DD``, ``YYYY-MM`` or ``YYYY``; ``precision`` is day, month or year.
-    Impossible dates (month 13, day 32) are ignored.
-    """
-    taken: list[tuple[int, int]] = []
-    found = []
-    for pattern, kind in _PATTERNS:
-        for m in pattern.finditer(text):
-            s, e = m.span()
-            if any(s < te and ts < e for ts, te in taken):
-                continue
-            g = m.groups()
-            try:
-                if kind == "ymd":
-                    y, mo, d = int(g[0]), int(g[1]), int(g[2])
-                elif kind == "dmy":
-                    d, mo, y = int(g[0]), _month(g[1]), int(g[2])
-                elif kind == "mdy":
-                    mo, d, y = _month(g[0]), int(g[1]), int(g[2])
-                elif kind == "my":
-                    mo, d, y = _month(g[0]), 0, int(g[1])
-                else:
-                    mo, d, y = 0, 0, int(g[0])
-            except (KeyError, ValueError):
-                continue
-            if not (1 <= mo <= 12 or mo == 0) or not (0 <= d <= 31) or (mo == 0 and d):
-                continue
-            if d and mo:
-                iso, prec = f"{y:04d}-{mo:02d}-{d:02d}", "day"
-            elif mo:
-                iso, prec = f"{y:04d}-{mo:02d}", "month"
-            else:
-                iso, prec = f"{y:04d}", "year"
-            taken.append((s, e))
-            found.append((iso, prec, s, e))
-    return sorted(found, key=lambda t: t[2])
 
 
 def _compatible(a: str, b: str) -> bool:
@@ -130,9 +70,9 @@ class TimelineStage:
                     out.append({"date": iso, "precision": prec, "text": sent, "sources": [p.doc_id], "passage": k})
                     found = True
             if not found and p.date and self.config.use_document_dates:
-                dates = parse_dates(p.date)
-                if dates:
-                    out.append({"date": dates[0][0], "precision": dates[0][1], "passage": k,
+                dated = document_date(p.date)
+                if dated:
+                    out.append({"date": dated[0], "precision": dated[1], "passage": k,
                                 "text": p.title or (sentences(p.text) or [p.text])[0], "sources": [p.doc_id]})
         return out
 

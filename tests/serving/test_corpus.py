@@ -45,6 +45,21 @@ def test_an_image_text_that_is_not_a_string_names_the_field(tmp_path, key) -> No
         read_corpus(p)
 
 
+def test_a_date_it_cannot_read_names_the_line_and_the_forms_it_reads(tmp_path) -> None:
+    """Such a date was indexed and then never used (no timeline event) without a word."""
+    good = ["2024-03-12", "2024-03", "2024", "2024-03-12T10:00:00Z", "12 March 2024", "", "  "]
+    p = _write(tmp_path, [json.dumps({"id": i, "source": "a", "text": "t", "date": d}) for i, d in enumerate(good)])
+    assert [r.get("date") for r in read_corpus(p)] == good  # kept as written
+    p = _write(tmp_path, [json.dumps({"id": 1, "source": "a", "text": "t", "date": "2024-03-12"}),
+                          json.dumps({"id": 2, "source": "a", "text": "t", "date": "last Tuesday"}),
+                          json.dumps({"id": 3, "source": "a", "text": "t", "date": "2024-02-30"})])
+    with pytest.raises(ValidationError) as err:
+        read_corpus(p)
+    msg = str(err.value)
+    assert "c.jsonl:2: field 'date' 'last Tuesday' is not a date" in msg and "c.jsonl:3: field 'date' '2024-02-30'" in msg
+    assert "ISO 8601" in msg and "leave the field out" in msg and "c.jsonl:1" not in msg
+
+
 def test_empty_corpus(tmp_path) -> None:
     with pytest.raises(ValidationError, match="is empty"):
         read_corpus(_write(tmp_path, [""]))

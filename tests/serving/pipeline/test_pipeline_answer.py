@@ -31,7 +31,8 @@ from searchsmith.serving.pipeline.generation import (
 )
 from searchsmith.serving.pipeline.images import ImagesStage
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
-from searchsmith.serving.pipeline.timeline import TimelineStage, parse_dates
+from searchsmith.models.dates import parse_dates
+from searchsmith.serving.pipeline.timeline import TimelineStage
 
 PASSAGES = [
     Passage("a#0", "a", "docs", "Quarry is a vector database. By default the server listens on port 7420. "
@@ -223,6 +224,22 @@ def test_timeline_merges_sorts_and_groups(embedder):
     lumen = st.timeline[2]["events"]
     assert len(lumen) == 1 and lumen[0]["sources"] == ["n1", "n2"] and lumen[0]["date"] == "2024-07-18"
     assert st.timeline[1]["events"][0]["text"] == "Dated doc"
+
+
+def test_timeline_reads_iso_document_dates_of_every_precision(embedder):
+    """A document dated "2022-01", "2021" or "2023-05-02T09:30:00Z" once gave no event: the
+    document date went through the running-text reader, which wants a day (and a word boundary
+    after it) or a preposition before a year."""
+    st = PipelineState(query="q")
+    st.passages = [
+        Passage("a", "a", "news", "Nothing dated here.", 1.0, title="Month doc", date="2022-01"),
+        Passage("b", "b", "news", "Nor here.", 0.9, title="Year doc", date="2021"),
+        Passage("c", "c", "news", "Nor in this one.", 0.8, title="Stamped doc", date="2023-05-02T09:30:00Z"),
+    ]
+    TimelineStage(embedder, TimelineConfig()).run(st, Preset())
+    got = {e["text"]: (e["date"], e["precision"]) for g in st.timeline for e in g["events"]}
+    assert got == {"Month doc": ("2022-01", "month"), "Year doc": ("2021", "year"),
+                   "Stamped doc": ("2023-05-02", "day")}
 
 
 def test_timeline_keeps_distinct_events_apart(embedder):
