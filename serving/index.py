@@ -1203,5 +1203,12 @@ class Index:
         chunks = self.store.get([r for r, _ in found])
         return [Hit(sc, r, chunks[r]) for r, sc in found if r in chunks]
 
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        """Close the chunk store (the FAISS indexes need no closing)."""
         self.store.close()

@@ -306,7 +306,14 @@ class Pipeline:
             },
         }
 
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        """Close the stages, the router and the index (their threads and the chunk store)."""
         for st in self.stages:
             if hasattr(st, "close"):
                 st.close()
