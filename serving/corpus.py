@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,58 @@ def _check_record(rec: Any, where: str, line: str) -> list[str]:
     return errs
 
 
+class _Records:
+    """What a corpus file's lines and in-memory records share once parsed: each record's
+    checks, ids made strings and unique, image paths resolved against ``base``, alt text
+    standing in for a missing caption; every problem collected (up to ``max_errors``)."""
+
+    def __init__(self, base: Path, max_errors: int, max_chars: int) -> None:
+        self.base, self.max_errors, self.max_chars = base, max_errors, max_chars
+        self.records: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.seen: dict[str, str] = {}  # id -> where it stands ("on line 3")
+        self.labels: dict[str, str] = {}
+
+    def full(self) -> bool:
+        if len(self.errors) >= self.max_errors:
+            self.errors.append("... (more errors not shown)")
+            return True
+        return False
+
+    def add(self, rec: Any, where: str, line: str, at: str) -> None:
+        """Check ``rec`` (``line``: its JSON text); ``where`` prefixes its problems, ``at`` says
+        where it stands when a later record repeats its id."""
+        problems = _check_record(rec, where, line)
+        if problems:
+            self.errors.extend(problems)
+            return
+        rec["id"] = str(rec["id"])
+        if len(rec["text"]) > self.max_chars:
+            self.errors.append(f"{where}: text of {rec['id']!r} has {len(rec['text'])} characters, the limit is "
+                               f"{self.max_chars}; split the document")
+            return
+        if rec["id"] in self.seen:
+            self.errors.append(f"{where}: duplicate id {rec['id']!r} (first {self.seen[rec['id']]}); ids must "
+                               "be unique")
+            return
+        self.seen[rec["id"]] = at
+        self.labels.setdefault(rec["source"], where)
+        for im in rec.get("images") or []:
+            im_path = Path(im["path"])
+            im["path"] = str(im_path if im_path.is_absolute() else (self.base / im_path).resolve())
+            if not (im.get("caption") or "").strip() and (im.get("alt") or "").strip():
+                im["caption"] = im["alt"]  # alt text: the image's text when it has no caption
+        self.records.append(rec)
+
+    def result(self, what: str, empty: str) -> list[dict[str, Any]]:
+        if self.errors:
+            raise ValidationError(f"{what}: {len(self.errors)} problem(s)\n  " + "\n  ".join(self.errors))
+        check_source_labels(self.labels)
+        if not self.records:
+            raise ValidationError(f"{what} is empty: {empty}")
+        return self.records
+
+
 def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_000_000) -> list[dict[str, Any]]:
     """Read and validate a corpus JSONL file.
 
@@ -157,51 +210,63 @@ def read_corpus(path: str | Path, *, max_errors: int = 20, max_chars: int = 5_00
             lone surrogate, missing fields, duplicate ids.
     """
     p = check_input_file(path, "corpus", "expected a JSONL file", error=ValidationError)
-    records: list[dict[str, Any]] = []
-    errors: list[str] = []
-    seen: dict[str, int] = {}
-    labels: dict[str, str] = {}
+    found = _Records(p.parent, max_errors, max_chars)
     lines = list(utf8_lines(p))  # the whole file decodes before any line is judged
     for lineno, line in lines:
-        if len(errors) >= max_errors:
-            errors.append("... (more errors not shown)")
-            break
         if not line.strip():
             continue
+        if found.full():
+            break
         where = f"{p}:{lineno}"
         try:
             rec = loads_unique(line)
         except json.JSONDecodeError as exc:
-            errors.append(f"{where}: not valid JSON ({json_error(exc)})")
+            found.errors.append(f"{where}: not valid JSON ({json_error(exc)})")
             continue
         except RepeatedKeyError as exc:
-            errors.append(f"{where}: {exc}")
+            found.errors.append(f"{where}: {exc}")
             continue
-        problems = _check_record(rec, where, line)
-        if problems:
-            errors.extend(problems)
-            continue
-        rec["id"] = str(rec["id"])
-        if len(rec["text"]) > max_chars:
-            errors.append(f"{where}: text of {rec['id']!r} has {len(rec['text'])} characters, the limit is {max_chars}; split the document")
-            continue
-        if rec["id"] in seen:
-            errors.append(f"{where}: duplicate id {rec['id']!r} (first on line {seen[rec['id']]}); ids must be unique")
-            continue
-        seen[rec["id"]] = lineno
-        labels.setdefault(rec["source"], where)
-        for im in rec.get("images") or []:
-            im_path = Path(im["path"])
-            im["path"] = str(im_path if im_path.is_absolute() else (p.parent / im_path).resolve())
-            if not (im.get("caption") or "").strip() and (im.get("alt") or "").strip():
-                im["caption"] = im["alt"]  # alt text: the image's text when it has no caption
-        records.append(rec)
-    if errors:
-        raise ValidationError(f"corpus {p}: {len(errors)} problem(s)\n  " + "\n  ".join(errors))
-    check_source_labels(labels)
-    if not records:
-        raise ValidationError(f"corpus {p} is empty: expected at least one JSON line with id, source and text")
-    return records
+        found.add(rec, where, line, f"on line {lineno}")
+    return found.result(f"corpus {p}", "expected at least one JSON line with id, source and text")
+
+
+def check_records(records: Iterable[Any], *, max_errors: int = 20, max_chars: int = 5_000_000,
+                  base: str | Path | None = None) -> list[dict[str, Any]]:
+    """Validate corpus records built in Python as :func:`read_corpus` validates a file's lines.
+
+    ``build_index`` and ``add_documents`` call it, so a list of dicts gets the same checks
+    (and the same messages, ``records[i]`` for ``file:line``) as a corpus file.
+
+    Args:
+        records: ``{"id", "source", "text", ...}`` dicts.
+        base: the folder relative image paths are resolved against (None: the current one).
+
+    Returns:
+        Copies of the records (the caller's dicts are left as they are), as :func:`read_corpus`
+        returns them.
+
+    Raises:
+        ValidationError: ``records`` is not a list of dicts, or :func:`read_corpus`'s record
+            problems, each named ``records[i]``.
+    """
+    if isinstance(records, (str, bytes, Path, dict)) or not isinstance(records, Iterable):
+        raise ValidationError(f"records: expected a list of {{id, source, text}} dicts, got {type(records).__name__}"
+                              "; read a corpus file with searchsmith.serving.corpus.read_corpus(PATH)")
+    found = _Records(Path(base) if base is not None else Path.cwd(), max_errors, max_chars)
+    for i, rec in enumerate(records):
+        if found.full():
+            break
+        if isinstance(rec, dict):
+            rec = {**rec, **({"images": [dict(im) if isinstance(im, dict) else im for im in rec["images"]]}
+                             if isinstance(rec.get("images"), list) else {})}
+            try:
+                line = json.dumps(rec, ensure_ascii=True)  # a lone surrogate shows as its escape
+            except (TypeError, ValueError):
+                line = ""  # a value JSON cannot hold: the field checks name it
+        else:
+            line = ""
+        found.add(rec, f"records[{i}]", line, f"at records[{i}]")
+    return found.result("records", "expected at least one {id, source, text} dict")
 
 
 def corpus_files(spec: str) -> list[Path]:

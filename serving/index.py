@@ -67,7 +67,7 @@ from searchsmith.models.io import (
 )
 from searchsmith.models.text import QUERY_STOP_WORDS
 from searchsmith.serving.chunker import DEFAULT_CHUNK_TOKENS, Chunk, Chunker, ChunkerConfig
-from searchsmith.serving.corpus import source_key
+from searchsmith.serving.corpus import check_records, source_key
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
 from searchsmith.serving.index_parts import BuildParts, job_key
 
@@ -781,11 +781,17 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
             tokenizer) and names the model in the manifest, and must be the same model.
 
     A second build or ``--add`` into the same ``out_dir`` meanwhile is refused
-    (:func:`~searchsmith.models.io.exclusive`).
+    (:func:`~searchsmith.models.io.exclusive`). ``records`` get the corpus file's checks first
+    (:func:`~searchsmith.serving.corpus.check_records`: a list built in Python is named
+    ``records[i]`` in the errors), before any model loads.
 
     Returns:
         The manifest written.
+
+    Raises:
+        ValidationError: a bad record (every problem named), or ``out_dir`` is not ours to write.
     """
+    records = check_records(records)
     with exclusive(Path(out_dir), "index"):
         return _build_index(records, out_dir, config, embedder, overwrite=overwrite, report=report,
                             show_progress=show_progress, embed=embed)
@@ -797,8 +803,6 @@ def _build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config:
                  embed: EmbedJob | None = None) -> dict[str, Any]:
     """The body of :func:`build_index`, under its lock."""
     cfg = config or IndexConfig()
-    if not records:
-        raise ValidationError("index: the corpus is empty; nothing to index")
     if len(records) > cfg.max_documents:
         raise ValidationError(f"index: {len(records)} documents, the limit is {cfg.max_documents} (index.max_documents)")
     out = Path(out_dir)
@@ -844,8 +848,10 @@ def add_documents(index_dir: str | Path, records: Sequence[dict[str, Any]],
     """Add documents to an existing index without rebuilding it (atomically).
 
     New chunks are embedded and appended to their sources' FAISS indexes (a new source gets
-    a new index); the centroids of the touched sources are recomputed.
+    a new index); the centroids of the touched sources are recomputed. ``records`` are checked
+    as :func:`build_index` checks them.
     """
+    records = check_records(records)
     index_dir = Path(index_dir)
     with exclusive(index_dir, "index --add"):
         return _add_documents(index_dir, records, embedder, report=report, show_progress=show_progress)

@@ -6,6 +6,7 @@ import pytest
 from searchsmith.models.errors import ValidationError
 from searchsmith.serving.corpus import (
     MAX_SOURCE_CHARS,
+    check_records,
     read_corpus,
     source_key,
     source_label_problem,
@@ -162,3 +163,28 @@ def test_a_text_of_control_or_zero_width_characters_alone_is_empty(tmp_path) -> 
     with pytest.raises(ValidationError) as err:
         read_corpus(p)
     assert "c.jsonl:1: field 'text' is empty" in str(err.value) and "c.jsonl:2: field 'text' is empty" in str(err.value)
+
+
+def test_records_built_in_python_get_the_file_checks_named_by_position(tmp_path) -> None:
+    """build_index(list of dicts) once raised KeyError 'text', TypeError, or sqlite's
+    IntegrityError for a repeated id, and took a date it could not read."""
+    with pytest.raises(ValidationError) as err:
+        check_records([{"id": "a", "source": "s"}, {"id": "b", "source": "s", "text": 5},
+                       {"id": "c", "source": "s", "text": "t", "date": "soon"}, {"id": "d", "source": "s", "text": "t"},
+                       {"id": "d", "source": "s", "text": "u"}, "not a dict", {"id": "e", "source": "s", "text": "\ud800"}])
+    msg = str(err.value)
+    for part in ("records[0]: missing required field 'text'", "records[1]: field 'text' must be a string, got int",
+                 "records[2]: field 'date' 'soon' is not a date", "records[4]: duplicate id 'd' (first at records[3])",
+                 "records[5]: expected a JSON object, got str", "records[6]: ", "surrogate"):
+        assert part in msg
+    for bad in ("corpus.jsonl", {"id": "a"}, tmp_path, 5):
+        with pytest.raises(ValidationError, match="records: expected a list of"):
+            check_records(bad)
+    with pytest.raises(ValidationError, match="records is empty"):
+        check_records([])
+    mine = [{"id": 7, "source": "s", "text": "t 😀", "images": [{"id": "i", "path": "x.png", "alt": "A chart"}]}]
+    got = check_records(mine, base=tmp_path)
+    assert got[0]["id"] == "7" and got[0]["images"][0] == {"id": "i", "path": str(tmp_path.resolve() / "x.png"),
+                                                           "alt": "A chart", "caption": "A chart"}
+    assert mine[0]["id"] == 7 and mine[0]["images"][0] == {"id": "i", "path": "x.png", "alt": "A chart"}  # untouched
+    assert check_records(got) == got  # what read_corpus / check_records return passes again unchanged
