@@ -262,9 +262,20 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def check_overrides(overrides: Iterable[str]) -> None:
+    """Refuse a bare string for a list of overrides: iterated, it would be read a character at
+    a time (``override 'r': expected KEY=VALUE``)."""
+    if isinstance(overrides, (str, bytes)):
+        raise ConfigError(f"overrides: expected a list of KEY=VALUE strings, got the string {overrides!r:.80}; "
+                          f"wrap it in a list: [{overrides!r:.80}]")
+
+
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, in place."""
+    check_overrides(overrides)
     for item in overrides:
+        if not isinstance(item, str):
+            raise ConfigError(f"override {item!r:.80}: expected a KEY=VALUE string, got {type(item).__name__}")
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. optim.lr=3.0e-5")
         key, raw = item.split("=", 1)
@@ -426,11 +437,12 @@ def load_config(cls: type[T], path: str | Path | None = None,
     from the default mapping (``presets.large.rerank=false`` keeps the other presets).
     """
     raw: dict[str, Any] = dict(read_yaml(path)) if path is not None else dict(data or {})
+    check_overrides(overrides)
     overrides = list(overrides)
     _seed_from_defaults(cls, raw, overrides)
     apply_overrides(raw, overrides)
     return from_dict(cls, raw, source=str(path) if path is not None else cls.__name__)
 
 
-__all__ = ["apply_overrides", "check_count", "check_number", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "shown", "to_dict"]
+__all__ = ["apply_overrides", "check_count", "check_overrides", "check_number", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "shown", "to_dict"]
 

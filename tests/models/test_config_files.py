@@ -147,3 +147,14 @@ def test_a_partial_section_keeps_the_settings_its_default_is_built_with():
     cfg = from_dict(_Server, {"calls": {"wait": 5.0}, "batch": {"wait": 1.0}})
     assert cfg.calls == _Queue(size=1, wait=5.0) and cfg.batch == _Queue(size=32, wait=1.0)
     assert from_dict(_Server, {}).calls == _Queue(size=1, wait=0.0)
+
+
+def test_a_bare_string_of_overrides_is_refused_not_read_a_character_at_a_time() -> None:
+    from searchsmith.models.config import apply_overrides
+    from searchsmith.serving.pipeline.config import load_pipeline_config
+
+    with pytest.raises(ConfigError, match=r"overrides: expected a list of KEY=VALUE strings.*wrap it in a list"):
+        load_pipeline_config(overrides="retrieval.keep_ratio=0.5")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="expected a KEY=VALUE string, got int"):
+        apply_overrides({}, [3])  # type: ignore[list-item]
+    assert load_pipeline_config(overrides=["retrieval.keep_ratio=0.5"]).retrieval.keep_ratio == 0.5
