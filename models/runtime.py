@@ -867,6 +867,10 @@ def read_manifest(path: Path) -> Manifest:
             f"bundle: {str(path)!r} has format_version {version} (written by searchsmith "
             f"{manifest.get('searchsmith_version', '?')}); this searchsmith {__version__} reads up to "
             f"{FORMAT_VERSION}. Upgrade searchsmith (pip install -U searchsmith) or re-export with this version")
+    if "task" not in manifest and isinstance(manifest.get("format"), str):  # another searchsmith folder's manifest
+        raise BundleError(f"bundle: {str(path)!r} is not a model bundle: its {MANIFEST} says format "
+                          f"{manifest['format']!r} (an index folder: pass it as --index, or Index.load in Python); "
+                          "bundles come from searchsmith export RUN_DIR --out DIR")
     for key in ("task", "graphs", "files", "max_length", "trained"):
         if key not in manifest:
             raise BundleError(f"bundle: {mpath} has no {key!r}; re-export the bundle")

@@ -240,6 +240,15 @@ def test_missing_manifest_is_refused(tmp_path) -> None:
         load_bundle(tmp_path)
 
 
+def test_an_index_folder_given_as_a_bundle_says_so(tmp_path) -> None:
+    """It once said the manifest "has no 'task'; re-export the bundle"."""
+    import json
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "searchsmith-index", "format_version": 1}))
+    with pytest.raises(BundleError, match="not a model bundle.*format 'searchsmith-index'.*pass it as --index"):
+        load_bundle(tmp_path)
+
+
 def test_untrained_bundle_is_refused_unless_allowed(tmp_path) -> None:
     from searchsmith.models.export import ExportOptions, export_run
 
