@@ -41,21 +41,19 @@ def parse_history(history: Any, *, max_turns: int = HISTORY_MAX_TURNS, max_chars
                   field: str = "history", cuts: list[str] | None = None) -> list[Turn]:
     """Validate a history list of ``{"role", "content"}`` objects (chat messages) into turns:
     the last ``max_turns``, each cut to ``max_chars`` characters; ``cuts`` (when given) gets a
-    line saying what was left out, for the answer's trace."""
+    line saying what was left out, for the answer's trace. Every turn is checked, the ones
+    left out too: a malformed turn is an error wherever it stands."""
     if history is None:
         return []
     if not isinstance(history, (list, tuple)):
         raise ValidationError(f"{field}: expected a list of {{role, content}} objects, got {type(history).__name__}")
     first = max(0, len(history) - max_turns)  # errors name the turn's place in what was sent
-    if first and cuts is not None:
-        cuts.append(f"history: its first {first} of {len(history)} turns were left out (the last {max_turns} "
-                    "are read)")
-    history = list(history)[first:]
     out = []
     long = 0
-    for i, t in enumerate(history, first):
+    for i, t in enumerate(history):
         if isinstance(t, Turn):
-            out.append(t)
+            if i >= first:
+                out.append(t)
             continue
         if not isinstance(t, dict) or "content" not in t:
             raise ValidationError(f"{field}[{i}]: expected an object with 'role' and 'content', got {t!r:.80}")
@@ -64,8 +62,12 @@ def parse_history(history: Any, *, max_turns: int = HISTORY_MAX_TURNS, max_chars
             raise ValidationError(f"{field}[{i}].role: expected one of {list(ROLES)}, got {role!r}")
         if not isinstance(t["content"], str):
             raise ValidationError(f"{field}[{i}].content: expected a string, got {type(t['content']).__name__}")
-        long += len(t["content"]) > max_chars
-        out.append(Turn(role, t["content"][:max_chars]))
+        if i >= first:
+            long += len(t["content"]) > max_chars
+            out.append(Turn(role, t["content"][:max_chars]))
+    if first and cuts is not None:
+        cuts.append(f"history: its first {first} of {len(history)} turns were left out (the last {max_turns} "
+                    "are read)")
     if long and cuts is not None:
         cuts.append(f"history: {long} turn(s) cut to their first {max_chars} characters")
     return out

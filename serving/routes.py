@@ -296,8 +296,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             raise state.unavailable("/v1/decompose", "no decomposer is loaded", "add bundles.decomposer to "
                                     "serve.yaml and restart")
         query = check_text(req.query, "query", config)
-        turns = parse_history(req.history)  # validates (422 naming the turn)
-        history = req.history or []
+        turns = parse_history(req.history)  # validates (422 naming the turn), the last turns each cut
+        # what the pipeline's rewrite reads: the validated, cut turns, not the history as sent
+        history = [{"role": t.role, "content": t.content} for t in turns]
 
         def work() -> tuple[str, Any]:
             rewrite = bundle.rewrite(history, query) if turns else query

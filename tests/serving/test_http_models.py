@@ -365,6 +365,34 @@ def test_decompose_bad_history_is_422(client) -> None:
     assert "history[0].role" in msg
 
 
+def test_a_bad_turn_before_the_last_fifty_is_422_not_dropped(client) -> None:
+    """parse_history cut the list to its last 50 turns before checking them: a malformed early
+    turn in a long history was accepted (200) where a short history got 422."""
+    from searchsmith.serving.rewrite import HISTORY_MAX_TURNS
+
+    fine = [{"role": "user", "content": "Tell me about Saturn"}] * HISTORY_MAX_TURNS
+    for bad, where in (({"role": "user", "content": 5}, "history[0].content"),
+                       ({"role": "bot", "content": "x"}, "history[0].role"), ({"bad": 1}, "history[0]")):
+        msg = _error(client.post("/v1/decompose", json={"query": "and its rings?", "history": [bad, *fine]}),
+                     422, "validation_error")
+        assert where in msg
+
+
+def test_decompose_rewrites_with_the_history_cut_as_the_pipeline_reads_it() -> None:
+    """/v1/decompose passed the history as sent to the model (a 3.9 M-character turn took 4.4 s);
+    it now gets the validated turns, each cut to HISTORY_MAX_CHARS."""
+    from searchsmith.serving.rewrite import HISTORY_MAX_CHARS
+
+    bundle = FakeDecomposer()
+    seen = []
+    real = bundle.rewrite
+    bundle.rewrite = lambda history, query: (seen.append(history), real(history, query))[1]
+    turns = [{"role": "user", "content": "x" * (HISTORY_MAX_CHARS + 10)}, {"role": "assistant", "content": "ok"}]
+    with TestClient(create_app(ServerLimits(), decomposer=bundle)) as c:
+        assert c.post("/v1/decompose", json={"query": "and its rings?", "history": turns}).status_code == 200
+    assert seen == [[{"role": "user", "content": "x" * HISTORY_MAX_CHARS}, {"role": "assistant", "content": "ok"}]]
+
+
 def test_decompose_without_bundle_is_404() -> None:
     with TestClient(create_app(ServerLimits(), reranker=FakeReranker())) as c:
         assert "bundles.decomposer" in _error(c.post("/v1/decompose", json={"query": "q"}), 404, "not_served")
