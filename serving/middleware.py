@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.message
 import time
 from collections.abc import Callable
 from typing import Any
@@ -242,6 +243,16 @@ def _compressed(request: Request) -> ValidationError | None:
         "uncompressed (server.max_body_bytes bounds its size)"), "body", "content_encoding")
 
 
+def reads_as_json(content_type: str) -> bool:
+    """Whether FastAPI reads a body sent with ``content_type`` as JSON: ``application/json`` or
+    ``application/*+json``, parameters aside (``text/json`` and ``application/jsonx`` are not)."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return bool(content_type) and message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json"))
+
+
 async def on_error(request: Request, exc: Exception) -> JSONResponse:
     """The answer to any exception of a request (the app's exception handlers and routes)."""
     if isinstance(exc, StarletteHTTPException) and exc.status_code == 400:
@@ -253,7 +264,7 @@ async def on_error(request: Request, exc: Exception) -> JSONResponse:
         # a JSON body sent as text/plain or a form is not parsed: "body: Input should be a
         # valid dictionary" does not say why
         sent_as = request.headers.get("content-type", "")
-        if "json" not in sent_as.lower() and any(e.get("loc") == ("body",) for e in exc.errors()) \
+        if not reads_as_json(sent_as) and any(e.get("loc") == ("body",) for e in exc.errors()) \
                 and (await request.body()).strip():
             how = f"as Content-Type {sent_as!r}" if sent_as else "without a Content-Type"
             exc = with_param(ValidationError(
@@ -295,7 +306,7 @@ async def parse_json_once(request: Request) -> None:
     """
     if request.method not in ("POST", "PUT", "PATCH"):
         return
-    if "json" not in request.headers.get("content-type", "").lower():
+    if not reads_as_json(request.headers.get("content-type", "")):
         return  # FastAPI does not read it as JSON either (on_error says so)
     body = await request.body()
     if not body:
