@@ -805,18 +805,27 @@ class ImagesBundle(Bundle):
         vecs = self._run_text("text", self._encode_text(texts), len(texts)) if texts else np.zeros((0, dim), np.float32)
         return self._meta(vecs.reshape(len(texts), dim), return_meta, texts)
 
-    def preprocess(self, images: Sequence[PILImage]) -> np.ndarray:
-        """PIL images -> (m, 3, H, W) float32: RGB, resized, scaled to [0, 1], normalised."""
+    def fit_image(self, image: PILImage) -> PILImage:
+        """``image`` as the model reads it: RGB, resized to its input size (what :meth:`preprocess`
+        does first; a fitted image passes through it unchanged). A server keeps these, not the
+        full-size images it decoded."""
         from PIL import Image
 
         pre = self.manifest["preprocess"]
         size = int(pre["image_size"])
+        resample = getattr(Image.Resampling, pre.get("resample", "BILINEAR"))
+        rgb = image.convert("RGB")
+        return rgb if rgb.size == (size, size) else rgb.resize((size, size), resample)
+
+    def preprocess(self, images: Sequence[PILImage]) -> np.ndarray:
+        """PIL images -> (m, 3, H, W) float32: RGB, resized, scaled to [0, 1], normalised."""
+        pre = self.manifest["preprocess"]
+        size = int(pre["image_size"])
         mean = np.asarray(pre["mean"], dtype=np.float32).reshape(3, 1, 1)
         std = np.asarray(pre["std"], dtype=np.float32).reshape(3, 1, 1)
-        resample = getattr(Image.Resampling, pre.get("resample", "BILINEAR"))
         out = np.zeros((len(images), 3, size, size), dtype=np.float32)
         for i, im in enumerate(images):
-            arr = np.asarray(im.convert("RGB").resize((size, size), resample), dtype=np.float32) / 255.0
+            arr = np.asarray(self.fit_image(im), dtype=np.float32) / 255.0
             out[i] = (arr.transpose(2, 0, 1) - mean) / std
         return out
 

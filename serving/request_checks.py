@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.errors import EmptyInputError, PayloadTooLargeError, ValidationError
@@ -73,8 +74,16 @@ def tokenize_inputs(embedder: Embedder | BundleEmbedder, texts: list[str], confi
                 )
     return ids, [len(x) for x in ids]
 
-def decode_image(data: str, where: str, config: ServerLimits) -> Any:
+def decode_image(data: str, where: str, config: ServerLimits, *, fit: Callable[[Any], Any] | None = None,
+                 keep: bool = True) -> Any:
     """A base64 image -> RGB PIL image, within the byte and pixel limits.
+
+    Args:
+        fit: the image as the model reads it (``ImagesBundle.fit_image``: its input size), made
+            from the decoded one at once: a request holds its images at that size, not decoded
+            in full (32 images of 4096 x 4096 are 1.6 GB of RGB).
+        keep: False decodes the image (a corrupt file is still refused) and returns None: for a
+            server with no model that reads pixels.
 
     Raises:
         ValidationError: not base64, or not an image PIL reads (422).
@@ -109,7 +118,10 @@ def decode_image(data: str, where: str, config: ServerLimits) -> Any:
         if w * h > config.max_image_pixels:
             raise PayloadTooLargeError(f"{where}: {w}x{h} pixels, the limit is {config.max_image_pixels} "
                                        "(server.max_image_pixels); send a smaller image")
-        return img.convert("RGB")
+        img.load()  # decodes: a truncated or corrupt file is found here
+        if not keep:
+            return None
+        return fit(img) if fit is not None else img.convert("RGB")
     except Image.DecompressionBombError:
         raise PayloadTooLargeError(f"{where}: the image is too large to decode (server.max_image_pixels)") from None
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:

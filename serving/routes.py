@@ -381,20 +381,23 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         # the query is optional: blank is absent, as "" always was
         query = check_text(req.query, "query", config) if req.query and req.query.strip() else None
 
-        def decode_all() -> list[Any]:
-            return [decode_image(im.data, f"images[{i}].data", config) if im.data else None
-                    for i, im in enumerate(req.images)]
-
-        pixels = await asyncio.to_thread(decode_all)
         bundle, encode = state.images, _text_encoder(state)
         if (bundle is None and encode is None) or state.shutting_down:
             raise state.unavailable("/v1/images/place", "no images bundle and no embedder are loaded",
                                     "add bundles.images or bundles.embedder to serve.yaml and restart")
         cfg = state.thresholds().images
         threshold = cfg.threshold if req.threshold is None else req.threshold
-        scores, where, method = await _call(state, "images", lambda: place_images(
-            paragraphs, captions, pixels, config=cfg, query=query, bundle=bundle, encode=encode,
-            threshold=threshold), "/v1/images/place")
+        # each image is decoded and made the model's input size at once, in the model's bounded
+        # queue (429 when full): decoded in full, concurrent requests held gigabytes of pixels
+        fit = getattr(bundle, "fit_image", None)
+
+        def work() -> tuple[np.ndarray, list[int | None], str]:
+            pixels = [decode_image(im.data, f"images[{i}].data", config, fit=fit, keep=bundle is not None)
+                      if im.data else None for i, im in enumerate(req.images)]
+            return place_images(paragraphs, captions, pixels, config=cfg, query=query, bundle=bundle,
+                                encode=encode, threshold=threshold)
+
+        scores, where, method = await _call(state, "images", work, "/v1/images/place")
         placements, unplaced = [], []
         for i, (im, p) in enumerate(zip(req.images, where, strict=True)):
             if p is None:

@@ -126,6 +126,11 @@ def test_images_round_trip_matches_the_torch_model() -> None:
     np.testing.assert_allclose(b.encode_images(images), ref.encode_images(images), atol=1e-4)
     with pytest.raises(ValidationError, match="item 1 is str, expected a PIL.Image.Image"):
         b.encode_images([images[0], "cat.png"])
+    # what a server keeps of a decoded image: the model's input, read exactly as the full image
+    size = int(b.manifest["preprocess"]["image_size"])
+    fitted = [b.fit_image(im) for im in images]
+    assert all(f.size == (size, size) and f.mode == "RGB" for f in fitted) and images[0].size != (size, size)
+    np.testing.assert_array_equal(b.preprocess(fitted), b.preprocess(images))
 
 
 def test_decompose_and_rewrite_match_the_torch_decomposer() -> None:

@@ -507,6 +507,35 @@ def test_images_fallback_uses_captions(embedder) -> None:
         "no caption, and no images bundle to read its pixels (add bundles.images to serve.yaml, or send a caption)")}]
 
 
+def test_images_are_kept_at_the_models_input_size_and_checked_without_a_bundle(embedder) -> None:
+    """/v1/images/place held every image decoded in full (32 of 4096 x 4096: 1.6 GB a request,
+    12 GB for four at once, never given back): each is now fitted to the model's input as it
+    is decoded, in the model's queue; without a model that reads pixels none is kept, and a
+    corrupt one is still refused."""
+    class Fitting(FakeImages):
+        def __init__(self) -> None:
+            self.sizes: list[tuple[int, int]] = []
+
+        def fit_image(self, image):
+            return image.convert("RGB").resize((4, 4))
+
+        def encode_images(self, images):
+            self.sizes += [im.size for im in images]
+            return super().encode_images(images)
+
+    bundle = Fitting()
+    with TestClient(create_app(ServerLimits(), images=bundle)) as c:
+        body = c.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+            {"id": "red", "data": png((255, 0, 0), size=(300, 200))}]}).json()
+    assert body["placements"][0]["id"] == "red" and bundle.sizes == [(4, 4)]
+    raw = base64.b64decode(png((255, 0, 0), size=(300, 200)))
+    truncated = base64.b64encode(raw[: len(raw) // 2]).decode()
+    with TestClient(create_app(ServerLimits(), embedder=embedder)) as c:
+        msg = _error(c.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+            {"id": "x", "data": truncated, "caption": "a cat"}]}), 422, "validation_error")
+    assert msg.startswith("images[0].data: not an image")
+
+
 def test_image_path_field_is_422(client) -> None:
     msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "path": "/etc/passwd"}]}), 422, "validation_error")
