@@ -68,10 +68,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastapi import Depends, FastAPI, Security
+from fastapi import Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from searchsmith.models.errors import (
     ConfigError,
     NotReadyError,
@@ -86,6 +87,7 @@ from searchsmith.serving.middleware import (
     BodyLimit,
     HeadAsGet,
     HeaderLimit,
+    KeyCheck,
     RequestMetrics,
     on_error,
 )
@@ -221,16 +223,27 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     # has an "Authorize" button; the check and its 401 stay here.
     bearer = Security(HTTPBearer(auto_error=False, description="a key from server.api_keys (when set)"))
 
-    def check_auth(credentials: HTTPAuthorizationCredentials | None = bearer) -> None:
+    def check_key(token: bytes) -> None:
         if not keys:
             return
-        token = credentials.credentials.strip().encode() if credentials is not None else b""
         # compare_digest against every key: the time taken does not reveal a matching prefix.
         if not token or not any(hmac.compare_digest(token, k) for k in keys):
             raise UnauthorizedError(
                 "Authorization: missing or wrong API key; send 'Authorization: Bearer <key>' "
                 "with a key from server.api_keys"
             )
+
+    def check_auth(credentials: HTTPAuthorizationCredentials | None = bearer) -> None:
+        check_key(credentials.credentials.strip().encode() if credentials is not None else b"")
+
+    def check_request_key(request: Request) -> None:
+        """``check_auth`` read from the header as HTTPBearer reads it, before anything reads the
+        body: a client without a key learns nothing of what its body holds (parse errors were
+        answered 422 before the 401)."""
+        scheme, param = get_authorization_scheme_param(request.headers.get("authorization"))
+        check_key(param.strip().encode() if scheme.lower() == "bearer" and param else b"")
+
+    app.state.auth = KeyCheck(check_auth, check_request_key)
 
     app.add_middleware(RequestMetrics, metrics=state.metrics)
 

@@ -9,7 +9,7 @@ import contextlib
 import email.message
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -273,6 +273,15 @@ async def on_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc)
 
 
+class KeyCheck(NamedTuple):
+    """The server's API-key check: ``dependency`` is the one routes declare
+    (``dependencies=[Depends(dependency)]``); ``before_body`` runs the same check on the raw
+    request, which :class:`AnswerErrors` does first for those routes."""
+
+    dependency: Callable[..., None]
+    before_body: Callable[[Request], None]
+
+
 class AnswerErrors(APIRoute):
     """A route that answers its own errors, unexpected ones included.
 
@@ -284,8 +293,13 @@ class AnswerErrors(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Any]:
         handler = super().get_route_handler()
 
+        keyed = [d.dependency for d in self.dependencies]
+
         async def answer(request: Request) -> Response:
             try:
+                check = getattr(request.app.state, "auth", None)
+                if isinstance(check, KeyCheck) and check.dependency in keyed:
+                    check.before_body(request)  # 401 before the body is read
                 await parse_json_once(request)
                 return await handler(request)
             except Exception as exc:

@@ -207,6 +207,15 @@ def test_auth(embedder) -> None:
         _error(wrong, 401, "unauthorized")
         ok = c.post("/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and len(ok.json()["data"][0]["embedding"]) == 384
+        assert c.post("/v1/embeddings", json={"input": "a"},
+                      headers={"Authorization": "bearer  s3cret "}).status_code == 200  # as HTTPBearer reads it
+        # without a key nothing is said of the body: its parse errors came back 422 before the 401
+        json_type = {"content-type": "application/json"}
+        for body in (b'{"input":', b'{"input": "a", "input": "b"}', b"[" * 5000 + b"]" * 5000, b'{"bogus": 1}'):
+            for auth in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic czNjcmV0"}):
+                _error(c.post("/v1/embeddings", content=body, headers={**json_type, **auth}), 401, "unauthorized")
+        assert "repeated_key" in c.post("/v1/embeddings", content=b'{"input": "a", "input": "b"}', headers={
+            **json_type, "Authorization": "Bearer s3cret"}).text  # with the key, the body's own answer
 
 
 def test_overload_is_429_with_retry_after(embedder) -> None:
