@@ -360,6 +360,9 @@ class _Counters:
     tokens: int = 0
     padded_tokens: int = 0
     busy_s: float = 0.0
+    # the fastest a batch has run, per item and per token: a lower bound on the queue's drain
+    best_item_s: float = math.inf
+    best_token_s: float = math.inf
     in_flight: int = 0
     last_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=_LAST_BATCHES))
 
@@ -500,11 +503,35 @@ class DynamicBatcher(Generic[T, R]):
                         f"{retry_after_s:.2f} s, or raise max_queue / add workers or replicas",
                         retry_after_s=retry_after_s,
                     )
+                least_s = self._least_wait_s(length)
+                if least_s > self.config.timeout_s:
+                    # it would wait past timeout_s and fail with 504 after all that time: say so now
+                    self._counters.items_rejected += 1
+                    retry_after_s = self._retry_after_s()
+                    raise OverloadedError(
+                        f"batcher[{self.name}]: the {len(self._queue)} items queued take at least "
+                        f"{least_s:.1f} s to run at the fastest this model has run, past the "
+                        f"{self.config.timeout_s} s an item may wait (timeout_s); retry after "
+                        f"{retry_after_s:.2f} s, or add workers or replicas",
+                        retry_after_s=retry_after_s,
+                    )
                 self._queue.push(item, length, future, now)
                 self._cond.notify()
         finally:
             self._fail_expired(expired)
         return future
+
+    def _least_wait_s(self, length: int) -> float:
+        """The least time (lock held) before an item of ``length`` tokens submitted now has run:
+        the queue ahead of it and itself, at the fastest per item and per token any batch has
+        run (0 before any has). A lower bound: an item it says will time out surely would."""
+        c = self._counters
+        if not math.isfinite(c.best_item_s):
+            return 0.0
+        least = (len(self._queue) + 1) * c.best_item_s
+        if math.isfinite(c.best_token_s):
+            least = max(least, (self._queue.tokens + length) * c.best_token_s)
+        return least / self.config.workers
 
     def _retry_after_s(self) -> float:
         """Seconds until the queue has drained (lock held): the measured time per item and per
@@ -633,6 +660,10 @@ class DynamicBatcher(Generic[T, R]):
             c.tokens += tokens
             c.padded_tokens += padded
             c.busy_s += seconds
+            if error is None:
+                c.best_item_s = min(c.best_item_s, seconds / size)
+                if tokens:
+                    c.best_token_s = min(c.best_token_s, seconds / tokens)
             c.last_batch_sizes.append(size)
         for i, entry in enumerate(batch):
             if error is None:

@@ -303,6 +303,37 @@ def test_retry_after_counts_the_queued_tokens_not_only_the_items() -> None:
         assert b._queue.tokens == 0
 
 
+def test_an_item_that_would_surely_time_out_is_refused_at_once() -> None:
+    """A flood of /v1/search calls was accepted up to max_queue (64 pipeline calls of about a
+    second), and a quarter of them failed with 504 after waiting the whole 30 s."""
+    runner = FakeRunner()
+    with make(runner, start=False, max_batch_size=1, max_queue=100, timeout_s=2.5) as b:
+        held = hold(b, runner)
+        c = b._counters
+        assert b._least_wait_s(1) == 0.0  # nothing measured yet: nothing refused on a guess
+        c.best_item_s, c.best_token_s = 1.0, 0.01  # the fastest batch ran 1 s per item
+        queued = [b.submit(n, length=1) for n in "ab"]  # 2 s of work at the fastest
+        with pytest.raises(OverloadedError, match=r"take at least 3\.0 s .* past the 2\.5 s an item may wait "
+                                                  r"\(timeout_s\)") as info:
+            b.submit("c", length=1)
+        assert 0 < info.value.retry_after_s <= 2.5 and b.stats()["items_rejected"] == 1
+        c.best_item_s = 0.1  # per token it is still too long: 3 items of 100 tokens at 0.01 s a token
+        with pytest.raises(OverloadedError, match="take at least 3.0 s"):
+            b.submit("c", length=298)
+        runner.release.set()
+        results(held)
+        assert results(queued) == ["aa", "bb"]
+    assert "c" not in [x for batch in runner.batches for x in batch]
+
+
+def test_the_fastest_batch_is_what_admission_counts() -> None:
+    runner = FakeRunner()
+    with make(runner, max_batch_size=4) as b:
+        assert results([b.submit(n, length=2) for n in "abcd"]) == ["aa", "bb", "cc", "dd"]
+        c = b._counters
+        assert 0 < c.best_item_s < math.inf and 0 < c.best_token_s <= c.best_item_s
+
+
 def test_cancelled_items_free_their_place_in_the_queue() -> None:
     runner = FakeRunner()
     with make(runner, start=False, max_batch_size=2, max_queue=2) as b:
