@@ -207,8 +207,9 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
         await asyncio.to_thread(state.close)
 
     # /docs is served from the package (serving/static), never from a CDN: it works offline.
+    # redirect_slashes off: "POST /v1/embeddings/" got a 307 with an empty body, not an error body
     app = FastAPI(title="searchsmith", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description=API_DESCRIPTION)
+                  description=API_DESCRIPTION, redirect_slashes=False)
     app.state.serving = state
     app.router.route_class = AnswerErrors  # before any route is added
     _add_docs(app)

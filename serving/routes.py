@@ -409,7 +409,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                 unplaced.append(row)
             else:
                 row = {"id": im.id, "paragraph": int(p), "score": round(float(scores[p, i]), 6)}
-                if im.url:
+                if im.url is not None:  # echoed as sent ("" too)
                     row["url"] = im.url
                 placements.append(row)
         placements.sort(key=lambda r: r["paragraph"])

@@ -266,8 +266,9 @@ class SearchRequest(RequestBody):
     routing_mode: Literal["serial", "parallel", "auto"] | None = None
     query_id: str | None = Field(
         default=None, min_length=1, max_length=128,
-        description="the id /v1/feedback rewards this answer by (a fresh one when left out); one "
-                    "still waiting for its feedback is refused (422), as a second answer would take it over")
+        description="the id /v1/feedback rewards this answer by (a fresh one when left out); with the "
+                    "protocol router on, one still waiting for its feedback is refused (422), as a second "
+                    "answer would take it over")
     stream: bool = False
 
 

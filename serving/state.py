@@ -260,5 +260,5 @@ def check_dimensions(requested: int | None, embedder: Embedder | BundleEmbedder)
            "it was not trained for shorter vectors (no matryoshka_dims in its bundle manifest), and a "
            "truncated vector of such a model loses accuracy")
     raise with_param(ValidationError(
-        f"dimensions: {requested} is not served by this model; its dimension is {int(embedder.dim)} and {why}; "
+        f"dimensions: {str(requested)[:20] + '...' if len(str(requested)) > 20 else requested} is not served by this model; its dimension is {int(embedder.dim)} and {why}; "
         f"send dimensions={int(embedder.dim)} or omit it"), "dimensions", "invalid_dimensions")

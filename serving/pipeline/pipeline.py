@@ -210,8 +210,9 @@ class Pipeline:
         query, turns = self._check(query, history, cuts)
         for name, value in (("query_id", query_id), ("preset", preset), ("strategy", strategy),
                             ("routing_mode", routing_mode)):
-            if value is not None and not (isinstance(value, str) and value.strip()):
-                raise ValidationError(f"{name}: expected a non-empty string or None, got {value!r:.60}")
+            if value is not None and not (isinstance(value, str) and not is_blank(value)):  # "\u0000" passed
+                raise ValidationError(f"{name}: expected a non-empty string or None (not spaces, control or "
+                                      f"zero-width characters alone), got {value!r:.60}")
         if strategy is not None and strategy not in STRATEGIES:
             raise ValidationError(f"strategy: expected one of {list(STRATEGIES)}, got {strategy!r}")
         if routing_mode is not None and routing_mode not in ("serial", "parallel", "auto"):

@@ -327,6 +327,17 @@ def test_health_ready_and_attach(embedder) -> None:
 def test_unknown_path_uses_error_body(client) -> None:
     _error(client.get("/nope"), 404, "http_error")
     _error(client.get("/v1/embeddings"), 405, "http_error")
+    # a trailing slash was a 307 redirect with an empty body, which POST clients do not follow
+    _error(client.post("/v1/embeddings/", json={"input": "a"}, follow_redirects=False), 404, "http_error")
+
+
+def test_a_long_unserved_dimensions_is_not_echoed_whole(client) -> None:
+    """dimensions of 4,000 digits came back whole in the message (4.3 KB)."""
+    big = int("9" * 4000)
+    body = json.dumps({"input": "a", "dimensions": big}).encode()
+    resp = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
+    msg = _error(resp, 422, "validation_error")
+    assert len(msg) < 600 and msg.startswith("dimensions: 99999999999999999999... is not served")
 
 
 def test_error_table_order() -> None:

@@ -476,6 +476,9 @@ def test_images_are_placed_by_the_bundle(client) -> None:
     assert body["method"] == "bundle" and body["threshold"] == 0.3
     assert [(p["id"], p["paragraph"]) for p in body["placements"]] == [("red", 0), ("green", 1)]
     assert body["placements"][0]["url"] == "https://x/red.png"
+    blank_url = client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        {"id": "red", "data": png((255, 0, 0)), "url": ""}]}).json()
+    assert blank_url["placements"][0]["url"] == ""  # echoed as sent, not dropped
     assert [u["id"] for u in body["unplaced"]] == ["blue"]  # no paragraph mentions a car
 
 

@@ -127,6 +127,14 @@ def test_a_query_id_waiting_for_feedback_is_not_taken_by_another_answer(make_pip
     assert pipe.feedback("q1", 0.5)["preset"] == again["trace"]["preset"] == "large"
 
 
+def test_a_query_id_of_control_characters_alone_is_refused(make_pipeline):
+    """" " was refused and "\u0000" answered and echoed."""
+    pipe = make_pipeline()
+    for blank in (" ", "\u0000", "\u200b\t"):
+        with pytest.raises(ValidationError, match="query_id: expected a non-empty string"):
+            pipe.ask("Which planet is the largest?", query_id=blank)
+
+
 def test_two_answers_given_one_id_at_once_keep_the_first_choice():
     router = LinUCBRouter(["a", "b"], ProtocolConfig())
     assert router.remember("q", "a", np.ones(DIM), 0.0) is True
