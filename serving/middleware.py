@@ -320,6 +320,9 @@ async def parse_json_once(request: Request) -> None:
     """
     if request.method not in ("POST", "PUT", "PATCH"):
         return
+    refused = _compressed(request)  # a gzip header on a plain body was read as plain: refused either way
+    if refused is not None:
+        raise refused
     if not reads_as_json(request.headers.get("content-type", "")):
         return  # FastAPI does not read it as JSON either (on_error says so)
     body = await request.body()

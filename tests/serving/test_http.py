@@ -683,6 +683,13 @@ def test_bad_requests_name_what_was_wrong(client) -> None:
     resp = client.post("/v1/embeddings", content=gzip.compress(b'{"input": "a"}'),
                        headers={"content-type": "application/json", "content-encoding": "gzip"})
     assert "compressed bodies are not accepted" in _error(resp, 422, "validation_error")
+    for encoding in ("gzip", "br"):  # a plain body under that header was answered 200, read as plain
+        resp = client.post("/v1/embeddings", content=b'{"input": "a"}',
+                           headers={"content-type": "application/json", "content-encoding": encoding})
+        assert "compressed bodies are not accepted" in _error(resp, 422, "validation_error")
+    resp = client.post("/v1/embeddings", content=b'{"input": "a"}',
+                       headers={"content-type": "application/json", "content-encoding": "identity"})
+    assert resp.status_code == 200
     resp = client.post("/v1/images/place", json={"paragraphs": ["a"], "images": [{"id": " ", "caption": "c"}]})
     assert _error(resp, 422, "validation_error").startswith("images[0].id: is empty")
 
