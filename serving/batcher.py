@@ -68,6 +68,15 @@ _LAST_BATCHES = 256
 _DEFAULT_RETRY_AFTER_S = 1.0
 
 
+# weight of the newest batch in the recent per-item and per-token costs (Retry-After)
+_RECENT_WEIGHT = 0.2
+
+
+def _moving(average: float | None, value: float) -> float:
+    """The exponential moving average ``average`` with ``value`` added (``value`` when None)."""
+    return value if average is None else average + _RECENT_WEIGHT * (value - average)
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -363,6 +372,10 @@ class _Counters:
     # the fastest a batch has run, per item and per token: a lower bound on the queue's drain
     best_item_s: float = math.inf
     best_token_s: float = math.inf
+    # the recent cost per item and per token (moving averages over batches): what Retry-After
+    # reads; a lifetime mean still counted the slow first calls (14 s said, 3.9 s drained)
+    recent_item_s: float | None = None
+    recent_token_s: float | None = None
     in_flight: int = 0
     last_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=_LAST_BATCHES))
 
@@ -538,11 +551,11 @@ class DynamicBatcher(Generic[T, R]):
         token, whichever says longer. Per item alone, a queue of long texts after many short
         ones drains several times slower than it says."""
         c = self._counters
-        if c.items_run == 0:
+        if c.recent_item_s is None:
             return _DEFAULT_RETRY_AFTER_S
-        drain_s = len(self._queue) * c.busy_s / c.items_run
-        if c.tokens > 0:
-            drain_s = max(drain_s, self._queue.tokens * c.busy_s / c.tokens)
+        drain_s = len(self._queue) * c.recent_item_s
+        if c.recent_token_s is not None:
+            drain_s = max(drain_s, self._queue.tokens * c.recent_token_s)
         return min(max(drain_s / self.config.workers, self._max_wait_s, 1e-3), self.config.timeout_s)
 
     # ---- failing timed-out items ------------------------------------------------------------
@@ -662,8 +675,10 @@ class DynamicBatcher(Generic[T, R]):
             c.busy_s += seconds
             if error is None:
                 c.best_item_s = min(c.best_item_s, seconds / size)
+                c.recent_item_s = _moving(c.recent_item_s, seconds / size)
                 if tokens:
                     c.best_token_s = min(c.best_token_s, seconds / tokens)
+                    c.recent_token_s = _moving(c.recent_token_s, seconds / tokens)
             c.last_batch_sizes.append(size)
         for i, entry in enumerate(batch):
             if error is None:
