@@ -55,7 +55,7 @@ from typing import Any, Literal
 import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.config import from_dict, is_int, to_dict
-from searchsmith.models.errors import BundleError, ValidationError
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name
 from searchsmith.models.io import (
     check_replaceable,
@@ -947,6 +947,12 @@ def read_manifest(index_dir: str | Path) -> dict[str, Any]:
     if int(manifest.get("format_version", 0)) > INDEX_FORMAT_VERSION:
         raise BundleError(f"index {d}: format version {manifest['format_version']} is newer than this "
                           f"searchsmith ({INDEX_FORMAT_VERSION}); upgrade searchsmith")
+    try:  # the saved settings, read as every reader of the index will read them
+        from_dict(IndexConfig, manifest["config"], source=f"{d}/manifest.json:config")
+    except ConfigError as exc:
+        raise BundleError(f"{exc}\n  index {d} was built by searchsmith {manifest.get('searchsmith_version', '?')} "
+                          f"with settings this searchsmith {__version__} refuses (or its manifest.json was edited); "
+                          f"rebuild it: searchsmith index CORPUS.jsonl --out {d} --force") from None
     return manifest
 
 

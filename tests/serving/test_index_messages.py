@@ -259,3 +259,19 @@ def test_damaged_centroids_read_unchecked_name_the_file(small_index, tmp_path, n
         Index.load(ix, verify=False)
     with pytest.raises(BundleError, match=f"{name} is corrupt"):
         Index.load(ix)
+
+
+def test_saved_settings_this_version_refuses_say_to_rebuild(small_index, tmp_path) -> None:
+    """An index whose saved settings this searchsmith refuses (a range tightened since it was
+    built, or an edit) named the setting only, not what to do about the index."""
+    import json
+
+    from searchsmith.serving.index import Index
+
+    ix = _copy(small_index, tmp_path)
+    m = json.loads((ix / "manifest.json").read_text())
+    (ix / "manifest.json").write_text(json.dumps({**m, "config": {**m["config"], "hnsw_m": 0}}))
+    for read in (read_manifest, Index.load):
+        with pytest.raises(BundleError, match=r"(?s)hnsw_m: expected an int in \[2, 1024\].*"
+                                              rf"rebuild it: searchsmith index CORPUS.jsonl --out {ix} --force"):
+            read(ix)
