@@ -336,7 +336,8 @@ def load_models(cfg: ServeConfig, state: ServingState, *, warm: bool = True) -> 
     from searchsmith.serving.runner import BundleEmbedder
 
     b = cfg.bundles
-    loaded = {role: load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads)
+    loaded = {role: load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads,
+                                         key=f"bundles.{role}")
               for role, task in BUNDLE_ROLES.items()}
     embedder: Any = None
     router = pipeline = None

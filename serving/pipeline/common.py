@@ -110,15 +110,20 @@ def strip_markers(text: str) -> str:
 
 
 def load_optional_bundle(path: str | None, task: str, device: str, backend: str,
-                         threads: int | None) -> ModelOfTask | None:
-    """``models.runtime.load_bundle(path)`` when a path is configured, checking its task."""
+                         threads: int | None, *, key: str = "bundles") -> ModelOfTask | None:
+    """``models.runtime.load_bundle(path)`` when a path is configured, checking its task;
+    ``key`` (``bundles.reranker``) is the setting that names it, in every error."""
     if not path:
         return None
-    from searchsmith.models.errors import ConfigError
+    from searchsmith.models.errors import BundleError, ConfigError
     from searchsmith.models.runtime import load_bundle
 
-    bundle = load_bundle(path, device=device, backend=backend, threads=threads)
+    try:
+        bundle = load_bundle(path, device=device, backend=backend, threads=threads)
+    except BundleError as exc:
+        raise BundleError(f"{key}: {exc}") from None
     if getattr(bundle, "task", task) != task:
-        raise ConfigError(f"bundles: {path} is a {bundle.task!r} bundle, expected a {task!r} bundle "
+        article = "an" if str(bundle.task)[:1] in "aeiou" else "a"
+        raise ConfigError(f"{key}: {path} is {article} {bundle.task!r} bundle, expected a {task!r} bundle "
                           f"(check which bundle path is under which key)")
     return bundle

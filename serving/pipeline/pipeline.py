@@ -347,7 +347,8 @@ def load_pipeline(config: PipelineConfig, index_dir: str | None = None, *, embed
         embedder = Embedder(from_dict(EmbedderConfig, manifest["config"]["embedder"]))
     index = Index.load(index_dir, embedder=embedder, verify=verify)
     bundles = {role: (unloaded_if_gated(role, task, getattr(b, role), config)
-                      or load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads))
+                      or load_optional_bundle(getattr(b, role), task, b.device, b.backend, b.threads,
+                                              key=f"bundles.{role}"))
                for role, task in BUNDLE_TASKS.items()}
     return Pipeline(config, index, embedder, bundles)
 
@@ -362,7 +363,7 @@ def bundle_embedder(path: str, index_manifest: Manifest, config: PipelineConfig)
     from searchsmith.serving.runner import BundleEmbedder
 
     b = config.bundles
-    bundle = load_optional_bundle(path, "embed", b.device, b.backend, b.threads)
+    bundle = load_optional_bundle(path, "embed", b.device, b.backend, b.threads, key="bundles.embedder")
     base, dim = bundle.manifest.get("base_model"), bundle.manifest.get("embedding_dim")
     want, want_dim = index_manifest["embedding_model"], index_manifest["embedding_dim"]
     if base != want or dim != want_dim:

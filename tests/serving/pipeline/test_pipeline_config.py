@@ -96,6 +96,14 @@ def test_bundle_of_the_wrong_task(monkeypatch):
     assert load_optional_bundle(None, "cite", "auto", "auto", None) is None
     with pytest.raises(ConfigError, match="is a 'rerank' bundle, expected a 'cite' bundle"):
         load_optional_bundle("/b", "cite", "auto", "auto", None)
+    Fake.task = "embed"
+    with pytest.raises(ConfigError, match=r"^bundles.citation: /b is an 'embed' bundle"):
+        load_optional_bundle("/b", "cite", "auto", "auto", None, key="bundles.citation")
+    monkeypatch.undo()
+    from searchsmith.models.errors import BundleError
+
+    with pytest.raises(BundleError, match=r"^bundles.reranker: bundle: 'no/such' is not a folder"):
+        load_optional_bundle("no/such", "rerank", "auto", "auto", None, key="bundles.reranker")
 
 
 def test_an_override_of_one_preset_keeps_the_other_presets(tmp_path) -> None:
