@@ -481,27 +481,45 @@ class Embedder:
         parts = list(self.encode_iter(texts, show_progress=show_progress, total=len(texts)))
         return np.concatenate(parts, axis=0)
 
-    def encode_to_file(self, texts: Iterable[str], path: str | os.PathLike, count: int) -> Path:
+    def encode_to_file(self, texts: Iterable[str], path: str | os.PathLike, count: int, *,
+                       overwrite: bool = False) -> Path:
         """Stream ``count`` texts into a ``.npy`` file of shape (count, D), window by window.
 
-        The file is written under a temporary name and renamed when complete.
+        The file is written under a temporary name and renamed when complete; on any failure the
+        temporary file is removed and ``path`` is left as it was.
+
+        Args:
+            overwrite: replace a file already at ``path`` (without it, an existing file is refused:
+                it may be the user's own).
+
+        Raises:
+            ValidationError: ``count`` is not an int >= 0, ``path`` is a folder or an existing file
+                without ``overwrite``, or the texts are not ``count``.
         """
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValidationError(f"encode_to_file: count must be an int >= 0 (the number of texts), got {count!r:.40}")
         path = Path(path)
+        if path.is_dir():
+            raise ValidationError(f"encode_to_file: {path} is a folder; give the path of a .npy file")
+        if (path.exists() or path.is_symlink()) and not overwrite:
+            raise ValidationError(f"encode_to_file: {path} already exists; choose a new path, or pass "
+                                  "overwrite=True to replace it")
         tmp = path.with_name(path.name + ".tmp.npy")
-        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, self.dim))
-        row = 0
-        for part in self.encode_iter(texts, total=count):
-            if row + len(part) > count:
-                del arr
-                tmp.unlink(missing_ok=True)
-                raise ValidationError(f"embed: got more than count={count} texts")
-            arr[row: row + len(part)] = part
-            row += len(part)
-        if row != count:
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(int(count), self.dim))
+        try:
+            row = 0
+            for part in self.encode_iter(texts, total=int(count)):
+                if row + len(part) > count:
+                    raise ValidationError(f"embed: got more than count={count} texts")
+                arr[row: row + len(part)] = part
+                row += len(part)
+            if row != count:
+                raise ValidationError(f"embed: expected count={count} texts, got {row}")
+            arr.flush()
+        except BaseException:
             del arr
             tmp.unlink(missing_ok=True)
-            raise ValidationError(f"embed: expected count={count} texts, got {row}")
-        arr.flush()
+            raise
         del arr
         os.replace(tmp, path)
         return path

@@ -66,6 +66,29 @@ def test_encode_to_file_streams_atomically(tmp_path, embedder) -> None:
     assert not (tmp_path / "w.npy").exists() and not list(tmp_path.glob("*.tmp*"))
 
 
+def test_encode_to_file_never_replaces_a_file_it_was_not_told_to(tmp_path, embedder) -> None:
+    """It wrote over any file at the path (a user's notes became a .npy), and a folder or a bad
+    count left its temporary file behind."""
+    mine = tmp_path / "mine.txt"
+    mine.write_text("precious")
+    with pytest.raises(ValidationError, match="already exists; choose a new path, or pass overwrite=True"):
+        embedder.encode_to_file(["a"], mine, 1)
+    assert mine.read_text() == "precious"
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValidationError, match="is a folder"):
+        embedder.encode_to_file(["a"], tmp_path / "out", 1)
+    for bad in (-1, "1", True, 1.0):
+        with pytest.raises(ValidationError, match="count must be an int >= 0"):
+            embedder.encode_to_file(["a"], tmp_path / "v.npy", bad)
+    def failing():
+        yield "a"
+        raise RuntimeError("the source broke")
+    with pytest.raises(RuntimeError, match="the source broke"):
+        embedder.encode_to_file(failing(), tmp_path / "v.npy", 2)
+    assert not list(tmp_path.glob("*.npy")) and not list(tmp_path.glob("*.tmp*"))
+    assert embedder.encode_to_file(["a"], mine, 1, overwrite=True) == mine and np.load(mine).shape == (1, 384)
+
+
 def test_rejects_bad_input(embedder) -> None:
     with pytest.raises(ValidationError, match="one string"):
         embedder.encode("not a list")
