@@ -37,7 +37,9 @@ from searchsmith.models.batching import pack_batches
 from searchsmith.models.config import is_int
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import read_json_object, sha256_file
+from searchsmith.models.jsonl import check_unicode
 from searchsmith.models.tasks import TASK_NAMES
+from searchsmith.models.text import is_blank
 from searchsmith.models.tokenizer import encode_pairs
 
 if TYPE_CHECKING:
@@ -214,7 +216,20 @@ def _check_texts(texts: Any, what: str) -> list[str]:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise ValidationError(f"{what}: item {i} is {type(t).__name__}, expected a string")
+        check_unicode(t, f"{what}: item {i}")  # a lone surrogate: a raw tokenizer TypeError otherwise
     return list(texts)
+
+
+def _check_text(text: Any, what: str) -> str:
+    """One string argument (``what``: ``"score: query"``): a string without a lone surrogate."""
+    if not isinstance(text, str):
+        raise ValidationError(f"{what} is {type(text).__name__}, expected a string")
+    return check_unicode(text, what)
+
+
+def _check_max_nodes(max_nodes: Any, what: str) -> None:
+    if max_nodes is not None and (isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1):
+        raise ValidationError(f"{what}: max_nodes must be an int >= 1 (or None: the bundle's), got {max_nodes!r:.40}")
 
 
 def _check_pairs(pairs: Any, what: str) -> list[tuple[str, str]]:
@@ -225,7 +240,7 @@ def _check_pairs(pairs: Any, what: str) -> list[tuple[str, str]]:
         if (not isinstance(p, (list, tuple)) or len(p) != 2
                 or not isinstance(p[0], str) or not isinstance(p[1], str)):
             raise ValidationError(f"{what}: pair {i} is {p!r:.60}, expected a (str, str) tuple")
-        out.append((p[0], p[1]))
+        out.append((check_unicode(p[0], f"{what}: pair {i}[0]"), check_unicode(p[1], f"{what}: pair {i}[1]")))
     return out
 
 
@@ -434,8 +449,7 @@ class RerankBundle(Bundle):
 
     def score(self, query: str, passages: Sequence[str], return_meta: bool = False) -> WithMeta[np.ndarray]:
         """Logits (n,) of ``passages`` against ``query``."""
-        if not isinstance(query, str):
-            raise ValidationError(f"score: query is {type(query).__name__}, expected a string")
+        _check_text(query, "score: query")
         passages = _check_texts(passages, "score")
         return self.score_pairs([(query, p) for p in passages], return_meta=return_meta)
 
@@ -645,6 +659,7 @@ class DecomposeBundle(Bundle):
         ``generation.add_head`` (all "" without it), as ``Decomposer.tag_labels``."""
         from searchsmith.models.decomposer import adds_of, depths_of, tag_encode
 
+        questions = _check_texts(questions, "tag_labels")
         if self.depth_head is None:
             raise BundleError(f"bundle {self.path}: not a tagger decomposer (generation.arch)")
         weight, bias = self.depth_head
@@ -666,6 +681,8 @@ class DecomposeBundle(Bundle):
         """The tagger's graph of each question."""
         from searchsmith.models.qdg_spans import tagger_graph
 
+        questions = _check_texts(questions, "tag_graphs")
+        _check_max_nodes(max_nodes, "tag_graphs")
         cap = max_nodes or self.max_nodes
         return [tagger_graph(q, labels, cap, self.drop_levels, adds, self.choice_template)
                 for q, (labels, adds) in zip(questions, self.tag_labels(questions), strict=True)]
@@ -675,12 +692,10 @@ class DecomposeBundle(Bundle):
         from searchsmith.models.decomposer import decompose_source
         from searchsmith.models.qdg import parse_linear
 
-        if not isinstance(question, str):
-            raise ValidationError(f"decompose: question is {type(question).__name__}, expected a string")
-        if not question.strip():
+        _check_text(question, "decompose: question")
+        if is_blank(question):  # "\u0000" or zero-width characters alone too, as the pipeline refuses them
             raise ValidationError("decompose: question is empty; send a non-empty question")
-        if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
-            raise ValidationError(f"decompose: max_nodes must be an int >= 1, got {max_nodes!r}")
+        _check_max_nodes(max_nodes, "decompose")
         source = decompose_source(question)
         if self.tagger:
             return self._meta(self.tag_graphs([question], max_nodes)[0], return_meta, [question])
@@ -701,10 +716,10 @@ class DecomposeBundle(Bundle):
             last_reply,
         )
 
-        if not isinstance(query, str):
-            raise ValidationError(f"rewrite: query is {type(query).__name__}, expected a string")
+        _check_text(query, "rewrite: query")
         if not isinstance(history, (list, tuple)):
             raise ValidationError(f"rewrite: history is {type(history).__name__}, expected a list of turns")
+        check_unicode(list(history), "rewrite: history")
         turns = _user_turns(history)
         if not turns:
             return (query, {"truncated": [], "max_length": self.max_length}) if return_meta else query
@@ -774,6 +789,11 @@ class ReadBundle(Bundle):
         if not isinstance(passages, (list, tuple)) or len(passages) != len(questions):
             raise ValidationError(f"read_batch: expected one list of passages per question ({len(questions)}), "
                                   f"got {type(passages).__name__} of {len(passages) if isinstance(passages, (list, tuple)) else '?'}")
+        for i, ps in enumerate(passages):  # a string would be read a character at a time
+            if not isinstance(ps, (list, tuple)):
+                raise ValidationError(f"read_batch: passages[{i}] is {type(ps).__name__}, expected a list of "
+                                      "passages" + (" (wrap the string in a list)" if isinstance(ps, str) else ""))
+            check_unicode(list(ps), f"read_batch: passages[{i}]")
         items = [[as_passage(p, f"read_batch passages[{i}][{j}]") for j, p in enumerate(ps)]
                  for i, ps in enumerate(passages)]
         with_tok = self._tokenizer_call
@@ -787,8 +807,10 @@ class ReadBundle(Bundle):
     def read(self, question: str, passages: Sequence[PassageLike],
              return_meta: bool = False) -> WithMeta[PassageAnswer]:
         """The :class:`~searchsmith.models.reader.PassageAnswer` to ``question`` from ``passages``."""
-        if not isinstance(question, str):
-            raise ValidationError(f"read: question is {type(question).__name__}, expected a string")
+        _check_text(question, "read: question")
+        if not isinstance(passages, (list, tuple)):
+            raise ValidationError(f"read: passages is {type(passages).__name__}, expected a list of passages"
+                                  + (" (wrap the string in a list)" if isinstance(passages, str) else ""))
         got = self.read_batch([question], [passages], return_meta=return_meta)
         return (got[0][0], got[1]) if return_meta else got[0]
 
@@ -811,6 +833,9 @@ class ImagesBundle(Bundle):
         full-size images it decoded."""
         from PIL import Image
 
+        if not isinstance(image, Image.Image):
+            raise ValidationError(f"fit_image: image is {type(image).__name__}, expected a PIL.Image.Image "
+                                  "(PIL.Image.fromarray makes one of an array)")
         pre = self.manifest["preprocess"]
         size = int(pre["image_size"])
         resample = getattr(Image.Resampling, pre.get("resample", "BILINEAR"))

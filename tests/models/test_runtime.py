@@ -307,3 +307,45 @@ def test_wrong_shape_is_a_validation_error() -> None:
         b.run_graph("model", {**feeds, "attention_mask": np.ones(4, dtype=np.int64)})
     with pytest.raises(ValidationError, match="sequence length 60 is over max_length 48"):
         b.run_graph("model", {k: np.ones((1, 60), dtype=np.int64) for k in feeds})
+
+
+def test_bundle_text_methods_refuse_what_their_tokenizers_cannot_take() -> None:
+    """A lone surrogate reached every bundle's tokenizer (a raw TypeError from it); read() read a
+    string of passages a character at a time (a confident answer "K e s t ..."); tag_labels and
+    tag_graphs took a string (one question a character) and no check of max_nodes
+    (helper-42's audit, 2026-12-07)."""
+    from PIL import Image
+
+    lone = "a\ud800"
+    emb = load_bundle(bundle("embed"), device="cpu")
+    with pytest.raises(ValidationError, match=r"encode: item 0.*lone surrogate"):
+        emb.encode([lone])
+    rr = load_bundle(bundle("rerank"), device="cpu")
+    with pytest.raises(ValidationError, match=r"score: query.*lone surrogate"):
+        rr.score(lone, ["p"])
+    with pytest.raises(ValidationError, match=r"score: item 0.*lone surrogate"):
+        rr.score("q", [lone])
+    with pytest.raises(ValidationError, match=r"pair 0\[1\].*lone surrogate"):
+        rr.score_pairs([("q", lone)])
+    dec = load_bundle(bundle("decompose"), device="cpu")
+    for bad in (lone, "\u0000", "\u200b "):
+        with pytest.raises(ValidationError, match="decompose: question"):
+            dec.decompose(bad)
+    for bad in (True, 0, -1, 2.5):
+        with pytest.raises(ValidationError, match="max_nodes must be an int >= 1"):
+            dec.decompose("who made x", max_nodes=bad)
+    with pytest.raises(ValidationError, match=r"rewrite: history.*lone surrogate"):
+        dec.rewrite([{"role": "user", "content": lone}], "and it?")
+    rd = load_bundle(bundle("read"), device="cpu")
+    with pytest.raises(ValidationError, match=r"read: passages is str, expected a list of passages \(wrap"):
+        rd.read("When did Kestrel 2 ship?", "Kestrel 2 shipped in 2021.")
+    with pytest.raises(ValidationError, match=r"read_batch: passages\[0\] is str"):
+        rd.read_batch(["q"], ["Kestrel 2 shipped in March 2021."])
+    with pytest.raises(ValidationError, match=r"read_batch: passages\[0\].*lone surrogate"):
+        rd.read("q", [lone])
+    im = load_bundle(bundle("images"), device="cpu")
+    with pytest.raises(ValidationError, match="fit_image: image is ndarray"):
+        im.fit_image(np.zeros((4, 4, 3), np.uint8))
+    assert im.fit_image(Image.new("L", (3, 5))).mode == "RGB"
+    with pytest.raises(ValidationError, match=r"encode_text: item 0.*lone surrogate"):
+        im.encode_text([lone])
