@@ -50,12 +50,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.config import from_dict, is_int, to_dict
-from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.errors import BundleError, ConfigError, NotReadyError, ValidationError
 from searchsmith.models.hub import model_display_name
 from searchsmith.models.io import (
     check_replaceable,
@@ -142,6 +142,10 @@ class CentroidConfig:
         return max(1, min(n_chunks, max(self.min_centroids, min(self.max_centroids, k))))
 
 
+IndexType = Literal["auto", "flat", "ivf", "hnsw"]
+SearchBackend = Literal["auto", "faiss", "kernel"]
+
+
 @dataclass(frozen=True)
 class IndexConfig:
     """Settings of ``searchsmith index`` (YAML: ``--config FILE``; overrides ``key=value``).
@@ -170,13 +174,13 @@ class IndexConfig:
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
     centroids: CentroidConfig = field(default_factory=CentroidConfig)
-    index_type: Literal["auto", "flat", "ivf", "hnsw"] = "auto"
+    index_type: IndexType = "auto"
     ann_min_vectors: int = 50_000
     ivf_nlist: int | None = None
     ivf_nprobe: int = 16
     hnsw_m: int = 32
     hnsw_ef_search: int = 64
-    search_backend: Literal["auto", "faiss", "kernel"] = "auto"
+    search_backend: SearchBackend = "auto"
     max_documents: int = 10_000_000
     shard_max_vectors: int = 0
     mmap: bool = False
@@ -199,6 +203,15 @@ class IndexConfig:
         _check_int("build_part_chunks", self.build_part_chunks, 1)
         if not isinstance(self.mmap, bool):
             raise ValueError(f"mmap: expected true or false, got {self.mmap!r}")
+        # a YAML config is checked against these by from_dict; IndexConfig(...) in Python was not,
+        # and an index built with index_type="foo" could not be loaded
+        for name, allowed in (("index_type", get_args(IndexType)), ("search_backend", get_args(SearchBackend))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}: expected one of {list(allowed)}, got {getattr(self, name)!r:.40}")
+        for name, cls in (("embedder", EmbedderConfig), ("chunker", ChunkerConfig), ("centroids", CentroidConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"{name}: expected an instance of {cls.__name__}, got {type(getattr(self, name)).__name__} "
+                                 f"(from_dict(IndexConfig, {{...}}) reads nested mappings)")
 
     def shards_for(self, n: int) -> int:
         """How many FAISS shards a source of ``n`` vectors is written as."""
@@ -1042,6 +1055,7 @@ class Index:
         self.sources = sorted(manifest["sources"])  # labels: what every user-facing output names
         self._stems = _stems_of(manifest)
         self.store = ChunkStore(index_dir / "chunks.sqlite", readonly=True)
+        self.closed = False
         self._faiss = {}
         self._shards: dict[str, list[Any]] = {}  # a sharded source's parts (IndexShards does not own them)
         for s in self.sources:
@@ -1157,7 +1171,7 @@ class Index:
         if not np.isfinite(q).all():
             raise ValidationError("search: query vectors hold NaN or infinite values (no hit would be found); "
                                   "check the embedder's output")
-        names = self._searched("search", sources, k)
+        names, k = self._searched("search", sources, k)
         if not names:
             raise ValidationError("search: no source to search (the router selected none)")
         per_query: list[list[tuple[float, int]]] = [[] for _ in range(len(q))]
@@ -1169,19 +1183,23 @@ class Index:
         chunks = self.store.get(sorted({r for hits in merged for _, r in hits}))
         return [[Hit(sc, r, chunks[r]) for sc, r in hits] for hits in merged]
 
-    def _searched(self, what: str, sources: Sequence[str] | None, k: int) -> list[str]:
-        """The sources a search of ``k`` results names (all by default); ValidationError for a
-        ``k`` below 1 or a source the index lacks."""
+    def _searched(self, what: str, sources: Iterable[str] | None, k: int) -> tuple[list[str], int]:
+        """``(source names, k)`` of a search of ``k`` results: the sources named (all by default),
+        each once, in order, and ``k`` a Python int; ValidationError for a ``k`` below 1 or a
+        source the index lacks. A source named twice gave every hit of it twice."""
+        if self.closed:
+            raise NotReadyError(f"{what}: the index {self.dir} was closed; load it again (Index.load)")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValidationError(f"{what}: k must be an int >= 1, got {k!r}")
-        if isinstance(sources, (str, bytes)) or not (sources is None or all(isinstance(n, str) for n in sources)):
+        listed = None if sources is None or isinstance(sources, (str, bytes)) else list(sources)  # a generator once
+        if sources is not None and (listed is None or not all(isinstance(n, str) for n in listed)):
             raise ValidationError(f"{what}: sources must be a list of source names (e.g. {list(self.sources)[:1]}) "
                                   f"or None for all, got {sources!r:.80}")
-        names = list(self.sources if sources is None else sources)
+        names = list(dict.fromkeys(self.sources if listed is None else listed))
         unknown = [s for s in names if s not in self._faiss]
         if unknown:
             raise ValidationError(f"{what}: unknown source(s) {unknown}; this index has {self.sources}")
-        return names
+        return names, int(k)
 
     def titled(self, name: str, sources: Sequence[str] | None = None, limit: int = 3) -> list[Hit]:
         """The chunks of ``sources`` (all by default) titled ``name`` (``ChunkStore.rows_titled``),
@@ -1210,7 +1228,7 @@ class Index:
         """
         if not isinstance(text, str):
             raise ValidationError(f"lexical search: text must be a string, got {type(text).__name__}")
-        names = self._searched("lexical search", sources, k)
+        names, k = self._searched("lexical search", sources, k)
         found = self.store.lexical(text, None if set(names) >= set(self.sources) else names, k)
         chunks = self.store.get([r for r, _ in found])
         return [Hit(sc, r, chunks[r]) for r, sc in found if r in chunks]
@@ -1222,5 +1240,7 @@ class Index:
         self.close()
 
     def close(self) -> None:
-        """Close the chunk store (the FAISS indexes need no closing)."""
+        """Close the chunk store (the FAISS indexes need no closing); a search after it is an
+        error that says so (it was sqlite's "Cannot operate on a closed database")."""
+        self.closed = True
         self.store.close()

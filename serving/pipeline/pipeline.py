@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.config import closest_key
-from searchsmith.models.errors import ConfigError, PayloadTooLargeError, ValidationError
+from searchsmith.models.errors import (
+    ConfigError,
+    NotReadyError,
+    PayloadTooLargeError,
+    ValidationError,
+)
 from searchsmith.models.jsonl import check_unicode
 from searchsmith.models.roles import Embedder, ModelOfTask, Turn
 from searchsmith.models.runtime import Manifest
@@ -206,6 +211,9 @@ class Pipeline:
             The answer as a JSON-ready dict (:meth:`answer_dict`).
         """
         t0 = time.perf_counter()
+        if getattr(self.index, "closed", False):  # a stand-in index in tests has no such flag
+            raise NotReadyError("ask: the pipeline was closed (its with block ended, or close() was called); "
+                                "load it again with load_pipeline")
         cuts: list[str] = []
         query, turns = self._check(query, history, cuts)
         for name, value in (("query_id", query_id), ("preset", preset), ("strategy", strategy),

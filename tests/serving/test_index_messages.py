@@ -275,3 +275,37 @@ def test_saved_settings_this_version_refuses_say_to_rebuild(small_index, tmp_pat
         with pytest.raises(BundleError, match=r"(?s)hnsw_m: expected an int in \[2, 1024\].*"
                                               rf"rebuild it: searchsmith index CORPUS.jsonl --out {ix} --force"):
             read(ix)
+
+
+def test_search_takes_sources_once_and_numpy_k_and_says_when_closed(small_index) -> None:
+    """A source named twice gave each of its hits twice; a generator of sources was used up by
+    the type check ("no source to search"); k=np.int64(2) was a raw faiss TypeError; a search
+    after close() was sqlite's "Cannot operate on a closed database" (helper-42's audit)."""
+    import numpy as np
+    from searchsmith.models.errors import NotReadyError
+    from searchsmith.serving.index import Index
+
+    ix = Index.load(small_index)
+    source = ix.sources[0]
+    q = np.zeros((1, ix.dim), np.float32)
+    q[0, 0] = 1.0
+    once = [h.row for h in ix.search(q, sources=[source], k=5)[0]]
+    assert [h.row for h in ix.search(q, sources=[source] * 3, k=5)[0]] == once == sorted(set(once), key=once.index)
+    assert [h.row for h in ix.search(q, sources=(s for s in [source]), k=5)[0]] == once
+    assert [h.row for h in ix.search(q, sources=[source], k=np.int64(2))[0]] == once[:2]
+    ix.close()
+    with pytest.raises(NotReadyError, match="was closed; load it again"):
+        ix.search(q)
+
+
+def test_index_config_made_in_python_is_checked_as_a_yaml_one() -> None:
+    """IndexConfig(index_type="foo") was accepted, and build_index wrote an index Index.load then
+    refused."""
+    from searchsmith.serving.index import IndexConfig
+
+    with pytest.raises(ValueError, match=r"index_type: expected one of \['auto', 'flat', 'ivf', 'hnsw'\], got 'foo'"):
+        IndexConfig(index_type="foo")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"search_backend: expected one of \['auto', 'faiss', 'kernel'\]"):
+        IndexConfig(search_backend="gpu")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="embedder: expected an instance of EmbedderConfig, got dict"):
+        IndexConfig(embedder={"model": "default"})  # type: ignore[arg-type]
