@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ def check_input_file(path: str | Path, what: str, hint: str | None = None, *,
         hint: the fix for a missing file (default "check the path").
         error: the class raised (``ValidationError`` where the file is a request's input).
     """
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise error(f"{what}: expected the path of a file (a str or pathlib.Path), got {path!r:.60}")
     p = Path(path)
     if p.is_dir():
         raise error(f"{what}: {str(p)!r} is a folder, not a file; give the path of a file in it")

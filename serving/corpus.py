@@ -148,6 +148,9 @@ class _Records:
     standing in for a missing caption; every problem collected (up to ``max_errors``)."""
 
     def __init__(self, base: Path, max_errors: int, max_chars: int) -> None:
+        for name, value in (("max_errors", max_errors), ("max_chars", max_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(f"{name}: expected an int >= 1, got {value!r:.40}")
         self.base, self.max_errors, self.max_chars = base, max_errors, max_chars
         self.records: list[dict[str, Any]] = []
         self.errors: list[str] = []

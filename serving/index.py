@@ -41,6 +41,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import sqlite3
@@ -805,6 +806,17 @@ def build_index(records: Sequence[dict[str, Any]], out_dir: str | Path, config: 
         ValidationError: a bad record (every problem named), or ``out_dir`` is not ours to write.
     """
     records = check_records(records)
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
+        raise ValidationError(f"index: out_dir must be the path of a new folder (a str or pathlib.Path), got "
+                              f"{out_dir!r:.60}")
+    if embedder is not None and not isinstance(embedder, Embedder):
+        raise ValidationError(f"index: embedder is a {type(embedder).__name__}, expected a "
+                              "searchsmith.serving.embedder.Embedder (Embedder(EmbedderConfig(model=...))): an index "
+                              "is embedded by the model itself; an exported embed bundle of it serves the queries "
+                              "(bundles.embedder)")
+    if config is not None and not isinstance(config, IndexConfig):
+        raise ValidationError(f"index: config is a {type(config).__name__}, expected an IndexConfig "
+                              "(from_dict(IndexConfig, {...}) reads a mapping)")
     with exclusive(Path(out_dir), "index"):
         return _build_index(records, out_dir, config, embedder, overwrite=overwrite, report=report,
                             show_progress=show_progress, embed=embed)

@@ -188,3 +188,16 @@ def test_records_built_in_python_get_the_file_checks_named_by_position(tmp_path)
                                                            "alt": "A chart", "caption": "A chart"}
     assert mine[0]["id"] == 7 and mine[0]["images"][0] == {"id": "i", "path": "x.png", "alt": "A chart"}  # untouched
     assert check_records(got) == got  # what read_corpus / check_records return passes again unchanged
+
+
+def test_read_corpus_refuses_a_path_that_is_no_path_and_limits_below_one(tmp_path) -> None:
+    """read_corpus(None) was a raw TypeError; max_errors=0 refused a valid file with "(more
+    errors not shown)" and nothing else."""
+    good = _write(tmp_path, [json.dumps({"id": 1, "source": "a", "text": "hello"})])
+    for bad in (None, 5, ["c.jsonl"], ""):
+        with pytest.raises(ValidationError, match="corpus: expected the path of a file"):
+            read_corpus(bad)
+    for kw in ({"max_errors": 0}, {"max_errors": -1}, {"max_chars": "x"}, {"max_chars": True}):
+        with pytest.raises(ValidationError, match=r"max_(errors|chars): expected an int >= 1"):
+            read_corpus(good, **kw)
+    assert read_corpus(good, max_errors=1)[0]["id"] == "1"

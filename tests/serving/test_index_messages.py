@@ -309,3 +309,23 @@ def test_index_config_made_in_python_is_checked_as_a_yaml_one() -> None:
         IndexConfig(search_backend="gpu")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="embedder: expected an instance of EmbedderConfig, got dict"):
         IndexConfig(embedder={"model": "default"})  # type: ignore[arg-type]
+
+
+def test_build_index_names_a_wrong_out_dir_embedder_or_config(tmp_path) -> None:
+    """A None or empty out_dir, a dict for the config and an embed bundle for the embedder were
+    raw TypeError / ValueError / AttributeError, after the records were checked."""
+    from searchsmith.serving.index import build_index
+
+    recs = [{"id": "a", "source": "s", "text": "hello"}]
+    for out in (None, "", 5):
+        with pytest.raises(ValueError, match="out_dir must be the path of a new folder"):
+            build_index(recs, out)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"config is a dict, expected an IndexConfig"):
+        build_index(recs, tmp_path / "ix", {"index_type": "flat"})  # type: ignore[arg-type]
+
+    class EmbedBundle:
+        task = "embed"
+
+    with pytest.raises(ValueError, match=r"embedder is a EmbedBundle, expected a searchsmith.serving.embedder"):
+        build_index(recs, tmp_path / "ix", embedder=EmbedBundle())  # type: ignore[arg-type]
+    assert not (tmp_path / "ix").exists()
