@@ -405,6 +405,8 @@ class Bundle:
 
     def _meta(self, result: Any, return_meta: bool, first: list[str], second: list[str] | None = None,
               max_length: int | None = None) -> Any:
+        if not isinstance(return_meta, bool):  # "no" is truthy: a tuple where the result was expected
+            raise ValidationError(f"return_meta must be True or False, got {return_meta!r:.40}")
         if not return_meta:
             return result
         limit = max_length or self.max_length
@@ -1086,9 +1088,16 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"load_bundle: {name} must be an int >= 1{' or None' if optional else ''}, "
                               f"got {value!r}")
+    for name, flag in (("allow_untrained", allow_untrained), ("memory_arena", memory_arena)):
+        if not isinstance(flag, bool):  # allow_untrained="no" is truthy: it let an untrained model through
+            raise ConfigError(f"load_bundle: {name} must be True or False, got {flag!r:.40}")
+    if task is not None and task not in TASK_NAMES:
+        raise ConfigError(f"load_bundle: task must be one of {list(TASK_NAMES)} or None, got {task!r:.40}")
     over = threads_over_cap(threads, "load_bundle: threads")
     if over:
         raise ConfigError(over)
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise BundleError(f"bundle: expected the path of a bundle folder (a str or pathlib.Path), got {path!r:.60}")
     path = Path(path)
     manifest = read_manifest(path)
     if task is not None and manifest["task"] != task:

@@ -349,3 +349,28 @@ def test_bundle_text_methods_refuse_what_their_tokenizers_cannot_take() -> None:
     assert im.fit_image(Image.new("L", (3, 5))).mode == "RGB"
     with pytest.raises(ValidationError, match=r"encode_text: item 0.*lone surrogate"):
         im.encode_text([lone])
+
+
+def test_load_bundle_flags_must_be_booleans() -> None:
+    """allow_untrained="no" is truthy: it loaded a never fine-tuned model; return_meta="no"
+    returned a tuple."""
+    import tempfile
+    from pathlib import Path
+
+    from searchsmith.models.export import ExportOptions, export_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        export_run(rerank_run(steps=0), Path(tmp) / "b", ExportOptions(allow_untrained=True))
+        for bad in ("no", 0, None):
+            with pytest.raises(ConfigError, match="allow_untrained must be True or False"):
+                load_bundle(Path(tmp) / "b", allow_untrained=bad)
+        with pytest.raises(BundleError, match="never fine-tuned"):
+            load_bundle(Path(tmp) / "b")
+        b = load_bundle(Path(tmp) / "b", allow_untrained=True)
+        with pytest.raises(ValidationError, match="return_meta must be True or False"):
+            b.score("q", ["p"], return_meta="no")
+    for bad in (None, 5, ""):
+        with pytest.raises(BundleError, match="expected the path of a bundle folder"):
+            load_bundle(bad)
+    with pytest.raises(ConfigError, match="task must be one of"):
+        load_bundle(bundle("rerank"), task="rerankr")
