@@ -788,6 +788,10 @@ class ReadBundle(Bundle):
         from searchsmith.models.reader import as_passage, read_passages
 
         questions = _check_texts(questions, "read_batch")
+        blank = [i for i, q in enumerate(questions) if is_blank(q)]
+        if blank:  # it still found an answer ("2021") to nothing asked
+            raise ValidationError(f"read_batch: question {blank[0]} is empty (nothing but spaces, control or "
+                                  "zero-width characters); ask something")
         if not isinstance(passages, (list, tuple)) or len(passages) != len(questions):
             raise ValidationError(f"read_batch: expected one list of passages per question ({len(questions)}), "
                                   f"got {type(passages).__name__} of {len(passages) if isinstance(passages, (list, tuple)) else '?'}")

@@ -343,6 +343,9 @@ def test_bundle_text_methods_refuse_what_their_tokenizers_cannot_take() -> None:
         rd.read_batch(["q"], ["Kestrel 2 shipped in March 2021."])
     with pytest.raises(ValidationError, match=r"read_batch: passages\[0\].*lone surrogate"):
         rd.read("q", [lone])
+    for blank in ("", " \u200b"):
+        with pytest.raises(ValidationError, match="read_batch: question 0 is empty"):
+            rd.read(blank, ["Kestrel 2 shipped in 2021."])
     im = load_bundle(bundle("images"), device="cpu")
     with pytest.raises(ValidationError, match="fit_image: image is ndarray"):
         im.fit_image(np.zeros((4, 4, 3), np.uint8))
