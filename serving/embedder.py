@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar, get_args
 
 import numpy as np
 from searchsmith.models.batching import pack_batches
@@ -66,6 +66,9 @@ _R = TypeVar("_R")
 # mps (Apple silicon) and were never tried on the others.
 DEVICES = "auto, cpu, cuda, cuda:N (N: a GPU index, from 0) or mps"
 _DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+EmbedDtype = Literal["auto", "fp32", "fp16", "bf16"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class EmbedderConfig:
     max_batch_size: int = 256
     max_seq_length: int | None = None
     window_texts: int = 8192
-    dtype: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
+    dtype: EmbedDtype = "auto"
     device: str = "auto"
     max_text_chars: int = 20000
     min_padding_efficiency: float = 0.75
@@ -123,6 +126,22 @@ class EmbedderConfig:
     tokenize_workers: int | None = None
 
     def __post_init__(self) -> None:
+        # types first: EmbedderConfig(max_batch_size="8") was a raw TypeError from "<", and
+        # 1.5, packed="yes" or model=None were taken (a YAML config is typed by from_dict)
+        for name in ("max_batch_tokens", "max_batch_size", "max_seq_length", "window_texts", "max_text_chars",
+                     "tokenize_workers"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"embedder.{name} must be an int, got {value!r:.40}")
+        if isinstance(self.min_padding_efficiency, bool) or not isinstance(self.min_padding_efficiency, (int, float)):
+            raise ValueError(f"embedder.min_padding_efficiency must be a number in [0, 1], got "
+                             f"{self.min_padding_efficiency!r:.40}")
+        if not isinstance(self.packed, bool):
+            raise ValueError(f"embedder.packed must be true or false, got {self.packed!r:.40}")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError(f"embedder.model must be 'default', a local folder or a hub id, got {self.model!r:.60}")
+        if self.dtype not in get_args(EmbedDtype):  # "fp64" loaded silently in fp32
+            raise ValueError(f"embedder.dtype must be one of {list(get_args(EmbedDtype))}, got {self.dtype!r:.40}")
         if not 0.0 <= self.min_padding_efficiency <= 1.0:
             raise ValueError(f"embedder.min_padding_efficiency must be in [0, 1], got {self.min_padding_efficiency}")
         if self.tokenize_workers is not None and not 0 <= self.tokenize_workers <= 16:

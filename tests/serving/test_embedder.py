@@ -100,3 +100,22 @@ def test_rejects_bad_input(embedder) -> None:
 def test_huge_text_is_cut_not_crashing(embedder) -> None:
     vec = embedder.encode(["word " * 200_000])
     assert vec.shape == (1, 384) and np.isfinite(vec).all()
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"max_batch_size": "8"}, "max_batch_size must be an int"),
+    ({"max_batch_size": 1.5}, "max_batch_size must be an int"),
+    ({"window_texts": True}, "window_texts must be an int"),
+    ({"tokenize_workers": "2"}, "tokenize_workers must be an int"),
+    ({"packed": "yes"}, "packed must be true or false"),
+    ({"model": None}, "model must be 'default'"),
+    ({"dtype": "fp64"}, r"dtype must be one of \['auto', 'fp32', 'fp16', 'bf16'\]"),
+    ({"min_padding_efficiency": "high"}, "min_padding_efficiency must be a number"),
+])
+def test_embedder_config_made_in_python_is_typed_as_a_yaml_one(kw, message) -> None:
+    """EmbedderConfig(max_batch_size="8") was a raw TypeError, and 1.5, packed="yes", model=None
+    and dtype="fp64" (loaded in fp32 without a word) were taken (helper-42's audit)."""
+    from searchsmith.serving.embedder import EmbedderConfig
+
+    with pytest.raises(ValueError, match=message):
+        EmbedderConfig(**kw)
