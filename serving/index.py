@@ -1054,6 +1054,9 @@ def _read_centroids(index_dir: Path, dim: int, sources: list[str]) -> tuple[np.n
     return cents.astype(np.float32, copy=False), owners
 
 
+MAX_TITLED = 10_000  # chunks one title lookup returns at most (sqlite takes no larger int either)
+
+
 class Index:
     """A loaded index: per-source search, chunk lookup and the routing centroids."""
 
@@ -1218,8 +1221,12 @@ class Index:
         at most ``limit``, as hits of score 0: a lookup by name, not a search."""
         if not isinstance(name, str):
             raise ValidationError(f"titled: name must be a string, got {type(name).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or not 1 <= limit <= MAX_TITLED:
+            raise ValidationError(f"titled: limit must be an int in [1, {MAX_TITLED}], got {limit!r:.40}")
+        if isinstance(sources, (str, bytes)):  # read a character at a time, it matched nothing
+            raise ValidationError(f"titled: sources must be a list of source names or None, got {sources!r:.60}")
         names = [s for s in (self.sources if sources is None else sources) if s in self._faiss]
-        rows = self.store.rows_titled(name, names, limit)
+        rows = self.store.rows_titled(name, names, int(limit))
         chunks = self.store.get(rows)
         return [Hit(0.0, r, chunks[r]) for r in rows if r in chunks]
 

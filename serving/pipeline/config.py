@@ -21,6 +21,7 @@ from typing import Literal
 
 from searchsmith.models.config import check_count, check_number, load_config
 from searchsmith.models.runtime import threads_over_cap
+from searchsmith.serving.index import MAX_TITLED
 from searchsmith.serving.router import RouterConfig
 
 Strategy = Literal["auto", "direct", "parallel", "planning"]
@@ -227,8 +228,8 @@ class RetrievalConfig:
                                            or self.lexical_k < 1):
             raise ValueError(f"retrieval.lexical_k must be a whole number >= 1 or null (= retrieve_k), "
                              f"got {self.lexical_k!r}")
-        if isinstance(self.titled_k, bool) or not isinstance(self.titled_k, int) or self.titled_k < 1:
-            raise ValueError(f"retrieval.titled_k must be a whole number >= 1, got {self.titled_k!r}")
+        if isinstance(self.titled_k, bool) or not isinstance(self.titled_k, int) or not 1 <= self.titled_k <= MAX_TITLED:
+            raise ValueError(f"retrieval.titled_k must be a whole number in [1, {MAX_TITLED}], got {self.titled_k!r}")
         if self.retrieve_k < 1:
             raise ValueError(f"retrieval.retrieve_k must be >= 1, got {self.retrieve_k}")
         if not 0.0 < self.dedup_threshold <= 1.0:

@@ -329,3 +329,17 @@ def test_build_index_names_a_wrong_out_dir_embedder_or_config(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"embedder is a EmbedBundle, expected a searchsmith.serving.embedder"):
         build_index(recs, tmp_path / "ix", embedder=EmbedBundle())  # type: ignore[arg-type]
     assert not (tmp_path / "ix").exists()
+
+
+def test_titled_refuses_a_string_of_sources_and_a_limit_out_of_range(small_index) -> None:
+    """sources="news" was read a character at a time (no match, []); limit=10**30 was sqlite's
+    OverflowError (helper-42's audit)."""
+    from searchsmith.serving.index import Index
+
+    with Index.load(small_index) as ix:
+        with pytest.raises(ValueError, match="titled: sources must be a list"):
+            ix.titled("x", sources=ix.sources[0])
+        for bad in (0, 10**30, "3", True):
+            with pytest.raises(ValueError, match=r"titled: limit must be an int in \[1, 10000\]"):
+                ix.titled("x", limit=bad)
+        assert ix.titled("no such title at all") == []
