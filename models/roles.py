@@ -27,6 +27,7 @@ __all__ = ["Citer", "Decomposer", "Embedder", "EntitySpan", "ImageScorer", "Meta
 Meta = Mapping[str, object]
 EntitySpan = tuple[int, int, str]
 Turn = Mapping[str, str] | str  # {"role": "user", "content": "..."} or plain text
+CHAT_ROLES = ("user", "assistant", "system")  # the roles a turn may have (OpenAI's chat messages)
 
 
 @runtime_checkable

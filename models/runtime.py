@@ -38,6 +38,7 @@ from searchsmith.models.config import is_int
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import read_json_object, sha256_file
 from searchsmith.models.jsonl import check_unicode
+from searchsmith.models.roles import CHAT_ROLES
 from searchsmith.models.tasks import TASK_NAMES
 from searchsmith.models.text import is_blank
 from searchsmith.models.tokenizer import encode_pairs
@@ -719,8 +720,17 @@ class DecomposeBundle(Bundle):
         )
 
         _check_text(query, "rewrite: query")
+        if is_blank(query):  # it was "rewritten" into " (Kestrel)"
+            raise ValidationError("rewrite: query is empty; send the follow-up question to rewrite")
         if not isinstance(history, (list, tuple)):
             raise ValidationError(f"rewrite: history is {type(history).__name__}, expected a list of turns")
+        for i, t in enumerate(history):  # a malformed turn was skipped without a word
+            if isinstance(t, str):
+                continue
+            if not isinstance(t, Mapping) or not isinstance(t.get("content"), str) \
+                    or t.get("role", "user") not in CHAT_ROLES:
+                raise ValidationError(f"rewrite: history[{i}] must be a string or a {{role, content}} object with "
+                                      f"role one of {list(CHAT_ROLES)} and a string content, got {t!r:.60}")
         check_unicode(list(history), "rewrite: history")
         turns = _user_turns(history)
         if not turns:

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from searchsmith.models.errors import ValidationError
+from searchsmith.models.roles import CHAT_ROLES
 from searchsmith.models.text import QUERY_STOP_WORDS
 
-ROLES = ("user", "assistant", "system")
+ROLES = CHAT_ROLES
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./+#-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 

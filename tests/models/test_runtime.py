@@ -336,6 +336,14 @@ def test_bundle_text_methods_refuse_what_their_tokenizers_cannot_take() -> None:
             dec.decompose("who made x", max_nodes=bad)
     with pytest.raises(ValidationError, match=r"rewrite: history.*lone surrogate"):
         dec.rewrite([{"role": "user", "content": lone}], "and it?")
+    # a malformed turn was skipped without a word (the pipeline refuses it); a blank query "rewritten"
+    for bad in ([None], [5], [{"role": "robot", "content": "x"}], [{"role": "user"}],
+                [{"role": "user", "content": None}], [("user", "Kestrel 2")]):
+        with pytest.raises(ValidationError, match=r"rewrite: history\[0\] must be a string or a \{role, content\}"):
+            dec.rewrite(bad, "and it?")
+    with pytest.raises(ValidationError, match="rewrite: query is empty"):
+        dec.rewrite(["Tell me about Kestrel"], " ")
+    assert isinstance(dec.rewrite(["Tell me about Kestrel", {"content": "It is a gateway."}], "and it?"), str)
     rd = load_bundle(bundle("read"), device="cpu")
     with pytest.raises(ValidationError, match=r"read: passages is str, expected a list of passages \(wrap"):
         rd.read("When did Kestrel 2 ship?", "Kestrel 2 shipped in 2021.")
