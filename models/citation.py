@@ -117,10 +117,16 @@ class CosineResidual:
         if cosine is None:
             raise ValidationError(f"attribute: this scorer adds the bi-encoder cosine ({self.embedder}); pass "
                                   "cosine=[the best cosine of each sentence with one sentence of its passage]")
-        cos = np.asarray(cosine, dtype=np.float64).reshape(-1)
+        try:
+            cos = np.asarray(cosine, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):  # ["x"] was numpy's "could not convert string to float"
+            raise ValidationError(f"attribute: cosine must be numbers, one per pair, got {cosine!r:.60}") from None
         if len(cos) != n or not np.all(np.isfinite(cos)):
             raise ValidationError(f"attribute: cosine needs {n} finite values (one per pair), got "
                                   f"{len(cos)}{'' if np.all(np.isfinite(cos)) else ' with NaN or inf'}")
+        if len(cos) and (cos.min() < -1.0 - 1e-4 or cos.max() > 1.0 + 1e-4):  # 5.0 made P(supports) 1.0
+            raise ValidationError(f"attribute: a cosine lies in [-1, 1], got values in [{cos.min():.4g}, "
+                                  f"{cos.max():.4g}]; pass the bi-encoder cosine of each pair")
         return self.cross_weight * np.asarray(cross_logits, np.float64) + self.scale * cos + self.bias
 
     def probs(self, cross_logits: np.ndarray, cosine: Any) -> np.ndarray:

@@ -40,6 +40,12 @@ def test_residual_logits_add_the_cosine_term() -> None:
         res.logits(np.zeros(2), [0.1])
     with pytest.raises(ValidationError, match="NaN"):
         res.logits(np.zeros(1), [float("nan")])
+    # a cosine of 5.0 made P(supports) 1.0; ["x"] was numpy's own ValueError (helper-42's audit)
+    with pytest.raises(ValidationError, match=r"a cosine lies in \[-1, 1\], got values in \[5, 5\]"):
+        res.logits(np.zeros(1), [5.0])
+    with pytest.raises(ValidationError, match="cosine must be numbers"):
+        res.logits(np.zeros(1), ["x"])
+    assert res.logits(np.zeros(2), [-1.0, 1.0]).shape == (2,)
 
 
 def test_residual_json_round_trip_and_malformed_entries() -> None:
