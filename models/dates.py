@@ -90,23 +90,25 @@ def document_date(value: str) -> tuple[str, str] | None:
     m = _ISO.fullmatch(text)
     if m:
         year, month, day = m.groups()
-        try:  # month 0 or 13, the 30th of February, year 0
-            dt.date(int(year), int(month or 1), int(day or 1))
-        except ValueError:
+        iso = "-".join(x for x in (year, month, day) if x)
+        precision = "day" if day else "month" if month else "year"
+    else:
+        found = parse_dates(text)
+        if len(found) != 1 or found[0][2] != 0 or found[0][3] != len(text.rstrip(".")):
             return None
-        if day:
-            return f"{year}-{month}-{day}", "day"
-        return (f"{year}-{month}", "month") if month else (year, "year")
-    found = parse_dates(text)
-    if len(found) != 1 or found[0][2] != 0 or found[0][3] != len(text.rstrip(".")):
-        return None
-    iso, precision = found[0][0], found[0][1]
+        iso, precision = found[0][0], found[0][1]
+    return (iso, precision) if _on_the_calendar(iso) else None
+
+
+def _on_the_calendar(iso: str) -> bool:
+    """Whether ``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD`` names a real date (not month 0 or 13, the
+    30th of February, year 0)."""
+    parts = [int(x) for x in iso.split("-")]
     try:
-        parts = [int(x) for x in iso.split("-")] + [1, 1]
-        dt.date(parts[0], parts[1], parts[2])
+        dt.date(parts[0], *(parts[1:] + [1, 1])[:2])
     except ValueError:
-        return None
-    return iso, precision
+        return False
+    return True
 
 
 __all__ = ["MONTHS", "document_date", "parse_dates"]
