@@ -240,7 +240,7 @@ def decode(windows: Sequence[Window], contexts: Sequence[str], start: np.ndarray
                 spans[win.item] = (score, w, s, e)
     out = []
     for item, ctx in enumerate(contexts):
-        if item not in best:
+        if item not in best or not ctx.strip():  # a blank context was read as "." (nothing to answer from)
             out.append(ReadAnswer("", "none", 0.0))
             continue
         p, w = best[item]

@@ -71,6 +71,9 @@ def test_decode_picks_the_window_most_likely_to_answer_and_its_kind() -> None:
     assert got[1].text == "yes" and got[1].kind == "yes"
     # an item without windows has no answer
     assert decode([], ["x"], start[:0], end[:0], kind[:0], 4) == [ReadAnswer("", "none", 0.0)]
+    # nor has a blank context (read as "."), however answerable its window looks
+    blank = decode(wins, [" \n ", ctx], start, end, kind, 4)
+    assert blank[0] == ReadAnswer("", "none", 0.0) and blank[1].kind == "yes"
 
 
 def test_decode_by_span_score_compares_spans_across_windows() -> None:
@@ -133,6 +136,8 @@ def test_export_parity_and_the_bundle_answers_as_torch_does() -> None:
     assert np.allclose([a.score for a in got], [a.score for a in want], atol=1e-4)
     assert meta["windows"] > 2 and meta["truncated"] == []
     assert b.read("Where is the Nile?", ps[0]).text == got[0].text
+    for nothing in ([], ["  "], [("", "")]):  # no passage, or only blank ones: no answer, score 0
+        assert b.read("Where is the Nile?", nothing)[:3] == ("", "none", 0.0)
     with pytest.raises(ValidationError, match=r"read_batch passages\[0\]\[0\]"):
         b.read_batch(["q"], [[3]])
     with pytest.raises(ValidationError, match="one list of passages per question"):
