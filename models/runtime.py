@@ -298,6 +298,7 @@ class Bundle:
         if unknown:
             raise ValidationError(f"run_graph {name}: unknown inputs {unknown}; expected {sorted(specs)}")
         out = {}
+        sizes: dict[str, tuple[str, int]] = {}  # a named axis ("batch", "seq") -> (the input that set it, size)
         for iname, spec in specs.items():
             if iname not in feeds:
                 raise ValidationError(f"run_graph {name}: input {iname!r} is missing; expected {sorted(specs)}")
@@ -316,12 +317,32 @@ class Bundle:
                     raise ValidationError(f"run_graph {name}.{iname}: axis {axis} is {got}, expected {want} ({shape})")
                 if got == 0:
                     raise ValidationError(f"run_graph {name}.{iname}: axis {axis} is empty; expected >= 1")
+                if isinstance(want, str):
+                    first, size = sizes.setdefault(want, (iname, got))
+                    if got != size:
+                        raise ValidationError(f"run_graph {name}.{iname}: axis {axis} ({want}) is {got} but "
+                                              f"{first}'s is {size}; inputs sharing an axis name agree in size")
+            self._check_feed_values(f"run_graph {name}.{iname}", iname, value)
             out[iname] = value
         seq = [v.shape[1] for k, v in out.items() if k in ("input_ids", "decoder_input_ids") and v.ndim == 2]
         if seq and name != "decoder" and seq[0] > self.max_length:
             raise ValidationError(f"run_graph {name}: sequence length {seq[0]} is over max_length "
                                   f"{self.max_length}; truncate the inputs")
         return self.graphs[name](out)
+
+    def _check_feed_values(self, where: str, iname: str, value: np.ndarray) -> None:
+        """Token ids within the tokenizer's vocabulary (ONNX Runtime fails deep in the graph
+        on a larger one and reads a negative one from the end); attention masks of 0 and 1."""
+        if iname.endswith("input_ids") and value.dtype.kind in "iu" and value.size:
+            lo, hi, vocab = int(value.min()), int(value.max()), len(self.tokenizer)
+            if lo < 0 or hi >= vocab:
+                bad = lo if lo < 0 else hi
+                raise ValidationError(f"{where}: token id {bad} is outside the vocabulary [0, {vocab}); "
+                                      "make ids with the bundle's tokenizer")
+        if iname.endswith("attention_mask") and value.dtype.kind in "iu" and value.size \
+                and not np.isin(value, (0, 1)).all():
+            raise ValidationError(f"{where}: values must be 0 or 1 (1 = a real token), got "
+                                  f"{sorted(set(np.unique(value).tolist()) - {0, 1})[:3]}")
 
     def _tokenizer_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` under the tokenizer's lock (:func:`searchsmith.models.tokenizer.tokenizer_lock`):

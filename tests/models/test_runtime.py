@@ -307,6 +307,27 @@ def test_wrong_shape_is_a_validation_error() -> None:
         b.run_graph("model", {**feeds, "attention_mask": np.ones(4, dtype=np.int64)})
     with pytest.raises(ValidationError, match="sequence length 60 is over max_length 48"):
         b.run_graph("model", {k: np.ones((1, 60), dtype=np.int64) for k in feeds})
+    # inputs that share an axis name must agree (ONNX Runtime failed deep in the graph)
+    with pytest.raises(ValidationError, match=r"attention_mask: axis 1 \(seq\) is 5 but input_ids's is 4"):
+        b.run_graph("model", {**feeds, "attention_mask": np.ones((1, 5), dtype=np.int64)})
+    with pytest.raises(ValidationError, match=r"token_type_ids: axis 0 \(batch\) is 2 but input_ids's is 1"):
+        b.run_graph("model", {**feeds, "token_type_ids": np.ones((2, 4), dtype=np.int64)})
+
+
+def test_token_ids_outside_the_vocabulary_and_masks_not_0_1_are_refused() -> None:
+    """A too-large id was ONNX Runtime's Gather error; a negative one was read from the end of
+    the embedding table without a word; a mask of 7 was taken."""
+    b = load_bundle(bundle("rerank"), device="cpu")
+    feeds = {k: np.ones((1, 4), dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    vocab = len(b.tokenizer)
+    for bad in (vocab, -1):
+        ids = np.array([[1, bad, 2, 3]], dtype=np.int64)
+        with pytest.raises(ValidationError, match=rf"token id {bad} is outside the vocabulary \[0, {vocab}\)"):
+            b.run_graph("model", {**feeds, "input_ids": ids})
+    with pytest.raises(ValidationError, match=r"attention_mask: values must be 0 or 1.*\[7\]"):
+        b.run_graph("model", {**feeds, "attention_mask": np.array([[1, 1, 7, 0]], dtype=np.int64)})
+    ids = np.array([[0, vocab - 1, 2, 3]], dtype=np.int64)  # both ends of the vocabulary are ids
+    assert b.run_graph("model", {**feeds, "input_ids": ids, "attention_mask": np.array([[1, 1, 1, 0]])}).shape == (1, 1)
 
 
 def test_bundle_text_methods_refuse_what_their_tokenizers_cannot_take() -> None:
