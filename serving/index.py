@@ -1170,7 +1170,8 @@ class Index:
         """Top-``k`` chunks per query over ``sources`` (all by default), merged by score.
 
         Args:
-            query_vectors: (B, D) float32, unit norm (from the same embedder).
+            query_vectors: (B, D) float32 from the index's embedder; rows are scaled to unit
+                norm (scores are cosines), an all-zero row is an error.
             sources: source names; unknown names are an error.
             k: results per query (>= 1).
         """
@@ -1186,6 +1187,12 @@ class Index:
         if not np.isfinite(q).all():
             raise ValidationError("search: query vectors hold NaN or infinite values (no hit would be found); "
                                   "check the embedder's output")
+        norms = np.linalg.norm(q, axis=1)
+        if (norms == 0).any():
+            raise ValidationError(f"search: query vector {int(np.flatnonzero(norms == 0)[0])} is all zeros "
+                                  "(it has no direction to search); check the embedder's output")
+        if not np.allclose(norms, 1.0, atol=1e-3):  # scores are cosines: a query's scale changes none of its order
+            q = np.ascontiguousarray(q / norms[:, None], dtype=np.float32)
         names, k = self._searched("search", sources, k)
         if not names:
             raise ValidationError("search: no source to search (the router selected none)")

@@ -195,6 +195,24 @@ def test_a_nan_query_vector_is_refused(small_index, embedder) -> None:
         Index.load(small_index, embedder=embedder).search(q)
 
 
+def test_query_vectors_are_scaled_to_unit_norm_and_a_zero_one_is_refused(small_index, embedder) -> None:
+    """A scaled query scored 3x its cosines and a zero one scored every chunk 0 (an arbitrary
+    order), without a word: scores are cosines whatever the query's norm."""
+    import numpy as np
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.index import Index
+
+    ix = Index.load(small_index, embedder=embedder)
+    q = embedder.encode(["bread"])
+    unit = ix.search(q, k=3)[0]
+    scaled = ix.search(3.0 * q, k=3)[0]
+    assert [h.row for h in scaled] == [h.row for h in unit]
+    assert np.allclose([h.score for h in scaled], [h.score for h in unit], atol=1e-5)
+    assert max(h.score for h in scaled) <= 1.0 + 1e-5
+    with pytest.raises(ValidationError, match="query vector 1 is all zeros"):
+        ix.search(np.vstack([q, np.zeros_like(q)]))
+
+
 def test_a_refused_build_leaves_nothing_beside_the_users_folder(embedder, tmp_path) -> None:
     """'index --out user' refused the user's folder but left an empty '.user.lock' beside it
     (found by probing, 2026-12-06): a lock file the refused write created is removed again."""
