@@ -29,12 +29,13 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, Union, Unpack, overload
 
 import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.batching import pack_batches
 from searchsmith.models.config import is_int
+from searchsmith.models.encode_options import EncodeKeywords, encode_options
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.io import read_json_object, sha256_file
 from searchsmith.models.jsonl import check_unicode
@@ -357,8 +358,10 @@ class Bundle:
         return len(self._tokenizer_call(self.tokenizer, text, truncation=False)["input_ids"])
 
     def _encode_text(self, first: list[str], second: list[str] | None = None,
-                     max_length: int | None = None) -> list[tuple[list[int], dict[str, np.ndarray]]]:
-        """Tokenize (truncating), sort by length and pad per batch.
+                     max_length: int | None = None,
+                     batch_size: int | None = None) -> list[tuple[list[int], dict[str, np.ndarray]]]:
+        """Tokenize (truncating), sort by length and pad per batch (of at most ``batch_size``
+        inputs; default: the bundle's).
 
         Returns:
             ``(indices, feeds)`` per batch; ``feeds`` hold int64 (b, T) arrays.
@@ -373,8 +376,9 @@ class Bundle:
                                call=lambda a, b, **kw: self._tokenizer_call(self.tokenizer, a, b, **kw))
         ids = enc["input_ids"]
         types = enc.get("token_type_ids")
-        budget = self.max_batch_tokens or self.batch_size * limit  # no budget: batch_size alone
-        groups = pack_batches([len(x) for x in ids], budget, self.batch_size, PACK_MIN_PADDING_EFFICIENCY)
+        cap = batch_size or self.batch_size
+        budget = self.max_batch_tokens or cap * limit  # no budget: batch_size alone
+        groups = pack_batches([len(x) for x in ids], budget, cap, PACK_MIN_PADDING_EFFICIENCY)
         pad = self.tokenizer.pad_token_id or 0
         batches = []
         for idx in groups:
@@ -440,12 +444,21 @@ class EmbedBundle(Bundle):
 
     TASK = "embed"
 
-    def encode(self, texts: Sequence[str], return_meta: bool = False) -> WithMeta[np.ndarray]:
-        """Embed ``texts`` -> (n, D) float32, unit rows, in input order."""
-        texts = _check_texts(texts, "encode")
+    def encode(self, texts: Sequence[str], return_meta: bool = False,
+               **st_keywords: Unpack[EncodeKeywords]) -> WithMeta[np.ndarray]:
+        """Embed ``texts`` -> (n, D) float32, unit rows, in input order.
+
+        Takes sentence-transformers' ``encode`` keywords too (``prompt``, ``batch_size``,
+        ``show_progress_bar`` (no bar here), ``convert_to_tensor``, ``convert_to_numpy``,
+        ``normalize_embeddings=True``, ``precision="float32"``, ``truncate_dim``;
+        :mod:`searchsmith.models.encode_options`).
+        """
         dim = int(self.manifest["embedding_dim"])
-        vecs = self._run_text("model", self._encode_text(texts), len(texts)) if texts else np.zeros((0, dim), np.float32)
-        return self._meta(vecs.reshape(len(texts), dim), return_meta, texts)
+        opts = encode_options(dim=dim, **st_keywords)
+        texts = opts.texts(_check_texts(texts, "encode"))
+        vecs = (self._run_text("model", self._encode_text(texts, batch_size=opts.batch_size), len(texts)) if texts
+                else np.zeros((0, dim), np.float32))
+        return self._meta(opts.finish(vecs.reshape(len(texts), dim)), return_meta, texts)
 
 
 class RerankBundle(Bundle):

@@ -41,10 +41,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Literal, TypeVar, Unpack, get_args
 
 import numpy as np
 from searchsmith.models.batching import pack_batches
+from searchsmith.models.encode_options import EncodeKeywords, encode_options
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, read_st_layout, resolve_model
 from searchsmith.models.jsonl import check_unicode
@@ -430,21 +431,23 @@ class Embedder:
         offset, texts = window
         return self.tokenize(self._clean(texts, offset))
 
-    def _batches(self, lengths: list[int]) -> list[list[int]]:
-        """Index batches of one window: real-token budget when packed, padded budget otherwise."""
+    def _batches(self, lengths: list[int], max_batch_size: int | None = None) -> list[list[int]]:
+        """Index batches of one window: real-token budget when packed, padded budget otherwise;
+        at most ``max_batch_size`` texts each (default: ``config.max_batch_size``)."""
+        cap = max_batch_size or self.config.max_batch_size
         if self.packed:
             from searchsmith.models.packed import token_batches
 
-            return token_batches(lengths, self.max_batch_tokens, self.config.max_batch_size)
-        return pack_batches(lengths, self.max_batch_tokens, self.config.max_batch_size,
-                            self.config.min_padding_efficiency)
+            return token_batches(lengths, self.max_batch_tokens, cap)
+        return pack_batches(lengths, self.max_batch_tokens, cap, self.config.min_padding_efficiency)
 
     def encode_iter(self, texts: Iterable[str], *, show_progress: bool | None = None,
-                    total: int | None = None) -> Iterator[np.ndarray]:
+                    total: int | None = None, batch_size: int | None = None) -> Iterator[np.ndarray]:
         """Embed a stream of texts; yields (w, D) float32 arrays, one per window, in order.
 
         With ``tokenize_workers``, the next window is read from ``texts`` (and tokenized) before
         this one is yielded: host memory holds two windows of texts and ids, not one.
+        ``batch_size`` caps the texts per model call (default: ``config.max_batch_size``).
         """
         import torch
         from searchsmith.models.console import progress
@@ -463,7 +466,7 @@ class Embedder:
                     lengths = [len(x) for x in ids]
                     stats["truncated"] += sum(1 for n in lengths if n >= self.max_seq_length)
                     out = np.empty((len(ids), self.dim), dtype=np.float32)
-                    batches = self._batches(lengths)
+                    batches = self._batches(lengths, batch_size)
                     staged = map_ahead(lambda b, ids=ids: self._stage([ids[i] for i in b], packed=self.packed,
                                                                      ahead=pool is not None), batches, pool)
                     for batch, inputs in zip(batches, staged, strict=True):
@@ -484,21 +487,30 @@ class Embedder:
         stats["padding_efficiency"] = stats["tokens"] / max(stats["padded_tokens"], 1)
         self.last_stats = stats
 
-    def encode(self, texts: Sequence[str], *, show_progress: bool | None = None) -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, show_progress: bool | None = None,
+               **st_keywords: Unpack[EncodeKeywords]) -> np.ndarray:
         """Embed ``texts`` -> (N, D) float32, L2-normalised rows, in input order.
 
+        Takes sentence-transformers' ``encode`` keywords too (``prompt``, ``batch_size``,
+        ``show_progress_bar``, ``convert_to_tensor``, ``convert_to_numpy``,
+        ``normalize_embeddings=True``, ``precision="float32"``, ``truncate_dim``;
+        :mod:`searchsmith.models.encode_options`).
+
         Raises:
-            ValidationError: ``texts`` is a bare string or holds a non-string.
+            ValidationError: ``texts`` is a bare string or holds a non-string; a keyword this
+                embedder cannot honour.
         """
+        opts = encode_options(dim=self.dim, **st_keywords)
         if isinstance(texts, str):
             raise ValidationError("embed: expected a list of strings, got one string (wrap it in a list)")
         if isinstance(texts, (bytes, dict)) or not isinstance(texts, Iterable):
             raise ValidationError(f"embed: expected a list of strings, got {type(texts).__name__}")
-        texts = list(texts)
+        texts = opts.texts(list(texts))
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        parts = list(self.encode_iter(texts, show_progress=show_progress, total=len(texts)))
-        return np.concatenate(parts, axis=0)
+            return opts.finish(np.zeros((0, self.dim), dtype=np.float32))
+        shown = show_progress if opts.show_progress is None else opts.show_progress
+        parts = list(self.encode_iter(texts, show_progress=shown, total=len(texts), batch_size=opts.batch_size))
+        return opts.finish(np.concatenate(parts, axis=0))
 
     def encode_to_file(self, texts: Iterable[str], path: str | os.PathLike, count: int, *,
                        overwrite: bool = False) -> Path:
