@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from searchsmith.models.errors import ConfigError, ValidationError
 
@@ -313,6 +313,85 @@ def check_replaceable(out: str | os.PathLike, *, label: str, kind: str, listed: 
 # -- files a user may have edited -------------------------------------------------------------
 WRITTEN_RECORD = ".searchsmith-written.json"
 
+FileState = Literal["absent", "ours", "edited", "foreign"]
+
+
+class WrittenFiles:
+    """The sha256 of each file searchsmith wrote in a folder, kept in one JSON file there: what
+    tells a file still as searchsmith wrote it (``ours``: it may be replaced) from one its user
+    edited since (``edited``) or wrote (``foreign``).
+
+    The one record behind :func:`write_text_if_ours` (``.searchsmith-written.json``, a flat
+    ``{file: sha256}``) and the make-*-set marker (``.searchsmith-set``, the same under
+    ``files`` beside ``written_by``). Files are named relative to the record's folder.
+
+    Attributes:
+        record: the JSON file.
+        hashes: file -> sha256; None when the record exists but holds no checksums (unreadable,
+            or written by an older searchsmith): then no file counts as ours.
+        header: the other keys written with ``files`` (None: the flat layout).
+    """
+
+    def __init__(self, record: Path, hashes: dict[str, str] | None, header: dict[str, str] | None = None) -> None:
+        self.record = record
+        self.hashes = hashes
+        self.header = header
+
+    @classmethod
+    def read(cls, record: str | os.PathLike, header: dict[str, str] | None = None) -> WrittenFiles:
+        """The record at ``record``: empty when absent; ``hashes`` None when unreadable or
+        without checksums. ``header`` given: the ``{**header, "files": {...}}`` layout."""
+        record = Path(record)
+        if not record.exists():
+            return cls(record, {}, header)
+        try:
+            data = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return cls(record, None, header)
+        files = (data.get("files") if header is not None else data) if isinstance(data, dict) else None
+        if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            return cls(record, None, header)
+        return cls(record, dict(files), header)
+
+    def key(self, path: Path) -> str:
+        """``path``'s name in the record: relative to the record's folder (its own link, if it
+        is one, not followed), else absolute."""
+        full = path.parent.resolve() / path.name
+        try:
+            return str(full.relative_to(self.record.parent.resolve()))
+        except ValueError:
+            return str(full)
+
+    def state(self, path: Path) -> FileState:
+        """``absent``; ``ours`` (a plain file whose sha256 the record holds); ``edited`` (the
+        record names it, but it changed, or is now a link or a folder); ``foreign``."""
+        if not path.exists() and not path.is_symlink():
+            return "absent"
+        want = (self.hashes or {}).get(self.key(path))
+        if want is None:
+            return "foreign"
+        if path.is_symlink() or not path.is_file():
+            return "edited"
+        return "ours" if sha256_file(path) == want else "edited"
+
+    def add(self, path: Path, digest: str) -> None:
+        """Record ``path`` as written with content ``digest``."""
+        self.hashes = {**(self.hashes or {}), self.key(path): digest}
+
+    def keep_only_present(self) -> None:
+        """Forget the files no longer there (a later write records the rest)."""
+        folder = self.record.parent
+        self.hashes = {k: v for k, v in (self.hashes or {}).items() if (folder / k).is_file()}
+
+    def save(self) -> None:
+        """Write the record (atomically)."""
+        hashes = dict(sorted((self.hashes or {}).items()))
+        if self.header is None:
+            write_json_atomic(self.record, hashes)
+        else:
+            write_text_atomic(self.record, json.dumps({**self.header, "files": hashes}, indent=1, sort_keys=True)
+                              + "\n")
+
 
 @dataclass(frozen=True)
 class Written:
@@ -330,47 +409,31 @@ class Written:
     edited: bool = False
 
 
-def _read_record(record: Path) -> dict[str, str]:
-    try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # missing or unreadable: nothing counts as ours, so nothing is overwritten
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
 def write_text_if_ours(path: str | os.PathLike, text: str, *, record: str | os.PathLike | None = None) -> Written:
     """Write ``text`` to ``path`` only if what is there now is what we last wrote there.
 
     A file the project wrote may be edited by its user (a serve.yaml gains ``api_keys``);
     regenerating it must not silently undo that. The sha256 of every file written here is
-    kept in ``record`` (default: ``WRITTEN_RECORD`` beside ``path``). ``path`` is
-    (re)written when it is absent, unchanged since we wrote it, or already holds ``text``;
-    otherwise it is kept and the text goes to ``PATH.new`` (``PATH.new.2``, ... when a
-    ``.new`` file is itself not ours).
+    kept in ``record`` (default: ``WRITTEN_RECORD`` beside ``path``; :class:`WrittenFiles`).
+    ``path`` is (re)written when it is absent, unchanged since we wrote it, or already holds
+    ``text``; otherwise it is kept and the text goes to ``PATH.new`` (``PATH.new.2``, ... when
+    a ``.new`` file is itself not ours).
 
     Returns:
         Where the text went, and the file kept if any.
     """
     path = Path(path)
-    record = Path(record) if record is not None else path.parent / WRITTEN_RECORD
-    ours = _read_record(record)
+    files = WrittenFiles.read(record if record is not None else path.parent / WRITTEN_RECORD)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def key(p: Path) -> str:
-        try:
-            return str(p.resolve().relative_to(record.resolve().parent))
-        except ValueError:
-            return str(p.resolve())
-
     def writable(p: Path) -> bool:
-        if not p.exists() and not p.is_symlink():
-            return True
-        return p.is_file() and not p.is_symlink() and sha256_file(p) in (ours.get(key(p)), digest)
+        state = files.state(p)
+        return state in ("absent", "ours") or (p.is_file() and not p.is_symlink() and sha256_file(p) == digest)
 
     target, kept, edited = path, None, False
     if not writable(path):
         kept = path
-        edited = key(path) in ours
+        edited = files.state(path) == "edited"
         candidates = [path.with_name(f"{path.name}.new")] + [path.with_name(f"{path.name}.new.{i}") for i in range(2, 100)]
         target = next((c for c in candidates if writable(c)), None)
         if target is None:
@@ -379,6 +442,6 @@ def write_text_if_ours(path: str | os.PathLike, text: str, *, record: str | os.P
     if not target.is_file() or sha256_file(target) != digest:
         target.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(target, text)
-    ours[key(target)] = digest
-    write_json_atomic(record, ours)
+    files.add(target, digest)
+    files.save()
     return Written(target, kept, edited)

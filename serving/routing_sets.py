@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.io import sha256_file, write_text_atomic
+from searchsmith.models.io import WrittenFiles, write_text_atomic
 from searchsmith.models.jsonl import read_jsonl
 
 
@@ -275,34 +275,26 @@ SET_MARKER = ".searchsmith-set"  # written beside the files: which of them are o
 MARKER_KIND = "searchsmith make-routing-set / make-pipeline-set"
 
 
-def _recorded(marker: Path) -> dict[str, str] | None:
-    """The sha256 of each file the marker says searchsmith wrote; None for a marker without
-    checksums (written by an older searchsmith as plain text) or one that cannot be read."""
-    try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-        return None
-    return files
-
-
 def _listed(names: list[str]) -> str:
     return ", ".join(names)
 
 
-def check_set_out(out: Path, names: Sequence[str], force: bool = False) -> dict[str, str]:
-    """Refuse to write the set files ``names`` into ``out`` where that would overwrite what
-    searchsmith did not write; return the marker's checksums of the files to keep recording.
+def _marker(out: Path) -> WrittenFiles:
+    return WrittenFiles.read(out / SET_MARKER, header={"written_by": MARKER_KIND})
 
-    The marker (:data:`SET_MARKER`, JSON) records the sha256 of each file a make-*-set run
-    wrote. Without ``force``, a file of those names is replaced only when the marker records
-    it and its content is still what was recorded; a file the marker does not list (the
-    user's own, or no marker at all) or one edited since is refused. A marker of an older
-    searchsmith records no checksums: nothing tells whether its files were edited, so they
-    are refused too (conservatively; ``--force`` once, and the new marker records them).
-    Other files in ``out`` are never touched and do not matter.
+
+def check_set_out(out: Path, names: Sequence[str], force: bool = False) -> WrittenFiles:
+    """Refuse to write the set files ``names`` into ``out`` where that would overwrite what
+    searchsmith did not write; return the folder's record of what it wrote.
+
+    The marker (:data:`SET_MARKER`, a :class:`~searchsmith.models.io.WrittenFiles` record)
+    holds the sha256 of each file a make-*-set run wrote. Without ``force``, a file of those
+    names is replaced only when the marker records it and its content is still what was
+    recorded; a file the marker does not list (the user's own, or no marker at all) or one
+    edited since is refused. A marker of an older searchsmith records no checksums: nothing
+    tells whether its files were edited, so they are refused too (conservatively; ``--force``
+    once, and the new marker records them). Other files in ``out`` are never touched and do
+    not matter.
 
     Raises:
         ValidationError: naming the files, why, and ``--force``; ``out`` (or one of the names
@@ -311,27 +303,24 @@ def check_set_out(out: Path, names: Sequence[str], force: bool = False) -> dict[
     if out.exists() and not out.is_dir():
         raise ValidationError(f"--out {out}: is a file, not a folder; give a folder for the set's files "
                               f"({_listed(list(names))}): a new one, or one make-*-set wrote")
-    marker = out / SET_MARKER
     blocked = [n for n in (*names, SET_MARKER) if (out / n).is_dir()]
     if blocked:
         raise ValidationError(f"--out {out}: {_listed(blocked)} is a folder, where the set writes a file; choose "
                               "another --out")
-    present = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
-    recorded = _recorded(marker) if marker.exists() else {}
+    marker = _marker(out)
     if force:
-        return recorded or {}
+        return marker
+    present = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
     fix = "choose another --out, or pass --force to replace them"
-    if not marker.exists() and present:
+    if not marker.record.exists() and present:
         raise ValidationError(f"--out {out}: {_listed(present)} already there and not written by searchsmith; {fix}")
-    if recorded is None:
-        if present:
-            raise ValidationError(f"--out {out}: {_listed(present)} may have been edited: this folder's {SET_MARKER} "
-                                  "was written by an older searchsmith and records no checksums, so an edit cannot "
-                                  f"be told apart; {fix} (the new marker records checksums)")
-        return {}
-    theirs = [n for n in present if n not in recorded]
-    edited = [n for n in present if n in recorded and (out / n).is_file() and sha256_file(out / n) != recorded[n]]
-    edited += [n for n in present if n in recorded and not (out / n).is_file()]  # a link left dangling
+    if marker.hashes is None and present:
+        raise ValidationError(f"--out {out}: {_listed(present)} may have been edited: this folder's {SET_MARKER} "
+                              "was written by an older searchsmith and records no checksums, so an edit cannot "
+                              f"be told apart; {fix} (the new marker records checksums)")
+    states = {n: marker.state(out / n) for n in present}
+    theirs = [n for n in present if states[n] == "foreign"]
+    edited = [n for n in present if states[n] == "edited"]
     problems = []
     if theirs:
         problems.append(f"{_listed(theirs)} already there and not written by searchsmith")
@@ -340,7 +329,7 @@ def check_set_out(out: Path, names: Sequence[str], force: bool = False) -> dict[
                         f"wrote {'it' if len(edited) == 1 else 'them'} (the sha256 {SET_MARKER} records differs)")
     if problems:
         raise ValidationError(f"--out {out}: {'; '.join(problems)}; {fix}")
-    return recorded
+    return marker
 
 
 def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str,
@@ -361,15 +350,13 @@ def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str,
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file where a parent folder should be
         raise ValidationError(f"--out {out}: cannot create the folder ({exc.strerror}); give another --out") from None
-    written: dict[str, str] = {}
+    # files an earlier run wrote and this one did not (a routing set beside a pipeline set) stay recorded
+    recorded.keep_only_present()
     for name, rows in (("corpus.jsonl", corpus), (items_file, items)):
         text = "".join(json.dumps(r) + "\n" for r in rows)
         write_text_atomic(out / name, text)
-        written[name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    # files an earlier run wrote and this one did not (a routing set beside a pipeline set) stay recorded
-    kept = {n: h for n, h in recorded.items() if n not in written and (out / n).is_file()}
-    write_text_atomic(out / SET_MARKER, json.dumps({"written_by": MARKER_KIND, "files": {**kept, **written}},
-                                                   indent=1, sort_keys=True) + "\n")
+        recorded.add(out / name, hashlib.sha256(text.encode("utf-8")).hexdigest())
+    recorded.save()
     return {"out": str(out), "documents": len(corpus), "sources": len({r["source"] for r in corpus})}
 
 

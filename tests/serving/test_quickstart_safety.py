@@ -112,6 +112,40 @@ def test_write_text_if_ours_never_overwrites_what_it_did_not_write(tmp_path) -> 
     assert write_text_if_ours(d, "x: 1\n").path.name == "d.yaml.new" and d.is_dir()
 
 
+def test_one_written_files_record_reads_both_layouts_and_tells_each_state(tmp_path) -> None:
+    """The record behind write_text_if_ours (flat) and the make-*-set marker (under "files")."""
+    import hashlib
+    import json
+
+    from searchsmith.models.io import WrittenFiles
+
+    ours, edited, theirs = (tmp_path / n for n in ("ours.txt", "edited.txt", "theirs.txt"))
+    for p in (ours, edited, theirs):
+        p.write_text(p.name)
+    digest = {p.name: hashlib.sha256(p.name.encode()).hexdigest() for p in (ours, edited)}
+    edited.write_text("changed")
+    (tmp_path / "flat.json").write_text(json.dumps(digest))
+    (tmp_path / "nested.json").write_text(json.dumps({"written_by": "x", "files": digest}))
+    for files in (WrittenFiles.read(tmp_path / "flat.json"),
+                  WrittenFiles.read(tmp_path / "nested.json", header={"written_by": "x"})):
+        assert [files.state(p) for p in (ours, edited, theirs, tmp_path / "none")] == \
+            ["ours", "edited", "foreign", "absent"]
+    # a link where a recorded file was is not ours, whatever it points to; its name is its own
+    link = tmp_path / "link"
+    link.symlink_to(ours)
+    files = WrittenFiles.read(tmp_path / "flat.json")
+    files.add(link, digest["ours.txt"])
+    assert files.key(link) == "link" and files.state(link) == "edited"
+    # the nested layout round-trips with its header; a record without checksums holds none
+    nested = WrittenFiles.read(tmp_path / "nested.json", header={"written_by": "x"})
+    nested.add(theirs, "0" * 64)
+    nested.save()
+    assert json.loads((tmp_path / "nested.json").read_text())["files"]["theirs.txt"] == "0" * 64
+    (tmp_path / "old.json").write_text("written by an older searchsmith\n")
+    assert WrittenFiles.read(tmp_path / "old.json").hashes is None
+    assert WrittenFiles.read(tmp_path / "missing.json").hashes == {}
+
+
 def test_quickstart_cli_rerun_keeps_an_edited_serve_yaml(tmp_path, monkeypatch, small_index, capsys,
                                                          minilm_embed_bundle) -> None:
     """Through ``searchsmith quickstart``: runs, index exist (the embedder export is a copy of one
