@@ -62,10 +62,11 @@ def test_search_rejects_bad_input(small_index) -> None:
     idx = Index.load(small_index)
     with pytest.raises(ValidationError, match=r"expected \(B, 384\)"):
         idx.search(np.zeros((1, 12), dtype=np.float32))
+    q = np.full((1, 384), 384 ** -0.5, dtype=np.float32)
     with pytest.raises(ValidationError, match="unknown source"):
-        idx.search(np.zeros((1, 384), dtype=np.float32), sources=["nope"])
+        idx.search(q, sources=["nope"])
     with pytest.raises(ValidationError, match="no source"):
-        idx.search(np.zeros((1, 384), dtype=np.float32), sources=[])
+        idx.search(q, sources=[])
 
 
 def test_add_documents_without_rebuild(tmp_path, small_index, embedder) -> None:
