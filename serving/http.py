@@ -88,6 +88,7 @@ from searchsmith.serving.middleware import (
     HeadAsGet,
     HeaderLimit,
     KeyCheck,
+    NoWebSocket,
     RequestMetrics,
     on_error,
 )
@@ -310,5 +311,6 @@ def create_app(config: ServerLimits | None = None, *, embedder: Embedder | Bundl
     # the header limit again for apps served by another HTTP server (Ray Serve's proxy): the
     # server's own protocol refuses such requests before they get here
     app.add_middleware(HeaderLimit, max_bytes=config.max_header_bytes)
-    app.add_middleware(HeadAsGet)  # outermost: HEAD is GET for every layer, without the body
+    app.add_middleware(HeadAsGet)  # HEAD is GET for every layer, without the body
+    app.add_middleware(NoWebSocket)  # outermost: a WebSocket handshake gets an error body, not a bare 403
     return app

@@ -83,6 +83,32 @@ class HeadAsGet:
         await self.app({**scope, "method": "GET"}, receive, send_head)
 
 
+NO_WEBSOCKET = ("{path}: this server has no WebSocket endpoint; it speaks HTTP (POST /v1/search with "
+                "\"stream\": true streams an answer as server-sent events; GET /openapi.json lists every path)")
+
+
+class NoWebSocket:
+    """ASGI wrapper: a WebSocket handshake is answered with a 404 error body, as an unknown
+    HTTP path is (Starlette closed it with a bare 403 and no word of why), where the server
+    can send an HTTP answer to a handshake (the ``websocket.http.response`` extension); else it
+    is closed with code 1008 and the same reason."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        await receive()  # websocket.connect
+        message = NO_WEBSOCKET.format(path=scope.get("path", "/"))
+        if "websocket.http.response" in (scope.get("extensions") or {}):
+            await JSONResponse(error_body(message, "http_error", code="websocket_unsupported"),
+                               status_code=404)(scope, receive, send)
+        else:
+            await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+
+
 def headers_too_large(limit: int) -> str:
     """The 431 message, one text for the HTTP protocol's check and :class:`HeaderLimit`'s."""
     return (f"headers: over {limit} bytes of request line and headers, the limit (server.max_header_bytes); "

@@ -249,8 +249,12 @@ class Gateway:
         self.retries = retries
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # the server speaks no WebSocket
-            await send({"type": "websocket.close", "code": 1008})
+        if scope["type"] == "websocket":  # the server speaks no WebSocket: the same answer as without Ray
+            from searchsmith.serving.middleware import NoWebSocket
+
+            await NoWebSocket(self)(scope, receive, send)
+            return
+        if scope["type"] != "http":
             return
         message = await receive()  # BodyLimit hands over the whole body at once
         request = forwarded_request(scope, bytes(message.get("body", b"")))  # type: ignore[arg-type]

@@ -566,6 +566,35 @@ def test_every_get_route_answers_head_without_a_body(client) -> None:
     assert not any("head" in ops for ops in client.get("/openapi.json").json()["paths"].values())
 
 
+def test_a_websocket_handshake_gets_an_error_body(client) -> None:
+    """Starlette closed a handshake with a bare 403 and no word of why (helper-41's audit)."""
+    import asyncio
+
+    from searchsmith.serving.middleware import NoWebSocket
+    from starlette.testclient import WebSocketDenialResponse
+
+    with pytest.raises(WebSocketDenialResponse) as denied:
+        with client.websocket_connect("/v1/search"):
+            pass
+    assert "no WebSocket endpoint" in _error(denied.value, 404, "http_error")
+    assert denied.value.json()["error"]["code"] == "websocket_unsupported"
+    assert client.get("/health").status_code == 200  # HTTP passes through
+    # a server without the HTTP-answer extension: closed with 1008 and the reason
+    sent: list[dict] = []
+
+    async def handshake() -> None:
+        async def receive() -> dict:
+            return {"type": "websocket.connect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await NoWebSocket(None)({"type": "websocket", "path": "/ws"}, receive, send)
+
+    asyncio.run(handshake())
+    assert sent[0]["type"] == "websocket.close" and sent[0]["code"] == 1008 and "/ws: " in sent[0]["reason"]
+
+
 def test_a_model_id_with_a_slash_is_found(client) -> None:
     """/v1/models lists 'sentence-transformers/all-MiniLM-L6-v2', and /v1/models/{id} answered 404
     for it (the OpenAI SDK's models.retrieve(id))."""

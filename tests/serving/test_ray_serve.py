@@ -381,3 +381,24 @@ def test_two_replicas_answer_across_a_replica_kill(served) -> None:
     assert after and victim not in after, (victim, after)  # and nothing sent after the kill reached it
     # a request that was in flight on it (if any): answered by the other one, or a 503 (above)
     assert not [tag for _, tag, again in answered_by if again and tag == victim], answered_by
+
+
+def test_the_gateway_answers_a_websocket_handshake_as_the_server_does() -> None:
+    """It closed with a bare 1008; now the 404 error body (or 1008 with the reason)."""
+    from searchsmith.serving.ray_gateway import Gateway
+
+    for extensions, first in (({"websocket.http.response": {}}, "websocket.http.response.start"),
+                              ({}, "websocket.close")):
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "websocket.connect"}
+
+        async def send(message: dict, sent=sent) -> None:
+            sent.append(message)
+
+        scope = {"type": "websocket", "path": "/v1/search", "headers": [], "extensions": extensions}
+        asyncio.run(Gateway(None)(scope, receive, send))
+        assert sent[0]["type"] == first
+        said = sent[1]["body"].decode() if first.endswith("start") else sent[0]["reason"]
+        assert "no WebSocket endpoint" in said and (not first.endswith("start") or sent[0]["status"] == 404)
