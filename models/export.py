@@ -95,6 +95,7 @@ from searchsmith.models.runtime import (
     TorchGraph,
     read_manifest,
 )
+from searchsmith.models.tokenizer import load_run_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +339,6 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
     """
     import torch
     from searchsmith.models import onnx_graphs as og
-    from transformers import AutoTokenizer
 
     t0 = time.perf_counter()
     scheme = opts.int8_scheme(src.task)
@@ -351,11 +351,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
     tmp = temp_dir_beside(out)
     work = Path(tempfile.mkdtemp(prefix="searchsmith-export-"))
     try:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(src.tokenizer_dir))
-        except (OSError, ValueError) as exc:  # a damaged tokenizer or config file
-            raise BundleError(f"export {src.task}: cannot load the tokenizer in {str(src.tokenizer_dir)!r} "
-                              f"({exc}); the model folder is damaged or incomplete") from None
+        tokenizer = load_run_tokenizer(src.tokenizer_dir, src.model_dir, what=f"export {src.task}")
         tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         manifest: dict[str, Any] = {
             "format_version": FORMAT_VERSION, "searchsmith_version": __version__, "task": src.task,

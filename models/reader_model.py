@@ -120,12 +120,12 @@ class TorchReader:
     @classmethod
     def load(cls, path: str | os.PathLike) -> TorchReader:
         """A run folder (``model/``) or a model folder saved by the reader recipe."""
-        from transformers import AutoTokenizer
+        from searchsmith.models.tokenizer import load_run_tokenizer
 
         root = Path(path)
         model_dir = root / "model" if (root / "model" / HEAD_FILE).is_file() else root
         meta = read_json(model_dir / META_FILE, "reader") if (model_dir / META_FILE).is_file() else {}
-        return cls(load_reader(model_dir), AutoTokenizer.from_pretrained(str(model_dir)),
+        return cls(load_reader(model_dir), load_run_tokenizer(model_dir, what=f"reader {str(root)!r}"),
                    ReaderSettings.from_json(meta), float(meta.get("no_answer_threshold", 0.5)))
 
     def read_batch(self, questions: Sequence[str], passages: Sequence[Sequence[Any]],

@@ -62,6 +62,54 @@ def load_tokenizer(folder: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(folder))
 
 
+def model_vocab_size(model_dir: str | Path) -> int | None:
+    """The vocabulary size a saved model's ``config.json`` gives (top level, or its text /
+    encoder part); None when it gives none."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for part in (config, config.get("text_config"), config.get("encoder")):
+        if isinstance(part, dict) and isinstance(part.get("vocab_size"), int) and part["vocab_size"] > 0:
+            return int(part["vocab_size"])
+    return None
+
+
+def load_run_tokenizer(folder: str | Path, model_dir: str | Path | None = None, *, what: str) -> Any:
+    """The tokenizer saved beside a trained model (a run's ``model/``), checked against it.
+
+    transformers builds a tokenizer of five special tokens from ``tokenizer_config.json``
+    alone when ``tokenizer.json`` / ``vocab.txt`` are gone: every word then reads as
+    ``[UNK]``, and an export's parity passes, both sides reading through the same broken
+    tokenizer. A tokenizer that knows under half the model's vocabulary is refused.
+
+    Args:
+        folder: the tokenizer's folder.
+        model_dir: the model's folder (its ``config.json``); ``folder``'s when it gives none.
+        what: who asks, for the message (``export rerank``, ``--checkpoint``).
+
+    Raises:
+        BundleError: the tokenizer does not load, or is far smaller than the model's vocabulary.
+    """
+    from searchsmith.models.errors import BundleError
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:  # a damaged tokenizer or config file
+        raise BundleError(f"{what}: cannot load the tokenizer in {str(folder)!r} ({exc}); the model folder is "
+                          "damaged or incomplete") from None
+    vocab = (model_vocab_size(model_dir) if model_dir is not None else None) or model_vocab_size(folder)
+    if vocab is not None and len(tokenizer) < vocab // 2:
+        raise BundleError(f"{what}: the tokenizer in {str(folder)!r} knows {len(tokenizer)} tokens, the model "
+                          f"{vocab}: its vocabulary file (tokenizer.json or vocab.txt) is missing or damaged, so "
+                          "every word would read as unknown; the model folder is damaged or incomplete (copy it "
+                          "again, or rerun the recipe)")
+    return tokenizer
+
+
 _LOCKS_GUARD = threading.Lock()
 
 

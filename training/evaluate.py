@@ -232,7 +232,7 @@ class TorchReranker:
     def load(cls, path: str | Path) -> TorchReranker:
         """A run folder (``model/`` + ``run.json``) or a model folder with ``config.json``."""
         from searchsmith.models.reranker import load_reranker
-        from transformers import AutoTokenizer
+        from searchsmith.models.tokenizer import load_run_tokenizer
 
         root = Path(path)
         model_dir = root / "model" if (root / "model" / "config.json").is_file() else root
@@ -243,7 +243,7 @@ class TorchReranker:
         if (root / "run.json").is_file():
             max_length = int(_read_json(root / "run.json", "--checkpoint").get("max_length") or max_length)
         # either head (models/reranker.py); BundleError when unusable
-        return cls(load_reranker(model_dir), AutoTokenizer.from_pretrained(model_dir), max_length)
+        return cls(load_reranker(model_dir), load_run_tokenizer(model_dir, what="--checkpoint"), max_length)
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """Logits (n,) float32, in input order."""

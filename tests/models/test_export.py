@@ -146,6 +146,24 @@ def test_missing_head_weights_are_refused(tmp_path) -> None:
         export_run(run, tmp_path / "b")
 
 
+def test_a_run_whose_tokenizer_lost_its_vocabulary_is_refused(tmp_path) -> None:
+    """Without tokenizer.json transformers built a 5-token tokenizer from tokenizer_config.json;
+    the export passed parity (both sides read every word as [UNK]) and wrote a bundle that
+    looked valid (helper-43's audit)."""
+    from searchsmith.training.evaluate import TorchReranker
+
+    run = tmp_path / "run"
+    shutil.copytree(rerank_run(), run)
+    for name in ("tokenizer.json", "vocab.txt"):
+        (run / "model" / name).unlink(missing_ok=True)
+    with pytest.raises(BundleError, match=r"export rerank: the tokenizer in .* knows \d+ tokens, the model \d+"):
+        export_run(run, tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(BundleError, match="--checkpoint: the tokenizer .* vocabulary file"):
+        TorchReranker.load(run)
+    assert TorchReranker.load(rerank_run()).tokenizer is not None  # a whole run loads
+
+
 def test_cli_exports_a_folder_of_runs(tmp_path, capsys) -> None:
     from searchsmith.serving.main import main
 
