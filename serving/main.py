@@ -410,6 +410,16 @@ def check_eval_outputs(args: argparse.Namespace) -> None:
         same = [p for p in inputs if Path(p).exists() and path.exists() and path.samefile(p)]
         if same:
             raise ConfigError(f"{flag}: {out!r} is this command's input {same[0]!r}; write to another file")
+        # a file inside the index, bundle or run the command reads (its manifest.json replaced
+        # by per-item lines broke the index), or inside any folder with a searchsmith manifest
+        where = path.resolve()
+        folders = [d for d in (args.index, args.bundle, args.checkpoint) if d and Path(d).is_dir()]
+        holder = next((d for d in folders if where.is_relative_to(Path(d).resolve())), None)
+        if holder is None and (where.parent / "manifest.json").is_file():
+            holder = str(path.parent)
+        if holder is not None:
+            raise ConfigError(f"{flag}: {out!r} is inside {holder!r}, an index, bundle or run folder searchsmith "
+                              "reads; write the file elsewhere")
         if flag == "--plot":
             if path.suffix.lower() != ".png":
                 raise ConfigError(f"--plot: {out!r} would hold a PNG; give a path ending in .png")

@@ -30,6 +30,26 @@ def test_per_item_never_replaces_the_commands_own_input(tmp_path, capsys) -> Non
     assert "is this command's input" in capsys.readouterr().err and data.read_bytes() == before
 
 
+def test_per_item_never_writes_inside_the_index_bundle_or_run_it_reads(tmp_path) -> None:
+    """eval route --index IX --per-item IX/manifest.json --force replaced the index's manifest
+    with per-item lines, and the index no longer loaded (helper-44's audit)."""
+    data = _data(tmp_path)
+    index = tmp_path / "ix"
+    index.mkdir()
+    (index / "manifest.json").write_text("{}")
+    for flag in ("--index", "--bundle", "--checkpoint"):
+        for target in (index / "manifest.json", index / "new.jsonl"):
+            with pytest.raises(ConfigError, match=r"--per-item: .* is inside .*ix', an index, bundle or run folder"):
+                check_eval_outputs(_args("route", "--data", str(data), flag, str(index), "--per-item", str(target),
+                                         "--force"))
+    # a folder holding a searchsmith manifest, even one the command was not given
+    with pytest.raises(ConfigError, match="is inside"):
+        check_eval_outputs(_args("route", "--data", str(data), "--plot", str(index / "p.png")))
+    assert (index / "manifest.json").read_text() == "{}"
+    check_eval_outputs(_args("route", "--data", str(data), "--index", str(index), "--per-item",
+                             str(tmp_path / "items.jsonl")))
+
+
 def test_an_existing_per_item_file_is_replaced_only_with_force(tmp_path) -> None:
     data, mine = _data(tmp_path), tmp_path / "mine.jsonl"
     mine.write_text("my notes\n")
