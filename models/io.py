@@ -123,18 +123,27 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def check_parents_are_folders(path: str | os.PathLike, what: str, error: type[Exception] = ValidationError) -> None:
-    """Refuse a path inside a file ("notes.txt/index"), where making its folders would end in
-    FileExistsError or NotADirectoryError.
+    """Refuse, before any work, an output path that cannot be written: one inside a file
+    ("notes.txt/index"), where making its folders would end in FileExistsError or
+    NotADirectoryError, or one whose nearest existing folder (the path itself when it is a
+    folder) this process may not write in (permissions, a read-only file system: an OSError
+    after the work, before).
 
     Raises:
-        ``error`` (ValidationError): naming the file.
+        ``error`` (ValidationError): naming the path, the folder and the fix.
     """
     path = Path(path)
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise error(f"{what}: cannot write in {str(path)!r} (no write permission, or a read-only file system); "
+                    "nothing was written. Choose a folder you can write in")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise error(f"{what}: {str(path)!r} is inside {str(parent)!r}, which is a file, not a folder; "
                             "nothing was written. Choose a path whose folders are folders")
+            if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+                raise error(f"{what}: cannot create {str(path)!r}: no write permission in {str(parent)!r}, or a "
+                            "read-only file system; nothing was written. Choose a folder you can write in")
             return
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -23,6 +24,8 @@ from typing import Any
 from searchsmith.models import __version__
 from searchsmith.models.console import VERBOSE_ENV, configure_process_logging
 from searchsmith.models.errors import ConfigError, SearchsmithError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["COMMANDS", "EVAL_TASKS", "Command", "configure_eval", "main"]
 
@@ -397,6 +400,7 @@ def check_eval_outputs(args: argparse.Namespace) -> None:
     Raises:
         ConfigError: naming the flag, the path and the fix.
     """
+    from searchsmith.models.io import check_parents_are_folders
     from searchsmith.serving.profiling.common import check_plot_path
 
     check_eval_options(args)
@@ -420,6 +424,7 @@ def check_eval_outputs(args: argparse.Namespace) -> None:
         if holder is not None:
             raise ConfigError(f"{flag}: {out!r} is inside {holder!r}, an index, bundle or run folder searchsmith "
                               "reads; write the file elsewhere")
+        check_parents_are_folders(path, flag, ConfigError)  # a read-only folder: refused before the work
         if flag == "--plot":
             if path.suffix.lower() != ".png":
                 raise ConfigError(f"--plot: {out!r} would hold a PNG; give a path ending in .png")
@@ -514,6 +519,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the exit's flush of stdout would raise again
         return 128 + 13  # SIGPIPE's status in a shell
+    except OSError as exc:  # the file system said no (full disk, read-only, permissions): say which file
+        log.debug("searchsmith %s: OSError", command, exc_info=True)
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"searchsmith {command}: error: cannot read or write{where}: {exc.strerror or exc} (errno "
+              f"{exc.errno}); check that the path exists and is writable, and that the disk has room "
+              "(--verbose shows where it happened)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

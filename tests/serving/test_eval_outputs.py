@@ -4,6 +4,7 @@ before any work (found by probing the CLI, 2026-12-06)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 from searchsmith.models.errors import ConfigError
@@ -147,3 +148,39 @@ def test_profile_refuses_a_record_folder_it_cannot_write_before_measuring(tmp_pa
     assert main(["profile", "route", "--quick", "--out", str(out), "--record", str(log)]) == 1
     assert "no <!--" in capsys.readouterr().err and not out.exists()  # nothing measured, nothing written
     assert (log / "RESULTS.md").read_text() == "my own notes, no markers\n"
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_work(tmp_path, monkeypatch) -> None:
+    """A read-only folder ended eval --per-item, index --out, report --out ... in a raw
+    OSError traceback, after the work (helper-44's audit). os.access says no for a read-only
+    file system even to root; here it is made to say no for one folder."""
+    import os
+
+    from searchsmith.models.io import check_parents_are_folders
+
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real(p, mode, **kw))
+    with pytest.raises(ConfigError, match=r"--per-item: cannot create .*ro/x.jsonl': no write permission in"):
+        check_eval_outputs(_args("pipeline", "--data", str(_data(tmp_path)), "--per-item", str(locked / "x.jsonl")))
+    with pytest.raises(ConfigError, match=r"--out: cannot write in .*ro'"):
+        check_parents_are_folders(locked, "--out", ConfigError)
+    check_parents_are_folders(tmp_path / "fine" / "x", "--out", ConfigError)
+
+
+def test_an_os_error_is_one_line_naming_the_file_not_a_traceback(capsys, monkeypatch) -> None:
+
+    import searchsmith.serving.main as cli
+
+    def configure(parser: argparse.ArgumentParser) -> None:
+        def run(args: argparse.Namespace) -> int:
+            raise OSError(30, "Read-only file system", "/mnt/ro/.ix.lock")
+
+        parser.set_defaults(func=run)
+
+    monkeypatch.setitem(cli.COMMANDS, "index", cli.Command(configure, "index"))
+    assert cli.main(["index"]) == 1
+    err = capsys.readouterr().err
+    assert "searchsmith index: error: cannot read or write '/mnt/ro/.ix.lock': Read-only file system (errno 30)" in err
+    assert "Traceback" not in err
