@@ -66,6 +66,35 @@ def check_run_dir(run_dir: Path) -> None:
                           f"Use a new or empty folder, e.g. --output-dir {run_dir / 'run'}")
 
 
+def run_recipe(run_dir: Path) -> str | None:
+    """The recipe a run folder holds a run of: its mark's, else its ``run.json``'s (None: not known)."""
+    for name, read in ((RUN_MARK, lambda d: d.get("recipe")),
+                       ("run.json", lambda d: (d.get("config") or {}).get("recipe") if isinstance(d.get("config"), dict)
+                        else None)):
+        try:
+            data = json.loads((run_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(read(data), str):
+            return read(data)
+    return None
+
+
+def check_run_recipe(run_dir: Path, recipe: str) -> None:
+    """Refuse a run folder that holds a run of another recipe: the two runs' files would mix
+    (a citation run's stages beside a reranker's checkpoints, both models' files in model/),
+    and ``--force`` would not separate them.
+
+    Raises:
+        ConfigError: naming both recipes and the fix.
+    """
+    held = run_recipe(run_dir) if run_dir.is_dir() else None
+    if held is not None and held != recipe:
+        raise ConfigError(f"output_dir: {str(run_dir)!r} holds a run of recipe {held!r}, not {recipe!r}; the two "
+                          "runs' files would mix (--force does not separate them), so nothing was written. Use "
+                          f"another folder, e.g. --output-dir {run_dir.parent / recipe}")
+
+
 def claim_run_dir(run_dir: Path, recipe: str) -> Callable[[], None]:
     """Check ``run_dir`` (:func:`check_run_dir`) and mark it as this project's run (under its
     lock, :func:`searchsmith.models.io.exclusive`, held by the caller).
@@ -77,6 +106,7 @@ def claim_run_dir(run_dir: Path, recipe: str) -> Callable[[], None]:
     from searchsmith.models.io import write_json_atomic
 
     check_run_dir(run_dir)
+    check_run_recipe(run_dir, recipe)
     made_dir = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     mark = run_dir / RUN_MARK
@@ -122,6 +152,7 @@ def run_train(args: argparse.Namespace) -> int:
     entry = get_recipe(cfg.recipe)
     run_dir = Path(cfg.output_dir)
     check_run_dir(run_dir)  # before the lock file is made beside it
+    check_run_recipe(run_dir, cfg.recipe)
     from searchsmith.training.trainer import is_main_process
 
     main_process = is_main_process()  # under accelerate launch / torchrun only rank 0 reports

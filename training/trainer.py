@@ -497,7 +497,14 @@ def train(
                 "under the new config, or choose another --output-dir"
             )
         unwrapped = accelerator.unwrap_model(model)
-        unwrapped.load_state_dict(parts["model"])
+        try:
+            unwrapped.load_state_dict(parts["model"])
+        except RuntimeError as exc:  # --force under a config whose model has another shape or kind
+            first = str(exc).strip().splitlines()[1:2] or [str(exc)[:200]]
+            raise ConfigError(
+                f"{run_dir}: {ckpt.name} holds a model this config does not build ({first[0].strip()}); "
+                "--force continues a run under a changed config only while its model keeps the same "
+                "layers and sizes. Choose another --output-dir for this one") from None
         optimizer.load_state_dict(parts["optimizer"])
         scheduler.load_state_dict(parts["scheduler"])
         rng_to_restore = parts["rng"]

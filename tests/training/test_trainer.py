@@ -175,6 +175,40 @@ def test_resume_with_changed_config_is_refused_unless_forced(tmp_path: Path) -> 
     assert run["config_changes"][0]["to_config_hash"] == run["config_hash"] != run["config_changes"][0]["from_config_hash"]
 
 
+def test_a_forced_resume_under_a_model_of_another_shape_is_a_config_error(tmp_path: Path) -> None:
+    """--force with model.config.hidden_size changed was torch's raw RuntimeError (size mismatch)
+    from load_state_dict (helper-43's audit)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    with pytest.raises(_Interrupt):
+        train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(2))
+    wider = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=32,
+                                                     max_position_embeddings=16, num_labels=1))
+    with pytest.raises(ConfigError, match=r"step-2 holds a model this config does not build \(size mismatch"):
+        train(wider, _loss, _batches, _cfg(lr=5.0e-2), tmp_path, force=True)
+    assert train(_model(), _loss, _batches, _cfg(), tmp_path).step == 6  # the run itself is unharmed
+
+
+def test_a_run_folder_of_another_recipe_is_refused(tmp_path: Path) -> None:
+    """train of the citation recipe into a finished reranker run mixed the two runs' files
+    (run.json said cite, the mark reranker, model/ held both models; helper-43's audit)."""
+    from searchsmith.training.cli import check_run_recipe, claim_run_dir
+
+    run = tmp_path / "run"
+    claim_run_dir(run, "reranker")
+    check_run_recipe(run, "reranker")
+    claim_run_dir(run, "reranker")  # the same recipe: resumed or redone
+    with pytest.raises(ConfigError, match=r"holds a run of recipe 'reranker', not 'citation'"):
+        claim_run_dir(run, "citation")
+    legacy = tmp_path / "legacy"  # a run from before the mark: its run.json says
+    legacy.mkdir()
+    (legacy / "run.json").write_text(json.dumps({"config": {"recipe": "citation"}}))
+    with pytest.raises(ConfigError, match=r"recipe 'citation', not 'reader'"):
+        check_run_recipe(legacy, "reader")
+    check_run_recipe(tmp_path / "new", "reader")
+
+
 def test_an_unchanged_resume_records_no_config_change(tmp_path: Path) -> None:
     with pytest.raises(_Interrupt):
         train(_model(), _loss, _batches, _cfg(), tmp_path, on_step=_stop_at(2))
