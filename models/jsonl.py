@@ -15,8 +15,8 @@ import codecs
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -339,19 +339,141 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "data
     return out
 
 
+# ----------------------------------------------------------------------------- record fields
+
+RecordCheck = Callable[[dict[str, Any]], list[str]]  # read_jsonl's ``check``: a record's problems
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``value`` as the file writes it (``null``, ``5``, ``"abc"``, ``[1, 2]``), cut at ``limit``
+    characters: what a message says was received."""
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Want:
+    """What a field of a record must be, for :func:`field_check`.
+
+    ``ok`` judges the value itself; where it holds, ``items`` judges each element of a list,
+    ``values`` each value of an object, ``fields`` each field an object must have and
+    ``optional`` each field it has that is not null (JSON writers put null for absent), each at
+    its own path (``paragraphs[3].paragraph_text``), so that the message points at the bad part.
+    """
+
+    what: str  # the message's "must be <what>": "a non-empty string"
+    ok: Callable[[Any], bool]
+    items: Want | None = None
+    values: Want | None = None
+    fields: Mapping[str, Want] = field(default_factory=dict)
+    optional: Mapping[str, Want] = field(default_factory=dict)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # JSON true is not the index 1
+
+
+STRING = Want("a string", lambda v: isinstance(v, str))
+TEXT = Want("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
+STRINGS = Want("a list of strings", lambda v: isinstance(v, list), items=STRING)
+BOOLEAN = Want("true or false", lambda v: isinstance(v, bool))
+INTEGER = Want("an integer", _is_int)
+INDEX = Want("an index (an integer >= 0)", lambda v: _is_int(v) and v >= 0)
+ID = Want("an id (a string or an integer)", lambda v: isinstance(v, str) or _is_int(v))
+
+
+def list_of(item: Want, what: str) -> Want:
+    """A list whose every element is ``item``; ``what`` names the whole ("a list of paragraph objects")."""
+    return Want(what, lambda v: isinstance(v, list), items=item)
+
+
+def object_with(what: str, fields: Mapping[str, Want] | None = None, optional: Mapping[str, Want] | None = None,
+                *, values: Want | None = None) -> Want:
+    """An object with the ``fields`` it must have and the ``optional`` ones it may have; with
+    ``values``, what each of its values must be (an object keyed by ids)."""
+    return Want(what, lambda v: isinstance(v, dict), values=values, fields=fields or {}, optional=optional or {})
+
+
+def one_of(*names: str) -> Want:
+    """One of the strings ``names`` (a label)."""
+    return Want(f"one of {list(names)}", lambda v: isinstance(v, str) and v in names)
+
+
+def _at(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def value_problem(value: Any, want: Want, path: str) -> str | None:
+    """The first problem of ``value`` (found at ``path``, ``"paragraphs"``) against ``want``,
+    ``field 'paragraphs[3].title' must be a string, got 5``; None when it has none."""
+    if not want.ok(value):
+        return f"field {path!r} must be {want.what}, got {shown(value)}"
+    inner = [(f"{path}[{i}]", v, want.items) for i, v in enumerate(value)] if want.items else []
+    inner += [(_at(path, str(k)), v, want.values) for k, v in value.items()] if want.values else []
+    for name, w in want.fields.items():
+        if name not in value:
+            return f"field {_at(path, name)!r} is missing (expected {w.what})"
+        inner.append((_at(path, name), value[name], w))
+    inner += [(_at(path, name), value[name], w) for name, w in want.optional.items() if value.get(name) is not None]
+    for where, v, w in inner:
+        problem = value_problem(v, w, where)
+        if problem is not None:
+            return problem
+    return None
+
+
+def field_check(fields: Mapping[str, Want], optional: Mapping[str, Want] | None = None,
+                then: RecordCheck | None = None) -> RecordCheck:
+    """A ``check`` for :func:`read_jsonl`: one problem per bad field of a record, ``fields``
+    (each must be present) and ``optional`` (each checked where present and not null), each
+    naming the field, what it must be, what it is and the fix:
+    ``field 'question' must be a non-empty string, got null; correct the record or remove the line``.
+
+    Args:
+        then: the record's further problems (an index past a list's end), asked only of a
+            record whose fields are all as wanted, so it may rely on their types.
+    """
+    def check(rec: dict[str, Any]) -> list[str]:
+        found = [value_problem(rec[name], want, name) if name in rec
+                 else f"field {name!r} is missing (expected {want.what})" for name, want in fields.items()]
+        found += [value_problem(rec[name], want, name) for name, want in (optional or {}).items()
+                  if rec.get(name) is not None]
+        problems = [p for p in found if p is not None]
+        if not problems and then is not None:
+            problems = then(rec)
+        return [f"{p}; correct the record or remove the line" for p in problems]
+
+    return check
+
+
 __all__ = [
+    "BOOLEAN",
+    "ID",
+    "INDEX",
+    "INTEGER",
     "MAX_SHOWN_ERRORS",
+    "STRING",
+    "STRINGS",
+    "TEXT",
     "LoneSurrogate",
+    "RecordCheck",
     "RepeatedKeyError",
+    "Want",
     "check_input_file",
     "check_unicode",
+    "field_check",
     "find_lone_surrogate",
     "iter_jsonl",
     "json_error",
+    "list_of",
     "loads_unique",
     "lone_surrogate_at",
     "lone_surrogate_of_line",
+    "object_with",
+    "one_of",
     "read_jsonl",
     "read_utf8",
+    "shown",
     "utf8_lines",
+    "value_problem",
 ]

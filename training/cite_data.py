@@ -42,7 +42,18 @@ from typing import Any, Literal
 
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.jsonl import (
+    ID,
+    INDEX,
+    STRING,
+    STRINGS,
+    TEXT,
+    field_check,
+    list_of,
+    object_with,
+    one_of,
+    read_jsonl,
+)
 from searchsmith.models.text import BM25_STOP_WORDS, entity_spans, sentence_texts
 from searchsmith.training.data import (
     resolve_data_path,
@@ -194,12 +205,28 @@ def _set_vs_rest(key: str, source: str, claim: str, sentences: Sequence[str],
     return out
 
 
+# What each source's records must hold (read_jsonl's check): a record that does not is refused
+# at its FILE:LINE, naming the field, never met as a TypeError mid-build nor read as other data.
+_SENTENCE_SET = list_of(INDEX, "a list of sentence indices")
+
+
+def _sets_past_evidence(rec: dict[str, Any]) -> list[str]:
+    n = len(rec["evidence"])
+    return [f"field 'supporting_sentences[{k}]' names sentence {i}, past the {n} sentences of 'evidence'"
+            for k, sset in enumerate(rec["supporting_sentences"]) for i in sset if i >= n][:1]
+
+
+WICE = field_check({"label": one_of("supported", "partially_supported", "not_supported"), "claim": TEXT,
+                    "evidence": STRINGS, "supporting_sentences": list_of(_SENTENCE_SET, "a list of sentence-index sets")},
+                   {"meta": object_with("an object", optional={"id": ID})}, then=_sets_past_evidence)
+
+
 def wice_pairs(data: CitationData) -> list[Pair]:
     """WiCE: claim vs its cited page's supporting-sentence sets and other sentences."""
     path = resolve_data_path(data.wice, "data.wice")
     rng = random.Random(data.split_seed)
-    recs = _cap(read_jsonl(path, required=("label", "claim", "evidence", "supporting_sentences")),
-                data, data.split_seed)
+    recs = _cap(read_jsonl(path, required=("label", "claim", "evidence", "supporting_sentences"), what="data.wice",
+                           check=WICE), data, data.split_seed)
     out: list[Pair] = []
     for n, r in enumerate(recs):
         key = f"wice-{(r.get('meta') or {}).get('id', n)}"
@@ -223,6 +250,11 @@ def wice_pairs(data: CitationData) -> list[Pair]:
 
 _MARKER_RE = re.compile(r"\s*\[\d+\]")
 EXPERTQA_LABELS = {"Complete": 1, "Partial": 0, "Incomplete": 0, "Missing": 0}
+_EXPERTQA_EVIDENCE = object_with("an evidence object", optional={"text": STRING, "url": STRING})
+_EXPERTQA_CLAIM = object_with("a claim object", optional={
+    "claim_string": STRING, "evidence": list_of(_EXPERTQA_EVIDENCE, "a list of evidence objects"),
+    "support": one_of(*EXPERTQA_LABELS, "N/A")})
+EXPERTQA = field_check({"question": TEXT, "claims": list_of(_EXPERTQA_CLAIM, "a list of claim objects")})
 
 
 def expertqa_pairs(data: CitationData) -> list[Pair]:
@@ -230,7 +262,8 @@ def expertqa_pairs(data: CitationData) -> list[Pair]:
     passages cited by other sentences of the same answer as negatives."""
     path = resolve_data_path(data.expertqa, "data.expertqa")
     rng = random.Random(data.split_seed)
-    recs = _cap(read_jsonl(path, required=("question", "claims")), data, data.split_seed)
+    recs = _cap(read_jsonl(path, required=("question", "claims"), what="data.expertqa", check=EXPERTQA),
+                data, data.split_seed)
     out: list[Pair] = []
     for n, r in enumerate(recs):
         key = f"expertqa-{n}"
@@ -255,22 +288,42 @@ def expertqa_pairs(data: CitationData) -> list[Pair]:
     return out
 
 
+SCIFACT_CORPUS = field_check({"doc_id": ID, "abstract": STRINGS})
+_RATIONALE = object_with("a {sentences, label} rationale object",
+                         {"sentences": _SENTENCE_SET, "label": one_of("SUPPORT", "CONTRADICT")})
+SCIFACT_CLAIM_FIELDS = {"id": ID, "claim": TEXT,
+                        "evidence": object_with("an object of doc id -> rationales",
+                                                values=list_of(_RATIONALE, "a list of rationale objects"))}
+
+
 def scifact_pairs(data: CitationData) -> list[Pair]:
     """SciFact: a claim vs a rationale set of its evidence abstract (joined) and as many
     other sentences of that abstract."""
     claims_path = resolve_data_path(data.scifact_claims, "data.scifact_claims")
     corpus_path = resolve_data_path(data.scifact_corpus, "data.scifact_corpus")
     docs = {str(d["doc_id"]): d["abstract"]
-            for d in read_jsonl(corpus_path, required=("doc_id", "abstract"))}
+            for d in read_jsonl(corpus_path, required=("doc_id", "abstract"), what="data.scifact_corpus",
+                                check=SCIFACT_CORPUS)}
+
+    def outside_corpus(c: dict[str, Any]) -> list[str]:
+        for doc_id, sets in c["evidence"].items():
+            if doc_id not in docs:
+                return [f"field 'evidence' cites doc {doc_id}, which is not in {corpus_path} (data.scifact_corpus)"]
+            n = len(docs[doc_id])
+            for k, rationale in enumerate(sets):
+                past = [i for i in rationale["sentences"] if i >= n]
+                if past:
+                    return [f"field 'evidence.{doc_id}[{k}].sentences' names sentence {past[0]}, past the {n} "
+                            f"sentences of doc {doc_id}'s abstract"]
+        return []
+
     rng = random.Random(data.split_seed)
-    claims = [c for c in read_jsonl(claims_path, required=("id", "claim", "evidence")) if c["evidence"]]
+    claims = [c for c in read_jsonl(claims_path, required=("id", "claim", "evidence"), what="data.scifact_claims",
+                                    check=field_check(SCIFACT_CLAIM_FIELDS, then=outside_corpus)) if c["evidence"]]
     out: list[Pair] = []
     for c in _cap(claims, data, data.split_seed):
         key = f"scifact-{c['id']}"
         for doc_id, sets in sorted(c["evidence"].items()):
-            if doc_id not in docs:
-                raise ValidationError(f"{claims_path}: claim {c['id']} cites doc {doc_id} "
-                                      f"that is not in {corpus_path}")
             sents = docs[doc_id]
             support = [s["sentences"] for s in sets if s.get("label") == "SUPPORT"]
             contra = [s["sentences"] for s in sets if s.get("label") == "CONTRADICT"]

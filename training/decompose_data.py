@@ -36,8 +36,20 @@ from searchsmith.models.decomposer import (
     decompose_source,
     rewrite_source,
 )
-from searchsmith.models.errors import ConfigError
-from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.errors import ConfigError, ValidationError
+from searchsmith.models.jsonl import (
+    ID,
+    INTEGER,
+    STRING,
+    STRINGS,
+    TEXT,
+    RecordCheck,
+    Want,
+    field_check,
+    list_of,
+    object_with,
+    read_jsonl,
+)
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, from_qdmr, linearize, repair, terminal
 
 # Relative paths under the data directory, as in ../shared/data/README.md.
@@ -173,6 +185,24 @@ def conversation(ex: Mapping[str, Any]) -> list[dict[str, str]]:
     return turns
 
 
+# What a record of each real source must hold (read_jsonl's check): a malformed record is refused
+# at its FILE:LINE, naming the field, never dropped without a word. A HotpotQA record without
+# qdmr_high_level is no decomposition and is skipped, as its loader says.
+_STEPS = Want("a non-empty list of step strings", lambda v: isinstance(v, list) and bool(v), items=STRING)
+_DEPENDENCIES = list_of(list_of(INTEGER, "a list of step numbers"), "a list of step-number lists, one per step")
+_MUSIQUE_HOPS = Want("a non-empty list of hop objects", lambda v: isinstance(v, list) and bool(v),
+                     items=object_with("a hop object with a 'question' string", {"question": STRING}))
+_RECORD_CHECKS: dict[str, RecordCheck] = {
+    "break_qdmr": field_check({"question_text": TEXT, "steps": _STEPS}, {"step_dependencies": _DEPENDENCIES}),
+    "musique": field_check({"question": TEXT, "question_decomposition": _MUSIQUE_HOPS}),
+    "strategyqa": field_check({"question": TEXT, "decomposition": _STEPS}),
+    "hotpotqa": field_check({"question": TEXT}, {"qdmr_high_level": object_with(
+        "a {steps, step_dependencies} object", {"steps": _STEPS}, {"step_dependencies": _DEPENDENCIES})}),
+    "trec_cast": field_check({"raw_utterance": TEXT, "manual_rewritten_utterance": TEXT}, {
+        "id": ID, "year": INTEGER, "topic_id": ID, "history_utterances": STRINGS,
+        "history_turn_ids": list_of(ID, "a list of turn ids"), "canonical_response": STRING}),
+}
+
 _LOADERS = {
     "break_qdmr": load_break,
     "musique": load_musique,
@@ -186,11 +216,13 @@ def load_real(name: str, data_dir: str | Path, max_history_turns: int = 3) -> li
     if name not in REAL_SOURCES:
         raise ConfigError(f"data.sources: unknown source {name!r}; expected one of "
                           f"{sorted([*REAL_SOURCES, 'synthetic'])}")
-    rows = read_jsonl(Path(data_dir) / REAL_SOURCES[name], what=f"data.sources {name}",
-                      missing_hint=_NO_SHARED_DATA, allow_empty=True)
-    if name == "trec_cast":
-        return load_trec_cast(rows, max_history_turns)
-    return _LOADERS[name](rows)
+    path = Path(data_dir) / REAL_SOURCES[name]
+    rows = read_jsonl(path, what=f"data.sources {name}", missing_hint=_NO_SHARED_DATA, check=_RECORD_CHECKS[name])
+    out = load_trec_cast(rows, max_history_turns) if name == "trec_cast" else _LOADERS[name](rows)
+    if not out:  # only HotpotQA skips records (those without qdmr_high_level): a file of those alone
+        raise ValidationError(f"data.sources {name}: none of the {len(rows)} record(s) of {path} gives an example "
+                              "(a HotpotQA record needs 'qdmr_high_level'); fix the file or drop the source")
+    return out
 
 
 # --------------------------------------------------------------------------- synthetic

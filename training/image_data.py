@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.jsonl import ID, STRINGS, TEXT, check_input_file, field_check, read_jsonl
 from searchsmith.training.data import split_by_key, write_jsonl_atomic
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -247,12 +247,18 @@ def _peak(vals: list[float]) -> list[float]:
 # ----------------------------------------------------------------------------- COCO
 
 
+# A captions.jsonl record (read_jsonl's check): "captions" a list, never a string read letter by letter.
+COCO_CAPTIONS = field_check({"image_id": ID, "file_name": TEXT, "captions": STRINGS})
+
+
 def coco_records(coco_dir: str | Path, field: str = "data.coco_dir") -> list[ImageRecord]:
     """The COCO open part: ``captions.jsonl`` + ``images/``; one record per image, 5 captions.
 
     Raises:
-        ConfigError: the folder or its captions file is missing (names ``field`` and the fix).
-        ValidationError: a record without captions or naming a missing image file.
+        ConfigError: the folder or its captions file is missing, or the path is a file (names
+            ``field`` and the fix).
+        ValidationError: a malformed record (``captions.jsonl:LINE: field 'captions' must be ...``),
+            one without captions or naming a missing image file.
     """
     root = Path(coco_dir)
     if not root.is_dir():
@@ -261,16 +267,19 @@ def coco_records(coco_dir: str | Path, field: str = "data.coco_dir") -> list[Ima
         alt = REPO_ROOT / coco_dir
         if not Path(coco_dir).is_absolute() and alt.is_dir():
             root = alt
+        elif root.is_file() or (not root.is_absolute() and alt.is_file()):
+            raise ConfigError(
+                f"{field}: {str(coco_dir)!r} is a file, not a folder; point it at the folder that holds "
+                "captions.jsonl and images/ (../shared/data/coco_captions)")
         else:
             raise ConfigError(
                 f"{field}: COCO folder {str(coco_dir)!r} not found (expected captions.jsonl and images/ "
                 "from ../shared/data/coco_captions). Point it at that folder, or train on generated "
                 "pictures only: data.sources=[synthetic_images]")
-    captions = root / "captions.jsonl"
-    if not captions.is_file():
-        raise ConfigError(f"{field}: {captions} is missing; the folder must hold captions.jsonl and images/")
+    captions = check_input_file(root / "captions.jsonl", field, "the folder must hold captions.jsonl and images/")
     out = []
-    for rec in read_jsonl(captions, required=("image_id", "file_name", "captions")):
+    for rec in read_jsonl(captions, required=("image_id", "file_name", "captions"), what=field,
+                          check=COCO_CAPTIONS):
         caps = tuple(c.strip() for c in rec["captions"] if isinstance(c, str) and c.strip())
         if not caps:
             raise ValidationError(f"{captions}: image {rec['image_id']} has no caption")

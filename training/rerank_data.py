@@ -19,10 +19,23 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.jsonl import (
+    BOOLEAN,
+    ID,
+    INDEX,
+    STRING,
+    STRINGS,
+    TEXT,
+    Want,
+    field_check,
+    list_of,
+    object_with,
+    read_jsonl,
+)
 from searchsmith.training.data import resolve_data_path, synthetic_facts
 from searchsmith.training.registry import get_dataset
 
@@ -173,17 +186,58 @@ def check_group(g: QueryGroup, where: str) -> None:
 # Shared corpora by name (SciFact abstracts) so that groups need not copy them.
 CORPORA: dict[str, list[str]] = {}
 
+# What each source's records must hold (read_jsonl's check): a record that does not is refused
+# at its FILE:LINE, naming the field, never met as a KeyError or AttributeError mid-build.
+SCIFACT_CORPUS = field_check({"doc_id": ID, "title": STRING, "abstract": STRINGS})
+_SCORED_ID = Want("a [doc id, score] pair", lambda v: isinstance(v, list) and len(v) == 2
+                  and ID.ok(v[0]) and isinstance(v[1], (int, float)) and not isinstance(v[1], bool))
+SCIFACT_CLAIMS = field_check({"id": ID, "claim": TEXT, "qrels": list_of(ID, "a list of doc ids")},
+                             {"bm25_top10": list_of(_SCORED_ID, "a list of [doc id, score] pairs")})
+
+
+def _is_context_paragraph(v: Any) -> bool:
+    """HotpotQA / 2WikiMultihopQA: a paragraph is [title, sentences] (a list of strings, or one string)."""
+    return (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
+            and (isinstance(v[1], str) or isinstance(v[1], list) and all(isinstance(x, str) for x in v[1])))
+
+
+_CONTEXT = list_of(Want("a [title, sentences] pair (a string and a list of strings)", _is_context_paragraph),
+                   "a list of [title, sentences] pairs")
+HOTPOTQA = field_check({"_id": ID, "question": TEXT, "context": _CONTEXT, "supporting_titles": STRINGS})
+_FACT = Want("a [title, sentence index] pair", lambda v: isinstance(v, list) and len(v) == 2 and isinstance(v[0], str))
+WIKIMULTIHOP = field_check({"_id": ID, "question": TEXT, "context": _CONTEXT,
+                            "supporting_facts": list_of(_FACT, "a list of [title, sentence index] pairs")})
+_MUSIQUE_PARAGRAPH = object_with("a {title, paragraph_text, is_supporting} object",
+                                 {"title": STRING, "paragraph_text": STRING, "is_supporting": BOOLEAN})
+_MUSIQUE_HOP = object_with("a {question, answer, paragraph_support_idx} object",
+                           optional={"question": STRING, "answer": STRING, "paragraph_support_idx": INDEX})
+
+
+def _hop_support_past_paragraphs(rec: dict[str, Any]) -> list[str]:
+    n = len(rec["paragraphs"])
+    return [f"field 'question_decomposition[{k}].paragraph_support_idx' is {hop['paragraph_support_idx']}, past "
+            f"the record's {n} paragraphs" for k, hop in enumerate(rec.get("question_decomposition") or [])
+            if isinstance(hop.get("paragraph_support_idx"), int) and hop["paragraph_support_idx"] >= n]
+
+
+MUSIQUE = field_check({"id": ID, "question": TEXT,
+                       "paragraphs": list_of(_MUSIQUE_PARAGRAPH, "a list of paragraph objects")},
+                      {"question_decomposition": list_of(_MUSIQUE_HOP, "a list of hop objects")},
+                      then=_hop_support_past_paragraphs)
+
 
 def scifact_groups(data: RerankerData) -> list[QueryGroup]:
     """SciFact claims with evidence: BM25 top-10 plus gold abstracts, labels from qrels."""
     claims_path = resolve_data_path(data.scifact_claims, "data.scifact_claims")
     corpus_path = resolve_data_path(data.scifact_corpus, "data.scifact_corpus")
     docs = {}
-    for d in read_jsonl(corpus_path, required=("doc_id", "title", "abstract")):
+    for d in read_jsonl(corpus_path, required=("doc_id", "title", "abstract"), what="data.scifact_corpus",
+                        check=SCIFACT_CORPUS):
         docs[str(d["doc_id"])] = f"{d['title']} {' '.join(d['abstract'])}".strip()
     CORPORA["scifact"] = list(docs.values())
     groups = []
-    for c in read_jsonl(claims_path, required=("id", "claim", "qrels")):
+    for c in read_jsonl(claims_path, required=("id", "claim", "qrels"), what="data.scifact_claims",
+                        check=SCIFACT_CLAIMS):
         if not c["qrels"]:
             continue  # "not enough info" claims have no relevant abstract
         gold = {str(d) for d in c["qrels"]}
@@ -208,7 +262,8 @@ def hotpotqa_groups(data: RerankerData) -> list[QueryGroup]:
     """HotpotQA distractor setting: 10 paragraphs, the supporting titles are relevant."""
     path = resolve_data_path(data.hotpotqa, "data.hotpotqa")
     groups = []
-    for r in read_jsonl(path, required=("_id", "question", "context", "supporting_titles")):
+    for r in read_jsonl(path, required=("_id", "question", "context", "supporting_titles"), what="data.hotpotqa",
+                        check=HOTPOTQA):
         gold = set(r["supporting_titles"])
         cands = [(_paragraph_text(t, s), int(t in gold)) for t, s in r["context"]]
         groups.append(QueryGroup(f"hotpotqa-{r['_id']}", "hotpotqa", r["question"],
@@ -220,7 +275,7 @@ def musique_groups(data: RerankerData) -> list[QueryGroup]:
     """MuSiQue: 20 paragraphs per question, ``is_supporting`` ones are relevant."""
     path = resolve_data_path(data.musique, "data.musique")
     groups = []
-    for r in read_jsonl(path, required=("id", "question", "paragraphs")):
+    for r in read_jsonl(path, required=("id", "question", "paragraphs"), what="data.musique", check=MUSIQUE):
         ps = r["paragraphs"]
         groups.append(QueryGroup(f"musique-{r['id']}", "musique", r["question"],
                                  [_paragraph_text(p["title"], p["paragraph_text"]) for p in ps],
@@ -246,7 +301,7 @@ def musique_hop_groups(data: RerankerData, parent_ids: set[str]) -> list[QueryGr
     paragraph or a usable query are skipped."""
     path = resolve_data_path(data.musique, "data.musique")
     groups = []
-    for r in read_jsonl(path, required=("id", "question", "paragraphs")):
+    for r in read_jsonl(path, required=("id", "question", "paragraphs"), what="data.musique", check=MUSIQUE):
         if f"musique-{r['id']}" not in parent_ids:
             continue
         ps = r["paragraphs"]
@@ -267,7 +322,8 @@ def wikimultihop_groups(data: RerankerData) -> list[QueryGroup]:
     """2WikiMultihopQA: 10 paragraphs, titles in ``supporting_facts`` are relevant."""
     path = resolve_data_path(data.wikimultihop, "data.wikimultihop")
     groups = []
-    for r in read_jsonl(path, required=("_id", "question", "context", "supporting_facts")):
+    for r in read_jsonl(path, required=("_id", "question", "context", "supporting_facts"), what="data.wikimultihop",
+                        check=WIKIMULTIHOP):
         gold = {t for t, _ in r["supporting_facts"]}
         cands = [(_paragraph_text(t, s), int(t in gold)) for t, s in r["context"]]
         groups.append(QueryGroup(f"2wiki-{r['_id']}", "2wikimultihopqa", r["question"],
