@@ -161,7 +161,7 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     Raises:
         ConfigError: another process holds it.
     """
-    target = Path(target)
+    target = Path(target).absolute()  # "." has no name to put a lock file beside
     lock = target.with_name(f".{target.name}.lock")
     check_parents_are_folders(target, what)
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +193,7 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
 
 def temp_dir_beside(final: Path) -> Path:
     """A fresh hidden folder next to ``final`` (same file system, so a rename can swap it in)."""
-    final = Path(final)
+    final = Path(final).absolute()  # "." has no name to put a folder beside
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}")
     tmp.mkdir()
@@ -291,6 +291,10 @@ def check_replaceable(out: str | os.PathLike, *, label: str, kind: str, listed: 
 
     out = Path(out)
     check_parents_are_folders(out, label)
+    if out.exists() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise ValidationError(f"{label} {out}: is the current folder, or holds it; the {kind} is built beside it "
+                              f"and swapped in, which would move the folder you are in. Give a new folder, e.g. "
+                              f"{label.split()[-1]} {kind}")
     if out.is_symlink():
         raise ValidationError(f"{label} {out}: is a symbolic link; nothing was replaced. Give the folder it "
                               f"points to ({out.resolve()}) or a new folder")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -382,3 +383,23 @@ def test_export_never_replaces_what_it_did_not_write(tmp_path) -> None:
     with pytest.raises(ValidationError, match=r"holds 1 file\(s\) the bundle did not write \(my-notes.md\)"):
         export_run(run, out, ExportOptions(heldout_limit=0))
     assert (out / "my-notes.md").read_text() == "keep" and (out / "manifest.json").is_file()
+
+
+def test_the_current_folder_as_out_is_refused_and_dot_has_a_lock_beside_it(tmp_path, monkeypatch) -> None:
+    """export --out . was pathlib's "PosixPath('.') has an empty name" (a lock beside '.'); a
+    folder swapped in by rename must not be the one the user is in (helper-43's audit)."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.io import exclusive, temp_dir_beside
+
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with pytest.raises(ValidationError, match=r"--out \.: is the current folder, or holds it"):
+        export_run(rerank_run(), ".", ExportOptions(heldout_limit=0))
+    with pytest.raises(ValidationError, match="is the current folder, or holds it"):
+        export_run(rerank_run(), str(tmp_path), ExportOptions(heldout_limit=0))
+    assert list(here.iterdir()) == []
+    with exclusive(".", "train"):  # a run into the current folder locks it from beside it
+        assert (tmp_path / ".here.lock").is_file()
+    tmp = temp_dir_beside(Path("."))
+    assert tmp.parent == tmp_path and tmp.name.startswith(".here.tmp-")
