@@ -30,6 +30,10 @@ split, so nothing of a held-out question is read):
 
 Items are split into train and held-out by question id (seeded): a MuSiQue record's hops
 follow their record, so no held-out question is seen in any form.
+
+Every record is checked as it is read (``read_jsonl``'s ``check``): a field of the wrong type,
+a support title or index that names no paragraph, or a hop that refers to a later hop is refused
+at its ``FILE:LINE``, naming the field, never met as a KeyError mid-build or read as other data.
 """
 
 from __future__ import annotations
@@ -38,9 +42,24 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.jsonl import read_jsonl
+from searchsmith.models.jsonl import (
+    BOOLEAN,
+    ID,
+    INDEX,
+    STRING,
+    STRINGS,
+    TEXT,
+    RecordCheck,
+    Want,
+    field_check,
+    list_of,
+    object_with,
+    read_jsonl,
+    shown,
+)
 from searchsmith.models.text import normalize_answer, sentence_texts
 from searchsmith.training.data import resolve_data_path, split_leaving_out, synthetic_facts
 
@@ -158,11 +177,100 @@ class ReadItem:
         return a if a in ("yes", "no") else "span"
 
 
-def _check(r: dict, where: str, *keys: str) -> None:
-    for k in keys:
-        if not r.get(k):
-            raise ValidationError(f"{where}: field {k!r} is empty or missing; every record needs a "
-                                  "question, an answer and paragraphs")
+# ----------------------------------------------------------------------------- record checks
+# What each source's records must hold (read_jsonl's check): a record that does not is refused at
+# its FILE:LINE, naming the field, what it must be and what it is. Before, a wrong type was a
+# KeyError / TypeError mid-build or other data ("answer_aliases": "abc" gave one alias per letter,
+# a null paragraph became the text "None"), and a support title or index that named no paragraph
+# was dropped without a word.
+
+
+def _is_context_paragraph(v: Any) -> bool:
+    """HotpotQA / 2WikiMultihopQA: a paragraph is [title, sentences] (a list of strings, or one string)."""
+    return (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
+            and (isinstance(v[1], str) or isinstance(v[1], list) and all(isinstance(x, str) for x in v[1])))
+
+
+_CONTEXT = Want("a non-empty list of [title, sentences] pairs", lambda v: isinstance(v, list) and bool(v),
+                items=Want("a [title, sentences] pair (a string and a list of strings)", _is_context_paragraph))
+_FACT = Want("a [title, sentence index] pair", lambda v: isinstance(v, list) and len(v) == 2
+             and isinstance(v[0], str) and INDEX.ok(v[1]))
+_EVIDENCE = Want("a [subject, relation, object] triple of strings", lambda v: isinstance(v, list) and len(v) == 3
+                 and all(isinstance(x, str) for x in v))
+
+
+def _context_support_problems(rec: dict[str, Any]) -> list[str]:
+    """Support that names no paragraph of ``context``: a title it lacks, a sentence past its end."""
+    # title -> sentences of its longest paragraph (2Wiki repeats a title now and then); None where
+    # a paragraph of that title is one string, whose sentences are not counted
+    sentences: dict[str, int | None] = {}
+    for t, s in rec["context"]:
+        n, before = (len(s) if isinstance(s, list) else None), sentences.get(t, 0)
+        sentences[t] = None if n is None or before is None else max(n, before)
+    n_paras = len(rec["context"])
+    problems = [f"field 'supporting_titles[{k}]' is {shown(t)}, not the title of any of the record's {n_paras} "
+                "'context' paragraphs" for k, t in enumerate(rec.get("supporting_titles") or []) if t not in sentences]
+    for k, (t, i) in enumerate(rec.get("supporting_facts") or []):
+        if t not in sentences:
+            problems.append(f"field 'supporting_facts[{k}]' names {shown(t)}, not the title of any of the record's "
+                            f"{n_paras} 'context' paragraphs")
+        elif sentences[t] is not None and i >= sentences[t]:  # a paragraph given as one string has no sentences
+            problems.append(f"field 'supporting_facts[{k}]' is sentence {i} of {shown(t)}, past its "
+                            f"{sentences[t]} sentences")
+    return problems
+
+
+# HotpotQA and 2WikiMultihopQA: gold titles from supporting_titles (HotpotQA) or supporting_facts.
+CONTEXT_RECORD = field_check(
+    {"_id": ID, "question": TEXT, "answer": TEXT, "context": _CONTEXT},
+    {"supporting_titles": STRINGS, "supporting_facts": list_of(_FACT, "a list of [title, sentence index] pairs"),
+     "evidences": list_of(_EVIDENCE, "a list of [subject, relation, object] triples")},
+    then=_context_support_problems)
+
+_MUSIQUE_PARAGRAPHS = Want("a non-empty list of paragraph objects", lambda v: isinstance(v, list) and bool(v),
+                           items=object_with("a {title, paragraph_text, is_supporting} object",
+                                             {"title": STRING, "paragraph_text": STRING, "is_supporting": BOOLEAN}))
+# A hop's answer fills the later hops' #k, so a hop needs both; a null paragraph_support_idx
+# (MuSiQue's unanswerable hops) is a hop without a paragraph, skipped.
+_MUSIQUE_HOP = object_with("a {question, answer, paragraph_support_idx} object",
+                           {"question": TEXT, "answer": STRING}, {"paragraph_support_idx": INDEX})
+
+
+def _musique_hop_problems(rec: dict[str, Any]) -> list[str]:
+    """A hop's support index past the paragraphs, or a ``#k`` that names no earlier hop."""
+    n = len(rec["paragraphs"])
+    problems = []
+    for h, hop in enumerate(rec.get("question_decomposition") or []):
+        idx = hop.get("paragraph_support_idx")
+        if idx is not None and idx >= n:
+            problems.append(f"field 'question_decomposition[{h}].paragraph_support_idx' is {idx}, past the "
+                            f"record's {n} paragraphs")
+        refs = [int(k) for k in re.findall(r"#(\d+)", hop["question"]) if not 1 <= int(k) <= h]
+        if refs:
+            earlier = f"#1..#{h}" if h else "none"
+            problems.append(f"field 'question_decomposition[{h}].question' refers to #{refs[0]}, not an earlier "
+                            f"hop (earlier hops: {earlier})")
+    return problems
+
+
+MUSIQUE_RECORD = field_check(
+    {"id": ID, "question": TEXT, "answer": TEXT, "paragraphs": _MUSIQUE_PARAGRAPHS},
+    {"answer_aliases": STRINGS, "question_decomposition": list_of(_MUSIQUE_HOP, "a list of hop objects")},
+    then=_musique_hop_problems)
+
+DEMO_DOCUMENT = field_check({"id": ID, "text": STRING}, {"title": STRING})
+_TURN = object_with("a {role, content} turn object", {"role": STRING, "content": STRING})
+
+
+def demo_question_check(doc_ids: set[Any]) -> RecordCheck:
+    """The demo questions' check: each ``supporting`` id must be a document of the corpus."""
+    def unknown(rec: dict[str, Any]) -> list[str]:
+        return [f"field 'supporting[{k}]' is {shown(g)}, not the id of a document of the demo corpus"
+                for k, g in enumerate(rec.get("supporting") or []) if g not in doc_ids]
+
+    return field_check({"id": ID, "query": TEXT, "answer": TEXT},
+                       {"supporting": list_of(ID, "a list of document ids"),
+                        "history": list_of(_TURN, "a list of turn objects")}, then=unknown)
 
 
 def _limit(items: list, n: int) -> list:
@@ -174,13 +282,11 @@ def _context_items(path_setting: str, field: str, prefix: str, source: str, max_
     ``supporting_titles`` or ``supporting_facts``): HotpotQA and 2WikiMultihopQA."""
     path = resolve_data_path(path_setting, field)
     out = []
-    for n, r in enumerate(_limit(read_jsonl(path, required=("_id", "question", "answer", "context"), what=field),
-                                 max_items)):
-        _check(r, f"{field} {path} line {n + 1}", "question", "answer", "context")
+    for r in _limit(read_jsonl(path, required=("_id", "question", "answer", "context"), what=field,
+                               check=CONTEXT_RECORD), max_items):
         gold = set(r.get("supporting_titles") or [t for t, _ in r.get("supporting_facts") or []])
-        paras = [(t, " ".join(s) if isinstance(s, list) else str(s)) for t, s in r["context"]]
-        evidences = tuple(tuple(str(x) for x in e) for e in r.get("evidences") or []
-                          if isinstance(e, list) and len(e) == 3)
+        paras = [(t, " ".join(s) if isinstance(s, list) else s) for t, s in r["context"]]
+        evidences = tuple(tuple(e) for e in r.get("evidences") or [])
         out.append(ReadItem(f"{prefix}-{r['_id']}", f"{prefix}-{r['_id']}", source, r["question"], paras,
                             [r["answer"]], [i for i, (t, _) in enumerate(paras) if t in gold],
                             evidences=evidences))
@@ -207,12 +313,11 @@ def musique_items(data: ReaderData) -> list[ReadItem]:
     path = resolve_data_path(data.musique, "data.musique")
     rng = random.Random(data.split_seed)
     out = []
-    for n, r in enumerate(_limit(read_jsonl(path, required=("id", "question", "answer", "paragraphs"),
-                                            what="data.musique"), data.max_items)):
-        _check(r, f"data.musique {path} line {n + 1}", "question", "answer", "paragraphs")
+    for r in _limit(read_jsonl(path, required=("id", "question", "answer", "paragraphs"), what="data.musique",
+                               check=MUSIQUE_RECORD), data.max_items):
         paras = r["paragraphs"]
         qid = f"musique-{r['id']}"
-        gold = [i for i, p in enumerate(paras) if p.get("is_supporting")]
+        gold = [i for i, p in enumerate(paras) if p["is_supporting"]]
         ctx, support = _musique_context(rng, paras, gold, data.max_distractors)
         answers = [r["answer"], *(r.get("answer_aliases") or [])]
         out.append(ReadItem(qid, qid, "musique", r["question"], ctx, answers, support))
@@ -220,11 +325,11 @@ def musique_items(data: ReaderData) -> list[ReadItem]:
             continue
         found: list[str] = []
         for h, step in enumerate(r.get("question_decomposition") or []):
-            q = re.sub(r"#(\d+)", lambda m: found[int(m.group(1)) - 1] if int(m.group(1)) <= len(found) else m.group(0),
-                       str(step.get("question", "")))
-            found.append(str(step.get("answer", "")))
+            # the check made every #k name an earlier hop
+            q = re.sub(r"#(\d+)", lambda m: found[int(m.group(1)) - 1], step["question"])
+            found.append(step["answer"])
             idx = step.get("paragraph_support_idx")
-            if ">>" in q or "#" in q or not found[-1] or not isinstance(idx, int) or not 0 <= idx < len(paras):
+            if ">>" in q or "#" in q or not found[-1] or idx is None:
                 continue  # KB-style "subject >> relation" steps are not questions
             hop_ctx, hop_support = _musique_context(rng, paras, [idx], data.max_distractors)
             out.append(ReadItem(qid, f"{qid}-hop{h + 1}", "musique", q, hop_ctx, [found[-1]], hop_support, hop=True))
@@ -234,23 +339,24 @@ def musique_items(data: ReaderData) -> list[ReadItem]:
 def demo_items(data: ReaderData) -> list[ReadItem]:
     from searchsmith.models.demo import corpus_path, qa_path
 
-    docs = {d["id"]: d for d in read_jsonl(corpus_path(), required=("id", "text"))}
-    ids = sorted(docs)
+    docs = {d["id"]: d for d in read_jsonl(corpus_path(), required=("id", "text"), what="demo corpus",
+                                          check=DEMO_DOCUMENT)}
+    ids = sorted(docs, key=lambda i: (isinstance(i, str), i))  # ids may be strings or integers, not comparable
     rng = random.Random(data.split_seed)
     out = []
-    for r in _limit(read_jsonl(qa_path(), required=("id", "query", "answer")), data.max_items):
-        gold = [g for g in r.get("supporting") or [] if g in docs]
+    for r in _limit(read_jsonl(qa_path(), required=("id", "query", "answer"), what="demo questions",
+                               check=demo_question_check(set(docs))), data.max_items):
+        gold = list(r.get("supporting") or [])  # every id is in docs (the check)
         if not gold:
-            continue
+            continue  # a question without supporting documents has nothing to read
         others = rng.sample([i for i in ids if i not in gold], min(data.max_distractors, len(ids) - len(gold)))
         pick = gold + others
         rng.shuffle(pick)
         # a follow-up reads with its conversation's user turns before it, as a rewrite gives it
-        history = " ".join(t.get("content", "") for t in r.get("history") or []
-                           if isinstance(t, dict) and t.get("role") == "user")
+        history = " ".join(t["content"] for t in r.get("history") or [] if t["role"] == "user")
         question = f"{history} {r['query']}".strip()
         out.append(ReadItem(f"demo-{r['id']}", f"demo-{r['id']}", "demo", question,
-                            [(docs[i].get("title", ""), docs[i]["text"]) for i in pick], [str(r["answer"])],
+                            [(docs[i].get("title") or "", docs[i]["text"]) for i in pick], [r["answer"]],
                             [j for j, i in enumerate(pick) if i in gold]))
     return out
 
