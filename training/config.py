@@ -26,6 +26,9 @@ from searchsmith.models.config import apply_overrides, from_dict, read_yaml, sho
 from searchsmith.models.errors import ConfigError
 
 
+MAX_STEPS = 100_000_000  # optimizer steps of one run: days on a GPU at the recipes' batch sizes
+
+
 @dataclass(frozen=True)
 class OptimConfig:
     """AdamW with linear warmup then linear decay to zero at ``max_steps``.
@@ -84,6 +87,8 @@ class OptimConfig:
         for name in ("max_steps", "batch_size", "grad_accum_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"optim.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps > MAX_STEPS:  # 10**23 was taken, and trained until killed
+            raise ValueError(f"optim.max_steps must be at most {MAX_STEPS:,}, got {self.max_steps}")
         if self.max_grad_norm <= 0:
             raise ValueError(f"optim.max_grad_norm must be > 0, got {self.max_grad_norm}")
 
@@ -191,8 +196,10 @@ class RecipeConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
-        """Nothing to check yet (the sections check themselves); here so that every recipe's
-        ``__post_init__`` can call ``super().__post_init__()`` the same way."""
+        """The run folder is named (the sections check themselves); every recipe's
+        ``__post_init__`` calls ``super().__post_init__()`` first."""
+        if not str(self.output_dir).strip():  # "" trained into the current folder, whatever it held
+            raise ValueError("output_dir must name the run's folder (e.g. runs/reranker), got an empty string")
 
 
 # A second level rather than two more fields of RecipeConfig: the decomposer has neither (its
@@ -213,6 +220,9 @@ class EncoderRecipeConfig(RecipeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not str(self.base_model).strip():  # "" trained the default model without a word
+            raise ValueError("base_model must name a model: default (all-MiniLM-L6-v2, bundled), a local model "
+                             "folder or a hub id; got an empty string")
         if self.eval_batch_size < 1:
             raise ValueError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
 

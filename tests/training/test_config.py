@@ -176,6 +176,10 @@ def test_quickstart_never_trains_into_a_users_folder(tmp_path):
     ("optim.max_grad_norm=.nan", "optim.max_grad_norm: expected a finite number"),
     ("lora.alpha=0", "lora.alpha must be >= 1"),
     ("recipe=123", r"recipe: expected the registered recipe name as a string .*got int 123"),
+    # taken without a word before (helper-43's audit): trained until killed, the default model, the current folder
+    ("optim.max_steps=100000000000000000000000", r"optim.max_steps must be at most 100,000,000"),
+    ("base_model=''", "base_model must name a model"),
+    ("output_dir=''", "output_dir must name the run's folder"),
 ])
 def test_recipe_settings_out_of_range_are_refused_by_name(override, problem):
     with pytest.raises(ConfigError, match=problem):
