@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from searchsmith.models.errors import ValidationError
 from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot, time_call
+from searchsmith.serving.profiling.timing import resolve_device
 
 # Reference machine figures from ../shared/GPU.md, used only to express fractions.
 H200_BANDWIDTH_BPS = 4.3e12
@@ -101,11 +101,7 @@ def _choose(ctx: ProfileContext) -> tuple[Plan, torch.device, bool]:
     """(plan, device, whether Triton runs) from the context and the machine."""
     from searchsmith.kernels.dispatch import interpreter_enabled, triton_available
 
-    if ctx.device not in ("auto", "cpu", "cuda"):
-        raise ValidationError(f"profile kernels: --device must be auto, cpu or cuda, got {ctx.device!r}")
-    if ctx.device == "cuda" and not torch.cuda.is_available():
-        raise ValidationError("profile kernels: --device cuda but torch sees no CUDA device; use --device cpu")
-    cuda = torch.cuda.is_available() and ctx.device != "cpu"
+    cuda = resolve_device("kernels", ctx.device) == "cuda"
     device = torch.device("cuda" if cuda else "cpu")
     tiny = interpreter_enabled() or os.environ.get(TINY_ENV) == "1"
     if tiny:

@@ -55,6 +55,7 @@ from searchsmith.serving.profiling.common import (
     sentence_transformers_count,
 )
 from searchsmith.serving.profiling.embed import embedder_count, mixed_texts
+from searchsmith.serving.profiling.timing import interleave, resolve_device
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -177,11 +178,11 @@ def _draw(rows: list[dict[str, object]]) -> Callable[[object, object], None]:
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    device = resolve_device("ladder", ctx.device)  # before any model is loaded
     import torch
     from searchsmith.serving.embedder import Embedder, EmbedderConfig
     from sentence_transformers import SentenceTransformer
 
-    device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
     counts = COUNTS_TINY if tiny else COUNTS_GPU if device == "cuda" else COUNTS_CPU
     batch_sizes = (32, 128, 512) if device == "cuda" and not tiny else (32,)
@@ -253,15 +254,10 @@ def _ladder(ctx: ProfileContext, fns: dict[str, Callable[[list[str]], object]], 
                 continue
             texts = regime_texts(regime, count)
             rounds = 3 if max(predicted[k] for k in active) < ROUNDS_UNDER_S else 1
-            best = dict.fromkeys(active, float("inf"))
-            stats = {}
-            for _ in range(rounds):  # interleaved: drift on a shared machine hits every system alike
-                for name in active:
-                    t0 = time.perf_counter()
-                    fns[name](texts)
-                    best[name] = min(best[name], time.perf_counter() - t0)
-                    if name in embedders:
-                        stats[name] = embedders[name].last_stats
+            # interleaved: drift on a shared machine hits every system alike (warmed up per regime)
+            timed = interleave({name: fns[name] for name in active}, rounds, warmup=0, inputs=[(texts,)] * rounds)
+            best = timed.best()
+            stats = {name: embedders[name].last_stats for name in active if name in embedders}
             for name in active:
                 last[name] = (count, best[name])
             lengths = [len(ids) for ids in embedders["searchsmith"].tokenize(texts)]  # as embedded

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.timing import resolve_device
 
 # Stages timed inside another one (``retrieval``): reported, not stacked (they would count twice).
 NESTED_PREFIXES = ("retrieval.", "rerank")
@@ -98,16 +99,11 @@ def _is_nested(stage: str) -> bool:
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
-    import torch
     from searchsmith.serving.pipeline import load_pipeline, load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import STAGE_NAMES
 
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the tests' end-to-end run
-    if ctx.device not in ("auto", "cpu", "cuda"):
-        raise ValidationError(f"profile pipeline: --device must be auto, cpu or cuda, got {ctx.device!r}")
-    if ctx.device == "cuda" and not torch.cuda.is_available():
-        raise ValidationError("profile pipeline: --device cuda but torch sees no CUDA device; use --device cpu")
-    device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
+    device = resolve_device("pipeline", ctx.device)
     try:
         import faiss  # noqa: F401 - every index is a faiss index
     except ImportError:

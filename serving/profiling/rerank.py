@@ -19,8 +19,8 @@ the default all-MiniLM-L6-v2 with a fresh (untrained) one-logit head: speed does
 on training, and the output says ``"trained": false``. ``SEARCHSMITH_PROFILE_TINY=1`` (the
 test) uses a tiny random BERT instead.
 
-On a CUDA device (``--device auto|cuda`` with a GPU, not ``--quick``; the ``gpu`` group) the
-comparison is the GPU one of the export issue instead: the fp16 bundle (exported with its
+On a CUDA device (``--device auto`` with a GPU and not ``--quick``, the ``gpu`` group; or
+``--device cuda``, at the quick sizes with ``--quick``) the comparison is the GPU one of the export issue instead: the fp16 bundle (exported with its
 torch weights) loaded by ``load_bundle(..., device="cuda", backend="torch")``, and the fp16
 ONNX bundle on ONNX Runtime's CUDA provider where onnxruntime-gpu is installed (a
 ``skipped`` line where not), against ``CrossEncoder.predict`` on the same GPU in fp32 and
@@ -48,6 +48,7 @@ from searchsmith.serving.profiling.common import (
     sentence_transformers_count,
     token_lengths,
 )
+from searchsmith.serving.profiling.timing import resolve_device
 
 # One untrained cross-encoder and its exported bundles per process: ``profile all`` runs the
 # rerank and server suites, which would otherwise each build and export the same model.
@@ -122,27 +123,53 @@ def agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> dict[str, float]:
             "top10_identical": float(np.mean(same)), "top10_overlap": float(np.mean(overlap))}
 
 
+def reranker_run(run_dir: Path) -> Any:
+    """The ``ModelSource`` of ``--run``, refused at once unless the run trained a reranker.
+
+    The run's task is read from its ``run.json`` as ``models.runs.run_source`` reads it,
+    before anything is loaded, exported or timed (a reader run used to be exported and its
+    baseline run for a minute before ``score_pairs`` was found missing).
+
+    Raises:
+        ValidationError: ``run.json`` names another task (a reader, say) or none we know;
+            the message names it and what to pass.
+        BundleError: not a run (no ``run.json``) or an unfinished one (``run_source``).
+    """
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.export import run_source
+    from searchsmith.models.io import read_json_object
+    from searchsmith.models.tasks import run_task
+
+    info_path = run_dir / "run.json"
+    if info_path.is_file():
+        task = read_json_object(info_path, "profile rerank --run", error=ValidationError).get("task")
+        spec = run_task(task)
+        if spec is None or spec.name != "rerank":
+            what = f"a {spec.name!r} run" if spec else "not a run of a task searchsmith knows"
+            other = {"read": "; a reader is profiled by 'searchsmith profile read --run DIR'"}.get(
+                spec.name if spec else "", "")
+            raise ValidationError(f"profile rerank --run: {str(run_dir)!r} is {what} (run.json task {task!r}), not "
+                                  "a reranker; pass a reranker run (searchsmith train recipes/reranker/...) or leave "
+                                  f"out --run to profile the untrained MiniLM cross-encoder{other}")
+    return run_source(run_dir)
+
+
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
-    import torch
-    from searchsmith.models.export import (
-        heldout_groups,
-        run_source,
-    )
+    from searchsmith.models.export import heldout_groups
     from searchsmith.models.runtime import load_bundle
 
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
-    if ctx.device == "cuda" and not torch.cuda.is_available():
-        from searchsmith.models.errors import ValidationError
-
-        raise ValidationError("profile rerank: --device cuda but torch sees no CUDA device; use --device cpu")
-    gpu = ctx.device in ("auto", "cuda") and torch.cuda.is_available() and not ctx.quick
+    device = resolve_device("rerank", ctx.device)
+    run_dir = getattr(args, "run", None)
+    src = reranker_run(Path(run_dir)) if run_dir else None  # before any export or baseline
+    # the GPU comparison: on CUDA unless --quick with --device auto (the CPU group's quick
+    # run); an explicit --device cuda runs it, at the quick sizes with --quick
+    gpu = device == "cuda" and (ctx.device == "cuda" or not ctx.quick)
     n_queries, per_query = (2, 12) if tiny else (6, 16) if ctx.quick else (64, 100) if gpu else (32, 30)
     groups = heldout_groups(n_queries, per_query)
     work = Path(tempfile.mkdtemp(prefix="searchsmith-profile-rerank-"))
     try:
-        run_dir = getattr(args, "run", None)
-        if run_dir:
-            src = run_source(Path(run_dir))
+        if src is not None:
             model_name, trained = f"{src.base_model} ({run_dir})", True
         else:
             src = untrained_source(tiny)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.timing import interleave, resolve_device
 
 SOURCES = (10, 100, 1000)
 # The scale workload: sources x CENTROIDS_PER_SOURCE centroids, and the p99 the issue asks of it on an H200.
@@ -37,12 +37,12 @@ def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    device = resolve_device("route", ctx.device)  # before any work
     import faiss
     import torch
     from searchsmith.kernels import resolve_backend, route_sources
     from searchsmith.kernels.dispatch import interpreter_enabled, triton_available
 
-    device = "cuda" if (ctx.device in ("auto", "cuda") and torch.cuda.is_available()) else "cpu"
     rng = np.random.default_rng(0)
     d, per_source, k = 384, CENTROIDS_PER_SOURCE, 3
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the test's end-to-end run
@@ -83,17 +83,12 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
             best = np.maximum.reduceat(sims, starts)
             np.argsort(-best)[:k]
 
-        stats = {}
-        for name, fn in [*((b, ours(b)) for b in backends), ("faiss_cpu", baseline)]:
-            for q in queries[:5]:
-                fn(q)
-            samples = []
-            with ctx.profiled(f"route-{n_sources}-sources-{name}"):
-                for q in queries:
-                    t0 = time.perf_counter()
-                    fn(q)
-                    samples.append(time.perf_counter() - t0)
-            stats[name] = percentiles(samples)
+        # every backend and the baseline on the same query, back to back, query after query
+        # (interleaved: drift on a shared machine hits them alike), after 5 warm-up queries
+        fns = {**{b: ours(b) for b in backends}, "faiss_cpu": baseline}
+        with ctx.profiled(f"route-{n_sources}-sources"):
+            timed = interleave(fns, len(queries), warmup=5, inputs=[(q,) for q in queries])
+        stats = {name: percentiles(samples) for name, samples in timed.samples.items()}
         rec = {"suite": "route", "sources": n_sources, "centroids_per_source": per_source, "dim": d,
                "k": k, "device": device, "queries": repeat, "searchsmith_backend": auto,
                "searchsmith": stats[auto], **{b: stats[b] for b in backends}, "faiss_cpu": stats["faiss_cpu"],
@@ -110,14 +105,16 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
 
         router = load_router(args.index)
         history = [{"role": "user", "content": "How do I configure the Lumen cache?"}]
-        for mode in ("parallel", "serial"):
-            samples = []
-            for i in range(20 if ctx.quick else 100):
-                t0 = time.perf_counter()
-                router.route(f"Where can I find the code for it? {i}", history, mode=mode)
-                samples.append(time.perf_counter() - t0)
+        modes = {mode: (lambda i, mode=mode: router.route(f"Where can I find the code for it? {i}", history, mode=mode))
+                 for mode in ("parallel", "serial")}
+        # both modes on the same question, back to back (interleaved); first 3 questions of
+        # their own, untimed, each mode (so that no timed question was seen before)
+        interleave(modes, 3, warmup=0, inputs=[(i,) for i in range(3)])
+        n_asks = 20 if ctx.quick else 100
+        timed = interleave(modes, n_asks, warmup=0, inputs=[(i,) for i in range(3, 3 + n_asks)])
+        for mode, samples in timed.samples.items():
             ctx.emit({"suite": "route", "end_to_end": True, "index": args.index, "mode": mode,
-                      **percentiles(samples[3:])})
+                      **percentiles(samples)})
 
     def draw(fig, ax) -> None:
         xs = [r["sources"] for r in rows]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.timing import resolve_device
 
 DIM = 384
 K = 10
@@ -72,6 +73,7 @@ def _recall(ids: np.ndarray, exact: np.ndarray) -> float:
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    resolve_device("shards", ctx.device, cpu_only="faiss CPU indexes, what searchsmith index writes")
     import faiss
 
     tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"
