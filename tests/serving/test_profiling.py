@@ -507,12 +507,14 @@ def test_profile_train_times_each_adamw_kernel_and_they_agree(tmp_path, tiny_pro
     rows = {r["kernel"]: r for r in recs if r.get("suite") == "train" and "kernel" in r}
     assert set(rows) == {"loop", "foreach", "fused"}
     assert rows["loop"]["speedup_vs_loop"] == 1.0 and rows["loop"]["max_abs_weight_diff_vs_loop"] == 0.0
+    from searchsmith.serving.profiling.train import check_row
+
     for row in rows.values():  # the same update rule: the weights agree to float rounding
         assert row["max_abs_weight_diff_vs_loop"] < 1e-5
-        # timed figures, no timed assertion: one round on a shared 2-core machine may take the
-        # optimizer alone longer than a whole step (292 ms vs 143 ms, measured on ea4f67e's code too)
-        assert row["optimizer_step_ms"] > 0 and row["train_step_ms"] > 0
-        assert row["optimizer_share"] == pytest.approx(row["optimizer_step_ms"] / row["train_step_ms"], abs=0.01)
+        # the optimizer is timed inside the step it belongs to: a share in [0, 1] whatever the
+        # load (timed apart, one round on a shared 2-core machine gave shares of 2.3 and 3.8)
+        assert check_row(row) == [] and 0 < row["optimizer_share"] <= 1
+        assert row["speedup_vs_loop"] == row["loop_train_step_ms"] / row["train_step_ms"]
     summary = [r for r in recs if r.get("summary")][0]
     assert summary["parameters"] > 20_000_000 and summary["batch"] == 2
     assert summary["fused_optimizer_step_ms"] == rows["fused"]["optimizer_step_ms"]
