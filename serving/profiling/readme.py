@@ -13,10 +13,12 @@ committed document matches the committed file.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from searchsmith.models.io import write_text_atomic
 from searchsmith.models.jsonl import read_jsonl
 
 RESULTS = Path(__file__).with_name("performance.jsonl")
@@ -146,17 +148,24 @@ def headline_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+# The keys of every row this module writes to a performance log: a JSONL file whose rows lack
+# them is not one (a user's own performance.jsonl), and is never appended to.
+ROW_KEYS: frozenset[str] = frozenset({"what", "figure", "baseline", "ratio", "date", "machine", "command"})
+
+
 def append_rows(rows: list[dict[str, Any]], path: Path = RESULTS) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def headline_table(path: Path = RESULTS) -> str:
-    """The README's table: for each :data:`HEADLINES` workload and machine, its latest row."""
+def headline_table(path: Path = RESULTS, rows: list[dict[str, Any]] | None = None) -> str:
+    """The README's table: for each :data:`HEADLINES` workload and machine, its latest row
+    (of ``rows``, default the log at ``path``)."""
     import re
 
-    rows = read_jsonl(path, what="performance log", allow_empty=True) if path.is_file() else []
+    if rows is None:
+        rows = read_jsonl(path, what="performance log", allow_empty=True) if path.is_file() else []
     latest: dict[tuple[int, str], dict[str, Any]] = {}
     for r in rows:  # the log is in time order: a later row replaces an earlier one
         kind = next((i for i, pat in enumerate(HEADLINES) if re.fullmatch(pat, str(r.get("what", "")))), None)
@@ -165,23 +174,48 @@ def headline_table(path: Path = RESULTS) -> str:
     return render_table(rows=[latest[k] for k in sorted(latest)])
 
 
-def update_markers(doc: Path, start: str, end: str, table: str) -> bool:
-    """Replace the text between the ``start`` and ``end`` markers of ``doc``; True when it changed.
+def marker_problem(text: str, start: str, end: str) -> str | None:
+    """Why ``text`` is not a document whose table sits between ``start`` and ``end`` (each
+    marker exactly once, ``start`` first), or None."""
+    counts = (text.count(start), text.count(end))
+    if 0 in counts:
+        missing = " / ".join(m for m, c in ((start, counts[0]), (end, counts[1])) if c == 0)
+        return f"no {missing} marker" + ("s" if counts == (0, 0) else "")
+    if counts != (1, 1):
+        return f"{start} appears {counts[0]} time(s) and {end} {counts[1]} time(s); each must appear once"
+    if text.index(end) < text.index(start):
+        return f"{end} comes before {start}; put the start marker first"
+    return None
+
+
+def replace_between(text: str, start: str, end: str, table: str, where: Path) -> str:
+    """``text`` with the part between the markers replaced by ``table``.
 
     Raises:
-        ConfigError: ``doc`` lacks the markers (it is not a document this writes into).
+        ConfigError: the markers are missing, repeated or out of order (:func:`marker_problem`).
     """
     from searchsmith.models.errors import ConfigError
 
-    text = doc.read_text(encoding="utf-8")
-    if start not in text or end not in text:
-        raise ConfigError(f"{doc}: markers {start} / {end} not found; nothing was written (add them where the "
-                          "table belongs)")
+    why = marker_problem(text, start, end)
+    if why:
+        raise ConfigError(f"{where}: {why}; nothing was written (the table goes between {start} and {end})")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    new = f"{head}{start}\n{table}\n{end}{tail}"
+    return f"{head}{start}\n{table}\n{end}{tail}"
+
+
+def update_markers(doc: Path, start: str, end: str, table: str) -> bool:
+    """Replace the text between the ``start`` and ``end`` markers of ``doc`` (atomically: an
+    interruption leaves the old file or the new one); True when it changed.
+
+    Raises:
+        ConfigError: ``doc`` lacks the markers, or has them twice or out of order (it is not a
+            document this writes into).
+    """
+    text = doc.read_text(encoding="utf-8")
+    new = replace_between(text, start, end, table, doc)
     if new != text:
-        doc.write_text(new, encoding="utf-8")
+        write_text_atomic(doc, new)
     return new != text
 
 
@@ -207,34 +241,97 @@ def update_readme(readme: Path = RESULTS_DOC, path: Path = RESULTS) -> bool:
     return update_markers(readme, START, END, render_table(path))
 
 
-def check_record_targets(folder: Path, readme: Path | None = None) -> None:
-    """What :func:`record_results` will write is writable: ``folder`` is a folder (or absent),
-    its RESULTS.md (if any) and ``readme`` have their markers. ``profile`` checks this before
-    it measures, so a wrong ``--record`` / ``--readme`` does not cost the run.
+def _check_document(path: Path, start: str, end: str, flag: str, fix: str) -> None:
+    """``path`` is a UTF-8 file whose table markers are right, in a folder this process may
+    replace it in (the new text is swapped in by rename)."""
+    from searchsmith.models.errors import ConfigError, ValidationError
+    from searchsmith.models.jsonl import read_utf8
+
+    if path.is_dir():
+        raise ConfigError(f"{flag}: {path} is a folder, not a document; nothing was written. Move it, or "
+                          "choose another path")
+    try:
+        text = read_utf8(path)
+    except ValidationError as exc:
+        raise ConfigError(f"{flag}: {exc}; nothing was written") from None
+    why = marker_problem(text, start, end)
+    if why:
+        raise ConfigError(f"{flag}: {path}: {why}, so it is not a document this writes its table into; "
+                          f"nothing was written. {fix}")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}: cannot replace {path}: no write permission in {str(path.parent)!r}, or a "
+                          "read-only file system; nothing was written")
+
+
+def _read_log(log: Path, flag: str) -> list[dict[str, Any]]:
+    """The rows of the performance log ``log`` (absent: none), each one this module wrote.
 
     Raises:
-        ConfigError: ``folder`` is a file, or its RESULTS.md or ``readme`` has no markers.
+        ConfigError: ``log`` is a folder, not JSONL, or holds a row that is not a performance row
+            (a user's own file of that name): it is never appended to.
     """
     from searchsmith.models.errors import ConfigError, ValidationError
 
+    if not log.exists() and not log.is_symlink():
+        return []
+    fix = "Fix or move the log, or choose another --record folder"
+    if log.is_dir():
+        raise ConfigError(f"{flag}: {log} is a folder, not a performance log; nothing was written. {fix}")
+    try:
+        rows = read_jsonl(log, what="performance log", allow_empty=True)
+    except (ConfigError, ValidationError) as exc:
+        raise ConfigError(f"{flag}: {exc}; nothing was written. {fix}") from None
+    for n, row in enumerate(rows, start=1):
+        missing = sorted(ROW_KEYS - set(row)) if isinstance(row, dict) else sorted(ROW_KEYS)
+        if missing:
+            raise ConfigError(f"{flag}: {log} row {n} is not a row searchsmith profile writes (it lacks "
+                              f"{', '.join(missing)}), so the file is not its performance log; nothing was "
+                              f"written. Move {log.name} out of {log.parent}, or choose another --record folder")
+    return rows
+
+
+def check_record_targets(folder: Path, readme: Path | None = None) -> None:
+    """What :func:`record_results` will write can be written: ``folder`` is a folder (or can be
+    made) this process may write in; its performance.jsonl (if any) is a log this module wrote;
+    its RESULTS.md (if any) and ``readme`` are documents with their markers once each, in order.
+    ``profile`` checks this before it measures, so a wrong ``--record`` / ``--readme`` does not
+    cost the run, and nothing is written when one is wrong.
+
+    Raises:
+        ConfigError: naming the file, what is wrong and the fix.
+    """
+    _record_plan(folder, readme)
+
+
+def _record_plan(folder: Path, readme: Path | None
+                 ) -> tuple[list[dict[str, Any]], str | None, str | None, str | None]:
+    """Check the targets (:func:`check_record_targets`) and read them: the log's rows, and the
+    current texts of the log, RESULTS.md and ``readme`` (None where absent)."""
+    from searchsmith.models.errors import ConfigError
+    from searchsmith.models.io import check_parents_are_folders
+
     folder = Path(folder)
+    flag = f"profile --record {folder}"
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"profile --record {folder}: is a file; give a folder (the project's log: "
-                          "--record serving/profiling)")
-    doc = folder / RESULTS_DOC.name
-    if doc.is_file() and (START not in (text := doc.read_text(encoding="utf-8")) or END not in text):
-        raise ConfigError(f"profile --record {folder}: {doc} has no {START} / {END} markers, so it is not a "
-                          "results document; nothing was written. Choose another folder")
-    if readme is not None and not update_markers_ok(Path(readme)):
-        raise ConfigError(f"profile --readme {readme}: no {HEADLINE_START} / {HEADLINE_END} markers (or no such "
-                          "file); nothing was written")
-    log = folder / RESULTS.name
-    if log.exists() or log.is_symlink():  # appended to, then read back for the tables: readable first
-        try:
-            read_jsonl(log, what="performance log", allow_empty=True)
-        except (ConfigError, ValidationError) as exc:
-            raise ConfigError(f"profile --record {folder}: {exc}; nothing was written. Fix or move the log, or "
-                              "choose another folder") from None
+        raise ConfigError(f"{flag}: is a file; give a folder (the project's log: --record serving/profiling)")
+    check_parents_are_folders(folder, "profile --record", ConfigError)
+    doc, log = folder / RESULTS_DOC.name, folder / RESULTS.name
+    if doc.exists() or doc.is_symlink():
+        _check_document(doc, START, END, flag, "Choose another folder, or add the markers where the table belongs")
+    if readme is not None:
+        readme = Path(readme)
+        if readme.resolve() in (doc.resolve(), log.resolve()):
+            raise ConfigError(f"profile --readme {readme}: is a file --record {folder} writes itself; give the "
+                              "README whose headline table to regenerate (e.g. README.md)")
+        if not readme.is_file():
+            raise ConfigError(f"profile --readme {readme}: no such file (it must exist, with the "
+                              f"{HEADLINE_START} / {HEADLINE_END} markers); nothing was written")
+        _check_document(readme, HEADLINE_START, HEADLINE_END, f"profile --readme {readme}",
+                        "Add the markers where the headline table belongs")
+    rows = _read_log(log, flag)
+    return (rows, log.read_text(encoding="utf-8") if log.is_file() else None,
+            doc.read_text(encoding="utf-8") if doc.is_file() else None,
+            readme.read_text(encoding="utf-8") if readme is not None else None)
 
 
 def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path | None = None) -> Path:
@@ -242,30 +339,51 @@ def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path
     the table of ``folder/RESULTS.md`` (and, given ``readme``, its headline table); only the
     folder and the README the user named are written.
 
-    A RESULTS.md that exists without the table markers is someone else's document: refused.
+    Every new text is prepared before any file is touched, and each file is replaced whole
+    (atomically); should a replacement fail, the files already replaced get their old text back,
+    so the log and its tables do not disagree.
 
     Raises:
-        ConfigError: as :func:`check_record_targets`.
+        ConfigError: as :func:`check_record_targets` (nothing written).
     """
     folder = Path(folder)
-    check_record_targets(folder, readme)
-    doc = folder / RESULTS_DOC.name
-    folder.mkdir(parents=True, exist_ok=True)
-    if not doc.is_file():
-        doc.write_text(f"# Measured performance\n\n{START}\n{END}\n", encoding="utf-8")
-    append_rows(headline_rows(records), folder / RESULTS.name)
-    update_readme(doc, folder / RESULTS.name)
+    old_rows, log_text, doc_text, readme_text = _record_plan(folder, readme)
+    new_rows = headline_rows(records)
+    rows = old_rows + new_rows
+    doc, log = folder / RESULTS_DOC.name, folder / RESULTS.name
+    log_new = (log_text or "")
+    if log_new and not log_new.endswith("\n"):
+        log_new += "\n"
+    log_new += "".join(json.dumps(row, sort_keys=True) + "\n" for row in new_rows)
+    doc_new = replace_between(doc_text if doc_text is not None else f"# Measured performance\n\n{START}\n{END}\n",
+                              START, END, render_table(rows=rows), doc)
+    plan: list[tuple[Path, str | None, str]] = [(log, log_text, log_new), (doc, doc_text, doc_new)]
     if readme is not None:
-        update_headlines(Path(readme), folder / RESULTS.name)
+        plan.append((Path(readme), readme_text,
+                     replace_between(readme_text or "", HEADLINE_START, HEADLINE_END, headline_table(rows=rows),
+                                     Path(readme))))
+    folder.mkdir(parents=True, exist_ok=True)
+    done: list[tuple[Path, str | None]] = []
+    try:
+        for path, old, new in plan:
+            if new != old:
+                write_text_atomic(path, new)
+                done.append((path, old))
+    except BaseException:
+        for path, old in reversed(done):  # put back what was replaced: all or nothing
+            if old is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_text_atomic(path, old)
+        raise
     return doc
 
 
 def update_markers_ok(doc: Path) -> bool:
-    """Whether ``doc`` exists and holds the headline markers."""
+    """Whether ``doc`` exists and holds the headline markers, once each and in order."""
     if not doc.is_file():
         return False
-    text = doc.read_text(encoding="utf-8")
-    return HEADLINE_START in text and HEADLINE_END in text
+    return marker_problem(doc.read_text(encoding="utf-8"), HEADLINE_START, HEADLINE_END) is None
 
 
 def _main(argv: list[str] | None = None) -> int:
