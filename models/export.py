@@ -175,8 +175,19 @@ class ExportOptions:
         return {k: v for k, v in overrides.items() if v is not None}
 
     def int8_scheme(self, task: str) -> Int8Scheme:
-        """The task's int8 defaults with this export's overrides."""
-        return replace(INT8_DEFAULTS.get(task, Int8Scheme()), **self._int8_overrides())
+        """The task's int8 defaults with this export's overrides.
+
+        Raises:
+            ConfigError: ``--int8-smooth-alpha`` where the down projections are not smoothed (it
+                was taken and did nothing).
+        """
+        scheme = replace(INT8_DEFAULTS.get(task, Int8Scheme()), **self._int8_overrides())
+        if self.int8_smooth_alpha is not None and scheme.down_projections != "smooth":
+            raise ConfigError(f"export --int8-smooth-alpha: sets SmoothQuant's strength for --int8-down-projections "
+                              f"smooth, and this {task} export's down projections are {scheme.down_projections}"
+                              f"{'' if self.int8_down_projections else ' (its default)'}; add "
+                              "--int8-down-projections smooth, or drop --int8-smooth-alpha")
+        return scheme
 
 
 # ----------------------------------------------------------------------------- graph files

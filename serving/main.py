@@ -522,8 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system said no (full disk, read-only, permissions): say which file
         log.debug("searchsmith %s: OSError", command, exc_info=True)
         where = f" {exc.filename!r}" if exc.filename else ""
-        print(f"searchsmith {command}: error: cannot read or write{where}: {exc.strerror or exc} (errno "
-              f"{exc.errno}); check that the path exists and is writable, and that the disk has room "
+        what = f"{exc.strerror} (errno {exc.errno})" if exc.strerror else str(exc)  # a hub's OSError has no errno
+        print(f"searchsmith {command}: error: cannot read or write{where}: {what}; check that the path exists and "
+              "is writable, that the disk has room, and for a hub model that the hub can be reached "
               "(--verbose shows where it happened)", file=sys.stderr)
         return 1
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.console import quiet_block
-from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.errors import BundleError, ConfigError, SearchsmithError
 from searchsmith.models.export import (
     ExportOptions,
     ParityThresholds,
@@ -26,6 +26,7 @@ from searchsmith.models.export import (
 )
 from searchsmith.models.int8_cpu import WEIGHT_RANGES
 from searchsmith.models.onnx_quant import ACTIVATION_MODES, DOWN_PROJECTION_MODES, int8_default_text
+from searchsmith.training.cli import RUN_MARK
 from searchsmith.training.evaluate import heldout_figures
 
 __all__ = ["configure_export"]
@@ -140,6 +141,10 @@ def _run_export(args: argparse.Namespace) -> int:
             jobs.append((out, f"run {run_dir}", lambda: export_run(run_dir, out, opts)))
         else:
             runs = find_runs(run_dir)
+            if (run_dir / RUN_MARK).is_file():  # a run that has not finished: no run.json yet
+                raise BundleError(f"export: {str(run_dir)!r} is a training run that has not finished (no run.json "
+                                  "yet); wait for it to end, or rerun the same searchsmith train command to resume "
+                                  "it, then export")
             if not runs and not args.embedder:
                 raise BundleError(f"export: {str(run_dir)!r} holds no run.json and no run folders; pass a "
                                   "training run folder")
@@ -151,12 +156,21 @@ def _run_export(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - loaded before quiet_block, which filters the log handlers torch adds
 
     done: list[tuple[str, dict[str, Any]]] = []
+    failed: list[tuple[str, str]] = []
     for i, (path, what, job) in enumerate(jobs, 1):
         # one line per step on stderr (stdout keeps the JSON summary); third-party prints held back
         print(f"[{i}/{len(jobs)}] export {what} -> {path} ({opts.dtype}) ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        with quiet_block():
-            manifest = job()
+        try:
+            with quiet_block():
+                manifest = job()
+        except SearchsmithError as exc:
+            if len(jobs) == 1:
+                raise
+            # one damaged run of a folder of runs: say so and export the others
+            print(f"      failed: {exc}", file=sys.stderr, flush=True)
+            failed.append((str(path), str(exc)))
+            continue
         print(f"      parity {'passed' if manifest['parity']['passed'] else 'FAILED (allowed by --allow-drift)'}"
               f", {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         done.append((str(path), manifest))
@@ -165,4 +179,7 @@ def _run_export(args: argparse.Namespace) -> int:
                           "parity_passed": manifest["parity"]["passed"], "parity": manifest["parity"]["checks"],
                           "allow_drift": manifest["allow_drift"], "heldout_source": manifest.get("heldout_source"),
                           "heldout_metrics": manifest.get("heldout_metrics")}, sort_keys=True))
+    if failed:
+        raise BundleError(f"export: {len(failed)} of {len(jobs)} bundle(s) failed ({', '.join(p for p, _ in failed)}; "
+                          f"each one's reason is above); the other {len(done)} were written")
     return 0

@@ -178,6 +178,32 @@ def test_cli_exports_a_folder_of_runs(tmp_path, capsys) -> None:
     assert _manifest(tmp_path / "bundles" / "reranker")["task"] == "rerank"
 
 
+def test_a_folder_of_runs_exports_every_sound_run_and_names_the_damaged_one(tmp_path, capsys) -> None:
+    """The export stopped at the first damaged run: the runs after it were never tried, and
+    nothing said the ones before were written (helper-43's audit)."""
+    from searchsmith.serving.main import main
+
+    runs = tmp_path / "runs"
+    for name in ("a_good", "b_bad", "c_good"):
+        shutil.copytree(rerank_run(), runs / name)
+    (runs / "b_bad" / "model" / "config.json").write_text("{broken")
+    assert main(["export", str(runs), "--out", str(tmp_path / "bundles")]) == 1
+    err = capsys.readouterr().err
+    assert "failed:" in err and "1 of 3 bundle(s) failed" in err and "b_bad" in err and "the other 2 were written" in err
+    assert sorted(p.name for p in (tmp_path / "bundles").iterdir()) == ["a_good", "c_good"]
+
+
+def test_an_unfinished_run_says_so_and_how_to_resume(tmp_path, capsys) -> None:
+    from searchsmith.serving.main import main
+
+    run = tmp_path / "run"
+    shutil.copytree(rerank_run(), run)
+    (run / "run.json").unlink()
+    (run / ".searchsmith-run").write_text('{"recipe": "reranker"}')
+    assert main(["export", str(run), "--out", str(tmp_path / "b")]) == 1
+    assert "is a training run that has not finished" in capsys.readouterr().err
+
+
 def test_cli_rejects_a_folder_without_runs(tmp_path, capsys) -> None:
     from searchsmith.serving.main import main
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -156,9 +157,16 @@ def test_int8_schemes_validate_and_resolve_per_task() -> None:
     opts = ExportOptions(dtype="int8")
     assert opts.int8_scheme("rerank") == INT8_DEFAULTS["rerank"]
     assert opts.int8_scheme("unknown-task") == Int8Scheme()
-    over = ExportOptions(dtype="int8", int8_fuse_attention=False, int8_smooth_alpha=0.5, int8_fp32_blocks=0)
+    over = ExportOptions(dtype="int8", int8_fuse_attention=False, int8_smooth_alpha=0.5, int8_fp32_blocks=0,
+                         int8_down_projections="smooth")
     s = over.int8_scheme("cite")
-    assert (s.fuse_attention, s.smooth_alpha, s.fp32_blocks, s.down_projections) == (False, 0.5, 0, "fp32")
+    assert (s.fuse_attention, s.smooth_alpha, s.fp32_blocks, s.down_projections) == (False, 0.5, 0, "smooth")
+    # a strength for products that are not smoothed did nothing: refused, naming the task's mode
+    for task, options, mode in (("rerank", {}, "int8 (its default)"),
+                                ("cite", {"int8_down_projections": "fp32"}, "fp32;")):
+        with pytest.raises(ConfigError, match=rf"--int8-smooth-alpha: .* this {task} export's down projections "
+                                              rf"are {re.escape(mode)}"):
+            ExportOptions(dtype="int8", int8_smooth_alpha=0.5, **options).int8_scheme(task)
     with pytest.raises(ConfigError, match=r"--int8-smooth-alpha.*\[0, 1\]"):
         ExportOptions(dtype="int8", int8_smooth_alpha=1.5)
     with pytest.raises(ConfigError, match="--int8-down-projections"):
@@ -216,12 +224,11 @@ def test_export_cli_int8_flags_reach_the_manifest(tmp_path, capsys) -> None:
 
     out = tmp_path / "rr"
     assert main(["export", str(rerank_run()), "--out", str(out), "--dtype", "int8", "--allow-drift",
-                 "--int8-attention", "unfused", "--int8-down-projections", "fp32",
-                 "--int8-smooth-alpha", "0.6", "--int8-fp32-blocks", "0"]) == 0
+                 "--int8-attention", "unfused", "--int8-down-projections", "fp32", "--int8-fp32-blocks", "0"]) == 0
     m = json.loads((out / "manifest.json").read_text())
     isa = int8_isa()  # the weight range "auto" resolves to, and the CPU it was exported on, are recorded
     assert m["int8"] == {"fuse_attention": False, "fp32_blocks": 0, "down_projections": "fp32",
-                         "smooth_alpha": 0.6, "calibration_inputs": 128, "activations": "token",
+                         "smooth_alpha": 0.8, "calibration_inputs": 128, "activations": "token",
                          "weight_range": resolve_weight_range("auto", isa), "exported_on": isa}
     report = json.loads((out / "parity_report.json").read_text())
     assert report["cpu_int8"]["isa"] == isa and report["cpu_int8"]["weight_range"] == m["int8"]["weight_range"]
