@@ -18,6 +18,14 @@ Under the Triton interpreter it runs end to end at toy sizes (the test)::
 
 Every PNG a suite writes is recorded as a ``{"plot": FILE, "title": ...}`` line (with its
 axis labels and legend, read back from the PNG) right after that suite's records.
+
+Later runs append to the same ``results.jsonl``. Each run's lines start with its ``machine``
+line, which names the run (``"run": ID``), and end with ``{"suite": "end", "run": ID,
+"complete": true}`` when the run got to its end (``failed_steps`` lists a group's failed steps);
+an interrupted or failed run ends with ``"complete": false`` and the error, a killed one with no
+end line: a reader takes a run's figures as finished only from a complete run. Every option and
+every path (``--out``, ``--record``, ``--readme``, a plot or trace the run would replace) is
+checked before anything is measured or written.
 """
 
 from __future__ import annotations
@@ -78,6 +86,22 @@ def _onnx_cuda_missing() -> str | None:
     return None
 
 
+# suite -> the plots it writes into --out (``save_plot``): checked before anything is measured,
+# so a user's file of that name is refused up front, not after the run (a test keeps this in
+# step with each suite's source).
+PLOTS: dict[str, tuple[str, ...]] = {
+    "embed": ("embed_throughput.png",),
+    "ladder": ("ladder.png",),
+    "route": ("route_latency.png",),
+    "kernels": ("kernels.png",),
+    "rerank": ("rerank_gpu.png",),
+    "pipeline": ("pipeline_stages.png",),
+    "server": ("server_latency.png",),
+    "shards": ("shards_latency.png",),
+    "ray": ("ray_serve.png",),
+}
+
+
 # (group, step) -> a check returning why the step cannot run here, or None to run it.
 STEP_REQUIRES: dict[tuple[str, str], Callable[[], str | None]] = {
     ("gpu", "embed:onnx"): _onnx_cuda_missing,
@@ -107,18 +131,32 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_profile)
 
 
-def check_profile_out(out: Path) -> None:
+def check_profile_out(out: Path, *, plots: tuple[str, ...] = (), trace: bool = False) -> None:
     """``--out`` is a new or empty folder, or one a profile wrote (it holds ``results.jsonl``,
-    which later runs append to); a file, or a folder of other files, is refused.
+    which later runs append to), that this process can write in; a file, or a folder of other
+    files, is refused. In a profile folder, each of ``plots`` must be absent or a plot searchsmith
+    wrote, and (``trace``) each ``trace_*.json`` a trace it wrote: a user's file is never replaced.
 
     Raises:
         ConfigError: naming the path and the fix.
     """
+    from searchsmith.models.io import check_parents_are_folders
+    from searchsmith.serving.profiling.common import check_plot_path, check_trace_path
+
     if out.exists() and not out.is_dir():
         raise ConfigError(f"profile --out: {str(out)!r} is a file; give a folder for results.jsonl and plots")
     if out.is_dir() and any(out.iterdir()) and not _profile_results(out / "results.jsonl"):
         raise ConfigError(f"profile --out: {str(out)!r} holds files but no results.jsonl a profile wrote, so no "
                           "profile wrote it; choose a new or empty folder (a profile folder can be written to again)")
+    # a read-only folder, or a path through a file: refused now, not by an OSError after the run
+    check_parents_are_folders(out, "profile --out", ConfigError)
+    if not out.is_dir():
+        return
+    for name in plots:
+        check_plot_path(out / name, flag="profile --out")
+    if trace:
+        for path in sorted(out.glob("trace_*.json")):
+            check_trace_path(path)
 
 
 def _profile_results(path: Path) -> bool:
@@ -133,28 +171,71 @@ def _profile_results(path: Path) -> bool:
     return isinstance(first, dict) and "suite" in first and "date" in first
 
 
-def run_profile(args: argparse.Namespace) -> int:
-    from searchsmith.serving.profiling.common import ProfileContext, machine_info
+def check_profile_args(args: argparse.Namespace, suite: str | None) -> list[str]:
+    """Every option of ``profile``, checked before anything is measured or written; the steps to run.
 
-    suite = args.suite_opt or args.suite
+    Raises:
+        SearchsmithError: no suite named.
+        ConfigError: an option is wrong, or a path given cannot be written (or read); the
+            message names it and the fix.
+    """
     if suite is None:
         raise SearchsmithError(f"profile: name a suite, one of {sorted([*SUITES, *GROUPS])}")
     if args.suite_opt and args.suite and args.suite_opt != args.suite:
         raise ConfigError(f"profile: two suites named, {args.suite!r} and --suite {args.suite_opt!r}; name one")
     if args.device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"profile: --device must be auto, cpu or cuda, got {args.device!r}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("profile --device cuda: torch sees no CUDA device here; use --device auto (the GPU "
+                              "when there is one) or --device cpu")
     if args.readme and not args.record:
         raise ConfigError("profile --readme: it regenerates the headline table from the --record log; pass "
                           "--record DIR too (the project's own log is --record serving/profiling)")
-    check_profile_out(Path(args.out))
+    if args.run and not Path(args.run).is_dir():
+        raise ConfigError(f"profile --run: {args.run!r} is not a folder; give a run folder that "
+                          "'searchsmith train' wrote")
+    steps = GROUPS.get(suite, [suite])
+    plots = tuple(name for step in steps for name in PLOTS.get(step.partition(":")[0], ()))
+    check_profile_out(Path(args.out), plots=plots, trace=args.trace)
     if args.record:
         from searchsmith.serving.profiling.readme import check_record_targets
 
         check_record_targets(Path(args.record), Path(args.readme) if args.readme else None)
-    steps = GROUPS.get(suite, [suite])
+    return steps
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from searchsmith.serving.profiling.common import ProfileContext, machine_info
+
+    suite = args.suite_opt or args.suite
+    steps = check_profile_args(args, suite)
     ctx = ProfileContext(out_dir=Path(args.out), quick=args.quick, trace=args.trace, device=args.device,
                          group=suite if suite in GROUPS else "", command="searchsmith profile " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
-    ctx.emit({"suite": "machine", **machine_info(), **({"group": suite} if suite in GROUPS else {})})
+    # written before the run's first record (:meth:`ProfileContext.start`): a suite that refuses
+    # its options before it measures leaves no results.jsonl behind
+    ctx.start({"suite": "machine", **machine_info(), **({"group": suite} if suite in GROUPS else {})})
+    try:
+        failed = _run_steps(ctx, suite, steps, args)
+    except BaseException as exc:  # Ctrl-C included: the rows so far are marked as an unfinished run
+        ctx.finish(False, error=type(exc).__name__ + (f": {exc}" if str(exc) else ""))
+        raise
+    ctx.finish(True, **({"failed_steps": failed} if failed else {}))
+    if args.record:
+        from searchsmith.serving.profiling.readme import record_results
+
+        record_results(ctx.records, Path(args.record), Path(args.readme) if args.readme else None)
+    if failed:
+        print(f"searchsmith profile {suite}: step(s) {failed} failed; see the 'error' lines in "
+              f"{ctx.out_dir / 'results.jsonl'}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_steps(ctx: ProfileContext, suite: str, steps: list[str], args: argparse.Namespace) -> list[str]:
+    """Run each step of ``suite``; the steps that failed (a group goes on past a failed step)."""
     failed: list[str] = []
     for step in steps:
         name, _, backend = step.partition(":")
@@ -186,15 +267,7 @@ def run_profile(args: argparse.Namespace) -> int:
         _record_plots(ctx, name, before)
         if suite in GROUPS:
             ctx.emit({"suite": name, "step": step, "step_wall_s": wall})
-    if args.record:
-        from searchsmith.serving.profiling.readme import record_results
-
-        record_results(ctx.records, Path(args.record), Path(args.readme) if args.readme else None)
-    if failed:
-        print(f"searchsmith profile {suite}: step(s) {failed} failed; see the 'error' lines in "
-              f"{ctx.out_dir / 'results.jsonl'}", file=sys.stderr)
-        return 1
-    return 0
+    return failed
 
 
 def _pngs(folder: Path) -> dict[str, int]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from searchsmith.models.int8_cpu import cpu_int8_isa  # one detector for export, load and profiles
+from searchsmith.models.io import WRITTEN_RECORD, WrittenFiles, sha256_file, temp_file_beside
 from searchsmith.models.metrics import percentiles  # noqa: F401 - the suites import it from here
 
 if TYPE_CHECKING:
@@ -45,6 +46,13 @@ class ProfileContext:
         command: the command line, recorded in every line.
         group: the group this run belongs to (``all``, ``gpu``), "" for a single suite.
         records: every record emitted so far.
+
+    A run's lines in ``results.jsonl`` (which later runs append to) start with its ``machine``
+    line, which carries the run's id (``run``), and end with ``{"suite": "end", "run": ID,
+    "complete": true}`` only when the run finished (:meth:`finish`); an interrupted or failed run
+    ends with ``"complete": false`` instead, or (killed) with no end line at all. The machine
+    line is held back (:meth:`start`) until the first record, so a run refused before it
+    measured anything writes nothing.
     """
 
     out_dir: Path
@@ -55,9 +63,33 @@ class ProfileContext:
     group: str = ""  # "all" / "gpu" when the suite runs as a step of a group
     records: list[dict[str, Any]] = field(default_factory=list)
     _trace_names: list[str] = field(default_factory=list, repr=False)
+    _pending: dict[str, Any] | None = field(default=None, repr=False)
+    run_id: str = ""
+
+    def start(self, machine: dict[str, Any]) -> None:
+        """Open a run: ``machine`` (the machine line) is written, with a new run id, before the
+        first record the run emits (none emitted: nothing written)."""
+        import uuid
+
+        self.run_id = uuid.uuid4().hex[:12]
+        self._pending = {**machine, "run": self.run_id}
+
+    @property
+    def started(self) -> bool:
+        """Whether this run has written a line (its machine line) to ``results.jsonl``."""
+        return self._pending is None and bool(self.records)
+
+    def finish(self, complete: bool, **extra: Any) -> None:
+        """Close the run with its ``end`` line: ``complete`` True only when every step ran to its
+        end. A run that wrote nothing and did not complete writes nothing."""
+        if complete or self.started:
+            self.emit({"suite": "end", "run": self.run_id, "complete": complete, **extra})
 
     def emit(self, record: dict[str, Any]) -> dict[str, Any]:
         """Print one JSON line and keep it (machine info and date attached once per file)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.emit(pending)
         record = {"date": date.today().isoformat(), "command": self.command, **record}
         line = json.dumps(record, sort_keys=True, default=_jsonable)
         print(line, flush=True)
@@ -94,15 +126,42 @@ class ProfileContext:
         n = sum(1 for t in self._trace_names if t == stem)
         self._trace_names.append(stem)
         path = self.out_dir / (f"trace_{stem}.json" if n == 0 else f"trace_{stem}-{n + 1}.json")
+        check_trace_path(path)
         with profile(activities=activities) as prof:
             yield
+        check_trace_path(path)  # again: the block may have run for minutes
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, path)  # atomic: a reader never sees half a trace
+        tmp = temp_file_beside(path, ".json")
+        try:
+            prof.export_chrome_trace(str(tmp))
+            written = WrittenFiles.read(self.out_dir / WRITTEN_RECORD)
+            written.add(path, sha256_file(tmp))
+            os.replace(tmp, path)  # atomic: a reader never sees half a trace
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        written.save()  # the trace is now one searchsmith wrote: a later --trace may replace it
         self.emit({"suite": name.split("-")[0], "trace": path.name, "trace_of": name,
                    "events": len(prof.events()),
                    "note": "timings measured inside this block include the profiler's overhead"})
+
+
+def check_trace_path(path: Path) -> None:
+    """Refuse a trace path that holds a file searchsmith did not write (or one its user edited
+    since): ``--trace`` replaces only its own traces, which the folder's
+    ``.searchsmith-written.json`` records by checksum.
+
+    Raises:
+        ConfigError: naming the file and the fix.
+    """
+    from searchsmith.models.errors import ConfigError
+
+    state = WrittenFiles.read(Path(path).parent / WRITTEN_RECORD).state(Path(path))
+    if state not in ("absent", "ours"):
+        what = "was edited since searchsmith wrote it" if state == "edited" else "is not a trace searchsmith wrote"
+        raise ConfigError(f"profile --trace: {str(path)!r} {what}; nothing was replaced. Move it out of "
+                          f"{str(Path(path).parent)!r} or choose another --out (a profile replaces only its own "
+                          "traces)")
 
 
 def free_port() -> int:
