@@ -292,9 +292,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     why = missing_llm_packages()
-    if why:
+    if why and ctx.group:  # a step of a group: the rest of the group still runs
         ctx.emit({"suite": "llm", "skipped": why})
         return
+    if why:  # asked for by name, it would measure nothing: say so with the fix, exit 1
+        from searchsmith.models.errors import ConfigError
+
+        raise ConfigError(f"profile llm: needs the llm extra ({why})")
     n, max_tokens = (5, 32) if ctx.quick else (10, 64)
     *prompts, warmup = demo_prompts(n + 1)  # warm up on another prompt: a repeat would hit the KV cache
     # llama-cpp-python's own default, half the cores: with every core, a decoding step waits
