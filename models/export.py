@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -56,6 +57,7 @@ from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     check_replaceable,
     process_temp_dir,
+    remove_dead_temps,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -101,6 +103,7 @@ log = logging.getLogger(__name__)
 
 # (task, run_dir, bundle, limit) -> (held-out figures in the manifest's naming, where they come from)
 HeldoutScorer = Callable[[str, Path, Bundle, "int | None"], tuple[dict[str, float], str]]
+EXPORT_WORK_PREFIX = "searchsmith-export-pid"  # + PID: the temporary folder an export traces its graphs in
 _ORT_TO_NP = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32",
               "tensor(float16)": "float16"}
 
@@ -360,7 +363,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
     inputs = parity_inputs(src.task, opts.thresholds.heldout_texts, scheme.calibration_inputs, opts.parity_data)
     check_bundle_out(out)  # before any work: never replace what searchsmith did not write
     tmp = temp_dir_beside(out)
-    work = Path(tempfile.mkdtemp(prefix="searchsmith-export-"))
+    # the graphs are traced here; a killed export's folder is removed by the next one
+    remove_dead_temps(Path(tempfile.gettempdir()), f"{EXPORT_WORK_PREFIX}*", marker=EXPORT_WORK_PREFIX)
+    work = Path(tempfile.mkdtemp(prefix=f"{EXPORT_WORK_PREFIX}{os.getpid()}-"))
     try:
         tokenizer = load_run_tokenizer(src.tokenizer_dir, src.model_dir, what=f"export {src.task}")
         tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))

@@ -191,10 +191,51 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (someone else's counts: it may not be signalled)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_temps(folder: Path, pattern: str, marker: str = ".tmp-") -> list[Path]:
+    """Remove the temporary files and folders ``folder/pattern`` of processes that are gone
+    (killed while writing: SIGKILL runs no clean-up); a live process's are left alone.
+
+    Args:
+        pattern: a glob of the temporaries' names (``.bundle.tmp-*``).
+        marker: the text the writer's PID follows in the name (the PID is the digits after
+            its last occurrence).
+
+    Returns:
+        What was removed.
+    """
+    import re
+
+    removed = []
+    for p in Path(folder).glob(pattern) if Path(folder).is_dir() else ():
+        digits = re.match(r"\d+", p.name.rsplit(marker, 1)[-1])
+        if digits and int(digits.group()) != os.getpid() and not process_alive(int(digits.group())):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
 def temp_dir_beside(final: Path) -> Path:
-    """A fresh hidden folder next to ``final`` (same file system, so a rename can swap it in)."""
+    """A fresh hidden folder next to ``final`` (same file system, so a rename can swap it in);
+    those a killed writer of ``final`` left are removed first."""
+    import glob
+
     final = Path(final).absolute()  # "." has no name to put a folder beside
     final.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_temps(final.parent, f".{glob.escape(final.name)}.tmp-*")
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}")
     tmp.mkdir()
     return tmp

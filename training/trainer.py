@@ -37,6 +37,7 @@ The loss is a function of the model and a batch, so a recipe keeps its forward p
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import math
@@ -57,7 +58,12 @@ import numpy as np
 import torch
 from searchsmith.models.config import is_int, shown, to_dict
 from searchsmith.models.errors import ConfigError, RunnerError, ValidationError
-from searchsmith.models.io import remove_written, replace_dir_keeping, write_json_atomic
+from searchsmith.models.io import (
+    remove_dead_temps,
+    remove_written,
+    replace_dir_keeping,
+    write_json_atomic,
+)
 from searchsmith.training.config import LoraConfig, OptimConfig, TrainConfig, config_hash
 
 log = logging.getLogger(__name__)
@@ -143,6 +149,7 @@ def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    remove_dead_temps(out_dir.parent, f".{glob.escape(out_dir.name)}.tmp-*")  # a killed save's
     plain = merged_model(model)
     plain.save_pretrained(tmp)
     if tokenizer is not None:
@@ -226,24 +233,7 @@ def newest_readable_checkpoint(run_dir: Path, say: Callable[[str], None]) -> tup
 def remove_stale_temp_checkpoints(run_dir: Path) -> list[Path]:
     """Remove ``checkpoints/.step-N.tmp-PID`` folders whose process is gone (a run killed while
     saving); a live process's are left alone. Returns the removed folders."""
-    root = Path(run_dir) / "checkpoints"
-    removed = []
-    for p in root.glob(".step-*.tmp-*") if root.is_dir() else ():
-        pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
+    return remove_dead_temps(Path(run_dir) / "checkpoints", ".step-*.tmp-*")
 
 
 def _rng_state() -> dict[str, Any]:

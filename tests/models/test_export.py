@@ -429,3 +429,32 @@ def test_the_current_folder_as_out_is_refused_and_dot_has_a_lock_beside_it(tmp_p
         assert (tmp_path / ".here.lock").is_file()
     tmp = temp_dir_beside(Path("."))
     assert tmp.parent == tmp_path and tmp.name.startswith(".here.tmp-")
+
+
+def test_a_killed_writers_temporary_folders_are_removed_by_the_next_write(tmp_path) -> None:
+    """A SIGKILLed export left .bundle.tmp-PID-NS beside --out and its work folder in /tmp for
+    good (helper-43's audit): the next write beside the same path removes those of dead
+    processes, never a live one's."""
+    import os
+    import subprocess
+    import sys
+
+    from searchsmith.models.io import remove_dead_temps, temp_dir_beside
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead = int(gone.stdout)
+    stale = tmp_path / f".bundle.tmp-{dead}-123"
+    stale.mkdir()
+    (stale / "tokenizer.json").write_text("{}")
+    live = tmp_path / ".bundle.tmp-1-456"  # pid 1 lives as long as the machine
+    live.mkdir()
+    mine = tmp_path / f".bundle.tmp-{os.getpid()}-789"
+    mine.mkdir()
+    other = tmp_path / f".other.tmp-{dead}-1"  # another path's: not this write's to judge
+    other.mkdir()
+    fresh = temp_dir_beside(tmp_path / "bundle")
+    assert not stale.exists() and live.is_dir() and mine.is_dir() and other.is_dir() and fresh.is_dir()
+    work = tmp_path / f"searchsmith-export-pid{dead}-abc"
+    work.mkdir()
+    assert remove_dead_temps(tmp_path, "searchsmith-export-pid*", marker="searchsmith-export-pid") == [work]
