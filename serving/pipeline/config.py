@@ -24,6 +24,8 @@ from searchsmith.models.runtime import threads_over_cap
 from searchsmith.serving.index import MAX_TITLED
 from searchsmith.serving.router import RouterConfig
 
+MAX_RETRIEVE_K = 1000  # chunks one node may retrieve (each is reranked, deduplicated and read for citations)
+
 Strategy = Literal["auto", "direct", "parallel", "planning"]
 STRATEGIES = ("direct", "parallel", "planning")
 
@@ -230,8 +232,10 @@ class RetrievalConfig:
                              f"got {self.lexical_k!r}")
         if isinstance(self.titled_k, bool) or not isinstance(self.titled_k, int) or not 1 <= self.titled_k <= MAX_TITLED:
             raise ValueError(f"retrieval.titled_k must be a whole number in [1, {MAX_TITLED}], got {self.titled_k!r}")
-        if self.retrieve_k < 1:
-            raise ValueError(f"retrieval.retrieve_k must be >= 1, got {self.retrieve_k}")
+        if not 1 <= self.retrieve_k <= MAX_RETRIEVE_K:  # 10**11 was taken: 10 s per question, 9 of them citing
+            raise ValueError(f"retrieval.retrieve_k must be in [1, {MAX_RETRIEVE_K}], got {self.retrieve_k}")
+        if self.lexical_k is not None and self.lexical_k > MAX_RETRIEVE_K:
+            raise ValueError(f"retrieval.lexical_k must be at most {MAX_RETRIEVE_K}, got {self.lexical_k}")
         if not 0.0 < self.dedup_threshold <= 1.0:
             raise ValueError(f"retrieval.dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
         if not 0.0 < self.keep_ratio <= 1.0:
@@ -706,6 +710,8 @@ class Preset:
     def __post_init__(self) -> None:
         # None, not 0, means retrieval.retrieve_k (the loader names the preset: presets.<name>: ...)
         check_count("presets.<name>.retrieve_k", self.retrieve_k, optional="retrieval.retrieve_k")
+        if self.retrieve_k is not None and self.retrieve_k > MAX_RETRIEVE_K:
+            raise ValueError(f"presets.<name>.retrieve_k must be at most {MAX_RETRIEVE_K}, got {self.retrieve_k}")
 
 
 def _default_presets() -> dict[str, Preset]:

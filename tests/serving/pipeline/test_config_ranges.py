@@ -46,6 +46,10 @@ NAN, INF = float("nan"), float("inf")
     ("generation.hf.max_input_tokens=0", "generation.hf.max_input_tokens"),
     ("generation.extractive.lexical_weight=-1", "generation.extractive.lexical_weight"),
     ("presets.large.retrieve_k=0", "presets.<name>.retrieve_k"),
+    # unbounded before: 10**11 took 10.7 s a question on the demo index (helper-44's audit)
+    ("retrieval.retrieve_k=100000000000", "retrieval.retrieve_k"),
+    ("retrieval.lexical_k=1001", "retrieval.lexical_k"),
+    ("presets.large.retrieve_k=1001", "presets.<name>.retrieve_k"),
     ("presets.large.retrieve_k=-4", "presets.<name>.retrieve_k"),
     ("images.threshold=1.5", "images.threshold"),
     ("images.max_candidates=0", "images.max_candidates"),
