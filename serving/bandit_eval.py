@@ -279,7 +279,7 @@ def policy_comparison(table: PresetTable, cost_lambda: float, protocol: Protocol
 def _measure(pipe: Any, items: list[dict[str, Any]], presets: tuple[str, ...], quality: str
              ) -> tuple[PresetTable, list[dict[str, Any]]]:
     """Answer every question with every preset forced; the table and the per-item rows."""
-    from searchsmith.serving.evaluate import pipeline_item_metrics
+    from searchsmith.serving.evaluate import pipeline_item_metrics, rotation
     from searchsmith.serving.pipeline.protocol import task_features
     from searchsmith.serving.rewrite import parse_history
     from searchsmith.training.evaluate import progress_bar
@@ -295,17 +295,21 @@ def _measure(pipe: Any, items: list[dict[str, Any]], presets: tuple[str, ...], q
     with progress_bar("eval bandit", n * k, "answer") as bar:
         for i, it in enumerate(items):
             ident = it.get("id", i)
-            for j, p in enumerate(presets):  # interleaved: load drift falls on every preset alike
+            mine: dict[int, dict[str, Any]] = {}
+            # interleaved, in a rotating order: load drift, and the first answer of a question
+            # warming what the others reuse (the chunks' pages), fall on every preset alike
+            for j in rotation(i, range(k)):
+                p = presets[j]
                 ans = pipe.ask(it["query"], it.get("history"), query_id=f"{ident}:{p}", preset=p)
                 m = pipeline_item_metrics(ans, it)
                 if not 0.0 <= m[quality] <= 1.0:
                     raise ValidationError(f"eval bandit: {quality} of {ident} with preset {p} is {m[quality]}, "
                                           "outside [0, 1]")
                 qual[i, j], cost[i, j] = m[quality], float(ans["trace"]["cost"])  # the router's cost
-                rows.append({"id": ident, "i": i, "preset": p, "quality": m[quality], "cost": cost[i, j],
-                             "latency_ms": m["latency_ms"], "model_calls": m["model_calls"],
-                             "tokens": m["tokens"]})
+                mine[j] = {"id": ident, "i": i, "preset": p, "quality": m[quality], "cost": cost[i, j],
+                           "latency_ms": m["latency_ms"], "model_calls": m["model_calls"], "tokens": m["tokens"]}
                 bar.update(1)
+            rows += [mine[j] for j in range(k)]  # the presets' order, as the per-item file has them
     return PresetTable(presets, qual, cost, feats), rows
 
 

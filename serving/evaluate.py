@@ -11,6 +11,10 @@ follow-ups (non-empty history) and single turns:
 Each figure comes with its bootstrap 95 % interval (``<name>_ci95``; resamples and seed under
 ``"bootstrap"``). ``--per-item F`` writes one line per (item, mode), identified by ``i`` (the
 item's position in the data) and ``mode``, with the metrics under the summary's names.
+
+Latency is compared fairly: an untimed warm-up pass first, then each item is routed in every
+mode in turn, the modes in a rotating order (:func:`rotation`), so that cold start and the
+machine's drift fall on every mode alike. The quality figures do not depend on the order.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
@@ -38,6 +42,29 @@ if TYPE_CHECKING:
 
 MODES = ("parallel", "serial", "auto")
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+# -- timing variants fairly ---------------------------------------------------------------------
+# Variants that do the same work must time the same. Run one after another, the first paid every
+# lazy load and first call (eval pipeline --limit 2: routed 2636 ms vs forced_direct 1398 ms with
+# the router choosing direct for both questions), and a later one the machine's drift. So every
+# comparison here first runs an untimed warm-up pass, then asks each item under every variant in
+# turn, starting one variant further on for each item.
+def rotation(i: int, variants: Sequence[T]) -> list[T]:
+    """``variants`` in the order item ``i`` runs them: rotated left by ``i`` (mod their count),
+    so that over any k consecutive items each of the k variants runs once in each position."""
+    if not variants:
+        return []
+    start = i % len(variants)
+    return [*variants[start:], *variants[:start]]
+
+
+def warm_up_items(items: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The items a warm-up pass asks: the first, and the first follow-up (a non-empty
+    ``history``: the rewrite's path) when that is another one."""
+    first_followup = next((it for it in items if it.get("history")), None)
+    return [*items[:1], *([first_followup] if first_followup is not None and first_followup is not items[0] else [])]
 
 
 def _text(v: Any) -> bool:
@@ -149,29 +176,37 @@ def eval_route(args: argparse.Namespace) -> dict[str, Any]:
         raise ValidationError(f"routing data {args.data}: gold source(s) {unknown} are not in the index "
                               f"(index sources: {router.sources})")
     k = max(1, min(args.k, len(router.sources)))
-    per_item = []
+    per_item: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"task": "route", "data": str(args.data), "index": str(args.index),
                                "model": model, "k": k, "n": len(items),
                                "followups": sum(1 for it in items if it.get("history")), "modes": {},
                                "latency_ms": {}}
-    with progress_bar("eval route", len(MODES) * len(items), "query") as bar:
+    # One untimed pass first (the first item and the first follow-up, in every mode): loading and
+    # first-call costs would otherwise be charged to whichever mode ran first.
+    for it in warm_up_items(items):
         for mode in MODES:
-            rows: dict[str, list[dict[str, float]]] = {"all": [], "followups": [], "single": []}
-            decision: list[float] = []
-            for i, it in enumerate(items):
+            router.route(it["query"], it.get("history"), mode=mode, top_k=k)
+    rows = {mode: {"all": [], "followups": [], "single": []} for mode in MODES}
+    decision: dict[str, list[float]] = {mode: [] for mode in MODES}
+    lines: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    with progress_bar("eval route", len(MODES) * len(items), "query") as bar:
+        for i, it in enumerate(items):
+            for mode in rotation(i, MODES):  # item by item: load drift falls on every mode alike
                 res = router.route(it["query"], it.get("history"), mode=mode, top_k=k)
                 m = route_metrics(res.names, list(it["sources"]), k)
-                rows["all"].append(m)
-                rows["followups" if it.get("history") else "single"].append(m)
+                rows[mode]["all"].append(m)
+                rows[mode]["followups" if it.get("history") else "single"].append(m)
                 # until the sources are known: parallel routes while the rewrite runs, serial after it
-                decision.append(res.latency_ms["route"] + res.latency_ms.get("rewrite", 0.0))
-                per_item.append({"i": i, "mode": mode, "query": it["query"], "gold": it["sources"],
-                                 "followup": bool(it.get("history")), "ranked": res.names,
-                                 "routed_text": res.routed_text, "latency_ms": round(decision[-1], 3), **m})
+                decision[mode].append(res.latency_ms["route"] + res.latency_ms.get("rewrite", 0.0))
+                lines[mode].append({"i": i, "mode": mode, "query": it["query"], "gold": it["sources"],
+                                    "followup": bool(it.get("history")), "ranked": res.names,
+                                    "routed_text": res.routed_text, "latency_ms": round(decision[mode][-1], 3), **m})
                 bar.update(1)
-            summary["modes"][mode] = {part: _mean(r) for part, r in rows.items() if r}
-            summary["latency_ms"][mode] = {q: round(v, 3) for q, v in
-                                           percentiles([x / 1e3 for x in decision]).items() if q.endswith("_ms")}
+    for mode in MODES:  # per mode, in item order, as the summary reads them
+        summary["modes"][mode] = {part: _mean(r) for part, r in rows[mode].items() if r}
+        summary["latency_ms"][mode] = {q: round(v, 3) for q, v in
+                                       percentiles([x / 1e3 for x in decision[mode]]).items() if q.endswith("_ms")}
+        per_item += lines[mode]
     if args.per_item:
         write_jsonl_atomic(args.per_item, per_item)
     return {**summary, "bootstrap": bootstrap_info()}
@@ -253,6 +288,23 @@ def checked_pipeline(cfg: PipelineConfig, args: argparse.Namespace, items: Seque
     except BaseException:
         pipe.close()
         raise
+
+
+def sibling_pipeline(cfg: PipelineConfig, base: Pipeline, index_dir: str | None) -> Pipeline:
+    """A pipeline of ``cfg`` beside the open ``base``, for a comparison that keeps both open
+    (every question asked under each in turn).
+
+    ``load_pipeline`` reads only ``index`` and ``bundles`` from a config; when ``cfg`` has the
+    same ones as ``base``'s, the new pipeline shares ``base``'s index, embedder and loaded
+    bundles (one copy in memory however many pipelines are open, and the same answers as a
+    pipeline loaded alone). Otherwise it is loaded alone from ``index_dir``. Close it before
+    ``base``: closing either closes a shared index.
+    """
+    from searchsmith.serving.pipeline.pipeline import Pipeline, load_pipeline
+
+    if cfg.bundles == base.config.bundles and cfg.index == base.config.index:
+        return Pipeline(cfg, base.index, base.embedder, base.bundles)
+    return load_pipeline(cfg, index_dir)
 
 
 def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
@@ -512,7 +564,11 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     Every figure has its bootstrap 95 % interval (``<name>_ci95``, per variant too; the median
     latency and the stage percentiles are recomputed on each resample). ``--per-item F`` writes
     one line per (item, variant), identified by ``id`` (the item's, else its position) and
-    ``variant``, with the metrics under the summary's names (``latency_ms`` per item)."""
+    ``variant``, with the metrics under the summary's names (``latency_ms`` per item).
+
+    The variants' latencies are comparable: each variant answers once untimed first, then each
+    question is asked under every variant in turn, in a rotating order (:func:`rotation`); the
+    answers, hence every quality figure, are those of a run variant after variant."""
     from searchsmith.serving.pipeline.config import STRATEGIES, load_pipeline_config
     from searchsmith.training.evaluate import progress_bar
 
@@ -523,29 +579,41 @@ def eval_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                               "in the --config file")
     pipe, warnings = checked_pipeline(cfg, args, items)
     lookup = PassageLookup(pipe)
-    per_item: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, float]]] = {}
     traces: list[dict[str, Any]] = []
     followups = [it for it in items if it.get("history")]
+    # (name, ask's keyword arguments, its items: every item, or the follow-ups alone)
     variants: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [("routed", {}, items)]
     variants += [(f"forced_{s}", {"strategy": s}, items) for s in STRATEGIES]
     variants += [(f"routing_{m}_followups", {"routing_mode": m}, followups) for m in ("serial", "parallel")]
+    # An item's id falls back to its position among the variant's items (as the per-item file has it)
+    position = [{id(it): j for j, it in enumerate(subset)} for _, _, subset in variants]
+    lines: dict[str, list[dict[str, Any]]] = {}
     try:
+        # 1. Warm-up, untimed: each variant answers the first of its items once (lazy loads and first calls)
+        for _, kwargs, subset in variants:
+            if subset:
+                pipe.ask(subset[0]["query"], subset[0].get("history"), **kwargs)
+        # 2. Item by item, every variant that asks it in turn, in a rotating order
         with progress_bar("eval pipeline", sum(len(s) for _, _, s in variants), "question") as bar:
-            for name, kwargs, subset in variants:
-                for i, it in enumerate(subset):
+            for n, it in enumerate(items):
+                mine = [(v, kwargs) for v, (_, kwargs, _) in enumerate(variants) if id(it) in position[v]]
+                for v, kwargs in rotation(n, mine):
+                    name, i = variants[v][0], position[v][id(it)]
                     ans = pipe.ask(it["query"], it.get("history"), **kwargs)
                     m = pipeline_item_metrics(ans, it, lookup)
                     runs.setdefault(name, []).append(m)
                     if name == "routed":
                         traces.append(ans["trace"])
-                    per_item.append({"id": it.get("id", i), "variant": name, "query": it["query"],
-                                     "gold": it["answer"], "answer": ans["answer"], "rewrite": ans["rewrite"],
-                                     "strategy": ans["trace"]["strategy"], "sources": ans["trace"]["sources"],
-                                     "cited": [r["doc_id"] for r in ans["references"]], **m})
+                    lines.setdefault(name, []).append(
+                        {"id": it.get("id", i), "variant": name, "query": it["query"], "gold": it["answer"],
+                         "answer": ans["answer"], "rewrite": ans["rewrite"], "strategy": ans["trace"]["strategy"],
+                         "sources": ans["trace"]["sources"], "cited": [r["doc_id"] for r in ans["references"]], **m})
                     bar.update(1)
     finally:
         pipe.close()
+    runs = {name: runs[name] for name, _, _ in variants if name in runs}  # the variants' order, as before
+    per_item = [line for name, _, _ in variants for line in lines.get(name, [])]
     routed = _summary(runs["routed"])
     out: dict[str, Any] = {
         "task": "pipeline", "data": str(args.data), "index": str(args.index or cfg.index), "n": len(items),

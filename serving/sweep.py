@@ -60,7 +60,8 @@ NEUTRAL = frozenset({"timeline_events", "images_placed"})
 # Plotted against the value (the rates in [0, 1]; counts and latency are in the JSON).
 PLOTTED = ("support_recall", "retrieval_recall", "citation_precision", "citation_recall", "f1", "contains",
            "redundancy", "timeline_precision", "timeline_recall", "image_precision", "image_recall", "image_f1")
-# Reported, never judged: the values run one after another, so a shared machine's load moves them.
+# Reported, never judged: the values are interleaved question by question after a warm-up, but a
+# shared machine's load still moves them.
 TIMING = frozenset({"latency_ms"})
 
 
@@ -150,7 +151,7 @@ def _verdicts(points: list[dict[str, Any]], default: object, rows: dict[str, lis
             if m in LOWER_IS_BETTER and m not in TIMING:
                 verdict["beats_default"] = [v for v, c in against.items()
                                             if direction(c["diff_ci95"], c["p_value"]) < 0]
-            elif m not in TIMING | NEUTRAL:  # quality only: the values run one after another, so time drifts
+            elif m not in TIMING | NEUTRAL:  # quality only: a shared machine's load moves the time
                 verdict["beats_default"] = [v for v, c in against.items()
                                             if direction(c["diff_ci95"], c["p_value"]) > 0]
         out[m] = verdict
@@ -168,10 +169,11 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
         checked_pipeline,
         pipeline_item_metrics,
         pipeline_items,
+        rotation,
+        sibling_pipeline,
         with_eval_bundles,
     )
     from searchsmith.serving.pipeline.config import load_pipeline_config
-    from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.training.evaluate import progress_bar
 
     if not getattr(args, "param", None):
@@ -194,30 +196,32 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     items = pipeline_items(args)
     resamples = int(getattr(args, "resamples", DEFAULT_RESAMPLES))
     seed = int(getattr(args, "seed", DEFAULT_SEED))
-    points: list[dict[str, Any]] = []
-    per_item: list[dict[str, object]] = []
-    by_value: dict[str, list[dict[str, float]]] = {}
-    lookup: PassageLookup | None = None
-    warnings: list[str] = []
-    with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
-        for value, cfg in zip(values, configs, strict=True):
-            if lookup is None:  # the first value's pipeline: the gold documents checked against its index
-                pipe, warnings = checked_pipeline(cfg, args, items)
-                lookup = PassageLookup(pipe)
-            else:
-                pipe = load_pipeline(cfg, args.index)
-            lookup.bind(pipe)
-            try:
-                rows = []
-                for i, it in enumerate(items):
-                    m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history")), it, lookup)
-                    rows.append(m)
-                    per_item.append({"id": it.get("id", i), "value": value, **m})
+    # Every value's pipeline open at once: after one untimed answer each, every question is asked
+    # under each value in turn, in a rotating order, so that cold start and the machine's drift
+    # do not land on the first or the last value (only the quality metrics are judged anyway).
+    first, warnings = checked_pipeline(configs[0], args, items)  # the gold documents against its index
+    pipes = [first]
+    by_value: dict[str, list[dict[str, float]]] = {repr(v): [] for v in values}
+    lines: dict[str, list[dict[str, object]]] = {repr(v): [] for v in values}
+    try:
+        pipes += [sibling_pipeline(cfg, first, args.index) for cfg in configs[1:]]
+        # the ruler of context_tokens and redundancy: the first value's index and embedder, for every value
+        lookup = PassageLookup(first)
+        for pipe in pipes:
+            pipe.ask(items[0]["query"], items[0].get("history"))
+        with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
+            for i, it in enumerate(items):
+                for j in rotation(i, range(len(values))):
+                    value = values[j]
+                    m = pipeline_item_metrics(pipes[j].ask(it["query"], it.get("history")), it, lookup)
+                    by_value[repr(value)].append(m)
+                    lines[repr(value)].append({"id": it.get("id", i), "value": value, **m})
                     bar.update(1)
-            finally:
-                pipe.close()
-            points.append({"value": value, "metrics": _summary(rows, resamples, seed)})
-            by_value[repr(value)] = rows
+    finally:
+        for pipe in reversed(pipes):  # the first last: the others may share its index
+            pipe.close()
+    points = [{"value": v, "metrics": _summary(by_value[repr(v)], resamples, seed)} for v in values]
+    per_item = [line for v in values for line in lines[repr(v)]]
     out: dict[str, Any] = {
         "task": "sweep", "data": str(args.data), "index": str(args.index or base.index), "n": len(items),
         "param": args.param, "default": default, "values": values, "points": points,
