@@ -930,6 +930,7 @@ def run_report(args: argparse.Namespace) -> int:
         if not args.readme or args.out:
             raise ConfigError("report --from DIR: give --readme FILE (the table to rewrite) and no --out; --from "
                               "reads an existing report and runs nothing")
+        check_readme(Path(args.readme))  # before refresh_report rewrites the report's own files
         report = refresh_report(Path(args.from_dir))
         changed = update_readme(Path(args.readme), report)
         print(f"{args.readme}: quality table {'rewritten' if changed else 'already up to date'} from "
@@ -945,6 +946,8 @@ def run_report(args: argparse.Namespace) -> int:
         from searchsmith.serving.pipeline.config import load_pipeline_config
 
         load_pipeline_config(args.config)
+    if args.readme:  # likewise: it was found missing (or without its markers) only after the whole report
+        check_readme(Path(args.readme))
     out = write_report(Path(args.out), quick=args.quick, index=args.index, limit=args.limit,
                        data_dir=args.data_dir, config=args.config, sections=sections,
                        command=" ".join(["searchsmith", "report", *map(shlex.quote, sys.argv[2:])]),
@@ -1019,15 +1022,69 @@ def refresh_report(folder: Path) -> dict[str, Any]:
     """
     folder = Path(folder)
     report = read_report(folder)
-    for name, pipe in report.get("strategies", {}).items():
-        items = folder / "items" / f"pipeline_{name}.jsonl"
-        if "routed_strategies" not in pipe and items.is_file():
-            pipe["routed_strategies"] = routed_strategies(items)
-    by_key = {s.key: s for s in SECTIONS}
-    report["claims"] = [c for key in report["sections"] for c in by_key[key].claims(report[key])]
-    write_json_atomic(folder / "report.json", report)
-    write_text_atomic(folder / "report.md", render_markdown(report))
+    path = folder / "report.json"
+    _check_report_json(report, path)
+    try:
+        for name, pipe in report.get("strategies", {}).items():
+            items = folder / "items" / f"pipeline_{name}.jsonl"
+            if "routed_strategies" not in pipe and items.is_file():
+                pipe["routed_strategies"] = routed_strategies(items)
+        by_key = {s.key: s for s in SECTIONS}
+        report["claims"] = [c for key in report["sections"] for c in by_key[key].claims(report[key])]
+        markdown = render_markdown(report)
+    except (ConfigError, ValidationError, BundleError):
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        # a field inside a section: what _check_report_json does not look into
+        what = f"no key {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else f"{type(exc).__name__}: {exc}"
+        raise ValidationError(f"report --from {folder}: {path} does not hold what this version wrote ({what}); "
+                              f"{_rerun_hint(report, folder)}") from None
+    write_json_atomic(path, report)  # both computed first: a bad field leaves both files as they were
+    write_text_atomic(folder / "report.md", markdown)
     return report
+
+
+#: report.json's top-level keys besides the sections' results: key -> (type, what it holds)
+REPORT_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "size": (str, "'quick' or 'full'"), "command": (str, "the command line"), "date": (str, "an ISO date"),
+    "seconds": ((int, float), "a number"), "git_commit": (str, "a commit hash"),
+    "machine": (dict, "an object (cpu, cores, gpu, ...)"), "bootstrap": (dict, "an object (resamples, seed)"),
+    "data": (dict, "an object per data set"), "commands": (dict, "an object of commands"),
+    "sections": (list, "a list of section keys"), "titles": (dict, "an object: section key -> title"),
+}
+
+
+def _rerun_hint(report: dict[str, Any], folder: Path) -> str:
+    command = report.get("command")
+    again = command if isinstance(command, str) and "--out" in command else f"searchsmith report --out {folder}"
+    return (f"it was edited or written by another version of searchsmith. Re-run the report ({again}) rather "
+            "than edit report.json")
+
+
+def _check_report_json(report: dict[str, Any], path: Path) -> None:
+    """The top-level keys :func:`render_markdown` and the claims read, every problem at once.
+
+    Raises:
+        ValidationError: naming ``path``, each missing or wrong key, and the fix (re-run the report).
+    """
+    problems = [f"no {key!r} key ({want})" if key not in report else f"{key!r} must be {want}, got "
+                f"{type(report[key]).__name__}" for key, (kind, want) in REPORT_KEYS.items()
+                if not isinstance(report.get(key), kind) or isinstance(report.get(key), bool)]
+    known = [s.key for s in SECTIONS]
+    sections = report.get("sections")
+    for key in sections if isinstance(sections, list) else []:
+        if key not in known:
+            problems.append(f"'sections' names {key!r}, not a section (the sections are {', '.join(known)})")
+        elif not isinstance(report.get(key), dict):
+            problems.append(f"'sections' names {key!r} but there is no {key!r} object holding its results")
+        elif isinstance(report.get("titles"), dict) and key not in report["titles"]:
+            problems.append(f"'titles' has no {key!r}")
+    boot = report.get("bootstrap")
+    if isinstance(boot, dict):
+        problems += [f"'bootstrap' has no {k!r}" for k in ("resamples", "seed") if k not in boot]
+    if problems:
+        raise ValidationError(f"report --from {path.parent}: {path} cannot be read back: {'; '.join(problems)}; "
+                              f"{_rerun_hint(report, path.parent)}")
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -1227,6 +1284,41 @@ def update_readme(readme: Path, report: dict[str, Any]) -> bool:
     """
     from searchsmith.serving.profiling.readme import update_markers
 
-    if not readme.is_file():
-        raise ConfigError(f"report --readme {readme}: no such file")
+    check_readme(readme)
     return update_markers(readme, QUALITY_START, QUALITY_END, quality_table(report))
+
+
+def check_readme(readme: Path) -> None:
+    """Whether ``--readme`` can take the quality table: a file, UTF-8, holding
+    :data:`QUALITY_START` and then :data:`QUALITY_END`, once each, and writable (the file and
+    its folder: the table may be written through a temporary file beside it). ``report`` checks
+    this before any evaluation runs, so that a wrong ``--readme`` does not cost the report.
+
+    Raises:
+        ConfigError: naming what is wrong and the fix; nothing is written.
+    """
+    import os
+
+    where = f"report --readme {readme}"
+    markers = f"{QUALITY_START} and {QUALITY_END}"
+    if not readme.exists():
+        raise ConfigError(f"{where}: no such file; give the README whose quality table to rewrite (it holds "
+                          f"{markers} where the table goes), or drop --readme")
+    if not readme.is_file():
+        raise ConfigError(f"{where}: not a file; give the README file whose quality table to rewrite, or drop "
+                          "--readme")
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text; give the project's README (Markdown), or drop --readme") from None
+    starts, ends = text.count(QUALITY_START), text.count(QUALITY_END)
+    if starts != 1 or ends != 1 or text.index(QUALITY_START) > text.index(QUALITY_END):
+        found = (f"{starts} {QUALITY_START} and {ends} {QUALITY_END}" if starts != 1 or ends != 1
+                 else f"{QUALITY_END} before {QUALITY_START}")
+        raise ConfigError(f"{where}: it holds {found}; the table is written between {QUALITY_START} and then "
+                          f"{QUALITY_END}, each once. Put the two markers where the table belongs (nothing was "
+                          "written)")
+    folder = readme.parent
+    if not os.access(readme, os.W_OK) or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where}: cannot write it (the file or its folder {folder} is read-only); make both "
+                          "writable, or drop --readme")

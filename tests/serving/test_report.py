@@ -273,3 +273,62 @@ def test_srsa_claim_holds_on_a_tie_on_every_question_and_not_on_a_tie_inside_the
         "worse": ([1.0] * 12, [0.0] * 12)}.items()}
     assert verdict == {"tie": "holds: the same answer F1 on every question", "mixed": "not shown: inside the noise",
                        "better": "holds: routed answers better", "worse": "refuted: the forced strategy answers better"}
+
+
+@pytest.fixture()
+def models_report(tmp_path):
+    """A report of the models section alone (no index, seconds) and a README with the markers."""
+    out, readme = tmp_path / "rep", tmp_path / "README.md"
+    assert main(["report", "--out", str(out), "--sections", "models"]) == 0
+    readme.write_text(f"# x\n{QUALITY_START}\nold\n{QUALITY_END}\n")
+    return out, readme
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda r: r.update(sections=["models", "nosuch"]), "'sections' names 'nosuch', not a section"),
+    (lambda r: r.pop("machine"), "no 'machine' key"),
+    (lambda r: r.update(bootstrap=[]), "'bootstrap' must be an object"),
+    (lambda r: r["models"].pop("gates"), "no key 'gates'"),  # inside a section: found while recomputing
+])
+def test_from_an_edited_report_json_names_the_key_and_the_fix(models_report, capsys, edit, words) -> None:
+    """report --from on an edited report.json was a traceback (KeyError: 'nosuch' / 'machine')."""
+    out, readme = models_report
+    data = json.loads((out / "report.json").read_text())
+    edit(data)
+    (out / "report.json").write_text(json.dumps(data))
+    before = {p: p.read_bytes() for p in (out / "report.json", out / "report.md", readme)}
+    assert main(["report", "--from", str(out), "--readme", str(readme)]) == 1
+    err = capsys.readouterr().err
+    assert f"{out / 'report.json'}" in err and words in err, err
+    assert "Re-run the report (searchsmith report --out" in err and "rather than edit report.json" in err
+    assert {p: p.read_bytes() for p in before} == before  # nothing rewritten
+
+
+def test_readme_is_checked_before_the_report_runs(tmp_path, models_report, capsys, monkeypatch) -> None:
+    """A wrong --readme failed only after the whole report (about 1,400 s at the full size)."""
+    import searchsmith.serving.report as report_mod
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the report ran before --readme was checked")
+
+    monkeypatch.setattr(report_mod, "write_report", must_not_run)
+    monkeypatch.setattr(report_mod, "refresh_report", must_not_run)
+    folder = tmp_path / "folder.md"
+    folder.mkdir()
+    cases = {"nope.md": (None, "no such file"), "folder.md": (None, "not a file"),
+             "plain.md": ("# no markers\n", f"holds 0 {QUALITY_START} and 0 {QUALITY_END}"),
+             "twice.md": (f"{QUALITY_START}\n{QUALITY_END}\n{QUALITY_START}\n{QUALITY_END}\n",
+                          f"holds 2 {QUALITY_START} and 2 {QUALITY_END}"),
+             "reversed.md": (f"{QUALITY_END}\n{QUALITY_START}\n", f"{QUALITY_END} before {QUALITY_START}")}
+    rep, _ = models_report
+    for name, (text, words) in cases.items():
+        readme = tmp_path / name
+        if text is not None:
+            readme.write_text(text)
+        for argv in (["--out", str(tmp_path / "r"), "--sections", "models"], ["--from", str(rep)]):
+            assert main(["report", *argv, "--readme", str(readme)]) == 1, (name, argv)
+            err = capsys.readouterr().err
+            assert f"report --readme {readme}: " in err and words in err, (name, err)
+        if text is not None:
+            assert readme.read_text() == text
+    assert not (tmp_path / "r").exists()
