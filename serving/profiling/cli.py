@@ -183,14 +183,9 @@ def check_profile_args(args: argparse.Namespace, suite: str | None) -> list[str]
         raise SearchsmithError(f"profile: name a suite, one of {sorted([*SUITES, *GROUPS])}")
     if args.suite_opt and args.suite and args.suite_opt != args.suite:
         raise ConfigError(f"profile: two suites named, {args.suite!r} and --suite {args.suite_opt!r}; name one")
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise ConfigError(f"profile: --device must be auto, cpu or cuda, got {args.device!r}")
-    if args.device == "cuda":
-        import torch
+    from searchsmith.serving.profiling.timing import resolve_device
 
-        if not torch.cuda.is_available():
-            raise ConfigError("profile --device cuda: torch sees no CUDA device here; use --device auto (the GPU "
-                              "when there is one) or --device cpu")
+    resolve_device(suite, args.device)  # the one --device rule; a CPU-only suite refuses cuda itself
     if args.readme and not args.record:
         raise ConfigError("profile --readme: it regenerates the headline table from the --record log; pass "
                           "--record DIR too (the project's own log is --record serving/profiling)")

@@ -258,7 +258,7 @@ def test_a_run_refused_before_it_measures_writes_nothing(tmp_path, fake_route, m
     assert fake_route.runs == 1 and not out.exists()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["profile", "route", "--out", str(out), "--device", "cuda"]) == 1
-    assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
+    assert "--device cuda but torch sees no CUDA device" in capsys.readouterr().err
     assert main(["profile", "route", "--out", str(out), "--run", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err
     assert "profile --run: " in err and "is not a folder" in err
