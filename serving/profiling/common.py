@@ -308,22 +308,19 @@ def plot_info(path: Path) -> dict[str, Any]:
 
 
 def interleaved_best(fns: dict[str, Any], rounds: int) -> tuple[dict[str, Any], dict[str, float]]:
-    """Run each of ``fns`` once (warm-up; its result is kept), then ``rounds`` interleaved rounds.
+    """Each of ``fns`` warmed up once, then timed in ``rounds`` interleaved, rotating rounds
+    (:func:`searchsmith.serving.profiling.timing.interleave`, the one timing rule).
 
     Interleaving matters on a shared machine: the load drifts, and timing one implementation
     after the other would hand the drift to one of them.
 
     Returns:
-        ``(results, best)``: each function's warm-up result and its best time in seconds.
+        ``(results, best)``: each function's result and its best time in seconds.
     """
-    results = {k: fn() for k, fn in fns.items()}
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
-    return results, best
+    from searchsmith.serving.profiling.timing import interleave
+
+    got = interleave(fns, max(1, rounds))
+    return got.results, {k: min(v) for k, v in got.samples.items()}
 
 
 
