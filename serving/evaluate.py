@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from searchsmith.models.errors import ValidationError
@@ -34,6 +34,7 @@ from searchsmith.models.jsonl import iter_jsonl, read_jsonl
 from searchsmith.models.metrics import mrr_at_k, percentiles, recall_at_k, set_prf
 from searchsmith.models.tasks import TASKS
 from searchsmith.models.text import answer_tokens, token_f1
+from searchsmith.serving.profiling.timing import rotation
 
 if TYPE_CHECKING:
     from searchsmith.models.roles import Embedder
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 MODES = ("parallel", "serial", "auto")
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 # -- timing variants fairly ---------------------------------------------------------------------
@@ -50,14 +50,7 @@ T = TypeVar("T")
 # lazy load and first call (eval pipeline --limit 2: routed 2636 ms vs forced_direct 1398 ms with
 # the router choosing direct for both questions), and a later one the machine's drift. So every
 # comparison here first runs an untimed warm-up pass, then asks each item under every variant in
-# turn, starting one variant further on for each item.
-def rotation(i: int, variants: Sequence[T]) -> list[T]:
-    """``variants`` in the order item ``i`` runs them: rotated left by ``i`` (mod their count),
-    so that over any k consecutive items each of the k variants runs once in each position."""
-    if not variants:
-        return []
-    start = i % len(variants)
-    return [*variants[start:], *variants[:start]]
+# turn, starting one variant further on for each item (rotation: the profile suites' order too).
 
 
 def warm_up_items(items: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

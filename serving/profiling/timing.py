@@ -24,7 +24,9 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -59,6 +61,17 @@ class Interleaved:
         return {k: statistics.median(v) for k, v in self.samples.items()}
 
 
+def rotation(i: int, variants: Sequence[T]) -> list[T]:
+    """``variants`` in the order round (or item) ``i`` runs them: rotated left by ``i`` (mod
+    their count), so that over any k consecutive rounds each of the k variants runs once in
+    each position. The one order of every interleaved comparison: the profile suites' timed
+    rounds here, and eval's items under each variant (``serving/evaluate.py``)."""
+    if not variants:
+        return []
+    start = i % len(variants)
+    return [*variants[start:], *variants[:start]]
+
+
 def interleave(fns: Mapping[str, Callable[..., Any]], rounds: int, *, warmup: int = 1,
                inputs: Sequence[tuple[Any, ...]] | None = None, sync: Callable[[], None] | None = None,
                keep_returns: bool = False, rotate: bool = True) -> Interleaved:
@@ -89,8 +102,7 @@ def interleave(fns: Mapping[str, Callable[..., Any]], rounds: int, *, warmup: in
                 sync()
     out = Interleaved({k: [] for k in names}, results, {k: [] for k in names} if keep_returns else {})
     for r in range(rounds):
-        shift = r % len(names) if (rotate and names) else 0
-        order = names[shift:] + names[:shift]
+        order = rotation(r, names) if rotate else list(names)
         out.order.append(order)
         for name in order:
             a = args(r)
@@ -142,4 +154,4 @@ def resolve_device(suite: str, requested: str, *, cpu_only: str | None = None) -
     return "cuda" if cuda else "cpu"
 
 
-__all__ = ["DEVICES", "Interleaved", "interleave", "resolve_device"]
+__all__ = ["DEVICES", "Interleaved", "interleave", "resolve_device", "rotation"]
