@@ -147,6 +147,25 @@ def check_parents_are_folders(path: str | os.PathLike, what: str, error: type[Ex
             return
 
 
+def being_written(target: str | os.PathLike) -> bool:
+    """Whether another process holds :func:`exclusive`'s lock of ``target`` now (a training run
+    writing its folder). Reads only: a reader of ``target`` (an export of a run) asks this
+    instead of taking the lock, which would need write access beside ``target``."""
+    target = Path(target).absolute()
+    lock = target.with_name(f".{target.name}.lock")
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:  # no lock file: nobody writes it
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a shared lock taken here
+    return False
+
+
 @contextlib.contextmanager
 def exclusive(target: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold the lock of ``target`` (``.NAME.lock`` beside it) while writing it; a second

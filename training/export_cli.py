@@ -25,6 +25,7 @@ from searchsmith.models.export import (
     find_runs,
 )
 from searchsmith.models.int8_cpu import WEIGHT_RANGES
+from searchsmith.models.io import being_written
 from searchsmith.models.onnx_quant import ACTIVATION_MODES, DOWN_PROJECTION_MODES, int8_default_text
 from searchsmith.training.cli import RUN_MARK
 from searchsmith.training.evaluate import heldout_figures
@@ -128,6 +129,7 @@ def _run_export(args: argparse.Namespace) -> int:
     # (bundle folder, what it is, the export to run); checked first, so a bad folder of runs
     # fails before anything is exported
     jobs: list[tuple[Path, str, Callable[[], dict[str, Any]]]] = []
+    read_runs: list[Path] = []  # the run folders the jobs read
     if args.run_dir == "embedder":
         jobs.append((out, f"embedder {model}", lambda: export_embedder(out, model, opts)))
     else:
@@ -139,6 +141,7 @@ def _run_export(args: argparse.Namespace) -> int:
                 raise ConfigError("export --embedder: only with a folder of runs; export the embedder on its "
                                   "own with: searchsmith export embedder --out DIR")
             jobs.append((out, f"run {run_dir}", lambda: export_run(run_dir, out, opts)))
+            read_runs.append(run_dir)
         else:
             runs = find_runs(run_dir)
             if (run_dir / RUN_MARK).is_file():  # a run that has not finished: no run.json yet
@@ -150,11 +153,17 @@ def _run_export(args: argparse.Namespace) -> int:
                                   "training run folder")
             for run in runs:
                 jobs.append((out / run.name, f"run {run}", lambda run=run: export_run(run, out / run.name, opts)))
+            read_runs.extend(runs)
             if args.embedder:
                 jobs.append((out / "embedder", f"embedder {args.embedder}",
                              lambda: export_embedder(out / "embedder", args.embedder, opts)))
     import torch  # noqa: F401 - loaded before quiet_block, which filters the log handlers torch adds
 
+    # a run still being trained (its folder's lock held) would be read half-written
+    busy = [str(r) for r in read_runs if being_written(r)]
+    if busy:
+        raise ConfigError(f"export: {', '.join(busy)} is being trained now (searchsmith train holds its lock); export "
+                          "it when the run has finished")
     done: list[tuple[str, dict[str, Any]]] = []
     failed: list[tuple[str, str]] = []
     for i, (path, what, job) in enumerate(jobs, 1):

@@ -193,6 +193,24 @@ def test_a_folder_of_runs_exports_every_sound_run_and_names_the_damaged_one(tmp_
     assert sorted(p.name for p in (tmp_path / "bundles").iterdir()) == ["a_good", "c_good"]
 
 
+def test_a_run_being_trained_is_not_exported(tmp_path, capsys) -> None:
+    """export read a run while a rerun of train rewrote it (helper-43's audit): a run whose
+    folder lock a trainer holds is refused; the check only reads (no lock file is made)."""
+    from searchsmith.models.io import being_written, exclusive
+    from searchsmith.serving.main import main
+
+    run = tmp_path / "run"
+    shutil.copytree(rerank_run(), run)
+    assert not being_written(run)
+    with exclusive(run, "train"):
+        assert being_written(run)
+        assert main(["export", str(run), "--out", str(tmp_path / "b")]) == 1
+        assert main(["export", str(tmp_path), "--out", str(tmp_path / "b")]) == 1  # a folder of runs holding it
+    assert capsys.readouterr().err.count("is being trained now") == 2
+    assert not being_written(run) and not (tmp_path / "b").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no lock file left
+
+
 def test_an_unfinished_run_says_so_and_how_to_resume(tmp_path, capsys) -> None:
     from searchsmith.serving.main import main
 
