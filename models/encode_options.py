@@ -34,8 +34,7 @@ class EncodeKeywords(TypedDict, total=False):
     truncate_dim: int | None
 
 
-TAKEN = ("prompt", "batch_size", "show_progress_bar", "convert_to_numpy", "convert_to_tensor",
-         "normalize_embeddings", "precision", "truncate_dim")
+TAKEN = tuple(EncodeKeywords.__annotations__)  # the keywords encode takes, in this order
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import glob
 import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -233,8 +235,6 @@ def remove_dead_temps(folder: Path, pattern: str, marker: str = ".tmp-") -> list
     Returns:
         What was removed.
     """
-    import re
-
     removed = []
     for p in Path(folder).glob(pattern) if Path(folder).is_dir() else ():
         digits = re.match(r"\d+", p.name.rsplit(marker, 1)[-1])
@@ -250,8 +250,6 @@ def remove_dead_temps(folder: Path, pattern: str, marker: str = ".tmp-") -> list
 def temp_dir_beside(final: Path) -> Path:
     """A fresh hidden folder next to ``final`` (same file system, so a rename can swap it in);
     those a killed writer of ``final`` left are removed first."""
-    import glob
-
     final = Path(final).absolute()  # "." has no name to put a folder beside
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_temps(final.parent, f".{glob.escape(final.name)}.tmp-*")
