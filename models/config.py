@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import difflib
 import math
+import numbers
 import re
 import reprlib
 import types
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+import numpy as np
 import yaml
 from searchsmith.models.errors import ConfigError
 
@@ -41,8 +43,16 @@ _YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n", "true", "false"}
 
 
 def is_int(value: Any, low: int | None = None) -> bool:
-    """Whether ``value`` is an int (a bool is not), at least ``low`` when given."""
-    return isinstance(value, int) and not isinstance(value, bool) and (low is None or value >= low)
+    """Whether ``value`` is a whole number, at least ``low`` when given: an int or a numpy
+    integer (``np.int64(3)``, what ``argmax`` and array indexing give), never a bool (``True``
+    is no count, nor JSON's ``true`` an index). The one rule every count and index check uses."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and (low is None or value >= low)
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number: an int, a float or a numpy one (``np.float32``), not
+    a bool. Finite or not: :func:`check_number` says which."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_number(key: str, value: object, low: float = -math.inf, high: float = math.inf, *,
@@ -53,7 +63,7 @@ def check_number(key: str, value: object, low: float = -math.inf, high: float = 
     NaN and inf are refused whatever the range: a NaN threshold compares False with every
     score (a stage silently switched off or on), an infinite weight makes every score inf.
     """
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = (is_number(value) and math.isfinite(value)
           and (value > low if low_open else value >= low) and value <= high)
     if ok:
         return
@@ -160,12 +170,12 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         errors.append(f"{path}: expected true or false, got {shown(value)}")
         return _MISSING
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        if is_int(value):
+            return int(value)  # a numpy integer is stored as the int it is
         errors.append(f"{path}: expected an integer, got {type(value).__name__} {shown(value)}")
         return _MISSING
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number(value):
             if math.isfinite(value):
                 return float(value)
             # no setting means anything at .nan or .inf: a NaN threshold compares false with
@@ -259,6 +269,8 @@ def to_dict(obj: Any) -> Any:
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, np.generic):
+        return obj.item()  # a numpy scalar set from Python (np.int64(20)): JSON and YAML write its int
     return obj
 
 
@@ -444,5 +456,5 @@ def load_config(cls: type[T], path: str | Path | None = None,
     return from_dict(cls, raw, source=str(path) if path is not None else cls.__name__)
 
 
-__all__ = ["apply_overrides", "check_count", "check_overrides", "check_number", "closest_key", "from_dict", "is_int", "load_config", "read_yaml", "shown", "to_dict"]
+__all__ = ["apply_overrides", "check_count", "check_overrides", "check_number", "closest_key", "from_dict", "is_int", "is_number", "load_config", "read_yaml", "shown", "to_dict"]
 

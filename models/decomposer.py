@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from searchsmith.models.config import is_int, is_number
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.pretrained import load_complete, read_model_meta
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDG_TYPES, parse_linear, terminal
@@ -951,11 +952,11 @@ def check_rewrite_head(head: Any) -> dict[str, Any]:
         raise BundleError(f"rewrite_head.expand: expected one of {list(REWRITE_EXPANSIONS)}, got {expand!r}")
     term_threshold = float(head.get("term_threshold", head["threshold"]))
     max_terms = head.get("max_terms", 8)
-    if not 0.0 < term_threshold < 1.0 or not isinstance(max_terms, int) or max_terms < 1:
+    if not 0.0 < term_threshold < 1.0 or not is_int(max_terms, 1):
         raise BundleError(f"rewrite_head: term_threshold must be in (0, 1) and max_terms an integer >= 1, got "
                           f"{term_threshold} and {max_terms!r}; re-save the model")
     max_drop = head.get("max_drop", 1.0)  # heads saved before the cap let an edit drop any share
-    if isinstance(max_drop, bool) or not isinstance(max_drop, int | float) or not 0.0 < max_drop <= 1.0:
+    if not is_number(max_drop) or not 0.0 < max_drop <= 1.0:
         raise BundleError(f"rewrite_head.max_drop: expected a share of the query's words in (0, 1], got "
                           f"{max_drop!r}; re-save the model")
     references_only = head.get("references_only", False)  # heads saved before: any run may be replaced

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import check_unicode
 
@@ -99,7 +100,7 @@ def encode_options(*, dim: int, prompt: str | None = None, batch_size: int | Non
                               f"{type(prompt).__name__}")
     if prompt:
         check_unicode(prompt, "encode: prompt")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+    if batch_size is not None and (not is_int(batch_size)
                                    or batch_size < 1):
         raise ValidationError(f"encode: batch_size must be an int >= 1 (texts per model call), got {batch_size!r:.40}")
     if show_progress_bar is not None:
@@ -116,7 +117,7 @@ def encode_options(*, dim: int, prompt: str | None = None, batch_size: int | Non
     if precision != "float32":
         raise ValidationError(f"encode: precision {precision!r:.40} is not available; this embedder returns "
                               "float32; drop the keyword and quantise the vectors yourself")
-    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, (int, np.integer))
+    if truncate_dim is not None and (not is_int(truncate_dim)
                                      or not 1 <= truncate_dim <= dim):
         raise ValidationError(f"encode: truncate_dim must be an int in [1, {dim}] (this embedder's dimensions) "
                               f"or None, got {truncate_dim!r:.40}")

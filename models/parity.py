@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.parity_inputs import ParityInputs, parity_inputs
 from searchsmith.models.runtime import Bundle
@@ -56,7 +57,7 @@ class ParityThresholds:
 
     def __post_init__(self) -> None:
         n = self.heldout_texts
-        if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= 4096:
+        if not is_int(n, 2) or n > 4096:
             raise ConfigError(f"export --parity-inputs: expected an int in 2..4096, got {n!r} (32 is the default)")
 
 

@@ -230,7 +230,7 @@ def _check_text(text: Any, what: str) -> str:
 
 
 def _check_max_nodes(max_nodes: Any, what: str) -> None:
-    if max_nodes is not None and (isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1):
+    if max_nodes is not None and not is_int(max_nodes, 1):
         raise ValidationError(f"{what}: max_nodes must be an int >= 1 (or None: the bundle's), got {max_nodes!r:.40}")
 
 
@@ -1133,7 +1133,7 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", backend: str = "a
                                   ("threads", threads, True)):
         if optional and value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value, 1):
             raise ConfigError(f"load_bundle: {name} must be an int >= 1{' or None' if optional else ''}, "
                               f"got {value!r}")
     for name, flag in (("allow_untrained", allow_untrained), ("memory_arena", memory_arena)):

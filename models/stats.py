@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import ValidationError
 
 __all__ = ["DEFAULT_RESAMPLES", "DEFAULT_SEED", "EXACT_MAX_ITEMS", "Comparison", "bootstrap_ci", "clustered_figures",
@@ -38,7 +39,7 @@ LEVEL = 0.95
 
 
 def _check(resamples: int, level: float) -> None:
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 100:
+    if not is_int(resamples, 100):
         raise ValidationError(f"bootstrap resamples: expected an int >= 100, got {resamples!r}")
     if not 0.5 <= level < 1.0:
         raise ValidationError(f"bootstrap level: expected a number in [0.5, 1), got {level!r}")

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.stats import (
@@ -154,16 +155,15 @@ def _check_options(args: argparse.Namespace) -> tuple[str, list[int], int, int]:
         raise ConfigError(f"eval bandit --quality: {quality!r} is not a quality in [0, 1]; use one of "
                           f"{', '.join(QUALITY_METRICS)}")
     seeds = getattr(args, "seeds", 5)
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+    if not is_int(seeds, 1) or seeds > MAX_SEEDS:
         raise ConfigError(f"eval bandit --seeds: expected a whole number >= 1 and at most {MAX_SEEDS} of shuffled "
                           f"streams, got {seeds!r} (e.g. --seeds 5)")
     resamples = getattr(args, "resamples", DEFAULT_RESAMPLES)
-    if (isinstance(resamples, bool) or not isinstance(resamples, int)
-            or not MIN_RESAMPLES <= resamples <= MAX_RESAMPLES):
+    if not is_int(resamples, MIN_RESAMPLES) or resamples > MAX_RESAMPLES:
         raise ConfigError(f"eval bandit --resamples: expected a whole number >= {MIN_RESAMPLES} and at most "
                           f"{MAX_RESAMPLES}, got {resamples!r} (default {DEFAULT_RESAMPLES})")
     seed = getattr(args, "seed", DEFAULT_SEED)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not is_int(seed, 0):
         raise ConfigError(f"eval bandit --seed: the bootstrap seed must be a whole number >= 0, got {seed!r}")
     return quality, list(range(seeds)), resamples, seed
 

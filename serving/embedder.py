@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar, Unpack, get_args
 
 import numpy as np
 from searchsmith.models.batching import pack_batches
+from searchsmith.models.config import is_int, is_number
 from searchsmith.models.encode_options import EncodeKeywords, encode_options
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.hub import model_display_name, read_st_layout, resolve_model
@@ -132,9 +133,9 @@ class EmbedderConfig:
         for name in ("max_batch_tokens", "max_batch_size", "max_seq_length", "window_texts", "max_text_chars",
                      "tokenize_workers"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            if value is not None and not is_int(value):
                 raise ValueError(f"embedder.{name} must be an int, got {value!r:.40}")
-        if isinstance(self.min_padding_efficiency, bool) or not isinstance(self.min_padding_efficiency, (int, float)):
+        if not is_number(self.min_padding_efficiency):
             raise ValueError(f"embedder.min_padding_efficiency must be a number in [0, 1], got "
                              f"{self.min_padding_efficiency!r:.40}")
         if not isinstance(self.packed, bool):
@@ -527,7 +528,7 @@ class Embedder:
             ValidationError: ``count`` is not an int >= 0, ``path`` is a folder or an existing file
                 without ``overwrite``, or the texts are not ``count``.
         """
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        if not is_int(count, 0):
             raise ValidationError(f"encode_to_file: count must be an int >= 0 (the number of texts), got {count!r:.40}")
         path = Path(path)
         if path.is_dir():

@@ -1211,7 +1211,7 @@ class Index:
         source the index lacks. A source named twice gave every hit of it twice."""
         if self.closed:
             raise NotReadyError(f"{what}: the index {self.dir} was closed; load it again (Index.load)")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        if not is_int(k, 1):
             raise ValidationError(f"{what}: k must be an int >= 1, got {k!r}")
         listed = None if sources is None or isinstance(sources, (str, bytes)) else list(sources)  # a generator once
         if sources is not None and (listed is None or not all(isinstance(n, str) for n in listed)):
@@ -1228,7 +1228,7 @@ class Index:
         at most ``limit``, as hits of score 0: a lookup by name, not a search."""
         if not isinstance(name, str):
             raise ValidationError(f"titled: name must be a string, got {type(name).__name__}")
-        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or not 1 <= limit <= MAX_TITLED:
+        if not is_int(limit, 1) or limit > MAX_TITLED:
             raise ValidationError(f"titled: limit must be an int in [1, {MAX_TITLED}], got {limit!r:.40}")
         if isinstance(sources, (str, bytes)):  # read a character at a time, it matched nothing
             raise ValidationError(f"titled: sources must be a list of source names or None, got {sources!r:.60}")

@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from searchsmith.models.config import is_int, is_number
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving.batcher import BatcherConfig
 
@@ -117,7 +118,7 @@ class ServerLimits:
                      "max_pairs_per_request", "max_images_per_request", "max_image_bytes", "max_image_pixels",
                      "stream_chunk_chars", "max_header_bytes"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value, 1):
                 problems.append(f"{name}: expected an int >= 1, got {value!r}")
         for name in ("truncate", "ui"):
             if not isinstance(getattr(self, name), bool):
@@ -151,7 +152,7 @@ class ServerLimits:
                                 f"non-empty strings, got name={served.name!r}, aliases={served.aliases!r}")
         for name in ("request_timeout_s", "header_timeout_s"):
             t = getattr(self, name)
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            if not is_number(t) or not math.isfinite(t) or t <= 0:
                 problems.append(f"{name}: expected a finite number > 0, got {t!r}")
         if problems:
             raise ConfigError("server config: " + "; ".join(problems))

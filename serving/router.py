@@ -169,7 +169,7 @@ class CentroidRouter:
         """
         if top_k is None:
             return min(self.config.top_k, len(self.sources))
-        ok = isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1
+        ok = is_int(top_k, 1)
         if not ok or (high is not None and top_k > high):
             where = ">= 1" if high is None else f"in [1, {high}]"
             raise ValidationError(f"route: top_k must be a whole number {where} (sources returned; None = "

@@ -25,7 +25,6 @@ from typing import Any, Literal
 from searchsmith.models.config import apply_overrides, from_dict, read_yaml, shown, to_dict
 from searchsmith.models.errors import ConfigError
 
-
 MAX_STEPS = 100_000_000  # optimizer steps of one run: days on a GPU at the recipes' batch sizes
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from searchsmith.models.config import check_count, check_number, load_config
+from searchsmith.models.config import check_count, check_number, is_int, is_number, load_config
 from searchsmith.models.runtime import threads_over_cap
 from searchsmith.serving.index import MAX_TITLED
 from searchsmith.serving.router import RouterConfig
@@ -221,18 +221,17 @@ class RetrievalConfig:
 
     def __post_init__(self) -> None:
         w = self.lexical_weight
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 10.0:
+        if not is_number(w) or not 0.0 <= w <= 10.0:
             raise ValueError(f"retrieval.lexical_weight must be a number in [0, 10] (0 = dense search only), got {w!r}")
         m = self.lexical_min_cosine
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not -1.0 <= m <= 1.0:
+        if not is_number(m) or not -1.0 <= m <= 1.0:
             raise ValueError(f"retrieval.lexical_min_cosine must be a cosine in [-1, 1], got {m!r}")
-        if self.lexical_k is not None and (isinstance(self.lexical_k, bool) or not isinstance(self.lexical_k, int)
-                                           or self.lexical_k < 1):
+        if self.lexical_k is not None and not is_int(self.lexical_k, 1):
             raise ValueError(f"retrieval.lexical_k must be a whole number >= 1 or null (= retrieve_k), "
                              f"got {self.lexical_k!r}")
-        if isinstance(self.titled_k, bool) or not isinstance(self.titled_k, int) or not 1 <= self.titled_k <= MAX_TITLED:
+        if not is_int(self.titled_k, 1) or self.titled_k > MAX_TITLED:
             raise ValueError(f"retrieval.titled_k must be a whole number in [1, {MAX_TITLED}], got {self.titled_k!r}")
-        if not 1 <= self.retrieve_k <= MAX_RETRIEVE_K:  # 10**11 was taken: 10 s per question, 9 of them citing
+        if not is_int(self.retrieve_k, 1) or self.retrieve_k > MAX_RETRIEVE_K:  # 10**11 was taken: 10 s per question, 9 of them citing
             raise ValueError(f"retrieval.retrieve_k must be in [1, {MAX_RETRIEVE_K}], got {self.retrieve_k}")
         if self.lexical_k is not None and self.lexical_k > MAX_RETRIEVE_K:
             raise ValueError(f"retrieval.lexical_k must be at most {MAX_RETRIEVE_K}, got {self.lexical_k}")
@@ -388,7 +387,7 @@ class ExtractiveConfig:
                              f"got {self.short_support!r}")
         for key in ("bridge_sentences", "bridge_cued_sentences", "bridge_names", "bridge_search_k", "typed_sentences", "measure_sentences"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ValueError(f"generation.extractive.{key} must be a whole number >= 1, got {value!r}")
         if self.sentences_per_node < 1 or self.max_sentences < 1:
             raise ValueError("generation.extractive.sentences_per_node and max_sentences must be >= 1, got "
@@ -396,8 +395,7 @@ class ExtractiveConfig:
         if self.node_answer not in ("span", "names", "sentence"):
             raise ValueError(f"generation.extractive.node_answer must be 'span', 'names' or 'sentence', "
                              f"got {self.node_answer!r}")
-        if isinstance(self.node_answer_names, bool) or not isinstance(self.node_answer_names, int) \
-                or self.node_answer_names < 1:
+        if not is_int(self.node_answer_names, 1):
             raise ValueError(f"generation.extractive.node_answer_names must be a whole number >= 1, "
                              f"got {self.node_answer_names!r}")
         if not 0.0 <= self.min_relative_score <= 1.0:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from searchsmith.models.config import is_number
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.io import write_json_atomic
 from searchsmith.models.roles import Turn
@@ -144,7 +145,7 @@ class LinUCBRouter:
         """
         if not isinstance(query_id, str) or not query_id:
             raise ValidationError(f"query_id: expected the query_id string of an answer, got {query_id!r:.60}")
-        if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not 0.0 <= quality <= 1.0:
+        if not is_number(quality) or not 0.0 <= quality <= 1.0:
             raise ValidationError(f"quality: expected a number in [0, 1], got {quality!r}")
         with self._lock:
             item = self._pending.pop(query_id, None)
