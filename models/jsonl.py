@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import ConfigError, ValidationError
 
 MAX_SHOWN_ERRORS = 20
@@ -369,17 +370,13 @@ class Want:
     optional: Mapping[str, Want] = field(default_factory=dict)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)  # JSON true is not the index 1
-
-
 STRING = Want("a string", lambda v: isinstance(v, str))
 TEXT = Want("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
 STRINGS = Want("a list of strings", lambda v: isinstance(v, list), items=STRING)
 BOOLEAN = Want("true or false", lambda v: isinstance(v, bool))
-INTEGER = Want("an integer", _is_int)
-INDEX = Want("an index (an integer >= 0)", lambda v: _is_int(v) and v >= 0)
-ID = Want("an id (a string or an integer)", lambda v: isinstance(v, str) or _is_int(v))
+INTEGER = Want("an integer", is_int)  # JSON true is not the index 1
+INDEX = Want("an index (an integer >= 0)", lambda v: is_int(v, 0))
+ID = Want("an id (a string or an integer)", lambda v: isinstance(v, str) or is_int(v))
 
 
 def list_of(item: Want, what: str) -> Want:

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.int8_cpu import (
     WEIGHT_QMAX,
@@ -224,7 +225,7 @@ def transformer_blocks(model_dir: Path) -> int | None:
     except (OSError, ValueError):
         return None
     n = config.get("num_hidden_layers") if isinstance(config, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    return n if is_int(n, 1) else None
 
 
 def check_fp32_blocks(asked: int | None, model_dir: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator, with_config
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core import ValidationError as PydanticValidationError
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import find_lone_surrogate
 from searchsmith.serving.http_errors import json_path, with_param
@@ -135,11 +136,8 @@ class EmbeddingsRequest(RequestBody):
     def _no_token_arrays(cls, value: Any) -> Any:
         # OpenAI also takes token ids ([1, 2] or [[1, 2]]); said plainly instead of the union's
         # "Input should be a valid string" for each of its members
-        def token(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
         if isinstance(value, list) and value and all(
-                token(v) or (isinstance(v, list) and v and all(token(t) for t in v)) for v in value):
+                is_int(v) or (isinstance(v, list) and v and all(is_int(t) for t in v)) for v in value):
             raise PydanticCustomError("token_arrays", "token-id arrays are not supported; send the texts as strings "
                                                       "(a string, or a list of strings)")
         return value

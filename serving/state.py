@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import (
     ConfigError,
     NotReadyError,
@@ -246,7 +247,7 @@ def matryoshka_dims(embedder: Embedder | BundleEmbedder) -> list[int]:
     manifest, e.g. a MatryoshkaLoss run); empty when none (only the full dimension is served)."""
     manifest = getattr(getattr(embedder, "bundle", None), "manifest", None) or {}
     dims = manifest.get("matryoshka_dims") or []
-    return sorted({int(d) for d in dims if isinstance(d, int) and not isinstance(d, bool) and d >= 1})
+    return sorted({int(d) for d in dims if is_int(d, 1)})
 
 
 def check_dimensions(requested: int | None, embedder: Embedder | BundleEmbedder) -> int | None:
