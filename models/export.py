@@ -56,6 +56,7 @@ from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     check_replaceable,
+    give_plain_modes,
     process_temp_dir,
     remove_dead_temps,
     replace_dir,
@@ -463,6 +464,9 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
         if opts.torch_weights:
             _copy_torch(src.model_dir, tmp / TORCH_DIR)
             manifest["torch_weights"] = TORCH_DIR + "/"
+        # tokenizer and torch/ files are written by libraries (safetensors: 0600) or copied with a
+        # run's modes: a bundle's files get the modes of any file this process writes
+        give_plain_modes(tmp)
         manifest["files"] = {str(p.relative_to(tmp)): sha256_file(p)
                              for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST}
         write_json_atomic(tmp / MANIFEST, manifest)

@@ -47,6 +47,46 @@ def release_process_temp_dirs() -> None:
 atexit.register(release_process_temp_dirs)
 
 
+def plain_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file in this process: ``0o666 & ~umask``.
+
+    Read from ``/proc/self/status`` where the kernel says it (Linux 4.7+); elsewhere by setting
+    the umask and putting it back, which another thread creating a file at that instant would see.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            umask = next((int(line.split()[1], 8) for line in fh if line.startswith("Umask:")), None)
+    except OSError:
+        umask = None
+    if umask is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+def give_plain_modes(folder: str | os.PathLike) -> list[Path]:
+    """Give every file under ``folder`` the mode a plain ``open()`` would (:func:`plain_file_mode`).
+
+    For a folder this process has just written with a library that makes its own modes:
+    safetensors writes ``model.safetensors`` as 0600 whatever the umask, so a run shared by a
+    team had every file readable by the team but its weights. Call it on the temporary folder
+    a save wrote into, before the folder is moved into place and before a user's own files
+    are carried into it: only what the project wrote is changed. Links are left alone.
+
+    Returns:
+        The files whose mode changed.
+    """
+    mode = plain_file_mode()
+    changed = []
+    for p in sorted(Path(folder).rglob("*")):
+        if p.is_symlink() or not p.is_file():
+            continue
+        if p.stat().st_mode & 0o7777 != mode:
+            os.chmod(p, mode)
+            changed.append(p)
+    return changed
+
+
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()

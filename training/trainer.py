@@ -59,6 +59,7 @@ import torch
 from searchsmith.models.config import is_int, shown, to_dict
 from searchsmith.models.errors import ConfigError, RunnerError, ValidationError
 from searchsmith.models.io import (
+    give_plain_modes,
     remove_dead_temps,
     remove_written,
     replace_dir_keeping,
@@ -154,6 +155,7 @@ def save_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
     plain.save_pretrained(tmp)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
+    give_plain_modes(tmp)  # safetensors writes the weights 0600: readable by whoever may read the run
     say_kept(out_dir, replace_dir_keeping(tmp, out_dir))
     return out_dir
 
