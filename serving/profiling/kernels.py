@@ -13,6 +13,13 @@ Three size plans, picked by where it runs:
 * ``tiny`` (``TRITON_INTERPRET=1`` or ``$SEARCHSMITH_PROFILE_KERNELS_TINY=1``): toy sizes so
   the whole suite, Triton included, runs end to end in the test suite.
 
+The implementations of one workload are timed against each other as every suite times its
+variants (``timing.interleave``): the plan's warm-up calls of each, untimed, then ``repeat``
+rounds that call each implementation once, in an order that rotates by one each round, so that
+a change in the machine's load falls on all of them alike. faiss at the largest GPU sizes is
+too slow to repeat: it sits out the warm-up and the rounds and is timed once, unwarmed, in one
+more round beside a call of each of the others.
+
 Each workload emits one JSON line per implementation: time (p50 over repeats), ratio
 ``torch_ms / impl_ms`` (above 1 is faster than the torch twin), achieved bandwidth as a
 fraction of the H200's ~4.3 TB/s and the matrix rate in TFLOP/s (as a fraction of ~790
@@ -38,8 +45,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot, time_call
-from searchsmith.serving.profiling.timing import resolve_device
+from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.timing import interleave, resolve_device
 
 # Reference machine figures from ../shared/GPU.md, used only to express fractions.
 H200_BANDWIDTH_BPS = 4.3e12
@@ -60,7 +67,7 @@ class Plan:
     dim: int
     repeat: int
     warmup: int
-    faiss_max_flops: float  # time faiss once (no warmup) above this many FLOPs
+    faiss_max_flops: float  # time faiss once (no warm-up, one round) above this many FLOPs
 
 
 def _grid(ns, bs, ks, dtype) -> tuple[tuple[int, int, int, torch.dtype], ...]:
@@ -118,10 +125,35 @@ def _sync_for(device: torch.device) -> Callable[[], None] | None:
     return torch.cuda.synchronize if device.type == "cuda" else None
 
 
-def _measure(fn: Callable[[], Any], plan: Plan, device: torch.device, *, once: bool = False) -> dict[str, float]:
-    samples = time_call(fn, warmup=0 if once else plan.warmup, repeat=1 if once else plan.repeat,
-                        sync=_sync_for(device))
-    return percentiles(samples)
+def _backends(use_triton: bool) -> tuple[str, ...]:
+    """The kernel backends a workload times: the torch twin, and Triton where it runs."""
+    return ("torch", "triton") if use_triton else ("torch",)
+
+
+def _time_impls(fns: dict[str, Callable[[], Any]], plan: Plan, device: torch.device, *,
+                once: tuple[str, ...] = ()) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """Time one workload's implementations against each other (``timing.interleave``): the
+    plan's ``warmup`` untimed calls of each, then ``repeat`` interleaved rounds, rotating.
+
+    Args:
+        fns: implementation -> its call; the records follow this order.
+        once: implementations too slow to repeat (faiss at the largest sizes): no warm-up and
+            no place in the rounds; they are timed in one more round, beside one call of each of
+            the others (whose samples it adds to theirs).
+
+    Returns:
+        ``(timings, results)``: per implementation, the percentiles of its timed calls and what
+        its last call returned (the recall@k rows read the ids from it).
+    """
+    sync = _sync_for(device)
+    timed = interleave({k: f for k, f in fns.items() if k not in once}, plan.repeat, warmup=plan.warmup, sync=sync)
+    samples, results = timed.samples, dict(timed.results)
+    if once:
+        last = interleave(fns, 1, warmup=0, sync=sync)
+        for impl, xs in last.samples.items():
+            samples.setdefault(impl, []).extend(xs)
+        results.update(last.results)
+    return {impl: percentiles(samples[impl]) for impl in fns}, results
 
 
 def _emit_impls(ctx: ProfileContext, base: dict[str, Any], timings: dict[str, dict[str, float]],
@@ -190,22 +222,23 @@ def _bench_search(ctx: ProfileContext, plan: Plan, device: torch.device, use_tri
             def candidates(q=queries, m=matrix, k=k, low=low):
                 return similarity_topk_candidates(q, m, k, candidate_matrix=low)
 
-            timings = {"torch": _measure(lambda: call("torch"), plan, device)}
-            approx = {"candidates": candidates}  # impl -> call whose recall@k is reported
+            fns: dict[str, Callable[[], Any]] = {"torch": lambda: call("torch")}
             if device.type == "cuda":
-                timings["torch_mm_topk"] = _measure(mm_topk, plan, device)
-                approx["torch_mm_topk"] = mm_topk
-            timings["candidates"] = _measure(candidates, plan, device)
+                fns["torch_mm_topk"] = mm_topk
+            fns["candidates"] = candidates
             if use_triton:
-                timings["triton"] = _measure(lambda: call("triton"), plan, device)
-                approx["triton"] = lambda: call("triton")
-            exact_ids = call("torch")[1]
-            recall = {impl: recall_at_k(fn()[1], exact_ids) for impl, fn in approx.items()}
+                fns["triton"] = lambda: call("triton")
             flops = 2.0 * b * n * plan.dim
+            once: tuple[str, ...] = ()
             if index is not None:
                 q_np = queries.float().cpu().numpy()
-                timings["faiss_cpu"] = _measure(lambda q_np=q_np, ix=index, k=k: ix.search(q_np, k), plan, device,
-                                                once=flops > plan.faiss_max_flops)
+                fns["faiss_cpu"] = lambda q_np=q_np, ix=index, k=k: ix.search(q_np, k)
+                once = ("faiss_cpu",) if flops > plan.faiss_max_flops else ()
+            timings, results = _time_impls(fns, plan, device, once=once)
+            # recall@k of the approximate rows (and Triton): the ids of their last timed call
+            exact_ids = results["torch"][1]
+            recall = {impl: recall_at_k(results[impl][1], exact_ids) for impl in fns
+                      if impl in ("torch_mm_topk", "candidates", "triton")}
             elem = torch.finfo(dtype).bits // 8
             base = {"suite": "kernels", "op": "similarity_topk", "N": n, "B": b, "k": k, "D": plan.dim,
                     "dtype": str(dtype).replace("torch.", ""), "plan": plan.name}
@@ -230,9 +263,8 @@ def _bench_route(ctx: ProfileContext, plan: Plan, device: torch.device, use_trit
         def call(backend: str, q=queries, cen=centroids, src=src, scale=scale, w=weight, k=k):
             return route_sources(q, cen, src, scale, k, centroid_weight=w, backend=backend)
 
-        timings = {"torch": _measure(lambda: call("torch"), plan, device)}
-        if use_triton:
-            timings["triton"] = _measure(lambda: call("triton"), plan, device)
+        fns = {backend: (lambda backend=backend: call(backend)) for backend in _backends(use_triton)}
+        timings, _ = _time_impls(fns, plan, device)
         base = {"suite": "kernels", "op": "route_sources", "C": c, "S": s, "B": b, "k": k, "D": plan.dim,
                 "dtype": "float32", "plan": plan.name}
         records += _emit_impls(ctx, base, timings, float((c + b) * plan.dim * 4 + c * 12),
@@ -251,9 +283,9 @@ def _bench_dedup(ctx: ProfileContext, plan: Plan, device: torch.device, use_trit
         pick = torch.randint(0, topics.shape[0], (n,), device=device, generator=gen)
         emb = topics[pick] + 0.05 * torch.randn(n, plan.dim, device=device, generator=gen)
         emb = torch.nn.functional.normalize(emb, dim=1)
-        timings = {"torch": _measure(lambda e=emb: dedup_mask(e, backend="torch"), plan, device)}
-        if use_triton:
-            timings["triton"] = _measure(lambda e=emb: dedup_mask(e, backend="triton"), plan, device)
+        fns = {backend: (lambda e=emb, backend=backend: dedup_mask(e, backend=backend))
+               for backend in _backends(use_triton)}
+        timings, _ = _time_impls(fns, plan, device)
         base = {"suite": "kernels", "op": "dedup_mask", "N": n, "D": plan.dim, "dtype": "float32",
                 "plan": plan.name}
         records += _emit_impls(ctx, base, timings, float(n * plan.dim * 4 + n * n / 8),
@@ -270,10 +302,9 @@ def _bench_pool(ctx: ProfileContext, plan: Plan, device: torch.device, use_trito
         hidden = torch.randn(b, t, plan.dim, device=device, generator=gen).to(dtype)
         lengths = torch.randint(1, t + 1, (b,), device=device, generator=gen)
         mask = (torch.arange(t, device=device)[None, :] < lengths[:, None]).to(torch.int64)  # right padding
-        timings = {"torch": _measure(lambda h=hidden, m=mask: pool_normalize(h, m, backend="torch"), plan, device)}
-        if use_triton:
-            timings["triton"] = _measure(lambda h=hidden, m=mask: pool_normalize(h, m, backend="triton"),
-                                         plan, device)
+        fns = {backend: (lambda h=hidden, m=mask, backend=backend: pool_normalize(h, m, backend=backend))
+               for backend in _backends(use_triton)}
+        timings, _ = _time_impls(fns, plan, device)
         elem = torch.finfo(dtype).bits // 8
         real_tokens = float(lengths.sum())
         base = {"suite": "kernels", "op": "pool_normalize", "B": b, "T": t, "D": plan.dim,

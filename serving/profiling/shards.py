@@ -13,7 +13,10 @@ the same run, against exact flat search (the baseline):
   here, the file having just been written; from a cold disk add its read latency).
 
 Per kind: bytes per vector on disk, p50 / p99 latency of one query, queries/s at batch 32, and
-recall@10 against the exact top-10 (1.0 for flat). Queries are held-out vectors of the same
+recall@10 against the exact top-10 (1.0 for flat). The kinds are timed against each other as
+every suite times its variants (``timing.interleave``): after a warm-up, each query (each batch)
+goes to every kind back to back, in an order that rotates by one each round, so that a change in
+the machine's load falls on all of them alike. Queries are held-out vectors of the same
 distribution (random unit vectors: the worst case for IVF, which clusters real embeddings
 better; recall on real text is higher). ``serving/profiling/CAPACITY.md`` turns these into
 machine counts.
@@ -24,12 +27,11 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
-from searchsmith.serving.profiling.timing import resolve_device
+from searchsmith.serving.profiling.timing import interleave, resolve_device
 
 DIM = 384
 K = 10
@@ -48,24 +50,21 @@ def _clustered(rng: np.random.Generator, n: int, clusters: int = 256) -> np.ndar
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _latency(index, queries: np.ndarray) -> dict[str, float]:
-    for q in queries[:5]:
-        index.search(q[None], K)
-    samples = []
-    for q in queries:
-        t0 = time.perf_counter()
-        index.search(q[None], K)
-        samples.append(time.perf_counter() - t0)
-    return percentiles(samples)
+def _latency(kinds: dict[str, object], queries: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per kind, the percentiles of one query's search: every query under each kind in turn
+    (rotating), after the first 5 queries under each, untimed."""
+    fns = {name: (lambda q, index=index: index.search(q[None], K)) for name, index in kinds.items()}
+    timed = interleave(fns, 0, warmup=5, inputs=[(q,) for q in queries])
+    return {name: percentiles(samples) for name, samples in timed.samples.items()}
 
 
-def _throughput(index, queries: np.ndarray, rounds: int) -> float:
+def _throughput(kinds: dict[str, object], queries: np.ndarray, rounds: int) -> dict[str, float]:
+    """Per kind, queries/s of ``rounds`` searches of one batch of ``BATCH`` queries: the kinds
+    interleaved round by round (rotating), after one untimed batch each."""
     batch = queries[:BATCH]
-    index.search(batch, K)
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-        index.search(batch, K)
-    return BATCH * rounds / (time.perf_counter() - t0)
+    fns = {name: (lambda index=index: index.search(batch, K)) for name, index in kinds.items()}
+    timed = interleave(fns, rounds, warmup=1)
+    return {name: len(batch) * rounds / sum(samples) for name, samples in timed.samples.items()}
 
 
 def _recall(ids: np.ndarray, exact: np.ndarray) -> float:
@@ -120,12 +119,13 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
             _, exact = flat.search(queries, K)
             rec = {"suite": "shards", "vectors": n, "dim": DIM, "k": K, "nlist": nlist, "nprobe": ivf.nprobe,
                    "queries": len(queries), "kinds": {}}
+            latency = _latency(kinds, queries)
+            throughput = _throughput(kinds, queries, 5 if tiny else 20)
             for name, index in kinds.items():
-                lat = _latency(index, queries)
                 _, got = index.search(queries, K)
                 path = files.get(name.replace("_mmap", "")) if name != "flat_2_shards" else files["flat"]
                 rec["kinds"][name] = {
-                    **lat, "queries_per_s_batch32": _throughput(index, queries, 5 if tiny else 20),
+                    **latency[name], "queries_per_s_batch32": throughput[name],
                     "recall_at_10": _recall(got, exact),
                     "bytes_per_vector": round(path.stat().st_size / n, 1) if path is not None else None}
             flat_p50 = rec["kinds"]["flat"]["p50_ms"]
