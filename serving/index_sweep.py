@@ -3,12 +3,16 @@
 A pipeline setting changes how the questions are answered; an index setting (chunk size,
 overlap, the k-means centroids, ...) changes what there is to find, so each value needs its
 own index. For each value the corpus is re-indexed into a temporary folder with the
-``--index``'s own config (read from its manifest) and that one key changed, the questions
-are answered with the pipeline on it, and the result has the format of
+``--index``'s own config (read from its manifest) and that one key changed. With every
+value's pipeline open, the questions are then answered as ``eval sweep`` answers them: one
+untimed answer on each index first, then each question under every value in turn, in an order
+that rotates by one each question (``profiling.timing.rotation``), so that a change in the
+machine's load falls on every value's ``latency_ms`` alike. The result has the format of
 :func:`searchsmith.serving.sweep.eval_sweep` (points with metrics and intervals, verdicts
 against the default, ``--plot``, ``--per-item``) plus, per point, the setting the build
-actually used (``effective``), the chunk count and the build time. The temporary indexes
-are removed afterwards; the ``--index`` and the corpus are only read.
+actually used (``effective``), the chunk count and the build time (``build_s``: each index is
+built once, one after another, so it is one figure per value, not an interleaved comparison).
+The temporary indexes are removed afterwards; the ``--index`` and the corpus are only read.
 
 ``chunker.chunk_tokens`` is clipped to the embedding model's window (all-MiniLM-L6-v2: 254
 text tokens), so larger values build the same index: such a point says ``clipped`` and the
@@ -32,7 +36,7 @@ import sqlite3
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.config import apply_overrides, closest_key, from_dict, to_dict
 from searchsmith.models.errors import ConfigError
@@ -41,6 +45,9 @@ from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from searchsmith.serving.chunker import ChunkerConfig
 from searchsmith.serving.index import IndexConfig
 from searchsmith.serving.sweep import _summary, _verdicts, parse_values, plot_sweep
+
+if TYPE_CHECKING:
+    from searchsmith.serving.pipeline.pipeline import Pipeline
 
 __all__ = ["eval_index_sweep", "index_setting"]
 
@@ -178,6 +185,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     from searchsmith.serving.index import build_index, read_manifest
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.pipeline import load_pipeline
+    from searchsmith.serving.profiling.timing import rotation
     from searchsmith.training.evaluate import progress_bar
 
     # 1. The setting, its values and every index config: all refused before any work
@@ -205,15 +213,20 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     resamples = int(getattr(args, "resamples", DEFAULT_RESAMPLES))
     seed = int(getattr(args, "seed", DEFAULT_SEED))
 
-    # 3. One index per value (an identical one built once), the questions answered on each
+    # 3. One index per value (an identical one built once) and its pipeline, all open together;
+    # then, after one untimed answer on each, every question under each value in turn, in a
+    # rotating order (timing.rotation, as eval sweep interleaves its values), so that cold start
+    # and the machine's drift do not land on the first or the last value's latency_ms
     shared = None if path.startswith("embedder.") else Embedder(configs[0].embedder)
     points: list[dict[str, Any]] = []
-    per_item: list[dict[str, object]] = []
-    by_value: dict[str, list[dict[str, float]]] = {}
     built: dict[str, tuple[object, Path, dict[str, Any]]] = {}  # effective config -> (value, folder, manifest)
+    pipes: dict[Path, Pipeline] = {}  # index folder -> its pipeline (values that built the same index share it)
+    pipe_of: list[Pipeline] = []  # per value
+    rows: list[list[dict[str, float]]] = [[] for _ in values]  # per value, per question
+    lines: list[list[dict[str, object]]] = [[] for _ in values]  # per value, the --per-item lines
     root = Path(tempfile.mkdtemp(prefix="searchsmith-index-sweep-"))
     try:
-        with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
+        try:
             for i, (value, icfg) in enumerate(zip(values, configs, strict=True)):
                 embedder = shared or Embedder(icfg.embedder)
                 key = repr(dataclasses.replace(icfg, chunker=_fitted_chunker(icfg, embedder.max_seq_length - 2))
@@ -234,21 +247,29 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
                 # None (unset) is fitted to the model, not clipped
                 point.update(effective=effective, clipped=value is not None and effective != value,
                              chunks=int(built_manifest["chunks"]))
-                pipe = load_pipeline(pipe_cfg, str(folder), embedder=None if pipe_cfg.bundles.embedder else embedder)
-                try:
-                    rows = []
-                    for j, it in enumerate(items):
-                        m = pipeline_item_metrics(pipe.ask(it["query"], it.get("history")), it)
-                        rows.append(m)
-                        per_item.append({"id": it.get("id", j), "value": value, **m})
-                        bar.update(1)
-                finally:
-                    pipe.close()
-                point["metrics"] = _summary(rows, resamples, seed)
                 points.append(point)
-                by_value[repr(value)] = rows
+                if folder not in pipes:
+                    pipes[folder] = load_pipeline(pipe_cfg, str(folder),
+                                                  embedder=None if pipe_cfg.bundles.embedder else embedder)
+                pipe_of.append(pipes[folder])
+            for pipe in pipes.values():  # warm-up: untimed, its answer unused
+                pipe.ask(items[0]["query"], items[0].get("history"))
+            with progress_bar("eval sweep", len(values) * len(items), "question") as bar:
+                for j, it in enumerate(items):
+                    for v in rotation(j, range(len(values))):
+                        m = pipeline_item_metrics(pipe_of[v].ask(it["query"], it.get("history")), it)
+                        rows[v].append(m)
+                        lines[v].append({"id": it.get("id", j), "value": values[v], **m})
+                        bar.update(1)
+        finally:
+            for pipe in reversed(pipes.values()):
+                pipe.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    for point, value_rows in zip(points, rows, strict=True):
+        point["metrics"] = _summary(value_rows, resamples, seed)
+    by_value = {repr(v): value_rows for v, value_rows in zip(values, rows, strict=True)}
+    per_item = [line for value_lines in lines for line in value_lines]
 
     # 4. The default (the first value built as the --index was) and what the builds changed
     default_point = next((p["value"] for p in points if p["effective"] == default), None)

@@ -138,6 +138,33 @@ def test_a_chunk_size_above_the_model_window_is_reported_as_clipped(sweep_set, o
     assert list(own_tmp.iterdir()) == []
 
 
+def test_each_question_is_asked_under_every_value_in_turn_rotating(sweep_set, own_tmp, capsys, monkeypatch) -> None:
+    """Audit: every question was asked on the first value's index, then every question on the
+    next one's, so a change in the machine's load landed on one value's latency_ms; eval sweep
+    interleaves its values question by question after a warm-up (serving/sweep.py)."""
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    asked: list[tuple[str, str]] = []
+    real = Pipeline.ask
+
+    def ask(self, query, *a, **k):
+        asked.append((self.index.dir.name, query))
+        return real(self, query, *a, **k)
+
+    monkeypatch.setattr(Pipeline, "ask", ask)
+    corpus, qa, index, _ = sweep_set
+    out = _sweep(capsys, "--data", str(qa), "--index", str(index), "--corpus", str(corpus),
+                 "--param", "index.chunker.chunk_tokens", "--values", "16,48")
+    q1, q2, q3 = (it["query"] for it in QA)
+    assert asked == [("value-0", q1), ("value-1", q1),  # one untimed answer on each index
+                     ("value-0", q1), ("value-1", q1),  # then each question under every value,
+                     ("value-1", q2), ("value-0", q2),  # the order rotating by one each question
+                     ("value-0", q3), ("value-1", q3)]
+    for p in out["points"]:  # every value's figures from its 3 timed answers
+        assert p["metrics"]["latency_ms"] > 0 and p["metrics"]["retrieval_recall"] == 1.0
+    assert list(own_tmp.iterdir()) == []
+
+
 def test_unknown_or_partial_index_keys_are_refused_with_the_closest_key() -> None:
     assert index_setting("index.chunker.chunk_tokens") == "chunker.chunk_tokens"
     with pytest.raises(ConfigError, match="did you mean 'index.chunker.chunk_tokens'"):
