@@ -26,6 +26,11 @@ an interrupted or failed run ends with ``"complete": false`` and the error, a ki
 end line: a reader takes a run's figures as finished only from a complete run. Every option and
 every path (``--out``, ``--record``, ``--readme``, a plot or trace the run would replace) is
 checked before anything is measured or written.
+
+One run writes into an ``--out`` at a time: once its checks pass, a run holds ``--out``'s lock
+(``models.io.exclusive``: ``.NAME.lock`` beside the folder, removed when the run ends) to its
+last line, and a second run into the same folder meanwhile is refused at once, before it
+measures or writes anything, instead of mixing its rows, plots and traces into the first one's.
 """
 
 from __future__ import annotations
@@ -133,16 +138,22 @@ def configure_profile(parser: argparse.ArgumentParser) -> None:
 
 def check_profile_out(out: Path, *, plots: tuple[str, ...] = (), trace: bool = False) -> None:
     """``--out`` is a new or empty folder, or one a profile wrote (it holds ``results.jsonl``,
-    which later runs append to), that this process can write in; a file, or a folder of other
-    files, is refused. In a profile folder, each of ``plots`` must be absent or a plot searchsmith
-    wrote, and (``trace``) each ``trace_*.json`` a trace it wrote: a user's file is never replaced.
+    which later runs append to), that this process can write in and no other run writes now; a
+    file, or a folder of other files, is refused. In a profile folder, each of ``plots`` must be
+    absent or a plot searchsmith wrote, and (``trace``) each ``trace_*.json`` a trace it wrote: a
+    user's file is never replaced.
 
     Raises:
         ConfigError: naming the path and the fix.
     """
-    from searchsmith.models.io import check_parents_are_folders
+    from searchsmith.models.io import being_written, check_parents_are_folders
     from searchsmith.serving.profiling.common import check_plot_path, check_trace_path
 
+    # first: a run in progress leaves the folder half written (a trace before its results.jsonl),
+    # which the checks below would misread as a user's; this reads the lock only, making no file
+    if being_written(out):
+        raise ConfigError(f"profile --out: {str(out)!r} is being written by another searchsmith profile run; wait "
+                          "for it to finish (or stop it), then run again, or choose another --out")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"profile --out: {str(out)!r} is a file; give a folder for results.jsonl and plots")
     if out.is_dir() and any(out.iterdir()) and not _profile_results(out / "results.jsonl"):
@@ -203,10 +214,19 @@ def check_profile_args(args: argparse.Namespace, suite: str | None) -> list[str]
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from searchsmith.serving.profiling.common import ProfileContext, machine_info
+    from searchsmith.models.io import exclusive
 
     suite = args.suite_opt or args.suite
-    steps = check_profile_args(args, suite)
+    steps = check_profile_args(args, suite)  # before the lock file is made beside --out
+    # one run into a folder at a time: one that started since the checks is refused here, at once
+    with exclusive(Path(args.out), "profile"):
+        return _run_profile(args, suite, steps)
+
+
+def _run_profile(args: argparse.Namespace, suite: str, steps: list[str]) -> int:
+    """Run ``steps`` into ``--out`` (held by :func:`run_profile`) and record the run."""
+    from searchsmith.serving.profiling.common import ProfileContext, machine_info
+
     ctx = ProfileContext(out_dir=Path(args.out), quick=args.quick, trace=args.trace, device=args.device,
                          group=suite if suite in GROUPS else "", command="searchsmith profile " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     # written before the run's first record (:meth:`ProfileContext.start`): a suite that refuses
