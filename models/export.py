@@ -55,6 +55,7 @@ from searchsmith.models import __version__
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
+    being_written,
     check_replaceable,
     give_plain_modes,
     process_temp_dir,
@@ -343,8 +344,14 @@ def check_bundle_out(out: str | Path) -> None:
     check_replaceable(out, label="export --out", kind="bundle", listed=listed, replace=True, replace_hint="")
 
 
-def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str, Any]:
+def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
+                  before_swap: Callable[[], None] | None = None) -> dict[str, Any]:
     """Export one model folder to ``out`` (atomic: built beside it, then swapped in).
+
+    Args:
+        before_swap: called when the bundle is complete, just before it is moved to ``out``;
+            what it raises abandons the bundle (its temporary folder is removed, ``out`` is left
+            as it was). :func:`export_run` checks there that the run was not rewritten meanwhile.
 
     Returns:
         The manifest written.
@@ -471,6 +478,8 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions) -> dict[str,
                              for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST}
         write_json_atomic(tmp / MANIFEST, manifest)
         check_bundle_out(out)  # something may have appeared there meanwhile
+        if before_swap is not None:
+            before_swap()
         replace_dir(tmp, Path(out))
         log.info("export %s: %s in %.1f s", src.task, out, time.perf_counter() - t0)
         return manifest
@@ -554,19 +563,68 @@ def damaged_run_fix(run_dir: Path) -> str:
             "checkpoints/, if any, else retrains)")
 
 
+def run_files_state(run_dir: Path) -> dict[str, tuple[int, int, int]]:
+    """``{relative path: (size, mtime_ns, inode)}`` of what an export reads of a run and a
+    rerun of ``searchsmith train`` rewrites: the files directly in the run folder (run.json,
+    metrics.json, split.json, ...) and every file under ``model/`` (replaced whole by a save:
+    new inodes). ``cache/`` and ``checkpoints/`` are left out (the held-out scorer writes the
+    cache; the export does not read checkpoints)."""
+    state = {}
+    files = [p for p in run_dir.iterdir() if p.is_file()] if run_dir.is_dir() else []
+    if (run_dir / "model").is_dir():
+        files += [p for p in (run_dir / "model").rglob("*") if p.is_file()]
+    for p in files:
+        try:
+            st = p.stat()
+        except FileNotFoundError:  # removed while listed: a rewrite, seen by the comparison
+            continue
+        state[str(p.relative_to(run_dir))] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return state
+
+
+def check_run_unchanged(run_dir: Path, before: dict[str, tuple[int, int, int]] | None, out: Path) -> None:
+    """Refuse to write ``out`` from a run that a trainer holds now or that changed since
+    ``before`` (:func:`run_files_state` when the export began; None: the lock only).
+
+    Checked again just before the bundle is moved into place: ``searchsmith train --force``
+    started during an export (minutes) rewrites the run it reads. What remains is the instant
+    between this check and the rename.
+
+    Raises:
+        BundleError: naming the run, what changed, and the fix (export again after training).
+    """
+    keep = ""  # at the start: nothing was made yet
+    if before is not None:
+        keep = f"; no bundle was written ({out} was left as it was)" if out.exists() else "; no bundle was written"
+    fix = "rerun the export when training has finished"
+    if being_written(run_dir):
+        raise BundleError(f"export: {run_dir} is being trained now (searchsmith train holds its lock){keep}; {fix}")
+    if before is None:
+        return
+    now = run_files_state(run_dir)
+    changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise BundleError(f"export: {run_dir} was rewritten while it was exported ({shown} changed){keep}; {fix}")
+
+
 def export_run(run_dir: str | Path, out: str | Path, opts: ExportOptions | None = None) -> dict[str, Any]:
     """Export one training run to a bundle folder; return its manifest.
 
     Raises:
         BundleError: not a run, an untrained one, or one whose model/ holds a damaged file
-            (named, before any work).
+            (named, before any work); a run a trainer holds, at the start or when the bundle is
+            done, or one whose files changed meanwhile (the bundle is then not written).
     """
     opts = opts or ExportOptions()
     run_dir = Path(run_dir)
+    check_run_unchanged(run_dir, None, Path(out))
+    before = run_files_state(run_dir)  # before anything is read
     if (run_dir / "run.json").is_file() and (run_dir / "model").is_dir():
         # before run_source, which reads model/config.json, and before transformers does
         check_model_files(run_dir / "model", "export", damaged_run_fix(run_dir))
-    return export_bundle(run_source(run_dir, opts.allow_untrained), Path(out), opts)
+    return export_bundle(run_source(run_dir, opts.allow_untrained), Path(out), opts,
+                         before_swap=lambda: check_run_unchanged(run_dir, before, Path(out)))
 
 
 def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions | None = None) -> dict[str, Any]:
@@ -576,6 +634,7 @@ def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions
 
 __all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "convert_graph",
            "embedder_source", "flat_numbers", "heldout_metrics",
-           "calibration_feeds", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
+           "calibration_feeds", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
-           "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_source"]
+           "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_files_state",
+           "run_source"]
