@@ -13,7 +13,6 @@ import os
 import platform
 import socket
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -175,23 +174,6 @@ def _jsonable(obj: Any) -> Any:
     if hasattr(obj, "tolist"):
         return obj.tolist()
     return str(obj)
-
-
-def time_call(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5,
-              sync: Callable[[], None] | None = None) -> list[float]:
-    """Wall-clock seconds of ``repeat`` calls of ``fn`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    out = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        out.append(time.perf_counter() - start)
-    return out
 
 
 def cpu_model() -> str:
