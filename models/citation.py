@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.models.io import read_json_object
-from searchsmith.models.tokenizer import encode_pairs
+from searchsmith.models.tokenizer import encode_pairs, input_meta
 
 # BIO labels of the entity tagger (training/citation.py documents what each type covers).
 LABELS: tuple[str, ...] = ("O", "B-ENT", "I-ENT", "B-NUM", "I-NUM", "B-DATE", "I-DATE")
@@ -318,9 +318,7 @@ class CitationModel:
         if not return_meta:
             return spans
         lengths = [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
-        meta = {"truncated": [i for i, n in enumerate(lengths) if n > self.tagger_max_length],
-                "max_length": self.tagger_max_length}
-        return spans, meta
+        return spans, input_meta(lengths, self.tagger_max_length)
 
     def attribute(self, pairs: Sequence[tuple[str, str]], return_meta: bool = False,
                   cosine: Sequence[float] | None = None) -> np.ndarray | tuple[np.ndarray, dict]:
@@ -352,9 +350,7 @@ class CitationModel:
         if not return_meta:
             return probs
         enc = self.tokenizer([p[0] for p in pairs], [p[1] for p in pairs])["input_ids"]
-        meta = {"truncated": [i for i, ids in enumerate(enc) if len(ids) > self.max_length],
-                "max_length": self.max_length}
-        return probs, meta
+        return probs, input_meta([len(ids) for ids in enc], self.max_length)
 
 
 __all__ = ["ENTITY_TYPES", "LABELS", "CitationModel", "CosineResidual", "decode_spans", "fit_cosine_logistic",

@@ -117,6 +117,11 @@ class Windows(NamedTuple):
     windows: list[Window]
     questions_cut: list[int]  # items whose question was cut to max_question_tokens
 
+    @property
+    def tokens(self) -> int:
+        """The tokens the model reads: every window's (a context token in two windows, twice)."""
+        return sum(len(w.input_ids) for w in self.windows)
+
 
 def encode_windows(tokenizer: Any, questions: Sequence[str], contexts: Sequence[str],
                    settings: ReaderSettings) -> Windows:

@@ -134,7 +134,8 @@ class TorchReader:
                  for i, ps in enumerate(passages)]
         out, wins = read_passages(torch_logits_fn(self.model), self.tokenizer, list(questions), items,
                                   self.settings, self.batch_size)
-        meta = {"truncated": wins.questions_cut, "max_length": self.settings.max_length, "windows": len(wins.windows)}
+        meta = {"truncated": wins.questions_cut, "max_length": self.settings.max_length, "tokens": wins.tokens,
+                "windows": len(wins.windows)}
         return (out, meta) if return_meta else out
 
     def read(self, question: str, passages: Sequence[Any], return_meta: bool = False) -> Any:

@@ -6,8 +6,11 @@ fit as long as they have the methods. ``load_bundle(path, task="rerank")`` retur
 role's type (``Reranker``) after checking the manifest's task.
 
 Every method takes ``return_meta``: with ``True`` it returns ``(value, meta)`` where meta
-says which inputs were truncated (``{"truncated": [indices], "max_length": n}``). The
-Protocols type the plain call; the meta form is ``tuple[value, Meta]``.
+says which inputs were truncated and how many tokens the model ran (``{"truncated": [indices],
+"max_length": n, "tokens": t}``; a generation adds ``tokens_out``, what it generated). The
+pipeline's trace counts these tokens, and counts a model without them in whitespace words
+(``serving.pipeline.state.counted_call``). The Protocols type the plain call; the meta form is
+``tuple[value, Meta]``.
 """
 
 from __future__ import annotations

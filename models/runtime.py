@@ -20,7 +20,9 @@ every backend runs the same pre- and post-processing (tokenization, batching, po
 greedy decoding, BIO decoding) written once here.
 
 Every task method takes ``return_meta``; with it the result comes back as ``(result, meta)``,
-``meta = {"truncated": [indices of inputs cut to max_length], "max_length": int}``.
+``meta = {"truncated": [indices of inputs cut to max_length], "max_length": int, "tokens": int}``
+(``tokens``: the input tokens the model ran, what a trace counts; a generation's meta adds
+``tokens_out``, the tokens it generated).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from searchsmith.models.jsonl import check_unicode
 from searchsmith.models.roles import CHAT_ROLES
 from searchsmith.models.tasks import TASK_NAMES
 from searchsmith.models.text import is_blank
-from searchsmith.models.tokenizer import encode_pairs
+from searchsmith.models.tokenizer import encode_pairs, input_meta
 
 if TYPE_CHECKING:
     import torch
@@ -417,17 +419,12 @@ class Bundle:
                 out[idx] = res
         return out
 
-    def _truncated(self, first: list[str], second: list[str] | None = None,
-                   max_length: int | None = None) -> list[int]:
-        """Indices of inputs longer than ``max_length`` tokens (special tokens included)."""
-        limit = max_length or self.max_length
-        if second is None:
-            enc = self._tokenizer_call(self.tokenizer, first, truncation=False, return_attention_mask=False,
-                                 return_token_type_ids=False)
-        else:
-            enc = self._tokenizer_call(self.tokenizer, first, second, truncation=False, return_attention_mask=False,
-                                 return_token_type_ids=False)
-        return [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > limit]
+    def _lengths(self, first: list[str], second: list[str] | None = None) -> list[int]:
+        """Untruncated token count of each input (special tokens included)."""
+        pair = () if second is None else (second,)
+        enc = self._tokenizer_call(self.tokenizer, first, *pair, truncation=False, return_attention_mask=False,
+                                   return_token_type_ids=False)
+        return [len(ids) for ids in enc["input_ids"]]
 
     def _meta(self, result: Any, return_meta: bool, first: list[str], second: list[str] | None = None,
               max_length: int | None = None) -> Any:
@@ -435,8 +432,7 @@ class Bundle:
             raise ValidationError(f"return_meta must be True or False, got {return_meta!r:.40}")
         if not return_meta:
             return result
-        limit = max_length or self.max_length
-        return result, {"truncated": self._truncated(first, second, limit), "max_length": limit}
+        return result, input_meta(self._lengths(first, second) if first else [], max_length or self.max_length)
 
 
 class EmbedBundle(Bundle):
@@ -654,6 +650,7 @@ class DecomposeBundle(Bundle):
 
             return self._meta(tag_generate(sources, self.tag_graphs), return_meta, sources)
         texts = [""] * len(sources)
+        generated = 0  # tokens generated, each row's up to its eos
         for idx, feeds in self._encode_text(sources):
             mask = feeds["attention_mask"]
             hidden = self.graphs["encoder"]({"input_ids": feeds["input_ids"], "attention_mask": mask})
@@ -684,7 +681,12 @@ class DecomposeBundle(Bundle):
                                                   clean_up_tokenization_spaces=True)
             for i, text in zip(idx, decoded, strict=True):
                 texts[i] = text
-        return self._meta(texts, return_meta, sources)
+            ended = dec[:, 1:] == self.eos_id
+            generated += int(np.where(ended.any(1), ended.argmax(1) + 1, ended.shape[1]).sum())
+        got = self._meta(texts, return_meta, sources)
+        if return_meta:
+            got[1]["tokens_out"] = generated
+        return got
 
     def tag_depths(self, questions: Sequence[str]) -> list[list[int]]:
         """Per question, each word's label from the encoder graph and the depth head (tagger):
@@ -768,7 +770,7 @@ class DecomposeBundle(Bundle):
         check_unicode(list(history), "rewrite: history")
         turns = _user_turns(history)
         if not turns:
-            return (query, {"truncated": [], "max_length": self.max_length}) if return_meta else query
+            return (query, input_meta([], self.max_length)) if return_meta else query
         source = fitted_rewrite_source(self._count_tokens, turns, query, self.max_history_turns, last_reply(history),
                                        self.reply_words, self.max_length)
         texts = _conversation_texts(history)  # where the rewrite's words (and their casing) come from
@@ -851,7 +853,7 @@ class ReadBundle(Bundle):
                                                    self.batch_size))
         if not return_meta:
             return out
-        return out, {"truncated": wins.questions_cut, "max_length": self.max_length,
+        return out, {"truncated": wins.questions_cut, "max_length": self.max_length, "tokens": wins.tokens,
                      "max_question_tokens": self.settings.max_question_tokens, "windows": len(wins.windows)}
 
     def read(self, question: str, passages: Sequence[PassageLike],
@@ -918,7 +920,7 @@ class ImagesBundle(Bundle):
         for s in range(0, len(images), self.batch_size):
             pixels = self.preprocess(images[s:s + self.batch_size])
             out[s:s + len(pixels)] = self.graphs["vision"]({"pixel_values": pixels})
-        meta = {"truncated": [], "max_length": self.max_length}
+        meta = {**input_meta([], self.max_length), "images": len(images)}  # pixels, no tokens
         return (out, meta) if return_meta else out
 
 

@@ -151,3 +151,12 @@ def encode_pairs(tokenizer: Any, first: Any, second: Any, max_length: int, call:
 
 
 __all__ = ["FAST_CLASSES", "encode_pairs", "load_tokenizer", "tokenizer_lock"]
+
+
+def input_meta(lengths: list[int], max_length: int) -> dict[str, Any]:
+    """A model call's meta (``return_meta=True``, ``models/roles.py``) from the untruncated
+    token count of each input: ``truncated`` (the inputs cut to ``max_length``), ``max_length``
+    and ``tokens``, the tokens the model ran (each input's, cut, special tokens included):
+    what a trace counts as a local model's tokens in."""
+    return {"truncated": [i for i, n in enumerate(lengths) if n > max_length], "max_length": max_length,
+            "tokens": sum(min(n, max_length) for n in lengths)}

@@ -42,7 +42,7 @@ from searchsmith.models.text import (
 from searchsmith.serving.pipeline.common import content_words, embed, strip_markers
 from searchsmith.serving.pipeline.common import sentences as split_text
 from searchsmith.serving.pipeline.config import CitationConfig, Preset
-from searchsmith.serving.pipeline.state import PipelineState, Trace, estimate_tokens
+from searchsmith.serving.pipeline.state import PipelineState, Trace, counted_call, estimate_tokens
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +159,10 @@ def cite_sentences(sentences: Sequence[str], passages: Sequence[tuple[str, str]]
 def _entity_spans(sentences: Sequence[str], bundle: Any | None, trace: Trace | None) -> list[list[Span]]:
     if bundle is not None:
         try:
-            spans = bundle.entities(list(sentences))
+            spans, tokens, _ = counted_call(bundle.entities, list(sentences),
+                                            words=lambda: sum(estimate_tokens(s) for s in sentences))
             if trace is not None:
-                trace.count(STAGE, 1, sum(estimate_tokens(s) for s in sentences))
+                trace.count(STAGE, 1, tokens)
             return [[(int(a), int(b), str(label)) for a, b, label in sp] for sp in spans]
         except Exception as exc:  # noqa: BLE001 - patterns instead
             if trace is None:
@@ -224,9 +225,11 @@ def _support_scorer(sents: Sequence[str], texts: list[str], bundle: Any | None,
         def attribute(i: int, cands: list[int]) -> np.ndarray:
             s = " ".join(sents[i].split())
             extra = {"cosine": [closest(i, j)[0] for j in cands]} if residual else {}
-            out = np.asarray(bundle.attribute([(s, texts[j]) for j in cands], **extra), dtype=np.float64)
+            got, tokens, _ = counted_call(bundle.attribute, [(s, texts[j]) for j in cands], **extra,
+                                          words=lambda: sum(estimate_tokens(s) + estimate_tokens(texts[j]) for j in cands))
+            out = np.asarray(got, dtype=np.float64)
             if trace is not None:
-                trace.count(STAGE, 1, sum(estimate_tokens(s) + estimate_tokens(texts[j]) for j in cands))
+                trace.count(STAGE, 1, tokens)
             return out.reshape(-1)
 
         return attribute

@@ -11,9 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from searchsmith.models.roles import Decomposer
+from searchsmith.models.roles import Decomposer, Meta
 from searchsmith.serving.pipeline.config import Preset
-from searchsmith.serving.pipeline.state import PipelineState, estimate_tokens
+from searchsmith.serving.pipeline.state import (
+    PipelineState,
+    counted_call,
+    estimate_tokens,
+    model_tokens,
+)
 from searchsmith.serving.rewrite import HeuristicRewriter, Rewriter, Turn
 
 log = logging.getLogger(__name__)
@@ -25,10 +30,13 @@ class BundleRewriter:
     def __init__(self, bundle: Decomposer) -> None:
         self.bundle = bundle
 
-    def rewrite(self, history: Sequence[Turn], query: str) -> str:
+    def rewrite(self, history: Sequence[Turn], query: str, return_meta: bool = False) -> str | tuple[str, Meta]:
+        """The standalone question (with ``return_meta``: and the bundle's meta, ``tokens`` and
+        ``tokens_out`` for the trace, ``{}`` when it reports none)."""
         turns = [{"role": t.role, "content": t.content} for t in history]
-        out = self.bundle.rewrite(turns, query)
-        return out.strip() if isinstance(out, str) and out.strip() else query
+        out, _, meta = counted_call(self.bundle.rewrite, turns, query, words=lambda: 0)
+        out = out.strip() if isinstance(out, str) and out.strip() else query
+        return (out, meta) if return_meta else out
 
 
 class ContextStage:
@@ -52,7 +60,8 @@ class ContextStage:
                 state.rewrite = state.query
                 return
             try:
-                state.rewrite = self.rewriter.rewrite(state.history, state.query) or state.query
+                got, _, meta = counted_call(self.rewriter.rewrite, state.history, state.query, words=lambda: 0)
+                state.rewrite = got or state.query
             except Exception as exc:  # noqa: BLE001 - a failed rewrite must not fail the answer
                 log.warning("context: rewrite failed (%s); using the query as it is", exc)
                 state.rewrite = state.query
@@ -60,5 +69,5 @@ class ContextStage:
                 state.trace.note(f"context: {st.note}")
                 return
             if self.uses_model:
-                tokens_in = sum(estimate_tokens(t.content) for t in state.history) + estimate_tokens(state.query)
-                state.trace.count(self.name, 1, tokens_in, estimate_tokens(state.rewrite))
+                words_in = sum(estimate_tokens(t.content) for t in state.history) + estimate_tokens(state.query)
+                state.trace.count(self.name, 1, *model_tokens(meta, words_in, estimate_tokens(state.rewrite)))

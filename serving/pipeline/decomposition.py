@@ -19,7 +19,12 @@ import logging
 from searchsmith.models.qdg import QDG, QDGNode, asks_nothing, repair, terminal
 from searchsmith.models.roles import Decomposer
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset
-from searchsmith.serving.pipeline.state import PipelineState, estimate_tokens
+from searchsmith.serving.pipeline.state import (
+    PipelineState,
+    counted_call,
+    estimate_tokens,
+    model_tokens,
+)
 from searchsmith.serving.rewrite import appended_terms
 
 log = logging.getLogger(__name__)
@@ -85,7 +90,8 @@ class DecompositionStage:
                 try:
                     # the heuristic rewrite's appended history terms are not part of the question
                     base, terms = appended_terms(state.query, question)
-                    raw = self.bundle.decompose(base, max_nodes=self.config.max_nodes)
+                    raw, _, meta = counted_call(self.bundle.decompose, base, max_nodes=self.config.max_nodes,
+                                                words=lambda: 0)
                     graph = repair(raw, base, max_nodes=self.config.max_nodes)
                     graph, restated = self.restate_empty_steps(graph, base)
                     if restated:
@@ -97,8 +103,8 @@ class DecompositionStage:
                         note = (f"decomposed the question without the history terms the rewrite appended "
                                 f"({terms.strip()}); every step carries them")
                         st.note = f"{st.note}; {note}" if st.note else note
-                    state.trace.count(self.name, 1, estimate_tokens(base),
-                                      sum(estimate_tokens(n.text) for n in graph.nodes))
+                    state.trace.count(self.name, 1, *model_tokens(meta, estimate_tokens(base),
+                                                                  sum(estimate_tokens(n.text) for n in graph.nodes)))
                 except Exception as exc:  # noqa: BLE001 - degrade to one terminal node
                     log.warning("decomposition failed (%s); searching the question as it is", exc)
                     st.note = f"decomposition failed ({type(exc).__name__}: {exc}); used a terminal graph"

@@ -22,7 +22,7 @@ from searchsmith.models.roles import Reader
 from searchsmith.models.text import split_sentences
 from searchsmith.serving.pipeline.common import introduced
 from searchsmith.serving.pipeline.config import GenerationConfig
-from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
+from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, model_tokens
 
 if TYPE_CHECKING:
     from searchsmith.serving.pipeline.generation import Support
@@ -112,7 +112,7 @@ class ReaderAnswers:
         got, meta = self.reader.read_batch([questions[i] for i, _ in asks],
                                            [[(p.title or "", p.text) for p in ps] for _, ps in asks],
                                            return_meta=True)
-        state.trace.count("generation.reader", 1, 0, 0)
+        state.trace.count("generation.reader", 1, *model_tokens(meta, 0))  # its windows' tokens
         if meta.get("truncated"):
             cut = {asks[j][0] for j in meta["truncated"] if 0 <= j < len(asks)}
             state.trace.note(f"generation: reader: {len(cut)} question(s) over "

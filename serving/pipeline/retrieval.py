@@ -47,7 +47,13 @@ from searchsmith.serving.dedup import dedup_keep_mask
 from searchsmith.serving.index import chunk_text
 from searchsmith.serving.pipeline.common import embed, sentences
 from searchsmith.serving.pipeline.config import DecompositionConfig, Preset, RetrievalConfig
-from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState, estimate_tokens
+from searchsmith.serving.pipeline.state import (
+    NodeResult,
+    Passage,
+    PipelineState,
+    counted_call,
+    estimate_tokens,
+)
 from searchsmith.serving.rewrite import appended_terms
 
 if TYPE_CHECKING:
@@ -222,7 +228,10 @@ class Retriever:
             return passages
         mix = getattr(self.reranker, "retrieval_mix", None)
         try:
-            scores = np.asarray(self.reranker.score(question, [p.text for p in passages]), dtype=np.float32)
+            texts = [p.text for p in passages]
+            raw, tokens, _ = counted_call(self.reranker.score, question, texts,
+                                          words=lambda: sum(estimate_tokens(question) + estimate_tokens(t) for t in texts))
+            scores = np.asarray(raw, dtype=np.float32)
             if mix is not None and mix.cross_weight < 1:
                 # the bundle's calibrated share against the retrieval score (models/rerank_mix.py)
                 scores = mix.apply(scores, [p.score for p in passages]).astype(np.float32)
@@ -235,7 +244,7 @@ class Retriever:
         except Exception as exc:  # noqa: BLE001 - keep the retrieval order
             state.trace.note(f"retrieval: rerank failed ({type(exc).__name__}: {exc}); kept the retrieval order")
             return passages
-        state.trace.count("rerank", 1, sum(estimate_tokens(question) + estimate_tokens(p.text) for p in passages))
+        state.trace.count("rerank", 1, tokens)
         rescored = [replace(p, score=float(s)) for p, s in zip(passages, scores)]
         return sorted(rescored, key=lambda p: -p.score)
 

@@ -9,14 +9,18 @@ re-ordered config fails at load time, not in the middle of a request.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from searchsmith.models.config import is_int
 from searchsmith.models.qdg import QDG
+from searchsmith.models.roles import Meta
 from searchsmith.serving.pipeline.config import Preset
 from searchsmith.serving.rewrite import Turn
 
@@ -197,3 +201,41 @@ class Stage(Protocol):
 def estimate_tokens(text: str) -> int:
     """Whitespace-token count: the unit of tokens in/out when a backend reports none."""
     return len(text.split())
+
+
+def model_tokens(meta: Meta, words_in: int, words_out: int = 0) -> tuple[int, int]:
+    """``(tokens in, tokens out)`` of a model call from its meta (``tokens``, a generation's
+    ``tokens_out``); each one it does not report is the whitespace-word count given."""
+    t_in, t_out = meta.get("tokens"), meta.get("tokens_out")
+    return (int(t_in) if is_int(t_in, 0) else words_in), (int(t_out) if is_int(t_out, 0) else words_out)
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_meta(fn: Callable[..., object]) -> bool:
+    try:
+        return "return_meta" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return False
+
+
+def counted_call(fn: Callable[..., object], *args: object, words: Callable[[], int],
+                 **kwargs: object) -> tuple[object, int, Meta]:
+    """``(result, tokens in, meta)`` of a local model's call ``fn(*args, **kwargs)``.
+
+    The tokens are the model's own (its meta's ``tokens``, ``return_meta=True``: each input's
+    tokens after truncation, special tokens included, what ran); a model that reports none
+    (a method without ``return_meta``, such as a user's or a test's double) is counted in
+    whitespace words, ``words()``. The meta is ``{}`` then.
+    """
+    target = getattr(fn, "__func__", fn)  # a bound method: its function, cached once per class
+    try:
+        takes = _takes_meta(target)
+    except TypeError:  # an unhashable callable object
+        takes = _takes_meta.__wrapped__(target)
+    if takes:
+        got = fn(*args, return_meta=True, **kwargs)
+        if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], Mapping):
+            result, meta = got
+            return result, (int(meta["tokens"]) if is_int(meta.get("tokens"), 0) else words()), meta
+        return got, words(), {}
+    return fn(*args, **kwargs), words(), {}

@@ -135,6 +135,8 @@ def test_export_parity_and_the_bundle_answers_as_torch_does() -> None:
     assert [(a.text, a.kind, a.passage) for a in got] == [(a.text, a.kind, a.passage) for a in want]
     assert np.allclose([a.score for a in got], [a.score for a in want], atol=1e-4)
     assert meta["windows"] > 2 and meta["truncated"] == []
+    # the tokens read: every window's, what the trace counts (more than the texts': windows overlap)
+    assert meta["tokens"] > sum(len(b.tokenizer(q, " ".join(str(p) for p in pp))["input_ids"]) for q, pp in zip(qs, ps))
     assert b.read("Where is the Nile?", ps[0]).text == got[0].text
     for nothing in ([], ["  "], [("", "")]):  # no passage, or only blank ones: no answer, score 0
         assert b.read("Where is the Nile?", nothing)[:3] == ("", "none", 0.0)

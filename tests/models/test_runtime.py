@@ -97,7 +97,7 @@ def test_cite_round_trip_matches_citation_model() -> None:
     pairs = [(TEXTS[0], TEXTS[2]), (TEXTS[1], TEXTS[0]), (sentences[3], "x " * 200)]
     np.testing.assert_allclose(b.attribute(pairs), ref.attribute(pairs), atol=1e-5)
     _, meta = b.entities(["word " * 100], return_meta=True)
-    assert meta == {"truncated": [0], "max_length": 24}  # the tagger's own limit
+    assert meta == {"truncated": [0], "max_length": 24, "tokens": 24}  # the tagger's own limit
 
 
 def test_cite_bio_decoding_joins_tokens_into_spans() -> None:
@@ -154,6 +154,13 @@ def test_decompose_and_rewrite_match_the_torch_decomposer() -> None:
     qs = ["Which is older, Quarry or Lumen?", "Who founded Northwind Labs?"]
     assert [b.decompose(q).type for q in qs] == [g.type for g, _, _ in ref.decompose_batch(qs)]
     raw = b.generate(["decompose: who founded northwind labs"], constraint=b.grammar)[0]
+    # a generation's meta counts what it generated: each row's tokens up to its eos
+    got, meta = b.generate(["decompose: who founded northwind labs", "decompose: what is quarry"],
+                           return_meta=True, constraint=b.grammar)
+    ends = [len(b.tokenizer(g)["input_ids"]) for g in got]  # its text, re-tokenized, with eos
+    assert meta["tokens"] == sum(len(b.tokenizer(f"decompose: {q}")["input_ids"]) for q in
+                                 ["who founded northwind labs", "what is quarry"])
+    assert 2 <= meta["tokens_out"] and abs(meta["tokens_out"] - sum(ends)) <= 2 * len(ends)
     assert raw.split()[0] in ("terminal", "chain", "split")
 
 
@@ -271,12 +278,14 @@ def test_over_long_input_is_truncated_and_reported() -> None:
     b = load_bundle(bundle("embed"), device="cpu")
     long = "quarry " * 2000
     vecs, meta = b.encode(["short", long], return_meta=True)
-    assert meta == {"truncated": [1], "max_length": 128}
+    short = len(b.tokenizer("short")["input_ids"])  # the tokens the model ran: the long one cut to 128
+    assert meta == {"truncated": [1], "max_length": 128, "tokens": short + 128}
     cut = b.tokenizer.decode(b.tokenizer(long, truncation=True, max_length=128)["input_ids"][1:-1])
     np.testing.assert_allclose(vecs[1], b.encode([cut])[0], atol=1e-5)
     r = load_bundle(bundle("rerank"), device="cpu")
     scores, meta = r.score("query", ["short passage", long], return_meta=True)
-    assert scores.shape == (2,) and meta == {"truncated": [1], "max_length": 48}
+    pair = len(r.tokenizer("query", "short passage")["input_ids"])
+    assert scores.shape == (2,) and meta == {"truncated": [1], "max_length": 48, "tokens": pair + 48}
 
 
 def test_wrong_input_types_are_validation_errors() -> None:

@@ -197,7 +197,8 @@ def test_reload_through_citation_model(tiny_run: tuple[Path, dict, dict]) -> Non
         assert all(0 <= a < b <= len(s) and t in cit.ENTITY_TYPES for a, b, t in sp)
     probs, meta = m.attribute([("a b", "a b c"), ("x", "y " * 200)], return_meta=True)
     assert probs.shape == (2,) and probs.dtype == np.float32
-    assert ((probs > 0) & (probs < 1)).all() and meta == {"truncated": [1], "max_length": 64}
+    assert ((probs > 0) & (probs < 1)).all() and meta == {"truncated": [1], "max_length": 64,
+                                                       "tokens": len(m.tokenizer("a b", "a b c")["input_ids"]) + 64}
     with pytest.raises(ValidationError, match=r"attribute\[0\]"):
         m.attribute([("only one",)])
 
