@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +49,7 @@ from typing import Any, Literal
 
 from searchsmith.models.config import is_int, is_number
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
+from searchsmith.models.io import give_plain_modes, replace_dir, temp_dir_beside
 from searchsmith.models.pretrained import load_complete, read_model_meta
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, QDG_TYPES, parse_linear, terminal
 from searchsmith.models.rewrite_edit import REWRITE_TARGETS, apply_edits, edit_target
@@ -823,9 +822,8 @@ class Decomposer:
     def save(self, path: str | Path, trained_steps: int, extra: dict[str, Any] | None = None) -> Path:
         """Write weights, tokenizer and ``decomposer.json`` atomically (temp folder, then rename)."""
         dest = Path(path)
-        tmp = dest.with_name(f".{dest.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_dir_beside(dest)  # unique to this process: two saves never share one
         self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
         meta = {"arch": self.arch, "trained_steps": int(trained_steps),
@@ -840,12 +838,8 @@ class Decomposer:
                     "add_phrases": self.add_phrases, "choice_template": self.choice_template}
                    if self.arch == TAGGER else {}), **(extra or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        old = dest.with_name(f".{dest.name}.old")
-        if dest.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        shutil.rmtree(old, ignore_errors=True)
+        give_plain_modes(tmp)  # safetensors writes its weights 0600 whatever the umask
+        replace_dir(tmp, dest)
         return dest
 
     @classmethod

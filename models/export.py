@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models import __version__
+from searchsmith.models.config import is_int
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
@@ -163,7 +164,7 @@ class ExportOptions:
         if not 14 <= self.opset <= 23:
             raise ConfigError(f"export --opset: {self.opset} is outside 14..23 (18 is the default)")
         n = self.heldout_limit
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        if n is not None and not is_int(n, 0):
             raise ConfigError(f"export --heldout-limit: expected an int >= 0 (0 skips the bundle's held-out "
                               f"evaluation; leave it out for all items), got {n!r}")
 

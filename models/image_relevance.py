@@ -33,8 +33,6 @@ drops assignments under ``PlacementConfig.threshold`` (0.3 in the paper).
 from __future__ import annotations
 
 import math
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from searchsmith.models.config import closest_key, from_dict
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
-from searchsmith.models.io import replace_dir, write_json_atomic
+from searchsmith.models.io import give_plain_modes, replace_dir, temp_dir_beside, write_json_atomic
 from searchsmith.models.placement import (  # torch-free
     PlacementConfig,
     assign_images,
@@ -553,10 +551,9 @@ class ImageRelevanceModel(nn.Module):
         """Write the contract layout to ``path`` atomically (temporary folder, then rename)."""
         final = Path(path)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp = temp_dir_beside(final)
         self.save_pretrained(tmp, trained_steps)
+        give_plain_modes(tmp)  # safetensors writes its weights 0600 whatever the umask
         replace_dir(tmp, final)
         return final
 

@@ -26,3 +26,23 @@ def test_bundle_files_get_plain_modes(tmp_path) -> None:
              for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert "torch/model.safetensors" in modes and "model.onnx" in modes
     assert set(modes.values()) == {0o644}
+
+
+def test_model_saves_give_plain_modes_in_a_fresh_temporary(tmp_path) -> None:
+    """Decomposer.save and ImageRelevanceModel.save wrote safetensors' 0600 weights into the
+    user's folder; the decomposer's temporary was a fixed ``.NAME.tmp`` two saves shared."""
+    from export_fixtures import decompose_run, images_run
+    from searchsmith.models.decomposer import Decomposer
+    from searchsmith.models.image_relevance import ImageRelevanceModel
+
+    old = os.umask(0o022)
+    try:
+        Decomposer.load(decompose_run()).save(tmp_path / "dec", trained_steps=3)
+        ImageRelevanceModel.load(images_run()).save(tmp_path / "img")
+    finally:
+        os.umask(old)
+    for name in ("dec", "img"):
+        modes = {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / name).rglob("*") if p.is_file()}
+        assert modes == {0o644}, (name, sorted(oct(m) for m in modes))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dec", "img"]  # no temporary left
+    assert Decomposer.load(tmp_path / "dec").decompose("who made x") is not None
