@@ -74,7 +74,7 @@ def resolve_model(name: str | os.PathLike | None, *, field: str = "base_model") 
         if is_offline():
             raise ConfigError(
                 f"{field}: {text!r} is neither a local folder nor in the Hugging Face cache, and the "
-                "hub is offline (HF_HUB_OFFLINE=1). Use base_model: default (all-MiniLM-L6-v2, "
+                f"hub is offline (HF_HUB_OFFLINE=1). Use {_setting(field, DEFAULT_MODEL)} (all-MiniLM-L6-v2, "
                 "bundled), a local path, or download it first on a machine with a hub"
             ) from None
     check_on_hub(text, field)

@@ -33,6 +33,11 @@ def test_local_path_and_errors(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(ConfigError, match="hub is offline"):
         resolve_model("someone/not-cached-model", field="recipe.base_model")
+    # the fix names the setting that was given, not always base_model
+    with pytest.raises(ConfigError, match=r"^text\.tokenizer: .*Use text\.tokenizer: default "):
+        resolve_model("someone/not-cached-model", field="text.tokenizer")
+    with pytest.raises(ConfigError, match=r"Use --model default "):
+        resolve_model("someone/not-cached-model", field="--model")
 
 
 def test_index_and_route_commands(tmp_path, capsys, write_corpus) -> None:
