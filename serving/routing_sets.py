@@ -45,95 +45,38 @@ import json
 import random
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.io import WrittenFiles, write_text_atomic
-from searchsmith.models.jsonl import read_jsonl
+
+if TYPE_CHECKING:  # the shapes are training's; imported where a set is built, so serving starts without them
+    from searchsmith.training.dataset_shapes import RecordShape
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:64]
 
 
-Problems = Callable[[dict[str, Any]], list[str]]
-
-
-def _read(path: Path, required: Sequence[str], check: Problems | None = None) -> list[dict[str, Any]]:
-    """The records of one source file, each with the ``required`` fields (and no ``check``
-    problem): a line without them is named as ``FILE:LINE`` with the field, never a KeyError;
-    an empty file is refused (it would write an empty set)."""
+def _read(path: Path, shape: RecordShape, required: Sequence[str], optional: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The records of one source file, each checked against its dataset's shape (the fields
+    ``required`` and, where present, ``optional``): a bad line is named as ``FILE:LINE`` with the
+    field, what it must be and what it is, never a KeyError; an empty file is refused (it would
+    write an empty set)."""
     if not path.is_file():
         raise ValidationError(f"make-routing-set / make-pipeline-set: {path} not found; pass --data-dir "
                               "pointing at shared/data")
-    return read_jsonl(path, required, what="make-routing-set / make-pipeline-set: source", check=check)
-
-
-def _strings(*names: str) -> Problems:
-    """A check that each named field (when present) is a string."""
-    def problems(rec: dict[str, Any]) -> list[str]:
-        return [f"{n!r} must be a string, got {rec[n]!r:.60}" for n in names if n in rec and not isinstance(rec[n], str)]
-
-    return problems
-
-
-def _pairs(field: str) -> Problems:
-    """A check that ``field`` is a list of ``[title, sentences]`` pairs (HotpotQA / 2Wiki ``context``)."""
-    def problems(rec: dict[str, Any]) -> list[str]:
-        value = rec[field]
-        if not isinstance(value, list):
-            return [f"{field!r} must be a list of [title, sentences] pairs, got {value!r:.60}"]
-        for i, pair in enumerate(value):
-            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
-                    and (isinstance(pair[1], str) or (isinstance(pair[1], list)
-                                                      and all(isinstance(x, str) for x in pair[1])))):
-                return [f"'{field}[{i}]' must be a [title, sentences] pair (a string and a list of strings), "
-                        f"got {pair!r:.60}"]
-        return []
-
-    return problems
-
-
-MUSIQUE_PARAGRAPH = ("title", "paragraph_text", "is_supporting")
-
-
-def _musique_paragraphs(rec: dict[str, Any]) -> list[str]:
-    paragraphs = rec["paragraphs"]
-    if not isinstance(paragraphs, list):
-        return [f"'paragraphs' must be a list of {{{', '.join(MUSIQUE_PARAGRAPH)}}} objects, got {paragraphs!r:.60}"]
-    for i, par in enumerate(paragraphs):
-        lacks = [k for k in MUSIQUE_PARAGRAPH if not isinstance(par, dict) or k not in par]
-        if lacks:
-            return [f"'paragraphs[{i}]' lacks {lacks}; each paragraph needs {list(MUSIQUE_PARAGRAPH)}"]
-    return []
-
-
-def _titles(rec: dict[str, Any]) -> list[str]:
-    """HotpotQA's ``supporting_titles``: a list of paragraph titles."""
-    value = rec["supporting_titles"]
-    if isinstance(value, list) and all(isinstance(t, str) for t in value):
-        return []
-    return [f"'supporting_titles' must be a list of paragraph titles (strings), got {value!r:.60}"]
-
-
-def _facts(rec: dict[str, Any]) -> list[str]:
-    """2WikiMultihopQA's optional ``supporting_facts``: a list of ``[title, sentence index]`` pairs."""
-    value = rec.get("supporting_facts") or []
-    if isinstance(value, list) and all(isinstance(f, list) and len(f) == 2 for f in value):
-        return []
-    return [f"'supporting_facts' must be a list of [title, sentence index] pairs, got {value!r:.60}"]
-
-
-def _all(*checks: Problems) -> Problems:
-    return lambda rec: [p for check in checks for p in check(rec)]
+    return shape.read(path, "make-routing-set / make-pipeline-set: source", required, optional)
 
 
 def expertqa_routing(data_dir: Path, *, min_per_source: int = 20, query_ratio: float = 0.2,
                      max_queries_per_source: int = 10, seed: int = 13) -> tuple[list[dict], list[dict]]:
-    rows = _read(data_dir / "expertqa" / "expertqa_r1_questions_by_field.jsonl", ("qid", "question", "field"),
-                 _strings("qid", "question", "field"))
+    from searchsmith.training.dataset_shapes import EXPERTQA_QUESTION
+
+    rows = _read(data_dir / "expertqa" / "expertqa_r1_questions_by_field.jsonl", EXPERTQA_QUESTION,
+                 ("qid", "question", "field"), ("specific_field",))
     merge = {"Healthcare / Medicine": "Medicine"}
     by_field: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -158,8 +101,11 @@ def expertqa_routing(data_dir: Path, *, min_per_source: int = 20, query_ratio: f
 
 
 def cast_routing(data_dir: Path, *, min_docs: int = 4) -> tuple[list[dict], list[dict]]:
-    rows = _read(data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl", ("id", "year", "topic_id", "raw_utterance"),
-                 _strings("id", "raw_utterance"))
+    from searchsmith.training.dataset_shapes import TREC_CAST
+
+    rows = _read(data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl", TREC_CAST,
+                 ("id", "year", "topic_id", "raw_utterance"),
+                 ("canonical_response", "history_turn_ids", "history_utterances"))
     by_id = {r["id"]: r for r in rows}
     topics: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -197,6 +143,8 @@ def multihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], l
     ``questions`` > 0 keeps the first that many items (alternating the two sets) and only the
     candidate paragraphs of those questions: a smaller pool, still shared by every question.
     """
+    from searchsmith.training.dataset_shapes import HOTPOTQA, MUSIQUE
+
     corpus: dict[str, dict] = {}
     by_set: dict[str, list[dict]] = {"musique": [], "hotpotqa": []}
     candidates: dict[str, list[str]] = {}  # item id -> its candidate paragraphs
@@ -206,14 +154,13 @@ def multihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], l
         corpus.setdefault(doc_id, {"id": doc_id, "source": source, "title": title, "text": text})
         return doc_id
 
-    for r in _read(data_dir / "musique" / "musique_ans_200.jsonl", ("id", "question", "answer", "paragraphs"),
-                   _musique_paragraphs):
+    for r in _read(data_dir / "musique" / "musique_ans_200.jsonl", MUSIQUE, ("id", "question", "answer", "paragraphs")):
         ids = [(add("musique", p["title"], p["paragraph_text"]), bool(p["is_supporting"])) for p in r["paragraphs"]]
         by_set["musique"].append({"id": f"musique-{r['id']}", "query": r["question"], "answer": r["answer"],
                                   "supporting": [d for d, gold in ids if gold]})
         candidates[f"musique-{r['id']}"] = [d for d, _ in ids]
-    for r in _read(data_dir / "hotpotqa" / "hotpotqa_dev_distractor.jsonl",
-                   ("_id", "question", "answer", "supporting_titles", "context"), _all(_titles, _pairs("context"))):
+    for r in _read(data_dir / "hotpotqa" / "hotpotqa_dev_distractor.jsonl", HOTPOTQA,
+                   ("_id", "question", "answer", "supporting_titles", "context")):
         gold = set(r["supporting_titles"])
         ids = [(add("hotpotqa", t, "".join(s) if not isinstance(s, str) else s), t in gold) for t, s in r["context"]]
         by_set["hotpotqa"].append({"id": f"hotpotqa-{r['_id']}", "query": r["question"], "answer": r["answer"],
@@ -239,11 +186,13 @@ def _first_questions(corpus: dict[str, dict], items: list[dict], candidates: dic
 def wikimultihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict], list[dict]]:
     """2WikiMultihopQA: (corpus, qa items); see the module docstring. ``questions`` > 0 keeps
     the first that many items and only their candidate paragraphs."""
+    from searchsmith.training.dataset_shapes import WIKIMULTIHOPQA
+
     corpus: dict[str, dict] = {}
     items: list[dict] = []
     candidates: dict[str, list[str]] = {}
-    for r in _read(data_dir / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl", ("_id", "question", "answer", "context"),
-                   _all(_facts, _pairs("context"))):
+    for r in _read(data_dir / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl", WIKIMULTIHOPQA,
+                   ("_id", "question", "answer", "context"), ("supporting_facts",)):
         gold = {str(t) for t, _ in r.get("supporting_facts") or []}
         ids = []
         for title, sents in r["context"]:

@@ -42,24 +42,20 @@ from typing import Any, Literal
 
 from searchsmith.models.citation import LABELS
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.jsonl import (
-    ID,
-    INDEX,
-    STRING,
-    STRINGS,
-    TEXT,
-    field_check,
-    list_of,
-    object_with,
-    one_of,
-    read_jsonl,
-)
+from searchsmith.models.jsonl import read_jsonl
 from searchsmith.models.text import BM25_STOP_WORDS, entity_spans, sentence_texts
 from searchsmith.training.data import (
     resolve_data_path,
     split_by_key,
     split_leaving_out,
     write_jsonl_atomic,
+)
+from searchsmith.training.dataset_shapes import (
+    EXPERTQA_ATTRIBUTION,
+    SCIFACT_ABSTRACT,
+    SCIFACT_CLAIM,
+    WICE,
+    scifact_outside_corpus,
 )
 from searchsmith.training.registry import get_dataset
 
@@ -205,28 +201,18 @@ def _set_vs_rest(key: str, source: str, claim: str, sentences: Sequence[str],
     return out
 
 
-# What each source's records must hold (read_jsonl's check): a record that does not is refused
-# at its FILE:LINE, naming the field, never met as a TypeError mid-build nor read as other data.
-_SENTENCE_SET = list_of(INDEX, "a list of sentence indices")
-
-
-def _sets_past_evidence(rec: dict[str, Any]) -> list[str]:
-    n = len(rec["evidence"])
-    return [f"field 'supporting_sentences[{k}]' names sentence {i}, past the {n} sentences of 'evidence'"
-            for k, sset in enumerate(rec["supporting_sentences"]) for i in sset if i >= n][:1]
-
-
-WICE = field_check({"label": one_of("supported", "partially_supported", "not_supported"), "claim": TEXT,
-                    "evidence": STRINGS, "supporting_sentences": list_of(_SENTENCE_SET, "a list of sentence-index sets")},
-                   {"meta": object_with("an object", optional={"id": ID})}, then=_sets_past_evidence)
+def _wice_records(path: Path) -> list[dict[str, Any]]:
+    """WiCE's records, each checked as it is read (as every source's, by its shape in
+    training/dataset_shapes.py): a record without what the loaders read is refused at its
+    FILE:LINE, naming the field, never met as a TypeError mid-build nor read as other data."""
+    return WICE.read(path, "data.wice", ("label", "claim", "evidence", "supporting_sentences"), ("meta",))
 
 
 def wice_pairs(data: CitationData) -> list[Pair]:
     """WiCE: claim vs its cited page's supporting-sentence sets and other sentences."""
     path = resolve_data_path(data.wice, "data.wice")
     rng = random.Random(data.split_seed)
-    recs = _cap(read_jsonl(path, required=("label", "claim", "evidence", "supporting_sentences"), what="data.wice",
-                           check=WICE), data, data.split_seed)
+    recs = _cap(_wice_records(path), data, data.split_seed)
     out: list[Pair] = []
     for n, r in enumerate(recs):
         key = f"wice-{(r.get('meta') or {}).get('id', n)}"
@@ -249,12 +235,8 @@ def wice_pairs(data: CitationData) -> list[Pair]:
 
 
 _MARKER_RE = re.compile(r"\s*\[\d+\]")
+# The expert's support judgement as a label; N/A claims are skipped.
 EXPERTQA_LABELS = {"Complete": 1, "Partial": 0, "Incomplete": 0, "Missing": 0}
-_EXPERTQA_EVIDENCE = object_with("an evidence object", optional={"text": STRING, "url": STRING})
-_EXPERTQA_CLAIM = object_with("a claim object", optional={
-    "claim_string": STRING, "evidence": list_of(_EXPERTQA_EVIDENCE, "a list of evidence objects"),
-    "support": one_of(*EXPERTQA_LABELS, "N/A")})
-EXPERTQA = field_check({"question": TEXT, "claims": list_of(_EXPERTQA_CLAIM, "a list of claim objects")})
 
 
 def expertqa_pairs(data: CitationData) -> list[Pair]:
@@ -262,8 +244,7 @@ def expertqa_pairs(data: CitationData) -> list[Pair]:
     passages cited by other sentences of the same answer as negatives."""
     path = resolve_data_path(data.expertqa, "data.expertqa")
     rng = random.Random(data.split_seed)
-    recs = _cap(read_jsonl(path, required=("question", "claims"), what="data.expertqa", check=EXPERTQA),
-                data, data.split_seed)
+    recs = _cap(EXPERTQA_ATTRIBUTION.read(path, "data.expertqa", ("question", "claims")), data, data.split_seed)
     out: list[Pair] = []
     for n, r in enumerate(recs):
         key = f"expertqa-{n}"
@@ -288,38 +269,17 @@ def expertqa_pairs(data: CitationData) -> list[Pair]:
     return out
 
 
-SCIFACT_CORPUS = field_check({"doc_id": ID, "abstract": STRINGS})
-_RATIONALE = object_with("a {sentences, label} rationale object",
-                         {"sentences": _SENTENCE_SET, "label": one_of("SUPPORT", "CONTRADICT")})
-SCIFACT_CLAIM_FIELDS = {"id": ID, "claim": TEXT,
-                        "evidence": object_with("an object of doc id -> rationales",
-                                                values=list_of(_RATIONALE, "a list of rationale objects"))}
-
-
 def scifact_pairs(data: CitationData) -> list[Pair]:
     """SciFact: a claim vs a rationale set of its evidence abstract (joined) and as many
     other sentences of that abstract."""
     claims_path = resolve_data_path(data.scifact_claims, "data.scifact_claims")
     corpus_path = resolve_data_path(data.scifact_corpus, "data.scifact_corpus")
     docs = {str(d["doc_id"]): d["abstract"]
-            for d in read_jsonl(corpus_path, required=("doc_id", "abstract"), what="data.scifact_corpus",
-                                check=SCIFACT_CORPUS)}
-
-    def outside_corpus(c: dict[str, Any]) -> list[str]:
-        for doc_id, sets in c["evidence"].items():
-            if doc_id not in docs:
-                return [f"field 'evidence' cites doc {doc_id}, which is not in {corpus_path} (data.scifact_corpus)"]
-            n = len(docs[doc_id])
-            for k, rationale in enumerate(sets):
-                past = [i for i in rationale["sentences"] if i >= n]
-                if past:
-                    return [f"field 'evidence.{doc_id}[{k}].sentences' names sentence {past[0]}, past the {n} "
-                            f"sentences of doc {doc_id}'s abstract"]
-        return []
-
+            for d in SCIFACT_ABSTRACT.read(corpus_path, "data.scifact_corpus", ("doc_id", "abstract"))}
     rng = random.Random(data.split_seed)
-    claims = [c for c in read_jsonl(claims_path, required=("id", "claim", "evidence"), what="data.scifact_claims",
-                                    check=field_check(SCIFACT_CLAIM_FIELDS, then=outside_corpus)) if c["evidence"]]
+    claims = [c for c in SCIFACT_CLAIM.read(claims_path, "data.scifact_claims", ("id", "claim", "evidence"),
+                                            then=scifact_outside_corpus(docs, f"{corpus_path} (data.scifact_corpus)"))
+              if c["evidence"]]
     out: list[Pair] = []
     for c in _cap(claims, data, data.split_seed):
         key = f"scifact-{c['id']}"
@@ -474,8 +434,7 @@ def wice_sentence_items(data: CitationData, trained_keys: set[str]) -> list[dict
     P/R/F1 of these items is sentence-level P/R/F1 against WiCE's sets.
     """
     path = resolve_data_path(data.wice, "data.wice")
-    recs = _cap(read_jsonl(path, required=("label", "claim", "evidence", "supporting_sentences")),
-                data, data.split_seed)
+    recs = _cap(_wice_records(path), data, data.split_seed)
     items = []
     for n, r in enumerate(recs):
         key = f"wice-{(r.get('meta') or {}).get('id', n)}"

@@ -37,20 +37,16 @@ from searchsmith.models.decomposer import (
     rewrite_source,
 )
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.jsonl import (
-    ID,
-    INTEGER,
-    STRING,
-    STRINGS,
-    TEXT,
-    RecordCheck,
-    Want,
-    field_check,
-    list_of,
-    object_with,
-    read_jsonl,
-)
+from searchsmith.models.jsonl import read_jsonl
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, from_qdmr, linearize, repair, terminal
+from searchsmith.training.dataset_shapes import (
+    BREAK_QDMR,
+    HOTPOTQA,
+    MUSIQUE,
+    STRATEGYQA,
+    TREC_CAST,
+    RecordShape,
+)
 
 # Relative paths under the data directory, as in ../shared/data/README.md.
 REAL_SOURCES: dict[str, str] = {
@@ -185,22 +181,17 @@ def conversation(ex: Mapping[str, Any]) -> list[dict[str, str]]:
     return turns
 
 
-# What a record of each real source must hold (read_jsonl's check): a malformed record is refused
-# at its FILE:LINE, naming the field, never dropped without a word. A HotpotQA record without
-# qdmr_high_level is no decomposition and is skipped, as its loader says.
-_STEPS = Want("a non-empty list of step strings", lambda v: isinstance(v, list) and bool(v), items=STRING)
-_DEPENDENCIES = list_of(list_of(INTEGER, "a list of step numbers"), "a list of step-number lists, one per step")
-_MUSIQUE_HOPS = Want("a non-empty list of hop objects", lambda v: isinstance(v, list) and bool(v),
-                     items=object_with("a hop object with a 'question' string", {"question": STRING}))
-_RECORD_CHECKS: dict[str, RecordCheck] = {
-    "break_qdmr": field_check({"question_text": TEXT, "steps": _STEPS}, {"step_dependencies": _DEPENDENCIES}),
-    "musique": field_check({"question": TEXT, "question_decomposition": _MUSIQUE_HOPS}),
-    "strategyqa": field_check({"question": TEXT, "decomposition": _STEPS}),
-    "hotpotqa": field_check({"question": TEXT}, {"qdmr_high_level": object_with(
-        "a {steps, step_dependencies} object", {"steps": _STEPS}, {"step_dependencies": _DEPENDENCIES})}),
-    "trec_cast": field_check({"raw_utterance": TEXT, "manual_rewritten_utterance": TEXT}, {
-        "id": ID, "year": INTEGER, "topic_id": ID, "history_utterances": STRINGS,
-        "history_turn_ids": list_of(ID, "a list of turn ids"), "canonical_response": STRING}),
+# What a record of each real source must hold, and which of its fields the loaders read (the
+# shapes are training/dataset_shapes.py's): a malformed record is refused at its FILE:LINE, naming
+# the field, never dropped without a word. A HotpotQA record without qdmr_high_level is no
+# decomposition and is skipped, as its loader says.
+_RECORDS: dict[str, tuple[RecordShape, tuple[str, ...], tuple[str, ...]]] = {  # shape, required, optional
+    "break_qdmr": (BREAK_QDMR, ("question_text", "steps"), ("step_dependencies", "source_dataset")),
+    "musique": (MUSIQUE, ("question", "question_decomposition"), ()),
+    "strategyqa": (STRATEGYQA, ("question", "decomposition"), ()),
+    "hotpotqa": (HOTPOTQA, ("question",), ("qdmr_high_level",)),
+    "trec_cast": (TREC_CAST, ("raw_utterance", "manual_rewritten_utterance"),
+                  ("id", "year", "topic_id", "history_utterances", "history_turn_ids", "canonical_response")),
 }
 
 _LOADERS = {
@@ -217,7 +208,8 @@ def load_real(name: str, data_dir: str | Path, max_history_turns: int = 3) -> li
         raise ConfigError(f"data.sources: unknown source {name!r}; expected one of "
                           f"{sorted([*REAL_SOURCES, 'synthetic'])}")
     path = Path(data_dir) / REAL_SOURCES[name]
-    rows = read_jsonl(path, what=f"data.sources {name}", missing_hint=_NO_SHARED_DATA, check=_RECORD_CHECKS[name])
+    shape, required, optional = _RECORDS[name]
+    rows = shape.read(path, f"data.sources {name}", required, optional, missing_hint=_NO_SHARED_DATA)
     out = load_trec_cast(rows, max_history_turns) if name == "trec_cast" else _LOADERS[name](rows)
     if not out:  # only HotpotQA skips records (those without qdmr_high_level): a file of those alone
         raise ValidationError(f"data.sources {name}: none of the {len(rows)} record(s) of {path} gives an example "

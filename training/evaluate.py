@@ -56,6 +56,11 @@ from searchsmith.models.metrics import (
     recall_at_k,
 )
 from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
+from searchsmith.training.dataset_shapes import (
+    SCIFACT_ABSTRACT,
+    SCIFACT_CLAIM,
+    scifact_outside_corpus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -1049,13 +1054,15 @@ def write_scifact_beir(out_dir: str | Path,
     """
     claims_p = resolve_data_path(claims, "claims")
     corpus_p = resolve_data_path(corpus, "corpus")
+    docs = SCIFACT_ABSTRACT.read(corpus_p, "corpus", ("doc_id", "title", "abstract"))
+    outside = scifact_outside_corpus({str(d["doc_id"]): d["abstract"] for d in docs}, f"{corpus_p} (corpus)")
+    claim_rows = SCIFACT_CLAIM.read(claims_p, "claims", ("id", "claim", "qrels"), ("bm25_top10",), then=outside)
     out = Path(out_dir)
     (out / "qrels").mkdir(parents=True, exist_ok=True)
-    docs = read_jsonl(corpus_p, required=("doc_id", "title", "abstract"))
     write_jsonl_atomic(out / "corpus.jsonl", [
         {"_id": str(d["doc_id"]), "title": d["title"], "text": " ".join(d["abstract"])} for d in docs])
     rows, qrows, run = [], [], []
-    for c in read_jsonl(claims_p, required=("id", "claim", "qrels")):
+    for c in claim_rows:
         cid = str(c["id"])
         if not c["qrels"] or (only_ids is not None and cid not in only_ids):
             continue

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.jsonl import ID, STRINGS, TEXT, check_input_file, field_check, read_jsonl
+from searchsmith.models.jsonl import check_input_file
 from searchsmith.training.data import split_by_key, write_jsonl_atomic
+from searchsmith.training.dataset_shapes import COCO_CAPTIONS
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 70, 220), "yellow": (240, 220, 30),
@@ -247,10 +248,6 @@ def _peak(vals: list[float]) -> list[float]:
 # ----------------------------------------------------------------------------- COCO
 
 
-# A captions.jsonl record (read_jsonl's check): "captions" a list, never a string read letter by letter.
-COCO_CAPTIONS = field_check({"image_id": ID, "file_name": TEXT, "captions": STRINGS})
-
-
 def coco_records(coco_dir: str | Path, field: str = "data.coco_dir") -> list[ImageRecord]:
     """The COCO open part: ``captions.jsonl`` + ``images/``; one record per image, 5 captions.
 
@@ -278,8 +275,7 @@ def coco_records(coco_dir: str | Path, field: str = "data.coco_dir") -> list[Ima
                 "pictures only: data.sources=[synthetic_images]")
     captions = check_input_file(root / "captions.jsonl", field, "the folder must hold captions.jsonl and images/")
     out = []
-    for rec in read_jsonl(captions, required=("image_id", "file_name", "captions"), what=field,
-                          check=COCO_CAPTIONS):
+    for rec in COCO_CAPTIONS.read(captions, field, ("image_id", "file_name", "captions")):
         caps = tuple(c.strip() for c in rec["captions"] if isinstance(c, str) and c.strip())
         if not caps:
             raise ValidationError(f"{captions}: image {rec['image_id']} has no caption")

@@ -46,14 +46,10 @@ from typing import Any
 
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import (
-    BOOLEAN,
     ID,
-    INDEX,
     STRING,
-    STRINGS,
     TEXT,
     RecordCheck,
-    Want,
     field_check,
     list_of,
     object_with,
@@ -62,6 +58,7 @@ from searchsmith.models.jsonl import (
 )
 from searchsmith.models.text import normalize_answer, sentence_texts
 from searchsmith.training.data import resolve_data_path, split_leaving_out, synthetic_facts
+from searchsmith.training.dataset_shapes import HOTPOTQA, MUSIQUE
 
 SOURCES = ("hotpotqa", "musique", "2wikimultihopqa", "demo", "synthetic")
 
@@ -182,81 +179,8 @@ class ReadItem:
 # its FILE:LINE, naming the field, what it must be and what it is. Before, a wrong type was a
 # KeyError / TypeError mid-build or other data ("answer_aliases": "abc" gave one alias per letter,
 # a null paragraph became the text "None"), and a support title or index that named no paragraph
-# was dropped without a word.
-
-
-def _is_context_paragraph(v: Any) -> bool:
-    """HotpotQA / 2WikiMultihopQA: a paragraph is [title, sentences] (a list of strings, or one string)."""
-    return (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
-            and (isinstance(v[1], str) or isinstance(v[1], list) and all(isinstance(x, str) for x in v[1])))
-
-
-_CONTEXT = Want("a non-empty list of [title, sentences] pairs", lambda v: isinstance(v, list) and bool(v),
-                items=Want("a [title, sentences] pair (a string and a list of strings)", _is_context_paragraph))
-_FACT = Want("a [title, sentence index] pair", lambda v: isinstance(v, list) and len(v) == 2
-             and isinstance(v[0], str) and INDEX.ok(v[1]))
-_EVIDENCE = Want("a [subject, relation, object] triple of strings", lambda v: isinstance(v, list) and len(v) == 3
-                 and all(isinstance(x, str) for x in v))
-
-
-def _context_support_problems(rec: dict[str, Any]) -> list[str]:
-    """Support that names no paragraph of ``context``: a title it lacks, a sentence past its end."""
-    # title -> sentences of its longest paragraph (2Wiki repeats a title now and then); None where
-    # a paragraph of that title is one string, whose sentences are not counted
-    sentences: dict[str, int | None] = {}
-    for t, s in rec["context"]:
-        n, before = (len(s) if isinstance(s, list) else None), sentences.get(t, 0)
-        sentences[t] = None if n is None or before is None else max(n, before)
-    n_paras = len(rec["context"])
-    problems = [f"field 'supporting_titles[{k}]' is {shown(t)}, not the title of any of the record's {n_paras} "
-                "'context' paragraphs" for k, t in enumerate(rec.get("supporting_titles") or []) if t not in sentences]
-    for k, (t, i) in enumerate(rec.get("supporting_facts") or []):
-        if t not in sentences:
-            problems.append(f"field 'supporting_facts[{k}]' names {shown(t)}, not the title of any of the record's "
-                            f"{n_paras} 'context' paragraphs")
-        elif sentences[t] is not None and i >= sentences[t]:  # a paragraph given as one string has no sentences
-            problems.append(f"field 'supporting_facts[{k}]' is sentence {i} of {shown(t)}, past its "
-                            f"{sentences[t]} sentences")
-    return problems
-
-
-# HotpotQA and 2WikiMultihopQA: gold titles from supporting_titles (HotpotQA) or supporting_facts.
-CONTEXT_RECORD = field_check(
-    {"_id": ID, "question": TEXT, "answer": TEXT, "context": _CONTEXT},
-    {"supporting_titles": STRINGS, "supporting_facts": list_of(_FACT, "a list of [title, sentence index] pairs"),
-     "evidences": list_of(_EVIDENCE, "a list of [subject, relation, object] triples")},
-    then=_context_support_problems)
-
-_MUSIQUE_PARAGRAPHS = Want("a non-empty list of paragraph objects", lambda v: isinstance(v, list) and bool(v),
-                           items=object_with("a {title, paragraph_text, is_supporting} object",
-                                             {"title": STRING, "paragraph_text": STRING, "is_supporting": BOOLEAN}))
-# A hop's answer fills the later hops' #k, so a hop needs both; a null paragraph_support_idx
-# (MuSiQue's unanswerable hops) is a hop without a paragraph, skipped.
-_MUSIQUE_HOP = object_with("a {question, answer, paragraph_support_idx} object",
-                           {"question": TEXT, "answer": STRING}, {"paragraph_support_idx": INDEX})
-
-
-def _musique_hop_problems(rec: dict[str, Any]) -> list[str]:
-    """A hop's support index past the paragraphs, or a ``#k`` that names no earlier hop."""
-    n = len(rec["paragraphs"])
-    problems = []
-    for h, hop in enumerate(rec.get("question_decomposition") or []):
-        idx = hop.get("paragraph_support_idx")
-        if idx is not None and idx >= n:
-            problems.append(f"field 'question_decomposition[{h}].paragraph_support_idx' is {idx}, past the "
-                            f"record's {n} paragraphs")
-        refs = [int(k) for k in re.findall(r"#(\d+)", hop["question"]) if not 1 <= int(k) <= h]
-        if refs:
-            earlier = f"#1..#{h}" if h else "none"
-            problems.append(f"field 'question_decomposition[{h}].question' refers to #{refs[0]}, not an earlier "
-                            f"hop (earlier hops: {earlier})")
-    return problems
-
-
-MUSIQUE_RECORD = field_check(
-    {"id": ID, "question": TEXT, "answer": TEXT, "paragraphs": _MUSIQUE_PARAGRAPHS},
-    {"answer_aliases": STRINGS, "question_decomposition": list_of(_MUSIQUE_HOP, "a list of hop objects")},
-    then=_musique_hop_problems)
+# was dropped without a word. The public sets' shapes are training/dataset_shapes.py's; the demo's
+# (the project's own data) are here.
 
 DEMO_DOCUMENT = field_check({"id": ID, "text": STRING}, {"title": STRING})
 _TURN = object_with("a {role, content} turn object", {"role": STRING, "content": STRING})
@@ -282,8 +206,8 @@ def _context_items(path_setting: str, field: str, prefix: str, source: str, max_
     ``supporting_titles`` or ``supporting_facts``): HotpotQA and 2WikiMultihopQA."""
     path = resolve_data_path(path_setting, field)
     out = []
-    for r in _limit(read_jsonl(path, required=("_id", "question", "answer", "context"), what=field,
-                               check=CONTEXT_RECORD), max_items):
+    for r in _limit(HOTPOTQA.read(path, field, ("_id", "question", "answer", "context"),
+                                  ("supporting_titles", "supporting_facts", "evidences")), max_items):
         gold = set(r.get("supporting_titles") or [t for t, _ in r.get("supporting_facts") or []])
         paras = [(t, " ".join(s) if isinstance(s, list) else s) for t, s in r["context"]]
         evidences = tuple(tuple(e) for e in r.get("evidences") or [])
@@ -313,8 +237,8 @@ def musique_items(data: ReaderData) -> list[ReadItem]:
     path = resolve_data_path(data.musique, "data.musique")
     rng = random.Random(data.split_seed)
     out = []
-    for r in _limit(read_jsonl(path, required=("id", "question", "answer", "paragraphs"), what="data.musique",
-                               check=MUSIQUE_RECORD), data.max_items):
+    for r in _limit(MUSIQUE.read(path, "data.musique", ("id", "question", "answer", "paragraphs"),
+                                 ("answer_aliases", "question_decomposition")), data.max_items):
         paras = r["paragraphs"]
         qid = f"musique-{r['id']}"
         gold = [i for i, p in enumerate(paras) if p["is_supporting"]]

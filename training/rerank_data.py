@@ -23,20 +23,15 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.jsonl import (
-    BOOLEAN,
-    ID,
-    INDEX,
-    STRING,
-    STRINGS,
-    TEXT,
-    Want,
-    field_check,
-    list_of,
-    object_with,
-    read_jsonl,
-)
 from searchsmith.training.data import resolve_data_path, synthetic_facts
+from searchsmith.training.dataset_shapes import (
+    HOTPOTQA,
+    MUSIQUE,
+    SCIFACT_ABSTRACT,
+    SCIFACT_CLAIM,
+    WIKIMULTIHOPQA,
+    scifact_outside_corpus,
+)
 from searchsmith.training.registry import get_dataset
 
 SHARED = "../shared/data"
@@ -186,67 +181,25 @@ def check_group(g: QueryGroup, where: str) -> None:
 # Shared corpora by name (SciFact abstracts) so that groups need not copy them.
 CORPORA: dict[str, list[str]] = {}
 
-# What each source's records must hold (read_jsonl's check): a record that does not is refused
-# at its FILE:LINE, naming the field, never met as a KeyError or AttributeError mid-build.
-SCIFACT_CORPUS = field_check({"doc_id": ID, "title": STRING, "abstract": STRINGS})
-_SCORED_ID = Want("a [doc id, score] pair", lambda v: isinstance(v, list) and len(v) == 2
-                  and ID.ok(v[0]) and isinstance(v[1], (int, float)) and not isinstance(v[1], bool))
-SCIFACT_CLAIMS = field_check({"id": ID, "claim": TEXT, "qrels": list_of(ID, "a list of doc ids")},
-                             {"bm25_top10": list_of(_SCORED_ID, "a list of [doc id, score] pairs")})
-
-
-def _is_context_paragraph(v: Any) -> bool:
-    """HotpotQA / 2WikiMultihopQA: a paragraph is [title, sentences] (a list of strings, or one string)."""
-    return (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
-            and (isinstance(v[1], str) or isinstance(v[1], list) and all(isinstance(x, str) for x in v[1])))
-
-
-_CONTEXT = list_of(Want("a [title, sentences] pair (a string and a list of strings)", _is_context_paragraph),
-                   "a list of [title, sentences] pairs")
-HOTPOTQA = field_check({"_id": ID, "question": TEXT, "context": _CONTEXT, "supporting_titles": STRINGS})
-_FACT = Want("a [title, sentence index] pair", lambda v: isinstance(v, list) and len(v) == 2 and isinstance(v[0], str))
-WIKIMULTIHOP = field_check({"_id": ID, "question": TEXT, "context": _CONTEXT,
-                            "supporting_facts": list_of(_FACT, "a list of [title, sentence index] pairs")})
-_MUSIQUE_PARAGRAPH = object_with("a {title, paragraph_text, is_supporting} object",
-                                 {"title": STRING, "paragraph_text": STRING, "is_supporting": BOOLEAN})
-_MUSIQUE_HOP = object_with("a {question, answer, paragraph_support_idx} object",
-                           optional={"question": STRING, "answer": STRING, "paragraph_support_idx": INDEX})
-
-
-def _hop_support_past_paragraphs(rec: dict[str, Any]) -> list[str]:
-    n = len(rec["paragraphs"])
-    return [f"field 'question_decomposition[{k}].paragraph_support_idx' is {hop['paragraph_support_idx']}, past "
-            f"the record's {n} paragraphs" for k, hop in enumerate(rec.get("question_decomposition") or [])
-            if isinstance(hop.get("paragraph_support_idx"), int) and hop["paragraph_support_idx"] >= n]
-
-
-MUSIQUE = field_check({"id": ID, "question": TEXT,
-                       "paragraphs": list_of(_MUSIQUE_PARAGRAPH, "a list of paragraph objects")},
-                      {"question_decomposition": list_of(_MUSIQUE_HOP, "a list of hop objects")},
-                      then=_hop_support_past_paragraphs)
-
 
 def scifact_groups(data: RerankerData) -> list[QueryGroup]:
     """SciFact claims with evidence: BM25 top-10 plus gold abstracts, labels from qrels."""
     claims_path = resolve_data_path(data.scifact_claims, "data.scifact_claims")
     corpus_path = resolve_data_path(data.scifact_corpus, "data.scifact_corpus")
-    docs = {}
-    for d in read_jsonl(corpus_path, required=("doc_id", "title", "abstract"), what="data.scifact_corpus",
-                        check=SCIFACT_CORPUS):
-        docs[str(d["doc_id"])] = f"{d['title']} {' '.join(d['abstract'])}".strip()
+    corpus = SCIFACT_ABSTRACT.read(corpus_path, "data.scifact_corpus", ("doc_id", "title", "abstract"))
+    docs = {str(d["doc_id"]): f"{d['title']} {' '.join(d['abstract'])}".strip() for d in corpus}
     CORPORA["scifact"] = list(docs.values())
+    # every candidate (qrels, bm25_top10) must be an abstract of the corpus: checked at the claim's line
+    outside = scifact_outside_corpus({str(d["doc_id"]): d["abstract"] for d in corpus},
+                                     f"{corpus_path} (data.scifact_corpus)")
     groups = []
-    for c in read_jsonl(claims_path, required=("id", "claim", "qrels"), what="data.scifact_claims",
-                        check=SCIFACT_CLAIMS):
+    for c in SCIFACT_CLAIM.read(claims_path, "data.scifact_claims", ("id", "claim", "qrels"), ("bm25_top10",),
+                                then=outside):
         if not c["qrels"]:
             continue  # "not enough info" claims have no relevant abstract
         gold = {str(d) for d in c["qrels"]}
         cand_ids = [str(d) for d, _ in (c.get("bm25_top10") or [])]
         cand_ids += [d for d in sorted(gold) if d not in cand_ids]
-        missing = [d for d in cand_ids if d not in docs]
-        if missing:
-            raise ValidationError(f"{claims_path}: claim {c['id']} names doc ids {missing[:3]} "
-                                  f"not in {corpus_path}")
         groups.append(QueryGroup(f"scifact-{c['id']}", "scifact", c["claim"],
                                  [docs[d] for d in cand_ids],
                                  [1 if d in gold else 0 for d in cand_ids], corpus="scifact"))
@@ -262,8 +215,7 @@ def hotpotqa_groups(data: RerankerData) -> list[QueryGroup]:
     """HotpotQA distractor setting: 10 paragraphs, the supporting titles are relevant."""
     path = resolve_data_path(data.hotpotqa, "data.hotpotqa")
     groups = []
-    for r in read_jsonl(path, required=("_id", "question", "context", "supporting_titles"), what="data.hotpotqa",
-                        check=HOTPOTQA):
+    for r in HOTPOTQA.read(path, "data.hotpotqa", ("_id", "question", "context", "supporting_titles")):
         gold = set(r["supporting_titles"])
         cands = [(_paragraph_text(t, s), int(t in gold)) for t, s in r["context"]]
         groups.append(QueryGroup(f"hotpotqa-{r['_id']}", "hotpotqa", r["question"],
@@ -271,11 +223,15 @@ def hotpotqa_groups(data: RerankerData) -> list[QueryGroup]:
     return groups
 
 
+def _musique_records(data: RerankerData) -> list[dict[str, Any]]:
+    return MUSIQUE.read(resolve_data_path(data.musique, "data.musique"), "data.musique", ("id", "question", "paragraphs"),
+                        ("question_decomposition",))
+
+
 def musique_groups(data: RerankerData) -> list[QueryGroup]:
     """MuSiQue: 20 paragraphs per question, ``is_supporting`` ones are relevant."""
-    path = resolve_data_path(data.musique, "data.musique")
     groups = []
-    for r in read_jsonl(path, required=("id", "question", "paragraphs"), what="data.musique", check=MUSIQUE):
+    for r in _musique_records(data):
         ps = r["paragraphs"]
         groups.append(QueryGroup(f"musique-{r['id']}", "musique", r["question"],
                                  [_paragraph_text(p["title"], p["paragraph_text"]) for p in ps],
@@ -299,18 +255,17 @@ def musique_hop_groups(data: RerankerData, parent_ids: set[str]) -> list[QueryGr
     training questions): the hop's sub-question (:func:`_hop_query`) against its question's
     paragraphs, the hop's ``paragraph_support_idx`` the one relevant. Hops without a support
     paragraph or a usable query are skipped."""
-    path = resolve_data_path(data.musique, "data.musique")
     groups = []
-    for r in read_jsonl(path, required=("id", "question", "paragraphs"), what="data.musique", check=MUSIQUE):
+    for r in _musique_records(data):
         if f"musique-{r['id']}" not in parent_ids:
             continue
         ps = r["paragraphs"]
         steps = r.get("question_decomposition") or []
-        answers = [str(st.get("answer", "")) for st in steps]
+        answers = [st["answer"] for st in steps]
         for k, st in enumerate(steps):
-            idx = st.get("paragraph_support_idx")
-            query = _hop_query(str(st.get("question", "")), answers)
-            if not isinstance(idx, int) or not 0 <= idx < len(ps) or not query or "#" in query:
+            idx = st.get("paragraph_support_idx")  # within the paragraphs (the shape's rule)
+            query = _hop_query(st["question"], answers)
+            if idx is None or not query or "#" in query:
                 continue
             groups.append(QueryGroup(f"musique-{r['id']}#hop{k + 1}", "musique", query,
                                      [_paragraph_text(p["title"], p["paragraph_text"]) for p in ps],
@@ -322,8 +277,7 @@ def wikimultihop_groups(data: RerankerData) -> list[QueryGroup]:
     """2WikiMultihopQA: 10 paragraphs, titles in ``supporting_facts`` are relevant."""
     path = resolve_data_path(data.wikimultihop, "data.wikimultihop")
     groups = []
-    for r in read_jsonl(path, required=("_id", "question", "context", "supporting_facts"), what="data.wikimultihop",
-                        check=WIKIMULTIHOP):
+    for r in WIKIMULTIHOPQA.read(path, "data.wikimultihop", ("_id", "question", "context", "supporting_facts")):
         gold = {t for t, _ in r["supporting_facts"]}
         cands = [(_paragraph_text(t, s), int(t in gold)) for t, s in r["context"]]
         groups.append(QueryGroup(f"2wiki-{r['_id']}", "2wikimultihopqa", r["question"],

@@ -74,7 +74,7 @@ def test_2wikimultihop_set_names_its_gold_paragraphs(tmp_path, capsys) -> None:
 
     _write(tmp_path / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl", [
         {"_id": "w0", "question": "Who directed the film Z?", "answer": "Ann",
-         "supporting_facts": [["Z", 0], ["Ann", 1], ["Z", 1]],
+         "supporting_facts": [["Z", 0], ["Ann", 0], ["Z", 1]],
          "context": [["Z", ["Z is a film", "directed by Ann."]], ["Ann", ["Ann was born in 1900."]],
                      ["Noise", ["Unrelated."]]]},
         {"_id": "w1", "question": "Where was Ann born?", "answer": "Oslo", "supporting_facts": [["Ann", 0]],

@@ -127,12 +127,13 @@ RERANK_BAD = [
     ("musique", musique_groups, _with(MUSIQUE_OK, paragraphs=[_musique_para()]),
      "field 'paragraphs[0].paragraph_text' is missing (expected a string)"),
     ("musique", musique_groups, _with(MUSIQUE_OK, paragraphs="abc"),
-     "field 'paragraphs' must be a list of paragraph objects, got \"abc\""),
+     "field 'paragraphs' must be a non-empty list of paragraph objects, got \"abc\""),
     ("musique", musique_groups, _with(MUSIQUE_OK, paragraphs=[_musique_para(paragraph_text="p", is_supporting="no")]),
      "field 'paragraphs[0].is_supporting' must be true or false, got \"no\""),
     ("musique", musique_groups, _with(MUSIQUE_OK, question_decomposition="abc"),
-     "field 'question_decomposition' must be a list of hop objects, got \"abc\""),
-    ("musique", musique_groups, _with(MUSIQUE_OK, question_decomposition=[{"question": "q", "paragraph_support_idx": 7}]),
+     "field 'question_decomposition' must be a non-empty list of hop objects, got \"abc\""),
+    ("musique", musique_groups,
+     _with(MUSIQUE_OK, question_decomposition=[{"question": "q", "answer": "a", "paragraph_support_idx": 7}]),
      "field 'question_decomposition[0].paragraph_support_idx' is 7, past the record's 2 paragraphs"),
     ("hotpotqa", hotpotqa_groups, _with(HOTPOT_OK, question=None),
      "field 'question' must be a non-empty string, got null"),
@@ -291,12 +292,12 @@ def test_decomposer_refuses_an_empty_source_file(tmp_path: Path) -> None:
         load_real("musique", tmp_path)
 
 
-MUSIQUE_HOPS = [{"question": "Who founded A?"}, {"question": "Where was #1 born?"}]
+MUSIQUE_HOPS = [{"question": "Who founded A?", "answer": "B"}, {"question": "Where was #1 born?", "answer": "C"}]
 DECOMPOSE_BAD = [
     ("musique", {"question": "Where was the founder of A born?", "question_decomposition": MUSIQUE_HOPS},
      {"question": None, "question_decomposition": MUSIQUE_HOPS}, "field 'question' must be a non-empty string, got null"),
     ("musique", {"question": "Q?", "question_decomposition": MUSIQUE_HOPS}, {"question": "Q?", "question_decomposition": [5]},
-     "field 'question_decomposition[0]' must be a hop object with a 'question' string, got 5"),
+     "field 'question_decomposition[0]' must be a {question, answer, paragraph_support_idx} object, got 5"),
     ("break_qdmr", {"question_text": "Q?", "steps": ["return a", "return #1"]},
      {"question_text": "Q?", "steps": "return a"}, "field 'steps' must be a non-empty list of step strings, got \"return a\""),
     ("strategyqa", {"question": "Q?", "decomposition": ["a?", "b #1?"]}, {"question": "Q?"},
