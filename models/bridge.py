@@ -33,6 +33,7 @@ from searchsmith.models.text import (
     asked_type,
     entity_names,
     fold,
+    holds_word,
     sentence_texts,
     singular,
 )
@@ -81,32 +82,18 @@ def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequen
 
 
 GENERIC_WORDS = frozenset("name names named called known".split())
-STEM_CHARS = 5
 
 
 def unanswered_words(question: str, sentence: str) -> set[str]:
     """The content words of ``question`` that ``sentence`` lacks (:data:`GENERIC_WORDS` and stop
     words left out): what the sentence leaves unasked for. A sentence naming a bridge that leaves
     none answers the question itself. A word is held in any inflection or derivation
-    (:func:`_held`: "discovered" by "discovery", "married" by "marriage", "directed" by
+    (:func:`models.text.holds_word`: "discovered" by "discovery", "married" by "marriage", "directed" by
     "director"), a number whole; "country" is not held by "Countess"."""
     words = set(_WORDS.findall(sentence.lower()))
     roots = {fold(h) for h in words if not h.isdigit()}
     return {w for w in _WORDS.findall(question.lower()) if w not in QUERY_STOP_WORDS and w not in GENERIC_WORDS
-            and not _held(w, words, roots)}
-
-
-def _held(word: str, words: set[str], roots: set[str]) -> bool:
-    """Whether ``word`` is one of a sentence's ``words``, or, its inflection folded
-    (``models.text.fold``), one of their ``roots``, or one of the two, at least
-    :data:`STEM_CHARS` letters long, begins the other."""
-    if word in words:
-        return True
-    if word.isdigit():
-        return False
-    root = fold(word)
-    return root in roots or (len(root) >= STEM_CHARS and any(h.startswith(root) for h in words)) or any(
-        word.startswith(r) for r in roots if len(r) >= STEM_CHARS)
+            and not holds_word(w, words, roots)}
 
 
 def title_answers(question: str, passage: str) -> bool:
@@ -147,5 +134,5 @@ def states_kin_of(question: str, sentence: str) -> bool:
     return False
 
 
-__all__ = ["GENERIC_WORDS", "KIN_WORDS", "MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "STEM_CHARS", "asked_type", "base_title",
+__all__ = ["GENERIC_WORDS", "KIN_WORDS", "MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "asked_type", "base_title",
            "named_title", "states_kin_of", "title_answers", "unanswered_words"]

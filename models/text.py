@@ -483,7 +483,7 @@ length duration population height weight age distance speed limit rate capacity 
 score timeout interval version
 """.split())
 _TIME_WORDS = frozenset("year years date month day decade century birthday".split())
-_HOW_MUCH = frozenset("many much long old far big large tall high often fast heavy deep wide hot".split())
+HOW_MUCH_WORDS = frozenset("many much long old far big large tall high often fast heavy deep wide hot".split())
 _WH = re.compile(r"\b(who|whom|whose|when|where|which|what|how|why)\b", re.I)
 _AUXILIARY = re.compile(r"\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|"
                         r"may|might|must)\b", re.I)
@@ -506,6 +506,26 @@ def how_to(question: str) -> tuple[str, str]:
     "How long ...?"). "How did he die?" asks for a manner, and is one too ("die")."""
     m = _HOW_TO.match(question)
     return (m.group(1).lower(), question[:m.end()].strip()) if m else ("", "")
+
+
+# A description is asked, not a name: "What is Lumen?", "What is the Great Barrier Reef?", "What
+# is a Turing machine?" (a name or an indefinite noun alone after the copula), "What does Kestrel
+# do?", "What happened ...?", "What causes ...?". The answer is the sentence that gives it: a name
+# read in it ("Brightline Systems" of "Lumen is an in-memory cache made by Brightline Systems")
+# answers none of them. "What is the capital of France?" and "What is the largest planet?" ask
+# for a name.
+_NAME_ALONE = r"(?:the\s+)?[A-Z0-9][\w'’&.+-]*(?:\s+(?:of\s+(?:the\s+)?|&\s+|and\s+)?[A-Z0-9][\w'’&.+-]*)*"
+_DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
+                       rf"(?:is|are|was|were|'s)\s+(?:{_NAME_ALONE}|an?\s+[^?]+?)"
+                       r"|(?:does|do|did)\s+[^?]+?\s+do"
+                       r"|happen(?:s|ed)?\b[^?]*"
+                       r"|caus(?:es|ed|e)\b[^?]*"
+                       r")\s*\?*\s*$")
+
+
+def asks_description(question: str) -> bool:
+    """Whether ``question`` asks for a description, not a span (:data:`_DESCRIBE`)."""
+    return bool(_DESCRIBE.match(question.strip()))
 
 
 def asks_who(question: str) -> bool:
@@ -617,7 +637,7 @@ def _measure_words(wh: str, after: Sequence[str], head: Sequence[str], question:
     """The words of a question that ask for a quantity: "how *long*", the :data:`MEASURE_WORDS`
     of a what / which head, or "... a *population* of what?"."""
     if wh == "how":
-        return list(after[:1]) if after[:1] and after[0] in _HOW_MUCH else []
+        return list(after[:1]) if after[:1] and after[0] in HOW_MUCH_WORDS else []
     if wh in ("what", "which"):
         words = [w for w in head if w in MEASURE_WORDS]
         if words:
@@ -638,6 +658,8 @@ def answer_kind(question: str) -> AnswerKind:
     kind, wh, after, head, m = _question_parts(question)
     if kind is not None:
         return kind
+    if asks_description(question):
+        return "OTHER"
     if wh == "when" or (wh in ("what", "which") and _TIME_WORDS & set(head)):
         return "DATE"
     if wh == "how":
@@ -1138,16 +1160,84 @@ def fold(word: str) -> str:
     return word
 
 
+STEM_CHARS = 5  # a folded word this long that begins another holds it ("discover" and "discovery")
+
+
+def holds_word(word: str, words: set[str], roots: set[str]) -> bool:
+    """Whether ``word`` is one of a sentence's ``words``, or, its inflection folded
+    (:func:`fold`), one of their ``roots`` (the folded ``words``), or one of the two, at least
+    :data:`STEM_CHARS` letters long, begins the other ("married" by "marriage")."""
+    if word in words:
+        return True
+    if word.isdigit():
+        return False
+    root = fold(word)
+    return root in roots or (len(root) >= STEM_CHARS and any(h.startswith(root) for h in words)) or any(
+        word.startswith(r) for r in roots if len(r) >= STEM_CHARS)
+
+
+# The relation a question asks about, which a sentence must state to answer it: the verb of one
+# asking for its doer ("Who *founded* X?", :data:`_AGENT_ASKED`), the counted noun of "How many
+# *employees* ...?", the final verb of "Where is X *headquartered*?" / "How long should dough be
+# *kneaded*?". "Series C" of "Brightline Systems raised $40 million in a Series C round" answers
+# no "Who founded Brightline Systems?"; "2 hours" of "... a wet dough and rise for 2 hours" no
+# "How long should bread dough be kneaded?".
+# the irregular forms of the doers' verbs _AGENT_ASKED names ("made by" states "Who makes X?")
+_VERB_FORMS = [frozenset(f.split()) for f in (
+    "make makes made making maker", "write writes wrote written writing writer author",
+    "build builds built building builder", "buy buys bought buying buyer", "sell sells sold selling seller",
+    "win wins won winning winner", "lead leads led leading leader", "run runs ran running",
+    "own owns owned owning owner")]
+_HOW_MANY = re.compile(r"\bhow\s+many\s+((?:[a-z][\w-]*\s+){0,2}[a-z][\w-]*)", re.I)
+_FINAL_VERB = re.compile(r"^\W*(?:where|how\s+(?:long|often|far|much))\b[^?]*\s([a-z]{3,}ed)\W*$", re.I)
+_WORD = re.compile(r"[^\W_]+")
+_GENERIC_VERBS = frozenset("have has had get gets got take takes took be is are was were".split())  # state nothing
+
+
+def asked_relation(question: str) -> list[frozenset[str]]:
+    """The relations ``question`` asks about (:data:`_HOW_MANY`, :data:`_FINAL_VERB`,
+    :data:`_AGENT_ASKED`), each as the words a sentence may state it with (its word and its
+    :data:`RELATION_CUES`); [] when it asks none of these. A sentence states it when it holds one
+    word of each (:func:`states_relation`)."""
+    out: list[frozenset[str]] = []
+    agent = _AGENT_ASKED.match(question)
+    final = _FINAL_VERB.match(question)
+    for verb in ((agent.group(1) or agent.group(2)) if agent else None, final.group(1) if final else None):
+        if verb and verb.lower() not in _NOT_AGENT_VERBS:
+            v = verb.lower()
+            out.append(frozenset({v, *RELATION_CUES.get(v, ()), *(w for f in _VERB_FORMS if v in f for w in f)}))
+    counted = _HOW_MANY.search(question)
+    if counted:  # the counted noun, or the verb after it: "How many people does it serve?" by "Serves 8"
+        words = _WORD.findall(question[counted.start(1):])
+        cut = next((k for k, w in enumerate(words) if _AUXILIARY.fullmatch(w)), min(len(words), 3))
+        nouns = [w.lower() for w in words[:cut] if w.lower() not in QUERY_STOP_WORDS and w.lower() not in RELATION_WORDS]
+        verbs = [w.lower() for w in words[cut + 1:] if w.islower() and w not in QUERY_STOP_WORDS
+                 and w not in _GENERIC_VERBS][:1] if cut < len(words) and _AUXILIARY.fullmatch(words[cut]) else []
+        if nouns:
+            out.append(frozenset(nouns + verbs))
+    return list(dict.fromkeys(out))
+
+
+def states_relation(relations: Sequence[frozenset[str]], sentence: str) -> bool:
+    """Whether ``sentence`` holds a word (:func:`holds_word`) of each of ``relations``
+    (:func:`asked_relation`); True when there are none."""
+    if not relations:
+        return True
+    words = set(_WORD.findall(sentence.lower()))
+    roots = {fold(w) for w in words if not w.isdigit()}
+    return all(any(holds_word(w, words, roots) for w in ws) for ws in relations)
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
-               typed: bool = False) -> str:
+               typed: bool = False, *, stated: bool = True) -> str:
     """The short answer to ``question`` in ``sentences`` (:func:`typed_span_at`'s span)."""
-    return typed_span_at(question, sentences, kind, near, exclude, fallback, typed)[0]
+    return typed_span_at(question, sentences, kind, near, exclude, fallback, typed, stated=stated)[0]
 
 
 def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                   near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
-                  typed: bool = False) -> tuple[str, int]:
+                  typed: bool = False, *, stated: bool = True) -> tuple[str, int]:
     """``(span, i)``: the short answer to ``question`` and the index of the sentence it was read
     in, ``("", -1)`` when there is none; ``sentences`` come best first.
 
@@ -1178,7 +1268,10 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     doer of its verb ("Which company acquired ...?", "... is it owned by?") counts the subject of
     that verb done to a name it knows as of the asked type (:func:`_does`), and a name in an
     appositive of a known name is not of the type it shows there (:func:`_describes_known`:
-    "Brightline Systems, the Austin company").
+    "Brightline Systems, the Austin company"). A sentence that does not state the relation the
+    question asks about (:func:`asked_relation`: the doer's verb, the counted noun) answers
+    nothing; ``stated`` off reads every sentence (a bridge's name in the sentence that names it,
+    "Brightline Systems released Lumen 4.0" for "Which company acquired the maker of Lumen?").
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)
@@ -1230,12 +1323,18 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
               for words in [[(m.start(), m.end(), fold(re.sub(r"['’]s$", "", m.group(0).lower())))
                              for m in _SPAN_WORD.finditer(sentence)]]
               for outside in [_outside_dates(sentence, words)]]
+    # a sentence that does not state the asked relation answers nothing ("Who founded X?" is not
+    # answered by a sentence on X's funding round)
+    relations = asked_relation(question) if stated else []
+    stating = [states_relation(relations, sentence) for sentence in sentences]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
         gaps: list[int] = []  # per candidate: words between it and the nearest question word near it
         for i, (sentence, (words, entities, translated, outside, outside_at, lived)) in enumerate(
                 zip(sentences, parsed, strict=True)):
+            if not stating[i]:
+                continue
             for s, e, lab in entities:
                 span = _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):

@@ -73,8 +73,8 @@ ROUTE_FIELDS = {"query": (_text, "a non-empty string"), "sources": (lambda v: _t
                                                                     "a non-empty list of source names"),
                 "history": (lambda v: isinstance(v, list), "a list of {\"role\", \"content\"} turns")}
 PIPELINE_FIELDS = {"query": (_text, "a non-empty string"),
-                   "answer": (lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
-                              "a string (the gold answer)"),
+                   "answer": (lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool)),
+                              "a string (the gold answer), or null when the sources hold none"),
                    "supporting": (_texts, "a list of corpus document ids"),
                    "history": (lambda v: isinstance(v, list), "a list of {\"role\", \"content\"} turns")}
 
@@ -319,8 +319,17 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
     * with a :class:`PassageLookup`: ``context_tokens`` and ``redundancy`` of the passages given.
 
     A metric whose gold the item lacks is absent from its dict (summaries average each metric
-    over the items that have it).
+    over the items that have it). ``answered``: whether the pipeline gave an answer (not the
+    no-answer text) to a question the sources answer. An item whose ``answer`` is null asks what
+    the sources do not hold: its ``no_answer`` is 1 when the pipeline said so, and so are its
+    ``f1``, ``text_f1`` and ``contains`` (SQuAD 2.0's rule: no answer is the right answer), 0 for
+    any answer; it has no support or citation figures (nothing supports an answer to it).
     """
+    found = ans.get("answer_found", True)
+    if item["answer"] is None:
+        right = float(not found)
+        return {"no_answer": right, "f1": right, "text_f1": right, "contains": right,
+                "passages": float(len(ans["passages"])), **_cost_metrics(ans, passages)}
     gold = item["supporting"]
     cited = {r["doc_id"] for r in ans["references"]}
     given = {p["doc_id"] for p in ans["passages"]}
@@ -330,6 +339,7 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
     gold_words = " ".join(answer_tokens(str(item["answer"]), generated=True))
     events = timeline_events(ans)
     out = {
+        "answered": float(found),
         "support_recall": set_prf(used, gold)["recall"],
         "retrieval_recall": set_prf(given, gold)["recall"],
         "f1": token_f1(ans.get("short_answer") or ans["answer_text"], str(item["answer"]), generated=True),
@@ -345,14 +355,16 @@ def pipeline_item_metrics(ans: dict[str, Any], item: dict[str, Any],
         out.update(timeline_metrics(events, item["events"]))
     if item.get("images") is not None:
         out.update(image_metrics([im["image_id"] for im in ans["images"]], item["images"]))
-    if passages is not None:
-        out.update(passages.metrics(ans))
-    out.update({
-        "model_calls": float(ans["trace"]["model_calls"]),
-        "tokens": float(ans["trace"]["tokens_in"] + ans["trace"]["tokens_out"]),
-        "latency_ms": float(ans["trace"]["total_ms"]),
-    })
-    return out
+    return {**out, **_cost_metrics(ans, passages)}
+
+
+def _cost_metrics(ans: dict[str, Any], passages: PassageLookup | None) -> dict[str, float]:
+    """What an answer cost: ``context_tokens`` and ``redundancy`` of its passages (with a
+    :class:`PassageLookup`), ``model_calls``, ``tokens`` and ``latency_ms``."""
+    return {**(passages.metrics(ans) if passages is not None else {}),
+            "model_calls": float(ans["trace"]["model_calls"]),
+            "tokens": float(ans["trace"]["tokens_in"] + ans["trace"]["tokens_out"]),
+            "latency_ms": float(ans["trace"]["total_ms"])}
 
 
 def timeline_events(ans: dict[str, Any]) -> list[dict[str, Any]]:

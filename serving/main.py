@@ -256,7 +256,8 @@ tasks, their --data and their model:
   pipeline   JSONL {"id", "query", "history"?, "answer", "supporting": [corpus ids]} + --index
              DIR and --config FILE; --bundle DIR (a bundle, or a folder of bundles) replaces
              the config's bundles of the same tasks. Each id once; an index holding none of
-             the supporting ids is refused, one lacking some is warned about
+             the supporting ids is refused, one lacking some is warned about. "answer": null
+             asks what the sources do not hold: no answer scores 1 (no_answer), any answer 0
   sweep      pipeline data (as pipeline) + --index, --param KEY (a pipeline config key) and
              --values V1,V2,...: every answer metric per value with its interval, the best
              value per metric and whether the default is within the noise of it (--plot PNG);

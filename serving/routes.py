@@ -131,7 +131,8 @@ def _sse(name: str, data: Any) -> str:
 
 def _final_events(ans: dict[str, Any]):
     """The events after the answer text: citations, timeline, images, trace, ``[DONE]``."""
-    yield _sse("citations", {"answer": ans.get("answer"), "short_answer": ans.get("short_answer", ""),
+    yield _sse("citations", {"answer": ans.get("answer"), "answer_found": ans.get("answer_found", True),
+                             "short_answer": ans.get("short_answer", ""),
                              "support": ans.get("support", []), "references": ans.get("references", []),
                              "sentences": ans.get("sentences", [])})
     yield _sse("timeline", {"timeline": ans.get("timeline", [])})

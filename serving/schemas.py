@@ -593,7 +593,7 @@ RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
     "/v1/search": {"query_id": "q-0001", "query": "How long should I knead bread dough?",
                    "rewrite": "How long should I knead bread dough?",
                    "answer": "About ten minutes. Knead the dough for about ten minutes [1].",
-                   "answer_text": "About ten minutes. Knead the dough for about ten minutes.",
+                   "answer_text": "About ten minutes. Knead the dough for about ten minutes.", "answer_found": True,
                    "short_answer": "About ten minutes", "support": ["Knead the dough for about ten minutes."],
                    "references": [{"n": 1, "doc_id": "bread-101", "chunk_id": "bread-101#0", "title": "Bread basics",
                                    "source": "cooking", "url": "https://example.com/bread", "score": 0.83,

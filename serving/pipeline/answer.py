@@ -147,7 +147,8 @@ class AnswerTrace(TypedDict):
 
 @with_config(CLOSED)
 class Answer(TypedDict):
-    """One answer: the cited text (``answer``; ``answer_text`` without markers), the short answer
+    """One answer: the cited text (``answer``; ``answer_text`` without markers; ``answer_found``
+    false when it is the no-answer text: the sources hold no answer), the short answer
     (the reader's, or the extractive answer's typed span) and the sentences supporting it
     (``short_answer`` "" and ``support`` [] when there is none), its references, timeline, images,
     passages, graph and trace."""
@@ -157,6 +158,7 @@ class Answer(TypedDict):
     rewrite: str
     answer: str
     answer_text: str
+    answer_found: bool
     short_answer: str
     support: list[str]
     references: list[Reference]

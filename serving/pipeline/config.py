@@ -274,6 +274,12 @@ class ExtractiveConfig:
         short_answer: lead the answer with the short answer its sentences hold, the date,
             number or name the question asks for (``models.text.typed_span``), and fill
             ``short_answer`` and ``support`` as the reader does; off: the sentences alone.
+        no_span_no_answer: (with ``short_answer``) a question asking for a date, number or
+            name (``models.text.answer_kind``) whose passages hold none of that kind, and whose
+            best sentences do not say what it asks (the relation, ``models.text.asked_relation``,
+            or most of its words but names), gets ``no_answer_text``, not sentences that do not
+            answer it ("What is the boiling point of water?" answered with two sentences on
+            boiling miso); off: the sentences alone, as for any question.
         compare: (with ``short_answer``) a question that compares named things is answered by
             what their passages say (``models.choice``): one that offers its answers ("Which
             film came out first, A or B?") by the option they favour (the earlier date, the
@@ -364,6 +370,7 @@ class ExtractiveConfig:
     node_answer: Literal["span", "names", "sentence"] = "names"
     node_answer_names: int = 3
     short_answer: bool = True
+    no_span_no_answer: bool = True
     compare: bool = True
     bridge: bool = True
     bridge_sentences: int = 3

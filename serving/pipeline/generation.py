@@ -60,9 +60,11 @@ from searchsmith.models.dates import parse_dates
 from searchsmith.models.errors import ClientGone, ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import (
+    HOW_MUCH_WORDS,
     SPAN_KINDS,
     answer_kind,
     asked_measure,
+    asked_relation,
     asks_typed,
     asks_who,
     entity_names,
@@ -73,6 +75,7 @@ from searchsmith.models.text import (
     of_asked_type,
     relation_cues,
     states_life,
+    states_relation,
     typed_span,
     typed_span_at,
 )
@@ -445,7 +448,7 @@ class ExtractiveGenerator:
         # the name a date question goes through: "John Knox" for "What year did the author of
         # ... die?", not the sentence's "1558" (for a number question too it searched the other
         # settings' pages of "What is the default value of X?": measured and not kept)
-        name = typed_span(question, [link.text], fallback=False,
+        name = typed_span(question, [link.text], fallback=False, stated=False,  # it names the bridge, not the answer
                           kind="ENT" if answer_kind(question) == "DATE" or verb else None)
         # the whole name the span was cut from: "Ernst Mach" for "Ernst" when the question says "Mach"
         name = next((n for n in entity_names(link.text) if name and name != n
@@ -516,6 +519,26 @@ class ExtractiveGenerator:
         # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says
         span, at = typed_span_at(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
         return (span, [hop.link, sentences[at]]) if span else ("", [])
+
+    def unsaid(self, question: str, sentences: Sequence[str]) -> str:
+        """What of ``question`` its chosen ``sentences`` do not say, when it asks for a date,
+        number or name and no span of that kind was read (``no_span_no_answer``): the relation
+        it asks about (``models.text.asked_relation``: "founded"), else its content words but
+        names when the sentences leave most of them out ("point", "water" of "What is the
+        boiling point of water?" for two sentences on boiling miso); "" when they say it (the
+        sentences are the answer: "Jupiter is the largest planet ..." for "Which planet is the
+        largest?"), for other questions, and with the setting off."""
+        if not (self.config.short_answer and self.config.no_span_no_answer and answer_kind(question) in SPAN_KINDS
+                and not choice_options(question)[1]):
+            return ""
+        text = " ".join(sentences)
+        relations = asked_relation(question)
+        if relations and not states_relation(relations, text):
+            return " or ".join(repr(w) for w in sorted(min(relations, key=len)))
+        names = {w for n in entity_names(question) for w in re.findall(r"[\w'’&.-]+", n.lower())}
+        asked = {w for w in unanswered_words(question, "") if w not in names and len(w) > 1 and w not in HOW_MUCH_WORDS}
+        left = unanswered_words(" ".join(sorted(asked)), text)
+        return ", ".join(repr(w) for w in sorted(left)) if 2 * len(left) > len(asked) else ""
 
     def short_answer(self, question: str, steps: Sequence[str], ranked: Sequence[Sequence[Support]],
                      hops: Sequence[Hop | None] = ()) -> tuple[str, list[Support]]:
@@ -1141,3 +1164,9 @@ class GenerationStage:
                 state.short_answer, state.support = short, chosen
                 state.answer = " ".join([lead_sentence(short), *chosen])
                 st.note += f"; short answer {short!r} (generation.extractive.short_answer)"
+            elif not held and (unsaid := self.extractive.unsaid(state.question(), chosen)):
+                kind = {"DATE": "date", "NUM": "number"}.get(answer_kind(state.question()), "name")
+                self._not_found(state, f"no answer: the question asks for a {kind}, its passages hold none, and "
+                                       f"their best sentences do not say {unsaid} "
+                                       f"(generation.extractive.no_span_no_answer; best support {best:.4f})")
+                return

@@ -288,6 +288,7 @@ class Pipeline:
             "rewrite": state.rewrite,
             "answer": state.cited_answer,
             "answer_text": state.answer,
+            "answer_found": state.answer_found,
             "short_answer": state.short_answer,
             "support": list(state.support),
             "references": state.references,

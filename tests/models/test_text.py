@@ -281,7 +281,7 @@ def test_plural_question(question: str, plural: bool) -> None:
     ("What is the default value of snapshot.interval_s in Lumen?",
      ["Set it in lumen.yaml: `snapshot: interval_s: 300`."], "300"),
     # a name question takes a name before a bare number ("Lumen 4.0.1" is no company)
-    ("Which company acquired the maker of Lumen?", ["Lumen 4.0.1 was released by Brightline Systems."],
+    ("Which company released the newest Lumen?", ["Lumen 4.0.1 was released by Brightline Systems."],
      "Brightline Systems"),
     # the candidate with the most of the question's words near it, over every sentence
     ("Who sent the first message over ARPANET?",
@@ -704,7 +704,8 @@ def test_a_count_written_out_answers_how_many():
     s = "Karl Kraepelin worked in Berlin; scorpions have eight legs."
     assert typed_span("How many legs does the animal have?", [s]) == "eight"
     assert typed_span("When did he work in Berlin?", [s]) == ""  # a count is no date
-    assert typed_span("How many legs does it have?", ["One of them lives in Berlin."]) == "Berlin"  # "one" is no count
+    # "one" is no count; nor is a sentence not on legs any answer ("Berlin" was, as a fallback name)
+    assert typed_span("How many legs does it have?", ["One of them lives in Berlin."]) == ""
 
 
 def test_a_figure_of_the_asked_dimension_nearest_the_question_words_answers():
@@ -737,7 +738,7 @@ def test_a_name_in_an_appositive_of_a_known_name_is_not_the_asked_type_of_anothe
     # the place still answers where the company is
     assert typed_span("Where is Brightline Systems based?", [ACQUIRED]) == "Austin"
     # an appositive of a name the question does not know still shows the type
-    assert typed_span("Which company makes Lumen?", ["The app is sold by Vale, the Austin company."],
+    assert typed_span("Which company makes Lumen?", ["The app is made by Vale, the Austin company."],
                       typed=True) == "Austin"
 
 
@@ -769,7 +770,7 @@ def test_how_to(question, verb, head):
 
 def test_an_address_answers_only_a_question_asking_for_one():
     s = "The Marlowe repository is at https://git.example.com/calloway/marlowe, beside Calloway Data's site."
-    assert typed_span("Which company makes Marlowe?", [s]) == "Calloway Data"
+    assert typed_span("Which company hosts Marlowe?", [s]) == "Calloway Data"
     assert "git.example.com/calloway/marlowe" in typed_span("Which repository holds Marlowe?", [s])
     # a name with a slash is no address
     assert typed_span("Which car did McLaren race in 1998?", ["McLaren raced the MP4/13 in 1998."]) == "MP4/13"

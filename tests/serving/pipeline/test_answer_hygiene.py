@@ -216,11 +216,15 @@ def test_below_the_threshold_the_answer_is_not_found_and_cites_nothing(embedder)
     assert note.startswith("no answer: best support 0.") and note.endswith("< generation.no_answer_threshold 0.5")
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert st.references == [] and st.cited_answer == NOT_FOUND
-    # None switches the refusal off
+    # None switches the refusal off (and no_span_no_answer the one of a name no sentence holds)
+    st = _state("Who painted the Mona Lisa?", PORTS)
+    GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(no_span_no_answer=False)), None,
+                    GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False)).run(st, Preset())
+    assert st.answer_found and st.answer != NOT_FOUND
     st = _state("Who painted the Mona Lisa?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder), None,
                     GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False)).run(st, Preset())
-    assert st.answer_found and st.answer != NOT_FOUND
+    assert not st.answer_found and "generation.extractive.no_span_no_answer" in st.trace.stages["generation"].note
 
 
 def test_a_name_no_passage_mentions_is_not_found(embedder):
