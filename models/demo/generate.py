@@ -18,6 +18,7 @@ import io
 import json
 import os
 import random
+import re
 import string
 import tempfile
 from collections import Counter
@@ -45,6 +46,7 @@ CORPUS_FILE = "corpus.jsonl"
 ROUTING_FILE = "routing.jsonl"
 QA_FILE = "qa.jsonl"
 STAGES_FILE = "stages.jsonl"
+NO_ANSWER_FILE = "no_answer.jsonl"
 README_FILE = "README.md"
 IMAGES_DIR = "images"
 SOURCE_GLOB = f"{SOURCE_DIR.name}/*.yaml"  # read, never written
@@ -848,6 +850,50 @@ def qa_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
     return out
 
 
+@dataclass(frozen=True)
+class NoAnswer:
+    """A question the corpus does not answer, about things it knows: no document naming
+    ``subject`` (every document when it is "") holds a word beginning with one of ``absent``
+    (lower case; :func:`check` says so when a template starts to state it)."""
+
+    id: str
+    query: str
+    subject: str
+    absent: tuple[str, ...]
+
+
+def no_answer_items(src: Source, docs: Sequence[Doc]) -> list[NoAnswer]:
+    """Questions the corpus holds no answer to, though their subjects are in it: what a
+    pipeline should answer with "no answer" (``eval pipeline`` scores ``"answer": null``)."""
+    out: list[NoAnswer] = []
+
+    def add(query: str, subject: str, *absent: str) -> None:
+        out.append(NoAnswer(f"na-{len(out) + 1:03d}", query, subject, absent))
+
+    def about(name: str) -> list[Doc]:
+        return [d for d in docs if name.lower() in d.text.lower()]
+
+    makers = list(dict.fromkeys(p.maker for p in src.products))
+    for m in makers[:3]:
+        add(f"Who founded {m}?", m, "found", "establish")
+    for m in makers[1:3]:
+        add(f"How many employees does {m} have?", m, "employ", "staff", "headcount", "workforce")
+    no_ceo = [m for m in makers if not any(re.search(r"\b(?:ceo|chief executive)", d.text.lower()) for d in about(m))]
+    for m in no_ceo[:1]:
+        add(f"Who is the chief executive of {m}?", m, "ceo", "chief executive")
+    for p in src.products[:2]:
+        add(f"Who designed the {p.name} logo?", p.name, "logo")
+    no_eol = [p for p in src.products if not any("end of life" in d.text.lower() for d in about(p.name))]
+    for p in no_eol[:2]:
+        add(f"When did {p.name} 1.0 reach end of life?", p.name, "end of life", "end-of-life")
+    dough = [r for r in src.recipes if any("dough" in step.lower() for step in r.steps)]
+    for r in dough[:1]:
+        add(f"How long should the {r.name.lower()} dough be kneaded?", r.name, "knead")
+    add("What is the boiling point of water?", "", "boiling point")
+    add("How many people live in Canberra?", "", "canberra")
+    return out
+
+
 def stage_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[dict[str, object]]:
     """Pipeline eval items with gold for the timeline and images stages (``eval ablate`` / ``sweep``).
 
@@ -910,6 +956,7 @@ class DemoSet:
     routing: list[Item]
     qa: list[QA]
     stages: list[dict[str, object]] = field(default_factory=list)
+    no_answer: list[NoAnswer] = field(default_factory=list)
 
 
 def build(src: Source | None = None) -> DemoSet:
@@ -934,7 +981,7 @@ def build(src: Source | None = None) -> DemoSet:
             {"id": Path(spec.file).stem, "path": f"{IMAGES_DIR}/{spec.file}", "caption": spec.caption})
         images[spec.file] = spec.image
     return DemoSet(docs, images, routing_items(rng, src, where), qa_items(src, by_id, where),
-                   stage_items(src, by_id, where))
+                   stage_items(src, by_id, where), no_answer_items(src, docs))
 
 
 def check(demo: DemoSet) -> None:
@@ -974,6 +1021,11 @@ def check(demo: DemoSet) -> None:
         carried = {im["id"] for t in gold for im in by_id[t].images}
         stray = [i for i in item.get("images", []) if i not in images or i not in carried]  # type: ignore[attr-defined]
         problems += [f"{sid}: gold images {stray} are not carried by {gold}"] if stray else []
+    for na in demo.no_answer:
+        held = [(d.id, w) for d in demo.docs if na.subject.lower() in d.text.lower() for w in na.absent
+                if re.search(rf"(?<![\w]){re.escape(w)}", d.text.lower())]
+        if held:
+            problems.append(f"{na.id} ({na.query!r}): {held[0][0]} holds {held[0][1]!r}: the corpus answers it now")
     if problems:
         raise ValidationError("demo data is inconsistent:\n  " + "\n  ".join(problems)
                               + "\nfix the facts in searchsmith/models/demo/source/*.yaml or the templates "
@@ -1029,6 +1081,7 @@ Regenerate with `python -m searchsmith.models.demo.generate` (writes this folder
 | `{ROUTING_FILE}` | routing eval | {len(demo.routing)} queries, {follow_ups} of them follow-ups whose referent is only in the history |
 | `{QA_FILE}` | pipeline eval | {len(demo.qa)} questions ({two_turn_qa} two-turn, some multi-hop); each answer occurs in its `supporting` documents |
 | `{STAGES_FILE}` | pipeline eval + stage gold | {len(demo.stages)} questions for `eval ablate` / `eval sweep`: {sum(1 for s in demo.stages if "events" in s)} with gold dated `events` (every document reporting the event), {sum(1 for s in demo.stages if "images" in s)} with gold `images` (the image ids that belong next to the answer; {sum(1 for s in demo.stages if s.get("images") == [])} where none does) |
+| `{NO_ANSWER_FILE}` | pipeline eval | {len(demo.no_answer)} questions about things the corpus names that it does not answer (`"answer": null`: saying so is right); the generator checks that no document about their subject states what they ask |
 | `{SOURCE_GLOB}` | YAML, edited by hand | the facts and prose it is all rendered from: {_and([f'`{n}`' for n in SOURCE_FILES])} |
 
 ## Sources
@@ -1090,10 +1143,12 @@ def write_all(out_dir: Path) -> dict[str, int]:
         [{"id": q.id, "query": q.query, **({"history": q.history} if q.history else {}),
           "answer": q.answer, "supporting": q.supporting} for q in demo.qa]))
     _write_atomic(out_dir / STAGES_FILE, _jsonl(demo.stages))
+    _write_atomic(out_dir / NO_ANSWER_FILE, _jsonl(
+        [{"id": na.id, "query": na.query, "answer": None, "supporting": []} for na in demo.no_answer]))
     _write_atomic(out_dir / README_FILE, readme(demo).encode("utf-8"))
     counts = {"documents": len(demo.docs), "images": len(demo.images), "routing": len(demo.routing),
               "follow_ups": sum(1 for i in demo.routing if i.history), "qa": len(demo.qa),
-              "stages": len(demo.stages)}
+              "stages": len(demo.stages), "no_answer": len(demo.no_answer)}
     counts.update({f"source:{s}": n for s, n in Counter(d.source for d in demo.docs).items()})
     return counts
 

@@ -148,7 +148,7 @@ def test_fmt_date_styles() -> None:
 def test_generator_reproduces_the_committed_files(tmp_path: Path) -> None:
     counts = gen.write_all(tmp_path)
     assert counts["documents"] == len(_jsonl(corpus_path()))
-    for name in (gen.CORPUS_FILE, gen.ROUTING_FILE, gen.QA_FILE, gen.README_FILE):
+    for name in (gen.CORPUS_FILE, gen.ROUTING_FILE, gen.QA_FILE, gen.STAGES_FILE, gen.NO_ANSWER_FILE, gen.README_FILE):
         assert (tmp_path / name).read_bytes() == (demo_dir() / name).read_bytes(), name
     committed = sorted(p.name for p in (demo_dir() / gen.IMAGES_DIR).glob("*.png"))
     assert sorted(p.name for p in (tmp_path / gen.IMAGES_DIR).glob("*.png")) == committed
@@ -188,4 +188,18 @@ def test_check_reports_a_follow_up_that_names_its_referent() -> None:
     item = next(i for i in demo.routing if i.history)
     item.query = f"Where is the code for {item.entity}?"
     with pytest.raises(ValidationError, match="follow-up query names its referent"):
+        gen.check(demo)
+
+
+def test_no_answer_questions_ask_what_the_corpus_does_not_hold(corpus: list[dict]) -> None:
+    """models/demo/no_answer.jsonl: "answer": null, and the check refuses a question whose
+    answer a document about its subject states (as a template that starts stating it would)."""
+    items = _jsonl(demo_dir() / gen.NO_ANSWER_FILE)
+    assert len(items) >= 10 and all(it["answer"] is None and it["supporting"] == [] for it in items)
+    assert len({it["id"] for it in items}) == len(items)
+    demo = gen.build()
+    founded = next(na for na in demo.no_answer if na.query.startswith("Who founded"))
+    doc = next(d for d in demo.docs if founded.subject in d.text)
+    doc.text += f" {founded.subject} was founded by Ada Quint in 2011."
+    with pytest.raises(ValidationError, match=rf"{founded.id} .*holds 'found': the corpus answers it now"):
         gen.check(demo)
