@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from searchsmith.models.io import write_text_atomic
+from searchsmith.models.io import exclusive, write_text_atomic
 from searchsmith.models.jsonl import read_jsonl
 
 RESULTS = Path(__file__).with_name("performance.jsonl")
@@ -343,10 +343,20 @@ def record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path
     (atomically); should a replacement fail, the files already replaced get their old text back,
     so the log and its tables do not disagree.
 
+    Two runs recording into one folder at once do not lose each other's rows: the log's lock
+    (``models.io.exclusive``) is held from reading it to the last write, and the second run is
+    refused at once (its results stay in its ``--out``).
+
     Raises:
-        ConfigError: as :func:`check_record_targets` (nothing written).
+        ConfigError: as :func:`check_record_targets` (nothing written), or another process is
+            recording into ``folder`` now.
     """
     folder = Path(folder)
+    with exclusive(folder / RESULTS.name, "profile --record"):
+        return _record_results(records, folder, readme)
+
+
+def _record_results(records: Iterable[dict[str, Any]], folder: Path, readme: Path | None) -> Path:
     old_rows, log_text, doc_text, readme_text = _record_plan(folder, readme)
     new_rows = headline_rows(records)
     rows = old_rows + new_rows

@@ -286,3 +286,29 @@ def test_llm_and_ray_without_their_extra(tmp_path, monkeypatch, capsys) -> None:
     skipped = {r["suite"]: r["skipped"] for r in lines if r.get("skipped")}
     assert "pip install -e '.[llm]'" in skipped["llm"] and "pip install -e '.[ray]'" in skipped["ray"]
     assert lines[-1]["suite"] == "end" and lines[-1]["complete"] is True
+
+
+def test_a_second_run_recording_into_the_same_folder_is_refused_not_lost(tmp_path, fake_route, capsys) -> None:
+    """Two runs finishing at once read the log, then each wrote it whole: the second's rows
+    replaced the first's. The log's lock is held from the read to the last write."""
+    import subprocess
+
+    rec = tmp_path / "rec"
+    assert main(["profile", "route", "--out", str(tmp_path / "out1"), "--record", str(rec)]) == 0
+    before = (rec / "performance.jsonl").read_text()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from searchsmith.models.io import exclusive\n"
+        f"with exclusive({str(rec / 'performance.jsonl')!r}, 'test'):\n"
+        "    print('held', flush=True); time.sleep(30)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert main(["profile", "route", "--out", str(tmp_path / "out2"), "--record", str(rec)]) == 1
+        assert "is being written by another searchsmith process" in capsys.readouterr().err
+        assert (rec / "performance.jsonl").read_text() == before  # nothing lost, nothing half-written
+        assert (tmp_path / "out2" / "results.jsonl").is_file()  # the run's own results are kept
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["profile", "route", "--out", str(tmp_path / "out3"), "--record", str(rec)]) == 0
+    assert len(readme.read_jsonl(rec / "performance.jsonl")) == 2 and not list(rec.glob(".*.lock"))
