@@ -987,11 +987,17 @@ def _does(sentence: str, words: Sequence[tuple[int, int, str]], at: Sequence[int
     (folded) done to one of ``objects`` (lower-cased words of names): the last name before the
     verb (dates may come between), not one after a preposition ("In Austin, ..."), and the verb
     has an object within :data:`AGENT_OBJECT_WORDS` words ("Harbor & Finch announced on 12 March
-    2024 that it has acquired Brightline Systems" for "Which company acquired Brightline Systems?")."""
+    2024 that it has acquired Brightline Systems" for "Which company acquired Brightline Systems?").
+    In the passive the name after "by" does it ("Kestrel is an API gateway made by Harbor &
+    Finch"), and the name before the verb does not."""
+    if at[0] > 1 and words[at[0] - 1][2] == "by" and words[at[0] - 2][2] in verbs:
+        return True  # "made by Harbor & Finch"
     if at[0] > 0 and words[at[0] - 1][2] in _PREPOSITIONS:
         return False
     for k in range(at[-1] + 1, len(words)):
         if words[k][2] in verbs:
+            if k + 1 < len(words) and words[k + 1][2] == "by":
+                return False  # "an API gateway made by ...": done to it, not by it
             if any(lab == "ENT" and s < a and b <= words[k][0] for a, b, lab in entities):
                 return False  # another name is nearer the verb
             after = sentence[words[k][1]:words[min(k + AGENT_OBJECT_WORDS, len(words) - 1)][1]].lower()
@@ -1307,7 +1313,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     verb_word = (verb.group(1) or verb.group(2)).lower() if verb else ""
     # the verb and the words a passage states it with ("acquired" for "owned")
     doing = set() if not verb_word or verb_word in _NOT_AGENT_VERBS else {
-        fold(w) for w in {verb_word, *RELATION_CUES.get(verb_word, ())}}
+        fold(w) for w in {verb_word, *RELATION_CUES.get(verb_word, ()),
+                          *(w for f in _VERB_FORMS if verb_word in f for w in f)}}
     # (each word of a name: a rewrite's appended terms run names together, "(Beacon Brightline Systems ...)")
     done_to = [w for n in [*entity_names(question), *exclude] for w in re.findall(r"[\w'’&.-]{3,}", n.lower())]
     # the keys a default is asked of, whole and by their last part ("snapshot.interval_s", "interval_s")

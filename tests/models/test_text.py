@@ -809,3 +809,18 @@ def test_where_the_code_is_asks_for_a_file():
 ])
 def test_figures(text, found) -> None:
     assert figures(text) == found
+
+
+def test_in_the_passive_the_name_after_by_does_the_asked_verb():
+    """"Which company makes Kestrel?" was answered "API" from "Kestrel is an API gateway made by
+    Harbor & Finch": the first name before the verb took the doer's bonus, and "made" was no
+    form of "makes"."""
+    s = ["Kestrel is an API gateway made by Harbor & Finch."]
+    for q in ("Which company makes Kestrel?", "Who makes Kestrel?", "Which company made Kestrel?"):
+        assert typed_span(q, s) == "Harbor & Finch", q
+    assert typed_span("Who wrote Hamlet?", ["Hamlet is a tragedy written by William Shakespeare around 1600."]) \
+        == "William Shakespeare"
+    # the active voice is unchanged: the subject before the verb does it
+    assert typed_span("Which company acquired Brightline Systems?",
+                      ["Harbor & Finch announced that it has acquired Brightline Systems, the Austin company."]) \
+        == "Harbor & Finch"
