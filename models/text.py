@@ -510,14 +510,14 @@ def how_to(question: str) -> tuple[str, str]:
 
 # A description is asked, not a name: "What is Lumen?", "What is the Great Barrier Reef?", "What
 # is a Turing machine?" (a name or an indefinite noun alone after the copula), "What does Kestrel
-# do?", "What happened ...?", "What causes ...?". The answer is the sentence that gives it: a name
+# do?", "What does KST-429 mean?", "What happened ...?", "What causes ...?". The answer is the sentence that gives it: a name
 # read in it ("Brightline Systems" of "Lumen is an in-memory cache made by Brightline Systems")
 # answers none of them. "What is the capital of France?" and "What is the largest planet?" ask
 # for a name.
 _NAME_ALONE = r"(?:the\s+)?[A-Z0-9][\w'’&.+-]*(?:\s+(?:of\s+(?:the\s+)?|&\s+|and\s+)?[A-Z0-9][\w'’&.+-]*)*"
 _DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
                        rf"(?:is|are|was|were|'s)\s+(?:{_NAME_ALONE}|an?\s+[^?]+?)"
-                       r"|(?:does|do|did)\s+[^?]+?\s+do"
+                       r"|(?:does|do|did)\s+[^?]+?\s+(?:do|mean)"
                        r"|happen(?:s|ed)?\b[^?]*"
                        r"|caus(?:es|ed|e)\b[^?]*"
                        r")\s*\?*\s*$")
@@ -1190,7 +1190,9 @@ def holds_word(word: str, words: set[str], roots: set[str]) -> bool:
 # "How long should bread dough be kneaded?".
 # the irregular forms of the doers' verbs _AGENT_ASKED names ("made by" states "Who makes X?")
 _VERB_FORMS = [frozenset(f.split()) for f in (
-    "make makes made making maker", "write writes wrote written writing writer author",
+    "make makes made making maker",
+    # a work's author is stated by its kind as often as by the verb: "Alan Turing's 1936 paper"
+    "write writes wrote written writing writer author paper book novel poem essay song play",
     "build builds built building builder", "buy buys bought buying buyer", "sell sells sold selling seller",
     "win wins won winning winner", "lead leads led leading leader", "run runs ran running",
     "own owns owned owning owner")]

@@ -1166,7 +1166,7 @@ class GenerationStage:
                 st.note += f"; short answer {short!r} (generation.extractive.short_answer)"
             elif not held and (unsaid := self.extractive.unsaid(state.question(), chosen)):
                 kind = {"DATE": "date", "NUM": "number"}.get(answer_kind(state.question()), "name")
-                self._not_found(state, f"no answer: the question asks for a {kind}, its passages hold none, and "
-                                       f"their best sentences do not say {unsaid} "
+                self._not_found(state, f"no answer: the question asks for a {kind}, the sentences that answer it "
+                                       f"best hold none, and they do not say {unsaid} "
                                        f"(generation.extractive.no_span_no_answer; best support {best:.4f})")
                 return

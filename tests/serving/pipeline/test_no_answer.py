@@ -150,3 +150,10 @@ def test_eval_pipeline_reads_questions_without_an_answer(small_index, tmp_path) 
     data.write_text(json.dumps({"id": "x", "query": "Q?", "answer": True, "supporting": []}) + "\n")
     with pytest.raises(Exception, match=r"'answer' must be a string \(the gold answer\), or null"):
         eval_pipeline(argparse.Namespace(data=str(data), index=str(small_index), config=None, limit=0, per_item=None))
+
+
+def test_what_a_code_means_is_a_description_and_a_papers_author_wrote_it(embedder) -> None:
+    assert answer_kind("What does KST-429 mean?") == "OTHER" and answer_kind("What does Lumen stand for?") == "ENT"
+    turing = ("Alan Turing (1912 to 1954) was an English mathematician whose 1936 paper 'On Computable Numbers' "
+              "described the abstract machine.")
+    assert typed_span("Who wrote On Computable Numbers?", [turing]) == "Alan Turing"  # "paper" states authorship
