@@ -6,12 +6,12 @@ results.jsonl (their rows mixed) and could replace each other's plots and traces
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 from pathlib import Path
 
 import pytest
+from profile_files import file_tree, result_lines
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving.main import main
 from searchsmith.serving.profiling import cli
@@ -38,31 +38,23 @@ def fake_route(monkeypatch):
     return fake
 
 
-def _lines(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_a_second_profile_into_a_folder_being_written_is_refused_at_once(tmp_path, fake_route, capsys) -> None:
     """Audit: two runs into one --out appended to one results.jsonl, their rows interleaved."""
     out = tmp_path / "p"
     seen = {}
 
     def second_run(ctx):  # a second profile into the same folder while the first is between its rows
-        seen["before"] = _files(out)
+        seen["before"] = file_tree(out)
         seen["status"] = main(["profile", "route", "--out", str(out)])
         seen["err"] = capsys.readouterr().err
-        seen["after"] = _files(out)
+        seen["after"] = file_tree(out)
 
     fake_route.during = second_run
     assert main(["profile", "route", "--out", str(out)]) == 0
     assert seen["status"] == 1 and fake_route.runs == 1  # refused before its suite ran
     assert "profile --out:" in seen["err"] and "being written by another searchsmith profile run" in seen["err"]
     assert seen["after"] == seen["before"]  # not a byte of the first run's files touched
-    lines = _lines(out)  # one run's lines, whole: machine, its two rows, its end
+    lines = result_lines(out)  # one run's lines, whole: machine, its two rows, its end
     assert [r["suite"] for r in lines] == ["machine", "route", "route", "end"]
     assert [r.get("row") for r in lines[1:3]] == [1, 2] and lines[-1]["complete"] is True
     assert len({r["run"] for r in (lines[0], lines[-1])}) == 1
@@ -76,13 +68,13 @@ def test_a_run_that_starts_after_the_checks_is_refused_by_the_lock(tmp_path, fak
 
     out = tmp_path / "p"
     assert main(["profile", "route", "--out", str(out)]) == 0
-    before = _files(out)
+    before = file_tree(out)
     monkeypatch.setattr(io, "being_written", lambda target: False)  # as if the other run started just after
     with io.exclusive(out, "another profile"):  # held here as another process's run holds it
         assert main(["profile", "route", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "profile: " in err and "is being written by another searchsmith process" in err
-    assert fake_route.runs == 1 and _files(out) == before
+    assert fake_route.runs == 1 and file_tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
 
 
@@ -98,7 +90,7 @@ def test_the_out_checks_run_before_the_lock_is_taken(tmp_path, fake_route, monke
     (theirs / "notes.txt").write_text("mine")
     assert main(["profile", "route", "--out", str(theirs)]) == 1
     assert "holds files but no results.jsonl" in capsys.readouterr().err
-    assert taken == [] and fake_route.runs == 0 and _files(theirs) == {"notes.txt": b"mine"}
+    assert taken == [] and fake_route.runs == 0 and file_tree(theirs) == {"notes.txt": b"mine"}
     a_file = tmp_path / "f"
     a_file.write_text("x")
     assert main(["profile", "route", "--out", str(a_file)]) == 1

@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from profile_files import file_tree, result_lines
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving.main import main
 from searchsmith.serving.profiling import cli, readme
@@ -44,14 +45,6 @@ def fake_route(monkeypatch):
     return fake
 
 
-def _lines(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-
-
-def _tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 DOC = f"# R\nintro\n{readme.HEADLINE_START}\nold\n{readme.HEADLINE_END}\ntail\n"
 
 
@@ -67,7 +60,7 @@ def test_record_refuses_a_log_that_is_not_its_own_before_measuring(tmp_path, fak
     assert "performance.jsonl row 1 is not a row searchsmith profile writes" in err
     assert "Move performance.jsonl out of" in err and "nothing was written" in err
     assert fake_route.runs == 0 and not (tmp_path / "rt5").exists()
-    assert _tree(rec) == {"performance.jsonl": b'{"my": "data"}\n'}
+    assert file_tree(rec) == {"performance.jsonl": b'{"my": "data"}\n'}
 
 
 @pytest.mark.parametrize(("setup", "flag", "match"), [
@@ -104,12 +97,12 @@ def test_every_record_target_is_checked_before_measuring(tmp_path, fake_route, c
     elif setup == "record_in_file":
         (tmp_path / "notes").write_text("x")
         rec = tmp_path / "notes" / "rec"
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     assert main(["profile", "route", "--out", str(tmp_path / "out"), "--record", str(rec),
                  "--readme", str(doc)]) == 1
     err = capsys.readouterr().err
     assert f"profile {flag}" in err and re.search(re.escape(match), err), err
-    assert fake_route.runs == 0 and _tree(tmp_path) == before and not (tmp_path / "out").exists()
+    assert fake_route.runs == 0 and file_tree(tmp_path) == before and not (tmp_path / "out").exists()
 
 
 def test_record_and_readme_are_written_whole(tmp_path, fake_route, monkeypatch) -> None:
@@ -138,7 +131,7 @@ def test_a_failed_replacement_puts_back_the_files_already_replaced(tmp_path, fak
     rec, doc = tmp_path / "rec", tmp_path / "README.md"
     doc.write_text(DOC)
     assert main(["profile", "route", "--out", str(tmp_path / "out"), "--record", str(rec)]) == 0
-    before = _tree(tmp_path / "rec"), doc.read_bytes()
+    before = file_tree(tmp_path / "rec"), doc.read_bytes()
     atomic = readme.write_text_atomic
 
     def full_disk_at_the_readme(path, text):
@@ -148,7 +141,7 @@ def test_a_failed_replacement_puts_back_the_files_already_replaced(tmp_path, fak
 
     monkeypatch.setattr(readme, "write_text_atomic", full_disk_at_the_readme)
     assert main(["profile", "route", "--out", str(tmp_path / "out"), "--record", str(rec), "--readme", str(doc)]) == 1
-    assert (_tree(tmp_path / "rec"), doc.read_bytes()) == before  # the log and RESULTS.md put back
+    assert (file_tree(tmp_path / "rec"), doc.read_bytes()) == before  # the log and RESULTS.md put back
 
 
 def test_update_markers_refuses_markers_out_of_order(tmp_path) -> None:
@@ -235,7 +228,7 @@ def test_each_run_is_marked_complete_or_not(tmp_path, fake_route) -> None:
     fake_route.fail = RuntimeError("boom")
     with pytest.raises(RuntimeError, match="boom"):  # not a searchsmith error: main lets it through
         main(["profile", "route", "--out", str(out)])
-    lines = _lines(out)
+    lines = result_lines(out)
     assert [r["suite"] for r in lines] == ["machine", "route", "end"] * 3
     runs = [r["run"] for r in lines if r["suite"] == "machine"]
     assert len(set(runs)) == 3 and [r["run"] for r in lines if r["suite"] == "end"] == runs
@@ -282,7 +275,7 @@ def test_llm_and_ray_without_their_extra(tmp_path, monkeypatch, capsys) -> None:
     # in a group, a missing optional extra is a skipped step and the group goes on
     monkeypatch.setitem(cli.GROUPS, "all", ["llm", "ray"])
     assert main(["profile", "--suite", "all", "--index", str(tmp_path), "--out", str(tmp_path / "g")]) == 0
-    lines = _lines(tmp_path / "g")
+    lines = result_lines(tmp_path / "g")
     skipped = {r["suite"]: r["skipped"] for r in lines if r.get("skipped")}
     assert "pip install -e '.[llm]'" in skipped["llm"] and "pip install -e '.[ray]'" in skipped["ray"]
     assert lines[-1]["suite"] == "end" and lines[-1]["complete"] is True
