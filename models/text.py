@@ -1202,6 +1202,42 @@ _WORD = re.compile(r"[^\W_]+")
 _GENERIC_VERBS = frozenset("have has had get gets got take takes took be is are was were".split())  # state nothing
 
 
+# a versioned name: "Ferrow 1.5", "Kestrel 2.0", "v2" after a name ("Quarry v3")
+_VERSIONED = re.compile(r"\b([A-Z][\w&'’-]*)\s+v?(\d+(?:\.\d+)*)\b(?![.,]\d|\s?%)")
+
+
+def _versions(text: str) -> list[tuple[tuple[str, tuple[int, ...]], str]]:
+    """``((name, version), as written)`` of ``text``'s versioned names, the name lower-cased and
+    the version without trailing zeros ("Kestrel 2.0" and "Kestrel 2" are one version)."""
+    out = []
+    for m in _VERSIONED.finditer(text):
+        parts = [int(x) for x in m.group(2).split(".")]
+        while len(parts) > 1 and parts[-1] == 0:
+            parts.pop()
+        out.append(((m.group(1).lower(), tuple(parts)), m.group(0)))
+    return out
+
+
+def other_version(question: str, sentence: str) -> str:
+    """The versioned name of ``question`` as it writes it ("Ferrow 1.5") when ``sentence`` names
+    only other versions of it ("It follows Ferrow 1.0, released in March 2022."): it states
+    nothing of the asked version. "" when the question names no version, or the sentence names
+    the asked one or none of that name."""
+    said = [key for key, _ in _versions(sentence)]
+    for (name, version), written in _versions(question):
+        others = [v for n, v in said if n == name]
+        if others and version not in others:
+            return written
+    return ""
+
+
+def names_asked_version(question: str, sentence: str) -> bool:
+    """Whether ``sentence`` names a versioned name of ``question`` at its version ("Calloway
+    Data released Ferrow 1.5 on ..." for "When was Ferrow 1.5 released?")."""
+    said = {key for key, _ in _versions(sentence)}
+    return any(key in said for key, _ in _versions(question))
+
+
 def asked_relation(question: str) -> list[frozenset[str]]:
     """The relations ``question`` asks about (:data:`_HOW_MANY`, :data:`_FINAL_VERB`,
     :data:`_AGENT_ASKED`), each as the words a sentence may state it with (its word and its
@@ -1213,9 +1249,13 @@ def asked_relation(question: str) -> list[frozenset[str]]:
     for verb in ((agent.group(1) or agent.group(2)) if agent else None, final.group(1) if final else None):
         if verb and verb.lower() not in _NOT_AGENT_VERBS:
             v = verb.lower()
-            out.append(frozenset({v, *RELATION_CUES.get(v, ()), *(w for f in _VERB_FORMS if v in f for w in f)}))
+            forms = {v, *(w for f in _VERB_FORMS if v in f for w in f)}
+            # and the words a passage states it with ("developed by" for "Who makes X?", by "maker")
+            out.append(frozenset(forms | {c for w in forms for c in RELATION_CUES.get(w, ())}))
     counted = _HOW_MANY.search(question)
-    if counted:  # the counted noun, or the verb after it: "How many people does it serve?" by "Serves 8"
+    if counted and not _DEFAULT.search(question):
+        # the counted noun, or the verb after it: "How many people does it serve?" by "Serves 8"
+        # (a setting's default is not: "Default: `3`." states it on its own line)
         words = _WORD.findall(question[counted.start(1):])
         cut = next((k for k, w in enumerate(words) if _AUXILIARY.fullmatch(w)), min(len(words), 3))
         nouns = [w.lower() for w in words[:cut] if w.lower() not in QUERY_STOP_WORDS and w.lower() not in RELATION_WORDS]
@@ -1335,7 +1375,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     # a sentence that does not state the asked relation answers nothing ("Who founded X?" is not
     # answered by a sentence on X's funding round)
     relations = asked_relation(question) if stated else []
-    stating = [states_relation(relations, sentence) for sentence in sentences]
+    # nor does a sentence on another version of the asked thing ("Ferrow 1.0" for "Ferrow 1.5")
+    stating = [states_relation(relations, sentence) and not (stated and other_version(question, sentence))
+               for sentence in sentences]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []

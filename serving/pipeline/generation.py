@@ -72,7 +72,9 @@ from searchsmith.models.text import (
     fold,
     how_to,
     is_year,
+    names_asked_version,
     of_asked_type,
+    other_version,
     relation_cues,
     states_life,
     states_relation,
@@ -532,6 +534,9 @@ class ExtractiveGenerator:
                 and not choice_options(question)[1]):
             return ""
         text = " ".join(sentences)
+        versions = [other_version(question, x) for x in sentences]
+        if sentences and all(versions):  # each is on another version of what is asked
+            return repr(versions[0])
         relations = asked_relation(question)
         if relations and not states_relation(relations, text):
             return " or ".join(repr(w) for w in sorted(min(relations, key=len)))
@@ -574,6 +579,12 @@ class ExtractiveGenerator:
             at = -1  # the sentence of ``read`` the span was read in
             if not span:
                 span, at = typed_span_at(asked, read)
+            if not span and not held and any(other_version(asked, x) for x in read):
+                # the selected sentences are on another version ("It follows Ferrow 1.0, released in
+                # March 2022"): the asked one's may rank lower ("... released Ferrow 1.5 on ...")
+                best = [c for c in r[: self.config.typed_sentences] if names_asked_version(asked, c.text)]
+                span, k = typed_span_at(asked, [c.text for c in best])
+                held = [best[k]] if span else held
             measure = bool(asked_measure(asked))
             if (span or measure) and asks_typed(asked) and (
                     not span or typed_span(asked, read, typed=True) != span):

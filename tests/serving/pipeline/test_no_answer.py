@@ -157,3 +157,32 @@ def test_what_a_code_means_is_a_description_and_a_papers_author_wrote_it(embedde
     turing = ("Alan Turing (1912 to 1954) was an English mathematician whose 1936 paper 'On Computable Numbers' "
               "described the abstract machine.")
     assert typed_span("Who wrote On Computable Numbers?", [turing]) == "Alan Turing"  # "paper" states authorship
+
+
+def test_a_sentence_on_another_version_answers_nothing_of_the_asked_one(embedder) -> None:
+    """"When was Ferrow 1.5 released?" was answered "March 2022" from "It follows Ferrow 1.0,
+    released in March 2022."; "When was Beacon 3.0 released?" (no such release) "January 2021"
+    (helper-53's audit)."""
+    from searchsmith.models.text import names_asked_version, other_version
+
+    older = "It follows Ferrow 1.0, released in March 2022."
+    asked = "Calloway Data released Ferrow 1.5 on September 27, 2023."
+    q = "When was Ferrow 1.5 released?"
+    assert other_version(q, older) == "Ferrow 1.5" and not other_version(q, asked) and names_asked_version(q, asked)
+    assert other_version("When did Kestrel 2 ship?", "Harbor & Finch released Kestrel 2.0 on 2021-12-07.") == ""
+    assert typed_span(q, [older]) == "" and typed_span(q, [older, asked]) == "September 27, 2023"
+    # in the pipeline: the asked version's sentence found below the selected ones, or no answer
+    got = _ask(embedder, q, [f"{older} {asked}"], sentences_per_node=1)
+    assert got.short_answer == "September 27, 2023" and got.support == [asked]
+    none = _ask(embedder, "When was Beacon 3.0 released?", ["It follows Beacon 1.0, released in January 2021.",
+                                                              "Harbor & Finch released Kestrel 3.0 on 2024-10-15."])
+    assert not none.answer_found and "'Beacon 3.0'" in none.trace.stages["generation"].note
+
+
+def test_a_doers_nouns_state_it_and_a_default_is_read_on_its_own_line() -> None:
+    # "Who makes X?" is stated by "developed by" (the cue words of "maker")
+    assert typed_span("Who makes Ferrow?", ["Ferrow is a message broker developed by Calloway Data."]) == "Calloway Data"
+    q = "How many brokers keep a copy of each Ferrow partition by default?"
+    assert asked_relation(q) == []  # "Default: `3`." names no broker
+    assert typed_span(q, ["The `replication.factor` setting controls how many brokers hold a copy of each "
+                          "partition.", "Default: `3`."]) == "3"
