@@ -203,11 +203,14 @@ _ABBREVIATION = re.compile(r"[a-z](?:\.[a-z])+")  # "e.g", "i.e": no identifier
 _NAME_WORD = r"(?:(?:[A-Z]|St|Mt|Ft)\.(?=\s+[A-Z])|[A-Z][\w'’&-]*(?:(?<=\d)\.\d+)*)"  # "Apache-2.0" whole
 _HONORIFICS = frozenset("Mr Mrs Ms Dr Prof Rev Sir".split())  # alone, no name ("Mr. Moynihan" names "Moynihan")
 # a capitalised word starts a name ("D" of "3D", "Phone" of "iPhone", "S" of "U.S." do not)
-_NAME = re.compile(rf"(?<![\w'’.]){_NAME_WORD}(?:\s+(?:&\s+|of\s+(?:the\s+)?)?{_NAME_WORD})*")
+# the particles inside a person's name ("Guido van Rossum", "Ludwig van Beethoven", "Leonardo da Vinci")
+_PARTICLE = r"(?:van|von|de|der|den|da|di|du|del|della|bin|ibn)\s+(?:der\s+|den\s+)?"
+_NAME = re.compile(rf"(?<![\w'’.]){_NAME_WORD}(?:\s+(?:&\s+|of\s+(?:the\s+)?|{_PARTICLE})?{_NAME_WORD})*")
 _VERSION = re.compile(r"\s+\d+(?:\.\d+)*\b(?![.,]\d|\s?%)")  # "Voyager 2", "Quarry 3.0"; not "April 99.95%"
 # a figure is a token of its own ("3D", "1080p", "100x" hold none) or an ordinal ("34th"),
 # with an optional unit
 _NUMBER = re.compile(r"(?<![\w.,])[$£€]?\d+(?:[.,]\d+)*(?:st|nd|rd|th)?"
+                     r"(?:\s(?:thousand|million|billion|trillion)\b)?"  # "$310 million" is one figure
                      r"(?:\s?%|\s?(?:ms|s|GB|MB|KB|km|days?|hours?|minutes?|years?)\b)?(?!\w)")
 
 

@@ -356,7 +356,7 @@ def test_typed_span_counts_a_relation_cue_as_the_questions_word(monkeypatch):
 
 def test_typed_span_without_fallback_takes_the_asked_kind_only():
     s = ["The company paid $47 billion for it."]
-    assert typed_span("When did the company buy it?", s) == "$47"
+    assert typed_span("When did the company buy it?", s) == "$47 billion"  # a figure with its scale
     assert typed_span("When did the company buy it?", s, fallback=False) == ""
 
 
@@ -824,3 +824,13 @@ def test_in_the_passive_the_name_after_by_does_the_asked_verb():
     assert typed_span("Which company acquired Brightline Systems?",
                       ["Harbor & Finch announced that it has acquired Brightline Systems, the Austin company."]) \
         == "Harbor & Finch"
+
+
+def test_a_names_particles_and_a_figures_scale_are_part_of_it():
+    """"Who created Python?" was answered "Guido" (the name cut at "van"); "How much did Harbor &
+    Finch pay ...?" "$310" of "$310 million" (helper-53's audit)."""
+    assert typed_span("Who created Python?", ["Python was created by Guido van Rossum in 1991."]) == "Guido van Rossum"
+    assert entity_names("Leonardo da Vinci painted the Mona Lisa.") == ["Leonardo da Vinci", "Mona Lisa"]
+    assert typed_span("How much did Harbor & Finch pay for Brightline Systems?",
+                      ["Harbor & Finch acquired Brightline Systems for $310 million."]) == "$310 million"
+    assert entity_names("The Battle of Hastings was fought in 1066.") == ["Battle of Hastings"]
