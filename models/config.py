@@ -31,7 +31,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-import numpy as np
 import yaml
 from searchsmith.models.errors import ConfigError
 
@@ -269,8 +268,10 @@ def to_dict(obj: Any) -> Any:
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, np.generic):
-        return obj.item()  # a numpy scalar set from Python (np.int64(20)): JSON and YAML write its int
+    if type(obj).__module__ == "numpy" and getattr(obj, "ndim", None) == 0:
+        # a numpy scalar set from Python (np.int64(20)): JSON and YAML write its int (numpy is not
+        # imported here: the batcher layer imports this module and stays light)
+        return obj.item()
     return obj
 
 
