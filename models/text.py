@@ -723,7 +723,7 @@ _DEFAULT = re.compile(r"\bdefault(?:s|ed)?\b|\bout of the box\b", re.I)
 # "`snapshot.interval_s` is `300`", "interval_s: 300", "health_interval_s = 10"
 _DEFAULT_IS = re.compile(r"\bdefaults?(?:\s+value)?\s*(?:is|:|=|to)\s*[`'\"]?$", re.I)
 _VALUE_AFTER = r"[`'\"]?\s*(?:[:=]|\bis\b|\bto\b)\s*[`'\"]?$"
-_PAID = frozenset("cost costs price priced charge charged pay paid earn earned spend spent worth".split())
+_PAID = frozenset("cost costs price priced charge charged bill bills billed pay paid earn earned spend spent worth".split())
 _VERSION_FIGURE = re.compile(r"v?\d+(?:\.\d+)+")
 
 

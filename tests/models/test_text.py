@@ -834,3 +834,10 @@ def test_a_names_particles_and_a_figures_scale_are_part_of_it():
     assert typed_span("How much did Harbor & Finch pay for Brightline Systems?",
                       ["Harbor & Finch acquired Brightline Systems for $310 million."]) == "$310 million"
     assert entity_names("The Battle of Hastings was fought in 1066.") == ["Battle of Hastings"]
+
+
+def test_what_is_billed_is_money():
+    # "How much is outbound traffic billed at?" was answered "1" (of "above 1 TB"): "billed" asked no money
+    q = "How much is outbound traffic billed at?"
+    assert asked_measure(q) == ("money",)
+    assert typed_span(q, ["Outbound traffic above 1 TB a month is billed at $0.05 per GB."]) == "$0.05"
