@@ -473,6 +473,8 @@ def test_a_readers_short_answer_is_shown_once_with_its_citation(browser, server,
                                "Who directed Ed Wood?", transcript)
     turn = d.find_element(By.ID, turn_id)
     assert turn.get_attribute("data-state") == "done"
+    assert turn.get_attribute("data-answer-found") == "true"
+    assert not turn.find_elements(By.CSS_SELECTOR, ".no-answer, .searched")
     lead = turn.find_element(By.CSS_SELECTOR, ".unit.lead .short-answer")
     assert lead.text == "Answer: Tim Burton[1]"  # the lead sentence is not repeated below it
     assert [s.text for s in turn.find_elements(By.CSS_SELECTOR, ".sentence")] == ["It was directed by Tim Burton.[1]"]
@@ -487,6 +489,52 @@ def test_a_readers_short_answer_is_shown_once_with_its_citation(browser, server,
     cut = _sse(("answer", {"delta": "Tim "}))
     turn = d.find_element(By.ID, d.execute_script("return window.searchsmithPage.replay('q3', arguments[0])", cut))
     assert "ended before the server finished" in turn.find_element(By.CSS_SELECTOR, ".error").text
+
+
+def test_no_answer_is_shown_as_such_with_the_sources_searched_not_cited(browser, server, console, shots) -> None:
+    """``answer_found: false`` as the server sends it (the configured no-answer text, no short
+    answer, sentences or references; the passages in the trace event): a muted panel labelled
+    "No answer" in words, and the documents searched listed once each, not as citations."""
+    d = browser
+    open_page(d, server, console)
+    no_answer = "No answer found in the sources."
+    passages = [{"chunk_id": "a#0", "doc_id": "a", "source": "docs", "title": "Quarry overview", "score": 0.61,
+                 "node_id": "1", "date": None, "url": "https://docs.example.com/quarry"},
+                {"chunk_id": "a#3", "doc_id": "a", "source": "docs", "title": "Quarry overview", "score": 0.55,
+                 "node_id": "1", "date": None, "url": "https://docs.example.com/quarry"},
+                {"chunk_id": "b#1", "doc_id": "b", "source": "forum", "title": "Lumen release notes", "score": 0.42,
+                 "node_id": "1", "date": None, "url": "javascript:alert(1)"}]
+    transcript = _sse(
+        ("answer", {"delta": no_answer}),
+        ("citations", {"answer": no_answer, "answer_found": False, "short_answer": "", "support": [],
+                       "references": [], "sentences": []}),
+        ("timeline", {"timeline": []}), ("images", {"images": []}),
+        ("trace", {"query_id": "n1", "query": "Who founded Quarry?", "rewrite": "Who founded Quarry?",
+                   "nodes": [], "passages": passages, "trace": {"stages": {}}})) + "data: [DONE]\n\n"
+    turn = d.find_element(By.ID, d.execute_script("return window.searchsmithPage.replay(arguments[0], arguments[1])",
+                                                  "Who founded Quarry?", transcript))
+    assert turn.get_attribute("data-state") == "done"
+    assert turn.get_attribute("data-answer-found") == "false"
+    panel = turn.find_element(By.CSS_SELECTOR, ".answer.no-answer .no-answer-panel")
+    assert panel.find_element(By.CSS_SELECTOR, ".no-answer-label").text.lower() == "no answer"  # words, not colour
+    assert panel.find_element(By.CSS_SELECTOR, ".no-answer-text").text == no_answer
+    assert "nothing is cited" in panel.text
+    assert not turn.find_elements(By.CSS_SELECTOR, ".short-answer, .answer strong, .sentence, button.cite, "
+                                                   ".references, .reference-list")
+    # muted: the page's --muted colour on a grey panel, unlike a found answer's text
+    muted = d.execute_script("return getComputedStyle(document.querySelector('.top .server-status')).color")
+    assert d.execute_script("return getComputedStyle(arguments[0]).color", panel) == muted
+    assert d.execute_script("return getComputedStyle(arguments[0]).borderLeftWidth", panel) == "4px"
+    # the sources searched: each document once, in retrieval order, only web addresses as links
+    searched = turn.find_element(By.CSS_SELECTOR, "section.searched[aria-label='Sources searched']")
+    assert searched.find_element(By.TAG_NAME, "h4").text == "Sources searched (none cited)"
+    items = searched.find_elements(By.CSS_SELECTOR, "ul.searched-list li")
+    assert [li.get_attribute("data-doc-id") for li in items] == ["a", "b"]
+    assert items[0].find_element(By.TAG_NAME, "a").get_attribute("href") == "https://docs.example.com/quarry"
+    assert "score 0.610" in items[0].text and "forum" in items[1].text
+    assert not items[1].find_elements(By.TAG_NAME, "a") and "javascript:alert(1)" in items[1].text
+    d.execute_script("arguments[0].scrollIntoView()", turn)
+    d.save_screenshot(str(shots / "07-no-answer.png"))
 
 
 def test_only_web_addresses_become_links_in_the_references(browser, server, console) -> None:

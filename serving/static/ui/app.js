@@ -280,6 +280,7 @@
       renderImages(turn, data.images || []);
     } else if (name === "trace") {
       turn.dataset.queryId = data.query_id || "";
+      if (turn.dataset.answerFound === "false") renderSearched(turn, data.passages || []);
       renderTrace(data);
       addTurnTools(turn, data);
     } else if (name === "error") {
@@ -298,6 +299,10 @@
   // ---- the answer: sentences, entities, [n] markers, references ---------------------------
   function renderAnswer(turn, cit) {
     const box = turn.querySelector(".answer");
+    // a server without the field answered: only an explicit false is "no answer"
+    const found = cit.answer_found !== false;
+    turn.dataset.answerFound = found ? "true" : "false";
+    if (!found) return renderNoAnswer(box, cit);
     const refs = new Map((cit.references || []).map((r) => [r.n, r]));
     turn._refs = refs;
     const parts = [];
@@ -345,20 +350,53 @@
     if (refs.size) {
       const list = el("ol", { class: "reference-list" });
       for (const r of refs.values()) {
-        const title = r.title || r.doc_id;
-        // only a web address becomes a link: a corpus may carry any string as a document's url
-        // ("javascript:...", "file:///..."), shown then as text after the title
-        const web = typeof r.url === "string" && /^https?:\/\//i.test(r.url);
-        const head = web
-          ? el("a", { href: r.url, target: "_blank", rel: "noopener noreferrer" }, title)
-          : el("span", { class: "ref-title", title: r.url || "" }, r.url ? `${title} (${r.url})` : title);
         list.append(el("li", { id: `${turn.id}-ref-${r.n}`, value: r.n, "data-n": r.n },
-          head, " ", el("span", { class: "badge" }, r.source || ""),
+          docHead(r), " ", el("span", { class: "badge" }, r.source || ""),
           el("span", { class: "ref-score" }, ` score ${fmtScore(r.score)}`)));
       }
       turn.append(el("section", { class: "references", "aria-label": "References" },
         el("h4", {}, "References"), list));
     }
+  }
+
+  // A document's title, as a link only when its url is a web address: a corpus may carry any
+  // string as a document's url ("javascript:...", "file:///..."), shown then as text after it.
+  function docHead(r) {
+    const title = r.title || r.doc_id;
+    const web = typeof r.url === "string" && /^https?:\/\//i.test(r.url);
+    return web
+      ? el("a", { href: r.url, target: "_blank", rel: "noopener noreferrer" }, title)
+      : el("span", { class: "ref-title", title: r.url || "" }, r.url ? `${title} (${r.url})` : title);
+  }
+
+  // The sources do not support an answer (answer_found: false): the server's no-answer text in
+  // a muted panel that says so in words, not by colour alone; no short answer, nothing cited.
+  // The passages searched are listed when the trace event brings them (renderSearched).
+  function renderNoAnswer(box, cit) {
+    box.classList.add("no-answer");
+    box.replaceChildren(el("div", { class: "no-answer-panel" },
+      el("p", { class: "no-answer-label" }, "No answer"),
+      el("p", { class: "no-answer-text" }, cit.answer || "No answer found in the sources."),
+      el("p", { class: "no-answer-help" },
+        "The sources searched below do not support an answer, so nothing is cited. " +
+        "Rephrasing, or asking about something the indexed sources cover, may help.")));
+    box.setAttribute("aria-busy", "false");
+  }
+
+  // What a no-answer turn searched: each document once, in retrieval order, not numbered as
+  // citations are.
+  function renderSearched(turn, passages) {
+    const seen = new Set();
+    const list = el("ul", { class: "searched-list" });
+    for (const p of passages) {
+      if (seen.has(p.doc_id)) continue;
+      seen.add(p.doc_id);
+      list.append(el("li", { "data-doc-id": p.doc_id }, docHead(p), " ", el("span", { class: "badge" }, p.source || ""),
+        el("span", { class: "ref-score" }, ` score ${fmtScore(p.score)}`)));
+    }
+    turn.append(el("section", { class: "searched", "aria-label": "Sources searched" },
+      el("h4", {}, seen.size ? "Sources searched (none cited)" : "Sources searched: none found"),
+      seen.size ? list : null));
   }
 
   function renderSentence(s, refs, turn) {
