@@ -444,6 +444,10 @@ def test_the_decomposition_graph_draws_every_node_and_edge(browser, server, cons
          for g in svg.find_elements(By.CSS_SELECTOR, "g.node")}
     assert x["1"] < x["2"] == x["3"] < x["4"]  # a node sits right of what it depends on
     assert "Tim Burton" in svg.find_element(By.CSS_SELECTOR, "g.node[data-id='1'] title").get_attribute("textContent")
+    # a trace without notes or gates has neither box, and no stray "null" text where they would be
+    trace = d.find_element(By.ID, "trace")
+    assert not trace.find_elements(By.CSS_SELECTOR, ".notes-box, .gates-box")
+    assert "null" not in trace.text
 
 
 def _sse(*events) -> str:

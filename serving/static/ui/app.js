@@ -623,13 +623,15 @@
         el("strong", {}, `${use} (${g.role}): `), g.used ? "used" : `not used: ${g.reason || ""}`));
     }
 
-    box.replaceChildren(
+    // replaceChildren writes a null as the text "null": the absent boxes are left out first
+    box.replaceChildren(...[
       facts,
       el("h3", {}, "Routed sources"), sources,
       el("h3", {}, "Decomposition graph"), graph(data.nodes || []),
       el("h3", {}, "Time per stage"), stages,
       (t.notes || []).length ? el("details", { class: "notes-box" }, el("summary", {}, `Notes (${t.notes.length})`), notes) : null,
-      Object.keys(t.gates || {}).length ? el("details", { class: "gates-box" }, el("summary", {}, "Models and their gates"), gates) : null);
+      Object.keys(t.gates || {}).length ? el("details", { class: "gates-box" }, el("summary", {}, "Models and their gates"), gates) : null,
+    ].filter(Boolean));
     box.dataset.queryId = data.query_id || "";
   }
 
