@@ -225,8 +225,8 @@ def wice_pairs(data: CitationData) -> list[Pair]:
             # No set supports the claim: its first set (or a random sentence) is a negative.
             if not sets and r["evidence"]:
                 sets = [[rng.randrange(len(r["evidence"]))]]
-            out.extend(Pair(key, "wice", r["claim"], " ".join(r["evidence"][i] for i in s
-                                                             if 0 <= i < len(r["evidence"])), 0)
+            # every index is of a sentence of evidence (the shape's wice_sets_past_evidence)
+            out.extend(Pair(key, "wice", r["claim"], " ".join(r["evidence"][i] for i in s), 0)
                        for s in sets[:1])
             continue
         out.extend(_set_vs_rest(key, "wice", r["claim"], r["evidence"], sets[:1],
@@ -249,8 +249,8 @@ def expertqa_pairs(data: CitationData) -> list[Pair]:
     for n, r in enumerate(recs):
         key = f"expertqa-{n}"
         claims = []
-        for c in r["claims"] or []:
-            ev = [e for e in (c.get("evidence") or []) if isinstance(e, dict) and e.get("text")]
+        for c in r["claims"]:
+            ev = [e for e in (c.get("evidence") or []) if e.get("text")]
             if ev:
                 claims.append((_MARKER_RE.sub("", c.get("claim_string") or "").strip(), ev,
                                c.get("support")))
@@ -285,8 +285,8 @@ def scifact_pairs(data: CitationData) -> list[Pair]:
         key = f"scifact-{c['id']}"
         for doc_id, sets in sorted(c["evidence"].items()):
             sents = docs[doc_id]
-            support = [s["sentences"] for s in sets if s.get("label") == "SUPPORT"]
-            contra = [s["sentences"] for s in sets if s.get("label") == "CONTRADICT"]
+            support = [s["sentences"] for s in sets if s["label"] == "SUPPORT"]
+            contra = [s["sentences"] for s in sets if s["label"] == "CONTRADICT"]
             out.extend(_set_vs_rest(key, "scifact", c["claim"], sents, support,
                                     data.negatives_per_positive, rng))
             if data.scifact_contradict == "negative":
@@ -439,7 +439,7 @@ def wice_sentence_items(data: CitationData, trained_keys: set[str]) -> list[dict
     for n, r in enumerate(recs):
         key = f"wice-{(r.get('meta') or {}).get('id', n)}"
         ev = r["evidence"]
-        gold = sorted({i for st in r["supporting_sentences"] or [] for i in st if 0 <= i < len(ev)})
+        gold = sorted({i for st in r["supporting_sentences"] for i in st})  # each < len(ev): the shape's rule
         if key in trained_keys or r["label"] == "not_supported" or not gold:
             continue
         docs = [{"id": f"{key}:s{i}", "text": t} for i, t in enumerate(ev) if t.strip()]

@@ -303,6 +303,22 @@ EXPERTQA_QUESTION = RecordShape("ExpertQA question", {"qid": STRING, "question":
 
 # ----------------------------------------------------------------------------- TREC CAsT, COCO
 
+
+def cast_history_lengths_differ(rec: dict[str, Any]) -> list[str]:
+    """``history_turn_ids`` and ``history_utterances`` of different lengths: they pair one to one
+    (the k-th id is the turn that asked the k-th utterance), and a loader that looks an earlier
+    turn's answer up by its id would otherwise attach it to another utterance."""
+    ids, utterances = rec.get("history_turn_ids"), rec.get("history_utterances")
+    if ids is None or utterances is None or len(ids) == len(utterances):
+        return []
+    turn = f" of turn {shown(rec['id'])}" if rec.get("id") is not None else ""
+    n_ids = f"{len(ids)} turn id" + ("" if len(ids) == 1 else "s")
+    n_utterances = f"{len(utterances)} utterance" + ("" if len(utterances) == 1 else "s")
+    return [f"field 'history_turn_ids'{turn} has {n_ids} but field 'history_utterances' has {n_utterances}; "
+            "they pair one to one (the k-th id is the turn that asked the k-th utterance), so give every "
+            "earlier utterance its turn's id"]
+
+
 TREC_CAST = RecordShape("TREC CAsT turn", {
     "id": ID,
     "year": INTEGER,
@@ -312,7 +328,7 @@ TREC_CAST = RecordShape("TREC CAsT turn", {
     "history_utterances": STRINGS,
     "history_turn_ids": list_of(ID, "a list of turn ids"),
     "canonical_response": STRING,
-})
+}, rules=(cast_history_lengths_differ,))
 # "captions" a list, never a string read letter by letter
 COCO_CAPTIONS = RecordShape("COCO captions record", {"image_id": ID, "file_name": TEXT, "captions": STRINGS})
 
@@ -337,6 +353,7 @@ __all__ = [
     "WICE",
     "WIKIMULTIHOPQA",
     "RecordShape",
+    "cast_history_lengths_differ",
     "facts_not_in_context",
     "musique_refs_not_earlier",
     "musique_support_past_paragraphs",

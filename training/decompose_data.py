@@ -95,15 +95,16 @@ def _deps_from_refs(texts: Sequence[str]) -> list[list[int]]:
     return [[int(k) for k in re.findall(r"#\s*(\d+)", t)] for t in texts]
 
 
+# The loaders below read rows their shape has checked (``_RECORDS``, :func:`load_real`): a field
+# the loader requires is there and of its type, so it is indexed; ``.get`` is for the optional ones.
+
+
 def load_break(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Break QDMR rows (``question_text``, ``steps``, ``step_dependencies``) -> examples."""
     out = []
     for r in rows:
-        steps, question = r.get("steps"), r.get("question_text")
-        if not isinstance(steps, list) or not steps or not isinstance(question, str):
-            continue
-        graph = from_qdmr([str(s) for s in steps], r.get("step_dependencies"))
-        out.append(_decompose_example(question, graph, "", f"break:{r.get('source_dataset', '')}"))
+        graph = from_qdmr(r["steps"], r.get("step_dependencies"))
+        out.append(_decompose_example(r["question_text"], graph, "", f"break:{r.get('source_dataset') or ''}"))
     return out
 
 
@@ -111,12 +112,9 @@ def load_musique(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """MuSiQue rows (``question``, ``question_decomposition[].question`` with ``#k``) -> examples."""
     out = []
     for r in rows:
-        decomposition = r.get("question_decomposition")
-        if not isinstance(decomposition, list) or not decomposition:
-            continue
-        steps = [str(d.get("question", "")) for d in decomposition if isinstance(d, dict)]
+        steps = [hop["question"] for hop in r["question_decomposition"]]
         graph = from_qdmr(steps, _deps_from_refs(steps))
-        out.append(_decompose_example(str(r.get("question", "")), graph, "", "musique"))
+        out.append(_decompose_example(r["question"], graph, "", "musique"))
     return out
 
 
@@ -124,12 +122,9 @@ def load_strategyqa(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """StrategyQA rows (``question``, ``decomposition`` list with ``#k``) -> examples."""
     out = []
     for r in rows:
-        steps = r.get("decomposition")
-        if not isinstance(steps, list) or not steps:
-            continue
-        steps = [str(s) for s in steps]
+        steps = r["decomposition"]
         graph = from_qdmr(steps, _deps_from_refs(steps))
-        out.append(_decompose_example(str(r.get("question", "")), graph, "", "strategyqa"))
+        out.append(_decompose_example(r["question"], graph, "", "strategyqa"))
     return out
 
 
@@ -138,10 +133,10 @@ def load_hotpotqa(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         qdmr = r.get("qdmr_high_level")
-        if not isinstance(qdmr, dict) or not qdmr.get("steps"):
+        if qdmr is None:
             continue
-        graph = from_qdmr([str(s) for s in qdmr["steps"]], qdmr.get("step_dependencies"))
-        out.append(_decompose_example(str(r.get("question", "")), graph, "", "hotpotqa"))
+        graph = from_qdmr(qdmr["steps"], qdmr.get("step_dependencies"))
+        out.append(_decompose_example(r["question"], graph, "", "hotpotqa"))
     return out
 
 
@@ -149,16 +144,15 @@ def load_trec_cast(rows: Iterable[dict[str, Any]], max_history_turns: int = 3) -
     """TREC CAsT turns: (``history_utterances`` + ``raw_utterance``) -> ``manual_rewritten_utterance``;
     ``canonical_response`` (2021/2022) is kept as ``passage``, the known item ``eval rewrite``
     retrieves with each rewrite, and as the next turn's ``reply`` (the answer to its last
-    history turn, looked up through ``history_turn_ids``)."""
+    history turn, looked up through ``history_turn_ids``, which the shape checks pair one to one
+    with ``history_utterances``)."""
     rows = list(rows)
     responses = {str(r.get("id")): " ".join(r["canonical_response"].split()) for r in rows
                  if isinstance(r.get("canonical_response"), str) and r["canonical_response"].strip()}
     out = []
     for r in rows:
-        query, rewrite = r.get("raw_utterance"), r.get("manual_rewritten_utterance")
-        if not isinstance(query, str) or not isinstance(rewrite, str) or not rewrite.strip():
-            continue
-        history = [str(h) for h in r.get("history_utterances") or []]
+        query, rewrite = r["raw_utterance"], r["manual_rewritten_utterance"]
+        history = list(r.get("history_utterances") or [])
         group = f"cast:{r.get('year', '')}_{r.get('topic_id', '')}"
         ex = _rewrite_example(history, query, rewrite, group, "trec_cast", max_history_turns)
         passage = r.get("canonical_response")

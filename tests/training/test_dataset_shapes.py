@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from searchsmith.models.errors import ValidationError
 from searchsmith.models.jsonl import STRING, TEXT
-from searchsmith.serving.routing_sets import multihop_pipeline
+from searchsmith.serving.routing_sets import cast_routing, multihop_pipeline
 from searchsmith.training.cite_data import CitationData, scifact_pairs
-from searchsmith.training.dataset_shapes import MUSIQUE, RecordShape
+from searchsmith.training.dataset_shapes import MUSIQUE, TREC_CAST, RecordShape
 from searchsmith.training.decompose_data import REAL_SOURCES, load_real
 from searchsmith.training.evaluate import write_scifact_beir
 from searchsmith.training.read_data import ReaderData, load_items
@@ -218,3 +218,57 @@ def test_a_claim_citing_a_doc_outside_the_corpus_is_refused_at_its_line(tmp_path
         f"{claims}:1: field 'bm25_top10' cites doc 3, which is not in {corpus} (data.scifact_corpus){FIX}"
     assert refusal(loaders["cite"]) == \
         f"{claims}:1: field 'evidence' cites doc 2, which is not in {corpus} (data.scifact_corpus){FIX}"
+
+
+# ----------------------------------------------------------------------------- TREC CAsT
+
+
+def cast_topic(turns: int = 4) -> list[dict[str, Any]]:
+    """One CAsT 2022 conversation: each turn's history is the turns before it, ids and utterances paired."""
+    ids = [f"cast2022_7_{t}" for t in range(1, turns + 1)]
+    asked = [f"What about rocket engine type {t}?" for t in range(1, turns + 1)]
+    return [{"id": ids[t], "year": 2022, "topic_id": "7", "raw_utterance": asked[t],
+             "manual_rewritten_utterance": asked[t], "history_utterances": asked[:t], "history_turn_ids": ids[:t],
+             "canonical_response": f"Engine type {t + 1} burns fuel."} for t in range(turns)]
+
+
+# Every loader of the CAsT turns: the decomposer's (rewrite) and make-routing-set's; both read the
+# two history lists, which pair one to one.
+CAST_LOADERS: dict[str, Callable[[Path], Any]] = {
+    "decompose": lambda d: load_real("trec_cast", d),
+    "routing": lambda d: cast_routing(d),
+}
+
+
+def test_every_cast_loader_reads_the_good_turns(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / REAL_SOURCES["trec_cast"], cast_topic())
+    examples = CAST_LOADERS["decompose"](tmp_path)
+    assert examples[2]["reply"] == "Engine type 2 burns fuel."  # turn 2's answer, found by the last history id
+    corpus, queries = CAST_LOADERS["routing"](tmp_path)
+    assert len(corpus) == len(queries) == 4
+    assert [m["content"] for m in queries[2]["history"]] == [
+        "What about rocket engine type 1?", "Engine type 1 burns fuel.",
+        "What about rocket engine type 2?", "Engine type 2 burns fuel."]
+
+
+def test_cast_loaders_refuse_history_lists_of_different_lengths(tmp_path: Path) -> None:
+    """One id too few: the decomposer would take the answer of turn 1 as the reply to turn 2, and
+    make-routing-set would drop an utterance from the history (zip stops at the shorter list)."""
+    turns = cast_topic()
+    turns[2] = changed(turns[2], history_turn_ids=turns[2]["history_turn_ids"][:1])
+    path = write_jsonl(tmp_path / REAL_SOURCES["trec_cast"], turns)
+    problem = ("field 'history_turn_ids' of turn \"cast2022_7_3\" has 1 turn id but field 'history_utterances' "
+               "has 2 utterances; they pair one to one (the k-th id is the turn that asked the k-th utterance), "
+               "so give every earlier utterance its turn's id")
+    refused = {name: refusal(lambda load=load: load(tmp_path)) for name, load in CAST_LOADERS.items()}
+    assert refused == dict.fromkeys(CAST_LOADERS, f"{path}:3: {problem}{FIX}")
+
+
+def test_the_cast_history_rule_needs_both_lists_and_names_the_turn_only_when_read() -> None:
+    rec = changed(cast_topic()[1], history_utterances=[])
+    both = TREC_CAST.check(("raw_utterance",), ("history_utterances", "history_turn_ids"))
+    assert both(rec) == ["field 'history_turn_ids' has 1 turn id but field 'history_utterances' has 0 utterances; "
+                         "they pair one to one (the k-th id is the turn that asked the k-th utterance), so give "
+                         f"every earlier utterance its turn's id{FIX}"]  # the loader reads no id: FILE:LINE names it
+    assert TREC_CAST.check(("raw_utterance", "history_turn_ids"))(rec) == []  # one list alone pairs with nothing
+    assert both(changed(rec, history_utterances=None)) == []  # an absent list is not a shorter one
