@@ -4,7 +4,8 @@ A pipeline setting changes how the questions are answered; an index setting (chu
 overlap, the k-means centroids, ...) changes what there is to find, so each value needs its
 own index. For each value the corpus is re-indexed into a temporary folder with the
 ``--index``'s own config (read from its manifest) and that one key changed. With every
-value's pipeline open, the questions are then answered as ``eval sweep`` answers them: one
+value's pipeline open (each its own index; the models, loaded once, shared by all: see
+:func:`_value_pipeline`), the questions are then answered as ``eval sweep`` answers them: one
 untimed answer on each index first, then each question under every value in turn, in an order
 that rotates by one each question (``profiling.timing.rotation``), so that a change in the
 machine's load falls on every value's ``latency_ms`` alike. The result has the format of
@@ -47,6 +48,8 @@ from searchsmith.serving.index import IndexConfig
 from searchsmith.serving.sweep import _summary, _verdicts, parse_values, plot_sweep
 
 if TYPE_CHECKING:
+    from searchsmith.serving.embedder import Embedder
+    from searchsmith.serving.pipeline.config import PipelineConfig
     from searchsmith.serving.pipeline.pipeline import Pipeline
 
 __all__ = ["eval_index_sweep", "index_setting"]
@@ -156,6 +159,39 @@ def _check_gold(items: list[dict[str, Any]], records: list[dict[str, Any]], corp
     return []
 
 
+def _value_pipeline(cfg: PipelineConfig, folder: Path, embedder: Embedder, first: Pipeline | None) -> Pipeline:
+    """The pipeline of one value's index, its models shared with the ``first`` value's.
+
+    Every value's pipeline is open at once: each question is asked under every value in turn
+    (the timing's fairness), and reopening one per question would time its loading and cold
+    start. What must differ per value is only the index (its vectors, chunk store and router);
+    the pipeline config is the same for every value, so the first pipeline loads the bundles,
+    the LLM and the query embedder (``load_pipeline``) and the others share them: the memory
+    is one copy of the models plus one index per value, where each ``load_pipeline`` loaded
+    every model again. The answers are those of a pipeline loaded alone (as ``eval sweep``'s
+    ``sibling_pipeline``).
+
+    Args:
+        embedder: the embedder the value's index was built with, its query embedder when
+            ``bundles.embedder`` is not set (one object for every value unless the sweep
+            changes ``index.embedder.*``).
+    """
+    from searchsmith.serving.index import Index, read_manifest
+    from searchsmith.serving.pipeline.pipeline import Pipeline, bundle_embedder, load_pipeline
+
+    if first is None:
+        return load_pipeline(cfg, str(folder), embedder=None if cfg.bundles.embedder else embedder)
+    query_embedder = embedder
+    if cfg.bundles.embedder:
+        # the bundle was checked against the first index's model; another model is checked (and
+        # refused, as load_pipeline refuses it) by loading it for this index
+        manifest, seen = read_manifest(folder), first.index.manifest
+        same = all(manifest[k] == seen[k] for k in ("embedding_model", "embedding_dim"))
+        query_embedder = first.embedder if same else bundle_embedder(cfg.bundles.embedder, manifest, cfg)
+    index = Index.load(folder, embedder=query_embedder)
+    return Pipeline(cfg, index, query_embedder, first.bundles, generator=first.generation.llm)
+
+
 def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     """Sweep the index setting ``args.param`` (``index.<IndexConfig key>``) over ``args.values``.
 
@@ -184,7 +220,6 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     )
     from searchsmith.serving.index import build_index, read_manifest
     from searchsmith.serving.pipeline.config import load_pipeline_config
-    from searchsmith.serving.pipeline.pipeline import load_pipeline
     from searchsmith.serving.profiling.timing import rotation
     from searchsmith.training.evaluate import progress_bar
 
@@ -213,10 +248,11 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     resamples = int(getattr(args, "resamples", DEFAULT_RESAMPLES))
     seed = int(getattr(args, "seed", DEFAULT_SEED))
 
-    # 3. One index per value (an identical one built once) and its pipeline, all open together;
-    # then, after one untimed answer on each, every question under each value in turn, in a
-    # rotating order (timing.rotation, as eval sweep interleaves its values), so that cold start
-    # and the machine's drift do not land on the first or the last value's latency_ms
+    # 3. One index per value (an identical one built once) and its pipeline, all open together
+    # (the models loaded once and shared: _value_pipeline); then, after one untimed answer on
+    # each, every question under each value in turn, in a rotating order (timing.rotation, as
+    # eval sweep interleaves its values), so that cold start and the machine's drift do not land
+    # on the first or the last value's latency_ms
     shared = None if path.startswith("embedder.") else Embedder(configs[0].embedder)
     points: list[dict[str, Any]] = []
     built: dict[str, tuple[object, Path, dict[str, Any]]] = {}  # effective config -> (value, folder, manifest)
@@ -249,8 +285,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
                              chunks=int(built_manifest["chunks"]))
                 points.append(point)
                 if folder not in pipes:
-                    pipes[folder] = load_pipeline(pipe_cfg, str(folder),
-                                                  embedder=None if pipe_cfg.bundles.embedder else embedder)
+                    pipes[folder] = _value_pipeline(pipe_cfg, folder, embedder, next(iter(pipes.values()), None))
                 pipe_of.append(pipes[folder])
             for pipe in pipes.values():  # warm-up: untimed, its answer unused
                 pipe.ask(items[0]["query"], items[0].get("history"))

@@ -165,6 +165,47 @@ def test_each_question_is_asked_under_every_value_in_turn_rotating(sweep_set, ow
     assert list(own_tmp.iterdir()) == []
 
 
+def test_the_models_are_loaded_once_however_many_values(sweep_set, minilm_embed_bundle, own_tmp, tmp_path,
+                                                         capsys, monkeypatch) -> None:
+    """Every value's pipeline is open at once (the interleaved timing asks each question under
+    every value in turn), but each used to be a load_pipeline of its own: every configured model
+    (here the embedder bundle, an ONNX session) loaded again per value, memory growing with the
+    values. Now the indexes are per value and the models one copy, shared."""
+    import searchsmith.serving.pipeline.pipeline as pipeline_module
+    from searchsmith.serving.pipeline.pipeline import Pipeline
+
+    loads: list[tuple[str, str]] = []  # (task, path) of every bundle loaded
+    real_load = pipeline_module.load_optional_bundle
+
+    def load_optional_bundle(path, task, *a, **k):
+        if path:
+            loads.append((task, str(path)))
+        return real_load(path, task, *a, **k)
+
+    monkeypatch.setattr(pipeline_module, "load_optional_bundle", load_optional_bundle)
+    seen: dict[str, Pipeline] = {}  # index folder -> the pipeline that answered on it
+    real_ask = Pipeline.ask
+
+    def ask(self, query, *a, **k):
+        seen.setdefault(self.index.dir.name, self)
+        return real_ask(self, query, *a, **k)
+
+    monkeypatch.setattr(Pipeline, "ask", ask)
+    cfg = tmp_path / "pipeline.yaml"
+    cfg.write_text(json.dumps({"bundles": {"embedder": str(minilm_embed_bundle)}}))  # JSON is YAML
+    corpus, qa, index, _ = sweep_set
+    out = _sweep(capsys, "--config", str(cfg), "--data", str(qa), "--index", str(index), "--corpus", str(corpus),
+                 "--limit", "2", "--param", "index.chunker.chunk_tokens", "--values", "16,32,48")
+    assert loads == [("embed", str(minilm_embed_bundle))]  # once, not once per value
+    assert sorted(seen) == ["value-0", "value-1", "value-2"]  # ... while each value answered on its own index
+    first, *others = seen.values()
+    assert type(first.embedder).__name__ == "BundleEmbedder"
+    assert all(p.embedder is first.embedder and p.index is not first.index for p in others)
+    for p in out["points"]:
+        assert p["metrics"]["retrieval_recall"] == 1.0 and p["metrics"]["latency_ms"] > 0
+    assert list(own_tmp.iterdir()) == []
+
+
 def test_unknown_or_partial_index_keys_are_refused_with_the_closest_key() -> None:
     assert index_setting("index.chunker.chunk_tokens") == "chunker.chunk_tokens"
     with pytest.raises(ConfigError, match="did you mean 'index.chunker.chunk_tokens'"):
