@@ -609,6 +609,7 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "developer": "made makes developed develops developer built builds created",
     "owned": "owned owns owner acquired acquires bought",
     "owner": "owned owns owner acquired acquires bought",
+    "valid": "valid validity expire expires expired expiry lifetime ttl",
 }.items()}
 
 
@@ -731,7 +732,7 @@ def _measure_spans(sentence: str, dims: Sequence[str], keys: Sequence[str]) -> l
     """The entities of ``sentence`` (:func:`entity_spans`) and the figures of ``dims`` that a
     quoted command or configuration holds, where no entity is: its ports (:data:`_PORT`:
     "`docker run -p 7420:7420 ...`") and the values it gives ``keys`` ("`cron: timezone: UTC`")."""
-    entities = entity_spans(sentence)
+    entities = _with_number_words(sentence, entity_spans(sentence))  # "valid for one hour"
     spans = {(s, e) for s, e, _ in entities}
     extra = [m.span(1) for m in _PORT.finditer(sentence)] if "port" in dims else []
     if "default" in dims:
@@ -786,7 +787,7 @@ def _measured(sentence: str, s: int, e: int, span: str, dims: Sequence[str],
         return s, e
     if "port" in dims and any(m.span(1) == (s, e) for m in _PORT.finditer(sentence)):
         return s, e
-    figure = _FIGURE.match(sentence, s)
+    figure = _FIGURE.match(sentence, s) or _NUMBER_WORD.match(sentence, s)  # "one hour", "eight weeks"
     if figure is None:
         return None
     units = _unit_pattern(tuple(dims))
@@ -907,15 +908,25 @@ def asked_type(question: str) -> tuple[str, ...]:
 _WHERE_CODE = re.compile(r"^\W*where\b[^?]*\b(?:code|source\s+code|implemented|implementation|defined)\b", re.I)
 
 
+# "What is the <noun> of ...?" asks for its noun ("the capital, Reykjavik"); not a figure's,
+# a date's or a place's (asked_measure, answer_kind and "place of" say what answers those)
+_THE_NOUN_OF = re.compile(r"^\W*(?i:what\s+(?:is|was|are|were)\s+the)\s+([a-z]+)\s+of\b")  # a noun, not a name
+_NOT_NOUN_OF = MEASURE_WORDS | _TIME_WORDS | frozenset({"place", "default"})
+
+
 def asked_head(question: str) -> list[str]:
     """The nouns a question whose first question word is "what" / "which" asks its answer to
     be, singular and lower-cased: :func:`asked_type`'s words and the phrase's last word ("which
     river system in ..." -> ["river", "system"], "what New York county ..." -> ["county"],
-    "which Olympic Games held ..." -> ["game"]); [] for other questions and generic heads
-    ("What kind of ..."). "Where can I find the code for X?" asks for a file: ["file"]."""
+    "which Olympic Games held ..." -> ["game"], "What is the capital of Iceland?" -> ["capital"]);
+    [] for other questions and generic heads ("What kind of ..."). "Where can I find the code for
+    X?" asks for a file: ["file"]."""
     if _WHERE_CODE.search(question):
         return ["file"]  # "Where can I find the code for it?": a path answers ("lumen/evict.py")
     phrase = _asked_phrase(question, first=True)
+    of = _THE_NOUN_OF.match(question) if not phrase else None
+    if of is not None and of.group(1).lower() not in _NOT_NOUN_OF:
+        phrase = [of.group(1)]  # "What is the capital of Iceland?": capital
     # a word followed by an object is a verb ("which file *contains* the code"): the noun ends before it
     phrase = phrase[:next((k for k in range(len(phrase) - 1) if phrase[k + 1].lower() in _OBJECT_WORDS), len(phrase))]
     words = [*(w for w in phrase if w.islower()), *phrase[-1:]]
@@ -1046,8 +1057,9 @@ def _trim_known(text: str, known: set[str], head: Sequence[str] = ()) -> str:
     return re.sub(r"['’]s$", "", " ".join(words).strip(_EDGE + " "))  # "Cesar Millan's" -> "Cesar Millan"
 
 
-# a count written out ("eight legs", "five times"): "one" is too often no count ("one of the ...")
-_NUMBER_WORD = re.compile(r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
+# a count written out ("eight legs", "five times"): "one" is too often no count ("one of the ..."),
+# but for a unit of time it is ("valid for one hour")
+_NUMBER_WORD = re.compile(r"\b(?:one(?=\s+(?:second|minute|hour|day|week|month|year|decade|century)\b)|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
                           r"|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy"
                           r"|eighty|ninety|hundred|dozen)\b", re.I)
 
@@ -1200,7 +1212,10 @@ _VERB_FORMS = [frozenset(f.split()) for f in (
     "win wins won winning winner", "lead leads led leading leader", "run runs ran running",
     "own owns owned owning owner")]
 _HOW_MANY = re.compile(r"\bhow\s+many\s+((?:[a-z][\w-]*\s+){0,2}[a-z][\w-]*)", re.I)
-_FINAL_VERB = re.compile(r"^\W*(?:where|how\s+(?:long|often|far|much))\b[^?]*\s([a-z]{3,}ed)\W*$", re.I)
+# the state a how-long question asks the time of ("How long is a reset link valid?"): a sentence
+# on another duration of the thing ("lost service for 47 minutes") does not state it
+_STATES = "valid|open|available|unavailable|active|alive|offline|online|down"
+_FINAL_VERB = re.compile(rf"^\W*(?:where|how\s+(?:long|often|far|much))\b[^?]*\s([a-z]{{3,}}ed|{_STATES})\W*$", re.I)
 _WORD = re.compile(r"[^\W_]+")
 _GENERIC_VERBS = frozenset("have has had get gets got take takes took be is are was were".split())  # state nothing
 
@@ -1390,7 +1405,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
             if not stating[i]:
                 continue
             for s, e, lab in entities:
-                span = _trim_known(sentence[s:e], known, head)
+                # a written-out count is one word, kept whole ("one" of "one hour" is a stop word)
+                counted = _NUMBER_WORD.match(sentence, s) if lab == "NUM" else None
+                span = sentence[s:e] if counted is not None and counted.end() == e else _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
                 elif lab == "ENT" and month_asked and span.lower() in _MONTH_NAMES:

@@ -560,6 +560,12 @@ class GenerationConfig:
             ``index.ef_construction``) is mentioned by no retrieved passage: similar passages
             about something else ("By default the server listens on port 9464" for Redis's
             port) score high, but the sources do not cover the question.
+        no_answer_off_subject: (the extractive answer) also "not found" when the user's question
+            names something and no passage the answer's sentences came from mentions any of its
+            names (:meth:`GenerationStage.off_subject`): the best sentences are about another
+            thing ("the 2 hours Quarry Cloud outage" for "How long did the Atlasgrid Cloud
+            outage last?"). A bridge's sentence counts: the passage that names the bridge
+            mentions the question's name.
         no_answer_text: the answer given when the sources do not support one.
         step_answers: how a step whose answer fills later steps' ``#k`` is answered:
             ``names``, the names, dates and numbers its best sentence adds
@@ -581,6 +587,7 @@ class GenerationConfig:
     max_context_chars: int = 12000
     no_answer_threshold: float | None = 0.5
     no_answer_missing_names: bool = True
+    no_answer_off_subject: bool = True
     no_answer_text: str = "No answer found in the sources."
     step_answers: Literal["names", "generator"] = "names"
     chain_support: bool = True

@@ -1039,30 +1039,61 @@ class GenerationStage:
         return self.extractive.node_answer(question, passages, state)
 
     @staticmethod
-    def missing_names(state: PipelineState) -> list[str]:
-        """Names of the user's own question (not the rewrite's added history) that no passage mentions.
+    def question_names(state: PipelineState) -> list[str]:
+        """The names of the user's own question (not the rewrite's added history), once each.
 
         A name is a pattern entity (a possessive already cut: "Keaton's" -> "Keaton") with a
         capital letter or an identifier's ``. _ /``, its version cut ("Beacon 2.4" -> "Beacon":
-        the version is often what is asked for);
-        numbers alone and lower-case hyphenated words ("real-time") are not names. A name with
-        initials is mentioned when its other words are ("Alex P. Keaton": "Alex Keaton").
+        the version is often what is asked for); numbers alone and lower-case hyphenated words
+        ("real-time") are not names.
         """
-        names = []
+        names: list[str] = []
         for ent in pattern_entities(state.query):
             name = re.sub(r"(?:\s+\d+(?:\.\d+)*)+$", "", ent)  # "Beacon 2.4" is "Beacon"
             if re.search(r"[A-Z]|[A-Za-z][._/]\w", name) and name not in names:
                 names.append(name)
+        return names
+
+    @staticmethod
+    def mentioned(name: str, text: str) -> bool:
+        """Whether ``text`` mentions ``name``: as it is, or, for a name with initials, its other
+        words ("Alex P. Keaton": "Alex Keaton")."""
+        words = [w for w in name.split() if not re.fullmatch(r"[A-Z]\.", w)]
+        return not missing_entities([name], text) or (
+            0 < len(words) < len(name.split()) and not missing_entities(words, text))
+
+    @classmethod
+    def missing_names(cls, state: PipelineState) -> list[str]:
+        """Names of the user's question (:meth:`question_names`) that no passage mentions
+        (:meth:`mentioned`, in its title or text)."""
+        names = cls.question_names(state)
         if not names:
             return []
         text = "\n".join(f"{p.title or ''}\n{p.text}" for p in state.passages)
+        return [n for n in names if not cls.mentioned(n, text)]
 
-        def mentioned(name: str) -> bool:
-            words = [w for w in name.split() if not re.fullmatch(r"[A-Z]\.", w)]
-            return not missing_entities([name], text) or (
-                0 < len(words) < len(name.split()) and not missing_entities(words, text))
-
-        return [n for n in names if not mentioned(n)]
+    @classmethod
+    def off_subject(cls, state: PipelineState, used: Sequence[str]) -> list[str]:
+        """The user's question's names (:meth:`question_names`) when none of them is mentioned
+        by a passage the answer drew on (``used``, chunk ids) and such a passage's title names
+        another thing (a name is mentioned when each of its words but initials is): the sentences
+        are about something else ("the 2 hours Quarry Cloud outage", titled "Northwind Labs
+        explains Quarry Cloud outage", for "How long did the Atlasgrid Cloud outage last?" when
+        no source tells of one). [] when one is mentioned,
+        the question names nothing, or the titles name nothing else (a help page "Do you offer
+        phone support?" answers "Does Stackyard offer phone support?" without naming Stackyard).
+        """
+        names = cls.question_names(state)
+        drawn = [p for p in state.passages if p.chunk_id in set(used)]
+        if not names or not drawn:
+            return []
+        text = "\n".join(f"{p.title or ''}\n{p.text}" for p in drawn)
+        # each of a name's words will do, anywhere: a bridge's passage names its subject loosely
+        # ("He was the father of Sigmund, Arne, Henrik and Atle Selberg" for "Henrik Selberg")
+        if any(not missing_entities([w for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)], text) for n in names):
+            return []
+        other = [e for p in drawn for e in entity_names(p.title or "") if missing_entities([e], state.query)]
+        return names if other else []
 
     def _not_found(self, state: PipelineState, note: str) -> None:
         state.answer, state.answer_found, state.used_passages = self.config.no_answer_text, False, []
@@ -1170,6 +1201,11 @@ class GenerationStage:
                 how = "found by searching for it" if any(not h.titled for h in used) else "looked up by title"
                 st.note += "; through " + ", ".join(repr(h.title) for h in used) + " (generation.extractive.bridge" + \
                     (f"; {len(added)} passage(s) {how})" if added else ")")
+            off = self.off_subject(state, state.used_passages) if self.config.no_answer_off_subject else []
+            if off:
+                self._not_found(state, f"no answer: no passage the answer drew on (a bridge's too) mentions {off} of the question "
+                                       f"(generation.no_answer_off_subject; best support {best:.4f})")
+                return
             if short:
                 # the span of a date, number or name the question asks for, then its sentences
                 state.short_answer, state.support = short, chosen

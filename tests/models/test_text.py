@@ -841,3 +841,18 @@ def test_what_is_billed_is_money():
     q = "How much is outbound traffic billed at?"
     assert asked_measure(q) == ("money",)
     assert typed_span(q, ["Outbound traffic above 1 TB a month is billed at $0.05 per GB."]) == "$0.05"
+
+
+def test_what_is_the_noun_of_asks_for_that_noun() -> None:
+    """The audit set, before: "What is the capital of Iceland?" was answered "North Atlantic",
+    the first name near a question word; "the capital, Reykjavik" shows the asked noun."""
+    from searchsmith.models.text import asked_head
+
+    iceland = ("Iceland is an island country in the North Atlantic with a population of about 380,000, most "
+               "of whom live in and around the capital, Reykjavik.")
+    assert asked_head("What is the capital of Iceland?") == ["capital"]
+    assert typed_span("What is the capital of Iceland?", [iceland]) == "Reykjavik"
+    # a name is no noun ("the Book of Healing"); a figure's, a date's or a place's noun is said elsewhere
+    assert asked_head("What is the Book of Healing referred to as?") == []
+    assert asked_head("What is the population of Iceland?") == []
+    assert asked_head("What is the place of birth of Ole Selberg?") == []

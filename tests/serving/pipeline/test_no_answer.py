@@ -16,7 +16,13 @@ and does not read a name into a description. Before (the demo, 2026-12-07):
 from __future__ import annotations
 
 import pytest
-from searchsmith.models.text import answer_kind, asked_relation, asks_description, states_relation, typed_span
+from searchsmith.models.text import (
+    answer_kind,
+    asked_relation,
+    asks_description,
+    states_relation,
+    typed_span,
+)
 from searchsmith.serving.pipeline.config import ExtractiveConfig, GenerationConfig, Preset
 from searchsmith.serving.pipeline.generation import ExtractiveGenerator, GenerationStage
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
@@ -186,3 +192,63 @@ def test_a_doers_nouns_state_it_and_a_default_is_read_on_its_own_line() -> None:
     assert asked_relation(q) == []  # "Default: `3`." names no broker
     assert typed_span(q, ["The `replication.factor` setting controls how many brokers hold a copy of each "
                           "partition.", "Default: `3`."]) == "3"
+
+
+def _titled(embedder, query: str, docs: list[tuple[str, str]], **generation) -> PipelineState:
+    passages = [Passage(f"p{i}#0", f"p{i}", "news", text, 0.9 - i / 10, title=title)
+                for i, (title, text) in enumerate(docs)]
+    st = PipelineState(query=query, rewrite=query)
+    st.passages = list(passages)
+    st.nodes = [NodeResult("1", query, passages=list(passages))]
+    GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(**generation)).run(st, Preset())
+    return st
+
+
+QUARRY_OUTAGE = ("Northwind Labs explains Quarry Cloud outage",
+                 "Northwind Labs has published the post-mortem of the 2 hours Quarry Cloud outage that hit the "
+                 "us-east region on 2025-01-09.")
+ATLASGRID_PRICE = ("How much does Atlasgrid Cloud cost?",
+                   "Atlasgrid Cloud costs $25 per month on the Starter plan.")
+
+
+def test_an_answer_drawn_from_a_passage_about_another_thing_is_no_answer(embedder) -> None:
+    """The demo, before: "How long did the Atlasgrid Cloud outage last?" was answered "2 hours",
+    read in the Quarry Cloud post-mortem (no source tells of an Atlasgrid outage; a price page
+    naming Atlasgrid Cloud was retrieved, so no name of the question was missing)."""
+    q = "How long did the Atlasgrid Cloud outage last?"
+    st = _titled(embedder, q, [QUARRY_OUTAGE, ATLASGRID_PRICE])
+    assert not st.answer_found and st.answer == "No answer found in the sources." and st.short_answer == ""
+    assert "generation.no_answer_off_subject" in st.trace.stages["generation"].note
+    assert "'Atlasgrid Cloud'" in st.trace.stages["generation"].note
+    off = _titled(embedder, q, [QUARRY_OUTAGE, ATLASGRID_PRICE], no_answer_off_subject=False)
+    assert off.answer_found and off.short_answer == "2 hours"  # as before
+    # the outage's own passage answers
+    own = ("Atlasgrid Cloud outage in eu-west", "Atlasgrid Cloud customers in eu-west lost service for 3 hours.")
+    st = _titled(embedder, q, [own, QUARRY_OUTAGE, ATLASGRID_PRICE])
+    assert st.answer_found and st.short_answer == "3 hours"
+
+
+def test_a_passage_whose_title_names_nothing_else_still_answers(embedder) -> None:
+    """A help page does not repeat its product's name: "Do you offer phone support?" answers
+    "Does Stackyard offer phone support?" (the audit set's question, answered before)."""
+    faq = ("Do you offer phone support?", "Phone support is included with the Enterprise plan.")
+    other = ("Stackyard overview", "Stackyard is a cloud platform for hosted databases.")
+    st = _titled(embedder, "Does Stackyard offer phone support?", [faq, other])
+    assert st.answer_found and "Phone support is included" in st.answer
+    assert GenerationStage.off_subject(st, ["p0#0"]) == []
+
+
+def test_how_long_a_state_lasts_needs_a_sentence_stating_it() -> None:
+    """The audit set, before: "How long is a password reset link valid?" was answered "10
+    minutes" (another duration of the product), and the demo's "How long is a Kestrel access
+    token valid?" "47 minutes" (an outage's): "valid" is the state asked about
+    (``asked_relation``), and "one hour" is a duration ("one" counts before a unit of time)."""
+    q = "How long is a Kestrel access token valid?"
+    outage = "On 2 November 2023, Kestrel Cloud customers in global lost service for 47 minutes."
+    assert asked_relation(q) and not states_relation(asked_relation(q), outage)
+    assert typed_span(q, [outage]) == ""
+    assert typed_span("How long is a password reset link valid?",
+                      ["The reset link is valid for one hour.", "Exports finish within 10 minutes."]) == "one hour"
+    assert typed_span("How long do access tokens stay valid?", ["Access tokens expire after 15 minutes."]) == "15 minutes"
+    # "one" before no unit of time is no count
+    assert typed_span("How many parliaments are older?", ["It is one of the oldest parliaments."]) == ""

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from searchsmith.models.dates import parse_dates
 from searchsmith.serving.pipeline.citation import CitationStage, pattern_entities
 from searchsmith.serving.pipeline.config import (
     CitationConfig,
@@ -31,7 +32,6 @@ from searchsmith.serving.pipeline.generation import (
 )
 from searchsmith.serving.pipeline.images import ImagesStage
 from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
-from searchsmith.models.dates import parse_dates
 from searchsmith.serving.pipeline.timeline import TimelineStage
 
 PASSAGES = [
@@ -337,11 +337,12 @@ def test_a_chain_answer_leads_with_the_sentence_of_each_earlier_step(embedder, c
     config = GenerationConfig(no_answer_missing_names=False, chain_support=chain_support)
     GenerationStage(ExtractiveGenerator(embedder), None, config).run(st, Preset())
     bread = "Knead the bread dough for ten minutes until it is smooth."
+    assert st.short_answer == "ten minutes"  # a written-out count with its unit is a duration
     if chain_support:
-        assert st.answer == f"By default the server listens on port 7420. {bread}"
+        assert st.answer == f"ten minutes. By default the server listens on port 7420. {bread}"
         assert st.used_passages == ["a#0", "b#0"]
     else:
-        assert st.answer == bread and st.used_passages == ["b#0"]
+        assert st.answer == f"ten minutes. {bread}" and st.used_passages == ["b#0"]
 
 
 def test_a_bridge_is_the_sentence_holding_a_short_answer(embedder):
