@@ -995,6 +995,13 @@ def _describes_known(sentence: str, s: int, entities: Sequence[tuple[int, int, s
 _PREPOSITIONS = frozenset("in at on of from by for with to into near after before during under over".split())
 
 
+def _after_preposition(words: Sequence[tuple[int, int, str]], at: int) -> bool:
+    """Whether word ``at`` follows a preposition but "by", an article between ("under the
+    Apache-2.0 licence"): not the doer of a verb ("written in Python")."""
+    k = at - 1 - (at > 1 and words[at - 1][2] in ("the", "a", "an"))
+    return k >= 0 and words[k][2] in _PREPOSITIONS and words[k][2] != "by"
+
+
 def _does(sentence: str, words: Sequence[tuple[int, int, str]], at: Sequence[int], s: int,
           entities: Sequence[tuple[int, int, str]], verbs: set[str], objects: Sequence[str]) -> bool:
     """Whether the name at words ``at`` (``sentence[s:]``) is the subject of one of ``verbs``
@@ -1371,6 +1378,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     # own and ``exclude``): "Harbor & Finch announced ... that it has acquired Brightline Systems"
     verb = _AGENT_ASKED.match(question)
     verb_word = (verb.group(1) or verb.group(2)).lower() if verb else ""
+    who = asks_who(question)
     # the verb and the words a passage states it with ("acquired" for "owned")
     doing = set() if not verb_word or verb_word in _NOT_AGENT_VERBS else {
         fold(w) for w in {verb_word, *RELATION_CUES.get(verb_word, ()),
@@ -1475,6 +1483,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 if measured is not None and measured != (s, e):
                     s, e = measured
                     span = sentence[s:e]
+                if lab == "ENT" and doing and who and _after_preposition(words, at[0]):
+                    continue  # "written in Python", "under the Apache-2.0 licence": not who did it
                 agent = TYPE_FIT_WORDS * (lab == "ENT" and bool(doing) and _does(sentence, words, at, s, entities, doing, done_to))
                 found.append((-len(nearby) - located - max(fits, agent), len(found), i, span, s, e))
                 gaps.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at), default=near + 1)

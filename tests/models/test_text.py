@@ -856,3 +856,15 @@ def test_what_is_the_noun_of_asks_for_that_noun() -> None:
     assert asked_head("What is the Book of Healing referred to as?") == []
     assert asked_head("What is the population of Iceland?") == []
     assert asked_head("What is the place of birth of Ole Selberg?") == []
+
+
+def test_a_name_after_a_preposition_is_no_doer_of_the_asked_verb() -> None:
+    """The demo, before: "Who wrote the Lumen documentation?" was answered "Python", read in
+    "Lumen is written in Python" (the sentence states "written", so it was read)."""
+    lumen = "Lumen is written in Python and published under the Apache-2.0 licence."
+    assert typed_span("Who wrote the Lumen documentation?", [lumen]) == ""
+    # the doer after "by" still answers, past a place after "in"
+    assert typed_span("Who founded Brightline Systems?",
+                      ["Brightline Systems was founded in Austin by Mara Quint."]) == "Mara Quint"
+    # only a who-question asks for the doer: "in what" is asked otherwise
+    assert typed_span("Which language was Lumen written in?", [lumen]) == "Python"
