@@ -613,11 +613,30 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
 }.items()}
 
 
+KEYWORD_WORDS = 6  # a query this short without a question word or "?" is keywords ("lumen default port")
+
+
+def _keyword_asks(query: str) -> list[str]:
+    """The words a keyword query asks a figure or date by (:data:`MEASURE_WORDS`, its units'
+    words, :data:`_TIME_WORDS`): ["port"] of "lumen default port", ["release", "date"] -> ["date"]
+    of "kestrel 2.0 release date"; [] for a question (a question word, "?", an auxiliary first),
+    a longer text (:data:`KEYWORD_WORDS`) or one asking neither."""
+    if "?" in query or _AUXILIARY.match(query):
+        return []
+    words = [w.lower() for w in re.findall(r"[A-Za-z][\w.-]*", query)]
+    if not words or len(words) > KEYWORD_WORDS:
+        return []
+    return [w for w in words if w in MEASURE_WORDS or w in _MEASURED or w in _TIME_WORDS]
+
+
 def _question_parts(question: str) -> tuple[AnswerKind | None, str, list[str], list[str], re.Match[str] | None]:
     """``(kind or None, wh, words after it, head, its match)`` of ``question``: a kind when it
     is decided before the head counts (YESNO, OTHER, CHOICE), the question word, the five words
     after it and the noun phrase after it up to its first relation word ("of", "does")."""
     m = _WH.search(question)
+    keywords = _keyword_asks(question) if m is None else []
+    if keywords:  # "lumen default port": what is its port
+        return None, "what", keywords, keywords, None
     if m is None or (m.start() > 0 and _AUXILIARY.match(question)
                      and not re.search(r"[,;]\s*$", question[:m.start()])):
         return ("YESNO" if _AUXILIARY.match(question) else "OTHER"), "", [], [], m
@@ -643,7 +662,8 @@ def _measure_words(wh: str, after: Sequence[str], head: Sequence[str], question:
     if wh == "how":
         return list(after[:1]) if after[:1] and after[0] in HOW_MUCH_WORDS else []
     if wh in ("what", "which"):
-        words = [w for w in head if w in MEASURE_WORDS]
+        # (a keyword query's, no question word: each word with units, "quarry latency")
+        words = [w for w in head if w in MEASURE_WORDS or (m is None and w in _MEASURED)]
         if words:
             return words
     measured = re.search(r"\b([a-z]+)\s+of\s*$", question[:m.start()], re.I) if m is not None else None

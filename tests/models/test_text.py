@@ -868,3 +868,20 @@ def test_a_name_after_a_preposition_is_no_doer_of_the_asked_verb() -> None:
                       ["Brightline Systems was founded in Austin by Mara Quint."]) == "Mara Quint"
     # only a who-question asks for the doer: "in what" is asked otherwise
     assert typed_span("Which language was Lumen written in?", [lumen]) == "Python"
+
+
+def test_a_keyword_query_asks_for_the_figure_or_date_it_names() -> None:
+    """The audit set, before: "Lumen port" got the sentences and no short answer (no question
+    word: OTHER); a short query without one asks for the figure or date its words name."""
+    from searchsmith.models.text import KEYWORD_WORDS
+
+    port = "By default the server listens on port 6410."
+    assert answer_kind("Lumen port") == "NUM" and asked_measure("lumen default port") == ("port",)
+    assert typed_span("lumen default port", ["Lumen needs Python 3.10.", port]) == "6410"
+    assert answer_kind("kestrel 2.0 release date") == "DATE"
+    assert asked_measure("quarry latency") == ("duration",)
+    # words asking neither, a question, or a longer text: as before
+    assert answer_kind("install lumen") == "OTHER"
+    assert answer_kind("Does Lumen use a port?") == "YESNO"
+    long_text = " ".join(["lumen"] * KEYWORD_WORDS + ["port"])
+    assert answer_kind(long_text) == "OTHER"
