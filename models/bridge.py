@@ -34,6 +34,7 @@ from searchsmith.models.text import (
     entity_names,
     fold,
     holds_word,
+    other_version,
     sentence_texts,
     singular,
 )
@@ -79,6 +80,23 @@ def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequen
         if best is None or cand < best:
             best = cand
     return None if best is None else best[1]
+
+
+# an error code or ticket: letters, a dash, digits ("FRW-118", "KST-502")
+_CODE = re.compile(r"\b([A-Z][A-Z0-9]*)-(\d+)\b")
+
+
+def sibling_of_asked(name: str, question: str) -> str:
+    """Whether ``name`` holds a code or version of the same family as one ``question`` names, but
+    another: no bridge, its passage is about the sibling, not what is asked of the question's.
+    The sibling code ("FRW-402" for a question on "FRW-118"), or the asked version as the
+    question writes it ("Ferrow 1.5" when ``name`` is "Ferrow 1.0 released",
+    ``models.text.other_version``); "" when it is none."""
+    asked = {m.groups() for m in _CODE.finditer(question)}
+    for m in _CODE.finditer(name):
+        if m.groups() not in asked and any(prefix == m.group(1) for prefix, _ in asked):
+            return m.group(0)
+    return other_version(question, name)
 
 
 GENERIC_WORDS = frozenset("name names named called known".split())

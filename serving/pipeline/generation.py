@@ -51,6 +51,7 @@ from searchsmith.models.bridge import (
     MIN_TITLE_CHARS,
     base_title,
     named_title,
+    sibling_of_asked,
     states_kin_of,
     title_answers,
     unanswered_words,
@@ -398,6 +399,8 @@ class ExtractiveGenerator:
             bridged = self.support(f"{asked_how} {name}?" if verb else question, bridge, state) if bridge else []
             if kin:  # the sentence names the kin's kin ("father of Sigmund, Arne ..."), not what is asked of it
                 bridged = [c for c in bridged if c.text != cand.text]
+            if bridged and sibling_of_asked(name, question):
+                return None  # the best sentences lead to a sibling ("FRW-402" for "FRW-118"): no bridge
             if bridged:
                 return Hop(cand, name, bridge, bridged, titled)
         return self._own_passage(question, ranked[0], passages, state) if cfg.bridge_own and asks_who(question) \

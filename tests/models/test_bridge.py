@@ -118,3 +118,17 @@ def test_a_sentence_stating_the_asked_kin_of_the_questions_person():
     assert not states_kin_of(q, "He was the father of Tom Brandt.")
     assert not states_kin_of(q, "He was the brother of Henrik Selberg.")
     assert not states_kin_of("Where was Henrik Selberg born?", "He was the father of Henrik Selberg.")
+
+
+def test_a_sibling_code_or_version_is_no_bridge() -> None:
+    """The demo, before: "How do I fix FRW-118?" was answered with FRW-402's fix, through the
+    sentence "Ferrow's error codes (FRW-118 and FRW-402) are defined in ..."."""
+    from searchsmith.models.bridge import sibling_of_asked
+
+    q = "How do I fix FRW-118?"
+    assert sibling_of_asked("FRW-402", q) == "FRW-402"
+    assert sibling_of_asked("Troubleshooting FRW-402: consumer group rebalancing", q) == "FRW-402"
+    assert sibling_of_asked("FRW-118", q) == ""  # the asked one
+    assert sibling_of_asked("KST-502", q) == ""  # another family: a bridge may lead there
+    assert sibling_of_asked("Ferrow 1.0 released", "When was Ferrow 1.5 released?") == "Ferrow 1.5"  # the asked one
+    assert sibling_of_asked("Calloway Data", "When was Ferrow 1.5 released?") == ""

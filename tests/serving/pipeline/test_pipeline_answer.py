@@ -1091,3 +1091,24 @@ def test_a_sentence_stating_the_asked_relation_names_the_bridge_below_the_best(e
     assert shallow.hop(q, ranked, passages, st, lookup=lambda name, state: [], search=search) is None
     # and the repository's address answers no "Which company ...?"
     assert "git.example.com" not in shallow.short_answer(q, [q], [ranked], [None])[0]
+
+
+def test_a_sentence_leading_to_a_sibling_code_is_no_bridge(embedder):
+    """The demo, before: "How do I fix FRW-118?" quoted FRW-402's fix ("wait for the rebalance
+    to finish"), through "Ferrow's error codes (FRW-118 and FRW-402) are defined in ..."."""
+    codes = Passage("c#0", "c", "code", "Ferrow's error codes (FRW-118 and FRW-402) are defined in "
+                    "`ferrow/src/error.rs`.", 0.9, title="Ferrow error codes in the source")
+    outage = Passage("n#0", "n", "news", "Clients saw `FRW-118` errors until engineers intervened.", 0.8,
+                     title="Ferrow Cloud outage in ap-south")
+    other = Passage("o#0", "o", "docs", "To fix it, wait for the rebalance to finish.", 0.7,
+                    title="FRW-402")
+    asked = []
+
+    def lookup(name, state):
+        asked.append(name)
+        return [other] if name == "FRW-402" else []
+
+    st = _answered(embedder, "How do I fix FRW-118?", [codes, outage], lookup=lookup)
+    assert "FRW-402" in asked  # the sentence's name is looked up, and leads to a sibling
+    assert "through" not in st.trace.stages["generation"].note  # was "through 'FRW-402'"
+    assert "wait for the rebalance" not in st.answer
