@@ -19,11 +19,10 @@ project; callers above map ``KernelInputError`` to the project's ``ValidationErr
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from . import reference, topk_candidates
+from .backend import BACKENDS, ENV_BACKEND, backend_problem, env_backend
 from .checks import (
     DEFAULT_DEDUP_THRESHOLD,
     DEFAULT_OVERSAMPLE,
@@ -72,9 +71,6 @@ __all__ = [
     "triton_available",
 ]
 
-BACKENDS = ("auto", "torch", "triton")
-ENV_BACKEND = "SEARCHSMITH_KERNEL_BACKEND"
-
 # Ops whose Triton kernel is the "auto" choice on CUDA: a kernel is the default only where it
 # beats torch in a measured run of ``searchsmith profile kernels``. On the H200 reference
 # machine (``searchsmith profile --suite gpu``, serving/profiling/RESULTS.md; two runs, same
@@ -106,10 +102,10 @@ PACKED_POOL_TRITON_BY_DEFAULT = False
 
 def resolve_backend(op: str, backend: str | None, *tensors: torch.Tensor) -> str:
     """Return ``"torch"`` or ``"triton"`` for ``op`` on these tensors (see the module docstring)."""
-    choice = backend if backend is not None else os.environ.get(ENV_BACKEND) or "auto"
-    if choice not in BACKENDS:
-        source = "backend" if backend is not None else f"${ENV_BACKEND}"
-        raise KernelInputError(f"{source}: unknown kernel backend {choice!r}; use one of {', '.join(BACKENDS)}")
+    choice = backend if backend is not None else env_backend()
+    problem = backend_problem(choice, "backend" if backend is not None else f"${ENV_BACKEND}")
+    if problem is not None:
+        raise KernelInputError(problem)
     on_cuda = all(t.is_cuda for t in tensors)
     if choice == "auto":
         return "triton" if on_cuda and TRITON_BY_DEFAULT[op] and triton_available() else "torch"
@@ -164,7 +160,7 @@ def pool_normalize_packed(hidden: torch.Tensor, cu_seqlens: torch.Tensor, *, bac
         (B, D) float32 unit vectors; an empty segment comes back as zeros.
     """
     check_pool_normalize_packed(hidden, cu_seqlens)
-    choice = backend if backend is not None else os.environ.get(ENV_BACKEND) or "auto"
+    choice = backend if backend is not None else env_backend()
     if choice == "auto" and not PACKED_POOL_TRITON_BY_DEFAULT:
         choice = "torch"
     if resolve_backend("pool_normalize", choice, hidden, cu_seqlens) == "triton":

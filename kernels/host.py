@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import functools
 import glob
-import os
 import sys
 from collections.abc import Callable
 
 import numpy as np
+
+from .backend import env_backend
 
 # Rows of the (rows, N) similarity block computed at once by the greedy de-duplication.
 DEDUP_BLOCK_ROWS = 1024
@@ -27,10 +28,10 @@ DEDUP_BLOCK_ROWS = 1024
 def host_only() -> bool:
     """True when torch is not imported and no NVIDIA device node exists (``/dev/nvidia[0-9]*``).
 
-    ``SEARCHSMITH_KERNEL_BACKEND`` set to anything but ``auto`` also returns False: the user
-    asked for a torch or Triton path.
+    ``SEARCHSMITH_KERNEL_BACKEND`` set to anything but ``auto`` (or empty, which means unset,
+    as for the dispatcher) also returns False: the user asked for a torch or Triton path.
     """
-    if "torch" in sys.modules or os.environ.get("SEARCHSMITH_KERNEL_BACKEND", "auto") != "auto":
+    if "torch" in sys.modules or env_backend() != "auto":
         return False
     return not _nvidia_device()
 

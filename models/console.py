@@ -17,6 +17,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 VERBOSE_ENV = "SEARCHSMITH_VERBOSE"
+LOG_ENV = "SEARCHSMITH_LOG"
+PROGRESS_ENV = "SEARCHSMITH_PROGRESS"
+# SEARCHSMITH_LOG (any case) -> logging level. The documented four, plus logging's own other
+# names for levels (warn, critical), which worked before the value was checked.
+LOG_LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "error": "ERROR",
+              "warn": "WARNING", "critical": "CRITICAL"}
+# Switches that are on at "1": "0" or empty is off, anything else is a typo worth an error
+# ("true" was silently off).
+SWITCH_VALUES = ("0", "1")
 # Loggers of libraries that chat at INFO/WARNING about things a user cannot act on.
 THIRD_PARTY_LOGGERS = ("transformers", "huggingface_hub", "onnxruntime", "onnxscript", "torch.onnx",
                        "torch._dynamo", "torch.export", "faiss", "sentence_transformers", "httpx")
@@ -24,8 +33,49 @@ THIRD_PARTY_LOGGERS = ("transformers", "huggingface_hub", "onnxruntime", "onnxsc
 
 def verbose() -> bool:
     """True when the user asked for everything: ``--verbose`` or ``SEARCHSMITH_LOG=debug``."""
-    return (os.environ.get(VERBOSE_ENV) == "1"
-            or os.environ.get("SEARCHSMITH_LOG", "").strip().lower() == "debug")
+    return (os.environ.get(VERBOSE_ENV, "").strip() == "1"
+            or os.environ.get(LOG_ENV, "").strip().lower() == "debug")
+
+
+def environment_problems() -> list[str]:
+    """What is wrong with the console's variables, ``SEARCHSMITH_LOG``, ``SEARCHSMITH_VERBOSE``
+    and ``SEARCHSMITH_PROGRESS`` (an empty value means unset), one message each naming the
+    variable, its value and the values it takes. The CLI refuses to start on any."""
+    problems = []
+    level = os.environ.get(LOG_ENV, "")
+    if level.strip() and level.strip().lower() not in LOG_LEVELS:
+        problems.append(f"{LOG_ENV}={level!r} is not a log level; use debug, info, warning (the default) or "
+                        "error, or unset it")
+    for name, what in ((VERBOSE_ENV, "1 (show third-party output too, as --verbose does) or 0"),
+                       (PROGRESS_ENV, "1 (draw progress bars even off a terminal) or 0 (never)")):
+        value = os.environ.get(name, "")
+        if value.strip() and value.strip() not in SWITCH_VALUES:
+            problems.append(f"{name}={value!r} is not a switch; use {what}, or unset it")
+    return problems
+
+
+_warned_log_level = False
+
+
+def log_level() -> str:
+    """The logging level ``SEARCHSMITH_LOG`` names, WARNING when it is unset or empty.
+
+    An unknown name cannot stop a process here (a worker or a library caller; the CLI refused
+    it at start-up), so it warns once on stderr and gives WARNING.
+    """
+    global _warned_log_level
+
+    raw = os.environ.get(LOG_ENV, "").strip()
+    if not raw:
+        return "WARNING"
+    level = LOG_LEVELS.get(raw.lower())
+    if level is None:
+        if not _warned_log_level:
+            _warned_log_level = True
+            print(f"searchsmith: warning: {LOG_ENV}={raw!r} is not a log level (debug, info, warning or error); "
+                  "logging at warning", file=sys.stderr)
+        return "WARNING"
+    return level
 
 
 def quiet_third_party(be_verbose: bool | None = None) -> None:
@@ -85,11 +135,12 @@ def install_log_filter(be_verbose: bool | None = None) -> None:
 
 def configure_process_logging() -> None:
     """What every searchsmith process sets up before its work: third-party output held back
-    (unless verbose), log records at ``SEARCHSMITH_LOG``'s level (WARNING by default), and
+    (unless verbose), log records at ``SEARCHSMITH_LOG``'s level (WARNING by default, or when
+    it names no level: :func:`log_level`), and
     the filter on the root handlers. The CLI calls it; so does each worker process it starts
     (a spawned process inherits the environment, not the logging set-up)."""
     quiet_third_party()
-    logging.basicConfig(level="DEBUG" if verbose() else os.environ.get("SEARCHSMITH_LOG", "WARNING").upper(),
+    logging.basicConfig(level="DEBUG" if verbose() else log_level(),
                         format="%(levelname)s %(name)s: %(message)s")
     install_log_filter()
 
@@ -152,7 +203,7 @@ def progress(total: int | None = None, desc: str = "", unit: str = "it", *, enab
     whatever the setting (e.g. on every process but the main one)."""
     from tqdm.auto import tqdm
 
-    forced = os.environ.get("SEARCHSMITH_PROGRESS", "").strip()
+    forced = os.environ.get(PROGRESS_ENV, "").strip()
     disable = {"1": False, "0": True}.get(forced)  # None: tqdm hides itself off a terminal
     if not enabled:
         disable = True

@@ -24,6 +24,7 @@ from typing import Any
 from searchsmith.models import __version__
 from searchsmith.models.console import VERBOSE_ENV, configure_process_logging
 from searchsmith.models.errors import ConfigError, SearchsmithError
+from searchsmith.models.startup import argument_problem, environment_problem
 
 log = logging.getLogger(__name__)
 
@@ -499,6 +500,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Decided before the command's module is imported: transformers reads it at import.
     if "--verbose" in argv[1:]:
         os.environ[VERBOSE_ENV] = "1"
+    # A mistyped SEARCHSMITH_* variable or an argument that is not UTF-8 is a usage error
+    # (status 2, as argparse's), reported before anything loads.
+    problem = environment_problem()
+    if problem is not None:
+        print(f"searchsmith {command}: error: {problem}", file=sys.stderr)
+        return 2
     configure_process_logging()
     spec = COMMANDS[command]
     parser = _Parser(prog=f"searchsmith {command}", description=spec.help)
@@ -509,6 +516,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "warnings and debug logs (also: SEARCHSMITH_LOG=debug)")
         # intermixed: KEY=VALUE overrides may come after options (index C --out D a.b=1)
         args = parser.parse_intermixed_args(argv[1:])
+        problem = argument_problem(parser, args)
+        if problem is not None:
+            print(f"searchsmith {command}: error: {problem}", file=sys.stderr)
+            return 2
         return int(args.func(args) or 0)
     except SearchsmithError as exc:
         print(f"searchsmith {command}: error: {exc}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -78,3 +79,13 @@ def test_importing_the_package_and_host_does_not_import_torch():
             "print('torch' in sys.modules, h.host_only() == (not __import__('glob').glob('/dev/nvidia[0-9]*')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_an_empty_backend_variable_means_auto_as_in_the_dispatcher():
+    """SEARCHSMITH_KERNEL_BACKEND= (set, empty) is "auto" for ``dispatch``; ``host_only`` read it
+    as a forced backend and took the torch path."""
+    code = ("import searchsmith.kernels.host as h, glob; "
+            "print(h.host_only() == (not glob.glob('/dev/nvidia[0-9]*')))")
+    env = {**os.environ, "SEARCHSMITH_KERNEL_BACKEND": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["True"]
