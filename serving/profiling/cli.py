@@ -24,8 +24,9 @@ line, which names the run (``"run": ID``), and end with ``{"suite": "end", "run"
 "complete": true}`` when the run got to its end (``failed_steps`` lists a group's failed steps);
 an interrupted or failed run ends with ``"complete": false`` and the error, a killed one with no
 end line: a reader takes a run's figures as finished only from a complete run. Every option and
-every path (``--out``, ``--record``, ``--readme``, a plot or trace the run would replace) is
-checked before anything is measured or written.
+every path (``--out``, ``--record``, ``--readme``, a plot or trace the run would replace, and each
+step's ``--index``, ``--config`` and ``--run``: its suite's ``check_args``) is checked before
+anything is measured or written.
 
 One run writes into an ``--out`` at a time: once its checks pass, a run holds ``--out``'s lock
 (``models.io.exclusive``: ``.NAME.lock`` beside the folder, removed when the run ends) to its
@@ -210,7 +211,28 @@ def check_profile_args(args: argparse.Namespace, suite: str | None) -> list[str]
         from searchsmith.serving.profiling.readme import check_record_targets
 
         check_record_targets(Path(args.record), Path(args.readme) if args.readme else None)
+    _check_step_inputs(args, suite, steps)
     return steps
+
+
+def _check_step_inputs(args: argparse.Namespace, suite: str, steps: list[str]) -> None:
+    """Each step's own inputs (``--index``, ``--config``, ``--run``): its suite module's
+    ``check_args(args)``, where it has one, before any step is measured. A bad ``--index`` was
+    found by ``profile route`` after its synthetic benchmark (results.jsonl already written),
+    and by a group only when its step came round."""
+    for step in steps:
+        name, _, backend = step.partition(":")
+        if STEP_REQUIRES.get((suite, step), lambda: None)():
+            continue  # skipped here; nothing of it runs
+        try:
+            module = importlib.import_module(SUITES[name])
+        except ModuleNotFoundError as exc:
+            if suite in GROUPS and exc.name == SUITES[name]:
+                continue  # a step not part of this build: _run_steps records it as skipped
+            raise
+        check = getattr(module, "check_args", None)
+        if check is not None:
+            check(argparse.Namespace(**{**vars(args), **({"backend": backend} if backend else {})}))
 
 
 def run_profile(args: argparse.Namespace) -> int:

@@ -163,6 +163,19 @@ def check_trace_path(path: Path) -> None:
                           "traces)")
 
 
+def check_index(index_dir: str) -> None:
+    """An ``--index`` a suite will open, checked before anything is measured the way the
+    suite opens it: ``read_manifest`` (what ``load_pipeline`` and ``load_router`` call first)
+    and the files it lists present (their checksums are the load's to verify).
+
+    Raises:
+        BundleError: the message of the load, with the command that fixes it.
+    """
+    from searchsmith.serving.index import read_manifest, verify_files
+
+    verify_files(read_manifest(index_dir), Path(index_dir), checksums=False)
+
+
 def free_port() -> int:
     """A TCP port free on loopback now (the OS picks it; another process may take it later)."""
     with socket.socket() as s:

@@ -290,6 +290,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                             "prompt tokens estimated, answer tokens = streamed pieces (one token each)"}
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """``--run`` (optional): a reader run, checked before the LLM is measured (it is timed last)."""
+    if getattr(args, "run", None):
+        from searchsmith.serving.profiling.read import check_reader_run
+
+        check_reader_run(args.run, "profile llm --run")
+
+
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     why = missing_llm_packages()
     if why and ctx.group:  # a step of a group: the rest of the group still runs

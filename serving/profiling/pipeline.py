@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.common import ProfileContext, check_index, percentiles, save_plot
 from searchsmith.serving.profiling.timing import resolve_device
 
 # Stages timed inside another one (``retrieval``): reported, not stacked (they would count twice).
@@ -98,12 +98,15 @@ def _is_nested(stage: str) -> bool:
     return stage.startswith(NESTED_PREFIXES)
 
 
-def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
-    from searchsmith.serving.pipeline import load_pipeline, load_pipeline_config
-    from searchsmith.serving.pipeline.pipeline import STAGE_NAMES
+def _read_config(args: argparse.Namespace) -> tuple[str | None, list[str], Any]:
+    """``--config`` (else the default config) with the tiny run's overrides: (path, overrides, config).
 
-    tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the tests' end-to-end run
-    device = resolve_device("pipeline", ctx.device)
+    Raises:
+        ConfigError: faiss is missing, or the config is invalid.
+        ValidationError: ``--config`` is not a file.
+    """
+    from searchsmith.serving.pipeline import load_pipeline_config
+
     try:
         import faiss  # noqa: F401 - every index is a faiss index
     except ImportError:
@@ -113,8 +116,26 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     if config_path and not Path(config_path).is_file():
         raise ValidationError(f"profile pipeline --config: {config_path!r} is not a file; pass a pipeline "
                               "config YAML (see 'searchsmith ask --config')")
-    overrides = list(TINY_OVERRIDES) if tiny else []
-    cfg = load_pipeline_config(config_path, overrides)
+    overrides = list(TINY_OVERRIDES) if os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1" else []
+    return config_path, overrides, load_pipeline_config(config_path, overrides)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """``--config`` and the index (``--index``, else the config's ``index:``), checked before any
+    step of the run is measured (in a group, the steps before this one included)."""
+    _, _, cfg = _read_config(args)
+    index_dir = getattr(args, "index", None) or cfg.index
+    if index_dir:
+        check_index(index_dir)
+
+
+def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    from searchsmith.serving.pipeline import load_pipeline
+    from searchsmith.serving.pipeline.pipeline import STAGE_NAMES
+
+    tiny = os.environ.get("SEARCHSMITH_PROFILE_TINY") == "1"  # the tests' end-to-end run
+    device = resolve_device("pipeline", ctx.device)
+    config_path, overrides, cfg = _read_config(args)
     # The GPU group runs one round (126 asks): its whole command must fit in about 5 minutes.
     n_questions, follow_ups, rounds, doc_limit = ((2, 1, 1, 0) if tiny else (6, 2, 1, 48) if ctx.quick
                                                   else (None, 0, 1 if ctx.group == "gpu" else 3, None))

@@ -20,7 +20,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from searchsmith.models.errors import ConfigError
-from searchsmith.serving.profiling.common import ProfileContext, free_port, percentiles, save_plot
+from searchsmith.serving.profiling.common import (
+    ProfileContext,
+    check_index,
+    free_port,
+    percentiles,
+    save_plot,
+)
 from searchsmith.serving.profiling.server import LoopbackServer, load_in_process
 
 QUERIES = ["How do I configure the Lumen cache?", "When did Kestrel 2 ship?", "bread dough kneading",
@@ -41,9 +47,21 @@ def _wait_ready(url: str, timeout_s: float = 240) -> None:
     raise RuntimeError(f"profile ray: {url} was not ready within {timeout_s:.0f} s")
 
 
-def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+def check_args(args: argparse.Namespace) -> None:
+    """``--index``: given, and an index (unless Ray is missing: then :func:`run` says so, or skips
+    the step in a group, and no index is opened), checked before anything is measured or written
+    (``run`` writes ``serve.yaml`` into ``--out``)."""
     if not getattr(args, "index", None):
         raise ConfigError("profile ray: needs --index DIR (an index from 'searchsmith index')")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return
+    check_index(args.index)
+
+
+def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
+    check_args(args)  # done by the CLI already; here for a caller of run()
     try:
         import ray
         from ray import serve

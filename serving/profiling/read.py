@@ -22,6 +22,38 @@ from searchsmith.models.errors import ConfigError
 from searchsmith.serving.profiling.common import ProfileContext, percentiles
 
 
+def check_reader_run(run_dir: str, flag: str) -> None:
+    """``--run``: a finished training run of a reader (``models.runs.run_source`` reads it as the
+    export will), checked before anything is measured; ``profile llm`` times it last.
+
+    Raises:
+        BundleError: not a run, or an unfinished one.
+        ValidationError: a run of another task; the message names it and what to pass.
+    """
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.io import read_json_object
+    from searchsmith.models.runs import run_source
+    from searchsmith.models.tasks import run_task
+
+    info_path = Path(run_dir) / "run.json"
+    if info_path.is_file():  # the task first: another task's model folder is laid out otherwise
+        task = read_json_object(info_path, flag, error=ValidationError).get("task")
+        spec = run_task(task)
+        if spec is None or spec.name != "read":
+            what = f"a {spec.name!r} run" if spec else "not a run of a task searchsmith knows"
+            raise ValidationError(f"{flag}: {run_dir!r} is {what} (run.json task {task!r}), not a reader; pass a "
+                                  "reader run (searchsmith train recipes/reader/minilm_full.yaml)")
+    run_source(Path(run_dir))
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """``--run``: given, and a reader run."""
+    if not args.run:
+        raise ConfigError("profile read: give --run RUN_DIR, a trained reader (searchsmith train "
+                          "recipes/reader/minilm_full.yaml)")
+    check_reader_run(args.run, "profile read --run")
+
+
 def demo_questions(n: int) -> list[tuple[str, list[tuple[str, str]]]]:
     """``n`` demo questions with their supporting documents and 3 distractors."""
     from searchsmith.training.read_data import ReaderData, demo_items
@@ -50,9 +82,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     from searchsmith.models.reader_model import TorchReader
     from searchsmith.models.runtime import load_bundle
 
-    if not args.run:
-        raise ConfigError("profile read: give --run RUN_DIR, a trained reader (searchsmith train "
-                          "recipes/reader/minilm_full.yaml)")
+    check_args(args)  # done by the CLI already; here for a caller of run()
     questions = demo_questions(12 if ctx.quick else 40)
     rounds = 1 if ctx.quick else 2
     threads = torch.get_num_threads()

@@ -154,6 +154,12 @@ def reranker_run(run_dir: Path) -> Any:
     return run_source(run_dir)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """``--run`` (optional): a reranker run, checked before any step of the run is measured."""
+    if getattr(args, "run", None):
+        reranker_run(Path(args.run))
+
+
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
     from searchsmith.models.export import heldout_groups
     from searchsmith.models.runtime import load_bundle

@@ -17,7 +17,7 @@ import argparse
 import os
 
 import numpy as np
-from searchsmith.serving.profiling.common import ProfileContext, percentiles, save_plot
+from searchsmith.serving.profiling.common import ProfileContext, check_index, percentiles, save_plot
 from searchsmith.serving.profiling.timing import interleave, resolve_device
 
 SOURCES = (10, 100, 1000)
@@ -34,6 +34,12 @@ TINY_SCALE_SOURCES = 40
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     x = rng.standard_normal((n, d)).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """``--index`` (optional): an index, checked before the synthetic rows are measured."""
+    if getattr(args, "index", None):
+        check_index(args.index)
 
 
 def run(ctx: ProfileContext, args: argparse.Namespace) -> None:

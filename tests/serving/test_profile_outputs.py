@@ -305,3 +305,56 @@ def test_a_second_run_recording_into_the_same_folder_is_refused_not_lost(tmp_pat
         holder.wait()
     assert main(["profile", "route", "--out", str(tmp_path / "out3"), "--record", str(rec)]) == 0
     assert len(readme.read_jsonl(rec / "performance.jsonl")) == 2 and not list(rec.glob(".*.lock"))
+
+
+# -- each step's inputs (--index, --config, --run): checked before any step is measured -----------
+@pytest.fixture
+def counted_runs(monkeypatch):
+    """Every real suite's ``run`` replaced by one that counts its calls (the suites' own
+    ``check_args`` stay real): what was measured."""
+    import importlib
+
+    runs: list[str] = []
+    for name in ("route", "pipeline", "rerank", "llm", "read"):
+        module = importlib.import_module(cli.SUITES[name])
+        monkeypatch.setattr(module, "run", lambda ctx, args, name=name: runs.append(name))
+    return runs
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["route", "--index", "{tmp}/nope"], "index '{tmp}/nope' does not exist; build it with"),
+    (["route", "--index", "{tmp}/user"], "index {tmp}/user: not a searchsmith index"),
+    (["pipeline", "--index", "{tmp}/nope"], "index '{tmp}/nope' does not exist"),
+    (["pipeline", "--config", "{tmp}/nope.yaml"], "profile pipeline --config: '{tmp}/nope.yaml' is not a file"),
+    (["rerank", "--run", "{tmp}/user"], "has no run.json"),
+    (["llm", "--run", "{tmp}/user"], "has no run.json"),
+    (["read", "--run", "{tmp}/user"], "has no run.json"),
+    (["all", "--index", "{tmp}/nope", "--quick"], "index '{tmp}/nope' does not exist"),
+])
+def test_each_steps_inputs_are_checked_before_anything_is_measured(tmp_path, counted_runs, capsys, argv,
+                                                                    match) -> None:
+    """Audit: ``profile route --index nonexist_idx --quick`` measured its synthetic rows for 20 s and
+    wrote results.jsonl (complete: false) before the index was found missing; a group found a bad
+    --index, --config or --run only when its step came round, after the steps before it."""
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    out = tmp_path / "p"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(["profile", *argv, "--out", str(out)]) == 1
+    assert match.replace("{tmp}", str(tmp_path)) in capsys.readouterr().err
+    assert counted_runs == [] and not out.exists()
+
+
+def test_a_llm_run_of_another_task_is_refused_before_measuring(tmp_path, counted_runs, capsys) -> None:
+    """``profile llm --run`` times the reader last, after the LLM: a reranker run failed there."""
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"task": "rerank", "steps": 3}))
+    assert main(["profile", "llm", "--run", str(run), "--out", str(tmp_path / "p")]) == 1
+    assert f"profile llm --run: {str(run)!r} is a 'rerank' run (run.json task 'rerank'), not a reader" in capsys.readouterr().err
+    assert counted_runs == [] and not (tmp_path / "p").exists()
+
+
+def test_a_good_index_passes_the_check(tmp_path, counted_runs, small_index) -> None:
+    assert main(["profile", "route", "--index", str(small_index), "--out", str(tmp_path / "p")]) == 0
+    assert counted_runs == ["route"]
