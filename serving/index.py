@@ -583,12 +583,33 @@ def suggest_index_dir(path: Path) -> str:
     return str(Path("indexes") / (re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip("-.") or "index"))
 
 
+# The files a build writes (_write_source, _write_centroids, _write_manifest, ChunkStore), by
+# their path in the index folder: what tells an index whose manifest.json is unreadable.
+_LAYOUT = re.compile(r"manifest\.json|chunks\.sqlite|centroids\.(npy|json)|faiss/[^/]+?(\.\d+)?\.faiss"
+                     r"|vectors/[^/]+?(\.ids)?\.npy")
+
+
+def index_layout_files(folder: Path) -> set[str] | None:
+    """The files of ``folder`` that an index build writes, when the folder is an index by its
+    layout alone (its manifest.json corrupt or missing): it holds ``chunks.sqlite`` and
+    ``manifest.json`` or a ``faiss/*.faiss``. None when it is not; files of other names in it
+    are left out of the set, so that :func:`~searchsmith.models.io.check_replaceable` refuses
+    to replace them."""
+    files = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+    ours = {f for f in files if _LAYOUT.fullmatch(Path(f).as_posix())}
+    if "chunks.sqlite" in ours and ("manifest.json" in ours or any(f.startswith("faiss") for f in ours)):
+        return ours
+    return None
+
+
 def check_out_path(out: str | Path, *, overwrite: bool = False, label: str = "index --out") -> None:
     """Refuse an ``--out`` that would replace something searchsmith did not write.
 
     Accepted: a path that does not exist, an empty folder, and (only with ``overwrite``)
     a searchsmith index whose folder holds nothing but the files its manifest lists
-    (:func:`searchsmith.models.io.check_replaceable`). ``--add`` and ``--repair`` rebuild the
+    (:func:`searchsmith.models.io.check_replaceable`), or, when its manifest.json is corrupt or
+    missing, nothing but files an index build writes (:func:`index_layout_files`): else no
+    command could rebuild it in place. ``--add`` and ``--repair`` rebuild the
     folder and swap it in too, so they check it the same way (``overwrite``, their ``label``):
     a file of the user's in it would otherwise be copied into the new index and listed in its
     manifest as the index's own, and a later ``--force`` would delete it.
@@ -597,15 +618,24 @@ def check_out_path(out: str | Path, *, overwrite: bool = False, label: str = "in
         ValidationError: naming what is there and the fix; nothing is touched.
     """
     manifests: list[dict[str, Any]] = []
+    unreadable: list[bool] = []
 
     def listed(folder: Path) -> set[str] | None:
         try:
             manifests.append(read_manifest(folder))
         except BundleError:
-            return None
+            # a manifest.json that cannot be read leaves the index's files as its only mark:
+            # the folder is ours when they are (foreign files in it are refused all the same)
+            layout = index_layout_files(folder)
+            if layout is not None:
+                unreadable.append(True)
+            return layout
         return {str(Path(rel)) for rel in manifests[-1].get("files", {})} | {"manifest.json"}
 
     def holds() -> str:
+        if unreadable:
+            return ("holds a searchsmith index whose manifest.json is corrupt or missing (neither --add nor "
+                    "--repair can work without it); nothing was replaced. Pass --force to rebuild it from the corpus")
         m = manifests[-1]
         return (f"already holds a searchsmith index ({m.get('documents')} documents, updated "
                 f"{m.get('updated', '?')}); nothing was replaced. Pass --force to rebuild it, or --add to add "
@@ -954,16 +984,27 @@ def read_manifest(index_dir: str | Path) -> dict[str, Any]:
         target = suggest_index_dir(d) if d.suffix.lower() in (".jsonl", ".ndjson", ".json") else str(d)
         raise BundleError(f"index {str(d)!r} does not exist; build it with "
                           f"'searchsmith index CORPUS.jsonl --out {target}'")
+
+    def rebuild() -> str:
+        # the index's settings and each file's sha256 are only in its manifest: without one, no
+        # --repair; --force rebuilds the folder in place when check_out_path knows it by its files
+        if index_layout_files(d) is not None:
+            return f"rebuild it from its corpus (--repair needs the manifest): searchsmith index CORPUS.jsonl --out {d} --force"
+        return ("the index's other files are missing too, so --force would not replace the folder; build the "
+                "index into a new folder: searchsmith index CORPUS.jsonl --out NEW_DIR")
+
     if not path.is_file():
-        if (d / "chunks.sqlite").exists() or any(d.glob("*.faiss")):
-            raise BundleError(f"index {d}: manifest.json is missing (an interrupted build?); rebuild the index")
+        if (d / "chunks.sqlite").exists() or any(d.glob("*.faiss")) or any(d.glob("faiss/*.faiss")):
+            raise BundleError(f"index {d}: manifest.json is missing; {rebuild()}")
         raise BundleError(f"index {d}: not a searchsmith index (no manifest.json, no index files); build one with "
                           f"'searchsmith index CORPUS.jsonl --out DIR' into a new folder")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"index {d}: manifest.json is corrupt ({exc}); rebuild the index") from None
+        raise BundleError(f"index {d}: manifest.json is corrupt ({exc}); {rebuild()}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
+        if index_layout_files(d) is not None:  # an index's files around it: its manifest is damaged
+            raise BundleError(f"index {d}: manifest.json is not a searchsmith index manifest; {rebuild()}")
         raise BundleError(f"index {d}: manifest.json is not a searchsmith index manifest")
     problems = manifest_problems(manifest)
     if problems:

@@ -4,7 +4,7 @@ index at all when it holds none (it was told to "rebuild the index", which the b
 from __future__ import annotations
 
 import pytest
-from searchsmith.models.errors import BundleError
+from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.serving.index import read_manifest
 
 
@@ -16,7 +16,14 @@ def test_a_folder_of_other_files_is_not_an_index(tmp_path) -> None:
 
 def test_an_index_without_its_manifest_is_damaged(tmp_path) -> None:
     (tmp_path / "chunks.sqlite").write_bytes(b"")
-    with pytest.raises(BundleError, match="manifest.json is missing .*rebuild the index"):
+    # a lone chunks.sqlite is too little to replace the folder on: a new folder is the fix
+    with pytest.raises(BundleError, match="manifest.json is missing; the index's other files are missing too.*"
+                                          "searchsmith index CORPUS.jsonl --out NEW_DIR"):
+        read_manifest(tmp_path)
+    (tmp_path / "faiss").mkdir()
+    (tmp_path / "faiss" / "news.faiss").write_bytes(b"")
+    with pytest.raises(BundleError, match=f"manifest.json is missing; rebuild it from its corpus .*"
+                                          f"searchsmith index CORPUS.jsonl --out {tmp_path} --force"):
         read_manifest(tmp_path)
 
 
@@ -361,3 +368,64 @@ def test_titled_refuses_a_string_of_sources_and_a_limit_out_of_range(small_index
             with pytest.raises(ValueError, match=r"titled: limit must be an int in \[1, 10000\]"):
                 ix.titled("x", limit=bad)
         assert ix.titled("no such title at all") == []
+
+
+# -- a corrupt manifest.json: --force rebuilds the folder in place, a user's file in it is kept ---
+def _corrupt_manifest_copy(small_index, tmp_path, name="c_man"):
+    import shutil
+
+    out = tmp_path / name
+    shutil.copytree(small_index, out)
+    (out / "manifest.json").write_text("{bad")
+    return out
+
+
+def test_a_corrupt_manifest_says_the_command_that_rebuilds(small_index, tmp_path) -> None:
+    """Audit: 'manifest.json is corrupt ...; rebuild the index', and --force then refused the
+    folder as 'not a searchsmith index' (its advice: a nested --out c_man/index)."""
+    from searchsmith.serving.index import check_out_path
+    from searchsmith.serving.index_repair import repair_index
+
+    out = _corrupt_manifest_copy(small_index, tmp_path)
+    fix = f"searchsmith index CORPUS.jsonl --out {out} --force"
+    with pytest.raises(BundleError, match=f"manifest.json is corrupt .*--repair needs the manifest.*{fix}"):
+        read_manifest(out)
+    with pytest.raises(BundleError, match=f"manifest.json is corrupt .*{fix}"):
+        repair_index(out)
+    with pytest.raises(ValidationError, match="holds a searchsmith index whose manifest.json is corrupt or "
+                                              "missing .*Pass --force to rebuild it from the corpus"):
+        check_out_path(out)
+    check_out_path(out, overwrite=True)  # accepted: every file in it is one a build writes
+    (out / "manifest.json").write_text('{"format": "something-else"}')
+    with pytest.raises(BundleError, match=f"not a searchsmith index manifest; rebuild .*{fix}"):
+        read_manifest(out)
+    check_out_path(out, overwrite=True)
+
+
+def test_force_rebuilds_an_index_with_a_corrupt_manifest_in_place(small_index, embedder, tmp_path) -> None:
+    from searchsmith.serving.index import Index, build_index
+
+    out = _corrupt_manifest_copy(small_index, tmp_path)
+    build_index([DOC], out, embedder=embedder, overwrite=True)
+    assert read_manifest(out)["documents"] == 1
+    assert Index.load(out, embedder=embedder) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c_man"]  # nothing left beside it
+
+
+def test_force_keeps_refusing_a_damaged_index_holding_a_users_file(small_index, embedder, tmp_path) -> None:
+    from searchsmith.serving.index import build_index, check_out_path
+
+    out = _corrupt_manifest_copy(small_index, tmp_path)
+    (out / "notes.txt").write_text("mine")
+    (out / "faiss" / "keep.txt").write_text("mine too")
+    with pytest.raises(ValidationError, match=r"holds 2 file\(s\) the index did not write \(faiss/keep.txt, "
+                                              r"notes.txt\).*Move them out first"):
+        build_index([DOC], out, embedder=embedder, overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").read_text() == "{bad"
+    # index names alone, without chunks.sqlite and a manifest or a faiss file, are no index
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "manifest.json").write_text("{}")
+    (user / "centroids.json").write_text("{}")
+    with pytest.raises(ValidationError, match="is a folder that is not a searchsmith index"):
+        check_out_path(user, overwrite=True)
