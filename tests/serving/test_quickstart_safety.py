@@ -219,3 +219,59 @@ def test_quickstart_refuses_a_bad_export_workers(capsys) -> None:
         main(["quickstart", "--export-workers", "0"])
     err = capsys.readouterr().err
     assert "--export-workers" in err and "expected a whole number >= 1, got '0'" in err
+
+
+def test_quickstart_rerun_redoes_its_own_damaged_bundle_and_index(tmp_path, monkeypatch, small_index, capsys,
+                                                                  minilm_embed_bundle) -> None:
+    """Audit: a truncated bundles/reranker/model.onnx (or indexes/demo/faiss/news.faiss) was
+    'reused' by every rerun, which then failed at the ask with a sha256 mismatch, forever. The
+    reuse check is the loaders' own (sha256 of every file); what fails it is exported again,
+    repaired, or (its manifest unreadable) rebuilt from the demo corpus."""
+    from searchsmith.models import export
+    from searchsmith.serving import quickstart
+    from searchsmith.serving.index import read_manifest
+    from searchsmith.serving.main import main
+
+    exports: list[Path] = []
+
+    def fake_export(bundle, model, opts):
+        exports.append(bundle)
+        export.check_bundle_out(bundle)  # as the real export: a bundle of ours is replaced
+        shutil.rmtree(bundle, ignore_errors=True)
+        shutil.copytree(minilm_embed_bundle, bundle)
+
+    monkeypatch.setattr(quickstart, "MODELS", ())
+    monkeypatch.setattr(export, "export_embedder", fake_export)
+    monkeypatch.setattr(quickstart, "demo_corpus", lambda: small_index.parent / "corpus.jsonl")
+    work = tmp_path / "w"
+    index = work / "indexes" / "demo"
+    shutil.copytree(small_index, index)
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    assert len(exports) == 1
+    capsys.readouterr()
+
+    onnx = work / "bundles" / "embedder" / "model.onnx"
+    onnx.write_bytes(onnx.read_bytes()[:1000])
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "[1/4] export: embedder ->" in out and "embedder: exporting again: bundle" in out
+    assert "'model.onnx' is corrupt or truncated" in out and len(exports) == 2
+    assert onnx.read_bytes() == (minilm_embed_bundle / "model.onnx").read_bytes()
+
+    faiss_file = next((index / "faiss").glob("*.faiss"))
+    faiss_file.write_bytes(faiss_file.read_bytes()[:100])
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "[1/4] export: reusing 1 bundles" in out and len(exports) == 2
+    assert f"[2/4] index: {index} is damaged, mending it: index {index}: file faiss/{faiss_file.name} is corrupt" in out
+    assert f"index --repair: rebuilt faiss/{faiss_file.name}" in out
+
+    (index / "manifest.json").write_text("{bad")
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "manifest.json is corrupt" in out and f"rebuilding {index} from the demo corpus" in out
+    assert read_manifest(index)["documents"] == read_manifest(small_index)["documents"]
+
+    assert main(["quickstart", "--workdir", str(work)]) == 0  # intact: everything reused
+    out = capsys.readouterr().out
+    assert "export: reusing 1 bundles" in out and f"index: reusing {index}" in out and len(exports) == 2
