@@ -546,6 +546,7 @@ _NOT_PLURAL = frozenset("does was has is this its his news series species analys
 _EDGE = "`'\"’‘“”.,:;!?()[]{}"
 _ASKS_PLACE = re.compile(r"^\W*where\b|[,;]\s*where\b|\bplace of\b|\bbirthplace\b|\bhometown\b|\b(?:what|which)\s+(?:city|town|village|country|"
                          r"state|county|province|region|location|place)\b", re.I)
+_WHERE = re.compile(r"^\W*where\b", re.I)
 _CALENDAR_WORDS = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "monday tuesday wednesday thursday friday saturday sunday".split())
 _ACRONYM = re.compile(r"[A-Z][A-Z&.]{1,7}")
@@ -1375,8 +1376,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     initialled = [({w[0].lower() for w in n.split() if re.fullmatch(r"[A-Z]\.", w)},
                    [w.lower() for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)])
                   for n in entity_names(question) if re.search(r"(?:^|\s)[A-Z]\.\s", n)]
-    # a person is asked for: no number answers "Who ...?"
-    labels = labels if fallback and not (kind == "ENT" and asks_who(question)) else labels[:1]
+    # a person is asked for: no number answers "Who ...?"; nor a place "Where ...?"
+    where = stated and bool(_WHERE.match(question)) and not _WHERE_CODE.search(question)
+    labels = labels if fallback and not (kind == "ENT" and (asks_who(question) or where)) else labels[:1]
     known = _question_words(question)
     # the initials of the question's names, or of their first words ("PES" of "Pro Evolution
     # Soccer", "T&T" of "Tunnels and Trolls"), which name what the question does
@@ -1483,7 +1485,14 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 before = [w for _, b, w in words[max(0, at[0] - 2):at[0]] if b <= s]
                 located = place and label == "ENT" and bool(before) and (
                     before[-1] in _LOCATIVE or (len(before) == 2 and before[0] in _LOCATIVE
-                                                and sentence[words[at[0] - 1][0]].islower()))
+                                                and sentence[words[at[0] - 1][0]].islower()
+                                                and before[1] not in ("a", "an")))  # "in a Series C round"
+                if where and lab == "ENT" and not located and span.lower() not in _COUNTRY_NAMES \
+                        and not (demonyms_answer and demonym(span)) \
+                        and not _describes_known(sentence, s, entities, question, exclude):
+                    # "Where ...?" asks for a place: "worked with Charles Babbage" names none ("Brightline
+                    # Systems, the Austin company" does)
+                    continue
                 if located:  # the asked verb states it: "headquartered in midtown Manhattan" counts one more
                     k = at[0] - (1 if before[-1] in _LOCATIVE else 2)
                     located += k > 0 and words[k - 1][1] <= s and words[k - 1][2] in asked

@@ -885,3 +885,22 @@ def test_a_keyword_query_asks_for_the_figure_or_date_it_names() -> None:
     assert answer_kind("Does Lumen use a port?") == "YESNO"
     long_text = " ".join(["lumen"] * KEYWORD_WORDS + ["port"])
     assert answer_kind(long_text) == "OTHER"
+
+
+def test_a_where_question_is_answered_by_a_place() -> None:
+    """The audit set, before: "Where was Ada Lovelace born?" was answered "Charles Babbage" and
+    "Where is Harbor & Finch based?" "Brightline Systems" (then "$310 million"): a where-question
+    takes a name after "in" / "at" / "near" / "from" or a country, and no number."""
+    assert typed_span("Where was Ada Lovelace born?",
+                      ["Ada Lovelace worked with Charles Babbage on the Analytical Engine."]) == ""
+    assert typed_span("Where is Harbor & Finch based?",
+                      ["Harbor & Finch acquired Brightline Systems for $310 million."]) == ""
+    assert typed_span("Where was Ada Lovelace born?", ["Ada Lovelace was born in London in 1815."]) == "London"
+    assert typed_span("Where was MapCamp 2022 held?",
+                      ["At MapCamp 2022 in Copenhagen on 2022-09-14, Northwind Labs presented."]) == "Copenhagen"
+    # "in a Series C round" is no place
+    assert typed_span("Where was the round announced?",
+                      ["Brightline Systems raised $40 million in a Series C round, announced in 2022."]) == ""
+    # a bridge's name is read where no place is (``stated`` off)
+    assert typed_span("Where was the director of When in Rome born?",
+                      ["When in Rome is a film directed by Mark Steven Johnson."], stated=False) == "Mark Steven Johnson"
