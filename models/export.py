@@ -42,6 +42,7 @@ import hashlib
 import inspect
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -327,10 +328,36 @@ def _copy_torch(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("onnx", "openvino", "*.onnx", ".*", "README.md"))
 
 
+# The graphs an export writes (the keys of models/onnx_graphs.py's *_graphs; a test checks), and
+# the files of a saved tokenizer or model folder (tokenizer/; torch/ is a copy of the run's
+# model/, a sub-model's folder one level down): by their path in the bundle folder, what tells a
+# bundle whose manifest.json is unreadable. Other names (notes.txt, a README) stay the user's.
+BUNDLE_GRAPHS = ("model", "tagger", "scorer", "encoder", "decoder", "text", "vision")
+_MODEL_FILE = r"[^/]+\.(json|safetensors|bin|pt|model|spm)|vocab\.txt|merges\.txt|chat_template\.jinja"
+_BUNDLE_LAYOUT = re.compile(rf"{re.escape(MANIFEST)}|parity_report\.json|({'|'.join(BUNDLE_GRAPHS)})\.onnx"
+                            rf"|{TOKENIZER_DIR}/({_MODEL_FILE})|{TORCH_DIR}/([^/]+/)?({_MODEL_FILE})")
+
+
+def bundle_layout_files(folder: Path) -> set[str] | None:
+    """The files of ``folder`` that an export writes, when the folder is a bundle by its layout
+    alone (its manifest.json corrupt or missing): it holds a graph (``model.onnx``, ...) and a
+    ``tokenizer/`` file or ``parity_report.json``. None when it is not; files of other names in
+    it are left out of the set, so that :func:`~searchsmith.models.io.check_replaceable` refuses
+    to replace them (as :func:`searchsmith.serving.index.index_layout_files` does for an index)."""
+    files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+    ours = {f for f in files if _BUNDLE_LAYOUT.fullmatch(f)}
+    graph = any(f.endswith(".onnx") for f in ours)
+    if graph and ("parity_report.json" in ours or any(f.startswith(f"{TOKENIZER_DIR}/") for f in ours)):
+        return {str(Path(f)) for f in ours}
+    return None
+
+
 def check_bundle_out(out: str | Path) -> None:
     """Refuse an export ``--out`` that is a file, a folder searchsmith did not write, or a bundle
     beside files of someone else's; an existing bundle alone is replaced (that is what
-    exporting again means).
+    exporting again means), also one whose manifest.json is corrupt or missing when the folder
+    holds nothing but files an export writes (:func:`bundle_layout_files`): else no export could
+    mend it in place, and loading it says to re-export.
 
     Raises:
         ValidationError: naming what is there and the fix; nothing is touched.
@@ -339,7 +366,9 @@ def check_bundle_out(out: str | Path) -> None:
         try:
             manifest = read_manifest(folder)
         except BundleError:
-            return None
+            # a manifest.json that cannot be read leaves the bundle's files as its only mark: the
+            # folder is ours when they are (a file of another name in it is refused all the same)
+            return bundle_layout_files(folder)
         return {str(Path(rel)) for rel in manifest.get("files") or {}} | {MANIFEST}
 
     check_replaceable(out, label="export --out", kind="bundle", listed=listed, replace=True, replace_hint="")
@@ -633,7 +662,7 @@ def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions
     return export_bundle(embedder_source(model), Path(out), opts or ExportOptions())
 
 
-__all__ = ["ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "convert_graph",
+__all__ = ["BUNDLE_GRAPHS", "ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "bundle_layout_files", "convert_graph",
            "embedder_source", "flat_numbers", "heldout_metrics",
            "calibration_feeds", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",

@@ -191,6 +191,10 @@ def _trained(run_dir: Path) -> bool:
     return (run_dir / "metrics.json").is_file() and (run_dir / "model").is_dir()
 
 
+def _holds_files(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.iterdir())
+
+
 def _export_reason(bundle: Path, source: Path | None) -> str | None:
     """Why ``bundle`` is exported (again): not there yet, older than its run, or damaged (the
     check ``load_bundle`` makes: every file against the manifest's sha256, about 2 s for the
@@ -200,7 +204,8 @@ def _export_reason(bundle: Path, source: Path | None) -> str | None:
 
     manifest = bundle / "manifest.json"
     if not manifest.is_file():
-        return "not exported yet"
+        # the export replaces a folder of only its own files, manifest or none (bundle_layout_files)
+        return "its manifest.json is missing" if _holds_files(bundle) else "not exported yet"
     if source is not None and manifest.stat().st_mtime < (source / "metrics.json").stat().st_mtime:
         return "its run was trained again since"
     try:
@@ -354,7 +359,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
         print(f"[{i}/{n}] export: {', '.join(todo)} -> {work / 'bundles'}"
               + (f" ({workers} processes at once)" if workers > 1 else ""), flush=True)
         for name in todo:
-            if (bundles[name] / "manifest.json").is_file():  # there, but not reusable: say why
+            if _holds_files(bundles[name]):  # there, but not reusable: say why
                 print(f"      {name}: exporting again: {reasons[name]}", flush=True)
         export_all([(name, runs.get(name), bundles[name]) for name in todo], workers)
         print(f"      {len(todo)} bundle(s) exported in {time.perf_counter() - t:.0f} s", flush=True)

@@ -429,6 +429,70 @@ def test_export_never_replaces_what_it_did_not_write(tmp_path) -> None:
     assert (out / "my-notes.md").read_text() == "keep" and (out / "manifest.json").is_file()
 
 
+def test_a_bundle_whose_manifest_is_corrupt_or_missing_is_exported_again(tmp_path) -> None:
+    """A bundle whose manifest.json is corrupt said 're-export the bundle' on load, and the export
+    refused it as 'not a searchsmith bundle' (so did the quickstart's re-export): a folder of only
+    the files an export writes is replaced, manifest or none; a file of another name is refused."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.export import bundle_layout_files, check_bundle_out
+
+    run = rerank_run()
+    out = tmp_path / "b"
+    shutil.copytree(bundle("rerank"), out)
+    (out / "manifest.json").write_text("{bad")
+    export_run(run, out, ExportOptions(heldout_limit=0))
+    assert _manifest(out)["task"] == "rerank" and not list(tmp_path.glob(".b.tmp-*"))
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert bundle_layout_files(out) == written  # every file an export writes is known by its name
+
+    (out / "manifest.json").unlink()
+    shutil.copytree(run / "model", out / "torch")  # --torch-weights' copy of the run's model/
+    check_bundle_out(out)
+    (out / "manifest.json").write_text("{bad")
+    (out / "notes.txt").write_text("keep")
+    (out / "torch" / "README.txt").write_text("keep")
+    with pytest.raises(ValidationError, match=r"holds 2 file\(s\) the bundle did not write "
+                                              r"\(notes.txt, torch/README.txt\)"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    assert (out / "notes.txt").read_text() == "keep" and (out / "manifest.json").read_text() == "{bad"
+
+    mine = tmp_path / "mine"  # a manifest.json and no graph: not a bundle by its files
+    mine.mkdir()
+    (mine / "manifest.json").write_text("{bad")
+    (mine / "tokenizer.json").write_text("{}")
+    assert bundle_layout_files(mine) is None
+    with pytest.raises(ValidationError, match="is a folder that is not a searchsmith bundle"):
+        check_bundle_out(mine)
+
+
+def test_bundle_graphs_are_the_graphs_an_export_traces() -> None:
+    """bundle_layout_files knows a bundle's graphs by name: the keys every *_graphs builder gives."""
+    import inspect
+
+    import export_fixtures as fx
+    from searchsmith.models import onnx_graphs as og
+    from searchsmith.models.export import BUNDLE_GRAPHS
+    from searchsmith.models.runs import embedder_source, run_source
+    from searchsmith.models.tokenizer import load_run_tokenizer
+
+    def tok(src):
+        return load_run_tokenizer(src.tokenizer_dir, src.model_dir, what="test")
+
+    emb = embedder_source(str(fx.embedder_dir()))
+    rerank, cite, read, dec, img = (run_source(r()) for r in (fx.rerank_run, fx.cite_run, fx.read_run,
+                                                              fx.decompose_run, fx.images_run))
+    graphs = {"embedder_graphs": og.embedder_graphs(emb.model_dir, tok(emb)),
+              "rerank_graphs": og.rerank_graphs(rerank.model_dir, tok(rerank)),
+              "cite_graphs": og.cite_graphs(cite.model_dir, tok(cite)),
+              "read_graphs": og.read_graphs(read.model_dir, tok(read)),
+              "decompose_graphs": og.decompose_graphs(dec.model_dir, tok(dec),
+                                                      og.load_decomposer_model(dec.model_dir)[0]),
+              "image_graphs": og.image_graphs(img.model_dir)[0]}
+    builders = {name for name, _ in inspect.getmembers(og, inspect.isfunction) if name.endswith("_graphs")}
+    assert set(graphs) == builders  # a new builder: add it here
+    assert {name for specs in graphs.values() for name in specs} == set(BUNDLE_GRAPHS)
+
+
 def test_the_current_folder_as_out_is_refused_and_dot_has_a_lock_beside_it(tmp_path, monkeypatch) -> None:
     """export --out . was pathlib's "PosixPath('.') has an empty name" (a lock beside '.'); a
     folder swapped in by rename must not be the one the user is in (helper-43's audit)."""

@@ -275,3 +275,47 @@ def test_quickstart_rerun_redoes_its_own_damaged_bundle_and_index(tmp_path, monk
     assert main(["quickstart", "--workdir", str(work)]) == 0  # intact: everything reused
     out = capsys.readouterr().out
     assert "export: reusing 1 bundles" in out and f"index: reusing {index}" in out and len(exports) == 2
+
+
+def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_missing(
+        tmp_path, monkeypatch, small_index, capsys, minilm_embed_bundle) -> None:
+    """A corrupt bundles/embedder/manifest.json was 'exporting again', then the export refused
+    the folder as not a bundle and the quickstart stopped there on every rerun; a file of the
+    user's in the folder still stops it, named."""
+    from searchsmith.models import export
+    from searchsmith.serving import quickstart
+    from searchsmith.serving.main import main
+
+    exports: list[Path] = []
+
+    def fake_export(bundle, model, opts):
+        export.check_bundle_out(bundle)  # as the real export: a bundle of ours is replaced
+        exports.append(bundle)
+        shutil.rmtree(bundle, ignore_errors=True)
+        shutil.copytree(minilm_embed_bundle, bundle)
+
+    monkeypatch.setattr(quickstart, "MODELS", ())
+    monkeypatch.setattr(export, "export_embedder", fake_export)
+    monkeypatch.setattr(quickstart, "demo_corpus", lambda: small_index.parent / "corpus.jsonl")
+    work = tmp_path / "w"
+    shutil.copytree(small_index, work / "indexes" / "demo")
+    shutil.copytree(minilm_embed_bundle, work / "bundles" / "embedder")
+    manifest = work / "bundles" / "embedder" / "manifest.json"
+
+    manifest.write_text("{bad\n")
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "embedder: exporting again: bundle" in out and "manifest.json" in out and len(exports) == 1
+    assert json.loads(manifest.read_text())["task"] == "embed"
+
+    manifest.unlink()
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "embedder: exporting again: its manifest.json is missing" in out and len(exports) == 2
+    assert manifest.is_file()
+
+    manifest.write_text("{bad\n")
+    (work / "bundles" / "embedder" / "notes.txt").write_text("keep")
+    assert main(["quickstart", "--workdir", str(work)]) == 1
+    assert "holds 1 file(s) the bundle did not write (notes.txt)" in capsys.readouterr().err
+    assert len(exports) == 2 and (work / "bundles" / "embedder" / "notes.txt").read_text() == "keep"
