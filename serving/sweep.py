@@ -29,8 +29,10 @@ that have it::
 from __future__ import annotations
 
 import argparse
+import copy
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.errors import ConfigError
 from searchsmith.models.io import write_jsonl_atomic
@@ -41,6 +43,11 @@ from searchsmith.models.stats import (
     direction,
     paired_difference,
 )
+
+if TYPE_CHECKING:
+    from searchsmith.serving.pipeline.config import GenerationConfig, PipelineConfig
+    from searchsmith.serving.pipeline.generation import Generator
+    from searchsmith.serving.pipeline.pipeline import Pipeline
 
 __all__ = ["SWEEP_METRICS", "eval_sweep", "parse_values"]
 
@@ -158,6 +165,61 @@ def _verdicts(points: list[dict[str, Any]], default: object, rows: dict[str, lis
     return out
 
 
+def shared_generator(gen: GenerationConfig, first: Pipeline) -> Generator | None:
+    """The ``first`` value's LLM for a value whose own would hold the same model, else None.
+
+    ``hf``: the same ``generation.hf`` settings share the first value's generator; the same
+    ``model`` and ``device`` with other decoding settings (``max_new_tokens``,
+    ``max_input_tokens``, ``stop``: read from its config at each call) share its loaded weights
+    and tokenizer under the value's settings. ``openai``: the same settings share its client.
+    None (the value builds its own, as ``load_pipeline`` does) for another backend, model or
+    device, or no LLM (``extractive``, ``reader``, ``auto``).
+    """
+    from searchsmith.serving.pipeline.generation import HFGenerator
+
+    llm = first.generation.llm
+    if llm is None:
+        return None
+    base = first.config.generation
+    if gen.backend != base.backend:
+        return None
+    if gen.backend != "hf":
+        return llm if getattr(gen, gen.backend) == getattr(base, base.backend) else None
+    if gen.hf == base.hf:
+        return llm
+    if isinstance(llm, HFGenerator) and (gen.hf.model, gen.hf.device) == (base.hf.model, base.hf.device):
+        decoding = copy.copy(llm)  # the same model and tokenizer objects, not a copy of the weights
+        decoding.config = gen.hf
+        return decoding
+    return None
+
+
+def _value_pipeline(cfg: PipelineConfig, first: Pipeline, index_dir: str | None) -> Pipeline:
+    """The pipeline of one swept value beside the ``first`` value's, its LLM shared when the
+    value's would load the same model (:func:`shared_generator`): with ``generation.backend:
+    hf`` each value used to load the model again (minutes and one copy of the weights per
+    value, all open at once for the interleaved timing).
+
+    The index, embedder and bundles are shared as ``sibling_pipeline`` shares them (the same
+    ``index`` and ``bundles`` settings), else loaded for this value. ``load_pipeline`` takes no
+    generator, so a value of other bundles is loaded under an ``extractive`` copy of its config
+    (which loads no LLM; nothing else it loads depends on ``generation``) and its pipeline built
+    over what that loaded, with the shared LLM; the extractive pipeline is dropped unclosed (its
+    index is the value's, closed with it; its stages' thread pools never ran a task, so hold no
+    thread).
+    """
+    from searchsmith.serving.evaluate import sibling_pipeline
+    from searchsmith.serving.pipeline.pipeline import Pipeline, load_pipeline
+
+    llm = shared_generator(cfg.generation, first)
+    if llm is None:
+        return sibling_pipeline(cfg, first, index_dir)
+    if cfg.bundles == first.config.bundles and cfg.index == first.config.index:
+        return Pipeline(cfg, first.index, first.embedder, first.bundles, generator=llm)
+    bare = load_pipeline(replace(cfg, generation=replace(cfg.generation, backend="extractive")), index_dir)
+    return Pipeline(cfg, bare.index, bare.embedder, bare.bundles, generator=llm)
+
+
 def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     """Run the sweep of ``args.param`` over ``args.values`` (see the module docstring).
 
@@ -170,7 +232,6 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
         pipeline_item_metrics,
         pipeline_items,
         rotation,
-        sibling_pipeline,
         with_eval_bundles,
     )
     from searchsmith.serving.pipeline.config import load_pipeline_config
@@ -204,7 +265,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     by_value: dict[str, list[dict[str, float]]] = {repr(v): [] for v in values}
     lines: dict[str, list[dict[str, object]]] = {repr(v): [] for v in values}
     try:
-        pipes += [sibling_pipeline(cfg, first, args.index) for cfg in configs[1:]]
+        pipes += [_value_pipeline(cfg, first, args.index) for cfg in configs[1:]]
         # the ruler of context_tokens and redundancy: the first value's index and embedder, for every value
         lookup = PassageLookup(first)
         for pipe in pipes:

@@ -39,6 +39,7 @@ class FakePipeline:
         self.index = SimpleNamespace(store=None)
         self.embedder = None
         self.config = None
+        self.generation = SimpleNamespace(llm=None)  # no LLM to share (eval sweep's shared_generator)
 
     def ask(self, query: str, history: Any = None, **kwargs: Any) -> dict[str, Any]:
         ms = self.clock.tick((self.name, query, tuple(sorted(kwargs.items()))))

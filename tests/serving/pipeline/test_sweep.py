@@ -71,3 +71,81 @@ def test_sweep_refuses_bad_settings_before_asking(small_index, qa, capsys) -> No
         parse_values("0.5", "x")
     with pytest.raises(ConfigError, match="listed twice"):
         parse_values("0.5,0.5", "x")
+
+
+@pytest.fixture(scope="module")
+def tiny_lms(tmp_path_factory):
+    """Two saved random GPT-2s (one layer, n_embd 32) over the MiniLM tokenizer: nonsense text,
+    but no eos in its vocabulary, so every answer runs to max_new_tokens."""
+    import torch
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    cfg = GPT2Config(vocab_size=tok.vocab_size, n_embd=32, n_layer=1, n_head=2, n_positions=512,
+                     bos_token_id=None, eos_token_id=None)
+    folders = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        folder = tmp_path_factory.mktemp("tiny-lm") / f"lm{seed}"
+        GPT2LMHeadModel(cfg).save_pretrained(folder)
+        tok.save_pretrained(folder)
+        folders.append(folder)
+    return folders
+
+
+@pytest.fixture
+def hf_calls(monkeypatch):
+    """``{"loads": [model of every HFGenerator built], "answers": [(max_new_tokens, tokens out)]}``."""
+    from searchsmith.serving.pipeline.generation import HFGenerator
+
+    calls: dict[str, list] = {"loads": [], "answers": []}
+    real_init, real_complete = HFGenerator.__init__, HFGenerator.complete
+
+    def init(self, config):
+        calls["loads"].append(config.model)
+        real_init(self, config)
+
+    def complete(self, messages, on_token=None):
+        text, t_in, t_out = real_complete(self, messages, on_token)
+        calls["answers"].append((self.config.max_new_tokens, t_out))
+        return text, t_in, t_out
+
+    monkeypatch.setattr(HFGenerator, "__init__", init)
+    monkeypatch.setattr(HFGenerator, "complete", complete)
+    return calls
+
+
+def _hf_sweep(tmp_path, small_index, qa, lm, param, values) -> list[str]:
+    cfg = tmp_path / "pipeline.yaml"
+    cfg.write_text(json.dumps({"generation": {"backend": "hf", "hf": {
+        "model": str(lm), "device": "cpu", "max_new_tokens": 3, "max_input_tokens": 256}}}))  # JSON is YAML
+    return ["eval", "sweep", "--config", str(cfg), "--data", str(qa), "--index", str(small_index), "--param", param,
+            "--values", values, "--resamples", "100", "--json"]
+
+
+@pytest.mark.parametrize(("param", "values"), [("citation.cosine_threshold", "0.3,0.6,0.9"),
+                                                ("bundles.threads", "1,2,3")])  # other bundles: loaded per value
+def test_the_llm_is_loaded_once_when_the_swept_setting_keeps_its_model(
+        small_index, qa, tmp_path, capsys, tiny_lms, hf_calls, param, values) -> None:
+    """Each value's pipeline built its own generator: with the hf backend every value loaded
+    the model again (all open at once for the interleaved timing)."""
+    assert main(_hf_sweep(tmp_path, small_index, qa, tiny_lms[0], param, values)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert hf_calls["loads"] == [str(tiny_lms[0])]  # once, not once per value
+    assert len(out["points"]) == 3 and hf_calls["answers"] and {n for n, _ in hf_calls["answers"]} == {3}
+
+
+def test_a_swept_decoding_setting_shares_the_weights_and_a_swept_model_loads_its_own(
+        small_index, qa, tmp_path, capsys, tiny_lms, hf_calls) -> None:
+    assert main(_hf_sweep(tmp_path, small_index, qa, tiny_lms[0], "generation.hf.max_new_tokens", "2,5")) == 0
+    capsys.readouterr()
+    assert hf_calls["loads"] == [str(tiny_lms[0])]
+    # each value answered under its own max_new_tokens (no eos: every answer runs to it)
+    assert {n for n, _ in hf_calls["answers"]} == {2, 5} and all(n == t for n, t in hf_calls["answers"])
+
+    hf_calls["loads"].clear()
+    models = ",".join(str(f) for f in tiny_lms)
+    assert main(_hf_sweep(tmp_path, small_index, qa, tiny_lms[0], "generation.hf.model", models)) == 0
+    capsys.readouterr()
+    assert hf_calls["loads"] == [str(f) for f in tiny_lms]  # another model: its own generator
