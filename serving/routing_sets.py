@@ -103,9 +103,12 @@ def expertqa_routing(data_dir: Path, *, min_per_source: int = 20, query_ratio: f
 def cast_routing(data_dir: Path, *, min_docs: int = 4) -> tuple[list[dict], list[dict]]:
     from searchsmith.training.dataset_shapes import TREC_CAST
 
+    # every turn of the shared data has both history fields (the first turn's empty); required,
+    # so that the shape pairs them one to one (cast_history_lengths_differ) and a turn lacking
+    # one is refused at its line instead of losing its history
     rows = _read(data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl", TREC_CAST,
-                 ("id", "year", "topic_id", "raw_utterance"),
-                 ("canonical_response", "history_turn_ids", "history_utterances"))
+                 ("id", "year", "topic_id", "raw_utterance", "history_turn_ids", "history_utterances"),
+                 ("canonical_response",))
     by_id = {r["id"]: r for r in rows}
     topics: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -120,7 +123,7 @@ def cast_routing(data_dir: Path, *, min_docs: int = 4) -> tuple[list[dict], list
             corpus.append({"id": f"{r['id']}_resp", "source": topic, "text": r["canonical_response"]})
         for r in turns:
             history = []
-            for hid, utt in zip(r.get("history_turn_ids") or [], r.get("history_utterances") or []):
+            for hid, utt in zip(r["history_turn_ids"], r["history_utterances"], strict=True):
                 history.append({"role": "user", "content": utt})
                 resp = (by_id.get(hid) or {}).get("canonical_response")
                 if resp:

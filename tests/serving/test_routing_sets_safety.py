@@ -176,6 +176,29 @@ def test_source_lines_without_the_fields_are_named_at_their_line(data_dir, tmp_p
         expertqa_routing(data_dir)
 
 
+def test_a_cast_turn_without_its_history_turn_ids_is_refused_not_stripped_of_its_history(data_dir) -> None:
+    """Both history fields were optional: a turn with history_utterances and no history_turn_ids
+    was paired by zip with nothing, so its question went out with an empty history."""
+    cast = data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl"
+    rows = [json.loads(line) for line in cast.read_text().splitlines()]
+    del rows[2]["history_turn_ids"]
+    _write(cast, rows)
+    with pytest.raises(ValidationError, match=r"cast_2019_2022_turns.jsonl:3: field 'history_turn_ids' is missing"):
+        cast_routing(data_dir)
+    rows[2]["history_turn_ids"] = ["cast2021_1_1"]  # one id for two utterances: the shape's rule
+    _write(cast, rows)
+    with pytest.raises(ValidationError, match=r"cast_2019_2022_turns.jsonl:3: field 'history_turn_ids' of turn "
+                                              r"\"cast2021_1_3\" has 1 turn id but field 'history_utterances' has 2 utterances"):
+        cast_routing(data_dir)
+    rows[2]["history_turn_ids"] = ["cast2021_1_1", "cast2021_1_2"]
+    _write(cast, rows)
+    _, queries = cast_routing(data_dir)
+    assert queries[2]["history"] == [{"role": "user", "content": "topic 1 question 1?"},
+                                     {"role": "assistant", "content": "answer 1.1"},
+                                     {"role": "user", "content": "topic 1 question 2?"},
+                                     {"role": "assistant", "content": "answer 1.2"}]
+
+
 def test_an_empty_source_file_is_refused(data_dir, tmp_path, capsys) -> None:
     (data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl").write_text("")
     out = tmp_path / "set"
