@@ -556,6 +556,11 @@ _LOCATIVE = frozenset("in at near from".split())
 _AGENT_ASKED = re.compile(r"^\W*(?:who|(?:which|what)\s+[a-z]+)\s+(?:([a-z]{3,}ed|wrote|made|built|bought|sold|won|led|"
                           r"owns|makes|runs|leads|writes)\b|(?:is|was|are|were)\s+[^?]*?\b([a-z]{3,}ed|made|built|"
                           r"bought|sold|won|led|written)\s+by\b)", re.I)
+# a role asked of a name: "Who is the chief product officer of Calloway Data?" ("chief executive
+# officer" is another role), "Who was the spouse of ...?"
+_ROLE_ASKED = re.compile(r"^\W*(?i:who\s+(?:is|was|are|were)\s+(?:the\s+)?)((?:[a-z]+\s+){0,3}?[a-z]+)\s+(?:of|at|for)\b")
+_ROLE_MODIFIERS = frozenset("main lead current former first last new original present late then federal "
+                            "national official".split())
 _NOT_AGENT_VERBS = frozenset("based named called located born known used aged".split())
 AGENT_OBJECT_WORDS = 3  # the known name within this many words after the asked verb
 _YEAR_ASKED = re.compile(r"\b(?:what|which)\s+year\b", re.I)
@@ -1286,7 +1291,7 @@ def names_asked_version(question: str, sentence: str) -> bool:
 
 def asked_relation(question: str) -> list[frozenset[str]]:
     """The relations ``question`` asks about (:data:`_HOW_MANY`, :data:`_FINAL_VERB`,
-    :data:`_AGENT_ASKED`), each as the words a sentence may state it with (its word and its
+    :data:`_AGENT_ASKED`, each word of a role, :data:`_ROLE_ASKED`), each as the words a sentence may state it with (its word and its
     :data:`RELATION_CUES`); [] when it asks none of these. A sentence states it when it holds one
     word of each (:func:`states_relation`)."""
     out: list[frozenset[str]] = []
@@ -1298,6 +1303,14 @@ def asked_relation(question: str) -> list[frozenset[str]]:
             forms = {v, *(w for f in _VERB_FORMS if v in f for w in f)}
             # and the words a passage states it with ("developed by" for "Who makes X?", by "maker")
             out.append(frozenset(forms | {c for w in forms for c in RELATION_CUES.get(w, ())}))
+    role = _ROLE_ASKED.match(question)
+    words = [w for w in role.group(1).lower().split() if w not in QUERY_STOP_WORDS and w not in _ROLE_MODIFIERS] \
+        if role else []
+    # "Who is the chief product officer of X?": each word of the role but a modifier ("main"), or its
+    # cue words ("married" for "spouse"), or its verb's forms ("novel" for "author"); a one-word role
+    # only with such words (a band is "fronted by" its "vocal")
+    said = [frozenset({w, *RELATION_CUES.get(w, ()), *(x for f in _VERB_FORMS if w in f for x in f)}) for w in words]
+    out.extend(ws for ws in said if len(said) > 1 or len(ws) > 1)
     counted = _HOW_MANY.search(question)
     if counted and not _DEFAULT.search(question):
         # the counted noun, or the verb after it: "How many people does it serve?" by "Serves 8"

@@ -252,3 +252,18 @@ def test_how_long_a_state_lasts_needs_a_sentence_stating_it() -> None:
     assert typed_span("How long do access tokens stay valid?", ["Access tokens expire after 15 minutes."]) == "15 minutes"
     # "one" before no unit of time is no count
     assert typed_span("How many parliaments are older?", ["It is one of the oldest parliaments."]) == ""
+
+
+def test_a_role_asked_of_a_name_must_be_stated() -> None:
+    """The demo, before: "Who is the chief executive of Northwind Labs?" was answered
+    "Atlasgrid", and the audit's "Who is the chief product officer of Calloway Data?" "Priya
+    Raman-led", read in a sentence naming her chief executive officer: each word of the asked
+    role (or its cue words: "married" for "spouse") must be stated."""
+    ceo = "Calloway Data names Priya Raman chief executive officer."
+    assert typed_span("Who is the chief product officer of Calloway Data?", [ceo]) == ""
+    assert typed_span("Who is the chief executive officer of Calloway Data?", [ceo]) == "Priya Raman"
+    # a one-word role is checked only with words it is stated by (a band is "fronted by" its "main vocal")
+    assert asked_relation("Who was the main vocal of Snow Patrol?") == []
+    assert typed_span("Who was the director of Titanic?", ["Titanic is a 1997 film directed by James Cameron."]) \
+        == "James Cameron"
+    assert typed_span("Who is the spouse of Ann Lee?", ["Ann Lee married Tom Pike in 1990."]) == "Tom Pike"
