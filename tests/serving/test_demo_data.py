@@ -203,3 +203,22 @@ def test_no_answer_questions_ask_what_the_corpus_does_not_hold(corpus: list[dict
     doc.text += f" {founded.subject} was founded by Ada Quint in 2011."
     with pytest.raises(ValidationError, match=rf"{founded.id} .*holds 'found': the corpus answers it now"):
         gen.check(demo)
+
+
+@pytest.mark.parametrize("name", ["answer_audit.jsonl", "answer_heldout.jsonl"])
+def test_the_answer_audit_sets_are_pipeline_data_over_the_demo_corpus(corpus: list[dict], name: str) -> None:
+    """serving/profiling's two audit sets (RESULTS.md, "Saying no answer ..." and "Off-subject
+    answers ..."): `eval pipeline --data` reads them, ids are unique, and every gold answer is
+    in the text of the document it names."""
+    from searchsmith.serving.evaluate import PIPELINE_FIELDS, read_checked
+
+    path = Path(__file__).resolve().parents[2] / "serving" / "profiling" / name
+    items = read_checked(path, PIPELINE_FIELDS, ("query", "answer", "supporting"), "pipeline data")
+    assert len(items) >= 80 and len({it["id"] for it in items}) == len(items)
+    texts = {d["id"]: d["text"].lower() for d in corpus}
+    answerable = [it for it in items if it["answer"] is not None]
+    assert 0 < len(answerable) < len(items)  # both kinds
+    for it in answerable:
+        assert it["supporting"] and all(s in texts for s in it["supporting"]), it["id"]
+        if name == "answer_heldout.jsonl":  # its gold answers are copied from the text
+            assert any(str(it["answer"]).lower() in texts[s] for s in it["supporting"]), it["id"]
