@@ -41,7 +41,8 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
         "embedder (--model, mean pooling + L2 normalisation inside the graph). With a folder of runs, "
         "--embedder MODEL also writes BUNDLE_DIR/embedder.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run, folder of runs, or 'embedder'")
-    parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write: a new or empty folder, or a bundle (replaced); anything else is refused")
+    parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write: a new or empty folder, or a bundle (replaced, also one whose "
+                        "manifest.json is damaged when it holds only files an export writes); anything else is refused")
     parser.add_argument("--dtype", choices=["fp32", "fp16", "int8"], default="fp32",
                         help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default %(default)s)")
     parser.add_argument("--allow-drift", action="store_true",
