@@ -227,22 +227,10 @@ def test_quickstart_rerun_redoes_its_own_damaged_bundle_and_index(tmp_path, monk
     'reused' by every rerun, which then failed at the ask with a sha256 mismatch, forever. The
     reuse check is the loaders' own (sha256 of every file); what fails it is exported again,
     repaired, or (its manifest unreadable) rebuilt from the demo corpus."""
-    from searchsmith.models import export
-    from searchsmith.serving import quickstart
     from searchsmith.serving.index import read_manifest
     from searchsmith.serving.main import main
 
-    exports: list[Path] = []
-
-    def fake_export(bundle, model, opts):
-        exports.append(bundle)
-        export.check_bundle_out(bundle)  # as the real export: a bundle of ours is replaced
-        shutil.rmtree(bundle, ignore_errors=True)
-        shutil.copytree(minilm_embed_bundle, bundle)
-
-    monkeypatch.setattr(quickstart, "MODELS", ())
-    monkeypatch.setattr(export, "export_embedder", fake_export)
-    monkeypatch.setattr(quickstart, "demo_corpus", lambda: small_index.parent / "corpus.jsonl")
+    exports = _embedder_only_quickstart(monkeypatch, small_index, minilm_embed_bundle)
     work = tmp_path / "w"
     index = work / "indexes" / "demo"
     shutil.copytree(small_index, index)
@@ -282,21 +270,9 @@ def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_
     """A corrupt bundles/embedder/manifest.json was 'exporting again', then the export refused
     the folder as not a bundle and the quickstart stopped there on every rerun; a file of the
     user's in the folder still stops it, named."""
-    from searchsmith.models import export
-    from searchsmith.serving import quickstart
     from searchsmith.serving.main import main
 
-    exports: list[Path] = []
-
-    def fake_export(bundle, model, opts):
-        export.check_bundle_out(bundle)  # as the real export: a bundle of ours is replaced
-        exports.append(bundle)
-        shutil.rmtree(bundle, ignore_errors=True)
-        shutil.copytree(minilm_embed_bundle, bundle)
-
-    monkeypatch.setattr(quickstart, "MODELS", ())
-    monkeypatch.setattr(export, "export_embedder", fake_export)
-    monkeypatch.setattr(quickstart, "demo_corpus", lambda: small_index.parent / "corpus.jsonl")
+    exports = _embedder_only_quickstart(monkeypatch, small_index, minilm_embed_bundle)
     work = tmp_path / "w"
     shutil.copytree(small_index, work / "indexes" / "demo")
     shutil.copytree(minilm_embed_bundle, work / "bundles" / "embedder")
@@ -319,3 +295,24 @@ def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_
     assert main(["quickstart", "--workdir", str(work)]) == 1
     assert "holds 1 file(s) the bundle did not write (notes.txt)" in capsys.readouterr().err
     assert len(exports) == 2 and (work / "bundles" / "embedder" / "notes.txt").read_text() == "keep"
+
+
+def _embedder_only_quickstart(monkeypatch, small_index: Path, minilm_embed_bundle: Path) -> list[Path]:
+    """The quickstart with no model to train, the embedder's export a copy of
+    ``minilm_embed_bundle`` (refusing as the real export does) and ``small_index``'s corpus as
+    the demo's: the bundle folders exported, in order."""
+    from searchsmith.models import export
+    from searchsmith.serving import quickstart
+
+    exports: list[Path] = []
+
+    def fake_export(bundle, model, opts):
+        export.check_bundle_out(bundle)  # as the real export: a bundle of ours is replaced
+        exports.append(bundle)
+        shutil.rmtree(bundle, ignore_errors=True)
+        shutil.copytree(minilm_embed_bundle, bundle)
+
+    monkeypatch.setattr(quickstart, "MODELS", ())
+    monkeypatch.setattr(export, "export_embedder", fake_export)
+    monkeypatch.setattr(quickstart, "demo_corpus", lambda: small_index.parent / "corpus.jsonl")
+    return exports
