@@ -34,7 +34,7 @@ from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import percentiles
 from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, direction, paired_difference
 from searchsmith.serving.pipeline.config import PipelineConfig
-from searchsmith.serving.sweep import LOWER_IS_BETTER, paired
+from searchsmith.serving.sweep import LOWER_IS_BETTER, _value_pipeline, paired
 
 __all__ = ["STAGES", "StageSwitch", "eval_ablate", "parse_stages", "plot_ablation", "render_markdown"]
 
@@ -188,7 +188,6 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
         PassageLookup,
         checked_pipeline,
         pipeline_items,
-        sibling_pipeline,
         with_eval_bundles,
     )
     from searchsmith.serving.pipeline.config import load_pipeline_config
@@ -207,7 +206,10 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
     # 2. The full config and each stage off, all open at once: after an untimed warm-up, each
     #    question is asked under every variant in turn (rotating order), so that neither cold
     #    start nor the machine's drift lands on one variant (the full config ran first, alone:
-    #    1519 ms against dedup off's 514 ms for the same work)
+    #    1519 ms against dedup off's 514 ms for the same work). Every variant shares the full
+    #    pipeline's index, embedder, bundles and LLM (eval sweep's _value_pipeline; no switch changes
+    #    bundles or the model: with generation.backend hf each variant used to load the model
+    #    again, all open at once)
     rows: dict[str, list[dict[str, float]]] = {}
     inactive: dict[str, str] = {}
     pipe, warnings = checked_pipeline(base, args, items)  # refuses an index without the gold documents
@@ -219,7 +221,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
             if why:
                 inactive[n] = why
             else:
-                pipes[n] = sibling_pipeline(offs[n], pipe, args.index)
+                pipes[n] = _value_pipeline(offs[n], pipe, args.index)
         answers, per_item = _answer_interleaved(pipes, items, PassageLookup(pipe), rows)
         for n in names:  # the answer-level checks (the preset never reranks): measured, then set aside
             check = STAGES[n].inactive

@@ -299,3 +299,44 @@ def test_the_generator_reproduces_the_stage_gold() -> None:
     assert committed == json.loads(json.dumps(demo.stages))
     assert sum("events" in s for s in committed) >= 5 and sum("images" in s for s in committed) >= 8
     assert any(s.get("images") == [] for s in committed)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """A saved random GPT-2 (one layer, n_embd 32) over the MiniLM tokenizer: nonsense answers."""
+    import torch
+    from searchsmith.models.hub import resolve_model
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-lm") / "lm"
+    GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_embd=32, n_layer=1, n_head=2, n_positions=512,
+                               bos_token_id=None, eos_token_id=None)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_the_llm_is_loaded_once_for_every_stage_off(stage_index, tmp_path, capsys, tiny_lm, monkeypatch) -> None:
+    """Each stage-off pipeline built its own generator: with the hf backend every variant loaded
+    the model again (all open at once for the interleaved timing)."""
+    from searchsmith.serving.pipeline.generation import HFGenerator
+
+    loads: list[str] = []
+    real_init = HFGenerator.__init__
+
+    def init(self, config):
+        loads.append(config.model)
+        real_init(self, config)
+
+    monkeypatch.setattr(HFGenerator, "__init__", init)
+    cfg, data = tmp_path / "pipeline.yaml", tmp_path / "qa.jsonl"
+    cfg.write_text(json.dumps({"generation": {"backend": "hf", "hf": {  # JSON is YAML
+        "model": str(tiny_lm), "device": "cpu", "max_new_tokens": 2, "max_input_tokens": 256}}}))
+    data.write_text("".join(json.dumps(r) + "\n" for r in QA))
+    assert main(["eval", "ablate", "--config", str(cfg), "--data", str(data), "--index", str(stage_index),
+                 "--limit", "2", "--stages", "dedup,keep_ratio,edge_order", "--resamples", "100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["generation"] == "hf" and set(out["stages"]) == {"dedup", "keep_ratio", "edge_order"}
+    assert all("metrics" in st and st["metrics"] for st in out["stages"].values())
+    assert loads == [str(tiny_lm)]  # once, not once per variant (was 4: the full config and 3 stages off)
