@@ -34,7 +34,7 @@ from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import percentiles
 from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, direction, paired_difference
 from searchsmith.serving.pipeline.config import PipelineConfig
-from searchsmith.serving.sweep import LOWER_IS_BETTER, _value_pipeline, paired
+from searchsmith.serving.sweep import LOWER_IS_BETTER, paired, sharing_pipeline
 
 __all__ = ["STAGES", "StageSwitch", "eval_ablate", "parse_stages", "plot_ablation", "render_markdown"]
 
@@ -207,7 +207,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
     #    question is asked under every variant in turn (rotating order), so that neither cold
     #    start nor the machine's drift lands on one variant (the full config ran first, alone:
     #    1519 ms against dedup off's 514 ms for the same work). Every variant shares the full
-    #    pipeline's index, embedder, bundles and LLM (eval sweep's _value_pipeline; no switch changes
+    #    pipeline's index, embedder, bundles and LLM (eval sweep's sharing_pipeline; no switch changes
     #    bundles or the model: with generation.backend hf each variant used to load the model
     #    again, all open at once)
     rows: dict[str, list[dict[str, float]]] = {}
@@ -221,7 +221,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
             if why:
                 inactive[n] = why
             else:
-                pipes[n] = _value_pipeline(offs[n], pipe, args.index)
+                pipes[n] = sharing_pipeline(offs[n], pipe, args.index)
         answers, per_item = _answer_interleaved(pipes, items, PassageLookup(pipe), rows)
         for n in names:  # the answer-level checks (the preset never reranks): measured, then set aside
             check = STAGES[n].inactive

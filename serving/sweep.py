@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from searchsmith.serving.pipeline.generation import Generator
     from searchsmith.serving.pipeline.pipeline import Pipeline
 
-__all__ = ["SWEEP_METRICS", "eval_sweep", "parse_values"]
+__all__ = ["SWEEP_METRICS", "eval_sweep", "parse_values", "sharing_pipeline"]
 
 # The answer metrics a sweep reports (serving.evaluate.pipeline_item_metrics), best = highest
 # except the costs and errors below. The passage, timeline and image metrics are what the
@@ -194,7 +194,7 @@ def shared_generator(gen: GenerationConfig, first: Pipeline) -> Generator | None
     return None
 
 
-def _value_pipeline(cfg: PipelineConfig, first: Pipeline, index_dir: str | None) -> Pipeline:
+def sharing_pipeline(cfg: PipelineConfig, first: Pipeline, index_dir: str | None) -> Pipeline:
     """The pipeline of one swept value beside the ``first`` value's, its LLM shared when the
     value's would load the same model (:func:`shared_generator`): with ``generation.backend:
     hf`` each value used to load the model again (minutes and one copy of the weights per
@@ -265,7 +265,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
     by_value: dict[str, list[dict[str, float]]] = {repr(v): [] for v in values}
     lines: dict[str, list[dict[str, object]]] = {repr(v): [] for v in values}
     try:
-        pipes += [_value_pipeline(cfg, first, args.index) for cfg in configs[1:]]
+        pipes += [sharing_pipeline(cfg, first, args.index) for cfg in configs[1:]]
         # the ruler of context_tokens and redundancy: the first value's index and embedder, for every value
         lookup = PassageLookup(first)
         for pipe in pipes:
