@@ -96,7 +96,6 @@ def test_quickstart_trains_exports_indexes_asks_then_reuses(tmp_path, capsys, mo
         "citation/tiny/bert-tiny_full.yaml", "images/tiny/bert-tiny_cnn.yaml", "reader/tiny/bert-tiny_full.yaml"),
         strict=True))
     monkeypatch.setattr(qs, "MODELS", tiny)
-    monkeypatch.setattr(qs, "_exported", lambda bundle, source: (bundle / "manifest.json").is_file())
     work = tmp_path / "w"
     assert main(["quickstart", "--workdir", str(work)]) == 0
     out = capsys.readouterr().out
