@@ -59,6 +59,7 @@ from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     being_written,
     check_replaceable,
+    files_matching,
     give_plain_modes,
     process_temp_dir,
     remove_dead_temps,
@@ -344,8 +345,7 @@ def bundle_layout_files(folder: Path) -> set[str] | None:
     ``tokenizer/`` file or ``parity_report.json``. None when it is not; files of other names in
     it are left out of the set, so that :func:`~searchsmith.models.io.check_replaceable` refuses
     to replace them (as :func:`searchsmith.serving.index.index_layout_files` does for an index)."""
-    files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
-    ours = {f for f in files if _BUNDLE_LAYOUT.fullmatch(f)}
+    ours = files_matching(folder, _BUNDLE_LAYOUT)
     graph = any(f.endswith(".onnx") for f in ours)
     if graph and ("parity_report.json" in ours or any(f.startswith(f"{TOKENIZER_DIR}/") for f in ours)):
         return {str(Path(f)) for f in ours}

@@ -364,6 +364,14 @@ def remove_written(folder: Path, written: Iterable[str]) -> list[str]:
 
 
 # -- folders a command replaces -----------------------------------------------------------------
+def files_matching(folder: Path, pattern: re.Pattern[str]) -> set[str]:
+    """The files (and links) under ``folder`` whose path in it, written with ``/``, ``pattern``
+    matches whole: what tells a folder the project wrote by its layout alone when its
+    manifest.json is unreadable (an index's, a bundle's; :func:`check_replaceable`'s ``listed``)."""
+    files = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+    return {f for f in files if pattern.fullmatch(f)}
+
+
 def check_replaceable(out: str | os.PathLike, *, label: str, kind: str, listed: Callable[[Path], set[str] | None],
                       replace: bool, replace_hint: str | Callable[[], str],
                       file_hint: Callable[[Path], str] | None = None) -> None:

@@ -61,6 +61,7 @@ from searchsmith.models.hub import model_display_name
 from searchsmith.models.io import (
     check_replaceable,
     exclusive,
+    files_matching,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -595,10 +596,9 @@ def index_layout_files(folder: Path) -> set[str] | None:
     ``manifest.json`` or a ``faiss/*.faiss``. None when it is not; files of other names in it
     are left out of the set, so that :func:`~searchsmith.models.io.check_replaceable` refuses
     to replace them."""
-    files = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
-    ours = {f for f in files if _LAYOUT.fullmatch(Path(f).as_posix())}
-    if "chunks.sqlite" in ours and ("manifest.json" in ours or any(f.startswith("faiss") for f in ours)):
-        return ours
+    ours = files_matching(folder, _LAYOUT)
+    if "chunks.sqlite" in ours and ("manifest.json" in ours or any(f.startswith("faiss/") for f in ours)):
+        return {str(Path(f)) for f in ours}
     return None
 
 
