@@ -1087,7 +1087,8 @@ class GenerationStage:
         phone support?" answers "Does Stackyard offer phone support?" without naming Stackyard).
         """
         names = cls.question_names(state)
-        drawn = [p for p in state.passages if p.chunk_id in set(used)]
+        ids = set(used)
+        drawn = [p for p in state.passages if p.chunk_id in ids]
         if not names or not drawn:
             return []
         text = "\n".join(f"{p.title or ''}\n{p.text}" for p in drawn)
