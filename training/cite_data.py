@@ -45,6 +45,7 @@ from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.jsonl import read_jsonl
 from searchsmith.models.text import BM25_STOP_WORDS, entity_spans, sentence_texts
 from searchsmith.training.data import (
+    check_leave_out,
     resolve_data_path,
     split_by_key,
     split_leaving_out,
@@ -148,9 +149,7 @@ class CitationData:
             raise ValueError(f"data.synthetic_window must be >= 1, got {self.synthetic_window}")
         if self.negatives_per_positive < 1:
             raise ValueError(f"data.negatives_per_positive must be >= 1, got {self.negatives_per_positive}")
-        unknown = [s for s in self.leave_out if s not in self.sources]
-        if unknown:
-            raise ValueError(f"data.leave_out: {unknown} not in data.sources {self.sources}; name sources to hold out")
+        check_leave_out(self.sources, self.leave_out)
         if not 0 <= self.calibration_ratio < 0.5:
             raise ValueError(f"data.calibration_ratio must be in [0, 0.5), got {self.calibration_ratio}")
         if not 0 < self.synthetic_max_negative_overlap <= 1:

@@ -64,6 +64,22 @@ def split_by_key(keys: Sequence[T], eval_ratio: float, seed: int) -> tuple[set[T
     return set(uniq[n_eval:]), set(uniq[:n_eval])
 
 
+def check_leave_out(sources: Sequence[str], leave_out: Sequence[str]) -> None:
+    """The recipes' ``data.leave_out`` rule, checked when the config loads (before any data is
+    read): every left-out source is one of ``data.sources``, and one is left to train on.
+    :func:`split_leaving_out` checks the same of the sources the data gave.
+
+    Raises:
+        ValueError: a left-out source not in ``sources``, or none left to train on.
+    """
+    unknown = [s for s in leave_out if s not in sources]
+    if unknown:
+        raise ValueError(f"data.leave_out: {unknown} not in data.sources {list(sources)}; name sources to hold out")
+    if set(sources) <= set(leave_out):
+        raise ValueError(f"data.leave_out: {list(leave_out)} leaves no source to train on; keep at least one of "
+                         "data.sources in training")
+
+
 def split_leaving_out(keys: Sequence[T], sources: Sequence[str], leave_out: Sequence[str], eval_ratio: float,
                       seed: int, field: str = "data.leave_out") -> tuple[set[T], set[T]]:
     """:func:`split_by_key`, except that every key of a source in ``leave_out`` is held out:
@@ -170,6 +186,7 @@ class CachedEmbedder:
 __all__ = [
     "CachedEmbedder",
     "REPO_ROOT",
+    "check_leave_out",
     "resolve_data_path",
     "split_by_key",
     "split_leaving_out",

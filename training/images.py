@@ -54,6 +54,7 @@ from searchsmith.models.image_relevance import (
     normalise_pixels,
 )
 from searchsmith.training.config import EncoderRecipeConfig
+from searchsmith.training.data import check_leave_out
 from searchsmith.training.evaluate_images import (
     evaluate_model,
     make_eval_set,
@@ -141,13 +142,7 @@ class ImagesData:
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("data.sources is empty; name at least one, e.g. [synthetic_images]")
-        unknown = [s for s in self.leave_out if s not in self.sources]
-        if unknown:
-            raise ValueError(f"data.leave_out: {unknown} are not in data.sources {self.sources}; "
-                             "leave out only sources the run reads")
-        if not set(self.sources) - set(self.leave_out):
-            raise ValueError(f"data.leave_out {self.leave_out} leaves no source to train on; keep at least one "
-                             "of data.sources in training")
+        check_leave_out(self.sources, self.leave_out)
         if not 1 <= self.ood_docs <= 10_000:
             raise ValueError(f"data.ood_docs must be in [1, 10000], got {self.ood_docs}")
         if not 16 <= self.render_size <= 1024:

@@ -57,7 +57,12 @@ from searchsmith.models.jsonl import (
     shown,
 )
 from searchsmith.models.text import normalize_answer, sentence_texts
-from searchsmith.training.data import resolve_data_path, split_leaving_out, synthetic_facts
+from searchsmith.training.data import (
+    check_leave_out,
+    resolve_data_path,
+    split_leaving_out,
+    synthetic_facts,
+)
 from searchsmith.training.dataset_shapes import HOTPOTQA, MUSIQUE
 
 SOURCES = ("hotpotqa", "musique", "2wikimultihopqa", "demo", "synthetic")
@@ -135,12 +140,7 @@ class ReaderData:
             raise ValueError(f"data.cloze_per_item must be >= 0, got {self.cloze_per_item}")
         if not 0.0 <= self.cloze_drop < 1.0:
             raise ValueError(f"data.cloze_drop must be in [0, 1), got {self.cloze_drop}")
-        stray = [s for s in self.leave_out if s not in self.sources]
-        if stray:
-            raise ValueError(f"data.leave_out: {stray} not in data.sources {list(self.sources)}; name sources "
-                             "to hold out")
-        if set(self.sources) <= set(self.leave_out):
-            raise ValueError(f"data.leave_out: {list(self.leave_out)} leaves no source to train on")
+        check_leave_out(self.sources, self.leave_out)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.training.data import resolve_data_path, synthetic_facts
+from searchsmith.training.data import check_leave_out, resolve_data_path, synthetic_facts
 from searchsmith.training.dataset_shapes import (
     HOTPOTQA,
     MUSIQUE,
@@ -123,9 +123,7 @@ class RerankerData:
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("data.sources is empty; name at least one, e.g. [synthetic]")
-        unknown = [s for s in self.leave_out if s not in self.sources]
-        if unknown:
-            raise ValueError(f"data.leave_out: {unknown} not in data.sources {self.sources}; name sources to hold out")
+        check_leave_out(self.sources, self.leave_out)
         if not 0 <= self.calibration_ratio < 0.5:
             raise ValueError(f"data.calibration_ratio must be in [0, 0.5), got {self.calibration_ratio}; "
                              "e.g. 0.15")

@@ -321,6 +321,22 @@ def test_leave_out_must_name_configured_sources() -> None:
         RerankerData(sources=["synthetic"], leave_out=["scifact"])
 
 
+@pytest.mark.parametrize("data_class", ["cite_data.CitationData", "rerank_data.RerankerData",
+                                        "read_data.ReaderData", "images.ImagesData"])
+def test_every_recipe_checks_leave_out_by_the_same_rule(data_class: str) -> None:
+    """``training.data.check_leave_out``: one rule, one message, in every recipe's data section."""
+    import importlib
+
+    module, name = data_class.split(".")
+    make = getattr(importlib.import_module(f"searchsmith.training.{module}"), name)
+    with pytest.raises(ValueError, match=r"^data.leave_out: \['x'\] not in data.sources \['synthetic'\]; name sources "
+                       "to hold out$"):
+        make(sources=["synthetic"], leave_out=["x"])
+    with pytest.raises(ValueError, match=r"^data.leave_out: \['synthetic'\] leaves no source to train on; keep at "
+                       "least one of data.sources in training$"):
+        make(sources=["synthetic"], leave_out=["synthetic"])
+
+
 def test_segment_cosine_scorer_trains_reloads_and_exports(tmp_path: Path) -> None:
     """``model.scorer_head: segment_cosine``: the scorer is the reranker's segment-cosine head,
     saved with its head file, reloaded by CitationModel and exported with parity."""
