@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from openai_error import error_message
 from searchsmith.serving.batcher import BatcherConfig
 from searchsmith.serving.http import create_app
 from searchsmith.serving.http_errors import ERROR_TABLE
@@ -29,15 +30,6 @@ def client(embedder, router):
     cfg = ServerLimits(max_texts_per_request=8, max_input_chars=500, max_body_bytes=20000)
     with TestClient(create_app(cfg, embedder=embedder, router=router)) as c:
         yield c
-
-
-def _error(resp, status: int, kind: str) -> str:
-    """The message of an OpenAI-shaped error body, after checking its status and type."""
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    assert body["error"]["type"] == kind, body
-    return body["error"]["message"]
 
 
 class Blocking:
@@ -128,55 +120,55 @@ def test_base64_float16_halves_the_bytes_and_keeps_the_vector(client) -> None:
         np.testing.assert_allclose(np.frombuffer(half, "<f2").astype(np.float32), np.frombuffer(full, "<f4"),
                                    atol=1e-3)
     # float16 is base64 only; anything else is named
-    assert "embedding_dtype" in _error(client.post("/v1/embeddings", json={"input": "hi", "embedding_dtype": "float16"}),
-                                       422, "validation_error")
+    assert "embedding_dtype" in error_message(client.post("/v1/embeddings", json={"input": "hi", "embedding_dtype": "float16"}),
+                                              422, "validation_error")
     assert client.post("/v1/embeddings", json={"input": "hi", "embedding_dtype": "int8"}).status_code == 422
 
 
 def test_empty_list_is_400(client) -> None:
-    assert "empty" in _error(client.post("/v1/embeddings", json={"input": []}), 400, "empty_input")
+    assert "empty" in error_message(client.post("/v1/embeddings", json={"input": []}), 400, "empty_input")
 
 
 def test_blank_text_is_400(client) -> None:
-    msg = _error(client.post("/v1/embeddings", json={"input": ["ok", "  "]}), 400, "empty_input")
+    msg = error_message(client.post("/v1/embeddings", json={"input": ["ok", "  "]}), 400, "empty_input")
     assert "input[1]" in msg
 
 
 def test_too_many_texts_is_413(client) -> None:
-    msg = _error(client.post("/v1/embeddings", json={"input": ["x"] * 9}), 413, "too_large")
+    msg = error_message(client.post("/v1/embeddings", json={"input": ["x"] * 9}), 413, "too_large")
     assert "9 texts" in msg and "max_texts_per_request" in msg
 
 
 def test_wrong_type_is_422(client) -> None:
-    msg = _error(client.post("/v1/embeddings", json={"input": 5}), 422, "validation_error")
+    msg = error_message(client.post("/v1/embeddings", json={"input": 5}), 422, "validation_error")
     assert "input" in msg
 
 
 def test_list_of_ints_is_422(client) -> None:
-    _error(client.post("/v1/embeddings", json={"input": [1, 2]}), 422, "validation_error")
+    error_message(client.post("/v1/embeddings", json={"input": [1, 2]}), 422, "validation_error")
 
 
 def test_unknown_field_is_422(client) -> None:
-    msg = _error(client.post("/v1/embeddings", json={"input": "a", "path": "/etc/passwd"}),
-                 422, "validation_error")
+    msg = error_message(client.post("/v1/embeddings", json={"input": "a", "path": "/etc/passwd"}),
+                        422, "validation_error")
     assert "path" in msg
 
 
 def test_unknown_model_is_422(client) -> None:
-    msg = _error(client.post("/v1/embeddings", json={"input": "a", "model": "gpt-x"}), 422,
-                 "validation_error")
+    msg = error_message(client.post("/v1/embeddings", json={"input": "a", "model": "gpt-x"}), 422,
+                        "validation_error")
     assert "gpt-x" in msg
 
 
 def test_invalid_json_is_422(client) -> None:
     resp = client.post("/v1/embeddings", content=b"{not json",
                        headers={"content-type": "application/json"})
-    _error(resp, 422, "validation_error")
+    error_message(resp, 422, "validation_error")
 
 
 def test_body_too_large_is_413(client) -> None:
     resp = client.post("/v1/embeddings", json={"input": ["y" * 400] * 60})
-    assert "max_body_bytes" in _error(resp, 413, "too_large")
+    assert "max_body_bytes" in error_message(resp, 413, "too_large")
 
 
 def test_long_input_is_truncated(client, embedder) -> None:
@@ -188,12 +180,12 @@ def test_long_input_is_truncated(client, embedder) -> None:
 def test_long_input_413_without_truncate(embedder) -> None:
     app = create_app(ServerLimits(max_input_chars=100, truncate=False), embedder=embedder)
     with TestClient(app) as c:
-        msg = _error(c.post("/v1/embeddings", json={"input": "a" * 101}), 413, "too_large")
+        msg = error_message(c.post("/v1/embeddings", json={"input": "a" * 101}), 413, "too_large")
         assert "max_input_chars" in msg
         too_many_tokens = "word " * 300  # 1500 chars (under 5000) but ~300 tokens
         app2 = create_app(ServerLimits(max_input_chars=5000, truncate=False), embedder=embedder)
         with TestClient(app2) as c2:
-            msg = _error(c2.post("/v1/embeddings", json={"input": too_many_tokens}), 413, "too_large")
+            msg = error_message(c2.post("/v1/embeddings", json={"input": too_many_tokens}), 413, "too_large")
             assert "max_seq_length" in msg
 
 
@@ -201,10 +193,10 @@ def test_auth(embedder) -> None:
     with TestClient(create_app(ServerLimits(api_keys=["s3cret"]), embedder=embedder)) as c:
         assert c.get("/health").status_code == 200  # probes need no key
         resp = c.post("/v1/embeddings", json={"input": "a"})
-        assert "Bearer" in _error(resp, 401, "unauthorized")
+        assert "Bearer" in error_message(resp, 401, "unauthorized")
         assert resp.headers["www-authenticate"] == "Bearer"
         wrong = c.post("/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer nope"})
-        _error(wrong, 401, "unauthorized")
+        error_message(wrong, 401, "unauthorized")
         ok = c.post("/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and len(ok.json()["data"][0]["embedding"]) == 384
         assert c.post("/v1/embeddings", json={"input": "a"},
@@ -213,7 +205,7 @@ def test_auth(embedder) -> None:
         json_type = {"content-type": "application/json"}
         for body in (b'{"input":', b'{"input": "a", "input": "b"}', b"[" * 5000 + b"]" * 5000, b'{"bogus": 1}'):
             for auth in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic czNjcmV0"}):
-                _error(c.post("/v1/embeddings", content=body, headers={**json_type, **auth}), 401, "unauthorized")
+                error_message(c.post("/v1/embeddings", content=body, headers={**json_type, **auth}), 401, "unauthorized")
         assert "repeated_key" in c.post("/v1/embeddings", content=b'{"input": "a", "input": "b"}', headers={
             **json_type, "Authorization": "Bearer s3cret"}).text  # with the key, the body's own answer
 
@@ -233,7 +225,7 @@ def test_overload_is_429_with_retry_after(embedder) -> None:
                 time.sleep(0.01)
             # "b" takes the last queue place, "c" overflows.
             resp = c.post("/v1/embeddings", json={"input": ["b", "c"]})
-            assert "max_queue" in _error(resp, 429, "overloaded")
+            assert "max_queue" in error_message(resp, 429, "overloaded")
             assert resp.headers["retry-after"] == "1"
             runner.release.set()
             assert first.result(10).status_code == 200 and second.result(10).status_code == 200
@@ -257,7 +249,7 @@ def test_timeout_is_504(embedder) -> None:
     with TestClient(create_app(ServerLimits(request_timeout_s=0.3), embedder=embedder,
                                run_batch=runner)) as c:
         try:
-            msg = _error(c.post("/v1/embeddings", json={"input": "a"}), 504, "timeout")
+            msg = error_message(c.post("/v1/embeddings", json={"input": "a"}), 504, "timeout")
             assert "request_timeout_s" in msg
         finally:
             runner.release.set()
@@ -268,7 +260,7 @@ def test_runner_failure_is_500(embedder) -> None:
         raise RuntimeError("device lost")
 
     with TestClient(create_app(ServerLimits(), embedder=embedder, run_batch=broken)) as c:
-        msg = _error(c.post("/v1/embeddings", json={"input": "a"}), 500, "runner_error")
+        msg = error_message(c.post("/v1/embeddings", json={"input": "a"}), 500, "runner_error")
         assert "device lost" in msg
 
 
@@ -287,12 +279,12 @@ def test_route_happy_path(client) -> None:
 
 
 def test_route_empty_query_is_400(client) -> None:
-    _error(client.post("/v1/route", json={"query": "   "}), 400, "empty_input")
+    error_message(client.post("/v1/route", json={"query": "   "}), 400, "empty_input")
 
 
 def test_route_bad_mode_is_422(client) -> None:
-    assert "mode" in _error(client.post("/v1/route", json={"query": "q", "mode": "x"}), 422,
-                            "validation_error")
+    assert "mode" in error_message(client.post("/v1/route", json={"query": "q", "mode": "x"}), 422,
+                                   "validation_error")
 
 
 def test_route_internal_error_is_500_and_server_survives(embedder) -> None:
@@ -305,7 +297,7 @@ def test_route_internal_error_is_500_and_server_survives(embedder) -> None:
 
     app = create_app(ServerLimits(), embedder=embedder, router=Broken())
     with TestClient(app, raise_server_exceptions=False) as c:
-        _error(c.post("/v1/route", json={"query": "q"}), 500, "internal_error")
+        error_message(c.post("/v1/route", json={"query": "q"}), 500, "internal_error")
         assert c.get("/health").status_code == 200
 
 
@@ -316,19 +308,19 @@ def test_health_ready_and_attach(embedder) -> None:
     app = create_app(ServerLimits())
     with TestClient(app) as c:
         assert c.get("/health").json() == {"status": "ok"}
-        _error(c.get("/ready"), 503, "not_ready")
-        _error(c.post("/v1/embeddings", json={"input": "a"}), 503, "not_ready")
+        error_message(c.get("/ready"), 503, "not_ready")
+        error_message(c.post("/v1/embeddings", json={"input": "a"}), 503, "not_ready")
         app.state.serving.attach(embedder=embedder)
         assert c.get("/ready").json()["models"]["embeddings"] == embedder.model_name
-        _error(c.post("/v1/route", json={"query": "q"}), 404, "not_served")  # ready, and no router
+        error_message(c.post("/v1/route", json={"query": "q"}), 404, "not_served")  # ready, and no router
     assert app.state.serving.batcher.closed and app.state.serving.shutting_down
 
 
 def test_unknown_path_uses_error_body(client) -> None:
-    _error(client.get("/nope"), 404, "http_error")
-    _error(client.get("/v1/embeddings"), 405, "http_error")
+    error_message(client.get("/nope"), 404, "http_error")
+    error_message(client.get("/v1/embeddings"), 405, "http_error")
     # a trailing slash was a 307 redirect with an empty body, which POST clients do not follow
-    _error(client.post("/v1/embeddings/", json={"input": "a"}, follow_redirects=False), 404, "http_error")
+    error_message(client.post("/v1/embeddings/", json={"input": "a"}, follow_redirects=False), 404, "http_error")
 
 
 def test_a_long_unserved_dimensions_is_not_echoed_whole(client) -> None:
@@ -336,7 +328,7 @@ def test_a_long_unserved_dimensions_is_not_echoed_whole(client) -> None:
     big = int("9" * 4000)
     body = json.dumps({"input": "a", "dimensions": big}).encode()
     resp = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
-    msg = _error(resp, 422, "validation_error")
+    msg = error_message(resp, 422, "validation_error")
     assert len(msg) < 600 and msg.startswith("dimensions: 99999999999999999999... is not served")
 
 
@@ -395,7 +387,7 @@ def test_chunked_body_over_limit_is_413() -> None:
 
     with TestClient(app) as c:
         resp = c.post("/v1/embeddings", content=chunks(), headers={"content-type": "application/json"})
-        assert "max_body_bytes" in _error(resp, 413, "too_large")
+        assert "max_body_bytes" in error_message(resp, 413, "too_large")
 
 
 def test_shutdown_answers_requests_in_flight() -> None:
@@ -416,7 +408,7 @@ def test_shutdown_answers_requests_in_flight() -> None:
         closing = pool.submit(state.close)
         threading.Event().wait(0.1)
         assert not state.ready and not closing.done()  # draining: waits for the runner
-        _error(c.post("/v1/embeddings", json={"input": "late"}), 503, "not_ready")
+        error_message(c.post("/v1/embeddings", json={"input": "late"}), 503, "not_ready")
         runner.release.set()
         closing.result(5)
         assert [f.result(5).status_code for f in pending] == [200, 200]
@@ -489,7 +481,7 @@ def test_docs_need_no_key_but_the_api_does(embedder) -> None:
     with TestClient(create_app(ServerLimits(api_keys=["k"]), embedder=embedder)) as c:
         assert c.get("/docs").status_code == 200 and c.get("/openapi.json").status_code == 200
         assert c.get("/docs/assets/swagger-ui.css").status_code == 200
-        _error(c.get("/v1/models"), 401, "unauthorized")
+        error_message(c.get("/v1/models"), 401, "unauthorized")
         listed = c.get("/v1/models", headers={"Authorization": "Bearer k"}).json()
         assert [m["id"] for m in listed["data"]] == [embedder.model_name]
 
@@ -499,7 +491,7 @@ def test_docs_need_no_key_but_the_api_does(embedder) -> None:
 
 def test_malformed_json_names_the_body_and_the_character(client) -> None:
     resp = client.post("/v1/route", content=b'{"query": "q",}', headers={"content-type": "application/json"})
-    msg = _error(resp, 422, "validation_error")
+    msg = error_message(resp, 422, "validation_error")
     assert resp.json()["error"]["param"] == "body" and msg.startswith("body: not valid JSON at character 14")
 
 
@@ -508,20 +500,20 @@ def test_json_sent_as_text_says_to_send_it_as_json(client) -> None:
     for kind in ("text/plain", "application/x-www-form-urlencoded", "text/json", "application/jsonx",
                  "application/x-ndjson"):
         resp = client.post("/v1/route", content=b'{"query": "q"}', headers={"content-type": kind})
-        msg = _error(resp, 422, "validation_error")
+        msg = error_message(resp, 422, "validation_error")
         assert kind in msg and "Content-Type: application/json" in msg and resp.json()["error"]["param"] == "body"
-    msg = _error(client.post("/v1/route", content=b'{"query": "q"}'), 422, "validation_error")
+    msg = error_message(client.post("/v1/route", content=b'{"query": "q"}'), 422, "validation_error")
     assert msg.startswith("body: sent without a Content-Type") and "application/json" in msg
     for kind in ("application/json; charset=utf-8", "application/vnd.api+json", "Application/JSON"):
         assert client.post("/v1/route", content=b'{"query": "q"}', headers={"content-type": kind}).status_code == 200
     # an empty body is missing, whatever its type
-    assert "without a Content-Type" not in _error(client.post("/v1/route", content=b""), 422, "validation_error")
+    assert "without a Content-Type" not in error_message(client.post("/v1/route", content=b""), 422, "validation_error")
 
 
 def test_json_nested_past_the_parser_depth_is_a_clear_422(client) -> None:
     deep = b'{"query": "q", "history": ' + b"[" * 3000 + b"]" * 3000 + b"}"
     resp = client.post("/v1/route", content=deep, headers={"content-type": "application/json"})
-    msg = _error(resp, 422, "validation_error")
+    msg = error_message(resp, 422, "validation_error")
     assert "nested deeper" in msg and resp.json()["error"]["code"] == "too_deep"
 
 
@@ -530,7 +522,7 @@ def test_an_integer_past_the_parsers_digits_is_a_clear_422(client) -> None:
     (Python's int_max_str_digits ValueError; found by fuzzing, 2026-12-06)."""
     body = b'{"input": "a", "dimensions": ' + b"9" * 4301 + b"}"
     resp = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
-    msg = _error(resp, 422, "validation_error")
+    msg = error_message(resp, 422, "validation_error")
     assert msg.startswith("body: a number has more digits than the parser reads")
     assert resp.json()["error"]["code"] == "number_too_long"
 
@@ -546,7 +538,7 @@ def test_nan_is_not_a_number_a_client_may_send(small_index, embedder) -> None:
         for bad in (b"NaN", b"Infinity", b"-Infinity"):
             resp = c.post("/v1/feedback", content=b'{"query_id": "x", "quality": ' + bad + b"}",
                           headers={"content-type": "application/json"})
-            assert "finite" in _error(resp, 422, "validation_error"), bad
+            assert "finite" in error_message(resp, 422, "validation_error"), bad
             assert resp.json()["error"]["param"] == "quality"
 
 
@@ -576,7 +568,7 @@ def test_a_websocket_handshake_gets_an_error_body(client) -> None:
     with pytest.raises(WebSocketDenialResponse) as denied:
         with client.websocket_connect("/v1/search"):
             pass
-    assert "no WebSocket endpoint" in _error(denied.value, 404, "http_error")
+    assert "no WebSocket endpoint" in error_message(denied.value, 404, "http_error")
     assert denied.value.json()["error"]["code"] == "websocket_unsupported"
     assert client.get("/health").status_code == 200  # HTTP passes through
     # a server without the HTTP-answer extension: closed with 1008 and the reason
@@ -628,7 +620,7 @@ def test_route_goes_through_a_bounded_queue(embedder, router) -> None:
         deadline = threading.Event()
         while c.app.state.serving.gates["route"].stats()["queue_depth"] < 1 and not deadline.wait(0.01):
             pass
-        assert "max_queue" in _error(c.post("/v1/route", json={"query": "dough"}), 429, "overloaded")
+        assert "max_queue" in error_message(c.post("/v1/route", json={"query": "dough"}), 429, "overloaded")
         gate.set()
         assert first.result(10).status_code == 200 and second.result(10).status_code == 200
 
@@ -646,7 +638,7 @@ def test_route_timeout_says_which_limit(embedder, router) -> None:
 
     with TestClient(create_app(ServerLimits(request_timeout_s=0.3), embedder=embedder, router=Stuck())) as c:
         try:
-            msg = _error(c.post("/v1/route", json={"query": "bread"}), 504, "timeout")
+            msg = error_message(c.post("/v1/route", json={"query": "bread"}), 504, "timeout")
             assert msg.startswith("/v1/route: no answer within 0.3 s (server.request_timeout_s)")
         finally:
             gate.set()
@@ -685,8 +677,8 @@ def test_text_of_invisible_characters_only_is_empty(client, text) -> None:
     """'\\u0000' or '\\u200b' passed str.strip(): the embedding of nothing, or a search for nothing,
     came back instead of a 400 (found by fuzzing, 2026-12-06)."""
     resp = client.post("/v1/embeddings", json={"input": ["fine", text]})
-    assert "input[1]: the text is empty" in _error(resp, 400, "empty_input")
-    assert "query: is empty" in _error(client.post("/v1/route", json={"query": text}), 400, "empty_input")
+    assert "input[1]: the text is empty" in error_message(resp, 400, "empty_input")
+    assert "query: is empty" in error_message(client.post("/v1/route", json={"query": text}), 400, "empty_input")
 
 
 def test_route_cuts_a_query_past_max_input_chars(embedder, router) -> None:
@@ -706,21 +698,21 @@ def test_bad_requests_name_what_was_wrong(client) -> None:
     import gzip
 
     resp = client.post("/v1/embeddings", json={"input": "a", "Model": "x"})
-    assert _error(resp, 422, "validation_error").startswith("Model: Extra inputs") and resp.json()["error"]["param"] == "Model"
-    assert "this path answers POST" in _error(client.put("/v1/embeddings"), 405, "http_error")
-    assert "the API is under /v1" in _error(client.get("/v2/embeddings"), 404, "http_error")
+    assert error_message(resp, 422, "validation_error").startswith("Model: Extra inputs") and resp.json()["error"]["param"] == "Model"
+    assert "this path answers POST" in error_message(client.put("/v1/embeddings"), 405, "http_error")
+    assert "the API is under /v1" in error_message(client.get("/v2/embeddings"), 404, "http_error")
     resp = client.post("/v1/embeddings", content=gzip.compress(b'{"input": "a"}'),
                        headers={"content-type": "application/json", "content-encoding": "gzip"})
-    assert "compressed bodies are not accepted" in _error(resp, 422, "validation_error")
+    assert "compressed bodies are not accepted" in error_message(resp, 422, "validation_error")
     for encoding in ("gzip", "br"):  # a plain body under that header was answered 200, read as plain
         resp = client.post("/v1/embeddings", content=b'{"input": "a"}',
                            headers={"content-type": "application/json", "content-encoding": encoding})
-        assert "compressed bodies are not accepted" in _error(resp, 422, "validation_error")
+        assert "compressed bodies are not accepted" in error_message(resp, 422, "validation_error")
     resp = client.post("/v1/embeddings", content=b'{"input": "a"}',
                        headers={"content-type": "application/json", "content-encoding": "identity"})
     assert resp.status_code == 200
     resp = client.post("/v1/images/place", json={"paragraphs": ["a"], "images": [{"id": " ", "caption": "c"}]})
-    assert _error(resp, 422, "validation_error").startswith("images[0].id: is empty")
+    assert error_message(resp, 422, "validation_error").startswith("images[0].id: is empty")
 
 
 def test_openapi_documents_what_the_non_json_routes_send(client) -> None:
@@ -739,7 +731,7 @@ def test_token_arrays_are_refused_plainly(client, tokens) -> None:
     """OpenAI takes token ids too; they got the union's noise ('input: Input should be a valid string;
     input[0]: ...') instead of saying they are not supported (fuzzing, 2026-12-06)."""
     resp = client.post("/v1/embeddings", json={"input": tokens})
-    assert _error(resp, 422, "validation_error").startswith("input: token-id arrays are not supported")
+    assert error_message(resp, 422, "validation_error").startswith("input: token-id arrays are not supported")
     assert resp.json()["error"]["code"] == "token_arrays"
 
 
@@ -747,12 +739,12 @@ def test_a_key_written_twice_is_422_naming_it(client) -> None:
     """JSON parsers keep the last value: {"input": "a", "input": "b"} would embed "b" silently."""
     resp = client.post("/v1/embeddings", content=b'{"input": "a", "input": "b"}',
                        headers={"content-type": "application/json"})
-    msg = _error(resp, 422, "validation_error")
+    msg = error_message(resp, 422, "validation_error")
     assert "input" in msg and "twice" in msg
     assert resp.json()["error"]["param"] == "input" and resp.json()["error"]["code"] == "repeated_key"
     nested = client.post("/v1/route", content=b'{"query": "where", "history": [{"role": "user", "content": "a", '
                                               b'"content": "b"}]}', headers={"content-type": "application/json"})
-    _error(nested, 422, "validation_error")
+    error_message(nested, 422, "validation_error")
     assert nested.json()["error"]["param"] == "history[0].content"
 
 
@@ -762,4 +754,4 @@ def test_a_body_parsed_once_still_answers_as_before(client) -> None:
                      headers={"content-type": "application/json"})
     assert ok.status_code == 200 and len(ok.json()["data"]) == 2
     no_type = client.post("/v1/embeddings", content=b'{"input": "a", "input": "b"}')
-    assert _error(no_type, 422, "validation_error").startswith("body: sent without a Content-Type")
+    assert error_message(no_type, 422, "validation_error").startswith("body: sent without a Content-Type")

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from openai_error import error_message
 from searchsmith.serving.batcher import BatcherConfig
 from searchsmith.serving.http import create_app
 from searchsmith.serving.limits import ServerLimits
@@ -176,15 +177,6 @@ def png(colour, size=(40, 40)) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _error(resp, status: int, kind: str) -> str:
-    """The message of an OpenAI-shaped error body, after checking its status and type."""
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    assert body["error"]["type"] == kind, body
-    return body["error"]["message"]
-
-
 def models(**extra):
     return {"reranker": FakeReranker(), "decomposer": FakeDecomposer(), "citation": FakeCiter(),
             "images": FakeImages(), **extra}
@@ -240,8 +232,8 @@ def test_rerank_pairs_are_batched_across_requests_and_matched(client) -> None:
 
 def test_rerank_before_any_model_is_loaded_is_503() -> None:
     with TestClient(create_app(ServerLimits())) as c:
-        assert "not loaded yet" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}),
-                                          503, "not_ready")
+        assert "not loaded yet" in error_message(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}),
+                                                 503, "not_ready")
 
 
 def test_rerank_on_a_ready_server_without_a_reranker_is_404() -> None:
@@ -249,41 +241,41 @@ def test_rerank_on_a_ready_server_without_a_reranker_is_404() -> None:
     with TestClient(create_app(ServerLimits(), decomposer=FakeDecomposer())) as c:
         assert c.get("/ready").status_code == 200
         resp = c.post("/v1/rerank", json={"query": "q", "documents": ["d"]})
-        assert "bundles.reranker" in _error(resp, 404, "not_served")
+        assert "bundles.reranker" in error_message(resp, 404, "not_served")
         assert "retry-after" not in resp.headers
         c.app.state.serving.shutting_down = True
-        assert "shutting down" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}), 503,
-                                         "not_ready")
+        assert "shutting down" in error_message(c.post("/v1/rerank", json={"query": "q", "documents": ["d"]}), 503,
+                                                "not_ready")
 
 
 def test_rerank_empty_documents_is_400(client) -> None:
-    assert "documents" in _error(client.post("/v1/rerank", json={"query": "q", "documents": []}), 400,
-                                 "empty_input")
+    assert "documents" in error_message(client.post("/v1/rerank", json={"query": "q", "documents": []}), 400,
+                                        "empty_input")
 
 
 def test_rerank_blank_query_is_400(client) -> None:
-    assert "query" in _error(client.post("/v1/rerank", json={"query": " ", "documents": ["d"]}), 400,
-                             "empty_input")
+    assert "query" in error_message(client.post("/v1/rerank", json={"query": " ", "documents": ["d"]}), 400,
+                                    "empty_input")
 
 
 def test_rerank_too_many_documents_is_413(client) -> None:
-    msg = _error(client.post("/v1/rerank", json={"query": "q", "documents": ["d"] * 6}), 413, "too_large")
+    msg = error_message(client.post("/v1/rerank", json={"query": "q", "documents": ["d"] * 6}), 413, "too_large")
     assert "6 documents" in msg and "max_documents_per_request" in msg
 
 
 def test_rerank_document_of_wrong_type_is_422(client) -> None:
-    assert "documents" in _error(client.post("/v1/rerank", json={"query": "q", "documents": [3]}), 422,
-                                 "validation_error")
+    assert "documents" in error_message(client.post("/v1/rerank", json={"query": "q", "documents": [3]}), 422,
+                                        "validation_error")
 
 
 def test_rerank_top_n_zero_is_422(client) -> None:
-    assert "top_n" in _error(client.post("/v1/rerank", json={"query": "q", "documents": ["d"], "top_n": 0}),
-                             422, "validation_error")
+    assert "top_n" in error_message(client.post("/v1/rerank", json={"query": "q", "documents": ["d"], "top_n": 0}),
+                                    422, "validation_error")
 
 
 def test_rerank_unknown_model_is_422(client) -> None:
-    assert "gpt" in _error(client.post("/v1/rerank", json={"query": "q", "documents": ["d"], "model": "gpt"}),
-                           422, "validation_error")
+    assert "gpt" in error_message(client.post("/v1/rerank", json={"query": "q", "documents": ["d"], "model": "gpt"}),
+                                  422, "validation_error")
 
 
 def test_rerank_long_document_is_cut_or_413() -> None:
@@ -293,10 +285,10 @@ def test_rerank_long_document_is_cut_or_413() -> None:
         r = c.post("/v1/rerank", json={"query": "bread", "documents": [long], "raw_scores": True}).json()
         assert r["results"][0]["relevance_score"] == pytest.approx(3 - 20e-3, rel=1e-5)
     with TestClient(create_app(ServerLimits(max_input_chars=20, truncate=False), reranker=reranker)) as c:
-        msg = _error(c.post("/v1/rerank", json={"query": "q", "documents": ["x" * 21]}), 413, "too_large")
+        msg = error_message(c.post("/v1/rerank", json={"query": "q", "documents": ["x" * 21]}), 413, "too_large")
         assert "documents[0]" in msg and "max_input_chars" in msg
     with TestClient(create_app(ServerLimits(truncate=False), reranker=reranker)) as c:
-        msg = _error(c.post("/v1/rerank", json={"query": "q", "documents": ["w " * 70]}), 413, "too_large")
+        msg = error_message(c.post("/v1/rerank", json={"query": "q", "documents": ["w " * 70]}), 413, "too_large")
         assert "74 tokens" in msg and "max_length" in msg
 
 
@@ -317,7 +309,7 @@ def test_rerank_overload_is_429_with_retry_after() -> None:
         first = pool.submit(c.post, "/v1/rerank", json={"query": "q", "documents": ["a", "z"]})
         assert runner.started.wait(5)  # "a" runs, "z" waits: one queue place is left
         resp = c.post("/v1/rerank", json={"query": "q", "documents": ["b", "c"]})
-        assert "max_queue" in _error(resp, 429, "overloaded") and resp.headers["retry-after"] == "1"
+        assert "max_queue" in error_message(resp, 429, "overloaded") and resp.headers["retry-after"] == "1"
         runner.release.set()
         assert first.result(10).status_code == 200
 
@@ -327,8 +319,8 @@ def test_rerank_timeout_is_504() -> None:
     with TestClient(create_app(ServerLimits(request_timeout_s=0.3), reranker=FakeReranker(),
                                run_rerank=runner)) as c:
         try:
-            assert "request_timeout_s" in _error(c.post("/v1/rerank", json={"query": "q", "documents": ["a"]}),
-                                                 504, "timeout")
+            assert "request_timeout_s" in error_message(c.post("/v1/rerank", json={"query": "q", "documents": ["a"]}),
+                                                        504, "timeout")
         finally:
             runner.release.set()
 
@@ -360,8 +352,8 @@ def test_decompose_returns_the_graph_and_the_rewrite(client) -> None:
 
 
 def test_decompose_bad_history_is_422(client) -> None:
-    msg = _error(client.post("/v1/decompose", json={"query": "q", "history": [{"role": "robot", "content": "x"}]}),
-                 422, "validation_error")
+    msg = error_message(client.post("/v1/decompose", json={"query": "q", "history": [{"role": "robot", "content": "x"}]}),
+                        422, "validation_error")
     assert "history[0].role" in msg
 
 
@@ -373,8 +365,8 @@ def test_a_bad_turn_before_the_last_fifty_is_422_not_dropped(client) -> None:
     fine = [{"role": "user", "content": "Tell me about Saturn"}] * HISTORY_MAX_TURNS
     for bad, where in (({"role": "user", "content": 5}, "history[0].content"),
                        ({"role": "bot", "content": "x"}, "history[0].role"), ({"bad": 1}, "history[0]")):
-        msg = _error(client.post("/v1/decompose", json={"query": "and its rings?", "history": [bad, *fine]}),
-                     422, "validation_error")
+        msg = error_message(client.post("/v1/decompose", json={"query": "and its rings?", "history": [bad, *fine]}),
+                            422, "validation_error")
         assert where in msg
 
 
@@ -395,7 +387,7 @@ def test_decompose_rewrites_with_the_history_cut_as_the_pipeline_reads_it() -> N
 
 def test_decompose_without_bundle_is_404() -> None:
     with TestClient(create_app(ServerLimits(), reranker=FakeReranker())) as c:
-        assert "bundles.decomposer" in _error(c.post("/v1/decompose", json={"query": "q"}), 404, "not_served")
+        assert "bundles.decomposer" in error_message(c.post("/v1/decompose", json={"query": "q"}), 404, "not_served")
 
 
 # ---- /v1/cite -------------------------------------------------------------------------------------
@@ -417,9 +409,9 @@ def test_cite_with_bundle_splits_the_answer_and_cites(client) -> None:
 
 def test_cite_sentences_and_answer_together_is_422(client) -> None:
     both = client.post("/v1/cite", json={"sentences": ["a"], "answer": "b", "documents": DOCS})
-    assert "exactly one" in _error(both, 422, "validation_error") and both.json()["error"]["param"] == "sentences"
+    assert "exactly one" in error_message(both, 422, "validation_error") and both.json()["error"]["param"] == "sentences"
     neither = client.post("/v1/cite", json={"documents": DOCS})
-    assert "exactly one" in _error(neither, 422, "validation_error") and neither.json()["error"]["param"] == "answer"
+    assert "exactly one" in error_message(neither, 422, "validation_error") and neither.json()["error"]["param"] == "answer"
 
 
 def test_cite_an_answer_of_too_many_sentences_names_the_answer(client) -> None:
@@ -430,23 +422,23 @@ def test_cite_an_answer_of_too_many_sentences_names_the_answer(client) -> None:
 
 
 def test_cite_duplicate_document_ids_is_422(client) -> None:
-    assert "used twice" in _error(client.post("/v1/cite", json={"sentences": ["a"], "documents": [DOCS[0]] * 2}),
-                                  422, "validation_error")
+    assert "used twice" in error_message(client.post("/v1/cite", json={"sentences": ["a"], "documents": [DOCS[0]] * 2}),
+                                         422, "validation_error")
 
 
 def test_cite_blank_document_id_is_422(client) -> None:
     resp = client.post("/v1/cite", json={"sentences": ["a"], "documents": [{"id": " ", "text": "x"}]})
-    assert "non-blank id" in _error(resp, 422, "validation_error") and resp.json()["error"]["param"] == "documents[0].id"
+    assert "non-blank id" in error_message(resp, 422, "validation_error") and resp.json()["error"]["param"] == "documents[0].id"
 
 
 def test_cite_no_documents_is_400(client) -> None:
-    _error(client.post("/v1/cite", json={"sentences": ["a"], "documents": []}), 400, "empty_input")
+    error_message(client.post("/v1/cite", json={"sentences": ["a"], "documents": []}), 400, "empty_input")
 
 
 def test_cite_too_many_pairs_is_413(client) -> None:
     docs = [{"id": str(i), "text": "x"} for i in range(4)]
     resp = client.post("/v1/cite", json={"sentences": ["a", "b", "c", "d"], "documents": docs})
-    msg = _error(resp, 413, "too_large")
+    msg = error_message(resp, 413, "too_large")
     assert "16 pairs" in msg and "max_pairs_per_request" in msg and resp.json()["error"]["param"] == "documents"
 
 
@@ -534,25 +526,25 @@ def test_images_are_kept_at_the_models_input_size_and_checked_without_a_bundle(e
     raw = base64.b64decode(png((255, 0, 0), size=(300, 200)))
     truncated = base64.b64encode(raw[: len(raw) // 2]).decode()
     with TestClient(create_app(ServerLimits(), embedder=embedder)) as c:
-        msg = _error(c.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        msg = error_message(c.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
             {"id": "x", "data": truncated, "caption": "a cat"}]}), 422, "validation_error")
     assert msg.startswith("images[0].data: not an image")
 
 
 def test_image_path_field_is_422(client) -> None:
-    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+    msg = error_message(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "path": "/etc/passwd"}]}), 422, "validation_error")
     assert "path" in msg
 
 
 def test_image_without_data_or_caption_is_422(client) -> None:
-    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+    msg = error_message(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "url": "https://example.com/a.png"}]}), 422, "validation_error")
     assert "never fetched" in msg
 
 
 def test_image_bad_base64_is_422(client) -> None:
-    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+    msg = error_message(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "data": "not base64!"}]}), 422, "validation_error")
     assert "images[0].data" in msg and "base64" in msg
 
@@ -564,33 +556,33 @@ def test_image_base64_refusals_say_what_to_change(client) -> None:
              good.replace("+", "-").replace("/", "_") + "-_": "not the URL-safe alphabet",
              good.rstrip("=") + "A": "padded with ="}
     for data, fix in fixes.items():
-        msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+        msg = error_message(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
             {"id": "x", "data": data}]}), 422, "validation_error")
         assert msg.startswith("images[0].data: not valid base64") and fix in msg, (fix, msg)
 
 
 def test_image_not_an_image_is_422(client) -> None:
     data = base64.b64encode(b"hello, not a png").decode()
-    assert "PNG" in _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+    assert "PNG" in error_message(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "data": data}]}), 422, "validation_error")
 
 
 def test_image_too_many_bytes_is_413(client) -> None:
     data = base64.b64encode(b"\0" * 4000).decode()
-    assert "max_image_bytes" in _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+    assert "max_image_bytes" in error_message(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "data": data}]}), 413, "too_large")
 
 
 def test_image_too_many_pixels_is_413(client) -> None:
     big = png((255, 0, 0), size=(200, 60))  # compresses to a few hundred bytes, 12000 pixels
-    msg = _error(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
+    msg = error_message(client.post("/v1/images/place", json={"paragraphs": PARAS, "images": [
         {"id": "x", "data": big}]}), 413, "too_large")
     assert "200x60" in msg and "max_image_pixels" in msg
 
 
 def test_too_many_images_is_413(client) -> None:
     ims = [{"id": str(i), "caption": "cat"} for i in range(4)]
-    assert "max_images_per_request" in _error(client.post("/v1/images/place", json={
+    assert "max_images_per_request" in error_message(client.post("/v1/images/place", json={
         "paragraphs": PARAS, "images": ims}), 413, "too_large")
 
 
@@ -629,16 +621,16 @@ def test_search_json_and_stream_carry_the_same_answer(search_client) -> None:
 
 
 def test_search_blank_query_is_400(search_client) -> None:
-    _error(search_client.post("/v1/search", json={"query": "  "}), 400, "empty_input")
+    error_message(search_client.post("/v1/search", json={"query": "  "}), 400, "empty_input")
 
 
 def test_search_bad_strategy_is_422(search_client) -> None:
-    assert "strategy" in _error(search_client.post("/v1/search", json={"query": "q", "strategy": "magic"}), 422,
-                                "validation_error")
+    assert "strategy" in error_message(search_client.post("/v1/search", json={"query": "q", "strategy": "magic"}), 422,
+                                       "validation_error")
 
 
 def test_search_without_pipeline_is_404(client) -> None:
-    assert "index" in _error(client.post("/v1/search", json={"query": "q"}), 404, "not_served")
+    assert "index" in error_message(client.post("/v1/search", json={"query": "q"}), 404, "not_served")
 
 
 def test_feedback_rewards_an_answer_once(search_client) -> None:
@@ -646,12 +638,12 @@ def test_feedback_rewards_an_answer_once(search_client) -> None:
     body = search_client.post("/v1/feedback", json={"query_id": "fb", "quality": 0.8}).json()
     assert body["query_id"] == "fb" and body["preset"] and body["reward"] <= 0.8
     again = search_client.post("/v1/feedback", json={"query_id": "fb", "quality": 0.8})
-    assert "unknown or already rewarded" in _error(again, 422, "validation_error")
+    assert "unknown or already rewarded" in error_message(again, 422, "validation_error")
 
 
 def test_feedback_quality_out_of_range_is_422(search_client) -> None:
-    assert "quality" in _error(search_client.post("/v1/feedback", json={"query_id": "x", "quality": 2}), 422,
-                               "validation_error")
+    assert "quality" in error_message(search_client.post("/v1/feedback", json={"query_id": "x", "quality": 2}), 422,
+                                      "validation_error")
 
 
 # ---- limits, CORS, auth, readiness ------------------------------------------------------------------
@@ -678,13 +670,13 @@ def test_api_key_protects_model_endpoints() -> None:
     with TestClient(create_app(ServerLimits(api_keys=["k1"]), **models())) as c:
         for path, body in (("/v1/rerank", {"query": "q", "documents": ["d"]}), ("/v1/decompose", {"query": "q"}),
                            ("/v1/cite", {"sentences": ["A b."], "documents": DOCS})):
-            _error(c.post(path, json=body), 401, "unauthorized")
+            error_message(c.post(path, json=body), 401, "unauthorized")
             assert c.post(path, json=body, headers={"Authorization": "Bearer k1"}).status_code == 200
 
 
 def test_body_over_limit_is_413_on_model_endpoints(client) -> None:
     resp = client.post("/v1/rerank", json={"query": "q", "documents": ["y" * 150] * 200})
-    assert "max_body_bytes" in _error(resp, 413, "too_large")
+    assert "max_body_bytes" in error_message(resp, 413, "too_large")
 
 
 def test_ready_waits_for_the_loader_and_reports_its_failure() -> None:
@@ -696,7 +688,7 @@ def test_ready_waits_for_the_loader_and_reports_its_failure() -> None:
 
     with TestClient(create_app(ServerLimits(), loader=loader)) as c:
         assert c.get("/health").status_code == 200
-        assert "loading" in _error(c.get("/ready"), 503, "not_ready")
+        assert "loading" in error_message(c.get("/ready"), 503, "not_ready")
         gate.set()
         for _ in range(200):
             if c.get("/ready").status_code == 200:
@@ -712,7 +704,7 @@ def test_ready_waits_for_the_loader_and_reports_its_failure() -> None:
             if "failed" in c.get("/ready").text:
                 break
             threading.Event().wait(0.02)
-        assert "bundles/reranker/manifest.json" in _error(c.get("/ready"), 503, "not_ready")
+        assert "bundles/reranker/manifest.json" in error_message(c.get("/ready"), 503, "not_ready")
 
 
 def test_model_queues_are_closed_with_drain_on_shutdown() -> None:
@@ -953,8 +945,8 @@ def test_feedback_with_the_router_off_is_accepted_and_says_how_to_turn_it_on(sma
         body = c.post("/v1/feedback", json={"query_id": qid, "quality": 0.9}).json()
         assert body["recorded"] is False and body["query_id"] == qid and body["quality"] == 0.9
         assert "pipeline.protocol.enabled: true" in body["message"]
-        assert "quality" in _error(c.post("/v1/feedback", json={"query_id": qid, "quality": 7}), 422,
-                                   "validation_error")
+        assert "quality" in error_message(c.post("/v1/feedback", json={"query_id": qid, "quality": 7}), 422,
+                                          "validation_error")
 
 
 def test_feedback_with_the_router_on_says_it_was_recorded(full_client) -> None:
@@ -989,7 +981,7 @@ def test_model_names_aliases_and_v1_models() -> None:
         assert err["param"] == "model" and err["code"] == "model_not_found"
         assert "'acme-rerank'" in err["message"] and "rerank_model.aliases" in err["message"]
         assert c.get("/v1/models/rerank-english-v3.0").json()["id"] == "acme-rerank"
-        assert _error(c.get("/v1/models/gpt-4"), 404, "http_error").startswith("model: 'gpt-4'")
+        assert error_message(c.get("/v1/models/gpt-4"), 404, "http_error").startswith("model: 'gpt-4'")
 
 
 def test_served_model_config_is_checked() -> None:
