@@ -377,6 +377,18 @@ def _same_day(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
+def _listed_figures(prefix: str, matched: int, listed: int, gold: int) -> dict[str, float]:
+    """F1 of what an answer lists (events, images) against the gold: ``<prefix>f1`` (1.0 when
+    nothing is listed and nothing belongs), ``<prefix>precision`` when anything is listed,
+    ``<prefix>recall`` when anything belongs (an undefined one is left out, not 0)."""
+    out = {f"{prefix}f1": 2 * matched / (listed + gold) if listed or gold else 1.0}
+    if listed:
+        out[f"{prefix}precision"] = matched / listed
+    if gold:
+        out[f"{prefix}recall"] = matched / gold
+    return out
+
+
 def timeline_metrics(events: list[dict[str, Any]], gold: list[dict[str, Any]]) -> dict[str, float]:
     """Events listed against the gold dated events ``[{"date", "sources": [doc ids]}]``.
 
@@ -399,14 +411,8 @@ def timeline_metrics(events: list[dict[str, Any]], gold: list[dict[str, Any]]) -
             matched.add(free[0])
         elif hits:
             duplicates += 1
-    tp = len(matched)
-    out = {"timeline_duplicates": float(duplicates),
-           "timeline_f1": 2 * tp / (len(events) + len(gold)) if events or gold else 1.0}
-    if gold:
-        out["timeline_recall"] = tp / len(gold)
-    if events:
-        out["timeline_precision"] = tp / len(events)
-    return out
+    return {"timeline_duplicates": float(duplicates),
+            **_listed_figures("timeline_", len(matched), len(events), len(gold))}
 
 
 def image_metrics(placed: list[str], gold: list[str]) -> dict[str, float]:
@@ -418,14 +424,7 @@ def image_metrics(placed: list[str], gold: list[str]) -> dict[str, float]:
         ``image_recall`` when any belongs.
     """
     got, want = set(placed), set(gold)
-    tp = len(got & want)
-    out = {"image_wrong": float(len(got - want)),
-           "image_f1": 2 * tp / (len(got) + len(want)) if got or want else 1.0}
-    if got:
-        out["image_precision"] = tp / len(got)
-    if want:
-        out["image_recall"] = tp / len(want)
-    return out
+    return {"image_wrong": float(len(got - want)), **_listed_figures("image_", len(got & want), len(got), len(want))}
 
 
 class PassageLookup:
