@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.metrics import percentiles
 from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, direction, paired_difference
 from searchsmith.serving.pipeline.config import PipelineConfig
@@ -189,6 +188,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
         checked_pipeline,
         pipeline_items,
         with_eval_bundles,
+        write_outputs,
     )
     from searchsmith.serving.pipeline.config import load_pipeline_config
 
@@ -254,11 +254,7 @@ def eval_ablate(args: argparse.Namespace) -> dict[str, Any]:
         "bootstrap": {"resamples": resamples, "seed": seed},
         **({"warnings": warnings} if warnings else {}),
     }
-    if getattr(args, "per_item", None):
-        write_jsonl_atomic(args.per_item, per_item)
-    if getattr(args, "plot", None):
-        out["plot"] = str(plot_ablation(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
-    return out
+    return write_outputs(args, out, per_item, plot_ablation)
 
 
 def _answer_interleaved(pipes: dict[str, Any], items: list[dict[str, Any]], lookup: Any,

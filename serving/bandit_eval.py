@@ -56,7 +56,6 @@ from typing import Any
 import numpy as np
 from searchsmith.models.config import is_int
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -337,7 +336,12 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
             is asked), or a bad config.
         ValidationError: no --index.
     """
-    from searchsmith.serving.evaluate import checked_pipeline, pipeline_items, with_eval_bundles
+    from searchsmith.serving.evaluate import (
+        checked_pipeline,
+        pipeline_items,
+        with_eval_bundles,
+        write_outputs,
+    )
     from searchsmith.serving.pipeline.config import load_pipeline_config
 
     quality, seeds, resamples, boot_seed = _check_options(args)
@@ -379,11 +383,7 @@ def eval_bandit(args: argparse.Namespace) -> dict[str, Any]:
         "bootstrap": {"resamples": resamples, "seed": boot_seed},
         **({"warnings": warnings} if warnings else {}),
     }
-    if getattr(args, "per_item", None):
-        write_jsonl_atomic(args.per_item, rows)
-    if getattr(args, "plot", None):
-        out["plot"] = str(plot_bandit(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
-    return out
+    return write_outputs(args, out, rows, plot_bandit)
 
 
 # -- plot and Markdown -------------------------------------------------------------------------

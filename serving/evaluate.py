@@ -521,6 +521,18 @@ def _stage_percentiles(traces: list[dict[str, Any]]) -> dict[str, dict[str, Any]
 PIPELINE_BUNDLE_KEYS = {t.name: t.role for t in TASKS if t.in_pipeline}
 
 
+def write_outputs(args: argparse.Namespace, out: dict[str, Any], per_item: list[dict[str, Any]],
+                  plot: Callable[..., Path]) -> dict[str, Any]:
+    """What an evaluation command (ablate, sweep, index sweep, bandit) writes beside its summary
+    ``out``: ``--per-item F``, one JSON line per item; ``--plot F``, ``plot(F, out, replace=--force)``,
+    whose path ``out`` then records as ``plot``. Returns ``out``."""
+    if getattr(args, "per_item", None):
+        write_jsonl_atomic(args.per_item, per_item)
+    if getattr(args, "plot", None):
+        out["plot"] = str(plot(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
+    return out
+
+
 def with_eval_bundles(cfg: Any, args: argparse.Namespace) -> Any:
     """``cfg`` with ``args.bundle`` (one bundle, or a folder of bundles as ``searchsmith export
     RUNS/ --out DIR`` writes) in place of the config's bundles of the same tasks.

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.config import apply_overrides, closest_key, from_dict, to_dict
 from searchsmith.models.errors import ConfigError
-from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from searchsmith.serving.chunker import ChunkerConfig
 from searchsmith.serving.index import IndexConfig
@@ -217,6 +216,7 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
         pipeline_item_metrics,
         pipeline_items,
         with_eval_bundles,
+        write_outputs,
     )
     from searchsmith.serving.index import build_index, read_manifest
     from searchsmith.serving.pipeline.config import load_pipeline_config
@@ -331,8 +331,4 @@ def eval_index_sweep(args: argparse.Namespace) -> dict[str, object]:
     }
     for w in warnings:
         log.warning("eval sweep: %s", w)
-    if getattr(args, "per_item", None):
-        write_jsonl_atomic(args.per_item, per_item)
-    if getattr(args, "plot", None):
-        out["plot"] = str(plot_sweep(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
-    return out
+    return write_outputs(args, out, per_item, plot_sweep)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.errors import ConfigError
-from searchsmith.models.io import write_jsonl_atomic
 from searchsmith.models.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -233,6 +232,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
         pipeline_items,
         rotation,
         with_eval_bundles,
+        write_outputs,
     )
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.training.evaluate import progress_bar
@@ -289,11 +289,7 @@ def eval_sweep(args: argparse.Namespace) -> dict[str, object]:
         "verdicts": _verdicts(points, default, by_value, resamples, seed),
         "bootstrap": {"resamples": resamples, "seed": seed}, **({"warnings": warnings} if warnings else {}),
     }
-    if getattr(args, "per_item", None):
-        write_jsonl_atomic(args.per_item, per_item)
-    if getattr(args, "plot", None):
-        out["plot"] = str(plot_sweep(Path(args.plot), out, replace=bool(getattr(args, "force", False))))
-    return out
+    return write_outputs(args, out, per_item, plot_sweep)
 
 
 def plot_sweep(path: Path, result: dict[str, Any], replace: bool = False) -> Path:
