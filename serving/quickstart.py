@@ -17,8 +17,10 @@ Everything goes under the work folder (default ``./searchsmith-work``)::
 project's own synthetic data, about 4 minutes on 2 cores (234 s on 2026-12-04), and weaker models than the CPU
 defaults. ``--profile full`` trains the CPU default recipes (``recipes/<task>/...``) on the
 real data of ``../shared/data`` where present, falling back to their synthetic sources
-where it is not. The bundles are exported several at a time in worker processes (one per 2
-cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already there
+where it is not; ``--shared-data DIR`` reads that data from DIR instead (every recipe data
+path under ``../shared/data`` points into DIR: ``training.data.shared_data_settings``; a DIR
+lacking a file a recipe reads is refused before anything trains). The bundles are exported
+several at a time in worker processes (one per 2 cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already there
 and intact: a bundle or the index that fails its sha256 (the check their loaders make) is exported
 again, or repaired (rebuilt from the demo corpus when its manifest or chunk store is the damage).
 """
@@ -89,17 +91,78 @@ def recipes_dir() -> Path:
     return root
 
 
-def _train(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> dict[str, Any]:
-    from searchsmith.models.io import exclusive
-    from searchsmith.training.cli import check_run_dir, claim_run_dir
+def _recipe_config(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> tuple[Any, dict[str, str]]:
+    """The step's recipe config as the quickstart trains it, and the ``data.*`` settings that
+    ``--shared-data`` moved out of ``../shared/data`` (:func:`shared_data_settings`)."""
     from searchsmith.training.config import load_recipe_config
-    from searchsmith.training.registry import get_recipe
+    from searchsmith.training.data import shared_data_settings
 
     recipe = recipes_dir() / (step.quick if profile == "quick" else step.full)
     overrides = [f"output_dir={json.dumps(str(run_dir))}"]
+    moved: dict[str, str] = {}
     if profile == "full" and not shared_data.is_dir():
         overrides += list(step.offline)
-    cfg = load_recipe_config(recipe, overrides)
+    elif profile == "full":
+        moved = shared_data_settings(load_recipe_config(recipe, overrides).data, shared_data)
+        overrides += [f"{key}={json.dumps(path)}" for key, path in moved.items()]
+    return load_recipe_config(recipe, overrides), moved
+
+
+def _shared_files(cfg: Any, moved: dict[str, str]) -> list[tuple[str, Path]]:
+    """``(setting, path)`` of every file or folder under ``--shared-data`` the recipe reads."""
+    out = [(key, Path(path)) for key, path in moved.items()]
+    if "data.data_dir" in moved:  # the decomposer names the folder; its layout is written in decompose_data
+        from searchsmith.training.decompose_data import REAL_SOURCES
+
+        out += [(f"data.sources {s}", Path(moved["data.data_dir"]) / REAL_SOURCES[s])
+                for s in cfg.data.sources if s in REAL_SOURCES]
+    return out
+
+
+def check_shared_data(profile: str, shared_data: str, steps: list[tuple[ModelStep, Path]]) -> None:
+    """Refuse ``--shared-data`` the run would not honour, before anything trains: given with
+    the quick profile (which reads no real data), not a folder, or lacking a file one of the
+    full recipes still to train reads (every one named at once, with the fix).
+
+    The default (``../shared/data``) is not checked: where it is absent the full recipes train
+    on their synthetic sources (``ModelStep.offline``), as documented.
+
+    Raises:
+        ConfigError: as above.
+    """
+    from searchsmith.training.data import SHARED_DATA
+
+    if os.path.normpath(shared_data) == os.path.normpath(SHARED_DATA):
+        return
+    if not shared_data.strip():  # Path("") is the current folder
+        raise ConfigError(f"--shared-data is empty: give the real data folder, or drop --shared-data ({SHARED_DATA})")
+    flag = f"--shared-data {shared_data}"  # the CLI prefixes "searchsmith quickstart: error: "
+    if profile != "full":
+        raise ConfigError(f"{flag}: the quick profile trains on synthetic data only and reads no data "
+                          "folder; add --profile full to train on it, or drop --shared-data")
+    folder = Path(shared_data)
+    if not folder.is_dir():
+        raise ConfigError(f"{flag}: {'a file' if folder.exists() else 'not found'}; give the folder of the "
+                          f"real sets, laid out like {SHARED_DATA} (scifact/claims_dev.jsonl, ...), or drop "
+                          f"--shared-data ({SHARED_DATA}; synthetic data where it is absent)")
+    missing = []
+    for step, run_dir in steps:
+        cfg, moved = _recipe_config(step, profile, run_dir, folder)
+        missing += [f"  {step.name} ({step.full}): {key} {path}" for key, path in _shared_files(cfg, moved)
+                    if not path.exists()]
+    if missing:
+        raise ConfigError(f"{flag}: the folder lacks {len(missing)} file(s) the full recipes read:\n"
+                          + "\n".join(missing) + f"\nput them there, laid out as in {SHARED_DATA}; or point "
+                          "--shared-data at the folder that holds them; or drop --shared-data "
+                          f"({SHARED_DATA}; synthetic data where it is absent)")
+
+
+def _train(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> dict[str, Any]:
+    from searchsmith.models.io import exclusive
+    from searchsmith.training.cli import check_run_dir, claim_run_dir
+    from searchsmith.training.registry import get_recipe
+
+    cfg, _ = _recipe_config(step, profile, run_dir, shared_data)
     check_run_dir(run_dir)  # as searchsmith train: a folder of the user's is never trained into
     with exclusive(run_dir, "quickstart"):
         claim_run_dir(run_dir, cfg.recipe)
@@ -292,8 +355,11 @@ def configure_quickstart(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", choices=["quick", "full"], default="quick",
                         help="quick: small budgets on synthetic data (~4 min on 2 cores, weaker models); full: the "
                         "CPU default recipes")
-    parser.add_argument("--shared-data", default="../shared/data",
-                        help="real data folder for --profile full (synthetic data where absent)")
+    parser.add_argument("--shared-data", default="../shared/data", metavar="DIR",
+                        help="real data folder for --profile full, laid out like ../shared/data (scifact/"
+                        "claims_dev.jsonl, ...): every recipe data path under ../shared/data is read from DIR "
+                        "instead (paths a recipe sets elsewhere are kept); a DIR lacking a file is refused "
+                        "before training, naming it (default %(default)s: synthetic data where absent)")
     parser.add_argument("--export-workers", type=_positive_int, default=None, metavar="N",
                         help="processes exporting bundles at once (default: one per 2 cores, at most 4; "
                         "on 2 cores, 2 with one thread each; 1: one after the other in this process)")
@@ -326,6 +392,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
     check_parents_are_folders(work, "--workdir", ConfigError)
     if work.exists() and not work.is_dir():
         raise ConfigError(f"--workdir: {str(work)!r} is a file; give a folder (a new one, e.g. {work}.d)")
+    check_shared_data(args.profile, str(args.shared_data),  # before anything is written or trained
+                      [(step, work / "runs" / step.name) for step in MODELS if not _trained(work / "runs" / step.name)])
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n = len(MODELS) + 4
