@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -181,6 +182,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_ready(url: str, timeout_s: float = 240, what: str = "profile ray") -> None:
+    """Poll ``url``'s ``/ready`` every 0.5 s until it answers 200 (a server starting, whose port
+    may not be open yet: a connection error is waited out too).
+
+    Raises:
+        RuntimeError: not ready within ``timeout_s``, prefixed with ``what`` (the caller).
+    """
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{what}: {url} was not ready within {timeout_s:.0f} s")
 
 
 def _jsonable(obj: Any) -> Any:

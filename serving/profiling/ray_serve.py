@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -26,25 +25,12 @@ from searchsmith.serving.profiling.common import (
     free_port,
     percentiles,
     save_plot,
+    wait_ready,
 )
 from searchsmith.serving.profiling.server import LoopbackServer, load_in_process
 
 QUERIES = ["How do I configure the Lumen cache?", "When did Kestrel 2 ship?", "bread dough kneading",
            "Which port does Lumen listen on?", "What is the largest planet?", "How do I fix a merge conflict?"]
-
-
-def _wait_ready(url: str, timeout_s: float = 240) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"profile ray: {url} was not ready within {timeout_s:.0f} s")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -113,7 +99,7 @@ def run(ctx: ProfileContext, args: argparse.Namespace) -> None:
                         "--port", str(port), f"ray.gateway={str(gateway).lower()}"]
                 ray_args = parser.parse_intermixed_args(argv)
                 start_ray_serve(ray_args, load_config(ray_args))
-                _wait_ready(f"http://127.0.0.1:{port}")
+                wait_ready(f"http://127.0.0.1:{port}")
                 via = "" if gateway else ", no gateway"
                 rows.append(measure(port, f"Ray Serve, {replicas} replica(s){via}", replicas))
                 serve.shutdown()

@@ -518,3 +518,24 @@ def test_profile_train_times_each_adamw_kernel_and_they_agree(tmp_path, tiny_pro
     summary = [r for r in recs if r.get("summary")][0]
     assert summary["parameters"] > 20_000_000 and summary["batch"] == 2
     assert summary["fused_optimizer_step_ms"] == rows["fused"]["optimizer_step_ms"]
+
+
+def test_wait_ready_polls_until_200_and_names_the_url_that_never_answers() -> None:
+    from fastapi import FastAPI, Response
+    from searchsmith.serving.profiling.common import free_port, wait_ready
+    from searchsmith.serving.profiling.server import LoopbackServer
+
+    calls: list[int] = []
+    app = FastAPI()
+
+    @app.get("/ready")
+    def ready() -> Response:
+        calls.append(1)
+        return Response(status_code=200 if len(calls) >= 3 else 503)
+
+    with LoopbackServer(app) as srv:
+        wait_ready(srv.url, 30)
+        assert len(calls) == 3  # two 503s waited out
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection errors until the deadline
+    with pytest.raises(RuntimeError, match=rf"^the test server: {url} was not ready within 1 s$"):
+        wait_ready(url, 1, "the test server")

@@ -254,31 +254,21 @@ def served(ray_cluster, small_index, tmp_path_factory):
     with the pipeline (for a stream); one CPU per replica, and one CPU per node: one replica
     on each node. Yields the URL."""
     pytest.importorskip("ray.serve", reason="needs Ray Serve (pip install -e '.[ray]')")
-    import httpx
     import ray
     from ray import serve
+    from searchsmith.serving.profiling.common import free_port, wait_ready
     from searchsmith.serving.serve_cli import load_config, start_ray_serve
 
     work = tmp_path_factory.mktemp("ray-serve")
     (work / "serve.yaml").write_text(f"index: {small_index}\nserver:\n  stream_chunk_chars: 16\n"
                                      f"ray:\n  address: {ray_cluster}\n  num_cpus: 1\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     args = _args("--config", str(work / "serve.yaml"), "--ray", "--replicas", "2", "--port", str(port))
     try:
         line = start_ray_serve(args, load_config(args))
         assert "2 Ray Serve replica(s)" in line
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the replicas were not ready within 180 s"
-            time.sleep(0.5)
+        wait_ready(url, 180, "the Ray Serve replicas")
         yield url
     finally:
         serve.shutdown()

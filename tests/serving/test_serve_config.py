@@ -166,27 +166,17 @@ def test_background_loading_serves_the_index_after_ready(tmp_path, small_index) 
 def test_ray_serve_replicas_answer(tmp_path, small_index) -> None:
     """Ray Serve with 2 replicas on loopback (run once and reported: needs `pip install 'ray[serve]'`)."""
     pytest.importorskip("ray.serve")
-    import socket
     import threading
-    import time
 
     import httpx
+    from searchsmith.serving.profiling.common import free_port, wait_ready
     from searchsmith.serving.serve_cli import run_serve
 
     (tmp_path / "serve.yaml").write_text(f"index: {small_index}\nsearch: false\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     args = _args("--config", str(tmp_path / "serve.yaml"), "--ray", "--replicas", "2", "--port", str(port))
     threading.Thread(target=run_serve, args=(args,), daemon=True).start()
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
+    wait_ready(f"http://127.0.0.1:{port}", 240, "the Ray Serve replicas")
     r = httpx.post(f"http://127.0.0.1:{port}/v1/route", json={"query": "bread dough"}, timeout=60)
     assert r.status_code == 200 and r.json()["sources"][0]["source"] == "cooking"
     from ray import serve
