@@ -5,6 +5,7 @@ negatives with and compare against). JSONL reading is :func:`searchsmith.models.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -22,6 +23,9 @@ from searchsmith.models.jsonl import find_lone_surrogate, lone_surrogate_at
 T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The real sets' folder as the recipes name it (``data.*`` paths, resolved by resolve_data_path).
+SHARED_DATA = "../shared/data"
 
 
 def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True, folder: bool = False) -> Path:
@@ -48,6 +52,34 @@ def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True, 
         "../shared/data beside the repository; without them, set data.sources to the "
         "synthetic set only (e.g. data.sources=[synthetic])"
     )
+
+
+def shared_data_settings(data: Any, folder: str | Path, *, default: str = SHARED_DATA) -> dict[str, str]:
+    """The ``data.*`` settings of a recipe config that name ``default`` or a path under it,
+    pointed into ``folder`` instead (absolute): what a command's data-folder flag
+    (``quickstart --shared-data DIR``) means for a recipe. Pass them as overrides of
+    :func:`searchsmith.training.config.load_recipe_config`.
+
+    A setting naming any other path (the user's own file) is left as it is, and so is every
+    setting when ``folder`` is ``default`` itself (resolved as before: the current folder,
+    then the repository root).
+
+    Args:
+        data: a recipe config's ``data`` section (a config dataclass, its defaults included).
+        folder: the folder laid out like ``default`` (``scifact/claims_dev.jsonl``, ...).
+
+    Returns:
+        ``{"data.scifact_claims": "/data/x/scifact/claims_dev.jsonl", ...}``; empty when nothing moves.
+    """
+    if os.path.normpath(str(folder)) == os.path.normpath(default):
+        return {}
+    root = Path(folder).expanduser().resolve()
+    moved = {}
+    for f in dataclasses.fields(data):
+        value = getattr(data, f.name)
+        if isinstance(value, str) and (value == default or value.startswith(default + "/")):
+            moved[f"data.{f.name}"] = str(root / value[len(default):].lstrip("/"))
+    return moved
 
 
 def split_by_key(keys: Sequence[T], eval_ratio: float, seed: int) -> tuple[set[T], set[T]]:
@@ -186,8 +218,10 @@ class CachedEmbedder:
 __all__ = [
     "CachedEmbedder",
     "REPO_ROOT",
+    "SHARED_DATA",
     "check_leave_out",
     "resolve_data_path",
+    "shared_data_settings",
     "split_by_key",
     "split_leaving_out",
     "synthetic_facts",
