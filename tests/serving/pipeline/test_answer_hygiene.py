@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from one_node import one_node_state
 from pydantic import TypeAdapter
 from searchsmith.serving.pipeline.answer import Answer
 from searchsmith.serving.pipeline.citation import CitationStage, missing_entities, pattern_entities
@@ -25,7 +26,7 @@ from searchsmith.serving.pipeline.config import (
     TimelineConfig,
 )
 from searchsmith.serving.pipeline.generation import ExtractiveGenerator, GenerationStage, Support
-from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
+from searchsmith.serving.pipeline.state import Passage, PipelineState
 from searchsmith.serving.pipeline.timeline import TimelineStage
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -42,14 +43,6 @@ VOYAGER = [
     Passage("v2#0", "voyager-2", "encyclopedia",
             "Voyager 2 flew past Saturn in August 1981 and went on to Uranus and Neptune.", 0.8),
 ]
-
-
-def _state(query: str, passages: list[Passage], answer: str = "") -> PipelineState:
-    st = PipelineState(query=query, rewrite=query)
-    st.passages = list(passages)
-    st.nodes = [NodeResult("1", query, passages=list(passages))]
-    st.answer = answer
-    return st
 
 
 # -- 1. the extractive answer stops after the sentences that answer ---------------------------
@@ -75,11 +68,11 @@ def test_a_sentence_ending_in_a_colon_is_quoted_with_what_it_introduces(embedder
     q = "Where do I set the eviction policy of Lumen?"
     docs = [Passage("p#0", "lumen-policy", "docs", text, 0.9)]
     gen = ExtractiveGenerator(embedder)
-    ranked = gen.support(q, docs, _state(q, docs))
+    ranked = gen.support(q, docs, one_node_state(q, docs))
     quoted = next(c for c in ranked if c.text.startswith("Set it in lumen.yaml:"))
     assert quoted.text == "Set it in lumen.yaml: `eviction: policy: lru`"
     alone = gen.support(q, [Passage("p#0", "lumen-policy", "docs", "Set it in lumen.yaml:\n\nx", 0.9)],
-                        _state(q, docs))
+                        one_node_state(q, docs))
     assert quoted.score == pytest.approx(next(c.score for c in alone if c.text.startswith("Set it")), abs=1e-5)
     assert not any(c.text.endswith(":") for c in ranked)
     # the reader's support sentence follows the same rule
@@ -106,18 +99,18 @@ def test_a_question_is_never_quoted_as_an_answer(embedder):
                                                        "The lowest month was July."]
     q = "What was the uptime in 2024?"
     docs = [Passage("f#0", "faq-uptime", "faq", faq, 0.9)]
-    ranked = ExtractiveGenerator(embedder).support(q, docs, _state(q, docs))
+    ranked = ExtractiveGenerator(embedder).support(q, docs, one_node_state(q, docs))
     assert ranked and not any(c.text.endswith("?") for c in ranked)
 
 
 def test_extractive_answer_has_no_unrelated_tail(embedder):
     q = "Which port does Quarry listen on by default?"
     # Kestrel's port sentence scores above min_support (it is about a default port), far below the best
-    answer = ExtractiveGenerator(embedder).answer(_state(q, PORTS).nodes, _state(q, PORTS))
+    answer = ExtractiveGenerator(embedder).answer(one_node_state(q, PORTS).nodes, one_node_state(q, PORTS))
     assert answer == "By default the Quarry server listens on port 7420."
     # the margin is the knob: without it the second-best sentence is appended, as before
     loose = ExtractiveGenerator(embedder, ExtractiveConfig(min_relative_score=0.0))
-    assert loose.answer(_state(q, PORTS).nodes, _state(q, PORTS)).endswith("Its default port is 8080.")
+    assert loose.answer(one_node_state(q, PORTS).nodes, one_node_state(q, PORTS)).endswith("Its default port is 8080.")
 
 
 def test_cut_keeps_sentences_within_the_margin_and_stops_at_the_first_below():
@@ -138,17 +131,17 @@ def test_min_relative_score_is_validated():
 # -- 2. citations only by passages that support the sentence ----------------------------------
 def test_voyager_1_never_cites_a_voyager_2_fact(embedder):
     sentence = "Voyager 2 flew past Saturn in August 1981."
-    st = _state("When did Voyager 2 fly past Saturn?", VOYAGER, sentence)
+    st = one_node_state("When did Voyager 2 fly past Saturn?", VOYAGER, sentence)
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert [r["doc_id"] for r in st.references] == ["voyager-2"]
     assert st.cited_answer == "Voyager 2 flew past Saturn in August 1981 [1]."
     # with only the Voyager 1 passage the sentence stays uncited (its cosine is above 0.6)
-    st = _state("When did Voyager 2 fly past Saturn?", VOYAGER[:1], sentence)
+    st = one_node_state("When did Voyager 2 fly past Saturn?", VOYAGER[:1], sentence)
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert st.references == [] and st.cited_answer == sentence and st.sentences[0]["citations"] == []
     assert "entity_veto: 1 (sentence, passage) pair(s)" in st.trace.stages["citation"].note
     # ... which is the veto's doing: the cosine alone would cite it
-    st = _state("When did Voyager 2 fly past Saturn?", VOYAGER[:1], sentence)
+    st = one_node_state("When did Voyager 2 fly past Saturn?", VOYAGER[:1], sentence)
     CitationStage(embedder, CitationConfig(entity_veto=False)).run(st, Preset())
     assert [r["doc_id"] for r in st.references] == ["voyager-1"]
 
@@ -167,23 +160,23 @@ def test_a_quoted_settings_block_cites_only_the_page_that_has_it(embedder):
     docs = [Passage(f"{d}#0", d, "product_docs", text, 0.9 - n / 10) for n, (d, text) in enumerate(pages)]
     quoted = quotable_sentences(pages[0][1])[0][1]
     assert quoted == "Set it in lumen.yaml: `eviction: policy: lru`"
-    st = _state("Where do I set the eviction policy?", docs, quoted)
+    st = one_node_state("Where do I set the eviction policy?", docs, quoted)
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert [r["doc_id"] for r in st.references] == ["lumen-policy"]
     # as it was quoted before, without the backticks, the other page was cited too
-    st = _state("Where do I set the eviction policy?", docs, "Set it in lumen.yaml: eviction: policy: lru")
+    st = one_node_state("Where do I set the eviction policy?", docs, "Set it in lumen.yaml: eviction: policy: lru")
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert [r["doc_id"] for r in st.references] == ["lumen-policy", "lumen-memory"]
 
 
 def test_citation_below_the_threshold_is_left_out(embedder):
-    st = _state("q", VOYAGER, "Voyager 2 flew past Saturn in August 1981.")
+    st = one_node_state("q", VOYAGER, "Voyager 2 flew past Saturn in August 1981.")
     CitationStage(embedder, CitationConfig(cosine_threshold=0.99)).run(st, Preset())
     assert st.references == [] and st.sentences[0]["citations"] == []
 
 
 def test_cited_passages_join_the_used_passages(embedder):
-    st = _state("q", VOYAGER, "Voyager 2 flew past Saturn in August 1981.")
+    st = one_node_state("q", VOYAGER, "Voyager 2 flew past Saturn in August 1981.")
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert st.used_passages == ["v2#0"]
 
@@ -208,7 +201,7 @@ def test_pattern_entities_keep_a_name_with_its_number():
 
 # -- 3. "not found" below the threshold --------------------------------------------------------
 def test_below_the_threshold_the_answer_is_not_found_and_cites_nothing(embedder):
-    st = _state("Who painted the Mona Lisa?", PORTS)
+    st = one_node_state("Who painted the Mona Lisa?", PORTS)
     stage = GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(no_answer_missing_names=False))
     stage.run(st, Preset())
     assert st.answer == NOT_FOUND and not st.answer_found and st.used_passages == []
@@ -217,11 +210,11 @@ def test_below_the_threshold_the_answer_is_not_found_and_cites_nothing(embedder)
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert st.references == [] and st.cited_answer == NOT_FOUND
     # None switches the refusal off (and no_span_no_answer the one of a name no sentence holds)
-    st = _state("Who painted the Mona Lisa?", PORTS)
+    st = one_node_state("Who painted the Mona Lisa?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(no_span_no_answer=False)), None,
                     GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False)).run(st, Preset())
     assert st.answer_found and st.answer != NOT_FOUND
-    st = _state("Who painted the Mona Lisa?", PORTS)
+    st = one_node_state("Who painted the Mona Lisa?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder), None,
                     GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False)).run(st, Preset())
     assert not st.answer_found and "generation.extractive.no_span_no_answer" in st.trace.stages["generation"].note
@@ -229,10 +222,10 @@ def test_below_the_threshold_the_answer_is_not_found_and_cites_nothing(embedder)
 
 def test_a_name_no_passage_mentions_is_not_found(embedder):
     # Redis's port: the Quarry sentence is similar (support far above the threshold) but about something else
-    st = _state("What port does Redis listen on by default?", PORTS)
+    st = one_node_state("What port does Redis listen on by default?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig()).run(st, Preset())
     assert st.answer == NOT_FOUND and "no passage mentions ['Redis']" in st.trace.stages["generation"].note
-    st = _state("What port does Quarry listen on by default?", PORTS)
+    st = one_node_state("What port does Quarry listen on by default?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig()).run(st, Preset())
     assert st.answer_found and "7420" in st.answer
     assert "best support 1." in st.trace.stages["generation"].note
@@ -275,7 +268,7 @@ def test_an_llm_is_not_called_when_nothing_supports_an_answer(embedder):
             LLM.calls += 1
             return "Leonardo da Vinci painted it.", 10, 5
 
-    st = _state("Who painted the Mona Lisa?", PORTS)
+    st = one_node_state("Who painted the Mona Lisa?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder), LLM(), GenerationConfig(backend="openai")).run(st, Preset())
     assert st.answer == NOT_FOUND and LLM.calls == 0
 
@@ -394,12 +387,12 @@ def test_a_sentence_with_the_questions_figures_is_read_past_max_sentences(embedd
                     "Neptune was discovered by Johann Galle in 1846.", 0.5, title="Neptune")]
     q = "Which planet takes 165 Earth years to orbit the Sun?"
     cfg = {"max_sentences": 14}  # the Uranus page alone fills it
-    read = {c.text for c in ExtractiveGenerator(embedder, ExtractiveConfig(**cfg)).support(q, docs, _state(q, docs))}
+    read = {c.text for c in ExtractiveGenerator(embedder, ExtractiveConfig(**cfg)).support(q, docs, one_node_state(q, docs))}
     assert "One orbit of the Sun takes Neptune 165 Earth years." in read
     assert "Neptune was discovered by Johann Galle in 1846." not in read  # only the figure's sentence joins
     assert len(read) == 15
     off = ExtractiveGenerator(embedder, ExtractiveConfig(**cfg, figure_sentences=False))
-    assert not any("165" in c.text for c in off.support(q, docs, _state(q, docs)))
+    assert not any("165" in c.text for c in off.support(q, docs, one_node_state(q, docs)))
 
 
 # the full profile's decomposer graphs for demo questions it lost against forced direct (2026-12-06)

@@ -16,6 +16,7 @@ and does not read a name into a description. Before (the demo, 2026-12-07):
 from __future__ import annotations
 
 import pytest
+from one_node import one_node_state
 from searchsmith.models.text import (
     answer_kind,
     asked_relation,
@@ -25,7 +26,7 @@ from searchsmith.models.text import (
 )
 from searchsmith.serving.pipeline.config import ExtractiveConfig, GenerationConfig, Preset
 from searchsmith.serving.pipeline.generation import ExtractiveGenerator, GenerationStage
-from searchsmith.serving.pipeline.state import NodeResult, Passage, PipelineState
+from searchsmith.serving.pipeline.state import Passage, PipelineState
 
 FUNDING = "Brightline Systems raised $40 million in a Series C round led by Longhorn Capital."
 DOUGH = "Mix the flour, yeast, salt and water into a wet dough and rise for 2 hours."
@@ -36,9 +37,7 @@ KESTREL = "Kestrel is an API gateway made by Harbor & Finch."
 
 def _ask(embedder, query: str, texts: list[str], **extractive) -> PipelineState:
     passages = [Passage(f"p{i}#0", f"p{i}", "docs", t, 0.9 - i / 10, title=f"P{i}") for i, t in enumerate(texts)]
-    st = PipelineState(query=query, rewrite=query)
-    st.passages = list(passages)
-    st.nodes = [NodeResult("1", query, passages=list(passages))]
+    st = one_node_state(query, passages)
     GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(**extractive)), None,
                     GenerationConfig(no_answer_missing_names=False)).run(st, Preset())
     return st
@@ -197,9 +196,7 @@ def test_a_doers_nouns_state_it_and_a_default_is_read_on_its_own_line() -> None:
 def _titled(embedder, query: str, docs: list[tuple[str, str]], **generation) -> PipelineState:
     passages = [Passage(f"p{i}#0", f"p{i}", "news", text, 0.9 - i / 10, title=title)
                 for i, (title, text) in enumerate(docs)]
-    st = PipelineState(query=query, rewrite=query)
-    st.passages = list(passages)
-    st.nodes = [NodeResult("1", query, passages=list(passages))]
+    st = one_node_state(query, passages)
     GenerationStage(ExtractiveGenerator(embedder), None, GenerationConfig(**generation)).run(st, Preset())
     return st
 

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from one_node import one_node_state
 from searchsmith.models.dates import parse_dates
 from searchsmith.serving.pipeline.citation import CitationStage, pattern_entities
 from searchsmith.serving.pipeline.config import (
@@ -43,11 +44,7 @@ PASSAGES = [
 
 
 def _state(answer="", query="Which port does Quarry listen on?"):
-    st = PipelineState(query=query, rewrite=query)
-    st.passages = list(PASSAGES)
-    st.nodes = [NodeResult("1", query, passages=list(PASSAGES))]
-    st.answer = answer
-    return st
+    return one_node_state(query, PASSAGES, answer)
 
 
 # -- generation -------------------------------------------------------------------------------
@@ -428,16 +425,8 @@ FILM_PASSAGES = [
 ]
 
 
-def _one_node_state(query, passages):
-    """A question asked as one node over ``passages`` (what generation reads)."""
-    st = PipelineState(query=query, rewrite=query)
-    st.passages = list(passages)
-    st.nodes = [NodeResult("1", query, passages=list(passages))]
-    return st
-
-
 def _film_state(query):
-    return _one_node_state(query, FILM_PASSAGES)
+    return one_node_state(query, FILM_PASSAGES)
 
 
 def test_a_choice_question_is_answered_by_the_option_its_passages_favour(embedder):
@@ -599,7 +588,7 @@ BRIDGE_PASSAGES = [
 
 
 def _bridge_state(query, passages=BRIDGE_PASSAGES):
-    return _one_node_state(query, passages)
+    return one_node_state(query, passages)
 
 
 def test_a_question_through_a_bridge_is_answered_from_the_bridges_passage(embedder):
@@ -903,7 +892,7 @@ def test_a_short_answers_sentence_cites_the_sentence_it_was_read_from(embedder):
         Passage("e#0", "e", "people", "Mary Eaton was an American actress, singer and dancer.", 0.8,
                 title="Mary Eaton"),
     ]
-    st = _one_node_state("Who did Millard Webb marry?", passages)
+    st = one_node_state("Who did Millard Webb marry?", passages)
     st.answer, st.short_answer = "Mary Eaton. Millard Webb married the dancer Mary Eaton in 1929.", "Mary Eaton"
     st.support = ["Millard Webb married the dancer Mary Eaton in 1929."]
     CitationStage(embedder, CitationConfig()).run(st, Preset())
@@ -939,11 +928,11 @@ def test_short_support_holding_keeps_the_sentences_that_hold_the_short_answer(em
     ]
     q = "On which port does the Quarry server listen by default?"
     cfg = GenerationConfig(no_answer_missing_names=False)
-    st = _one_node_state(q, passages)
+    st = one_node_state(q, passages)
     GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(short_support="selected")), None, cfg).run(
         st, Preset())
     assert st.short_answer == "7420" and len(st.support) == 2  # selected: both sentences
-    st = _one_node_state(q, passages)
+    st = one_node_state(q, passages)
     GenerationStage(ExtractiveGenerator(embedder), None, cfg).run(st, Preset())  # holding, the default
     assert st.short_answer == "7420"
     assert st.support == ["By default the Quarry server listens on port 7420."] and st.used_passages == ["a#0"]
