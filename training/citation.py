@@ -110,6 +110,7 @@ from searchsmith.training.trainer import (
     apply_lora,
     freeze_lower,
     is_main_process,
+    save_figure,
     say_kept,
     seed_everything,
     train,
@@ -498,11 +499,7 @@ def _save_curve(path: Path, stages: dict[str, dict[str, Any]], title: str) -> No
     ax.legend()
     ax.grid(alpha=0.3)
     ax.set_title(title)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def _calibrate(cfg: CitationRecipe, labels: Sequence[int], logits: np.ndarray, cosine: Sequence[float],

@@ -379,6 +379,14 @@ def save_training_curve(path: Path, history: list[dict[str, float]],
             ax2.legend(fontsize=7)
         ax2.grid(alpha=0.3)
     fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay out ``fig`` (matplotlib) and write it to ``path`` as a 100-dpi PNG through a temporary
+    file beside it (per process: a reader never sees half a picture), then close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
     fig.savefig(tmp, dpi=100)
@@ -660,6 +668,7 @@ __all__ = [
     "save_model",
     "say_kept",
     "curve_keys",
+    "save_figure",
     "save_training_curve",
     "seed_everything",
     "train",
