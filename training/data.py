@@ -165,6 +165,16 @@ def synthetic_facts(n_entities: int, seed: int) -> list[dict[str, str]]:
     return out
 
 
+def save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    """Write a cache array to ``path`` (``.npy``, its folder made) through a temporary file
+    beside it, per process: several processes may write the same cache at once, and a reader
+    never loads half an array."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npy")
+    np.save(tmp, array)
+    tmp.replace(path)
+
+
 @functools.lru_cache(maxsize=2)
 def _sentence_transformer(path: str) -> Any:
     """One loaded model per path and process (a recipe measures several baselines with it)."""
@@ -208,10 +218,7 @@ class CachedEmbedder:
                                 normalize_embeddings=True, show_progress_bar=False)
         emb = emb.astype(np.float32)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npy")  # per process: several may write at once
-            np.save(tmp, emb)
-            tmp.replace(path)
+            save_npy_atomic(path, emb)
         return emb
 
 
@@ -221,6 +228,7 @@ __all__ = [
     "SHARED_DATA",
     "check_leave_out",
     "resolve_data_path",
+    "save_npy_atomic",
     "shared_data_settings",
     "split_by_key",
     "split_leaving_out",

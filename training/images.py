@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +53,7 @@ from searchsmith.models.image_relevance import (
     normalise_pixels,
 )
 from searchsmith.training.config import EncoderRecipeConfig
-from searchsmith.training.data import check_leave_out
+from searchsmith.training.data import check_leave_out, save_npy_atomic
 from searchsmith.training.evaluate_images import (
     evaluate_model,
     make_eval_set,
@@ -276,10 +275,7 @@ def pooled_text_features(model: ImageRelevanceModel, texts: Sequence[str], cache
     feats = torch.empty(len(texts), out[0].shape[1])
     feats[torch.tensor(order)] = torch.cat(out)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npy")  # per process: several may write at once
-        np.save(tmp, feats.numpy())
-        tmp.replace(path)
+        save_npy_atomic(path, feats.numpy())
     return feats
 
 

@@ -23,3 +23,14 @@ def test_a_cache_hit_does_not_load_the_model_and_gives_the_same_rows(tmp_path) -
 def test_a_bad_model_name_fails_when_made_naming_the_field(tmp_path) -> None:
     with pytest.raises(ConfigError, match="data.mine_with"):
         CachedEmbedder(str(tmp_path / "no-such-model"), tmp_path)
+
+
+def test_save_npy_atomic_makes_the_folder_and_leaves_no_temporary_file(tmp_path) -> None:
+    """The embedding cache and the image recipe's caption features write through it."""
+    from searchsmith.training.data import save_npy_atomic
+
+    path = tmp_path / "cache" / "emb-0123.npy"
+    save_npy_atomic(path, np.arange(6, dtype=np.float32).reshape(2, 3))
+    save_npy_atomic(path, np.ones((2, 3), dtype=np.float32))  # replaced whole
+    assert np.array_equal(np.load(path), np.ones((2, 3), dtype=np.float32))
+    assert sorted(p.name for p in path.parent.iterdir()) == ["emb-0123.npy"]
