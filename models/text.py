@@ -622,17 +622,53 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
 KEYWORD_WORDS = 6  # a query this short without a question word or "?" is keywords ("lumen default port")
 
 
-def _keyword_asks(query: str) -> list[str]:
-    """The words a keyword query asks a figure or date by (:data:`MEASURE_WORDS`, its units'
-    words, :data:`_TIME_WORDS`): ["port"] of "lumen default port", ["release", "date"] -> ["date"]
-    of "kestrel 2.0 release date"; [] for a question (a question word, "?", an auxiliary first),
-    a longer text (:data:`KEYWORD_WORDS`) or one asking neither."""
-    if "?" in query or _AUXILIARY.match(query):
+def _keywords(query: str) -> list[str]:
+    """The lower-cased words of a keyword query ("lumen default port"); [] for a question (a
+    question word, "?", an auxiliary first) or a text longer than :data:`KEYWORD_WORDS` words."""
+    if "?" in query or _AUXILIARY.match(query) or _WH.search(query):
         return []
     words = [w.lower() for w in re.findall(r"[A-Za-z][\w.-]*", query)]
-    if not words or len(words) > KEYWORD_WORDS:
-        return []
-    return [w for w in words if w in MEASURE_WORDS or w in _MEASURED or w in _TIME_WORDS]
+    return words if len(words) <= KEYWORD_WORDS else []
+
+
+def _keyword_asks(query: str) -> list[str]:
+    """The words a keyword query (:func:`_keywords`) asks a figure or date by
+    (:data:`MEASURE_WORDS`, its units' words, :data:`_TIME_WORDS`): ["port"] of "lumen default
+    port", ["release", "date"] -> ["date"] of "kestrel 2.0 release date"; [] for a question, a
+    longer text or one asking neither."""
+    return [w for w in _keywords(query) if w in MEASURE_WORDS or w in _MEASURED or w in _TIME_WORDS]
+
+
+# what a question naming a setting by its words may say besides them: it asks for its value
+_SETTING_ASKED = frozenset({"what", "which", "default", "value", "setting", "option", "current"})
+
+
+def setting_asked(question: str, titles: Sequence[str]) -> str:
+    """The setting (a dotted identifier, ``snapshot.interval_s``) of one of ``titles`` ("Configuring
+    Lumen: snapshot.interval_s") whose value ``question`` asks for by the setting's words alone:
+    "lumen snapshot interval", "What is the Lumen snapshot interval?", "ferrow default
+    partitions" (``partitions.default``). Each part of the setting of two letters or more is one
+    of the question's words (:func:`fold`: "snapshots" meets "snapshot"), and the question says
+    nothing else but the title's words, stop words and "default" / "value"; it is a keyword
+    query or a "What / Which ...?" question. "" otherwise: "What is the maximum snapshot
+    interval?" asks for a limit, "How do I change the snapshot interval?" a way, and a question
+    writing the identifier itself needs no setting named for it."""
+    if _IDENTIFIER.search(question):
+        return ""
+    words = _keywords(question)
+    if not words:
+        kind, wh, _, _, _ = _question_parts(question)
+        if kind is not None or wh not in ("what", "which"):
+            return ""
+        words = [w.lower() for w in re.findall(r"[A-Za-z][\w'’-]*", question)]
+    folded = {fold(re.sub(r"['’]s?$", "", w)) for w in words if w not in QUERY_STOP_WORDS}
+    for title in titles:
+        for m in _IDENTIFIER.finditer(title):
+            parts = {fold(x) for x in re.split(r"[._/-]", m.group(0).lower()) if len(x) > 1 and x.isalpha()}
+            other = {fold(w.lower()) for w in re.findall(r"[A-Za-z][\w'’-]*", title[:m.start()] + title[m.end():])}
+            if len(parts) > 1 and parts <= folded and folded <= parts | other | {fold(w) for w in _SETTING_ASKED}:
+                return m.group(0)
+    return ""
 
 
 def _question_parts(question: str) -> tuple[AnswerKind | None, str, list[str], list[str], re.Match[str] | None]:
@@ -1250,6 +1286,14 @@ _HOW_MANY = re.compile(r"\bhow\s+many\s+((?:[a-z][\w-]*\s+){0,2}[a-z][\w-]*)", r
 _STATES = "valid|open|available|unavailable|active|alive|offline|online|down"
 _FINAL_VERB = re.compile(rf"^\W*(?:where|how\s+(?:long|often|far|much))\b[^?]*\s([a-z]{{3,}}ed|{_STATES})\W*$", re.I)
 _WORD = re.compile(r"[^\W_]+")
+# the date of an announcement ("Harbor & Finch announced in September 2022 that ..."), which answers
+# only a question about announcing when the sentence states another date after it, the event's
+# (alone it is the event's too: "announced on 12 March 2024 that it has acquired ...")
+_ANNOUNCE = re.compile(r"\bannounc\w*|\bunveil\w*", re.I)
+_ANNOUNCED_AT = re.compile(r"\b(?:announc|unveil|said|reported|stated)\w*\s+(?:in|on)\s+$", re.I)
+# a product's end asked ("When does Kestrel 1.x reach end of life?"): a release date says none of it
+_LIFE_END = re.compile(r"\b(?:end[\s-]+of[\s-]+(?:life|support)|eol|retire[ds]?|discontinu\w*|deprecat\w*|sunset\w*)\b", re.I)
+_LIFE_END_WORDS = frozenset({"end", "eol", "retire", "retired", "retires", "discontinued", "deprecated", "sunset"})
 _GENERIC_VERBS = frozenset("have has had get gets got take takes took be is are was were".split())  # state nothing
 
 
@@ -1291,7 +1335,8 @@ def names_asked_version(question: str, sentence: str) -> bool:
 
 def asked_relation(question: str) -> list[frozenset[str]]:
     """The relations ``question`` asks about (:data:`_HOW_MANY`, :data:`_FINAL_VERB`,
-    :data:`_AGENT_ASKED`, each word of a role, :data:`_ROLE_ASKED`), each as the words a sentence may state it with (its word and its
+    :data:`_AGENT_ASKED`, each word of a role, :data:`_ROLE_ASKED`, a product's end of life
+    :data:`_LIFE_END`), each as the words a sentence may state it with (its word and its
     :data:`RELATION_CUES`); [] when it asks none of these. A sentence states it when it holds one
     word of each (:func:`states_relation`)."""
     out: list[frozenset[str]] = []
@@ -1311,6 +1356,8 @@ def asked_relation(question: str) -> list[frozenset[str]]:
     # only with such words (a band is "fronted by" its "vocal")
     said = [frozenset({w, *RELATION_CUES.get(w, ()), *(x for f in _VERB_FORMS if w in f for x in f)}) for w in words]
     out.extend(ws for ws in said if len(said) > 1 or len(ws) > 1)
+    if _LIFE_END.search(question):  # "reaches its end of life on 1 March 2023", not "released Quarry 1.0 on ..."
+        out.append(_LIFE_END_WORDS)
     counted = _HOW_MANY.search(question)
     if counted and not _DEFAULT.search(question):
         # the counted noun, or the verb after it: "How many people does it serve?" by "Serves 8"
@@ -1408,6 +1455,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     country_asked = bool(_COUNTRY_HEADS & set(head))
     asks_death, asks_birth = "died" in cues, "born" in cues and "died" not in cues
     dims = asked_measure(question)
+    announce_asked = bool(_ANNOUNCE.search(question))
     month_asked = bool(_MONTH_HEADS & set(head))
     # the asked verb of a question asking for its doer, and the names it is done to (the question's
     # own and ``exclude``): "Harbor & Finch announced ... that it has acquired Brightline Systems"
@@ -1450,7 +1498,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
             for s, e, lab in entities:
                 # a written-out count is one word, kept whole ("one" of "one hour" is a stop word)
                 counted = _NUMBER_WORD.match(sentence, s) if lab == "NUM" else None
-                span = sentence[s:e] if counted is not None and counted.end() == e else _trim_known(sentence[s:e], known, head)
+                # (and a date whole: the "1" of "1 March 2023" is no word of "Kestrel 1.x")
+                span = sentence[s:e] if (counted is not None and counted.end() == e) or lab == "DATE" \
+                    else _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
                 elif lab == "ENT" and month_asked and span.lower() in _MONTH_NAMES:
@@ -1458,6 +1508,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) or _same_name(span, x) for x in exclude):
                     continue
+                if lab == "DATE" and not announce_asked and _ANNOUNCED_AT.search(sentence[max(0, s - 24):s]) \
+                        and any(x == "DATE" and a > s for a, _, x in entities):
+                    continue  # "announced in September 2022 that Kestrel 1.x reaches its end of life on 1 March 2023"
                 if lab == "ENT" and head and not _ADDRESS_HEADS & set(head) and _ADDRESS.fullmatch(span):
                     continue  # "git.example.com/calloway/marlowe" is no company's name
                 if lab == "ENT" and re.sub(r"[^A-Za-z]", "", span) in initials:
@@ -1582,6 +1635,7 @@ __all__ = [
     "pattern_entities",
     "plural_question",
     "sentence_texts",
+    "setting_asked",
     "singular",
     "split_sentences",
     "states_life",

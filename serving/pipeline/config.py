@@ -312,6 +312,13 @@ class ExtractiveConfig:
             "How do you fix LUM-310?", and their best sentence stating the asked verb ("To fix
             it, raise snapshot.interval_s ...") follows the one naming the bridge at the head of
             the answer. No short answer: a way of doing something is a sentence.
+        how_own: a question asking how to do something to a thing it names ("How do I fix
+            FRW-118?") is answered from that thing's own page: among the
+            ``bridge_cued_sentences`` best, the first stating the asked verb in a passage titled
+            with one of the question's names ("To fix it, let the client refresh its metadata"
+            on "Troubleshooting FRW-118: ...") leads the answer, after its passage's sentence
+            naming the thing, when the best sentence is another (the news "Clients saw
+            `FRW-118` errors ..." names the code too). Off: the best sentences, as ranked.
         bridge_lookup: when no retrieved passage is a bridge, look the names of those
             sentences up in the index by title (``retrieval.titled_k`` chunks of the document
             titled with the name, in the routed sources): the passage about the director a
@@ -340,6 +347,13 @@ class ExtractiveConfig:
             selected sentences hold no span at all, in this many of the step's best sentences:
             a unit, a port or a stated default rarely answers wrongly, and the sentence that
             states it ("Default: `300`.") is often short and ranks low.
+        named_settings: a question naming a setting by its words alone ("lumen snapshot
+            interval", "What is the Lumen snapshot interval?", for the page titled "Configuring
+            Lumen: snapshot.interval_s" among its ``measure_sentences`` best sentences;
+            ``models.text.setting_asked``) asks for its default value: it is answered as "What
+            is the default value of snapshot.interval_s?" ("300", from "Default: `300`."), not
+            by a figure of another page ("3 hours" of an outage). A question saying more
+            ("What is the maximum snapshot interval?") is not.
         short_support: (with ``short_answer``) which selected sentences support a short answer:
             ``selected``, every sentence selected for the question, or ``holding``, those that
             hold it (with the sentences it was reached through: a chain's steps, a bridge's
@@ -377,8 +391,10 @@ class ExtractiveConfig:
     bridge_cued_sentences: int = 10
     bridge_own: bool = True
     bridge_how: bool = True
+    how_own: bool = True
     typed_sentences: int = 5
     measure_sentences: int = 20
+    named_settings: bool = True
     bridge_lookup: bool = True
     bridge_names: int = 4
     bridge_search: bool = True

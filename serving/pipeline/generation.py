@@ -77,6 +77,7 @@ from searchsmith.models.text import (
     of_asked_type,
     other_version,
     relation_cues,
+    setting_asked,
     states_life,
     states_relation,
     typed_span,
@@ -156,6 +157,7 @@ class Support(NamedTuple):
     score: float
     text: str
     chunk_ids: tuple[str, ...]  # the passages the sentence occurs in, best-scored first
+    title: str = ""  # the title of the best-scored of them
 
 
 # (name, state) -> the passages titled with it in the routed sources (Retriever.titled)
@@ -248,7 +250,7 @@ class ExtractiveGenerator:
                         for cw in (content_words(s) | of_title[titled[c]] for s, c in zip(texts, cands, strict=True))])
         score = cos + cfg.lexical_weight * lex
         order = np.argsort(-score, kind="stable")
-        return [Support(float(score[i]), cands[i], tuple(where[cands[i]])) for i in order]
+        return [Support(float(score[i]), cands[i], tuple(where[cands[i]]), titled[cands[i]]) for i in order]
 
     def cut(self, ranked: Sequence[Support], n: int | None = None) -> list[Support]:
         """The best sentence, then the next while each keeps ``min_relative_score`` of its support.
@@ -525,6 +527,28 @@ class ExtractiveGenerator:
         span, at = typed_span_at(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
         return (span, [hop.link, sentences[at]]) if span else ("", [])
 
+    def how_own(self, question: str, ranked: Sequence[Support]) -> list[Support]:
+        """The sentences answering a question that asks how to do something to a thing it names
+        ("How do I fix FRW-118?") from that thing's own page: the best of the
+        ``bridge_cued_sentences`` best stating the asked verb in a passage titled with one of the
+        question's names ("To fix it, let the client refresh ..." on "Troubleshooting FRW-118:
+        ..."), after that passage's sentence naming it, when the best sentence is not that one
+        (the news "Clients saw `FRW-118` errors ..." names the code and ranks first); [] for
+        other questions, or when no such sentence is among them."""
+        verb = how_to(question)[0]
+        names = entity_names(question)
+        if not verb or not names or not ranked:
+            return []
+        how = next((c for c in ranked[: self.config.bridge_cued_sentences]
+                    if c.title and len(missing_entities(names, c.title)) < len(names)
+                    and _states({fold(verb)}, c.text, folded=True)), None)
+        if how is None or how == ranked[0]:
+            return []
+        # the passage's sentence naming the thing, which the answer's "it" refers to
+        named = next((c for c in ranked if c != how and set(c.chunk_ids) & set(how.chunk_ids)
+                      and len(missing_entities(names, c.text)) < len(names)), None)
+        return [named, how] if named is not None else [how]
+
     def unsaid(self, question: str, sentences: Sequence[str]) -> str:
         """What of ``question`` its chosen ``sentences`` do not say, when it asks for a date,
         number or name and no span of that kind was read (``no_span_no_answer``): the relation
@@ -573,8 +597,14 @@ class ExtractiveGenerator:
         for i, (step, r) in enumerate(zip(steps, ranked, strict=True)):
             asked = step if answer_kind(step) in SPAN_KINDS else question
             hop = hops[i] if i < len(hops) else None
+            key = setting_asked(asked, [c.title for c in r[: self.config.measure_sentences]]) \
+                if self.config.named_settings else ""
+            if key:  # "lumen snapshot interval": its default, wherever the cosine ranks "Default: `300`."
+                asked, hop = f"What is the default value of {key}?", None
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
-            if held and not span:  # a way of doing something, through its bridge: its sentences lead
+            if not held and self.config.how_own:
+                held = self.how_own(asked, r)
+            if held and not span:  # a way of doing something, through its bridge or its page: its sentences lead
                 lead.extend(c for c in held if c not in lead)
                 continue
             read_from = held if span else self.cut(r)

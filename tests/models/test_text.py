@@ -904,3 +904,41 @@ def test_a_where_question_is_answered_by_a_place() -> None:
     # a bridge's name is read where no place is (``stated`` off)
     assert typed_span("Where was the director of When in Rome born?",
                       ["When in Rome is a film directed by Mark Steven Johnson."], stated=False) == "Mark Steven Johnson"
+
+
+def test_a_setting_named_by_its_words_is_asked_for_its_value() -> None:
+    """Tried as a new user, before: "lumen snapshot interval" got "3 hours" (an outage's) and
+    "What is the lumen snapshot interval?" a file name: a question naming a setting of a page's
+    title by its words alone asks for its value."""
+    from searchsmith.models.text import setting_asked
+
+    titles = ["Lumen Cloud outage in eu-west", "Lumen source: lumen/persist/snapshot.py",
+              "Configuring Lumen: snapshot.interval_s", "Configuring Ferrow: partitions.default"]
+    for q in ["lumen snapshot interval", "What is the Lumen snapshot interval?",
+              "What is the snapshot interval of Lumen?", "What's the default snapshot interval?"]:
+        assert setting_asked(q, titles) == "snapshot.interval_s", q
+    assert setting_asked("ferrow default partitions", titles) == "partitions.default"
+    # saying more (a limit, a way, the page's file), or writing the key itself: no setting asked
+    for q in ["What is the maximum snapshot interval?", "How do I change the snapshot interval?",
+              "Why is the snapshot interval 300?", "lumen snapshots",
+              "What is the default value of snapshot.interval_s?", "Is the snapshot interval 300?"]:
+        assert setting_asked(q, titles) == "", q
+    assert setting_asked("lumen snapshot interval", ["Lumen Cloud outage in eu-west"]) == ""
+
+
+def test_an_end_of_life_is_no_release_and_an_announcement_date_no_event_date() -> None:
+    """Tried as a new user, before: "When did Quarry 1.0 reach end of life?" got Quarry 1.0's
+    release date, and "When does Kestrel 1.x reach end of life?" the date the end was announced
+    ("September 2022"), then "March 2023" (the "1" of "1 March 2023" read as the question's)."""
+    eol = ("Harbor & Finch announced in September 2022 that Kestrel 1.x reaches its end of life on "
+           "1 March 2023; after that date it receives no security fixes.")
+    assert typed_span("When does Kestrel 1.x reach end of life?", [eol]) == "1 March 2023"
+    assert typed_span("When was Kestrel 1.x retired?", [eol]) == "1 March 2023"
+    # a question about the announcement takes its date
+    assert typed_span("When did Harbor & Finch announce the end of life of Kestrel 1.x?", [eol]) == "September 2022"
+    assert typed_span("When did Quarry 1.0 reach end of life?",
+                      ["Northwind Labs released Quarry 1.0 on 2021-04-20."]) == ""
+    assert typed_span("When was Quarry 1.0 released?", ["Northwind Labs released Quarry 1.0 on 2021-04-20."]) == "2021-04-20"
+    # an announcement's date alone in its sentence is the announced event's
+    assert typed_span("When was Brightline Systems acquired?",
+                      ["Harbor & Finch announced on 12 March 2024 that it has acquired Brightline Systems."]) == "12 March 2024"

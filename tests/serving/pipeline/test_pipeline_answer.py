@@ -1102,3 +1102,41 @@ def test_a_sentence_leading_to_a_sibling_code_is_no_bridge(embedder):
     assert "FRW-402" in asked  # the sentence's name is looked up, and leads to a sibling
     assert "through" not in st.trace.stages["generation"].note  # was "through 'FRW-402'"
     assert "wait for the rebalance" not in st.answer
+
+
+FRW_OUTAGE = "Clients saw `FRW-118` errors until engineers intervened."
+FRW_NAMED = "Ferrow reports `FRW-118 not leader for partition` when the client sent a request to a stale broker."
+FRW_FIX = "To fix it, let the client refresh its metadata; it retries on the new leader automatically."
+FRW_PAGE = "Troubleshooting FRW-118: not leader for partition"
+
+
+def test_how_to_do_something_to_a_named_thing_is_answered_from_its_own_page(embedder):
+    """Tried as a new user, before: "How do I fix FRW-118?" quoted the news that clients saw the
+    code and where it is defined; the page titled with the code says how to fix it."""
+    gen = ExtractiveGenerator(embedder)
+    ranked = [Support(0.8, FRW_OUTAGE, ("n#0",), "Ferrow Cloud outage in ap-south"),
+              Support(0.7, "The fix shipped in Ferrow 1.5.3.", ("n#0",), "Ferrow Cloud outage in ap-south"),
+              Support(0.66, FRW_NAMED, ("d#0",), FRW_PAGE), Support(0.65, FRW_FIX, ("d#0",), FRW_PAGE)]
+    q = "How do I fix FRW-118?"
+    assert gen.how_own(q, ranked) == [ranked[2], ranked[3]]
+    assert gen.short_answer(q, [q], [ranked]) == ("", [ranked[2], ranked[3]])
+    # another code's page, a question asking no way, or the page's sentence already first: nothing
+    assert gen.how_own("How do I fix FRW-402?", ranked) == []
+    assert gen.how_own("What is FRW-118?", ranked) == []
+    assert gen.how_own(q, [ranked[3], *ranked[:3]]) == []
+    off = ExtractiveGenerator(embedder, ExtractiveConfig(how_own=False))
+    assert off.short_answer(q, [q], [ranked]) == ("", [])
+
+
+def test_a_setting_named_by_its_words_is_answered_by_its_default(embedder):
+    passages = [Passage("o#0", "o", "news", "On 18 July 2024, Lumen Cloud customers in eu-west lost service for "
+                        "3 hours 20 minutes.", 0.9, title="Lumen Cloud outage in eu-west"),
+                Passage("s#0", "s", "docs", "The `snapshot.interval_s` setting controls how often every shard "
+                        "writes a snapshot to disk. It belongs to the snapshots part of Lumen. Default: `300`. "
+                        "Allowed values: 10 to 86400.", 0.8, title="Configuring Lumen: snapshot.interval_s")]
+    for q in ["lumen snapshot interval", "What is the Lumen snapshot interval?"]:
+        st = _answered(embedder, q, passages)
+        assert st.short_answer == "300", (q, st.short_answer)
+        assert st.answer.startswith("300.") and "Default: `300`." in st.support
+        off = _answered(embedder, q, passages, ExtractiveConfig(named_settings=False))
+        assert off.short_answer != "300", q
