@@ -45,6 +45,7 @@ from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.jsonl import read_jsonl
 from searchsmith.models.text import BM25_STOP_WORDS, entity_spans, sentence_texts
 from searchsmith.training.data import (
+    SHARED_DATA,
     check_leave_out,
     resolve_data_path,
     split_by_key,
@@ -60,7 +61,6 @@ from searchsmith.training.dataset_shapes import (
 )
 from searchsmith.training.registry import get_dataset
 
-SHARED = "../shared/data"
 DATASET_PREFIX = "citation/"
 
 
@@ -107,10 +107,10 @@ class CitationData:
     """
 
     sources: list[str] = field(default_factory=lambda: ["wice", "expertqa", "scifact", "synthetic"])
-    wice: str = f"{SHARED}/wice/wice_claim_dev.jsonl"
-    expertqa: str = f"{SHARED}/expertqa/expertqa_domain_test_attribution.jsonl"
-    scifact_claims: str = f"{SHARED}/scifact/claims_dev.jsonl"
-    scifact_corpus: str = f"{SHARED}/scifact/corpus_subset.jsonl"
+    wice: str = f"{SHARED_DATA}/wice/wice_claim_dev.jsonl"
+    expertqa: str = f"{SHARED_DATA}/expertqa/expertqa_domain_test_attribution.jsonl"
+    scifact_claims: str = f"{SHARED_DATA}/scifact/claims_dev.jsonl"
+    scifact_corpus: str = f"{SHARED_DATA}/scifact/corpus_subset.jsonl"
     # The synthetic source's corpus (the corpus JSONL of searchsmith index); "demo" =
     # models/demo/corpus.jsonl.
     synthetic_corpus: str = "demo"

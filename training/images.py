@@ -53,7 +53,7 @@ from searchsmith.models.image_relevance import (
     normalise_pixels,
 )
 from searchsmith.training.config import EncoderRecipeConfig
-from searchsmith.training.data import check_leave_out, save_npy_atomic
+from searchsmith.training.data import SHARED_DATA, check_leave_out, save_npy_atomic
 from searchsmith.training.evaluate_images import (
     evaluate_model,
     make_eval_set,
@@ -80,9 +80,6 @@ from searchsmith.training.registry import (
     register_recipe,
 )
 from searchsmith.training.trainer import apply_lora, train, write_json_atomic
-
-SHARED = "../shared/data"
-
 
 # ----------------------------------------------------------------------------- config
 
@@ -123,7 +120,7 @@ class ImagesData:
     """
 
     sources: list[str] = field(default_factory=lambda: ["synthetic_images", "coco_captions"])
-    coco_dir: str = f"{SHARED}/coco_captions"
+    coco_dir: str = f"{SHARED_DATA}/coco_captions"
     synthetic_images: int = 4000
     synthetic_seed: int = 11
     synthetic_kinds: list[str] = field(default_factory=lambda: list(KINDS))
@@ -495,7 +492,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--source", choices=["synthetic", "coco"], default="synthetic")
     w.add_argument("--docs", type=int, default=40)
     w.add_argument("--seed", type=int, default=1009)
-    w.add_argument("--coco-dir", default=f"{SHARED}/coco_captions")
+    w.add_argument("--coco-dir", default=f"{SHARED_DATA}/coco_captions")
     w.add_argument("--heldout-of", help="a run folder: keep only its held-out COCO images (split.json)")
     w.add_argument("--with-captions", action="store_true", help="add each image's second caption")
     a = p.parse_args(argv)

@@ -23,7 +23,12 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import ConfigError, ValidationError
-from searchsmith.training.data import check_leave_out, resolve_data_path, synthetic_facts
+from searchsmith.training.data import (
+    SHARED_DATA,
+    check_leave_out,
+    resolve_data_path,
+    synthetic_facts,
+)
 from searchsmith.training.dataset_shapes import (
     HOTPOTQA,
     MUSIQUE,
@@ -33,9 +38,6 @@ from searchsmith.training.dataset_shapes import (
     scifact_outside_corpus,
 )
 from searchsmith.training.registry import get_dataset
-
-SHARED = "../shared/data"
-
 
 # ----------------------------------------------------------------------------- config
 
@@ -92,11 +94,11 @@ class RerankerData:
 
     sources: list[str] = field(default_factory=lambda: ["scifact", "hotpotqa", "musique",
                                                         "2wikimultihopqa"])
-    scifact_claims: str = f"{SHARED}/scifact/claims_dev.jsonl"
-    scifact_corpus: str = f"{SHARED}/scifact/corpus_subset.jsonl"
-    hotpotqa: str = f"{SHARED}/hotpotqa/hotpotqa_dev_distractor.jsonl"
-    musique: str = f"{SHARED}/musique/musique_ans_200.jsonl"
-    wikimultihop: str = f"{SHARED}/2wikimultihopqa/2wikimultihopqa_dev.jsonl"
+    scifact_claims: str = f"{SHARED_DATA}/scifact/claims_dev.jsonl"
+    scifact_corpus: str = f"{SHARED_DATA}/scifact/corpus_subset.jsonl"
+    hotpotqa: str = f"{SHARED_DATA}/hotpotqa/hotpotqa_dev_distractor.jsonl"
+    musique: str = f"{SHARED_DATA}/musique/musique_ans_200.jsonl"
+    wikimultihop: str = f"{SHARED_DATA}/2wikimultihopqa/2wikimultihopqa_dev.jsonl"
     synthetic_queries: int = 300
     # Share of the synthetic questions' facts named by a paraphrase ("conifer woods" for "pine
     # forests"): 0 asks with the sheets' own words, which BM25 matches perfectly; a share > 0
