@@ -16,10 +16,12 @@ Everything goes under the work folder (default ``./searchsmith-work``)::
 ``--profile quick`` (default) trains the ``recipes/<task>/quick/`` recipes: small budgets on the
 project's own synthetic data, about 4 minutes on 2 cores (234 s on 2026-12-04), and weaker models than the CPU
 defaults. ``--profile full`` trains the CPU default recipes (``recipes/<task>/...``) on the
-real data of ``../shared/data`` where present, falling back to their synthetic sources
-where it is not; ``--shared-data DIR`` reads that data from DIR instead (every recipe data
-path under ``../shared/data`` points into DIR: ``training.data.shared_data_settings``; a DIR
-lacking a file a recipe reads is refused before anything trains). The bundles are exported
+real data of ``../shared/data`` where present (found as the recipes find their paths: in the
+current folder, else beside the repository), falling back to their synthetic sources where it
+is not, which each step's line says; ``--shared-data DIR`` reads that data from DIR instead
+(every recipe data path under ``../shared/data`` points into the folder the run reads:
+``training.data.shared_data_settings``; a DIR lacking a file a recipe reads is refused before
+anything trains). The bundles are exported
 several at a time in worker processes (one per 2 cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already there
 and intact: a bundle or the index that fails its sha256 (the check their loaders make) is exported
 again, or repaired (rebuilt from the demo corpus when its manifest or chunk store is the damage).
@@ -56,7 +58,7 @@ class ModelStep:
     name: str                 # run / bundle folder name and pipeline bundle role
     quick: str                # recipe path under recipes/ (profile quick)
     full: str                 # recipe path under recipes/ (profile full)
-    offline: tuple[str, ...]  # overrides for the full recipe when ../shared/data is absent
+    offline: tuple[str, ...]  # overrides for the full recipe when no real data folder is found
 
 
 MODELS: tuple[ModelStep, ...] = (
@@ -91,19 +93,56 @@ def recipes_dir() -> Path:
     return root
 
 
-def _recipe_config(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> tuple[Any, dict[str, str]]:
-    """The step's recipe config as the quickstart trains it, and the ``data.*`` settings that
-    ``--shared-data`` moved out of ``../shared/data`` (:func:`shared_data_settings`)."""
+def data_folder(profile: str, shared_data: str) -> Path | None:
+    """The folder the full recipes read the real sets from, resolved: ``--shared-data DIR`` as
+    given (:func:`check_shared_data` refuses one that is no folder); the default
+    ``../shared/data`` found as the recipes find their paths, in the current folder, else beside
+    the repository (``training.data.find_data_folder``).
+
+    Returns:
+        None for the quick profile (synthetic data only), or where the default is found nowhere
+        (the full recipes then train on their synthetic sources, ``ModelStep.offline``).
+    """
+    from searchsmith.training.data import SHARED_DATA, find_data_folder
+
+    if profile != "full":
+        return None
+    if os.path.normpath(shared_data) == os.path.normpath(SHARED_DATA):
+        return find_data_folder(SHARED_DATA)
+    folder = Path(shared_data).expanduser()
+    return folder.resolve() if folder.is_dir() else None
+
+
+def synthetic_fallback_note() -> str:
+    """What a step's line says when the full profile trains on synthetic data: the folders
+    looked in, and how to point it at the real sets."""
+    from searchsmith.training.data import SHARED_DATA, data_path_candidates
+
+    here, beside = (os.path.normpath(os.path.abspath(p)) for p in data_path_candidates(SHARED_DATA))
+    return (f"on synthetic data: no {SHARED_DATA} in the current folder ({here}) nor beside the repository "
+            f"({beside}); put the real sets there, or pass --shared-data DIR")
+
+
+def _data_phrase(folder: Path | None) -> str:
+    return f"on the real sets in {folder}" if folder is not None else synthetic_fallback_note()
+
+
+def _recipe_config(step: ModelStep, profile: str, run_dir: Path, folder: Path | None) -> tuple[Any, dict[str, str]]:
+    """The step's recipe config as the quickstart trains it, and the ``data.*`` settings moved
+    out of ``../shared/data`` into ``folder`` (:func:`shared_data_settings`; ``folder`` is
+    :func:`data_folder`'s: None trains the full recipe on its synthetic sources)."""
     from searchsmith.training.config import load_recipe_config
     from searchsmith.training.data import shared_data_settings
 
     recipe = recipes_dir() / (step.quick if profile == "quick" else step.full)
     overrides = [f"output_dir={json.dumps(str(run_dir))}"]
     moved: dict[str, str] = {}
-    if profile == "full" and not shared_data.is_dir():
+    if profile == "full" and (folder is None or not folder.is_dir()):
         overrides += list(step.offline)
     elif profile == "full":
-        moved = shared_data_settings(load_recipe_config(recipe, overrides).data, shared_data)
+        # every path under ../shared/data points into the one folder found, as absolute paths:
+        # what the run reads is what its line names, from wherever the quickstart is run
+        moved = shared_data_settings(load_recipe_config(recipe, overrides).data, folder.resolve())
         overrides += [f"{key}={json.dumps(path)}" for key, path in moved.items()]
     return load_recipe_config(recipe, overrides), moved
 
@@ -124,8 +163,9 @@ def check_shared_data(profile: str, shared_data: str, steps: list[tuple[ModelSte
     the quick profile (which reads no real data), not a folder, or lacking a file one of the
     full recipes still to train reads (every one named at once, with the fix).
 
-    The default (``../shared/data``) is not checked: where it is absent the full recipes train
-    on their synthetic sources (``ModelStep.offline``), as documented.
+    The default (``../shared/data``) is not checked: where it is found neither in the current
+    folder nor beside the repository (:func:`data_folder`) the full recipes train on their
+    synthetic sources (``ModelStep.offline``), as documented, and each step's line says so.
 
     Raises:
         ConfigError: as above.
@@ -157,12 +197,12 @@ def check_shared_data(profile: str, shared_data: str, steps: list[tuple[ModelSte
                           f"({SHARED_DATA}; synthetic data where it is absent)")
 
 
-def _train(step: ModelStep, profile: str, run_dir: Path, shared_data: Path) -> dict[str, Any]:
+def _train(step: ModelStep, profile: str, run_dir: Path, folder: Path | None) -> dict[str, Any]:
     from searchsmith.models.io import exclusive
     from searchsmith.training.cli import check_run_dir, claim_run_dir
     from searchsmith.training.registry import get_recipe
 
-    cfg, _ = _recipe_config(step, profile, run_dir, shared_data)
+    cfg, _ = _recipe_config(step, profile, run_dir, folder)
     check_run_dir(run_dir)  # as searchsmith train: a folder of the user's is never trained into
     with exclusive(run_dir, "quickstart"):
         claim_run_dir(run_dir, cfg.recipe)
@@ -359,7 +399,8 @@ def configure_quickstart(parser: argparse.ArgumentParser) -> None:
                         help="real data folder for --profile full, laid out like ../shared/data (scifact/"
                         "claims_dev.jsonl, ...): every recipe data path under ../shared/data is read from DIR "
                         "instead (paths a recipe sets elsewhere are kept); a DIR lacking a file is refused "
-                        "before training, naming it (default %(default)s: synthetic data where absent)")
+                        "before training, naming it (default %(default)s, in the current folder, else beside "
+                        "the repository: synthetic data where absent, and each step says so)")
     parser.add_argument("--export-workers", type=_positive_int, default=None, metavar="N",
                         help="processes exporting bundles at once (default: one per 2 cores, at most 4; "
                         "on 2 cores, 2 with one thread each; 1: one after the other in this process)")
@@ -402,6 +443,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
               "weaker than the CPU default recipes (use --profile full for those)", flush=True)
 
     # 1. Train
+    folder = data_folder(args.profile, str(args.shared_data))
     runs: dict[str, Path] = {}
     for i, step in enumerate(MODELS, 1):
         run_dir = work / "runs" / step.name
@@ -410,8 +452,9 @@ def run_quickstart(args: argparse.Namespace) -> int:
             print(f"[{i}/{n}] train {step.name}: reusing {run_dir}", flush=True)
             continue
         t = time.perf_counter()
-        print(f"[{i}/{n}] train {step.name} ({args.profile}) -> {run_dir}", flush=True)
-        _train(step, args.profile, run_dir, Path(args.shared_data))
+        on = f" {_data_phrase(folder)}" if args.profile == "full" else ""
+        print(f"[{i}/{n}] train {step.name} ({args.profile}) -> {run_dir}{on}", flush=True)
+        _train(step, args.profile, run_dir, folder)
         print(f"      {step.name} trained in {time.perf_counter() - t:.0f} s", flush=True)
 
     # 2. Export (torch's exporter and ONNX Runtime's optimizer chatter: held back unless --verbose)

@@ -36,8 +36,7 @@ def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True, 
         ConfigError: the path does not exist (``must_exist``), or is a folder where a file is
             expected (or a file where a ``folder``), naming the field and the fix.
     """
-    p = Path(path).expanduser()
-    candidates = [p] if p.is_absolute() else [p, REPO_ROOT / p]
+    candidates = data_path_candidates(path)
     for c in candidates:
         if c.exists():
             if c.is_dir() != folder:
@@ -52,6 +51,28 @@ def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True, 
         "../shared/data beside the repository; without them, set data.sources to the "
         "synthetic set only (e.g. data.sources=[synthetic])"
     )
+
+
+def data_path_candidates(path: str | Path) -> list[Path]:
+    """Where a recipe data path is looked for, in order (:func:`resolve_data_path`): as given
+    (relative to the current folder), then relative to the repository root; an absolute path
+    as given only."""
+    p = Path(path).expanduser()
+    return [p] if p.is_absolute() else [p, REPO_ROOT / p]
+
+
+def find_data_folder(folder: str | Path = SHARED_DATA) -> Path | None:
+    """The folder ``folder`` names, found as the recipes find their data paths
+    (:func:`data_path_candidates`: the current folder, else beside the repository for the
+    default ``../shared/data``), resolved; None when no candidate is a folder.
+
+    A command whose data-folder flag defaults to :data:`SHARED_DATA` resolves the default with
+    this, so that it reads what the recipes read from wherever it is run.
+    """
+    for c in data_path_candidates(folder):
+        if c.is_dir():
+            return c.resolve()
+    return None
 
 
 def shared_data_settings(data: Any, folder: str | Path, *, default: str = SHARED_DATA) -> dict[str, str]:
@@ -227,6 +248,8 @@ __all__ = [
     "REPO_ROOT",
     "SHARED_DATA",
     "check_leave_out",
+    "data_path_candidates",
+    "find_data_folder",
     "resolve_data_path",
     "save_npy_atomic",
     "shared_data_settings",

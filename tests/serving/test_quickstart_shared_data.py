@@ -166,15 +166,22 @@ def test_a_path_the_recipe_sets_elsewhere_is_kept(tmp_path: Path, monkeypatch: p
     q.check_shared_data("full", str(mine), [(q.MODELS[0], tmp_path / "run")])
 
 
-def test_the_default_folder_leaves_the_recipes_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _data_folder(tmp_path / "shared" / "data")
+def test_the_default_folder_moves_the_recipes_into_the_folder_found(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default is found as the recipes find their paths (tests/serving/test_quickstart_default_data.py),
+    then every setting under it points into that one folder; the rest of the recipe is as written."""
+    found = _data_folder(tmp_path / "shared" / "data")
     (tmp_path / "repo").mkdir()
     monkeypatch.chdir(tmp_path / "repo")  # ../shared/data is there
     from searchsmith.training.config import load_recipe_config
 
+    assert q.data_folder("full", SHARED_DATA) == found.resolve()
     for step in q.MODELS:
         run = tmp_path / "runs" / step.name
-        cfg, moved = q._recipe_config(step, "full", run, Path(SHARED_DATA))
+        cfg, moved = q._recipe_config(step, "full", run, q.data_folder("full", SHARED_DATA))
         written = load_recipe_config(q.recipes_dir() / step.full, [f"output_dir={run}"])
-        assert moved == {} and cfg == written, step.name
+        assert moved == shared_data_settings(written.data, found.resolve()) and moved, step.name
+        assert not [v for v in _str_settings(cfg).values() if v.startswith(SHARED_DATA)], step.name
+        assert cfg.data.sources == written.data.sources, step.name  # the real sources, not the fallback
+        assert dataclasses.replace(cfg, data=written.data) == written, step.name  # only data.* moved
     q.check_shared_data("full", SHARED_DATA, [])  # never refused: absent, the recipes train on synthetic data

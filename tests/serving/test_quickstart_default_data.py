@@ -1,0 +1,129 @@
+"""``quickstart --profile full`` finds its default ``../shared/data`` as the recipes find their
+paths: in the current folder, else beside the repository.
+
+It looked in the current folder only, while the recipes (``resolve_data_path``) also look
+beside the repository: run from outside the clone, the full profile trained every model on
+the synthetic fallback without a word although the real sets sat beside the repository. Now
+the folder found is the one every recipe reads, and a fallback to synthetic data is said on
+each step's line, with the folders looked in and the fix. No test here trains: the recipe
+functions are replaced by a recorder of their config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from searchsmith.serving import quickstart as q
+from searchsmith.training import data as training_data
+from searchsmith.training import registry
+from searchsmith.training.data import SHARED_DATA, find_data_folder
+
+LAYOUT = (
+    "scifact/claims_dev.jsonl", "scifact/corpus_subset.jsonl", "hotpotqa/hotpotqa_dev_distractor.jsonl",
+    "musique/musique_ans_200.jsonl", "2wikimultihopqa/2wikimultihopqa_dev.jsonl", "break_qdmr/dev.jsonl",
+    "strategyqa/strategyqa_229.jsonl", "trec_cast/cast_2019_2022_turns.jsonl", "wice/wice_claim_dev.jsonl",
+    "expertqa/expertqa_domain_test_attribution.jsonl", "coco_captions/captions.jsonl",
+)
+
+
+def _data_folder(root: Path) -> Path:
+    for rel in LAYOUT:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("{}\n")
+    return root
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Every recipe records its config instead of training; the last step stops the run."""
+    seen: dict[str, Any] = {}
+
+    def record(cfg: Any, run_dir: Path, force: bool = False) -> dict:
+        seen[run_dir.name] = cfg
+        if run_dir.name == q.MODELS[-1].name:
+            raise _Stop
+        (run_dir / "model").mkdir(parents=True, exist_ok=True)
+        (run_dir / "metrics.json").write_text("{}")
+        return {}
+
+    registry.import_recipe_modules()
+    for name, entry in list(registry._RECIPES.items()):
+        monkeypatch.setitem(registry._RECIPES, name, dataclasses.replace(entry, fn=record))
+    return seen
+
+
+@pytest.fixture
+def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository at tmp/clone/repo, run from tmp/away/here: no ../shared/data in the
+    current folder; beside the repository is tmp/clone/shared/data (made by the test)."""
+    repo = tmp_path / "clone" / "repo"
+    repo.mkdir(parents=True)
+    monkeypatch.setattr(training_data, "REPO_ROOT", repo)
+    (tmp_path / "away" / "here").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "away" / "here")
+    return tmp_path
+
+
+def _args(work: Path, profile: str = "full") -> argparse.Namespace:
+    return argparse.Namespace(workdir=str(work), profile=profile, shared_data=SHARED_DATA, export_workers=None)
+
+
+def test_the_folder_is_looked_for_here_then_beside_the_repository(outside: Path) -> None:
+    assert find_data_folder() is None and q.data_folder("full", SHARED_DATA) is None
+    beside = (outside / "clone" / "shared" / "data")
+    beside.mkdir(parents=True)
+    assert find_data_folder() == beside.resolve() == q.data_folder("full", SHARED_DATA)
+    here = outside / "away" / "shared" / "data"
+    here.mkdir(parents=True)
+    assert q.data_folder("full", SHARED_DATA) == here.resolve()  # the current folder first, as the recipes
+    assert q.data_folder("full", "../shared/./data") == here.resolve()  # the default however spelled
+    assert q.data_folder("quick", SHARED_DATA) is None  # the quick profile reads no data folder
+
+
+def test_run_from_outside_the_repository_the_full_profile_reads_the_data_beside_it(
+        outside: Path, recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    beside = _data_folder(outside / "clone" / "shared" / "data").resolve()
+    with pytest.raises(_Stop):
+        q.run_quickstart(_args(outside / "work"))
+    assert sorted(recorded) == sorted(m.name for m in q.MODELS)
+    assert recorded["reranker"].data.scifact_claims == str(beside / "scifact/claims_dev.jsonl")
+    assert recorded["decomposer"].data.data_dir == str(beside)
+    assert recorded["citation"].data.wice == str(beside / "wice/wice_claim_dev.jsonl")
+    assert recorded["images"].data.coco_dir == str(beside / "coco_captions")
+    assert recorded["reader"].data.musique == str(beside / "musique/musique_ans_200.jsonl")
+    assert "scifact" in recorded["reranker"].data.sources and "coco_captions" in recorded["images"].data.sources
+    out = capsys.readouterr().out
+    for step in q.MODELS:
+        assert f"train {step.name} (full) -> {outside / 'work' / 'runs' / step.name} on the real sets in {beside}\n" in out
+    assert "synthetic" not in out
+
+
+def test_a_fallback_to_synthetic_data_is_said_on_every_step_line(
+        outside: Path, recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(_Stop):
+        q.run_quickstart(_args(outside / "work"))
+    assert recorded["reranker"].data.sources == ["synthetic"]
+    assert recorded["images"].data.sources == ["synthetic_images"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if " train " in line]
+    assert len(lines) == len(q.MODELS)
+    here, beside = outside / "away" / "shared" / "data", outside / "clone" / "shared" / "data"
+    for line in lines:
+        assert line.endswith(f"on synthetic data: no ../shared/data in the current folder ({here}) nor beside the "
+                             f"repository ({beside}); put the real sets there, or pass --shared-data DIR"), line
+
+
+def test_the_quick_profile_line_names_no_data_folder(outside: Path, recorded: dict[str, Any],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    _data_folder(outside / "clone" / "shared" / "data")
+    with pytest.raises(_Stop):
+        q.run_quickstart(_args(outside / "work", profile="quick"))
+    assert recorded["reranker"].data.sources == ["synthetic"]
+    assert f"train reranker (quick) -> {outside / 'work' / 'runs' / 'reranker'}\n" in capsys.readouterr().out
