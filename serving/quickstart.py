@@ -6,7 +6,8 @@
 
 Everything goes under the work folder (default ``./searchsmith-work``)::
 
-    runs/<model>/        training runs (model/, metrics.json, training_curve.png)
+    runs/<model>/        training runs (model/, metrics.json, training_curve.png, quickstart.json: what
+                         the run was trained on)
     bundles/<model>/     ONNX bundles (manifest.json with sha256, parity_report.json)
     bundles/embedder/    the base embedder as a bundle
     indexes/demo/        the demo knowledge base, indexed
@@ -21,10 +22,13 @@ current folder, else beside the repository), falling back to their synthetic sou
 is not, which each step's line says; ``--shared-data DIR`` reads that data from DIR instead
 (every recipe data path under ``../shared/data`` points into the folder the run reads:
 ``training.data.shared_data_settings``; a DIR lacking a file a recipe reads is refused before
-anything trains). The bundles are exported
-several at a time in worker processes (one per 2 cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already there
-and intact: a bundle or the index that fails its sha256 (the check their loaders make) is exported
-again, or repaired (rebuilt from the demo corpus when its manifest or chunk store is the damage).
+anything trains). The bundles are exported several at a time in worker processes (one per 2
+cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already
+there and intact: a run only while its ``quickstart.json`` says it was trained on what it would
+be now (the profile's recipe, the data folder, the data settings), else it is trained again and
+its line says why; a bundle or the index that fails its sha256 (the check their loaders make) is
+exported again, or repaired (rebuilt from the demo corpus when its manifest or chunk store is the
+damage).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,15 +202,66 @@ def check_shared_data(profile: str, shared_data: str, steps: list[tuple[ModelSte
                           f"({SHARED_DATA}; synthetic data where it is absent)")
 
 
-def _train(step: ModelStep, profile: str, run_dir: Path, folder: Path | None) -> dict[str, Any]:
-    from searchsmith.models.io import exclusive
+# What a run folder of the quickstart's was trained on, written into it before training
+# starts: a rerun reuses (or resumes) the run only while it matches what it would train now.
+TRAINED_ON = "quickstart.json"
+
+
+def trained_on_record(step: ModelStep, profile: str, cfg: Any, folder: Path | None) -> dict[str, Any]:
+    """What the quickstart trains ``step``'s run on: the profile's recipe, the real data folder
+    (None: synthetic data) and the recipe's resolved ``data`` settings (:func:`_recipe_config`)."""
+    from searchsmith.training.config import to_dict
+
+    record = {"written_by": "searchsmith quickstart", "profile": profile,
+              "recipe": step.quick if profile == "quick" else step.full,
+              "data_folder": None if folder is None else str(folder), "data": to_dict(cfg.data)}
+    return json.loads(json.dumps(record, default=str))  # as it reads back from the file
+
+
+def _describe_data(record: dict[str, Any]) -> str:
+    if record.get("data_folder"):
+        return f"the real sets in {record['data_folder']}"
+    return "synthetic data" + (" (no real data folder found)" if record.get("profile") == "full" else "")
+
+
+def _train_again_reason(run_dir: Path, record: dict[str, Any]) -> str | None:
+    """Why the run in ``run_dir`` is trained afresh instead of reused (finished) or resumed
+    (unfinished): it was trained on other data than ``record`` (:func:`trained_on_record`)
+    says it would be now, or it does not say what it was trained on. None: reuse or resume it."""
+    path = run_dir / TRAINED_ON
+    if not path.is_file():
+        if _trained(run_dir):
+            return f"it holds no record of the data it was trained on ({TRAINED_ON}; an earlier quickstart's run)"
+        return None  # nothing yet, or an earlier quickstart's unfinished run: resumed as before
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        held = None
+    if not isinstance(held, dict) or not isinstance(held.get("data"), dict):
+        return f"its record of the data it was trained on ({path}) is unreadable"
+    if held == record:
+        return None
+    if held.get("recipe") != record["recipe"]:
+        return f"it was trained by the {held.get('profile')} profile's recipe {held.get('recipe')}"
+    if held.get("data_folder") != record["data_folder"]:
+        return f"it was trained on {_describe_data(held)}"
+    changed = sorted(k for k in held["data"].keys() | record["data"].keys()
+                     if held["data"].get(k) != record["data"].get(k))
+    return f"its data settings changed since ({', '.join(f'data.{k}' for k in changed)})"
+
+
+def _train(run_dir: Path, cfg: Any, record: dict[str, Any], afresh: bool) -> dict[str, Any]:
+    from searchsmith.models.io import exclusive, write_json_atomic
     from searchsmith.training.cli import check_run_dir, claim_run_dir
     from searchsmith.training.registry import get_recipe
 
-    cfg, _ = _recipe_config(step, profile, run_dir, folder)
-    check_run_dir(run_dir)  # as searchsmith train: a folder of the user's is never trained into
+    check_run_dir(run_dir)  # as searchsmith train: a folder of the user's is never trained into (nor removed)
     with exclusive(run_dir, "quickstart"):
+        if afresh and run_dir.is_dir():
+            # a run of this project's (check_run_dir) on other data: resuming it would mix the two
+            shutil.rmtree(run_dir)
         claim_run_dir(run_dir, cfg.recipe)
+        write_json_atomic(run_dir / TRAINED_ON, record)
         return get_recipe(cfg.recipe).fn(cfg, run_dir=run_dir, force=False)
 
 
@@ -433,8 +489,17 @@ def run_quickstart(args: argparse.Namespace) -> int:
     check_parents_are_folders(work, "--workdir", ConfigError)
     if work.exists() and not work.is_dir():
         raise ConfigError(f"--workdir: {str(work)!r} is a file; give a folder (a new one, e.g. {work}.d)")
+    # What each run would be trained on now, and why a run there is not reused as it is
+    folder = data_folder(args.profile, str(args.shared_data))
+    plans: dict[str, tuple[Any, dict[str, Any], str | None]] = {}
+    for step in MODELS:
+        run_dir = work / "runs" / step.name
+        cfg, _ = _recipe_config(step, args.profile, run_dir, folder)
+        record = trained_on_record(step, args.profile, cfg, folder)
+        plans[step.name] = (cfg, record, _train_again_reason(run_dir, record))
     check_shared_data(args.profile, str(args.shared_data),  # before anything is written or trained
-                      [(step, work / "runs" / step.name) for step in MODELS if not _trained(work / "runs" / step.name)])
+                      [(step, work / "runs" / step.name) for step in MODELS
+                       if not _trained(work / "runs" / step.name) or plans[step.name][2] is not None])
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n = len(MODELS) + 4
@@ -443,18 +508,20 @@ def run_quickstart(args: argparse.Namespace) -> int:
               "weaker than the CPU default recipes (use --profile full for those)", flush=True)
 
     # 1. Train
-    folder = data_folder(args.profile, str(args.shared_data))
     runs: dict[str, Path] = {}
     for i, step in enumerate(MODELS, 1):
         run_dir = work / "runs" / step.name
         runs[step.name] = run_dir
-        if _trained(run_dir):
-            print(f"[{i}/{n}] train {step.name}: reusing {run_dir}", flush=True)
+        cfg, record, again = plans[step.name]
+        on = f" {_data_phrase(folder)}" if args.profile == "full" else ""
+        if _trained(run_dir) and again is None:
+            print(f"[{i}/{n}] train {step.name}: reusing {run_dir}" + (f", trained{on}" if on else ""), flush=True)
             continue
         t = time.perf_counter()
-        on = f" {_data_phrase(folder)}" if args.profile == "full" else ""
-        print(f"[{i}/{n}] train {step.name} ({args.profile}) -> {run_dir}{on}", flush=True)
-        _train(step, args.profile, run_dir, folder)
+        print(f"[{i}/{n}] train {step.name} ({args.profile}) -> {run_dir}{on}"
+              + (f"; {'training it again' if _trained(run_dir) else 'starting it afresh'}: {again}" if again else ""),
+              flush=True)
+        _train(run_dir, cfg, record, afresh=again is not None)
         print(f"      {step.name} trained in {time.perf_counter() - t:.0f} s", flush=True)
 
     # 2. Export (torch's exporter and ONNX Runtime's optimizer chatter: held back unless --verbose)
