@@ -102,7 +102,8 @@ def test_run_from_outside_the_repository_the_full_profile_reads_the_data_beside_
     assert "scifact" in recorded["reranker"].data.sources and "coco_captions" in recorded["images"].data.sources
     out = capsys.readouterr().out
     for step in q.MODELS:
-        assert f"train {step.name} (full) -> {outside / 'work' / 'runs' / step.name} on the real sets in {beside}\n" in out
+        run = outside / "work" / "runs" / step.name
+        assert f"train {step.name} (full) -> {run} on the real sets in {beside}\n" in out
     assert "synthetic" not in out
 
 

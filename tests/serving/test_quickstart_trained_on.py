@@ -129,7 +129,8 @@ def test_the_old_runs_files_do_not_survive_a_retraining(tmp_path: Path, trained:
 def test_real_data_found_after_a_synthetic_fallback_trains_again(tmp_path: Path, trained: dict[str, Any],
                                                                  capsys) -> None:
     lines = _run(tmp_path / "w", capsys)
-    assert trained["reranker"].data.sources == ["synthetic"] and "on synthetic data: no ../shared/data" in lines["reranker"]
+    assert trained["reranker"].data.sources == ["synthetic"]
+    assert "on synthetic data: no ../shared/data" in lines["reranker"]
     beside = _data_folder(tmp_path / "clone" / "shared" / "data")
     trained.clear()
     lines = _run(tmp_path / "w", capsys)
