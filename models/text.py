@@ -1445,6 +1445,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     capitals = ["".join(w[0] for w in n.split() if w[:1].isupper()) for n in entity_names(question)]
     initials = {x[:k] for x in capitals for k in range(2, len(x) + 1)}  # "DSG" of "Dick's Sporting Goods Park"
     cues = relation_cues(question)
+    name_words = {fold(w) for n in entity_names(question) for w in re.findall(r"[a-z0-9]+", n.lower())}
     # the question's words and cues, each word folded as a sentence's are ("fixed" meets "fix")
     asked = {fold(w) for w in ({w for w in known if w not in QUERY_STOP_WORDS and not w.isdigit()} | cues)}
     # "American" answers "What nationality ...?", not "Where was ... born?" nor "Who ...?"
@@ -1491,6 +1492,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
         gaps: list[int] = []  # per candidate: words between it and the nearest question word near it
+        named: list[int] = []  # per candidate: the words of the question's names near it
         for i, (sentence, (words, entities, translated, outside, outside_at, lived)) in enumerate(
                 zip(sentences, parsed, strict=True)):
             if not stating[i]:
@@ -1584,12 +1586,15 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 found.append((-len(nearby) - located - max(fits, agent), len(found), i, span, s, e))
                 gaps.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at), default=near + 1)
                             if measured is not None else 0)
+                named.append(len(nearby & name_words) if lab != "ENT" else 0)  # (a name's neighbours are often the question's)
         if not found:
             continue
-        # a tie between figures of the asked dimension in one sentence goes to the one nearest a
+        # a tie between figures or dates in one sentence goes to the one near more words of the
+        # question's names ("$45 per month on the Business plan" for "... cost on the Business
+        # plan?", not "$15 per month on the Starter plan"); then, between figures of the asked dimension, to the one nearest a
         # question word ("at an average distance of 1.52 astronomical units" before "6,779 km
         # across" for "How far ...?"); between names, to the first (often the sentence's subject)
-        best = min(found, key=lambda f: (f[0], f[2], gaps[f[1]], f[1]))
+        best = min(found, key=lambda f: (f[0], f[2], -named[f[1]], gaps[f[1]], f[1]))
         if not plural_question(question):
             year = label == "DATE" and YEAR_IN.search(best[3])
             if year and _CENTURY_ASKED.search(question):  # "1710" answers "What century ...?" as "18th century"

@@ -334,6 +334,15 @@ class ExtractiveConfig:
             mention the name, other than the sentence's own, as the bridge's: the second hop of
             a question the first passage answers only half of is rarely titled with its subject.
         bridge_search_k: passages that search returns (in the routed sources).
+        relation_search: (with ``short_answer``) a question asking for a date, number or name by
+            a relation (``models.text.asked_relation``: "Who makes Ferrow?") whose selected
+            sentences state none of it, retrieval having missed the page that does ("Ferrow is a
+            message broker developed by Calloway Data"), searches every source of the index
+            (routed or not) for the question's
+            names with the relation's words ("Ferrow make made maker developed ...",
+            ``bridge_search_k`` passages): the span of their best sentence stating the relation
+            about one of those names answers, cited with the passage found. Off: "no answer"
+            (``no_span_no_answer``).
         typed_sentences: when a question asking for a type a name shows by itself (a country,
             a county, a river: ``models.text.asks_shown_type``) gets a short answer that is not
             of it ("Andre Geim" for "... in what country?"), the span of that type in this
@@ -399,6 +408,7 @@ class ExtractiveConfig:
     bridge_names: int = 4
     bridge_search: bool = True
     bridge_search_k: int = 3
+    relation_search: bool = True
     short_support: Literal["selected", "holding"] = "holding"
     question: Literal["user", "steps"] = "user"
 

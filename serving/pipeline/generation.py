@@ -549,6 +549,33 @@ class ExtractiveGenerator:
                       and len(missing_entities(names, c.text)) < len(names)), None)
         return [named, how] if named is not None else [how]
 
+    def related(self, question: str, chosen: Sequence[str], search: BridgeSearch,
+                state: PipelineState) -> tuple[str, Support, list[Passage]] | None:
+        """``(span, its sentence, the passages found)`` for a question asking for a date, number or
+        name by a relation (``models.text.asked_relation``: "Who makes Ferrow?") that none of its
+        ``chosen`` sentences states, retrieval having missed the page that does ("Ferrow is a
+        message broker developed by Calloway Data"): the ``bridge_search_k`` passages closest to
+        the question's names with the relation's words ("Ferrow make made maker developed ...") in
+        every source of the index (routing may have left out the one that states it), and the span of their best sentence stating the relation about one of those names (in it
+        or its title) among their ``typed_sentences`` best; None when none holds one."""
+        relations = asked_relation(question)
+        names = entity_names(question)
+        if not relations or not names or answer_kind(question) not in SPAN_KINDS \
+                or any(states_relation(relations, x) for x in chosen):
+            return None
+        words = sorted(min(relations, key=len))
+        passages = search(" ".join([*names, *words]), self.config.bridge_search_k, state)
+        # a sentence stating the relation about one of the question's names (in it or its title),
+        # and every other word of the question: "It is designed to run unattended" says nothing
+        # of "Who designed the Kestrel logo?"
+        cued = {w for ws in relations for w in ws}
+        ranked = [c for c in self.support(question, passages, state) if states_relation(relations, c.text)
+                  and len(missing_entities(names, f"{c.text} {c.title}")) < len(names)
+                  and not {w for w in unanswered_words(question, f"{c.text} {c.title}") if w not in cued}]
+        best = ranked[: self.config.typed_sentences]
+        span, at = typed_span_at(question, [c.text for c in best], fallback=False)
+        return (span, best[at], passages) if span else None
+
     def unsaid(self, question: str, sentences: Sequence[str]) -> str:
         """What of ``question`` its chosen ``sentences`` do not say, when it asks for a date,
         number or name and no span of that kind was read (``no_span_no_answer``): the relation
@@ -1032,12 +1059,13 @@ class GenerationStage:
 
     def __init__(self, extractive: ExtractiveGenerator, llm: Generator | None, config: GenerationConfig,
                  reader: Reader | None = None, lookup: TitleLookup | None = None,
-                 search: BridgeSearch | None = None) -> None:
+                 search: BridgeSearch | None = None, search_all: BridgeSearch | None = None) -> None:
         from searchsmith.serving.pipeline.reading import ReaderAnswers
 
         self.extractive = extractive
         self.lookup = lookup  # the index's passages by title, for bridges no passage retrieved is
         self.search = search  # the index's passages closest to a text, for bridges none is titled with
+        self.search_all = search_all  # the same in every source, routed or not, for an unstated relation
         self.llm = llm
         self.config = config
         # the reader answers when no LLM does (backend auto / reader), and when an LLM fails
@@ -1235,6 +1263,18 @@ class GenerationStage:
                 how = "found by searching for it" if any(not h.titled for h in used) else "looked up by title"
                 st.note += "; through " + ", ".join(repr(h.title) for h in used) + " (generation.extractive.bridge" + \
                     (f"; {len(added)} passage(s) {how})" if added else ")")
+            related = self.extractive.related(state.question(), chosen, self.search_all, state) \
+                if not short and not held and self.search_all is not None and self.extractive.config.relation_search \
+                else None
+            if related is not None:
+                # the sentences state none of the asked relation: a passage found by searching for it does
+                short, c, found = related
+                known = {p.chunk_id for p in state.passages}
+                added = [p for p in found if p.chunk_id not in known]
+                state.passages.extend(added)
+                chosen, state.used_passages = [c.text], list(c.chunk_ids)
+                st.note += f"; the asked relation stated in a passage found by searching for it " \
+                           f"(generation.extractive.relation_search; {len(added)} passage(s) added)"
             off = self.off_subject(state, state.used_passages) if self.config.no_answer_off_subject else []
             if off:
                 self._not_found(state, f"no answer: no passage the answer drew on (a bridge's too) mentions {off} of the question "

@@ -133,7 +133,8 @@ class Pipeline:
         retriever = Retriever(index, embedder, cfg.retrieval, self.bundles.get("reranker") if use("rerank") else None)
         self.generation = GenerationStage(ExtractiveGenerator(embedder, cfg.generation.extractive), llm,
                                           cfg.generation, self.bundles.get("reader") if use("read") else None,
-                                          lookup=retriever.titled, search=retriever.near)
+                                          lookup=retriever.titled, search=retriever.near,
+                                          search_all=retriever.everywhere)
 
         self.rewrite_note = self.gates["rewrite"].reason if "rewrite" in self.gates else None
         self.decompose_note = self.gates["decompose"].reason if "decompose" in self.gates else None

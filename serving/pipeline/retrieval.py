@@ -200,6 +200,12 @@ class Retriever:
         titled with (``generation.extractive.bridge_search``)."""
         return self.search(text, self._routed(state), k, node_id, state)
 
+    def everywhere(self, text: str, k: int, state: PipelineState, node_id: str = "") -> list[Passage]:
+        """The ``k`` chunks closest to ``text`` in every source of the index, routed or not, for a
+        relation the routed sources' passages do not state
+        (``generation.extractive.relation_search``)."""
+        return self.search(text, list(self.index.sources), k, node_id, state)
+
     def _routed(self, state: PipelineState) -> list[str]:
         """The sources routing chose for ``state``'s question, else every source of the index."""
         return list(state.sources or self.index.sources)

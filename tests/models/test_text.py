@@ -942,3 +942,13 @@ def test_an_end_of_life_is_no_release_and_an_announcement_date_no_event_date() -
     # an announcement's date alone in its sentence is the announced event's
     assert typed_span("When was Brightline Systems acquired?",
                       ["Harbor & Finch announced on 12 March 2024 that it has acquired Brightline Systems."]) == "12 March 2024"
+
+
+def test_a_figure_near_the_questions_named_qualifier_answers() -> None:
+    """The audit set, before: "How much does Beacon Cloud cost on the Business plan?" got the
+    Starter plan's "$15": a tie in one sentence goes to the candidate near the question's names."""
+    prices = ("Beacon Cloud, the managed metrics and log collection agent on Stackyard, costs $15 per month on "
+              "the Starter plan and $45 per month on the Business plan; Enterprise prices are agreed per contract.")
+    assert typed_span("How much does Beacon Cloud cost on the Business plan?", [prices]) == "$45"
+    assert typed_span("How much does Beacon Cloud cost on the Starter plan?", [prices]) == "$15"
+    assert typed_span("How much does Beacon Cloud cost?", [prices]) == "$15"

@@ -968,6 +968,9 @@ def test_the_pipeline_searches_a_bridge_in_the_routed_sources(make_pipeline):
     assert len(found) == 2 and {p.source for p in found} == {"astronomy"}
     everywhere = search(text, 3, PipelineState(query="q", rewrite="q"))
     assert len(everywhere) == 3 and "cooking" in {p.source for p in everywhere}
+    # the search for an unstated relation (relation_search) reads every source, routed or not
+    found = pipe.generation.search_all(text, 2, routed)
+    assert len(found) == 2 and "cooking" in {p.source for p in found}
 
 
 def test_a_sentence_is_read_in_its_passage_titled_with_what_it_is_about(embedder):
@@ -1140,3 +1143,35 @@ def test_a_setting_named_by_its_words_is_answered_by_its_default(embedder):
         assert st.answer.startswith("300.") and "Default: `300`." in st.support
         off = _answered(embedder, q, passages, ExtractiveConfig(named_settings=False))
         assert off.short_answer != "300", q
+
+
+def test_a_relation_no_selected_sentence_states_is_searched_for_in_every_source(embedder):
+    """The audit set, before: "Who makes Ferrow?" was routed away from the product docs, and its
+    sentences (a repository, release notes) state no maker: "no answer"."""
+    passages = [Passage("r#0", "r", "code_notes", "The Ferrow repository is at https://git.example.com/calloway/ferrow.",
+                        0.9, title="Ferrow repository layout"),
+                Passage("n#0", "n", "news", "It follows Ferrow 1.0, released in March 2022.", 0.8, title="Ferrow 1.5")]
+    overview = Passage("o#0", "o", "product_docs", "Ferrow is a message broker developed by Calloway Data. "
+                       "It stores streams of events.", 0.5, title="Ferrow overview")
+    searched = []
+
+    def search_all(text, k, state):
+        searched.append(text)
+        return [overview]
+
+    st = _answered(embedder, "Who makes Ferrow?", passages, search_all=search_all)
+    assert searched and searched[0].startswith("Ferrow ") and "made" in searched[0].split()
+    assert st.short_answer == "Calloway Data" and st.support == ["Ferrow is a message broker developed by Calloway Data."]
+    assert "o#0" in [p.chunk_id for p in st.passages] and st.used_passages == ["o#0"]
+    assert "generation.extractive.relation_search" in st.trace.stages["generation"].note
+    # off, or nothing found stating it: no answer, as before
+    off = _answered(embedder, "Who makes Ferrow?", passages, ExtractiveConfig(relation_search=False), search_all=search_all)
+    assert not off.answer_found
+    none = _answered(embedder, "Who makes Ferrow?", passages, search_all=lambda text, k, state: passages[:1])
+    assert not none.answer_found
+    # a sentence stating the relation but not the question's other words answers nothing (the
+    # noans set, before: "Who designed the Kestrel logo?" got "YAML")
+    design = Passage("k#0", "k", "product_docs", "Kestrel is designed to run unattended, and its configuration is "
+                     "a single YAML file.", 0.5, title="Kestrel overview")
+    logo = _answered(embedder, "Who designed the Kestrel logo?", passages, search_all=lambda text, k, state: [design])
+    assert not logo.answer_found
