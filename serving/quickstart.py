@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -250,6 +251,33 @@ def _train_again_reason(run_dir: Path, record: dict[str, Any]) -> str | None:
     return f"its data settings changed since ({', '.join(f'data.{k}' for k in changed)})"
 
 
+# what a training run writes into its folder: a run trained afresh loses these, and nothing else
+_RUN_WRITES = frozenset({"model", "checkpoints", "cache", "stages", "metrics.json", "run.json", "split.json",
+                         "baselines.json", "training_curve.png", TRAINED_ON})
+_RUN_WRITES_LIKE = re.compile(r"heldout\.[\w.-]+\.jsonl|\.model\.tmp-\d+|\.searchsmith-run")
+
+
+def _clear_run(run_dir: Path) -> None:
+    """Remove what a training run wrote into ``run_dir`` (:data:`_RUN_WRITES`), so that it is
+    trained afresh; a link is removed, never followed.
+
+    Raises:
+        ConfigError: the folder also holds something a run does not write (a user's notes, a
+            copy of a model); nothing is removed.
+    """
+    entries = sorted(run_dir.iterdir())
+    others = [p.name for p in entries if p.name not in _RUN_WRITES and not _RUN_WRITES_LIKE.fullmatch(p.name)]
+    if others:
+        raise ConfigError(f"quickstart: {run_dir} must be trained afresh, but it holds what a training run does not "
+                          f"write ({', '.join(others[:5])}{' and more' if len(others) > 5 else ''}); nothing was "
+                          "removed. Move those out of it and run the quickstart again, or use another --workdir")
+    for p in entries:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
 def _train(run_dir: Path, cfg: Any, record: dict[str, Any], afresh: bool) -> dict[str, Any]:
     from searchsmith.models.io import exclusive, write_json_atomic
     from searchsmith.training.cli import check_run_dir, claim_run_dir
@@ -259,7 +287,7 @@ def _train(run_dir: Path, cfg: Any, record: dict[str, Any], afresh: bool) -> dic
     with exclusive(run_dir, "quickstart"):
         if afresh and run_dir.is_dir():
             # a run of this project's (check_run_dir) on other data: resuming it would mix the two
-            shutil.rmtree(run_dir)
+            _clear_run(run_dir)
         claim_run_dir(run_dir, cfg.recipe)
         write_json_atomic(run_dir / TRAINED_ON, record)
         return get_recipe(cfg.recipe).fn(cfg, run_dir=run_dir, force=False)

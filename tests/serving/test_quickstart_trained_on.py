@@ -102,7 +102,6 @@ def test_a_rerun_on_another_folder_trains_every_run_again_on_it(tmp_path: Path, 
                                                                 capsys) -> None:
     a, b = _data_folder(tmp_path / "a"), _data_folder(tmp_path / "b")
     _run(tmp_path / "w", capsys, a)
-    (tmp_path / "w" / "runs" / "reranker" / "old").write_text("a file of the run on a")
     trained.clear()
     lines = _run(tmp_path / "w", capsys, b)
     assert sorted(trained) == sorted(NAMES)
@@ -112,8 +111,26 @@ def test_a_rerun_on_another_folder_trains_every_run_again_on_it(tmp_path: Path, 
         assert lines[name].endswith(f"train {name} (full) -> {run} on the real sets in {b}; training it again: it "
                                     f"was trained on the real sets in {a}"), lines[name]
         assert json.loads((run / q.TRAINED_ON).read_text())["data_folder"] == str(b)
-    # the old run is gone, not trained into
-    assert not (tmp_path / "w" / "runs" / "reranker" / "old").exists()
+
+
+def test_a_run_to_train_again_holding_a_users_file_is_refused_and_kept(tmp_path: Path, trained: dict[str, Any],
+                                                                        capsys) -> None:
+    # training afresh removes what a run writes, never what the user put beside it
+    a, b = _data_folder(tmp_path / "a"), _data_folder(tmp_path / "b")
+    _run(tmp_path / "w", capsys, a)
+    run = tmp_path / "w" / "runs" / "reranker"
+    (run / "notes.txt").write_text("my notes on the run on a")
+    (run / "heldout.cite.jsonl").write_text("{}\n")  # a run's own file
+    trained.clear()
+    with pytest.raises(ConfigError, match=r"reranker must be trained afresh, but it holds what a training run does "
+                                          r"not write \(notes\.txt\); nothing was removed"):
+        q.run_quickstart(argparse.Namespace(workdir=str(tmp_path / "w"), profile="full", shared_data=str(b),
+                                            export_workers=None))
+    assert (run / "notes.txt").read_text() == "my notes on the run on a"
+    assert (run / "metrics.json").is_file() and (run / "model").is_dir() and (run / "heldout.cite.jsonl").is_file()
+    (run / "notes.txt").unlink()
+    _run(tmp_path / "w", capsys, b)
+    assert not (run / "heldout.cite.jsonl").exists() and (run / "metrics.json").is_file()
 
 
 def test_the_old_runs_files_do_not_survive_a_retraining(tmp_path: Path, trained: dict[str, Any], capsys) -> None:
