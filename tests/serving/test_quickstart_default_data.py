@@ -21,20 +21,7 @@ from searchsmith.serving import quickstart as q
 from searchsmith.training import data as training_data
 from searchsmith.training import registry
 from searchsmith.training.data import SHARED_DATA, find_data_folder
-
-LAYOUT = (
-    "scifact/claims_dev.jsonl", "scifact/corpus_subset.jsonl", "hotpotqa/hotpotqa_dev_distractor.jsonl",
-    "musique/musique_ans_200.jsonl", "2wikimultihopqa/2wikimultihopqa_dev.jsonl", "break_qdmr/dev.jsonl",
-    "strategyqa/strategyqa_229.jsonl", "trec_cast/cast_2019_2022_turns.jsonl", "wice/wice_claim_dev.jsonl",
-    "expertqa/expertqa_domain_test_attribution.jsonl", "coco_captions/captions.jsonl",
-)
-
-
-def _data_folder(root: Path) -> Path:
-    for rel in LAYOUT:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("{}\n")
-    return root
+from shared_data_layout import data_folder
 
 
 class _Stop(Exception):
@@ -90,7 +77,7 @@ def test_the_folder_is_looked_for_here_then_beside_the_repository(outside: Path)
 
 def test_run_from_outside_the_repository_the_full_profile_reads_the_data_beside_it(
         outside: Path, recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    beside = _data_folder(outside / "clone" / "shared" / "data").resolve()
+    beside = data_folder(outside / "clone" / "shared" / "data").resolve()
     with pytest.raises(_Stop):
         q.run_quickstart(_args(outside / "work"))
     assert sorted(recorded) == sorted(m.name for m in q.MODELS)
@@ -123,7 +110,7 @@ def test_a_fallback_to_synthetic_data_is_said_on_every_step_line(
 
 def test_the_quick_profile_line_names_no_data_folder(outside: Path, recorded: dict[str, Any],
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    _data_folder(outside / "clone" / "shared" / "data")
+    data_folder(outside / "clone" / "shared" / "data")
     with pytest.raises(_Stop):
         q.run_quickstart(_args(outside / "work", profile="quick"))
     assert recorded["reranker"].data.sources == ["synthetic"]

@@ -19,21 +19,7 @@ from searchsmith.models.errors import ConfigError
 from searchsmith.serving import quickstart as q
 from searchsmith.training import registry
 from searchsmith.training.data import SHARED_DATA, shared_data_settings
-
-# The files of the ../shared/data layout the five full recipes read (its README.md).
-LAYOUT = (
-    "scifact/claims_dev.jsonl", "scifact/corpus_subset.jsonl", "hotpotqa/hotpotqa_dev_distractor.jsonl",
-    "musique/musique_ans_200.jsonl", "2wikimultihopqa/2wikimultihopqa_dev.jsonl", "break_qdmr/dev.jsonl",
-    "strategyqa/strategyqa_229.jsonl", "trec_cast/cast_2019_2022_turns.jsonl", "wice/wice_claim_dev.jsonl",
-    "expertqa/expertqa_domain_test_attribution.jsonl", "coco_captions/captions.jsonl",
-)
-
-
-def _data_folder(root: Path) -> Path:
-    for rel in LAYOUT:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("{}\n")
-    return root
+from shared_data_layout import data_folder
 
 
 def _str_settings(cfg: Any) -> dict[str, str]:
@@ -97,9 +83,9 @@ def _args(work: Path, shared: Path | str, profile: str = "full") -> argparse.Nam
 def test_every_full_recipe_reads_the_given_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   recorded: dict[str, Any]) -> None:
     # the trap of the bug: a ../shared/data of the current folder that the recipes used to read
-    decoy = _data_folder(tmp_path / "shared" / "data")
+    decoy = data_folder(tmp_path / "shared" / "data")
     monkeypatch.chdir(tmp_path / "shared")
-    mine = _data_folder(tmp_path / "elsewhere")
+    mine = data_folder(tmp_path / "elsewhere")
     with pytest.raises(recorded.pop("Stop")):
         q.run_quickstart(_args(tmp_path / "work", mine))
     assert sorted(recorded) == sorted(m.name for m in q.MODELS)
@@ -118,7 +104,7 @@ def test_every_full_recipe_reads_the_given_folder(tmp_path: Path, monkeypatch: p
 
 
 def test_a_missing_file_is_named_before_anything_trains(tmp_path: Path, recorded: dict[str, Any]) -> None:
-    mine = _data_folder(tmp_path / "elsewhere")
+    mine = data_folder(tmp_path / "elsewhere")
     (mine / "break_qdmr/dev.jsonl").unlink()
     shutil.rmtree(mine / "coco_captions")
     with pytest.raises(ConfigError) as err:
@@ -145,7 +131,7 @@ def test_an_empty_folder_name_is_refused(tmp_path: Path, recorded: dict[str, Any
 
 def test_the_quick_profile_refuses_the_flag_it_would_ignore(tmp_path: Path, recorded: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="the quick profile trains on synthetic data only .* add --profile full"):
-        q.run_quickstart(_args(tmp_path / "work", _data_folder(tmp_path / "d"), profile="quick"))
+        q.run_quickstart(_args(tmp_path / "work", data_folder(tmp_path / "d"), profile="quick"))
     assert set(recorded) == {"Stop"}
 
 
@@ -158,7 +144,7 @@ def test_a_path_the_recipe_sets_elsewhere_is_kept(tmp_path: Path, monkeypatch: p
     yaml_path.write_text(text.replace("  scifact_claims: ../shared/data/scifact/claims_dev.jsonl\n",
                                       "  scifact_claims: /home/me/claims.jsonl\n"))
     monkeypatch.setattr(q, "recipes_dir", lambda: recipes)
-    mine = _data_folder(tmp_path / "elsewhere")
+    mine = data_folder(tmp_path / "elsewhere")
     cfg, moved = q._recipe_config(q.MODELS[0], "full", tmp_path / "run", mine)
     assert cfg.data.scifact_claims == "/home/me/claims.jsonl" and "data.scifact_claims" not in moved
     assert cfg.data.scifact_corpus == str(mine / "scifact/corpus_subset.jsonl")
@@ -170,7 +156,7 @@ def test_the_default_folder_moves_the_recipes_into_the_folder_found(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The default is found as the recipes find their paths (tests/serving/test_quickstart_default_data.py),
     then every setting under it points into that one folder; the rest of the recipe is as written."""
-    found = _data_folder(tmp_path / "shared" / "data")
+    found = data_folder(tmp_path / "shared" / "data")
     (tmp_path / "repo").mkdir()
     monkeypatch.chdir(tmp_path / "repo")  # ../shared/data is there
     from searchsmith.training.config import load_recipe_config

@@ -22,21 +22,9 @@ from searchsmith.serving import quickstart as q
 from searchsmith.training import data as training_data
 from searchsmith.training import registry
 from searchsmith.training.data import SHARED_DATA
+from shared_data_layout import data_folder
 
-LAYOUT = (
-    "scifact/claims_dev.jsonl", "scifact/corpus_subset.jsonl", "hotpotqa/hotpotqa_dev_distractor.jsonl",
-    "musique/musique_ans_200.jsonl", "2wikimultihopqa/2wikimultihopqa_dev.jsonl", "break_qdmr/dev.jsonl",
-    "strategyqa/strategyqa_229.jsonl", "trec_cast/cast_2019_2022_turns.jsonl", "wice/wice_claim_dev.jsonl",
-    "expertqa/expertqa_domain_test_attribution.jsonl", "coco_captions/captions.jsonl",
-)
 NAMES = [m.name for m in q.MODELS]
-
-
-def _data_folder(root: Path) -> Path:
-    for rel in LAYOUT:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("{}\n")
-    return root.resolve()
 
 
 class _Stop(Exception):
@@ -85,7 +73,7 @@ def _run(work: Path, capsys: pytest.CaptureFixture[str], shared: Path | str = SH
 
 
 def test_a_rerun_on_the_same_data_reuses_every_run(tmp_path: Path, trained: dict[str, Any], capsys) -> None:
-    a = _data_folder(tmp_path / "a")
+    a = data_folder(tmp_path / "a")
     _run(tmp_path / "w", capsys, a)
     record = json.loads((tmp_path / "w" / "runs" / "reranker" / q.TRAINED_ON).read_text())
     assert record["recipe"] == "reranker/minilm_full.yaml" and record["data_folder"] == str(a)
@@ -100,7 +88,7 @@ def test_a_rerun_on_the_same_data_reuses_every_run(tmp_path: Path, trained: dict
 
 def test_a_rerun_on_another_folder_trains_every_run_again_on_it(tmp_path: Path, trained: dict[str, Any],
                                                                 capsys) -> None:
-    a, b = _data_folder(tmp_path / "a"), _data_folder(tmp_path / "b")
+    a, b = data_folder(tmp_path / "a"), data_folder(tmp_path / "b")
     _run(tmp_path / "w", capsys, a)
     trained.clear()
     lines = _run(tmp_path / "w", capsys, b)
@@ -116,7 +104,7 @@ def test_a_rerun_on_another_folder_trains_every_run_again_on_it(tmp_path: Path, 
 def test_a_run_to_train_again_holding_a_users_file_is_refused_and_kept(tmp_path: Path, trained: dict[str, Any],
                                                                         capsys) -> None:
     # training afresh removes what a run writes, never what the user put beside it
-    a, b = _data_folder(tmp_path / "a"), _data_folder(tmp_path / "b")
+    a, b = data_folder(tmp_path / "a"), data_folder(tmp_path / "b")
     _run(tmp_path / "w", capsys, a)
     run = tmp_path / "w" / "runs" / "reranker"
     (run / "notes.txt").write_text("my notes on the run on a")
@@ -134,7 +122,7 @@ def test_a_run_to_train_again_holding_a_users_file_is_refused_and_kept(tmp_path:
 
 
 def test_the_old_runs_files_do_not_survive_a_retraining(tmp_path: Path, trained: dict[str, Any], capsys) -> None:
-    a, b = _data_folder(tmp_path / "a"), _data_folder(tmp_path / "b")
+    a, b = data_folder(tmp_path / "a"), data_folder(tmp_path / "b")
     _run(tmp_path / "w", capsys, a)
     leftover = tmp_path / "w" / "runs" / "reranker" / "checkpoints" / "step-10" / "state.json"
     leftover.parent.mkdir(parents=True)
@@ -148,7 +136,7 @@ def test_real_data_found_after_a_synthetic_fallback_trains_again(tmp_path: Path,
     lines = _run(tmp_path / "w", capsys)
     assert trained["reranker"].data.sources == ["synthetic"]
     assert "on synthetic data: no ../shared/data" in lines["reranker"]
-    beside = _data_folder(tmp_path / "clone" / "shared" / "data")
+    beside = data_folder(tmp_path / "clone" / "shared" / "data")
     trained.clear()
     lines = _run(tmp_path / "w", capsys)
     assert sorted(trained) == sorted(NAMES) and "scifact" in trained["reranker"].data.sources
@@ -166,7 +154,7 @@ def test_real_data_found_after_a_synthetic_fallback_trains_again(tmp_path: Path,
 
 
 def test_the_full_profile_after_the_quick_one_trains_again(tmp_path: Path, trained: dict[str, Any], capsys) -> None:
-    a = _data_folder(tmp_path / "a")
+    a = data_folder(tmp_path / "a")
     _run(tmp_path / "w", capsys, profile="quick")
     trained.clear()
     lines = _run(tmp_path / "w", capsys, a)
@@ -211,7 +199,7 @@ def test_a_run_that_does_not_say_what_it_was_trained_on_trains_again(tmp_path: P
 
 def test_an_unfinished_run_is_resumed_on_the_same_data_and_started_afresh_on_other(
         tmp_path: Path, trained: dict[str, Any], capsys) -> None:
-    a, b = _data_folder(tmp_path / "a"), _data_folder(tmp_path / "b")
+    a, b = data_folder(tmp_path / "a"), data_folder(tmp_path / "b")
     _run(tmp_path / "w", capsys, a)
     run = tmp_path / "w" / "runs" / "images"
     (run / "metrics.json").unlink()  # interrupted before the end: a checkpoint to resume
