@@ -163,8 +163,11 @@ def test_quickstart_never_trains_into_a_users_folder(tmp_path):
     run = tmp_path / "runs" / "reranker"
     (run / "model").mkdir(parents=True)
     (run / "model" / "README-mine.txt").write_text("mine")
-    with pytest.raises(ConfigError, match="holds no training run"):
-        q._train(step, "quick", run, tmp_path / "no-shared-data")
+    cfg, _ = q._recipe_config(step, "quick", run, None)
+    record = q.trained_on_record(step, "quick", cfg, None)
+    for afresh in (False, True):  # neither trained into nor, to train it afresh, cleared
+        with pytest.raises(ConfigError, match="holds no training run"):
+            q._train(run, cfg, record, afresh)
     assert (run / "model" / "README-mine.txt").read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["reranker"]
 
