@@ -14,29 +14,7 @@ from pathlib import Path
 import pytest
 from searchsmith.serving.main import main
 from searchsmith.training import data as training_data
-
-
-def _write(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def _shared_data(root: Path, topics: int) -> Path:
-    """A tiny copy of the shared data: ``topics`` CAsT topics and two multi-hop questions."""
-    turns = [{"id": f"cast2021_{topic}_{t}", "year": 2021, "topic_id": str(topic),
-              "raw_utterance": f"q {topic}.{t}?", "canonical_response": f"answer {topic}.{t}",
-              "history_turn_ids": [f"cast2021_{topic}_{h}" for h in range(1, t)],
-              "history_utterances": [f"q {topic}.{h}?" for h in range(1, t)]}
-             for topic in range(1, topics + 1) for t in range(1, 5)]
-    _write(root / "trec_cast" / "cast_2019_2022_turns.jsonl", turns)
-    _write(root / "musique" / "musique_ans_200.jsonl", [
-        {"id": "m0", "question": "musique question?", "answer": "a0",
-         "paragraphs": [{"title": "Gold", "paragraph_text": "gold text", "is_supporting": True},
-                        {"title": "Other", "paragraph_text": "distractor", "is_supporting": False}]}])
-    _write(root / "hotpotqa" / "hotpotqa_dev_distractor.jsonl", [
-        {"_id": "h0", "question": "hotpot question?", "answer": "yes", "supporting_titles": ["T1"],
-         "context": [["T1", ["First."]], ["T2", ["Noise."]]]}])
-    return root
+from tiny_shared_data import cast_and_multihop
 
 
 @pytest.fixture
@@ -50,7 +28,7 @@ def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_default_is_read_beside_the_repository_from_outside_it(outside: Path, capsys) -> None:
-    _shared_data(outside / "clone" / "shared" / "data", topics=2)
+    cast_and_multihop(outside / "clone" / "shared" / "data", topics=2)
     assert main(["make-routing-set", "cast", "--out", str(outside / "r")]) == 0
     assert json.loads(capsys.readouterr().out)["sources"] == 2
     assert main(["make-pipeline-set", "multihop", "--out", str(outside / "p")]) == 0
@@ -58,8 +36,8 @@ def test_the_default_is_read_beside_the_repository_from_outside_it(outside: Path
 
 
 def test_the_current_folder_comes_first(outside: Path, capsys) -> None:
-    _shared_data(outside / "clone" / "shared" / "data", topics=2)
-    _shared_data(outside / "away" / "shared" / "data", topics=3)
+    cast_and_multihop(outside / "clone" / "shared" / "data", topics=2)
+    cast_and_multihop(outside / "away" / "shared" / "data", topics=3)
     assert main(["make-routing-set", "cast", "--out", str(outside / "r")]) == 0
     assert json.loads(capsys.readouterr().out)["sources"] == 3
 
@@ -75,8 +53,8 @@ def test_a_default_found_nowhere_names_both_places_and_the_fix(outside: Path, ca
 
 
 def test_a_given_data_dir_is_read_as_given(outside: Path, capsys) -> None:
-    _shared_data(outside / "clone" / "shared" / "data", topics=2)
-    mine = _shared_data(outside / "mine", topics=3)
+    cast_and_multihop(outside / "clone" / "shared" / "data", topics=2)
+    mine = cast_and_multihop(outside / "mine", topics=3)
     assert main(["make-routing-set", "cast", "--data-dir", str(mine), "--out", str(outside / "r")]) == 0
     assert json.loads(capsys.readouterr().out)["sources"] == 3
     # a relative one is the current folder's, as before: not looked for beside the repository

@@ -8,23 +8,19 @@ import pytest
 from searchsmith.models.errors import ValidationError
 from searchsmith.serving.main import main
 from searchsmith.serving.routing_sets import multihop_pipeline
-
-
-def _write(path, rows) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+from tiny_shared_data import write_jsonl
 
 
 @pytest.fixture
 def data_dir(tmp_path):
     shared = {"title": "Shared", "paragraph_text": "A paragraph two questions share.", "is_supporting": False}
-    _write(tmp_path / "musique" / "musique_ans_200.jsonl", [
+    write_jsonl(tmp_path / "musique" / "musique_ans_200.jsonl", [
         {"id": f"m{i}", "question": f"musique question {i}?", "answer": f"a{i}",
          "paragraphs": [{"title": f"Gold {i}", "paragraph_text": f"gold text {i}", "is_supporting": True},
                         {"title": f"Other {i}", "paragraph_text": f"distractor {i}", "is_supporting": False},
                         shared]}
         for i in range(3)])
-    _write(tmp_path / "hotpotqa" / "hotpotqa_dev_distractor.jsonl", [
+    write_jsonl(tmp_path / "hotpotqa" / "hotpotqa_dev_distractor.jsonl", [
         {"_id": "h0", "question": "hotpot question?", "answer": "yes", "supporting_titles": ["T1", "T2"],
          "context": [["T1", ["First. ", "Second."]], ["T2", ["Third."]], ["T3", ["Noise."]]]}])
     return tmp_path
@@ -72,7 +68,7 @@ def test_questions_keeps_the_first_items_and_only_their_candidates(data_dir, tmp
 def test_2wikimultihop_set_names_its_gold_paragraphs(tmp_path, capsys) -> None:
     from searchsmith.serving.routing_sets import wikimultihop_pipeline
 
-    _write(tmp_path / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl", [
+    write_jsonl(tmp_path / "2wikimultihopqa" / "2wikimultihopqa_dev.jsonl", [
         {"_id": "w0", "question": "Who directed the film Z?", "answer": "Ann",
          "supporting_facts": [["Z", 0], ["Ann", 0], ["Z", 1]],
          "context": [["Z", ["Z is a film", "directed by Ann."]], ["Ann", ["Ann was born in 1900."]],

@@ -15,33 +15,13 @@ from searchsmith.serving.routing_sets import (
     multihop_pipeline,
     write_set,
 )
-
-
-def _write(path, rows) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+from tiny_shared_data import cast_and_multihop, write_jsonl
 
 
 @pytest.fixture
 def data_dir(tmp_path):
     """A tiny copy of the shared data: two CAsT topics and two multi-hop questions."""
-    root = tmp_path / "data"
-    turns = []
-    for topic in ("1", "2"):
-        for t in range(1, 5):
-            turns.append({"id": f"cast2021_{topic}_{t}", "year": 2021, "topic_id": topic,
-                          "raw_utterance": f"topic {topic} question {t}?", "canonical_response": f"answer {topic}.{t}",
-                          "history_turn_ids": [f"cast2021_{topic}_{h}" for h in range(1, t)],
-                          "history_utterances": [f"topic {topic} question {h}?" for h in range(1, t)]})
-    _write(root / "trec_cast" / "cast_2019_2022_turns.jsonl", turns)
-    _write(root / "musique" / "musique_ans_200.jsonl", [
-        {"id": "m0", "question": "musique question?", "answer": "a0",
-         "paragraphs": [{"title": "Gold", "paragraph_text": "gold text", "is_supporting": True},
-                        {"title": "Other", "paragraph_text": "distractor", "is_supporting": False}]}])
-    _write(root / "hotpotqa" / "hotpotqa_dev_distractor.jsonl", [
-        {"_id": "h0", "question": "hotpot question?", "answer": "yes", "supporting_titles": ["T1"],
-         "context": [["T1", ["First."]], ["T2", ["Noise."]]]}])
-    return root
+    return cast_and_multihop(tmp_path / "data")
 
 
 def _routing(data_dir, out, *extra: str) -> int:
@@ -170,7 +150,7 @@ def test_source_lines_without_the_fields_are_named_at_their_line(data_dir, tmp_p
                                               r"\[title, sentences\] pair"):
         multihop_pipeline(data_dir)
     expert = data_dir / "expertqa" / "expertqa_r1_questions_by_field.jsonl"
-    _write(expert, [{"qid": "1", "question": "q?"}])
+    write_jsonl(expert, [{"qid": "1", "question": "q?"}])
     with pytest.raises(ValidationError, match=r"expertqa_r1_questions_by_field.jsonl:1: field 'field' is missing "
                                               r"\(expected a string\)"):
         expertqa_routing(data_dir)
@@ -182,16 +162,16 @@ def test_a_cast_turn_without_its_history_turn_ids_is_refused_not_stripped_of_its
     cast = data_dir / "trec_cast" / "cast_2019_2022_turns.jsonl"
     rows = [json.loads(line) for line in cast.read_text().splitlines()]
     del rows[2]["history_turn_ids"]
-    _write(cast, rows)
+    write_jsonl(cast, rows)
     with pytest.raises(ValidationError, match=r"cast_2019_2022_turns.jsonl:3: field 'history_turn_ids' is missing"):
         cast_routing(data_dir)
     rows[2]["history_turn_ids"] = ["cast2021_1_1"]  # one id for two utterances: the shape's rule
-    _write(cast, rows)
+    write_jsonl(cast, rows)
     with pytest.raises(ValidationError, match=r"cast_2019_2022_turns.jsonl:3: field 'history_turn_ids' of turn "
                                               r"\"cast2021_1_3\" has 1 turn id but field 'history_utterances' has 2 utterances"):
         cast_routing(data_dir)
     rows[2]["history_turn_ids"] = ["cast2021_1_1", "cast2021_1_2"]
-    _write(cast, rows)
+    write_jsonl(cast, rows)
     _, queries = cast_routing(data_dir)
     assert queries[2]["history"] == [{"role": "user", "content": "topic 1 question 1?"},
                                      {"role": "assistant", "content": "answer 1.1"},
@@ -210,8 +190,8 @@ def test_an_empty_source_file_is_refused(data_dir, tmp_path, capsys) -> None:
 
 def test_a_source_that_yields_no_document_is_refused(data_dir, tmp_path, capsys) -> None:
     """Lines with the fields, but too few per source: nothing to write, said so (not an empty set, rc 0)."""
-    _write(data_dir / "expertqa" / "expertqa_r1_questions_by_field.jsonl",
-           [{"qid": "1", "question": "q?", "field": "Physics"}])
+    write_jsonl(data_dir / "expertqa" / "expertqa_r1_questions_by_field.jsonl",
+                [{"qid": "1", "question": "q?", "field": "Physics"}])
     out = tmp_path / "set"
     assert main(["make-routing-set", "expertqa", "--data-dir", str(data_dir), "--out", str(out)]) == 1
     assert "no documents" in capsys.readouterr().err
