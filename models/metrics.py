@@ -20,7 +20,7 @@ import math
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -447,6 +447,37 @@ def _qdmr_graph(steps: Sequence[str], deps: Sequence[Sequence[int]] | None) -> o
     return g
 
 
+def graph_edit_cost(g1: Any, g2: Any, similarity: Callable[[str, str], float],
+                    timeout_s: float) -> tuple[float | None, bool]:
+    """networkx's exact graph edit distance between two step graphs (networkx graphs whose nodes
+    carry their step's text as ``label``), with Break's ``GraphMatchScorer`` costs: node
+    substitution ``1 - similarity(label_a, label_b)`` (memoised per pair), node and edge insertion
+    / deletion 1. The search runs for at most ``timeout_s``.
+
+    Returns:
+        ``(cost, exact)``: the unnormalized cost, ``None`` when no complete edit path was found
+        within the budget; ``exact`` is False when the timeout cut the search (the cost is then
+        the best upper bound found).
+    """
+    import time
+
+    import networkx as nx  # a dependency of torch; imported here so the module stays light
+
+    costs: dict[tuple[str, str], float] = {}
+
+    def subst(a: dict[str, str], b: dict[str, str]) -> float:
+        key = (a["label"], b["label"])
+        if key not in costs:
+            costs[key] = 1.0 - similarity(*key)
+        return costs[key]
+
+    start = time.monotonic()
+    cost = nx.graph_edit_distance(g1, g2, node_subst_cost=subst, timeout=timeout_s)
+    if cost is None:
+        return None, False
+    return float(cost), time.monotonic() - start < timeout_s
+
+
 def qdmr_ged(pred_steps: Sequence[str], gold_steps: Sequence[str],
              pred_deps: Sequence[Sequence[int]] | None = None,
              gold_deps: Sequence[Sequence[int]] | None = None,
@@ -463,28 +494,14 @@ def qdmr_ged(pred_steps: Sequence[str], gold_steps: Sequence[str],
         ``(distance, exact)``: ``exact`` is False when the timeout cut the search and the
         distance is the best upper bound found.
     """
-    import time
-
-    import networkx as nx
-
     g1, g2 = _qdmr_graph(pred_steps, pred_deps), _qdmr_graph(gold_steps, gold_deps)
     norm = max(g1.number_of_nodes() + g1.number_of_edges(), g2.number_of_nodes() + g2.number_of_edges())
     if norm == 0:
         return 0.0, True
-    sims: dict[tuple[str, str], float] = {}
-
-    def subst(a: dict, b: dict) -> float:
-        key = (a["label"], b["label"])
-        if key not in sims:
-            sims[key] = 1.0 - step_similarity(*key)
-        return sims[key]
-
-    start = time.monotonic()
-    cost = nx.graph_edit_distance(g1, g2, node_subst_cost=subst, timeout=timeout_s)
-    exact = time.monotonic() - start < timeout_s
+    cost, exact = graph_edit_cost(g1, g2, step_similarity, timeout_s)
     if cost is None:  # no complete edit path within the budget: delete all, insert all
-        cost, exact = float(norm), False
-    return min(float(cost) / norm, 1.0), exact
+        cost = float(norm)
+    return min(cost / norm, 1.0), exact
 
 
 __all__ = [
@@ -495,6 +512,7 @@ __all__ = [
     "binary_prf",
     "bm25_tokens",
     "dcg",
+    "graph_edit_cost",
     "mrr_at_k",
     "ndcg_at_k",
     "qdmr_exact_match",

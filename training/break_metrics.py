@@ -67,13 +67,12 @@ Where this differs from the official scorer, on purpose or because its tools are
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from searchsmith.models.errors import ValidationError
-from searchsmith.models.metrics import qdmr_normal_form, sari
+from searchsmith.models.metrics import graph_edit_cost, qdmr_normal_form, sari
 
 #: Break's step separator in the flat decomposition string
 BREAK_SEP = "@@SEP@@"
@@ -270,10 +269,10 @@ def _graph(steps: Sequence[str], deps: Sequence[Sequence[int]] | None) -> Any:
     return g
 
 
-def _in_order_cost(g1: Any, g2: Any, subst: Any) -> float:
+def _in_order_cost(g1: Any, g2: Any) -> float:
     """The cost of the edit path that substitutes step i for step i (an upper bound on the GED)."""
     n = min(g1.number_of_nodes(), g2.number_of_nodes())
-    cost = sum(subst(g1.nodes[i], g2.nodes[i]) for i in range(1, n + 1))
+    cost = sum(1.0 - step_match_score(g1.nodes[i]["label"], g2.nodes[i]["label"]) for i in range(1, n + 1))
     cost += abs(g1.number_of_nodes() - g2.number_of_nodes())
     return cost + len(set(g1.edges) ^ set(g2.edges))
 
@@ -296,24 +295,12 @@ def break_ged(pred: Sequence[str], gold: Sequence[str],
     Raises:
         ValidationError: naming ``pred`` or ``gold`` when their steps are malformed.
     """
-    import networkx as nx
-
     p, g = validate_steps(pred, "pred", pred_deps), validate_steps(gold, "gold", gold_deps)
     g1, g2 = _graph(p, pred_deps), _graph(g, gold_deps)
     norm = max(g1.number_of_nodes() + g1.number_of_edges(), g2.number_of_nodes() + g2.number_of_edges())
-    costs: dict[tuple[str, str], float] = {}
-
-    def subst(a: dict[str, str], b: dict[str, str]) -> float:
-        key = (a["label"], b["label"])
-        if key not in costs:
-            costs[key] = 1.0 - step_match_score(*key)
-        return costs[key]
-
-    start = time.monotonic()
-    cost = nx.graph_edit_distance(g1, g2, node_subst_cost=subst, timeout=timeout_s)
-    exact = time.monotonic() - start < timeout_s
+    cost, exact = graph_edit_cost(g1, g2, step_match_score, timeout_s)
     if cost is None:  # no complete edit path within the budget
-        cost, exact = _in_order_cost(g1, g2, subst), False
+        cost = _in_order_cost(g1, g2)
     return float(cost) / norm, exact
 
 
