@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from blocking_runner import BlockingRunner
 from fastapi.testclient import TestClient
 from openai_error import error_message
 from searchsmith.serving.batcher import BatcherConfig
@@ -32,16 +33,9 @@ def client(embedder, router):
         yield c
 
 
-class Blocking:
-    """A runner that blocks until released (to fill the queue)."""
-
-    def __init__(self) -> None:
-        self.started, self.release = threading.Event(), threading.Event()
-
-    def __call__(self, batch):
-        self.started.set()
-        self.release.wait(10)
-        return np.eye(384, dtype=np.float32)[: len(batch)]
+def _blocking() -> BlockingRunner:
+    """A runner that blocks until released (to fill the queue), then embeds text i as unit vector i."""
+    return BlockingRunner(lambda batch: np.eye(384, dtype=np.float32)[: len(batch)])  # (B, 384)
 
 
 # ---- runner --------------------------------------------------------------------------------
@@ -211,7 +205,7 @@ def test_auth(embedder) -> None:
 
 
 def test_overload_is_429_with_retry_after(embedder) -> None:
-    runner = Blocking()
+    runner = _blocking()
     cfg = ServerLimits(batcher=BatcherConfig(max_batch_size=1, max_queue=2, max_wait_ms=0))
     with TestClient(create_app(cfg, embedder=embedder, run_batch=runner)) as c:
         with ThreadPoolExecutor(2) as pool:
@@ -245,7 +239,7 @@ def test_a_request_of_more_items_than_the_queue_holds_is_413(embedder) -> None:
 
 
 def test_timeout_is_504(embedder) -> None:
-    runner = Blocking()
+    runner = _blocking()
     with TestClient(create_app(ServerLimits(request_timeout_s=0.3), embedder=embedder,
                                run_batch=runner)) as c:
         try:
@@ -378,7 +372,7 @@ class _FakeEmbedder:
 
 
 def test_chunked_body_over_limit_is_413() -> None:
-    app = create_app(ServerLimits(max_body_bytes=100), embedder=_FakeEmbedder(), run_batch=Blocking())
+    app = create_app(ServerLimits(max_body_bytes=100), embedder=_FakeEmbedder(), run_batch=_blocking())
 
     def chunks():  # no Content-Length: the limit counts the bytes received
         yield b'{"input": "'
@@ -394,7 +388,7 @@ def test_shutdown_answers_requests_in_flight() -> None:
     # The lifespan's exit calls state.close() (checked in test_health_ready_and_attach); call
     # it directly here so the test client's event loop stays up to deliver the answers (uvicorn
     # also waits for open connections before the lifespan exit).
-    runner = Blocking()
+    runner = _blocking()
     app = create_app(ServerLimits(batcher=BatcherConfig(max_batch_size=1)),
                      embedder=_FakeEmbedder(), run_batch=runner)
     state = app.state.serving

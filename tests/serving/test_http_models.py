@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from blocking_runner import BlockingRunner
 from fastapi.testclient import TestClient
 from openai_error import error_message
 from searchsmith.serving.batcher import BatcherConfig
@@ -292,18 +293,13 @@ def test_rerank_long_document_is_cut_or_413() -> None:
         assert "74 tokens" in msg and "max_length" in msg
 
 
-class Blocking:
-    def __init__(self) -> None:
-        self.started, self.release = threading.Event(), threading.Event()
-
-    def __call__(self, batch):
-        self.started.set()
-        self.release.wait(10)
-        return np.zeros(len(batch), dtype=np.float32)
+def _blocking() -> BlockingRunner:
+    """A rerank runner that blocks until released, then scores every pair 0."""
+    return BlockingRunner(lambda batch: np.zeros(len(batch), dtype=np.float32))  # (B,)
 
 
 def test_rerank_overload_is_429_with_retry_after() -> None:
-    runner = Blocking()
+    runner = _blocking()
     cfg = ServerLimits(rerank_batcher=BatcherConfig(max_batch_size=1, max_queue=2, max_wait_ms=0))
     with TestClient(create_app(cfg, reranker=FakeReranker(), run_rerank=runner)) as c, ThreadPoolExecutor(1) as pool:
         first = pool.submit(c.post, "/v1/rerank", json={"query": "q", "documents": ["a", "z"]})
@@ -315,7 +311,7 @@ def test_rerank_overload_is_429_with_retry_after() -> None:
 
 
 def test_rerank_timeout_is_504() -> None:
-    runner = Blocking()
+    runner = _blocking()
     with TestClient(create_app(ServerLimits(request_timeout_s=0.3), reranker=FakeReranker(),
                                run_rerank=runner)) as c:
         try:
