@@ -21,9 +21,9 @@ real data of ``../shared/data`` where present (found as the recipes find their p
 current folder, else beside the repository), falling back to their synthetic sources where it
 is not, which each step's line says; ``--shared-data DIR`` reads that data from DIR instead
 (every recipe data path under ``../shared/data`` points into the folder the run reads:
-``training.data.shared_data_settings``; a DIR lacking a file a recipe reads is refused before
-anything trains). The bundles are exported several at a time in worker processes (one per 2
-cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already
+``training.data.shared_data_settings``). A data folder lacking a file a recipe reads, DIR or the
+default where found, is refused before anything trains, naming the file. The bundles are
+exported several at a time in worker processes (one per 2 cores, at most 4; ``--export-workers``). Re-running reuses every step whose output is already
 there and intact: a run only while its ``quickstart.json`` says it was trained on what it would
 be now (the profile's recipe, the data folder, the data settings), else it is trained again and
 its line says why; a bundle or the index that fails its sha256 (the check their loaders make) is
@@ -165,13 +165,15 @@ def _shared_files(cfg: Any, moved: dict[str, str]) -> list[tuple[str, Path]]:
 
 
 def check_shared_data(profile: str, shared_data: str, steps: list[tuple[ModelStep, Path]]) -> None:
-    """Refuse ``--shared-data`` the run would not honour, before anything trains: given with
-    the quick profile (which reads no real data), not a folder, or lacking a file one of the
-    full recipes still to train reads (every one named at once, with the fix).
+    """Refuse a data folder the run would not honour, before anything trains: ``--shared-data``
+    given with the quick profile (which reads no real data) or naming no folder; and the folder
+    the full profile reads (``--shared-data DIR``, or the default ``../shared/data`` where
+    :func:`data_folder` finds it) lacking a file one of the full recipes still to train reads
+    (every one named at once, with the fix), so that no model is trained on half the data.
 
-    The default (``../shared/data``) is not checked: where it is found neither in the current
-    folder nor beside the repository (:func:`data_folder`) the full recipes train on their
-    synthetic sources (``ModelStep.offline``), as documented, and each step's line says so.
+    The default found neither in the current folder nor beside the repository is no error: the
+    full recipes then train on their synthetic sources (``ModelStep.offline``), as documented,
+    and each step's line says so.
 
     Raises:
         ConfigError: as above.
@@ -179,28 +181,35 @@ def check_shared_data(profile: str, shared_data: str, steps: list[tuple[ModelSte
     from searchsmith.training.data import SHARED_DATA
 
     if os.path.normpath(shared_data) == os.path.normpath(SHARED_DATA):
-        return
-    if not shared_data.strip():  # Path("") is the current folder
-        raise ConfigError(f"--shared-data is empty: give the real data folder, or drop --shared-data ({SHARED_DATA})")
-    flag = f"--shared-data {shared_data}"  # the CLI prefixes "searchsmith quickstart: error: "
-    if profile != "full":
-        raise ConfigError(f"{flag}: the quick profile trains on synthetic data only and reads no data "
-                          "folder; add --profile full to train on it, or drop --shared-data")
-    folder = Path(shared_data)
-    if not folder.is_dir():
-        raise ConfigError(f"{flag}: {'a file' if folder.exists() else 'not found'}; give the folder of the "
-                          f"real sets, laid out like {SHARED_DATA} (scifact/claims_dev.jsonl, ...), or drop "
-                          f"--shared-data ({SHARED_DATA}; synthetic data where it is absent)")
+        folder = data_folder(profile, shared_data)
+        if folder is None:
+            return
+        where = f"{SHARED_DATA} (the default data folder, found at {folder})"
+        fix = (f"complete the folder (put them there, laid out as in {SHARED_DATA}); or pass --shared-data DIR, a "
+               "folder that holds them; or use --profile quick (synthetic data only)")
+    else:
+        if not shared_data.strip():  # Path("") is the current folder
+            raise ConfigError(f"--shared-data is empty: give the real data folder, or drop --shared-data "
+                              f"({SHARED_DATA})")
+        where = f"--shared-data {shared_data}"  # the CLI prefixes "searchsmith quickstart: error: "
+        if profile != "full":
+            raise ConfigError(f"{where}: the quick profile trains on synthetic data only and reads no data "
+                              "folder; add --profile full to train on it, or drop --shared-data")
+        folder = Path(shared_data)
+        if not folder.is_dir():
+            raise ConfigError(f"{where}: {'a file' if folder.exists() else 'not found'}; give the folder of the "
+                              f"real sets, laid out like {SHARED_DATA} (scifact/claims_dev.jsonl, ...), or drop "
+                              f"--shared-data ({SHARED_DATA}; synthetic data where it is absent)")
+        fix = (f"put them there, laid out as in {SHARED_DATA}; or point --shared-data at the folder that holds "
+               f"them; or drop --shared-data ({SHARED_DATA}; synthetic data where it is absent)")
     missing = []
     for step, run_dir in steps:
         cfg, moved = _recipe_config(step, profile, run_dir, folder)
         missing += [f"  {step.name} ({step.full}): {key} {path}" for key, path in _shared_files(cfg, moved)
                     if not path.exists()]
     if missing:
-        raise ConfigError(f"{flag}: the folder lacks {len(missing)} file(s) the full recipes read:\n"
-                          + "\n".join(missing) + f"\nput them there, laid out as in {SHARED_DATA}; or point "
-                          "--shared-data at the folder that holds them; or drop --shared-data "
-                          f"({SHARED_DATA}; synthetic data where it is absent)")
+        raise ConfigError(f"{where}: the folder lacks {len(missing)} file(s) the full recipes read:\n"
+                          + "\n".join(missing) + f"\n{fix}")
 
 
 # What a run folder of the quickstart's was trained on, written into it before training
@@ -482,9 +491,9 @@ def configure_quickstart(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-data", default="../shared/data", metavar="DIR",
                         help="real data folder for --profile full, laid out like ../shared/data (scifact/"
                         "claims_dev.jsonl, ...): every recipe data path under ../shared/data is read from DIR "
-                        "instead (paths a recipe sets elsewhere are kept); a DIR lacking a file is refused "
-                        "before training, naming it (default %(default)s, in the current folder, else beside "
-                        "the repository: synthetic data where absent, and each step says so)")
+                        "instead (paths a recipe sets elsewhere are kept); a folder lacking a file, DIR or the "
+                        "default, is refused before training, naming it (default %(default)s, in the current "
+                        "folder, else beside the repository: synthetic data where absent, and each step says so)")
     parser.add_argument("--export-workers", type=_positive_int, default=None, metavar="N",
                         help="processes exporting bundles at once (default: one per 2 cores, at most 4; "
                         "on 2 cores, 2 with one thread each; 1: one after the other in this process)")

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from searchsmith.models.errors import ConfigError
 from searchsmith.serving import quickstart as q
 from searchsmith.training import data as training_data
 from searchsmith.training import registry
@@ -115,3 +117,52 @@ def test_the_quick_profile_line_names_no_data_folder(outside: Path, recorded: di
         q.run_quickstart(_args(outside / "work", profile="quick"))
     assert recorded["reranker"].data.sources == ["synthetic"]
     assert f"train reranker (quick) -> {outside / 'work' / 'runs' / 'reranker'}\n" in capsys.readouterr().out
+
+
+# The default folder, where found, gets the missing-file check --shared-data DIR gets: it was
+# not checked at all, so a folder lacking a file trained the models before it (for minutes on
+# the full profile) and then failed at the step reading it, a half-trained work folder behind.
+
+
+@pytest.mark.parametrize("where", ["beside the repository", "in the current folder"])
+def test_a_default_folder_lacking_files_is_refused_before_anything_trains(
+        outside: Path, recorded: dict[str, Any], where: str) -> None:
+    root = outside / ("clone" if where == "beside the repository" else "away") / "shared" / "data"
+    found = data_folder(root)
+    (found / "wice/wice_claim_dev.jsonl").unlink()
+    (found / "strategyqa/strategyqa_229.jsonl").unlink()
+    with pytest.raises(ConfigError) as err:
+        q.run_quickstart(_args(outside / "work"))
+    text = str(err.value)
+    assert text.startswith(f"../shared/data (the default data folder, found at {found}): the folder lacks 2 file(s) "
+                           "the full recipes read:\n")
+    assert (f"  decomposer (decomposer/minilm_tagger.yaml): data.sources strategyqa "
+            f"{found / 'strategyqa/strategyqa_229.jsonl'}\n") in text
+    assert f"  citation (citation/minilm_full.yaml): data.wice {found / 'wice/wice_claim_dev.jsonl'}\n" in text
+    assert text.endswith("\ncomplete the folder (put them there, laid out as in ../shared/data); or pass "
+                         "--shared-data DIR, a folder that holds them; or use --profile quick (synthetic data only)")
+    assert recorded == {} and not (outside / "work").exists()
+
+
+def test_the_default_and_a_given_folder_are_checked_by_one_rule(outside: Path) -> None:
+    """The same folder lacking the same files: the same list, whether found or given."""
+    found = data_folder(outside / "clone" / "shared" / "data")
+    shutil.rmtree(found / "coco_captions")
+    (found / "break_qdmr/dev.jsonl").unlink()
+    steps = [(step, outside / "work" / "runs" / step.name) for step in q.MODELS]
+    lists = []
+    for shared in (SHARED_DATA, str(found)):
+        with pytest.raises(ConfigError) as err:
+            q.check_shared_data("full", shared, steps)
+        lists.append([line for line in str(err.value).splitlines() if line.startswith("  ")])
+    assert lists[0] == lists[1] and len(lists[0]) == 2
+    # what is not to be trained again is not checked: a finished run's data may have moved on
+    q.check_shared_data("full", SHARED_DATA, [s for s in steps if s[0].name not in ("decomposer", "images")])
+    q.check_shared_data("quick", SHARED_DATA, steps)  # the quick profile reads no data folder
+
+
+def test_a_complete_default_folder_and_an_absent_one_pass(outside: Path) -> None:
+    steps = [(step, outside / "work" / "runs" / step.name) for step in q.MODELS]
+    q.check_shared_data("full", SHARED_DATA, steps)  # absent: the synthetic fallback, said on each line
+    data_folder(outside / "clone" / "shared" / "data")
+    q.check_shared_data("full", SHARED_DATA, steps)
