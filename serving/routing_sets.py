@@ -33,7 +33,7 @@ made on ``multihop``. Source: Alab-NII/2wikimultihop (the repository lists Apach
 from Wikipedia, CC BY-SA).
 
 ``--data-dir`` defaults to ``../shared/data`` found as the recipes find their data paths: in the
-current folder, else beside the repository (:func:`resolve_data_dir`).
+current folder, else beside the repository (``training.data.resolve_data_dir``).
 
 ``DIR/.searchsmith-set`` (JSON) records the sha256 of each file a run wrote: a rerun replaces
 them only while they still hold what was written; a file it did not write, or one edited
@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import re
 from collections import defaultdict
@@ -325,29 +324,12 @@ def _check_paths(args: argparse.Namespace, command: str) -> None:
                                   "written; --data-dir: the shared data, default ../shared/data)")
 
 
-def resolve_data_dir(value: str, command: str) -> Path:
-    """The folder ``--data-dir`` names: as given; its default ``../shared/data`` found as the
-    recipes find their data paths, in the current folder, else beside the repository
-    (``training.data.find_data_folder``), so the command reads what they read from anywhere.
-
-    Raises:
-        ValidationError: the default found in neither place, naming both and the fix.
-    """
-    from searchsmith.training.data import SHARED_DATA, data_path_candidates, find_data_folder
-
-    if os.path.normpath(value) != os.path.normpath(SHARED_DATA):
-        return Path(value)
-    found = find_data_folder(SHARED_DATA)
-    if found is None:
-        here, beside = (os.path.normpath(os.path.abspath(p)) for p in data_path_candidates(SHARED_DATA))
-        raise ValidationError(f"{command}: no {SHARED_DATA} in the current folder ({here}) nor beside the "
-                              f"repository ({beside}); put the shared data there, or pass --data-dir DIR")
-    return found
-
-
 def run_make_routing_set(args: argparse.Namespace) -> int:
+    from searchsmith.training.data import resolve_data_dir
+
     _check_paths(args, "make-routing-set")
-    corpus, queries = BUILDERS[args.name](resolve_data_dir(args.data_dir, "make-routing-set"))
+    folder = resolve_data_dir(args.data_dir, "--data-dir", where="make-routing-set")
+    corpus, queries = BUILDERS[args.name](folder)
     summary = write_set(Path(args.out), corpus, queries, "routing.jsonl", args.force)
     print(json.dumps({**summary, "queries": len(queries), "followups": sum(1 for q in queries if q["history"])}))
     return 0
@@ -367,10 +349,12 @@ def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
 
 
 def run_make_pipeline_set(args: argparse.Namespace) -> int:
+    from searchsmith.training.data import resolve_data_dir
+
     if args.questions < 0:
         raise ValidationError(f"make-pipeline-set --questions: expected a count >= 0, got {args.questions}")
     _check_paths(args, "make-pipeline-set")
-    folder = resolve_data_dir(args.data_dir, "make-pipeline-set")
+    folder = resolve_data_dir(args.data_dir, "--data-dir", where="make-pipeline-set")
     corpus, items = PIPELINE_BUILDERS[args.name](folder, args.questions)
     summary = write_set(Path(args.out), corpus, items, "qa.jsonl", args.force)
     print(json.dumps({**summary, "questions": len(items)}))

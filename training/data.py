@@ -75,6 +75,40 @@ def find_data_folder(folder: str | Path = SHARED_DATA) -> Path | None:
     return None
 
 
+def resolve_data_dir(value: str | Path, flag: str, *, default: str = SHARED_DATA, metavar: str = "DIR",
+                     where: str | None = None) -> Path:
+    """The path a command's data flag names (``--data-dir``, ``--coco-dir``, ``--claims``):
+    given (anything but ``default``), as given, relative to the current folder; left at its
+    ``default`` (:data:`SHARED_DATA` or a path under it), found as the recipes find their data
+    paths: under the one ``../shared/data`` :func:`find_data_folder` finds, in the current
+    folder, else beside the repository, so the command reads what they read from anywhere.
+
+    Args:
+        value: the flag's value.
+        flag: the flag, for the message (``--data-dir``).
+        default: the flag's default, :data:`SHARED_DATA` or a path under it.
+        metavar: what the flag takes, for the fix (``DIR``, ``FILE``).
+        where: the message's prefix (a command's name); default ``flag``.
+
+    Raises:
+        ConfigError: an empty value, or the default's folder found in neither place, naming
+            both places, the flag and the fix.
+    """
+    rest = os.path.relpath(os.path.normpath(default), os.path.normpath(SHARED_DATA))
+    if rest.startswith(".."):
+        raise ValueError(f"resolve_data_dir: default {default!r} is not under {SHARED_DATA}")
+    if not str(value).strip():  # Path("") is the current folder
+        raise ConfigError(f"{flag} is empty: give a path, or leave the option out (default {default})")
+    if os.path.normpath(str(value)) != os.path.normpath(default):
+        return Path(value)
+    found = find_data_folder(SHARED_DATA)
+    if found is None:
+        here, beside = (os.path.normpath(os.path.abspath(p)) for p in data_path_candidates(SHARED_DATA))
+        raise ConfigError(f"{where or flag}: no {SHARED_DATA} in the current folder ({here}) nor beside the "
+                          f"repository ({beside}); put the shared data there, or pass {flag} {metavar}")
+    return found if rest == "." else found / rest
+
+
 def shared_data_settings(data: Any, folder: str | Path, *, default: str = SHARED_DATA) -> dict[str, str]:
     """The ``data.*`` settings of a recipe config that name ``default`` or a path under it,
     pointed into ``folder`` instead (absolute): what a command's data-folder flag
@@ -250,6 +284,7 @@ __all__ = [
     "check_leave_out",
     "data_path_candidates",
     "find_data_folder",
+    "resolve_data_dir",
     "resolve_data_path",
     "save_npy_atomic",
     "shared_data_settings",

@@ -39,6 +39,7 @@ from searchsmith.models.decomposer import (
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.jsonl import read_jsonl
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, from_qdmr, linearize, repair, terminal
+from searchsmith.training.data import SHARED_DATA, resolve_data_dir
 from searchsmith.training.dataset_shapes import (
     BREAK_QDMR,
     HOTPOTQA,
@@ -424,14 +425,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Export the held-out split as eval files (decompose.jsonl, rewrite.jsonl), and
     passages.jsonl (every CAsT answer passage: ``searchsmith eval rewrite --corpus``).
 
-    ``python -m searchsmith.training.decompose_data --data-dir ../shared/data --out DIR``; the
-    split matches the recipe's for the same ``--seed`` / ``--heldout-ratio`` (data.split_seed,
-    data.heldout_ratio).
+    ``python -m searchsmith.training.decompose_data [--data-dir DIR] --out DIR``; the split
+    matches the recipe's for the same ``--seed`` / ``--heldout-ratio`` (data.split_seed,
+    data.heldout_ratio). ``--data-dir`` defaults to ``../shared/data`` found as the recipes find
+    it: in the current folder, else beside the repository (:func:`resolve_data_dir`).
     """
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--data-dir", default=SHARED_DATA, help="the real sets, in the ../shared/data layout "
+                        "(default %(default)s, in the current folder, else beside the repository)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--heldout-ratio", type=float, default=0.1)
@@ -439,9 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES,
                         help="drop graphs with more nodes, as the recipe does (model.max_nodes)")
     args = parser.parse_args(argv)
+    data_dir = resolve_data_dir(args.data_dir, "--data-dir")
     examples: list[dict[str, Any]] = []
     for name in REAL_SOURCES:
-        examples += load_real(name, args.data_dir)
+        examples += load_real(name, data_dir)
     examples = [e for e in examples
                 if e["task"] != "decompose" or len(e["graph"]["nodes"]) <= args.max_nodes]
     train, heldout = split_examples(examples, args.seed, args.heldout_ratio)

@@ -55,7 +55,12 @@ from searchsmith.models.metrics import (
     qdmr_sari,
     recall_at_k,
 )
-from searchsmith.training.data import resolve_data_path, write_jsonl_atomic
+from searchsmith.training.data import (
+    SHARED_DATA,
+    resolve_data_dir,
+    resolve_data_path,
+    write_jsonl_atomic,
+)
 from searchsmith.training.dataset_shapes import (
     SCIFACT_ABSTRACT,
     SCIFACT_CLAIM,
@@ -1041,10 +1046,14 @@ def _images_run_split(run_dir: Path, model: Any, limit: int | None) -> tuple[dic
 
 # ----------------------------------------------------------------------------- SciFact -> BEIR
 
+# The SciFact open part in the shared data (scifact-beir's --claims and --corpus defaults).
+SCIFACT_CLAIMS = f"{SHARED_DATA}/scifact/claims_dev.jsonl"
+SCIFACT_CORPUS = f"{SHARED_DATA}/scifact/corpus_subset.jsonl"
+
 
 def write_scifact_beir(out_dir: str | Path,
-                       claims: str | Path = "../shared/data/scifact/claims_dev.jsonl",
-                       corpus: str | Path = "../shared/data/scifact/corpus_subset.jsonl",
+                       claims: str | Path = SCIFACT_CLAIMS,
+                       corpus: str | Path = SCIFACT_CORPUS,
                        only_ids: set[str] | None = None) -> Path:
     """Write the SciFact open part as a BEIR folder plus ``run.bm25.trec`` (its BM25 top-10) and
     ``protocol.json`` (:data:`SCIFACT_PROTOCOL`, repeated in the rerank / retrieve outputs).
@@ -1085,8 +1094,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("scifact-beir", help="write the SciFact open part as a BEIR folder")
     s.add_argument("out_dir")
-    s.add_argument("--claims", default="../shared/data/scifact/claims_dev.jsonl")
-    s.add_argument("--corpus", default="../shared/data/scifact/corpus_subset.jsonl")
+    s.add_argument("--claims", default=SCIFACT_CLAIMS, help="SciFact claims JSONL (default %(default)s, in the "
+                   "current folder, else beside the repository)")
+    s.add_argument("--corpus", default=SCIFACT_CORPUS, help="SciFact abstracts JSONL (default %(default)s, as "
+                   "--claims)")
     s.add_argument("--heldout-of", help="a reranker run folder: keep only its held-out claims")
     f = sub.add_parser("beir-full", help="BEIR-style run on a BEIR folder: BM25 top-100 and the bi-encoder over "
                                          "the whole corpus, and the BM25 top-100 reranked by --bundle/--checkpoint")
@@ -1110,7 +1121,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"--heldout-of: {split} not found (written by the reranker recipe)")
         only = {q.removeprefix("scifact-") for q in json.loads(split.read_text())["eval"]
                 if q.startswith("scifact-")}
-    out = write_scifact_beir(a.out_dir, a.claims, a.corpus, only)
+    claims = resolve_data_dir(a.claims, "--claims", default=SCIFACT_CLAIMS, metavar="FILE")
+    corpus = resolve_data_dir(a.corpus, "--corpus", default=SCIFACT_CORPUS, metavar="FILE")
+    out = write_scifact_beir(a.out_dir, claims, corpus, only)
     print(f"wrote {out} (corpus.jsonl, queries.jsonl, qrels/test.tsv, run.bm25.trec)")
     return 0
 

@@ -53,7 +53,12 @@ from searchsmith.models.image_relevance import (
     normalise_pixels,
 )
 from searchsmith.training.config import EncoderRecipeConfig
-from searchsmith.training.data import SHARED_DATA, check_leave_out, save_npy_atomic
+from searchsmith.training.data import (
+    SHARED_DATA,
+    check_leave_out,
+    resolve_data_dir,
+    save_npy_atomic,
+)
 from searchsmith.training.evaluate_images import (
     evaluate_model,
     make_eval_set,
@@ -492,7 +497,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--source", choices=["synthetic", "coco"], default="synthetic")
     w.add_argument("--docs", type=int, default=40)
     w.add_argument("--seed", type=int, default=1009)
-    w.add_argument("--coco-dir", default=f"{SHARED_DATA}/coco_captions")
+    w.add_argument("--coco-dir", default=f"{SHARED_DATA}/coco_captions", help="the COCO captions folder, for "
+                   "--source coco (default %(default)s, in the current folder, else beside the repository)")
     w.add_argument("--heldout-of", help="a run folder: keep only its held-out COCO images (split.json)")
     w.add_argument("--with-captions", action="store_true", help="add each image's second caption")
     a = p.parse_args(argv)
@@ -502,7 +508,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if not split.is_file():
             raise ConfigError(f"--heldout-of: {split} not found (written by the images recipe)")
         only = set(json.loads(split.read_text(encoding="utf-8"))["eval"])
-    out = write_placement_file(a.out, a.source, a.docs, seed=a.seed, coco_dir=a.coco_dir, only_ids=only,
+    coco_dir = a.coco_dir
+    if a.source == "coco":  # the synthetic source reads no folder: its default may be absent
+        coco_dir = resolve_data_dir(coco_dir, "--coco-dir", default=f"{SHARED_DATA}/coco_captions")
+    out = write_placement_file(a.out, a.source, a.docs, seed=a.seed, coco_dir=coco_dir, only_ids=only,
                                with_captions=a.with_captions)
     print(f"wrote {out}")
     return 0
