@@ -4,13 +4,15 @@ A mistyped ``SEARCHSMITH_*`` variable used to surface as a traceback, some only 
 had loaded (``SEARCHSMITH_KERNEL_BACKEND`` at the first kernel call); a path argument holding
 bytes that are not UTF-8 (Python keeps them as lone surrogates) failed after the work was
 done, when it was written into JSON, a plot title or a model file. Both are refused here,
-once, for every command (``serving/main.py`` calls these before it runs the command).
+once, for every command (``serving/main.py`` calls these before it runs the command); a
+command's ``--help`` is printed whatever the environment (:func:`may_ask_for_help`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
 from searchsmith.kernels.backend import ENV_BACKEND, backend_problem, env_backend
 from searchsmith.models.console import environment_problems as console_problems
@@ -49,6 +51,20 @@ def environment_problem() -> str | None:
         if value.strip() and value.strip() not in ("0", "1"):
             problems.append(f"{name}={value!r} is not a switch; use 1 (toy sizes, for tests) or 0, or unset it")
     return "; ".join(problems) or None
+
+
+def may_ask_for_help(args: Sequence[str]) -> bool:
+    """Whether a command's arguments may ask for its help: ``-h``, ``--help`` or an
+    abbreviation argparse takes for it (``--he``), before a ``--``. The CLI lets its parser
+    decide then, whatever the environment (a bad ``SEARCHSMITH_*`` value must not hide the
+    help that says how to run the command), and refuses the value only where the command runs.
+    """
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg.startswith("-h") or (len(arg) >= 3 and "--help".startswith(arg)):
+            return True
+    return False
 
 
 def _arguments(parser: argparse.ArgumentParser):

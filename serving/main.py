@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from searchsmith.models import __version__
-from searchsmith.models.console import VERBOSE_ENV, configure_process_logging
+from searchsmith.models.console import VERBOSE_ENV, configure_process_logging, quiet_third_party
 from searchsmith.models.errors import ConfigError, SearchsmithError
-from searchsmith.models.startup import argument_problem, environment_problem
+from searchsmith.models.startup import argument_problem, environment_problem, may_ask_for_help
 
 log = logging.getLogger(__name__)
 
@@ -501,12 +501,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--verbose" in argv[1:]:
         os.environ[VERBOSE_ENV] = "1"
     # A mistyped SEARCHSMITH_* variable or an argument that is not UTF-8 is a usage error
-    # (status 2, as argparse's), reported before anything loads.
+    # (status 2, as argparse's), reported before anything loads; but never in place of the
+    # command's --help, which the parser below prints (and exits) whatever the environment.
     problem = environment_problem()
-    if problem is not None:
+    if problem is not None and not may_ask_for_help(argv[1:]):
         print(f"searchsmith {command}: error: {problem}", file=sys.stderr)
         return 2
-    configure_process_logging()
+    if problem is None:
+        configure_process_logging()
+    else:  # for the help only: logging at a bad SEARCHSMITH_LOG would warn of it before the help
+        quiet_third_party()
     spec = COMMANDS[command]
     parser = _Parser(prog=f"searchsmith {command}", description=spec.help)
     try:
@@ -516,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "warnings and debug logs (also: SEARCHSMITH_LOG=debug)")
         # intermixed: KEY=VALUE overrides may come after options (index C --out D a.b=1)
         args = parser.parse_intermixed_args(argv[1:])
+        if problem is not None:  # the parser printed no help (took the "-h" as a value): refused before any work
+            print(f"searchsmith {command}: error: {problem}", file=sys.stderr)
+            return 2
         problem = argument_problem(parser, args)
         if problem is not None:
             print(f"searchsmith {command}: error: {problem}", file=sys.stderr)

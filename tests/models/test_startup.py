@@ -103,3 +103,14 @@ def test_the_checks_do_not_import_torch() -> None:
     code = "import sys, searchsmith.models.startup as s; s.environment_problem(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"]
+
+
+# the CLI lets its parser print a command's help whatever the environment (tests/serving/test_main_help_env.py)
+@pytest.mark.parametrize(("args", "asks"), [
+    (["-h"], True), (["--help"], True), (["--hel"], True), (["x", "--out", "o", "-h"], True),
+    (["--h"], True), (["-hv"], True),  # argparse's abbreviation, and -h bundled with a short flag
+    ([], False), (["router"], False), (["--", "-h"], False), (["--hx"], False), (["--out=-h"], False),
+    (["-"], False), (["--"], False),
+])
+def test_may_ask_for_help(args: list[str], asks: bool) -> None:
+    assert startup.may_ask_for_help(args) is asks
