@@ -12,7 +12,10 @@ the flag and the fix.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -74,54 +77,62 @@ def test_an_empty_value_is_refused() -> None:
         resolve_data_dir(" ", "--data-dir")
 
 
-def test_decompose_data_reads_the_default_beside_the_repository(outside: Path, monkeypatch) -> None:
-    def load_real(name: str, data_dir: Any, *args: Any) -> list:
-        raise _Called(data_dir)
+@dataclass(frozen=True)
+class Helper:
+    """A helper's data flag, and the function it hands the resolved path to (replaced by a
+    stand-in raising :class:`_Called`)."""
 
-    monkeypatch.setattr(decompose_data, "load_real", load_real)
+    module: ModuleType
+    work: str  # the function of ``module`` given the path
+    argv: list[str]  # a command line leaving the flag at its default
+    flag: str
+    metavar: str
+    under: str  # the default's path under ../shared/data
+    given: Callable[[tuple, dict], Any]  # the path, out of the work's (args, kwargs)
+
+
+HELPERS = {
+    "decompose_data --data-dir": Helper(decompose_data, "load_real", ["--out", "o"], "--data-dir", "DIR", ".",
+                                        lambda a, kw: a[1]),
+    "images --coco-dir": Helper(images, "write_placement_file", ["write-eval", "e.jsonl", "--source", "coco"],
+                                "--coco-dir", "DIR", "coco_captions", lambda a, kw: kw["coco_dir"]),
+    "evaluate --claims": Helper(evaluate, "write_scifact_beir", ["scifact-beir", "b"], "--claims", "FILE",
+                                "scifact/claims_dev.jsonl", lambda a, kw: a[1]),
+    "evaluate --corpus": Helper(evaluate, "write_scifact_beir", ["scifact-beir", "b", "--claims", "c.jsonl"],
+                                "--corpus", "FILE", "scifact/corpus_subset.jsonl", lambda a, kw: a[2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HELPERS))
+def test_a_helper_reads_its_default_beside_the_repository(outside: Path, monkeypatch, name: str) -> None:
+    helper = HELPERS[name]
+
+    def work(*args: Any, **kwargs: Any) -> None:
+        raise _Called(helper.given(args, kwargs))
+
+    monkeypatch.setattr(helper.module, helper.work, work)
+    run = helper.module.main if helper.module is decompose_data else helper.module._main
     with pytest.raises(ConfigError) as err:
-        decompose_data.main(["--out", str(outside / "o")])
-    assert str(err.value) == f"--data-dir: {_nowhere(outside)} --data-dir DIR"
+        run(helper.argv)
+    assert str(err.value) == f"{helper.flag}: {_nowhere(outside)} {helper.flag} {helper.metavar}"
     beside = outside / "clone" / "shared" / "data"
     beside.mkdir(parents=True)
     with pytest.raises(_Called) as called:
-        decompose_data.main(["--out", str(outside / "o")])
-    assert called.value.args[0] == beside
+        run(helper.argv)
+    assert called.value.args[0] == beside / helper.under
     with pytest.raises(_Called) as called:
-        decompose_data.main(["--data-dir", "mine", "--out", str(outside / "o")])
-    assert called.value.args[0] == Path("mine")
+        run([*helper.argv, helper.flag, "mine"])
+    assert called.value.args[0] == Path("mine")  # given: as given, the current folder's
 
 
-def test_images_write_eval_reads_the_coco_default_beside_the_repository(outside: Path, monkeypatch) -> None:
-    def write_placement_file(out: Any, source: str, docs: int, **kw: Any) -> Path:
-        raise _Called(kw["coco_dir"])
+def test_images_synthetic_source_needs_no_data_folder(outside: Path, monkeypatch) -> None:
+    def write_placement_file(*args: Any, **kwargs: Any) -> None:
+        raise _Called(kwargs["coco_dir"])
 
     monkeypatch.setattr(images, "write_placement_file", write_placement_file)
-    with pytest.raises(_Called) as called:  # the synthetic source reads no folder: none needed
+    with pytest.raises(_Called) as called:
         images._main(["write-eval", str(outside / "e.jsonl")])
-    assert called.value.args[0] == f"{SHARED_DATA}/coco_captions"
-    with pytest.raises(ConfigError) as err:
-        images._main(["write-eval", str(outside / "e.jsonl"), "--source", "coco"])
-    assert str(err.value) == f"--coco-dir: {_nowhere(outside)} --coco-dir DIR"
-    (outside / "clone" / "shared" / "data").mkdir(parents=True)
-    with pytest.raises(_Called) as called:
-        images._main(["write-eval", str(outside / "e.jsonl"), "--source", "coco"])
-    assert called.value.args[0] == outside / "clone" / "shared" / "data" / "coco_captions"
-
-
-def test_scifact_beir_reads_the_default_beside_the_repository(outside: Path, monkeypatch) -> None:
-    def write_scifact_beir(out_dir: Any, claims: Any, corpus: Any, only: Any) -> Path:
-        raise _Called(claims, corpus)
-
-    monkeypatch.setattr(evaluate, "write_scifact_beir", write_scifact_beir)
-    with pytest.raises(ConfigError) as err:
-        evaluate._main(["scifact-beir", str(outside / "b")])
-    assert str(err.value) == f"--claims: {_nowhere(outside)} --claims FILE"
-    beside = outside / "clone" / "shared" / "data"
-    beside.mkdir(parents=True)
-    with pytest.raises(_Called) as called:
-        evaluate._main(["scifact-beir", str(outside / "b"), "--corpus", "mine.jsonl"])
-    assert called.value.args == (beside / "scifact/claims_dev.jsonl", Path("mine.jsonl"))
+    assert called.value.args[0] == f"{SHARED_DATA}/coco_captions"  # unread, so not looked for
 
 
 @pytest.mark.parametrize("module", [decompose_data, evaluate, images], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
