@@ -12,41 +12,23 @@ functions are replaced by a recorder of their config.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from quickstart_recorder import Stop, record_recipes
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving import quickstart as q
 from searchsmith.training import data as training_data
-from searchsmith.training import registry
 from searchsmith.training.data import SHARED_DATA, find_data_folder
 from shared_data_layout import data_folder
-
-
-class _Stop(Exception):
-    pass
 
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Every recipe records its config instead of training; the last step stops the run."""
-    seen: dict[str, Any] = {}
-
-    def record(cfg: Any, run_dir: Path, force: bool = False) -> dict:
-        seen[run_dir.name] = cfg
-        if run_dir.name == q.MODELS[-1].name:
-            raise _Stop
-        (run_dir / "model").mkdir(parents=True, exist_ok=True)
-        (run_dir / "metrics.json").write_text("{}")
-        return {}
-
-    registry.import_recipe_modules()
-    for name, entry in list(registry._RECIPES.items()):
-        monkeypatch.setitem(registry._RECIPES, name, dataclasses.replace(entry, fn=record))
-    return seen
+    return record_recipes(monkeypatch)
 
 
 @pytest.fixture
@@ -80,7 +62,7 @@ def test_the_folder_is_looked_for_here_then_beside_the_repository(outside: Path)
 def test_run_from_outside_the_repository_the_full_profile_reads_the_data_beside_it(
         outside: Path, recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     beside = data_folder(outside / "clone" / "shared" / "data").resolve()
-    with pytest.raises(_Stop):
+    with pytest.raises(Stop):
         q.run_quickstart(_args(outside / "work"))
     assert sorted(recorded) == sorted(m.name for m in q.MODELS)
     assert recorded["reranker"].data.scifact_claims == str(beside / "scifact/claims_dev.jsonl")
@@ -98,7 +80,7 @@ def test_run_from_outside_the_repository_the_full_profile_reads_the_data_beside_
 
 def test_a_fallback_to_synthetic_data_is_said_on_every_step_line(
         outside: Path, recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(_Stop):
+    with pytest.raises(Stop):
         q.run_quickstart(_args(outside / "work"))
     assert recorded["reranker"].data.sources == ["synthetic"]
     assert recorded["images"].data.sources == ["synthetic_images"]
@@ -113,7 +95,7 @@ def test_a_fallback_to_synthetic_data_is_said_on_every_step_line(
 def test_the_quick_profile_line_names_no_data_folder(outside: Path, recorded: dict[str, Any],
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     data_folder(outside / "clone" / "shared" / "data")
-    with pytest.raises(_Stop):
+    with pytest.raises(Stop):
         q.run_quickstart(_args(outside / "work", profile="quick"))
     assert recorded["reranker"].data.sources == ["synthetic"]
     assert f"train reranker (quick) -> {outside / 'work' / 'runs' / 'reranker'}\n" in capsys.readouterr().out

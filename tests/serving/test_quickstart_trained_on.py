@@ -11,46 +11,30 @@ the recipe functions are replaced by a recorder, and the quickstart stops before
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from quickstart_recorder import Stop, record_recipes
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving import quickstart as q
 from searchsmith.training import data as training_data
-from searchsmith.training import registry
 from searchsmith.training.data import SHARED_DATA
 from shared_data_layout import data_folder
 
 NAMES = [m.name for m in q.MODELS]
 
 
-class _Stop(Exception):
-    pass
-
-
 @pytest.fixture
 def trained(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Every recipe records its config (name -> config of the last training) and writes a
     finished run; the quickstart stops at the export."""
-    seen: dict[str, Any] = {}
-
-    def record(cfg: Any, run_dir: Path, force: bool = False) -> dict:
-        seen[run_dir.name] = cfg
-        (run_dir / "model").mkdir(parents=True, exist_ok=True)
-        (run_dir / "metrics.json").write_text("{}")
-        return {}
-
     def stop(*args: Any) -> None:
-        raise _Stop
+        raise Stop
 
-    registry.import_recipe_modules()
-    for name, entry in list(registry._RECIPES.items()):
-        monkeypatch.setitem(registry._RECIPES, name, dataclasses.replace(entry, fn=record))
     monkeypatch.setattr(q, "_export_reason", stop)
-    return seen
+    return record_recipes(monkeypatch, stop_at=None)
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +49,7 @@ def no_data_beside_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def _run(work: Path, capsys: pytest.CaptureFixture[str], shared: Path | str = SHARED_DATA,
          profile: str = "full") -> dict[str, str]:
     """One quickstart up to the export: each model's train line."""
-    with pytest.raises(_Stop):
+    with pytest.raises(Stop):
         q.run_quickstart(argparse.Namespace(workdir=str(work), profile=profile, shared_data=str(shared),
                                             export_workers=None))
     lines = [line for line in capsys.readouterr().out.splitlines() if " train " in line]
