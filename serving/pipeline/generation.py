@@ -1157,6 +1157,14 @@ class GenerationStage:
         other = [e for p in drawn for e in entity_names(p.title or "") if missing_entities([e], state.query)]
         return names if other else []
 
+    @staticmethod
+    def _join(state: PipelineState, found: Sequence[Passage]) -> list[Passage]:
+        """Add to the state's passages those of ``found`` it lacks (to be cited); returns them."""
+        known = {p.chunk_id for p in state.passages}
+        added = [p for p in dict((p.chunk_id, p) for p in found).values() if p.chunk_id not in known]
+        state.passages.extend(added)
+        return added
+
     def _not_found(self, state: PipelineState, note: str) -> None:
         state.answer, state.answer_found, state.used_passages = self.config.no_answer_text, False, []
         state.short_answer, state.support = "", []
@@ -1257,9 +1265,7 @@ class GenerationStage:
                 st.note += "; the best sentence's subject, its passage's title (generation.extractive.bridge)"
             if used:
                 # a bridge looked up by its name joins the passages, to be cited
-                known = {p.chunk_id for p in state.passages}
-                added = [p for h in used for p in h.passages if p.chunk_id not in known]
-                state.passages.extend(added)
+                added = self._join(state, [p for h in used for p in h.passages])
                 how = "found by searching for it" if any(not h.titled for h in used) else "looked up by title"
                 st.note += "; through " + ", ".join(repr(h.title) for h in used) + " (generation.extractive.bridge" + \
                     (f"; {len(added)} passage(s) {how})" if added else ")")
@@ -1269,9 +1275,7 @@ class GenerationStage:
             if related is not None:
                 # the sentences state none of the asked relation: a passage found by searching for it does
                 short, c, found = related
-                known = {p.chunk_id for p in state.passages}
-                added = [p for p in found if p.chunk_id not in known]
-                state.passages.extend(added)
+                added = self._join(state, found)
                 chosen, state.used_passages = [c.text], list(c.chunk_ids)
                 st.note += f"; the asked relation stated in a passage found by searching for it " \
                            f"(generation.extractive.relation_search; {len(added)} passage(s) added)"
