@@ -82,6 +82,18 @@ def named_title(sentence: str, titles: Sequence[str], question: str, own: Sequen
     return None if best is None else best[1]
 
 
+HEADLINE_WORDS = 2  # a title with this many lower-case content words states something
+
+
+def headline(title: str) -> bool:
+    """Whether ``title`` states something, as a news headline does ("Harbor & Finch names Tomasz
+    Wilk chief technology officer"), rather than naming a subject ("Bank of America", "Kestrel
+    2.0 released"): it has :data:`HEADLINE_WORDS` or more lower-case words that are not stop
+    words. A sentence naming a headline restates its story: the names in it may be what is asked."""
+    lower = [w for w in _WORDS.findall(base_title(title)) if w.islower() and w not in QUERY_STOP_WORDS]
+    return len(lower) >= HEADLINE_WORDS
+
+
 # an error code or ticket: letters, a dash, digits ("FRW-118", "KST-502")
 _CODE = re.compile(r"\b([A-Z][A-Z0-9]*)-(\d+)\b")
 
@@ -153,4 +165,4 @@ def states_kin_of(question: str, sentence: str) -> bool:
 
 
 __all__ = ["GENERIC_WORDS", "KIN_WORDS", "MAX_PHRASE_WORDS", "MIN_TITLE_CHARS", "asked_type", "base_title",
-           "named_title", "states_kin_of", "title_answers", "unanswered_words"]
+           "headline", "named_title", "states_kin_of", "title_answers", "unanswered_words"]

@@ -69,7 +69,8 @@ flew rose fell kept spent struck shot born
 # --------------------------------------------------------------------------- sentences
 # Two boundary rules are in use; both go through the one splitter below:
 # * "text" (serving: chunker, pipeline, server): a sentence ends at . ! ? (optionally followed
-#   by closing quotes or brackets) before whitespace, or at a blank line; not before a
+#   by closing quotes or brackets) before whitespace, at a blank line, or at a line break before
+#   a list item ("- ", "* ", "• ", "2) ": each item is a sentence); not before a
 #   lower-case word or "(" ("Lush Ltd. is", "Jr. (born 1900)"), nor after a title or a place's
 #   abbreviation ("St. Louis", "No. 1"). It does end at an initial's dot: "Michael J." "Fox
 #   ..." (not ending one there was measured and not adopted, see serving/profiling/RESULTS.md,
@@ -85,7 +86,7 @@ _ABBREVIATIONS = ("St", "Mt", "Ft", "Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen
 # ("World War I."), not after a dot ("the U.S. The ...")
 _NOT_AFTER = "".join(rf"(?<!(?<![\w.]){a}\.)" for a in _ABBREVIATIONS) + r"(?<!(?<![\w.])[A-HJ-Z]\.)"
 _SENTENCE_GAPS: dict[str, re.Pattern[str]] = {
-    "text": re.compile(rf"(?<=[.!?]){_NOT_AFTER}[\"')\]]*\s+(?![a-z(])|\n\s*\n"),
+    "text": re.compile(rf"(?<=[.!?]){_NOT_AFTER}[\"')\]]*\s+(?![a-z(])|\n\s*\n|\n(?=[^\S\n]*(?:[-*•]|\d{{1,2}}[.)])\s)"),
     "lines": re.compile(r"\n|(?<=[.!?])[^\S\n]+(?=[A-Z0-9\"'(])"),
 }
 
@@ -336,6 +337,34 @@ def missing_entities(entities: Sequence[str], passage: str) -> list[str]:
 
 
 
+SHORT_FORM = re.compile(r"[A-Z]{3,6}")  # "CTO", "NASA": capitals alone (two letters spell too much out)
+_SPELL_LINKS = frozenset("of and for the on in &".split())  # passed over: "Department of Energy" spells "DE"
+
+
+def spelled_out(short: str, text: str) -> bool:
+    """Whether ``text`` spells the short form ``short`` out: words whose initials are its
+    letters in order ("chief technology officer" for "CTO", any case), with "of", "and",
+    "for", "the", "on", "in" or "&" between them passed over ("National Aeronautics and
+    Space Administration" for "NASA"). No spelled-out word is a stop word
+    (:data:`QUERY_STOP_WORDS`)."""
+    letters = short.lower()
+    words = re.findall(r"[A-Za-z][\w'’-]*|&", text)
+    for i, first in enumerate(words):
+        if first[0].lower() != letters[0] or first.lower() in QUERY_STOP_WORDS:
+            continue
+        k, j = 1, i + 1
+        while k < len(letters) and j < len(words):
+            w = words[j].lower()
+            if w[0] == letters[k] and w not in QUERY_STOP_WORDS:
+                k += 1
+            elif w not in _SPELL_LINKS:
+                break
+            j += 1
+        if k == len(letters):
+            return True
+    return False
+
+
 # --------------------------------------------------------------------------- countries
 # Countries and the words that name them (nationality adjectives, short names), for "from the
 # same country?" / "of the same nationality?" (models.choice) and for names that only say
@@ -483,8 +512,9 @@ AnswerKind = Literal["DATE", "NUM", "ENT", "YESNO", "CHOICE", "OTHER"]
 MEASURE_WORDS = frozenset("""
 value port price cost fee fees temperature uptime percentage percent share number amount size
 length duration population height weight age distance speed limit rate capacity salary budget
-score timeout interval version
+score timeout interval version maximum minimum max min
 """.split())
+_BOUND_WORDS = frozenset("maximum minimum max min".split())  # a quantity: the noun after one names its dimension
 _TIME_WORDS = frozenset("year years date month day decade century birthday".split())
 HOW_MUCH_WORDS = frozenset("many much long old far big large tall high often fast heavy deep wide hot".split())
 _WH = re.compile(r"\b(who|whom|whose|when|where|which|what|how|why)\b", re.I)
@@ -813,6 +843,9 @@ def asked_measure(question: str) -> tuple[str, ...]:
     if kind is not None:
         return ()
     words = _measure_words(wh, after, head, question, m) if wh in ("how", "what", "which") else []
+    if set(words) & _BOUND_WORDS:  # "the maximum message size": the nouns after the bound say it
+        after_bound = re.search(rf"\b(?:{'|'.join(_BOUND_WORDS)})\s+((?:[A-Za-z]+\s+){{0,2}}[A-Za-z]+)", question, re.I)
+        words = [*words, *(w.lower() for w in after_bound.group(1).split())] if after_bound else words
     dims = tuple(dict.fromkeys(d for w in words for d in _MEASURED.get(w, ())))
     asked = {w.lower() for w in re.findall(r"[A-Za-z]+", question)} if words == ["much"] else set()
     if asked & _PAID:
@@ -1006,8 +1039,8 @@ _MONTH_NAMES = frozenset(_MONTHS.lower().split("|"))
 def asks_typed(question: str) -> bool:
     """Whether ``question`` asks for a type its short answer must show (``typed_span`` with
     ``typed``): a type a name shows by itself (:func:`asks_shown_type`) or a figure of a
-    dimension (:func:`asked_measure`)."""
-    return asks_shown_type(question) or bool(asked_measure(question))
+    dimension (:func:`asked_measure`) or a bound (:func:`asks_bound`)."""
+    return asks_shown_type(question) or bool(asked_measure(question)) or asks_bound(question)
 
 
 def asks_shown_type(question: str) -> bool:
@@ -1382,6 +1415,67 @@ def states_relation(relations: Sequence[frozenset[str]], sentence: str) -> bool:
     return all(any(holds_word(w, words, roots) for w in ws) for ws in relations)
 
 
+# A question asking for a bound ("the *maximum* snapshot interval", "the *fewest* brokers") is not
+# answered by the other end of a range a sentence gives ("Allowed values: 10 to 86400").
+# Only words that make the asked figure a bound: "the population of the *largest* city" asks for
+# no bound, "How many brokers can a cluster have *at most*?" does.
+_UPPER_WORDS = frozenset("maximum max".split())
+_LOWER_WORDS = frozenset("minimum min".split())
+_UPPER_PHRASE = re.compile(r"\bat\s+most\b|\bupper\s+(?:limit|bound)\b", re.I)
+_LOWER_PHRASE = re.compile(r"\bat\s+least\b|\blower\s+(?:limit|bound)\b", re.I)
+_RANGE_NEXT = re.compile(r"\s*(?:to|–|—|\s-)\s*[$£€]?\d")  # "10 to 86400": 10 is the low end
+_RANGE_PREV = re.compile(r"\d[\w.,%]*\s*(?:to|–|—|-\s)\s*[$£€]?$")  # "10 to 86400": 86400 is the high end
+_BETWEEN = re.compile(r"\bbetween\s+[$£€]?$", re.I)
+# a sentence stating a bound of that side ("Maximum message size: 8 MiB", "at most 64 shards")
+_STATES_BOUND = {
+    "upper": re.compile(r"\b(?:maximum|max|at\s+most|up\s+to|no\s+more\s+than|limits?|largest|biggest|highest|"
+                        r"longest|greatest|upper|cap(?:ped)?)\b", re.I),
+    "lower": re.compile(r"\b(?:minimum|min|at\s+least|no\s+less\s+than|no\s+fewer\s+than|smallest|lowest|"
+                        r"shortest|fewest|lower|needs?|requires?|required|requirements?)\b", re.I),
+}
+BOUND_NOUN_WORDS = 3  # a stated bound is of the asked thing when one of its words is this near after it
+
+
+def _bound_of_asked(sentence: str, bound: str, asked_after: set[str]) -> bool:
+    """Whether ``sentence`` states a bound of side ``bound`` (:data:`_STATES_BOUND`) of the
+    asked thing: one of ``asked_after`` (the folded words after the question's bound word) is
+    among the :data:`BOUND_NOUN_WORDS` words after it ("Maximum key size: 512 bytes" for "the
+    maximum key size", not "Maximum shards per cluster: 1,024" for "the maximum snapshot
+    interval"); any such statement when the question names nothing after its bound word
+    ("How many brokers can a cluster have at most?")."""
+    for m in _STATES_BOUND[bound].finditer(sentence):
+        after = re.findall(r"[a-z0-9]+", sentence[m.end():].lower())[:BOUND_NOUN_WORDS]
+        if not asked_after or asked_after & {fold(w) for w in after}:
+            return True
+    return False
+
+
+def asked_bound(question: str) -> str:
+    """``"upper"`` when ``question`` asks for a maximum ("What is the maximum snapshot interval?",
+    "... at most?"), ``"lower"`` for a minimum, ``""`` for neither (or both)."""
+    words = {w.strip(".") for w in re.findall(r"[\w.]+", question.lower())}  # "cache.max_size_gb" is no "max"
+    up = bool(words & _UPPER_WORDS or _UPPER_PHRASE.search(question))
+    low = bool(words & _LOWER_WORDS or _LOWER_PHRASE.search(question))
+    return "upper" if up and not low else "lower" if low and not up else ""
+
+
+def asks_bound(question: str) -> bool:
+    """Whether ``question`` asks for a figure that is a bound (:func:`asked_bound`, and its
+    answer kind is NUM): such a figure is of the asked type (``typed_span`` with ``typed``)."""
+    return bool(asked_bound(question)) and answer_kind(question) == "NUM"
+
+
+def range_end(sentence: str, s: int, e: int) -> str:
+    """``"lower"`` when the figure at ``sentence[s:e]`` opens a range ("10 to 86400", "between 10
+    and 20"), ``"upper"`` when it closes one, ``""`` otherwise."""
+    before = sentence[:s]
+    if _RANGE_NEXT.match(sentence, e) or (_BETWEEN.search(before) and re.match(r"\s+and\s+[$£€]?\d", sentence[e:])):
+        return "lower"
+    if _RANGE_PREV.search(before) or re.search(r"\bbetween\s+[$£€]?\d[\w.,%]*\s+and\s+[$£€]?$", before, re.I):
+        return "upper"
+    return ""
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
                typed: bool = False, *, stated: bool = True) -> str:
@@ -1456,6 +1550,15 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     country_asked = bool(_COUNTRY_HEADS & set(head))
     asks_death, asks_birth = "died" in cues, "born" in cues and "died" not in cues
     dims = asked_measure(question)
+    bound = asked_bound(question) if kind == "NUM" else ""
+    # the words after the question's bound word: what it is the bound of ("maximum *key size*")
+    bound_after = re.search(rf"\b(?:{'|'.join(_UPPER_WORDS | _LOWER_WORDS)}|at\s+most|at\s+least|upper\s+limit|"
+                            rf"upper\s+bound|lower\s+limit|lower\s+bound)\b((?:\W+[A-Za-z0-9_.]+){{0,3}})",
+                            question, re.I) if bound else None
+    asked_after = {fold(w) for w in re.findall(r"[a-z0-9]+", bound_after.group(1).lower())
+                   if w not in QUERY_STOP_WORDS} if bound_after else set()
+    if bound:
+        labels = labels[:1]  # "the maximum ...": a figure or nothing
     announce_asked = bool(_ANNOUNCE.search(question))
     month_asked = bool(_MONTH_HEADS & set(head))
     # the asked verb of a question asking for its doer, and the names it is done to (the question's
@@ -1513,6 +1616,13 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 if lab == "DATE" and not announce_asked and _ANNOUNCED_AT.search(sentence[max(0, s - 24):s]) \
                         and any(x == "DATE" and a > s for a, _, x in entities):
                     continue  # "announced in September 2022 that Kestrel 1.x reaches its end of life on 1 March 2023"
+                if bound and lab == "NUM" and range_end(sentence, s, e) != bound \
+                        and (range_end(sentence, s, e) or not _bound_of_asked(sentence, bound, asked_after)):
+                    continue  # a maximum is a range's high end or stated as one: not "10" of "10 to 86400",
+                    # nor a default ("Default: `300`") or an example's value ("interval_s: 300")
+                if bound and lab == "NUM" and _unit_pattern(dims) is not None \
+                        and _unit_pattern(tuple(_UNITS)).match(sentence, e) and not _unit_pattern(dims).match(sentence, e):
+                    continue  # a figure in another dimension's unit: not "512 bytes" for "the maximum snapshot interval"
                 if lab == "ENT" and head and not _ADDRESS_HEADS & set(head) and _ADDRESS.fullmatch(span):
                     continue  # "git.example.com/calloway/marlowe" is no company's name
                 if lab == "ENT" and re.sub(r"[^A-Za-z]", "", span) in initials:
@@ -1574,7 +1684,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                                                             or (demonyms_answer and demonym(span))))
                                          or (lab == "DATE" and (any(a <= s and e <= b for a, b in lived)
                                                                 or (month_asked and span.lower() in _MONTH_NAMES)))
-                                         or measured is not None)
+                                         or measured is not None or (bool(bound) and lab == "NUM"))
                 if typed and not fits:
                     continue
                 if measured is not None and measured != (s, e):
@@ -1621,6 +1731,7 @@ __all__ = [
     "LOCATED_SUFFIXES",
     "QUERY_STOP_WORDS",
     "RELATION_WORDS",
+    "SHORT_FORM",
     "AnswerKind",
     "SentenceRule",
     "answer_kind",
@@ -1628,6 +1739,8 @@ __all__ = [
     "asks_who",
     "asks_shown_type",
     "asks_typed",
+    "asked_bound",
+    "asks_bound",
     "asked_measure",
     "demonym",
     "entity_names",
@@ -1638,11 +1751,13 @@ __all__ = [
     "missing_entities",
     "normalize_answer",
     "pattern_entities",
+    "range_end",
     "plural_question",
     "sentence_texts",
     "setting_asked",
     "singular",
     "split_sentences",
+    "spelled_out",
     "states_life",
     "token_f1",
     "typed_span",

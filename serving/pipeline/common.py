@@ -43,7 +43,7 @@ def introduced(text: str, spans: Sequence[tuple[int, int]], i: int) -> str | Non
     """Sentence ``i`` of ``text`` (``spans``: :func:`split_sentences`) as an answer quotes it,
     whitespace collapsed: a sentence that ends with a colon introduces what follows it ("Set it
     in lumen.yaml:", then an indented block that the sentence rule splits off at the blank
-    line), and is quoted with it, colon after colon; None when nothing follows the colon in
+    line), and is quoted with it, colon after colon (a list after it whole, item after item); None when nothing follows the colon in
     ``text`` (quoted alone it promises what the answer does not give).
 
     An indented block is quoted as code, in backticks ("Set it in lumen.yaml: `eviction:
@@ -62,7 +62,11 @@ def introduced(text: str, spans: Sequence[tuple[int, int]], i: int) -> str | Non
                 parts.append(f"`{' '.join(code)}`")
                 code = []
             parts.append(last)
-        if not last.endswith(":") or j + 1 >= len(spans):
+        if j + 1 >= len(spans):
+            break
+        # past its colon, a list is quoted whole ("Options: - lru - lfu"), each item a sentence of its own too
+        listed = j > i and _BULLET.match(last) and _BULLET.match(text[spans[j + 1][0]:spans[j + 1][1]])
+        if not last.endswith(":") and not listed:
             break
         j += 1
     if code:
@@ -85,10 +89,12 @@ def quotable_sentences(text: str) -> list[tuple[str, str]]:
     for i, (a, b) in enumerate(spans):
         quoted = introduced(text, spans, i)
         if quoted is not None and not quoted.rstrip(" \"')]").endswith("?"):
-            out.append((" ".join(text[a:b].split()), quoted))
+            # a list item without its bullet ("- Maximum message size: 8 MiB")
+            out.append((_BULLET.sub("", " ".join(text[a:b].split())), _BULLET.sub("", quoted)))
     return out
 
 
+_BULLET = re.compile(r"^[-*•]\s+")
 _COMPOUND = re.compile(r"\w[./]\w")  # a dotted or slashed identifier: "scrape.interval_s"
 _PARTS = re.compile(r"[./]")
 _LETTER = re.compile(r"[a-z]")

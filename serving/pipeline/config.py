@@ -319,6 +319,11 @@ class ExtractiveConfig:
             on "Troubleshooting FRW-118: ...") leads the answer, after its passage's sentence
             naming the thing, when the best sentence is another (the news "Clients saw
             `FRW-118` errors ..." names the code too). Off: the best sentences, as ranked.
+        announced_steps: a sentence answering a question that asks how to do something, and
+            announcing the ways or steps that follow it ("There are two supported ways to
+            install Lumen."), is followed by up to this many of its passage's next sentences
+            ("With a container: `docker run ...`", "From a package: `pip install lumen-cache`",
+            ...): quoted alone it promises what the answer does not give. 0: alone.
         bridge_lookup: when no retrieved passage is a bridge, look the names of those
             sentences up in the index by title (``retrieval.titled_k`` chunks of the document
             titled with the name, in the routed sources): the passage about the director a
@@ -401,6 +406,7 @@ class ExtractiveConfig:
     bridge_own: bool = True
     bridge_how: bool = True
     how_own: bool = True
+    announced_steps: int = 4
     typed_sentences: int = 5
     measure_sentences: int = 20
     named_settings: bool = True
@@ -418,6 +424,9 @@ class ExtractiveConfig:
         if self.short_support not in ("holding", "selected"):
             raise ValueError(f"generation.extractive.short_support must be 'holding' or 'selected', "
                              f"got {self.short_support!r}")
+        if not is_int(self.announced_steps, 0):
+            raise ValueError(f"generation.extractive.announced_steps must be a whole number >= 0 (0: the "
+                             f"announcing sentence alone), got {self.announced_steps!r}")
         for key in ("bridge_sentences", "bridge_cued_sentences", "bridge_names", "bridge_search_k", "typed_sentences", "measure_sentences"):
             value = getattr(self, key)
             if not is_int(value, 1):

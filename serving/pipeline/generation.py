@@ -50,6 +50,7 @@ import numpy as np
 from searchsmith.models.bridge import (
     MIN_TITLE_CHARS,
     base_title,
+    headline,
     named_title,
     sibling_of_asked,
     states_kin_of,
@@ -62,10 +63,12 @@ from searchsmith.models.errors import ClientGone, ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import (
     HOW_MUCH_WORDS,
+    SHORT_FORM,
     SPAN_KINDS,
     answer_kind,
     asked_measure,
     asked_relation,
+    asks_bound,
     asks_typed,
     asks_who,
     entity_names,
@@ -78,6 +81,7 @@ from searchsmith.models.text import (
     other_version,
     relation_cues,
     setting_asked,
+    spelled_out,
     states_life,
     states_relation,
     typed_span,
@@ -192,6 +196,10 @@ def _states(words: set[str], text: str, folded: bool = False) -> bool:
     held = {w.lower() for w in re.findall(r"\w+", text)}
     return bool(words & ({fold(w) for w in held} if folded else held))
 
+
+# a sentence announcing the ways or steps that follow it ("There are two supported ways to install Lumen.")
+_ANNOUNCES = re.compile(r"\b(?:two|three|four|five|six|several|a\s+few|\d+)\s+(?:[\w-]+\s+){0,2}?"
+                        r"(?:ways|steps|options|methods|approaches)\b", re.I)
 
 # a sentence whose subject is a pronoun ("He was a recipient of ...")
 _PRONOUN_SUBJECT = re.compile(r"(?:He|She)\s")
@@ -523,8 +531,10 @@ class ExtractiveGenerator:
             left = unanswered_words(question, hop.link.text)
             sentences = [c for c in hop.ranked  # cued, or holding one of the words left (by their stems)
                          if c in cued or unanswered_words(" ".join(left), c.text) != left]
-        # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says
-        span, at = typed_span_at(question, [c.text for c in sentences], exclude=[hop.title], fallback=False)
+        # the kind asked for only: "$47" is no answer to "When ...?", whatever the bridge says; not
+        # the bridge's name, unless its title is a headline the link restates (its names may answer)
+        exclude = [] if hop.titled and headline(hop.title) else [hop.title]
+        span, at = typed_span_at(question, [c.text for c in sentences], exclude=exclude, fallback=False)
         return (span, [hop.link, sentences[at]]) if span else ("", [])
 
     def how_own(self, question: str, ranked: Sequence[Support]) -> list[Support]:
@@ -575,6 +585,32 @@ class ExtractiveGenerator:
         best = ranked[: self.config.typed_sentences]
         span, at = typed_span_at(question, [c.text for c in best], fallback=False)
         return (span, best[at], passages) if span else None
+
+    def announced(self, question: str, chosen: Sequence[str],
+                  passages: Sequence[Passage]) -> tuple[list[str], str] | None:
+        """For a question asking how to do something: ``chosen`` with, after the first of them
+        announcing ways or steps ("There are two supported ways to install Lumen."), up to
+        ``announced_steps`` of the next sentences of its passage ("With a container: `docker run
+        ...`", "From a package: `pip install lumen-cache`", ...), and that passage's chunk id;
+        None when no sentence announces any, for other questions, or with ``announced_steps`` 0."""
+        n = self.config.announced_steps
+        if not n or not how_to(question)[0]:
+            return None
+        for i, text in enumerate(chosen):
+            if not _ANNOUNCES.search(text):
+                continue
+            for p in passages:
+                quoted = [q for _, q in quotable_sentences(p.text)]
+                if text in quoted:
+                    k = quoted.index(text)
+                    after: list[str] = []
+                    for q in quoted[k + 1:]:
+                        if len(after) == n:
+                            break
+                        if not any(q in x for x in [*chosen, *after]):  # an indented block quoted with its line
+                            after.append(q)
+                    return ([*chosen[:i + 1], *after, *chosen[i + 1:]], p.chunk_id) if after else None
+        return None
 
     def unsaid(self, question: str, sentences: Sequence[str]) -> str:
         """What of ``question`` its chosen ``sentences`` do not say, when it asks for a date,
@@ -645,7 +681,7 @@ class ExtractiveGenerator:
                 best = [c for c in r[: self.config.typed_sentences] if names_asked_version(asked, c.text)]
                 span, k = typed_span_at(asked, [c.text for c in best])
                 held = [best[k]] if span else held
-            measure = bool(asked_measure(asked))
+            measure = bool(asked_measure(asked)) or asks_bound(asked)  # ("the maximum ...": a bound's figure)
             if (span or measure) and asks_typed(asked) and (
                     not span or typed_span(asked, read, typed=True) != span):
                 # not a country for "... in what country?" ("Andre Geim"), nor a county for "Which
@@ -1118,10 +1154,19 @@ class GenerationStage:
     @staticmethod
     def mentioned(name: str, text: str) -> bool:
         """Whether ``text`` mentions ``name``: as it is, or, for a name with initials, its other
-        words ("Alex P. Keaton": "Alex Keaton")."""
+        words ("Alex P. Keaton": "Alex Keaton"). A short form is mentioned spelled out too
+        ("CTO": "chief technology officer", :func:`~searchsmith.models.text.spelled_out`), and
+        a short form's "of" name by each of its parts ("CTO of Harbor & Finch": "Harbor & Finch
+        appointed ... as chief technology officer")."""
         words = [w for w in name.split() if not re.fullmatch(r"[A-Z]\.", w)]
-        return not missing_entities([name], text) or (
-            0 < len(words) < len(name.split()) and not missing_entities(words, text))
+        if not missing_entities([name], text) or (
+                0 < len(words) < len(name.split()) and not missing_entities(words, text)):
+            return True
+        parts = re.split(r"\s+of\s+(?:the\s+)?", name, maxsplit=1)
+        if not SHORT_FORM.fullmatch(parts[0]):
+            return False
+        return spelled_out(parts[0], text) and (len(parts) == 1 or GenerationStage.mentioned(parts[1], text)) \
+            or (len(parts) == 2 and not missing_entities(parts, text))
 
     @classmethod
     def missing_names(cls, state: PipelineState) -> list[str]:
@@ -1152,7 +1197,9 @@ class GenerationStage:
         text = "\n".join(f"{p.title or ''}\n{p.text}" for p in drawn)
         # each of a name's words will do, anywhere: a bridge's passage names its subject loosely
         # ("He was the father of Sigmund, Arne, Henrik and Atle Selberg" for "Henrik Selberg")
-        if any(not missing_entities([w for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)], text) for n in names):
+        # (a short form spelled out: "chief technology officer" for "CTO")
+        if any(all(not missing_entities([w], text) or (SHORT_FORM.fullmatch(w) and spelled_out(w, text))
+                   for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)) for n in names):
             return []
         other = [e for p in drawn for e in entity_names(p.title or "") if missing_entities([e], state.query)]
         return names if other else []
@@ -1295,3 +1342,9 @@ class GenerationStage:
                                        f"best hold none, and they do not say {unsaid} "
                                        f"(generation.extractive.no_span_no_answer; best support {best:.4f})")
                 return
+            if not short and (ways := self.extractive.announced(state.question(), chosen, state.passages)):
+                chosen, from_id = ways
+                state.answer = " ".join(chosen)
+                state.used_passages += [from_id] if from_id not in state.used_passages else []
+                st.note += f"; the ways its sentence announces, from its passage " \
+                           f"(generation.extractive.announced_steps {self.extractive.config.announced_steps})"
