@@ -46,9 +46,19 @@ class ContextStage:
     reads = ("query", "history")
     writes = ("rewrite",)
 
-    def __init__(self, rewriter: Rewriter | None = None, uses_model: bool = False) -> None:
+    def __init__(self, rewriter: Rewriter | None = None, uses_model: bool = False,
+                 no_answer_text: str | None = None) -> None:
         self.rewriter = rewriter or HeuristicRewriter()
         self.uses_model = uses_model
+        # an earlier answer that was this text says nothing of the topic: its words ("No answer
+        # found in the sources.") are no context for the follow-up (the question before it is)
+        self.no_answer_text = " ".join(no_answer_text.split()) if no_answer_text else None
+
+    def said_something(self, history: Sequence[Turn]) -> list[Turn]:
+        """``history`` without the assistant turns that gave the no-answer text."""
+        if not self.no_answer_text:
+            return list(history)
+        return [t for t in history if not (t.role == "assistant" and " ".join(t.content.split()) == self.no_answer_text)]
 
     def run(self, state: PipelineState, preset: Preset) -> None:
         with state.trace.stage(self.name) as st:
@@ -59,8 +69,11 @@ class ContextStage:
             if not state.history:
                 state.rewrite = state.query
                 return
+            history = self.said_something(state.history)
+            if len(history) < len(state.history):
+                st.note = f"{len(state.history) - len(history)} no-answer turn(s) of the history left out of the rewrite"
             try:
-                got, _, meta = counted_call(self.rewriter.rewrite, state.history, state.query, words=lambda: 0)
+                got, _, meta = counted_call(self.rewriter.rewrite, history, state.query, words=lambda: 0)
                 state.rewrite = got or state.query
             except Exception as exc:  # noqa: BLE001 - a failed rewrite must not fail the answer
                 log.warning("context: rewrite failed (%s); using the query as it is", exc)
@@ -69,5 +82,5 @@ class ContextStage:
                 state.trace.note(f"context: {st.note}")
                 return
             if self.uses_model:
-                words_in = sum(estimate_tokens(t.content) for t in state.history) + estimate_tokens(state.query)
+                words_in = sum(estimate_tokens(t.content) for t in history) + estimate_tokens(state.query)
                 state.trace.count(self.name, 1, *model_tokens(meta, words_in, estimate_tokens(state.rewrite)))

@@ -138,7 +138,8 @@ class Pipeline:
 
         self.rewrite_note = self.gates["rewrite"].reason if "rewrite" in self.gates else None
         self.decompose_note = self.gates["decompose"].reason if "decompose" in self.gates else None
-        self.context = ContextStage(BundleRewriter(dec) if use("rewrite") else None, uses_model=use("rewrite"))
+        self.context = ContextStage(BundleRewriter(dec) if use("rewrite") else None, uses_model=use("rewrite"),
+                                    no_answer_text=cfg.generation.no_answer_text)
         self.routing = RoutingStage(self.router, list(index.sources), enabled=cfg.routing.enabled)
         built: dict[str, Any] = {
             "context": self.context,
