@@ -577,6 +577,10 @@ _EDGE = "`'\"’‘“”.,:;!?()[]{}"
 _ASKS_PLACE = re.compile(r"^\W*where\b|[,;]\s*where\b|\bplace of\b|\bbirthplace\b|\bhometown\b|\b(?:what|which)\s+(?:city|town|village|country|"
                          r"state|county|province|region|location|place)\b", re.I)
 _WHERE = re.compile(r"^\W*where\b", re.I)
+# "In which city is Brightline Systems based?" asks where, as "Where ...?" does: a place's name
+# shows no type, and a city asked with a verb of being somewhere is a place after in / at
+_CITY_WHERE = re.compile(r"^\W*(?:(?:in|at|from|near)\s+)?(?:which|what)\s+(?:city|town|village|location|place)\b"
+                         r".*\b(?:based|located|headquartered|born|situated|lives?|lived)\b", re.I)
 _CALENDAR_WORDS = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "monday tuesday wednesday thursday friday saturday sunday".split())
 _ACRONYM = re.compile(r"[A-Z][A-Z&.]{1,7}")
@@ -1531,7 +1535,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                    [w.lower() for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)])
                   for n in entity_names(question) if re.search(r"(?:^|\s)[A-Z]\.\s", n)]
     # a person is asked for: no number answers "Who ...?"; nor a place "Where ...?"
-    where = stated and bool(_WHERE.match(question)) and not _WHERE_CODE.search(question)
+    where = stated and bool(_WHERE.match(question) or _CITY_WHERE.match(question)) and not _WHERE_CODE.search(question)
     labels = labels if fallback and not (kind == "ENT" and (asks_who(question) or where)) else labels[:1]
     known = _question_words(question)
     # the initials of the question's names, or of their first words ("PES" of "Pro Evolution

@@ -901,6 +901,16 @@ def test_a_where_question_is_answered_by_a_place() -> None:
     # "in a Series C round" is no place
     assert typed_span("Where was the round announced?",
                       ["Brightline Systems raised $40 million in a Series C round, announced in 2022."]) == ""
+    # "In which city is X based?" asks where too (the audit set, before: "Lumen 1.0"), and a place
+    # describing a known name answers it; "Which city is the capital of ...?" keeps its old rule
+    acquired = ("Harbor & Finch announced that it has acquired Brightline Systems, the Austin company behind "
+                "Lumen, for $310 million.")
+    released = "Brightline Systems released Lumen 1.0 on 2019-11-05."
+    for q in ["In which city is Brightline Systems based?", "Which city is Brightline Systems based in?"]:
+        assert typed_span(q, [released]) == "", q
+        assert typed_span(q, [released, acquired]) == "Austin", q
+    assert typed_span("In which city was Ada Lovelace born?", ["Ada Lovelace was born in London in 1815."]) == "London"
+    assert typed_span("Which city hosts the Lumen team?", ["Brightline Systems hosts the Lumen team in Austin."]) == "Austin"
     # a bridge's name is read where no place is (``stated`` off)
     assert typed_span("Where was the director of When in Rome born?",
                       ["When in Rome is a film directed by Mark Steven Johnson."], stated=False) == "Mark Steven Johnson"
