@@ -16,6 +16,8 @@ A bundle is a folder::
                          text.onnx + vision.onnx
     tokenizer/           the tokenizer files
     torch/               (only with --torch-weights) the original HF/torch model, for backend="torch"
+    .searchsmith-written.json   the sha256 of every file the export wrote, manifest.json included:
+                         what the next export into the folder may replace (nothing else)
 
 How a graph is made: ``torch.onnx.export(..., dynamo=True)`` (the default exporter of
 torch 2.9+: ``torch.export`` traces the module and onnxscript translates it) with dynamic
@@ -38,6 +40,7 @@ recorded in the manifest. A training run is read as an export source by
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import inspect
 import logging
@@ -46,7 +49,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,8 @@ from searchsmith.models.config import is_int
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
+    WRITTEN_RECORD,
+    WrittenFiles,
     being_written,
     check_replaceable,
     files_matching,
@@ -325,50 +330,81 @@ def graph_signature(path: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- one bundle
 
 
+# what --torch-weights leaves out of a run's model/ (matched against each name, at every depth)
+_TORCH_SKIPPED = ("onnx", "openvino", "*.onnx", ".*", "README.md")
+
+
+def torch_files(model_dir: Path) -> list[str]:
+    """The files ``--torch-weights`` copies of ``model_dir`` into ``torch/`` (paths in it, ``/``)."""
+    files = (p.relative_to(model_dir) for p in model_dir.rglob("*") if p.is_file())
+    return sorted(f.as_posix() for f in files
+                  if not any(fnmatch.fnmatch(part, pat) for part in f.parts for pat in _TORCH_SKIPPED))
+
+
 def _copy_torch(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("onnx", "openvino", "*.onnx", ".*", "README.md"))
+    for rel in torch_files(src):
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, dst / rel)
 
 
-# The graphs an export writes (the keys of models/onnx_graphs.py's *_graphs; a test checks), and
-# the files of a saved tokenizer or model folder (tokenizer/; torch/ is a copy of the run's
-# model/, a sub-model's folder one level down): by their path in the bundle folder, what tells a
-# bundle whose manifest.json is unreadable. Other names (notes.txt, a README) stay the user's.
+# The graphs an export writes (the keys of models/onnx_graphs.py's *_graphs; a test checks): with
+# manifest.json and parity_report.json, the names of a bundle's own files at its top level.
 BUNDLE_GRAPHS = ("model", "tagger", "scorer", "encoder", "decoder", "text", "vision")
-_MODEL_FILE = r"[^/]+\.(json|safetensors|bin|pt|model|spm)|vocab\.txt|merges\.txt|chat_template\.jinja"
-_BUNDLE_LAYOUT = re.compile(rf"{re.escape(MANIFEST)}|parity_report\.json|({'|'.join(BUNDLE_GRAPHS)})\.onnx"
-                            rf"|{TOKENIZER_DIR}/({_MODEL_FILE})|{TORCH_DIR}/([^/]+/)?({_MODEL_FILE})")
+_BUNDLE_TOP = (MANIFEST, "parity_report.json", *(f"{g}.onnx" for g in BUNDLE_GRAPHS))
 
 
-def bundle_layout_files(folder: Path) -> set[str] | None:
+def bundle_layout_files(folder: Path, writes: Iterable[str] = ()) -> set[str] | None:
     """The files of ``folder`` that an export writes, when the folder is a bundle by its layout
-    alone (its manifest.json corrupt or missing): it holds a graph (``model.onnx``, ...) and a
-    ``tokenizer/`` file or ``parity_report.json``. None when it is not; files of other names in
-    it are left out of the set, so that :func:`~searchsmith.models.io.check_replaceable` refuses
-    to replace them (as :func:`searchsmith.serving.index.index_layout_files` does for an index)."""
-    ours = files_matching(folder, _BUNDLE_LAYOUT)
+    alone (an older export's, without :data:`WRITTEN_RECORD`, whose manifest.json is corrupt or
+    missing): it holds a graph (``model.onnx``, ...) and a ``tokenizer/`` file or
+    ``parity_report.json``. ``writes``: the ``tokenizer/`` and ``torch/`` files this export
+    writes (what its tokenizer's save wrote, :func:`torch_files`), by exact path; the names
+    that vary by tokenizer and model are never guessed by pattern. None when it is not a bundle;
+    files of other names in it are left out of the set, so that
+    :func:`~searchsmith.models.io.check_replaceable` refuses to replace them (as
+    :func:`searchsmith.serving.index.index_layout_files` does for an index)."""
+    names = sorted({*_BUNDLE_TOP, *writes})
+    ours = files_matching(folder, re.compile("|".join(re.escape(n) for n in names)))
     graph = any(f.endswith(".onnx") for f in ours)
     if graph and ("parity_report.json" in ours or any(f.startswith(f"{TOKENIZER_DIR}/") for f in ours)):
         return {str(Path(f)) for f in ours}
     return None
 
 
-def check_bundle_out(out: str | Path) -> None:
+def written_files(folder: Path) -> WrittenFiles | None:
+    """The record an export keeps in its bundle (:data:`WRITTEN_RECORD`: the sha256 of every
+    file it wrote, manifest.json included); None when the bundle has none (an export older than
+    the record) or it is unreadable."""
+    record = WrittenFiles.read(folder / WRITTEN_RECORD)
+    return record if record.hashes else None
+
+
+def check_bundle_out(out: str | Path, writes: Iterable[str] = ()) -> None:
     """Refuse an export ``--out`` that is a file, a folder searchsmith did not write, or a bundle
     beside files of someone else's; an existing bundle alone is replaced (that is what
     exporting again means), also one whose manifest.json is corrupt or missing when the folder
-    holds nothing but files an export writes (:func:`bundle_layout_files`): else no export could
-    mend it in place, and loading it says to re-export.
+    holds nothing but files an export writes: else no export could mend it in place, and loading
+    it says to re-export.
+
+    A bundle's own files are exactly those its export wrote: the ones its
+    :data:`WRITTEN_RECORD` names; in an older bundle without one, those its manifest lists, or
+    (its manifest unreadable) :func:`bundle_layout_files` with ``writes``, the ``tokenizer/``
+    and ``torch/`` files this export writes. Anything else (a user's ``tokenizer/notes.json``)
+    is refused, named.
 
     Raises:
         ValidationError: naming what is there and the fix; nothing is touched.
     """
     def listed(folder: Path) -> set[str] | None:
+        record = written_files(folder)
+        if record is not None:
+            return {str(Path(rel)) for rel in record.hashes or {}} | {WRITTEN_RECORD}
         try:
             manifest = read_manifest(folder)
         except BundleError:
             # a manifest.json that cannot be read leaves the bundle's files as its only mark: the
             # folder is ours when they are (a file of another name in it is refused all the same)
-            return bundle_layout_files(folder)
+            return bundle_layout_files(folder, writes)
         return {str(Path(rel)) for rel in manifest.get("files") or {}} | {MANIFEST}
 
     check_replaceable(out, label="export --out", kind="bundle", listed=listed, replace=True, replace_hint="")
@@ -399,14 +435,21 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
         check_fp32_blocks(opts.int8_fp32_blocks, src.model_dir)
     # read (and check) the held-out inputs before any work: a bad --parity-data file fails here
     inputs = parity_inputs(src.task, opts.thresholds.heldout_texts, scheme.calibration_inputs, opts.parity_data)
-    check_bundle_out(out)  # before any work: never replace what searchsmith did not write
-    tmp = temp_dir_beside(out)
+    tokenizer = load_run_tokenizer(src.tokenizer_dir, src.model_dir, what=f"export {src.task}")
     # the graphs are traced here; a killed export's folder is removed by the next one
     remove_dead_temps(Path(tempfile.gettempdir()), f"{EXPORT_WORK_PREFIX}*", marker=EXPORT_WORK_PREFIX)
     work = Path(tempfile.mkdtemp(prefix=f"{EXPORT_WORK_PREFIX}{os.getpid()}-"))
+    tmp: Path | None = None
     try:
-        tokenizer = load_run_tokenizer(src.tokenizer_dir, src.model_dir, what=f"export {src.task}")
-        tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
+        # the tokenizer's files are whatever its save writes: saved first, so that the check of
+        # --out knows them by name (an older bundle without a record of its files)
+        tokenizer.save_pretrained(str(work / TOKENIZER_DIR))
+        writes = {f"{TOKENIZER_DIR}/{p.relative_to(work / TOKENIZER_DIR).as_posix()}"
+                  for p in (work / TOKENIZER_DIR).rglob("*") if p.is_file()}
+        writes |= {f"{TORCH_DIR}/{rel}" for rel in torch_files(src.model_dir)}
+        check_bundle_out(out, writes)  # before any work: never replace what searchsmith did not write
+        tmp = temp_dir_beside(out)
+        shutil.copytree(work / TOKENIZER_DIR, tmp / TOKENIZER_DIR)
         manifest: dict[str, Any] = {
             "format_version": FORMAT_VERSION, "searchsmith_version": __version__, "task": src.task,
             "base_model": src.base_model, "opset": opts.opset, "dtype": opts.dtype,
@@ -507,7 +550,10 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
         manifest["files"] = {str(p.relative_to(tmp)): sha256_file(p)
                              for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST}
         write_json_atomic(tmp / MANIFEST, manifest)
-        check_bundle_out(out)  # something may have appeared there meanwhile
+        # what this export wrote, manifest.json included: the exact files the next export may
+        # replace (check_bundle_out), and what tells a manifest edited since from this one
+        WrittenFiles(tmp / WRITTEN_RECORD, {**manifest["files"], MANIFEST: sha256_file(tmp / MANIFEST)}).save()
+        check_bundle_out(out, writes)  # something may have appeared there meanwhile
         if before_swap is not None:
             before_swap()
         replace_dir(tmp, Path(out))
@@ -515,7 +561,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
         return manifest
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -667,4 +713,4 @@ __all__ = ["BUNDLE_GRAPHS", "ExportOptions", "ModelSource", "ParityThresholds", 
            "calibration_feeds", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_files_state",
-           "run_source"]
+           "run_source", "torch_files", "written_files"]

@@ -11,7 +11,7 @@ import pytest
 from export_fixtures import LABELS, bundle, decompose_run, rerank_run
 from searchsmith.models.errors import BundleError, ConfigError
 from searchsmith.models.export import ExportOptions, ParityThresholds, export_run, kendall_tau
-from searchsmith.models.io import sha256_file
+from searchsmith.models.io import WRITTEN_RECORD, sha256_file
 
 
 def _manifest(path):
@@ -59,8 +59,12 @@ def test_embedder_fp16_passes_parity() -> None:
 def test_manifest_lists_every_file_with_its_sha256() -> None:
     path = bundle("rerank")
     m = _manifest(path)
-    files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != "manifest.json")
+    files = sorted(str(p.relative_to(path)) for p in path.rglob("*")
+                   if p.is_file() and p.name not in ("manifest.json", WRITTEN_RECORD))
     assert sorted(m["files"]) == files
+    # the record of what the export wrote: the same files and the manifest itself
+    record = json.loads((path / WRITTEN_RECORD).read_text())
+    assert record == {**m["files"], "manifest.json": sha256_file(path / "manifest.json")}
     assert "model.onnx" in files and "parity_report.json" in files and "tokenizer/tokenizer.json" in files
     for rel, digest in m["files"].items():
         assert sha256_file(path / rel) == digest
@@ -434,7 +438,7 @@ def test_a_bundle_whose_manifest_is_corrupt_or_missing_is_exported_again(tmp_pat
     refused it as 'not a searchsmith bundle' (so did the quickstart's re-export): a folder of only
     the files an export writes is replaced, manifest or none; a file of another name is refused."""
     from searchsmith.models.errors import ValidationError
-    from searchsmith.models.export import bundle_layout_files, check_bundle_out
+    from searchsmith.models.export import bundle_layout_files, check_bundle_out, torch_files
 
     run = rerank_run()
     out = tmp_path / "b"
@@ -442,12 +446,15 @@ def test_a_bundle_whose_manifest_is_corrupt_or_missing_is_exported_again(tmp_pat
     (out / "manifest.json").write_text("{bad")
     export_run(run, out, ExportOptions(heldout_limit=0))
     assert _manifest(out)["task"] == "rerank" and not list(tmp_path.glob(".b.tmp-*"))
-    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert bundle_layout_files(out) == written  # every file an export writes is known by its name
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != WRITTEN_RECORD}
+    tokenizer_files = {f for f in written if f.startswith("tokenizer/")}
+    # every file an export writes is known by its name (an older bundle: no record of its files)
+    assert bundle_layout_files(out, tokenizer_files) == written
 
+    (out / WRITTEN_RECORD).unlink()
     (out / "manifest.json").unlink()
     shutil.copytree(run / "model", out / "torch")  # --torch-weights' copy of the run's model/
-    check_bundle_out(out)
+    check_bundle_out(out, tokenizer_files | {f"torch/{f}" for f in torch_files(run / "model")})
     (out / "manifest.json").write_text("{bad")
     (out / "notes.txt").write_text("keep")
     (out / "torch" / "README.txt").write_text("keep")
@@ -463,6 +470,40 @@ def test_a_bundle_whose_manifest_is_corrupt_or_missing_is_exported_again(tmp_pat
     assert bundle_layout_files(mine) is None
     with pytest.raises(ValidationError, match="is a folder that is not a searchsmith bundle"):
         check_bundle_out(mine)
+
+
+def test_a_bundles_own_files_are_exactly_those_its_export_wrote(tmp_path) -> None:
+    """Any *.json (.safetensors, .bin, ...) in a bundle's tokenizer/ or torch/ counted as the
+    export's own where the manifest could not be read, so a user's JSON put there was deleted by
+    the next export: the export's own files are those it wrote (its record; in an older bundle
+    without one, what its tokenizer's save writes and what --torch-weights copies), and anything
+    else is refused, named, and left where it was."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.export import torch_files
+
+    run = rerank_run()
+    out = tmp_path / "b"
+    export_run(run, out, ExportOptions(heldout_limit=0, torch_weights=True))
+    torch_copy = {str(p.relative_to(out)) for p in (out / "torch").rglob("*") if p.is_file()}
+    assert torch_copy == {f"torch/{f}" for f in torch_files(run / "model")}  # what the export copies
+    assert "torch/model.safetensors" in torch_copy and "torch/config.json" in torch_copy
+    assert set(json.loads((out / WRITTEN_RECORD).read_text())) >= torch_copy | {"tokenizer/tokenizer.json"}
+    (out / "manifest.json").unlink()  # its list of files gone: the record still knows them
+    for mine in ("tokenizer/my_vocab_notes.json", "torch/my_eval.json"):
+        (out / mine).write_text('{"keep": true}')
+    with pytest.raises(ValidationError, match=r"holds 2 file\(s\) the bundle did not write "
+                                              r"\(tokenizer/my_vocab_notes.json, torch/my_eval.json\)"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    (out / WRITTEN_RECORD).unlink()  # an older bundle, no record: its files by exact name
+    with pytest.raises(ValidationError, match=r"holds 2 file\(s\) the bundle did not write "
+                                              r"\(tokenizer/my_vocab_notes.json, torch/my_eval.json\)"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    assert (out / "tokenizer" / "my_vocab_notes.json").read_text() == '{"keep": true}'
+    assert (out / "torch" / "my_eval.json").read_text() == '{"keep": true}' and not (out / "manifest.json").exists()
+    (out / "tokenizer" / "my_vocab_notes.json").unlink()
+    (out / "torch" / "my_eval.json").unlink()
+    export_run(run, out, ExportOptions(heldout_limit=0))  # the export's own files alone: replaced
+    assert _manifest(out)["task"] == "rerank" and not (out / "torch").exists()
 
 
 def test_bundle_graphs_are_the_graphs_an_export_traces() -> None:
