@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 from searchsmith.models import __version__
 from searchsmith.models.config import is_int
-from searchsmith.models.errors import BundleError, ConfigError
+from searchsmith.models.errors import BundleError, ConfigError, ValidationError
 from searchsmith.models.int8_cpu import int8_cpu_report, int8_isa
 from searchsmith.models.io import (
     WRITTEN_RECORD,
@@ -144,6 +144,9 @@ class ExportOptions:
             scores the bundle on the run's held-out split (``searchsmith export`` and the
             quickstart pass :func:`searchsmith.training.evaluate.heldout_figures`: evaluation
             belongs to the training layer). None = record the run's own (torch) figures.
+        force: replace a bundle whose manifest.json was edited since its export wrote it (the
+            edit is lost; :func:`edited_manifest`). Files the export did not write are refused
+            all the same: ``force`` never deletes them.
     """
 
     dtype: Dtype = "fp32"
@@ -161,6 +164,7 @@ class ExportOptions:
     parity_data: str | None = None
     heldout_limit: int | None = None
     heldout_scorer: HeldoutScorer | None = None
+    force: bool = False
 
     def __post_init__(self) -> None:
         if self.int8_fuse_attention is not None and not isinstance(self.int8_fuse_attention, bool):
@@ -379,12 +383,41 @@ def written_files(folder: Path) -> WrittenFiles | None:
     return record if record.hashes else None
 
 
-def check_bundle_out(out: str | Path, writes: Iterable[str] = ()) -> None:
-    """Refuse an export ``--out`` that is a file, a folder searchsmith did not write, or a bundle
-    beside files of someone else's; an existing bundle alone is replaced (that is what
-    exporting again means), also one whose manifest.json is corrupt or missing when the folder
-    holds nothing but files an export writes: else no export could mend it in place, and loading
-    it says to re-export.
+def edited_manifest(folder: Path) -> Path | None:
+    """``folder``'s manifest.json when it changed since the export wrote it (thresholds or gates
+    tuned by hand, or damaged: its sha256 is not the one in the bundle's :data:`WRITTEN_RECORD`);
+    None when it is as written, absent, or the bundle has no record (an export older than the
+    record: its manifest counts as the export's own, as it did before)."""
+    record = written_files(folder)
+    if record is None or record.state(folder / MANIFEST) != "edited":
+        return None
+    return folder / MANIFEST
+
+
+def check_manifest_unedited(out: str | Path) -> None:
+    """Refuse an export ``--out`` whose manifest.json was edited since the export wrote it
+    (:func:`edited_manifest`), before any work; ``--force`` skips this check.
+
+    Raises:
+        ValidationError: naming the file, that it was edited, and the fix; nothing is touched.
+    """
+    out = Path(out)
+    edited = edited_manifest(out) if out.is_dir() and not out.is_symlink() else None
+    if edited is not None:
+        raise ValidationError(
+            f"export --out {out}: {edited} was edited since the export wrote it (its sha256 is not the one the "
+            f"export recorded in {WRITTEN_RECORD}); exporting again would replace it and lose the edit, so nothing "
+            "was exported. Add --force to replace it (copy what you changed first), or give another --out")
+
+
+def check_bundle_out(out: str | Path, writes: Iterable[str] = (), force: bool = False) -> None:
+    """Refuse an export ``--out`` that is a file, a folder searchsmith did not write, a bundle
+    beside files of someone else's, or (without ``force``) a bundle whose manifest.json was
+    edited since its export wrote it (:func:`check_manifest_unedited`); an existing bundle alone
+    is replaced (that is what exporting again means), also one whose manifest.json is corrupt or
+    missing when the folder holds nothing but files an export writes: else no export could mend
+    it in place, and loading it says to re-export (a corrupt one that the bundle's record shows
+    changed counts as edited: it may be a hand edit gone wrong).
 
     A bundle's own files are exactly those its export wrote: the ones its
     :data:`WRITTEN_RECORD` names; in an older bundle without one, those its manifest lists, or
@@ -408,6 +441,8 @@ def check_bundle_out(out: str | Path, writes: Iterable[str] = ()) -> None:
         return {str(Path(rel)) for rel in manifest.get("files") or {}} | {MANIFEST}
 
     check_replaceable(out, label="export --out", kind="bundle", listed=listed, replace=True, replace_hint="")
+    if not force:
+        check_manifest_unedited(out)
 
 
 def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
@@ -447,7 +482,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
         writes = {f"{TOKENIZER_DIR}/{p.relative_to(work / TOKENIZER_DIR).as_posix()}"
                   for p in (work / TOKENIZER_DIR).rglob("*") if p.is_file()}
         writes |= {f"{TORCH_DIR}/{rel}" for rel in torch_files(src.model_dir)}
-        check_bundle_out(out, writes)  # before any work: never replace what searchsmith did not write
+        check_bundle_out(out, writes, opts.force)  # before any work: never replace what searchsmith did not write
         tmp = temp_dir_beside(out)
         shutil.copytree(work / TOKENIZER_DIR, tmp / TOKENIZER_DIR)
         manifest: dict[str, Any] = {
@@ -553,7 +588,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
         # what this export wrote, manifest.json included: the exact files the next export may
         # replace (check_bundle_out), and what tells a manifest edited since from this one
         WrittenFiles(tmp / WRITTEN_RECORD, {**manifest["files"], MANIFEST: sha256_file(tmp / MANIFEST)}).save()
-        check_bundle_out(out, writes)  # something may have appeared there meanwhile
+        check_bundle_out(out, writes, opts.force)  # something may have appeared there meanwhile
         if before_swap is not None:
             before_swap()
         replace_dir(tmp, Path(out))
@@ -709,8 +744,8 @@ def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions
 
 
 __all__ = ["BUNDLE_GRAPHS", "ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "bundle_layout_files", "convert_graph",
-           "embedder_source", "flat_numbers", "heldout_metrics",
-           "calibration_feeds", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
+           "edited_manifest", "embedder_source", "flat_numbers", "heldout_metrics",
+           "calibration_feeds", "check_bundle_out", "check_manifest_unedited", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_files_state",
            "run_source", "torch_files", "written_files"]

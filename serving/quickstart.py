@@ -28,7 +28,8 @@ there and intact: a run only while its ``quickstart.json`` says it was trained o
 be now (the profile's recipe, the data folder, the data settings), else it is trained again and
 its line says why; a bundle or the index that fails its sha256 (the check their loaders make) is
 exported again, or repaired (rebuilt from the demo corpus when its manifest or chunk store is the
-damage).
+damage). A bundle whose manifest.json its user edited (thresholds, gates) is reused as edited; one
+that must be exported again stops the quickstart before it trains or exports, naming the file.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -411,6 +413,27 @@ def _export_reason(bundle: Path, source: Path | None) -> str | None:
     return None
 
 
+def _check_edited_manifests(bundles: dict[str, Path], why_again: Callable[[str], str | None], before: str) -> None:
+    """Refuse to export again a bundle whose manifest.json its user edited since the export wrote
+    it (hand-tuned thresholds or gates: :func:`~searchsmith.models.export.edited_manifest`), as
+    :func:`_clear_run` refuses to remove a user's files; ``why_again(name)`` says why the bundle
+    ``name`` would be exported again, None when it is reused (with the user's manifest).
+
+    Raises:
+        ConfigError: naming each such manifest, why it would be replaced, and the fix.
+    """
+    from searchsmith.models.export import edited_manifest
+
+    edited = [(manifest, why) for name, folder in bundles.items()
+              if (manifest := edited_manifest(folder)) is not None and (why := why_again(name)) is not None]
+    if edited:
+        raise ConfigError("quickstart: " + "; ".join(f"{manifest} was edited since the export wrote it, and its "
+                                                     f"bundle must be exported again ({why})" for manifest, why in edited)
+                          + f"; exporting would replace it and lose the edit, so the quickstart stopped before "
+                          f"{before}. Move that manifest.json out of its bundle folder (the export then writes a new "
+                          "one; carry your edits into it), or use another --workdir")
+
+
 def _index_problem(index_dir: Path) -> str | None:
     """What is wrong with the quickstart's index (the check ``Index.load`` makes: the manifest,
     then every file against its sha256); None when it can be reused."""
@@ -511,6 +534,7 @@ def _positive_int(text: str) -> int:
 
 
 def run_quickstart(args: argparse.Namespace) -> int:
+    from searchsmith.models.export import edited_manifest
     from searchsmith.models.io import check_parents_are_folders
     from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.index import IndexConfig, build_index, read_manifest
@@ -537,6 +561,19 @@ def run_quickstart(args: argparse.Namespace) -> int:
     check_shared_data(args.profile, str(args.shared_data),  # before anything is written or trained
                       [(step, work / "runs" / step.name) for step in MODELS
                        if not _trained(work / "runs" / step.name) or plans[step.name][2] is not None])
+    bundles: dict[str, Path] = {step.name: work / "bundles" / step.name for step in MODELS}
+    bundles["embedder"] = work / "bundles" / "embedder"
+    # a bundle that this run exports again must not hold a manifest.json its user edited: refused
+    # before anything trains (the bundle of a run trained now is exported again)
+    training = {step.name for step in MODELS
+                if not _trained(work / "runs" / step.name) or plans[step.name][2] is not None}
+
+    def why_again(name: str) -> str | None:
+        if name in training:
+            return "its run is trained now"
+        return _export_reason(bundles[name], work / "runs" / name if name in plans else None)
+
+    _check_edited_manifests(bundles, why_again, "training or exporting anything")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n = len(MODELS) + 4
@@ -563,11 +600,10 @@ def run_quickstart(args: argparse.Namespace) -> int:
 
     # 2. Export (torch's exporter and ONNX Runtime's optimizer chatter: held back unless --verbose)
     i = len(MODELS) + 1
-    bundles: dict[str, Path] = {name: work / "bundles" / name for name in runs}
-    bundles["embedder"] = work / "bundles" / "embedder"
     # a bundle of ours that fails its sha256 is exported again, not reused until the ask fails
     reasons = {name: _export_reason(bundles[name], runs.get(name)) for name in bundles}
     todo = [name for name, why in reasons.items() if why is not None]
+    _check_edited_manifests(bundles, reasons.get, "exporting")  # edited during the training
     t = time.perf_counter()
     if todo:
         workers = export_workers(len(todo), args.export_workers)
@@ -580,6 +616,9 @@ def run_quickstart(args: argparse.Namespace) -> int:
         print(f"      {len(todo)} bundle(s) exported in {time.perf_counter() - t:.0f} s", flush=True)
     else:
         print(f"[{i}/{n}] export: reusing {len(bundles)} bundles in {work / 'bundles'}", flush=True)
+    for name in bundles:
+        if edited_manifest(bundles[name]) is not None:  # reused: the user's edit is what the pipeline reads
+            print(f"      {name}: reusing its manifest.json as you edited it", flush=True)
 
     # 3. Index
     index_dir = work / "indexes" / "demo"

@@ -20,6 +20,7 @@ from searchsmith.models.errors import BundleError, ConfigError, SearchsmithError
 from searchsmith.models.export import (
     ExportOptions,
     ParityThresholds,
+    check_manifest_unedited,
     export_embedder,
     export_run,
     find_runs,
@@ -42,7 +43,12 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
         "--embedder MODEL also writes BUNDLE_DIR/embedder.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run, folder of runs, or 'embedder'")
     parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write: a new or empty folder, or a bundle (replaced, also one whose "
-                        "manifest.json is damaged when it holds only files an export writes); anything else is refused")
+                        "manifest.json is damaged when it holds only files an export writes); anything else is refused, "
+                        "as is a bundle whose manifest.json was edited since the export wrote it (see --force)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a bundle whose manifest.json was edited since the export wrote it (hand-tuned "
+                             "thresholds or gates: the edit is lost); files the export did not write are refused all "
+                             "the same")
     parser.add_argument("--dtype", choices=["fp32", "fp16", "int8"], default="fp32",
                         help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default %(default)s)")
     parser.add_argument("--allow-drift", action="store_true",
@@ -100,7 +106,7 @@ def _run_export(args: argparse.Namespace) -> int:
                          int8_down_projections=args.int8_down_projections, int8_smooth_alpha=args.int8_smooth_alpha,
                          int8_activations=args.int8_activations, int8_weight_range=args.int8_weight_range,
                          thresholds=ParityThresholds(heldout_texts=args.parity_inputs), parity_data=args.parity_data,
-                         heldout_limit=args.heldout_limit, heldout_scorer=heldout_figures)
+                         heldout_limit=args.heldout_limit, heldout_scorer=heldout_figures, force=args.force)
     for name, value in (("RUN_DIR", args.run_dir), ("--out", args.out)):
         if not str(value).strip():  # Path("") is ".": the current folder
             raise ConfigError(f"export {name} is empty: give a folder ('export RUN_DIR --out BUNDLE_DIR', or "
@@ -158,6 +164,9 @@ def _run_export(args: argparse.Namespace) -> int:
             if args.embedder:
                 jobs.append((out / "embedder", f"embedder {args.embedder}",
                              lambda: export_embedder(out / "embedder", args.embedder, opts)))
+    if not args.force:  # every bundle of a folder of runs, before any is exported
+        for path, _, _ in jobs:
+            check_manifest_unedited(path)
     import torch  # noqa: F401 - loaded before quiet_block, which filters the log handlers torch adds
 
     # a run still being trained (its folder's lock held) would be read half-written

@@ -443,6 +443,9 @@ def test_a_bundle_whose_manifest_is_corrupt_or_missing_is_exported_again(tmp_pat
     run = rerank_run()
     out = tmp_path / "b"
     shutil.copytree(bundle("rerank"), out)
+    # an older bundle's (no record): a corrupt manifest is damage (with the record it would be an
+    # edit since the export, refused: test_a_manifest_edited_since_the_export_is_kept_without_force)
+    (out / WRITTEN_RECORD).unlink()
     (out / "manifest.json").write_text("{bad")
     export_run(run, out, ExportOptions(heldout_limit=0))
     assert _manifest(out)["task"] == "rerank" and not list(tmp_path.glob(".b.tmp-*"))
@@ -504,6 +507,58 @@ def test_a_bundles_own_files_are_exactly_those_its_export_wrote(tmp_path) -> Non
     (out / "torch" / "my_eval.json").unlink()
     export_run(run, out, ExportOptions(heldout_limit=0))  # the export's own files alone: replaced
     assert _manifest(out)["task"] == "rerank" and not (out / "torch").exists()
+
+
+def test_a_manifest_edited_since_the_export_is_kept_without_force(tmp_path, monkeypatch, capsys) -> None:
+    """Exporting again into a bundle replaced its manifest.json even when its user had edited it
+    since (hand-tuned thresholds or gates): refused before any work, naming the file and the fix,
+    unless --force; an older bundle without the export's record is replaced as before."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.serving.main import main
+    from searchsmith.training import export_cli
+
+    run = rerank_run()
+    out = tmp_path / "b"
+    shutil.copytree(bundle("rerank"), out)
+    manifest = out / "manifest.json"
+    original = _manifest(out)["thresholds"]
+    manifest.write_text(json.dumps({**_manifest(out), "thresholds": {**original, "min_score": 0.25}}, indent=2))
+    edited = manifest.read_bytes()
+    refusal = (rf"export --out {out}: {manifest} was edited since the export wrote it .*nothing was exported\. "
+               r"Add --force to replace it .*or give another --out")
+    with pytest.raises(ValidationError, match=refusal):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    assert manifest.read_bytes() == edited and not list(tmp_path.glob(".b.tmp-*"))
+
+    # the command line refuses before any export, also for one bundle of a folder of runs
+    monkeypatch.setattr(export_cli, "export_run", lambda *a, **k: pytest.fail("exported"))
+    assert main(["export", str(run), "--out", str(out)]) == 1
+    assert f"{manifest} was edited since the export wrote it" in capsys.readouterr().err
+    runs, bundles = tmp_path / "runs", tmp_path / "bundles"
+    for name in ("a", "z"):
+        shutil.copytree(run, runs / name)
+        shutil.copytree(bundle("rerank"), bundles / name)
+    (bundles / "z" / "manifest.json").write_text(edited.decode())
+    assert main(["export", str(runs), "--out", str(bundles)]) == 1
+    assert f"{bundles / 'z' / 'manifest.json'} was edited since" in capsys.readouterr().err
+    monkeypatch.undo()
+
+    manifest.write_text("{bad")  # a hand edit gone wrong, or damage: changed since the export all the same
+    with pytest.raises(ValidationError, match="manifest.json was edited since the export wrote it"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    (out / "tokenizer" / "mine.json").write_text("{}")  # --force replaces the manifest, never a user's file
+    with pytest.raises(ValidationError, match=r"did not write \(tokenizer/mine.json\)"):
+        export_run(run, out, ExportOptions(heldout_limit=0, force=True))
+    (out / "tokenizer" / "mine.json").unlink()
+    manifest.write_bytes(edited)
+    assert main(["export", str(run), "--out", str(out), "--force", "--heldout-limit", "0"]) == 0
+    assert _manifest(out)["thresholds"] == original and json.loads((out / WRITTEN_RECORD).read_text())[
+        "manifest.json"] == sha256_file(manifest)
+
+    manifest.write_bytes(edited)  # an older bundle, without the record: its manifest is the export's own
+    (out / WRITTEN_RECORD).unlink()
+    export_run(run, out, ExportOptions(heldout_limit=0))
+    assert _manifest(out)["thresholds"] == original
 
 
 def test_bundle_graphs_are_the_graphs_an_export_traces() -> None:

@@ -269,7 +269,10 @@ def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_
         tmp_path, monkeypatch, small_index, capsys, minilm_embed_bundle) -> None:
     """A corrupt bundles/embedder/manifest.json was 'exporting again', then the export refused
     the folder as not a bundle and the quickstart stopped there on every rerun; a file of the
-    user's in the folder still stops it, named."""
+    user's in the folder still stops it, named. (A corrupt manifest that the bundle's record of
+    what its export wrote shows changed is an edit gone wrong as much as damage: kept, see
+    test_quickstart_rerun_keeps_a_bundle_manifest_its_user_edited.)"""
+    from searchsmith.models.io import WRITTEN_RECORD
     from searchsmith.serving.main import main
 
     exports = _embedder_only_quickstart(monkeypatch, small_index, minilm_embed_bundle)
@@ -278,6 +281,7 @@ def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_
     shutil.copytree(minilm_embed_bundle, work / "bundles" / "embedder")
     manifest = work / "bundles" / "embedder" / "manifest.json"
 
+    (work / "bundles" / "embedder" / WRITTEN_RECORD).unlink()  # an older export's bundle
     manifest.write_text("{bad\n")
     assert main(["quickstart", "--workdir", str(work)]) == 0
     out = capsys.readouterr().out
@@ -290,11 +294,49 @@ def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_
     assert "embedder: exporting again: its manifest.json is missing" in out and len(exports) == 2
     assert manifest.is_file()
 
-    manifest.write_text("{bad\n")
+    manifest.unlink()
     (work / "bundles" / "embedder" / "notes.txt").write_text("keep")
     assert main(["quickstart", "--workdir", str(work)]) == 1
     assert "holds 1 file(s) the bundle did not write (notes.txt)" in capsys.readouterr().err
     assert len(exports) == 2 and (work / "bundles" / "embedder" / "notes.txt").read_text() == "keep"
+
+
+def test_quickstart_rerun_keeps_a_bundle_manifest_its_user_edited(tmp_path, monkeypatch, small_index, capsys,
+                                                                  minilm_embed_bundle) -> None:
+    """A rerun that exported a bundle again replaced its manifest.json, thresholds or gates its
+    user had tuned there included: the edited manifest is reused as edited, and a bundle that
+    must be exported again (damaged, or its run trained again) stops the quickstart before any
+    work, naming the file and the fix; its own unedited bundles are replaced as before."""
+    from searchsmith.serving.main import main
+
+    exports = _embedder_only_quickstart(monkeypatch, small_index, minilm_embed_bundle)
+    work = tmp_path / "w"
+    shutil.copytree(small_index, work / "indexes" / "demo")
+    assert main(["quickstart", "--workdir", str(work)]) == 0 and len(exports) == 1
+    bundle = work / "bundles" / "embedder"
+    manifest = bundle / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "note": "tuned by hand"}, indent=2))
+    edited = manifest.read_bytes()
+    capsys.readouterr()
+
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "export: reusing 1 bundles" in out and "embedder: reusing its manifest.json as you edited it" in out
+    assert manifest.read_bytes() == edited and len(exports) == 1
+
+    onnx = bundle / "model.onnx"
+    onnx.write_bytes(onnx.read_bytes()[:1000])  # damaged: the bundle must be exported again
+    assert main(["quickstart", "--workdir", str(work)]) == 1
+    err = capsys.readouterr().err
+    assert f"{manifest} was edited since the export wrote it, and its bundle must be exported again" in err
+    assert "'model.onnx' is corrupt or truncated" in err and "stopped before training or exporting anything" in err
+    assert "Move that manifest.json out of its bundle folder" in err and "another --workdir" in err
+    assert manifest.read_bytes() == edited and len(exports) == 1
+
+    shutil.move(manifest, tmp_path / "my-manifest.json")  # the fix: the export writes a new one
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    assert "embedder: exporting again: its manifest.json is missing" in capsys.readouterr().out
+    assert len(exports) == 2 and json.loads(manifest.read_text())["task"] == "embed"
 
 
 def _embedder_only_quickstart(monkeypatch, small_index: Path, minilm_embed_bundle: Path) -> list[Path]:
@@ -305,9 +347,11 @@ def _embedder_only_quickstart(monkeypatch, small_index: Path, minilm_embed_bundl
     from searchsmith.serving import quickstart
 
     exports: list[Path] = []
+    # the tokenizer files the real export writes: those its save wrote into the bundle copied
+    writes = {f"tokenizer/{p.name}" for p in (minilm_embed_bundle / "tokenizer").iterdir()}
 
     def fake_export(bundle, model, opts):
-        export.check_bundle_out(bundle)  # as the real export: a bundle of ours is replaced
+        export.check_bundle_out(bundle, writes)  # as the real export: a bundle of ours is replaced
         exports.append(bundle)
         shutil.rmtree(bundle, ignore_errors=True)
         shutil.copytree(minilm_embed_bundle, bundle)
