@@ -545,12 +545,15 @@ def how_to(question: str) -> tuple[str, str]:
 # is a Turing machine?" (a name or an indefinite noun alone after the copula), "What does Kestrel
 # do?", "What does KST-429 mean?", "What happened ...?", "What causes ...?". The answer is the sentence that gives it: a name
 # read in it ("Brightline Systems" of "Lumen is an in-memory cache made by Brightline Systems")
-# answers none of them. "What is the capital of France?" and "What is the largest planet?" ask
+# answers none of them, nor of "What are the requirements / steps / limits ... of X?" (a list or
+# a sentence, not one of its names). "What is the capital of France?" and "What is the largest planet?" ask
 # for a name.
 _NAME_ALONE = r"(?:the\s+)?[A-Z0-9][\w'’&.+-]*(?:\s+(?:of\s+(?:the\s+)?|&\s+|and\s+)?[A-Z0-9][\w'’&.+-]*)*"
 _DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
                        rf"(?:is|are|was|were|'s)\s+(?:{_NAME_ALONE}|an?\s+[^?]+?)"
                        r"|(?:does|do|did)\s+[^?]+?\s+(?:do|mean)"
+                       r"|(?:is|are|was|were)\s+the\s+(?:main\s+)?(?:requirements?|prerequisites?|steps|limits|limitations|"
+                       r"benefits|advantages|disadvantages|differences|features|options)\b[^?]*"
                        r"|happen(?:s|ed)?\b[^?]*"
                        r"|caus(?:es|ed|e)\b[^?]*"
                        r")\s*\?*\s*$")
@@ -870,6 +873,10 @@ def _unit_pattern(dims: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile(rf"\s?(?:{'|'.join(units)})") if units else None
 
 
+_COMPOUND_NEXT = re.compile(r"\s+(?:and\s+)?\d+(?:[.,]\d+)?")  # "3 hours[ 20] minutes"
+_COMPOUND_PREV = re.compile(r"\d+(?:[.,]\d+)?(?P<unit>\s?[A-Za-z]+)\s+(?:and\s+)?$")  # "[3 hours ]20 minutes"
+
+
 def _measured(sentence: str, s: int, e: int, span: str, dims: Sequence[str],
               keys: Sequence[str] = ()) -> tuple[int, int] | None:
     """The bounds of the candidate ``sentence[s:e]`` (``span`` once trimmed) as a figure of one
@@ -902,6 +909,13 @@ def _measured(sentence: str, s: int, e: int, span: str, dims: Sequence[str],
         return s - len(start.group(0)), other_unit.end()
     if unit is None and not ("money" in dims and sentence[s] in "$£€"):
         return None
+    if units is not None:
+        # a compound figure is one ("3 hours 20 minutes", "5 feet 11 inches"): the next part joins,
+        # and a part after another is read from the first
+        while (more := _COMPOUND_NEXT.match(sentence, end)) and (u := units.match(sentence, more.end())):
+            end = u.end()
+        while (first := _COMPOUND_PREV.search(sentence[:s])) and units.fullmatch(first.group("unit")):
+            s = first.start()
     about = _APPROXIMATELY.search(sentence[max(0, s - 20):s])
     return s - (len(about.group(0)) if about else 0), max(e, end)
 
@@ -1306,7 +1320,7 @@ def holds_word(word: str, words: set[str], roots: set[str]) -> bool:
 # The relation a question asks about, which a sentence must state to answer it: the verb of one
 # asking for its doer ("Who *founded* X?", :data:`_AGENT_ASKED`), the counted noun of "How many
 # *employees* ...?", the final verb of "Where is X *headquartered*?" / "How long should dough be
-# *kneaded*?". "Series C" of "Brightline Systems raised $40 million in a Series C round" answers
+# *kneaded*?" / "When was X *founded*?" (not answered by the date X was acquired). "Series C" of "Brightline Systems raised $40 million in a Series C round" answers
 # no "Who founded Brightline Systems?"; "2 hours" of "... a wet dough and rise for 2 hours" no
 # "How long should bread dough be kneaded?".
 # the irregular forms of the doers' verbs _AGENT_ASKED names ("made by" states "Who makes X?")
@@ -1321,7 +1335,7 @@ _HOW_MANY = re.compile(r"\bhow\s+many\s+((?:[a-z][\w-]*\s+){0,2}[a-z][\w-]*)", r
 # the state a how-long question asks the time of ("How long is a reset link valid?"): a sentence
 # on another duration of the thing ("lost service for 47 minutes") does not state it
 _STATES = "valid|open|available|unavailable|active|alive|offline|online|down"
-_FINAL_VERB = re.compile(rf"^\W*(?:where|how\s+(?:long|often|far|much))\b[^?]*\s([a-z]{{3,}}ed|{_STATES})\W*$", re.I)
+_FINAL_VERB = re.compile(rf"^\W*(?:where|when|how\s+(?:long|often|far|much))\b[^?]*\s([a-z]{{3,}}ed|{_STATES})\W*$", re.I)
 _WORD = re.compile(r"[^\W_]+")
 # the date of an announcement ("Harbor & Finch announced in September 2022 that ..."), which answers
 # only a question about announcing when the sentence states another date after it, the event's
@@ -1379,7 +1393,9 @@ def asked_relation(question: str) -> list[frozenset[str]]:
     out: list[frozenset[str]] = []
     agent = _AGENT_ASKED.match(question)
     final = _FINAL_VERB.match(question)
-    for verb in ((agent.group(1) or agent.group(2)) if agent else None, final.group(1) if final else None):
+    # (a final "retired" asks an end of life, stated by any of its words: below)
+    final_verb = final.group(1) if final and not _LIFE_END.fullmatch(final.group(1)) else None
+    for verb in ((agent.group(1) or agent.group(2)) if agent else None, final_verb):
         if verb and verb.lower() not in _NOT_AGENT_VERBS:
             v = verb.lower()
             forms = {v, *(w for f in _VERB_FORMS if v in f for w in f)}
@@ -1409,14 +1425,34 @@ def asked_relation(question: str) -> list[frozenset[str]]:
     return list(dict.fromkeys(out))
 
 
+TYPO_CHARS = 6  # a question's word this long is held by one a letter off ("relased" by "released")
+
+
+def _one_off(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by one letter left out, added, changed or two swapped,
+    past their first two letters ("relased" / "released"; not "founded" / "funded")."""
+    if a[:2] != b[:2] or abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+                                  and a[diff[1]] == b[diff[0]])
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = next((k for k in range(len(short)) if short[k] != long_[k]), len(short))
+    return short[i:] == long_[i + 1:]
+
+
 def states_relation(relations: Sequence[frozenset[str]], sentence: str) -> bool:
     """Whether ``sentence`` holds a word (:func:`holds_word`) of each of ``relations``
-    (:func:`asked_relation`); True when there are none."""
+    (:func:`asked_relation`); True when there are none. A relation word of :data:`TYPO_CHARS`
+    letters or more is also held by a word one letter off (:func:`_one_off`: a question typed
+    "When was Atlasgrid 2.2 relased?")."""
     if not relations:
         return True
     words = set(_WORD.findall(sentence.lower()))
     roots = {fold(w) for w in words if not w.isdigit()}
-    return all(any(holds_word(w, words, roots) for w in ws) for ws in relations)
+    return all(any(holds_word(w, words, roots) or (len(w) >= TYPO_CHARS and any(_one_off(w, h) for h in words))
+                   for w in ws) for ws in relations)
 
 
 # A question asking for a bound ("the *maximum* snapshot interval", "the *fewest* brokers") is not

@@ -289,7 +289,8 @@ def test_plural_question(question: str, plural: bool) -> None:
       "The first message was sent by Charley Kline at UCLA in 1969."], "Charley Kline"),
     # the fallback kind only when no sentence holds the first: a date, else a number
     ("When was the dam completed?", ["The dam is 111 metres high.", "It was completed in 1970."], "1970"),
-    ("When was the dam completed?", ["The dam is 111 metres high."], "111"),
+    # (its height answers no "when was it completed?": the sentence states no completion; it was "111")
+    ("When was the dam completed?", ["The dam is 111 metres high."], ""),
     # a place question prefers the name after "in" / "at" (here over a tie in nearby words)
     ("Where is the magazine headquartered that Robert McElroy writes for?",
      ["McElroy was educated by the Jesuits and writes for America.",

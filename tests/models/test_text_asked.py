@@ -1,4 +1,6 @@
-"""Bounds ("the maximum ..."), short forms spelled out and list items as sentences (models.text)."""
+"""What a question asks, tried as a new user on the demo (models.text): bounds ("the maximum
+..."), short forms spelled out, list items as sentences, a when-question's verb, compound
+figures, lists asked for."""
 
 from __future__ import annotations
 
@@ -78,3 +80,51 @@ def test_a_headline_title_states_something():
     assert not headline("Bank of America")
     assert not headline("Kestrel 2.0 released")
     assert not headline("The Lord of the Rings (film)")
+
+
+def test_a_when_question_ending_in_a_verb_needs_a_sentence_stating_it():
+    """Tried as a new user, before: "When was Harbor & Finch founded?" got the date it acquired
+    Brightline Systems."""
+    acquired = "Harbor & Finch announced on 12 March 2024 that it has acquired Brightline Systems."
+    assert typed_span("When was Harbor & Finch founded?", [acquired]) == ""
+    assert typed_span("When was Harbor & Finch founded?", ["Harbor & Finch was established in 2009."]) == "2009"
+    assert typed_span("When was Lumen 1.0 released?", ["Brightline Systems released Lumen 1.0 on 2019-11-05."]) \
+        == "2019-11-05"
+    # a final "retired" asks an end of life, which "end of life" states
+    assert typed_span("When was Kestrel 1.x retired?", ["Kestrel 1.x reaches its end of life on 1 March 2023."]) \
+        == "1 March 2023"
+
+
+def test_a_compound_figure_is_one_answer():
+    """Tried as a new user, before: "How long did the Lumen Cloud outage last?" got "20 minutes"
+    of "the 3 hours 20 minutes Lumen Cloud outage"."""
+    outage = "Brightline Systems has published the post-mortem of the 3 hours 20 minutes Lumen Cloud outage."
+    assert typed_span("How long did the Lumen Cloud outage last?", [outage]) == "3 hours 20 minutes"
+    assert typed_span("How tall is he?", ["He is 5 feet 11 inches tall."]) == "5 feet 11 inches"
+    assert typed_span("How long does it take?", ["It takes 2 hours and 30 minutes."]) == "2 hours and 30 minutes"
+    # another dimension's unit or a bare number after it joins nothing
+    assert typed_span("How long did it last?", ["It lasted 95 minutes, 3 servers down."]) == "95 minutes"
+
+
+def test_requirements_steps_or_limits_ask_for_a_description():
+    from searchsmith.models.text import asks_description
+
+    for q in ["What are the requirements for running Tidewater?", "What are the limits of Quarry?",
+              "What are the main steps of an upgrade?"]:
+        assert asks_description(q), q
+    assert answer_kind("What are the requirements for running Tidewater?") == "OTHER"
+    assert answer_kind("What are the names of the Lumen parts?") == "ENT"
+
+
+def test_a_relation_word_typed_a_letter_off_is_still_stated():
+    """The audit set: "when was atlasgrid 2.2 relased" (the final verb mistyped) is asked of the
+    release, which "released" states."""
+    from searchsmith.models.text import asked_relation, states_relation
+
+    rel = asked_relation("when was atlasgrid 2.2 relased")
+    assert states_relation(rel, "Northwind Labs released Atlasgrid 2.2 on 21 January 2025.")
+    assert not states_relation(rel, "Northwind Labs presented Atlasgrid 2.2 on 21 January 2025.")
+    # two letters off, another start, or a short word: not the same word
+    assert not states_relation(asked_relation("When was it reelaesed?"), "It was released in 2020.")
+    assert not states_relation(asked_relation("Who founded Brightline Systems?"), "Polder Ventures funded Brightline Systems.")
+    assert states_relation(asked_relation("When was it relaesed?"), "It was released in 2020.")  # two swapped
