@@ -515,7 +515,7 @@ length duration population height weight age distance speed limit rate capacity 
 score timeout interval version maximum minimum max min
 """.split())
 _BOUND_WORDS = frozenset("maximum minimum max min".split())  # a quantity: the noun after one names its dimension
-_TIME_WORDS = frozenset("year years date month day decade century birthday".split())
+_TIME_WORDS = frozenset("year years date month day weekday decade century birthday".split())
 HOW_MUCH_WORDS = frozenset("many much long old far big large tall high often fast heavy deep wide hot".split())
 _WH = re.compile(r"\b(who|whom|whose|when|where|which|what|how|why)\b", re.I)
 _AUXILIARY = re.compile(r"\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|"
@@ -771,6 +771,8 @@ def answer_kind(question: str) -> AnswerKind:
         return "OTHER"
     if _measure_words(wh, after, head, question, m):
         return "NUM"  # "What port ...", "... an island with a population of what?"
+    if wh in ("what", "which") and asked_bound(question):
+        return "NUM"  # "What is the largest message Ferrow accepts?": a figure
     return "ENT"
 
 
@@ -1052,6 +1054,9 @@ def asked_head(question: str) -> list[str]:
 _NAMED_HEADS = frozenset("county river lake university mountain island".split())
 _MONTH_HEADS = frozenset({"month"})  # "Which month ...?": a month's name shows it
 _MONTH_NAMES = frozenset(_MONTHS.lower().split("|"))
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+# "On which day of the week ...?", "What weekday ...?": a weekday's name ("Tuesdays") answers
+_WEEKDAY_ASKED = re.compile(r"\bday\s+of\s+the\s+week\b|\b(?:which|what)\s+(?:week)?days?\b(?!\s+of\s+the\s+month)", re.I)
 
 
 def asks_typed(question: str) -> bool:
@@ -1463,6 +1468,12 @@ _UPPER_WORDS = frozenset("maximum max".split())
 _LOWER_WORDS = frozenset("minimum min".split())
 _UPPER_PHRASE = re.compile(r"\bat\s+most\b|\bupper\s+(?:limit|bound)\b", re.I)
 _LOWER_PHRASE = re.compile(r"\bat\s+least\b|\blower\s+(?:limit|bound)\b", re.I)
+# a superlative asks for a bound when what it qualifies is what a thing takes: "What is the
+# *largest* message Ferrow *accepts*?" (not "the largest city")
+_UPPER_MOST = frozenset("largest biggest longest highest greatest".split())
+_LOWER_MOST = frozenset("smallest shortest lowest".split())
+_TAKES = re.compile(r"\b(?:accept|accepts|allow|allows|allowed|support|supports|supported|handle|handles|take|takes|"
+                    r"hold|holds|store|stores|permit|permits|permitted)\b\W*$", re.I)
 _RANGE_NEXT = re.compile(r"\s*(?:to|–|—|\s-)\s*[$£€]?\d")  # "10 to 86400": 10 is the low end
 _RANGE_PREV = re.compile(r"\d[\w.,%]*\s*(?:to|–|—|-\s)\s*[$£€]?$")  # "10 to 86400": 86400 is the high end
 _BETWEEN = re.compile(r"\bbetween\s+[$£€]?$", re.I)
@@ -1492,10 +1503,13 @@ def _bound_of_asked(sentence: str, bound: str, asked_after: set[str]) -> bool:
 
 def asked_bound(question: str) -> str:
     """``"upper"`` when ``question`` asks for a maximum ("What is the maximum snapshot interval?",
-    "... at most?"), ``"lower"`` for a minimum, ``""`` for neither (or both)."""
+    "... at most?", "What is the largest message Ferrow accepts?": a superlative of what a thing
+    takes, the question ending in its verb), ``"lower"`` for a minimum, ``""`` for neither (or
+    both)."""
     words = {w.strip(".") for w in re.findall(r"[\w.]+", question.lower())}  # "cache.max_size_gb" is no "max"
-    up = bool(words & _UPPER_WORDS or _UPPER_PHRASE.search(question))
-    low = bool(words & _LOWER_WORDS or _LOWER_PHRASE.search(question))
+    takes = bool(_TAKES.search(question))
+    up = bool(words & _UPPER_WORDS or _UPPER_PHRASE.search(question) or (takes and words & _UPPER_MOST))
+    low = bool(words & _LOWER_WORDS or _LOWER_PHRASE.search(question) or (takes and words & _LOWER_MOST))
     return "upper" if up and not low else "lower" if low and not up else ""
 
 
@@ -1592,7 +1606,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     dims = asked_measure(question)
     bound = asked_bound(question) if kind == "NUM" else ""
     # the words after the question's bound word: what it is the bound of ("maximum *key size*")
-    bound_after = re.search(rf"\b(?:{'|'.join(_UPPER_WORDS | _LOWER_WORDS)}|at\s+most|at\s+least|upper\s+limit|"
+    bound_after = re.search(rf"\b(?:{'|'.join(_UPPER_WORDS | _LOWER_WORDS | _UPPER_MOST | _LOWER_MOST)}|at\s+most|at\s+least|upper\s+limit|"
                             rf"upper\s+bound|lower\s+limit|lower\s+bound)\b((?:\W+[A-Za-z0-9_.]+){{0,3}})",
                             question, re.I) if bound else None
     asked_after = {fold(w) for w in re.findall(r"[a-z0-9]+", bound_after.group(1).lower())
@@ -1601,6 +1615,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         labels = labels[:1]  # "the maximum ...": a figure or nothing
     announce_asked = bool(_ANNOUNCE.search(question))
     month_asked = bool(_MONTH_HEADS & set(head))
+    weekday_asked = bool(_WEEKDAY_ASKED.search(question))
     # the asked verb of a question asking for its doer, and the names it is done to (the question's
     # own and ``exclude``): "Harbor & Finch announced ... that it has acquired Brightline Systems"
     verb = _AGENT_ASKED.match(question)
@@ -1650,6 +1665,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
                 elif lab == "ENT" and month_asked and span.lower() in _MONTH_NAMES:
                     lab = "DATE"  # "July" answers "Which month ...?"
+                elif lab == "ENT" and weekday_asked and span.lower().rstrip("s") in _WEEKDAYS:
+                    lab = "DATE"  # "Tuesdays" answers "On which day of the week ...?"
                 if lab != label or not span or not missing_entities([span], question) or any(
                         not missing_entities([span], x) or _same_name(span, x) for x in exclude):
                     continue
@@ -1660,6 +1677,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                         and (range_end(sentence, s, e) or not _bound_of_asked(sentence, bound, asked_after)):
                     continue  # a maximum is a range's high end or stated as one: not "10" of "10 to 86400",
                     # nor a default ("Default: `300`") or an example's value ("interval_s: 300")
+                if bound and lab == "NUM" and not dims and (unit := _unit_pattern(tuple(_UNITS)).match(sentence, e)):
+                    e = unit.end()  # "8 MiB" for "the largest message Ferrow accepts" (no dimension asked)
+                    span = sentence[s:e]
                 if bound and lab == "NUM" and _unit_pattern(dims) is not None \
                         and _unit_pattern(tuple(_UNITS)).match(sentence, e) and not _unit_pattern(dims).match(sentence, e):
                     continue  # a figure in another dimension's unit: not "512 bytes" for "the maximum snapshot interval"
@@ -1723,7 +1743,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 fits = TYPE_FIT_WORDS * ((lab == "ENT" and (shown
                                                             or (demonyms_answer and demonym(span))))
                                          or (lab == "DATE" and (any(a <= s and e <= b for a, b in lived)
-                                                                or (month_asked and span.lower() in _MONTH_NAMES)))
+                                                                or (month_asked and span.lower() in _MONTH_NAMES)
+                                                                or (weekday_asked and span.lower().rstrip("s") in _WEEKDAYS)))
                                          or measured is not None or (bool(bound) and lab == "NUM"))
                 if typed and not fits:
                     continue

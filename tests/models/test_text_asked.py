@@ -128,3 +128,28 @@ def test_a_relation_word_typed_a_letter_off_is_still_stated():
     assert not states_relation(asked_relation("When was it reelaesed?"), "It was released in 2020.")
     assert not states_relation(asked_relation("Who founded Brightline Systems?"), "Polder Ventures funded Brightline Systems.")
     assert states_relation(asked_relation("When was it relaesed?"), "It was released in 2020.")  # two swapped
+
+
+def test_a_superlative_of_what_a_thing_takes_asks_a_bound():
+    """The audit set, before: "What is the largest message Ferrow accepts?" got "Calloway Data"."""
+    limits = ["Ferrow is a message broker made by Calloway Data.", "Maximum message size: 8 MiB",
+              "Maximum partitions per topic: 4,096"]
+    q = "What is the largest message Ferrow accepts?"
+    assert asked_bound(q) == "upper" and answer_kind(q) == "NUM"
+    assert typed_span(q, limits) == "8 MiB"  # the unit joins, no dimension being asked
+    assert asked_bound("What is the shortest timeout Kestrel allows?") == "lower"
+    # a superlative of something else, or without a verb of taking: no bound
+    assert asked_bound("What is the largest city in Texas?") == "" and answer_kind("What is the largest city in Texas?") == "ENT"
+    assert asked_bound("Which is the largest company that makes a message broker?") == ""
+    assert typed_span("Which is the largest file Lumen stores?", limits) == ""  # no bound of files stated
+
+
+def test_a_weekday_answers_which_day_of_the_week():
+    """The audit set, before: "On which day of the week is scheduled maintenance?" got "72 hours"."""
+    window = ("Maintenance windows are on Tuesdays between 02:00 and 04:00 UTC and are announced on the status "
+              "page at least 72 hours in advance.")
+    for q in ["On which day of the week is scheduled maintenance?", "What day is scheduled maintenance?",
+              "Which weekday is scheduled maintenance?"]:
+        assert typed_span(q, [window]) == "Tuesdays", q
+    # a weekday is no answer to another question ("Monday" answers no "which season")
+    assert typed_span("Which team won on Monday?", ["The Monday match was won by the Rovers."]) != "Monday"
