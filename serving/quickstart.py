@@ -398,13 +398,18 @@ def _export_reason(bundle: Path, source: Path | None) -> str | None:
     check ``load_bundle`` makes: every file against the manifest's sha256, about 2 s for the
     quick profile's six bundles, 614 MB, on 2 cores); None to reuse it."""
     from searchsmith.models.errors import BundleError
+    from searchsmith.models.io import WRITTEN_RECORD
     from searchsmith.models.runtime import read_manifest, verify_files
 
     manifest = bundle / "manifest.json"
     if not manifest.is_file():
         # the export replaces a folder of only its own files, manifest or none (bundle_layout_files)
         return "its manifest.json is missing" if _holds_files(bundle) else "not exported yet"
-    if source is not None and manifest.stat().st_mtime < (source / "metrics.json").stat().st_mtime:
+    # when it was exported: its written-files record, which no one edits (a hand-edited manifest
+    # is newer than the run it was exported from); an older bundle has only its manifest's time
+    record = bundle / WRITTEN_RECORD
+    exported = (record if record.is_file() else manifest).stat().st_mtime
+    if source is not None and exported < (source / "metrics.json").stat().st_mtime:
         return "its run was trained again since"
     try:
         verify_files(bundle, read_manifest(bundle))
