@@ -203,11 +203,17 @@ def estimate_tokens(text: str) -> int:
     return len(text.split())
 
 
+def _reported(meta: Meta, key: str) -> int | None:
+    """The count ``meta[key]`` a model reported (``tokens``, ``tokens_out``); None when it reports none."""
+    value = meta.get(key)
+    return int(value) if is_int(value, 0) else None
+
+
 def model_tokens(meta: Meta, words_in: int, words_out: int = 0) -> tuple[int, int]:
     """``(tokens in, tokens out)`` of a model call from its meta (``tokens``, a generation's
     ``tokens_out``); each one it does not report is the whitespace-word count given."""
-    t_in, t_out = meta.get("tokens"), meta.get("tokens_out")
-    return (int(t_in) if is_int(t_in, 0) else words_in), (int(t_out) if is_int(t_out, 0) else words_out)
+    t_in, t_out = _reported(meta, "tokens"), _reported(meta, "tokens_out")
+    return (words_in if t_in is None else t_in), (words_out if t_out is None else t_out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -236,6 +242,7 @@ def counted_call(fn: Callable[..., object], *args: object, words: Callable[[], i
         got = fn(*args, return_meta=True, **kwargs)
         if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], Mapping):
             result, meta = got
-            return result, (int(meta["tokens"]) if is_int(meta.get("tokens"), 0) else words()), meta
+            tokens = _reported(meta, "tokens")
+            return result, (words() if tokens is None else tokens), meta
         return got, words(), {}
     return fn(*args, **kwargs), words(), {}
