@@ -1425,6 +1425,8 @@ def asked_relation(question: str) -> list[frozenset[str]]:
         nouns = [w.lower() for w in words[:cut] if w.lower() not in QUERY_STOP_WORDS and w.lower() not in RELATION_WORDS]
         verbs = [w.lower() for w in words[cut + 1:] if w.islower() and w not in QUERY_STOP_WORDS
                  and w not in _GENERIC_VERBS][:1] if cut < len(words) and _AUXILIARY.fullmatch(words[cut]) else []
+        if verbs and words[cut].lower() in ("is", "are", "was", "were") and not re.search(r"(?:ed|en)$", verbs[0]):
+            verbs = []  # "How many calories are in the Greek salad?": "salad" is no verb ("are employed" has one)
         if nouns:
             out.append(frozenset(nouns + verbs))
     return list(dict.fromkeys(out))

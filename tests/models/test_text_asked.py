@@ -153,3 +153,17 @@ def test_a_weekday_answers_which_day_of_the_week():
         assert typed_span(q, [window]) == "Tuesdays", q
     # a weekday is no answer to another question ("Monday" answers no "which season")
     assert typed_span("Which team won on Monday?", ["The Monday match was won by the Rovers."]) != "Monday"
+
+
+def test_a_how_many_question_with_be_counts_no_noun_after_it_as_a_verb():
+    """The audit set, before: "How many calories are in the Greek salad?" got "4" of "Greek salad
+    (Greek), serves 4.": "salad" was read as the counted noun's verb, which the sentence states."""
+    from searchsmith.models.text import asked_relation, states_relation
+
+    q = "How many calories are in the Greek salad?"
+    assert asked_relation(q) == [frozenset({"calories"})]
+    assert not states_relation(asked_relation(q), "Greek salad (Greek), serves 4.")
+    assert typed_span(q, ["Greek salad (Greek), serves 4."]) == ""
+    # a participle after "are" is the verb still, and a verb after "does"
+    assert asked_relation("How many people are employed by Quarry?") == [frozenset({"people", "employed"})]
+    assert asked_relation("How many people does it serve?") == [frozenset({"people", "serve"})]
