@@ -1188,8 +1188,13 @@ class GenerationStage:
         no source tells of one). [] when one is mentioned,
         the question names nothing, or the titles name nothing else (a help page "Do you offer
         phone support?" answers "Does Stackyard offer phone support?" without naming Stackyard).
+        A short form beside other names does not count ("TLS" of "What is the minimum TLS version
+        Lumen accepts?", which Kestrel's page names).
         """
-        names = cls.question_names(state)
+        # a short form beside other names is a technology the question is about, not its subject
+        # ("What is the minimum TLS version Lumen accepts?": Kestrel's TLS page names TLS, not Lumen)
+        named = cls.question_names(state)
+        names = [n for n in named if not SHORT_FORM.fullmatch(n)] or named
         ids = set(used)
         drawn = [p for p in state.passages if p.chunk_id in ids]
         if not names or not drawn:

@@ -235,6 +235,20 @@ def test_a_passage_whose_title_names_nothing_else_still_answers(embedder) -> Non
     assert GenerationStage.off_subject(st, ["p0#0"]) == []
 
 
+def test_a_short_form_beside_other_names_is_no_subject(embedder) -> None:
+    """The audit set, before: "What is the minimum TLS version Lumen accepts?" quoted Kestrel's
+    TLS page, which names "TLS" (a name of the question) and not Lumen."""
+    kestrel = ("Configuring Kestrel: tls.min_version",
+               "The `tls.min_version` setting controls the oldest TLS version accepted from clients.")
+    lumen = ("Lumen overview", "Lumen is an in-memory cache made by Brightline Systems.")
+    st = _titled(embedder, "What is the minimum TLS version Lumen accepts?", [kestrel, lumen])
+    assert GenerationStage.off_subject(st, ["p0#0"]) == ["Lumen"]
+    assert GenerationStage.off_subject(st, ["p1#0"]) == []
+    # the short form alone is the subject still
+    alone = _titled(embedder, "What does TLS stand for?", [kestrel, lumen])
+    assert GenerationStage.off_subject(alone, ["p0#0"]) == []
+
+
 def test_how_long_a_state_lasts_needs_a_sentence_stating_it() -> None:
     """The audit set, before: "How long is a password reset link valid?" was answered "10
     minutes" (another duration of the product), and the demo's "How long is a Kestrel access
