@@ -708,6 +708,37 @@ def setting_asked(question: str, titles: Sequence[str]) -> str:
     return ""
 
 
+# A setting page's description ("The `replication.factor` setting controls how many brokers hold
+# a copy of each partition."): a question asking a default in its words asks that setting's
+_SETTING_DESCRIBED = re.compile(r"^The\s+`([\w.]+)`\s+setting\s+controls\s+(.+)$")
+DESCRIBED_SHARE = 0.75  # of the question's content words (names and "default" aside) the description holds
+
+
+def setting_described(question: str, sentences: Sequence[str]) -> str:
+    """The setting whose description among ``sentences`` ("The `replication.factor` setting
+    controls how many brokers hold a copy of each partition.") holds :data:`DESCRIBED_SHARE` of
+    the content words of ``question``, a question asking for a default ("How many brokers keep
+    a copy of each Ferrow partition by default?": brokers, copy, partition of brokers, keep,
+    copy, partition), the question's names and "default" / "value" aside; the first such, ""
+    when none or the question asks no default."""
+    if not _DEFAULT.search(question) or _IDENTIFIER.search(question):
+        return ""
+    names = {w.lower() for n in entity_names(question) for w in n.split()}
+    asked = {fold(w.lower()) for w in re.findall(r"[A-Za-z][\w'’-]*", question)
+             if w.lower() not in QUERY_STOP_WORDS and w.lower() not in names and w.lower() not in _SETTING_ASKED
+             and not _DEFAULT.fullmatch(w)}
+    if len(asked) < 2:
+        return ""
+    for sentence in sentences:
+        m = _SETTING_DESCRIBED.match(sentence.strip())
+        if m is None:
+            continue
+        said = {fold(w.lower()) for w in re.findall(r"[A-Za-z][\w'’-]*", m.group(2))}
+        if len(asked & said) >= DESCRIBED_SHARE * len(asked):
+            return m.group(1)
+    return ""
+
+
 def _question_parts(question: str) -> tuple[AnswerKind | None, str, list[str], list[str], re.Match[str] | None]:
     """``(kind or None, wh, words after it, head, its match)`` of ``question``: a kind when it
     is decided before the head counts (YESNO, OTHER, CHOICE), the question word, the five words
@@ -1818,6 +1849,7 @@ __all__ = [
     "plural_question",
     "sentence_texts",
     "setting_asked",
+    "setting_described",
     "singular",
     "split_sentences",
     "spelled_out",

@@ -367,7 +367,10 @@ class ExtractiveConfig:
             ``models.text.setting_asked``) asks for its default value: it is answered as "What
             is the default value of snapshot.interval_s?" ("300", from "Default: `300`."), not
             by a figure of another page ("3 hours" of an outage). A question saying more
-            ("What is the maximum snapshot interval?") is not.
+            ("What is the maximum snapshot interval?") is not. So is a question asking a
+            default in the words of a setting page's description ("How many brokers keep a copy
+            of each partition by default?": replication.factor; ``models.text.setting_described``),
+            and either is read on the setting's own page.
         short_support: (with ``short_answer``) which selected sentences support a short answer:
             ``selected``, every sentence selected for the question, or ``holding``, those that
             hold it (with the sentences it was reached through: a chain's steps, a bridge's

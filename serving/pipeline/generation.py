@@ -81,6 +81,7 @@ from searchsmith.models.text import (
     other_version,
     relation_cues,
     setting_asked,
+    setting_described,
     spelled_out,
     states_life,
     states_relation,
@@ -660,10 +661,14 @@ class ExtractiveGenerator:
         for i, (step, r) in enumerate(zip(steps, ranked, strict=True)):
             asked = step if answer_kind(step) in SPAN_KINDS else question
             hop = hops[i] if i < len(hops) else None
-            key = setting_asked(asked, [c.title for c in r[: self.config.measure_sentences]]) \
+            key = (setting_asked(asked, [c.title for c in r[: self.config.measure_sentences]])
+                   or setting_described(asked, [c.text for c in r[: self.config.measure_sentences]])) \
                 if self.config.named_settings else ""
             if key:  # "lumen snapshot interval": its default, wherever the cosine ranks "Default: `300`."
                 asked, hop = f"What is the default value of {key}?", None
+                # read on the setting's own page ("Default: `3`." of replication.factor, not the
+                # partitions page's "Default: `6`." ranked above it)
+                r = [c for c in r if key in (c.title or "") or key in c.text] or r
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
             if not held and self.config.how_own:
                 held = self.how_own(asked, r)

@@ -167,3 +167,20 @@ def test_a_how_many_question_with_be_counts_no_noun_after_it_as_a_verb():
     # a participle after "are" is the verb still, and a verb after "does"
     assert asked_relation("How many people are employed by Quarry?") == [frozenset({"people", "employed"})]
     assert asked_relation("How many people does it serve?") == [frozenset({"people", "serve"})]
+
+
+def test_a_default_asked_in_a_settings_description_words_names_it():
+    """The audit set, before: "How many brokers keep a copy of each Ferrow partition by default?"
+    got partitions.default's "6"; replication.factor's page describes what it asks."""
+    from searchsmith.models.text import setting_described
+
+    pages = ["The `replication.factor` setting controls how many brokers hold a copy of each partition.",
+             "The `partitions.default` setting controls the number of partitions of a topic created without "
+             "an explicit count."]
+    assert setting_described("How many brokers keep a copy of each Ferrow partition by default?", pages) \
+        == "replication.factor"
+    assert setting_described("How many partitions does a Ferrow topic get by default?", pages) == "partitions.default"
+    # no default asked, too few of its words described, or the key written out: none
+    assert setting_described("How many brokers keep a copy of each Ferrow partition?", pages) == ""
+    assert setting_described("How many brokers does Ferrow need by default?", pages) == ""
+    assert setting_described("What is the default value of replication.factor?", pages) == ""

@@ -107,3 +107,19 @@ def test_announced_steps_is_checked_by_name():
     for bad in (-1, 1.5, True, "4"):
         with pytest.raises(ValueError, match="generation.extractive.announced_steps must be a whole number >= 0"):
             ExtractiveConfig(announced_steps=bad)
+
+
+def test_a_default_asked_by_a_settings_description_is_read_on_its_page(embedder):
+    """Before: "How many brokers keep a copy of each Ferrow partition by default?" got the
+    partitions page's "Default: `6`.", ranked above replication.factor's own default."""
+    factor = Passage("f#0", "f", "product_docs", "The `replication.factor` setting controls how many brokers hold a "
+                     "copy of each partition. It belongs to the replication part of Ferrow.\n\nDefault: `3`. "
+                     "Allowed values: 1 to 7.", 0.9, title="Configuring Ferrow: replication.factor")
+    parts = Passage("p#0", "p", "product_docs", "The `partitions.default` setting controls the number of partitions "
+                    "of a topic created without an explicit count. Every partition has brokers.\n\nDefault: `6`.",
+                    0.8, title="Configuring Ferrow: partitions.default")
+    q = "How many brokers keep a copy of each Ferrow partition by default?"
+    st = _answered(embedder, q, [parts, factor])
+    assert st.short_answer == "3" and st.support == ["Default: `3`."], (st.short_answer, st.support)
+    off = _answered(embedder, q, [parts, factor], ExtractiveConfig(named_settings=False))
+    assert off.short_answer == "6"  # named_settings off: the partitions page's default, as before
