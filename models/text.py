@@ -1499,12 +1499,17 @@ def states_relation(relations: Sequence[frozenset[str]], sentence: str) -> bool:
 # no bound, "How many brokers can a cluster have *at most*?" does.
 _UPPER_WORDS = frozenset("maximum max".split())
 _LOWER_WORDS = frozenset("minimum min".split())
-_UPPER_PHRASE = re.compile(r"\bat\s+most\b|\bupper\s+(?:limit|bound)\b", re.I)
-_LOWER_PHRASE = re.compile(r"\bat\s+least\b|\blower\s+(?:limit|bound)\b", re.I)
+_UPPER_PHRASES, _LOWER_PHRASES = r"at\s+most|upper\s+(?:limit|bound)", r"at\s+least|lower\s+(?:limit|bound)"
+_UPPER_PHRASE = re.compile(rf"\b(?:{_UPPER_PHRASES})\b", re.I)
+_LOWER_PHRASE = re.compile(rf"\b(?:{_LOWER_PHRASES})\b", re.I)
 # a superlative asks for a bound when what it qualifies is what a thing takes: "What is the
 # *largest* message Ferrow *accepts*?" (not "the largest city")
 _UPPER_MOST = frozenset("largest biggest longest highest greatest".split())
 _LOWER_MOST = frozenset("smallest shortest lowest".split())
+# where a question says its bound, and the three words after it: what it is the bound of
+_BOUND_SAID = re.compile(rf"\b(?:{'|'.join(_UPPER_WORDS | _LOWER_WORDS | _UPPER_MOST | _LOWER_MOST)}|"
+                         rf"{_UPPER_PHRASES}|{_LOWER_PHRASES})\b((?:\W+[A-Za-z0-9_.]+){{0,3}})",
+                         re.I)
 _TAKES = re.compile(r"\b(?:accept|accepts|allow|allows|allowed|support|supports|supported|handle|handles|take|takes|"
                     r"hold|holds|store|stores|permit|permits|permitted)\b\W*$", re.I)
 _RANGE_NEXT = re.compile(r"\s*(?:to|–|—|\s-)\s*[$£€]?\d")  # "10 to 86400": 10 is the low end
@@ -1639,9 +1644,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     dims = asked_measure(question)
     bound = asked_bound(question) if kind == "NUM" else ""
     # the words after the question's bound word: what it is the bound of ("maximum *key size*")
-    bound_after = re.search(rf"\b(?:{'|'.join(_UPPER_WORDS | _LOWER_WORDS | _UPPER_MOST | _LOWER_MOST)}|at\s+most|at\s+least|upper\s+limit|"
-                            rf"upper\s+bound|lower\s+limit|lower\s+bound)\b((?:\W+[A-Za-z0-9_.]+){{0,3}})",
-                            question, re.I) if bound else None
+    bound_after = _BOUND_SAID.search(question) if bound else None
     asked_after = {fold(w) for w in re.findall(r"[a-z0-9]+", bound_after.group(1).lower())
                    if w not in QUERY_STOP_WORDS} if bound_after else set()
     if bound:
