@@ -18,8 +18,9 @@ MuSiQue + HotpotQA for the answer sections), and writes, like a model card::
 
 ``--quick`` is the CI size (demo data only, 20 questions, fewer sweeps and seeds); the full
 size asks every demo question and, with ``--data-dir``, ``MULTIHOP_QUESTIONS`` multi-hop
-ones. ``--readme README.md`` rewrites the README's quality table (between
-``<!-- quality:start -->`` and ``<!-- quality:end -->``) from the report's claims;
+ones. ``--readme FILE`` rewrites the quality table of a Markdown file (between
+``<!-- quality:start -->`` and ``<!-- quality:end -->``; the project keeps it in
+``serving/profiling/RESULTS.md``, which the README links to) from the report's claims;
 ``--from DIR`` does that from an existing report without running any evaluation (its claims
 and report.md are recomputed from the stored results with the current verdict rules).
 """
