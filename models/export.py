@@ -10,14 +10,18 @@ A bundle is a folder::
 
     manifest.json        format version, task, base model, opset, dtype, graphs (inputs and
                          outputs with shapes and dtypes), labels, thresholds, max_length,
-                         sha256 of every file, searchsmith version, allow_drift, parity verdict
+                         sha256 of every other file (``files``), searchsmith version,
+                         allow_drift, parity verdict, and ``manifest_sha256``: the sha256 of
+                         the rest of the manifest (:func:`manifest_digest`), which tells an
+                         edit of it even where the record below is gone
     parity_report.json   every parity figure measured by the export
     <graph>.onnx         model.onnx | tagger.onnx + scorer.onnx | encoder.onnx + decoder.onnx |
                          text.onnx + vision.onnx
     tokenizer/           the tokenizer files
     torch/               (only with --torch-weights) the original HF/torch model, for backend="torch"
     .searchsmith-written.json   the sha256 of every file the export wrote, manifest.json included:
-                         what the next export into the folder may replace (nothing else)
+                         what the next export into the folder may replace (nothing else), and
+                         what tells a manifest.json edited since (:func:`edited_manifest`)
 
 How a graph is made: ``torch.onnx.export(..., dynamo=True)`` (the default exporter of
 torch 2.9+: ``torch.export`` traces the module and onnxscript translates it) with dynamic
@@ -43,13 +47,14 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import inspect
+import json
 import logging
 import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -383,15 +388,52 @@ def written_files(folder: Path) -> WrittenFiles | None:
     return record if record.hashes else None
 
 
+# the manifest's own check, written in it: what tells an edit where WRITTEN_RECORD is gone
+MANIFEST_DIGEST = "manifest_sha256"
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """The sha256 a bundle manifest carries as :data:`MANIFEST_DIGEST`: of the manifest without
+    that field, as canonical JSON (``json.dumps(..., sort_keys=True, separators=(",", ":"))``,
+    ASCII escapes), so it is the same for the dict an export writes and the one read back,
+    whatever the file's indentation or key order."""
+    rest = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST}
+    # through JSON once as write_json_atomic writes it (default=str): tuples, paths and int keys
+    # become what a reader of the file gets
+    plain = json.loads(json.dumps(rest, default=str))
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, separators=(",", ":")).encode("ascii")).hexdigest()
+
+
+def _manifest_edit(folder: Path) -> str | None:
+    """How ``folder``'s manifest.json shows an edit since its export wrote it, for a message;
+    None when it shows none (:func:`edited_manifest`)."""
+    path = folder / MANIFEST
+    record = written_files(folder)
+    if record is not None:
+        if record.state(path) != "edited":
+            return None
+        return f"its sha256 is not the one the export recorded in {WRITTEN_RECORD}"
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None  # damage, as in a bundle older than the check: the export mends it
+    if not isinstance(manifest, dict) or MANIFEST_DIGEST not in manifest:
+        return None
+    if manifest[MANIFEST_DIGEST] == manifest_digest(manifest):
+        return None
+    return f"its content no longer matches the {MANIFEST_DIGEST} the export wrote in it"
+
+
 def edited_manifest(folder: Path) -> Path | None:
     """``folder``'s manifest.json when it changed since the export wrote it (thresholds or gates
-    tuned by hand, or damaged: its sha256 is not the one in the bundle's :data:`WRITTEN_RECORD`);
-    None when it is as written, absent, or the bundle has no record (an export older than the
-    record: its manifest counts as the export's own, as it did before)."""
-    record = written_files(folder)
-    if record is None or record.state(folder / MANIFEST) != "edited":
-        return None
-    return folder / MANIFEST
+    tuned by hand, or damaged): its sha256 is not the one in the bundle's :data:`WRITTEN_RECORD`,
+    or, the record gone, its content no longer matches its own :data:`MANIFEST_DIGEST`. None
+    when it is as written, absent, or shows neither (a bundle older than both: its manifest
+    counts as the export's own, as it did before; without the record, a manifest that is not
+    valid JSON is damage, mended by the next export)."""
+    return folder / MANIFEST if _manifest_edit(folder) is not None else None
 
 
 def check_manifest_unedited(out: str | Path) -> None:
@@ -402,12 +444,12 @@ def check_manifest_unedited(out: str | Path) -> None:
         ValidationError: naming the file, that it was edited, and the fix; nothing is touched.
     """
     out = Path(out)
-    edited = edited_manifest(out) if out.is_dir() and not out.is_symlink() else None
-    if edited is not None:
+    how = _manifest_edit(out) if out.is_dir() and not out.is_symlink() else None
+    if how is not None:
         raise ValidationError(
-            f"export --out {out}: {edited} was edited since the export wrote it (its sha256 is not the one the "
-            f"export recorded in {WRITTEN_RECORD}); exporting again would replace it and lose the edit, so nothing "
-            "was exported. Add --force to replace it (copy what you changed first), or give another --out")
+            f"export --out {out}: {out / MANIFEST} was edited since the export wrote it ({how}); exporting again "
+            "would replace it and lose the edit, so nothing was exported. Add --force to replace it (copy what you "
+            "changed first), or give another --out")
 
 
 def check_bundle_out(out: str | Path, writes: Iterable[str] = (), force: bool = False) -> None:
@@ -582,8 +624,11 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
         # tokenizer and torch/ files are written by libraries (safetensors: 0600) or copied with a
         # run's modes: a bundle's files get the modes of any file this process writes
         give_plain_modes(tmp)
+        # every file but the top-level manifest.json itself (a torch/ or tokenizer/ file of that
+        # name is one of the bundle's files like any other)
         manifest["files"] = {str(p.relative_to(tmp)): sha256_file(p)
-                             for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST}
+                             for p in sorted(tmp.rglob("*")) if p.is_file() and p != tmp / MANIFEST}
+        manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
         write_json_atomic(tmp / MANIFEST, manifest)
         # what this export wrote, manifest.json included: the exact files the next export may
         # replace (check_bundle_out), and what tells a manifest edited since from this one
@@ -743,9 +788,9 @@ def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions
     return export_bundle(embedder_source(model), Path(out), opts or ExportOptions())
 
 
-__all__ = ["BUNDLE_GRAPHS", "ExportOptions", "ModelSource", "ParityThresholds", "bundle_heldout", "bundle_layout_files", "convert_graph",
+__all__ = ["BUNDLE_GRAPHS", "ExportOptions", "MANIFEST_DIGEST", "ModelSource", "ParityThresholds", "bundle_heldout", "bundle_layout_files", "convert_graph",
            "edited_manifest", "embedder_source", "flat_numbers", "heldout_metrics",
            "calibration_feeds", "check_bundle_out", "check_manifest_unedited", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
-           "heldout_groups", "heldout_texts", "kendall_tau", "optimize_graph", "parity_check", "run_files_state",
+           "heldout_groups", "heldout_texts", "kendall_tau", "manifest_digest", "optimize_graph", "parity_check", "run_files_state",
            "run_source", "torch_files", "written_files"]

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 from export_fixtures import LABELS, bundle, decompose_run, rerank_run
 from searchsmith.models.errors import BundleError, ConfigError
-from searchsmith.models.export import ExportOptions, ParityThresholds, export_run, kendall_tau
+from searchsmith.models.export import (
+    MANIFEST_DIGEST,
+    ExportOptions,
+    ParityThresholds,
+    export_run,
+    kendall_tau,
+)
 from searchsmith.models.io import WRITTEN_RECORD, sha256_file
 
 
@@ -514,6 +520,7 @@ def test_a_manifest_edited_since_the_export_is_kept_without_force(tmp_path, monk
     since (hand-tuned thresholds or gates): refused before any work, naming the file and the fix,
     unless --force; an older bundle without the export's record is replaced as before."""
     from searchsmith.models.errors import ValidationError
+    from searchsmith.models.export import edited_manifest
     from searchsmith.serving.main import main
     from searchsmith.training import export_cli
 
@@ -555,10 +562,79 @@ def test_a_manifest_edited_since_the_export_is_kept_without_force(tmp_path, monk
     assert _manifest(out)["thresholds"] == original and json.loads((out / WRITTEN_RECORD).read_text())[
         "manifest.json"] == sha256_file(manifest)
 
-    manifest.write_bytes(edited)  # an older bundle, without the record: its manifest is the export's own
+    # an older bundle, without the record nor the manifest's own check (manifest_sha256, newer than
+    # both): its manifest is the export's own
+    manifest.write_text(json.dumps({k: v for k, v in json.loads(edited).items() if k != MANIFEST_DIGEST}))
     (out / WRITTEN_RECORD).unlink()
+    assert edited_manifest(out) is None
     export_run(run, out, ExportOptions(heldout_limit=0))
-    assert _manifest(out)["thresholds"] == original
+    assert _manifest(out)["thresholds"] == original and MANIFEST_DIGEST in _manifest(out)
+
+
+def test_a_manifest_edited_after_its_record_was_deleted_is_still_kept(tmp_path, monkeypatch, capsys) -> None:
+    """Deleting a bundle's .searchsmith-written.json made it an older export again, whose edited
+    manifest.json the next export silently replaced: the manifest carries the sha256 of the rest
+    of it (manifest_sha256), so without the record an edit is still refused (--force replaces
+    it), an untouched manifest is replaced, and one without the field (an export older than it)
+    is replaced as before."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.export import edited_manifest, manifest_digest
+    from searchsmith.serving.main import main
+    from searchsmith.training import export_cli
+
+    run = rerank_run()
+    out = tmp_path / "b"
+    shutil.copytree(bundle("rerank"), out)
+    manifest = out / "manifest.json"
+    written = _manifest(out)
+    assert written[MANIFEST_DIGEST] == manifest_digest(written) and len(written[MANIFEST_DIGEST]) == 64
+    (out / WRITTEN_RECORD).unlink()
+    assert edited_manifest(out) is None
+    manifest.write_text(json.dumps(dict(reversed(written.items())), indent=4))  # the same content, laid out anew
+    assert edited_manifest(out) is None
+
+    original = written["thresholds"]
+    manifest.write_text(json.dumps({**written, "thresholds": {**original, "min_score": 0.25}}, indent=2))
+    edited = manifest.read_bytes()
+    assert edited_manifest(out) == manifest
+    with pytest.raises(ValidationError, match=rf"export --out {out}: {manifest} was edited since the export wrote "
+                                              rf"it \(its content no longer matches the {MANIFEST_DIGEST} the "
+                                              r"export wrote in it\); .*Add --force to replace it"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    assert manifest.read_bytes() == edited and not (out / WRITTEN_RECORD).exists()
+    monkeypatch.setattr(export_cli, "export_run", lambda *a, **k: pytest.fail("exported"))
+    assert main(["export", str(run), "--out", str(out)]) == 1
+    assert f"{manifest} was edited since the export wrote it" in capsys.readouterr().err
+    monkeypatch.undo()
+    export_run(run, out, ExportOptions(heldout_limit=0, force=True))
+    assert _manifest(out)["thresholds"] == original and (out / WRITTEN_RECORD).is_file()
+
+    (out / WRITTEN_RECORD).unlink()  # untouched: replaced, its record written again
+    export_run(run, out, ExportOptions(heldout_limit=0))
+    assert (out / WRITTEN_RECORD).is_file() and edited_manifest(out) is None
+    # an export older than the field: test_a_manifest_edited_since_the_export_is_kept_without_force
+
+
+def test_a_nested_manifest_json_is_one_of_the_bundles_files(tmp_path) -> None:
+    """The manifest's sha256 list left out every file named manifest.json at any depth, so a model
+    folder's own manifest.json copied by --torch-weights (torch/manifest.json) was neither checked
+    nor recorded as the export's: exporting into the bundle again refused it as a file the bundle
+    did not write. Only the top-level manifest.json is left out of the list."""
+    from searchsmith.models.runtime import read_manifest, verify_files
+
+    run = tmp_path / "run"
+    shutil.copytree(rerank_run(), run)
+    (run / "model" / "manifest.json").write_text('{"from": "the model folder"}')
+    out = tmp_path / "b"
+    m = export_run(run, out, ExportOptions(heldout_limit=0, torch_weights=True))
+    assert m["files"]["torch/manifest.json"] == sha256_file(out / "torch" / "manifest.json")
+    assert "manifest.json" not in m["files"]
+    assert json.loads((out / WRITTEN_RECORD).read_text())["torch/manifest.json"] == m["files"]["torch/manifest.json"]
+    verify_files(out, read_manifest(out))
+    export_run(run, out, ExportOptions(heldout_limit=0, torch_weights=True))  # all its own: replaced
+    (out / WRITTEN_RECORD).unlink()  # an older bundle: its own files are those its manifest lists
+    export_run(run, out, ExportOptions(heldout_limit=0, torch_weights=True))
+    assert (out / "torch" / "manifest.json").read_text() == '{"from": "the model folder"}'
 
 
 def test_bundle_graphs_are_the_graphs_an_export_traces() -> None:

@@ -323,6 +323,13 @@ def test_quickstart_rerun_keeps_a_bundle_manifest_its_user_edited(tmp_path, monk
     out = capsys.readouterr().out
     assert "export: reusing 1 bundles" in out and "embedder: reusing its manifest.json as you edited it" in out
     assert manifest.read_bytes() == edited and len(exports) == 1
+    # the export's record deleted: the manifest's own check (manifest_sha256) still tells the edit
+    record = (bundle / WRITTEN_RECORD).read_bytes()
+    (bundle / WRITTEN_RECORD).unlink()
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    assert "embedder: reusing its manifest.json as you edited it" in capsys.readouterr().out
+    assert manifest.read_bytes() == edited and len(exports) == 1
+    (bundle / WRITTEN_RECORD).write_bytes(record)
 
     onnx = bundle / "model.onnx"
     onnx.write_bytes(onnx.read_bytes()[:1000])  # damaged: the bundle must be exported again
