@@ -511,14 +511,16 @@ def describe_written(w: Written) -> str:
 
 
 def configure_quickstart(parser: argparse.ArgumentParser) -> None:
+    from searchsmith.training.data import SHARED_DATA
+
     parser.add_argument("--workdir", default="searchsmith-work", help="where everything is written "
                         "(default %(default)s, in the current folder)")
     parser.add_argument("--profile", choices=["quick", "full"], default="quick",
                         help="quick: small budgets on synthetic data (~4 min on 2 cores, weaker models); full: the "
                         "CPU default recipes")
-    parser.add_argument("--shared-data", default="../shared/data", metavar="DIR",
-                        help="real data folder for --profile full, laid out like ../shared/data (scifact/"
-                        "claims_dev.jsonl, ...): every recipe data path under ../shared/data is read from DIR "
+    parser.add_argument("--shared-data", default=SHARED_DATA, metavar="DIR",
+                        help=f"real data folder for --profile full, laid out like {SHARED_DATA} (scifact/"
+                        f"claims_dev.jsonl, ...): every recipe data path under {SHARED_DATA} is read from DIR "
                         "instead (paths a recipe sets elsewhere are kept); a folder lacking a file, DIR or the "
                         "default, is refused before training, naming it (default %(default)s, in the current "
                         "folder, else beside the repository: synthetic data where absent, and each step says so)")

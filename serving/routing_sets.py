@@ -216,10 +216,16 @@ def wikimultihop_pipeline(data_dir: Path, questions: int = 0) -> tuple[list[dict
 PIPELINE_BUILDERS = {"multihop": multihop_pipeline, "2wikimultihop": wikimultihop_pipeline}
 
 
+def _add_data_dir(parser: argparse.ArgumentParser) -> None:
+    from searchsmith.training.data import SHARED_DATA
+
+    parser.add_argument("--data-dir", default=SHARED_DATA, help="the shared data folder (default "
+                        "%(default)s, in the current folder, else beside the repository)")
+
+
 def configure_make_routing_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(BUILDERS))
-    parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder (default "
-                        "%(default)s, in the current folder, else beside the repository)")
+    _add_data_dir(parser)
     parser.add_argument("--out", required=True, help="folder for corpus.jsonl and routing.jsonl: a new one, or one "
                         "a make-*-set run wrote (its files are replaced unless edited since)")
     parser.add_argument("--force", action="store_true", help="replace files of those names that searchsmith did not "
@@ -318,10 +324,12 @@ def write_set(out: Path, corpus: list[dict], items: list[dict], items_file: str,
 
 def _check_paths(args: argparse.Namespace, command: str) -> None:
     """--out and --data-dir name a folder: an empty string would mean the current one."""
+    from searchsmith.training.data import SHARED_DATA
+
     for flag, value in (("--out", args.out), ("--data-dir", args.data_dir)):
         if not str(value).strip():
             raise ValidationError(f"{command} {flag} is empty: give a folder path (--out: where the set is "
-                                  "written; --data-dir: the shared data, default ../shared/data)")
+                                  f"written; --data-dir: the shared data, default {SHARED_DATA})")
 
 
 def run_make_routing_set(args: argparse.Namespace) -> int:
@@ -337,8 +345,7 @@ def run_make_routing_set(args: argparse.Namespace) -> int:
 
 def configure_make_pipeline_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(PIPELINE_BUILDERS))
-    parser.add_argument("--data-dir", default="../shared/data", help="the shared data folder (default "
-                        "%(default)s, in the current folder, else beside the repository)")
+    _add_data_dir(parser)
     parser.add_argument("--out", required=True, help="folder for corpus.jsonl and qa.jsonl: a new one, or one a "
                         "make-*-set run wrote (its files are replaced unless edited since)")
     parser.add_argument("--force", action="store_true", help="replace files of those names that searchsmith did not "

@@ -33,3 +33,25 @@ def test_every_real_set_default_moves_with_the_folder(data, paths: set[str]) -> 
     for name in paths:
         default = next(f.default for f in dataclasses.fields(data) if f.name == name)
         assert moved[f"data.{name}"] == "/data/s" + default[len(SHARED_DATA):]
+
+
+def test_the_commands_help_names_the_folder_by_the_one_constant(monkeypatch) -> None:
+    """make-routing-set, make-pipeline-set and quickstart spelled ``../shared/data`` in their own
+    argparse defaults and help: their help follows SHARED_DATA (here moved elsewhere)."""
+    import argparse
+
+    from searchsmith.serving.quickstart import configure_quickstart
+    from searchsmith.serving.routing_sets import (
+        configure_make_pipeline_set,
+        configure_make_routing_set,
+    )
+    from searchsmith.training import data
+
+    monkeypatch.setattr(data, "SHARED_DATA", "../elsewhere/sets")
+    for configure, dest in ((configure_make_routing_set, "data_dir"), (configure_make_pipeline_set, "data_dir"),
+                            (configure_quickstart, "shared_data")):
+        parser = argparse.ArgumentParser()
+        configure(parser)
+        text = parser.format_help()
+        assert parser.get_default(dest) == "../elsewhere/sets"
+        assert "../elsewhere/sets" in text and "shared/data" not in text, configure.__name__
