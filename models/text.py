@@ -549,11 +549,13 @@ def how_to(question: str) -> tuple[str, str]:
 # a sentence, not one of its names). "What is the capital of France?" and "What is the largest planet?" ask
 # for a name.
 _NAME_ALONE = r"(?:the\s+)?[A-Z0-9][\w'’&.+-]*(?:\s+(?:of\s+(?:the\s+)?|&\s+|and\s+)?[A-Z0-9][\w'’&.+-]*)*"
+# the nouns a description is asked by ("What are the requirements of X?")
+_DESCRIBED_NOUNS = (r"(?:is|are|was|were)\s+the\s+(?:main\s+)?(requirements?|prerequisites?|steps|limits|limitations|"
+                    r"benefits|advantages|disadvantages|differences|features|options)\b")
 _DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
                        rf"(?:is|are|was|were|'s)\s+(?:{_NAME_ALONE}|an?\s+[^?]+?)"
                        r"|(?:does|do|did)\s+[^?]+?\s+(?:do|mean)"
-                       r"|(?:is|are|was|were)\s+the\s+(?:main\s+)?(?:requirements?|prerequisites?|steps|limits|limitations|"
-                       r"benefits|advantages|disadvantages|differences|features|options)\b[^?]*"
+                       rf"|{_DESCRIBED_NOUNS}[^?]*"
                        r"|happen(?:s|ed)?\b[^?]*"
                        r"|caus(?:es|ed|e)\b[^?]*"
                        r")\s*\?*\s*$")
@@ -562,6 +564,19 @@ _DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
 def asks_description(question: str) -> bool:
     """Whether ``question`` asks for a description, not a span (:data:`_DESCRIBE`)."""
     return bool(_DESCRIBE.match(question.strip()))
+
+
+_DESCRIBED_NOUN = re.compile(rf"^\W*[Ww]hat\s+{_DESCRIBED_NOUNS}", re.I)
+_LABEL = re.compile(r"^\W*([A-Za-z][\w-]*(?:\s+[\w-]+){0,2})\s*:\s+\S")  # "Requirements: a PostgreSQL 13 ...", three words at most
+
+
+def labelled_with_asked(question: str, sentence: str) -> bool:
+    """Whether ``sentence`` is a line labelled with the noun ``question`` asks a description by
+    ("Requirements: a PostgreSQL 13 or newer database ..." for "What are the requirements for
+    running Tidewater?"; :data:`_DESCRIBE`), in any inflection (:func:`fold`)."""
+    asked, label = _DESCRIBED_NOUN.match(question.strip()), _LABEL.match(sentence)
+    return asked is not None and label is not None and fold(singular(asked.group(1))) in {
+        fold(singular(w)) for w in re.findall(r"[A-Za-z]+", label.group(1))}
 
 
 def asks_who(question: str) -> bool:
@@ -648,8 +663,9 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "employer": "worked employed joined professor",
     "founded": "founded founder established",
     "founder": "founded founder established",
-    "maker": "made makes maker developed develops developer built builds created",
-    "developer": "made makes developed develops developer built builds created",
+    # ("the Austin company behind Lumen" made it)
+    "maker": "made makes maker developed develops developer built builds created behind",
+    "developer": "made makes developed develops developer built builds created behind",
     "owned": "owned owns owner acquired acquires bought",
     "owner": "owned owns owner acquired acquires bought",
     "valid": "valid validity expire expires expired expiry lifetime ttl",
@@ -677,7 +693,9 @@ def _keyword_asks(query: str) -> list[str]:
 
 
 # what a question naming a setting by its words may say besides them: it asks for its value
-_SETTING_ASKED = frozenset({"what", "which", "default", "value", "setting", "option", "current"})
+_SETTING_ASKED = frozenset({"what", "which", "default", "value", "setting", "option", "current", "number"})
+# a setting's short words, as a question spells them out ("maximum zoom": ``render.max_zoom``)
+_KEY_SHORT = {"maximum": "max", "minimum": "min"}
 
 
 def setting_asked(question: str, titles: Sequence[str]) -> str:
@@ -698,12 +716,18 @@ def setting_asked(question: str, titles: Sequence[str]) -> str:
         if kind is not None or wh not in ("what", "which"):
             return ""
         words = [w.lower() for w in re.findall(r"[A-Za-z][\w'’-]*", question)]
-    folded = {fold(re.sub(r"['’]s?$", "", w)) for w in words if w not in QUERY_STOP_WORDS}
+    folded = {fold(_KEY_SHORT.get(w.lower(), re.sub(r"['’]s?$", "", w))) for w in words if w not in QUERY_STOP_WORDS}
+    # words a question may add: "value", a verb of taking ("the minimum TLS version Kestrel *accepts*")
+    extra = {fold(w) for w in _SETTING_ASKED} | {w for w in folded if _TAKES.fullmatch(w)}
     for title in titles:
         for m in _IDENTIFIER.finditer(title):
             parts = {fold(x) for x in re.split(r"[._/-]", m.group(0).lower()) if len(x) > 1 and x.isalpha()}
+            # the last part's words but a unit's two letters ("max_zoom", "max_size" of "max_size_gb")
+            last = {fold(x) for x in re.split(r"[_-]", re.split(r"[./]", m.group(0).lower())[-1])
+                    if (len(x) > 2 or x in _KEY_SHORT.values()) and x.isalpha()}
             other = {fold(w.lower()) for w in re.findall(r"[A-Za-z][\w'’-]*", title[:m.start()] + title[m.end():])}
-            if len(parts) > 1 and parts <= folded and folded <= parts | other | {fold(w) for w in _SETTING_ASKED}:
+            if ((len(parts) > 1 and parts <= folded) or (len(last) > 1 and last <= folded)) \
+                    and folded <= parts | other | extra:
                 return m.group(0)
     return ""
 
@@ -1104,6 +1128,18 @@ def asks_shown_type(question: str) -> bool:
     return bool((_COUNTRY_HEADS | _NAMED_HEADS | _MONTH_HEADS | _FILE_HEADS) & set(asked_head(question)))
 
 
+# a head noun's British spelling, as the American one (a question and its sources may spell it either way)
+_SPELLED = {"licence": "license", "colour": "color", "centre": "center", "theatre": "theater",
+            "catalogue": "catalog", "programme": "program", "defence": "defense", "organisation": "organization",
+            "metre": "meter", "litre": "liter", "neighbour": "neighbor", "harbour": "harbor"}
+
+
+def _spelled(word: str) -> str:
+    """``word``'s singular (:func:`singular`) in the American spelling (:data:`_SPELLED`)."""
+    w = singular(word)
+    return _SPELLED.get(w, w)
+
+
 def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool:
     """Whether the candidate ``sentence[s:e]`` (``span`` once trimmed) is of the type ``head``
     asks for (:func:`asked_head`): one of its capitalised words is a head noun ("Holston
@@ -1112,12 +1148,13 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
     "which country", or it is quoted for a work ("which film")."""
     if not head:
         return False
-    words = {singular(w) for w in re.findall(r"[A-Z][\w'’-]*", sentence[s:e])}
+    head = [_SPELLED.get(h, h) for h in head]  # "license" meets "the Apache-2.0 licence"
+    words = {_spelled(w) for w in re.findall(r"[A-Z][\w'’-]*", sentence[s:e])}
     before = re.findall(r"[\w'’-]+", sentence[max(0, s - 30):s])
     after = re.match(r"[\s\"”'’]*([a-z][\w-]*)", sentence[e:e + 30])
     quoted = sentence[s - 1:s] in "\"“'‘" and s > 0
-    return bool(words & set(head)) or (bool(before) and singular(before[-1]) in head) or (
-        after is not None and singular(after.group(1)) in head) or (
+    return bool(words & set(head)) or (bool(before) and _spelled(before[-1]) in head) or (
+        after is not None and _spelled(after.group(1)) in head) or (
         bool(_FILE_HEADS & set(head)) and bool(_FILE_NAME.fullmatch(span))) or (
         bool(_COUNTRY_HEADS & set(head)) and span.lower() in _COUNTRY_NAMES and not demonym(span)) or (
         bool(_MONTH_HEADS & set(head)) and span.lower() in _MONTH_NAMES) or (
@@ -1127,18 +1164,25 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
 _APPOSITIVE_TAIL = re.compile(r",\s+(?:the|an?)\s+$")  # "Brightline Systems, the " before "Austin company"
 
 
+def _appositive_of(sentence: str, s: int, entities: Sequence[tuple[int, int, str]]) -> tuple[int, int] | None:
+    """``(start, end)`` of the name whose appositive the candidate at ``sentence[s:]`` stands in
+    ("*Brightline Systems*, the Austin company behind Lumen"); None when it stands in none."""
+    return next(((a, b) for a, b, lab in entities
+                 if lab == "ENT" and b <= s and _APPOSITIVE_TAIL.fullmatch(sentence[b:s]) is not None), None)
+
+
 def _describes_known(sentence: str, s: int, entities: Sequence[tuple[int, int, str]], question: str,
                      exclude: Sequence[str]) -> bool:
     """Whether the candidate at ``sentence[s:]`` stands in an appositive of a name the question
     or ``exclude`` names ("Brightline Systems, the Austin company behind Lumen"): the asked noun
     it shows is that name's, so it answers no question asking that type of another thing ("Which
     company acquired Brightline Systems?" is not answered "Austin"; "Where ...?" still may be)."""
-    for a, b, lab in entities:
-        if lab == "ENT" and b <= s and _APPOSITIVE_TAIL.fullmatch(sentence[b:s]) is not None:
-            name = sentence[a:b]
-            return not missing_entities([name], question) or any(
-                not missing_entities([name], x) or _same_name(name, x) for x in exclude)
-    return False
+    at = _appositive_of(sentence, s, entities)
+    if at is None:
+        return False
+    name = sentence[at[0]:at[1]]
+    return not missing_entities([name], question) or any(
+        not missing_entities([name], x) or _same_name(name, x) for x in exclude)
 
 
 _PREPOSITIONS = frozenset("in at on of from by for with to into near after before during under over".split())
@@ -1173,6 +1217,15 @@ def _does(sentence: str, words: Sequence[tuple[int, int, str]], at: Sequence[int
             after = sentence[words[k][1]:words[min(k + AGENT_OBJECT_WORDS, len(words) - 1)][1]].lower()
             return any(re.search(r"(?<![\w])" + re.escape(o) + r"(?![\w])", after) for o in objects)
     return False
+
+
+def _states_doing(text: str, verbs: set[str], objects: Sequence[str]) -> bool:
+    """Whether ``text`` (an appositive: "the Austin company behind Lumen") holds one of ``verbs``
+    (folded) followed by one of ``objects`` (:func:`_does`'s)."""
+    words = [fold(w) for w in re.findall(r"[\w'’&.-]+", text.lower())]
+    at = next((k for k, w in enumerate(words) if w in verbs), None)
+    after = " ".join(re.findall(r"[\w'’&.-]+", text.lower())[at + 1:]) if at is not None else ""
+    return at is not None and any(re.search(r"(?<![\w])" + re.escape(o) + r"(?![\w])", after) for o in objects)
 
 
 def of_asked_type(question: str, name: str) -> bool:
@@ -1480,6 +1533,29 @@ def _one_off(a: str, b: str) -> bool:
     return short[i:] == long_[i + 1:]
 
 
+# "Which database does Quarry use?": the name after "do / does / did" (its subject) and the verb after it
+_SUBJECT_DOES = re.compile(rf"^\W*(?i:which|what)\s+[^?]*?\b(?i:do|does|did)\s+({_NAME_ALONE})\s+([a-z]{{2,}})\b")
+
+
+def subject_is_type(question: str, sentence: str) -> str:
+    """The verb of ``question`` that ``sentence`` leaves unsaid while saying that the question's
+    subject ("Which database does *Quarry* use?") is itself of the type it asks for ("Quarry is
+    a vector database made by Northwind Labs"): the thing of that type in it is the subject, so
+    nothing else in it answers ("Northwind Labs" is no database Quarry uses); "" otherwise. A
+    sentence that states the verb still may answer ("Harbor & Finch is a holding company that
+    owns Brightline Systems" for "Which company does Harbor & Finch own?")."""
+    m = _SUBJECT_DOES.match(question)
+    head = asked_head(question)
+    if m is None or not head:
+        return ""
+    name, verb = re.sub(r"^the\s+", "", m.group(1)), m.group(2).lower()
+    heads = "|".join(re.escape(h) for h in head)
+    said = re.search(rf"(?<![\w]){re.escape(name)}(?:['’]s)?(?:\s*,\s*|\s+(?:is|was|are|were)\s+)"
+                     rf"(?:an?|the|one\s+of\s+the)\s+(?:[\w-]+\s+){{0,3}}?(?:{heads})(?:e?s)?\b", sentence, re.I)
+    forms = frozenset({verb, *RELATION_CUES.get(verb, ()), *(w for f in _VERB_FORMS if verb in f for w in f)})
+    return verb if said is not None and not states_relation([forms], sentence) else ""
+
+
 def states_relation(relations: Sequence[frozenset[str]], sentence: str) -> bool:
     """Whether ``sentence`` holds a word (:func:`holds_word`) of each of ``relations``
     (:func:`asked_relation`); True when there are none. A relation word of :data:`TYPO_CHARS`
@@ -1568,6 +1644,32 @@ def range_end(sentence: str, s: int, e: int) -> str:
     return ""
 
 
+def _said_of_another(sentence: str, s: int, noun: str, entities: Sequence[tuple[int, int, str]],
+                     question: str) -> bool:
+    """Whether the figure at ``sentence[s:]`` is the asked ``noun`` of another name than the
+    question's ("What is the population of Reykjavik?": "Iceland ... with a *population of*
+    about 380,000, most of whom live in ... Reykjavik"): it follows "<noun> of", the last name
+    before that is none of the question's, and no name of the question comes before it."""
+    said = re.search(rf"\b{re.escape(noun)}\s+of\s+{_APPROXIMATELY.pattern[:-1]}?$", sentence[:s], re.I)
+    if said is None:
+        return False
+    before = [sentence[a:b] for a, b, lab in entities if lab == "ENT" and b <= said.start()]
+    return bool(before) and bool(missing_entities([before[-1]], question)) and all(
+        missing_entities([n], sentence[:s]) for n in entity_names(question))
+
+
+def figure_of_another(question: str, sentence: str) -> str:
+    """The noun a "What is the <noun> of X?" ``question`` asks ("population") when ``sentence``
+    states a figure of it only of another name (:func:`_said_of_another`: "Iceland ... with a
+    population of about 380,000, most of whom live in ... Reykjavik"); "" otherwise."""
+    noun_of = _THE_NOUN_OF.match(question)
+    if noun_of is None:
+        return ""
+    entities = _with_number_words(sentence, entity_spans(sentence))
+    said = [_said_of_another(sentence, s, noun_of.group(1), entities, question) for s, _, lab in entities if lab == "NUM"]
+    return noun_of.group(1) if said and all(said) else ""
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
                typed: bool = False, *, stated: bool = True) -> str:
@@ -1650,6 +1752,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     if bound:
         labels = labels[:1]  # "the maximum ...": a figure or nothing
     announce_asked = bool(_ANNOUNCE.search(question))
+    noun_of = _THE_NOUN_OF.match(question)  # "What is the population of Reykjavik?": "population"
     month_asked = bool(_MONTH_HEADS & set(head))
     weekday_asked = bool(_WEEKDAY_ASKED.search(question))
     # the asked verb of a question asking for its doer, and the names it is done to (the question's
@@ -1661,6 +1764,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     doing = set() if not verb_word or verb_word in _NOT_AGENT_VERBS else {
         fold(w) for w in {verb_word, *RELATION_CUES.get(verb_word, ()),
                           *(w for f in _VERB_FORMS if verb_word in f for w in f)}}
+    # and the words of its forms' cues, as asked_relation reads them ("behind" of "maker" for "makes")
+    doing_said = doing | {fold(c) for f in _VERB_FORMS if verb_word in f for w in f for c in RELATION_CUES.get(w, ())}
     # (each word of a name: a rewrite's appended terms run names together, "(Beacon Brightline Systems ...)")
     done_to = [w for n in [*entity_names(question), *exclude] for w in re.findall(r"[\w'’&.-]{3,}", n.lower())]
     # the keys a default is asked of, whole and by their last part ("snapshot.interval_s", "interval_s")
@@ -1680,13 +1785,15 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     # answered by a sentence on X's funding round)
     relations = asked_relation(question) if stated else []
     # nor does a sentence on another version of the asked thing ("Ferrow 1.0" for "Ferrow 1.5")
+    # nor one saying the question's subject is itself the asked type ("Quarry is a vector database ...")
     stating = [states_relation(relations, sentence) and not (stated and other_version(question, sentence))
-               for sentence in sentences]
+               and not (stated and subject_is_type(question, sentence)) for sentence in sentences]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []
         gaps: list[int] = []  # per candidate: words between it and the nearest question word near it
         named: list[int] = []  # per candidate: the words of the question's names near it
+        another = False  # a figure of the asked noun was another name's (:func:`_said_of_another`)
         for i, (sentence, (words, entities, translated, outside, outside_at, lived)) in enumerate(
                 zip(sentences, parsed, strict=True)):
             if not stating[i]:
@@ -1713,6 +1820,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                         and (range_end(sentence, s, e) or not _bound_of_asked(sentence, bound, asked_after)):
                     continue  # a maximum is a range's high end or stated as one: not "10" of "10 to 86400",
                     # nor a default ("Default: `300`") or an example's value ("interval_s: 300")
+                if lab == "NUM" and noun_of and _said_of_another(sentence, s, noun_of.group(1), entities, question):
+                    another = True  # "Iceland ... with a population of about 380,000 ... Reykjavik": Iceland's,
+                    continue  # and no name of the sentence is Reykjavik's population either
                 if bound and lab == "NUM" and not dims and (unit := _unit_pattern(tuple(_UNITS)).match(sentence, e)):
                     e = unit.end()  # "8 MiB" for "the largest message Ferrow accepts" (no dimension asked)
                     span = sentence[s:e]
@@ -1776,6 +1886,15 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 shown = lab == "ENT" and _fits(sentence, s, e, span, head)
                 if shown and _describes_known(sentence, s, entities, question, exclude):
                     continue  # "Brightline Systems, the Austin company": the asked noun is a known name's
+                if shown and not where and (owner := _appositive_of(sentence, s, entities)) is not None and (
+                        not doing or _states_doing(sentence[s:].split(",")[0], doing_said, done_to)):
+                    # "... acquired Brightline Systems, the Austin company behind Lumen" for "Which
+                    # company does Harbor & Finch own?": the company is the name the appositive is of
+                    # (for "Which company made Lumen?" when the appositive states it: "behind Lumen";
+                    # not for "Which company acquired the maker of Lumen?")
+                    s, e = owner
+                    span = sentence[s:e]
+                    at = [j for j, (a, b, _) in enumerate(words) if a >= s and b <= e] or [0]
                 fits = TYPE_FIT_WORDS * ((lab == "ENT" and (shown
                                                             or (demonyms_answer and demonym(span))))
                                          or (lab == "DATE" and (any(a <= s and e <= b for a, b in lived)
@@ -1795,6 +1914,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                             if measured is not None else 0)
                 named.append(len(nearby & name_words) if lab != "ENT" else 0)  # (a name's neighbours are often the question's)
         if not found:
+            if another:
+                break  # no fallback kind: the asked figure is stated, of another thing
             continue
         # a tie between figures or dates in one sentence goes to the one near more words of the
         # question's names ("$45 per month on the Business plan" for "... cost on the Business
@@ -1835,6 +1956,8 @@ __all__ = [
     "answer_tokens",
     "asks_who",
     "asks_shown_type",
+    "figure_of_another",
+    "labelled_with_asked",
     "asks_typed",
     "asked_bound",
     "asks_bound",

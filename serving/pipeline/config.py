@@ -324,6 +324,10 @@ class ExtractiveConfig:
             install Lumen."), is followed by up to this many of its passage's next sentences
             ("With a container: `docker run ...`", "From a package: `pip install lumen-cache`",
             ...): quoted alone it promises what the answer does not give. 0: alone.
+        labelled_lines: a question asking a description by a noun ("What are the requirements
+            for running Tidewater?") is answered first by a line labelled with that noun
+            ("Requirements: a PostgreSQL 13 or newer database ...") of a passage the answer
+            already quotes, wherever the cosine ranks it.
         bridge_lookup: when no retrieved passage is a bridge, look the names of those
             sentences up in the index by title (``retrieval.titled_k`` chunks of the document
             titled with the name, in the routed sources): the passage about the director a
@@ -410,6 +414,7 @@ class ExtractiveConfig:
     bridge_how: bool = True
     how_own: bool = True
     announced_steps: int = 4
+    labelled_lines: bool = True
     typed_sentences: int = 5
     measure_sentences: int = 20
     named_settings: bool = True
@@ -604,6 +609,12 @@ class GenerationConfig:
             thing ("the 2 hours Quarry Cloud outage" for "How long did the Atlasgrid Cloud
             outage last?"). A bridge's sentence counts: the passage that names the bridge
             mentions the question's name.
+        no_answer_unnamed: (the extractive answer) also "not found" when the user's question
+            names two things or more and no passage the answer's sentences came from (a
+            bridge's too) mentions one of them, nor does a passage naming it link it to the
+            answer (:meth:`GenerationStage.unnamed`): the answer is about the others only
+            ("flying past it in January 1986", on Uranus's page, for "When did Voyager 2 fly
+            past Jupiter?").
         no_answer_text: the answer given when the sources do not support one.
         step_answers: how a step whose answer fills later steps' ``#k`` is answered:
             ``names``, the names, dates and numbers its best sentence adds
@@ -626,6 +637,7 @@ class GenerationConfig:
     no_answer_threshold: float | None = 0.5
     no_answer_missing_names: bool = True
     no_answer_off_subject: bool = True
+    no_answer_unnamed: bool = True
     no_answer_text: str = "No answer found in the sources."
     step_answers: Literal["names", "generator"] = "names"
     chain_support: bool = True

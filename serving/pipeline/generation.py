@@ -71,11 +71,14 @@ from searchsmith.models.text import (
     asks_bound,
     asks_typed,
     asks_who,
+    demonym,
     entity_names,
+    figure_of_another,
     figures,
     fold,
     how_to,
     is_year,
+    labelled_with_asked,
     names_asked_version,
     of_asked_type,
     other_version,
@@ -85,6 +88,7 @@ from searchsmith.models.text import (
     spelled_out,
     states_life,
     states_relation,
+    subject_is_type,
     typed_span,
     typed_span_at,
 )
@@ -202,6 +206,9 @@ def _states(words: set[str], text: str, folded: bool = False) -> bool:
 _ANNOUNCES = re.compile(r"\b(?:two|three|four|five|six|several|a\s+few|\d+)\s+(?:[\w-]+\s+){0,2}?"
                         r"(?:ways|steps|options|methods|approaches)\b", re.I)
 
+# the words between a name's words ("CTO of Harbor & Finch"): no word of the name itself
+_NAME_LINKS = frozenset("of the and &".split())
+
 # a sentence whose subject is a pronoun ("He was a recipient of ...")
 _PRONOUN_SUBJECT = re.compile(r"(?:He|She)\s")
 
@@ -255,8 +262,13 @@ class ExtractiveGenerator:
         # a sentence is read in its passage: with ``title_words`` its title's words count as its own
         # ("Clients saw `KST-502` errors ..." in "Kestrel Cloud outage in global")
         of_title = {t: content_words(t) if cfg.title_words else set() for t in set(titled.values())}  # once per passage
+        # a short form of the question is a sentence's word where the sentence spells it out ("CTO":
+        # "appointed Tomasz Wilk as chief technology officer")
+        shorts = {w for w in re.findall(r"\b[A-Z]{3,6}\b", f"{question} {state.query}") if SHORT_FORM.fullmatch(w)}
         lex = np.array([0.5 * len(words & cw) / max(1, len(words)) + 0.5 * len(own & cw) / max(1, len(own))
-                        for cw in (content_words(s) | of_title[titled[c]] for s, c in zip(texts, cands, strict=True))])
+                        for cw in (content_words(s) | of_title[titled[c]]
+                                   | {fold(w.lower()) for w in shorts if spelled_out(w, s)}
+                                   for s, c in zip(texts, cands, strict=True))])
         score = cos + cfg.lexical_weight * lex
         order = np.argsort(-score, kind="stable")
         return [Support(float(score[i]), cands[i], tuple(where[cands[i]]), titled[cands[i]]) for i in order]
@@ -613,6 +625,17 @@ class ExtractiveGenerator:
                     return ([*chosen[:i + 1], *after, *chosen[i + 1:]], p.chunk_id) if after else None
         return None
 
+    def labelled(self, question: str, ranked: Sequence[Sequence[Support]], used: Sequence[str]) -> Support | None:
+        """The first sentence of ``ranked`` labelled with the noun ``question`` asks a description
+        by (``models.text.labelled_with_asked``: "Requirements: ..." for "What are the
+        requirements for running Tidewater?") in a passage the answer draws on (``used``, chunk
+        ids); None when there is none, or with ``labelled_lines`` off."""
+        if not self.config.labelled_lines:
+            return None
+        ids = set(used)
+        return next((c for r in ranked for c in r if ids & set(c.chunk_ids) and labelled_with_asked(question, c.text)),
+                    None)
+
     def unsaid(self, question: str, sentences: Sequence[str]) -> str:
         """What of ``question`` its chosen ``sentences`` do not say, when it asks for a date,
         number or name and no span of that kind was read (``no_span_no_answer``): the relation
@@ -631,6 +654,12 @@ class ExtractiveGenerator:
         relations = asked_relation(question)
         if relations and not states_relation(relations, text):
             return " or ".join(repr(w) for w in sorted(min(relations, key=len)))
+        verbs = [subject_is_type(question, x) for x in sentences]
+        if sentences and all(verbs):  # each says the subject is the asked type: "Quarry is a vector database ..."
+            return repr(verbs[0])
+        nouns = [figure_of_another(question, x) for x in sentences]
+        if sentences and all(nouns):  # each gives the asked figure of another name: "Iceland ... population of ..."
+            return f"the {nouns[0]} of {' or '.join(repr(n) for n in entity_names(question))}"
         names = {w for n in entity_names(question) for w in re.findall(r"[\w'’&.-]+", n.lower())}
         asked = {w for w in unanswered_words(question, "") if w not in names and len(w) > 1 and w not in HOW_MUCH_WORDS}
         left = unanswered_words(" ".join(sorted(asked)), text)
@@ -1208,11 +1237,52 @@ class GenerationStage:
         # each of a name's words will do, anywhere: a bridge's passage names its subject loosely
         # ("He was the father of Sigmund, Arne, Henrik and Atle Selberg" for "Henrik Selberg")
         # (a short form spelled out: "chief technology officer" for "CTO")
-        if any(all(not missing_entities([w], text) or (SHORT_FORM.fullmatch(w) and spelled_out(w, text))
-                   for w in n.split() if not re.fullmatch(r"[A-Z]\.", w)) for n in names):
+        if any(cls.worded(n, text) for n in names):
             return []
         other = [e for p in drawn for e in entity_names(p.title or "") if missing_entities([e], state.query)]
         return names if other else []
+
+    @classmethod
+    def unnamed(cls, state: PipelineState, used: Sequence[str], short: str = "") -> list[str]:
+        """The names of a user's question naming two things or more (:meth:`question_names`, short
+        forms and nationalities aside) that no passage the answer drew on (``used``, chunk ids, a
+        bridge's too) mentions, word by word as :meth:`worded` reads them, and that no retrieved
+        passage links to the answer: none mentioning the name also mentions the short answer,
+        the title of a passage drawn on, or a name of the question that one mentions.
+        Identifiers are not read (``tidewater/retry/backoff.go`` of "the product whose retry
+        code lives in ..." describes a bridge). The answer is then about the others only ("flying past
+        it in January 1986", on Uranus's page, for "When did Voyager 2 fly past Jupiter?", while
+        Jupiter's page names neither Uranus nor that date); a bridge's name is linked ("The Deep
+        Blue Sea" names the actor whose page answers). [] when each is mentioned or linked, the
+        question names fewer than two, it was decomposed (an earlier step's name is answered by
+        that step's passages, which the final answer need not quote) or it offers a choice."""
+        names = [n for n in cls.question_names(state)
+                 if re.search(r"[A-Z]", n) and not SHORT_FORM.fullmatch(n) and not demonym(n)]
+        drawn = [p for p in state.passages if p.chunk_id in set(used)]
+        if len(names) < 2 or not drawn or len(state.nodes) > 1 or choice_options(state.query)[1]:
+            # (an option may be named alone: "Which is longer, the Nile or the Amazon?")
+            return []
+        text = "\n".join(f"{p.title or ''}\n{p.text}" for p in drawn)
+        said = [n for n in names if cls.worded(n, text)]
+        # (a title without its parenthesis: "Eddie Fisher (singer)" is named "Eddie Fisher")
+        links = [x for x in {short, *(re.sub(r"\s*\([^()]*\)$", "", p.title or "") for p in drawn), *said} if x]
+
+        def linked(name: str) -> bool:  # a passage naming it names the answer
+            return any(cls.worded(name, t) and any(not missing_entities([x], t) for x in links)
+                       for t in (f"{p.title or ''}\n{p.text}" for p in state.passages if p.chunk_id not in set(used)))
+
+        return [n for n in names if not cls.worded(n, text) and not linked(n)]
+
+    @staticmethod
+    def worded(name: str, text: str) -> bool:
+        """Whether ``text`` holds each word of ``name`` anywhere (its initials, and the "of", "the",
+        "and", "&" between its words, aside), a short form also spelled out ("chief technology
+        officer" for "CTO"): how loosely :meth:`off_subject` and :meth:`unnamed` read a name, as a
+        bridge's passage names its subject ("He was the father of Sigmund, Arne, Henrik and Atle
+        Selberg" for "Henrik Selberg")."""
+        words = [w for w in name.split() if not re.fullmatch(r"[A-Z]\.", w) and w.lower() not in _NAME_LINKS]
+        return all(not missing_entities([w], text) or (SHORT_FORM.fullmatch(w) and spelled_out(w, text))
+                   for w in words)
 
     @staticmethod
     def _join(state: PipelineState, found: Sequence[Passage]) -> list[Passage]:
@@ -1341,6 +1411,11 @@ class GenerationStage:
                 self._not_found(state, f"no answer: no passage the answer drew on (a bridge's too) mentions {off} of the question "
                                        f"(generation.no_answer_off_subject; best support {best:.4f})")
                 return
+            unnamed = self.unnamed(state, state.used_passages, short) if self.config.no_answer_unnamed else []
+            if unnamed:
+                self._not_found(state, f"no answer: no passage the answer drew on (a bridge's too) mentions {unnamed} of "
+                                       f"the question's names (generation.no_answer_unnamed; best support {best:.4f})")
+                return
             if short:
                 # the span of a date, number or name the question asks for, then its sentences
                 state.short_answer, state.support = short, chosen
@@ -1352,6 +1427,11 @@ class GenerationStage:
                                        f"best hold none, and they do not say {unsaid} "
                                        f"(generation.extractive.no_span_no_answer; best support {best:.4f})")
                 return
+            if not short and (label := self.extractive.labelled(state.question(), target_ranked,
+                                                                 state.used_passages)) is not None:
+                chosen = [label.text, *(c for c in chosen if c != label.text)]
+                state.answer = " ".join(chosen)
+                st.note += "; led by the line labelled with the asked noun (generation.extractive.labelled_lines)"
             if not short and (ways := self.extractive.announced(state.question(), chosen, state.passages)):
                 chosen, from_id = ways
                 state.answer = " ".join(chosen)

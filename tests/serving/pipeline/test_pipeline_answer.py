@@ -747,10 +747,10 @@ KNOPE_Q = "Who is the spouse of the actress who plays Leslie Knope on Parks and 
 
 
 def _answered(embedder, query, passages, extractive=None, **where):
-    """The state after the generation stage (extractive, no refusal for missing names) answered
-    ``query`` over ``passages``; ``where``: its ``lookup`` / ``search``."""
+    """The state after the generation stage (extractive, no refusal for missing or unnamed names)
+    answered ``query`` over ``passages``; ``where``: its ``lookup`` / ``search``."""
     stage = GenerationStage(ExtractiveGenerator(embedder, extractive or ExtractiveConfig()), None,
-                            GenerationConfig(no_answer_missing_names=False), **where)
+                            GenerationConfig(no_answer_missing_names=False, no_answer_unnamed=False), **where)
     st = _bridge_state(query, list(passages))
     stage.run(st, Preset())
     return st
