@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from searchsmith.models.errors import PayloadTooLargeError, RequestTimeoutError, ValidationError
 from searchsmith.models.jsonl import RepeatedKeyError, loads_unique
 from searchsmith.serving.http_errors import error_body, error_response, with_param
@@ -296,7 +297,14 @@ async def on_error(request: Request, exc: Exception) -> JSONResponse:
             exc = with_param(ValidationError(
                 f"body: sent {how}, so it was not read as JSON; send the JSON object with "
                 "'Content-Type: application/json'"), "body", "content_type")
-    return error_response(exc)
+    return error_response(exc, body_model=body_model(request))
+
+
+def body_model(request: Request) -> type[BaseModel] | None:
+    """The schema of the body of the request's route (a ``RequestBody``), or None."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 class KeyCheck(NamedTuple):

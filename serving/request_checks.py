@@ -17,6 +17,11 @@ from searchsmith.serving.runner import BundleEmbedder
 if TYPE_CHECKING:
     from searchsmith.serving.embedder import Embedder
 
+# The image files a request may send, as PIL names them. PIL opens dozens more, through
+# decoders this server has no use for (EPS runs Ghostscript where it is installed; DDS, PPM,
+# QOI... raised ValueError on corrupt files): those are refused before any of their code runs.
+IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "BMP", "WEBP")
+
 
 def check_text(text: str, where: str, config: ServerLimits) -> str:
     """A non-blank text within ``max_input_chars`` (cut, or 413 when truncation is off)."""
@@ -86,13 +91,13 @@ def decode_image(data: str, where: str, config: ServerLimits, *, fit: Callable[[
             server with no model that reads pixels.
 
     Raises:
-        ValidationError: not base64, or not an image PIL reads (422).
+        ValidationError: not base64, or not an image of ``IMAGE_FORMATS`` that PIL decodes (422).
         PayloadTooLargeError: over ``max_image_bytes`` or ``max_image_pixels`` (413).
     """
     import binascii
     import io
 
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     if len(data) * 3 // 4 > config.max_image_bytes + 3:  # decoded size, checked before decoding
         raise PayloadTooLargeError(f"{where}: about {len(data) * 3 // 4} bytes, the limit is "
@@ -113,17 +118,22 @@ def decode_image(data: str, where: str, config: ServerLimits, *, fit: Callable[[
         raise PayloadTooLargeError(f"{where}: {len(raw)} bytes, the limit is {config.max_image_bytes} "
                                    "(server.max_image_bytes); send a smaller image")
     try:
-        img = Image.open(io.BytesIO(raw))  # reads the header only: the size is known before decoding
+        # reads the header only: the size is known before decoding
+        img = Image.open(io.BytesIO(raw), formats=IMAGE_FORMATS)
         w, h = img.size
         if w * h > config.max_image_pixels:
             raise PayloadTooLargeError(f"{where}: {w}x{h} pixels, the limit is {config.max_image_pixels} "
                                        "(server.max_image_pixels); send a smaller image")
         img.load()  # decodes: a truncated or corrupt file is found here
-        if not keep:
-            return None
-        return fit(img) if fit is not None else img.convert("RGB")
+    except PayloadTooLargeError:
+        raise
     except Image.DecompressionBombError:
         raise PayloadTooLargeError(f"{where}: the image is too large to decode (server.max_image_pixels)") from None
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+    except Exception as exc:  # noqa: BLE001 - PIL's decoders raise what the bytes lead them to
+        # (OSError, SyntaxError, ValueError 'Truncated IHDR chunk', EOFError, ...): the file is at
+        # fault either way; an error of fit() or convert() below stays a server error
         raise ValidationError(f"{where}: not an image this server can read ({type(exc).__name__}); send "
                               "PNG, JPEG, GIF, BMP or WebP bytes") from None
+    if not keep:
+        return None
+    return fit(img) if fit is not None else img.convert("RGB")

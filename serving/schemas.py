@@ -9,6 +9,8 @@ answers, so the docs cannot drift from the code.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator, with_config
@@ -82,8 +84,13 @@ def too_deep_body(body: bytes) -> ValidationError | None:
                                           "flatten the request"), "body", "too_deep")
     except ValueError as exc:
         if "integer string conversion" in str(exc):  # CPython's int_max_str_digits guard
-            return with_param(ValidationError(f"body: a number has more digits than the parser reads ({exc}); "
-                                              "send numbers of ordinary size"), "body", "number_too_long")
+            # its message ends "use sys.set_int_max_str_digits() to increase the limit": the server's
+            # fix, not the client's
+            digits = re.search(r"value has (\d+) digits", str(exc))
+            return with_param(ValidationError(
+                f"body: a number has more digits than the parser reads ({digits.group(1) if digits else 'too many'} "
+                f"digits, the parser reads at most {sys.get_int_max_str_digits()}); send numbers of ordinary size"),
+                "body", "number_too_long")
         return None
     return None
 

@@ -1,0 +1,450 @@
+"""A trust sweep of the server's request handling: every POST endpoint (found from the app)
+gets a battery of bad requests (bodies that are not JSON, not an object, not UTF-8, nested
+10,000 deep; fields of the wrong type, empty, past their limits; unknown and repeated keys;
+the wrong Content-Type), GET endpoints get bad query parameters, the static routes odd
+paths, and the image endpoint corrupt files.
+
+Each answer must be a 4xx with the one error body (``{"error": {"message", "type", "param",
+"code"}}``) whose ``param`` names the field at fault and whose message starts with it; never
+a 5xx; and the server must still answer good requests afterwards. The models are the fakes
+of ``test_http_models`` (no model is loaded), so the module runs in seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import http.client
+import io
+import json
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from searchsmith.serving.http import STATIC_DIR, create_app
+from searchsmith.serving.http_errors import ERROR_TABLE, MAX_MESSAGE_CHARS
+from searchsmith.serving.limits import ServerLimits
+from searchsmith.serving.profiling.server import LoopbackServer
+from searchsmith.serving.rewrite import parse_history
+from searchsmith.serving.runner import BundleEmbedder
+from searchsmith.serving.schemas import REQUEST_LIMITS
+from test_http_models import (
+    FakeEmbedBundle,
+    FakePipeline,
+    FakeRouter,
+    _replace,
+    _request_examples,
+    models,
+    png,
+)
+
+LIMITS = ServerLimits(max_documents_per_request=5, max_texts_per_request=4, max_input_chars=200, truncate=False,
+                      max_body_bytes=200_000, max_images_per_request=3, max_image_bytes=3000,
+                      max_image_pixels=100 * 100, max_pairs_per_request=12)
+KINDS = {kind for _, _, kind in ERROR_TABLE} | {"http_error"}
+JSON = {"content-type": "application/json"}
+
+
+class RoomyEmbedBundle(FakeEmbedBundle):
+    """The fake embedder with room for the documented examples (8 tokens is less than they
+    hold, and ``server.truncate`` is off here so that texts past the limits are refused)."""
+
+    manifest, max_length = {"embedding_dim": 3, "max_length": 512}, 512
+
+
+class CheckingRouter(FakeRouter):
+    """The fake router, reading the history as the real one does (``CentroidRouter.route``)."""
+
+    def route(self, query, history=None, mode=None, top_k=None):
+        parse_history(history)
+        return super().route(query, history, mode, top_k)
+
+
+@pytest.fixture(scope="module")
+def app():
+    return create_app(LIMITS, embedder=BundleEmbedder(RoomyEmbedBundle(), "embedder"), router=CheckingRouter(),
+                      pipeline=FakePipeline(), **models())
+
+
+@pytest.fixture(scope="module")
+def client(app):
+    # raise_server_exceptions off: a crash is seen as the 500 a client would get
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def _post_routes(app) -> list[APIRoute]:
+    return [r for r in app.routes if isinstance(r, APIRoute) and "POST" in r.methods]
+
+
+def _model(route: APIRoute):
+    return route.body_field.field_info.annotation
+
+
+def _first_required(route: APIRoute) -> str:
+    return next(name for name, f in _model(route).model_fields.items() if f.is_required())
+
+
+def bad(resp, param: str | None, *, status: int | None = None, code: str | None = None) -> dict:
+    """The error of a refused request, after checking it: a 4xx (``status`` when given) with
+    the one error body, ``param`` naming the field and the message starting with it."""
+    assert 400 <= resp.status_code < 500, (resp.status_code, resp.text[:500])
+    if status is not None:
+        assert resp.status_code == status, resp.text[:500]
+    body = resp.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    err = body["error"]
+    assert err["type"] in KINDS and err["message"], err
+    assert err["param"] == param, (param, err)
+    if param is not None:
+        assert err["message"].startswith(f"{param}: "), err
+    if code is not None:
+        assert err["code"] == code, err
+    assert len(err["message"]) <= MAX_MESSAGE_CHARS, f"a message of {len(err['message'])} characters"
+    return err
+
+
+def _answers_good_requests(client, app) -> None:
+    """Every endpoint's documented examples still get 200 (in route order: /v1/search answers
+    q-0001 before /v1/feedback rewards it)."""
+    for route in _post_routes(app):
+        for example in _request_examples(app, route.path):
+            resp = client.post(route.path, json=example)
+            assert resp.status_code == 200, (route.path, example, resp.text[:300])
+
+
+# ---- bodies that are not a JSON object ------------------------------------------------------------
+
+# (id, body from the route's first required field F, headers, status, param ("F" for F), code, in message)
+MALFORMED = [
+    ("not-json", lambda f: b"hello", JSON, 422, "body", "json_invalid", "not valid JSON at character 0"),
+    ("truncated", lambda f: b'{"%s": "x"' % f, JSON, 422, "body", "json_invalid", "not valid JSON"),
+    ("trailing-data", lambda f: b'{"%s": "x"} x' % f, JSON, 422, "body", "json_invalid", "Extra data"),
+    ("raw-nul", lambda f: b'{"%s": "a\x00b"}' % f, JSON, 422, "body", "json_invalid", "control character"),
+    ("empty", lambda f: b"", JSON, 422, "body", "missing", "body: empty; send one JSON object"),
+    ("blank", lambda f: b"  \n", JSON, 422, "body", "json_invalid", "not valid JSON"),
+    ("list", lambda f: b'[{"%s": "x"}]' % f, JSON, 422, "body", None, "expected a JSON object, got a list"),
+    ("string", lambda f: b'"x"', JSON, 422, "body", None, "expected a JSON object, got a string"),
+    ("number", lambda f: b"3", JSON, 422, "body", None, "expected a JSON object, got a number"),
+    ("null", lambda f: b"null", JSON, 422, "body", None, "expected a JSON object, got null"),
+    ("true", lambda f: b"true", JSON, 422, "body", None, "expected a JSON object, got true"),
+    ("lone-surrogate", lambda f: b'{"%s": "a\\ud800"}' % f, JSON, 422, "F", "unencodable_text", "lone surrogate"),
+    ("surrogate-key", lambda f: b'{"\\udfff": 1}', JSON, 422, "body", "unencodable_text", "field name"),
+    ("invalid-utf8", lambda f: b'{"%s": "a\xff"}' % f, JSON, 422, "F", "unencodable_text", "not valid UTF-8"),
+    ("utf8-surrogate", lambda f: b'{"%s": "\xed\xa0\x80"}' % f, JSON, 422, "F", "unencodable_text", "UTF-8"),
+    ("deep-10000", lambda f: b"[" * 10_000 + b"]" * 10_000, JSON, 422, "body", "too_deep", "nested deeper"),
+    ("deep-field", lambda f: b'{"%s": ' % f + b"[" * 10_000 + b"]" * 10_000 + b"}", JSON, 422, "body", "too_deep",
+     "nested deeper"),
+    ("long-integer", lambda f: b'{"%s": ' % f + b"9" * 5000 + b"}", JSON, 422, "body", "number_too_long",
+     "5000 digits, the parser reads at most 4300"),
+    ("nan", lambda f: b'{"%s": NaN}' % f, JSON, 422, "F", None, "got a number"),
+    ("infinity", lambda f: b'{"%s": -Infinity}' % f, JSON, 422, "F", None, "got a number"),
+    ("1e400", lambda f: b'{"%s": 1e400}' % f, JSON, 422, "F", None, "got a number"),
+    ("minus-zero", lambda f: b'{"%s": -0}' % f, JSON, 422, "F", None, "got a number"),
+    ("repeated-key", lambda f: b'{"%s": "a", "%s": "b"}' % (f, f), JSON, 422, "F", "repeated_key", "written twice"),
+    ("text-plain", lambda f: b'{"%s": "x"}' % f, {"content-type": "text/plain"}, 422, "body", "content_type",
+     "Content-Type: application/json"),
+    ("form", lambda f: b"%s=x" % f, {"content-type": "application/x-www-form-urlencoded"}, 422, "body",
+     "content_type", "Content-Type: application/json"),
+    ("no-content-type", lambda f: b'{"%s": "x"}' % f, {}, 422, "body", "content_type", "without a Content-Type"),
+    ("gzip", lambda f: gzip.compress(b'{"%s": "x"}' % f), {**JSON, "content-encoding": "gzip"}, 422, "body",
+     "content_encoding", "compressed bodies are not accepted"),
+    ("over-max-body-bytes", lambda f: b'{"%s": "%s"}' % (f, b"x" * LIMITS.max_body_bytes), JSON, 413, "body", None,
+     "server.max_body_bytes"),
+]
+
+
+@pytest.mark.parametrize("make, headers, status, param, code, said",
+                         [pytest.param(*case[1:], id=case[0]) for case in MALFORMED])
+def test_a_body_that_is_not_a_json_object_is_4xx_naming_it(client, app, make, headers, status, param, code,
+                                                          said) -> None:
+    for route in _post_routes(app):
+        field = _first_required(route)
+        resp = client.post(route.path, content=make(field.encode()), headers=headers)
+        err = bad(resp, field if param == "F" else param, status=status, code=code)
+        assert said in err["message"], (route.path, err)
+        assert "set_int_max_str_digits" not in err["message"]  # a fix for the server, not for the client
+    _answers_good_requests(client, app)
+
+
+def test_the_empty_and_non_object_bodies_name_the_fields_to_send(client) -> None:
+    for body in (b"", b"[]"):
+        msg = bad(client.post("/v1/rerank", content=body, headers=JSON), "body")["message"]
+        assert "query, documents" in msg and "top_n" in msg, msg
+
+
+# ---- fields: unknown, of the wrong type, empty, past their limits ----------------------------------
+
+
+def test_an_unknown_field_lists_the_fields_and_the_closest(client, app) -> None:
+    for route in _post_routes(app):
+        example = _request_examples(app, route.path)[0]
+        err = bad(client.post(route.path, json={**example, "zz_unknown": 1}), "zz_unknown", status=422,
+                  code="extra_forbidden")
+        for name in _model(route).model_fields:
+            assert name in err["message"], (route.path, err)
+        field = _first_required(route)
+        misspelt = {k: v for k, v in example.items() if k != field} | {field[:-1]: example[field]}
+        msg = bad(client.post(route.path, json=misspelt), field, status=422)["message"]
+        assert f"{field[:-1]}: Extra inputs are not permitted; did you mean '{field}'?" in msg, msg
+    # in a nested object, the fields of that object
+    err = bad(client.post("/v1/cite", json={"sentences": ["a"], "documents": [{"id": "a", "txt": "b"}]}),
+              "documents[0].text")
+    assert "documents[0].txt: Extra inputs are not permitted; did you mean 'text'? (the fields here: id, text)" \
+           in err["message"], err
+
+
+def _nodes(value, loc=()):
+    """(location, value) of every value inside a JSON value, the value itself left out."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        yield (*loc, key), child
+        yield from _nodes(child, (*loc, key))
+
+
+def _path(loc) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
+def _other_types(value) -> list:
+    """Values of every other JSON type than ``value``'s (null left out: it is a valid optional)."""
+    kinds = {str: "text", bool: True, int: 7, float: 7.5, list: [["nested"]], dict: {"a": 1}}
+    return [v for t, v in kinds.items() if not isinstance(value, t) and not (t is int and isinstance(value, float))]
+
+
+# (path, field, value) of the swaps that are valid requests: the other members of two unions
+VALID_SWAPS = {("/v1/embeddings", "input", "text"), ("/v1/rerank", "documents[1]", "text")}
+
+
+def test_every_field_of_the_wrong_type_is_named(client, app) -> None:
+    calls, accepted = 0, set()
+    for route in _post_routes(app):
+        for example in _request_examples(app, route.path):
+            for loc, value in _nodes(example):
+                for other in _other_types(value):
+                    resp = client.post(route.path, json=_replace(example, loc, other))
+                    if resp.status_code == 200:
+                        accepted.add((route.path, _path(loc), json.dumps(other)))
+                        continue
+                    assert resp.status_code < 500, (route.path, loc, other, resp.text[:300])
+                    # an object or a list where another one goes is wrong at a field or an item inside
+                    # it ({"a": 1} for a document: "documents[0].text: Field required"): that one is named
+                    path, sent = _path(loc), resp.json()["error"]["param"]
+                    assert sent == path or sent.startswith((f"{path}.", f"{path}[")), (route.path, path, resp.text)
+                    err = bad(resp, sent)
+                    if resp.status_code == 422 and err["code"] in ("string_type", "list_type", "dict_type",
+                                                                   "int_type", "float_type", "bool_type"):
+                        assert ", got " in err["message"] and "Input should be" not in err["message"], err
+                    calls += 1
+    assert calls > 150 and accepted == {(p, f, json.dumps(v)) for p, f, v in VALID_SWAPS}, accepted
+    _answers_good_requests(client, app)
+
+
+def test_a_union_field_says_what_it_takes_once(client) -> None:
+    """Every member of a union was reported: 'input: Input should be a valid string; input:
+    Input should be a valid list'."""
+    msg = bad(client.post("/v1/embeddings", json={"input": {"a": 1}}), "input", status=422)["message"]
+    assert msg == "input: expected a string or a list, got an object"
+    msg = bad(client.post("/v1/rerank", json={"query": "q", "documents": [None]}), "documents[0]")["message"]
+    assert msg == "documents[0]: expected a string or an object, got null"
+    # the member the value was closest to speaks: a list whose item is wrong
+    msg = bad(client.post("/v1/embeddings", json={"input": ["a", {"b": 1}]}), "input[1]")["message"]
+    assert msg == "input[1]: expected a string, got an object"
+    msg = bad(client.post("/v1/rerank", json={"query": "q", "documents": [{"text": 3}]}), "documents[0].text")
+    assert msg["message"] == "documents[0].text: expected a string, got a number"
+
+
+def _limited_fields(app):
+    """(route, example, field, what, setting) of each top-level field REQUEST_LIMITS bounds."""
+    for route in _post_routes(app):
+        for schema, field, what, setting in REQUEST_LIMITS:
+            if schema == _model(route).__name__:
+                example = next(e for e in _request_examples(app, route.path) if field in e)
+                yield route, example, field, what, setting
+
+
+def test_empty_and_over_the_limit_values_name_the_field_and_the_setting(client, app) -> None:
+    seen = set()
+    for route, example, field, what, setting in _limited_fields(app):
+        value, limit = example[field], getattr(LIMITS, setting)
+        if what == "items":
+            bad(client.post(route.path, json={**example, field: []}), field, status=400, code=None)
+            msg = bad(client.post(route.path, json={**example, field: value[:1] * (limit + 1)}), field,
+                      status=413)["message"]
+        else:
+            loc = (field,) if isinstance(value, str) else (field, 0)
+            msg = bad(client.post(route.path, json=_replace(example, loc, "x" * (limit + 1))), _path(loc),
+                      status=413)["message"]
+        assert f"the limit is {limit}" in msg and f"server.{setting}" in msg, msg
+        seen.add((route.path, field, what))
+    assert len(seen) >= 13
+    blank = bad(client.post("/v1/rerank", json={"query": "\u200b \x00", "documents": ["d"]}), "query", status=400)
+    assert "send non-blank text" in blank["message"]
+
+
+def test_a_long_value_is_not_echoed_whole(client) -> None:
+    """An unknown model name, a repeated id, an unknown preset were written back whole: a
+    60,000-character value made a 60,000-character message."""
+    name = "m" * 60_000
+    for path, body, param, fix in (
+            ("/v1/embeddings", {"input": "a", "model": name}, "model", "serve.yaml)"),
+            ("/v1/rerank", {"query": "q", "documents": ["d"], "model": name}, "model", "serve.yaml)"),
+            ("/v1/cite", {"sentences": ["a"], "documents": [{"id": name, "text": "b"}, {"id": name, "text": "c"}]},
+             "documents[1].id", "ids must be unique"),
+            ("/v1/search", {"query": "q", "preset": name}, "preset", "mmm'")):
+        err = bad(client.post(path, json=body), param, status=422)
+        assert "mmmm" in err["message"], path  # bad() checked its length
+        assert err["message"].endswith(fix), err  # the end of a message (its fix) is kept
+
+
+# ---- random bodies (hypothesis) ---------------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12)
+FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
+                suppress_health_check=list(HealthCheck))
+
+
+@FUZZ
+@given(data=st.data())
+def test_random_values_in_every_field_are_never_a_5xx(client, app, data) -> None:
+    routes = _post_routes(app)
+    route = data.draw(st.sampled_from(routes))
+    example = data.draw(st.sampled_from(_request_examples(app, route.path)))
+    loc = data.draw(st.sampled_from([loc for loc, _ in _nodes(example)]))
+    body = _replace(example, loc, data.draw(JSON_VALUES))
+    resp = client.post(route.path, content=json.dumps(body).encode(), headers=JSON)  # "\ud800" travels escaped
+    assert resp.status_code < 500, (route.path, body, resp.text[:300])
+    if resp.status_code >= 400:
+        bad(resp, resp.json()["error"]["param"])
+
+
+@FUZZ
+@given(body=st.one_of(st.binary(max_size=200), JSON_VALUES.map(lambda v: json.dumps(v).encode())),
+       path=st.sampled_from(["/v1/embeddings", "/v1/route", "/v1/rerank", "/v1/decompose", "/v1/cite",
+                             "/v1/images/place", "/v1/search", "/v1/feedback"]))
+def test_random_bodies_are_never_a_5xx(client, body, path) -> None:
+    resp = client.post(path, content=body, headers=JSON)
+    assert resp.status_code < 500, (path, body, resp.text[:300])
+    if resp.status_code >= 400:
+        bad(resp, resp.json()["error"]["param"])
+
+
+# ---- corrupt image files ----------------------------------------------------------------------------
+
+
+def _image(fmt: str, mode: str = "RGB", size=(17, 9)) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    bands = Image.getmodebands(mode)
+    Image.new(mode, size, 3 if bands == 1 else (200,) * bands).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def _corrupted(raw: bytes) -> list[bytes]:
+    """Cut short at several points, and with header bytes overwritten (byte 11 set to 5: a
+    PNG's first chunk, IHDR, said to be 5 bytes long)."""
+    cuts = [raw[:n] for n in (1, 8, 16, 20, 26, 33, 40, len(raw) // 2, len(raw) - 1) if n < len(raw)]
+    flipped = []
+    for at in (0, 12, 16, 19, 24, 30):
+        if at < len(raw):
+            flipped.append(raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1:])
+    return cuts + flipped + [raw[:24] + b"\xff" * 40, raw[:11] + b"\x05" + raw[12:]]
+
+
+def _place(client, data: bytes):
+    return client.post("/v1/images/place", json={"paragraphs": ["a cat"], "images": [
+        {"id": "x", "data": base64.b64encode(data).decode()}]})
+
+
+def test_a_corrupt_image_is_422_naming_it(client) -> None:
+    """A PNG whose header chunk is short (ValueError 'Truncated IHDR chunk') and corrupt files of the
+    formats PIL reads beyond the five the server takes (ValueError, NotImplementedError) were
+    500s."""
+    calls = 0
+    for fmt, mode in (("PNG", "RGB"), ("PNG", "I;16"), ("PNG", "P"), ("JPEG", "RGB"), ("JPEG", "CMYK"),
+                      ("GIF", "P"), ("BMP", "RGB"), ("WEBP", "RGB"), ("TIFF", "RGB"), ("PPM", "RGB"), ("DDS", "RGBA"),
+                      ("QOI", "RGB"), ("SGI", "RGB"), ("XBM", "1"), ("IM", "RGB"), ("ICO", "RGBA")):
+        raw = _image(fmt, mode)
+        for data in _corrupted(raw):
+            resp = _place(client, data)
+            assert resp.status_code in (200, 413, 422), (fmt, mode, data[:40], resp.text[:300])
+            if resp.status_code == 422:
+                assert bad(resp, "images[0].data")["message"].endswith("send PNG, JPEG, GIF, BMP or WebP bytes")
+            calls += 1
+    assert calls > 200
+    raw = _image("PNG")
+    short_header = bad(_place(client, raw[:11] + b"\x05" + raw[12:]), "images[0].data", status=422)
+    assert short_header["message"].startswith("images[0].data: not an image this server can read (ValueError)")
+    assert _place(client, base64.b64decode(png((255, 0, 0)))).status_code == 200
+
+
+@pytest.mark.parametrize("fmt, mode", [("TIFF", "RGB"), ("PPM", "RGB"), ("DDS", "RGBA"), ("QOI", "RGB"),
+                                       ("SGI", "RGB"), ("IM", "RGB"), ("ICO", "RGBA"), ("EPS", "RGB")])
+def test_only_the_five_image_formats_are_decoded(client, fmt, mode) -> None:
+    """PIL opens dozens of formats, some through decoders of little use here (EPS runs
+    Ghostscript where it is installed); the server reads the five it says it takes."""
+    err = bad(_place(client, _image(fmt, mode)), "images[0].data", status=422)
+    assert err["message"] == ("images[0].data: not an image this server can read (UnidentifiedImageError); send PNG, "
+                              "JPEG, GIF, BMP or WebP bytes")
+
+
+# ---- GET: query parameters and paths ---------------------------------------------------------------
+
+
+def test_bad_query_parameters_name_the_parameter(client) -> None:
+    err = bad(client.get("/v1/images/file"), "doc_id", status=422, code="missing")
+    assert "query parameter" in err["message"] and "image_id" in err["message"], err
+    bad(client.get("/v1/images/file?doc_id=a"), "image_id", status=422)
+    for query in ("doc_id=&image_id=", "doc_id=%00&image_id=%00", "doc_id=%ff&image_id=%fe",
+                  "doc_id=a&doc_id=b&image_id=c", "doc_id=../../etc/passwd&image_id=x", "doc_id=a&image_id=b%",
+                  f"doc_id={'x' * 20_000}&image_id={'y' * 20_000}"):  # bad() checks the message's length
+        bad(client.get(f"/v1/images/file?{query}"), "image_id", status=404, code="image_not_found")
+    for model in ("%00", "%ff", "..%2f..%2fetc%2fpasswd", "x" * 20_000):
+        bad(client.get(f"/v1/models/{model}"), "model", status=404, code="model_not_found")
+    for path in ("/health?x=%00", "/ready?%ff", "/openapi.json?%", "/?q=%ff"):
+        assert client.get(path).status_code == 200, path
+
+
+# Sent as written (a real socket): HTTP clients would resolve the dot segments first.
+ODD_PATHS = ["/ui/../http.py", "/ui/../../serving/http.py", "/ui/..%2fhttp.py", "/ui/%2e%2e/http.py",
+             "/ui/%2e%2e%2f%2e%2e%2fserving%2fhttp.py", "/ui/....//http.py", "/ui/%00", "/ui/app.js%00",
+             "/ui/app.js%00.png", "/ui/%c0%ae%c0%ae/http.py", "/ui/..%5chttp.py", "/ui//etc/passwd",
+             "/ui/%2fetc%2fpasswd", "/docs/assets/../../http.py", "/docs/assets/..%2f..%2fhttp.py", "/..", "/../",
+             "/%2e%2e", "/ui/%ff", "/ui/%", "/ui/%zz", "/ui/..", "/ui/" + "%2e%2e/" * 50 + "etc/passwd", "*",
+             "/%00/ui/app.js", "/ui/" + "a" * 4000]
+
+
+def test_odd_paths_of_the_static_routes_are_404_and_never_leave_the_folder(app) -> None:
+    served = {p.read_bytes() for p in (STATIC_DIR / "ui").iterdir() if p.is_file()}
+    with LoopbackServer(app, lifespan="off") as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        for path in ODD_PATHS:
+            conn.putrequest("GET", path, skip_accept_encoding=True)
+            conn.endheaders()
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 404 and resp.getheader("content-type") == "application/json", (path, resp.status)
+            assert json.loads(body)["error"]["type"] == "http_error", path
+            assert body not in served and b"def create_app" not in body, path
+        conn.request("GET", "/ui/app.js")
+        assert conn.getresponse().read() in served  # the same connection still serves the page
+
+
+def test_long_and_odd_headers_are_answered(client, app) -> None:
+    huge = bad(client.post("/v1/rerank", json={"query": "q", "documents": ["d"]},
+                           headers={"x-filler": "a" * (LIMITS.max_header_bytes + 1)}), "headers", status=431)
+    assert "server.max_header_bytes" in huge["message"]
+    with TestClient(create_app(ServerLimits(api_keys=["k1"]), reranker=models()["reranker"]),
+                    raise_server_exceptions=False) as keyed:
+        for auth in ("Bearer", "Bearer ", "Basic azE=", "Bearer " + "k" * 10_000, "bearer k1x", "k1", "Bearer k1 k1"):
+            resp = keyed.post("/v1/rerank", json={"query": "q", "documents": ["d"]}, headers={"authorization": auth})
+            assert "Authorization" in bad(resp, None, status=401)["message"], auth
+        assert keyed.post("/v1/rerank", json={"query": "q", "documents": ["d"]},
+                          headers={"authorization": "Bearer k1"}).status_code == 200
+    _answers_good_requests(client, app)
