@@ -1519,10 +1519,11 @@ def asked_relation(question: str) -> list[frozenset[str]]:
 TYPO_CHARS = 6  # a question's word this long is held by one a letter off ("relased" by "released")
 
 
-def _one_off(a: str, b: str) -> bool:
-    """Whether ``a`` and ``b`` differ by one letter left out, added, changed or two swapped,
-    past their first two letters ("relased" / "released"; not "founded" / "funded")."""
-    if a[:2] != b[:2] or abs(len(a) - len(b)) > 1 or a == b:
+def one_edit(a: str, b: str, kept: int = 2) -> bool:
+    """Whether ``a`` and ``b`` differ by one letter left out, added, changed or two neighbours
+    swapped, past their first ``kept`` letters ("relased" / "released"; with ``kept`` 2 not
+    "founded" / "funded"; with ``kept`` 1 "qaurry" / "quarry")."""
+    if a[:kept] != b[:kept] or abs(len(a) - len(b)) > 1 or a == b:
         return False
     if len(a) == len(b):
         diff = [i for i in range(len(a)) if a[i] != b[i]]
@@ -1559,13 +1560,13 @@ def subject_is_type(question: str, sentence: str) -> str:
 def states_relation(relations: Sequence[frozenset[str]], sentence: str) -> bool:
     """Whether ``sentence`` holds a word (:func:`holds_word`) of each of ``relations``
     (:func:`asked_relation`); True when there are none. A relation word of :data:`TYPO_CHARS`
-    letters or more is also held by a word one letter off (:func:`_one_off`: a question typed
+    letters or more is also held by a word one letter off (:func:`one_edit`: a question typed
     "When was Atlasgrid 2.2 relased?")."""
     if not relations:
         return True
     words = set(_WORD.findall(sentence.lower()))
     roots = {fold(w) for w in words if not w.isdigit()}
-    return all(any(holds_word(w, words, roots) or (len(w) >= TYPO_CHARS and any(_one_off(w, h) for h in words))
+    return all(any(holds_word(w, words, roots) or (len(w) >= TYPO_CHARS and any(one_edit(w, h) for h in words))
                    for w in ws) for ws in relations)
 
 
@@ -1670,6 +1671,20 @@ def figure_of_another(question: str, sentence: str) -> str:
     return noun_of.group(1) if said and all(said) else ""
 
 
+def _clause_of(sentence: str, s: int) -> tuple[int, int]:
+    """``(start, end)`` of the clause of ``sentence`` holding offset ``s`` (between
+    :data:`_CLAUSE_START` marks)."""
+    cuts = [m.end() for m in _CLAUSE_START.finditer(sentence)]
+    return max((c for c in cuts if c <= s), default=0), min((c for c in cuts if c > s), default=len(sentence))
+
+
+# "When will Halley's Comet come back?" asks a date to come; a clause says one is with these words
+_WHEN_WILL = re.compile(r"^\W*when\s+(?:will|is\s+\S+(?:\s+\S+)?\s+(?:expected|due|scheduled|set)\b)", re.I)
+_FUTURE = re.compile(r"\b(?:will|shall|next|expected|due|scheduled|upcoming|planned)\b|'ll\b", re.I)
+# a clause starts after one of these (not after a bare comma: lists, "(born October 9, 1959)")
+_CLAUSE_START = re.compile(r"[;:.]\s|,\s+(?:and|but|while|whereas|so|yet)\s|\s[–—]\s")
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
                typed: bool = False, *, stated: bool = True) -> str:
@@ -1753,6 +1768,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         labels = labels[:1]  # "the maximum ...": a figure or nothing
     announce_asked = bool(_ANNOUNCE.search(question))
     noun_of = _THE_NOUN_OF.match(question)  # "What is the population of Reykjavik?": "population"
+    future_asked = bool(_WHEN_WILL.match(question))
     month_asked = bool(_MONTH_HEADS & set(head))
     weekday_asked = bool(_WEEKDAY_ASKED.search(question))
     # the asked verb of a question asking for its doer, and the names it is done to (the question's
@@ -1793,6 +1809,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         found: list[tuple[int, int, int, str, int, int]] = []
         gaps: list[int] = []  # per candidate: words between it and the nearest question word near it
         named: list[int] = []  # per candidate: the words of the question's names near it
+        clause: list[int] = []  # per candidate: the question's words near it outside its own clause
         another = False  # a figure of the asked noun was another name's (:func:`_said_of_another`)
         for i, (sentence, (words, entities, translated, outside, outside_at, lived)) in enumerate(
                 zip(sentences, parsed, strict=True)):
@@ -1909,10 +1926,18 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 if lab == "ENT" and doing and who and _after_preposition(words, at[0]):
                     continue  # "written in Python", "under the Apache-2.0 licence": not who did it
                 agent = TYPE_FIT_WORDS * (lab == "ENT" and bool(doing) and _does(sentence, words, at, s, entities, doing, done_to))
-                found.append((-len(nearby) - located - max(fits, agent), len(found), i, span, s, e))
+                # "When will ...?": a date its clause says is to come ("it will be back in 2061", not
+                # "predicted its return for 1758")
+                ahead = TYPE_FIT_WORDS * (lab == "DATE" and future_asked
+                                          and bool(_FUTURE.search(_CLAUSE_START.split(sentence[:s])[-1])))
+                found.append((-len(nearby) - located - max(fits, agent, ahead), len(found), i, span, s, e))
                 gaps.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at), default=near + 1)
                             if measured is not None else 0)
                 named.append(len(nearby & name_words) if lab != "ENT" else 0)  # (a name's neighbours are often the question's)
+                # the question's words near it but in another clause ("One orbit of the Sun takes
+                # Jupiter 11.86 Earth years, and a day on Jupiter lasts ..." : "day" is not the Sun's)
+                a, b = _clause_of(sentence, s)
+                clause.append(len({words[j][2] for j in near_at if not a <= words[j][0] < b}))
         if not found:
             if another:
                 break  # no fallback kind: the asked figure is stated, of another thing
@@ -1921,8 +1946,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         # question's names ("$45 per month on the Business plan" for "... cost on the Business
         # plan?", not "$15 per month on the Starter plan"); then, between figures of the asked dimension, to the one nearest a
         # question word ("at an average distance of 1.52 astronomical units" before "6,779 km
-        # across" for "How far ...?"); between names, to the first (often the sentence's subject)
-        best = min(found, key=lambda f: (f[0], f[2], -named[f[1]], gaps[f[1]], f[1]))
+        # across" for "How far ...?"); between names, to the first (often the sentence's subject).
+        # Before both, to the one with fewer of those words in another clause (:func:`_clause_of`).
+        best = min(found, key=lambda f: (f[0], f[2], clause[f[1]], -named[f[1]], gaps[f[1]], f[1]))
         if not plural_question(question):
             year = label == "DATE" and YEAR_IN.search(best[3])
             if year and _CENTURY_ASKED.search(question):  # "1710" answers "What century ...?" as "18th century"
@@ -1957,6 +1983,7 @@ __all__ = [
     "asks_who",
     "asks_shown_type",
     "figure_of_another",
+    "one_edit",
     "labelled_with_asked",
     "asks_typed",
     "asked_bound",

@@ -67,7 +67,7 @@ from searchsmith.models.io import (
     temp_dir_beside,
     write_json_atomic,
 )
-from searchsmith.models.text import QUERY_STOP_WORDS
+from searchsmith.models.text import QUERY_STOP_WORDS, fold, one_edit
 from searchsmith.serving.chunker import DEFAULT_CHUNK_TOKENS, Chunk, Chunker, ChunkerConfig
 from searchsmith.serving.corpus import check_records, source_key
 from searchsmith.serving.embedder import Embedder, EmbedderConfig
@@ -394,11 +394,7 @@ class ChunkStore:
             return []
         words = [t for t in terms if " " not in t]
         with self._lock:
-            if self._rows is None:  # once per connection: the vocabulary view and the row count
-                self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING "
-                                 "fts5vocab(main, chunks_fts, row)")
-                self._rows = self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
-            n = self._rows
+            n = self._vocabulary()
             df = dict(self._db.execute(
                 f"SELECT term, doc FROM temp.chunks_vocab WHERE term IN ({','.join('?' * len(words))})", words)
                       ) if words else {}
@@ -422,6 +418,45 @@ class ChunkStore:
                     f"ORDER BY bm25(chunks_fts) LIMIT ?", (query, *sources, int(limit))).fetchall()
         ceiling = (_FTS5_K1 + 1) * sum(idf.values())
         return [(int(r), min(1.0, float(sc) / ceiling)) for r, sc in found]
+
+    def _vocabulary(self) -> int:
+        """The chunks' count; the first call per connection makes the full-text table's
+        vocabulary view (``temp.chunks_vocab``: each term and the chunks holding it). Call it
+        under the lock."""
+        if self._rows is None:
+            self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING "
+                             "fts5vocab(main, chunks_fts, row)")
+            self._rows = self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return self._rows
+
+    def near_terms(self, words: Sequence[str]) -> dict[str, str]:
+        """For each of ``words`` (lower case, as :func:`lexical_terms` gives them) that no chunk
+        holds, the term of the full-text vocabulary one edit away (``models.text.one_edit``: a
+        letter left out, added, changed or two neighbours swapped, the first letter kept) that
+        the most chunks hold, the alphabetically first on a tie: "qaurry" -> "quarry". A word
+        some chunk holds, in this or another inflection (``models.text.fold``: "travel" beside
+        "travels"), or with no such term, is left out; {} without the full-text table."""
+        if not self.has_lexical or not words:
+            return {}
+        out: dict[str, str] = {}
+        with self._lock:
+            self._vocabulary()
+            held = {t for (t,) in self._db.execute(
+                f"SELECT term FROM temp.chunks_vocab WHERE term IN ({','.join('?' * len(words))})", list(words))}
+            for w in dict.fromkeys(words):
+                if w in held or not w:
+                    continue
+                # the terms that begin with its letter, within one letter of its length
+                near = self._db.execute("SELECT term, doc FROM temp.chunks_vocab WHERE term >= ? AND term < ? "
+                                        "AND length(term) BETWEEN ? AND ?",
+                                        (w[0], chr(ord(w[0]) + 1), len(w) - 1, len(w) + 1)).fetchall()
+                near = [(t, doc) for t, doc in near if one_edit(w, t, kept=1)]
+                if any(fold(t) == fold(w) for t, _ in near):
+                    continue  # held in another inflection ("travel" beside "travels"): no misspelling
+                best = min(((-doc, t) for t, doc in near), default=None)
+                if best is not None:
+                    out[w] = best[1]
+        return out
 
     def chunks_of_doc(self, doc_id: str) -> list[Chunk]:
         with self._lock:
@@ -1283,6 +1318,22 @@ class Index:
         """Whether the chunk store has its full-text table (indexes built before it have not:
         rebuild them for :meth:`lexical`)."""
         return self.store.has_lexical
+
+    def spelled(self, text: str, min_chars: int = 5) -> tuple[str, dict[str, str]]:
+        """``(text, corrections)``: ``text`` with each word of ``min_chars`` letters or more,
+        typed in lower case, that no chunk holds replaced by the word of the index one edit away
+        that most chunks hold (``ChunkStore.near_terms``: "wich port does qaurry use" -> "wich
+        port does quarry use"), and ``{typed: replaced}``. A word with a capital is kept (a name
+        the index lacks, "Redis", is not made one it has), and so are words with digits or
+        other signs, stop words, and everything without the full-text table."""
+        if not isinstance(text, str):
+            raise ValidationError(f"spelling: text must be a string, got {type(text).__name__}")
+        lower = {w for w in re.findall(r"[^\W\d_]+", text) if w.islower()}
+        fixes = self.store.near_terms([t for t in lexical_terms(text) if t in lower and len(t) >= min_chars])
+        if not fixes:
+            return text, {}
+        pattern = re.compile(r"(?<![\w'’.-])(?:" + "|".join(re.escape(w) for w in fixes) + r")(?![\w'’-]|\.\w)")
+        return pattern.sub(lambda m: fixes[m.group(0)], text), fixes
 
     def lexical(self, text: str, sources: Sequence[str] | None = None, k: int = 10) -> list[Hit]:
         """Top-``k`` chunks of ``sources`` (all by default) for ``text`` by BM25 over their

@@ -206,6 +206,14 @@ class RetrievalConfig:
             nothing from the BM25 share (a rare word shared with a chunk the embedder finds
             unrelated is no evidence: "What is the boiling point of ethanol?" and a recipe tip
             on boiling miso, which the answer would otherwise quote).
+        spelling: a word of the question typed in lower case, of ``spelling_min_chars``
+            letters or more, that no chunk of the index holds is read as the index's word one
+            edit away that most chunks hold ("wich port does qaurry use": "quarry";
+            ``Index.spelled``), for every stage; the answer's ``rewrite`` shows the question
+            as read and the trace names each correction. A word with a capital is kept (a
+            name the index lacks). Off: the question as typed.
+        spelling_min_chars: the shortest word ``spelling`` corrects (shorter words are one
+            edit from too many others).
     """
 
     retrieve_k: int = 10
@@ -218,8 +226,15 @@ class RetrievalConfig:
     lexical_weight: float = 0.3
     lexical_k: int | None = None
     lexical_min_cosine: float = 0.3
+    spelling: bool = True
+    spelling_min_chars: int = 5
 
     def __post_init__(self) -> None:
+        if not isinstance(self.spelling, bool):
+            raise ValueError(f"retrieval.spelling must be true or false, got {self.spelling!r}")
+        if not is_int(self.spelling_min_chars, 3) or self.spelling_min_chars > 40:
+            raise ValueError(f"retrieval.spelling_min_chars must be a whole number in [3, 40] (the shortest word "
+                             f"corrected), got {self.spelling_min_chars!r}")
         w = self.lexical_weight
         if not is_number(w) or not 0.0 <= w <= 10.0:
             raise ValueError(f"retrieval.lexical_weight must be a number in [0, 10] (0 = dense search only), got {w!r}")

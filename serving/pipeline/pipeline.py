@@ -232,10 +232,17 @@ class Pipeline:
                 f"query_id: {query_id!r} is still waiting for the feedback on an earlier answer, which a "
                 "second answer would take over; send a new query_id with each question, or send that "
                 "answer's feedback first (POST /v1/feedback)")
+        typed, fixes = query, {}
+        spelled = getattr(self.index, "spelled", None)  # (a stand-in index in tests may have none)
+        if self.config.retrieval.spelling and spelled is not None:
+            query, fixes = spelled(query, self.config.retrieval.spelling_min_chars)
         features = task_features(query, turns)
         name, chosen = self._preset(preset, features)
         state = PipelineState(query=query, history=turns, query_id=query_id or uuid.uuid4().hex, preset_name=name,
-                              on_delta=on_delta)
+                              on_delta=on_delta, typed=typed if query != typed else "")
+        if fixes:
+            state.trace.note("spelling: " + ", ".join(f"{a!r} read as {b!r}" for a, b in fixes.items())
+                             + " (retrieval.spelling)")
         for line in cuts:
             state.trace.note(line)
         for d in self.gates.values():
@@ -286,7 +293,7 @@ class Pipeline:
         tr = state.trace
         return {
             "query_id": state.query_id,
-            "query": state.query,
+            "query": state.typed or state.query,
             "rewrite": state.rewrite,
             "answer": state.cited_answer,
             "answer_text": state.answer,

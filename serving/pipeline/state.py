@@ -141,6 +141,9 @@ class PipelineState:
 
     query: str
     history: list[Turn] = field(default_factory=list)
+    # the question as the user typed it, when the pipeline read it otherwise (retrieval.spelling:
+    # ``query`` holds the corrected one every stage reads); "" when it is ``query``
+    typed: str = ""
     query_id: str = ""
     preset_name: str = "large"
     # context / routing

@@ -164,3 +164,20 @@ def test_a_description_asked_by_a_noun_is_led_by_the_line_labelled_with_it(embed
     assert "labelled_lines" in st.trace.stages["generation"].note
     st = _answered(embedder, q, [TESTS, INSTALL], extractive=ExtractiveConfig(labelled_lines=False))
     assert not st.answer.startswith("Requirements:")
+
+
+def test_a_when_will_question_takes_a_date_its_clause_says_is_to_come():
+    """Before: "When will Halley's Comet come back?" got "1758" (the return Halley predicted)."""
+    s = ("Edmond Halley predicted its return for 1758, and it was last seen near the Sun in 1986; it will be back "
+         "in 2061.")
+    assert typed_span("When will Halley's Comet come back?", [s]) == "2061"
+    assert typed_span("When is the comet expected to return?", [s]) == "2061"
+    assert typed_span("When did Halley predict its return for?", [s]) == "1758"
+
+
+def test_a_tie_goes_to_the_candidate_whose_question_words_are_in_its_own_clause():
+    """Before: "Which planet has the shortest day?" got "Sun": "day" was as near the Sun as
+    Jupiter, but in the next clause."""
+    s = ("One orbit of the Sun takes Jupiter 11.86 Earth years, and a day on Jupiter lasts about 9 hours and 56 "
+         "minutes, the shortest of any planet.")
+    assert typed_span("Which planet has the shortest day?", [s]) == "Jupiter"
