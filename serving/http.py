@@ -38,7 +38,10 @@ Endpoints (request and response examples: ``/docs``, from ``schemas.py``):
 
 Embeddings and rerank pairs go through a ``DynamicBatcher`` each (batched across requests);
 decompose, cite, images and search go through one with batches of one (``server.calls``):
-the same bounded queue (429 with Retry-After), queue timeout and metrics, no batching.
+the same bounded queue (429 with Retry-After), queue timeout and metrics, no batching. Before
+any of that (and before tokenizing in a thread), a request past ``server.max_pending_requests``
+in work is answered 429 at once (``ServingState.admission``); ``searchsmith serve`` also bounds
+the open connections (``server.max_connections``: 503, ``http_protocol``).
 
 Modules: ``limits`` (``ServerLimits``, the ``server`` key of serve.yaml), ``schemas`` (request
 bodies and response examples), ``http_errors`` (the status table and error body), ``state``

@@ -1,5 +1,5 @@
-"""uvicorn's httptools HTTP/1.1 protocol with the two limits it lacks: the size of a request's
-line and headers, and the time they may take to arrive.
+"""uvicorn's httptools HTTP/1.1 protocol with the limits it lacks: the size of a request's
+line and headers, the time they may take to arrive, and the connections open at once.
 
 uvicorn bounds the idle time between keep-alive requests, and its h11 parser bounds an
 incomplete event's size, but with httptools (the parser this package installs) a client may
@@ -7,7 +7,14 @@ send headers of any size (a 100 MB header was accepted and held in memory) and m
 slowly as it likes (a connection whose headers never end stayed open for good): a few hundred
 such clients hold every file descriptor of the server. :func:`guarded_protocol` returns the
 protocol class ``uvicorn.run(..., http=...)`` takes, with ``server.max_header_bytes`` (431
-past it) and ``server.header_timeout_s`` (408 past it); both answers close the connection.
+past it), ``server.header_timeout_s`` (408 past it) and ``server.max_connections`` (503 with
+Retry-After to a request on a connection opened past it); each answer closes the connection.
+
+The connection limit is uvicorn's ``limit_concurrency`` done here instead: uvicorn's answers a
+plain-text 503 without Retry-After, and once the limit is reached it refuses every request, on
+connections already open and /health alike (a liveness probe would restart a busy server). Here
+only a connection opened past the limit is refused, and the probes (/health, /ready, /metrics)
+are answered on it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,11 @@ import httptools
 from searchsmith.serving.middleware import headers_too_large
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large",
+            503: b"Service Unavailable"}
+# answered on a connection opened past the connection limit (they cost nothing, and a liveness
+# probe that failed under load would restart a server that is only busy)
+_PROBES = (b"/health", b"/ready", b"/metrics")
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -31,12 +42,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0
+    max_connections: int | None = None  # None: no limit
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(transport)  # adds it to uvicorn's set of open connections
         self._header_bytes = 0
         self._in_head = False  # between a request's first byte and the end of its headers
         self._refused = False
+        self._past_limit = self.max_connections is not None and len(self.connections) > self.max_connections
         self._header_timer: asyncio.TimerHandle | None = None
         self._arm_header_timer()  # a connection that sends nothing is closed too
 
@@ -93,6 +106,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._disarm_header_timer()
+        if self._past_limit and self.url.split(b"?", 1)[0] not in _PROBES:
+            self._refuse(503, f"connections: {len(self.connections)} open, the limit is {self.max_connections} "
+                              "(server.max_connections); retry after 1 s, or raise server.max_connections "
+                              "/ add replicas", param=None, retry_after_s=1)
+            raise httptools.HttpParserError("a connection past server.max_connections")
         super().on_headers_complete()
 
     def _count(self, n: int) -> None:
@@ -101,15 +119,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(431, headers_too_large(self.max_header_bytes))
             raise httptools.HttpParserError("request headers over server.max_header_bytes")
 
-    def _refuse(self, status: int, message: str, param: str = "headers") -> None:
+    def _refuse(self, status: int, message: str, param: str | None = "headers",
+                retry_after_s: int | None = None) -> None:
         """Answer ``status`` with an OpenAI-shaped error body and close the connection."""
         self._refused = True
         self._disarm_header_timer()
-        kind = {431: "too_large", 408: "request_timeout"}.get(status, "http_error")
+        kind = {431: "too_large", 408: "request_timeout", 503: "overloaded"}.get(status, "http_error")
         body = json.dumps({"error": {"message": message, "type": kind, "param": param, "code": None}}).encode()
         self.logger.warning("%s: %s", status, message)
         head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        if retry_after_s is not None:
+            head.append(b"retry-after: %d\r\n" % retry_after_s)
         head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body),
                  b"connection: close\r\n\r\n"]
         if not self.transport.is_closing():
@@ -117,9 +138,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def guarded_protocol(max_header_bytes: int, header_timeout_s: float) -> type[GuardedHttpToolsProtocol]:
-    """The protocol class for ``uvicorn.run(app, http=...)`` with a server's header limits."""
-    attrs: dict[str, Any] = {"max_header_bytes": int(max_header_bytes), "header_timeout_s": float(header_timeout_s)}
+def guarded_protocol(max_header_bytes: int, header_timeout_s: float,
+                     max_connections: int | None = None) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class for ``uvicorn.run(app, http=...)`` with a server's header limits and
+    connection limit (None: no limit)."""
+    attrs: dict[str, Any] = {"max_header_bytes": int(max_header_bytes), "header_timeout_s": float(header_timeout_s),
+                             "max_connections": None if max_connections is None else int(max_connections)}
     return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), attrs)
 
 

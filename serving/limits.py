@@ -14,7 +14,18 @@ from searchsmith.models.config import is_int, is_number
 from searchsmith.models.errors import ConfigError
 from searchsmith.serving.batcher import BatcherConfig
 
-__all__ = ["ServedModel", "ServerLimits"]
+__all__ = ["CALL_MODELS", "ServedModel", "ServerLimits"]
+
+# The models that do not batch across requests: each gets a queue with batches of one
+# (``server.calls``), so they share the bounded queue (429 when full), the timeout and the
+# metrics. Routing and feedback are quick, but unqueued they would pile up in the thread pool
+# the batched endpoints tokenize in; feedback's one worker also keeps the router's saves in order.
+CALL_MODELS = ("decompose", "cite", "images", "search", "route", "feedback")
+
+# Connections over the requests in work that ``max_connections`` leaves room for by default:
+# as many again, for clients between requests on a kept-alive connection, bodies still
+# arriving and requests being refused (each answered at once).
+_CONNECTIONS_PER_PENDING = 2
 
 
 # a CORS origin as browsers send it: scheme://host[:port]
@@ -87,6 +98,19 @@ class ServerLimits:
             the answer streamed with its citations, timeline, images and trace); false
             turns it off (``/`` is then 404). The page needs no key to load; its requests
             send the key the user types (kept in the page's memory, never in the URL).
+        max_pending_requests: most requests in work at once, over every endpoint that works
+            off the event loop (tokenizing, waiting in a model's queue, running; /v1/images/file
+            reading); one more is answered 429 ``overloaded`` with Retry-After at once, before
+            anything waits in a thread pool. null (the default): what the queues hold, one item
+            per request: the sum over ``batcher``, ``rerank_batcher`` and the six ``calls``
+            queues of ``max_queue + max_batch_size x workers`` (2502 with the defaults).
+        max_connections: most open connections under ``searchsmith serve`` (kept-alive idle
+            ones count; what uvicorn's ``limit_concurrency`` counts, enforced by the server's
+            protocol, ``serving/http_protocol.py``); a request on a connection opened past it is
+            answered 503 ``overloaded`` with Retry-After and the connection closed (/health,
+            /ready and /metrics are still answered). null (the default): twice the requests
+            in work (``max_pending_requests``). Each request in work holds a connection, so a
+            limit below ``max_pending_requests`` makes it the bound. Not read under ``--ray``.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -111,6 +135,23 @@ class ServerLimits:
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0
     ui: bool = True
+    max_pending_requests: int | None = None
+    max_connections: int | None = None
+
+    @property
+    def pending_limit(self) -> int:
+        """``max_pending_requests``, or what every queue holds when it is null (its docstring)."""
+        if self.max_pending_requests is not None:
+            return self.max_pending_requests
+        queues = (self.batcher, self.rerank_batcher, *(self.calls for _ in CALL_MODELS))
+        return sum(q.max_queue + q.max_batch_size * q.workers for q in queues)
+
+    @property
+    def connection_limit(self) -> int:
+        """``max_connections``, or twice ``pending_limit`` when it is null."""
+        if self.max_connections is not None:
+            return self.max_connections
+        return _CONNECTIONS_PER_PENDING * self.pending_limit
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -120,6 +161,10 @@ class ServerLimits:
             value = getattr(self, name)
             if not is_int(value, 1):
                 problems.append(f"{name}: expected an int >= 1, got {value!r}")
+        for name in ("max_pending_requests", "max_connections"):
+            value = getattr(self, name)
+            if value is not None and not is_int(value, 1):
+                problems.append(f"{name}: expected an int >= 1 or null (derived from the queues), got {value!r}")
         for name in ("truncate", "ui"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name}: expected true or false, got {getattr(self, name)!r}")

@@ -1,7 +1,8 @@
 """Prometheus metrics of one server app (its own registry, so several apps can coexist).
 
 Requests and latency per endpoint and status, the batcher's queue depth, batch sizes,
-tokens, padded tokens and padding efficiency. Served at ``GET /metrics``.
+tokens, padded tokens and padding efficiency, the requests in work and their limit, and the
+requests a server limit refused. Served at ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ class ServerMetrics:
         self.padding_efficiency = Gauge("searchsmith_padding_efficiency",
                                         "real / padded tokens of the last batch", ["model"], registry=r)
         self.queue_depth = Gauge("searchsmith_queue_depth", "items waiting in the batcher", ["model"], registry=r)
+        self.pending = Gauge("searchsmith_pending_requests", "requests in work (tokenizing, queued or running)",
+                             registry=r)
+        self.pending_limit = Gauge("searchsmith_pending_requests_limit",
+                                   "most requests in work (server.max_pending_requests)", registry=r)
+        self.refused = Counter("searchsmith_refused_requests", "requests refused at once by a server limit",
+                               ["limit"], registry=r)
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()
@@ -53,6 +60,15 @@ class ServerMetrics:
 
     def track_queue(self, model: str, depth: Callable[[], int]) -> None:
         self.queue_depth.labels(model).set_function(depth)
+
+    def track_pending(self, pending: Callable[[], int], limit: int) -> None:
+        self.pending.set_function(pending)
+        self.pending_limit.set(limit)
+
+    def refusal_hook(self, limit: str) -> Callable[[], None]:
+        """The count of requests refused by ``limit`` (a setting, ``max_pending_requests``)."""
+        counter = self.refused.labels(limit)
+        return counter.inc
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,6 +6,11 @@ Each endpoint validates its request, then hands the work to the batcher of its m
 (``state.gates``: decompose, cite, images, search). Citation and image placement are the
 pipeline's own functions (``pipeline.citation.cite_sentences``, ``pipeline.images.place_images``),
 so /v1/cite and /v1/images/place answer as /v1/search cites and places.
+
+Every request that works off the event loop (a thread pool, a model's queue) is counted in
+first (``state.admission``): past ``server.max_pending_requests`` in work it is answered 429
+at once, so a flood cannot queue in ``asyncio.to_thread``'s executor (whose queue has no
+bound) ahead of the models' bounded queues.
 """
 
 from __future__ import annotations
@@ -97,7 +102,8 @@ async def _gather(batcher: DynamicBatcher, items: Sequence[Any], lengths: Sequen
 
 
 async def _call(state: ServingState, model: str, fn: Callable[[], Any], what: str) -> Any:
-    """Run ``fn()`` through ``model``'s queue (batches of one): 429 when full, 504 past the timeout.
+    """Run ``fn()`` through ``model``'s queue (batches of one): 429 when the server has
+    ``server.max_pending_requests`` in work or the queue is full, 504 past the timeout.
 
     A timed-out call that already started runs to its end in its worker (a thread cannot be
     stopped); one still queued is dropped.
@@ -105,7 +111,8 @@ async def _call(state: ServingState, model: str, fn: Callable[[], Any], what: st
     gate = state.gates.get(model)
     if gate is None:
         raise NotReadyError(f"{what}: the server is not ready; retry shortly")
-    (outcome,) = await _gather(gate, [fn], [1], state.config.request_timeout_s, what)
+    with state.admission.admit(what):
+        (outcome,) = await _gather(gate, [fn], [1], state.config.request_timeout_s, what)
     if not isinstance(outcome, CallOutcome):
         raise RunnerError(f"{what}: the call returned {type(outcome).__name__}, expected a CallOutcome")
     return outcome.unwrap()
@@ -225,8 +232,10 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                     f"input[{i}]: {len(text)} characters, the limit is {config.max_input_chars} "
                     "(server.max_input_chars); shorten it or enable server.truncate"
                 )
-        ids, lengths = await asyncio.to_thread(tokenize_inputs, embedder_, texts, config)
-        vectors = await _gather(batcher, ids, lengths, config.request_timeout_s, "/v1/embeddings")
+        # counted in from the tokenizing (a thread pool whose queue has no bound) to the vectors
+        with state.admission.admit("/v1/embeddings"):
+            ids, lengths = await asyncio.to_thread(tokenize_inputs, embedder_, texts, config)
+            vectors = await _gather(batcher, ids, lengths, config.request_timeout_s, "/v1/embeddings")
         data = []
         for i, vec in enumerate(vectors):
             if dims is not None:  # a Matryoshka prefix, unit length again (as OpenAI's dimensions)
@@ -264,17 +273,18 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                     "max_documents_per_request")
         originals = [d if isinstance(d, str) else d.text for d in req.documents]
         docs = [check_text(d, f"documents[{i}]", config) for i, d in enumerate(originals)]
-        lengths = await asyncio.to_thread(runner.lengths, query, docs)
-        limit = runner.max_length
-        if not config.truncate:
-            for i, n in enumerate(lengths):
-                if n > limit:
-                    raise PayloadTooLargeError(
-                        f"documents[{i}]: {n} tokens with the query, the model's limit is {limit} "
-                        "(max_length); shorten it or enable server.truncate")
-        lengths = [min(n, limit) for n in lengths]
-        logits = await _gather(batcher, [(query, d) for d in docs], lengths, config.request_timeout_s,
-                               "/v1/rerank")
+        with state.admission.admit("/v1/rerank"):  # from the tokenizing to the scores, as embeddings
+            lengths = await asyncio.to_thread(runner.lengths, query, docs)
+            limit = runner.max_length
+            if not config.truncate:
+                for i, n in enumerate(lengths):
+                    if n > limit:
+                        raise PayloadTooLargeError(
+                            f"documents[{i}]: {n} tokens with the query, the model's limit is {limit} "
+                            "(max_length); shorten it or enable server.truncate")
+            lengths = [min(n, limit) for n in lengths]
+            logits = await _gather(batcher, [(query, d) for d in docs], lengths, config.request_timeout_s,
+                                   "/v1/rerank")
         scores = np.asarray(logits, dtype=np.float64).reshape(-1)  # (N,)
         if not req.raw_scores:
             scores = _sigmoid(scores)
@@ -482,7 +492,9 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                                     "(serve.yaml 'index:')")
         media = None
         found = None
-        for chunk in await asyncio.to_thread(index.store.chunks_of_doc, doc_id):
+        with state.admission.admit("/v1/images/file"):  # each thread's work counted in, as every endpoint's
+            chunks = await asyncio.to_thread(index.store.chunks_of_doc, doc_id)
+        for chunk in chunks:
             found = next((im for im in chunk.images if im.get("id") == image_id), None)
             if found is not None:
                 break
@@ -499,7 +511,8 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             raise with_param(PayloadTooLargeError(
                 f"image_id: {image_id!r} has {size} bytes, more than server.max_image_bytes "
                 f"{config.max_image_bytes}"), "image_id")
-        data = await asyncio.to_thread(path.read_bytes)
+        with state.admission.admit("/v1/images/file"):
+            data = await asyncio.to_thread(path.read_bytes)
         return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
     @app.post("/v1/feedback", dependencies=auth, responses=route_responses("/v1/feedback", 500))

@@ -217,6 +217,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from searchsmith.serving.http_protocol import guarded_protocol
 
     cfg, app = build_app(args, background=True)
+    # the connection limit is the protocol's, not uvicorn's limit_concurrency (http_protocol says why)
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=int(cfg.server.request_timeout_s),
-                http=guarded_protocol(cfg.server.max_header_bytes, cfg.server.header_timeout_s))
+                http=guarded_protocol(cfg.server.max_header_bytes, cfg.server.header_timeout_s,
+                                      cfg.server.connection_limit))
     return 0

@@ -3,7 +3,8 @@ checks of a request's ``model`` and ``dimensions`` against them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from searchsmith.models.config import is_int
@@ -11,6 +12,7 @@ from searchsmith.models.errors import (
     ConfigError,
     NotReadyError,
     NotServedError,
+    OverloadedError,
     SearchsmithError,
     ValidationError,
 )
@@ -18,7 +20,7 @@ from searchsmith.models.roles import Citer, Decomposer, ImageScorer, Reranker
 from searchsmith.models.tasks import by_role
 from searchsmith.serving.batcher import BatcherConfig, DynamicBatcher
 from searchsmith.serving.http_errors import with_param
-from searchsmith.serving.limits import ServedModel, ServerLimits
+from searchsmith.serving.limits import CALL_MODELS, ServedModel, ServerLimits
 from searchsmith.serving.metrics import ServerMetrics
 from searchsmith.serving.runner import BundleEmbedder, EmbeddingRunner, RerankRunner, call_each
 
@@ -28,11 +30,49 @@ if TYPE_CHECKING:
     from searchsmith.serving.pipeline.pipeline import Pipeline
     from searchsmith.serving.router import CentroidRouter
 
-# The models that do not batch across requests: each gets a queue with batches of one
-# (``server.calls``), so they share the bounded queue (429 when full), the timeout and the
-# metrics. Routing and feedback are quick, but unqueued they would pile up in the thread pool
-# the batched endpoints tokenize in; feedback's one worker also keeps the router's saves in order.
-CALL_MODELS = ("decompose", "cite", "images", "search", "route", "feedback")
+
+class Admission:
+    """The bound on requests in work (``server.max_pending_requests``): :meth:`admit` counts a
+    request in, or refuses it at once with 429 when ``limit`` are in. It never waits: a request
+    that waited here would be the unbounded queue this exists to prevent (``asyncio.to_thread``'s
+    executor queues without limit, ahead of the models' bounded queues).
+
+    Used on the event loop only (one thread), so the count needs no lock. A request is counted
+    out however its work ends: answered, failed, or cancelled because its client left; its work
+    still queued is then dropped, and work a thread has started runs to its end (one per worker
+    thread at most: bounded by the threads, not by this count).
+
+    Args:
+        limit: most requests in work (``ServerLimits.pending_limit``).
+        on_refuse: called on each refusal (the metrics' counter).
+    """
+
+    def __init__(self, limit: int, on_refuse: Callable[[], None] = lambda: None) -> None:
+        self.limit = limit
+        self.pending = 0
+        self._on_refuse = on_refuse
+
+    @contextmanager
+    def admit(self, what: str) -> Iterator[None]:
+        """Count one request in for the ``with`` block, or raise at once.
+
+        Args:
+            what: the endpoint, first in the message (``"/v1/embeddings"``).
+
+        Raises:
+            OverloadedError: ``limit`` requests are in work (HTTP 429, Retry-After 1 s).
+        """
+        if self.pending >= self.limit:
+            self._on_refuse()
+            raise OverloadedError(
+                f"{what}: the server has {self.pending} requests in work, the limit is {self.limit} "
+                "(server.max_pending_requests); retry after 1 s, or raise server.max_pending_requests "
+                "/ add replicas", retry_after_s=1.0)
+        self.pending += 1
+        try:
+            yield
+        finally:
+            self.pending -= 1
 
 
 class ServingState:
@@ -63,6 +103,8 @@ class ServingState:
         self.model_gates: dict[str, dict[str, Any]] = {}
         self.shutting_down = False
         self.metrics = ServerMetrics()
+        self.admission = Admission(config.pending_limit, self.metrics.refusal_hook("max_pending_requests"))
+        self.metrics.track_pending(lambda: self.admission.pending, self.admission.limit)
 
     def _batcher(self, run: Callable[[list[Any]], Sequence[Any]], config: BatcherConfig,
                  name: str) -> DynamicBatcher:

@@ -5,12 +5,11 @@ leaves is never run, and it is counted under status 499 (client closed request).
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 import threading
 import time
 
 import pytest
+from raw_http import post_raw
 from searchsmith.serving.batcher import BatcherConfig
 from searchsmith.serving.index import Index
 from searchsmith.serving.limits import ServerLimits
@@ -54,14 +53,6 @@ def server(embedder, small_index):
         gated.gate.set()
 
 
-def _post_raw(port: int, path: str, payload: dict) -> socket.socket:
-    body = json.dumps(payload).encode()
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    return sock
-
-
 def test_a_queued_request_whose_client_left_is_never_run(server) -> None:
     import httpx
 
@@ -75,12 +66,12 @@ def test_a_queued_request_whose_client_left_is_never_run(server) -> None:
     worker = threading.Thread(target=first)
     worker.start()
     _wait("the first call to start", lambda: gated.queries == ["bread"])
-    gone = _post_raw(port, "/v1/route", {"query": "left before its answer"})
+    gone = post_raw(port, "/v1/route", {"query": "left before its answer"})
     _wait("the second call to be queued", lambda: gate.stats()["queue_depth"] == 1)
     gone.close()  # the client leaves while its request waits in the queue
     # the server sees the disconnect and cancels the request's work: its Future in the queue
     _wait("the left request to be cancelled", lambda: b'status="499"' in app.state.serving.metrics.render())
-    kept = _post_raw(port, "/v1/route", {"query": "rings"})  # a client that waits, queued after it
+    kept = post_raw(port, "/v1/route", {"query": "rings"})  # a client that waits, queued after it
     _wait("the third call to be queued", lambda: gate.stats()["queue_depth"] >= 1)
     gated.gate.set()
     worker.join(30)
@@ -191,7 +182,7 @@ def test_a_client_that_leaves_a_json_search_stops_the_llm_generating(small_index
     Every /v1/search now passes one; the cancelled request sets it."""
     app, llm = _llm_app(small_index, embedder)
     with LoopbackServer(app, lifetime_s=120) as srv:
-        sock = _post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?"})
+        sock = post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?"})
         _wait("the LLM to start", lambda: llm.given >= 2, 30)
         sock.close()  # gone while its answer is being generated
         _wait("the generation to stop", lambda: llm.outcome is not None, 10)
@@ -213,7 +204,7 @@ def test_a_streaming_client_that_leaves_stops_the_llm_generating(small_index, em
     LLM server) and no fallback answer is computed for nobody."""
     app, llm = _llm_app(small_index, embedder)
     with LoopbackServer(app, lifetime_s=120) as srv:
-        sock = _post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
+        sock = post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
         sock.settimeout(30)
         got = b""
         while b"event: answer" not in got:
@@ -229,7 +220,7 @@ def test_a_streaming_client_that_leaves_before_the_first_piece_stops_the_llm(sma
     left running (only the handler waiting for it was cancelled): the LLM then ran to its end."""
     app, llm = _llm_app(small_index, embedder, first_after_s=1.0)
     with LoopbackServer(app, lifetime_s=120) as srv:
-        sock = _post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
+        sock = post_raw(srv.port, "/v1/search", {"query": "How long should I knead bread dough?", "stream": True})
         _wait("the LLM to start", lambda: llm.started, 30)
         sock.close()  # gone while the LLM reads its prompt
         _wait("the generation to stop", lambda: llm.outcome is not None, 10)

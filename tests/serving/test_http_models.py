@@ -310,6 +310,44 @@ def test_rerank_overload_is_429_with_retry_after() -> None:
         assert first.result(10).status_code == 200
 
 
+# the requests of every endpoint that works off the event loop (a thread pool or a model's queue)
+WORKING = [("POST", "/v1/embeddings", {"input": "kestrel"}),
+           ("POST", "/v1/rerank", {"query": "q", "documents": ["a"]}),
+           ("POST", "/v1/route", {"query": "kestrel"}),
+           ("POST", "/v1/decompose", {"query": "kestrel and lumen"}),
+           ("POST", "/v1/cite", {"sentences": ["Kestrel runs."], "documents": [{"id": "d", "text": "Kestrel"}]}),
+           ("POST", "/v1/images/place", {"paragraphs": ["a red kestrel"], "images": [{"id": "i", "caption": "red"}]}),
+           ("POST", "/v1/search", {"query": "kestrel", "query_id": "q1"}),
+           ("POST", "/v1/search", {"query": "kestrel", "query_id": "q1", "stream": True}),
+           ("POST", "/v1/feedback", {"query_id": "q1", "quality": 1.0}),
+           ("GET", "/v1/images/file?doc_id=d&image_id=i", None)]
+
+
+def test_every_endpoint_that_works_off_the_event_loop_is_counted_in() -> None:
+    """With ``server.max_pending_requests`` taken (set here by hand: the flood tests are in
+    test_pending_limit.py), each such endpoint answers 429 at once; the rest answer as ever."""
+    from searchsmith.serving.runner import BundleEmbedder
+
+    app = create_app(ServerLimits(max_pending_requests=4), embedder=BundleEmbedder(FakeEmbedBundle(), "fake-embed"),
+                     router=FakeRouter(), pipeline=FakePipeline(), **models())
+    admission = app.state.serving.admission
+    with TestClient(app) as c:
+        admission.pending = admission.limit
+        for method, path, body in WORKING:
+            resp = c.request(method, path, json=body)
+            assert "server.max_pending_requests" in error_message(resp, 429, "overloaded"), path
+            assert resp.headers["retry-after"] == "1"
+        assert c.get("/health").status_code == c.get("/v1/models").status_code == 200
+        assert admission.pending == admission.limit  # a refusal counts nothing in
+        admission.pending = 0
+        for method, path, body in WORKING:
+            resp = c.request(method, path, json=body)
+            assert resp.status_code == (404 if path.startswith("/v1/images/file") else 200), (path, resp.text)
+        assert admission.pending == 0
+    assert f'searchsmith_refused_requests_total{{limit="max_pending_requests"}} {len(WORKING)}.0' in \
+        app.state.serving.metrics.render().decode()
+
+
 def test_rerank_timeout_is_504() -> None:
     runner = _blocking()
     with TestClient(create_app(ServerLimits(request_timeout_s=0.3), reranker=FakeReranker(),

@@ -1,0 +1,283 @@
+"""The server's bound on requests in work (``server.max_pending_requests``) and on open
+connections (``server.max_connections``).
+
+Before it, /v1/embeddings and /v1/rerank tokenized in ``asyncio.to_thread``, whose executor
+queues without limit ahead of the models' bounded queues: 40 requests sent at once while
+tokenizing was held all waited there (6 tokenizing, 34 queued) and none got a 429. Now a request
+past the bound is answered 429 at once, never reaches its work, and the count goes back to 0
+however a request ends (answered, or its client gone).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from openai_error import error_message
+from raw_http import post_raw
+from searchsmith.models.errors import ConfigError
+from searchsmith.serving import routes
+from searchsmith.serving.batcher import BatcherConfig
+from searchsmith.serving.http import create_app
+from searchsmith.serving.limits import CALL_MODELS, ServerLimits
+from searchsmith.serving.profiling.server import LoopbackServer
+
+LIMIT = 3
+FLOOD = 8  # requests sent while LIMIT are held: FLOOD - LIMIT are refused
+BODIES = {"/v1/embeddings": {"input": "Knead the dough."},
+          "/v1/rerank": {"query": "dough", "documents": ["Knead the dough.", "Saturn has rings."]},
+          "/v1/route": {"query": "dough"}}
+
+
+class Held:
+    """Wraps ``fn``: each call is counted, then waits for ``release`` (10 s at most)."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.release, self.calls = fn, threading.Event(), 0
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self.calls += 1
+        self.release.wait(10)
+        return self.fn(*args, **kwargs)
+
+
+class FakeReranker:
+    """A ``rerank`` bundle without a model: every pair scores 0."""
+
+    task, max_length, tokenizer, manifest = "rerank", 64, None, {"max_length": 64}
+
+    def score_pairs(self, pairs):
+        return np.zeros(len(pairs), dtype=np.float32)  # (N,)
+
+
+class FakeRouter:
+    class Result:
+        def to_dict(self) -> dict[str, Any]:
+            return {"sources": []}
+
+    def route(self, *args: Any) -> Result:
+        return self.Result()
+
+    def close(self) -> None:
+        pass
+
+
+def _app(endpoint: str, embedder, monkeypatch, cfg: ServerLimits):
+    """An app serving ``endpoint`` whose work (tokenizing; routing) waits for the returned Held."""
+    if endpoint == "/v1/embeddings":
+        held = Held(routes.tokenize_inputs)
+        monkeypatch.setattr(routes, "tokenize_inputs", held)
+        return create_app(cfg, embedder=embedder), held
+    if endpoint == "/v1/rerank":
+        app = create_app(cfg, reranker=FakeReranker())
+        runner = app.state.serving.reranker
+        held = Held(runner.lengths)
+        monkeypatch.setattr(runner, "lengths", held)
+        return app, held
+    router = FakeRouter()
+    held = Held(router.route)
+    monkeypatch.setattr(router, "route", held)
+    return create_app(cfg, router=router), held
+
+
+def _wait(what: str, cond, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+# ---- the bound on requests in work ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint", list(BODIES))
+def test_a_flood_past_the_bound_is_refused_at_once_and_never_queued(endpoint, embedder, monkeypatch) -> None:
+    app, held = _app(endpoint, embedder, monkeypatch, ServerLimits(max_pending_requests=LIMIT))
+    state = app.state.serving
+    with TestClient(app) as c, ThreadPoolExecutor(LIMIT) as pool:
+        admitted = [pool.submit(c.post, endpoint, json=BODIES[endpoint]) for _ in range(LIMIT)]
+
+        def in_work() -> int:  # tokenizing, or routing and queued for it (one router call at a time)
+            return held.calls + (state.gates["route"].stats()["queue_depth"] if endpoint == "/v1/route" else 0)
+
+        _wait("the admitted requests to be in work", lambda: in_work() == LIMIT)
+        for _ in range(FLOOD - LIMIT):
+            started = time.monotonic()
+            resp = c.post(endpoint, json=BODIES[endpoint])
+            # answered while the admitted ones are held (up to 10 s): it waited for nothing
+            assert time.monotonic() - started < 5
+            msg = error_message(resp, 429, "overloaded")
+            assert msg == (f"{endpoint}: the server has {LIMIT} requests in work, the limit is {LIMIT} "
+                           "(server.max_pending_requests); retry after 1 s, or raise server.max_pending_requests "
+                           "/ add replicas")
+            assert resp.headers["retry-after"] == "1"
+        assert state.admission.pending == in_work() == LIMIT  # nothing was let in past the bound
+        held.release.set()
+        assert [f.result(10).status_code for f in admitted] == [200] * LIMIT
+        assert held.calls == LIMIT  # the refused requests never reached their work
+        assert state.admission.pending == 0
+        metrics = c.get("/metrics").text
+    assert f'searchsmith_refused_requests_total{{limit="max_pending_requests"}} {FLOOD - LIMIT}.0' in metrics
+    assert "searchsmith_pending_requests 0.0" in metrics
+    assert f"searchsmith_pending_requests_limit {LIMIT}.0" in metrics
+
+
+def test_failed_requests_are_counted_out(embedder, monkeypatch) -> None:
+    """A request whose work fails (413 after tokenizing, a runner's 500) frees its place."""
+    def broken(batch):
+        raise RuntimeError("device lost")
+
+    cfg = ServerLimits(max_pending_requests=1, truncate=False, max_input_chars=100_000)
+    with TestClient(create_app(cfg, embedder=embedder, run_batch=broken)) as c:
+        for _ in range(3):
+            error_message(c.post("/v1/embeddings", json={"input": "a"}), 500, "runner_error")
+            error_message(c.post("/v1/embeddings", json={"input": "word " * 1000}), 413, "too_large")
+        assert c.app.state.serving.admission.pending == 0
+
+
+def _reply(sock: socket.socket) -> tuple[bytes, dict]:
+    """The status line and JSON body of the one answer on ``sock`` (closed after it)."""
+    sock.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    sock.close()
+    return head, json.loads(body)
+
+
+def test_the_count_returns_to_zero_when_clients_leave(embedder, monkeypatch) -> None:
+    """Over a real socket: clients that leave while their requests are in work free their
+    places at once (their work still held in its threads), and new requests are admitted."""
+    import httpx
+
+    app, held = _app("/v1/embeddings", embedder, monkeypatch, ServerLimits(max_pending_requests=LIMIT))
+    state = app.state.serving
+    try:
+        with LoopbackServer(app, lifetime_s=120) as srv:
+            gone = [post_raw(srv.port, "/v1/embeddings", BODIES["/v1/embeddings"]) for _ in range(LIMIT)]
+            _wait("the requests to be in work", lambda: state.admission.pending == LIMIT)
+            head, body = _reply(post_raw(srv.port, "/v1/embeddings", BODIES["/v1/embeddings"]))
+            assert head.startswith(b"HTTP/1.1 429") and "server.max_pending_requests" in body["error"]["message"]
+            for sock in gone:
+                sock.close()
+            # counted out on the disconnect, while their tokenizing is still held in its threads
+            _wait("the places to be freed", lambda: state.admission.pending == 0)
+            assert held.calls == LIMIT and not held.release.is_set()
+            with ThreadPoolExecutor(1) as pool:
+                kept = pool.submit(httpx.post, f"{srv.url}/v1/embeddings", json=BODIES["/v1/embeddings"], timeout=30)
+                _wait("a new request to be admitted", lambda: state.admission.pending == 1)
+                held.release.set()
+                assert kept.result(30).status_code == 200
+            assert state.admission.pending == 0
+            metrics = httpx.get(f"{srv.url}/metrics").text
+            assert f'searchsmith_requests_total{{endpoint="/v1/embeddings",status="499"}} {LIMIT}.0' in metrics
+    finally:
+        held.release.set()
+
+
+def test_the_default_is_what_the_queues_hold() -> None:
+    """null: one item per request in every queue and running batch, so the bound refuses no
+    request that a model's queue had room for."""
+    default = ServerLimits()
+    assert default.max_pending_requests is None
+    assert default.pending_limit == 2 * (1024 + 32) + len(CALL_MODELS) * (64 + 1) == 2502
+    assert default.connection_limit == 2 * 2502
+    small = ServerLimits(batcher=BatcherConfig(max_queue=10, max_batch_size=4, workers=2),
+                         rerank_batcher=BatcherConfig(max_queue=5, max_batch_size=2),
+                         calls=BatcherConfig(max_batch_size=1, max_queue=3, workers=2))
+    assert small.pending_limit == (10 + 8) + (5 + 2) + len(CALL_MODELS) * (3 + 2)
+    assert create_app(small).state.serving.admission.limit == small.pending_limit
+    set_ = ServerLimits(max_pending_requests=7, max_connections=9)
+    assert (set_.pending_limit, set_.connection_limit) == (7, 9)
+
+
+@pytest.mark.parametrize("key", ["max_pending_requests", "max_connections"])
+@pytest.mark.parametrize("value", [0, -3, 1.5, "10", True])
+def test_bad_values_are_refused_naming_the_setting(key, value) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: expected an int >= 1 or null (derived from the queues), "
+                                                    f"got {value!r}")):
+        ServerLimits(**{key: value})
+
+
+def test_bad_values_in_serve_yaml_are_refused_naming_the_setting() -> None:
+    from searchsmith.serving.serve_config import load_serve_config
+
+    with pytest.raises(ConfigError, match=r"server: server config: max_pending_requests: expected an int >= 1"):
+        load_serve_config(None, ["server.max_pending_requests=0"])
+    cfg = load_serve_config(None, ["server.max_pending_requests=40", "server.max_connections=null"])
+    assert (cfg.server.pending_limit, cfg.server.connection_limit) == (40, 80)
+
+
+# ---- the bound on connections (searchsmith serve) -------------------------------------------
+
+
+def test_serve_passes_the_connection_limit_to_the_protocol(tmp_path, monkeypatch) -> None:
+    import argparse
+
+    import uvicorn
+    from searchsmith.serving.profiling.common import free_port
+    from searchsmith.serving.serve_cli import configure_serve, run_serve
+
+    monkeypatch.chdir(tmp_path)  # no ./searchsmith-work/serve.yaml
+    runs: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: runs.append(kwargs))
+    parser = argparse.ArgumentParser()
+    configure_serve(parser)
+    port = str(free_port())
+    run_serve(parser.parse_intermixed_args(["--port", port, "server.max_pending_requests=50"]))
+    run_serve(parser.parse_intermixed_args(["--port", port, "server.max_connections=7"]))
+    assert [kw["http"].max_connections for kw in runs] == [100, 7]
+    assert "limit_concurrency" not in runs[0]  # uvicorn's own: a plain-text 503 that refuses /health too
+
+
+@contextmanager
+def _held_connections(port: int, n: int):
+    """``n`` kept-alive connections, each answered once (so the server has accepted them)."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.settimeout(10)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = b""
+            while not reply.endswith(b'{"status":"ok"}'):
+                reply += sock.recv(4096)
+            socks.append(sock)
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_connection_past_the_limit_gets_503_and_probes_are_answered(embedder) -> None:
+    import httpx
+    from searchsmith.serving.http_protocol import guarded_protocol
+
+    app = create_app(ServerLimits(), embedder=embedder)
+    with LoopbackServer(app, lifetime_s=120, log_level="error", http=guarded_protocol(64 * 1024, 30.0, 2)) as srv:
+        with _held_connections(srv.port, 2):
+            head, body = _reply(post_raw(srv.port, "/v1/embeddings", BODIES["/v1/embeddings"]))
+            assert head.startswith(b"HTTP/1.1 503")
+            assert b"retry-after: 1" in head.lower() and b"connection: close" in head.lower()
+            assert body["error"]["type"] == "overloaded"
+            assert body["error"]["message"].startswith("connections: 3 open, the limit is 2 (server.max_connections)")
+            # the probes are answered on it: a busy server is alive
+            assert httpx.get(f"{srv.url}/health", timeout=10).status_code == 200
+        # the held connections closed: there is room again
+        _wait("a connection to be admitted", lambda: httpx.post(
+            f"{srv.url}/v1/embeddings", json=BODIES["/v1/embeddings"], timeout=10).status_code == 200)
