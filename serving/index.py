@@ -426,14 +426,19 @@ class ChunkStore:
         if self._rows is None:
             self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING "
                              "fts5vocab(main, chunks_fts, row)")
+            # per column: the words of the titles (ChunkStore.near_terms)
+            self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab_col USING "
+                             "fts5vocab(main, chunks_fts, col)")
             self._rows = self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
         return self._rows
 
     def near_terms(self, words: Sequence[str]) -> dict[str, str]:
         """For each of ``words`` (lower case, as :func:`lexical_terms` gives them) that no chunk
-        holds, the term of the full-text vocabulary one edit away (``models.text.one_edit``: a
-        letter left out, added, changed or two neighbours swapped, the first letter kept) that
-        the most chunks hold, the alphabetically first on a tie: "qaurry" -> "quarry". A word
+        holds, the word of the chunks' titles one edit away (``models.text.one_edit``: a letter
+        left out, added, changed or two neighbours swapped, the first letter kept) that the
+        most titles hold, the alphabetically first on a tie: "qaurry" -> "quarry". Titles name
+        what a corpus is about; a word of its texts alone is no better a guess than the typed
+        one ("owned" is not read "owner" for a text's "owner"). A word
         some chunk holds, in this or another inflection (``models.text.fold``: "travel" beside
         "travels"), or with no such term, is left out; {} without the full-text table."""
         if not self.has_lexical or not words:
@@ -447,8 +452,8 @@ class ChunkStore:
                 if w in held or not w:
                     continue
                 # the terms that begin with its letter, within one letter of its length
-                near = self._db.execute("SELECT term, doc FROM temp.chunks_vocab WHERE term >= ? AND term < ? "
-                                        "AND length(term) BETWEEN ? AND ?",
+                near = self._db.execute("SELECT term, doc FROM temp.chunks_vocab_col WHERE col = 'title' AND "
+                                        "term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
                                         (w[0], chr(ord(w[0]) + 1), len(w) - 1, len(w) + 1)).fetchall()
                 near = [(t, doc) for t, doc in near if one_edit(w, t, kept=1)]
                 if any(fold(t) == fold(w) for t, _ in near):
@@ -1321,8 +1326,8 @@ class Index:
 
     def spelled(self, text: str, min_chars: int = 5) -> tuple[str, dict[str, str]]:
         """``(text, corrections)``: ``text`` with each word of ``min_chars`` letters or more,
-        typed in lower case, that no chunk holds replaced by the word of the index one edit away
-        that most chunks hold (``ChunkStore.near_terms``: "wich port does qaurry use" -> "wich
+        typed in lower case, that no chunk holds replaced by the word of the chunks' titles one
+        edit away that most titles hold (``ChunkStore.near_terms``: "wich port does qaurry use" -> "wich
         port does quarry use"), and ``{typed: replaced}``. A word with a capital is kept (a name
         the index lacks, "Redis", is not made one it has), and so are words with digits or
         other signs, stop words, and everything without the full-text table."""

@@ -207,8 +207,8 @@ class RetrievalConfig:
             unrelated is no evidence: "What is the boiling point of ethanol?" and a recipe tip
             on boiling miso, which the answer would otherwise quote).
         spelling: a word of the question typed in lower case, of ``spelling_min_chars``
-            letters or more, that no chunk of the index holds is read as the index's word one
-            edit away that most chunks hold ("wich port does qaurry use": "quarry";
+            letters or more, that no chunk of the index holds is read as the word of the
+            chunks' titles one edit away that most titles hold ("wich port does qaurry use": "quarry";
             ``Index.spelled``), for every stage; the answer's ``rewrite`` shows the question
             as read and the trace names each correction. A word with a capital is kept (a
             name the index lacks). Off: the question as typed.
@@ -630,6 +630,11 @@ class GenerationConfig:
             answer (:meth:`GenerationStage.unnamed`): the answer is about the others only
             ("flying past it in January 1986", on Uranus's page, for "When did Voyager 2 fly
             past Jupiter?").
+        no_answer_unrelated: (the extractive answer) also "not found" when the question was
+            not decomposed and the sentences of the answer, with the titles of their passages,
+            hold no content word of it (the words of the measure it asks aside:
+            :meth:`GenerationStage.unrelated`): they rank high by the embedding alone ("a day
+            on Jupiter lasts about 9 hours and 56 minutes" for "How long do honeybees live?").
         no_answer_text: the answer given when the sources do not support one.
         step_answers: how a step whose answer fills later steps' ``#k`` is answered:
             ``names``, the names, dates and numbers its best sentence adds
@@ -653,6 +658,7 @@ class GenerationConfig:
     no_answer_missing_names: bool = True
     no_answer_off_subject: bool = True
     no_answer_unnamed: bool = True
+    no_answer_unrelated: bool = True
     no_answer_text: str = "No answer found in the sources."
     step_answers: Literal["names", "generator"] = "names"
     chain_support: bool = True

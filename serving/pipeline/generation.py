@@ -63,6 +63,7 @@ from searchsmith.models.errors import ClientGone, ConfigError, RunnerError
 from searchsmith.models.roles import Embedder, Reader
 from searchsmith.models.text import (
     HOW_MUCH_WORDS,
+    MEASURE_WORDS,
     SHORT_FORM,
     SPAN_KINDS,
     answer_kind,
@@ -636,14 +637,15 @@ class ExtractiveGenerator:
         return next((c for r in ranked for c in r if ids & set(c.chunk_ids) and labelled_with_asked(question, c.text)),
                     None)
 
-    def unsaid(self, question: str, sentences: Sequence[str]) -> str:
+    def unsaid(self, question: str, sentences: Sequence[str], titles: Sequence[str] = ()) -> str:
         """What of ``question`` its chosen ``sentences`` do not say, when it asks for a date,
         number or name and no span of that kind was read (``no_span_no_answer``): the relation
         it asks about (``models.text.asked_relation``: "founded"), else its content words but
         names when the sentences leave most of them out ("point", "water" of "What is the
         boiling point of water?" for two sentences on boiling miso); "" when they say it (the
         sentences are the answer: "Jupiter is the largest planet ..." for "Which planet is the
-        largest?"), for other questions, and with the setting off."""
+        largest?"), for other questions, and with the setting off. ``titles``: the titles of
+        the sentences' passages, which state the relation with them (a help page's question)."""
         if not (self.config.short_answer and self.config.no_span_no_answer and answer_kind(question) in SPAN_KINDS
                 and not choice_options(question)[1]):
             return ""
@@ -652,7 +654,7 @@ class ExtractiveGenerator:
         if sentences and all(versions):  # each is on another version of what is asked
             return repr(versions[0])
         relations = asked_relation(question)
-        if relations and not states_relation(relations, text):
+        if relations and not states_relation(relations, "\n".join([*titles, text])):
             return " or ".join(repr(w) for w in sorted(min(relations, key=len)))
         verbs = [subject_is_type(question, x) for x in sentences]
         if sentences and all(verbs):  # each says the subject is the asked type: "Quarry is a vector database ..."
@@ -708,7 +710,7 @@ class ExtractiveGenerator:
             read = [c.text for c in read_from]
             at = -1  # the sentence of ``read`` the span was read in
             if not span:
-                span, at = typed_span_at(asked, read)
+                span, at = typed_span_at(asked, read, titles=[c.title for c in read_from])
             if not span and not held and any(other_version(asked, x) for x in read):
                 # the selected sentences are on another version ("It follows Ferrow 1.0, released in
                 # March 2022"): the asked one's may rank lower ("... released Ferrow 1.5 on ...")
@@ -1274,6 +1276,20 @@ class GenerationStage:
         return [n for n in names if not cls.worded(n, text) and not linked(n)]
 
     @staticmethod
+    def unrelated(state: PipelineState, chosen: Sequence[str], used: Sequence[str]) -> bool:
+        """Whether a one-step answer's ``chosen`` sentences, and the titles of the passages they
+        came from (``used``, chunk ids), hold no content word of the question (``content_words``:
+        folded, stop words aside, and the words of how much or which measure it asks, "long",
+        "size"): the sentences are similar to it by the embedding alone ("a day on Jupiter lasts
+        about 9 hours and 56 minutes" for "How long do honeybees live?"). False for a
+        decomposed question (a step's words are its own) and for one with no such word."""
+        asked = content_words(state.question()) - {fold(w) for w in HOW_MUCH_WORDS | MEASURE_WORDS}
+        if not asked or not chosen or len(state.nodes) > 1:
+            return False
+        titles = [p.title or "" for p in state.passages if p.chunk_id in set(used)]
+        return not asked & set().union(*(content_words(t) for t in [*chosen, *titles]))
+
+    @staticmethod
     def worded(name: str, text: str) -> bool:
         """Whether ``text`` holds each word of ``name`` anywhere (its initials, and the "of", "the",
         "and", "&" between its words, aside), a short form also spelled out ("chief technology
@@ -1411,6 +1427,11 @@ class GenerationStage:
                 self._not_found(state, f"no answer: no passage the answer drew on (a bridge's too) mentions {off} of the question "
                                        f"(generation.no_answer_off_subject; best support {best:.4f})")
                 return
+            if self.config.no_answer_unrelated and self.unrelated(state, chosen, state.used_passages):
+                self._not_found(state, "no answer: the sentences that answer it best, and their passages' titles, hold "
+                                       "no word of the question (generation.no_answer_unrelated; best support "
+                                       f"{best:.4f})")
+                return
             unnamed = self.unnamed(state, state.used_passages, short) if self.config.no_answer_unnamed else []
             if unnamed:
                 self._not_found(state, f"no answer: no passage the answer drew on (a bridge's too) mentions {unnamed} of "
@@ -1421,7 +1442,8 @@ class GenerationStage:
                 state.short_answer, state.support = short, chosen
                 state.answer = " ".join([lead_sentence(short), *chosen])
                 st.note += f"; short answer {short!r} (generation.extractive.short_answer)"
-            elif not held and (unsaid := self.extractive.unsaid(state.question(), chosen)):
+            elif not held and (unsaid := self.extractive.unsaid(
+                    state.question(), chosen, [p.title or "" for p in state.passages if p.chunk_id in state.used_passages])):
                 kind = {"DATE": "date", "NUM": "number"}.get(answer_kind(state.question()), "name")
                 self._not_found(state, f"no answer: the question asks for a {kind}, the sentences that answer it "
                                        f"best hold none, and they do not say {unsaid} "

@@ -209,14 +209,17 @@ def test_below_the_threshold_the_answer_is_not_found_and_cites_nothing(embedder)
     assert note.startswith("no answer: best support 0.") and note.endswith("< generation.no_answer_threshold 0.5")
     CitationStage(embedder, CitationConfig()).run(st, Preset())
     assert st.references == [] and st.cited_answer == NOT_FOUND
-    # None switches the refusal off (and no_span_no_answer the one of a name no sentence holds)
+    # None switches the refusal off (and no_span_no_answer the one of a name no sentence holds,
+    # no_answer_unrelated the one of sentences holding no word of the question)
     st = one_node_state("Who painted the Mona Lisa?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder, ExtractiveConfig(no_span_no_answer=False)), None,
-                    GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False)).run(st, Preset())
+                    GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False,
+                                     no_answer_unrelated=False)).run(st, Preset())
     assert st.answer_found and st.answer != NOT_FOUND
     st = one_node_state("Who painted the Mona Lisa?", PORTS)
     GenerationStage(ExtractiveGenerator(embedder), None,
-                    GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False)).run(st, Preset())
+                    GenerationConfig(no_answer_threshold=None, no_answer_missing_names=False,
+                                     no_answer_unrelated=False)).run(st, Preset())
     assert not st.answer_found and "generation.extractive.no_span_no_answer" in st.trace.stages["generation"].note
 
 

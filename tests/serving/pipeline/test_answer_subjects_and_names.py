@@ -181,3 +181,40 @@ def test_a_tie_goes_to_the_candidate_whose_question_words_are_in_its_own_clause(
     s = ("One orbit of the Sun takes Jupiter 11.86 Earth years, and a day on Jupiter lasts about 9 hours and 56 "
          "minutes, the shortest of any planet.")
     assert typed_span("Which planet has the shortest day?", [s]) == "Jupiter"
+
+
+JUPITER = Passage("j#0", "j", "encyclopedia", "One orbit of the Sun takes Jupiter 11.86 Earth years, and a day on "
+                  "Jupiter lasts about 9 hours and 56 minutes, the shortest of any planet.", 0.9, title="Jupiter")
+
+
+def test_an_answer_whose_sentences_and_titles_hold_no_word_of_the_question_is_no_answer(embedder):
+    """Before: "How long do honeybees live?" got Jupiter's day, "about 9 hours and 56 minutes"."""
+    # (no support threshold: this embedder scores the sentence low, the quickstart's above it)
+    st = _answered(embedder, "How long do honeybees live?", [JUPITER], no_answer_threshold=None)
+    assert not st.answer_found and "generation.no_answer_unrelated" in st.trace.stages["generation"].note, st.answer
+    assert _answered(embedder, "How long do honeybees live?", [JUPITER], no_answer_threshold=None,
+                     no_answer_unrelated=False).short_answer == "about 9 hours and 56 minutes"
+    assert _answered(embedder, "How long does a Jupiter day last?", [JUPITER], no_answer_threshold=None).answer_found
+
+
+SEATS = Passage("f#0", "f", "faq", "How many team members can I invite?\n\nThe Starter plan includes 3 seats, "
+                "Business 25 seats and Enterprise an unlimited number.", 0.9,
+                title="How many team members can I invite?")
+
+
+def test_a_help_page_title_states_the_relation_its_answer_leaves_unsaid(embedder):
+    """Before: "How many team members can I invite?" got no answer: the sentence says "seats",
+    and the counted noun ("team members") is in the page's title, a question."""
+    st = _answered(embedder, "How many team members can I invite?", [SEATS])
+    assert st.short_answer == "3" and any("3 seats" in x for x in st.support), (st.answer, st.support)
+    assert typed_span("How many team members can I invite?", [SEATS.text.split("\n\n")[1]]) == ""
+    assert typed_span("How many team members can I invite?", [SEATS.text.split("\n\n")[1]],
+                      titles=[SEATS.title]) == "3"
+
+
+def test_a_timetable_asked_for_is_a_description():
+    from searchsmith.models.text import answer_kind, asks_description
+
+    for q in ("What are your support hours?", "What are the opening hours of the museum?"):
+        assert asks_description(q) and answer_kind(q) == "OTHER", q
+    assert answer_kind("How many hours does support work?") == "NUM"
