@@ -70,6 +70,7 @@ from searchsmith.models.io import (
     being_written,
     check_replaceable,
     files_matching,
+    files_sha256,
     give_plain_modes,
     process_temp_dir,
     remove_dead_temps,
@@ -626,8 +627,7 @@ def export_bundle(src: ModelSource, out: Path, opts: ExportOptions,
         give_plain_modes(tmp)
         # every file but the top-level manifest.json itself (a torch/ or tokenizer/ file of that
         # name is one of the bundle's files like any other)
-        manifest["files"] = {str(p.relative_to(tmp)): sha256_file(p)
-                             for p in sorted(tmp.rglob("*")) if p.is_file() and p != tmp / MANIFEST}
+        manifest["files"] = files_sha256(tmp)
         manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
         write_json_atomic(tmp / MANIFEST, manifest)
         # what this export wrote, manifest.json included: the exact files the next export may

@@ -96,6 +96,19 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+# The file at the top of a bundle's or an index's folder that lists the folder's other files
+MANIFEST = "manifest.json"
+
+
+def files_sha256(folder: Path) -> dict[str, str]:
+    """The sha256 of every file under ``folder``, by its path in it, in sorted order: what a
+    bundle's or an index's manifest lists as its ``files``. Only the top-level :data:`MANIFEST`
+    is left out (it cannot hold its own sha256); a file of that name deeper down (a bundle's
+    ``torch/manifest.json``) is one of the folder's files like any other."""
+    return {str(p.relative_to(folder)): sha256_file(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p != folder / MANIFEST}
+
+
 def read_json_object(path: Path, what: str, *, fix: str = "", error: type[Exception] = ConfigError
                      ) -> dict[str, Any]:
     """The JSON object in ``path`` (UTF-8).

@@ -39,7 +39,7 @@ from searchsmith.models.batching import pack_batches
 from searchsmith.models.config import is_int
 from searchsmith.models.encode_options import EncodeKeywords, encode_options
 from searchsmith.models.errors import BundleError, ConfigError, ValidationError
-from searchsmith.models.io import read_json_object, sha256_file
+from searchsmith.models.io import MANIFEST, read_json_object, sha256_file
 from searchsmith.models.jsonl import check_unicode
 from searchsmith.models.roles import CHAT_ROLES
 from searchsmith.models.tasks import TASK_NAMES
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 TOKENIZER_DIR = "tokenizer"
 # Padded-token budget per graph call when load_bundle is given none: the torch embedder's
 # defaults (larger budgets ran slower on the 2-core CPU, see serving/embedder.py), and less for

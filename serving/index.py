@@ -62,6 +62,7 @@ from searchsmith.models.io import (
     check_replaceable,
     exclusive,
     files_matching,
+    files_sha256,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -768,10 +769,10 @@ def _write_centroids(tmp: Path, cfg: IndexConfig, sources: dict[str, Any]) -> No
 
 def _write_manifest(tmp: Path, cfg: IndexConfig, embedder: Embedder, chunker_cfg: ChunkerConfig,
                     sources: dict[str, Any], n_docs: int, n_chunks: int, created: str | None = None) -> dict:
-    files = {}
-    for p in sorted(tmp.rglob("*")):
-        if p.is_file() and p.name != "manifest.json":
-            files[str(p.relative_to(tmp))] = sha256_file(p)
+    # no build writes a file named manifest.json below the top (every other file has a name of
+    # _LAYOUT's), and --add / --repair refuse a file the manifest does not list: files_sha256
+    # leaves out the top-level manifest.json only all the same, as a bundle's listing does
+    files = files_sha256(tmp)
     derived = any(info.get("file", label) != label for label, info in sources.items())
     manifest = {
         "format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION if derived else 1,

@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 from searchsmith.models.errors import BundleError
-from searchsmith.models.io import replace_dir, sha256_file, temp_dir_beside, write_json_atomic
+from searchsmith.models.io import (
+    files_sha256,
+    replace_dir,
+    sha256_file,
+    temp_dir_beside,
+    write_json_atomic,
+)
 from searchsmith.serving.embedder import Embedder
 
 
@@ -113,8 +119,7 @@ def _repair(index_dir: Path, embedder: Embedder | None, report: Any) -> dict[str
             sources[name] = {**_write_source(tmp, cfg, stem, vectors, ids), **kept}
         if reembedded or any(rel.startswith("centroids") for rel in damaged):
             _write_centroids(tmp, cfg, sources)
-        files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*"))
-                 if p.is_file() and p.name != "manifest.json"}
+        files = files_sha256(tmp)  # the manifest's files, as a build lists them
         rebuilt = sorted(rel for rel in damaged if files.get(rel) is not None)
         write_json_atomic(tmp / "manifest.json", {
             **manifest, "sources": sources, "files": files,

@@ -83,6 +83,42 @@ def test_add_documents_without_rebuild(tmp_path, small_index, embedder) -> None:
         add_documents(d, new, embedder=embedder)
 
 
+def test_only_the_top_level_manifest_is_left_out_of_the_files(tmp_path, small_index, embedder) -> None:
+    """A build's (and --add's) file list and --repair's left out every file named manifest.json
+    at any depth, as a bundle's did (models.export). No build writes one below the top, and
+    --add / --repair refuse a file the manifest does not list, so only an index whose manifest
+    lists one (written here by hand) tells: --add and --repair keep it listed with its sha256,
+    and the folder stays one they may rebuild."""
+    import shutil
+
+    from searchsmith.models.io import files_sha256, sha256_file, write_json_atomic
+    from searchsmith.serving.index import check_out_path
+    from searchsmith.serving.index_repair import repair_index
+
+    ix = tmp_path / "ix"
+    shutil.copytree(small_index, ix)
+    nested = ix / "faiss" / "manifest.json"
+    nested.write_text('{"written": "by hand"}')
+    # unlisted, it is a file the index did not write: refused, so no --add or --repair takes it in
+    with pytest.raises(ValidationError, match=r"holds 1 file\(s\) the index did not write \(faiss/manifest.json\)"):
+        check_out_path(ix, overwrite=True)
+
+    listed = files_sha256(ix)
+    assert listed["faiss/manifest.json"] == sha256_file(nested) and "manifest.json" not in listed
+    write_json_atomic(ix / "manifest.json", {**read_manifest(ix), "files": listed})
+    new = [{"id": "geo-1", "source": "geography", "text": "The Danube flows through ten countries into the Black Sea."}]
+    add_documents(ix, new, embedder=embedder)
+    assert read_manifest(ix)["files"]["faiss/manifest.json"] == sha256_file(nested)
+
+    vec = ix / "vectors" / "geography.npy"
+    vec.write_bytes(vec.read_bytes()[:100])
+    assert repair_index(ix, embedder)["rebuilt"] == ["vectors/geography.npy"]
+    files = read_manifest(ix)["files"]
+    assert files["faiss/manifest.json"] == sha256_file(nested) and "manifest.json" not in files
+    assert files == files_sha256(ix)
+    check_out_path(ix, overwrite=True)  # every file listed: the next --add or --repair may rebuild it
+
+
 def test_corrupt_and_missing_files(tmp_path, small_index) -> None:
     import shutil
 
