@@ -136,9 +136,11 @@ COMMANDS: dict[str, Command] = {
     "quickstart": Command(_quickstart, "train, export, index and ask on demo data"),
     "config": Command(_config, "print every key of a config (pipeline, serve, index, router, recipe-*) "
                                "with its default"),
-    "make-routing-set": Command(_make_routing_set, "build a routing corpus + eval set from ../shared/data"),
-    "make-pipeline-set": Command(_make_pipeline_set, "build a multi-hop corpus + pipeline eval set from "
-                                                     "../shared/data"),
+    # the shared data without its folder's name (training.data.SHARED_DATA, each command's --help
+    # gives it): importing training.data here would load numpy for every command's --help
+    "make-routing-set": Command(_make_routing_set, "build a routing corpus + eval set from the shared data"),
+    "make-pipeline-set": Command(_make_pipeline_set, "build a multi-hop corpus + pipeline eval set from the "
+                                                     "shared data"),
 }
 
 

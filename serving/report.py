@@ -842,7 +842,9 @@ def _paired_fields(path: Path, a: str, b_key: str) -> dict[str, Any] | None:
 
 def _render_field(section: dict[str, Any]) -> list[str]:
     if not section:
-        return ["Not run: the field's benchmarks need `--data-dir` (the open parts of ../shared/data).", ""]
+        from searchsmith.training.data import SHARED_DATA
+
+        return [f"Not run: the field's benchmarks need `--data-dir` (the open parts of {SHARED_DATA}).", ""]
     lines = ["The field's own metrics on the open data's held-out split (seed 0), each model beside its untrained "
              "baseline, paired item by item.", "",
              "| benchmark | model | baseline | difference (95 % interval) |", "|---|---|---|---|"]
@@ -896,13 +898,15 @@ SECTIONS: tuple[Section, ...] = (
 
 # -- command line ------------------------------------------------------------------------------
 def configure_report(parser: argparse.ArgumentParser) -> None:
+    from searchsmith.training.data import SHARED_DATA
+
     parser.description = __doc__.split("\n\n")[0] if __doc__ else None
     parser.add_argument("--out", help="folder to write: new or empty, or a previous report (replaced whole); any "
                         "other folder is refused")
     parser.add_argument("--quick", action="store_true", help=f"CI size: demo data, {QUICK_QUESTIONS} questions, "
                         f"{QUICK_SEEDS} bandit seeds, {sum(q is not None for _, q in SWEEPS.values())} sweeps")
     parser.add_argument("--data-dir", metavar="DIR", help="also evaluate on sets built from this copy of the "
-                        "shared data (../shared/data): CAsT routing, MuSiQue + HotpotQA answers")
+                        f"shared data ({SHARED_DATA}): CAsT routing, MuSiQue + HotpotQA answers")
     parser.add_argument("--config", metavar="YAML", help="pipeline config of every evaluation (its bundles are "
                         "the models section; default: no bundles)")
     parser.add_argument("--index", metavar="DIR", help="reuse this index of the demo corpus (default: build one "
@@ -1177,8 +1181,10 @@ def write_report(out: Path, *, quick: bool = False, index: str | Path | None = N
         raise ValidationError(f"report --config {config}: no such file; give a pipeline config YAML "
                               "(searchsmith config pipeline prints every key) or drop --config")
     if data_dir is not None and not Path(data_dir).is_dir():
+        from searchsmith.training.data import SHARED_DATA
+
         raise ValidationError(f"report --data-dir {data_dir}: not a folder; give the shared data folder "
-                              "(../shared/data) or drop --data-dir")
+                              f"({SHARED_DATA}) or drop --data-dir")
     if quick and data_dir:
         raise ConfigError("report --quick --data-dir: the quick size runs on the demo data only; drop one")
     chosen = [s for s in SECTIONS if (sections is None and (s.quick or not quick)) or (sections and s.key in sections)]

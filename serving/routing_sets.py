@@ -69,8 +69,10 @@ def _read(path: Path, shape: RecordShape, required: Sequence[str], optional: Seq
     field, what it must be and what it is, never a KeyError; an empty file is refused (it would
     write an empty set)."""
     if not path.is_file():
+        from searchsmith.training.data import SHARED_DATA
+
         raise ValidationError(f"make-routing-set / make-pipeline-set: {path} not found; pass --data-dir "
-                              "pointing at shared/data")
+                              f"pointing at the shared data folder (default {SHARED_DATA})")
     return shape.read(path, "make-routing-set / make-pipeline-set: source", required, optional)
 
 

@@ -48,7 +48,7 @@ def resolve_data_path(path: str | Path, field: str, *, must_exist: bool = True, 
     tried = " or ".join(repr(str(c)) for c in candidates)
     raise ConfigError(
         f"{field}: data file {str(path)!r} not found (tried {tried}). The real sets live in "
-        "../shared/data beside the repository; without them, set data.sources to the "
+        f"{SHARED_DATA} beside the repository; without them, set data.sources to the "
         "synthetic set only (e.g. data.sources=[synthetic])"
     )
 

@@ -89,7 +89,7 @@ def _rewrite_example(history: list[str], query: str, rewrite: str, group: str, o
 
 
 # where ../shared/data is absent, a real source's file is missing: the fix
-_NO_SHARED_DATA = "check data.data_dir, or use data.sources: [synthetic] where ../shared/data is absent"
+_NO_SHARED_DATA = f"check data.data_dir, or use data.sources: [synthetic] where {SHARED_DATA} is absent"
 
 
 def _deps_from_refs(texts: Sequence[str]) -> list[list[int]]:
@@ -433,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--data-dir", default=SHARED_DATA, help="the real sets, in the ../shared/data layout "
+    parser.add_argument("--data-dir", default=SHARED_DATA, help=f"the real sets, in the {SHARED_DATA} layout "
                         "(default %(default)s, in the current folder, else beside the repository)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)

@@ -61,6 +61,7 @@ from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.qdg import DEFAULT_MAX_NODES, QDG, terminal
 from searchsmith.models.text import exact_match, token_f1
 from searchsmith.training.config import RecipeConfig
+from searchsmith.training.data import SHARED_DATA
 from searchsmith.training.decompose_data import (
     REAL_SOURCES,
     conversation,
@@ -306,7 +307,7 @@ class DecomposerDataConfig:
             gates read those: how the model does on questions of a kind it never saw.
     """
 
-    data_dir: str = "../shared/data"
+    data_dir: str = SHARED_DATA
     sources: list[str] = field(default_factory=lambda: list(ALL_SOURCES))
     synthetic_decompose: int = 300
     synthetic_rewrite: int = 150

@@ -30,7 +30,7 @@ from typing import Any
 
 from searchsmith.models.errors import ConfigError, ValidationError
 from searchsmith.models.jsonl import check_input_file
-from searchsmith.training.data import split_by_key, write_jsonl_atomic
+from searchsmith.training.data import SHARED_DATA, split_by_key, write_jsonl_atomic
 from searchsmith.training.dataset_shapes import COCO_CAPTIONS
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -267,11 +267,11 @@ def coco_records(coco_dir: str | Path, field: str = "data.coco_dir") -> list[Ima
         elif root.is_file() or (not root.is_absolute() and alt.is_file()):
             raise ConfigError(
                 f"{field}: {str(coco_dir)!r} is a file, not a folder; point it at the folder that holds "
-                "captions.jsonl and images/ (../shared/data/coco_captions)")
+                f"captions.jsonl and images/ ({SHARED_DATA}/coco_captions)")
         else:
             raise ConfigError(
                 f"{field}: COCO folder {str(coco_dir)!r} not found (expected captions.jsonl and images/ "
-                "from ../shared/data/coco_captions). Point it at that folder, or train on generated "
+                f"from {SHARED_DATA}/coco_captions). Point it at that folder, or train on generated "
                 "pictures only: data.sources=[synthetic_images]")
     captions = check_input_file(root / "captions.jsonl", field, "the folder must hold captions.jsonl and images/")
     out = []
@@ -388,7 +388,7 @@ def sampled_placement_docs(recs: Sequence[ImageRecord], rows: Sequence[int], n_d
 
 def write_placement_file(out_path: str | Path, source: str = "synthetic", docs: int = 40,
                          paragraphs_per_doc: int = 10, images_per_doc: int = 4, distractors: int = 1,
-                         seed: int = 1009, coco_dir: str = "../shared/data/coco_captions",
+                         seed: int = 1009, coco_dir: str = f"{SHARED_DATA}/coco_captions",
                          only_ids: set[str] | None = None, with_captions: bool = False) -> Path:
     """Write an image relevance eval file (the "images" format of ``searchsmith eval --help``).
 

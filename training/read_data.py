@@ -58,6 +58,7 @@ from searchsmith.models.jsonl import (
 )
 from searchsmith.models.text import normalize_answer, sentence_texts
 from searchsmith.training.data import (
+    SHARED_DATA,
     check_leave_out,
     resolve_data_path,
     split_leaving_out,
@@ -103,9 +104,9 @@ class ReaderData:
     """
 
     sources: tuple[str, ...] = ("hotpotqa", "musique", "2wikimultihopqa")
-    hotpotqa: str = "../shared/data/hotpotqa/hotpotqa_dev_distractor.jsonl"
-    musique: str = "../shared/data/musique/musique_ans_200.jsonl"
-    wikimultihop: str = "../shared/data/2wikimultihopqa/2wikimultihopqa_dev.jsonl"
+    hotpotqa: str = f"{SHARED_DATA}/hotpotqa/hotpotqa_dev_distractor.jsonl"
+    musique: str = f"{SHARED_DATA}/musique/musique_ans_200.jsonl"
+    wikimultihop: str = f"{SHARED_DATA}/2wikimultihopqa/2wikimultihopqa_dev.jsonl"
     musique_hops: bool = True
     max_distractors: int = 4
     synthetic_questions: int = 120
