@@ -1690,14 +1690,14 @@ _CLAUSE_START = re.compile(r"[;:.]\s|,\s+(?:and|but|while|whereas|so|yet)\s|\s[â
 
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
-               typed: bool = False, *, stated: bool = True, titles: Sequence[str] = ()) -> str:
+               typed: bool = False, *, stated: bool = True) -> str:
     """The short answer to ``question`` in ``sentences`` (:func:`typed_span_at`'s span)."""
-    return typed_span_at(question, sentences, kind, near, exclude, fallback, typed, stated=stated, titles=titles)[0]
+    return typed_span_at(question, sentences, kind, near, exclude, fallback, typed, stated=stated)[0]
 
 
 def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                   near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
-                  typed: bool = False, *, stated: bool = True, titles: Sequence[str] = ()) -> tuple[str, int]:
+                  typed: bool = False, *, stated: bool = True) -> tuple[str, int]:
     """``(span, i)``: the short answer to ``question`` and the index of the sentence it was read
     in, ``("", -1)`` when there is none; ``sentences`` come best first.
 
@@ -1732,9 +1732,6 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     question asks about (:func:`asked_relation`: the doer's verb, the counted noun) answers
     nothing; ``stated`` off reads every sentence (a bridge's name in the sentence that names it,
     "Brightline Systems released Lumen 4.0" for "Which company acquired the maker of Lumen?").
-    ``titles``: per sentence, the title of its passage, which states the relation with it (a
-    help page titled "How many team members can I invite?" answering "The Starter plan
-    includes 3 seats, ...").
     """
     kind = kind or answer_kind(question)
     labels = _KIND_LABELS.get(kind)
@@ -1808,9 +1805,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     relations = asked_relation(question) if stated else []
     # nor does a sentence on another version of the asked thing ("Ferrow 1.0" for "Ferrow 1.5")
     # nor one saying the question's subject is itself the asked type ("Quarry is a vector database ...")
-    stating = [states_relation(relations, f"{titles[i] if i < len(titles) else ''}\n{sentence}")
-               and not (stated and other_version(question, sentence))
-               and not (stated and subject_is_type(question, sentence)) for i, sentence in enumerate(sentences)]
+    stating = [states_relation(relations, sentence) and not (stated and other_version(question, sentence))
+               and not (stated and subject_is_type(question, sentence)) for sentence in sentences]
     for label in labels:
         # (-nearby question words, order, sentence, span, start, end)
         found: list[tuple[int, int, int, str, int, int]] = []

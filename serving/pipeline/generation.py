@@ -637,15 +637,14 @@ class ExtractiveGenerator:
         return next((c for r in ranked for c in r if ids & set(c.chunk_ids) and labelled_with_asked(question, c.text)),
                     None)
 
-    def unsaid(self, question: str, sentences: Sequence[str], titles: Sequence[str] = ()) -> str:
+    def unsaid(self, question: str, sentences: Sequence[str]) -> str:
         """What of ``question`` its chosen ``sentences`` do not say, when it asks for a date,
         number or name and no span of that kind was read (``no_span_no_answer``): the relation
         it asks about (``models.text.asked_relation``: "founded"), else its content words but
         names when the sentences leave most of them out ("point", "water" of "What is the
         boiling point of water?" for two sentences on boiling miso); "" when they say it (the
         sentences are the answer: "Jupiter is the largest planet ..." for "Which planet is the
-        largest?"), for other questions, and with the setting off. ``titles``: the titles of
-        the sentences' passages, which state the relation with them (a help page's question)."""
+        largest?"), for other questions, and with the setting off."""
         if not (self.config.short_answer and self.config.no_span_no_answer and answer_kind(question) in SPAN_KINDS
                 and not choice_options(question)[1]):
             return ""
@@ -654,7 +653,7 @@ class ExtractiveGenerator:
         if sentences and all(versions):  # each is on another version of what is asked
             return repr(versions[0])
         relations = asked_relation(question)
-        if relations and not states_relation(relations, "\n".join([*titles, text])):
+        if relations and not states_relation(relations, text):
             return " or ".join(repr(w) for w in sorted(min(relations, key=len)))
         verbs = [subject_is_type(question, x) for x in sentences]
         if sentences and all(verbs):  # each says the subject is the asked type: "Quarry is a vector database ..."
@@ -710,7 +709,7 @@ class ExtractiveGenerator:
             read = [c.text for c in read_from]
             at = -1  # the sentence of ``read`` the span was read in
             if not span:
-                span, at = typed_span_at(asked, read, titles=[c.title for c in read_from])
+                span, at = typed_span_at(asked, read)
             if not span and not held and any(other_version(asked, x) for x in read):
                 # the selected sentences are on another version ("It follows Ferrow 1.0, released in
                 # March 2022"): the asked one's may rank lower ("... released Ferrow 1.5 on ...")
@@ -1442,8 +1441,7 @@ class GenerationStage:
                 state.short_answer, state.support = short, chosen
                 state.answer = " ".join([lead_sentence(short), *chosen])
                 st.note += f"; short answer {short!r} (generation.extractive.short_answer)"
-            elif not held and (unsaid := self.extractive.unsaid(
-                    state.question(), chosen, [p.title or "" for p in state.passages if p.chunk_id in state.used_passages])):
+            elif not held and (unsaid := self.extractive.unsaid(state.question(), chosen)):
                 kind = {"DATE": "date", "NUM": "number"}.get(answer_kind(state.question()), "name")
                 self._not_found(state, f"no answer: the question asks for a {kind}, the sentences that answer it "
                                        f"best hold none, and they do not say {unsaid} "

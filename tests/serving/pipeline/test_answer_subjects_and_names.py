@@ -197,21 +197,6 @@ def test_an_answer_whose_sentences_and_titles_hold_no_word_of_the_question_is_no
     assert _answered(embedder, "How long does a Jupiter day last?", [JUPITER], no_answer_threshold=None).answer_found
 
 
-SEATS = Passage("f#0", "f", "faq", "How many team members can I invite?\n\nThe Starter plan includes 3 seats, "
-                "Business 25 seats and Enterprise an unlimited number.", 0.9,
-                title="How many team members can I invite?")
-
-
-def test_a_help_page_title_states_the_relation_its_answer_leaves_unsaid(embedder):
-    """Before: "How many team members can I invite?" got no answer: the sentence says "seats",
-    and the counted noun ("team members") is in the page's title, a question."""
-    st = _answered(embedder, "How many team members can I invite?", [SEATS])
-    assert st.short_answer == "3" and any("3 seats" in x for x in st.support), (st.answer, st.support)
-    assert typed_span("How many team members can I invite?", [SEATS.text.split("\n\n")[1]]) == ""
-    assert typed_span("How many team members can I invite?", [SEATS.text.split("\n\n")[1]],
-                      titles=[SEATS.title]) == "3"
-
-
 def test_a_timetable_asked_for_is_a_description():
     from searchsmith.models.text import answer_kind, asks_description
 
