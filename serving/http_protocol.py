@@ -14,13 +14,16 @@ The connection limit is uvicorn's ``limit_concurrency`` done here instead: uvico
 plain-text 503 without Retry-After, and once the limit is reached it refuses every request, on
 connections already open and /health alike (a liveness probe would restart a busy server). Here
 only a connection opened past the limit is refused, and the probes (/health, /ready, /metrics)
-are answered on it.
+are answered on it. The app never sees a request refused here, so the protocol counts each in
+the app's metrics itself (``on_connection_refused``: ``searchsmith serve`` passes the app's
+``searchsmith_refused_requests_total{limit="max_connections"}``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -43,6 +46,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0
     max_connections: int | None = None  # None: no limit
+    # called once per request refused past max_connections (the app's metrics counter); a
+    # staticmethod, so that the class attribute is not bound to the protocol as a method
+    on_connection_refused: Callable[[], None] = staticmethod(lambda: None)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # adds it to uvicorn's set of open connections
@@ -107,6 +113,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm_header_timer()
         if self._past_limit and self.url.split(b"?", 1)[0] not in _PROBES:
+            self.on_connection_refused()
             self._refuse(503, f"connections: {len(self.connections)} open, the limit is {self.max_connections} "
                               "(server.max_connections); retry after 1 s, or raise server.max_connections "
                               "/ add replicas", param=None, retry_after_s=1)
@@ -138,12 +145,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def guarded_protocol(max_header_bytes: int, header_timeout_s: float,
-                     max_connections: int | None = None) -> type[GuardedHttpToolsProtocol]:
+def guarded_protocol(max_header_bytes: int, header_timeout_s: float, max_connections: int | None = None,
+                     on_connection_refused: Callable[[], None] | None = None) -> type[GuardedHttpToolsProtocol]:
     """The protocol class for ``uvicorn.run(app, http=...)`` with a server's header limits and
-    connection limit (None: no limit)."""
+    connection limit (None: no limit); ``on_connection_refused`` is called for each request
+    refused past that limit (the app's :meth:`ServerMetrics.refusal_hook`)."""
     attrs: dict[str, Any] = {"max_header_bytes": int(max_header_bytes), "header_timeout_s": float(header_timeout_s),
                              "max_connections": None if max_connections is None else int(max_connections)}
+    if on_connection_refused is not None:
+        attrs["on_connection_refused"] = staticmethod(on_connection_refused)
     return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), attrs)
 
 

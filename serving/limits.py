@@ -108,9 +108,11 @@ class ServerLimits:
             ones count; what uvicorn's ``limit_concurrency`` counts, enforced by the server's
             protocol, ``serving/http_protocol.py``); a request on a connection opened past it is
             answered 503 ``overloaded`` with Retry-After and the connection closed (/health,
-            /ready and /metrics are still answered). null (the default): twice the requests
-            in work (``max_pending_requests``). Each request in work holds a connection, so a
-            limit below ``max_pending_requests`` makes it the bound. Not read under ``--ray``.
+            /ready and /metrics are still answered; /metrics counts each refusal as
+            ``searchsmith_refused_requests_total{limit="max_connections"}``). null (the
+            default): twice the requests in work (``max_pending_requests``). Each request in
+            work holds a connection, so a limit below ``max_pending_requests`` makes it the
+            bound. Not read under ``--ray``.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024

@@ -66,7 +66,9 @@ class ServerMetrics:
         self.pending_limit.set(limit)
 
     def refusal_hook(self, limit: str) -> Callable[[], None]:
-        """The count of requests refused by ``limit`` (a setting, ``max_pending_requests``)."""
+        """The count of requests refused by ``limit``, a setting: ``max_pending_requests`` (the
+        app's admission), ``max_connections`` (the server's protocol, outside the app:
+        ``searchsmith serve`` passes it this hook)."""
         counter = self.refused.labels(limit)
         return counter.inc
 

@@ -217,8 +217,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from searchsmith.serving.http_protocol import guarded_protocol
 
     cfg, app = build_app(args, background=True)
-    # the connection limit is the protocol's, not uvicorn's limit_concurrency (http_protocol says why)
+    # the connection limit is the protocol's, not uvicorn's limit_concurrency (http_protocol says
+    # why); its refusals never reach the app, so the protocol counts them in the app's metrics
+    refused = app.state.serving.metrics.refusal_hook("max_connections")
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=int(cfg.server.request_timeout_s),
                 http=guarded_protocol(cfg.server.max_header_bytes, cfg.server.header_timeout_s,
-                                      cfg.server.connection_limit))
+                                      cfg.server.connection_limit, on_connection_refused=refused))
     return 0

@@ -243,6 +243,17 @@ def test_serve_passes_the_connection_limit_to_the_protocol(tmp_path, monkeypatch
     run_serve(parser.parse_intermixed_args(["--port", port, "server.max_connections=7"]))
     assert [kw["http"].max_connections for kw in runs] == [100, 7]
     assert "limit_concurrency" not in runs[0]  # uvicorn's own: a plain-text 503 that refuses /health too
+    # the protocol's refusals are counted in the served app's metrics
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: apps.append((app, kwargs["http"])))
+    run_serve(parser.parse_intermixed_args(["--port", port]))
+    (app, protocol), = apps
+    assert f"{_CONNECTIONS_REFUSED} 0.0" in app.state.serving.metrics.render().decode()
+    protocol.on_connection_refused()
+    assert f"{_CONNECTIONS_REFUSED} 1.0" in app.state.serving.metrics.render().decode()
+
+
+_CONNECTIONS_REFUSED = 'searchsmith_refused_requests_total{limit="max_connections"}'
 
 
 @contextmanager
@@ -281,3 +292,26 @@ def test_a_connection_past_the_limit_gets_503_and_probes_are_answered(embedder) 
         # the held connections closed: there is room again
         _wait("a connection to be admitted", lambda: httpx.post(
             f"{srv.url}/v1/embeddings", json=BODIES["/v1/embeddings"], timeout=10).status_code == 200)
+
+
+def test_requests_refused_past_the_connection_limit_are_counted_in_metrics(embedder) -> None:
+    """The protocol answers a request on a connection past server.max_connections before the
+    app, so /metrics never counted it (searchsmith_refused_requests_total counted only
+    max_pending_requests): it is counted under limit="max_connections", once per refused
+    request, and a probe answered on such a connection is not."""
+    import httpx
+    from searchsmith.serving.http_protocol import guarded_protocol
+
+    app = create_app(ServerLimits(), embedder=embedder)
+    refused = app.state.serving.metrics.refusal_hook("max_connections")
+    protocol = guarded_protocol(64 * 1024, 30.0, 2, on_connection_refused=refused)
+    with LoopbackServer(app, lifetime_s=120, log_level="error", http=protocol) as srv:
+        assert f"{_CONNECTIONS_REFUSED} 0.0" in httpx.get(f"{srv.url}/metrics", timeout=10).text
+        with _held_connections(srv.port, 2):
+            for _ in range(2):
+                head, body = _reply(post_raw(srv.port, "/v1/embeddings", BODIES["/v1/embeddings"]))
+                assert head.startswith(b"HTTP/1.1 503") and body["error"]["type"] == "overloaded"
+            for _ in range(2):  # each on a third connection: answered, not refused nor counted
+                metrics = httpx.get(f"{srv.url}/metrics", timeout=10)
+                assert metrics.status_code == 200 and f"{_CONNECTIONS_REFUSED} 2.0" in metrics.text
+        assert 'searchsmith_refused_requests_total{limit="max_pending_requests"} 0.0' in metrics.text
