@@ -15,3 +15,17 @@ def one_node_state(query: str, passages: Sequence[Passage], answer: str = "") ->
     st.nodes = [NodeResult("1", query, passages=list(passages))]
     st.answer = answer
     return st
+
+
+def extractively_answered(embedder, query: str, passages: Sequence[Passage], extractive=None,
+                          **generation) -> PipelineState:
+    """The state after the extractive generation stage (``extractive``: its ExtractiveConfig;
+    ``generation``: GenerationConfig fields) answered ``query`` as one node over ``passages``."""
+    from searchsmith.serving.pipeline.config import ExtractiveConfig, GenerationConfig, Preset
+    from searchsmith.serving.pipeline.generation import ExtractiveGenerator, GenerationStage
+
+    stage = GenerationStage(ExtractiveGenerator(embedder, extractive or ExtractiveConfig()), None,
+                            GenerationConfig(**generation))
+    st = one_node_state(query, list(passages))
+    stage.run(st, Preset())
+    return st

@@ -4,18 +4,12 @@ demo, tried as a new user (2026-12-07)."""
 
 from __future__ import annotations
 
-from one_node import one_node_state
-from searchsmith.serving.pipeline.config import ExtractiveConfig, GenerationConfig, Preset
-from searchsmith.serving.pipeline.generation import ExtractiveGenerator, GenerationStage
+from one_node import extractively_answered
+from searchsmith.serving.pipeline.config import ExtractiveConfig
+from searchsmith.serving.pipeline.generation import GenerationStage
 from searchsmith.serving.pipeline.state import Passage
 
-
-def _answered(embedder, query, passages, extractive=None, **generation):
-    stage = GenerationStage(ExtractiveGenerator(embedder, extractive or ExtractiveConfig()), None,
-                            GenerationConfig(**generation))
-    st = one_node_state(query, list(passages))
-    stage.run(st, Preset())
-    return st
+_answered = extractively_answered
 
 
 SNAPSHOT = Passage("s#0", "s", "product_docs", "The `snapshot.interval_s` setting controls how often every shard "

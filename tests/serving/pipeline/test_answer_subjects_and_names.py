@@ -5,19 +5,12 @@ and a setting whose key says "max" or "min"."""
 
 from __future__ import annotations
 
-from one_node import one_node_state
+from one_node import extractively_answered
 from searchsmith.models.text import setting_asked, subject_is_type, typed_span
-from searchsmith.serving.pipeline.config import ExtractiveConfig, GenerationConfig, Preset
-from searchsmith.serving.pipeline.generation import ExtractiveGenerator, GenerationStage
+from searchsmith.serving.pipeline.config import ExtractiveConfig
 from searchsmith.serving.pipeline.state import Passage
 
-
-def _answered(embedder, query, passages, extractive=None, **generation):
-    stage = GenerationStage(ExtractiveGenerator(embedder, extractive or ExtractiveConfig()), None,
-                            GenerationConfig(**generation))
-    st = one_node_state(query, list(passages))
-    stage.run(st, Preset())
-    return st
+_answered = extractively_answered
 
 
 QUARRY = [Passage("q#0", "q", "product_docs", "Quarry is a vector database made by Northwind Labs. It stores "
