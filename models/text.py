@@ -766,6 +766,10 @@ def setting_described(question: str, sentences: Sequence[str]) -> str:
     return ""
 
 
+# after a question word: an auxiliary, a name and its possessive ("is Lumen's", "was Harbor & Finch's")
+_POSSESSIVE_ASKED = re.compile(rf"\s+(is|was|are|were)\s+{_NAME_ALONE}['’]s\s+")
+
+
 def _question_parts(question: str) -> tuple[AnswerKind | None, str, list[str], list[str], re.Match[str] | None]:
     """``(kind or None, wh, words after it, head, its match)`` of ``question``: a kind when it
     is decided before the head counts (YESNO, OTHER, CHOICE), the question word, the five words
@@ -783,7 +787,10 @@ def _question_parts(question: str) -> tuple[AnswerKind | None, str, list[str], l
     if k is not None and (_CHOICE.search(plain[k.start():]) or _CHOICE.search(plain[:k.start()])):
         return "CHOICE", "", [], [], m
     wh = m.group(1).lower()
-    after = [w.lower() for w in re.findall(r"[A-Za-z]+", question[m.end():])][:5]
+    # "What is Lumen's default port?": the noun phrase after the possessive name, as after "the"
+    owned = _POSSESSIVE_ASKED.match(question, m.end())
+    rest = question[m.end():] if owned is None else f"{owned.group(1)} {question[owned.end():]}"
+    after = [w.lower() for w in re.findall(r"[A-Za-z]+", rest)][:5]
     head: list[str] = []
     for w in after:
         if w in RELATION_WORDS and w not in ("is", "was", "are", "were") or len(head) == 4:
@@ -1085,6 +1092,8 @@ _WHERE_CODE = re.compile(r"^\W*where\b[^?]*\b(?:code|source\s+code|implemented|i
 # a date's or a place's (asked_measure, answer_kind and "place of" say what answers those)
 _THE_NOUN_OF = re.compile(r"^\W*(?i:what\s+(?:is|was|are|were)\s+the)\s+([a-z]+)\s+of\b")  # a noun, not a name
 _NOT_NOUN_OF = MEASURE_WORDS | _TIME_WORDS | frozenset({"place", "default"})
+# "What is Quarry's license?" asks for its noun, as "What is the license of Quarry?" does
+_OWNED_NOUN = re.compile(rf"^\W*(?i:what\s+(?:is|was|are|were))\s+{_NAME_ALONE}['’]s\s+((?:[a-z][\w-]*\s*){{1,3}})\W*$")
 
 
 def asked_head(question: str) -> list[str]:
@@ -1100,6 +1109,9 @@ def asked_head(question: str) -> list[str]:
     of = _THE_NOUN_OF.match(question) if not phrase else None
     if of is not None and of.group(1).lower() not in _NOT_NOUN_OF:
         phrase = [of.group(1)]  # "What is the capital of Iceland?": capital
+    owned = _OWNED_NOUN.match(question) if not phrase and of is None else None
+    if owned is not None:
+        phrase = owned.group(1).split()  # "What is Quarry's license?": license
     # a word followed by an object is a verb ("which file *contains* the code"): the noun ends before it
     phrase = phrase[:next((k for k in range(len(phrase) - 1) if phrase[k + 1].lower() in _OBJECT_WORDS), len(phrase))]
     words = [*(w for w in phrase if w.islower()), *phrase[-1:]]

@@ -1180,7 +1180,8 @@ class GenerationStage:
         ("real-time") are not names.
         """
         names: list[str] = []
-        for ent in pattern_entities(state.query):
+        # (a possessive inside a run of capitals ends a name: "Calloway Data's CEO" names two)
+        for ent in (part for e in pattern_entities(state.query) for part in re.split(r"['’]s\s+", e)):
             name = re.sub(r"(?:\s+\d+(?:\.\d+)*)+$", "", ent)  # "Beacon 2.4" is "Beacon"
             if re.search(r"[A-Z]|[A-Za-z][._/]\w", name) and name not in names:
                 names.append(name)

@@ -196,3 +196,21 @@ def test_a_timetable_asked_for_is_a_description():
     for q in ("What are your support hours?", "What are the opening hours of the museum?"):
         assert asks_description(q) and answer_kind(q) == "OTHER", q
     assert answer_kind("How many hours does support work?") == "NUM"
+
+
+def test_a_possessive_names_the_owner_and_its_noun_is_asked():
+    """Before: "What is Lumen's default port?" was asked as a name (the head stopped at the
+    owner's words; "1024" on the demo), "What is Quarry's license?" had no head ("Rust"), and
+    "Who is Calloway Data's CEO?" named one thing, "Calloway Data's CEO", that no passage does."""
+    from searchsmith.models.text import answer_kind, asked_head, asked_measure
+
+    assert answer_kind("What is Lumen's default port?") == "NUM" and "port" in asked_measure("What is Lumen's default port?")
+    assert asked_head("What is Quarry's license?") == ["license"]
+    assert answer_kind("What is Stackyard's support phone number?") == "NUM"
+    s = "Quarry is written in Rust and published under the Apache-2.0 licence."
+    assert typed_span("What is Quarry's license?", [s]) == "Apache-2.0"
+    from one_node import one_node_state
+    from searchsmith.serving.pipeline.generation import GenerationStage
+
+    st = one_node_state("Who is Calloway Data's CEO?", [])
+    assert GenerationStage.question_names(st) == ["Calloway Data", "CEO"]
