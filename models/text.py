@@ -1700,6 +1700,21 @@ _FUTURE = re.compile(r"\b(?:will|shall|next|expected|due|scheduled|upcoming|plan
 _CLAUSE_START = re.compile(r"[;:.]\s|,\s+(?:and|but|while|whereas|so|yet)\s|\s[–—]\s")
 
 
+# "Which region ...?": a cloud region's id is lower-case ("eu-central", "us-east-1"), no name
+_REGION_HEADS = frozenset("region zone datacenter datacentre".split())
+_REGION_ID = re.compile(r"(?<![\w.-])([a-z]{2}-(?:north|south|east|west|central)(?:east|west)?(?:-\d+)?)(?![\w.-])"
+                        r"|\bthe\s+([a-z][a-z-]+)(?=\s+(?:region|zone)\b)")  # "... hit the global region"
+
+
+def _with_region_ids(sentence: str, entities: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """``entities`` with the cloud region ids of ``sentence`` as names (:data:`_REGION_ID`), in
+    order: "customers in eu-central lost service" names "eu-central", "hit the global region"
+    "global"."""
+    ids = [(m.start(g), m.end(g), "ENT") for m in _REGION_ID.finditer(sentence) for g in [1 if m.group(1) else 2]
+           if not any(a <= m.start(g) < b for a, b, _ in entities)]
+    return sorted([*entities, *ids])
+
+
 def typed_span(question: str, sentences: Sequence[str], kind: AnswerKind | None = None,
                near: int = NEAR_WORDS, exclude: Sequence[str] = (), fallback: bool = True,
                typed: bool = False, *, stated: bool = True) -> str:
@@ -1804,8 +1819,10 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                               for x in (m.group(0), re.split(r"[./]", m.group(0))[-1]) if len(x) > 2))
     # each sentence's words, entities, translated and dated parentheses and the dates of a life
     # it states, read once for every label tried
+    region_asked = bool(_REGION_HEADS & set(head))
     parsed = [(words, _measure_spans(sentence, dims, keys) if dims else
-               _with_number_words(sentence, entity_spans(sentence)) if kind == "NUM" else entity_spans(sentence),
+               _with_number_words(sentence, entity_spans(sentence)) if kind == "NUM" else
+               _with_region_ids(sentence, entity_spans(sentence)) if region_asked else entity_spans(sentence),
                _translations(sentence), outside, set(outside),
                _life_dates(sentence, asks_death, asks_birth))
               for sentence in sentences

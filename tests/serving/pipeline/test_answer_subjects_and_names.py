@@ -214,3 +214,16 @@ def test_a_possessive_names_the_owner_and_its_noun_is_asked():
 
     st = one_node_state("Who is Calloway Data's CEO?", [])
     assert GenerationStage.question_names(st) == ["Calloway Data", "CEO"]
+
+
+def test_a_region_asked_for_is_a_cloud_region_id_or_the_word_naming_the_region():
+    """Before: "Which region was hit by the Kestrel Cloud outage?" got "Harbor & Finch" ("the
+    global region" and "eu-central" are no names)."""
+    k = ("Harbor & Finch has published the post-mortem of the 47 minutes Kestrel Cloud outage that hit the global "
+         "region on 2023-11-02: a failed certificate rotation job let the TLS certificates expire.")
+    assert typed_span("Which region was hit by the Kestrel Cloud outage?", [k]) == "global"
+    assert typed_span("Which region was hit by the Tidewater Cloud outage?",
+                      ["On 17 March 2025, Tidewater Cloud customers in eu-central lost service for 40 minutes."]) \
+        == "eu-central"
+    # only for a region asked: a post-mortem is no region, and other questions read names as before
+    assert typed_span("Which company published the post-mortem of the Kestrel Cloud outage?", [k]) == "Harbor & Finch"
