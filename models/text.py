@@ -1237,9 +1237,9 @@ def _does(sentence: str, words: Sequence[tuple[int, int, str]], at: Sequence[int
 def _states_doing(text: str, verbs: set[str], objects: Sequence[str]) -> bool:
     """Whether ``text`` (an appositive: "the Austin company behind Lumen") holds one of ``verbs``
     (folded) followed by one of ``objects`` (:func:`_does`'s)."""
-    words = [fold(w) for w in re.findall(r"[\w'’&.-]+", text.lower())]
-    at = next((k for k, w in enumerate(words) if w in verbs), None)
-    after = " ".join(re.findall(r"[\w'’&.-]+", text.lower())[at + 1:]) if at is not None else ""
+    tokens = re.findall(r"[\w'’&.-]+", text.lower())
+    at = next((k for k, w in enumerate(tokens) if fold(w) in verbs), None)
+    after = " ".join(tokens[at + 1:]) if at is not None else ""
     return at is not None and any(re.search(r"(?<![\w])" + re.escape(o) + r"(?![\w])", after) for o in objects)
 
 
@@ -1452,6 +1452,14 @@ _LIFE_END_WORDS = frozenset({"end", "eol", "retire", "retired", "retires", "disc
 _GENERIC_VERBS = frozenset("have has had get gets got take takes took be is are was were".split())  # state nothing
 
 
+def _verb_words(verb: str, form_cues: bool = False) -> frozenset[str]:
+    """The words a passage states ``verb`` (lower case) with: itself, its forms
+    (:data:`_VERB_FORMS`: "made" of "makes") and its :data:`RELATION_CUES`; with ``form_cues``
+    the cues of each form too ("developed" and "behind" of "maker" for "makes")."""
+    forms = {verb, *(w for f in _VERB_FORMS if verb in f for w in f)}
+    return frozenset(forms | {c for w in (forms if form_cues else {verb}) for c in RELATION_CUES.get(w, ())})
+
+
 # a versioned name: "Ferrow 1.5", "Kestrel 2.0", "v2" after a name ("Quarry v3")
 _VERSIONED = re.compile(r"\b([A-Z][\w&'’-]*)\s+v?(\d+(?:\.\d+)*)\b(?![.,]\d|\s?%)")
 
@@ -1501,10 +1509,8 @@ def asked_relation(question: str) -> list[frozenset[str]]:
     final_verb = final.group(1) if final and not _LIFE_END.fullmatch(final.group(1)) else None
     for verb in ((agent.group(1) or agent.group(2)) if agent else None, final_verb):
         if verb and verb.lower() not in _NOT_AGENT_VERBS:
-            v = verb.lower()
-            forms = {v, *(w for f in _VERB_FORMS if v in f for w in f)}
             # and the words a passage states it with ("developed by" for "Who makes X?", by "maker")
-            out.append(frozenset(forms | {c for w in forms for c in RELATION_CUES.get(w, ())}))
+            out.append(_verb_words(verb.lower(), form_cues=True))
     role = _ROLE_ASKED.match(question)
     words = [w for w in role.group(1).lower().split() if w not in QUERY_STOP_WORDS and w not in _ROLE_MODIFIERS] \
         if role else []
@@ -1568,8 +1574,7 @@ def subject_is_type(question: str, sentence: str) -> str:
     heads = "|".join(re.escape(h) for h in head)
     said = re.search(rf"(?<![\w]){re.escape(name)}(?:['’]s)?(?:\s*,\s*|\s+(?:is|was|are|were)\s+)"
                      rf"(?:an?|the|one\s+of\s+the)\s+(?:[\w-]+\s+){{0,3}}?(?:{heads})(?:e?s)?\b", sentence, re.I)
-    forms = frozenset({verb, *RELATION_CUES.get(verb, ()), *(w for f in _VERB_FORMS if verb in f for w in f)})
-    return verb if said is not None and not states_relation([forms], sentence) else ""
+    return verb if said is not None and not states_relation([_verb_words(verb)], sentence) else ""
 
 
 def states_relation(relations: Sequence[frozenset[str]], sentence: str) -> bool:
@@ -1807,11 +1812,9 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     verb_word = (verb.group(1) or verb.group(2)).lower() if verb else ""
     who = asks_who(question)
     # the verb and the words a passage states it with ("acquired" for "owned")
-    doing = set() if not verb_word or verb_word in _NOT_AGENT_VERBS else {
-        fold(w) for w in {verb_word, *RELATION_CUES.get(verb_word, ()),
-                          *(w for f in _VERB_FORMS if verb_word in f for w in f)}}
+    doing = set() if not verb_word or verb_word in _NOT_AGENT_VERBS else {fold(w) for w in _verb_words(verb_word)}
     # and the words of its forms' cues, as asked_relation reads them ("behind" of "maker" for "makes")
-    doing_said = doing | {fold(c) for f in _VERB_FORMS if verb_word in f for w in f for c in RELATION_CUES.get(w, ())}
+    doing_said = {fold(w) for w in _verb_words(verb_word, form_cues=True)} if doing else set()
     # (each word of a name: a rewrite's appended terms run names together, "(Beacon Brightline Systems ...)")
     done_to = [w for n in [*entity_names(question), *exclude] for w in re.findall(r"[\w'’&.-]{3,}", n.lower())]
     # the keys a default is asked of, whole and by their last part ("snapshot.interval_s", "interval_s")

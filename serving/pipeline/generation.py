@@ -1260,7 +1260,8 @@ class GenerationStage:
         that step's passages, which the final answer need not quote) or it offers a choice."""
         names = [n for n in cls.question_names(state)
                  if re.search(r"[A-Z]", n) and not SHORT_FORM.fullmatch(n) and not demonym(n)]
-        drawn = [p for p in state.passages if p.chunk_id in set(used)]
+        ids = set(used)
+        drawn = [p for p in state.passages if p.chunk_id in ids]
         if len(names) < 2 or not drawn or len(state.nodes) > 1 or choice_options(state.query)[1]:
             # (an option may be named alone: "Which is longer, the Nile or the Amazon?")
             return []
@@ -1271,7 +1272,7 @@ class GenerationStage:
 
         def linked(name: str) -> bool:  # a passage naming it names the answer
             return any(cls.worded(name, t) and any(not missing_entities([x], t) for x in links)
-                       for t in (f"{p.title or ''}\n{p.text}" for p in state.passages if p.chunk_id not in set(used)))
+                       for t in (f"{p.title or ''}\n{p.text}" for p in state.passages if p.chunk_id not in ids))
 
         return [n for n in names if not cls.worded(n, text) and not linked(n)]
 
@@ -1286,7 +1287,8 @@ class GenerationStage:
         asked = content_words(state.question()) - {fold(w) for w in HOW_MUCH_WORDS | MEASURE_WORDS}
         if not asked or not chosen or len(state.nodes) > 1:
             return False
-        titles = [p.title or "" for p in state.passages if p.chunk_id in set(used)]
+        ids = set(used)
+        titles = [p.title or "" for p in state.passages if p.chunk_id in ids]
         return not asked & set().union(*(content_words(t) for t in [*chosen, *titles]))
 
     @staticmethod
