@@ -27,6 +27,11 @@ class PayloadTooLargeError(ValidationError):
     """A body, a list or a text is over its limit (HTTP 413)."""
 
 
+class UnsupportedMediaTypeError(ValidationError):
+    """A request body in an encoding the server does not read: JSON in UTF-16 or UTF-32, or a
+    Content-Type charset other than UTF-8 (HTTP 415)."""
+
+
 class UnauthorizedError(SearchsmithError):
     """Missing or wrong API key (HTTP 401)."""
 

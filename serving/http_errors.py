@@ -1,9 +1,9 @@
 """Errors of the HTTP layer: the one status table and the one error body.
 
 Every error the server answers goes through :func:`error_response`: the status comes from
-``ERROR_TABLE`` (validation 422, empty 400, too large 413, unauthorized 401, overloaded 429,
-timeout 504, runner 500, not ready 503) and the body is OpenAI's ``{"error": {"message",
-"type", "param", "code"}}``, so OpenAI SDKs show the message.
+``ERROR_TABLE`` (validation 422, empty 400, too large 413, not UTF-8 415, unauthorized 401,
+overloaded 429, timeout 504, runner 500, not ready 503) and the body is OpenAI's
+``{"error": {"message", "type", "param", "code"}}``, so OpenAI SDKs show the message.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from searchsmith.models.errors import (
     RequestTimeoutError,
     RunnerError,
     UnauthorizedError,
+    UnsupportedMediaTypeError,
     ValidationError,
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -41,6 +42,7 @@ E = TypeVar("E", bound=BaseException)
 ERROR_TABLE: tuple[tuple[type[BaseException], int, str], ...] = (
     (EmptyInputError, 400, "empty_input"),
     (PayloadTooLargeError, 413, "too_large"),
+    (UnsupportedMediaTypeError, 415, "unsupported_media_type"),
     (RequestValidationError, 422, "validation_error"),
     (ValidationError, 422, "validation_error"),
     (UnauthorizedError, 401, "unauthorized"),

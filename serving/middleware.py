@@ -7,16 +7,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.message
+import json
 import time
+import typing
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from fastapi import Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
-from searchsmith.models.errors import PayloadTooLargeError, RequestTimeoutError, ValidationError
+from searchsmith.models.config import shown
+from searchsmith.models.errors import (
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    UnsupportedMediaTypeError,
+    ValidationError,
+)
 from searchsmith.models.jsonl import RepeatedKeyError, loads_unique
 from searchsmith.serving.http_errors import error_body, error_response, with_param
 from searchsmith.serving.schemas import too_deep_body, undecodable_body
@@ -328,12 +337,14 @@ class AnswerErrors(APIRoute):
         handler = super().get_route_handler()
 
         keyed = [d.dependency for d in self.dependencies]
+        single = single_value_params(self.dependant)
 
         async def answer(request: Request) -> Response:
             try:
                 check = getattr(request.app.state, "auth", None)
                 if isinstance(check, KeyCheck) and check.dependency in keyed:
                     check.before_body(request)  # 401 before the body is read
+                refuse_repeated_params(request, single)
                 await parse_json_once(request)
                 return await handler(request)
             except Exception as exc:
@@ -342,15 +353,83 @@ class AnswerErrors(APIRoute):
         return answer
 
 
+_SEQUENCES = (list, tuple, set, frozenset, typing.Sequence, typing.AbstractSet)
+
+
+def _takes_several(annotation: Any) -> bool:
+    """Whether a parameter of this type takes several values (``list[str]``, ``list[str] | None``)."""
+    origin = typing.get_origin(annotation)
+    if origin in _SEQUENCES or annotation in _SEQUENCES:
+        return True
+    return any(_takes_several(a) for a in typing.get_args(annotation)) if origin is not None else False
+
+
+def single_value_params(dependant: Dependant) -> set[str]:
+    """The query parameters of a route (FastAPI's ``Dependant``, its dependencies' included) that
+    take one value each: as sent in the URL (their alias)."""
+    names: set[str] = set()
+    stack = [dependant]
+    while stack:
+        current = stack.pop()
+        names.update(p.alias for p in current.query_params if not _takes_several(p.field_info.annotation))
+        stack.extend(current.dependencies)
+    return names
+
+
+def refuse_repeated_params(request: Request, single: set[str]) -> None:
+    """Refuse a query parameter that takes one value and is sent more than once (``?k=3&k=5``):
+    FastAPI reads the last and drops the others without a word.
+
+    Raises:
+        ValidationError: 422 ``repeated_parameter``, ``param`` the parameter's name.
+    """
+    if not single or not request.url.query:
+        return
+    items = request.query_params.multi_items()
+    for name in dict.fromkeys(k for k, _ in items if k in single):
+        values = [v for k, v in items if k == name]
+        if len(values) > 1:
+            sent = ", ".join(shown(v) for v in values[:3]) + (", ..." if len(values) > 3 else "")
+            raise with_param(ValidationError(
+                f"{name}: sent {len(values)} times in the query string ({sent}); it takes one value, and only "
+                f"the last would be read: send {name} once (a query parameter)"), name, "repeated_parameter")
+
+
+# A charset the JSON of a body may be sent in: UTF-8 by its names (RFC 8259: JSON exchanged
+# between systems is UTF-8)
+_UTF8 = ("utf-8", "utf8")
+
+
+def _not_utf8(request: Request, body: bytes) -> UnsupportedMediaTypeError | None:
+    """A 415 for a JSON body sent with a charset other than UTF-8 (``Content-Type:
+    application/json; charset=latin-1``) or in UTF-16 or UTF-32 (which Python's JSON parser
+    would read, guessing from the bytes; other parsers do not), or None."""
+    message = email.message.Message()
+    message["content-type"] = request.headers.get("content-type", "")
+    charset = message.get_param("charset")
+    if isinstance(charset, str) and charset.strip().lower() not in _UTF8:
+        sent = f"with charset {charset!r} (Content-Type {request.headers.get('content-type')!r})"
+    elif body and json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+        sent = f"in {json.detect_encoding(body).upper()} (from its first bytes)"
+    else:
+        return None
+    return with_param(UnsupportedMediaTypeError(
+        f"body: sent {sent}; JSON bodies are read as UTF-8 only (RFC 8259): encode the body as UTF-8 and send "
+        "'Content-Type: application/json' (or charset=utf-8)"), "body", "unsupported_charset")
+
+
 async def parse_json_once(request: Request) -> None:
     """Parse a JSON request body once, refusing an object that writes a key twice (JSON parsers
-    keep the last value: ``{"input": "a", "input": "b"}`` would embed "b" without a word).
+    keep the last value: ``{"input": "a", "input": "b"}`` would embed "b" without a word), and a
+    body that is not UTF-8 by its charset or its bytes (:func:`_not_utf8`). A UTF-8 byte order
+    mark is accepted and dropped (RFC 8259 lets parsers ignore it; Python's does).
 
     Starlette keeps the parsed body (``request._json``), so FastAPI reads this value and does
     not parse again. A body that is not JSON is left to FastAPI, which answers it as ever.
 
     Raises:
         ValidationError: 422 ``repeated_key``, ``param`` the key's path (``documents[0].id``).
+        UnsupportedMediaTypeError: 415 ``unsupported_charset``, ``param`` "body".
     """
     if request.method not in ("POST", "PUT", "PATCH"):
         return
@@ -360,10 +439,13 @@ async def parse_json_once(request: Request) -> None:
     if not reads_as_json(request.headers.get("content-type", "")):
         return  # FastAPI does not read it as JSON either (on_error says so)
     body = await request.body()
+    refused = _not_utf8(request, body)
+    if refused is not None:
+        raise refused
     if not body:
         return
     try:
-        value = loads_unique(body)
+        value = loads_unique(body)  # json.loads drops a UTF-8 byte order mark from bytes
     except RepeatedKeyError as exc:
         raise with_param(ValidationError(
             f"{exc.field}: the key {exc.key!r} is written twice in one object; JSON readers keep only the last "

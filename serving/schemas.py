@@ -26,8 +26,14 @@ from typing_extensions import NotRequired, TypedDict
 
 # Every request body is a ``RequestBody``: strict types, unknown fields refused, and every
 # string in it (values and keys, at any depth) checked once here, before any handler runs,
-# to be encodable as UTF-8. JSON lets a body carry a lone surrogate ("\ud800"), which Python
-# decodes into a str that tokenizers and the response encoder then fail on (a 500).
+# to be encodable as UTF-8 and free of control characters. JSON lets a body carry a lone
+# surrogate ("\ud800"), which Python decodes into a str that tokenizers and the response
+# encoder then fail on (a 500); and "\u0000" or "\u001b", which no text a model reads holds
+# (a NUL ends a C string in a tokenizer or a log, an ESC starts a terminal escape).
+
+# The C0 control characters but tab, newline and carriage return: what XML 1.0 refuses in text.
+# DEL and the C1 controls (U+007F-U+009F) are let through, as XML lets them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 def find_unencodable(value: Any) -> tuple[tuple[Any, ...], str] | None:
@@ -53,6 +59,38 @@ def find_unencodable(value: Any) -> tuple[tuple[Any, ...], str] | None:
                        "\\udc00-\\udfff one)")
 
 
+def find_control_character(value: object) -> tuple[tuple[int | str, ...], str] | None:
+    """The first string in a JSON value holding a control character other than tab, newline
+    and carriage return (``_CONTROL``), or None.
+
+    Args:
+        value: a parsed JSON value (dicts, lists, strings, numbers).
+
+    Returns:
+        (location in ``value``, what is wrong) of the first such string or field name, in
+        document order; None when no string holds one.
+    """
+    stack: list[tuple[tuple[int | str, ...], object]] = [((), value)]  # a stack, not recursion: any depth
+    while stack:
+        loc, item = stack.pop()
+        if isinstance(item, str):
+            found = _CONTROL.search(item)
+            if found is not None:
+                code = ord(found.group())
+                return loc, (f"character {found.start()} is the control character U+{code:04X} (\\u{code:04x} "
+                             "in JSON), which is not text; remove it (tab, newline and carriage return are the "
+                             "only control characters a text may hold)")
+        elif isinstance(item, dict):
+            for key in item:
+                found = _CONTROL.search(key) if isinstance(key, str) else None
+                if found is not None:
+                    return loc, f"a field name holds the control character U+{ord(found.group()):04X}; remove it"
+            stack.extend(((*loc, k), v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
 def undecodable_body(body: bytes) -> ValidationError | None:
     """A 422 naming the field whose bytes are not UTF-8, or None when ``body`` decodes.
 
@@ -65,7 +103,7 @@ def undecodable_body(body: bytes) -> ValidationError | None:
         at = exc.start
     fix = "send the body as UTF-8 encoded JSON"
     try:  # undecodable bytes become lone surrogates (U+DC80..U+DCFF): find_unencodable locates them
-        found = find_unencodable(json.loads(body.decode("utf-8", "surrogateescape")))
+        found = find_unencodable(json.loads(body.decode("utf-8-sig", "surrogateescape")))  # a BOM is accepted
     except ValueError:
         found = None
     path = json_path(found[0]) if found is not None else "body"
@@ -96,19 +134,21 @@ def too_deep_body(body: bytes) -> ValidationError | None:
 
 
 class RequestBody(BaseModel):
-    """Base of every request schema: strict, no unknown fields, all text encodable (422 otherwise)."""
+    """Base of every request schema: strict, no unknown fields, all text encodable and free of
+    control characters but tab, newline and carriage return (422 otherwise)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
     def _text_is_unicode(cls, data: Any) -> Any:
-        found = find_unencodable(data)
-        if found is not None:
-            loc, what = found  # the message gets "<path>: " in front from http_errors.error_response
-            raise PydanticValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
-                type=PydanticCustomError("unencodable_text", "{message}", {"message": what}),
-                loc=loc, input=None)])
+        for find, code in ((find_unencodable, "unencodable_text"), (find_control_character, "control_character")):
+            found = find(data)
+            if found is not None:
+                loc, what = found  # the message gets "<path>: " in front from http_errors.error_response
+                raise PydanticValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                    type=PydanticCustomError(code, "{message}", {"message": what}),
+                    loc=loc, input=None)])
         return data
 
 
