@@ -72,6 +72,7 @@ from searchsmith.models.io import (
     files_matching,
     files_sha256,
     give_plain_modes,
+    json_object_problem,
     process_temp_dir,
     remove_dead_temps,
     replace_dir,
@@ -413,13 +414,14 @@ def _manifest_edit(folder: Path) -> str | None:
     if record is not None:
         if record.state(path) != "edited":
             return None
-        return f"its sha256 is not the one the export recorded in {WRITTEN_RECORD}"
+        problem = json_object_problem(path)  # an edit gone wrong: where to repair it
+        return f"its sha256 is not the one the export recorded in {WRITTEN_RECORD}" + (f"; it {problem}" if problem else "")
     if not path.is_file():
         return None
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return None  # damage, as in a bundle older than the check: the export mends it
+        return None  # no content to check against its digest: unreadable_manifest tells it
     if not isinstance(manifest, dict) or MANIFEST_DIGEST not in manifest:
         return None
     if manifest[MANIFEST_DIGEST] == manifest_digest(manifest):
@@ -432,20 +434,46 @@ def edited_manifest(folder: Path) -> Path | None:
     tuned by hand, or damaged): its sha256 is not the one in the bundle's :data:`WRITTEN_RECORD`,
     or, the record gone, its content no longer matches its own :data:`MANIFEST_DIGEST`. None
     when it is as written, absent, or shows neither (a bundle older than both: its manifest
-    counts as the export's own, as it did before; without the record, a manifest that is not
-    valid JSON is damage, mended by the next export)."""
+    counts as the export's own, as it did before). Without the record, a manifest that cannot
+    be read shows neither: :func:`unreadable_manifest` tells it."""
     return folder / MANIFEST if _manifest_edit(folder) is not None else None
+
+
+def unreadable_manifest(folder: Path) -> str | None:
+    """What keeps ``folder``'s manifest.json from being read (``"is not valid JSON (Expecting
+    ',' delimiter: line 3 column 5 (char 31))"``) when no :data:`WRITTEN_RECORD` shows that the
+    export wrote it so; None when it reads, is absent, or the bundle has the record (which tells
+    whether it changed since: :func:`edited_manifest`; the export never writes one that does not
+    read).
+
+    Nothing tells such a manifest from a hand edit gone wrong (a comma missing after a tuned
+    threshold), so it is not replaced without ``--force`` (:func:`check_manifest_unedited`)."""
+    path = folder / MANIFEST
+    if written_files(folder) is not None or not path.is_file():
+        return None
+    return json_object_problem(path)
 
 
 def check_manifest_unedited(out: str | Path) -> None:
     """Refuse an export ``--out`` whose manifest.json was edited since the export wrote it
-    (:func:`edited_manifest`), before any work; ``--force`` skips this check.
+    (:func:`edited_manifest`), or cannot be read with nothing to show the export wrote it so
+    (:func:`unreadable_manifest`), before any work; ``--force`` skips this check.
 
     Raises:
-        ValidationError: naming the file, that it was edited, and the fix; nothing is touched.
+        ValidationError: naming the file, the edit or the JSON error (line and column), and the
+            fix; nothing is touched.
     """
     out = Path(out)
-    how = _manifest_edit(out) if out.is_dir() and not out.is_symlink() else None
+    if not out.is_dir() or out.is_symlink():
+        return
+    problem = unreadable_manifest(out)
+    if problem is not None:
+        raise ValidationError(
+            f"export --out {out}: {out / MANIFEST} {problem}, and no {WRITTEN_RECORD} shows that the export wrote it "
+            "so: it may be a hand edit gone wrong, which exporting again would replace and lose, so nothing was "
+            "exported. Repair the JSON where it says, or add --force to rebuild the bundle (copy what you changed "
+            "first), or give another --out")
+    how = _manifest_edit(out)
     if how is not None:
         raise ValidationError(
             f"export --out {out}: {out / MANIFEST} was edited since the export wrote it ({how}); exporting again "
@@ -456,11 +484,12 @@ def check_manifest_unedited(out: str | Path) -> None:
 def check_bundle_out(out: str | Path, writes: Iterable[str] = (), force: bool = False) -> None:
     """Refuse an export ``--out`` that is a file, a folder searchsmith did not write, a bundle
     beside files of someone else's, or (without ``force``) a bundle whose manifest.json was
-    edited since its export wrote it (:func:`check_manifest_unedited`); an existing bundle alone
-    is replaced (that is what exporting again means), also one whose manifest.json is corrupt or
-    missing when the folder holds nothing but files an export writes: else no export could mend
-    it in place, and loading it says to re-export (a corrupt one that the bundle's record shows
-    changed counts as edited: it may be a hand edit gone wrong).
+    edited since its export wrote it, or cannot be read while nothing shows the export wrote it
+    so (:func:`check_manifest_unedited`: it may be a hand edit gone wrong); an existing bundle
+    alone is replaced (that is what exporting again means), also one whose manifest.json is
+    missing when the folder holds nothing but files an export writes (else no export could mend
+    it in place, and loading it says to re-export), and with ``force`` one whose manifest.json
+    cannot be read.
 
     A bundle's own files are exactly those its export wrote: the ones its
     :data:`WRITTEN_RECORD` names; in an older bundle without one, those its manifest lists, or
@@ -789,7 +818,7 @@ def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions
 
 
 __all__ = ["BUNDLE_GRAPHS", "ExportOptions", "MANIFEST_DIGEST", "ModelSource", "ParityThresholds", "bundle_heldout", "bundle_layout_files", "convert_graph",
-           "edited_manifest", "embedder_source", "flat_numbers", "heldout_metrics",
+           "edited_manifest", "unreadable_manifest", "embedder_source", "flat_numbers", "heldout_metrics",
            "calibration_feeds", "check_bundle_out", "check_manifest_unedited", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "manifest_digest", "optimize_graph", "parity_check", "run_files_state",

@@ -109,6 +109,25 @@ def files_sha256(folder: Path) -> dict[str, str]:
             if p.is_file() and p != folder / MANIFEST}
 
 
+def json_object_problem(path: Path) -> str | None:
+    """What keeps the file at ``path`` from being read as a JSON object, to follow its name in a
+    message ("is not valid JSON (Expecting ',' delimiter: line 3 column 5 (char 31))"); None when
+    it is one, or is absent. The decoder's message carries the line and column to repair."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        return f"is not valid JSON ({exc})"
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 text ({exc})"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not isinstance(data, dict):
+        return f"holds a JSON {type(data).__name__}, not an object"
+    return None
+
+
 def read_json_object(path: Path, what: str, *, fix: str = "", error: type[Exception] = ConfigError
                      ) -> dict[str, Any]:
     """The JSON object in ``path`` (UTF-8).

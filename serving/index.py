@@ -63,6 +63,7 @@ from searchsmith.models.io import (
     exclusive,
     files_matching,
     files_sha256,
+    json_object_problem,
     replace_dir,
     sha256_file,
     temp_dir_beside,
@@ -675,8 +676,15 @@ def check_out_path(out: str | Path, *, overwrite: bool = False, label: str = "in
 
     def holds() -> str:
         if unreadable:
-            return ("holds a searchsmith index whose manifest.json is corrupt or missing (neither --add nor "
-                    "--repair can work without it); nothing was replaced. Pass --force to rebuild it from the corpus")
+            # an index keeps no record of the manifest it wrote: an unreadable one may be a hand
+            # edit gone wrong, so only --force replaces it, and the message says where to repair it
+            path = Path(out) / "manifest.json"
+            problem = json_object_problem(path) if path.is_file() else None
+            what = problem or "is corrupt or missing"
+            rebuild = "pass --force to rebuild it from the corpus"
+            fix = f"Repair the JSON where it says, or {rebuild}" if problem else rebuild.capitalize()
+            return (f"holds a searchsmith index whose manifest.json {what} (neither --add nor --repair can work "
+                    f"without it); nothing was replaced. {fix}")
         m = manifests[-1]
         return (f"already holds a searchsmith index ({m.get('documents')} documents, updated "
                 f"{m.get('updated', '?')}); nothing was replaced. Pass --force to rebuild it, or --add to add "

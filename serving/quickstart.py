@@ -27,9 +27,11 @@ exported several at a time in worker processes (one per 2 cores, at most 4; ``--
 there and intact: a run only while its ``quickstart.json`` says it was trained on what it would
 be now (the profile's recipe, the data folder, the data settings), else it is trained again and
 its line says why; a bundle or the index that fails its sha256 (the check their loaders make) is
-exported again, or repaired (rebuilt from the demo corpus when its manifest or chunk store is the
-damage). A bundle whose manifest.json its user edited (thresholds, gates) is reused as edited; one
-that must be exported again stops the quickstart before it trains or exports, naming the file.
+exported again, or repaired (rebuilt from the demo corpus when its manifest is missing or its
+chunk store is the damage). A bundle whose manifest.json its user edited (thresholds, gates) is
+reused as edited; one that must be exported again stops the quickstart before it trains or
+exports, naming the file, as does a bundle's or the index's manifest.json that is not valid JSON
+with nothing to show searchsmith wrote it so (a hand edit gone wrong looks the same as damage).
 """
 
 from __future__ import annotations
@@ -420,23 +422,55 @@ def _export_reason(bundle: Path, source: Path | None) -> str | None:
 
 def _check_edited_manifests(bundles: dict[str, Path], why_again: Callable[[str], str | None], before: str) -> None:
     """Refuse to export again a bundle whose manifest.json its user edited since the export wrote
-    it (hand-tuned thresholds or gates: :func:`~searchsmith.models.export.edited_manifest`), as
-    :func:`_clear_run` refuses to remove a user's files; ``why_again(name)`` says why the bundle
-    ``name`` would be exported again, None when it is reused (with the user's manifest).
+    it (hand-tuned thresholds or gates: :func:`~searchsmith.models.export.edited_manifest`), or
+    that cannot be read while nothing shows the export wrote it so (a hand edit gone wrong, or
+    damage: :func:`~searchsmith.models.export.unreadable_manifest`; such a bundle is always
+    exported again), as :func:`_clear_run` refuses to remove a user's files; ``why_again(name)``
+    says why the bundle ``name`` would be exported again, None when it is reused (with the
+    user's manifest).
 
     Raises:
-        ConfigError: naming each such manifest, why it would be replaced, and the fix.
+        ConfigError: naming each such manifest, why it would be replaced (or its JSON error,
+            with line and column), and the fix.
     """
-    from searchsmith.models.export import edited_manifest
+    from searchsmith.models.export import edited_manifest, unreadable_manifest
+    from searchsmith.models.io import WRITTEN_RECORD
 
-    edited = [(manifest, why) for name, folder in bundles.items()
-              if (manifest := edited_manifest(folder)) is not None and (why := why_again(name)) is not None]
-    if edited:
-        raise ConfigError("quickstart: " + "; ".join(f"{manifest} was edited since the export wrote it, and its "
-                                                     f"bundle must be exported again ({why})" for manifest, why in edited)
-                          + f"; exporting would replace it and lose the edit, so the quickstart stopped before "
-                          f"{before}. Move that manifest.json out of its bundle folder (the export then writes a new "
-                          "one; carry your edits into it), or use another --workdir")
+    found, unreadable = [], False
+    for name, folder in bundles.items():
+        if (problem := unreadable_manifest(folder)) is not None:
+            unreadable = True
+            found.append(f"{folder / 'manifest.json'} {problem}, and no {WRITTEN_RECORD} shows that the export "
+                         "wrote it so (a hand edit gone wrong, or damage)")
+        elif (manifest := edited_manifest(folder)) is not None and (why := why_again(name)) is not None:
+            found.append(f"{manifest} was edited since the export wrote it, and its bundle must be exported again "
+                         f"({why})")
+    if found:
+        fix = ("Repair the JSON where it says, or move that manifest.json out of its bundle folder" if unreadable
+               else "Move that manifest.json out of its bundle folder")
+        raise ConfigError("quickstart: " + "; ".join(found) + "; exporting would replace it and lose the edit, so "
+                          f"the quickstart stopped before {before}. {fix} (the export then writes a new one; carry "
+                          "your edits into it), or use another --workdir")
+
+
+def _check_index_manifest(index_dir: Path, before: str) -> None:
+    """Refuse to rebuild the quickstart's index over a manifest.json that cannot be read: an index
+    keeps no record of what searchsmith wrote, so nothing tells damage from a hand edit gone
+    wrong, and the quickstart has no ``--force`` (``searchsmith index --force`` has). A missing
+    manifest (nothing of the user's to lose) is rebuilt by :func:`_mend_index` as before.
+
+    Raises:
+        ConfigError: naming the file, its JSON error (line and column) and the fix.
+    """
+    from searchsmith.models.io import json_object_problem
+
+    manifest = index_dir / "manifest.json"
+    problem = json_object_problem(manifest) if manifest.is_file() else None
+    if problem is not None:
+        raise ConfigError(f"quickstart: {manifest} {problem}; nothing shows that searchsmith wrote it so (a hand "
+                          "edit gone wrong, or damage), and rebuilding the index would replace it, so the quickstart "
+                          f"stopped before {before}. Repair the JSON where it says, or rebuild the index over it: "
+                          f"searchsmith index {demo_corpus()} --out {index_dir} --force, or use another --workdir")
 
 
 def _index_problem(index_dir: Path) -> str | None:
@@ -570,6 +604,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
                        if not _trained(work / "runs" / step.name) or plans[step.name][2] is not None])
     bundles: dict[str, Path] = {step.name: work / "bundles" / step.name for step in MODELS}
     bundles["embedder"] = work / "bundles" / "embedder"
+    index_dir = work / "indexes" / "demo"
     # a bundle that this run exports again must not hold a manifest.json its user edited: refused
     # before anything trains (the bundle of a run trained now is exported again)
     training = {step.name for step in MODELS
@@ -581,6 +616,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
         return _export_reason(bundles[name], work / "runs" / name if name in plans else None)
 
     _check_edited_manifests(bundles, why_again, "training or exporting anything")
+    _check_index_manifest(index_dir, "training or exporting anything")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n = len(MODELS) + 4
@@ -628,12 +664,12 @@ def run_quickstart(args: argparse.Namespace) -> int:
             print(f"      {name}: reusing its manifest.json as you edited it", flush=True)
 
     # 3. Index
-    index_dir = work / "indexes" / "demo"
     present = index_dir.is_dir() and any(index_dir.iterdir())
     problem = _index_problem(index_dir) if present else None
     if present and problem is None:
         print(f"[{i + 1}/{n}] index: reusing {index_dir}", flush=True)
     elif present:
+        _check_index_manifest(index_dir, "mending the index")  # made unreadable during the training
         print(f"[{i + 1}/{n}] index: {index_dir} is damaged, mending it: {problem}", flush=True)
         _mend_index(index_dir, lambda line: print(f"      {line}", flush=True))
     else:

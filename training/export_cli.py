@@ -43,12 +43,13 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
         "--embedder MODEL also writes BUNDLE_DIR/embedder.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run, folder of runs, or 'embedder'")
     parser.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle folder to write: a new or empty folder, or a bundle (replaced, also one whose "
-                        "manifest.json is damaged when it holds only files an export writes); anything else is refused, "
-                        "as is a bundle whose manifest.json was edited since the export wrote it (see --force)")
+                        "manifest.json is missing when it holds only files an export writes); anything else is refused, "
+                        "as is a bundle whose manifest.json was edited since the export wrote it, or is not valid JSON "
+                        "with no record that the export wrote it so (see --force)")
     parser.add_argument("--force", action="store_true",
                         help="replace a bundle whose manifest.json was edited since the export wrote it (hand-tuned "
-                             "thresholds or gates: the edit is lost); files the export did not write are refused all "
-                             "the same")
+                             "thresholds or gates: the edit is lost), or is not valid JSON; files the export did not "
+                             "write are refused all the same")
     parser.add_argument("--dtype", choices=["fp32", "fp16", "int8"], default="fp32",
                         help="fp32; int8 = dynamic quantisation for CPU; fp16 for GPU (default %(default)s)")
     parser.add_argument("--allow-drift", action="store_true",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -442,18 +443,18 @@ def test_export_never_replaces_what_it_did_not_write(tmp_path) -> None:
 def test_a_bundle_whose_manifest_is_corrupt_or_missing_is_exported_again(tmp_path) -> None:
     """A bundle whose manifest.json is corrupt said 're-export the bundle' on load, and the export
     refused it as 'not a searchsmith bundle' (so did the quickstart's re-export): a folder of only
-    the files an export writes is replaced, manifest or none; a file of another name is refused."""
+    the files an export writes is replaced, manifest or none (a corrupt one only with --force:
+    test_an_unreadable_manifest_without_the_record_is_kept_without_force); a file of another name
+    is refused."""
     from searchsmith.models.errors import ValidationError
     from searchsmith.models.export import bundle_layout_files, check_bundle_out, torch_files
 
     run = rerank_run()
     out = tmp_path / "b"
     shutil.copytree(bundle("rerank"), out)
-    # an older bundle's (no record): a corrupt manifest is damage (with the record it would be an
-    # edit since the export, refused: test_a_manifest_edited_since_the_export_is_kept_without_force)
-    (out / WRITTEN_RECORD).unlink()
+    (out / WRITTEN_RECORD).unlink()  # an older bundle's: its files known by their names alone
     (out / "manifest.json").write_text("{bad")
-    export_run(run, out, ExportOptions(heldout_limit=0))
+    export_run(run, out, ExportOptions(heldout_limit=0, force=True))
     assert _manifest(out)["task"] == "rerank" and not list(tmp_path.glob(".b.tmp-*"))
     written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != WRITTEN_RECORD}
     tokenizer_files = {f for f in written if f.startswith("tokenizer/")}
@@ -479,6 +480,63 @@ def test_a_bundle_whose_manifest_is_corrupt_or_missing_is_exported_again(tmp_pat
     assert bundle_layout_files(mine) is None
     with pytest.raises(ValidationError, match="is a folder that is not a searchsmith bundle"):
         check_bundle_out(mine)
+
+
+def test_an_unreadable_manifest_without_the_record_is_kept_without_force(tmp_path, monkeypatch, capsys) -> None:
+    """Without the export's record, a manifest.json that was not valid JSON counted as damage and
+    the next export replaced it, though nothing showed the export wrote it so: a hand edit gone
+    wrong (a comma lost after a tuned threshold) was lost. Refused before any work, naming the
+    file, the JSON error's line and column, and the fix; --force rebuilds it. With the record, an
+    unreadable manifest is an edit (its JSON error named too), and a missing one is rebuilt."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.export import check_bundle_out, edited_manifest, unreadable_manifest
+    from searchsmith.serving.main import main
+    from searchsmith.training import export_cli
+
+    run = rerank_run()
+    out = tmp_path / "b"
+    shutil.copytree(bundle("rerank"), out)
+    manifest = out / "manifest.json"
+    (out / WRITTEN_RECORD).unlink()
+    broken = '{\n "task": "rerank",\n "thresholds": {"min_score": 0.25}\n "dtype": "fp32"\n}\n'
+    manifest.write_text(broken)
+    where = "Expecting ',' delimiter: line 4 column 2 (char 57)"
+    assert unreadable_manifest(out) == f"is not valid JSON ({where})" and edited_manifest(out) is None
+    refusal = (rf"export --out {out}: {manifest} is not valid JSON \({re.escape(where)}\), and no "
+               rf"{re.escape(WRITTEN_RECORD)} shows that the export wrote it so: .*nothing was exported\. Repair "
+               r"the JSON where it says, or add --force to rebuild the bundle .*or give another --out")
+    with pytest.raises(ValidationError, match=refusal):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    assert manifest.read_text() == broken and not list(tmp_path.glob(".b.tmp-*"))
+    (out / WRITTEN_RECORD).write_text("{broken")  # an unreadable record shows nothing either
+    assert unreadable_manifest(out) == f"is not valid JSON ({where})"
+    (out / WRITTEN_RECORD).unlink()
+    manifest.write_text("[]")  # JSON, but no manifest
+    with pytest.raises(ValidationError, match=rf"{manifest} holds a JSON list, not an object, and no"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    manifest.write_text(broken)
+
+    # the command line refuses before any export
+    monkeypatch.setattr(export_cli, "export_run", lambda *a, **k: pytest.fail("exported"))
+    assert main(["export", str(run), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{manifest} is not valid JSON ({where})" in err and "add --force to rebuild the bundle" in err
+    monkeypatch.undo()
+    assert manifest.read_text() == broken
+
+    export_run(run, out, ExportOptions(heldout_limit=0, force=True))
+    assert _manifest(out)["task"] == "rerank" and unreadable_manifest(out) is None
+    assert json.loads((out / WRITTEN_RECORD).read_text())["manifest.json"] == sha256_file(manifest)
+
+    # with the record: the manifest's sha256 tells an edit, an unreadable one names where it broke
+    manifest.write_text(broken)
+    assert unreadable_manifest(out) is None and edited_manifest(out) == manifest
+    with pytest.raises(ValidationError, match=rf"{manifest} was edited since the export wrote it \(its sha256 is "
+                                              rf"not the one .*; it is not valid JSON \({re.escape(where)}\)\)"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+    manifest.unlink()  # missing, the record says the export wrote it: replaced without --force
+    assert unreadable_manifest(out) is None and edited_manifest(out) is None
+    check_bundle_out(out)
 
 
 def test_a_bundles_own_files_are_exactly_those_its_export_wrote(tmp_path) -> None:

@@ -392,9 +392,16 @@ def test_a_corrupt_manifest_says_the_command_that_rebuilds(small_index, tmp_path
         read_manifest(out)
     with pytest.raises(BundleError, match=f"manifest.json is corrupt .*{fix}"):
         repair_index(out)
-    with pytest.raises(ValidationError, match="holds a searchsmith index whose manifest.json is corrupt or "
-                                              "missing .*Pass --force to rebuild it from the corpus"):
+    # the JSON error and where (an index keeps no record: a hand edit gone wrong looks the same)
+    with pytest.raises(ValidationError, match=r"holds a searchsmith index whose manifest.json is not valid JSON "
+                                              r"\(Expecting property name enclosed in double quotes: line 1 column 2 "
+                                              r"\(char 1\)\) .*Repair the JSON where it says, or pass --force to "
+                                              "rebuild it from the corpus"):
         check_out_path(out)
+    (out / "manifest.json").rename(tmp_path / "manifest.json")
+    with pytest.raises(ValidationError, match="whose manifest.json is corrupt or missing .*Pass --force to rebuild"):
+        check_out_path(out)
+    (tmp_path / "manifest.json").rename(out / "manifest.json")
     check_out_path(out, overwrite=True)  # accepted: every file in it is one a build writes
     (out / "manifest.json").write_text('{"format": "something-else"}')
     with pytest.raises(BundleError, match=f"not a searchsmith index manifest; rebuild .*{fix}"):

@@ -226,7 +226,10 @@ def test_quickstart_rerun_redoes_its_own_damaged_bundle_and_index(tmp_path, monk
     """Audit: a truncated bundles/reranker/model.onnx (or indexes/demo/faiss/news.faiss) was
     'reused' by every rerun, which then failed at the ask with a sha256 mismatch, forever. The
     reuse check is the loaders' own (sha256 of every file); what fails it is exported again,
-    repaired, or (its manifest unreadable) rebuilt from the demo corpus."""
+    repaired, or (its manifest missing) rebuilt from the demo corpus. An index manifest.json that
+    is not valid JSON was rebuilt too, though nothing showed searchsmith wrote it so (an index
+    keeps no record): a hand edit gone wrong was lost. It stops the quickstart before any work,
+    named with its JSON error and the fix."""
     from searchsmith.serving.index import read_manifest
     from searchsmith.serving.main import main
 
@@ -255,9 +258,18 @@ def test_quickstart_rerun_redoes_its_own_damaged_bundle_and_index(tmp_path, monk
     assert f"index --repair: rebuilt faiss/{faiss_file.name}" in out
 
     (index / "manifest.json").write_text("{bad")
+    assert main(["quickstart", "--workdir", str(work)]) == 1
+    err = capsys.readouterr().err
+    assert (f"quickstart: {index / 'manifest.json'} is not valid JSON (Expecting property name enclosed in double "
+            "quotes: line 1 column 2 (char 1)); nothing shows that searchsmith wrote it so") in err
+    assert ("stopped before training or exporting anything. Repair the JSON where it says, or rebuild the index "
+            f"over it: searchsmith index {small_index.parent / 'corpus.jsonl'} --out {index} --force") in err
+    assert (index / "manifest.json").read_text() == "{bad" and len(exports) == 2
+
+    (index / "manifest.json").unlink()  # missing: nothing of the user's to lose, rebuilt
     assert main(["quickstart", "--workdir", str(work)]) == 0
     out = capsys.readouterr().out
-    assert "manifest.json is corrupt" in out and f"rebuilding {index} from the demo corpus" in out
+    assert "manifest.json is missing" in out and f"rebuilding {index} from the demo corpus" in out
     assert read_manifest(index)["documents"] == read_manifest(small_index)["documents"]
 
     assert main(["quickstart", "--workdir", str(work)]) == 0  # intact: everything reused
@@ -269,8 +281,10 @@ def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_
         tmp_path, monkeypatch, small_index, capsys, minilm_embed_bundle) -> None:
     """A corrupt bundles/embedder/manifest.json was 'exporting again', then the export refused
     the folder as not a bundle and the quickstart stopped there on every rerun; a file of the
-    user's in the folder still stops it, named. (A corrupt manifest that the bundle's record of
-    what its export wrote shows changed is an edit gone wrong as much as damage: kept, see
+    user's in the folder still stops it, named. A corrupt manifest with no record of what the
+    export wrote may be a hand edit gone wrong: it stops the quickstart before any work, named
+    with its JSON error (line, column) and the fix; a missing one is exported again. (One that
+    the record shows changed is an edit: kept, see
     test_quickstart_rerun_keeps_a_bundle_manifest_its_user_edited.)"""
     from searchsmith.models.io import WRITTEN_RECORD
     from searchsmith.serving.main import main
@@ -283,22 +297,25 @@ def test_quickstart_rerun_exports_again_its_bundle_whose_manifest_is_corrupt_or_
 
     (work / "bundles" / "embedder" / WRITTEN_RECORD).unlink()  # an older export's bundle
     manifest.write_text("{bad\n")
-    assert main(["quickstart", "--workdir", str(work)]) == 0
-    out = capsys.readouterr().out
-    assert "embedder: exporting again: bundle" in out and "manifest.json" in out and len(exports) == 1
-    assert json.loads(manifest.read_text())["task"] == "embed"
+    assert main(["quickstart", "--workdir", str(work)]) == 1
+    err = capsys.readouterr().err
+    assert (f"quickstart: {manifest} is not valid JSON (Expecting property name enclosed in double quotes: line 1 "
+            f"column 2 (char 1)), and no {WRITTEN_RECORD} shows that the export wrote it so") in err
+    assert ("stopped before training or exporting anything. Repair the JSON where it says, or move that "
+            "manifest.json out of its bundle folder") in err
+    assert manifest.read_text() == "{bad\n" and not exports
 
-    manifest.unlink()
+    manifest.unlink()  # the fix: the export writes a new one
     assert main(["quickstart", "--workdir", str(work)]) == 0
     out = capsys.readouterr().out
-    assert "embedder: exporting again: its manifest.json is missing" in out and len(exports) == 2
-    assert manifest.is_file()
+    assert "embedder: exporting again: its manifest.json is missing" in out and len(exports) == 1
+    assert json.loads(manifest.read_text())["task"] == "embed"
 
     manifest.unlink()
     (work / "bundles" / "embedder" / "notes.txt").write_text("keep")
     assert main(["quickstart", "--workdir", str(work)]) == 1
     assert "holds 1 file(s) the bundle did not write (notes.txt)" in capsys.readouterr().err
-    assert len(exports) == 2 and (work / "bundles" / "embedder" / "notes.txt").read_text() == "keep"
+    assert len(exports) == 1 and (work / "bundles" / "embedder" / "notes.txt").read_text() == "keep"
 
 
 def test_quickstart_rerun_keeps_a_bundle_manifest_its_user_edited(tmp_path, monkeypatch, small_index, capsys,
