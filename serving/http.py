@@ -40,8 +40,10 @@ Embeddings and rerank pairs go through a ``DynamicBatcher`` each (batched across
 decompose, cite, images and search go through one with batches of one (``server.calls``):
 the same bounded queue (429 with Retry-After), queue timeout and metrics, no batching. Before
 any of that (and before tokenizing in a thread), a request past ``server.max_pending_requests``
-in work is answered 429 at once (``ServingState.admission``); ``searchsmith serve`` also bounds
-the open connections (``server.max_connections``: 503, ``http_protocol``).
+in work is answered 429 at once (``ServingState.admission``, with a Retry-After from the pace
+at which requests finish: ``drain``); ``searchsmith serve`` also bounds the open connections
+(``server.max_connections``: 503, ``http_protocol``; under ``--ray`` the requests in flight
+through the gateway, ``ray_gateway.InFlightLimit``).
 
 Modules: ``limits`` (``ServerLimits``, the ``server`` key of serve.yaml), ``schemas`` (request
 bodies and response examples), ``http_errors`` (the status table and error body), ``state``

@@ -8,7 +8,8 @@ slowly as it likes (a connection whose headers never end stayed open for good): 
 such clients hold every file descriptor of the server. :func:`guarded_protocol` returns the
 protocol class ``uvicorn.run(..., http=...)`` takes, with ``server.max_header_bytes`` (431
 past it), ``server.header_timeout_s`` (408 past it) and ``server.max_connections`` (503 with
-Retry-After to a request on a connection opened past it); each answer closes the connection.
+Retry-After to a request on a connection opened past it: the measured pace at which connections
+close and the clients already refused, ``serving/drain.py``); each answer closes the connection.
 
 The connection limit is uvicorn's ``limit_concurrency`` done here instead: uvicorn's answers a
 plain-text 503 without Retry-After, and once the limit is reached it refuses every request, on
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httptools
+from searchsmith.serving.drain import DrainRate
 from searchsmith.serving.middleware import headers_too_large
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -49,6 +51,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # called once per request refused past max_connections (the app's metrics counter); a
     # staticmethod, so that the class attribute is not bound to the protocol as a method
     on_connection_refused: Callable[[], None] = staticmethod(lambda: None)
+    # the pace at which the connections within the limit close (Retry-After); one per server,
+    # shared by its connections (:func:`guarded_protocol`); None: Retry-After 1 s
+    drain: DrainRate | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # adds it to uvicorn's set of open connections
@@ -56,11 +61,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False  # between a request's first byte and the end of its headers
         self._refused = False
         self._past_limit = self.max_connections is not None and len(self.connections) > self.max_connections
+        if self.drain is not None and not self._past_limit and len(self.connections) == 1:
+            self.drain.started()
         self._header_timer: asyncio.TimerHandle | None = None
         self._arm_header_timer()  # a connection that sends nothing is closed too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        if self.drain is not None and not self._past_limit:  # a refused one frees no place
+            self.drain.finished()
         super().connection_lost(exc)
 
     def _arm_header_timer(self) -> None:
@@ -114,9 +123,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm_header_timer()
         if self._past_limit and self.url.split(b"?", 1)[0] not in _PROBES:
             self.on_connection_refused()
+            retry_after_s = self.drain.retry_after_s() if self.drain is not None else 1
             self._refuse(503, f"connections: {len(self.connections)} open, the limit is {self.max_connections} "
-                              "(server.max_connections); retry after 1 s, or raise server.max_connections "
-                              "/ add replicas", param=None, retry_after_s=1)
+                              f"(server.max_connections); retry after {retry_after_s} s, or raise "
+                              "server.max_connections / add replicas", param=None, retry_after_s=retry_after_s)
             raise httptools.HttpParserError("a connection past server.max_connections")
         super().on_headers_complete()
 
@@ -149,9 +159,11 @@ def guarded_protocol(max_header_bytes: int, header_timeout_s: float, max_connect
                      on_connection_refused: Callable[[], None] | None = None) -> type[GuardedHttpToolsProtocol]:
     """The protocol class for ``uvicorn.run(app, http=...)`` with a server's header limits and
     connection limit (None: no limit); ``on_connection_refused`` is called for each request
-    refused past that limit (the app's :meth:`ServerMetrics.refusal_hook`)."""
+    refused past that limit (the app's :meth:`ServerMetrics.refusal_hook`). Each call makes a
+    class with its own :class:`DrainRate` (one server's connections)."""
     attrs: dict[str, Any] = {"max_header_bytes": int(max_header_bytes), "header_timeout_s": float(header_timeout_s),
-                             "max_connections": None if max_connections is None else int(max_connections)}
+                             "max_connections": None if max_connections is None else int(max_connections),
+                             "drain": DrainRate()}
     if on_connection_refused is not None:
         attrs["on_connection_refused"] = staticmethod(on_connection_refused)
     return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), attrs)

@@ -98,21 +98,34 @@ class ServerLimits:
             the answer streamed with its citations, timeline, images and trace); false
             turns it off (``/`` is then 404). The page needs no key to load; its requests
             send the key the user types (kept in the page's memory, never in the URL).
-        max_pending_requests: most requests in work at once, over every endpoint that works
-            off the event loop (tokenizing, waiting in a model's queue, running; /v1/images/file
-            reading); one more is answered 429 ``overloaded`` with Retry-After at once, before
-            anything waits in a thread pool. null (the default): what the queues hold, one item
-            per request: the sum over ``batcher``, ``rerank_batcher`` and the six ``calls``
-            queues of ``max_queue + max_batch_size x workers`` (2502 with the defaults).
-        max_connections: most open connections under ``searchsmith serve`` (kept-alive idle
-            ones count; what uvicorn's ``limit_concurrency`` counts, enforced by the server's
-            protocol, ``serving/http_protocol.py``); a request on a connection opened past it is
-            answered 503 ``overloaded`` with Retry-After and the connection closed (/health,
-            /ready and /metrics are still answered; /metrics counts each refusal as
-            ``searchsmith_refused_requests_total{limit="max_connections"}``). null (the
-            default): twice the requests in work (``max_pending_requests``). Each request in
-            work holds a connection, so a limit below ``max_pending_requests`` makes it the
-            bound. Not read under ``--ray``.
+        max_pending_requests: most requests in work at once, over every endpoint that works off
+            the event loop (tokenizing, waiting in a model's queue, running; /v1/images/file
+            reading); one more is answered 429 ``overloaded`` at once, before anything waits in a
+            thread pool, with a Retry-After estimated from the measured pace at which requests
+            finish and the clients already refused (1 to 30 s). null (the default): what memory
+            allows, ``max_pending_bytes // max_body_bytes`` (128 with the defaults), or what the
+            queues hold if fewer: one item per request, the sum over ``batcher``,
+            ``rerank_batcher`` and the six ``calls`` queues of ``max_queue + max_batch_size x
+            workers`` (2502 with the defaults).
+        max_pending_bytes: the memory the requests in work may hold, counted at the worst case,
+            each request a body of ``max_body_bytes``; it sets the default of
+            ``max_pending_requests`` (unused when that is set). A parsed body and its tokens take
+            a few times its bytes, so the process can grow several times this. Clients that send
+            small bodies get more requests in work from a lower ``max_body_bytes``.
+        max_connections: most open connections (kept-alive idle ones count; what uvicorn's
+            ``limit_concurrency`` counts, enforced by the server's protocol,
+            ``serving/http_protocol.py``); a request on a connection opened past it is answered
+            503 ``overloaded`` with a Retry-After estimated from the pace at which connections
+            close, and the connection closed (/health, /ready and /metrics are still answered;
+            /metrics counts each refusal as
+            ``searchsmith_refused_requests_total{limit="max_connections"}``). null (the default):
+            twice the requests in work (``max_pending_requests``). Each request in work holds a
+            connection, so a limit below ``max_pending_requests`` makes it the bound. Under
+            ``--ray`` Ray Serve's proxy holds the connections: the gateway bounds the requests in
+            flight through it instead (the same 503 with ``Connection: close``; refusals are in
+            the gateway's log, not in a replica's /metrics; null: twice the requests in work of
+            every replica, ``ray.replicas`` or ``ray.max_replicas``); with ``ray.gateway: false``
+            it is not applied, and setting it is refused.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -138,13 +151,21 @@ class ServerLimits:
     header_timeout_s: float = 30.0
     ui: bool = True
     max_pending_requests: int | None = None
+    max_pending_bytes: int = 512 * 1024 * 1024
     max_connections: int | None = None
 
     @property
     def pending_limit(self) -> int:
-        """``max_pending_requests``, or what every queue holds when it is null (its docstring)."""
+        """``max_pending_requests``, or when it is null the fewer of what memory allows
+        (``max_pending_bytes`` over bodies of ``max_body_bytes``) and what every queue holds."""
         if self.max_pending_requests is not None:
             return self.max_pending_requests
+        return min(self.max_pending_bytes // self.max_body_bytes, self.queue_capacity)
+
+    @property
+    def queue_capacity(self) -> int:
+        """Requests every queue holds, one item each: ``max_queue + max_batch_size x workers``
+        summed over ``batcher``, ``rerank_batcher`` and the ``calls`` queue of each call model."""
         queues = (self.batcher, self.rerank_batcher, *(self.calls for _ in CALL_MODELS))
         return sum(q.max_queue + q.max_batch_size * q.workers for q in queues)
 
@@ -159,14 +180,20 @@ class ServerLimits:
         problems: list[str] = []
         for name in ("max_body_bytes", "max_texts_per_request", "max_input_chars", "max_documents_per_request",
                      "max_pairs_per_request", "max_images_per_request", "max_image_bytes", "max_image_pixels",
-                     "stream_chunk_chars", "max_header_bytes"):
+                     "stream_chunk_chars", "max_header_bytes", "max_pending_bytes"):
             value = getattr(self, name)
             if not is_int(value, 1):
                 problems.append(f"{name}: expected an int >= 1, got {value!r}")
         for name in ("max_pending_requests", "max_connections"):
             value = getattr(self, name)
             if value is not None and not is_int(value, 1):
-                problems.append(f"{name}: expected an int >= 1 or null (derived from the queues), got {value!r}")
+                problems.append(f"{name}: expected an int >= 1 or null (derived from max_pending_bytes and the "
+                                f"queues), got {value!r}")
+        if (self.max_pending_requests is None and is_int(self.max_pending_bytes, 1) and is_int(self.max_body_bytes, 1)
+                and self.max_pending_bytes < self.max_body_bytes):
+            problems.append(f"max_pending_bytes: {self.max_pending_bytes} holds not one request body of max_body_bytes "
+                            f"{self.max_body_bytes}, so no request could be in work; raise max_pending_bytes, lower "
+                            "max_body_bytes, or set max_pending_requests")
         for name in ("truncate", "ui"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name}: expected true or false, got {getattr(self, name)!r}")

@@ -1,8 +1,9 @@
 """Prometheus metrics of one server app (its own registry, so several apps can coexist).
 
 Requests and latency per endpoint and status, the batcher's queue depth, batch sizes,
-tokens, padded tokens and padding efficiency, the requests in work and their limit, and the
-requests a server limit refused. Served at ``GET /metrics``.
+tokens, padded tokens and padding efficiency, the requests in work and their limit, the
+requests a server limit refused, and the ratings of /v1/feedback (recorded or not). Served at
+``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class ServerMetrics:
                                    "most requests in work (server.max_pending_requests)", registry=r)
         self.refused = Counter("searchsmith_refused_requests", "requests refused at once by a server limit",
                                ["limit"], registry=r)
+        # recorded="false": accepted with the protocol router off (pipeline.protocol.enabled), so
+        # a server dropping its clients' ratings shows here, not only as 200s of /v1/feedback
+        self.feedback = Counter("searchsmith_feedback", "ratings accepted at /v1/feedback, by whether the "
+                                "protocol router recorded them", ["recorded"], registry=r)
+        for recorded in ("true", "false"):  # shown at 0 before the first rating
+            self.feedback.labels(recorded)
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()

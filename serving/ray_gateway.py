@@ -22,7 +22,13 @@ replica's death (``RayActorError``) as an exception of the handle's stream and d
   connection is cut: the client sees an incomplete answer, never a silently short one.
 
 Ray Serve's own backpressure (``ray.max_queued_requests`` of the replicas' queue) becomes the
-server's 429 ``overloaded`` with ``Retry-After``. Responses stream through (``/v1/search`` with
+server's 429 ``overloaded`` with ``Retry-After``. ``server.max_connections`` bounds the requests
+in flight through the gateway (:class:`InFlightLimit`): Ray's proxy holds the connections and
+has no limit of its own, but every request reaches this one gateway, and each in flight holds a
+connection; past the limit the answer is the server's 503 ``overloaded`` with ``Retry-After`` and
+``Connection: close`` (the probes are still answered). Idle kept-alive connections are Ray's proxy's
+(closed after its keep-alive timeout), and refusals are in the gateway's log, not in /metrics
+(a replica's). Responses stream through (``/v1/search`` with
 ``"stream": true``): the replica yields the ASGI messages as the app sends them. Each answer
 carries ``X-Searchsmith-Replica: <replica id>@<node id>`` (which replica, on which Ray node),
 and one that a retry answered ``X-Searchsmith-Retries: <n>``.
@@ -50,6 +56,11 @@ RETRY_AFTER_S = 1  # Ray Serve starts a replacement replica within seconds; othe
 RETRY_PAUSE_S = 0.05  # lets the handle's router drop the dead replica before the next try
 REPLICA_HEADER = b"x-searchsmith-replica"
 RETRIES_HEADER = b"x-searchsmith-retries"  # on an answer that came from a retry: how many
+# answered past server.max_connections, as the server's protocol answers them (http_protocol)
+PROBES = frozenset({"/health", "/ready", "/metrics"})
+# requests Ray lets into the gateway at once beyond server.max_connections: the probes answered
+# past it (below the limit Ray would queue requests ahead of InFlightLimit, unbounded)
+PROBE_ROOM = 64
 
 Message = MutableMapping[str, object]  # an ASGI message
 Scope = MutableMapping[str, object]  # an ASGI scope
@@ -87,6 +98,14 @@ class GatewayOptions(TypedDict):
 # requests at once that the replicas' own queue (ray.max_queued_requests) is the one that fills.
 GATEWAY_OPTIONS: GatewayOptions = {"num_replicas": 1, "max_ongoing_requests": 1024, "max_queued_requests": -1,
                                    "ray_actor_options": {"num_cpus": 0.0}}
+
+
+def gateway_options(max_connections: int | None = None) -> GatewayOptions:
+    """:data:`GATEWAY_OPTIONS` with room for ``max_connections`` requests at once and the probes."""
+    ongoing = GATEWAY_OPTIONS["max_ongoing_requests"]
+    if max_connections is not None:
+        ongoing = max(ongoing, max_connections + PROBE_ROOM)
+    return GatewayOptions(**{**GATEWAY_OPTIONS, "max_ongoing_requests": ongoing})  # type: ignore[typeddict-item]
 
 
 class ReplicaStream(Protocol):
@@ -346,18 +365,67 @@ async def _broken_answer(request: ForwardedRequest, start: Message | None, send:
     raise ConnectionAbortedError(message) from exc
 
 
+class InFlightLimit:
+    """ASGI wrapper: ``server.max_connections`` under ``--ray`` (module docstring). A request
+    past ``max_connections`` in flight is answered 503 ``overloaded`` with a Retry-After from the
+    pace at which requests finish (``serving/drain.py``) and ``Connection: close``, before its
+    body is read; /health, /ready and /metrics are answered past it (and counted in flight).
+    One event loop (the gateway replica's): no lock."""
+
+    def __init__(self, app: ASGIApp, max_connections: int) -> None:
+        from searchsmith.serving.drain import DrainRate
+
+        self.app = app
+        self.max_connections = max_connections
+        self.in_flight = 0
+        self.drain = DrainRate()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_connections and scope["path"] not in PROBES:
+            await self._refusal()(scope, receive, send)
+            return
+        if self.in_flight == 0:
+            self.drain.started()
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            self.drain.finished()
+
+    def _refusal(self) -> ASGIApp:
+        from searchsmith.serving.http_errors import error_body
+        from starlette.responses import JSONResponse
+
+        retry_after_s = self.drain.retry_after_s()
+        message = (f"connections: {self.in_flight} requests in flight through the gateway, the limit is "
+                   f"{self.max_connections} (server.max_connections); retry after {retry_after_s} s, or raise "
+                   "server.max_connections / add replicas")
+        log.warning("503: %s", message)
+        return JSONResponse(error_body(message, "overloaded"), status_code=503,
+                            headers={"Retry-After": str(retry_after_s), "Connection": "close"})
+
+
 class GatewayDeployment:
     """The gateway as a Ray Serve deployment: Ray's HTTP proxy calls it with each request (a
     Starlette ``Request``) and sends the ``Response`` it returns by calling it with the
     request's ASGI ``scope, receive, send``; that response runs :class:`Gateway` (behind the
-    server's ``BodyLimit``). Not an ``@serve.ingress`` class: Ray Serve allows one per
-    application, and the model replicas are that one (Ray runs their app's lifespan)."""
+    server's ``BodyLimit``, inside :class:`InFlightLimit` when ``max_connections`` is given).
+    Not an ``@serve.ingress`` class: Ray Serve allows one per application, and the model
+    replicas are that one (Ray runs their app's lifespan)."""
 
-    def __init__(self, models: ModelHandle, retries: int, max_body_bytes: int) -> None:
+    def __init__(self, models: ModelHandle, retries: int, max_body_bytes: int,
+                 max_connections: int | None = None) -> None:
         from searchsmith.serving.middleware import BodyLimit
         from starlette.responses import Response
 
-        app = BodyLimit(Gateway(models, retries), max_bytes=max_body_bytes)
+        app: ASGIApp = BodyLimit(Gateway(models, retries), max_bytes=max_body_bytes)
+        if max_connections is not None:
+            app = InFlightLimit(app, max_connections)
+        self.app = app
 
         class Forwarded(Response):  # Ray sends it as ``await response(scope, receive, send)``
             def __init__(self) -> None:  # no body of its own: the gateway sends the answer

@@ -524,8 +524,13 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         if getattr(pipe, "protocol", True) is None:
             # The protocol router is off (the default, and the quickstart's): answers always use
             # protocol.default_preset, so there is nothing to learn. The rating is accepted, not an
-            # error a client must handle, and the answer says how to make it count.
+            # error a client must handle, and the answer says how to make it count. Answered here,
+            # it holds no place in work, but past the bound it is refused as with the router on
+            # (the same 429 and refusal count); /metrics counts it as a rating not recorded.
+            state.admission.check("/v1/feedback")
+            state.metrics.feedback.labels("false").inc()
             return JSONResponse({"query_id": req.query_id, "quality": req.quality, "recorded": False,
                                  "message": FEEDBACK_OFF})
         result = await _call(state, "feedback", lambda: pipe.feedback(req.query_id, req.quality), "/v1/feedback")
+        state.metrics.feedback.labels("true").inc()
         return JSONResponse({**result, "recorded": True})

@@ -115,18 +115,28 @@ def start_ray_serve(args: argparse.Namespace, cfg: Any) -> str:
     forwards them to the model replicas: a request whose replica dies is retried on another one
     or answered 503 (``searchsmith.serving.ray_gateway``). One HTTP proxy, on the head node.
 
+    ``server.max_connections`` bounds the requests in flight through the gateway (Ray's proxy
+    holds the connections and has no limit of its own: ``ray_gateway.InFlightLimit``).
+
     Raises:
-        ConfigError: Ray Serve is not installed, ``--replicas`` < 1, or ``ray.address`` does
-            not answer (or does not let this process join: token authentication).
+        ConfigError: Ray Serve is not installed, ``--replicas`` < 1, ``ray.address`` does not
+            answer (or does not let this process join: token authentication), or
+            ``server.max_connections`` is set with ``ray.gateway: false`` (nothing applies it).
     """
     if args.replicas is not None and args.replicas < 1:
         raise ConfigError(f"--replicas: expected an int >= 1, got {args.replicas}")
+    if not cfg.ray.gateway and cfg.server.max_connections is not None:
+        raise ConfigError(
+            f"server.max_connections: {cfg.server.max_connections} cannot be applied with ray.gateway: false "
+            "(Ray Serve's proxy then calls the replicas directly and has no connection limit); set "
+            "ray.gateway: true (the default; the gateway bounds the requests in flight), or remove "
+            "server.max_connections (each replica still bounds its requests: server.max_pending_requests)")
     try:
         import ray
         from ray import serve
     except ImportError:
         raise ConfigError(RAY_MISSING) from None
-    from searchsmith.serving.ray_gateway import GATEWAY_OPTIONS, GatewayDeployment, ModelReplica
+    from searchsmith.serving.ray_gateway import GatewayDeployment, ModelReplica, gateway_options
 
     rcfg = cfg.ray
     if rcfg.address:
@@ -156,15 +166,28 @@ def start_ray_serve(args: argparse.Namespace, cfg: Any) -> str:
         serve.ingress()(ModelReplica))
     app = models.bind(args.config, list(args.overrides), args.index)
     if rcfg.gateway:
-        gateway = serve.deployment(name="gateway", **GATEWAY_OPTIONS,
+        limit = gateway_connection_limit(cfg.server, opts)
+        gateway = serve.deployment(name="gateway", **gateway_options(limit),
                                    graceful_shutdown_timeout_s=grace_s)(GatewayDeployment)
-        app = gateway.bind(app, rcfg.retries, cfg.server.max_body_bytes)
+        app = gateway.bind(app, rcfg.retries, cfg.server.max_body_bytes, limit)
     # One proxy (on the head): on one machine, a proxy per node would all bind the same port.
     serve.start(proxy_location="HeadOnly", http_options={"host": args.host, "port": args.port})
     serve.run(app, name="searchsmith", route_prefix="/")
     scale = (f"{opts['num_replicas']} Ray Serve replica(s)" if "num_replicas" in opts else
              f"Ray Serve, {rcfg.min_replicas}-{rcfg.max_replicas} replicas (autoscaling)")
     return f"searchsmith: {scale} at http://{args.host}:{args.port}"
+
+
+def gateway_connection_limit(server: Any, opts: dict[str, Any]) -> int:
+    """``server.max_connections`` for the gateway: as set, or when null twice the requests in
+    work of every replica (``server.max_pending_requests`` each, over ``num_replicas`` or
+    autoscaling's ``max_replicas`` in ``opts``, the model deployment's options): each replica
+    bounds its own requests in work, the gateway all of them."""
+    if server.max_connections is not None:
+        return server.max_connections
+    auto = opts.get("autoscaling_config")
+    replicas = auto["max_replicas"] if auto else opts["num_replicas"]
+    return server.connection_limit * replicas
 
 
 def run_ray(args: argparse.Namespace, cfg: Any) -> int:

@@ -134,8 +134,10 @@ class RayServeConfig:
             HEAD:6379`` on each other node.
         gateway: put a thin gateway deployment (no models, 0 CPUs) in front of the replicas:
             a request whose replica dies is sent to another one (``retries``) or answered 503
-            with Retry-After in the server's error shape; False: Ray Serve's HTTP proxy calls
-            the replicas directly (one hop less, but such a request gets Ray's plain 500).
+            with Retry-After in the server's error shape, and the requests in flight are bounded
+            by ``server.max_connections``; False: Ray Serve's HTTP proxy calls the replicas
+            directly (one hop less, but such a request gets Ray's plain 500, and setting
+            ``server.max_connections`` is refused: nothing would apply it).
         retries: with ``gateway``, how many times a request whose replica died before any byte
             of its answer was sent goes to another replica; requests that change state
             (POST /v1/feedback) are never sent again (503 at once).

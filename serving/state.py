@@ -19,6 +19,7 @@ from searchsmith.models.errors import (
 from searchsmith.models.roles import Citer, Decomposer, ImageScorer, Reranker
 from searchsmith.models.tasks import by_role
 from searchsmith.serving.batcher import BatcherConfig, DynamicBatcher
+from searchsmith.serving.drain import DrainRate
 from searchsmith.serving.http_errors import with_param
 from searchsmith.serving.limits import CALL_MODELS, ServedModel, ServerLimits
 from searchsmith.serving.metrics import ServerMetrics
@@ -40,17 +41,37 @@ class Admission:
     Used on the event loop only (one thread), so the count needs no lock. A request is counted
     out however its work ends: answered, failed, or cancelled because its client left; its work
     still queued is then dropped, and work a thread has started runs to its end (one per worker
-    thread at most: bounded by the threads, not by this count).
+    thread at most: bounded by the threads, not by this count). Each refusal's Retry-After is
+    ``drain``'s estimate: the pace at which requests are counted out, and the clients already
+    refused (``serving/drain.py``).
 
     Args:
         limit: most requests in work (``ServerLimits.pending_limit``).
         on_refuse: called on each refusal (the metrics' counter).
+        drain: measures the pace at which requests are counted out (a new one when None).
     """
 
-    def __init__(self, limit: int, on_refuse: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, limit: int, on_refuse: Callable[[], None] = lambda: None,
+                 drain: DrainRate | None = None) -> None:
         self.limit = limit
         self.pending = 0
         self._on_refuse = on_refuse
+        self.drain = drain if drain is not None else DrainRate()
+
+    def check(self, what: str) -> None:
+        """Refuse at once when ``limit`` requests are in work; count nothing in (for a request
+        answered on the event loop, which holds no place, but is refused as every other is).
+
+        Raises:
+            OverloadedError: HTTP 429, with Retry-After (``drain``'s estimate, 1 to 30 s).
+        """
+        if self.pending >= self.limit:
+            self._on_refuse()
+            retry_after_s = self.drain.retry_after_s()
+            raise OverloadedError(
+                f"{what}: the server has {self.pending} requests in work, the limit is {self.limit} "
+                f"(server.max_pending_requests); retry after {retry_after_s} s, or raise "
+                "server.max_pending_requests / add replicas", retry_after_s=float(retry_after_s))
 
     @contextmanager
     def admit(self, what: str) -> Iterator[None]:
@@ -60,19 +81,17 @@ class Admission:
             what: the endpoint, first in the message (``"/v1/embeddings"``).
 
         Raises:
-            OverloadedError: ``limit`` requests are in work (HTTP 429, Retry-After 1 s).
+            OverloadedError: ``limit`` requests are in work (:meth:`check`).
         """
-        if self.pending >= self.limit:
-            self._on_refuse()
-            raise OverloadedError(
-                f"{what}: the server has {self.pending} requests in work, the limit is {self.limit} "
-                "(server.max_pending_requests); retry after 1 s, or raise server.max_pending_requests "
-                "/ add replicas", retry_after_s=1.0)
+        self.check(what)
+        if self.pending == 0:
+            self.drain.started()
         self.pending += 1
         try:
             yield
         finally:
             self.pending -= 1
+            self.drain.finished()
 
 
 class ServingState:
