@@ -52,8 +52,19 @@ bodies and response examples), ``http_errors`` (the status table and error body)
 
 Every error body is OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (so OpenAI SDKs
 show the message): ``type`` is the kind of ``ERROR_TABLE``, which also gives the status code;
-``param`` the JSON path of the field at fault (``input[3]``, ``documents[0].text``). Every request
-body is a ``RequestBody``: text that is not Unicode (a lone surrogate) is refused there, once.
+``param`` the JSON path of the field at fault (``input[3]``, ``documents[0].text``). The rules a
+request must follow, each checked once, before any handler runs:
+
+- a body is JSON in UTF-8: sent with ``Content-Type: application/json`` (or ``application/*+json``);
+  another type, or none, is 415 (``middleware.parse_json_once``), as is a ``charset`` other than
+  utf-8 (``charset=`` or RFC 2231's ``charset*=``) or UTF-16/UTF-32 bytes; a key written twice
+  in one object is 422;
+- every string of a body is a ``RequestBody``'s: a lone surrogate, or a control character but
+  tab, newline and carriage return (``\\u0000``, ``\\u001b``), is 422 naming the field
+  (``schemas.control_character_in``);
+- the value of a query or path parameter a route reads follows the same control-character rule
+  (``?doc_id=%00``: 422 naming the parameter), and one that takes a single value is sent once.
+
 CORS is off unless ``server.cors_origins`` lists origins, and no request field is ever used
 as a file path: images arrive as base64 ``data`` (a ``url`` is echoed back, never fetched).
 
@@ -118,7 +129,8 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 API_DESCRIPTION = (
     "searchsmith's models behind one server. Errors are OpenAI-shaped: "
     '`{"error": {"message", "type", "param", "code"}}`; statuses: validation 422, empty 400, too large 413, '
-    "overloaded 429 (Retry-After), timeout 504, runner 500, not ready 503, wrong or missing key 401. "
+    "not JSON in UTF-8 415 (send `Content-Type: application/json`), overloaded 429 (Retry-After), "
+    "timeout 504, runner 500, not ready 503, wrong or missing key 401. "
     "With `server.api_keys` set, send `Authorization: Bearer <key>` (the Authorize button).")
 SWAGGER_DIR = STATIC_DIR / "swagger-ui"
 DOCS_ASSETS = "/docs/assets"

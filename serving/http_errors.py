@@ -1,7 +1,7 @@
 """Errors of the HTTP layer: the one status table and the one error body.
 
 Every error the server answers goes through :func:`error_response`: the status comes from
-``ERROR_TABLE`` (validation 422, empty 400, too large 413, not UTF-8 415, unauthorized 401,
+``ERROR_TABLE`` (validation 422, empty 400, too large 413, not JSON in UTF-8 415, unauthorized 401,
 overloaded 429, timeout 504, runner 500, not ready 503) and the body is OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``, so OpenAI SDKs show the message.
 """
@@ -282,4 +282,6 @@ def error_response(exc: BaseException, *, body_model: type[BaseModel] | None = N
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     if isinstance(exc, UnauthorizedError):
         headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, UnsupportedMediaTypeError):
+        headers["Accept-Post"] = "application/json"  # what to send instead (RFC 9110, 415)
     return JSONResponse(error_body(message, kind, param=param, code=code), status_code=status, headers=headers)

@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.message
+import email.utils
 import json
 import time
 import typing
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from fastapi import Request
+from fastapi import Request, params
 from fastapi.dependencies.models import Dependant
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
@@ -28,7 +28,7 @@ from searchsmith.models.errors import (
 )
 from searchsmith.models.jsonl import RepeatedKeyError, loads_unique
 from searchsmith.serving.http_errors import error_body, error_response, with_param
-from searchsmith.serving.schemas import too_deep_body, undecodable_body
+from searchsmith.serving.schemas import control_character_in, too_deep_body, undecodable_body
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -296,16 +296,6 @@ async def on_error(request: Request, exc: Exception) -> JSONResponse:
         # that the JSON is nested past the parser's depth
         body = await request.body()
         exc = _compressed(request) or undecodable_body(body) or too_deep_body(body) or exc
-    elif isinstance(exc, RequestValidationError):
-        # a JSON body sent as text/plain or a form is not parsed: "body: Input should be a
-        # valid dictionary" does not say why
-        sent_as = request.headers.get("content-type", "")
-        if not reads_as_json(sent_as) and any(e.get("loc") == ("body",) for e in exc.errors()) \
-                and (await request.body()).strip():
-            how = f"as Content-Type {sent_as!r}" if sent_as else "without a Content-Type"
-            exc = with_param(ValidationError(
-                f"body: sent {how}, so it was not read as JSON; send the JSON object with "
-                "'Content-Type: application/json'"), "body", "content_type")
     return error_response(exc, body_model=body_model(request))
 
 
@@ -338,6 +328,9 @@ class AnswerErrors(APIRoute):
 
         keyed = [d.dependency for d in self.dependencies]
         single = single_value_params(self.dependant)
+        texts = url_params(self.dependant)
+        # a form or file body (none here yet) is read by FastAPI in the types it takes
+        json_body = self.body_field is not None and not isinstance(self.body_field.field_info, params.Form)
 
         async def answer(request: Request) -> Response:
             try:
@@ -345,7 +338,8 @@ class AnswerErrors(APIRoute):
                 if isinstance(check, KeyCheck) and check.dependency in keyed:
                     check.before_body(request)  # 401 before the body is read
                 refuse_repeated_params(request, single)
-                await parse_json_once(request)
+                refuse_control_characters(request, texts)
+                await parse_json_once(request, json_body)
                 return await handler(request)
             except Exception as exc:
                 return await on_error(request, exc)
@@ -376,6 +370,42 @@ def single_value_params(dependant: Dependant) -> set[str]:
     return names
 
 
+def url_params(dependant: Dependant) -> tuple[set[str], set[str]]:
+    """The query parameters and the path parameters of a route (its dependencies' included),
+    as sent in the URL (their alias)."""
+    query: set[str] = set()
+    path: set[str] = set()
+    stack = [dependant]
+    while stack:
+        current = stack.pop()
+        query.update(p.alias for p in current.query_params)
+        path.update(p.alias for p in current.path_params)
+        stack.extend(current.dependencies)
+    return query, path
+
+
+def refuse_control_characters(request: Request, names: tuple[set[str], set[str]]) -> None:
+    """Refuse a control character in the value of a query or path parameter the route reads
+    (``?doc_id=%00``, ``/v1/models/a%1b``): the rule of the strings of a body
+    (:func:`searchsmith.serving.schemas.control_character_in`: tab, newline and carriage return
+    are text, DEL and the C1 controls too). Before, such a value was looked up and ended in a 404
+    that did not say why. Parameters the route does not declare are ignored, as FastAPI ignores them.
+
+    Args:
+        names: (query, path) parameter names, from :func:`url_params`.
+
+    Raises:
+        ValidationError: 422 ``control_character``, ``param`` the parameter's name.
+    """
+    query, path = names
+    sent = [(k, v) for k, v in request.query_params.multi_items() if k in query] if query and request.url.query else []
+    sent += [(k, v) for k, v in request.path_params.items() if k in path and isinstance(v, str)]
+    for name, value in sent:
+        what = control_character_in(value, escape="url")
+        if what is not None:
+            raise with_param(ValidationError(f"{name}: {what}"), name, "control_character")
+
+
 def refuse_repeated_params(request: Request, single: set[str]) -> None:
     """Refuse a query parameter that takes one value and is sent more than once (``?k=3&k=5``):
     FastAPI reads the last and drops the others without a word.
@@ -400,15 +430,25 @@ def refuse_repeated_params(request: Request, single: set[str]) -> None:
 _UTF8 = ("utf-8", "utf8")
 
 
+def _charsets(content_type: str) -> list[str]:
+    """Every charset a Content-Type names: ``charset=latin-1``, and the RFC 2231 forms
+    (``charset*=utf-8''latin-1``, continued ``charset*0*=...; charset*1=...``) decoded to their
+    value. All of them, where a header names one more than once."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    return [email.utils.collapse_rfc2231_value(value) for name, value in message.get_params(failobj=[])[1:]
+            if name == "charset"]
+
+
 def _not_utf8(request: Request, body: bytes) -> UnsupportedMediaTypeError | None:
     """A 415 for a JSON body sent with a charset other than UTF-8 (``Content-Type:
-    application/json; charset=latin-1``) or in UTF-16 or UTF-32 (which Python's JSON parser
-    would read, guessing from the bytes; other parsers do not), or None."""
-    message = email.message.Message()
-    message["content-type"] = request.headers.get("content-type", "")
-    charset = message.get_param("charset")
-    if isinstance(charset, str) and charset.strip().lower() not in _UTF8:
-        sent = f"with charset {charset!r} (Content-Type {request.headers.get('content-type')!r})"
+    application/json; charset=latin-1``, or ``charset*=utf-8''latin-1``: :func:`_charsets`) or
+    in UTF-16 or UTF-32 (which Python's JSON parser would read, guessing from the bytes; other
+    parsers do not), or None."""
+    content_type = request.headers.get("content-type", "")
+    charset = next((c for c in _charsets(content_type) if c.strip().lower() not in _UTF8), None)
+    if charset is not None:
+        sent = f"with charset {charset!r} (Content-Type {content_type!r})"
     elif body and json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
         sent = f"in {json.detect_encoding(body).upper()} (from its first bytes)"
     else:
@@ -418,27 +458,52 @@ def _not_utf8(request: Request, body: bytes) -> UnsupportedMediaTypeError | None
         "'Content-Type: application/json' (or charset=utf-8)"), "body", "unsupported_charset")
 
 
-async def parse_json_once(request: Request) -> None:
+def _not_json(content_type: str) -> UnsupportedMediaTypeError:
+    """The 415 for a body sent with a Content-Type that is not JSON's (:func:`reads_as_json`:
+    ``text/plain``, or a form, which ``curl -d`` sends) or with none.
+
+    FastAPI does not read such a body as JSON and answered "body: Input should be a valid
+    dictionary", which does not say why. A body without a Content-Type is refused as well: the
+    FastAPI of this server does not read it (``strict_content_type``, on by default), older ones
+    did, guessing; refused here, a body is read one way whatever the version.
+    """
+    how = f"as Content-Type {content_type!r}, which this endpoint does not read" if content_type.strip() else \
+        "without a Content-Type"
+    return with_param(UnsupportedMediaTypeError(
+        f"body: sent {how}; send the JSON object with 'Content-Type: application/json' (curl: "
+        "-H 'Content-Type: application/json' --data-binary @body.json)"), "body", "content_type")
+
+
+async def parse_json_once(request: Request, json_body: bool = True) -> None:
     """Parse a JSON request body once, refusing an object that writes a key twice (JSON parsers
-    keep the last value: ``{"input": "a", "input": "b"}`` would embed "b" without a word), and a
-    body that is not UTF-8 by its charset or its bytes (:func:`_not_utf8`). A UTF-8 byte order
-    mark is accepted and dropped (RFC 8259 lets parsers ignore it; Python's does).
+    keep the last value: ``{"input": "a", "input": "b"}`` would embed "b" without a word), a
+    body sent as another media type or without one (:func:`_not_json`), and a body that is not
+    UTF-8 by its charset or its bytes (:func:`_not_utf8`). A UTF-8 byte order mark is accepted
+    and dropped (RFC 8259 lets parsers ignore it; Python's does).
 
     Starlette keeps the parsed body (``request._json``), so FastAPI reads this value and does
-    not parse again. A body that is not JSON is left to FastAPI, which answers it as ever.
+    not parse again. JSON that does not parse is left to FastAPI, which answers it as ever.
+
+    Args:
+        json_body: the route reads a JSON body (a route without a body, or with a form one,
+            is left as it is).
 
     Raises:
-        ValidationError: 422 ``repeated_key``, ``param`` the key's path (``documents[0].id``).
-        UnsupportedMediaTypeError: 415 ``unsupported_charset``, ``param`` "body".
+        ValidationError: 422 ``repeated_key``, ``param`` the key's path (``documents[0].id``);
+            422 ``content_encoding`` for a compressed body.
+        UnsupportedMediaTypeError: 415 ``content_type`` or ``unsupported_charset``, ``param`` "body".
     """
-    if request.method not in ("POST", "PUT", "PATCH"):
+    if not json_body:
         return
     refused = _compressed(request)  # a gzip header on a plain body was read as plain: refused either way
     if refused is not None:
         raise refused
-    if not reads_as_json(request.headers.get("content-type", "")):
-        return  # FastAPI does not read it as JSON either (on_error says so)
     body = await request.body()
+    content_type = request.headers.get("content-type", "")
+    if not reads_as_json(content_type):
+        if body:
+            raise _not_json(content_type)
+        return  # empty: the schema's 422 names the fields to send, whatever the type
     refused = _not_utf8(request, body)
     if refused is not None:
         raise refused

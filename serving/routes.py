@@ -203,7 +203,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
     config = state.config
     auth = [Depends(check_auth)]
 
-    @app.post("/v1/embeddings", dependencies=auth, responses=route_responses("/v1/embeddings"))
+    @app.post("/v1/embeddings", dependencies=auth, responses=route_responses("/v1/embeddings", body=True))
     async def embeddings(req: EmbeddingsRequest) -> JSONResponse:
         embedder_, batcher = state.embedder, state.batcher
         if embedder_ is None or batcher is None or state.shutting_down:
@@ -250,7 +250,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         return JSONResponse({"object": "list", "data": data, "model": served,
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
-    @app.post("/v1/route", dependencies=auth, responses=route_responses("/v1/route"))
+    @app.post("/v1/route", dependencies=auth, responses=route_responses("/v1/route", body=True))
     async def route(req: RouteRequest) -> JSONResponse:
         router_ = state.router
         if router_ is None or state.shutting_down:
@@ -261,7 +261,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
                              "/v1/route")
         return JSONResponse(result.to_dict())
 
-    @app.post("/v1/rerank", dependencies=auth, responses=route_responses("/v1/rerank", 500))
+    @app.post("/v1/rerank", dependencies=auth, responses=route_responses("/v1/rerank", 500, body=True))
     async def rerank(req: RerankRequest) -> JSONResponse:
         runner, batcher = state.reranker, state.rerank_batcher
         if runner is None or batcher is None or state.shutting_down:
@@ -298,7 +298,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         return JSONResponse({"object": "list", "model": served, "results": results,
                              "usage": {"total_tokens": sum(lengths)}})
 
-    @app.post("/v1/decompose", dependencies=auth, responses=route_responses("/v1/decompose", 500))
+    @app.post("/v1/decompose", dependencies=auth, responses=route_responses("/v1/decompose", 500, body=True))
     async def decompose(req: DecomposeRequest) -> JSONResponse:
         from searchsmith.serving.rewrite import parse_history
 
@@ -319,7 +319,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         body = graph.to_json() if hasattr(graph, "to_json") else dict(graph)
         return JSONResponse({"query": query, "rewrite": rewrite, **body})
 
-    @app.post("/v1/cite", dependencies=auth, responses=route_responses("/v1/cite", 500))
+    @app.post("/v1/cite", dependencies=auth, responses=route_responses("/v1/cite", 500, body=True))
     async def cite(req: CiteRequest) -> JSONResponse:
         from searchsmith.models.text import sentence_texts
 
@@ -370,7 +370,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         return JSONResponse({"sentences": out, "method": "bundle" if bundle is not None else "embedding",
                              "threshold": float(threshold)})
 
-    @app.post("/v1/images/place", dependencies=auth, responses=route_responses("/v1/images/place", 500))
+    @app.post("/v1/images/place", dependencies=auth, responses=route_responses("/v1/images/place", 500, body=True))
     async def images_place(req: PlaceRequest) -> JSONResponse:
         check_count(len(req.paragraphs), config.max_texts_per_request, "paragraphs", "paragraphs",
                     "max_texts_per_request")
@@ -427,7 +427,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
         return JSONResponse({"placements": placements, "unplaced": unplaced, "method": method,
                              "threshold": threshold})
 
-    @app.post("/v1/search", dependencies=auth, responses=route_responses("/v1/search", 500))
+    @app.post("/v1/search", dependencies=auth, responses=route_responses("/v1/search", 500, body=True))
     async def search(req: SearchRequest) -> Response:
         pipe = state.pipeline
         if pipe is None or state.shutting_down:
@@ -515,7 +515,7 @@ def add_model_routes(app: FastAPI, state: ServingState, check_auth: Callable[[Re
             data = await asyncio.to_thread(path.read_bytes)
         return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
-    @app.post("/v1/feedback", dependencies=auth, responses=route_responses("/v1/feedback", 500))
+    @app.post("/v1/feedback", dependencies=auth, responses=route_responses("/v1/feedback", 500, body=True))
     async def feedback(req: FeedbackRequest) -> JSONResponse:
         pipe = state.pipeline
         if pipe is None or state.shutting_down:

@@ -1,9 +1,10 @@
 """Request and response schemas of the server, and the one text check of every request body.
 
 Every request body is a :class:`RequestBody`: strict types, unknown fields refused, and every
-string in it checked once, before any handler runs, to be encodable as UTF-8. The response
-examples (``RESPONSE_EXAMPLES``) are what /docs shows; tests compare their keys with real
-answers, so the docs cannot drift from the code.
+string in it checked once, before any handler runs, to be encodable as UTF-8 and free of
+control characters (:func:`control_character_in`, the rule the query and path values of a
+route follow too). The response examples (``RESPONSE_EXAMPLES``) are what /docs shows; tests
+compare their keys with real answers, so the docs cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -34,6 +35,22 @@ from typing_extensions import NotRequired, TypedDict
 # The C0 control characters but tab, newline and carriage return: what XML 1.0 refuses in text.
 # DEL and the C1 controls (U+007F-U+009F) are let through, as XML lets them.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def control_character_in(text: str, *, escape: Literal["json", "url"] = "json") -> str | None:
+    """What is wrong with ``text`` if it holds a control character (``_CONTROL``), or None.
+
+    The one rule and wording for every text of a request: the strings of a body (``escape``
+    "json": the character shown as ``\\u0000``) and the values of a route's query and path
+    parameters (``escape`` "url": shown as ``%00``, ``serving.middleware``).
+    """
+    found = _CONTROL.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    shown = f"\\u{code:04x} in JSON" if escape == "json" else f"%{code:02X} in a URL"
+    return (f"character {found.start()} is the control character U+{code:04X} ({shown}), which is not text; "
+            "remove it (tab, newline and carriage return are the only control characters a text may hold)")
 
 
 def find_unencodable(value: Any) -> tuple[tuple[Any, ...], str] | None:
@@ -74,12 +91,9 @@ def find_control_character(value: object) -> tuple[tuple[int | str, ...], str] |
     while stack:
         loc, item = stack.pop()
         if isinstance(item, str):
-            found = _CONTROL.search(item)
-            if found is not None:
-                code = ord(found.group())
-                return loc, (f"character {found.start()} is the control character U+{code:04X} (\\u{code:04x} "
-                             "in JSON), which is not text; remove it (tab, newline and carriage return are the "
-                             "only control characters a text may hold)")
+            what = control_character_in(item)
+            if what is not None:
+                return loc, what
         elif isinstance(item, dict):
             for key in item:
                 found = _CONTROL.search(key) if isinstance(key, str) else None
@@ -671,8 +685,24 @@ RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
-def route_responses(path: str, *extra: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses`` of a route for /docs: its 200 example and the error body of each status."""
+# What /docs says of the statuses whose cause is not the route's own (FastAPI would show only
+# the reason phrase)
+ERROR_DESCRIPTIONS = {
+    415: "the body is not JSON in UTF-8: a Content-Type other than application/json (or none), a charset "
+         "other than utf-8 (charset= or charset*=), or UTF-16/UTF-32 bytes; send 'Content-Type: application/json'",
+    422: "a field, query or path parameter that is invalid (wrong type, a control character, a query parameter "
+         "sent twice, a key written twice); the message and param name it",
+}
+
+
+def route_responses(path: str, *extra: int, body: bool = False) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route for /docs: its 200 example and the error body of each status.
+
+    Args:
+        path: the route's path, for its 200 type and example (``""``: none).
+        *extra: statuses beyond the ones every route may answer.
+        body: the route reads a JSON body, so it may answer 415 (``serving.middleware.parse_json_once``).
+    """
     out: dict[int | str, dict[str, Any]] = {}
     if path in RESPONSE_TYPES:
         out[200] = {"model": RESPONSE_TYPES[path]}
@@ -683,6 +713,8 @@ def route_responses(path: str, *extra: int) -> dict[int | str, dict[str, Any]]:
             'event: answer\ndata: {"delta": "Knead the dough for about"}\n\n'
             'event: citations\ndata: {"answer": "...", "references": [...], "sentences": [...]}\n\n'
             "event: timeline\n...\nevent: images\n...\nevent: trace\n...\ndata: [DONE]\n\n")}
-    for status in (400, 401, 404, 413, 422, 429, 503, 504, *extra):
+    for status in (400, 401, 404, 413, *((415,) if body else ()), 422, 429, 503, 504, *extra):
         out[status] = {"model": ErrorBody}
+        if status in ERROR_DESCRIPTIONS:
+            out[status]["description"] = ERROR_DESCRIPTIONS[status]
     return out

@@ -490,14 +490,20 @@ def test_malformed_json_names_the_body_and_the_character(client) -> None:
 
 
 def test_json_sent_as_text_says_to_send_it_as_json(client) -> None:
+    """415, as a charset other than UTF-8 is (it was 422 while the charset was 415), naming the
+    type sent and the one to send."""
     # "json" in the name is not enough: FastAPI reads application/json and application/*+json only
     for kind in ("text/plain", "application/x-www-form-urlencoded", "text/json", "application/jsonx",
                  "application/x-ndjson"):
         resp = client.post("/v1/route", content=b'{"query": "q"}', headers={"content-type": kind})
-        msg = error_message(resp, 422, "validation_error")
-        assert kind in msg and "Content-Type: application/json" in msg and resp.json()["error"]["param"] == "body"
-    msg = error_message(client.post("/v1/route", content=b'{"query": "q"}'), 422, "validation_error")
-    assert msg.startswith("body: sent without a Content-Type") and "application/json" in msg
+        msg = error_message(resp, 415, "unsupported_media_type")
+        assert msg.startswith(f"body: sent as Content-Type {kind!r}, which this endpoint does not read; send the "
+                              "JSON object with 'Content-Type: application/json'"), msg
+        assert resp.json()["error"]["param"] == "body" and resp.json()["error"]["code"] == "content_type"
+        assert resp.headers["accept-post"] == "application/json"
+    # none: refused too (this FastAPI does not read it as JSON; older ones guessed), not read one way or another
+    msg = error_message(client.post("/v1/route", content=b'{"query": "q"}'), 415, "unsupported_media_type")
+    assert msg.startswith("body: sent without a Content-Type; send the JSON object with 'Content-Type: application/json'")
     for kind in ("application/json; charset=utf-8", "application/vnd.api+json", "Application/JSON"):
         assert client.post("/v1/route", content=b'{"query": "q"}', headers={"content-type": kind}).status_code == 200
     # an empty body is missing, whatever its type
@@ -721,6 +727,26 @@ def test_openapi_documents_what_the_non_json_routes_send(client) -> None:
     assert "503" in paths["/ready"]["get"]["responses"]
 
 
+def test_openapi_lists_415_where_a_body_is_read(client) -> None:
+    """A body in another media type or charset is 415; /docs listed 400, 413, 422... but not 415.
+    Every operation that takes a body lists it (the error body, what to send), and only those."""
+    spec = client.get("/openapi.json").json()
+    with_body = 0
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            listed = op["responses"]
+            if "requestBody" in op:
+                with_body += 1
+                assert set(op["requestBody"]["content"]) == {"application/json"}, (path, method)
+                assert listed["415"]["content"]["application/json"]["schema"] == {
+                    "$ref": "#/components/schemas/ErrorBody"}, (path, method)
+                assert "Content-Type: application/json" in listed["415"]["description"], (path, method)
+            else:
+                assert "415" not in listed, (path, method)
+            if "422" in listed and path.startswith("/v1/"):
+                assert "control character" in listed["422"]["description"], (path, method)
+    assert with_body == 8  # the POST endpoints
+
 @pytest.mark.parametrize("tokens", [[1, 2], [[1, 2], [3]]])
 def test_token_arrays_are_refused_plainly(client, tokens) -> None:
     """OpenAI takes token ids too; they got the union's noise ('input: Input should be a valid string;
@@ -749,4 +775,4 @@ def test_a_body_parsed_once_still_answers_as_before(client) -> None:
                      headers={"content-type": "application/json"})
     assert ok.status_code == 200 and len(ok.json()["data"]) == 2
     no_type = client.post("/v1/embeddings", content=b'{"input": "a", "input": "b"}')
-    assert error_message(no_type, 422, "validation_error").startswith("body: sent without a Content-Type")
+    assert error_message(no_type, 415, "unsupported_media_type").startswith("body: sent without a Content-Type")

@@ -2,8 +2,8 @@
 gets a battery of bad requests (bodies that are not JSON, not an object, not UTF-8, nested
 10,000 deep; fields of the wrong type, empty, past their limits; unknown and repeated keys;
 the wrong Content-Type or charset; lone surrogates and control characters in every string),
-GET endpoints get bad and repeated query parameters, the static routes odd paths, and the
-image endpoint corrupt files.
+GET endpoints get bad and repeated query parameters, query and path values holding control
+characters, the static routes odd paths, and the image endpoint corrupt files.
 
 Each answer must be a 4xx with the one error body (``{"error": {"message", "type", "param",
 "code"}}``) whose ``param`` names the field at fault and whose message starts with it; never
@@ -164,11 +164,23 @@ MALFORMED = [
     *[(f"charset-{charset}", lambda f: b'{"%s": "x"}' % f, {"content-type": f"application/json; charset={charset}"},
        415, "body", "unsupported_charset", f"body: sent with charset {charset.strip(chr(34))!r}")
       for charset in ("latin-1", "ISO-8859-1", "utf-16", "us-ascii", '"windows-1252"', "")],
-    ("text-plain", lambda f: b'{"%s": "x"}' % f, {"content-type": "text/plain"}, 422, "body", "content_type",
-     "Content-Type: application/json"),
-    ("form", lambda f: b"%s=x" % f, {"content-type": "application/x-www-form-urlencoded"}, 422, "body",
-     "content_type", "Content-Type: application/json"),
-    ("no-content-type", lambda f: b'{"%s": "x"}' % f, {}, 422, "body", "content_type", "without a Content-Type"),
+    # RFC 2231's encoded form, continued, and a second charset parameter: each charset named is checked
+    *[(f"charset*-{said}", lambda f: b'{"%s": "x"}' % f, {"content-type": f"application/json; {params}"},
+       415, "body", "unsupported_charset", f"body: sent with charset {said!r}")
+      for params, said in (("charset*=utf-8''latin-1", "latin-1"), ("charset*=UTF-8'en'us-ascii", "us-ascii"),
+                           ("charset*0*=utf-8''utf; charset*1=-16", "utf-16"), ("charset*=utf-8''", ""),
+                           ("charset=utf-8; charset*=utf-8''latin-1", "latin-1"),
+                           ("charset*=utf-8''utf-8; charset=latin-1", "latin-1"),
+                           ("charset=utf-8; charset=windows-1252", "windows-1252"))],
+    # a type FastAPI does not read as JSON, or none, is 415 as a charset is (it was 422 content_type)
+    *[(f"type-{kind or 'none'}", lambda f: b'{"%s": "x"}' % f, {"content-type": kind} if kind else {}, 415, "body",
+       "content_type", "body: sent " + (f"as Content-Type {kind!r}, which this endpoint does not read" if kind
+                                        else "without a Content-Type") + "; send the JSON object with 'Content-Type: "
+       "application/json'")
+      for kind in ("text/plain", "text/json", "application/x-ndjson; charset=utf-8",
+                   "multipart/form-data; boundary=x", "")],
+    ("form", lambda f: b"%s=x" % f, {"content-type": "application/x-www-form-urlencoded"}, 415, "body",
+     "content_type", "as Content-Type 'application/x-www-form-urlencoded'"),  # what curl -d sends
     ("gzip", lambda f: gzip.compress(b'{"%s": "x"}' % f), {**JSON, "content-encoding": "gzip"}, 422, "body",
      "content_encoding", "compressed bodies are not accepted"),
     ("over-max-body-bytes", lambda f: b'{"%s": "%s"}' % (f, b"x" * LIMITS.max_body_bytes), JSON, 413, "body", None,
@@ -193,7 +205,8 @@ def test_a_utf8_body_with_a_byte_order_mark_or_a_utf8_charset_is_read(client, ap
     """RFC 8259 lets a parser ignore a UTF-8 byte order mark (Python's does); the mark is dropped
     and the body read as without it, on every endpoint, whatever its charset says of UTF-8."""
     utf8 = ["application/json; charset=utf-8", "application/json; charset=UTF-8", 'application/json; charset="utf-8"',
-            "application/json;charset=utf8", "application/json"]
+            "application/json;charset=utf8", "application/json", "application/json; charset*=utf-8''utf-8",
+            "application/json; charset*=''UTF-8", "application/json; charset=utf-8; charset*=us-ascii''utf8"]
     for route in _post_routes(app):
         for i, example in enumerate(_request_examples(app, route.path)):
             headers = {"content-type": utf8[i % len(utf8)]}
@@ -250,6 +263,24 @@ def test_the_empty_and_non_object_bodies_name_the_fields_to_send(client) -> None
     for body in (b"", b"[]"):
         msg = bad(client.post("/v1/rerank", content=body, headers=JSON), "body")["message"]
         assert "query, documents" in msg and "top_n" in msg, msg
+
+
+def test_a_body_of_another_media_type_is_415_saying_what_to_send(client, app) -> None:
+    """A JSON body sent as text/plain, as a form (curl -d) or without a Content-Type was 422 while a
+    wrong charset was 415; every one is 415 now, with the type to send in ``Accept-Post``. An
+    empty body is still the schema's 422 naming the fields, whatever its type."""
+    for route in _post_routes(app):
+        resp = client.post(route.path, content=b"{}", headers={"content-type": "text/plain"})
+        err = bad(resp, "body", status=415, code="content_type")
+        assert err["type"] == "unsupported_media_type" and resp.headers["accept-post"] == "application/json", err
+        charset = client.post(route.path, content=b"{}", headers={"content-type": "application/json; charset=latin-1"})
+        assert bad(charset, "body", status=415)["type"] == "unsupported_media_type"
+        assert charset.headers["accept-post"] == "application/json"
+        for headers in ({}, {"content-type": "text/plain"}, {"content-type": "text/plain; charset=latin-1"}):
+            empty = bad(client.post(route.path, content=b"", headers=headers), "body", status=422, code="missing")
+            assert empty["message"].startswith("body: empty; send one JSON object"), (route.path, headers, empty)
+    assert "accept-post" not in client.post("/v1/rerank", content=b"{}", headers=JSON).headers  # a 422
+    _answers_good_requests(client, app)
 
 
 # ---- fields: unknown, of the wrong type, empty, past their limits ----------------------------------
@@ -478,11 +509,11 @@ def test_bad_query_parameters_name_the_parameter(client) -> None:
     err = bad(client.get("/v1/images/file"), "doc_id", status=422, code="missing")
     assert "query parameter" in err["message"] and "image_id" in err["message"], err
     bad(client.get("/v1/images/file?doc_id=a"), "image_id", status=422)
-    for query in ("doc_id=&image_id=", "doc_id=%00&image_id=%00", "doc_id=%ff&image_id=%fe",
+    for query in ("doc_id=&image_id=", "doc_id=%7f&image_id=%c2%85", "doc_id=%ff&image_id=%fe",
                   "doc_id=../../etc/passwd&image_id=x", "doc_id=a&image_id=b%",
                   f"doc_id={'x' * 20_000}&image_id={'y' * 20_000}"):  # bad() checks the message's length
         bad(client.get(f"/v1/images/file?{query}"), "image_id", status=404, code="image_not_found")
-    for model in ("%00", "%ff", "..%2f..%2fetc%2fpasswd", "x" * 20_000):
+    for model in ("%7f", "%ff", "..%2f..%2fetc%2fpasswd", "x" * 20_000):
         bad(client.get(f"/v1/models/{model}"), "model", status=404, code="model_not_found")
     for path in ("/health?x=%00", "/ready?%ff", "/openapi.json?%", "/?q=%ff"):
         assert client.get(path).status_code == 200, path
@@ -501,6 +532,62 @@ def _query_routes(app) -> list[tuple[APIRoute, list[str]]]:
             if names:
                 out.append((route, names))
     return out
+
+
+def _path_routes(app) -> list[tuple[APIRoute, list[str]]]:
+    """(route, its path parameters) of every route that takes path parameters."""
+    return [(r, [p.alias for p in r.dependant.path_params]) for r in app.routes
+            if isinstance(r, APIRoute) and r.dependant.path_params]
+
+
+def _with_param(route: APIRoute, query: list[str], name: str, value: str) -> str:
+    """A URL of ``route`` with ``value`` (already %-encoded) for ``name``, "x" for its other
+    query parameters, "x" for its path parameters."""
+    path = route.path_format
+    for p in route.dependant.path_params:
+        path = path.replace("{" + p.alias + "}", value if p.alias == name else "x")
+    params = [f"{q}={value if q == name else 'x'}" for q in query]
+    return path + ("?" + "&".join(params) if params else "")
+
+
+@pytest.mark.parametrize("value, at, code", [("%00", 0, 0x00), ("a%1Bb", 1, 0x1B), ("ab%01", 2, 0x01),
+                                             ("%08", 0, 0x08), ("x%0Bx", 1, 0x0B), ("%1F", 0, 0x1F)])
+def test_a_control_character_in_a_query_or_path_value_is_422_naming_it(client, app, value, at, code) -> None:
+    """``?doc_id=%00`` and ``/v1/models/%00`` were looked up and ended in a 404 that did not say
+    why; a body's string holding the same character is refused (the same rule and wording)."""
+    routes = [(r, q, q) for r, q in _query_routes(app)] + [(r, p, []) for r, p in _path_routes(app)]
+    assert {r.path for r, _, _ in routes} == {"/v1/images/file", "/v1/models/{model:path}"}  # a new one is swept too
+    for route, names, query in routes:
+        method = next(iter(route.methods - {"HEAD"}))
+        for name in names:
+            err = bad(client.request(method, _with_param(route, query, name, value)), name, status=422,
+                      code="control_character")
+            assert err["message"] == (f"{name}: character {at} is the control character U+{code:04X} (%{code:02X} in "
+                                      "a URL), which is not text; remove it (tab, newline and carriage return are "
+                                      "the only control characters a text may hold)"), err
+
+
+def test_tab_newline_del_and_c1_in_a_query_or_path_value_are_read(client, app) -> None:
+    """As in a body: tab, newline, carriage return, DEL and the C1 controls are text; the value
+    is looked up (and not found: 404 naming it). A parameter the route does not read is ignored."""
+    for value in ("a%09b", "%0A", "a%0D%0A", "%7F", "%C2%85", "%C2%9F"):
+        bad(client.get(f"/v1/images/file?doc_id={value}&image_id={value}"), "image_id", status=404,
+            code="image_not_found")
+        bad(client.get(f"/v1/models/{value}"), "model", status=404, code="model_not_found")
+    assert client.get("/health?x=%00").status_code == 200
+    bad(client.get("/v1/images/file?doc_id=a&image_id=b&unknown=%00"), "image_id", status=404)
+
+
+def test_a_control_character_in_a_url_is_refused_over_a_socket(app) -> None:
+    """The same through uvicorn, which decodes the path itself (TestClient's transport does not
+    parse a request line)."""
+    with LoopbackServer(app, lifespan="off") as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        for target, param in (("/v1/models/a%00b", "model"), ("/v1/images/file?doc_id=%1b&image_id=x", "doc_id")):
+            conn.request("GET", target)
+            resp = conn.getresponse()
+            err = json.loads(resp.read())["error"]
+            assert resp.status == 422 and err["param"] == param and err["code"] == "control_character", (target, err)
 
 
 def test_a_repeated_query_parameter_is_422_naming_it(client, app) -> None:
