@@ -390,6 +390,44 @@ def written_files(folder: Path) -> WrittenFiles | None:
     return record if record.hashes else None
 
 
+def unreadable_record(folder: Path) -> str | None:
+    """What keeps ``folder``'s :data:`WRITTEN_RECORD` from telling the files its export wrote,
+    to follow its path in a message (``"is not valid JSON (...: line 2 column 1 (char 23))"``,
+    ``"names no file"``); None when it tells them, or is absent (an export older than the
+    record: :func:`written_files`)."""
+    path = folder / WRITTEN_RECORD
+    if not path.exists():
+        return None
+    problem = json_object_problem(path)
+    if problem is not None:
+        return problem
+    if written_files(folder) is not None:
+        return None
+    return "names no file" if not json.loads(path.read_text(encoding="utf-8")) else "does not map each file to its sha256"
+
+
+def check_record_readable(out: str | Path) -> None:
+    """Refuse an export ``--out`` whose :data:`WRITTEN_RECORD` cannot be read
+    (:func:`unreadable_record`): without it nothing tells which files there the export wrote,
+    and the record itself would count as a file of someone else's; ``--force`` does not skip
+    this (it replaces an edited manifest, never a file the export may not have written).
+
+    Raises:
+        ValidationError: naming the record, what is wrong with it (a JSON error with its line
+            and column) and the fix; nothing is touched.
+    """
+    out = Path(out)
+    if not out.is_dir() or out.is_symlink():
+        return
+    problem = unreadable_record(out)
+    if problem is not None:
+        raise ValidationError(
+            f"export --out {out}: {out / WRITTEN_RECORD}, the export's record of the files it wrote there, {problem}: "
+            "nothing tells which files in the folder the export wrote, so nothing was replaced. Delete that record "
+            "(the bundle's files are then known by its manifest.json, as an older export's) and export again, or "
+            "give another --out")
+
+
 # the manifest's own check, written in it: what tells an edit where WRITTEN_RECORD is gone
 MANIFEST_DIGEST = "manifest_sha256"
 
@@ -457,7 +495,8 @@ def unreadable_manifest(folder: Path) -> str | None:
 def check_manifest_unedited(out: str | Path) -> None:
     """Refuse an export ``--out`` whose manifest.json was edited since the export wrote it
     (:func:`edited_manifest`), or cannot be read with nothing to show the export wrote it so
-    (:func:`unreadable_manifest`), before any work; ``--force`` skips this check.
+    (:func:`unreadable_manifest`), before any work; ``--force`` skips this check, not the one of
+    its :data:`WRITTEN_RECORD` made first (:func:`check_record_readable`).
 
     Raises:
         ValidationError: naming the file, the edit or the JSON error (line and column), and the
@@ -466,6 +505,7 @@ def check_manifest_unedited(out: str | Path) -> None:
     out = Path(out)
     if not out.is_dir() or out.is_symlink():
         return
+    check_record_readable(out)  # here too: the command line checks every bundle before any export
     problem = unreadable_manifest(out)
     if problem is not None:
         raise ValidationError(
@@ -495,7 +535,8 @@ def check_bundle_out(out: str | Path, writes: Iterable[str] = (), force: bool = 
     :data:`WRITTEN_RECORD` names; in an older bundle without one, those its manifest lists, or
     (its manifest unreadable) :func:`bundle_layout_files` with ``writes``, the ``tokenizer/``
     and ``torch/`` files this export writes. Anything else (a user's ``tokenizer/notes.json``)
-    is refused, named.
+    is refused, named; so is a bundle whose record cannot be read, with or without ``force``,
+    named as that (:func:`check_record_readable`).
 
     Raises:
         ValidationError: naming what is there and the fix; nothing is touched.
@@ -512,6 +553,7 @@ def check_bundle_out(out: str | Path, writes: Iterable[str] = (), force: bool = 
             return bundle_layout_files(folder, writes)
         return {str(Path(rel)) for rel in manifest.get("files") or {}} | {MANIFEST}
 
+    check_record_readable(out)  # else check_replaceable names the record as a file of someone else's
     check_replaceable(out, label="export --out", kind="bundle", listed=listed, replace=True, replace_hint="")
     if not force:
         check_manifest_unedited(out)
@@ -818,8 +860,8 @@ def export_embedder(out: str | Path, model: str = "default", opts: ExportOptions
 
 
 __all__ = ["BUNDLE_GRAPHS", "ExportOptions", "MANIFEST_DIGEST", "ModelSource", "ParityThresholds", "bundle_heldout", "bundle_layout_files", "convert_graph",
-           "edited_manifest", "unreadable_manifest", "embedder_source", "flat_numbers", "heldout_metrics",
-           "calibration_feeds", "check_bundle_out", "check_manifest_unedited", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
+           "edited_manifest", "unreadable_manifest", "unreadable_record", "embedder_source", "flat_numbers", "heldout_metrics",
+           "calibration_feeds", "check_bundle_out", "check_manifest_unedited", "check_record_readable", "check_run_unchanged", "damaged_run_fix", "export_bundle", "export_embedder", "export_graph", "export_run", "find_runs",
            "graph_signature",
            "heldout_groups", "heldout_texts", "kendall_tau", "manifest_digest", "optimize_graph", "parity_check", "run_files_state",
            "run_source", "torch_files", "written_files"]

@@ -678,11 +678,14 @@ def check_out_path(out: str | Path, *, overwrite: bool = False, label: str = "in
         if unreadable:
             # an index keeps no record of the manifest it wrote: an unreadable one may be a hand
             # edit gone wrong, so only --force replaces it, and the message says where to repair it
-            path = Path(out) / "manifest.json"
-            problem = json_object_problem(path) if path.is_file() else None
-            what = problem or "is corrupt or missing"
+            what = manifest_fault(out) or "cannot be read"
             rebuild = "pass --force to rebuild it from the corpus"
-            fix = f"Repair the JSON where it says, or {rebuild}" if problem else rebuild.capitalize()
+            if what == "is missing":
+                fix = rebuild.capitalize()
+            elif json_object_problem(Path(out) / "manifest.json") is not None:
+                fix = f"Repair the JSON where it says, or {rebuild}"
+            else:  # reads as JSON, fails the index checks: a hand edit, or a newer searchsmith's
+                fix = f"Restore what was changed, or {rebuild}"
             return (f"holds a searchsmith index whose manifest.json {what} (neither --add nor --repair can work "
                     f"without it); nothing was replaced. {fix}")
         m = manifests[-1]
@@ -1098,6 +1101,36 @@ def manifest_problems(manifest: dict[str, Any]) -> list[str]:
     if "config" not in manifest:
         out.append("config: missing")
     return out
+
+
+def manifest_fault(index_dir: str | Path) -> str | None:
+    """What keeps the manifest.json of ``index_dir`` from being read as an index's, to follow
+    its path in a message: ``"is missing"``, ``"is not valid JSON (Expecting ',' delimiter: line
+    3 column 5 (char 31))"``, ``"is not a searchsmith index manifest (its "format" is 'mine',
+    ...)"``, ``"was edited or damaged (documents: expected an int >= 0, got -1)"``, a newer
+    format version, or settings this searchsmith refuses; None when :func:`read_manifest` reads
+    it. Unlike the loader's message, it carries no fix: the caller knows whose file it is."""
+    path = Path(index_dir) / "manifest.json"
+    if not path.is_file():
+        return "is missing"
+    problem = json_object_problem(path)
+    if problem is not None:
+        return problem
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("format") != INDEX_FORMAT:
+        return (f"is not a searchsmith index manifest (its \"format\" is {manifest.get('format')!r:.40}, expected "
+                f"{INDEX_FORMAT!r})")
+    problems = manifest_problems(manifest)
+    if problems:
+        return f"was edited or damaged ({'; '.join(problems[:3])})"
+    if int(manifest.get("format_version", 0)) > INDEX_FORMAT_VERSION:
+        return (f"is of format version {manifest['format_version']}, newer than this searchsmith reads "
+                f"({INDEX_FORMAT_VERSION})")
+    try:
+        from_dict(IndexConfig, manifest["config"], source=f"{path}:config")
+    except ConfigError as exc:
+        return f"holds settings this searchsmith refuses ({exc})"
+    return None
 
 
 def verify_files(manifest: dict[str, Any], index_dir: Path, *, checksums: bool = True) -> None:

@@ -30,8 +30,12 @@ its line says why; a bundle or the index that fails its sha256 (the check their 
 exported again, or repaired (rebuilt from the demo corpus when its manifest is missing or its
 chunk store is the damage). A bundle whose manifest.json its user edited (thresholds, gates) is
 reused as edited; one that must be exported again stops the quickstart before it trains or
-exports, naming the file, as does a bundle's or the index's manifest.json that is not valid JSON
-with nothing to show searchsmith wrote it so (a hand edit gone wrong looks the same as damage).
+exports, naming the file, as does a bundle's manifest.json that is not valid JSON with nothing to
+show searchsmith wrote it so (a hand edit gone wrong looks the same as damage). The index is
+rebuilt over its manifest.json only when that is missing or still the one the quickstart wrote
+(its sha256 is kept in the work folder's ``.searchsmith-written.json``); one that is not valid
+JSON, or fails the index checks, stops the quickstart before it trains, and a chunk store to
+rebuild beneath it stops the index step, each naming the file and the fix.
 """
 
 from __future__ import annotations
@@ -453,24 +457,61 @@ def _check_edited_manifests(bundles: dict[str, Path], why_again: Callable[[str],
                           "your edits into it), or use another --workdir")
 
 
-def _check_index_manifest(index_dir: Path, before: str) -> None:
-    """Refuse to rebuild the quickstart's index over a manifest.json that cannot be read: an index
-    keeps no record of what searchsmith wrote, so nothing tells damage from a hand edit gone
-    wrong, and the quickstart has no ``--force`` (``searchsmith index --force`` has). A missing
-    manifest (nothing of the user's to lose) is rebuilt by :func:`_mend_index` as before.
+def _index_manifest_is_ours(index_dir: Path, record: Path) -> bool:
+    """Whether the index's manifest.json is still the one the quickstart wrote: its sha256 is
+    the one kept in the work folder's ``record`` (:class:`~searchsmith.models.io.WrittenFiles`).
+    An index keeps no record of its own (its folder holds only files a build writes), and a
+    manifest that reads as JSON but fails the index checks may be a hand edit."""
+    from searchsmith.models.io import WrittenFiles
+
+    return WrittenFiles.read(record).state(index_dir / "manifest.json") == "ours"
+
+
+def _keep_index_manifest(index_dir: Path, record: Path) -> None:
+    """Record the sha256 of the index manifest.json the quickstart just wrote."""
+    from searchsmith.models.io import WrittenFiles, sha256_file
+
+    files = WrittenFiles.read(record)
+    files.add(index_dir / "manifest.json", sha256_file(index_dir / "manifest.json"))
+    files.save()
+
+
+def _not_ours(record: Path) -> str:
+    return (f"nothing shows that searchsmith wrote it so (the quickstart keeps the sha256 of the index manifest it "
+            f"writes in {record})")
+
+
+def _rebuild_fix(index_dir: Path, first: bool = False) -> str:
+    return (f"{'R' if first else 'r'}ebuild the index over it: searchsmith index {demo_corpus()} --out {index_dir} "
+            "--force (copy what you changed first), or use another --workdir")
+
+
+def _check_index_manifest(index_dir: Path, record: Path, before: str) -> None:
+    """Refuse to rebuild the quickstart's index over a manifest.json that does not read as an
+    index's (not valid JSON, another ``format``, fields edited or damaged:
+    :func:`~searchsmith.serving.index.manifest_fault`) unless it is still the one the quickstart
+    wrote (:func:`_index_manifest_is_ours`; an older searchsmith's, say): else nothing tells
+    damage from a hand edit, and the quickstart has no ``--force`` (``searchsmith index --force``
+    has). A missing manifest (nothing of the user's to lose) is rebuilt by :func:`_mend_index`.
 
     Raises:
-        ConfigError: naming the file, its JSON error (line and column) and the fix.
+        ConfigError: naming the file, what is wrong with it (a JSON error with its line and
+            column) and the fix.
     """
     from searchsmith.models.io import json_object_problem
+    from searchsmith.serving.index import manifest_fault
 
     manifest = index_dir / "manifest.json"
-    problem = json_object_problem(manifest) if manifest.is_file() else None
-    if problem is not None:
-        raise ConfigError(f"quickstart: {manifest} {problem}; nothing shows that searchsmith wrote it so (a hand "
-                          "edit gone wrong, or damage), and rebuilding the index would replace it, so the quickstart "
-                          f"stopped before {before}. Repair the JSON where it says, or rebuild the index over it: "
-                          f"searchsmith index {demo_corpus()} --out {index_dir} --force, or use another --workdir")
+    if not manifest.is_file():
+        return
+    problem = manifest_fault(index_dir)
+    if problem is None or _index_manifest_is_ours(index_dir, record):
+        return
+    repair = ("Repair the JSON where it says" if json_object_problem(manifest) is not None
+              else "Restore what you changed")
+    raise ConfigError(f"quickstart: {manifest} {problem}; {_not_ours(record)}: it may be an edit of yours, or damage, "
+                      f"and rebuilding the index would replace it, so the quickstart stopped before {before}. "
+                      f"{repair}, or {_rebuild_fix(index_dir)}")
 
 
 def _index_problem(index_dir: Path) -> str | None:
@@ -486,22 +527,43 @@ def _index_problem(index_dir: Path) -> str | None:
     return None
 
 
-def _mend_index(index_dir: Path, say: Any) -> None:
-    """Repair the quickstart's damaged index (``index --repair``: from its own vectors and chunk
-    store); what the repair cannot mend (its manifest, its chunk store) is rebuilt from the demo
-    corpus over it, as ``--force`` does (a file of the user's in the folder is refused)."""
-    from searchsmith.models.errors import BundleError
+def _build_index(index_dir: Path, record: Path, say: Any, overwrite: bool = False) -> None:
+    """Index the demo corpus into ``index_dir``, and record the manifest written."""
     from searchsmith.serving.corpus import read_corpus
     from searchsmith.serving.index import IndexConfig, build_index
+
+    build_index(read_corpus(demo_corpus()), index_dir, IndexConfig(), overwrite=overwrite, show_progress=True,
+                report=say)
+    _keep_index_manifest(index_dir, record)
+
+
+def _mend_index(index_dir: Path, record: Path, say: Any) -> None:
+    """Repair the quickstart's damaged index (``index --repair``: from its own vectors and chunk
+    store); what the repair cannot mend (its manifest, its chunk store) is rebuilt from the demo
+    corpus over it, as ``--force`` does (a file of the user's in the folder is refused), when
+    its manifest.json is missing or still the one the quickstart wrote.
+
+    Raises:
+        ConfigError: the index must be rebuilt over a manifest.json the quickstart cannot show
+            it wrote (it may hold the user's edits: tuned search settings), naming it and the fix.
+    """
+    from searchsmith.models.errors import BundleError
     from searchsmith.serving.index_repair import repair_index
 
+    manifest = index_dir / "manifest.json"
+    ours = _index_manifest_is_ours(index_dir, record)
     try:
         repair_index(index_dir, report=say)
-        return
     except BundleError as exc:
+        if manifest.is_file() and not ours:
+            raise ConfigError(f"quickstart: {index_dir} must be rebuilt from the demo corpus ({exc}), which would "
+                              f"replace {manifest}, and {_not_ours(record)}: it may hold an edit of yours, so nothing "
+                              f"was rebuilt. {_rebuild_fix(index_dir, first=True)}") from None
         say(f"{exc}\n      rebuilding {index_dir} from the demo corpus {demo_corpus()}")
-    build_index(read_corpus(demo_corpus()), index_dir, IndexConfig(), overwrite=True, show_progress=True,
-                report=say)
+        _build_index(index_dir, record, say, overwrite=True)
+        return
+    if ours:  # the repair rewrote the quickstart's own manifest (its files' sha256)
+        _keep_index_manifest(index_dir, record)
 
 
 def write_configs(work: Path, index_dir: Path, bundles: dict[str, Path]) -> list[Written]:
@@ -576,9 +638,8 @@ def _positive_int(text: str) -> int:
 
 def run_quickstart(args: argparse.Namespace) -> int:
     from searchsmith.models.export import edited_manifest
-    from searchsmith.models.io import check_parents_are_folders
-    from searchsmith.serving.corpus import read_corpus
-    from searchsmith.serving.index import IndexConfig, build_index, read_manifest
+    from searchsmith.models.io import WRITTEN_RECORD, check_parents_are_folders
+    from searchsmith.serving.index import read_manifest
     from searchsmith.serving.pipeline.cli import format_answer
     from searchsmith.serving.pipeline.config import load_pipeline_config
     from searchsmith.serving.pipeline.gates import gate_report
@@ -616,7 +677,8 @@ def run_quickstart(args: argparse.Namespace) -> int:
         return _export_reason(bundles[name], work / "runs" / name if name in plans else None)
 
     _check_edited_manifests(bundles, why_again, "training or exporting anything")
-    _check_index_manifest(index_dir, "training or exporting anything")
+    index_record = work / WRITTEN_RECORD  # where the sha256 of the index manifest it writes is kept
+    _check_index_manifest(index_dir, index_record, "training or exporting anything")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n = len(MODELS) + 4
@@ -669,13 +731,12 @@ def run_quickstart(args: argparse.Namespace) -> int:
     if present and problem is None:
         print(f"[{i + 1}/{n}] index: reusing {index_dir}", flush=True)
     elif present:
-        _check_index_manifest(index_dir, "mending the index")  # made unreadable during the training
+        _check_index_manifest(index_dir, index_record, "mending the index")  # edited during the training
         print(f"[{i + 1}/{n}] index: {index_dir} is damaged, mending it: {problem}", flush=True)
-        _mend_index(index_dir, lambda line: print(f"      {line}", flush=True))
+        _mend_index(index_dir, index_record, lambda line: print(f"      {line}", flush=True))
     else:
         print(f"[{i + 1}/{n}] index: the demo corpus {demo_corpus()} -> {index_dir}", flush=True)
-        build_index(read_corpus(demo_corpus()), index_dir, IndexConfig(), show_progress=True,
-                    report=lambda line: print(f"      {line}", flush=True))
+        _build_index(index_dir, index_record, lambda line: print(f"      {line}", flush=True))
     m = read_manifest(index_dir)
     print(f"      {m['documents']} documents, {m['chunks']} chunks, sources: {', '.join(sorted(m['sources']))}")
 

@@ -573,6 +573,53 @@ def test_a_bundles_own_files_are_exactly_those_its_export_wrote(tmp_path) -> Non
     assert _manifest(out)["task"] == "rerank" and not (out / "torch").exists()
 
 
+def test_an_unreadable_written_record_is_named_as_such(tmp_path, monkeypatch, capsys) -> None:
+    """A bundle whose .searchsmith-written.json could not be read was refused as 'holds 1 file(s)
+    the bundle did not write (.searchsmith-written.json)': safe (nothing tells which files the
+    export wrote) but it named the export's own record as a file of the user's. The refusal now
+    says the record is unreadable, its JSON error, and the fix; the command line says it before
+    any export, and the export runs once the record is gone."""
+    from searchsmith.models.errors import ValidationError
+    from searchsmith.models.export import check_bundle_out, unreadable_record
+    from searchsmith.serving.main import main
+    from searchsmith.training import export_cli
+
+    run = rerank_run()
+    out = tmp_path / "b"
+    shutil.copytree(bundle("rerank"), out)
+    record = out / WRITTEN_RECORD
+    assert unreadable_record(out) is None
+    for text, what in (('{"manifest.json": "ab"\n', r"is not valid JSON \(Expecting ',' delimiter: line 2 column 1 "
+                                                      r"\(char 23\)\)"),
+                       ('["manifest.json"]', r"holds a JSON list, not an object"),
+                       ('{"manifest.json": 1}', r"does not map each file to its sha256"),
+                       ("{}", r"names no file")):
+        record.write_text(text)
+        assert unreadable_record(out) is not None
+        refusal = (rf"export --out {out}: {record}, the export's record of the files it wrote there, {what}: nothing "
+                   r"tells which files in the folder the export wrote, so nothing was replaced\. Delete that record "
+                   r"\(the bundle's files are then known by its manifest.json, as an older export's\) and export "
+                   r"again, or give another --out")
+        for force in (False, True):  # --force replaces an edited manifest, never an unknown file
+            with pytest.raises(ValidationError, match=refusal):
+                check_bundle_out(out, force=force)
+        assert record.read_text() == text
+    with pytest.raises(ValidationError, match=r"record of the files it wrote there, names no file"):
+        export_run(run, out, ExportOptions(heldout_limit=0))
+
+    monkeypatch.setattr(export_cli, "export_run", lambda *a, **k: pytest.fail("exported"))
+    assert main(["export", str(run), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{record}, the export's record of the files it wrote there, names no file" in err
+    assert "did not write" not in err and record.read_text() == "{}"
+    monkeypatch.undo()
+
+    record.unlink()  # the fix
+    export_run(run, out, ExportOptions(heldout_limit=0))
+    assert _manifest(out)["task"] == "rerank" and unreadable_record(out) is None
+    assert json.loads(record.read_text())["manifest.json"] == sha256_file(out / "manifest.json")
+
+
 def test_a_manifest_edited_since_the_export_is_kept_without_force(tmp_path, monkeypatch, capsys) -> None:
     """Exporting again into a bundle replaced its manifest.json even when its user had edited it
     since (hand-tuned thresholds or gates): refused before any work, naming the file and the fix,

@@ -3,6 +3,8 @@ index at all when it holds none (it was told to "rebuild the index", which the b
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from searchsmith.models.errors import BundleError, ValidationError
 from searchsmith.serving.index import read_manifest
@@ -399,13 +401,24 @@ def test_a_corrupt_manifest_says_the_command_that_rebuilds(small_index, tmp_path
                                               "rebuild it from the corpus"):
         check_out_path(out)
     (out / "manifest.json").rename(tmp_path / "manifest.json")
-    with pytest.raises(ValidationError, match="whose manifest.json is corrupt or missing .*Pass --force to rebuild"):
+    with pytest.raises(ValidationError, match=r"whose manifest.json is missing \(neither .*nothing was replaced\. "
+                                              "Pass --force to rebuild"):
         check_out_path(out)
     (tmp_path / "manifest.json").rename(out / "manifest.json")
     check_out_path(out, overwrite=True)  # accepted: every file in it is one a build writes
     (out / "manifest.json").write_text('{"format": "something-else"}')
     with pytest.raises(BundleError, match=f"not a searchsmith index manifest; rebuild .*{fix}"):
         read_manifest(out)
+    # valid JSON that fails the index checks was 'corrupt or missing': what is wrong, named
+    with pytest.raises(ValidationError, match=r"whose manifest.json is not a searchsmith index manifest \(its "
+                                              r"\"format\" is 'something-else', expected 'searchsmith-index'\) "
+                                              r".*nothing was replaced\. Restore what was changed, or pass --force"):
+        check_out_path(out)
+    good = json.loads((small_index / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**good, "chunks": "many"}))
+    with pytest.raises(ValidationError, match=r"whose manifest.json was edited or damaged \(chunks: expected an int "
+                                              r">= 0, got 'many'\) .*Restore what was changed, or pass --force"):
+        check_out_path(out)
     check_out_path(out, overwrite=True)
 
 

@@ -384,3 +384,85 @@ def _embedder_only_quickstart(monkeypatch, small_index: Path, minilm_embed_bundl
     monkeypatch.setattr(export, "export_embedder", fake_export)
     monkeypatch.setattr(quickstart, "demo_corpus", lambda: small_index.parent / "corpus.jsonl")
     return exports
+
+
+def test_quickstart_rebuilds_an_index_manifest_only_where_it_wrote_it(tmp_path, monkeypatch, small_index, capsys,
+                                                                      minilm_embed_bundle) -> None:
+    """An index manifest.json that reads as JSON but fails the index checks (another "format",
+    a field of the wrong type) was rebuilt from the demo corpus over it: a hand edit was lost,
+    though an index keeps no record of the manifest it wrote. The quickstart now keeps the
+    sha256 of each index manifest it writes in the work folder's record: one still as it wrote
+    it (an older searchsmith's, say) is rebuilt as before; any other stops it before any work,
+    naming the file, what is wrong and the fix, and so does a chunk store to rebuild beneath a
+    manifest it did not write."""
+    from searchsmith.models.io import WrittenFiles, sha256_file
+    from searchsmith.serving.index import read_manifest
+    from searchsmith.serving.main import main
+
+    exports = _embedder_only_quickstart(monkeypatch, small_index, minilm_embed_bundle)
+    work = tmp_path / "w"
+    index = work / "indexes" / "demo"
+    manifest = index / "manifest.json"
+    shutil.copytree(small_index, index)  # an index of the quickstart's folder that it did not build
+    assert main(["quickstart", "--workdir", str(work)]) == 0 and len(exports) == 1
+    assert "indexes/demo/manifest.json" not in json.loads((work / WRITTEN_RECORD).read_text())
+    capsys.readouterr()
+    rebuild = f"searchsmith index {small_index.parent / 'corpus.jsonl'} --out {index} --force"
+    good = manifest.read_text()
+
+    for edit, what in ((lambda m: {**m, "format": "mine"}, "is not a searchsmith index manifest (its \"format\" is "
+                                                           "'mine', expected 'searchsmith-index')"),
+                       (lambda m: {**m, "documents": -1}, "was edited or damaged (documents: expected an int >= 0, "
+                                                          "got -1)")):
+        edited = json.dumps(edit(json.loads(good)), indent=1)
+        manifest.write_text(edited)
+        assert main(["quickstart", "--workdir", str(work)]) == 1
+        err = capsys.readouterr().err
+        assert (f"quickstart: {manifest} {what}; nothing shows that searchsmith wrote it so (the quickstart keeps "
+                f"the sha256 of the index manifest it writes in {work / WRITTEN_RECORD})") in err
+        assert (f"stopped before training or exporting anything. Restore what you changed, or rebuild the index "
+                f"over it: {rebuild} (copy what you changed first), or use another --workdir") in err
+        assert manifest.read_text() == edited and len(exports) == 1
+    manifest.write_text(good)
+
+    # the chunk store damaged: the repair cannot mend it, and the rebuild would replace the manifest
+    store = index / "chunks.sqlite"
+    store_bytes = store.read_bytes()
+    store.write_bytes(store_bytes[:100])
+    assert main(["quickstart", "--workdir", str(work)]) == 1
+    err = capsys.readouterr().err
+    assert (f"quickstart: {index} must be rebuilt from the demo corpus (index --repair {index}: the chunk store "
+            "(chunks.sqlite) is missing or corrupt") in err
+    assert (f"which would replace {manifest}, and nothing shows that searchsmith wrote it so (the quickstart keeps "
+            f"the sha256 of the index manifest it writes in {work / WRITTEN_RECORD})") in err
+    assert f"nothing was rebuilt. Rebuild the index over it: {rebuild} (copy what you changed first)" in err
+    assert manifest.read_text() == good and store.read_bytes() == store_bytes[:100]
+
+    manifest.unlink()  # missing: nothing of the user's to lose, rebuilt, and its sha256 kept
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "manifest.json is missing" in out and f"rebuilding {index} from the demo corpus" in out
+    assert json.loads((work / WRITTEN_RECORD).read_text())["indexes/demo/manifest.json"] == sha256_file(manifest)
+
+    # the quickstart's own: its chunk store damaged, rebuilt silently
+    store.write_bytes(store.read_bytes()[:100])
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "the chunk store (chunks.sqlite) is missing or corrupt" in out and f"rebuilding {index}" in out
+    assert read_manifest(index)["documents"] == read_manifest(small_index)["documents"]
+
+    # the quickstart's own manifest that this searchsmith refuses (an older one's): rebuilt
+    older = json.loads(manifest.read_text())
+    del older["config"]
+    manifest.write_text(json.dumps(older))
+    record = WrittenFiles.read(work / WRITTEN_RECORD)
+    record.add(manifest, sha256_file(manifest))
+    record.save()
+    assert main(["quickstart", "--workdir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "manifest.json was edited or damaged (config: missing)" in out and f"rebuilding {index}" in out
+    assert "config" in read_manifest(index) and len(exports) == 1
+    assert json.loads((work / WRITTEN_RECORD).read_text())["indexes/demo/manifest.json"] == sha256_file(manifest)
+
+    assert main(["quickstart", "--workdir", str(work)]) == 0  # intact: reused
+    assert f"index: reusing {index}" in capsys.readouterr().out
