@@ -512,6 +512,7 @@ AnswerKind = Literal["DATE", "NUM", "ENT", "YESNO", "CHOICE", "OTHER"]
 MEASURE_WORDS = frozenset("""
 value port price cost fee fees temperature uptime percentage percent share number amount size
 length duration population height weight age distance speed limit rate capacity salary budget
+revenue income profit turnover funding valuation earnings
 score timeout interval version maximum minimum max min
 """.split())
 _BOUND_WORDS = frozenset("maximum minimum max min".split())  # a quantity: the noun after one names its dimension
@@ -551,7 +552,7 @@ def how_to(question: str) -> tuple[str, str]:
 _NAME_ALONE = r"(?:the\s+)?[A-Z0-9][\w'’&.+-]*(?:\s+(?:of\s+(?:the\s+)?|&\s+|and\s+)?[A-Z0-9][\w'’&.+-]*)*"
 # the nouns a description is asked by ("What are the requirements of X?")
 _DESCRIBED_NOUNS = (r"(?:is|are|was|were)\s+the\s+(?:main\s+)?(requirements?|prerequisites?|steps|limits|limitations|"
-                    r"benefits|advantages|disadvantages|differences|features|options)\b")
+                    r"benefits|advantages|disadvantages|differences|features|options|ingredients|contents|components)\b")
 _DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
                        rf"(?:is|are|was|were|'s)\s+(?:{_NAME_ALONE}|an?\s+[^?]+?)"
                        r"|(?:does|do|did)\s+[^?]+?\s+(?:do|mean)"
@@ -561,6 +562,8 @@ _DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
                        r"(?:hours|opening\s+times|timetable|schedule)\b[^?]*"
                        r"|happen(?:s|ed)?\b[^?]*"
                        r"|caus(?:es|ed|e)\b[^?]*"
+                       r"|(?:is|are|goes|go)\s+in(?:to)?\s+[^?]+"  # "What is in hummus?": what it holds
+                       r"|(?:do|does)\s+[^?]+?\s+need\b[^?]*"  # "What do I need to run X?": its requirements
                        r")\s*\?*\s*$")
 
 
@@ -573,13 +576,25 @@ _DESCRIBED_NOUN = re.compile(rf"^\W*[Ww]hat\s+{_DESCRIBED_NOUNS}", re.I)
 _LABEL = re.compile(r"^\W*([A-Za-z][\w-]*(?:\s+[\w-]+){0,2})\s*:\s+\S")  # "Requirements: a PostgreSQL 13 ...", three words at most
 
 
+# "What is in hummus?", "What goes into a carbonara?": what it holds, on a line labelled so
+_CONTENTS_ASKED = re.compile(r"^\W*what\s+(?:is|are|goes|go)\s+in(?:to)?\s+", re.I)
+_CONTENT_NOUNS = ("ingredients", "contents", "components")
+# "What do I need to run Tidewater?": its requirements, on a line labelled so
+_NEEDS_ASKED = re.compile(r"^\W*what\s+(?:do|does)\s+[^?]+?\s+need\b", re.I)
+_NEEDED_NOUNS = ("requirements", "prerequisites")
+
+
 def labelled_with_asked(question: str, sentence: str) -> bool:
     """Whether ``sentence`` is a line labelled with the noun ``question`` asks a description by
     ("Requirements: a PostgreSQL 13 or newer database ..." for "What are the requirements for
-    running Tidewater?"; :data:`_DESCRIBE`), in any inflection (:func:`fold`)."""
+    running Tidewater?"; :data:`_DESCRIBE`), in any inflection (:func:`fold`); what a thing holds
+    ("What is in hummus?") by its ingredients, contents or components ("Ingredients: ..."), what
+    one needs ("What do I need to run Tidewater?") by its requirements or prerequisites."""
     asked, label = _DESCRIBED_NOUN.match(question.strip()), _LABEL.match(sentence)
-    return asked is not None and label is not None and fold(singular(asked.group(1))) in {
-        fold(singular(w)) for w in re.findall(r"[A-Za-z]+", label.group(1))}
+    nouns = [asked.group(1)] if asked is not None else _CONTENT_NOUNS if _CONTENTS_ASKED.match(question) \
+        else _NEEDED_NOUNS if _NEEDS_ASKED.match(question) else []
+    return bool(nouns) and label is not None and bool({fold(singular(n.lower())) for n in nouns} & {
+        fold(singular(w.lower())) for w in re.findall(r"[A-Za-z]+", label.group(1))})
 
 
 def asks_who(question: str) -> bool:
@@ -672,7 +687,19 @@ RELATION_CUES: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in 
     "owned": "owned owns owner acquired acquires bought",
     "owner": "owned owns owner acquired acquires bought",
     "valid": "valid validity expire expires expired expiry lifetime ttl",
+    # an amount of one kind is stated with its word (not a funding round's "$32 million" for revenue)
+    "revenue": "revenue revenues sales turnover earned earns earnings income",
+    "income": "income earned earns earnings revenue revenues",
+    "profit": "profit profits earned earns earnings",
+    "turnover": "turnover revenue revenues sales",
+    "earnings": "earnings earned earns profit profits income",
+    "salary": "salary salaries paid pays pay earned earns wage wages",
+    "budget": "budget budgets budgeted",
+    "funding": "funding funded raised raises round invested investment",
+    "valuation": "valuation valued",
 }.items()}
+# the amounts a sentence must name by their word or a cue (RELATION_CUES) to answer
+_STATED_AMOUNTS = frozenset("revenue income profit turnover earnings salary budget funding valuation".split())
 
 
 KEYWORD_WORDS = 6  # a query this short without a question word or "?" is keywords ("lumen default port")
@@ -874,7 +901,7 @@ _MEASURED: dict[str, tuple[str, ...]] = {w: dims for words, dims in (
     ("weight heavy mass", ("weight",)),
     ("percentage percent uptime", ("percentage",)),
     ("speed fast", ("speed",)),
-    ("price cost fee fees salary budget revenue", ("money",)),
+    ("price cost fee fees salary budget revenue income profit turnover funding valuation earnings", ("money",)),
     ("port", ("port",)),
     ("version", ("version",)),
 ) for w in words.split()}
@@ -1139,8 +1166,9 @@ def asks_typed(question: str) -> bool:
 def asks_shown_type(question: str) -> bool:
     """Whether ``question`` asks for a type a name shows by itself, wherever it stands: a country
     ("In what country ...?", "Which nation ...?"), or a thing whose name says its kind
-    (:data:`_NAMED_HEADS`: "Which county ...?", "What river ...?")."""
-    return bool((_COUNTRY_HEADS | _NAMED_HEADS | _MONTH_HEADS | _FILE_HEADS) & set(asked_head(question)))
+    (:data:`_NAMED_HEADS`: "Which county ...?", "What river ...?"), a cloud region
+    (:data:`_REGION_ID`: "eu-central")."""
+    return bool((_COUNTRY_HEADS | _NAMED_HEADS | _MONTH_HEADS | _FILE_HEADS | _REGION_HEADS) & set(asked_head(question)))
 
 
 # a head noun's British spelling, as the American one (a question and its sources may spell it either way)
@@ -1173,6 +1201,7 @@ def _fits(sentence: str, s: int, e: int, span: str, head: Sequence[str]) -> bool
         bool(_FILE_HEADS & set(head)) and bool(_FILE_NAME.fullmatch(span))) or (
         bool(_COUNTRY_HEADS & set(head)) and span.lower() in _COUNTRY_NAMES and not demonym(span)) or (
         bool(_MONTH_HEADS & set(head)) and span.lower() in _MONTH_NAMES) or (
+        bool(_REGION_HEADS & set(head)) and bool(_REGION_ID.fullmatch(span))) or (
         quoted and bool(_WORK_HEADS & set(head)))
 
 
@@ -1499,7 +1528,7 @@ def names_asked_version(question: str, sentence: str) -> bool:
 def asked_relation(question: str) -> list[frozenset[str]]:
     """The relations ``question`` asks about (:data:`_HOW_MANY`, :data:`_FINAL_VERB`,
     :data:`_AGENT_ASKED`, each word of a role, :data:`_ROLE_ASKED`, a product's end of life
-    :data:`_LIFE_END`), each as the words a sentence may state it with (its word and its
+    :data:`_LIFE_END`, an amount of one kind :data:`_STATED_AMOUNTS`), each as the words a sentence may state it with (its word and its
     :data:`RELATION_CUES`); [] when it asks none of these. A sentence states it when it holds one
     word of each (:func:`states_relation`)."""
     out: list[frozenset[str]] = []
@@ -1521,6 +1550,10 @@ def asked_relation(question: str) -> list[frozenset[str]]:
     out.extend(ws for ws in said if len(said) > 1 or len(ws) > 1)
     if _LIFE_END.search(question):  # "reaches its end of life on 1 March 2023", not "released Quarry 1.0 on ..."
         out.append(_LIFE_END_WORDS)
+    # an amount of one kind: "What was Harbor & Finch's revenue?" is not answered by "is buying
+    # Brightline Systems for $310 million"
+    out.extend(frozenset({w, *RELATION_CUES[w]}) for w in dict.fromkeys(singular(x) for x in _WORD.findall(
+        question.lower())) if w in _STATED_AMOUNTS)
     counted = _HOW_MANY.search(question)
     if counted and not _DEFAULT.search(question):
         # the counted noun, or the verb after it: "How many people does it serve?" by "Serves 8"
@@ -1691,6 +1724,27 @@ def figure_of_another(question: str, sentence: str) -> str:
     return noun_of.group(1) if said and all(said) else ""
 
 
+# an amount's rate after it: "$45 per month", "$0.05 per GB", "30 euros a month"
+_RATE = re.compile(r"(?:\s+(?:per|each)\s+(?!\d)[\w-]+|\s+an?\s+(?:second|minute|hour|day|week|month|quarter|year)\b)+")
+# a question that says the rate itself: "How much does it cost per month?"
+_RATE_ASKED = re.compile(r"\b(?:per|a|an|each)\s+(?:month|year|week|day|hour)|\b(?:monthly|yearly|annual|hourly|daily)\b",
+                         re.I)
+
+
+def _with_rate(sentence: str, s: int, e: int, question: str) -> int:
+    """The end of the amount at ``sentence[s:e]`` with its rate, when ``question`` does not say
+    it: "$45 per month", "$0.05 per GB", "30 euros a month" (not for "How much ... per month
+    ...?"); ``e`` for a figure that is no amount or has no rate. A qualifier before a figure
+    ("about 2,300") was measured and not kept (serving/profiling/RESULTS.md)."""
+    unit = re.compile(r"\s+" + _UNITS["money"]).match(sentence, e)
+    rate = _RATE.match(sentence, unit.end() if unit else e)
+    money = sentence[s:s + 1] in ("$", "£", "€") or sentence[:s].endswith("$") or unit \
+        or re.search(r"\s" + _UNITS["money"] + "$", sentence[s:e])  # "30 euros", a measured span
+    if rate and money and not _RATE_ASKED.search(question):
+        return rate.end()
+    return e
+
+
 def _clause_of(sentence: str, s: int) -> tuple[int, int]:
     """``(start, end)`` of the clause of ``sentence`` holding offset ``s`` (between
     :data:`_CLAUSE_START` marks)."""
@@ -1777,6 +1831,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
     # a person is asked for: no number answers "Who ...?"; nor a place "Where ...?"
     where = stated and bool(_WHERE.match(question) or _CITY_WHERE.match(question)) and not _WHERE_CODE.search(question)
     labels = labels if fallback and not (kind == "ENT" and (asks_who(question) or where)) else labels[:1]
+    if kind == "NUM" and (set(asked_measure(question)) & set(_UNITS) or _HOW_MANY.search(question)):
+        labels = labels[:1]  # a count or a measure in units: no name answers "How long ...?" nor "How many ...?"
     known = _question_words(question)
     # the initials of the question's names, or of their first words ("PES" of "Pro Evolution
     # Soccer", "T&T" of "Tunnels and Trolls"), which name what the question does
@@ -1916,7 +1972,10 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 k0, k1 = bisect_left(seen, at[0]), bisect_right(seen, at[-1])
                 window = seen[max(0, k0 - near):k1 + near]
                 near_at = [j for j in window if (words[j][1] <= s or words[j][0] >= e) and words[j][2] in asked]
-                nearby = {words[j][2] for j in near_at}
+                # the question's words near it count in its own clause: "Edmond Halley predicted its
+                # return for 1758, and it was last seen near the Sun in 1986" says 1986 was last seen
+                a, b = _clause_of(sentence, s)
+                nearby = {words[j][2] for j in near_at if a <= words[j][0] < b}
                 # a place is what follows "in" / "at": "headquartered in midtown Manhattan"
                 before = [w for _, b, w in words[max(0, at[0] - 2):at[0]] if b <= s]
                 located = place and label == "ENT" and bool(before) and (
@@ -1965,13 +2024,15 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 # "predicted its return for 1758")
                 ahead = TYPE_FIT_WORDS * (lab == "DATE" and future_asked
                                           and bool(_FUTURE.search(_CLAUSE_START.split(sentence[:s])[-1])))
+                if lab == "NUM" and span == sentence[s:e]:
+                    e = _with_rate(sentence, s, e, question)  # "$45 per month"
+                    span = sentence[s:e]
                 found.append((-len(nearby) - located - max(fits, agent, ahead), len(found), i, span, s, e))
                 gaps.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at), default=near + 1)
                             if measured is not None else 0)
                 named.append(len(nearby & name_words) if lab != "ENT" else 0)  # (a name's neighbours are often the question's)
                 # the question's words near it but in another clause ("One orbit of the Sun takes
                 # Jupiter 11.86 Earth years, and a day on Jupiter lasts ..." : "day" is not the Sun's)
-                a, b = _clause_of(sentence, s)
                 clause.append(len({words[j][2] for j in near_at if not a <= words[j][0] < b}))
         if not found:
             if another:

@@ -825,7 +825,7 @@ def qa_items(src: Source, docs: dict[str, Doc], where: NewsFacts) -> list[QA]:
     add("How much does Lumen Cloud cost per month on the Starter plan?",
         f"${src.product('Lumen').price_usd_month}", [pricing_doc_id(src.product("Lumen"))])
     add("What is the Starter price of the managed edition of the product whose retry code lives in "
-        "tidewater/retry/backoff.go?", f"${src.product('Tidewater').price_usd_month}",
+        "tidewater/retry/backoff.go?", f"${src.product('Tidewater').price_usd_month} per month",
         [code_doc_id(src.product("Tidewater"), src.product("Tidewater").modules[2]),
          pricing_doc_id(src.product("Tidewater"))])
     add("At what temperature is rosemary focaccia baked?", "220 degrees Celsius", ["recipe-focaccia"])

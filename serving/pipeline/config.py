@@ -334,6 +334,13 @@ class ExtractiveConfig:
             on "Troubleshooting FRW-118: ...") leads the answer, after its passage's sentence
             naming the thing, when the best sentence is another (the news "Clients saw
             `FRW-118` errors ..." names the code too). Off: the best sentences, as ranked.
+        own_description: a question asking for a description of a thing it names ("What does
+            KST-429 mean?", :func:`models.text.asks_description`) is led by the best of the
+            ``bridge_cued_sentences`` best sentences that names it in a passage titled with it
+            ("Kestrel reports `KST-429 rate limit exceeded` when ..." on "Troubleshooting
+            KST-429: ..."), when the best sentence's passage is not titled with it (the source
+            notes' "Kestrel's error codes (KST-429 and KST-502) are defined in ..."). Off: the
+            best sentences, as ranked.
         announced_steps: a sentence answering a question that asks how to do something, and
             announcing the ways or steps that follow it ("There are two supported ways to
             install Lumen."), is followed by up to this many of its passage's next sentences
@@ -428,6 +435,7 @@ class ExtractiveConfig:
     bridge_own: bool = True
     bridge_how: bool = True
     how_own: bool = True
+    own_description: bool = True
     announced_steps: int = 4
     labelled_lines: bool = True
     typed_sentences: int = 5
@@ -624,6 +632,13 @@ class GenerationConfig:
             thing ("the 2 hours Quarry Cloud outage" for "How long did the Atlasgrid Cloud
             outage last?"). A bridge's sentence counts: the passage that names the bridge
             mentions the question's name.
+        on_subject: (the extractive answer) when the best sentence's passage is off the
+            subject (as ``no_answer_off_subject`` reads it) and a retrieved passage mentions
+            the question's names, the sentences of such passages answer, if the best of them
+            keeps ``no_answer_threshold``: "On 17 March 2025, Tidewater Cloud customers in
+            eu-central lost service" for "Which region was hit by the Tidewater Cloud outage?",
+            where another outage's sentence scored higher (:meth:`GenerationStage.on_subject`).
+            One-step questions only; false: the best sentence answers, or nothing.
         no_answer_unnamed: (the extractive answer) also "not found" when the user's question
             names two things or more and no passage the answer's sentences came from (a
             bridge's too) mentions one of them, nor does a passage naming it link it to the
@@ -657,6 +672,7 @@ class GenerationConfig:
     no_answer_threshold: float | None = 0.5
     no_answer_missing_names: bool = True
     no_answer_off_subject: bool = True
+    on_subject: bool = True
     no_answer_unnamed: bool = True
     no_answer_unrelated: bool = True
     no_answer_text: str = "No answer found in the sources."

@@ -70,6 +70,7 @@ from searchsmith.models.text import (
     asked_measure,
     asked_relation,
     asks_bound,
+    asks_description,
     asks_typed,
     asks_who,
     demonym,
@@ -559,10 +560,20 @@ class ExtractiveGenerator:
         ..."), after that passage's sentence naming it, when the best sentence is not that one
         (the news "Clients saw `FRW-118` errors ..." names the code and ranks first); [] for
         other questions, or when no such sentence is among them."""
-        verb = how_to(question)[0]
+        verb = how_to(question)[0] if self.config.how_own else ""
         names = entity_names(question)
-        if not verb or not names or not ranked:
+        if not names or not ranked:
             return []
+        if not verb:
+            if not (self.config.own_description and asks_description(question)):
+                return []
+            # "What does KST-429 mean?": the sentence naming it on its own page, not the source
+            # notes' "Kestrel's error codes (KST-429 and KST-502) are defined in ..."
+            own = next((c for c in ranked[: self.config.bridge_cued_sentences]
+                        if c.title and len(missing_entities(names, c.title)) < len(names)
+                        and len(missing_entities(names, c.text)) < len(names)), None)
+            return [own] if own is not None and own != ranked[0] and not (
+                ranked[0].title and len(missing_entities(names, ranked[0].title)) < len(names)) else []
         how = next((c for c in ranked[: self.config.bridge_cued_sentences]
                     if c.title and len(missing_entities(names, c.title)) < len(names)
                     and _states({fold(verb)}, c.text, folded=True)), None)
@@ -700,7 +711,7 @@ class ExtractiveGenerator:
                 # partitions page's "Default: `6`." ranked above it)
                 r = [c for c in r if key in (c.title or "") or key in c.text] or r
             span, held = self.bridged(asked, hop) if hop is not None else ("", [])
-            if not held and self.config.how_own:
+            if not held and (self.config.how_own or self.config.own_description):
                 held = self.how_own(asked, r)
             if held and not span:  # a way of doing something, through its bridge or its page: its sentences lead
                 lead.extend(c for c in held if c not in lead)
@@ -1245,6 +1256,38 @@ class GenerationStage:
         return names if other else []
 
     @classmethod
+    def on_subject(cls, state: PipelineState, ranked: Sequence[Support], threshold: float | None,
+                   margin: float) -> list[Support] | None:
+        """The sentences of ``ranked`` whose passages mention one of the question's names (as
+        :meth:`off_subject` reads them), best first, when the best sentence's are off the
+        subject (:meth:`off_subject`), the best of those keeps ``threshold`` and ``margin`` of
+        the best sentence's score (``extractive.min_relative_score``: below it a sentence is
+        about something else), and it or its passages' titles hold a word of the question
+        besides its names; None otherwise (a decomposed question: its steps name their own
+        things)."""
+        if not ranked or len(state.nodes) > 1 or not cls.off_subject(state, ranked[0].chunk_ids):
+            return None
+        named = cls.question_names(state)
+        names = [n for n in named if not SHORT_FORM.fullmatch(n)] or named
+        by_id = {p.chunk_id: p for p in state.passages}
+
+        def naming(c: Support) -> bool:  # a passage it came from mentions one of the names
+            text = "\n".join(f"{by_id[i].title or ''}\n{by_id[i].text}" for i in c.chunk_ids if i in by_id)
+            return any(cls.worded(n, text) for n in names)
+
+        on = [c for c in ranked if naming(c)]
+        if not on or (threshold is not None and on[0].score < threshold) or on[0].score < margin * ranked[0].score:
+            return None
+        # on the topic too: a word of the question besides its names in the sentence or its
+        # passages' titles ("outage" of "Tidewater Cloud outage in eu-central"; not Atlasgrid
+        # Cloud's price for "How long did the Atlasgrid Cloud outage last?")
+        own = set().union(*(content_words(n) for n in named))
+        asked = content_words(state.question()) - own - {fold(w) for w in HOW_MUCH_WORDS | MEASURE_WORDS}
+        ids = set(on[0].chunk_ids)
+        titles = [p.title or "" for p in state.passages if p.chunk_id in ids]
+        return on if asked & set().union(*(content_words(t) for t in [on[0].text, *titles])) else None
+
+    @classmethod
     def unnamed(cls, state: PipelineState, used: Sequence[str], short: str = "") -> list[str]:
         """The names of a user's question naming two things or more (:meth:`question_names`, short
         forms and nationalities aside) that no passage the answer drew on (``used``, chunk ids, a
@@ -1330,8 +1373,12 @@ class GenerationStage:
             # best sentence decides (it is computed anyway by the extractive answer, and costs
             # one embedding batch before an LLM call).
             ranked = [self.extractive.support(n.text, n.passages, state) for n in final]
-            best = max((r[0].score for r in ranked if r), default=float("-inf"))
             threshold = self.config.no_answer_threshold
+            moved = self.on_subject(state, ranked[0], threshold, self.extractive.config.min_relative_score) \
+                if self.config.on_subject and len(ranked) == 1 else None
+            if moved is not None:
+                ranked = [moved]
+            best = max((r[0].score for r in ranked if r), default=float("-inf"))
             if threshold is not None and best < threshold:
                 self._not_found(state, f"no answer: best support {best:.4f} < generation.no_answer_threshold "
                                        f"{threshold}")
@@ -1343,6 +1390,9 @@ class GenerationStage:
                 return
             st.note = f"best support {best:.4f}" + ("" if threshold is None else f" >= generation.no_answer_threshold "
                                                                                    f"{threshold}")
+            if moved is not None:
+                st.note += ("; the best sentence's passage is off the subject: the sentences of passages naming "
+                            f"{self.question_names(state)} answer (generation.on_subject)")
             if self.llm is not None:
                 try:
                     msgs = render(self.prompt, state.question(), state.passages, self.config.max_context_chars,

@@ -841,7 +841,7 @@ def test_what_is_billed_is_money():
     # "How much is outbound traffic billed at?" was answered "1" (of "above 1 TB"): "billed" asked no money
     q = "How much is outbound traffic billed at?"
     assert asked_measure(q) == ("money",)
-    assert typed_span(q, ["Outbound traffic above 1 TB a month is billed at $0.05 per GB."]) == "$0.05"
+    assert typed_span(q, ["Outbound traffic above 1 TB a month is billed at $0.05 per GB."]) == "$0.05 per GB"
 
 
 def test_what_is_the_noun_of_asks_for_that_noun() -> None:
@@ -960,6 +960,6 @@ def test_a_figure_near_the_questions_named_qualifier_answers() -> None:
     Starter plan's "$15": a tie in one sentence goes to the candidate near the question's names."""
     prices = ("Beacon Cloud, the managed metrics and log collection agent on Stackyard, costs $15 per month on "
               "the Starter plan and $45 per month on the Business plan; Enterprise prices are agreed per contract.")
-    assert typed_span("How much does Beacon Cloud cost on the Business plan?", [prices]) == "$45"
-    assert typed_span("How much does Beacon Cloud cost on the Starter plan?", [prices]) == "$15"
-    assert typed_span("How much does Beacon Cloud cost?", [prices]) == "$15"
+    assert typed_span("How much does Beacon Cloud cost on the Business plan?", [prices]) == "$45 per month"
+    assert typed_span("How much does Beacon Cloud cost on the Starter plan?", [prices]) == "$15 per month"
+    assert typed_span("How much does Beacon Cloud cost?", [prices]) == "$15 per month"

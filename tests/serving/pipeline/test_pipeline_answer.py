@@ -1125,7 +1125,10 @@ def test_how_to_do_something_to_a_named_thing_is_answered_from_its_own_page(embe
     assert gen.short_answer(q, [q], [ranked]) == ("", [ranked[2], ranked[3]])
     # another code's page, a question asking no way, or the page's sentence already first: nothing
     assert gen.how_own("How do I fix FRW-402?", ranked) == []
-    assert gen.how_own("What is FRW-118?", ranked) == []
+    # a description of it is led by its page's sentence naming it (extractive.own_description)
+    assert gen.how_own("What is FRW-118?", ranked) == [ranked[2]]
+    assert ExtractiveGenerator(embedder, ExtractiveConfig(own_description=False)).how_own("What is FRW-118?",
+                                                                                         ranked) == []
     assert gen.how_own(q, [ranked[3], *ranked[:3]]) == []
     off = ExtractiveGenerator(embedder, ExtractiveConfig(how_own=False))
     assert off.short_answer(q, [q], [ranked]) == ("", [])
