@@ -1900,6 +1900,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         found: list[tuple[int, int, int, str, int, int]] = []
         gaps: list[int] = []  # per candidate: words between it and the nearest question word near it
         named: list[int] = []  # per candidate: the words of the question's names near it
+        name_gap: list[int] = []  # per candidate: words between it and the nearest of those
         clause: list[int] = []  # per candidate: the question's words near it outside its own clause
         another = False  # a figure of the asked noun was another name's (:func:`_said_of_another`)
         for i, (sentence, (words, entities, translated, outside, outside_at, lived)) in enumerate(
@@ -1914,6 +1915,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                     else _trim_known(sentence[s:e], known, head)
                 if lab == "ENT" and _BARE_NUMBER.fullmatch(span):
                     lab = "NUM"  # "Quarry 3.0.2" for "In which Quarry version ...": a number
+                    k = sentence.find(span, s, e)  # the name's words are then near it: "Business 25 seats"
+                    s, e = (k, k + len(span)) if k >= 0 else (s, e)
                 elif lab == "ENT" and month_asked and span.lower() in _MONTH_NAMES:
                     lab = "DATE"  # "July" answers "Which month ...?"
                 elif lab == "ENT" and weekday_asked and span.lower().rstrip("s") in _WEEKDAYS:
@@ -1939,6 +1942,8 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                     continue  # a figure in another dimension's unit: not "512 bytes" for "the maximum snapshot interval"
                 if lab == "ENT" and head and not _ADDRESS_HEADS & set(head) and _ADDRESS.fullmatch(span):
                     continue  # "git.example.com/calloway/marlowe" is no company's name
+                if lab == "ENT" and who and (_IDENTIFIER.fullmatch(span) or sentence[s - 1:s] == "`"):
+                    continue  # a setting's key or a code span is nobody: "eviction.policy" for "Who wrote Lumen?"
                 if lab == "ENT" and re.sub(r"[^A-Za-z]", "", span) in initials:
                     continue  # "PES" for the question's "Pro Evolution Soccer": the question's own name
                 if lab == "ENT" and country_asked and demonym(span):
@@ -2031,6 +2036,10 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
                 gaps.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at), default=near + 1)
                             if measured is not None else 0)
                 named.append(len(nearby & name_words) if lab != "ENT" else 0)  # (a name's neighbours are often the question's)
+                # and how near the nearest of them is: "The Starter plan includes 3 seats, Business 25
+                # seats ..." gives the Business plan 25
+                name_gap.append(min((at[0] - j if j < at[0] else j - at[-1] for j in near_at
+                                     if words[j][2] in name_words), default=near + 1) if lab != "ENT" else 0)
                 # the question's words near it but in another clause ("One orbit of the Sun takes
                 # Jupiter 11.86 Earth years, and a day on Jupiter lasts ..." : "day" is not the Sun's)
                 clause.append(len({words[j][2] for j in near_at if not a <= words[j][0] < b}))
@@ -2044,7 +2053,7 @@ def typed_span_at(question: str, sentences: Sequence[str], kind: AnswerKind | No
         # question word ("at an average distance of 1.52 astronomical units" before "6,779 km
         # across" for "How far ...?"); between names, to the first (often the sentence's subject).
         # Before both, to the one with fewer of those words in another clause (:func:`_clause_of`).
-        best = min(found, key=lambda f: (f[0], f[2], clause[f[1]], -named[f[1]], gaps[f[1]], f[1]))
+        best = min(found, key=lambda f: (f[0], f[2], clause[f[1]], -named[f[1]], name_gap[f[1]], gaps[f[1]], f[1]))
         if not plural_question(question):
             year = label == "DATE" and YEAR_IN.search(best[3])
             if year and _CENTURY_ASKED.search(question):  # "1710" answers "What century ...?" as "18th century"

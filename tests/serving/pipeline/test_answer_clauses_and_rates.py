@@ -146,3 +146,20 @@ def test_a_description_of_a_named_thing_is_led_by_its_own_page(embedder):
     st = _answered(embedder, q, [CODES, KST_429])
     assert st.answer.startswith("Kestrel reports `KST-429 rate limit exceeded`"), st.answer
     assert st.short_answer == ""
+
+
+def test_a_figure_after_the_questions_name_in_a_list_of_pairs_is_its_own():
+    """Before: "How many seats does the Business plan include?" got the Starter plan's "3" of
+    "The Starter plan includes 3 seats, Business 25 seats ...": "Business 25" was read as one
+    name, and the name's word was then no word near its figure."""
+    s = "The Starter plan includes 3 seats, Business 25 seats and Enterprise an unlimited number."
+    assert typed_span("How many seats does the Business plan include?", [s]) == "25"
+    assert typed_span("How many seats does the Starter plan include?", [s]) == "3"
+
+
+def test_no_setting_key_or_code_span_answers_who():
+    """Before: "Who wrote Lumen?" got "eviction.policy" ("... none rejects writes instead")."""
+    s = ("The `eviction.policy` setting controls which keys are removed first when memory is full; none rejects "
+         "writes instead.")
+    assert typed_span("Who wrote Lumen?", [s]) == ""
+    assert typed_span("Who wrote Lumen?", ["Lumen was written by Ada Park in 2019."]) == "Ada Park"
