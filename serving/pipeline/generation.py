@@ -558,8 +558,11 @@ class ExtractiveGenerator:
         ``bridge_cued_sentences`` best stating the asked verb in a passage titled with one of the
         question's names ("To fix it, let the client refresh ..." on "Troubleshooting FRW-118:
         ..."), after that passage's sentence naming it, when the best sentence is not that one
-        (the news "Clients saw `FRW-118` errors ..." names the code and ranks first); [] for
-        other questions, or when no such sentence is among them."""
+        (the news "Clients saw `FRW-118` errors ..." names the code and ranks first). With
+        ``own_description``, a question asking for a description of a thing it names ("What
+        does KST-429 mean?") gets the best of those sentences naming it on a passage titled
+        with it, when the best sentence's passage is not titled with it. [] for other
+        questions, or when no such sentence is among them."""
         verb = how_to(question)[0] if self.config.how_own else ""
         names = entity_names(question)
         if not names or not ranked:
