@@ -562,6 +562,7 @@ _DESCRIBE = re.compile(r"^\W*[Ww]hat\s+(?:"
                        r"(?:hours|opening\s+times|timetable|schedule)\b[^?]*"
                        r"|happen(?:s|ed)?\b[^?]*"
                        r"|caus(?:es|ed|e)\b[^?]*"
+                       r"|(?:is|are|was|were)\s+[^?]+?\s+used\s+for\b[^?]*"  # "What is Beacon used for?": its purpose
                        r"|(?:is|are|goes|go)\s+in(?:to)?\s+[^?]+"  # "What is in hummus?": what it holds
                        r"|(?:do|does)\s+[^?]+?\s+need\b[^?]*"  # "What do I need to run X?": its requirements
                        r")\s*\?*\s*$")
@@ -898,6 +899,7 @@ _MEASURED: dict[str, tuple[str, ...]] = {w: dims for words, dims in (
     ("length distance far tall height high deep depth wide width elevation altitude", ("length",)),
     ("area", ("area",)),
     ("size big large", ("size", "area")),
+    ("ram memory disk storage", ("size",)),  # "How much RAM does Quarry need?": "4 GB", not "64-bit"
     ("weight heavy mass", ("weight",)),
     ("percentage percent uptime", ("percentage",)),
     ("speed fast", ("speed",)),

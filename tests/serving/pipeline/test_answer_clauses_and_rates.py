@@ -163,3 +163,16 @@ def test_no_setting_key_or_code_span_answers_who():
          "writes instead.")
     assert typed_span("Who wrote Lumen?", [s]) == ""
     assert typed_span("Who wrote Lumen?", ["Lumen was written by Ada Park in 2019."]) == "Ada Park"
+
+
+def test_memory_asked_by_how_much_is_a_size_and_what_for_a_description():
+    """Before: "How much RAM does Quarry need?" got "64" (of "64-bit"), and "What is Beacon
+    used for?" the file its service discovery is implemented in."""
+    from searchsmith.models.text import asked_measure, asks_description
+
+    s = "Quarry needs 4 GB of RAM, a 64-bit Linux host (x86_64 with AVX2, or arm64)."
+    assert asked_measure("How much RAM does Quarry need?") == ("size",)
+    assert typed_span("How much RAM does Quarry need?", [s]) == "4 GB"
+    assert asks_description("What is Beacon used for?")
+    assert asks_description("What are Marlowe's segments used for?")
+    assert not asks_description("Which port is Beacon using?")
