@@ -1728,6 +1728,7 @@ def figure_of_another(question: str, sentence: str) -> str:
 
 # an amount's rate after it: "$45 per month", "$0.05 per GB", "30 euros a month"
 _RATE = re.compile(r"(?:\s+(?:per|each)\s+(?!\d)[\w-]+|\s+an?\s+(?:second|minute|hour|day|week|month|quarter|year)\b)+")
+_MONEY_UNIT, _MONEY_UNIT_END = re.compile(r"\s+" + _UNITS["money"]), re.compile(r"\s" + _UNITS["money"] + "$")
 # a question that says the rate itself: "How much does it cost per month?"
 _RATE_ASKED = re.compile(r"\b(?:per|a|an|each)\s+(?:month|year|week|day|hour)|\b(?:monthly|yearly|annual|hourly|daily)\b",
                          re.I)
@@ -1738,10 +1739,10 @@ def _with_rate(sentence: str, s: int, e: int, question: str) -> int:
     it: "$45 per month", "$0.05 per GB", "30 euros a month" (not for "How much ... per month
     ...?"); ``e`` for a figure that is no amount or has no rate. A qualifier before a figure
     ("about 2,300") was measured and not kept (serving/profiling/RESULTS.md)."""
-    unit = re.compile(r"\s+" + _UNITS["money"]).match(sentence, e)
+    unit = _MONEY_UNIT.match(sentence, e)
     rate = _RATE.match(sentence, unit.end() if unit else e)
     money = sentence[s:s + 1] in ("$", "£", "€") or sentence[:s].endswith("$") or unit \
-        or re.search(r"\s" + _UNITS["money"] + "$", sentence[s:e])  # "30 euros", a measured span
+        or _MONEY_UNIT_END.search(sentence[s:e])  # "30 euros", a measured span
     if rate and money and not _RATE_ASKED.search(question):
         return rate.end()
     return e

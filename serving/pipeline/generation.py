@@ -35,6 +35,7 @@ timeline; the trace gives the score and the threshold, or the missing names.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -1274,11 +1275,12 @@ class GenerationStage:
         names = [n for n in named if not SHORT_FORM.fullmatch(n)] or named
         by_id = {p.chunk_id: p for p in state.passages}
 
-        def naming(c: Support) -> bool:  # a passage it came from mentions one of the names
-            text = "\n".join(f"{by_id[i].title or ''}\n{by_id[i].text}" for i in c.chunk_ids if i in by_id)
+        @functools.cache
+        def naming(ids: tuple[str, ...]) -> bool:  # a passage of these mentions one of the names (read once)
+            text = "\n".join(f"{by_id[i].title or ''}\n{by_id[i].text}" for i in ids if i in by_id)
             return any(cls.worded(n, text) for n in names)
 
-        on = [c for c in ranked if naming(c)]
+        on = [c for c in ranked if naming(c.chunk_ids)]
         if not on or (threshold is not None and on[0].score < threshold) or on[0].score < margin * ranked[0].score:
             return None
         # on the topic too: a word of the question besides its names in the sentence or its
